@@ -1,0 +1,57 @@
+//! Karpenter v1 manifests: `karpenter.sh/v1` NodePool and `karpenter.k8s.aws/v1`
+//! EC2NodeClass. Loading is two steps: `parse_documents` splits a file into documents
+//! and rejects what is not YAML/JSON or not one of our kinds (a problem with the file);
+//! `validate` checks every object against Karpenter's rules and applies its defaults
+//! (problems with objects, each naming the object, the field path and what is expected).
+
+pub mod model;
+
+use std::fmt;
+
+pub use model::*;
+
+/// One YAML/JSON document of a manifest file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Document {
+    /// Where it came from, for messages (usually the file path).
+    pub source: String,
+    /// 0-based index of the document in its source.
+    pub index: usize,
+    pub value: serde_json::Value,
+}
+
+/// The file itself is unusable: unreadable, not YAML/JSON, or holds a kind we do not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{source_name}: {message}")]
+pub struct FormatError {
+    pub source_name: String,
+    pub message: String,
+}
+
+/// One thing wrong with one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// `NodePool "broken"` or `EC2NodeClass "default"`.
+    pub object: String,
+    /// `spec.template.spec.requirements[0].operator`
+    pub path: String,
+    /// `unknown operator "GreaterThan" (expected one of In, NotIn, ...)`
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}: {}", self.object, self.message)
+        } else {
+            write!(f, "{}: {}: {}", self.object, self.path, self.message)
+        }
+    }
+}
+
+/// Validated NodePools and EC2NodeClasses from one or more files.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Manifests {
+    pub node_pools: Vec<NodePool>,
+    pub node_classes: Vec<Ec2NodeClass>,
+}

@@ -1,0 +1,251 @@
+//! Validated Karpenter v1 objects. A value of these types exists only after
+//! `api::load` has checked it, so the planner never re-validates.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::resources::Resources;
+
+/// A node selector operator, Karpenter's set (kube's plus Gte/Lte).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Operator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+    Gt,
+    Lt,
+    Gte,
+    Lte,
+}
+
+impl Operator {
+    pub const ALL: [(&'static str, Operator); 8] = [
+        ("In", Operator::In),
+        ("NotIn", Operator::NotIn),
+        ("Exists", Operator::Exists),
+        ("DoesNotExist", Operator::DoesNotExist),
+        ("Gt", Operator::Gt),
+        ("Lt", Operator::Lt),
+        ("Gte", Operator::Gte),
+        ("Lte", Operator::Lte),
+    ];
+
+    pub fn parse(s: &str) -> Option<Operator> {
+        Self::ALL.iter().find(|(n, _)| *n == s).map(|(_, o)| *o)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        Self::ALL.iter().find(|(_, o)| *o == self).map(|(n, _)| *n).unwrap_or("?")
+    }
+
+    /// "In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte, Lte" for error messages.
+    pub fn expected_list() -> String {
+        Self::ALL.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// One requirement as written: `{key, operator, values, minValues}`.
+/// For Gt/Lt/Gte/Lte, `values` holds exactly one integer (checked at load).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct NodeRequirement {
+    pub key: String,
+    pub operator: Operator,
+    pub values: Vec<String>,
+    pub min_values: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TaintEffect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
+}
+
+impl TaintEffect {
+    pub fn parse(s: &str) -> Option<TaintEffect> {
+        match s {
+            "NoSchedule" => Some(TaintEffect::NoSchedule),
+            "PreferNoSchedule" => Some(TaintEffect::PreferNoSchedule),
+            "NoExecute" => Some(TaintEffect::NoExecute),
+            _ => None,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaintEffect::NoSchedule => "NoSchedule",
+            TaintEffect::PreferNoSchedule => "PreferNoSchedule",
+            TaintEffect::NoExecute => "NoExecute",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Taint {
+    pub key: String,
+    pub value: Option<String>,
+    pub effect: TaintEffect,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeClassRef {
+    pub group: String,
+    pub kind: String,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsolidationPolicy {
+    WhenEmpty,
+    WhenEmptyOrUnderutilized,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DisruptionReason {
+    Underutilized,
+    Empty,
+    Drifted,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BudgetNodes {
+    /// "10%": a percentage of the pool's nodes, rounded up as Karpenter does.
+    Percent(u32),
+    /// "5": an absolute number of nodes.
+    Count(u32),
+}
+
+/// A disruption budget. `schedule` is a five-field cron expression (or a macro such as
+/// `@daily`), checked at load; it is only ever present together with `duration`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    pub nodes: BudgetNodes,
+    pub schedule: Option<String>,
+    pub duration: Option<Duration>,
+    /// Empty means the budget applies to every reason.
+    pub reasons: Vec<DisruptionReason>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disruption {
+    pub consolidation_policy: ConsolidationPolicy,
+    /// `None` is "Never".
+    pub consolidate_after: Option<Duration>,
+    pub budgets: Vec<Budget>,
+}
+
+/// A validated `karpenter.sh/v1` NodePool with Karpenter's defaults applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodePool {
+    pub name: String,
+    /// `spec.template.metadata.labels`
+    pub labels: BTreeMap<String, String>,
+    /// `spec.template.metadata.annotations`
+    pub annotations: BTreeMap<String, String>,
+    pub requirements: Vec<NodeRequirement>,
+    pub taints: Vec<Taint>,
+    pub startup_taints: Vec<Taint>,
+    pub node_class_ref: NodeClassRef,
+    /// `None` is "Never"; default 720h.
+    pub expire_after: Option<Duration>,
+    pub termination_grace_period: Option<Duration>,
+    /// `spec.limits`; `None` when unset (unlimited). Values in milli-units.
+    pub limits: Option<Resources>,
+    /// `spec.weight`, 0 when unset; higher is tried first.
+    pub weight: i32,
+    pub disruption: Disruption,
+}
+
+/// `amiSelectorTerms[]`: exactly one way of selecting per term.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AmiSelectorTerm {
+    /// `alias: family@version`, e.g. al2023@latest, bottlerocket@v1.20.0
+    Alias { family: String, version: String },
+    Id(String),
+    /// `name` with optional `owner`
+    Name { name: String, owner: Option<String> },
+    /// `tags` with optional `owner`
+    Tags { tags: BTreeMap<String, String>, owner: Option<String> },
+    SsmParameter(String),
+}
+
+/// `subnetSelectorTerms[]` / `securityGroupSelectorTerms[]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SelectorTerm {
+    Id(String),
+    /// Security groups only: the group name.
+    Name(String),
+    Tags(BTreeMap<String, String>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockDevice {
+    pub volume_size: Option<String>,
+    pub volume_type: Option<String>,
+    pub iops: Option<i64>,
+    pub throughput: Option<i64>,
+    pub encrypted: Option<bool>,
+    pub kms_key_id: Option<String>,
+    pub delete_on_termination: Option<bool>,
+    pub snapshot_id: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockDeviceMapping {
+    pub device_name: String,
+    pub ebs: Option<BlockDevice>,
+    pub root_volume: bool,
+}
+
+/// `metadataOptions`, defaults as Karpenter: endpoint enabled, IPv6 disabled,
+/// hop limit 1, IMDSv2 required.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetadataOptions {
+    pub http_endpoint: String,
+    pub http_protocol_ipv6: String,
+    pub http_put_response_hop_limit: i64,
+    pub http_tokens: String,
+}
+
+impl Default for MetadataOptions {
+    fn default() -> Self {
+        Self {
+            http_endpoint: "enabled".into(),
+            http_protocol_ipv6: "disabled".into(),
+            http_put_response_hop_limit: 1,
+            http_tokens: "required".into(),
+        }
+    }
+}
+
+/// The kubelet settings nodewright uses for planning (the rest is passed through to
+/// user data as written).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Kubelet {
+    pub max_pods: Option<i64>,
+    pub pods_per_core: Option<i64>,
+    pub cluster_dns: Vec<String>,
+    /// The whole `kubelet` object as written, for user data.
+    pub raw: Option<serde_json::Value>,
+}
+
+/// A validated `karpenter.k8s.aws/v1` EC2NodeClass with Karpenter's defaults applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ec2NodeClass {
+    pub name: String,
+    pub ami_selector_terms: Vec<AmiSelectorTerm>,
+    /// `amiFamily`; when unset, derived from an alias term (e.g. "AL2023").
+    pub ami_family: Option<String>,
+    pub subnet_selector_terms: Vec<SelectorTerm>,
+    pub security_group_selector_terms: Vec<SelectorTerm>,
+    /// Exactly one of `role` and `instance_profile` is set.
+    pub role: Option<String>,
+    pub instance_profile: Option<String>,
+    pub user_data: Option<String>,
+    pub block_device_mappings: Vec<BlockDeviceMapping>,
+    pub metadata_options: MetadataOptions,
+    pub tags: BTreeMap<String, String>,
+    pub kubelet: Kubelet,
+    pub associate_public_ip_address: Option<bool>,
+    pub detailed_monitoring: bool,
+}

@@ -1,0 +1,15 @@
+//! nodewright-core: the pure decision code of nodewright.
+//!
+//! Nothing here performs I/O, spawns tasks or reads a clock; callers pass in the data
+//! and the time. A tour:
+//!
+//! - [`resources`]: exact Kubernetes quantities and resource vectors.
+//! - [`api`]: Karpenter v1 NodePool / EC2NodeClass, validated, with defaults.
+//! - [`cluster`] and [`snapshot`]: pods, nodes, DaemonSets and PDBs as scheduling sees them.
+//! - [`catalog`]: instance types, offerings (type × zone × capacity type) and prices.
+//! - [`scheduling`]: requirements algebra, taints, topology, and the bin-packer.
+//! - [`provisioning`]: `plan_provisioning`, the entry point the provisioner calls.
+
+pub mod api;
+pub mod cluster;
+pub mod resources;
