@@ -13,3 +13,8 @@
 pub mod api;
 pub mod cluster;
 pub mod resources;
+pub mod catalog;
+pub mod provisioning;
+pub mod scheduling;
+#[doc(hidden)]
+pub mod testing;

@@ -1,0 +1,311 @@
+//! Instance types, offerings and prices.
+//!
+//! The default catalog is embedded (derived, unchanged in content, from
+//! `shared/data/instance-catalog.json`: 1,363 types with Karpenter's labels, AL2023
+//! allocatable and us-east-1 on-demand prices), so planning works with no network.
+//! `Catalog::from_json` reads the same format for people who plan against their own list.
+//!
+//! An offering is type × zone × capacity type. Spot prices, when not given, are
+//! [`DEFAULT_SPOT_FRACTION`] of on-demand: a planning estimate, not a quote.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+
+use crate::resources::{Resources, parse_milli};
+
+/// Spot price as a fraction of on-demand when no spot price is known (a 60% discount,
+/// in line with typical EC2 spot savings for c/m/r families).
+pub const DEFAULT_SPOT_FRACTION: f64 = 0.4;
+
+pub const LABEL_INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
+pub const LABEL_REGION: &str = "topology.kubernetes.io/region";
+pub const LABEL_CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
+pub const LABEL_NODEPOOL: &str = "karpenter.sh/nodepool";
+pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
+pub const LABEL_ARCH: &str = "kubernetes.io/arch";
+pub const LABEL_OS: &str = "kubernetes.io/os";
+pub const LABEL_INSTANCE_CPU: &str = "karpenter.k8s.aws/instance-cpu";
+pub const LABEL_INSTANCE_MEMORY: &str = "karpenter.k8s.aws/instance-memory";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CapacityType {
+    Spot,
+    OnDemand,
+}
+
+impl CapacityType {
+    pub const ALL: [CapacityType; 2] = [CapacityType::Spot, CapacityType::OnDemand];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapacityType::Spot => "spot",
+            CapacityType::OnDemand => "on-demand",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "spot" => Some(CapacityType::Spot),
+            "on-demand" => Some(CapacityType::OnDemand),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for CapacityType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceType {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    /// What pods can use (after kube/system reserved and eviction threshold).
+    pub allocatable: Resources,
+    /// Raw capacity for NodePool limits: cpu and memory from the instance-cpu /
+    /// instance-memory labels when present, otherwise the allocatable values.
+    pub capacity: Resources,
+    /// `None` when the type has no on-demand price (then it has no offerings).
+    pub on_demand_price: Option<f64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    #[error("catalog is not valid JSON of the expected shape (instanceTypes[] with name, labels, allocatable, onDemandPricePerHour): {0}")]
+    Shape(#[source] serde_path_to_error::Error<serde_json::Error>),
+    #[error("catalog instanceTypes[{index}] ({name}): allocatable.{resource}: {source}")]
+    Quantity {
+        index: usize,
+        name: String,
+        resource: String,
+        #[source]
+        source: crate::resources::QuantityError,
+    },
+    #[error("catalog instanceTypes[{index}] ({name}): {message}")]
+    Invalid { index: usize, name: String, message: String },
+    #[error("catalog has no instance types")]
+    Empty,
+}
+
+#[derive(Deserialize)]
+struct RawCatalog {
+    #[serde(rename = "instanceTypes")]
+    instance_types: Vec<RawInstanceType>,
+}
+
+#[derive(Deserialize)]
+struct RawInstanceType {
+    name: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    allocatable: BTreeMap<String, RawQuantity>,
+    #[serde(rename = "onDemandPricePerHour")]
+    on_demand_price_per_hour: Option<f64>,
+}
+
+/// Quantities may be written as strings ("940m") or bare numbers (8).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawQuantity {
+    Text(String),
+    Number(serde_json::Number),
+}
+
+impl RawQuantity {
+    fn text(&self) -> String {
+        match self {
+            RawQuantity::Text(s) => s.clone(),
+            RawQuantity::Number(n) => n.to_string(),
+        }
+    }
+}
+
+/// A list of instance types. Cheap to share: planners hold it by reference.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Catalog {
+    pub types: Vec<InstanceType>,
+}
+
+static EMBEDDED_JSON: &str = include_str!("../data/instance-catalog.json");
+
+impl Catalog {
+    /// The embedded default catalog, parsed once.
+    pub fn embedded() -> &'static Catalog {
+        static CATALOG: OnceLock<Catalog> = OnceLock::new();
+        CATALOG.get_or_init(|| {
+            Catalog::from_json(EMBEDDED_JSON).expect("the embedded catalog is checked by tests")
+        })
+    }
+
+    pub fn from_json(text: &str) -> Result<Catalog, CatalogError> {
+        let de = &mut serde_json::Deserializer::from_str(text);
+        let raw: RawCatalog = serde_path_to_error::deserialize(de).map_err(CatalogError::Shape)?;
+        if raw.instance_types.is_empty() {
+            return Err(CatalogError::Empty);
+        }
+        let mut seen = HashSet::new();
+        let mut types = Vec::with_capacity(raw.instance_types.len());
+        for (index, t) in raw.instance_types.into_iter().enumerate() {
+            if t.name.is_empty() {
+                return Err(CatalogError::Invalid { index, name: t.name, message: "name is empty".into() });
+            }
+            if !seen.insert(t.name.clone()) {
+                return Err(CatalogError::Invalid { index, name: t.name, message: "duplicate instance type name".into() });
+            }
+            if let Some(p) = t.on_demand_price_per_hour {
+                if !(p.is_finite() && p >= 0.0) {
+                    return Err(CatalogError::Invalid {
+                        index,
+                        name: t.name,
+                        message: format!("onDemandPricePerHour must be a non-negative number, got {p}"),
+                    });
+                }
+            }
+            let mut allocatable = Resources::new();
+            for (resource, q) in &t.allocatable {
+                let milli = parse_milli(&q.text()).map_err(|source| CatalogError::Quantity {
+                    index,
+                    name: t.name.clone(),
+                    resource: resource.clone(),
+                    source,
+                })?;
+                if milli < 0 {
+                    return Err(CatalogError::Invalid {
+                        index,
+                        name: t.name,
+                        message: format!("allocatable.{resource} is negative"),
+                    });
+                }
+                allocatable.set_milli(resource, milli);
+            }
+            let mut labels = t.labels;
+            labels.entry(LABEL_INSTANCE_TYPE.to_string()).or_insert_with(|| t.name.clone());
+            let mut capacity = allocatable.clone();
+            if let Some(cpu) = labels.get(LABEL_INSTANCE_CPU).and_then(|v| v.parse::<i64>().ok()) {
+                capacity.set_milli("cpu", cpu * 1000);
+            }
+            if let Some(mib) = labels.get(LABEL_INSTANCE_MEMORY).and_then(|v| v.parse::<i64>().ok()) {
+                capacity.set_milli("memory", mib * (1 << 20) * 1000);
+            }
+            types.push(InstanceType {
+                name: t.name,
+                labels,
+                allocatable,
+                capacity,
+                on_demand_price: t.on_demand_price_per_hour,
+            });
+        }
+        Ok(Catalog { types })
+    }
+
+    pub fn get(&self, name: &str) -> Option<&InstanceType> {
+        self.types.iter().find(|t| t.name == name)
+    }
+
+    /// Every label key some instance type carries: these are "well-known" for
+    /// scheduling (a pod may require them even if a NodePool does not mention them).
+    pub fn label_keys(&self) -> HashSet<String> {
+        self.types.iter().flat_map(|t| t.labels.keys().cloned()).collect()
+    }
+}
+
+/// What the planner knows about prices and availability beyond the catalog.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pricing {
+    /// Zones to offer capacity in.
+    pub zones: Vec<String>,
+    /// Known spot prices per (instance type, zone).
+    pub spot_prices: HashMap<(String, String), f64>,
+    /// Fraction of on-demand used for spot when no spot price is known.
+    pub spot_fraction: f64,
+    /// Offerings known to be unavailable right now (insufficient capacity cache).
+    pub unavailable: HashSet<(String, String, CapacityType)>,
+}
+
+impl Default for Pricing {
+    fn default() -> Self {
+        Self::for_zones(["us-east-1a", "us-east-1b", "us-east-1c"].map(String::from).to_vec())
+    }
+}
+
+impl Pricing {
+    pub fn for_zones(zones: Vec<String>) -> Self {
+        Self {
+            zones,
+            spot_prices: HashMap::new(),
+            spot_fraction: DEFAULT_SPOT_FRACTION,
+            unavailable: HashSet::new(),
+        }
+    }
+
+    /// Price of one offering, or `None` when it is not offered or known unavailable.
+    pub fn price(&self, it: &InstanceType, zone: &str, capacity_type: CapacityType) -> Option<f64> {
+        let od = it.on_demand_price?;
+        if !self.unavailable.is_empty()
+            && self.unavailable.contains(&(it.name.clone(), zone.to_string(), capacity_type))
+        {
+            return None;
+        }
+        Some(match capacity_type {
+            CapacityType::OnDemand => od,
+            CapacityType::Spot => self
+                .spot_prices
+                .get(&(it.name.clone(), zone.to_string()))
+                .copied()
+                .unwrap_or(od * self.spot_fraction),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedded_catalog_holds_every_type_of_the_source_file() {
+        let c = Catalog::embedded();
+        assert_eq!(c.types.len(), 1363);
+        let m5 = c.get("m5.xlarge").expect("m5.xlarge");
+        assert_eq!(m5.capacity.get_milli("cpu"), 4000);
+        assert_eq!(m5.allocatable.get_milli("cpu"), 3920);
+        assert_eq!(m5.allocatable.get_milli("pods"), 58_000);
+        assert_eq!(m5.on_demand_price, Some(0.192));
+        assert_eq!(m5.labels[LABEL_INSTANCE_TYPE], "m5.xlarge");
+        // Types without a price carry none rather than a made-up one.
+        assert_eq!(c.types.iter().filter(|t| t.on_demand_price.is_none()).count(), 18);
+    }
+
+    #[test]
+    fn spot_defaults_to_a_documented_fraction_of_on_demand_unless_priced() {
+        let c = Catalog::embedded();
+        let m5 = c.get("m5.xlarge").unwrap();
+        let mut pricing = Pricing::default();
+        let spot = pricing.price(m5, "us-east-1a", CapacityType::Spot).unwrap();
+        assert!((spot - 0.192 * DEFAULT_SPOT_FRACTION).abs() < 1e-12);
+        pricing.spot_prices.insert(("m5.xlarge".into(), "us-east-1a".into()), 0.05);
+        assert_eq!(pricing.price(m5, "us-east-1a", CapacityType::Spot), Some(0.05));
+        pricing.unavailable.insert(("m5.xlarge".into(), "us-east-1a".into(), CapacityType::Spot));
+        assert_eq!(pricing.price(m5, "us-east-1a", CapacityType::Spot), None);
+        assert!(pricing.price(m5, "us-east-1b", CapacityType::Spot).is_some());
+    }
+
+    #[test]
+    fn a_custom_catalog_with_a_bad_quantity_names_the_type_and_resource() {
+        let text = r#"{"instanceTypes":[{"name":"x.large","labels":{},"allocatable":{"cpu":"1.5.3"},"onDemandPricePerHour":1}]}"#;
+        let err = Catalog::from_json(text).unwrap_err().to_string();
+        assert!(err.starts_with("catalog instanceTypes[0] (x.large): allocatable.cpu: quantity \"1.5.3\""), "{err}");
+    }
+
+    #[test]
+    fn a_custom_catalog_of_the_wrong_shape_says_which_field() {
+        let err = Catalog::from_json(r#"{"instanceTypes":[{"name":"x","allocatable":{},"onDemandPricePerHour":"cheap"}]}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("instanceTypes[0].onDemandPricePerHour"), "{err}");
+        assert!(matches!(Catalog::from_json(r#"{"instanceTypes":[]}"#), Err(CatalogError::Empty)));
+    }
+}

@@ -1,0 +1,123 @@
+//! `plan_provisioning`: from a cluster snapshot, NodePools, a catalog and the claims
+//! already in flight, the NodeClaims to launch. Planning never fails: pods that cannot
+//! be placed come back as data with the constraint that stops them.
+
+use serde::Serialize;
+
+use crate::api::model::NodePool;
+use crate::catalog::{Catalog, Pricing};
+use crate::cluster::ClusterSnapshot;
+use crate::scheduling::{InFlightClaim, Requirements, SchedulerInput, schedule};
+
+/// One NodeClaim to launch.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedNodeClaim {
+    pub node_pool: String,
+    /// The cheapest type that fits all the claim's pods.
+    pub instance_type: String,
+    /// Every compatible type that fits, cheapest first (the fleet request's overrides).
+    pub instance_type_options: Vec<String>,
+    pub capacity_type: String,
+    pub zone: String,
+    pub price_per_hour: f64,
+    /// "namespace/name"
+    pub pods: Vec<String>,
+    /// Zones and capacity types the claim may launch in (the fleet may pick another
+    /// offering than the cheapest when capacity is short).
+    #[serde(skip)]
+    pub zones: Vec<String>,
+    #[serde(skip)]
+    pub capacity_types: Vec<String>,
+    #[serde(skip)]
+    pub requirements: Requirements,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnschedulablePod {
+    pub pod: String,
+    pub reason: String,
+}
+
+/// Pending pods that already fit somewhere: an existing node or an in-flight claim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Absorbed {
+    /// Node name, or NodeClaim name for in-flight claims.
+    pub target: String,
+    pub pods: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisioningPlan {
+    pub node_claims: Vec<PlannedNodeClaim>,
+    pub unschedulable: Vec<UnschedulablePod>,
+    pub total_price_per_hour: f64,
+    /// Pending pods that fit free capacity on existing nodes (kube-scheduler will bind them).
+    pub existing_nodes: Vec<Absorbed>,
+    /// Pending pods counted against NodeClaims already launching.
+    pub in_flight: Vec<Absorbed>,
+}
+
+pub struct ProvisioningInput<'a> {
+    pub snapshot: &'a ClusterSnapshot,
+    pub node_pools: &'a [NodePool],
+    pub catalog: &'a Catalog,
+    pub pricing: &'a Pricing,
+    pub in_flight: &'a [InFlightClaim],
+}
+
+pub fn plan_provisioning(input: &ProvisioningInput<'_>) -> ProvisioningPlan {
+    let pods = &input.snapshot.pods;
+    let result = schedule(&SchedulerInput {
+        pods,
+        nodes: &input.snapshot.nodes,
+        daemonsets: &input.snapshot.daemonsets,
+        node_pools: input.node_pools,
+        catalog: input.catalog,
+        pricing: input.pricing,
+        in_flight: input.in_flight,
+    });
+    let keys = |idx: &[usize]| idx.iter().map(|&p| pods[p].key()).collect::<Vec<_>>();
+    let node_claims: Vec<PlannedNodeClaim> = result
+        .new_claims
+        .iter()
+        .map(|c| {
+            let cheapest = &c.options[0];
+            PlannedNodeClaim {
+                node_pool: c.node_pool.clone(),
+                instance_type: cheapest.instance_type.clone(),
+                instance_type_options: c.options.iter().map(|o| o.instance_type.clone()).collect(),
+                capacity_type: cheapest.capacity_type.as_str().to_string(),
+                zone: cheapest.zone.clone(),
+                price_per_hour: cheapest.price,
+                pods: keys(&c.pods),
+                zones: c.zones.clone(),
+                capacity_types: c.capacity_types.iter().map(|ct| ct.as_str().to_string()).collect(),
+                requirements: c.requirements.clone(),
+            }
+        })
+        .collect();
+    let total_price_per_hour = node_claims.iter().map(|c| c.price_per_hour).sum();
+    ProvisioningPlan {
+        node_claims,
+        unschedulable: result
+            .unschedulable
+            .iter()
+            .map(|(p, reason)| UnschedulablePod { pod: pods[*p].key(), reason: reason.clone() })
+            .collect(),
+        total_price_per_hour,
+        existing_nodes: result
+            .existing_nodes
+            .iter()
+            .map(|(n, p)| Absorbed { target: n.clone(), pods: keys(p) })
+            .collect(),
+        in_flight: result
+            .in_flight
+            .iter()
+            .map(|(n, p)| Absorbed { target: n.clone(), pods: keys(p) })
+            .collect(),
+    }
+}

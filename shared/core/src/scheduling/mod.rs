@@ -1,0 +1,13 @@
+//! Scheduling simulation: the requirements algebra, topology bookkeeping, the
+//! fractional-fleet LP and the bin-packer that places pods on nodes and NodeClaims.
+
+pub mod lp;
+pub mod requirements;
+pub mod scheduler;
+pub mod topology;
+
+pub use requirements::{Requirements, ValueSet};
+pub use scheduler::{ClaimOption, InFlightClaim, NewClaim, Schedule, SchedulerInput, schedule};
+
+#[cfg(test)]
+mod tests;

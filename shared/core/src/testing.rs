@@ -1,0 +1,230 @@
+//! Builders for tests and benchmarks, and an independent checker of plans: it re-derives
+//! from first principles that every placement honours requests, requirements, taints
+//! and hard topology, so packer tests can assert "no constraint broken" on any input.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use crate::api::model::*;
+use crate::catalog::{Catalog, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_ZONE};
+use crate::cluster::*;
+use crate::provisioning::ProvisioningPlan;
+use crate::resources::Resources;
+use crate::scheduling::Requirements;
+
+pub fn req(key: &str, operator: Operator, values: &[&str]) -> NodeRequirement {
+    NodeRequirement {
+        key: key.into(),
+        operator,
+        values: values.iter().map(|v| v.to_string()).collect(),
+        min_values: None,
+    }
+}
+
+/// A NodePool with Karpenter's defaults and the given requirements.
+pub fn node_pool(name: &str, requirements: Vec<NodeRequirement>) -> NodePool {
+    let mut requirements = requirements;
+    if !requirements.iter().any(|r| r.key == LABEL_CAPACITY_TYPE) {
+        requirements.push(req(LABEL_CAPACITY_TYPE, Operator::In, &["on-demand"]));
+    }
+    NodePool {
+        name: name.into(),
+        labels: BTreeMap::new(),
+        annotations: BTreeMap::new(),
+        requirements,
+        taints: vec![],
+        startup_taints: vec![],
+        node_class_ref: NodeClassRef { group: "karpenter.k8s.aws".into(), kind: "EC2NodeClass".into(), name: "default".into() },
+        expire_after: Some(Duration::from_secs(720 * 3600)),
+        termination_grace_period: None,
+        limits: None,
+        weight: 0,
+        disruption: Disruption {
+            consolidation_policy: ConsolidationPolicy::WhenEmptyOrUnderutilized,
+            consolidate_after: Some(Duration::ZERO),
+            budgets: vec![Budget { nodes: BudgetNodes::Percent(10), schedule: None, duration: None, reasons: vec![] }],
+        },
+    }
+}
+
+/// Karpenter's general-purpose example: amd64 linux on-demand c/m/r, generation > 2.
+pub fn general_purpose_pool() -> NodePool {
+    node_pool(
+        "general-purpose",
+        vec![
+            req("kubernetes.io/arch", Operator::In, &["amd64"]),
+            req("kubernetes.io/os", Operator::In, &["linux"]),
+            req(LABEL_CAPACITY_TYPE, Operator::In, &["on-demand"]),
+            req("karpenter.k8s.aws/instance-category", Operator::In, &["c", "m", "r"]),
+            req("karpenter.k8s.aws/instance-generation", Operator::Gt, &["2"]),
+        ],
+    )
+}
+
+pub fn resources(pairs: &[(&str, &str)]) -> Resources {
+    let mut r = Resources::new();
+    for (k, v) in pairs {
+        r.set_quantity(k, v).expect("test quantity");
+    }
+    r
+}
+
+/// A pending pod requesting `cpu` and `memory` (plus its pod slot).
+pub fn pod(name: &str, cpu: &str, memory: &str) -> Pod {
+    let mut requests = Resources::one_pod();
+    requests.add(&resources(&[("cpu", cpu), ("memory", memory)]));
+    Pod {
+        namespace: "default".into(),
+        name: name.into(),
+        labels: BTreeMap::from([("app".to_string(), name.split('-').next().unwrap_or(name).to_string())]),
+        requests,
+        ..Pod::default()
+    }
+}
+
+pub fn selector(app: &str) -> LabelSelector {
+    LabelSelector { match_labels: BTreeMap::from([("app".to_string(), app.to_string())]), match_expressions: vec![] }
+}
+
+pub fn spread(key: &str, app: &str) -> TopologySpreadConstraint {
+    TopologySpreadConstraint {
+        max_skew: 1,
+        topology_key: key.into(),
+        when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
+        label_selector: Some(selector(app)),
+        min_domains: None,
+    }
+}
+
+pub fn affinity_term(key: &str, app: &str) -> PodAffinityTerm {
+    PodAffinityTerm { label_selector: Some(selector(app)), topology_key: key.into(), namespaces: vec!["default".into()] }
+}
+
+pub fn node(name: &str, instance_type: &str, zone: &str, pool: &str, catalog: &Catalog) -> Node {
+    let it = catalog.get(instance_type).expect("instance type in catalog");
+    let mut labels = it.labels.clone();
+    labels.insert(LABEL_ZONE.into(), zone.into());
+    labels.insert(LABEL_CAPACITY_TYPE.into(), "on-demand".into());
+    labels.insert("karpenter.sh/nodepool".into(), pool.into());
+    labels.insert(LABEL_HOSTNAME.into(), name.into());
+    Node {
+        name: name.into(),
+        labels,
+        taints: vec![],
+        allocatable: it.allocatable.clone(),
+        capacity: it.capacity.clone(),
+        provider_id: Some(format!("aws:///{zone}/i-0123456789abcdef0")),
+        unschedulable: false,
+        ready: true,
+    }
+}
+
+/// Checks a plan against the snapshot it was made for. Returns every violation found.
+pub fn violations(
+    plan: &ProvisioningPlan,
+    snapshot: &ClusterSnapshot,
+    pools: &[NodePool],
+    catalog: &Catalog,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let by_key: HashMap<String, &Pod> = snapshot.pods.iter().map(|p| (p.key(), p)).collect();
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for c in plan.node_claims.iter() {
+        for p in &c.pods {
+            *seen.entry(p.as_str()).or_default() += 1;
+        }
+    }
+    for u in &plan.unschedulable {
+        *seen.entry(u.pod.as_str()).or_default() += 1;
+    }
+    for a in plan.existing_nodes.iter().chain(plan.in_flight.iter()) {
+        for p in &a.pods {
+            *seen.entry(p.as_str()).or_default() += 1;
+        }
+    }
+    for p in snapshot.pending_pods() {
+        match seen.get(p.key().as_str()) {
+            Some(1) => {}
+            Some(n) => out.push(format!("{} appears {n} times", p.key())),
+            None => out.push(format!("{} is missing from the plan", p.key())),
+        }
+    }
+    // Hostname / zone positions of placed pods for topology checks.
+    let mut placed: Vec<(&Pod, String, String)> = Vec::new();
+    for (ci, c) in plan.node_claims.iter().enumerate() {
+        let Some(pool) = pools.iter().find(|p| p.name == c.node_pool) else {
+            out.push(format!("claim {ci}: unknown pool {}", c.node_pool));
+            continue;
+        };
+        let Some(it) = catalog.get(&c.instance_type) else {
+            out.push(format!("claim {ci}: unknown type {}", c.instance_type));
+            continue;
+        };
+        if c.instance_type_options.first() != Some(&c.instance_type) {
+            out.push(format!("claim {ci}: instanceType is not the first option"));
+        }
+        let mut labels = it.labels.clone();
+        labels.insert(LABEL_ZONE.into(), c.zone.clone());
+        labels.insert(LABEL_CAPACITY_TYPE.into(), c.capacity_type.clone());
+        labels.insert("karpenter.sh/nodepool".into(), pool.name.clone());
+        labels.extend(pool.labels.clone());
+        if !Requirements::from_node_requirements(&pool.requirements).matches_labels(&labels) {
+            out.push(format!("claim {ci}: {} breaks NodePool {} requirements", c.instance_type, pool.name));
+        }
+        let mut total = Resources::new();
+        for ds in &snapshot.daemonsets {
+            // Conservative: DaemonSets that tolerate the pool and match the node's labels.
+            let t = &ds.template;
+            let tolerated = pool.taints.iter().all(|taint| t.tolerations.iter().any(|tol| tol.tolerates(taint)));
+            let sel = t.node_selector.iter().all(|(k, v)| labels.get(k) == Some(v));
+            if tolerated && sel {
+                total.add(&t.requests);
+            }
+        }
+        for key in &c.pods {
+            let Some(p) = by_key.get(key) else { continue };
+            total.add(&p.requests);
+            for (k, v) in &p.node_selector {
+                if labels.get(k) != Some(v) {
+                    out.push(format!("{key} on {}: nodeSelector {k}={v} not met", c.instance_type));
+                }
+            }
+            if !p.required_node_terms.is_empty()
+                && !p
+                    .required_node_terms
+                    .iter()
+                    .any(|t| Requirements::from_node_requirements(t).matches_labels(&labels))
+            {
+                out.push(format!("{key} on {}: required node affinity not met", c.instance_type));
+            }
+            for taint in &pool.taints {
+                if taint.effect != TaintEffect::PreferNoSchedule && !p.tolerations.iter().any(|t| t.tolerates(taint)) {
+                    out.push(format!("{key}: taint {} not tolerated", taint.key));
+                }
+            }
+            placed.push((p, format!("claim-{ci}"), c.zone.clone()));
+        }
+        if let Some((name, want, have)) = total.first_shortfall(&it.allocatable) {
+            out.push(format!("claim {ci} ({}): {name} {want} > allocatable {have}", c.instance_type));
+        }
+    }
+    // Hard anti-affinity on hostname and zone spread among new claims' pods.
+    for (i, (p, host, zone)) in placed.iter().enumerate() {
+        for term in &p.pod_anti_affinity {
+            for (j, (q, host2, zone2)) in placed.iter().enumerate() {
+                if i == j || q.namespace != p.namespace {
+                    continue;
+                }
+                let same = match term.topology_key.as_str() {
+                    LABEL_HOSTNAME => host == host2,
+                    LABEL_ZONE => zone == zone2,
+                    _ => false,
+                };
+                if same && term.label_selector.as_ref().is_some_and(|s| s.matches(&q.labels)) {
+                    out.push(format!("{} and {} break anti-affinity on {}", p.key(), q.key(), term.topology_key));
+                }
+            }
+        }
+    }
+    out
+}
