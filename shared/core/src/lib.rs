@@ -13,3 +13,4 @@
 pub mod api;
 pub mod cluster;
 pub mod resources;
+pub mod snapshot;
