@@ -1092,3 +1092,777 @@ fn int_or_percent(object: &str, path: &str, v: &IntOrString) -> Result<IntOrPerc
             .ok_or_else(|| invalid(s.clone())),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A List as kubectl prints it.
+    fn list(items: Vec<Value>) -> String {
+        json!({"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}})
+            .to_string()
+    }
+
+    /// A pod as the API server returns it, with the given spec fields merged in.
+    fn pod_json(ns: &str, name: &str, spec: Value) -> Value {
+        let mut full = json!({
+            "containers": [],
+            "dnsPolicy": "ClusterFirst",
+            "restartPolicy": "Always",
+            "schedulerName": "default-scheduler",
+        });
+        if let (Some(full), Value::Object(extra)) = (full.as_object_mut(), spec) {
+            full.extend(extra);
+        }
+        json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "labels": {"app": name}},
+            "spec": full,
+            "status": {"phase": "Pending"},
+        })
+    }
+
+    fn container(name: &str, resources: Value) -> Value {
+        json!({"name": name, "image": "public.ecr.aws/eks-distro/kubernetes/pause:3.7", "resources": resources})
+    }
+
+    fn one_pod(spec: Value) -> Result<Pod> {
+        let mut snapshot = parse_snapshot(&list(vec![pod_json("default", "web-1", spec)]))?;
+        Ok(snapshot.pods.remove(0))
+    }
+
+    fn res(pairs: &[(&str, &str)]) -> Resources {
+        let mut r = Resources::one_pod();
+        for (name, q) in pairs {
+            r.set_quantity(name, q).unwrap();
+        }
+        r
+    }
+
+    fn node_json(name: &str, ready: &str) -> Value {
+        json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": "us-east-1a"}},
+            "spec": {
+                "providerID": "aws:///us-east-1a/i-0123456789abcdef0",
+                "taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+                           {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}],
+                "unschedulable": true,
+            },
+            "status": {
+                "allocatable": {"cpu": "3920m", "memory": "14909676Ki", "pods": "58", "ephemeral-storage": "18242267924"},
+                "capacity": {"cpu": "4", "memory": "15896812Ki", "pods": "58"},
+                "conditions": [
+                    {"type": "MemoryPressure", "status": "False"},
+                    {"type": "Ready", "status": ready},
+                ],
+                "nodeInfo": {"architecture": "amd64", "bootID": "", "containerRuntimeVersion": "", "kernelVersion": "",
+                             "kubeProxyVersion": "", "kubeletVersion": "", "machineID": "", "operatingSystem": "linux",
+                             "osImage": "", "systemUUID": ""},
+            },
+        })
+    }
+
+    fn daemonset_json() -> Value {
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "aws-node", "namespace": "kube-system"},
+            "spec": {
+                "selector": {"matchLabels": {"k8s-app": "aws-node"}},
+                "template": {
+                    "metadata": {"labels": {"k8s-app": "aws-node"}},
+                    "spec": {
+                        "containers": [container("aws-node", json!({"requests": {"cpu": "25m"}})),
+                                       container("aws-eks-nodeagent", json!({"requests": {"cpu": "25m"}}))],
+                        "priorityClassName": "system-node-critical",
+                        "tolerations": [{"operator": "Exists"}],
+                    },
+                },
+                "updateStrategy": {"type": "RollingUpdate"},
+            },
+            "status": {"currentNumberScheduled": 3, "desiredNumberScheduled": 3, "numberMisscheduled": 0, "numberReady": 3},
+        })
+    }
+
+    fn pdb_json(name: &str, field: &str, value: Value) -> Value {
+        json!({
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": name, "namespace": "shop"},
+            "spec": {"selector": {"matchLabels": {"app": name}}, field: value},
+            "status": {"currentHealthy": 2, "desiredHealthy": 1, "disruptionsAllowed": 1, "expectedPods": 2},
+        })
+    }
+
+    fn strip_kinds(mut items: Vec<Value>) -> Vec<Value> {
+        for item in &mut items {
+            if let Some(obj) = item.as_object_mut() {
+                obj.remove("kind");
+                obj.remove("apiVersion");
+            }
+        }
+        items
+    }
+
+    fn mixed_items() -> Vec<Value> {
+        vec![
+            node_json("ip-192-168-12-34.ec2.internal", "True"),
+            pod_json("default", "web-1", json!({"containers": [container("app", json!({"requests": {"cpu": "1"}}))]})),
+            daemonset_json(),
+            pdb_json("storefront", "minAvailable", json!("50%")),
+        ]
+    }
+
+    // --- the List ----------------------------------------------------------------------
+
+    #[test]
+    fn a_kubectl_list_yields_every_kind_in_order() {
+        let s = parse_snapshot(&list(mixed_items())).unwrap();
+        assert_eq!(s.nodes.len(), 1);
+        assert_eq!(s.pods.len(), 1);
+        assert_eq!(s.daemonsets.len(), 1);
+        assert_eq!(s.pdbs.len(), 1);
+        assert_eq!(s.pods[0].key(), "default/web-1");
+    }
+
+    #[test]
+    fn items_without_kind_are_recognised_by_their_shape() {
+        let with = parse_snapshot(&list(mixed_items())).unwrap();
+        let without = parse_snapshot(&list(strip_kinds(mixed_items()))).unwrap();
+        assert_eq!(with, without);
+    }
+
+    #[test]
+    fn a_typed_list_gives_its_kind_to_items_that_have_none() {
+        let items = strip_kinds(vec![pod_json("default", "web-1", json!({}))]);
+        let text = json!({"apiVersion": "v1", "kind": "PodList", "items": items, "metadata": {}}).to_string();
+        let s = parse_snapshot(&text).unwrap();
+        assert_eq!(s.pods.len(), 1);
+    }
+
+    #[test]
+    fn an_item_whose_kind_cannot_be_told_is_an_error_naming_its_index() {
+        let items = vec![node_json("n1", "True"), json!({"metadata": {"name": "mystery"}, "spec": {"foo": 1}})];
+        let err = parse_snapshot(&list(items)).unwrap_err();
+        assert!(matches!(err, SnapshotError::UnknownItemKind { index: 1, .. }), "{err:?}");
+        assert!(err.to_string().starts_with("items[1]: cannot tell what kind of object this is"), "{err}");
+    }
+
+    #[test]
+    fn other_kinds_are_skipped_with_or_without_a_kind() {
+        let deployment = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "inflate", "namespace": "default"},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "inflate"}},
+                     "template": {"metadata": {"labels": {"app": "inflate"}}, "spec": {"containers": []}}},
+        });
+        let service = json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"clusterIP": "10.100.0.1", "ports": [{"port": 80}], "selector": {"app": "web"}},
+        });
+        let items = vec![deployment, service];
+        assert_eq!(parse_snapshot(&list(items.clone())).unwrap(), ClusterSnapshot::default());
+        assert_eq!(parse_snapshot(&list(strip_kinds(items))).unwrap(), ClusterSnapshot::default());
+    }
+
+    #[test]
+    fn text_that_is_not_json_is_a_not_json_error() {
+        let err = parse_snapshot("NAME   READY   STATUS\nweb-1  0/1     Pending").unwrap_err();
+        assert!(matches!(err, SnapshotError::NotJson { .. }), "{err:?}");
+        assert!(std::error::Error::source(&err).is_some());
+        assert!(err.to_string().starts_with("the snapshot is not JSON: "), "{err}");
+    }
+
+    #[test]
+    fn a_single_pod_is_not_a_list_and_the_error_says_what_it_is() {
+        let text = pod_json("default", "web-1", json!({})).to_string();
+        let err = parse_snapshot(&text).unwrap_err();
+        assert!(matches!(err, SnapshotError::NotAList { .. }), "{err:?}");
+        assert!(err.to_string().starts_with("the snapshot is a Pod \"default/web-1\", not a List"), "{err}");
+    }
+
+    #[test]
+    fn arrays_lists_of_other_kinds_and_lists_without_items_are_not_lists() {
+        let cases = [
+            ("[]", "a JSON array"),
+            (r#"{"apiVersion":"apps/v1","kind":"DeploymentList","items":[]}"#, "a DeploymentList"),
+            (r#"{"apiVersion":"v1","kind":"List"}"#, "a List without an items array"),
+            (r#"{"items":[]}"#, "a JSON object without kind"),
+        ];
+        for (text, found) in cases {
+            match parse_snapshot(text) {
+                Err(SnapshotError::NotAList { found: f }) => assert_eq!(f, found, "{text}"),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_list_with_null_items_is_empty() {
+        let s = parse_snapshot(r#"{"apiVersion":"v1","kind":"List","items":null}"#).unwrap();
+        assert_eq!(s, ClusterSnapshot::default());
+    }
+
+    #[test]
+    fn an_item_that_does_not_deserialize_names_index_object_and_field() {
+        let mut bad = pod_json("default", "web-1", json!({}));
+        bad["spec"]["containers"] = json!([{"name": "app", "resources": {"requests": {"cpu": ["1"]}}}]);
+        let err = parse_snapshot(&list(vec![node_json("n1", "True"), bad])).unwrap_err();
+        let SnapshotError::Item { index, kind, object, path, .. } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!((*index, *kind), (1, "Pod"));
+        assert_eq!(object.as_deref(), Some("default/web-1"));
+        assert_eq!(path, "spec.containers[0].resources.requests.cpu");
+        assert!(
+            err.to_string().starts_with(
+                "items[1] (Pod \"default/web-1\"): spec.containers[0].resources.requests.cpu: "
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_item_with_the_wrong_api_version_is_an_item_error() {
+        let mut pdb = pdb_json("web", "maxUnavailable", json!(1));
+        pdb["apiVersion"] = json!("policy/v1beta1");
+        let err = parse_snapshot(&list(vec![pdb])).unwrap_err();
+        assert!(matches!(err, SnapshotError::Item { index: 0, kind: "PodDisruptionBudget", .. }), "{err:?}");
+    }
+
+    // --- pods: pending -----------------------------------------------------------------
+
+    #[test]
+    fn pending_means_unbound_not_terminal_and_not_a_daemonset_pod() {
+        let mut bound = pod_json("default", "bound", json!({"nodeName": "n1"}));
+        bound["status"]["phase"] = json!("Running");
+        let mut done = pod_json("default", "done", json!({}));
+        done["status"]["phase"] = json!("Succeeded");
+        let mut failed = pod_json("default", "failed", json!({}));
+        failed["status"]["phase"] = json!("Failed");
+        let mut ds_pod = pod_json("kube-system", "aws-node-x7k2p", json!({}));
+        ds_pod["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "aws-node", "uid": "u1", "controller": true}]);
+        let waiting = pod_json("default", "waiting", json!({}));
+        let s = parse_snapshot(&list(vec![bound, done, failed, ds_pod, waiting])).unwrap();
+        let pending: Vec<String> = s.pending_pods().map(Pod::key).collect();
+        assert_eq!(pending, ["default/waiting"]);
+        assert!(s.pods[1].terminal && s.pods[2].terminal);
+        assert!(s.pods[3].daemonset_owned);
+        assert_eq!(s.pods[0].node_name.as_deref(), Some("n1"));
+    }
+
+    #[test]
+    fn a_pod_without_namespace_is_in_default() {
+        let mut p = pod_json("x", "web-1", json!({}));
+        p["metadata"].as_object_mut().unwrap().remove("namespace");
+        let s = parse_snapshot(&list(vec![p])).unwrap();
+        assert_eq!(s.pods[0].namespace, "default");
+    }
+
+    #[test]
+    fn critical_priority_classes_mark_a_pod_critical() {
+        let p = one_pod(json!({"priorityClassName": "system-node-critical"})).unwrap();
+        assert!(p.critical);
+        let p = one_pod(json!({"priorityClassName": "high"})).unwrap();
+        assert!(!p.critical);
+    }
+
+    // --- pods: requests ----------------------------------------------------------------
+
+    #[test]
+    fn a_pod_without_requests_still_takes_a_pod_slot() {
+        let p = one_pod(json!({"containers": [container("app", json!({}))]})).unwrap();
+        assert_eq!(p.requests, Resources::one_pod());
+    }
+
+    #[test]
+    fn containers_requests_add_up() {
+        let p = one_pod(json!({"containers": [
+            container("app", json!({"requests": {"cpu": "250m", "memory": "256Mi"}})),
+            container("log", json!({"requests": {"cpu": "100m", "memory": "64Mi"}})),
+        ]}))
+        .unwrap();
+        assert_eq!(p.requests, res(&[("cpu", "350m"), ("memory", "320Mi")]));
+    }
+
+    #[test]
+    fn the_largest_init_container_wins_over_a_smaller_sum() {
+        let p = one_pod(json!({
+            "containers": [container("app", json!({"requests": {"cpu": "500m", "memory": "128Mi"}}))],
+            "initContainers": [
+                container("migrate", json!({"requests": {"cpu": "2", "memory": "64Mi"}})),
+                container("warm", json!({"requests": {"cpu": "1", "memory": "1Gi"}})),
+            ],
+        }))
+        .unwrap();
+        // Per resource: cpu max(0.5, 2, 1) = 2, memory max(128Mi, 64Mi, 1Gi) = 1Gi.
+        assert_eq!(p.requests, res(&[("cpu", "2"), ("memory", "1Gi")]));
+    }
+
+    #[test]
+    fn sidecars_add_to_the_sum_and_to_later_init_containers() {
+        let sidecar = |name: &str, cpu: &str| {
+            let mut c = container(name, json!({"requests": {"cpu": cpu}}));
+            c["restartPolicy"] = json!("Always");
+            c
+        };
+        let p = one_pod(json!({
+            "containers": [container("app", json!({"requests": {"cpu": "1"}}))],
+            "initContainers": [
+                container("first", json!({"requests": {"cpu": "1500m"}})),
+                sidecar("envoy", "200m"),
+                container("after-sidecar", json!({"requests": {"cpu": "1900m"}})),
+                sidecar("log-shipper", "100m"),
+            ],
+        }))
+        .unwrap();
+        // Running: app 1 + envoy 0.2 + shipper 0.1 = 1.3.
+        // Init peaks: first 1.5; envoy 0.2; after-sidecar 1.9 + 0.2 = 2.1; shipper 0.3.
+        assert_eq!(p.requests, res(&[("cpu", "2100m")]));
+    }
+
+    #[test]
+    fn overhead_is_added_after_the_init_rule() {
+        let p = one_pod(json!({
+            "containers": [container("app", json!({"requests": {"cpu": "1", "memory": "1Gi"}}))],
+            "initContainers": [container("init", json!({"requests": {"cpu": "2"}}))],
+            "overhead": {"cpu": "250m", "memory": "120Mi"},
+        }))
+        .unwrap();
+        assert_eq!(p.requests, res(&[("cpu", "2250m"), ("memory", "1144Mi")]));
+    }
+
+    #[test]
+    fn a_container_with_limits_only_requests_its_limits() {
+        let p = one_pod(json!({"containers": [
+            container("app", json!({"limits": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1"}})),
+            container("side", json!({"requests": {"cpu": "100m"}, "limits": {"cpu": "500m", "memory": "256Mi"}})),
+        ]}))
+        .unwrap();
+        assert_eq!(
+            p.requests,
+            res(&[("cpu", "2100m"), ("memory", "4352Mi"), ("nvidia.com/gpu", "1")])
+        );
+    }
+
+    #[test]
+    fn extended_resources_are_counted_exactly() {
+        let p = one_pod(json!({"containers": [
+            container("trainer", json!({"requests": {"cpu": "4", "nvidia.com/gpu": "2", "vpc.amazonaws.com/pod-eni": "1",
+                                                      "example.com/dongle": "3"},
+                                         "limits": {"nvidia.com/gpu": "2", "vpc.amazonaws.com/pod-eni": "1"}})),
+        ]}))
+        .unwrap();
+        assert_eq!(p.requests.get_milli("nvidia.com/gpu"), 2000);
+        assert_eq!(p.requests.get_milli("vpc.amazonaws.com/pod-eni"), 1000);
+        assert_eq!(p.requests.get_milli("example.com/dongle"), 3000);
+        assert_eq!(p.requests.get_milli("pods"), 1000);
+    }
+
+    #[test]
+    fn pod_level_requests_replace_the_container_sum_for_cpu_and_memory() {
+        let p = one_pod(json!({
+            "containers": [container("a", json!({"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}})),
+                           container("b", json!({"requests": {"cpu": "1"}}))],
+            "resources": {"requests": {"cpu": "1500m"}, "limits": {"memory": "3Gi"}},
+        }))
+        .unwrap();
+        assert_eq!(p.requests, res(&[("cpu", "1500m"), ("memory", "3Gi"), ("nvidia.com/gpu", "1")]));
+    }
+
+    #[test]
+    fn a_malformed_quantity_names_pod_container_and_resource() {
+        let err = one_pod(json!({"containers": [container("app", json!({"requests": {"memory": "1.5.3Gi"}}))]}))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "pod \"default/web-1\": container \"app\": resources.requests.memory: quantity \"1.5.3Gi\" is not a \
+             Kubernetes quantity (expected a number with an optional suffix such as 500m, 2, 1.5Gi, 256M, 1e3)"
+        );
+        assert!(matches!(
+            std::error::Error::source(&err).and_then(|s| s.downcast_ref::<QuantityError>()),
+            Some(QuantityError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn a_malformed_init_container_limit_says_it_is_an_init_container() {
+        let err = one_pod(json!({"initContainers": [container("setup", json!({"limits": {"cpu": "lots"}}))]}))
+            .unwrap_err();
+        assert!(
+            err.to_string().starts_with("pod \"default/web-1\": init container \"setup\": resources.limits.cpu: "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_negative_request_is_an_error_naming_pod_container_and_resource() {
+        let err = one_pod(json!({"containers": [container("app", json!({"requests": {"cpu": "-500m"}}))]}))
+            .unwrap_err();
+        assert!(matches!(err, SnapshotError::NegativeQuantity { .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "pod \"default/web-1\": container \"app\": resources.requests.cpu: quantity \"-500m\" is negative \
+             (expected zero or more)"
+        );
+    }
+
+    #[test]
+    fn requests_too_large_to_add_are_an_error_not_a_panic() {
+        let big = json!({"requests": {"cpu": "5000000000000000"}});
+        let err = one_pod(json!({"containers": [container("a", big.clone()), container("b", big)]})).unwrap_err();
+        assert!(matches!(err, SnapshotError::TooLarge { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn a_negative_overhead_names_the_field() {
+        let err = one_pod(json!({"overhead": {"memory": "-1Mi"}})).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "pod \"default/web-1\": spec.overhead.memory: quantity \"-1Mi\" is negative (expected zero or more)"
+        );
+    }
+
+    // --- pods: placement constraints ---------------------------------------------------
+
+    #[test]
+    fn node_selector_affinity_spread_and_tolerations_are_converted() {
+        let p = one_pod(json!({
+            "nodeSelector": {"kubernetes.io/arch": "arm64"},
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "dedicated", "value": "batch"},
+                {"operator": "Exists"},
+            ],
+            "topologySpreadConstraints": [{
+                "maxSkew": 1,
+                "topologyKey": "topology.kubernetes.io/zone",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "web-1"}},
+                "minDomains": 3,
+            }, {
+                "maxSkew": 2,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+            }],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                        {"matchExpressions": [
+                            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot", "on-demand"]},
+                            {"key": "karpenter.k8s.aws/instance-generation", "operator": "Gt", "values": ["4"]},
+                            {"key": "node.kubernetes.io/exclude", "operator": "DoesNotExist"},
+                        ]},
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["ip-10-0-0-1.ec2.internal"]}]},
+                    ]},
+                    "preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 40, "preference": {"matchExpressions": [
+                            {"key": "topology.kubernetes.io/zone", "operator": "NotIn", "values": ["us-east-1c"]}]}},
+                    ],
+                },
+                "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 10, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "cache"}},
+                                                       "topologyKey": "topology.kubernetes.io/zone",
+                                                       "namespaces": ["cache", "default"]}},
+                ]},
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["web-1"]}]},
+                     "topologyKey": "kubernetes.io/hostname"},
+                ]},
+            },
+        }))
+        .unwrap();
+
+        assert_eq!(p.node_selector.get("kubernetes.io/arch").map(String::as_str), Some("arm64"));
+
+        let req = |key: &str, operator, values: &[&str]| NodeRequirement {
+            key: key.to_string(),
+            operator,
+            values: values.iter().map(|v| v.to_string()).collect(),
+            min_values: None,
+        };
+        assert_eq!(
+            p.required_node_terms,
+            vec![
+                vec![
+                    req("karpenter.sh/capacity-type", Operator::In, &["spot", "on-demand"]),
+                    req("karpenter.k8s.aws/instance-generation", Operator::Gt, &["4"]),
+                    req("node.kubernetes.io/exclude", Operator::DoesNotExist, &[]),
+                ],
+                vec![req(HOSTNAME_LABEL, Operator::In, &["ip-10-0-0-1.ec2.internal"])],
+            ]
+        );
+        assert_eq!(
+            p.preferred_node_terms,
+            vec![PreferredNodeTerm {
+                weight: 40,
+                requirements: vec![req("topology.kubernetes.io/zone", Operator::NotIn, &["us-east-1c"])],
+            }]
+        );
+
+        assert_eq!(
+            p.tolerations,
+            vec![
+                Toleration {
+                    key: "nvidia.com/gpu".into(),
+                    operator: TolerationOperator::Exists,
+                    value: String::new(),
+                    effect: Some(TaintEffect::NoSchedule),
+                },
+                Toleration {
+                    key: "dedicated".into(),
+                    operator: TolerationOperator::Equal,
+                    value: "batch".into(),
+                    effect: None,
+                },
+                Toleration {
+                    key: String::new(),
+                    operator: TolerationOperator::Exists,
+                    value: String::new(),
+                    effect: None,
+                },
+            ]
+        );
+        let gpu_taint = Taint { key: "nvidia.com/gpu".into(), value: None, effect: TaintEffect::NoSchedule };
+        assert!(p.tolerations[0].tolerates(&gpu_taint));
+
+        let web_selector = LabelSelector {
+            match_labels: [("app".to_string(), "web-1".to_string())].into(),
+            match_expressions: vec![],
+        };
+        assert_eq!(
+            p.topology_spread,
+            vec![
+                TopologySpreadConstraint {
+                    max_skew: 1,
+                    topology_key: "topology.kubernetes.io/zone".into(),
+                    when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
+                    label_selector: Some(web_selector.clone()),
+                    min_domains: Some(3),
+                },
+                TopologySpreadConstraint {
+                    max_skew: 2,
+                    topology_key: "kubernetes.io/hostname".into(),
+                    when_unsatisfiable: WhenUnsatisfiable::ScheduleAnyway,
+                    label_selector: None,
+                    min_domains: None,
+                },
+            ]
+        );
+
+        assert!(p.pod_affinity.is_empty());
+        assert_eq!(p.preferred_pod_affinity.len(), 1);
+        assert_eq!(p.preferred_pod_affinity[0].weight, 10);
+        assert_eq!(p.preferred_pod_affinity[0].term.namespaces, ["cache", "default"]);
+        assert_eq!(p.pod_anti_affinity.len(), 1);
+        let anti = &p.pod_anti_affinity[0];
+        assert_eq!(anti.topology_key, "kubernetes.io/hostname");
+        assert!(anti.label_selector.as_ref().unwrap().matches(&p.labels));
+        assert!(p.preferred_pod_anti_affinity.is_empty());
+    }
+
+    #[test]
+    fn affinity_terms_without_namespaces_get_the_pods_namespace() {
+        let item = pod_json("shop", "cart-1", json!({"affinity": {
+            "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "redis"}}, "topologyKey": "topology.kubernetes.io/zone"}]},
+            "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "cart-1"}},
+                                                    "topologyKey": "kubernetes.io/hostname", "namespaces": []}}]},
+        }}));
+        let s = parse_snapshot(&list(vec![item])).unwrap();
+        let p = &s.pods[0];
+        assert_eq!(p.pod_affinity[0].namespaces, ["shop"]);
+        assert_eq!(p.preferred_pod_anti_affinity[0].term.namespaces, ["shop"]);
+    }
+
+    #[test]
+    fn match_label_keys_narrow_selectors_to_the_pods_own_values() {
+        let mut item = pod_json("default", "web-1", json!({
+            "topologySpreadConstraints": [{
+                "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "web"}}, "matchLabelKeys": ["pod-template-hash"],
+            }],
+        }));
+        item["metadata"]["labels"] = json!({"app": "web", "pod-template-hash": "abc123"});
+        let s = parse_snapshot(&list(vec![item])).unwrap();
+        let sel = s.pods[0].topology_spread[0].label_selector.clone().unwrap();
+        let mut other_revision = s.pods[0].labels.clone();
+        assert!(sel.matches(&other_revision));
+        other_revision.insert("pod-template-hash".into(), "def456".into());
+        assert!(!sel.matches(&other_revision));
+    }
+
+    #[test]
+    fn only_empty_required_node_terms_match_no_node() {
+        let p = one_pod(json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+            {"nodeSelectorTerms": [{}]}}}}))
+        .unwrap();
+        assert_eq!(p.required_node_terms.len(), 1);
+        assert_eq!(p.required_node_terms[0][0].operator, Operator::In);
+        assert!(p.required_node_terms[0][0].values.is_empty());
+    }
+
+    #[test]
+    fn an_unknown_node_operator_names_the_pod_and_path() {
+        let err = one_pod(json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+            {"nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Gte", "values": ["1"]}]}]}}}}))
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "pod \"default/web-1\": spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.\
+             nodeSelectorTerms[0].matchExpressions[0].operator: unknown operator \"Gte\" (expected one of In, \
+             NotIn, Exists, DoesNotExist, Gt, Lt)"
+        );
+    }
+
+    #[test]
+    fn gt_needs_exactly_one_integer() {
+        let err = one_pod(json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+            {"nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["x"]}]}]}}}}))
+        .unwrap_err();
+        assert!(matches!(err, SnapshotError::InvalidValue { .. }), "{err:?}");
+        assert!(err.to_string().contains("matchExpressions[0].values"), "{err}");
+    }
+
+    #[test]
+    fn unknown_label_selector_and_toleration_operators_are_errors() {
+        let err = one_pod(json!({"topologySpreadConstraints": [{
+            "maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchExpressions": [{"key": "app", "operator": "Equals", "values": ["x"]}]}}]}))
+        .unwrap_err();
+        assert!(
+            err.to_string().ends_with(
+                "spec.topologySpreadConstraints[0].labelSelector.matchExpressions[0].operator: unknown operator \
+                 \"Equals\" (expected one of In, NotIn, Exists, DoesNotExist)"
+            ),
+            "{err}"
+        );
+        let err = one_pod(json!({"tolerations": [{"key": "a", "operator": "Matches"}]})).unwrap_err();
+        assert!(matches!(err, SnapshotError::UnknownOperator { expected: "Equal, Exists", .. }), "{err:?}");
+    }
+
+    #[test]
+    fn a_zero_max_skew_is_invalid() {
+        let err = one_pod(json!({"topologySpreadConstraints": [
+            {"maxSkew": 0, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]}))
+        .unwrap_err();
+        assert!(err.to_string().contains("topologySpreadConstraints[0].maxSkew"), "{err}");
+    }
+
+    // --- nodes, DaemonSets, PDBs -------------------------------------------------------
+
+    #[test]
+    fn a_node_keeps_readiness_taints_allocatable_and_provider_id() {
+        let s = parse_snapshot(&list(vec![node_json("n1", "True"), node_json("n2", "Unknown")])).unwrap();
+        let n = &s.nodes[0];
+        assert_eq!(n.name, "n1");
+        assert!(n.ready);
+        assert!(!s.nodes[1].ready);
+        assert!(n.unschedulable);
+        assert_eq!(n.provider_id.as_deref(), Some("aws:///us-east-1a/i-0123456789abcdef0"));
+        assert_eq!(
+            n.taints,
+            vec![
+                Taint { key: "dedicated".into(), value: Some("gpu".into()), effect: TaintEffect::NoSchedule },
+                Taint { key: "node.kubernetes.io/unschedulable".into(), value: None, effect: TaintEffect::NoSchedule },
+            ]
+        );
+        assert_eq!(n.allocatable.get_milli("cpu"), 3920);
+        assert_eq!(n.allocatable.get_milli("memory"), 14909676 * 1024 * 1000);
+        assert_eq!(n.allocatable.get_milli("pods"), 58_000);
+        assert_eq!(n.allocatable.get_milli("ephemeral-storage"), 18242267924 * 1000);
+        assert_eq!(n.capacity.get_milli("cpu"), 4000);
+        assert_eq!(n.labels.get("topology.kubernetes.io/zone").map(String::as_str), Some("us-east-1a"));
+    }
+
+    #[test]
+    fn a_node_with_a_bad_taint_effect_or_quantity_is_named() {
+        let mut n = node_json("n1", "True");
+        n["spec"]["taints"][0]["effect"] = json!("NoWay");
+        let err = parse_snapshot(&list(vec![n])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "node \"n1\": spec.taints[0].effect: \"NoWay\" is not valid (expected one of NoSchedule, \
+             PreferNoSchedule, NoExecute)"
+        );
+        let mut n = node_json("n1", "True");
+        n["status"]["allocatable"]["cpu"] = json!("4 cores");
+        let err = parse_snapshot(&list(vec![n])).unwrap_err();
+        assert!(err.to_string().starts_with("node \"n1\": status.allocatable.cpu: quantity \"4 cores\""), "{err}");
+    }
+
+    #[test]
+    fn a_daemonset_template_becomes_a_pod_named_after_the_daemonset() {
+        let s = parse_snapshot(&list(vec![daemonset_json()])).unwrap();
+        let ds = &s.daemonsets[0];
+        assert_eq!((ds.namespace.as_str(), ds.name.as_str()), ("kube-system", "aws-node"));
+        assert_eq!(ds.template.key(), "kube-system/aws-node");
+        assert_eq!(ds.template.requests, res(&[("cpu", "50m")]));
+        assert!(ds.template.critical);
+        assert!(ds.template.daemonset_owned);
+        assert!(!ds.template.is_pending());
+        assert_eq!(ds.template.labels.get("k8s-app").map(String::as_str), Some("aws-node"));
+        assert_eq!(ds.template.tolerations.len(), 1);
+    }
+
+    #[test]
+    fn a_daemonset_error_names_the_daemonset_and_template_path() {
+        let mut ds = daemonset_json();
+        ds["spec"]["template"]["spec"]["overhead"] = json!({"cpu": "x"});
+        let err = parse_snapshot(&list(vec![ds])).unwrap_err();
+        assert!(
+            err.to_string().starts_with("DaemonSet \"kube-system/aws-node\": spec.template.spec.overhead.cpu: "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn pdbs_take_integers_and_percentages() {
+        let s = parse_snapshot(&list(vec![
+            pdb_json("web", "minAvailable", json!("50%")),
+            pdb_json("cache", "maxUnavailable", json!(1)),
+        ]))
+        .unwrap();
+        assert_eq!(s.pdbs[0].min_available, Some(IntOrPercent::Percent(50)));
+        assert_eq!(s.pdbs[0].max_unavailable, None);
+        assert_eq!(s.pdbs[1].max_unavailable, Some(IntOrPercent::Int(1)));
+        assert_eq!((s.pdbs[1].namespace.as_str(), s.pdbs[1].name.as_str()), ("shop", "cache"));
+        let sel = s.pdbs[1].selector.as_ref().unwrap();
+        assert!(sel.matches(&[("app".to_string(), "cache".to_string())].into()));
+    }
+
+    #[test]
+    fn a_pdb_with_a_numeric_string_or_a_percentage_over_100_is_invalid() {
+        for bad in [json!("3"), json!("150%"), json!("%"), json!(-1)] {
+            let err = parse_snapshot(&list(vec![pdb_json("web", "minAvailable", bad.clone())])).unwrap_err();
+            assert!(
+                err.to_string().starts_with("PodDisruptionBudget \"shop/web\": spec.minAvailable: "),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    // --- the example -------------------------------------------------------------------
+
+    #[test]
+    fn the_cli_example_snapshot_parses() {
+        let s = parse_snapshot(include_str!("../../../cli/examples/snapshot.json")).unwrap();
+        assert_eq!(s.nodes.len(), 3);
+        assert!(s.nodes.iter().all(|n| n.ready));
+        assert_eq!(s.daemonsets.len(), 2);
+        assert_eq!(s.pdbs.len(), 2);
+        assert_eq!(s.pending_pods().count(), 25);
+        let gpu: Vec<&Pod> = s.pending_pods().filter(|p| p.requests.get_milli("nvidia.com/gpu") > 0).collect();
+        assert_eq!(gpu.len(), 1);
+        // aws-node: two 25m containers, the 25m init container fits inside them.
+        let aws_node = s.daemonsets.iter().find(|d| d.name == "aws-node").unwrap();
+        assert_eq!(aws_node.template.requests, res(&[("cpu", "50m")]));
+    }
+}
