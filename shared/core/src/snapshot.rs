@@ -37,9 +37,9 @@ use serde_json::Value;
 use crate::api::model::{NodeRequirement, Operator, Taint, TaintEffect};
 use crate::cluster::{
     ClusterSnapshot, DaemonSet, IntOrPercent, LabelSelector, LabelSelectorOperator,
-    LabelSelectorRequirement, Node, Pod, PodAffinityTerm, PodDisruptionBudget,
-    PreferredNodeTerm, Toleration, TolerationOperator, TopologySpreadConstraint,
-    WeightedPodAffinityTerm, WhenUnsatisfiable,
+    LabelSelectorRequirement, Node, Pod, PodAffinityTerm, PodDisruptionBudget, PreferredNodeTerm,
+    Toleration, TolerationOperator, TopologySpreadConstraint, WeightedPodAffinityTerm,
+    WhenUnsatisfiable,
 };
 use crate::resources::{QuantityError, Resources, parse_milli};
 
@@ -286,7 +286,11 @@ pub fn parse_snapshot(text: &str) -> Result<ClusterSnapshot> {
 }
 
 /// `Some(kind)` for an item to read, `None` for one to skip.
-fn classify(index: usize, item: &Value, list_item_kind: Option<ItemKind>) -> Result<Option<ItemKind>> {
+fn classify(
+    index: usize,
+    item: &Value,
+    list_item_kind: Option<ItemKind>,
+) -> Result<Option<ItemKind>> {
     let Value::Object(obj) = item else {
         return Err(SnapshotError::UnknownItemKind {
             index,
@@ -328,7 +332,10 @@ enum Inferred {
 fn infer_kind(obj: &serde_json::Map<String, Value>) -> Inferred {
     let empty = serde_json::Map::new();
     let spec = obj.get("spec").and_then(Value::as_object).unwrap_or(&empty);
-    let status = obj.get("status").and_then(Value::as_object).unwrap_or(&empty);
+    let status = obj
+        .get("status")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
     let has_namespace = obj
         .get("metadata")
         .and_then(|m| m.get("namespace"))
@@ -365,14 +372,23 @@ fn infer_kind(obj: &serde_json::Map<String, Value>) -> Inferred {
         // CronJob, Service.
         return Inferred::Other;
     }
-    if spec_has(&["minAvailable", "maxUnavailable", "unhealthyPodEvictionPolicy"])
-        || status_has(&["disruptionsAllowed", "expectedPods", "desiredHealthy"])
+    if spec_has(&[
+        "minAvailable",
+        "maxUnavailable",
+        "unhealthyPodEvictionPolicy",
+    ]) || status_has(&["disruptionsAllowed", "expectedPods", "desiredHealthy"])
     {
         return Inferred::Kind(ItemKind::Pdb);
     }
     if !has_namespace
         && (status_has(&["nodeInfo", "allocatable", "daemonEndpoints"])
-            || spec_has(&["providerID", "podCIDR", "podCIDRs", "taints", "unschedulable"]))
+            || spec_has(&[
+                "providerID",
+                "podCIDR",
+                "podCIDRs",
+                "taints",
+                "unschedulable",
+            ]))
     {
         return Inferred::Kind(ItemKind::Node);
     }
@@ -381,7 +397,10 @@ fn infer_kind(obj: &serde_json::Map<String, Value>) -> Inferred {
     let label_selector = spec
         .get("selector")
         .and_then(Value::as_object)
-        .is_some_and(|s| s.keys().all(|k| k == "matchLabels" || k == "matchExpressions"));
+        .is_some_and(|s| {
+            s.keys()
+                .all(|k| k == "matchLabels" || k == "matchExpressions")
+        });
     if has_namespace && only_selector && label_selector {
         return Inferred::Kind(ItemKind::Pdb);
     }
@@ -424,7 +443,11 @@ fn describe_value(value: &Value) -> String {
 fn describe_object(obj: &serde_json::Map<String, Value>) -> String {
     match obj.get("kind") {
         Some(Value::String(kind)) if !kind.is_empty() => {
-            let article = if kind.starts_with(['A', 'E', 'I', 'O', 'U']) { "an" } else { "a" };
+            let article = if kind.starts_with(['A', 'E', 'I', 'O', 'U']) {
+                "an"
+            } else {
+                "a"
+            };
             match item_name(&Value::Object(obj.clone())) {
                 Some(name) => format!("{article} {kind} {name:?}"),
                 None => format!("{article} {kind}"),
@@ -519,10 +542,16 @@ fn convert_pod_spec(ctx: &PodCtx<'_>, spec: &core::PodSpec) -> Result<Pod> {
     };
 
     for (i, t) in spec.tolerations.iter().flatten().enumerate() {
-        pod.tolerations.push(toleration(ctx, &format!("{sp}.tolerations[{i}]"), t)?);
+        pod.tolerations
+            .push(toleration(ctx, &format!("{sp}.tolerations[{i}]"), t)?);
     }
 
-    for (i, c) in spec.topology_spread_constraints.iter().flatten().enumerate() {
+    for (i, c) in spec
+        .topology_spread_constraints
+        .iter()
+        .flatten()
+        .enumerate()
+    {
         let path = format!("{sp}.topologySpreadConstraints[{i}]");
         pod.topology_spread.push(spread_constraint(ctx, &path, c)?);
     }
@@ -579,8 +608,10 @@ fn convert_pod_spec(ctx: &PodCtx<'_>, spec: &core::PodSpec) -> Result<Pod> {
         (pod.pod_affinity, pod.preferred_pod_affinity) = pod_affinity_terms(
             ctx,
             &base,
-            pa.required_during_scheduling_ignored_during_execution.as_deref(),
-            pa.preferred_during_scheduling_ignored_during_execution.as_deref(),
+            pa.required_during_scheduling_ignored_during_execution
+                .as_deref(),
+            pa.preferred_during_scheduling_ignored_during_execution
+                .as_deref(),
         )?;
     }
     if let Some(paa) = &affinity.pod_anti_affinity {
@@ -588,8 +619,10 @@ fn convert_pod_spec(ctx: &PodCtx<'_>, spec: &core::PodSpec) -> Result<Pod> {
         (pod.pod_anti_affinity, pod.preferred_pod_anti_affinity) = pod_affinity_terms(
             ctx,
             &base,
-            paa.required_during_scheduling_ignored_during_execution.as_deref(),
-            paa.preferred_during_scheduling_ignored_during_execution.as_deref(),
+            paa.required_during_scheduling_ignored_during_execution
+                .as_deref(),
+            paa.preferred_during_scheduling_ignored_during_execution
+                .as_deref(),
         )?;
     }
     Ok(pod)
@@ -626,7 +659,10 @@ fn pod_requests(ctx: &PodCtx<'_>, spec: &core::PodSpec) -> Result<Resources> {
     if let Some(pod_resources) = &spec.resources {
         let requests = pod_resources.requests.as_ref();
         let limits = pod_resources.limits.as_ref();
-        let names = requests.into_iter().flatten().chain(limits.into_iter().flatten());
+        let names = requests
+            .into_iter()
+            .flatten()
+            .chain(limits.into_iter().flatten());
         let mut pod_level = BTreeMap::new();
         for (name, _) in names {
             if !(name == "cpu" || name == "memory" || name.starts_with("hugepages-")) {
@@ -662,7 +698,10 @@ fn pod_requests(ctx: &PodCtx<'_>, spec: &core::PodSpec) -> Result<Resources> {
 
 /// A container's requests, with limits standing in for missing requests.
 fn container_requests(object: &str, c: &core::Container, init: bool) -> Result<Resources> {
-    let cref = ContainerRef { name: c.name.clone(), init };
+    let cref = ContainerRef {
+        name: c.name.clone(),
+        init,
+    };
     let mut out = Resources::new();
     let Some(res) = &c.resources else {
         return Ok(out);
@@ -685,7 +724,12 @@ fn container_requests(object: &str, c: &core::Container, init: bool) -> Result<R
 }
 
 /// Parses a quantity that must not be negative.
-fn quantity(object: &str, container: Option<&ContainerRef>, path: String, q: &Quantity) -> Result<i64> {
+fn quantity(
+    object: &str,
+    container: Option<&ContainerRef>,
+    path: String,
+    q: &Quantity,
+) -> Result<i64> {
     match parse_milli(&q.0) {
         Ok(milli) if milli < 0 => Err(SnapshotError::NegativeQuantity {
             object: object.to_string(),
@@ -707,22 +751,32 @@ fn quantity(object: &str, container: Option<&ContainerRef>, path: String, q: &Qu
 /// and `Resources::add` would wrap or panic on their sum).
 fn checked_add(object: &str, total: &mut Resources, other: &Resources) -> Result<()> {
     for (name, milli) in other.iter() {
-        let sum = total
-            .get_milli(name)
-            .checked_add(milli)
-            .ok_or_else(|| SnapshotError::TooLarge {
-                object: object.to_string(),
-                resource: name.to_string(),
-            })?;
+        let sum =
+            total
+                .get_milli(name)
+                .checked_add(milli)
+                .ok_or_else(|| SnapshotError::TooLarge {
+                    object: object.to_string(),
+                    resource: name.to_string(),
+                })?;
         total.set_milli(name, sum);
     }
     Ok(())
 }
 
-fn node_selector_term(ctx: &PodCtx<'_>, path: &str, term: &core::NodeSelectorTerm) -> Result<Vec<NodeRequirement>> {
+fn node_selector_term(
+    ctx: &PodCtx<'_>,
+    path: &str,
+    term: &core::NodeSelectorTerm,
+) -> Result<Vec<NodeRequirement>> {
     let mut out = Vec::new();
     for (i, r) in term.match_expressions.iter().flatten().enumerate() {
-        out.push(node_requirement(ctx, &format!("{path}.matchExpressions[{i}]"), r, &r.key)?);
+        out.push(node_requirement(
+            ctx,
+            &format!("{path}.matchExpressions[{i}]"),
+            r,
+            &r.key,
+        )?);
     }
     for (i, r) in term.match_fields.iter().flatten().enumerate() {
         let p = format!("{path}.matchFields[{i}]");
@@ -830,7 +884,13 @@ fn spread_constraint(
     let max_skew = u32::try_from(c.max_skew)
         .ok()
         .filter(|s| *s > 0)
-        .ok_or_else(|| invalid("maxSkew", c.max_skew.to_string(), "an integer greater than 0"))?;
+        .ok_or_else(|| {
+            invalid(
+                "maxSkew",
+                c.max_skew.to_string(),
+                "an integer greater than 0",
+            )
+        })?;
     let when_unsatisfiable = match c.when_unsatisfiable.as_str() {
         "DoNotSchedule" => WhenUnsatisfiable::DoNotSchedule,
         "ScheduleAnyway" => WhenUnsatisfiable::ScheduleAnyway,
@@ -842,17 +902,19 @@ fn spread_constraint(
             ));
         }
     };
-    let min_domains = match c.min_domains {
-        None => None,
-        Some(m) => Some(
-            u32::try_from(m)
-                .ok()
-                .filter(|m| *m > 0)
-                .ok_or_else(|| invalid("minDomains", m.to_string(), "an integer greater than 0"))?,
-        ),
-    };
+    let min_domains =
+        match c.min_domains {
+            None => None,
+            Some(m) => Some(u32::try_from(m).ok().filter(|m| *m > 0).ok_or_else(|| {
+                invalid("minDomains", m.to_string(), "an integer greater than 0")
+            })?),
+        };
     let mut label_selector = match &c.label_selector {
-        Some(s) => Some(label_selector(&ctx.object, &format!("{path}.labelSelector"), s)?),
+        Some(s) => Some(label_selector(
+            &ctx.object,
+            &format!("{path}.labelSelector"),
+            s,
+        )?),
         None => None,
     };
     // matchLabelKeys: the pod's values for these keys narrow the selector to its own
@@ -902,9 +964,17 @@ fn pod_affinity_terms(
     Ok((req, pref))
 }
 
-fn pod_affinity_term(ctx: &PodCtx<'_>, path: &str, t: &core::PodAffinityTerm) -> Result<PodAffinityTerm> {
+fn pod_affinity_term(
+    ctx: &PodCtx<'_>,
+    path: &str,
+    t: &core::PodAffinityTerm,
+) -> Result<PodAffinityTerm> {
     let mut selector = match &t.label_selector {
-        Some(s) => Some(label_selector(&ctx.object, &format!("{path}.labelSelector"), s)?),
+        Some(s) => Some(label_selector(
+            &ctx.object,
+            &format!("{path}.labelSelector"),
+            s,
+        )?),
         None => None,
     };
     if let Some(sel) = &mut selector {
@@ -994,7 +1064,8 @@ pub fn node_from_k8s(node: &core::Node) -> Result<Node> {
         }
     }
     if let Some(status) = &node.status {
-        out.allocatable = resource_list(&object, "status.allocatable", status.allocatable.as_ref())?;
+        out.allocatable =
+            resource_list(&object, "status.allocatable", status.allocatable.as_ref())?;
         out.capacity = resource_list(&object, "status.capacity", status.capacity.as_ref())?;
         out.ready = status
             .conditions
@@ -1006,7 +1077,11 @@ pub fn node_from_k8s(node: &core::Node) -> Result<Node> {
     Ok(out)
 }
 
-fn resource_list(object: &str, path: &str, list: Option<&BTreeMap<String, Quantity>>) -> Result<Resources> {
+fn resource_list(
+    object: &str,
+    path: &str,
+    list: Option<&BTreeMap<String, Quantity>>,
+) -> Result<Resources> {
     let mut out = Resources::new();
     for (name, q) in list.into_iter().flatten() {
         out.set_milli(name, quantity(object, None, format!("{path}.{name}"), q)?);
@@ -1022,7 +1097,9 @@ pub fn daemonset_from_k8s(ds: &apps::DaemonSet) -> Result<DaemonSet> {
     let name = ds.metadata.name.clone().unwrap_or_default();
     let default_spec = core::PodSpec::default();
     let template = ds.spec.as_ref().map(|s| &s.template);
-    let spec = template.and_then(|t| t.spec.as_ref()).unwrap_or(&default_spec);
+    let spec = template
+        .and_then(|t| t.spec.as_ref())
+        .unwrap_or(&default_spec);
     let labels = template
         .and_then(|t| t.metadata.as_ref())
         .and_then(|m| m.labels.clone())
@@ -1211,7 +1288,11 @@ mod tests {
     fn mixed_items() -> Vec<Value> {
         vec![
             node_json("ip-192-168-12-34.ec2.internal", "True"),
-            pod_json("default", "web-1", json!({"containers": [container("app", json!({"requests": {"cpu": "1"}}))]})),
+            pod_json(
+                "default",
+                "web-1",
+                json!({"containers": [container("app", json!({"requests": {"cpu": "1"}}))]}),
+            ),
             daemonset_json(),
             pdb_json("storefront", "minAvailable", json!("50%")),
         ]
@@ -1239,17 +1320,28 @@ mod tests {
     #[test]
     fn a_typed_list_gives_its_kind_to_items_that_have_none() {
         let items = strip_kinds(vec![pod_json("default", "web-1", json!({}))]);
-        let text = json!({"apiVersion": "v1", "kind": "PodList", "items": items, "metadata": {}}).to_string();
+        let text = json!({"apiVersion": "v1", "kind": "PodList", "items": items, "metadata": {}})
+            .to_string();
         let s = parse_snapshot(&text).unwrap();
         assert_eq!(s.pods.len(), 1);
     }
 
     #[test]
     fn an_item_whose_kind_cannot_be_told_is_an_error_naming_its_index() {
-        let items = vec![node_json("n1", "True"), json!({"metadata": {"name": "mystery"}, "spec": {"foo": 1}})];
+        let items = vec![
+            node_json("n1", "True"),
+            json!({"metadata": {"name": "mystery"}, "spec": {"foo": 1}}),
+        ];
         let err = parse_snapshot(&list(items)).unwrap_err();
-        assert!(matches!(err, SnapshotError::UnknownItemKind { index: 1, .. }), "{err:?}");
-        assert!(err.to_string().starts_with("items[1]: cannot tell what kind of object this is"), "{err}");
+        assert!(
+            matches!(err, SnapshotError::UnknownItemKind { index: 1, .. }),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with("items[1]: cannot tell what kind of object this is"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -1266,8 +1358,14 @@ mod tests {
             "spec": {"clusterIP": "10.100.0.1", "ports": [{"port": 80}], "selector": {"app": "web"}},
         });
         let items = vec![deployment, service];
-        assert_eq!(parse_snapshot(&list(items.clone())).unwrap(), ClusterSnapshot::default());
-        assert_eq!(parse_snapshot(&list(strip_kinds(items))).unwrap(), ClusterSnapshot::default());
+        assert_eq!(
+            parse_snapshot(&list(items.clone())).unwrap(),
+            ClusterSnapshot::default()
+        );
+        assert_eq!(
+            parse_snapshot(&list(strip_kinds(items))).unwrap(),
+            ClusterSnapshot::default()
+        );
     }
 
     #[test]
@@ -1275,7 +1373,10 @@ mod tests {
         let err = parse_snapshot("NAME   READY   STATUS\nweb-1  0/1     Pending").unwrap_err();
         assert!(matches!(err, SnapshotError::NotJson { .. }), "{err:?}");
         assert!(std::error::Error::source(&err).is_some());
-        assert!(err.to_string().starts_with("the snapshot is not JSON: "), "{err}");
+        assert!(
+            err.to_string().starts_with("the snapshot is not JSON: "),
+            "{err}"
+        );
     }
 
     #[test]
@@ -1283,15 +1384,25 @@ mod tests {
         let text = pod_json("default", "web-1", json!({})).to_string();
         let err = parse_snapshot(&text).unwrap_err();
         assert!(matches!(err, SnapshotError::NotAList { .. }), "{err:?}");
-        assert!(err.to_string().starts_with("the snapshot is a Pod \"default/web-1\", not a List"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("the snapshot is a Pod \"default/web-1\", not a List"),
+            "{err}"
+        );
     }
 
     #[test]
     fn arrays_lists_of_other_kinds_and_lists_without_items_are_not_lists() {
         let cases = [
             ("[]", "a JSON array"),
-            (r#"{"apiVersion":"apps/v1","kind":"DeploymentList","items":[]}"#, "a DeploymentList"),
-            (r#"{"apiVersion":"v1","kind":"List"}"#, "a List without an items array"),
+            (
+                r#"{"apiVersion":"apps/v1","kind":"DeploymentList","items":[]}"#,
+                "a DeploymentList",
+            ),
+            (
+                r#"{"apiVersion":"v1","kind":"List"}"#,
+                "a List without an items array",
+            ),
             (r#"{"items":[]}"#, "a JSON object without kind"),
         ];
         for (text, found) in cases {
@@ -1311,9 +1422,17 @@ mod tests {
     #[test]
     fn an_item_that_does_not_deserialize_names_index_object_and_field() {
         let mut bad = pod_json("default", "web-1", json!({}));
-        bad["spec"]["containers"] = json!([{"name": "app", "resources": {"requests": {"cpu": ["1"]}}}]);
+        bad["spec"]["containers"] =
+            json!([{"name": "app", "resources": {"requests": {"cpu": ["1"]}}}]);
         let err = parse_snapshot(&list(vec![node_json("n1", "True"), bad])).unwrap_err();
-        let SnapshotError::Item { index, kind, object, path, .. } = &err else {
+        let SnapshotError::Item {
+            index,
+            kind,
+            object,
+            path,
+            ..
+        } = &err
+        else {
             panic!("{err:?}");
         };
         assert_eq!((*index, *kind), (1, "Pod"));
@@ -1332,7 +1451,17 @@ mod tests {
         let mut pdb = pdb_json("web", "maxUnavailable", json!(1));
         pdb["apiVersion"] = json!("policy/v1beta1");
         let err = parse_snapshot(&list(vec![pdb])).unwrap_err();
-        assert!(matches!(err, SnapshotError::Item { index: 0, kind: "PodDisruptionBudget", .. }), "{err:?}");
+        assert!(
+            matches!(
+                err,
+                SnapshotError::Item {
+                    index: 0,
+                    kind: "PodDisruptionBudget",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
     }
 
     // --- pods: pending -----------------------------------------------------------------
@@ -1346,8 +1475,7 @@ mod tests {
         let mut failed = pod_json("default", "failed", json!({}));
         failed["status"]["phase"] = json!("Failed");
         let mut ds_pod = pod_json("kube-system", "aws-node-x7k2p", json!({}));
-        ds_pod["metadata"]["ownerReferences"] =
-            json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "aws-node", "uid": "u1", "controller": true}]);
+        ds_pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "aws-node", "uid": "u1", "controller": true}]);
         let waiting = pod_json("default", "waiting", json!({}));
         let s = parse_snapshot(&list(vec![bound, done, failed, ds_pod, waiting])).unwrap();
         let pending: Vec<String> = s.pending_pods().map(Pod::key).collect();
@@ -1447,7 +1575,11 @@ mod tests {
         .unwrap();
         assert_eq!(
             p.requests,
-            res(&[("cpu", "2100m"), ("memory", "4352Mi"), ("nvidia.com/gpu", "1")])
+            res(&[
+                ("cpu", "2100m"),
+                ("memory", "4352Mi"),
+                ("nvidia.com/gpu", "1")
+            ])
         );
     }
 
@@ -1473,13 +1605,18 @@ mod tests {
             "resources": {"requests": {"cpu": "1500m"}, "limits": {"memory": "3Gi"}},
         }))
         .unwrap();
-        assert_eq!(p.requests, res(&[("cpu", "1500m"), ("memory", "3Gi"), ("nvidia.com/gpu", "1")]));
+        assert_eq!(
+            p.requests,
+            res(&[("cpu", "1500m"), ("memory", "3Gi"), ("nvidia.com/gpu", "1")])
+        );
     }
 
     #[test]
     fn a_malformed_quantity_names_pod_container_and_resource() {
-        let err = one_pod(json!({"containers": [container("app", json!({"requests": {"memory": "1.5.3Gi"}}))]}))
-            .unwrap_err();
+        let err = one_pod(
+            json!({"containers": [container("app", json!({"requests": {"memory": "1.5.3Gi"}}))]}),
+        )
+        .unwrap_err();
         assert_eq!(
             err.to_string(),
             "pod \"default/web-1\": container \"app\": resources.requests.memory: quantity \"1.5.3Gi\" is not a \
@@ -1493,19 +1630,28 @@ mod tests {
 
     #[test]
     fn a_malformed_init_container_limit_says_it_is_an_init_container() {
-        let err = one_pod(json!({"initContainers": [container("setup", json!({"limits": {"cpu": "lots"}}))]}))
-            .unwrap_err();
+        let err = one_pod(
+            json!({"initContainers": [container("setup", json!({"limits": {"cpu": "lots"}}))]}),
+        )
+        .unwrap_err();
         assert!(
-            err.to_string().starts_with("pod \"default/web-1\": init container \"setup\": resources.limits.cpu: "),
+            err.to_string().starts_with(
+                "pod \"default/web-1\": init container \"setup\": resources.limits.cpu: "
+            ),
             "{err}"
         );
     }
 
     #[test]
     fn a_negative_request_is_an_error_naming_pod_container_and_resource() {
-        let err = one_pod(json!({"containers": [container("app", json!({"requests": {"cpu": "-500m"}}))]}))
-            .unwrap_err();
-        assert!(matches!(err, SnapshotError::NegativeQuantity { .. }), "{err:?}");
+        let err = one_pod(
+            json!({"containers": [container("app", json!({"requests": {"cpu": "-500m"}}))]}),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, SnapshotError::NegativeQuantity { .. }),
+            "{err:?}"
+        );
         assert_eq!(
             err.to_string(),
             "pod \"default/web-1\": container \"app\": resources.requests.cpu: quantity \"-500m\" is negative \
@@ -1516,7 +1662,9 @@ mod tests {
     #[test]
     fn requests_too_large_to_add_are_an_error_not_a_panic() {
         let big = json!({"requests": {"cpu": "5000000000000000"}});
-        let err = one_pod(json!({"containers": [container("a", big.clone()), container("b", big)]})).unwrap_err();
+        let err =
+            one_pod(json!({"containers": [container("a", big.clone()), container("b", big)]}))
+                .unwrap_err();
         assert!(matches!(err, SnapshotError::TooLarge { .. }), "{err:?}");
     }
 
@@ -1579,7 +1727,12 @@ mod tests {
         }))
         .unwrap();
 
-        assert_eq!(p.node_selector.get("kubernetes.io/arch").map(String::as_str), Some("arm64"));
+        assert_eq!(
+            p.node_selector
+                .get("kubernetes.io/arch")
+                .map(String::as_str),
+            Some("arm64")
+        );
 
         let req = |key: &str, operator, values: &[&str]| NodeRequirement {
             key: key.to_string(),
@@ -1591,18 +1744,34 @@ mod tests {
             p.required_node_terms,
             vec![
                 vec![
-                    req("karpenter.sh/capacity-type", Operator::In, &["spot", "on-demand"]),
-                    req("karpenter.k8s.aws/instance-generation", Operator::Gt, &["4"]),
+                    req(
+                        "karpenter.sh/capacity-type",
+                        Operator::In,
+                        &["spot", "on-demand"]
+                    ),
+                    req(
+                        "karpenter.k8s.aws/instance-generation",
+                        Operator::Gt,
+                        &["4"]
+                    ),
                     req("node.kubernetes.io/exclude", Operator::DoesNotExist, &[]),
                 ],
-                vec![req(HOSTNAME_LABEL, Operator::In, &["ip-10-0-0-1.ec2.internal"])],
+                vec![req(
+                    HOSTNAME_LABEL,
+                    Operator::In,
+                    &["ip-10-0-0-1.ec2.internal"]
+                )],
             ]
         );
         assert_eq!(
             p.preferred_node_terms,
             vec![PreferredNodeTerm {
                 weight: 40,
-                requirements: vec![req("topology.kubernetes.io/zone", Operator::NotIn, &["us-east-1c"])],
+                requirements: vec![req(
+                    "topology.kubernetes.io/zone",
+                    Operator::NotIn,
+                    &["us-east-1c"]
+                )],
             }]
         );
 
@@ -1629,7 +1798,11 @@ mod tests {
                 },
             ]
         );
-        let gpu_taint = Taint { key: "nvidia.com/gpu".into(), value: None, effect: TaintEffect::NoSchedule };
+        let gpu_taint = Taint {
+            key: "nvidia.com/gpu".into(),
+            value: None,
+            effect: TaintEffect::NoSchedule,
+        };
         assert!(p.tolerations[0].tolerates(&gpu_taint));
 
         let web_selector = LabelSelector {
@@ -1659,7 +1832,10 @@ mod tests {
         assert!(p.pod_affinity.is_empty());
         assert_eq!(p.preferred_pod_affinity.len(), 1);
         assert_eq!(p.preferred_pod_affinity[0].weight, 10);
-        assert_eq!(p.preferred_pod_affinity[0].term.namespaces, ["cache", "default"]);
+        assert_eq!(
+            p.preferred_pod_affinity[0].term.namespaces,
+            ["cache", "default"]
+        );
         assert_eq!(p.pod_anti_affinity.len(), 1);
         let anti = &p.pod_anti_affinity[0];
         assert_eq!(anti.topology_key, "kubernetes.io/hostname");
@@ -1669,13 +1845,17 @@ mod tests {
 
     #[test]
     fn affinity_terms_without_namespaces_get_the_pods_namespace() {
-        let item = pod_json("shop", "cart-1", json!({"affinity": {
-            "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": {"matchLabels": {"app": "redis"}}, "topologyKey": "topology.kubernetes.io/zone"}]},
-            "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "cart-1"}},
-                                                    "topologyKey": "kubernetes.io/hostname", "namespaces": []}}]},
-        }}));
+        let item = pod_json(
+            "shop",
+            "cart-1",
+            json!({"affinity": {
+                "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {"app": "redis"}}, "topologyKey": "topology.kubernetes.io/zone"}]},
+                "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "cart-1"}},
+                                                        "topologyKey": "kubernetes.io/hostname", "namespaces": []}}]},
+            }}),
+        );
         let s = parse_snapshot(&list(vec![item])).unwrap();
         let p = &s.pods[0];
         assert_eq!(p.pod_affinity[0].namespaces, ["shop"]);
@@ -1684,12 +1864,16 @@ mod tests {
 
     #[test]
     fn match_label_keys_narrow_selectors_to_the_pods_own_values() {
-        let mut item = pod_json("default", "web-1", json!({
-            "topologySpreadConstraints": [{
-                "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
-                "labelSelector": {"matchLabels": {"app": "web"}}, "matchLabelKeys": ["pod-template-hash"],
-            }],
-        }));
+        let mut item = pod_json(
+            "default",
+            "web-1",
+            json!({
+                "topologySpreadConstraints": [{
+                    "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"app": "web"}}, "matchLabelKeys": ["pod-template-hash"],
+                }],
+            }),
+        );
         item["metadata"]["labels"] = json!({"app": "web", "pod-template-hash": "abc123"});
         let s = parse_snapshot(&list(vec![item])).unwrap();
         let sel = s.pods[0].topology_spread[0].label_selector.clone().unwrap();
@@ -1701,8 +1885,10 @@ mod tests {
 
     #[test]
     fn only_empty_required_node_terms_match_no_node() {
-        let p = one_pod(json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
-            {"nodeSelectorTerms": [{}]}}}}))
+        let p = one_pod(
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+            {"nodeSelectorTerms": [{}]}}}}),
+        )
         .unwrap();
         assert_eq!(p.required_node_terms.len(), 1);
         assert_eq!(p.required_node_terms[0][0].operator, Operator::In);
@@ -1728,7 +1914,10 @@ mod tests {
             {"nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["x"]}]}]}}}}))
         .unwrap_err();
         assert!(matches!(err, SnapshotError::InvalidValue { .. }), "{err:?}");
-        assert!(err.to_string().contains("matchExpressions[0].values"), "{err}");
+        assert!(
+            err.to_string().contains("matchExpressions[0].values"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -1744,8 +1933,18 @@ mod tests {
             ),
             "{err}"
         );
-        let err = one_pod(json!({"tolerations": [{"key": "a", "operator": "Matches"}]})).unwrap_err();
-        assert!(matches!(err, SnapshotError::UnknownOperator { expected: "Equal, Exists", .. }), "{err:?}");
+        let err =
+            one_pod(json!({"tolerations": [{"key": "a", "operator": "Matches"}]})).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                SnapshotError::UnknownOperator {
+                    expected: "Equal, Exists",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
     }
 
     #[test]
@@ -1753,33 +1952,60 @@ mod tests {
         let err = one_pod(json!({"topologySpreadConstraints": [
             {"maxSkew": 0, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]}))
         .unwrap_err();
-        assert!(err.to_string().contains("topologySpreadConstraints[0].maxSkew"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("topologySpreadConstraints[0].maxSkew"),
+            "{err}"
+        );
     }
 
     // --- nodes, DaemonSets, PDBs -------------------------------------------------------
 
     #[test]
     fn a_node_keeps_readiness_taints_allocatable_and_provider_id() {
-        let s = parse_snapshot(&list(vec![node_json("n1", "True"), node_json("n2", "Unknown")])).unwrap();
+        let s = parse_snapshot(&list(vec![
+            node_json("n1", "True"),
+            node_json("n2", "Unknown"),
+        ]))
+        .unwrap();
         let n = &s.nodes[0];
         assert_eq!(n.name, "n1");
         assert!(n.ready);
         assert!(!s.nodes[1].ready);
         assert!(n.unschedulable);
-        assert_eq!(n.provider_id.as_deref(), Some("aws:///us-east-1a/i-0123456789abcdef0"));
+        assert_eq!(
+            n.provider_id.as_deref(),
+            Some("aws:///us-east-1a/i-0123456789abcdef0")
+        );
         assert_eq!(
             n.taints,
             vec![
-                Taint { key: "dedicated".into(), value: Some("gpu".into()), effect: TaintEffect::NoSchedule },
-                Taint { key: "node.kubernetes.io/unschedulable".into(), value: None, effect: TaintEffect::NoSchedule },
+                Taint {
+                    key: "dedicated".into(),
+                    value: Some("gpu".into()),
+                    effect: TaintEffect::NoSchedule
+                },
+                Taint {
+                    key: "node.kubernetes.io/unschedulable".into(),
+                    value: None,
+                    effect: TaintEffect::NoSchedule
+                },
             ]
         );
         assert_eq!(n.allocatable.get_milli("cpu"), 3920);
         assert_eq!(n.allocatable.get_milli("memory"), 14909676 * 1024 * 1000);
         assert_eq!(n.allocatable.get_milli("pods"), 58_000);
-        assert_eq!(n.allocatable.get_milli("ephemeral-storage"), 18242267924 * 1000);
+        assert_eq!(
+            n.allocatable.get_milli("ephemeral-storage"),
+            18242267924 * 1000
+        );
         assert_eq!(n.capacity.get_milli("cpu"), 4000);
-        assert_eq!(n.labels.get("topology.kubernetes.io/zone").map(String::as_str), Some("us-east-1a"));
+        assert_eq!(
+            n.labels
+                .get("topology.kubernetes.io/zone")
+                .map(String::as_str),
+            Some("us-east-1a")
+        );
     }
 
     #[test]
@@ -1795,20 +2021,30 @@ mod tests {
         let mut n = node_json("n1", "True");
         n["status"]["allocatable"]["cpu"] = json!("4 cores");
         let err = parse_snapshot(&list(vec![n])).unwrap_err();
-        assert!(err.to_string().starts_with("node \"n1\": status.allocatable.cpu: quantity \"4 cores\""), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("node \"n1\": status.allocatable.cpu: quantity \"4 cores\""),
+            "{err}"
+        );
     }
 
     #[test]
     fn a_daemonset_template_becomes_a_pod_named_after_the_daemonset() {
         let s = parse_snapshot(&list(vec![daemonset_json()])).unwrap();
         let ds = &s.daemonsets[0];
-        assert_eq!((ds.namespace.as_str(), ds.name.as_str()), ("kube-system", "aws-node"));
+        assert_eq!(
+            (ds.namespace.as_str(), ds.name.as_str()),
+            ("kube-system", "aws-node")
+        );
         assert_eq!(ds.template.key(), "kube-system/aws-node");
         assert_eq!(ds.template.requests, res(&[("cpu", "50m")]));
         assert!(ds.template.critical);
         assert!(ds.template.daemonset_owned);
         assert!(!ds.template.is_pending());
-        assert_eq!(ds.template.labels.get("k8s-app").map(String::as_str), Some("aws-node"));
+        assert_eq!(
+            ds.template.labels.get("k8s-app").map(String::as_str),
+            Some("aws-node")
+        );
         assert_eq!(ds.template.tolerations.len(), 1);
     }
 
@@ -1818,7 +2054,9 @@ mod tests {
         ds["spec"]["template"]["spec"]["overhead"] = json!({"cpu": "x"});
         let err = parse_snapshot(&list(vec![ds])).unwrap_err();
         assert!(
-            err.to_string().starts_with("DaemonSet \"kube-system/aws-node\": spec.template.spec.overhead.cpu: "),
+            err.to_string().starts_with(
+                "DaemonSet \"kube-system/aws-node\": spec.template.spec.overhead.cpu: "
+            ),
             "{err}"
         );
     }
@@ -1833,7 +2071,10 @@ mod tests {
         assert_eq!(s.pdbs[0].min_available, Some(IntOrPercent::Percent(50)));
         assert_eq!(s.pdbs[0].max_unavailable, None);
         assert_eq!(s.pdbs[1].max_unavailable, Some(IntOrPercent::Int(1)));
-        assert_eq!((s.pdbs[1].namespace.as_str(), s.pdbs[1].name.as_str()), ("shop", "cache"));
+        assert_eq!(
+            (s.pdbs[1].namespace.as_str(), s.pdbs[1].name.as_str()),
+            ("shop", "cache")
+        );
         let sel = s.pdbs[1].selector.as_ref().unwrap();
         assert!(sel.matches(&[("app".to_string(), "cache".to_string())].into()));
     }
@@ -1841,11 +2082,89 @@ mod tests {
     #[test]
     fn a_pdb_with_a_numeric_string_or_a_percentage_over_100_is_invalid() {
         for bad in [json!("3"), json!("150%"), json!("%"), json!(-1)] {
-            let err = parse_snapshot(&list(vec![pdb_json("web", "minAvailable", bad.clone())])).unwrap_err();
+            let err = parse_snapshot(&list(vec![pdb_json("web", "minAvailable", bad.clone())]))
+                .unwrap_err();
             assert!(
-                err.to_string().starts_with("PodDisruptionBudget \"shop/web\": spec.minAvailable: "),
+                err.to_string()
+                    .starts_with("PodDisruptionBudget \"shop/web\": spec.minAvailable: "),
                 "{bad}: {err}"
             );
+        }
+    }
+
+    /// Every leaf replaced by values of other types, and every key removed: the parser
+    /// returns Ok or Err, never panics (a cheap stand-in for the fuzzer).
+    #[test]
+    fn mangled_snapshots_are_errors_never_panics() {
+        fn paths(v: &Value, here: String, out: &mut Vec<String>) {
+            match v {
+                Value::Object(m) => {
+                    for (k, c) in m {
+                        paths(
+                            c,
+                            format!("{here}/{}", k.replace('~', "~0").replace('/', "~1")),
+                            out,
+                        );
+                    }
+                }
+                Value::Array(a) => {
+                    for (i, c) in a.iter().enumerate() {
+                        paths(c, format!("{here}/{i}"), out);
+                    }
+                }
+                _ => {}
+            }
+            out.push(here);
+        }
+        let mut doc = json!({"apiVersion": "v1", "kind": "List", "items": mixed_items()});
+        doc["items"][1]["spec"]["initContainers"] = json!([{"name": "i", "restartPolicy": "Always",
+            "resources": {"requests": {"cpu": "1"}}}]);
+        doc["items"][1]["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["a"]}]},
+             "topologyKey": "kubernetes.io/hostname"}]}});
+        let mut all = Vec::new();
+        paths(&doc, String::new(), &mut all);
+        let replacements = [
+            json!(null),
+            json!(-1),
+            json!(i64::MAX),
+            json!(1e300),
+            json!(""),
+            json!("-5"),
+            json!("9999999999999999999Ei"),
+            json!("1.5.3Gi"),
+            json!([]),
+            json!({}),
+            json!(true),
+        ];
+        let mut outcomes = 0;
+        for path in &all {
+            for r in &replacements {
+                let mut d = doc.clone();
+                if let Some(slot) = d.pointer_mut(path) {
+                    *slot = r.clone();
+                }
+                let _ = parse_snapshot(&d.to_string());
+                outcomes += 1;
+            }
+            if let Some((parent, key)) = path.rsplit_once('/') {
+                let mut d = doc.clone();
+                if let Some(Value::Object(m)) = d.pointer_mut(parent) {
+                    m.remove(&key.replace("~1", "/").replace("~0", "~"));
+                }
+                let _ = parse_snapshot(&d.to_string());
+                outcomes += 1;
+            }
+        }
+        assert!(outcomes > 1000, "{outcomes}");
+        for text in [
+            "",
+            "{",
+            "null",
+            "\"List\"",
+            "{\"kind\":\"List\",\"items\":[1,\"a\",null,[]]}",
+        ] {
+            assert!(parse_snapshot(text).is_err(), "{text}");
         }
     }
 
@@ -1859,10 +2178,25 @@ mod tests {
         assert_eq!(s.daemonsets.len(), 2);
         assert_eq!(s.pdbs.len(), 2);
         assert_eq!(s.pending_pods().count(), 25);
-        let gpu: Vec<&Pod> = s.pending_pods().filter(|p| p.requests.get_milli("nvidia.com/gpu") > 0).collect();
+        let gpu: Vec<&Pod> = s
+            .pending_pods()
+            .filter(|p| p.requests.get_milli("nvidia.com/gpu") > 0)
+            .collect();
         assert_eq!(gpu.len(), 1);
         // aws-node: two 25m containers, the 25m init container fits inside them.
         let aws_node = s.daemonsets.iter().find(|d| d.name == "aws-node").unwrap();
         assert_eq!(aws_node.template.requests, res(&[("cpu", "50m")]));
+    }
+
+    #[test]
+    fn the_cli_example_reads_the_same_without_item_kinds() {
+        let text = include_str!("../../../cli/examples/snapshot.json");
+        let mut doc: Value = serde_json::from_str(text).unwrap();
+        let items = doc["items"].as_array().cloned().unwrap();
+        doc["items"] = Value::Array(strip_kinds(items));
+        assert_eq!(
+            parse_snapshot(&doc.to_string()).unwrap(),
+            parse_snapshot(text).unwrap()
+        );
     }
 }
