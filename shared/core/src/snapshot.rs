@@ -211,7 +211,7 @@ impl ItemKind {
 /// Accepts a `List` (or a `PodList`/`NodeList`/`DaemonSetList`/`PodDisruptionBudgetList`);
 /// items of kinds other than Pod, Node, DaemonSet and PodDisruptionBudget are skipped.
 /// Objects keep the order of the items.
-pub fn parse_snapshot(text: &str) -> Result<ClusterSnapshot> {
+pub fn parse_snapshot(text: &str) -> Result<ClusterSnapshot, SnapshotError> {
     let value: Value =
         serde_json::from_str(text).map_err(|source| SnapshotError::NotJson { source })?;
     let Value::Object(mut top) = value else {
