@@ -491,7 +491,7 @@ struct PodCtx<'a> {
 /// `matchLabelKeys`/`mismatchLabelKeys` are merged into the selectors from the pod's
 /// labels, as the scheduler does. `nodeAffinityPolicy`/`nodeTaintsPolicy` of spread
 /// constraints are not represented (Kubernetes' defaults, Honor/Ignore, are assumed).
-pub fn pod_from_k8s(pod: &core::Pod) -> Result<Pod> {
+pub fn pod_from_k8s(pod: &core::Pod) -> Result<Pod, SnapshotError> {
     let namespace = namespace_or_default(&pod.metadata);
     let name = pod.metadata.name.clone().unwrap_or_default();
     let labels = pod.metadata.labels.clone().unwrap_or_default();
@@ -1045,7 +1045,7 @@ fn label_selector(object: &str, path: &str, s: &meta::LabelSelector) -> Result<L
 
 /// Converts a Kubernetes node. `ready` is the Ready condition being "True"; allocatable
 /// and capacity are parsed exactly and must not be negative.
-pub fn node_from_k8s(node: &core::Node) -> Result<Node> {
+pub fn node_from_k8s(node: &core::Node) -> Result<Node, SnapshotError> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let object = format!("node {name:?}");
     let mut out = Node {
@@ -1092,7 +1092,7 @@ fn resource_list(
 /// Converts a DaemonSet: its pod template as a pod named and namespaced as the
 /// DaemonSet, with `daemonset_owned` set (the pods it creates are), so it is never
 /// pending itself. Errors name the DaemonSet and paths under `spec.template.spec`.
-pub fn daemonset_from_k8s(ds: &apps::DaemonSet) -> Result<DaemonSet> {
+pub fn daemonset_from_k8s(ds: &apps::DaemonSet) -> Result<DaemonSet, SnapshotError> {
     let namespace = namespace_or_default(&ds.metadata);
     let name = ds.metadata.name.clone().unwrap_or_default();
     let default_spec = core::PodSpec::default();
@@ -1125,7 +1125,9 @@ pub fn daemonset_from_k8s(ds: &apps::DaemonSet) -> Result<DaemonSet> {
 /// Converts a PodDisruptionBudget. `minAvailable`/`maxUnavailable` are an integer (≥ 0)
 /// or a percentage string "0%".."100%"; a plain numeric string such as "3" is rejected,
 /// as Kubernetes does when it evaluates the budget.
-pub fn pdb_from_k8s(pdb: &policy::PodDisruptionBudget) -> Result<PodDisruptionBudget> {
+pub fn pdb_from_k8s(
+    pdb: &policy::PodDisruptionBudget,
+) -> Result<PodDisruptionBudget, SnapshotError> {
     let namespace = namespace_or_default(&pdb.metadata);
     let name = pdb.metadata.name.clone().unwrap_or_default();
     let object = format!("PodDisruptionBudget \"{namespace}/{name}\"");
