@@ -11,10 +11,11 @@
 //! - [`provisioning`]: `plan_provisioning`, the entry point the provisioner calls.
 
 pub mod api;
-pub mod cluster;
-pub mod resources;
 pub mod catalog;
+pub mod cluster;
 pub mod provisioning;
+pub mod resources;
 pub mod scheduling;
+pub mod snapshot;
 #[doc(hidden)]
 pub mod testing;
