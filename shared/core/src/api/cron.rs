@@ -30,15 +30,32 @@ struct Field {
     names: &'static [&'static str],
 }
 
-const MINUTE: Field = Field { name: "minute", min: 0, max: 59, names: &[] };
-const HOUR: Field = Field { name: "hour", min: 0, max: 23, names: &[] };
-const DAY_OF_MONTH: Field = Field { name: "day-of-month", min: 1, max: 31, names: &[] };
+const MINUTE: Field = Field {
+    name: "minute",
+    min: 0,
+    max: 59,
+    names: &[],
+};
+const HOUR: Field = Field {
+    name: "hour",
+    min: 0,
+    max: 23,
+    names: &[],
+};
+const DAY_OF_MONTH: Field = Field {
+    name: "day-of-month",
+    min: 1,
+    max: 31,
+    names: &[],
+};
 /// Month names map to 1..=12 (index + 1).
 const MONTH: Field = Field {
     name: "month",
     min: 1,
     max: 12,
-    names: &["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"],
+    names: &[
+        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+    ],
 };
 /// Weekday names map to 0..=6, Sunday first.
 const DAY_OF_WEEK: Field = Field {
@@ -74,17 +91,32 @@ impl CronSchedule {
 
     /// Whether the schedule fires at this minute. `month` is 1..=12, `day_of_month`
     /// 1..=31, `day_of_week` 0..=6 with Sunday = 0; out-of-range values never match.
-    pub fn matches(&self, minute: u32, hour: u32, day_of_month: u32, month: u32, day_of_week: u32) -> bool {
+    pub fn matches(
+        &self,
+        minute: u32,
+        hour: u32,
+        day_of_month: u32,
+        month: u32,
+        day_of_week: u32,
+    ) -> bool {
         let dom = has(self.days_of_month, day_of_month);
         let dow = has(self.days_of_week, day_of_week);
-        let day = if self.dom_star || self.dow_star { dom && dow } else { dom || dow };
+        let day = if self.dom_star || self.dow_star {
+            dom && dow
+        } else {
+            dom || dow
+        };
         has(self.minutes, minute) && has(self.hours, hour) && has(self.months, month) && day
     }
 }
 
 impl fmt::Debug for CronSchedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let list = |bits: u64| (0..64).filter(|b| bits & (1u64 << b) != 0).collect::<Vec<u32>>();
+        let list = |bits: u64| {
+            (0..64)
+                .filter(|b| bits & (1u64 << b) != 0)
+                .collect::<Vec<u32>>()
+        };
         f.debug_struct("CronSchedule")
             .field("minutes", &list(self.minutes))
             .field("hours", &list(self.hours))
@@ -123,7 +155,8 @@ fn expand_macro(text: &str) -> Result<&str, String> {
 fn parse_field(text: &str, field: &Field) -> Result<u64, String> {
     let mut bits = 0u64;
     for part in text.split(',') {
-        bits |= parse_part(part, field).map_err(|why| format!("{} field {text:?}: {why}", field.name))?;
+        bits |= parse_part(part, field)
+            .map_err(|why| format!("{} field {text:?}: {why}", field.name))?;
     }
     Ok(bits)
 }
@@ -146,7 +179,9 @@ fn parse_part(part: &str, field: &Field) -> Result<u64, String> {
         return Err(format!("range {start}-{end} is backwards"));
     }
     let step = step.unwrap_or(1);
-    Ok((start..=end).step_by(step).fold(0u64, |bits, v| bits | (1u64 << v)))
+    Ok((start..=end)
+        .step_by(step)
+        .fold(0u64, |bits, v| bits | (1u64 << v)))
 }
 
 fn parse_step(text: &str) -> Result<usize, String> {
@@ -161,9 +196,14 @@ fn parse_value(text: &str, field: &Field) -> Result<u32, String> {
     if let Some(index) = field.names.iter().position(|n| *n == lower) {
         return Ok(field.min + index as u32);
     }
-    let value: u32 = text.parse().map_err(|_| format!("{text:?} is not a number{}", name_hint(field)))?;
+    let value: u32 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number{}", name_hint(field)))?;
     if value < field.min || value > field.max {
-        return Err(format!("{value} is out of range {}-{}", field.min, field.max));
+        return Err(format!(
+            "{value} is out of range {}-{}",
+            field.min, field.max
+        ));
     }
     Ok(value)
 }
@@ -259,21 +299,52 @@ mod tests {
     #[test]
     fn bad_fields_are_named_in_the_error() {
         let cases = [
-            ("61 * * * *", r#"minute field "61": 61 is out of range 0-59"#),
+            (
+                "61 * * * *",
+                r#"minute field "61": 61 is out of range 0-59"#,
+            ),
             ("* 24 * * *", r#"hour field "24": 24 is out of range 0-23"#),
-            ("* * 0 * *", r#"day-of-month field "0": 0 is out of range 1-31"#),
-            ("* * * foo *", r#"month field "foo": "foo" is not a number or a name jan..dec"#),
-            ("* * * * 7", r#"day-of-week field "7": 7 is out of range 0-6"#),
-            ("*/0 * * * *", r#"minute field "*/0": step "0" is not a positive number"#),
+            (
+                "* * 0 * *",
+                r#"day-of-month field "0": 0 is out of range 1-31"#,
+            ),
+            (
+                "* * * foo *",
+                r#"month field "foo": "foo" is not a number or a name jan..dec"#,
+            ),
+            (
+                "* * * * 7",
+                r#"day-of-week field "7": 7 is out of range 0-6"#,
+            ),
+            (
+                "*/0 * * * *",
+                r#"minute field "*/0": step "0" is not a positive number"#,
+            ),
             ("* 5-1 * * *", r#"hour field "5-1": range 5-1 is backwards"#),
-            ("* * * *", "expected 5 fields (minute hour day-of-month month day-of-week) or a macro such as @daily, got 4 field(s)"),
-            ("", "expected 5 fields (minute hour day-of-month month day-of-week) or a macro such as @daily, got 0 field(s)"),
-            ("@every 1h", r#"unknown macro "@every 1h" (expected one of @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly)"#),
-            ("0 0 * * * *", "expected 5 fields (minute hour day-of-month month day-of-week) or a macro such as @daily, got 6 field(s)"),
+            (
+                "* * * *",
+                "expected 5 fields (minute hour day-of-month month day-of-week) or a macro such as @daily, got 4 field(s)",
+            ),
+            (
+                "",
+                "expected 5 fields (minute hour day-of-month month day-of-week) or a macro such as @daily, got 0 field(s)",
+            ),
+            (
+                "@every 1h",
+                r#"unknown macro "@every 1h" (expected one of @yearly, @annually, @monthly, @weekly, @daily, @midnight, @hourly)"#,
+            ),
+            (
+                "0 0 * * * *",
+                "expected 5 fields (minute hour day-of-month month day-of-week) or a macro such as @daily, got 6 field(s)",
+            ),
             ("1,,2 * * * *", r#"minute field "1,,2": "" is not a number"#),
         ];
         for (text, message) in cases {
-            assert_eq!(CronSchedule::parse(text), Err(message.to_string()), "{text:?}");
+            assert_eq!(
+                CronSchedule::parse(text),
+                Err(message.to_string()),
+                "{text:?}"
+            );
         }
     }
 }

@@ -31,7 +31,10 @@ pub fn parse_nillable_duration(text: &str) -> Option<Option<Duration>> {
 /// (`^((([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?)$`, the trailing `0s` being what Go's
 /// `Duration.String()` appends).
 pub fn parse_budget_duration(text: &str) -> Option<Duration> {
-    let body = text.strip_suffix("0s").filter(|b| !b.is_empty()).unwrap_or(text);
+    let body = text
+        .strip_suffix("0s")
+        .filter(|b| !b.is_empty())
+        .unwrap_or(text);
     let parts = split_parts(body)?;
     let units: String = parts.iter().map(|(_, u)| *u).collect();
     if !matches!(units.as_str(), "h" | "m" | "hm") {
@@ -64,7 +67,9 @@ fn split_parts(text: &str) -> Option<Vec<(&str, char)>> {
     let mut parts = Vec::new();
     let mut rest = text;
     while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
         if digits == 0 {
             return None;
         }
@@ -82,7 +87,10 @@ mod tests {
 
     #[test]
     fn karpenter_style_durations_parse_into_seconds() {
-        assert_eq!(parse_duration("720h"), Some(Duration::from_secs(720 * 3600)));
+        assert_eq!(
+            parse_duration("720h"),
+            Some(Duration::from_secs(720 * 3600))
+        );
         assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
         assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
         assert_eq!(parse_duration("0s"), Some(Duration::ZERO));
@@ -91,7 +99,19 @@ mod tests {
 
     #[test]
     fn anything_outside_the_crd_pattern_is_rejected() {
-        for text in ["", "30 seconds", "1.5h", "10ms", "h", "5", "-1h", "1d", "Never", "1h ", "１h"] {
+        for text in [
+            "",
+            "30 seconds",
+            "1.5h",
+            "10ms",
+            "h",
+            "5",
+            "-1h",
+            "1d",
+            "Never",
+            "1h ",
+            "１h",
+        ] {
             assert_eq!(parse_duration(text), None, "{text:?}");
         }
         assert_eq!(parse_duration("99999999999999999999h"), None);
@@ -101,16 +121,31 @@ mod tests {
     #[test]
     fn never_is_no_duration_at_all() {
         assert_eq!(parse_nillable_duration("Never"), Some(None));
-        assert_eq!(parse_nillable_duration("5m"), Some(Some(Duration::from_secs(300))));
+        assert_eq!(
+            parse_nillable_duration("5m"),
+            Some(Some(Duration::from_secs(300)))
+        );
         assert_eq!(parse_nillable_duration("never"), None);
     }
 
     #[test]
     fn budget_durations_take_only_hours_and_minutes() {
-        assert_eq!(parse_budget_duration("8h"), Some(Duration::from_secs(8 * 3600)));
-        assert_eq!(parse_budget_duration("30m"), Some(Duration::from_secs(1800)));
-        assert_eq!(parse_budget_duration("1h30m"), Some(Duration::from_secs(5400)));
-        assert_eq!(parse_budget_duration("1h30m0s"), Some(Duration::from_secs(5400)));
+        assert_eq!(
+            parse_budget_duration("8h"),
+            Some(Duration::from_secs(8 * 3600))
+        );
+        assert_eq!(
+            parse_budget_duration("30m"),
+            Some(Duration::from_secs(1800))
+        );
+        assert_eq!(
+            parse_budget_duration("1h30m"),
+            Some(Duration::from_secs(5400))
+        );
+        assert_eq!(
+            parse_budget_duration("1h30m0s"),
+            Some(Duration::from_secs(5400))
+        );
         for text in ["30s", "1m1h", "0s", "", "1h30m10s"] {
             assert_eq!(parse_budget_duration(text), None, "{text:?}");
         }

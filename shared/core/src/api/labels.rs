@@ -46,22 +46,44 @@ const WELL_KNOWN: &[&str] = &[
 /// Always rejected, whatever the domain rules say.
 const RESTRICTED: &[&str] = &["kubernetes.io/hostname", "karpenter.sh/nodepool"];
 
-const RESTRICTED_DOMAINS: &[&str] = &["kubernetes.io", "k8s.io", "karpenter.sh", "karpenter.k8s.aws"];
+const RESTRICTED_DOMAINS: &[&str] = &[
+    "kubernetes.io",
+    "k8s.io",
+    "karpenter.sh",
+    "karpenter.k8s.aws",
+];
 
-const DOMAIN_EXCEPTIONS: &[&str] = &["kops.k8s.io", "node.kubernetes.io", "node-restriction.kubernetes.io"];
+const DOMAIN_EXCEPTIONS: &[&str] = &[
+    "kops.k8s.io",
+    "node.kubernetes.io",
+    "node-restriction.kubernetes.io",
+];
 
 /// Old label names Karpenter reads as their current equivalents.
 const NORMALIZED: &[(&str, &str)] = &[
-    ("failure-domain.beta.kubernetes.io/zone", "topology.kubernetes.io/zone"),
-    ("failure-domain.beta.kubernetes.io/region", "topology.kubernetes.io/region"),
+    (
+        "failure-domain.beta.kubernetes.io/zone",
+        "topology.kubernetes.io/zone",
+    ),
+    (
+        "failure-domain.beta.kubernetes.io/region",
+        "topology.kubernetes.io/region",
+    ),
     ("beta.kubernetes.io/arch", "kubernetes.io/arch"),
     ("beta.kubernetes.io/os", "kubernetes.io/os"),
-    ("beta.kubernetes.io/instance-type", "node.kubernetes.io/instance-type"),
+    (
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+    ),
 ];
 
 /// The current name of a label key (`beta.kubernetes.io/arch` → `kubernetes.io/arch`).
 pub fn normalize_label_key(key: &str) -> &str {
-    NORMALIZED.iter().find(|(old, _)| *old == key).map(|(_, new)| *new).unwrap_or(key)
+    NORMALIZED
+        .iter()
+        .find(|(old, _)| *old == key)
+        .map(|(_, new)| *new)
+        .unwrap_or(key)
 }
 
 /// `None` when a NodePool may use `key` as a requirement key or template label;
@@ -87,7 +109,10 @@ pub fn label_restriction(key: &str) -> Option<String> {
 /// `domain` is `parent` or a subdomain of it. (Karpenter tests a plain suffix; a
 /// dot-aware test keeps `notkubernetes.io` usable, which Karpenter's CRD also allows.)
 fn in_domain(domain: &str, parent: &str) -> bool {
-    domain == parent || domain.strip_suffix(parent).is_some_and(|head| head.ends_with('.'))
+    domain == parent
+        || domain
+            .strip_suffix(parent)
+            .is_some_and(|head| head.ends_with('.'))
 }
 
 #[cfg(test)]
@@ -113,9 +138,20 @@ mod tests {
 
     #[test]
     fn reserved_domains_and_labels_are_rejected() {
-        assert_eq!(label_restriction("kubernetes.io/hostname").as_deref(), Some(r#"label "kubernetes.io/hostname" is restricted"#));
-        assert_eq!(label_restriction("karpenter.sh/nodepool").as_deref(), Some(r#"label "karpenter.sh/nodepool" is restricted"#));
-        for key in ["karpenter.sh/custom", "foo.kubernetes.io/x", "k8s.io/x", "karpenter.k8s.aws/made-up"] {
+        assert_eq!(
+            label_restriction("kubernetes.io/hostname").as_deref(),
+            Some(r#"label "kubernetes.io/hostname" is restricted"#)
+        );
+        assert_eq!(
+            label_restriction("karpenter.sh/nodepool").as_deref(),
+            Some(r#"label "karpenter.sh/nodepool" is restricted"#)
+        );
+        for key in [
+            "karpenter.sh/custom",
+            "foo.kubernetes.io/x",
+            "k8s.io/x",
+            "karpenter.k8s.aws/made-up",
+        ] {
             assert!(label_restriction(key).is_some(), "{key}");
         }
     }

@@ -49,7 +49,11 @@ pub enum LoadError {
 }
 
 fn render_problems(problems: &[Problem]) -> String {
-    problems.iter().map(|p| format!("  {p}")).collect::<Vec<_>>().join("\n")
+    problems
+        .iter()
+        .map(|p| format!("  {p}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 impl Document {
@@ -65,7 +69,10 @@ impl Document {
 /// `karpenter.k8s.aws/v1` EC2NodeClass; anything else is an error naming the document.
 /// Messages count documents from 1.
 pub fn parse_documents(source: &str, text: &str) -> Result<Vec<Document>, FormatError> {
-    let error = |message: String| FormatError { source_name: source.to_string(), message };
+    let error = |message: String| FormatError {
+        source_name: source.to_string(),
+        message,
+    };
     let mut documents = Vec::new();
     for (index, deserializer) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let number = index + 1;
@@ -75,7 +82,11 @@ pub fn parse_documents(source: &str, text: &str) -> Result<Vec<Document>, Format
             continue;
         }
         check_kind(&value).map_err(|why| error(format!("document {number}: {why}")))?;
-        documents.push(Document { source: source.to_string(), index, value });
+        documents.push(Document {
+            source: source.to_string(),
+            index,
+            value,
+        });
     }
     Ok(documents)
 }
@@ -94,12 +105,17 @@ const EXPECTED_KINDS: &str = "a NodePool (karpenter.sh/v1) or EC2NodeClass (karp
 
 fn check_kind(value: &Value) -> Result<Kind, String> {
     let Value::Object(map) = value else {
-        return Err(format!("expected a mapping with apiVersion and kind, found {}", describe(value)));
+        return Err(format!(
+            "expected a mapping with apiVersion and kind, found {}",
+            describe(value)
+        ));
     };
     let kind = map.get("kind").and_then(Value::as_str);
     let api_version = map.get("apiVersion").and_then(Value::as_str);
     let (Some(kind), Some(api_version)) = (kind, api_version) else {
-        return Err(format!("missing apiVersion or kind (expected {EXPECTED_KINDS})"));
+        return Err(format!(
+            "missing apiVersion or kind (expected {EXPECTED_KINDS})"
+        ));
     };
     Kind::of(value).ok_or_else(|| {
         let hint = if api_version.starts_with("karpenter.") && api_version.ends_with("beta1") {
@@ -154,7 +170,10 @@ mod tests {
     #[test]
     fn broken_yaml_is_a_format_error_with_line_and_column() {
         let message = format_error("bad.yaml", "apiVersion: karpenter.sh/v1\nkind: [NodePool\n");
-        assert!(message.starts_with("bad.yaml: document 1: not valid YAML: "), "{message}");
+        assert!(
+            message.starts_with("bad.yaml: document 1: not valid YAML: "),
+            "{message}"
+        );
         assert!(message.contains("line "), "{message}");
         assert!(message.contains("column "), "{message}");
     }
@@ -186,7 +205,8 @@ mod tests {
 
     #[test]
     fn json_input_is_read_as_yaml() {
-        let text = r#"{"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "j"}}"#;
+        let text =
+            r#"{"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "j"}}"#;
         let docs = parse_documents("p.json", text).unwrap_or_default();
         assert_eq!(docs.len(), 1);
         assert_eq!(docs[0].label(), "p.json document 1");

@@ -16,19 +16,20 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use super::Document;
 use super::cron::CronSchedule;
 use super::duration::{
-    EXPECTED_DURATION, EXPECTED_DURATION_OR_NEVER, parse_budget_duration, parse_duration, parse_nillable_duration,
+    EXPECTED_DURATION, EXPECTED_DURATION_OR_NEVER, parse_budget_duration, parse_duration,
+    parse_nillable_duration,
 };
 use super::labels::label_restriction;
+use super::load::NODE_CLASS_KIND;
 use super::model::{
-    Budget, BudgetNodes, ConsolidationPolicy, Disruption, DisruptionReason, NodeClassRef, NodePool, NodeRequirement,
-    Operator, Taint, TaintEffect,
+    Budget, BudgetNodes, ConsolidationPolicy, Disruption, DisruptionReason, NodeClassRef, NodePool,
+    NodeRequirement, Operator, Taint, TaintEffect,
 };
 use super::raw;
 use super::validate::{Report, check_max_items, deserialize_raw, object_name};
-use super::Document;
-use super::load::NODE_CLASS_KIND;
 use crate::resources::{Resources, parse_milli};
 
 pub const CAPACITY_TYPE_LABEL: &str = "karpenter.sh/capacity-type";
@@ -62,9 +63,18 @@ pub(super) fn validate_node_pool(
     let meta = template.metadata.unwrap_or_default();
     let labels = meta.labels.unwrap_or_default();
     check_labels(&labels, report);
-    let requirements = with_default_capacity_type(requirements(tspec.requirements.unwrap_or_default(), report));
-    let taints = taints(tspec.taints.unwrap_or_default(), "spec.template.spec.taints", report);
-    let startup_taints = taints_of(tspec.startup_taints, "spec.template.spec.startupTaints", report);
+    let requirements =
+        with_default_capacity_type(requirements(tspec.requirements.unwrap_or_default(), report));
+    let taints = taints(
+        tspec.taints.unwrap_or_default(),
+        "spec.template.spec.taints",
+        report,
+    );
+    let startup_taints = taints_of(
+        tspec.startup_taints,
+        "spec.template.spec.startupTaints",
+        report,
+    );
     check_duplicate_taints(&taints, &startup_taints, report);
     let node_class_ref = node_class_ref(tspec.node_class_ref, class_names, report);
     let expire_after = match tspec.expire_after {
@@ -74,7 +84,10 @@ pub(super) fn validate_node_pool(
     let termination_grace_period = tspec.termination_grace_period.and_then(|text| {
         let parsed = parse_duration(&text);
         if parsed.is_none() {
-            report.add("spec.template.spec.terminationGracePeriod", bad_duration(&text, EXPECTED_DURATION));
+            report.add(
+                "spec.template.spec.terminationGracePeriod",
+                bad_duration(&text, EXPECTED_DURATION),
+            );
         }
         parsed
     });
@@ -115,7 +128,11 @@ fn requirements(raw: Vec<raw::Requirement>, report: &mut Report<'_>) -> Vec<Node
         .collect()
 }
 
-fn requirement(raw: raw::Requirement, path: &str, report: &mut Report<'_>) -> Option<NodeRequirement> {
+fn requirement(
+    raw: raw::Requirement,
+    path: &str,
+    report: &mut Report<'_>,
+) -> Option<NodeRequirement> {
     let key = raw.key.filter(|k| !k.is_empty());
     match &key {
         None => report.missing(format!("{path}.key")),
@@ -135,7 +152,10 @@ fn requirement(raw: raw::Requirement, path: &str, report: &mut Report<'_>) -> Op
             if parsed.is_none() {
                 report.add(
                     format!("{path}.operator"),
-                    format!("unknown operator {text:?} (expected one of {})", Operator::expected_list()),
+                    format!(
+                        "unknown operator {text:?} (expected one of {})",
+                        Operator::expected_list()
+                    ),
                 );
             }
             parsed
@@ -146,17 +166,28 @@ fn requirement(raw: raw::Requirement, path: &str, report: &mut Report<'_>) -> Op
         check_values(op, &values, path, report);
     }
     let min_values = min_values(raw.min_values, operator, values.len(), path, report);
-    Some(NodeRequirement { key: key?, operator: operator?, values, min_values })
+    Some(NodeRequirement {
+        key: key?,
+        operator: operator?,
+        values,
+        min_values,
+    })
 }
 
 fn check_values(operator: Operator, values: &[String], path: &str, report: &mut Report<'_>) {
     let name = operator.as_str();
     match operator {
         Operator::In if values.is_empty() => {
-            report.add(format!("{path}.values"), "operator In needs at least one value");
+            report.add(
+                format!("{path}.values"),
+                "operator In needs at least one value",
+            );
         }
         Operator::Exists | Operator::DoesNotExist if !values.is_empty() => {
-            report.add(format!("{path}.values"), format!("operator {name} takes no values, got {}", values.len()));
+            report.add(
+                format!("{path}.values"),
+                format!("operator {name} takes no values, got {}", values.len()),
+            );
         }
         Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte => match values {
             [value] => {
@@ -169,7 +200,10 @@ fn check_values(operator: Operator, values: &[String], path: &str, report: &mut 
             }
             _ => report.add(
                 format!("{path}.values"),
-                format!("expected a single integer value, got {} values", values.len()),
+                format!(
+                    "expected a single integer value, got {} values",
+                    values.len()
+                ),
             ),
         },
         _ => {}
@@ -191,7 +225,10 @@ fn min_values(
         return None;
     }
     if operator == Some(Operator::In) && (min as usize) > value_count {
-        report.add(field, format!("minValues {min} is more than the {value_count} value(s) given"));
+        report.add(
+            field,
+            format!("minValues {min} is more than the {value_count} value(s) given"),
+        );
     }
     u32::try_from(min).ok()
 }
@@ -240,20 +277,33 @@ fn taint(raw: raw::Taint, path: &str, report: &mut Report<'_>) -> Option<Taint> 
             parsed
         }
     };
-    Some(Taint { key: key?, value: raw.value.filter(|v| !v.is_empty()), effect: effect? })
+    Some(Taint {
+        key: key?,
+        value: raw.value.filter(|v| !v.is_empty()),
+        effect: effect?,
+    })
 }
 
 /// Karpenter refuses the same key and effect twice across taints and startupTaints.
 fn check_duplicate_taints(taints: &[Taint], startup: &[Taint], report: &mut Report<'_>) {
     let mut seen = BTreeSet::new();
-    let all = taints.iter().map(|t| ("spec.template.spec.taints", t)).chain(
-        startup.iter().map(|t| ("spec.template.spec.startupTaints", t)),
-    );
+    let all = taints
+        .iter()
+        .map(|t| ("spec.template.spec.taints", t))
+        .chain(
+            startup
+                .iter()
+                .map(|t| ("spec.template.spec.startupTaints", t)),
+        );
     for (field, taint) in all {
         if !seen.insert((taint.key.as_str(), taint.effect)) {
             report.add(
                 field,
-                format!("duplicate taint key and effect {}:{}", taint.key, taint.effect.as_str()),
+                format!(
+                    "duplicate taint key and effect {}:{}",
+                    taint.key,
+                    taint.effect.as_str()
+                ),
             );
         }
     }
@@ -284,12 +334,17 @@ fn node_class_ref(
     let group = field("group", raw.group, Some(NODE_CLASS_GROUP));
     let kind = field("kind", raw.kind, Some(NODE_CLASS_KIND));
     let name = field("name", raw.name, None);
-    if let Some(n) = &name {
-        if !class_names.contains(n) {
-            report.add(format!("{PATH}.name"), format!("EC2NodeClass {n:?} is not defined in the input"));
-        }
+    if let Some(n) = name.as_ref().filter(|n| !class_names.contains(*n)) {
+        report.add(
+            format!("{PATH}.name"),
+            format!("EC2NodeClass {n:?} is not defined in the input"),
+        );
     }
-    Some(NodeClassRef { group: group?, kind: kind?, name: name? })
+    Some(NodeClassRef {
+        group: group?,
+        kind: kind?,
+        name: name?,
+    })
 }
 
 fn nillable_duration(text: &str, path: &str, report: &mut Report<'_>) -> Option<Duration> {
@@ -311,7 +366,9 @@ fn limits(raw: BTreeMap<String, raw::Scalar>, report: &mut Report<'_>) -> Resour
     for (name, raw::Scalar(text)) in raw {
         let path = format!("spec.limits.{name}");
         match parse_milli(&text) {
-            Ok(milli) if milli < 0 => report.add(path, format!("must not be negative, got {text:?}")),
+            Ok(milli) if milli < 0 => {
+                report.add(path, format!("must not be negative, got {text:?}"))
+            }
             Ok(milli) => limits.set_milli(&name, milli),
             Err(e) => report.add(path, e.to_string()),
         }
@@ -337,7 +394,9 @@ fn disruption(raw: raw::Disruption, report: &mut Report<'_>) -> Disruption {
         Some(other) => {
             report.add(
                 "spec.disruption.consolidationPolicy",
-                format!("unknown policy {other:?} (expected one of WhenEmpty, WhenEmptyOrUnderutilized)"),
+                format!(
+                    "unknown policy {other:?} (expected one of WhenEmpty, WhenEmptyOrUnderutilized)"
+                ),
             );
             ConsolidationPolicy::WhenEmptyOrUnderutilized
         }
@@ -350,11 +409,20 @@ fn disruption(raw: raw::Disruption, report: &mut Report<'_>) -> Disruption {
         None => vec![default_budget()],
         Some(list) => budgets(list, report),
     };
-    Disruption { consolidation_policy, consolidate_after, budgets }
+    Disruption {
+        consolidation_policy,
+        consolidate_after,
+        budgets,
+    }
 }
 
 fn default_budget() -> Budget {
-    Budget { nodes: BudgetNodes::Percent(10), schedule: None, duration: None, reasons: vec![] }
+    Budget {
+        nodes: BudgetNodes::Percent(10),
+        schedule: None,
+        duration: None,
+        reasons: vec![],
+    }
 }
 
 fn budgets(raw: Vec<raw::Budget>, report: &mut Report<'_>) -> Vec<Budget> {
@@ -387,7 +455,10 @@ fn budget(raw: raw::Budget, path: &str, report: &mut Report<'_>) -> Option<Budge
     let schedule = raw.schedule.filter(|s| match CronSchedule::parse(s) {
         Ok(_) => true,
         Err(why) => {
-            report.add(format!("{path}.schedule"), format!("invalid cron schedule {s:?}: {why}"));
+            report.add(
+                format!("{path}.schedule"),
+                format!("invalid cron schedule {s:?}: {why}"),
+            );
             false
         }
     });
@@ -396,13 +467,20 @@ fn budget(raw: raw::Budget, path: &str, report: &mut Report<'_>) -> Option<Budge
         if parsed.is_none() {
             report.add(
                 format!("{path}.duration"),
-                format!(r#"expected hours and/or minutes like "8h", "30m" or "1h30m", got {text:?}"#),
+                format!(
+                    r#"expected hours and/or minutes like "8h", "30m" or "1h30m", got {text:?}"#
+                ),
             );
         }
         parsed
     });
     let reasons = reasons(raw.reasons.unwrap_or_default(), path, report);
-    Some(Budget { nodes: nodes?, schedule, duration, reasons })
+    Some(Budget {
+        nodes: nodes?,
+        schedule,
+        duration,
+        reasons,
+    })
 }
 
 /// `^((100|[0-9]{1,2})%|[0-9]+)$`
@@ -430,7 +508,9 @@ fn reasons(raw: Vec<String>, path: &str, report: &mut Report<'_>) -> Vec<Disrupt
             other => {
                 report.add(
                     format!("{path}.reasons[{i}]"),
-                    format!("unknown reason {other:?} (expected one of Underutilized, Empty, Drifted)"),
+                    format!(
+                        "unknown reason {other:?} (expected one of Underutilized, Empty, Drifted)"
+                    ),
                 );
                 continue;
             }
@@ -450,51 +530,78 @@ mod tests {
     use super::*;
 
     fn requirement_yaml(key: &str, operator: &str, values: &str) -> String {
-        format!("      requirements:\n        - key: {key}\n          operator: {operator}\n          values: {values}")
+        format!(
+            "      requirements:\n        - key: {key}\n          operator: {operator}\n          values: {values}"
+        )
     }
 
     #[test]
     fn unknown_operator_is_named_with_the_expected_list() {
-        let text = pool(&requirement_yaml("example.com/tier", "GreaterThan", r#"["2"]"#), "");
+        let text = pool(
+            &requirement_yaml("example.com/tier", "GreaterThan", r#"["2"]"#),
+            "",
+        );
         assert_eq!(
             problems(&text),
-            vec![r#"NodePool "broken": spec.template.spec.requirements[0].operator: unknown operator "GreaterThan" (expected one of In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte, Lte)"#]
+            vec![
+                r#"NodePool "broken": spec.template.spec.requirements[0].operator: unknown operator "GreaterThan" (expected one of In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte, Lte)"#
+            ]
         );
     }
 
     #[test]
     fn gt_with_a_non_integer_value_names_the_field() {
-        let text = pool(&requirement_yaml("karpenter.k8s.aws/instance-generation", "Gt", r#"["two"]"#), "");
+        let text = pool(
+            &requirement_yaml("karpenter.k8s.aws/instance-generation", "Gt", r#"["two"]"#),
+            "",
+        );
         assert_eq!(
             problems(&text),
-            vec![r#"NodePool "broken": spec.template.spec.requirements[0].values[0]: expected a single integer value, got "two""#]
+            vec![
+                r#"NodePool "broken": spec.template.spec.requirements[0].values[0]: expected a single integer value, got "two""#
+            ]
         );
     }
 
     #[test]
     fn lt_with_two_values_is_refused() {
-        let text = pool(&requirement_yaml("karpenter.k8s.aws/instance-cpu", "Lt", r#"["2", "4"]"#), "");
+        let text = pool(
+            &requirement_yaml("karpenter.k8s.aws/instance-cpu", "Lt", r#"["2", "4"]"#),
+            "",
+        );
         assert_eq!(
             problems(&text),
-            vec![r#"NodePool "broken": spec.template.spec.requirements[0].values: expected a single integer value, got 2 values"#]
+            vec![
+                r#"NodePool "broken": spec.template.spec.requirements[0].values: expected a single integer value, got 2 values"#
+            ]
         );
     }
 
     #[test]
     fn in_without_values_is_refused() {
-        let text = pool("      requirements:\n        - key: kubernetes.io/arch\n          operator: In", "");
+        let text = pool(
+            "      requirements:\n        - key: kubernetes.io/arch\n          operator: In",
+            "",
+        );
         assert_eq!(
             problems(&text),
-            vec![r#"NodePool "broken": spec.template.spec.requirements[0].values: operator In needs at least one value"#]
+            vec![
+                r#"NodePool "broken": spec.template.spec.requirements[0].values: operator In needs at least one value"#
+            ]
         );
     }
 
     #[test]
     fn exists_with_values_is_refused() {
-        let text = pool(&requirement_yaml("example.com/gpu", "Exists", r#"["yes"]"#), "");
+        let text = pool(
+            &requirement_yaml("example.com/gpu", "Exists", r#"["yes"]"#),
+            "",
+        );
         assert_eq!(
             problems(&text),
-            vec![r#"NodePool "broken": spec.template.spec.requirements[0].values: operator Exists takes no values, got 1"#]
+            vec![
+                r#"NodePool "broken": spec.template.spec.requirements[0].values: operator Exists takes no values, got 1"#
+            ]
         );
     }
 
@@ -531,19 +638,29 @@ mod tests {
 
     #[test]
     fn a_budget_schedule_without_duration_is_refused() {
-        let text = pool("", "  disruption:\n    budgets:\n      - nodes: \"0\"\n        schedule: \"0 9 * * mon-fri\"");
+        let text = pool(
+            "",
+            "  disruption:\n    budgets:\n      - nodes: \"0\"\n        schedule: \"0 9 * * mon-fri\"",
+        );
         assert_eq!(
             problems(&text),
-            vec![r#"NodePool "broken": spec.disruption.budgets[0].duration: a schedule requires a duration"#]
+            vec![
+                r#"NodePool "broken": spec.disruption.budgets[0].duration: a schedule requires a duration"#
+            ]
         );
     }
 
     #[test]
     fn a_budget_duration_without_schedule_is_refused() {
-        let text = pool("", "  disruption:\n    budgets:\n      - nodes: \"0\"\n        duration: 8h");
+        let text = pool(
+            "",
+            "  disruption:\n    budgets:\n      - nodes: \"0\"\n        duration: 8h",
+        );
         assert_eq!(
             problems(&text),
-            vec![r#"NodePool "broken": spec.disruption.budgets[0].schedule: a duration requires a schedule"#]
+            vec![
+                r#"NodePool "broken": spec.disruption.budgets[0].schedule: a duration requires a schedule"#
+            ]
         );
     }
 
@@ -574,7 +691,12 @@ mod tests {
         assert_eq!(
             budgets,
             vec![
-                Budget { nodes: BudgetNodes::Count(5), schedule: None, duration: None, reasons: vec![] },
+                Budget {
+                    nodes: BudgetNodes::Count(5),
+                    schedule: None,
+                    duration: None,
+                    reasons: vec![]
+                },
                 Budget {
                     nodes: BudgetNodes::Count(0),
                     schedule: Some("@daily".into()),
@@ -590,23 +712,33 @@ mod tests {
         let text = pool("      expireAfter: 30 seconds", "");
         assert_eq!(
             problems(&text),
-            vec![r#"NodePool "broken": spec.template.spec.expireAfter: expected a duration like "720h" or "1h30m", or "Never", got "30 seconds""#]
+            vec![
+                r#"NodePool "broken": spec.template.spec.expireAfter: expected a duration like "720h" or "1h30m", or "Never", got "30 seconds""#
+            ]
         );
     }
 
     #[test]
     fn termination_grace_period_takes_a_duration_but_not_never() {
         let ok = valid(&pool("      terminationGracePeriod: 48h", ""));
-        assert_eq!(ok.node_pools[0].termination_grace_period, Some(Duration::from_secs(48 * 3600)));
+        assert_eq!(
+            ok.node_pools[0].termination_grace_period,
+            Some(Duration::from_secs(48 * 3600))
+        );
         assert_eq!(
             problems(&pool("      terminationGracePeriod: Never", "")),
-            vec![r#"NodePool "broken": spec.template.spec.terminationGracePeriod: expected a duration like "720h" or "1h30m", got "Never""#]
+            vec![
+                r#"NodePool "broken": spec.template.spec.terminationGracePeriod: expected a duration like "720h" or "1h30m", got "Never""#
+            ]
         );
     }
 
     #[test]
     fn never_turns_expiry_and_consolidation_off() {
-        let text = pool("      expireAfter: Never", "  disruption:\n    consolidateAfter: Never");
+        let text = pool(
+            "      expireAfter: Never",
+            "  disruption:\n    consolidateAfter: Never",
+        );
         let pool = valid(&text).node_pools.remove(0);
         assert_eq!(pool.expire_after, None);
         assert_eq!(pool.disruption.consolidate_after, None);
@@ -617,14 +749,19 @@ mod tests {
         let text = pool("", "").replace("        name: default\n", "        name: gpu\n");
         assert_eq!(
             problems(&text),
-            vec![r#"NodePool "broken": spec.template.spec.nodeClassRef.name: EC2NodeClass "gpu" is not defined in the input"#]
+            vec![
+                r#"NodePool "broken": spec.template.spec.nodeClassRef.name: EC2NodeClass "gpu" is not defined in the input"#
+            ]
         );
     }
 
     #[test]
     fn a_node_class_ref_must_name_an_ec2_node_class() {
         let text = pool("", "")
-            .replace("        group: karpenter.k8s.aws\n", "        group: karpenter.azure.com\n")
+            .replace(
+                "        group: karpenter.k8s.aws\n",
+                "        group: karpenter.azure.com\n",
+            )
             .replace("        kind: EC2NodeClass\n", "");
         assert_eq!(
             problems(&text),
@@ -639,15 +776,22 @@ mod tests {
     fn a_weight_of_the_wrong_type_names_the_field() {
         assert_eq!(
             problems(&pool("", "  weight: \"heavy\"")),
-            vec![r#"NodePool "broken": spec.weight: invalid type: string "heavy", expected an integer"#]
+            vec![
+                r#"NodePool "broken": spec.weight: invalid type: string "heavy", expected an integer"#
+            ]
         );
     }
 
     #[test]
     fn requirements_written_as_a_string_name_the_field() {
         assert_eq!(
-            problems(&pool("      requirements: \"kubernetes.io/arch=amd64\"", "")),
-            vec![r#"NodePool "broken": spec.template.spec.requirements: invalid type: string "kubernetes.io/arch=amd64", expected a sequence"#]
+            problems(&pool(
+                "      requirements: \"kubernetes.io/arch=amd64\"",
+                ""
+            )),
+            vec![
+                r#"NodePool "broken": spec.template.spec.requirements: invalid type: string "kubernetes.io/arch=amd64", expected a sequence"#
+            ]
         );
     }
 
@@ -655,14 +799,22 @@ mod tests {
     fn a_bad_limits_quantity_names_the_key() {
         assert_eq!(
             problems(&pool("", "  limits:\n    cpu: 100\n    memory: 1000GB")),
-            vec![r#"NodePool "broken": spec.limits.memory: quantity "1000GB" is not a Kubernetes quantity (expected a number with an optional suffix such as 500m, 2, 1.5Gi, 256M, 1e3)"#]
+            vec![
+                r#"NodePool "broken": spec.limits.memory: quantity "1000GB" is not a Kubernetes quantity (expected a number with an optional suffix such as 500m, 2, 1.5Gi, 256M, 1e3)"#
+            ]
         );
     }
 
     #[test]
     fn limits_accept_numbers_and_quantity_strings() {
-        let text = pool("", "  limits:\n    cpu: 100\n    memory: 1000Gi\n    nvidia.com/gpu: 0.5");
-        let limits = valid(&text).node_pools[0].limits.clone().unwrap_or_default();
+        let text = pool(
+            "",
+            "  limits:\n    cpu: 100\n    memory: 1000Gi\n    nvidia.com/gpu: 0.5",
+        );
+        let limits = valid(&text).node_pools[0]
+            .limits
+            .clone()
+            .unwrap_or_default();
         assert_eq!(limits.get_milli("cpu"), 100_000);
         assert_eq!(limits.get_milli("memory"), 1000 * (1i64 << 30) * 1000);
         assert_eq!(limits.get_milli("nvidia.com/gpu"), 500);
@@ -670,10 +822,15 @@ mod tests {
 
     #[test]
     fn a_bad_taint_effect_is_refused() {
-        let text = pool("      taints:\n        - key: dedicated\n          value: gpu\n          effect: Sometimes", "");
+        let text = pool(
+            "      taints:\n        - key: dedicated\n          value: gpu\n          effect: Sometimes",
+            "",
+        );
         assert_eq!(
             problems(&text),
-            vec![r#"NodePool "broken": spec.template.spec.taints[0].effect: unknown effect "Sometimes" (expected one of NoSchedule, PreferNoSchedule, NoExecute)"#]
+            vec![
+                r#"NodePool "broken": spec.template.spec.taints[0].effect: unknown effect "Sometimes" (expected one of NoSchedule, PreferNoSchedule, NoExecute)"#
+            ]
         );
     }
 
@@ -684,12 +841,24 @@ mod tests {
             "",
         );
         let pool_ = valid(&text).node_pools.remove(0);
-        assert_eq!(pool_.taints, vec![Taint { key: "dedicated".into(), value: Some("gpu".into()), effect: TaintEffect::NoSchedule }]);
+        assert_eq!(
+            pool_.taints,
+            vec![Taint {
+                key: "dedicated".into(),
+                value: Some("gpu".into()),
+                effect: TaintEffect::NoSchedule
+            }]
+        );
         assert_eq!(pool_.startup_taints[0].effect, TaintEffect::NoExecute);
-        let dup = pool("      taints:\n        - key: a\n          effect: NoSchedule\n      startupTaints:\n        - key: a\n          effect: NoSchedule", "");
+        let dup = pool(
+            "      taints:\n        - key: a\n          effect: NoSchedule\n      startupTaints:\n        - key: a\n          effect: NoSchedule",
+            "",
+        );
         assert_eq!(
             problems(&dup),
-            vec![r#"NodePool "broken": spec.template.spec.startupTaints: duplicate taint key and effect a:NoSchedule"#]
+            vec![
+                r#"NodePool "broken": spec.template.spec.startupTaints: duplicate taint key and effect a:NoSchedule"#
+            ]
         );
     }
 
@@ -700,7 +869,10 @@ mod tests {
             "  replicas: 3\n  disruption:\n    consolidateWhen: WhenCostJustifiesDisruption\n    budgets:\n      - nodes: 10%\n        newKnob: 1",
         )
         .replace("metadata:\n  name: broken\n", "metadata:\n  name: broken\n  uid: abc\nstatus:\n  conditions: []\n");
-        assert_eq!(valid(&text).node_pools[0].requirements[0].values, vec!["arm64".to_string()]);
+        assert_eq!(
+            valid(&text).node_pools[0].requirements[0].values,
+            vec!["arm64".to_string()]
+        );
     }
 
     #[test]
@@ -715,7 +887,12 @@ mod tests {
             Disruption {
                 consolidation_policy: ConsolidationPolicy::WhenEmptyOrUnderutilized,
                 consolidate_after: Some(Duration::ZERO),
-                budgets: vec![Budget { nodes: BudgetNodes::Percent(10), schedule: None, duration: None, reasons: vec![] }],
+                budgets: vec![Budget {
+                    nodes: BudgetNodes::Percent(10),
+                    schedule: None,
+                    duration: None,
+                    reasons: vec![]
+                }],
             }
         );
         assert_eq!(
@@ -731,15 +908,24 @@ mod tests {
 
     #[test]
     fn a_stated_capacity_type_is_not_overridden_and_no_arch_is_added() {
-        let text = pool(&requirement_yaml("karpenter.sh/capacity-type", "In", "[spot, on-demand]"), "");
+        let text = pool(
+            &requirement_yaml("karpenter.sh/capacity-type", "In", "[spot, on-demand]"),
+            "",
+        );
         let reqs = valid(&text).node_pools.remove(0).requirements;
         assert_eq!(reqs.len(), 1);
-        assert_eq!(reqs[0].values, vec!["spot".to_string(), "on-demand".to_string()]);
+        assert_eq!(
+            reqs[0].values,
+            vec!["spot".to_string(), "on-demand".to_string()]
+        );
     }
 
     #[test]
     fn explicit_empty_budgets_stay_empty() {
-        let text = pool("", "  disruption:\n    consolidationPolicy: WhenEmpty\n    consolidateAfter: 5m\n    budgets: []");
+        let text = pool(
+            "",
+            "  disruption:\n    consolidationPolicy: WhenEmpty\n    consolidateAfter: 5m\n    budgets: []",
+        );
         let d = valid(&text).node_pools.remove(0).disruption;
         assert_eq!(d.consolidation_policy, ConsolidationPolicy::WhenEmpty);
         assert_eq!(d.consolidate_after, Some(Duration::from_secs(300)));
@@ -752,7 +938,17 @@ mod tests {
         assert_eq!(parse_budget_nodes("100%"), Some(BudgetNodes::Percent(100)));
         assert_eq!(parse_budget_nodes("0%"), Some(BudgetNodes::Percent(0)));
         assert_eq!(parse_budget_nodes("5"), Some(BudgetNodes::Count(5)));
-        for text in ["101%", "010%", "%", "", "5.5", "-1", "ten", "99999999999", "1 0"] {
+        for text in [
+            "101%",
+            "010%",
+            "%",
+            "",
+            "5.5",
+            "-1",
+            "ten",
+            "99999999999",
+            "1 0",
+        ] {
             assert_eq!(parse_budget_nodes(text), None, "{text:?}");
         }
     }
@@ -760,6 +956,9 @@ mod tests {
     #[test]
     fn a_missing_template_spec_is_required() {
         let text = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: broken}\nspec:\n  template: {}\n";
-        assert_eq!(problems(text), vec![r#"NodePool "broken": spec.template.spec: required"#]);
+        assert_eq!(
+            problems(text),
+            vec![r#"NodePool "broken": spec.template.spec: required"#]
+        );
     }
 }

@@ -38,17 +38,25 @@ pub fn validate(docs: &[Document]) -> Result<Manifests, Vec<Problem>> {
             None => problems.push(Problem {
                 object: doc.label(),
                 path: String::new(),
-                message: "not a NodePool (karpenter.sh/v1) or EC2NodeClass (karpenter.k8s.aws/v1)".into(),
+                message: "not a NodePool (karpenter.sh/v1) or EC2NodeClass (karpenter.k8s.aws/v1)"
+                    .into(),
             }),
         }
     }
     check_duplicate_names(docs, &mut problems);
-    if problems.is_empty() { Ok(manifests) } else { Err(problems) }
+    if problems.is_empty() {
+        Ok(manifests)
+    } else {
+        Err(problems)
+    }
 }
 
 /// `metadata.name` when it is a string.
 pub(super) fn object_name(value: &Value) -> Option<&str> {
-    value.get("metadata").and_then(|m| m.get("name")).and_then(Value::as_str)
+    value
+        .get("metadata")
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
 }
 
 /// `NodePool "name"`, or the document's place when it has no name.
@@ -88,11 +96,19 @@ pub(super) struct Report<'a> {
 impl<'a> Report<'a> {
     fn new(kind: Kind, doc: &Document, problems: &'a mut Vec<Problem>) -> Self {
         let before = problems.len();
-        Report { object: object_label(kind, doc), problems, before }
+        Report {
+            object: object_label(kind, doc),
+            problems,
+            before,
+        }
     }
 
     pub fn add(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.problems.push(Problem { object: self.object.clone(), path: path.into(), message: message.into() });
+        self.problems.push(Problem {
+            object: self.object.clone(),
+            path: path.into(),
+            message: message.into(),
+        });
     }
 
     /// A required field is missing.
@@ -113,7 +129,10 @@ impl<'a> Report<'a> {
 
 /// Deserializes a document into its raw shape; a type error is reported with the path
 /// of the offending field (`spec.limits.cpu: invalid type: ...`).
-pub(super) fn deserialize_raw<T: DeserializeOwned>(doc: &Document, report: &mut Report<'_>) -> Option<T> {
+pub(super) fn deserialize_raw<T: DeserializeOwned>(
+    doc: &Document,
+    report: &mut Report<'_>,
+) -> Option<T> {
     match serde_path_to_error::deserialize::<_, T>(&doc.value) {
         Ok(raw) => Some(raw),
         Err(error) => {
@@ -140,7 +159,10 @@ fn plain_serde_message(message: &str) -> String {
 /// Checks a `values` list (or map) size limit and reports it under `path`.
 pub(super) fn check_max_items(report: &mut Report<'_>, path: &str, len: usize, max: usize) {
     if len > max {
-        report.add(path, format!("at most {max} entries are allowed, got {len}"));
+        report.add(
+            path,
+            format!("at most {max} entries are allowed, got {len}"),
+        );
     }
 }
 
@@ -203,7 +225,14 @@ mod tests {
 
     macro_rules! fixture {
         ($name:literal) => {
-            ($name, include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/nodepools/", $name)))
+            (
+                $name,
+                include_str!(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/tests/fixtures/nodepools/",
+                    $name
+                )),
+            )
         };
     }
 
@@ -226,7 +255,11 @@ mod tests {
             assert_eq!(manifests.node_classes.len(), 1, "{name}");
             let class = &manifests.node_classes[0];
             assert_eq!(class.ami_family.as_deref(), Some("AL2023"), "{name}");
-            assert_eq!(class.role.as_deref(), Some("KarpenterNodeRole-${CLUSTER_NAME}"), "{name}");
+            assert_eq!(
+                class.role.as_deref(),
+                Some("KarpenterNodeRole-${CLUSTER_NAME}"),
+                "{name}"
+            );
         }
     }
 
@@ -242,8 +275,15 @@ mod tests {
 
     #[test]
     fn a_node_pool_may_refer_to_a_class_in_another_file() {
-        let pool_only = pool("", "").split("---").next().unwrap_or_default().to_string();
-        let sources = [("pools.yaml".to_string(), pool_only), ("classes.yaml".to_string(), CLASS.to_string())];
+        let pool_only = pool("", "")
+            .split("---")
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let sources = [
+            ("pools.yaml".to_string(), pool_only),
+            ("classes.yaml".to_string(), CLASS.to_string()),
+        ];
         let manifests = match load(&sources) {
             Ok(m) => m,
             Err(e) => panic!("{e}"),
@@ -254,13 +294,22 @@ mod tests {
 
     #[test]
     fn load_reports_format_errors_before_validation() {
-        let sources = [("bad.yaml".to_string(), "apiVersion: apps/v1\nkind: Deployment\n".to_string())];
+        let sources = [(
+            "bad.yaml".to_string(),
+            "apiVersion: apps/v1\nkind: Deployment\n".to_string(),
+        )];
         assert!(matches!(load(&sources), Err(LoadError::Format(_))));
     }
 
     #[test]
     fn load_lists_every_problem_in_its_message() {
-        let sources = [("p.yaml".to_string(), pool("", "  weight: 0\n  disruption:\n    consolidationPolicy: Sometimes"))];
+        let sources = [(
+            "p.yaml".to_string(),
+            pool(
+                "",
+                "  weight: 0\n  disruption:\n    consolidationPolicy: Sometimes",
+            ),
+        )];
         let message = match load(&sources) {
             Err(e @ LoadError::Invalid(_)) => e.to_string(),
             other => panic!("expected Invalid, got {other:?}"),
@@ -276,7 +325,9 @@ mod tests {
         let text = format!("{}\n---\n{CLASS}", pool("", ""));
         assert_eq!(
             problems(&text),
-            vec!["EC2NodeClass \"default\": metadata.name: defined more than once (test.yaml document 2 and test.yaml document 3)"]
+            vec![
+                "EC2NodeClass \"default\": metadata.name: defined more than once (test.yaml document 2 and test.yaml document 3)"
+            ]
         );
     }
 
@@ -291,7 +342,9 @@ mod tests {
         let text = format!(
             "{}\n---\n{}",
             pool("", "  weight: 101"),
-            CLASS.replace("name: default", "name: other").replace("  role: \"KarpenterNodeRole-${CLUSTER_NAME}\"\n", "")
+            CLASS
+                .replace("name: default", "name: other")
+                .replace("  role: \"KarpenterNodeRole-${CLUSTER_NAME}\"\n", "")
         );
         assert_eq!(
             problems(&text),
@@ -305,6 +358,37 @@ mod tests {
     #[test]
     fn an_object_without_a_name_is_named_by_its_document() {
         let text = CLASS.replace("  name: default\n", "  labels: {}\n");
-        assert_eq!(problems(&text), vec!["EC2NodeClass in test.yaml document 1: metadata.name: required"]);
+        assert_eq!(
+            problems(&text),
+            vec!["EC2NodeClass in test.yaml document 1: metadata.name: required"]
+        );
+    }
+
+    #[test]
+    fn every_truncation_of_an_example_is_handled_without_panicking() {
+        let (_, text) = FIXTURES[3];
+        for (end, _) in text.char_indices() {
+            if let Ok(docs) = super::super::parse_documents("cut.yaml", &text[..end]) {
+                let _ = super::validate(&docs);
+            }
+        }
+    }
+
+    #[test]
+    fn alias_bombs_are_refused_rather_than_expanded() {
+        let mut text = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 0..9 {
+            let prev = if i == 0 {
+                "a".to_string()
+            } else {
+                format!("l{}", i - 1)
+            };
+            text.push_str(&format!("l{i}: &l{i} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"));
+        }
+        let message = super::super::parse_documents("bomb.yaml", &text).map_err(|e| e.to_string());
+        assert!(
+            matches!(&message, Err(m) if m.contains("not valid YAML")),
+            "{message:?}"
+        );
     }
 }
