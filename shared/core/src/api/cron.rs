@@ -110,6 +110,16 @@ impl CronSchedule {
     }
 }
 
+impl super::model::Budget {
+    /// The budget's schedule, parsed. `None` for an always-active budget. A validated
+    /// budget's schedule always parses, so `None` never hides an error there.
+    pub fn cron_schedule(&self) -> Option<CronSchedule> {
+        self.schedule
+            .as_deref()
+            .and_then(|s| CronSchedule::parse(s).ok())
+    }
+}
+
 impl fmt::Debug for CronSchedule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let list = |bits: u64| {

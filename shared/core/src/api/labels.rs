@@ -115,6 +115,57 @@ fn in_domain(domain: &str, parent: &str) -> bool {
             .is_some_and(|head| head.ends_with('.'))
 }
 
+/// Why `value` is not a Kubernetes label value (at most 63 characters, alphanumeric at
+/// both ends, `-`, `_` and `.` inside; empty is allowed), or `None` when it is one.
+pub fn label_value_problem(value: &str) -> Option<String> {
+    if value.is_empty() {
+        return None;
+    }
+    if value.len() > 63 {
+        return Some(format!(
+            "label value {value:?} is longer than 63 characters"
+        ));
+    }
+    (!is_name_segment(value)).then(|| {
+        format!("label value {value:?} must be letters, digits, '-', '_' or '.', starting and ending with a letter or digit")
+    })
+}
+
+/// Why `key` is not a Kubernetes label key (`[prefix/]name`: a DNS subdomain prefix of
+/// at most 253 characters, a name as a label value but not empty), or `None`.
+pub fn label_key_problem(key: &str) -> Option<String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    let name_ok = !name.is_empty() && name.len() <= 63 && is_name_segment(name);
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|part| {
+                !part.is_empty()
+                    && part
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    && !part.starts_with('-')
+                    && !part.ends_with('-')
+            })
+    });
+    (!(name_ok && prefix_ok)).then(|| {
+        format!("{key:?} is not a valid label key (expected an optional DNS prefix and '/', then up to 63 letters, digits, '-', '_' or '.')")
+    })
+}
+
+fn is_name_segment(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let edge = |b: &u8| b.is_ascii_alphanumeric();
+    bytes.first().is_some_and(edge)
+        && bytes.last().is_some_and(edge)
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,5 +205,21 @@ mod tests {
         ] {
             assert!(label_restriction(key).is_some(), "{key}");
         }
+    }
+
+    #[test]
+    fn label_keys_and_values_follow_kubernetes_syntax() {
+        assert_eq!(label_key_problem("example.com/team"), None);
+        assert_eq!(label_key_problem("team"), None);
+        for key in ["", "/x", "Example.com/x", "a/b/c", "x/", "-x", "a..b/x"] {
+            assert!(label_key_problem(key).is_some(), "{key:?}");
+        }
+        assert_eq!(label_value_problem(""), None);
+        assert_eq!(label_value_problem("m5.large"), None);
+        assert_eq!(
+            label_value_problem("-bad"),
+            Some(r#"label value "-bad" must be letters, digits, '-', '_' or '.', starting and ending with a letter or digit"#.into())
+        );
+        assert!(label_value_problem(&"a".repeat(64)).is_some());
     }
 }

@@ -22,7 +22,7 @@ use super::duration::{
     EXPECTED_DURATION, EXPECTED_DURATION_OR_NEVER, parse_budget_duration, parse_duration,
     parse_nillable_duration,
 };
-use super::labels::label_restriction;
+use super::labels::{label_key_problem, label_restriction, label_value_problem};
 use super::load::NODE_CLASS_KIND;
 use super::model::{
     Budget, BudgetNodes, ConsolidationPolicy, Disruption, DisruptionReason, NodeClassRef, NodePool,
@@ -113,9 +113,13 @@ pub(super) fn validate_node_pool(
 
 fn check_labels(labels: &BTreeMap<String, String>, report: &mut Report<'_>) {
     check_max_items(report, "spec.template.metadata.labels", labels.len(), 100);
-    for key in labels.keys() {
-        if let Some(why) = label_restriction(key) {
-            report.add(format!("spec.template.metadata.labels.{key}"), why);
+    for (key, value) in labels {
+        let path = format!("spec.template.metadata.labels.{key}");
+        let why = label_key_problem(key)
+            .or_else(|| label_restriction(key))
+            .or_else(|| label_value_problem(value));
+        if let Some(why) = why {
+            report.add(path, why);
         }
     }
 }
@@ -137,7 +141,7 @@ fn requirement(
     match &key {
         None => report.missing(format!("{path}.key")),
         Some(k) => {
-            if let Some(why) = label_restriction(k) {
+            if let Some(why) = label_key_problem(k).or_else(|| label_restriction(k)) {
                 report.add(format!("{path}.key"), why);
             }
         }
@@ -207,6 +211,11 @@ fn check_values(operator: Operator, values: &[String], path: &str, report: &mut 
             ),
         },
         _ => {}
+    }
+    for (i, value) in values.iter().enumerate() {
+        if let Some(why) = label_value_problem(value) {
+            report.add(format!("{path}.values[{i}]"), why);
+        }
     }
     check_max_items(report, &format!("{path}.values"), values.len(), 100);
 }
@@ -959,6 +968,26 @@ mod tests {
         assert_eq!(
             problems(text),
             vec![r#"NodePool "broken": spec.template.spec: required"#]
+        );
+    }
+
+    #[test]
+    fn malformed_label_keys_and_values_are_refused() {
+        let text = pool(
+            &requirement_yaml("\"Team Name\"", "In", "[\"web app\"]"),
+            "",
+        )
+        .replace(
+            "  template:\n",
+            "  template:\n    metadata:\n      labels:\n        team: \"-web\"\n",
+        );
+        assert_eq!(
+            problems(&text),
+            vec![
+                r#"NodePool "broken": spec.template.metadata.labels.team: label value "-web" must be letters, digits, '-', '_' or '.', starting and ending with a letter or digit"#,
+                r#"NodePool "broken": spec.template.spec.requirements[0].key: "Team Name" is not a valid label key (expected an optional DNS prefix and '/', then up to 63 letters, digits, '-', '_' or '.')"#,
+                r#"NodePool "broken": spec.template.spec.requirements[0].values[0]: label value "web app" must be letters, digits, '-', '_' or '.', starting and ending with a letter or digit"#,
+            ]
         );
     }
 }
