@@ -4,11 +4,26 @@
 //! `validate` checks every object against Karpenter's rules and applies its defaults
 //! (problems with objects, each naming the object, the field path and what is expected).
 
+pub mod cron;
+pub mod duration;
+pub mod labels;
+mod load;
 pub mod model;
+mod nodeclass;
+mod nodepool;
+mod raw;
+mod validate;
 
 use std::fmt;
 
+pub use load::{
+    Kind, LoadError, NODE_CLASS_API_VERSION, NODE_CLASS_KIND, NODE_POOL_API_VERSION, NODE_POOL_KIND, load,
+    parse_documents,
+};
 pub use model::*;
+pub use nodeclass::{ALIAS_FAMILIES, AMI_FAMILIES, VOLUME_TYPES};
+pub use nodepool::{CAPACITY_TYPE_LABEL, DEFAULT_EXPIRE_AFTER};
+pub use validate::validate;
 
 /// One YAML/JSON document of a manifest file.
 #[derive(Debug, Clone, PartialEq)]

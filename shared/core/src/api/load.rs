@@ -1,0 +1,214 @@
+//! Reading manifest files into documents: YAML (JSON is YAML), one or more documents
+//! separated by `---`, each a NodePool or an EC2NodeClass.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{Document, FormatError, Manifests, Problem, validate};
+
+pub const NODE_POOL_API_VERSION: &str = "karpenter.sh/v1";
+pub const NODE_POOL_KIND: &str = "NodePool";
+pub const NODE_CLASS_API_VERSION: &str = "karpenter.k8s.aws/v1";
+pub const NODE_CLASS_KIND: &str = "EC2NodeClass";
+
+/// The two kinds nodewright reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    NodePool,
+    Ec2NodeClass,
+}
+
+impl Kind {
+    /// The kind of a document, when it is one of ours (exact apiVersion and kind).
+    pub fn of(value: &Value) -> Option<Kind> {
+        let api_version = value.get("apiVersion").and_then(Value::as_str)?;
+        let kind = value.get("kind").and_then(Value::as_str)?;
+        match (api_version, kind) {
+            (NODE_POOL_API_VERSION, NODE_POOL_KIND) => Some(Kind::NodePool),
+            (NODE_CLASS_API_VERSION, NODE_CLASS_KIND) => Some(Kind::Ec2NodeClass),
+            _ => None,
+        }
+    }
+
+    /// `NodePool` or `EC2NodeClass`, as Kubernetes spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::NodePool => NODE_POOL_KIND,
+            Kind::Ec2NodeClass => NODE_CLASS_KIND,
+        }
+    }
+}
+
+/// Why `load` failed: a file is unusable, or objects in it break Karpenter's rules.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    #[error("{} problem(s) in the manifests:\n{}", .0.len(), render_problems(.0))]
+    Invalid(Vec<Problem>),
+}
+
+fn render_problems(problems: &[Problem]) -> String {
+    problems
+        .iter()
+        .map(|p| format!("  {p}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl Document {
+    /// `pools.yaml document 2`, counting from 1 as people do (`index` counts from 0).
+    pub fn label(&self) -> String {
+        format!("{} document {}", self.source, self.index + 1)
+    }
+}
+
+/// Splits `text` (named `source` in messages) into its documents. Empty documents
+/// (only comments) are skipped, but still counted so that document numbers in messages
+/// match the file. Every other document must be a `karpenter.sh/v1` NodePool or a
+/// `karpenter.k8s.aws/v1` EC2NodeClass; anything else is an error naming the document.
+/// Messages count documents from 1.
+pub fn parse_documents(source: &str, text: &str) -> Result<Vec<Document>, FormatError> {
+    let error = |message: String| FormatError {
+        source_name: source.to_string(),
+        message,
+    };
+    let mut documents = Vec::new();
+    for (index, deserializer) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let number = index + 1;
+        let value = Value::deserialize(deserializer)
+            .map_err(|e| error(format!("document {number}: not valid YAML: {e}")))?;
+        if value.is_null() {
+            continue;
+        }
+        check_kind(&value).map_err(|why| error(format!("document {number}: {why}")))?;
+        documents.push(Document {
+            source: source.to_string(),
+            index,
+            value,
+        });
+    }
+    Ok(documents)
+}
+
+/// Parses and validates several files at once (name, text), so that a NodePool in one
+/// file may refer to an EC2NodeClass in another.
+pub fn load(sources: &[(String, String)]) -> Result<Manifests, LoadError> {
+    let mut documents = Vec::new();
+    for (source, text) in sources {
+        documents.extend(parse_documents(source, text)?);
+    }
+    validate(&documents).map_err(LoadError::Invalid)
+}
+
+const EXPECTED_KINDS: &str = "a NodePool (karpenter.sh/v1) or EC2NodeClass (karpenter.k8s.aws/v1)";
+
+fn check_kind(value: &Value) -> Result<Kind, String> {
+    let Value::Object(map) = value else {
+        return Err(format!(
+            "expected a mapping with apiVersion and kind, found {}",
+            describe(value)
+        ));
+    };
+    let kind = map.get("kind").and_then(Value::as_str);
+    let api_version = map.get("apiVersion").and_then(Value::as_str);
+    let (Some(kind), Some(api_version)) = (kind, api_version) else {
+        return Err(format!(
+            "missing apiVersion or kind (expected {EXPECTED_KINDS})"
+        ));
+    };
+    Kind::of(value).ok_or_else(|| {
+        let hint = if api_version.starts_with("karpenter.") && api_version.ends_with("beta1") {
+            "; v1beta1 manifests must be converted to v1 first"
+        } else {
+            ""
+        };
+        format!("kind {kind:?} (apiVersion {api_version:?}) is not {EXPECTED_KINDS}{hint}")
+    })
+}
+
+fn describe(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "nothing",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn format_error(source: &str, text: &str) -> String {
+        match parse_documents(source, text) {
+            Ok(docs) => panic!("expected a format error, got {docs:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_deployment_document_is_a_format_error_naming_the_document() {
+        let text = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: a}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n";
+        assert_eq!(
+            format_error("pools.yaml", text),
+            r#"pools.yaml: document 2: kind "Deployment" (apiVersion "apps/v1") is not a NodePool (karpenter.sh/v1) or EC2NodeClass (karpenter.k8s.aws/v1)"#
+        );
+    }
+
+    #[test]
+    fn a_v1beta1_node_pool_is_refused_with_a_hint() {
+        let text = "apiVersion: karpenter.sh/v1beta1\nkind: NodePool\n";
+        assert_eq!(
+            format_error("old.yaml", text),
+            r#"old.yaml: document 1: kind "NodePool" (apiVersion "karpenter.sh/v1beta1") is not a NodePool (karpenter.sh/v1) or EC2NodeClass (karpenter.k8s.aws/v1); v1beta1 manifests must be converted to v1 first"#
+        );
+    }
+
+    #[test]
+    fn broken_yaml_is_a_format_error_with_line_and_column() {
+        let message = format_error("bad.yaml", "apiVersion: karpenter.sh/v1\nkind: [NodePool\n");
+        assert!(
+            message.starts_with("bad.yaml: document 1: not valid YAML: "),
+            "{message}"
+        );
+        assert!(message.contains("line "), "{message}");
+        assert!(message.contains("column "), "{message}");
+    }
+
+    #[test]
+    fn a_list_or_a_scalar_document_is_not_an_object() {
+        assert_eq!(
+            format_error("x.yaml", "- a\n- b\n"),
+            "x.yaml: document 1: expected a mapping with apiVersion and kind, found a list"
+        );
+        assert_eq!(
+            format_error("x.yaml", "hello\n"),
+            "x.yaml: document 1: expected a mapping with apiVersion and kind, found a string"
+        );
+        assert_eq!(
+            format_error("x.yaml", "metadata: {}\n"),
+            "x.yaml: document 1: missing apiVersion or kind (expected a NodePool (karpenter.sh/v1) or EC2NodeClass (karpenter.k8s.aws/v1))"
+        );
+    }
+
+    #[test]
+    fn empty_and_comment_only_documents_are_skipped() {
+        let text = "# just a comment\n---\n---\napiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\n---\n# trailing\n";
+        let docs = parse_documents("c.yaml", text).unwrap_or_default();
+        assert_eq!(docs.len(), 1);
+        assert_eq!(Kind::of(&docs[0].value), Some(Kind::Ec2NodeClass));
+        assert_eq!(parse_documents("empty.yaml", ""), Ok(vec![]));
+    }
+
+    #[test]
+    fn json_input_is_read_as_yaml() {
+        let text =
+            r#"{"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "j"}}"#;
+        let docs = parse_documents("p.json", text).unwrap_or_default();
+        assert_eq!(docs.len(), 1);
+        assert_eq!(docs[0].label(), "p.json document 1");
+    }
+}

@@ -1,0 +1,852 @@
+//! `karpenter.k8s.aws/v1` EC2NodeClass rules and defaults (the AWS provider's CRD).
+//!
+//! Facts followed: `amiSelectorTerms` is required with 1 to 30 terms; an `alias` term
+//! (`family@version`, family one of al2, al2023, bottlerocket, windows2019,
+//! windows2022; Windows families only `latest`) must be the only term. `amiFamily` is
+//! optional with an alias (inferred from it, and if given must be that family or
+//! `Custom`) and required otherwise; there is no `Custom` default. Exactly one of
+//! `role` and `instanceProfile`. `metadataOptions` default to endpoint enabled, IPv6
+//! disabled, hop limit 1, IMDSv2 required; a partly written object gets the defaults
+//! for the fields it leaves out. Tag keys `kubernetes.io/cluster/*`,
+//! `karpenter.sh/nodepool`, `karpenter.sh/nodeclaim`, `eks:eks-cluster-name` and
+//! `karpenter.k8s.aws/ec2nodeclass` are Karpenter's own and refused.
+
+use std::collections::BTreeMap;
+
+use super::Document;
+use super::model::{
+    AmiSelectorTerm, BlockDevice, BlockDeviceMapping, Ec2NodeClass, Kubelet, MetadataOptions,
+    SelectorTerm,
+};
+use super::raw;
+use super::validate::{Report, deserialize_raw, object_name};
+use crate::resources::parse_milli;
+
+/// Alias families and the `amiFamily` each implies.
+pub const ALIAS_FAMILIES: [(&str, &str); 5] = [
+    ("al2", "AL2"),
+    ("al2023", "AL2023"),
+    ("bottlerocket", "Bottlerocket"),
+    ("windows2019", "Windows2019"),
+    ("windows2022", "Windows2022"),
+];
+pub const AMI_FAMILIES: [&str; 6] = [
+    "AL2",
+    "AL2023",
+    "Bottlerocket",
+    "Custom",
+    "Windows2019",
+    "Windows2022",
+];
+pub const VOLUME_TYPES: [&str; 7] = ["standard", "io1", "io2", "gp2", "sc1", "st1", "gp3"];
+const RESTRICTED_TAGS: [&str; 4] = [
+    "karpenter.sh/nodepool",
+    "karpenter.sh/nodeclaim",
+    "eks:eks-cluster-name",
+    "karpenter.k8s.aws/ec2nodeclass",
+];
+
+pub(super) fn validate_node_class(doc: &Document, report: &mut Report<'_>) -> Option<Ec2NodeClass> {
+    let name = object_name(&doc.value).map(str::to_string);
+    if name.is_none() {
+        report.missing("metadata.name");
+    }
+    let raw: raw::NodeClass = deserialize_raw(doc, report)?;
+    let Some(spec) = raw.spec else {
+        report.missing("spec");
+        return None;
+    };
+    let ami_selector_terms = ami_terms(spec.ami_selector_terms, report);
+    let ami_family = ami_family(spec.ami_family, &ami_selector_terms, report);
+    let subnet_selector_terms = selector_terms(
+        spec.subnet_selector_terms,
+        "spec.subnetSelectorTerms",
+        "subnet-",
+        false,
+        report,
+    );
+    let security_group_selector_terms = selector_terms(
+        spec.security_group_selector_terms,
+        "spec.securityGroupSelectorTerms",
+        "sg-",
+        true,
+        report,
+    );
+    let (role, instance_profile) = identity(spec.role, spec.instance_profile, report);
+    let block_device_mappings =
+        block_device_mappings(spec.block_device_mappings.unwrap_or_default(), report);
+    let metadata_options = metadata_options(spec.metadata_options, report);
+    let tags = tags(spec.tags.unwrap_or_default(), report);
+    let kubelet = kubelet(
+        spec.kubelet,
+        doc.value.pointer("/spec/kubelet").cloned(),
+        report,
+    );
+    let class = Ec2NodeClass {
+        name: name?,
+        ami_selector_terms,
+        ami_family,
+        subnet_selector_terms,
+        security_group_selector_terms,
+        role,
+        instance_profile,
+        user_data: spec.user_data,
+        block_device_mappings,
+        metadata_options,
+        tags,
+        kubelet,
+        associate_public_ip_address: spec.associate_public_ip_address,
+        detailed_monitoring: spec.detailed_monitoring.unwrap_or(false),
+    };
+    report.finish(class)
+}
+
+fn ami_terms(raw: Option<Vec<raw::AmiTerm>>, report: &mut Report<'_>) -> Vec<AmiSelectorTerm> {
+    const PATH: &str = "spec.amiSelectorTerms";
+    let Some(raw) = raw else {
+        report.missing(PATH);
+        return vec![];
+    };
+    if raw.is_empty() || raw.len() > 30 {
+        report.add(PATH, format!("expected 1 to 30 terms, got {}", raw.len()));
+    }
+    let count = raw.len();
+    let terms: Vec<AmiSelectorTerm> = raw
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, t)| ami_term(t, &format!("{PATH}[{i}]"), report))
+        .collect();
+    if count > 1
+        && terms
+            .iter()
+            .any(|t| matches!(t, AmiSelectorTerm::Alias { .. }))
+    {
+        report.add(PATH, "an alias term must be the only term");
+    }
+    terms
+}
+
+fn ami_term(raw: raw::AmiTerm, path: &str, report: &mut Report<'_>) -> Option<AmiSelectorTerm> {
+    let set: Vec<&str> = [
+        ("alias", raw.alias.is_some()),
+        ("id", raw.id.is_some()),
+        ("name", raw.name.is_some()),
+        ("tags", raw.tags.is_some()),
+        ("ssmParameter", raw.ssm_parameter.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(field, present)| present.then_some(field))
+    .collect();
+    if set.len() != 1 {
+        report.add(
+            path,
+            format!(
+                "expected exactly one of alias, id, name, tags, ssmParameter, got {}",
+                describe_fields(&set)
+            ),
+        );
+        return None;
+    }
+    let owner = raw.owner.filter(|o| !o.is_empty());
+    if owner.is_some() && (raw.alias.is_some() || raw.id.is_some() || raw.ssm_parameter.is_some()) {
+        report.add(
+            format!("{path}.owner"),
+            "owner can only be given with name or tags",
+        );
+    }
+    if let Some(alias) = raw.alias {
+        return parse_alias(&alias, &format!("{path}.alias"), report);
+    }
+    if let Some(id) = raw.id {
+        check_id(&id, "ami-", &format!("{path}.id"), report);
+        return Some(AmiSelectorTerm::Id(id));
+    }
+    if let Some(name) = raw.name {
+        return non_empty(name, &format!("{path}.name"), report)
+            .map(|name| AmiSelectorTerm::Name { name, owner });
+    }
+    if let Some(tags) = raw.tags {
+        check_selector_tags(&tags, &format!("{path}.tags"), report);
+        return Some(AmiSelectorTerm::Tags { tags, owner });
+    }
+    raw.ssm_parameter
+        .and_then(|p| non_empty(p, &format!("{path}.ssmParameter"), report))
+        .map(AmiSelectorTerm::SsmParameter)
+}
+
+fn describe_fields(fields: &[&str]) -> String {
+    if fields.is_empty() {
+        "none".into()
+    } else {
+        fields.join(" and ")
+    }
+}
+
+fn parse_alias(alias: &str, path: &str, report: &mut Report<'_>) -> Option<AmiSelectorTerm> {
+    let Some((family, version)) = alias.split_once('@') else {
+        report.add(
+            path,
+            format!("expected family@version such as \"al2023@latest\", got {alias:?}"),
+        );
+        return None;
+    };
+    if !ALIAS_FAMILIES.iter().any(|(f, _)| *f == family) {
+        report.add(
+            path,
+            format!("unknown family {family:?} (expected one of al2, al2023, bottlerocket, windows2019, windows2022)"),
+        );
+        return None;
+    }
+    let windows = family.starts_with("windows");
+    let version_ok =
+        version == "latest" || (!windows && version.len() > 1 && version.starts_with('v'));
+    if !version_ok {
+        let expected = if windows {
+            "\"latest\" (Windows aliases cannot be pinned)"
+        } else {
+            "\"latest\" or a version like \"v20240625\""
+        };
+        report.add(
+            path,
+            format!("expected version {expected}, got {version:?}"),
+        );
+        return None;
+    }
+    Some(AmiSelectorTerm::Alias {
+        family: family.into(),
+        version: version.into(),
+    })
+}
+
+fn ami_family(
+    raw: Option<String>,
+    terms: &[AmiSelectorTerm],
+    report: &mut Report<'_>,
+) -> Option<String> {
+    const PATH: &str = "spec.amiFamily";
+    let implied = terms.iter().find_map(|t| match t {
+        AmiSelectorTerm::Alias { family, .. } => ALIAS_FAMILIES
+            .iter()
+            .find(|(f, _)| f == family)
+            .map(|(_, implied)| *implied),
+        _ => None,
+    });
+    match (raw, implied) {
+        (None, Some(implied)) => Some(implied.to_string()),
+        (None, None) => {
+            if !terms.is_empty() {
+                report.add(PATH, "required unless amiSelectorTerms uses an alias");
+            }
+            None
+        }
+        (Some(given), _) if !AMI_FAMILIES.contains(&given.as_str()) => {
+            report.add(
+                PATH,
+                format!(
+                    "unknown family {given:?} (expected one of {})",
+                    AMI_FAMILIES.join(", ")
+                ),
+            );
+            None
+        }
+        (Some(given), Some(implied)) if given != implied && given != "Custom" => {
+            report.add(
+                PATH,
+                format!("must be {implied:?} (from the alias) or \"Custom\", got {given:?}"),
+            );
+            None
+        }
+        (Some(given), _) => Some(given),
+    }
+}
+
+/// Subnet (`id` | `tags`) or security group (`id` | `name` | `tags`) terms.
+fn selector_terms(
+    raw: Option<Vec<raw::SelectorTerm>>,
+    path: &str,
+    id_prefix: &str,
+    name_allowed: bool,
+    report: &mut Report<'_>,
+) -> Vec<SelectorTerm> {
+    let Some(raw) = raw else {
+        report.missing(path);
+        return vec![];
+    };
+    if raw.is_empty() || raw.len() > 30 {
+        report.add(path, format!("expected 1 to 30 terms, got {}", raw.len()));
+    }
+    raw.into_iter()
+        .enumerate()
+        .filter_map(|(i, t)| {
+            selector_term(t, &format!("{path}[{i}]"), id_prefix, name_allowed, report)
+        })
+        .collect()
+}
+
+fn selector_term(
+    raw: raw::SelectorTerm,
+    path: &str,
+    id_prefix: &str,
+    name_allowed: bool,
+    report: &mut Report<'_>,
+) -> Option<SelectorTerm> {
+    let expected = if name_allowed {
+        "id, name, tags"
+    } else {
+        "id, tags"
+    };
+    let mut set = vec![];
+    if raw.id.is_some() {
+        set.push("id");
+    }
+    if raw.name.is_some() {
+        set.push("name");
+    }
+    if raw.tags.is_some() {
+        set.push("tags");
+    }
+    if set.len() != 1 || (!name_allowed && raw.name.is_some()) {
+        report.add(
+            path,
+            format!(
+                "expected exactly one of {expected}, got {}",
+                describe_fields(&set)
+            ),
+        );
+        return None;
+    }
+    if let Some(id) = raw.id {
+        check_id(&id, id_prefix, &format!("{path}.id"), report);
+        return Some(SelectorTerm::Id(id));
+    }
+    if let Some(name) = raw.name {
+        return non_empty(name, &format!("{path}.name"), report).map(SelectorTerm::Name);
+    }
+    let tags = raw.tags.unwrap_or_default();
+    check_selector_tags(&tags, &format!("{path}.tags"), report);
+    Some(SelectorTerm::Tags(tags))
+}
+
+fn check_selector_tags(tags: &BTreeMap<String, String>, path: &str, report: &mut Report<'_>) {
+    if tags.is_empty() {
+        report.add(path, "at least one tag is required");
+    }
+    if tags.len() > 20 {
+        report.add(
+            path,
+            format!("at most 20 tags are allowed, got {}", tags.len()),
+        );
+    }
+    if tags.iter().any(|(k, v)| k.is_empty() || v.is_empty()) {
+        report.add(
+            path,
+            "empty tag keys or values are not allowed (use \"*\" to match any value)",
+        );
+    }
+}
+
+/// EC2 ids look like `subnet-0abc…`: the prefix and lowercase letters or digits.
+fn check_id(id: &str, prefix: &str, path: &str, report: &mut Report<'_>) {
+    let ok = id.strip_prefix(prefix).is_some_and(|rest| {
+        !rest.is_empty()
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    });
+    if !ok {
+        report.add(
+            path,
+            format!("expected an id like \"{prefix}0123abcd\", got {id:?}"),
+        );
+    }
+}
+
+fn non_empty(value: String, path: &str, report: &mut Report<'_>) -> Option<String> {
+    if value.is_empty() {
+        report.add(path, "must not be empty");
+        None
+    } else {
+        Some(value)
+    }
+}
+
+fn identity(
+    role: Option<String>,
+    instance_profile: Option<String>,
+    report: &mut Report<'_>,
+) -> (Option<String>, Option<String>) {
+    let role = role.and_then(|r| non_empty(r, "spec.role", report));
+    let profile = instance_profile.and_then(|p| non_empty(p, "spec.instanceProfile", report));
+    match (&role, &profile) {
+        (None, None) => report.add(
+            "spec",
+            "expected one of role or instanceProfile, got neither",
+        ),
+        (Some(_), Some(_)) => {
+            report.add("spec", "expected one of role or instanceProfile, got both")
+        }
+        _ => {}
+    }
+    (role, profile)
+}
+
+fn block_device_mappings(
+    raw: Vec<raw::BlockDeviceMapping>,
+    report: &mut Report<'_>,
+) -> Vec<BlockDeviceMapping> {
+    const PATH: &str = "spec.blockDeviceMappings";
+    if raw.len() > 50 {
+        report.add(
+            PATH,
+            format!("at most 50 entries are allowed, got {}", raw.len()),
+        );
+    }
+    let mappings: Vec<BlockDeviceMapping> = raw
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, m)| block_device_mapping(m, &format!("{PATH}[{i}]"), report))
+        .collect();
+    let roots = mappings.iter().filter(|m| m.root_volume).count();
+    if roots > 1 {
+        report.add(
+            PATH,
+            format!("at most one mapping may have rootVolume: true, got {roots}"),
+        );
+    }
+    mappings
+}
+
+fn block_device_mapping(
+    raw: raw::BlockDeviceMapping,
+    path: &str,
+    report: &mut Report<'_>,
+) -> Option<BlockDeviceMapping> {
+    let device_name = raw.device_name.filter(|d| !d.is_empty());
+    if device_name.is_none() {
+        report.missing(format!("{path}.deviceName"));
+    }
+    let ebs = raw.ebs.map(|e| ebs(e, &format!("{path}.ebs"), report));
+    Some(BlockDeviceMapping {
+        device_name: device_name?,
+        ebs,
+        root_volume: raw.root_volume.unwrap_or(false),
+    })
+}
+
+fn ebs(raw: raw::Ebs, path: &str, report: &mut Report<'_>) -> BlockDevice {
+    let volume_size = raw.volume_size.map(|raw::Scalar(text)| {
+        match parse_milli(&text) {
+            Ok(milli) if milli > 0 => {}
+            Ok(_) => report.add(
+                format!("{path}.volumeSize"),
+                format!("must be positive, got {text:?}"),
+            ),
+            Err(e) => report.add(format!("{path}.volumeSize"), e.to_string()),
+        }
+        text
+    });
+    if let Some(kind) = raw
+        .volume_type
+        .as_deref()
+        .filter(|t| !VOLUME_TYPES.contains(t))
+    {
+        report.add(
+            format!("{path}.volumeType"),
+            format!(
+                "unknown volume type {kind:?} (expected one of {})",
+                VOLUME_TYPES.join(", ")
+            ),
+        );
+    }
+    BlockDevice {
+        volume_size,
+        volume_type: raw.volume_type,
+        iops: raw.iops,
+        throughput: raw.throughput,
+        encrypted: raw.encrypted,
+        kms_key_id: raw.kms_key_id,
+        delete_on_termination: raw.delete_on_termination,
+        snapshot_id: raw.snapshot_id,
+    }
+}
+
+fn metadata_options(raw: Option<raw::MetadataOptions>, report: &mut Report<'_>) -> MetadataOptions {
+    const PATH: &str = "spec.metadataOptions";
+    let defaults = MetadataOptions::default();
+    let Some(raw) = raw else {
+        return defaults;
+    };
+    let mut choice =
+        |field: &str, value: Option<String>, allowed: [&str; 2], default: String| match value {
+            None => default,
+            Some(v) if allowed.contains(&v.as_str()) => v,
+            Some(v) => {
+                report.add(
+                    format!("{PATH}.{field}"),
+                    format!("expected {:?} or {:?}, got {v:?}", allowed[0], allowed[1]),
+                );
+                default
+            }
+        };
+    let http_endpoint = choice(
+        "httpEndpoint",
+        raw.http_endpoint,
+        ["enabled", "disabled"],
+        defaults.http_endpoint,
+    );
+    let http_protocol_ipv6 = choice(
+        "httpProtocolIPv6",
+        raw.http_protocol_ipv6,
+        ["enabled", "disabled"],
+        defaults.http_protocol_ipv6,
+    );
+    let http_tokens = choice(
+        "httpTokens",
+        raw.http_tokens,
+        ["required", "optional"],
+        defaults.http_tokens,
+    );
+    let hop_limit = raw
+        .http_put_response_hop_limit
+        .unwrap_or(defaults.http_put_response_hop_limit);
+    if !(1..=64).contains(&hop_limit) {
+        report.add(
+            format!("{PATH}.httpPutResponseHopLimit"),
+            format!("must be between 1 and 64, got {hop_limit}"),
+        );
+    }
+    MetadataOptions {
+        http_endpoint,
+        http_protocol_ipv6,
+        http_put_response_hop_limit: hop_limit,
+        http_tokens,
+    }
+}
+
+fn tags(tags: BTreeMap<String, String>, report: &mut Report<'_>) -> BTreeMap<String, String> {
+    for key in tags.keys() {
+        if key.is_empty() {
+            report.add("spec.tags", "empty tag keys are not allowed");
+        } else if key.starts_with("kubernetes.io/cluster")
+            || RESTRICTED_TAGS.contains(&key.as_str())
+        {
+            report.add(
+                format!("spec.tags.{key}"),
+                format!("tag {key:?} is restricted (Karpenter sets it)"),
+            );
+        }
+    }
+    tags
+}
+
+fn kubelet(
+    raw: Option<raw::Kubelet>,
+    whole: Option<serde_json::Value>,
+    report: &mut Report<'_>,
+) -> Kubelet {
+    let Some(raw) = raw else {
+        return Kubelet::default();
+    };
+    for (field, value) in [
+        ("maxPods", raw.max_pods),
+        ("podsPerCore", raw.pods_per_core),
+    ] {
+        if let Some(v) = value.filter(|v| *v < 0) {
+            report.add(
+                format!("spec.kubelet.{field}"),
+                format!("must not be negative, got {v}"),
+            );
+        }
+    }
+    Kubelet {
+        max_pods: raw.max_pods,
+        pods_per_core: raw.pods_per_core,
+        cluster_dns: raw.cluster_dns.unwrap_or_default(),
+        raw: whole,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::validate::testing::{CLASS, problems, valid};
+    use super::*;
+
+    /// The shared valid class with `from` replaced by `to`.
+    fn class_with(from: &str, to: &str) -> String {
+        assert!(CLASS.contains(from), "{from:?} not in CLASS");
+        CLASS.replacen(from, to, 1)
+    }
+
+    const ALIAS: &str = "  amiSelectorTerms:\n    - alias: al2023@latest\n";
+    const ROLE: &str = "  role: \"KarpenterNodeRole-${CLUSTER_NAME}\"\n";
+
+    #[test]
+    fn an_alias_with_another_term_is_refused() {
+        let text = class_with(
+            ALIAS,
+            "  amiSelectorTerms:\n    - alias: al2023@latest\n    - id: ami-0123abcd\n",
+        );
+        assert_eq!(
+            problems(&text),
+            vec![
+                r#"EC2NodeClass "default": spec.amiSelectorTerms: an alias term must be the only term"#
+            ]
+        );
+    }
+
+    #[test]
+    fn neither_role_nor_instance_profile_is_refused() {
+        assert_eq!(
+            problems(&class_with(ROLE, "")),
+            vec![
+                r#"EC2NodeClass "default": spec: expected one of role or instanceProfile, got neither"#
+            ]
+        );
+        assert_eq!(
+            problems(&class_with(ROLE, "  role: r\n  instanceProfile: p\n")),
+            vec![
+                r#"EC2NodeClass "default": spec: expected one of role or instanceProfile, got both"#
+            ]
+        );
+    }
+
+    #[test]
+    fn an_instance_profile_alone_is_enough() {
+        let class = valid(&class_with(
+            ROLE,
+            "  instanceProfile: KarpenterNodeInstanceProfile\n",
+        ))
+        .node_classes
+        .remove(0);
+        assert_eq!(class.role, None);
+        assert_eq!(
+            class.instance_profile.as_deref(),
+            Some("KarpenterNodeInstanceProfile")
+        );
+    }
+
+    #[test]
+    fn an_alias_implies_the_ami_family_and_defaults_apply() {
+        let class = valid(CLASS).node_classes.remove(0);
+        assert_eq!(
+            class.ami_selector_terms,
+            vec![AmiSelectorTerm::Alias {
+                family: "al2023".into(),
+                version: "latest".into()
+            }]
+        );
+        assert_eq!(class.ami_family.as_deref(), Some("AL2023"));
+        assert_eq!(class.metadata_options, MetadataOptions::default());
+        assert!(!class.detailed_monitoring);
+        assert_eq!(class.associate_public_ip_address, None);
+        assert_eq!(class.kubelet, Kubelet::default());
+        assert_eq!(
+            class.subnet_selector_terms,
+            vec![SelectorTerm::Tags(
+                [(
+                    "karpenter.sh/discovery".to_string(),
+                    "${CLUSTER_NAME}".to_string()
+                )]
+                .into()
+            )]
+        );
+    }
+
+    #[test]
+    fn bad_aliases_are_explained() {
+        let cases = [
+            (
+                "ubuntu@latest",
+                r#"unknown family "ubuntu" (expected one of al2, al2023, bottlerocket, windows2019, windows2022)"#,
+            ),
+            (
+                "al2023",
+                r#"expected family@version such as "al2023@latest", got "al2023""#,
+            ),
+            (
+                "al2023@20240625",
+                r#"expected version "latest" or a version like "v20240625", got "20240625""#,
+            ),
+            (
+                "windows2022@v1",
+                r#"expected version "latest" (Windows aliases cannot be pinned), got "v1""#,
+            ),
+        ];
+        for (alias, message) in cases {
+            let text = class_with("alias: al2023@latest", &format!("alias: \"{alias}\""));
+            assert_eq!(
+                problems(&text),
+                vec![format!(
+                    "EC2NodeClass \"default\": spec.amiSelectorTerms[0].alias: {message}"
+                )],
+                "{alias}"
+            );
+        }
+        let pinned = valid(&class_with("al2023@latest", "bottlerocket@v1.20.0"))
+            .node_classes
+            .remove(0);
+        assert_eq!(pinned.ami_family.as_deref(), Some("Bottlerocket"));
+    }
+
+    #[test]
+    fn ami_family_is_required_without_an_alias_and_must_agree_with_one() {
+        let by_id = "  amiSelectorTerms:\n    - id: ami-0123abcd\n";
+        assert_eq!(
+            problems(&class_with(ALIAS, by_id)),
+            vec![
+                r#"EC2NodeClass "default": spec.amiFamily: required unless amiSelectorTerms uses an alias"#
+            ]
+        );
+        let custom = valid(&class_with(ALIAS, &format!("{by_id}  amiFamily: Custom\n")))
+            .node_classes
+            .remove(0);
+        assert_eq!(custom.ami_family.as_deref(), Some("Custom"));
+        assert_eq!(
+            problems(&class_with(
+                ALIAS,
+                &format!("{ALIAS}  amiFamily: Bottlerocket\n")
+            )),
+            vec![
+                r#"EC2NodeClass "default": spec.amiFamily: must be "AL2023" (from the alias) or "Custom", got "Bottlerocket""#
+            ]
+        );
+    }
+
+    #[test]
+    fn each_ami_term_selects_exactly_one_way() {
+        let terms = "  amiSelectorTerms:\n    - name: my-ami-*\n      owner: self\n    - tags: {team: web}\n    - ssmParameter: /my/ami\n    - id: ami-1\n      name: x\n    - owner: self\n  amiFamily: AL2023\n";
+        assert_eq!(
+            problems(&class_with(ALIAS, terms)),
+            vec![
+                r#"EC2NodeClass "default": spec.amiSelectorTerms[3]: expected exactly one of alias, id, name, tags, ssmParameter, got id and name"#,
+                r#"EC2NodeClass "default": spec.amiSelectorTerms[4]: expected exactly one of alias, id, name, tags, ssmParameter, got none"#,
+            ]
+        );
+        assert_eq!(
+            problems(&class_with(ALIAS, "  amiSelectorTerms: []\n")),
+            vec![r#"EC2NodeClass "default": spec.amiSelectorTerms: expected 1 to 30 terms, got 0"#]
+        );
+    }
+
+    #[test]
+    fn subnet_and_security_group_terms_are_checked() {
+        let text = CLASS
+            .replacen(
+                "    - tags:\n        karpenter.sh/discovery: \"${CLUSTER_NAME}\"\n",
+                "    - name: private\n    - id: vpc-123\n    - tags: {}\n",
+                1,
+            )
+            .replacen(
+                "    - tags:\n        karpenter.sh/discovery: \"${CLUSTER_NAME}\"\n",
+                "    - name: nodes\n    - id: sg-0abc\n",
+                1,
+            );
+        assert_eq!(
+            problems(&text),
+            vec![
+                r#"EC2NodeClass "default": spec.subnetSelectorTerms[0]: expected exactly one of id, tags, got name"#,
+                r#"EC2NodeClass "default": spec.subnetSelectorTerms[1].id: expected an id like "subnet-0123abcd", got "vpc-123""#,
+                r#"EC2NodeClass "default": spec.subnetSelectorTerms[2].tags: at least one tag is required"#,
+            ]
+        );
+        assert_eq!(
+            problems(&class_with(
+                "  securityGroupSelectorTerms:\n    - tags:\n        karpenter.sh/discovery: \"${CLUSTER_NAME}\"\n",
+                ""
+            )),
+            vec![r#"EC2NodeClass "default": spec.securityGroupSelectorTerms: required"#]
+        );
+    }
+
+    #[test]
+    fn block_device_mappings_are_read_and_checked() {
+        let good = "  blockDeviceMappings:\n    - deviceName: /dev/xvda\n      rootVolume: true\n      ebs:\n        volumeSize: 100Gi\n        volumeType: gp3\n        iops: 3000\n        encrypted: true\n        kmsKeyID: key\n        deleteOnTermination: true\n";
+        let class = valid(&format!("{CLASS}{good}")).node_classes.remove(0);
+        let bdm = &class.block_device_mappings[0];
+        assert!(bdm.root_volume);
+        let ebs = bdm.ebs.clone().unwrap_or_else(|| panic!("ebs"));
+        assert_eq!(ebs.volume_size.as_deref(), Some("100Gi"));
+        assert_eq!(ebs.kms_key_id.as_deref(), Some("key"));
+        assert_eq!(ebs.iops, Some(3000));
+
+        let bad = "  blockDeviceMappings:\n    - rootVolume: true\n    - deviceName: /dev/xvdb\n      rootVolume: true\n      ebs:\n        volumeSize: 20GB\n        volumeType: gp9\n    - deviceName: /dev/xvdc\n      rootVolume: true\n";
+        assert_eq!(
+            problems(&format!("{CLASS}{bad}")),
+            vec![
+                r#"EC2NodeClass "default": spec.blockDeviceMappings[0].deviceName: required"#,
+                r#"EC2NodeClass "default": spec.blockDeviceMappings[1].ebs.volumeSize: quantity "20GB" is not a Kubernetes quantity (expected a number with an optional suffix such as 500m, 2, 1.5Gi, 256M, 1e3)"#,
+                r#"EC2NodeClass "default": spec.blockDeviceMappings[1].ebs.volumeType: unknown volume type "gp9" (expected one of standard, io1, io2, gp2, sc1, st1, gp3)"#,
+                r#"EC2NodeClass "default": spec.blockDeviceMappings: at most one mapping may have rootVolume: true, got 2"#,
+            ]
+        );
+    }
+
+    #[test]
+    fn metadata_options_fill_in_defaults_and_refuse_unknown_values() {
+        let partial = valid(&format!(
+            "{CLASS}  metadataOptions:\n    httpPutResponseHopLimit: 2\n"
+        ))
+        .node_classes
+        .remove(0);
+        assert_eq!(
+            partial.metadata_options,
+            MetadataOptions {
+                http_put_response_hop_limit: 2,
+                ..MetadataOptions::default()
+            }
+        );
+        let bad = format!(
+            "{CLASS}  metadataOptions:\n    httpTokens: sometimes\n    httpPutResponseHopLimit: 65\n"
+        );
+        assert_eq!(
+            problems(&bad),
+            vec![
+                r#"EC2NodeClass "default": spec.metadataOptions.httpTokens: expected "required" or "optional", got "sometimes""#,
+                r#"EC2NodeClass "default": spec.metadataOptions.httpPutResponseHopLimit: must be between 1 and 64, got 65"#,
+            ]
+        );
+    }
+
+    #[test]
+    fn karpenter_owned_tags_are_refused() {
+        let text = format!(
+            "{CLASS}  tags:\n    team: web\n    kubernetes.io/cluster/prod: owned\n    karpenter.sh/nodepool: x\n"
+        );
+        assert_eq!(
+            problems(&text),
+            vec![
+                r#"EC2NodeClass "default": spec.tags.karpenter.sh/nodepool: tag "karpenter.sh/nodepool" is restricted (Karpenter sets it)"#,
+                r#"EC2NodeClass "default": spec.tags.kubernetes.io/cluster/prod: tag "kubernetes.io/cluster/prod" is restricted (Karpenter sets it)"#,
+            ]
+        );
+    }
+
+    #[test]
+    fn kubelet_settings_are_read_and_the_whole_object_kept() {
+        let text = format!(
+            "{CLASS}  kubelet:\n    maxPods: 110\n    podsPerCore: 2\n    clusterDNS: [\"10.0.0.10\"]\n    systemReserved:\n      cpu: 100m\n  userData: |\n    echo hi\n  associatePublicIPAddress: false\n  detailedMonitoring: true\n"
+        );
+        let class = valid(&text).node_classes.remove(0);
+        assert_eq!(class.kubelet.max_pods, Some(110));
+        assert_eq!(class.kubelet.pods_per_core, Some(2));
+        assert_eq!(class.kubelet.cluster_dns, vec!["10.0.0.10".to_string()]);
+        let raw = class.kubelet.raw.unwrap_or_default();
+        assert_eq!(
+            raw.pointer("/systemReserved/cpu").and_then(|v| v.as_str()),
+            Some("100m")
+        );
+        assert_eq!(class.user_data.as_deref(), Some("echo hi\n"));
+        assert_eq!(class.associate_public_ip_address, Some(false));
+        assert!(class.detailed_monitoring);
+    }
+
+    #[test]
+    fn a_kubelet_field_of_the_wrong_type_names_the_path() {
+        assert_eq!(
+            problems(&format!("{CLASS}  kubelet:\n    maxPods: lots\n")),
+            vec![
+                r#"EC2NodeClass "default": spec.kubelet.maxPods: invalid type: string "lots", expected an integer"#
+            ]
+        );
+    }
+}

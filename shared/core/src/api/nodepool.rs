@@ -1,0 +1,993 @@
+//! `karpenter.sh/v1` NodePool rules and defaults.
+//!
+//! Defaults applied (Karpenter v1's CRD defaults unless noted):
+//! - `expireAfter`: 720h; `consolidationPolicy`: WhenEmptyOrUnderutilized;
+//!   `consolidateAfter`: 0s; `budgets`: `[{nodes: "10%"}]` when the field is absent
+//!   (an explicit `budgets: []` stays empty, i.e. no budget limits disruption, as in
+//!   Karpenter); a budget without `nodes` gets "10%".
+//! - `karpenter.sh/capacity-type In [on-demand]` when no requirement names that key:
+//!   a pool that says nothing about capacity type gets on-demand capacity, as Karpenter
+//!   documents. No `kubernetes.io/arch` or `kubernetes.io/os` requirement is added:
+//!   Karpenter v1 has no such default (the amd64 default belonged to the old AWS
+//!   provisioner webhook and was removed with v1beta1); architecture and OS are then
+//!   limited only by the instance types and AMIs.
+//! - `weight`: 0 when unset.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use super::Document;
+use super::cron::CronSchedule;
+use super::duration::{
+    EXPECTED_DURATION, EXPECTED_DURATION_OR_NEVER, parse_budget_duration, parse_duration,
+    parse_nillable_duration,
+};
+use super::labels::{label_key_problem, label_restriction, label_value_problem};
+use super::load::NODE_CLASS_KIND;
+use super::model::{
+    Budget, BudgetNodes, ConsolidationPolicy, Disruption, DisruptionReason, NodeClassRef, NodePool,
+    NodeRequirement, Operator, Taint, TaintEffect,
+};
+use super::raw;
+use super::validate::{Report, check_max_items, deserialize_raw, object_name};
+use crate::resources::{Resources, parse_milli};
+
+pub const CAPACITY_TYPE_LABEL: &str = "karpenter.sh/capacity-type";
+pub const DEFAULT_EXPIRE_AFTER: Duration = Duration::from_secs(720 * 3600);
+pub const NODE_CLASS_GROUP: &str = "karpenter.k8s.aws";
+
+const REQUIREMENTS: &str = "spec.template.spec.requirements";
+
+pub(super) fn validate_node_pool(
+    doc: &Document,
+    class_names: &BTreeSet<String>,
+    report: &mut Report<'_>,
+) -> Option<NodePool> {
+    let name = object_name(&doc.value).map(str::to_string);
+    if name.is_none() {
+        report.missing("metadata.name");
+    }
+    let raw: raw::NodePool = deserialize_raw(doc, report)?;
+    let Some(spec) = raw.spec else {
+        report.missing("spec");
+        return None;
+    };
+    let Some(template) = spec.template else {
+        report.missing("spec.template");
+        return None;
+    };
+    let Some(tspec) = template.spec else {
+        report.missing("spec.template.spec");
+        return None;
+    };
+    let meta = template.metadata.unwrap_or_default();
+    let labels = meta.labels.unwrap_or_default();
+    check_labels(&labels, report);
+    let requirements =
+        with_default_capacity_type(requirements(tspec.requirements.unwrap_or_default(), report));
+    let taints = taints(
+        tspec.taints.unwrap_or_default(),
+        "spec.template.spec.taints",
+        report,
+    );
+    let startup_taints = taints_of(
+        tspec.startup_taints,
+        "spec.template.spec.startupTaints",
+        report,
+    );
+    check_duplicate_taints(&taints, &startup_taints, report);
+    let node_class_ref = node_class_ref(tspec.node_class_ref, class_names, report);
+    let expire_after = match tspec.expire_after {
+        None => Some(DEFAULT_EXPIRE_AFTER),
+        Some(text) => nillable_duration(&text, "spec.template.spec.expireAfter", report),
+    };
+    let termination_grace_period = tspec.termination_grace_period.and_then(|text| {
+        let parsed = parse_duration(&text);
+        if parsed.is_none() {
+            report.add(
+                "spec.template.spec.terminationGracePeriod",
+                bad_duration(&text, EXPECTED_DURATION),
+            );
+        }
+        parsed
+    });
+    let limits = spec.limits.map(|l| limits(l, report));
+    let weight = weight(spec.weight, report);
+    let disruption = disruption(spec.disruption.unwrap_or_default(), report);
+    let pool = NodePool {
+        name: name?,
+        labels,
+        annotations: meta.annotations.unwrap_or_default(),
+        requirements,
+        taints,
+        startup_taints,
+        node_class_ref: node_class_ref?,
+        expire_after,
+        termination_grace_period,
+        limits,
+        weight,
+        disruption,
+    };
+    report.finish(pool)
+}
+
+fn check_labels(labels: &BTreeMap<String, String>, report: &mut Report<'_>) {
+    check_max_items(report, "spec.template.metadata.labels", labels.len(), 100);
+    for (key, value) in labels {
+        let path = format!("spec.template.metadata.labels.{key}");
+        let why = label_key_problem(key)
+            .or_else(|| label_restriction(key))
+            .or_else(|| label_value_problem(value));
+        if let Some(why) = why {
+            report.add(path, why);
+        }
+    }
+}
+
+fn requirements(raw: Vec<raw::Requirement>, report: &mut Report<'_>) -> Vec<NodeRequirement> {
+    check_max_items(report, REQUIREMENTS, raw.len(), 100);
+    raw.into_iter()
+        .enumerate()
+        .filter_map(|(i, r)| requirement(r, &format!("{REQUIREMENTS}[{i}]"), report))
+        .collect()
+}
+
+fn requirement(
+    raw: raw::Requirement,
+    path: &str,
+    report: &mut Report<'_>,
+) -> Option<NodeRequirement> {
+    let key = raw.key.filter(|k| !k.is_empty());
+    match &key {
+        None => report.missing(format!("{path}.key")),
+        Some(k) => {
+            if let Some(why) = label_key_problem(k).or_else(|| label_restriction(k)) {
+                report.add(format!("{path}.key"), why);
+            }
+        }
+    }
+    let operator = match raw.operator.as_deref() {
+        None => {
+            report.missing(format!("{path}.operator"));
+            None
+        }
+        Some(text) => {
+            let parsed = Operator::parse(text);
+            if parsed.is_none() {
+                report.add(
+                    format!("{path}.operator"),
+                    format!(
+                        "unknown operator {text:?} (expected one of {})",
+                        Operator::expected_list()
+                    ),
+                );
+            }
+            parsed
+        }
+    };
+    let values = raw.values.unwrap_or_default();
+    if let Some(op) = operator {
+        check_values(op, &values, path, report);
+    }
+    let min_values = min_values(raw.min_values, operator, values.len(), path, report);
+    Some(NodeRequirement {
+        key: key?,
+        operator: operator?,
+        values,
+        min_values,
+    })
+}
+
+fn check_values(operator: Operator, values: &[String], path: &str, report: &mut Report<'_>) {
+    let name = operator.as_str();
+    match operator {
+        Operator::In if values.is_empty() => {
+            report.add(
+                format!("{path}.values"),
+                "operator In needs at least one value",
+            );
+        }
+        Operator::Exists | Operator::DoesNotExist if !values.is_empty() => {
+            report.add(
+                format!("{path}.values"),
+                format!("operator {name} takes no values, got {}", values.len()),
+            );
+        }
+        Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte => match values {
+            [value] => {
+                if !value.parse::<i64>().is_ok_and(|v| v >= 0) {
+                    report.add(
+                        format!("{path}.values[0]"),
+                        format!("expected a single integer value, got {value:?}"),
+                    );
+                }
+            }
+            _ => report.add(
+                format!("{path}.values"),
+                format!(
+                    "expected a single integer value, got {} values",
+                    values.len()
+                ),
+            ),
+        },
+        _ => {}
+    }
+    for (i, value) in values.iter().enumerate() {
+        if let Some(why) = label_value_problem(value) {
+            report.add(format!("{path}.values[{i}]"), why);
+        }
+    }
+    check_max_items(report, &format!("{path}.values"), values.len(), 100);
+}
+
+fn min_values(
+    raw: Option<i64>,
+    operator: Option<Operator>,
+    value_count: usize,
+    path: &str,
+    report: &mut Report<'_>,
+) -> Option<u32> {
+    let min = raw?;
+    let field = format!("{path}.minValues");
+    if !(1..=50).contains(&min) {
+        report.add(field, format!("must be between 1 and 50, got {min}"));
+        return None;
+    }
+    if operator == Some(Operator::In) && (min as usize) > value_count {
+        report.add(
+            field,
+            format!("minValues {min} is more than the {value_count} value(s) given"),
+        );
+    }
+    u32::try_from(min).ok()
+}
+
+fn with_default_capacity_type(mut requirements: Vec<NodeRequirement>) -> Vec<NodeRequirement> {
+    if !requirements.iter().any(|r| r.key == CAPACITY_TYPE_LABEL) {
+        requirements.push(NodeRequirement {
+            key: CAPACITY_TYPE_LABEL.into(),
+            operator: Operator::In,
+            values: vec!["on-demand".into()],
+            min_values: None,
+        });
+    }
+    requirements
+}
+
+fn taints_of(raw: Option<Vec<raw::Taint>>, path: &str, report: &mut Report<'_>) -> Vec<Taint> {
+    taints(raw.unwrap_or_default(), path, report)
+}
+
+fn taints(raw: Vec<raw::Taint>, path: &str, report: &mut Report<'_>) -> Vec<Taint> {
+    raw.into_iter()
+        .enumerate()
+        .filter_map(|(i, t)| taint(t, &format!("{path}[{i}]"), report))
+        .collect()
+}
+
+fn taint(raw: raw::Taint, path: &str, report: &mut Report<'_>) -> Option<Taint> {
+    let key = raw.key.filter(|k| !k.is_empty());
+    if key.is_none() {
+        report.missing(format!("{path}.key"));
+    }
+    let effect = match raw.effect.as_deref() {
+        None => {
+            report.missing(format!("{path}.effect"));
+            None
+        }
+        Some(text) => {
+            let parsed = TaintEffect::parse(text);
+            if parsed.is_none() {
+                report.add(
+                    format!("{path}.effect"),
+                    format!("unknown effect {text:?} (expected one of NoSchedule, PreferNoSchedule, NoExecute)"),
+                );
+            }
+            parsed
+        }
+    };
+    Some(Taint {
+        key: key?,
+        value: raw.value.filter(|v| !v.is_empty()),
+        effect: effect?,
+    })
+}
+
+/// Karpenter refuses the same key and effect twice across taints and startupTaints.
+fn check_duplicate_taints(taints: &[Taint], startup: &[Taint], report: &mut Report<'_>) {
+    let mut seen = BTreeSet::new();
+    let all = taints
+        .iter()
+        .map(|t| ("spec.template.spec.taints", t))
+        .chain(
+            startup
+                .iter()
+                .map(|t| ("spec.template.spec.startupTaints", t)),
+        );
+    for (field, taint) in all {
+        if !seen.insert((taint.key.as_str(), taint.effect)) {
+            report.add(
+                field,
+                format!(
+                    "duplicate taint key and effect {}:{}",
+                    taint.key,
+                    taint.effect.as_str()
+                ),
+            );
+        }
+    }
+}
+
+fn node_class_ref(
+    raw: Option<raw::NodeClassRef>,
+    class_names: &BTreeSet<String>,
+    report: &mut Report<'_>,
+) -> Option<NodeClassRef> {
+    const PATH: &str = "spec.template.spec.nodeClassRef";
+    let Some(raw) = raw else {
+        report.missing(PATH);
+        return None;
+    };
+    let mut field = |name: &str, value: Option<String>, expected: Option<&str>| {
+        let value = value.filter(|v| !v.is_empty());
+        match (&value, expected) {
+            (None, _) => report.missing(format!("{PATH}.{name}")),
+            (Some(v), Some(want)) if v != want => report.add(
+                format!("{PATH}.{name}"),
+                format!("expected {want:?} (nodewright reads EC2NodeClass only), got {v:?}"),
+            ),
+            _ => {}
+        }
+        value
+    };
+    let group = field("group", raw.group, Some(NODE_CLASS_GROUP));
+    let kind = field("kind", raw.kind, Some(NODE_CLASS_KIND));
+    let name = field("name", raw.name, None);
+    if let Some(n) = name.as_ref().filter(|n| !class_names.contains(*n)) {
+        report.add(
+            format!("{PATH}.name"),
+            format!("EC2NodeClass {n:?} is not defined in the input"),
+        );
+    }
+    Some(NodeClassRef {
+        group: group?,
+        kind: kind?,
+        name: name?,
+    })
+}
+
+fn nillable_duration(text: &str, path: &str, report: &mut Report<'_>) -> Option<Duration> {
+    match parse_nillable_duration(text) {
+        Some(duration) => duration,
+        None => {
+            report.add(path, bad_duration(text, EXPECTED_DURATION_OR_NEVER));
+            None
+        }
+    }
+}
+
+fn bad_duration(text: &str, expected: &str) -> String {
+    format!("{expected}, got {text:?}")
+}
+
+fn limits(raw: BTreeMap<String, raw::Scalar>, report: &mut Report<'_>) -> Resources {
+    let mut limits = Resources::new();
+    for (name, raw::Scalar(text)) in raw {
+        let path = format!("spec.limits.{name}");
+        match parse_milli(&text) {
+            Ok(milli) if milli < 0 => {
+                report.add(path, format!("must not be negative, got {text:?}"))
+            }
+            Ok(milli) => limits.set_milli(&name, milli),
+            Err(e) => report.add(path, e.to_string()),
+        }
+    }
+    limits
+}
+
+fn weight(raw: Option<i64>, report: &mut Report<'_>) -> i32 {
+    match raw {
+        None => 0,
+        Some(w) if (1..=100).contains(&w) => w as i32,
+        Some(w) => {
+            report.add("spec.weight", format!("must be between 1 and 100, got {w}"));
+            0
+        }
+    }
+}
+
+fn disruption(raw: raw::Disruption, report: &mut Report<'_>) -> Disruption {
+    let consolidation_policy = match raw.consolidation_policy.as_deref() {
+        None | Some("WhenEmptyOrUnderutilized") => ConsolidationPolicy::WhenEmptyOrUnderutilized,
+        Some("WhenEmpty") => ConsolidationPolicy::WhenEmpty,
+        Some(other) => {
+            report.add(
+                "spec.disruption.consolidationPolicy",
+                format!(
+                    "unknown policy {other:?} (expected one of WhenEmpty, WhenEmptyOrUnderutilized)"
+                ),
+            );
+            ConsolidationPolicy::WhenEmptyOrUnderutilized
+        }
+    };
+    let consolidate_after = match raw.consolidate_after {
+        None => Some(Duration::ZERO),
+        Some(text) => nillable_duration(&text, "spec.disruption.consolidateAfter", report),
+    };
+    let budgets = match raw.budgets {
+        None => vec![default_budget()],
+        Some(list) => budgets(list, report),
+    };
+    Disruption {
+        consolidation_policy,
+        consolidate_after,
+        budgets,
+    }
+}
+
+fn default_budget() -> Budget {
+    Budget {
+        nodes: BudgetNodes::Percent(10),
+        schedule: None,
+        duration: None,
+        reasons: vec![],
+    }
+}
+
+fn budgets(raw: Vec<raw::Budget>, report: &mut Report<'_>) -> Vec<Budget> {
+    check_max_items(report, "spec.disruption.budgets", raw.len(), 50);
+    raw.into_iter()
+        .enumerate()
+        .filter_map(|(i, b)| budget(b, &format!("spec.disruption.budgets[{i}]"), report))
+        .collect()
+}
+
+fn budget(raw: raw::Budget, path: &str, report: &mut Report<'_>) -> Option<Budget> {
+    match (raw.schedule.is_some(), raw.duration.is_some()) {
+        (true, false) => report.add(format!("{path}.duration"), "a schedule requires a duration"),
+        (false, true) => report.add(format!("{path}.schedule"), "a duration requires a schedule"),
+        _ => {}
+    }
+    let nodes = match raw.nodes {
+        None => Some(BudgetNodes::Percent(10)),
+        Some(raw::Scalar(text)) => {
+            let parsed = parse_budget_nodes(&text);
+            if parsed.is_none() {
+                report.add(
+                    format!("{path}.nodes"),
+                    format!(r#"expected a percentage like "10%" (0-100%) or a node count like "5", got {text:?}"#),
+                );
+            }
+            parsed
+        }
+    };
+    let schedule = raw.schedule.filter(|s| match CronSchedule::parse(s) {
+        Ok(_) => true,
+        Err(why) => {
+            report.add(
+                format!("{path}.schedule"),
+                format!("invalid cron schedule {s:?}: {why}"),
+            );
+            false
+        }
+    });
+    let duration = raw.duration.as_deref().and_then(|text| {
+        let parsed = parse_budget_duration(text);
+        if parsed.is_none() {
+            report.add(
+                format!("{path}.duration"),
+                format!(
+                    r#"expected hours and/or minutes like "8h", "30m" or "1h30m", got {text:?}"#
+                ),
+            );
+        }
+        parsed
+    });
+    let reasons = reasons(raw.reasons.unwrap_or_default(), path, report);
+    Some(Budget {
+        nodes: nodes?,
+        schedule,
+        duration,
+        reasons,
+    })
+}
+
+/// `^((100|[0-9]{1,2})%|[0-9]+)$`
+fn parse_budget_nodes(text: &str) -> Option<BudgetNodes> {
+    let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    match text.strip_suffix('%') {
+        Some(percent) if all_digits(percent) && percent.len() <= 3 => {
+            let value: u32 = percent.parse().ok()?;
+            (percent.len() <= 2 || percent == "100").then_some(BudgetNodes::Percent(value))
+        }
+        Some(_) => None,
+        None if all_digits(text) => text.parse().ok().map(BudgetNodes::Count),
+        None => None,
+    }
+}
+
+fn reasons(raw: Vec<String>, path: &str, report: &mut Report<'_>) -> Vec<DisruptionReason> {
+    check_max_items(report, &format!("{path}.reasons"), raw.len(), 50);
+    let mut reasons = Vec::new();
+    for (i, text) in raw.iter().enumerate() {
+        let reason = match text.as_str() {
+            "Underutilized" => DisruptionReason::Underutilized,
+            "Empty" => DisruptionReason::Empty,
+            "Drifted" => DisruptionReason::Drifted,
+            other => {
+                report.add(
+                    format!("{path}.reasons[{i}]"),
+                    format!(
+                        "unknown reason {other:?} (expected one of Underutilized, Empty, Drifted)"
+                    ),
+                );
+                continue;
+            }
+        };
+        if !reasons.contains(&reason) {
+            reasons.push(reason);
+        }
+    }
+    reasons
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::validate::testing::{pool, problems, valid};
+    use super::*;
+
+    fn requirement_yaml(key: &str, operator: &str, values: &str) -> String {
+        format!(
+            "      requirements:\n        - key: {key}\n          operator: {operator}\n          values: {values}"
+        )
+    }
+
+    #[test]
+    fn unknown_operator_is_named_with_the_expected_list() {
+        let text = pool(
+            &requirement_yaml("example.com/tier", "GreaterThan", r#"["2"]"#),
+            "",
+        );
+        assert_eq!(
+            problems(&text),
+            vec![
+                r#"NodePool "broken": spec.template.spec.requirements[0].operator: unknown operator "GreaterThan" (expected one of In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte, Lte)"#
+            ]
+        );
+    }
+
+    #[test]
+    fn gt_with_a_non_integer_value_names_the_field() {
+        let text = pool(
+            &requirement_yaml("karpenter.k8s.aws/instance-generation", "Gt", r#"["two"]"#),
+            "",
+        );
+        assert_eq!(
+            problems(&text),
+            vec![
+                r#"NodePool "broken": spec.template.spec.requirements[0].values[0]: expected a single integer value, got "two""#
+            ]
+        );
+    }
+
+    #[test]
+    fn lt_with_two_values_is_refused() {
+        let text = pool(
+            &requirement_yaml("karpenter.k8s.aws/instance-cpu", "Lt", r#"["2", "4"]"#),
+            "",
+        );
+        assert_eq!(
+            problems(&text),
+            vec![
+                r#"NodePool "broken": spec.template.spec.requirements[0].values: expected a single integer value, got 2 values"#
+            ]
+        );
+    }
+
+    #[test]
+    fn in_without_values_is_refused() {
+        let text = pool(
+            "      requirements:\n        - key: kubernetes.io/arch\n          operator: In",
+            "",
+        );
+        assert_eq!(
+            problems(&text),
+            vec![
+                r#"NodePool "broken": spec.template.spec.requirements[0].values: operator In needs at least one value"#
+            ]
+        );
+    }
+
+    #[test]
+    fn exists_with_values_is_refused() {
+        let text = pool(
+            &requirement_yaml("example.com/gpu", "Exists", r#"["yes"]"#),
+            "",
+        );
+        assert_eq!(
+            problems(&text),
+            vec![
+                r#"NodePool "broken": spec.template.spec.requirements[0].values: operator Exists takes no values, got 1"#
+            ]
+        );
+    }
+
+    #[test]
+    fn min_values_must_fit_the_values_given_and_the_range() {
+        let text = pool(
+            "      requirements:\n        - key: karpenter.k8s.aws/instance-family\n          operator: In\n          values: [m5, c5]\n          minValues: 3\n        - key: karpenter.k8s.aws/instance-size\n          operator: Exists\n          minValues: 51",
+            "",
+        );
+        assert_eq!(
+            problems(&text),
+            vec![
+                r#"NodePool "broken": spec.template.spec.requirements[0].minValues: minValues 3 is more than the 2 value(s) given"#,
+                r#"NodePool "broken": spec.template.spec.requirements[1].minValues: must be between 1 and 50, got 51"#,
+            ]
+        );
+    }
+
+    #[test]
+    fn restricted_requirement_keys_and_labels_are_refused() {
+        let text = pool(
+            &requirement_yaml("kubernetes.io/hostname", "In", "[a]"),
+            "",
+        )
+        .replace("  template:\n", "  template:\n    metadata:\n      labels:\n        karpenter.sh/custom: x\n        team: web\n");
+        assert_eq!(
+            problems(&text),
+            vec![
+                r#"NodePool "broken": spec.template.metadata.labels.karpenter.sh/custom: label domain "karpenter.sh" is restricted (only well-known labels such as karpenter.sh/capacity-type may use it)"#,
+                r#"NodePool "broken": spec.template.spec.requirements[0].key: label "kubernetes.io/hostname" is restricted"#,
+            ]
+        );
+    }
+
+    #[test]
+    fn a_budget_schedule_without_duration_is_refused() {
+        let text = pool(
+            "",
+            "  disruption:\n    budgets:\n      - nodes: \"0\"\n        schedule: \"0 9 * * mon-fri\"",
+        );
+        assert_eq!(
+            problems(&text),
+            vec![
+                r#"NodePool "broken": spec.disruption.budgets[0].duration: a schedule requires a duration"#
+            ]
+        );
+    }
+
+    #[test]
+    fn a_budget_duration_without_schedule_is_refused() {
+        let text = pool(
+            "",
+            "  disruption:\n    budgets:\n      - nodes: \"0\"\n        duration: 8h",
+        );
+        assert_eq!(
+            problems(&text),
+            vec![
+                r#"NodePool "broken": spec.disruption.budgets[0].schedule: a duration requires a schedule"#
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_budget_fields_are_each_reported() {
+        let text = pool(
+            "",
+            "  disruption:\n    budgets:\n      - nodes: \"101%\"\n        schedule: \"0 25 * * *\"\n        duration: 30s\n        reasons: [Empty, Expired]",
+        );
+        assert_eq!(
+            problems(&text),
+            vec![
+                r#"NodePool "broken": spec.disruption.budgets[0].nodes: expected a percentage like "10%" (0-100%) or a node count like "5", got "101%""#,
+                r#"NodePool "broken": spec.disruption.budgets[0].schedule: invalid cron schedule "0 25 * * *": hour field "25": 25 is out of range 0-23"#,
+                r#"NodePool "broken": spec.disruption.budgets[0].duration: expected hours and/or minutes like "8h", "30m" or "1h30m", got "30s""#,
+                r#"NodePool "broken": spec.disruption.budgets[0].reasons[1]: unknown reason "Expired" (expected one of Underutilized, Empty, Drifted)"#,
+            ]
+        );
+    }
+
+    #[test]
+    fn scheduled_budgets_keep_their_schedule_duration_and_reasons() {
+        let text = pool(
+            "",
+            "  disruption:\n    budgets:\n      - nodes: 5\n      - nodes: \"0\"\n        schedule: \"@daily\"\n        duration: 1h30m\n        reasons: [Drifted, Underutilized]",
+        );
+        let budgets = valid(&text).node_pools[0].disruption.budgets.clone();
+        assert_eq!(
+            budgets,
+            vec![
+                Budget {
+                    nodes: BudgetNodes::Count(5),
+                    schedule: None,
+                    duration: None,
+                    reasons: vec![]
+                },
+                Budget {
+                    nodes: BudgetNodes::Count(0),
+                    schedule: Some("@daily".into()),
+                    duration: Some(Duration::from_secs(5400)),
+                    reasons: vec![DisruptionReason::Drifted, DisruptionReason::Underutilized],
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_duration_in_words_is_refused() {
+        let text = pool("      expireAfter: 30 seconds", "");
+        assert_eq!(
+            problems(&text),
+            vec![
+                r#"NodePool "broken": spec.template.spec.expireAfter: expected a duration like "720h" or "1h30m", or "Never", got "30 seconds""#
+            ]
+        );
+    }
+
+    #[test]
+    fn termination_grace_period_takes_a_duration_but_not_never() {
+        let ok = valid(&pool("      terminationGracePeriod: 48h", ""));
+        assert_eq!(
+            ok.node_pools[0].termination_grace_period,
+            Some(Duration::from_secs(48 * 3600))
+        );
+        assert_eq!(
+            problems(&pool("      terminationGracePeriod: Never", "")),
+            vec![
+                r#"NodePool "broken": spec.template.spec.terminationGracePeriod: expected a duration like "720h" or "1h30m", got "Never""#
+            ]
+        );
+    }
+
+    #[test]
+    fn never_turns_expiry_and_consolidation_off() {
+        let text = pool(
+            "      expireAfter: Never",
+            "  disruption:\n    consolidateAfter: Never",
+        );
+        let pool = valid(&text).node_pools.remove(0);
+        assert_eq!(pool.expire_after, None);
+        assert_eq!(pool.disruption.consolidate_after, None);
+    }
+
+    #[test]
+    fn a_node_class_ref_to_a_missing_class_is_refused() {
+        let text = pool("", "").replace("        name: default\n", "        name: gpu\n");
+        assert_eq!(
+            problems(&text),
+            vec![
+                r#"NodePool "broken": spec.template.spec.nodeClassRef.name: EC2NodeClass "gpu" is not defined in the input"#
+            ]
+        );
+    }
+
+    #[test]
+    fn a_node_class_ref_must_name_an_ec2_node_class() {
+        let text = pool("", "")
+            .replace(
+                "        group: karpenter.k8s.aws\n",
+                "        group: karpenter.azure.com\n",
+            )
+            .replace("        kind: EC2NodeClass\n", "");
+        assert_eq!(
+            problems(&text),
+            vec![
+                r#"NodePool "broken": spec.template.spec.nodeClassRef.group: expected "karpenter.k8s.aws" (nodewright reads EC2NodeClass only), got "karpenter.azure.com""#,
+                r#"NodePool "broken": spec.template.spec.nodeClassRef.kind: required"#,
+            ]
+        );
+    }
+
+    #[test]
+    fn a_weight_of_the_wrong_type_names_the_field() {
+        assert_eq!(
+            problems(&pool("", "  weight: \"heavy\"")),
+            vec![
+                r#"NodePool "broken": spec.weight: invalid type: string "heavy", expected an integer"#
+            ]
+        );
+    }
+
+    #[test]
+    fn requirements_written_as_a_string_name_the_field() {
+        assert_eq!(
+            problems(&pool(
+                "      requirements: \"kubernetes.io/arch=amd64\"",
+                ""
+            )),
+            vec![
+                r#"NodePool "broken": spec.template.spec.requirements: invalid type: string "kubernetes.io/arch=amd64", expected a sequence"#
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bad_limits_quantity_names_the_key() {
+        assert_eq!(
+            problems(&pool("", "  limits:\n    cpu: 100\n    memory: 1000GB")),
+            vec![
+                r#"NodePool "broken": spec.limits.memory: quantity "1000GB" is not a Kubernetes quantity (expected a number with an optional suffix such as 500m, 2, 1.5Gi, 256M, 1e3)"#
+            ]
+        );
+    }
+
+    #[test]
+    fn limits_accept_numbers_and_quantity_strings() {
+        let text = pool(
+            "",
+            "  limits:\n    cpu: 100\n    memory: 1000Gi\n    nvidia.com/gpu: 0.5",
+        );
+        let limits = valid(&text).node_pools[0]
+            .limits
+            .clone()
+            .unwrap_or_default();
+        assert_eq!(limits.get_milli("cpu"), 100_000);
+        assert_eq!(limits.get_milli("memory"), 1000 * (1i64 << 30) * 1000);
+        assert_eq!(limits.get_milli("nvidia.com/gpu"), 500);
+    }
+
+    #[test]
+    fn a_bad_taint_effect_is_refused() {
+        let text = pool(
+            "      taints:\n        - key: dedicated\n          value: gpu\n          effect: Sometimes",
+            "",
+        );
+        assert_eq!(
+            problems(&text),
+            vec![
+                r#"NodePool "broken": spec.template.spec.taints[0].effect: unknown effect "Sometimes" (expected one of NoSchedule, PreferNoSchedule, NoExecute)"#
+            ]
+        );
+    }
+
+    #[test]
+    fn taints_and_startup_taints_are_read_and_duplicates_refused() {
+        let text = pool(
+            "      taints:\n        - key: dedicated\n          value: gpu\n          effect: NoSchedule\n      startupTaints:\n        - key: node.cilium.io/agent-not-ready\n          effect: NoExecute",
+            "",
+        );
+        let pool_ = valid(&text).node_pools.remove(0);
+        assert_eq!(
+            pool_.taints,
+            vec![Taint {
+                key: "dedicated".into(),
+                value: Some("gpu".into()),
+                effect: TaintEffect::NoSchedule
+            }]
+        );
+        assert_eq!(pool_.startup_taints[0].effect, TaintEffect::NoExecute);
+        let dup = pool(
+            "      taints:\n        - key: a\n          effect: NoSchedule\n      startupTaints:\n        - key: a\n          effect: NoSchedule",
+            "",
+        );
+        assert_eq!(
+            problems(&dup),
+            vec![
+                r#"NodePool "broken": spec.template.spec.startupTaints: duplicate taint key and effect a:NoSchedule"#
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_extra_fields_are_accepted() {
+        let text = pool(
+            "      futureField: {anything: [1, 2]}\n      requirements:\n        - key: kubernetes.io/arch\n          operator: In\n          values: [arm64]\n          somethingNew: true",
+            "  replicas: 3\n  disruption:\n    consolidateWhen: WhenCostJustifiesDisruption\n    budgets:\n      - nodes: 10%\n        newKnob: 1",
+        )
+        .replace("metadata:\n  name: broken\n", "metadata:\n  name: broken\n  uid: abc\nstatus:\n  conditions: []\n");
+        assert_eq!(
+            valid(&text).node_pools[0].requirements[0].values,
+            vec!["arm64".to_string()]
+        );
+    }
+
+    #[test]
+    fn karpenter_defaults_are_applied() {
+        let pool = valid(&pool("", "")).node_pools.remove(0);
+        assert_eq!(pool.expire_after, Some(Duration::from_secs(720 * 3600)));
+        assert_eq!(pool.termination_grace_period, None);
+        assert_eq!(pool.limits, None);
+        assert_eq!(pool.weight, 0);
+        assert_eq!(
+            pool.disruption,
+            Disruption {
+                consolidation_policy: ConsolidationPolicy::WhenEmptyOrUnderutilized,
+                consolidate_after: Some(Duration::ZERO),
+                budgets: vec![Budget {
+                    nodes: BudgetNodes::Percent(10),
+                    schedule: None,
+                    duration: None,
+                    reasons: vec![]
+                }],
+            }
+        );
+        assert_eq!(
+            pool.requirements,
+            vec![NodeRequirement {
+                key: "karpenter.sh/capacity-type".into(),
+                operator: Operator::In,
+                values: vec!["on-demand".into()],
+                min_values: None,
+            }]
+        );
+    }
+
+    #[test]
+    fn a_stated_capacity_type_is_not_overridden_and_no_arch_is_added() {
+        let text = pool(
+            &requirement_yaml("karpenter.sh/capacity-type", "In", "[spot, on-demand]"),
+            "",
+        );
+        let reqs = valid(&text).node_pools.remove(0).requirements;
+        assert_eq!(reqs.len(), 1);
+        assert_eq!(
+            reqs[0].values,
+            vec!["spot".to_string(), "on-demand".to_string()]
+        );
+    }
+
+    #[test]
+    fn explicit_empty_budgets_stay_empty() {
+        let text = pool(
+            "",
+            "  disruption:\n    consolidationPolicy: WhenEmpty\n    consolidateAfter: 5m\n    budgets: []",
+        );
+        let d = valid(&text).node_pools.remove(0).disruption;
+        assert_eq!(d.consolidation_policy, ConsolidationPolicy::WhenEmpty);
+        assert_eq!(d.consolidate_after, Some(Duration::from_secs(300)));
+        assert!(d.budgets.is_empty());
+    }
+
+    #[test]
+    fn budget_nodes_follow_the_crd_pattern() {
+        assert_eq!(parse_budget_nodes("10%"), Some(BudgetNodes::Percent(10)));
+        assert_eq!(parse_budget_nodes("100%"), Some(BudgetNodes::Percent(100)));
+        assert_eq!(parse_budget_nodes("0%"), Some(BudgetNodes::Percent(0)));
+        assert_eq!(parse_budget_nodes("5"), Some(BudgetNodes::Count(5)));
+        for text in [
+            "101%",
+            "010%",
+            "%",
+            "",
+            "5.5",
+            "-1",
+            "ten",
+            "99999999999",
+            "1 0",
+        ] {
+            assert_eq!(parse_budget_nodes(text), None, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn a_missing_template_spec_is_required() {
+        let text = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: broken}\nspec:\n  template: {}\n";
+        assert_eq!(
+            problems(text),
+            vec![r#"NodePool "broken": spec.template.spec: required"#]
+        );
+    }
+
+    #[test]
+    fn malformed_label_keys_and_values_are_refused() {
+        let text = pool(
+            &requirement_yaml("\"Team Name\"", "In", "[\"web app\"]"),
+            "",
+        )
+        .replace(
+            "  template:\n",
+            "  template:\n    metadata:\n      labels:\n        team: \"-web\"\n",
+        );
+        assert_eq!(
+            problems(&text),
+            vec![
+                r#"NodePool "broken": spec.template.metadata.labels.team: label value "-web" must be letters, digits, '-', '_' or '.', starting and ending with a letter or digit"#,
+                r#"NodePool "broken": spec.template.spec.requirements[0].key: "Team Name" is not a valid label key (expected an optional DNS prefix and '/', then up to 63 letters, digits, '-', '_' or '.')"#,
+                r#"NodePool "broken": spec.template.spec.requirements[0].values[0]: label value "web app" must be letters, digits, '-', '_' or '.', starting and ending with a letter or digit"#,
+            ]
+        );
+    }
+}
