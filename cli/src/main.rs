@@ -1,1 +1,150 @@
-fn main() {}
+//! `nodewright`: plan provisioning offline, validate manifests, run benchmarks.
+//!
+//! Exit codes: 0 success; 1 the input was read but is invalid (one line per problem);
+//! 2 an input could not be used at all (unreadable, not YAML/JSON, wrong kind, bad
+//! flags), with one line naming the file and the problem.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use nodewright_core::api::{self, LoadError, Manifests};
+use nodewright_core::catalog::{Catalog, Pricing};
+use nodewright_core::provisioning::{ProvisioningInput, ProvisioningPlan, plan_provisioning};
+use nodewright_core::snapshot::parse_snapshot;
+
+mod table;
+
+#[derive(Parser)]
+#[command(name = "nodewright", version, about = "Serverless node autoscaler for EKS: offline planner and tools")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Plan the NodeClaims for a cluster snapshot's pending pods.
+    Plan(PlanArgs),
+    /// Validate NodePool and EC2NodeClass manifests.
+    Validate {
+        /// YAML or JSON files holding karpenter.sh/v1 NodePools and karpenter.k8s.aws/v1 EC2NodeClasses.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Output {
+    Table,
+    Json,
+}
+
+#[derive(clap::Args)]
+struct PlanArgs {
+    /// NodePool and EC2NodeClass manifests (repeatable).
+    #[arg(long = "nodepools", required = true)]
+    nodepools: Vec<PathBuf>,
+    /// Output of `kubectl get pods,nodes,daemonsets,poddisruptionbudgets -A -o json`.
+    #[arg(long)]
+    snapshot: PathBuf,
+    /// Instance catalog in the format of the embedded one (default: embedded AWS catalog).
+    #[arg(long)]
+    catalog: Option<PathBuf>,
+    /// Zones to offer capacity in.
+    #[arg(long, value_delimiter = ',', default_value = "us-east-1a,us-east-1b,us-east-1c")]
+    zones: Vec<String>,
+    #[arg(long, value_enum, default_value = "table")]
+    output: Output,
+}
+
+/// Why the command failed, and with which exit code.
+enum Failure {
+    /// Input read but invalid: one line per problem, exit 1.
+    Invalid(Vec<String>),
+    /// Input unusable: one line, exit 2.
+    Unusable(String),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Plan(args) => plan(&args),
+        Command::Validate { files } => validate(&files),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Invalid(lines)) => {
+            for line in lines {
+                eprintln!("{line}");
+            }
+            ExitCode::from(1)
+        }
+        Err(Failure::Unusable(line)) => {
+            eprintln!("nodewright: {line}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn read(path: &Path) -> Result<String, Failure> {
+    std::fs::read_to_string(path).map_err(|e| Failure::Unusable(format!("{}: cannot read: {e}", path.display())))
+}
+
+fn load_manifests(files: &[PathBuf]) -> Result<Manifests, Failure> {
+    let mut sources = Vec::with_capacity(files.len());
+    for f in files {
+        sources.push((f.display().to_string(), read(f)?));
+    }
+    api::load(&sources).map_err(|e| match e {
+        LoadError::Format(f) => Failure::Unusable(f.to_string()),
+        LoadError::Invalid(problems) => Failure::Invalid(problems.iter().map(|p| p.to_string()).collect()),
+    })
+}
+
+fn validate(files: &[PathBuf]) -> Result<(), Failure> {
+    let manifests = load_manifests(files)?;
+    println!(
+        "valid: {} NodePool(s), {} EC2NodeClass(es)",
+        manifests.node_pools.len(),
+        manifests.node_classes.len()
+    );
+    Ok(())
+}
+
+fn plan(args: &PlanArgs) -> Result<(), Failure> {
+    let manifests = load_manifests(&args.nodepools)?;
+    let snapshot_text = read(&args.snapshot)?;
+    let snapshot = parse_snapshot(&snapshot_text)
+        .map_err(|e| Failure::Unusable(format!("{}: {e}", args.snapshot.display())))?;
+    let custom;
+    let catalog = match &args.catalog {
+        Some(path) => {
+            custom = Catalog::from_json(&read(path)?)
+                .map_err(|e| Failure::Unusable(format!("{}: {e}", path.display())))?;
+            &custom
+        }
+        None => Catalog::embedded(),
+    };
+    let zones: Vec<String> = args.zones.iter().map(|z| z.trim().to_string()).filter(|z| !z.is_empty()).collect();
+    if zones.is_empty() {
+        return Err(Failure::Unusable("--zones: at least one zone is required".into()));
+    }
+    let pricing = Pricing::for_zones(zones);
+    let plan = plan_provisioning(&ProvisioningInput {
+        snapshot: &snapshot,
+        node_pools: &manifests.node_pools,
+        catalog,
+        pricing: &pricing,
+        in_flight: &[],
+    });
+    match args.output {
+        Output::Json => println!("{}", render_json(&plan)),
+        Output::Table => print!("{}", table::render(&plan)),
+    }
+    Ok(())
+}
+
+fn render_json(plan: &ProvisioningPlan) -> String {
+    serde_json::to_string_pretty(plan).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}

@@ -1,0 +1,77 @@
+//! The plan as a table for people: one row per NodeClaim, then totals and the pods
+//! that could not be placed.
+
+use std::fmt::Write;
+
+use nodewright_core::provisioning::ProvisioningPlan;
+
+/// Hours in an average month (365 × 24 / 12), as AWS prices a month.
+const HOURS_PER_MONTH: f64 = 730.0;
+
+pub fn render(plan: &ProvisioningPlan) -> String {
+    let headers = ["NODEPOOL", "INSTANCE TYPE", "ZONE", "CAPACITY", "PODS", "$/HOUR", "OPTIONS"];
+    let rows: Vec<[String; 7]> = plan
+        .node_claims
+        .iter()
+        .map(|c| {
+            [
+                c.node_pool.clone(),
+                c.instance_type.clone(),
+                c.zone.clone(),
+                c.capacity_type.clone(),
+                c.pods.len().to_string(),
+                format!("{:.4}", c.price_per_hour),
+                c.instance_type_options.len().to_string(),
+            ]
+        })
+        .collect();
+    let mut widths = headers.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let mut out = String::new();
+    let line = |out: &mut String, cells: &[&str]| {
+        let mut s = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            // Numbers are right-aligned, text left-aligned.
+            if i == 4 || i == 5 || i == 6 {
+                let _ = write!(s, "{cell:>w$}  ");
+            } else {
+                let _ = write!(s, "{cell:<w$}  ");
+            }
+        }
+        let _ = writeln!(out, "{}", s.trim_end());
+    };
+    if rows.is_empty() {
+        let _ = writeln!(out, "No new NodeClaims needed.");
+    } else {
+        line(&mut out, &headers);
+        for row in &rows {
+            line(&mut out, &row.each_ref().map(String::as_str));
+        }
+    }
+    let placed: usize = plan.node_claims.iter().map(|c| c.pods.len()).sum();
+    let existing: usize = plan.existing_nodes.iter().map(|a| a.pods.len()).sum();
+    let in_flight: usize = plan.in_flight.iter().map(|a| a.pods.len()).sum();
+    let _ = writeln!(
+        out,
+        "\n{} NodeClaim(s) for {placed} pod(s); {existing} pod(s) fit existing nodes; {in_flight} fit in-flight claims; {} unschedulable",
+        plan.node_claims.len(),
+        plan.unschedulable.len()
+    );
+    let _ = writeln!(
+        out,
+        "Total: ${:.4}/hour, ${:.2}/month ({HOURS_PER_MONTH} h)",
+        plan.total_price_per_hour,
+        plan.total_price_per_hour * HOURS_PER_MONTH
+    );
+    if !plan.unschedulable.is_empty() {
+        let _ = writeln!(out, "\nUnschedulable:");
+        for u in &plan.unschedulable {
+            let _ = writeln!(out, "  {}: {}", u.pod, u.reason);
+        }
+    }
+    out
+}

@@ -1,0 +1,193 @@
+//! The `nodewright` binary, driven as a user drives it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+}
+
+fn data(name: &str) -> String {
+    root().join("tests/data").join(name).display().to_string()
+}
+
+fn example(name: &str) -> String {
+    root().join("examples").join(name).display().to_string()
+}
+
+fn fixture_nodepools() -> Vec<PathBuf> {
+    let dir = root().join("../shared/core/tests/fixtures/nodepools");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("fixture dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 5, "the five Karpenter example NodePools");
+    files
+}
+
+fn nodewright(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nodewright")).args(args).output().expect("run nodewright")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn plan_json(args: &[&str]) -> Value {
+    let mut all = vec!["plan", "--output", "json"];
+    all.extend_from_slice(args);
+    let out = nodewright(&all);
+    assert!(out.status.success(), "plan failed: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).expect("plan prints JSON")
+}
+
+/// A one-line error, exit 2, no panic or backtrace.
+fn assert_unusable(out: &Output, mentions: &[&str]) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(!err.contains("panicked") && !err.contains("backtrace"), "{err}");
+    for m in mentions {
+        assert!(err.contains(m), "{err:?} should mention {m:?}");
+    }
+}
+
+#[test]
+fn the_example_plan_places_every_pending_pod_exactly_once_in_the_documented_shape() {
+    let plan = plan_json(&["--nodepools", &example("nodepools.yaml"), "--snapshot", &example("snapshot.json")]);
+    let keys: Vec<&str> = plan.as_object().unwrap().keys().map(String::as_str).collect();
+    for k in ["nodeClaims", "unschedulable", "totalPricePerHour", "existingNodes", "inFlight"] {
+        assert!(keys.contains(&k), "{k} in {keys:?}");
+    }
+    let claims = plan["nodeClaims"].as_array().unwrap();
+    assert!(!claims.is_empty());
+    let mut total = 0.0;
+    let mut pods = Vec::new();
+    for c in claims {
+        let obj = c.as_object().unwrap();
+        let mut fields: Vec<&str> = obj.keys().map(String::as_str).collect();
+        fields.sort();
+        assert_eq!(
+            fields,
+            ["capacityType", "instanceType", "instanceTypeOptions", "nodePool", "pods", "pricePerHour", "zone"]
+        );
+        assert_eq!(c["instanceTypeOptions"][0], c["instanceType"]);
+        total += c["pricePerHour"].as_f64().unwrap();
+        pods.extend(c["pods"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()));
+    }
+    assert!((plan["totalPricePerHour"].as_f64().unwrap() - total).abs() < 1e-9);
+    for a in plan["existingNodes"].as_array().unwrap() {
+        pods.extend(a["pods"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()));
+    }
+    for u in plan["unschedulable"].as_array().unwrap() {
+        pods.push(u["pod"].as_str().unwrap().to_string());
+    }
+    let mut unique = pods.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), pods.len(), "no pod placed twice");
+    assert_eq!(pods.len(), 25, "the example has 25 pending pods");
+    // The GPU pod lands on the tainted GPU pool, the arm64 pods on arm64.
+    let pool_of = |needle: &str| {
+        claims
+            .iter()
+            .find(|c| c["pods"].as_array().unwrap().iter().any(|p| p.as_str().unwrap().contains(needle)))
+            .map(|c| c["nodePool"].as_str().unwrap().to_string())
+    };
+    assert_eq!(pool_of("gpu-inference").as_deref(), Some("gpu"));
+    assert_eq!(pool_of("arm64-app").as_deref(), Some("arm64"));
+}
+
+#[test]
+fn the_table_shows_one_row_per_claim_and_monthly_totals() {
+    let out = nodewright(&["plan", "--nodepools", &example("nodepools.yaml"), "--snapshot", &example("snapshot.json")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("NODEPOOL"), "{text}");
+    assert!(text.contains("/month (730 h)"), "{text}");
+    let json = plan_json(&["--nodepools", &example("nodepools.yaml"), "--snapshot", &example("snapshot.json")]);
+    let rows = text.lines().skip(1).take_while(|l| !l.is_empty()).count();
+    assert_eq!(rows, json["nodeClaims"].as_array().unwrap().len());
+}
+
+#[test]
+fn every_karpenter_example_nodepool_validates_and_plans_unchanged() {
+    for file in fixture_nodepools() {
+        let f = file.display().to_string();
+        let out = nodewright(&["validate", &f]);
+        assert!(out.status.success(), "{f}: {}", stderr(&out));
+        let plan = plan_json(&["--nodepools", &f, "--snapshot", &example("snapshot.json")]);
+        assert!(!plan["nodeClaims"].as_array().unwrap().is_empty(), "{f} plans claims");
+    }
+}
+
+#[test]
+fn validate_prints_one_line_per_problem_and_exits_one() {
+    let out = nodewright(&["validate", &data("broken.yaml")]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(lines.contains(
+        &"NodePool \"broken\": spec.template.spec.requirements[0].operator: unknown operator \"GreaterThan\" (expected one of In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte, Lte)"
+    ), "{err}");
+    for needle in ["requirements[1]", "expireAfter", "budgets[0]", "nodeClassRef"] {
+        assert!(lines.iter().any(|l| l.starts_with("NodePool \"broken\"") && l.contains(needle)), "{needle}: {err}");
+    }
+    assert!(!err.contains("panicked"));
+}
+
+#[test]
+fn unusable_inputs_are_one_line_naming_the_file_with_exit_two() {
+    let missing = data("does-not-exist.yaml");
+    assert_unusable(&nodewright(&["validate", &missing]), &["does-not-exist.yaml", "cannot read"]);
+    assert_unusable(&nodewright(&["validate", &data("not-yaml.yaml")]), &["not-yaml.yaml"]);
+    assert_unusable(&nodewright(&["validate", &data("deployment.yaml")]), &["deployment.yaml", "Deployment"]);
+    let pools = example("nodepools.yaml");
+    assert_unusable(
+        &nodewright(&["plan", "--nodepools", &pools, "--snapshot", &data("not-a-list.json")]),
+        &["not-a-list.json", "List"],
+    );
+    assert_unusable(
+        &nodewright(&["plan", "--nodepools", &pools, "--snapshot", &data("bad-quantity.json")]),
+        &["bad-quantity.json", "pod \"default/web-1\"", "container \"app\"", "1.5.3Gi"],
+    );
+    assert_unusable(
+        &nodewright(&["plan", "--nodepools", &pools, "--snapshot", &example("nodepools.yaml")]),
+        &["nodepools.yaml"],
+    );
+    assert_unusable(
+        &nodewright(&["plan", "--nodepools", &pools, "--snapshot", &example("snapshot.json"), "--catalog", &data("broken.yaml")]),
+        &["broken.yaml", "catalog"],
+    );
+}
+
+#[test]
+fn a_custom_catalog_and_zone_list_are_what_the_plan_uses() {
+    let pools = fixture_nodepools().into_iter().find(|p| p.ends_with("general-purpose.yaml")).unwrap();
+    let plan = plan_json(&[
+        "--nodepools",
+        &pools.display().to_string(),
+        "--snapshot",
+        &data("pending.json"),
+        "--catalog",
+        &data("tiny-catalog.json"),
+        "--zones",
+        "eu-west-1a,eu-west-1b",
+    ]);
+    let claims = plan["nodeClaims"].as_array().unwrap();
+    assert_eq!(claims.len(), 1, "{plan}");
+    // "a" (1 cpu) and "b" (no requests, still a pod slot) fit the cheap type.
+    assert_eq!(claims[0]["instanceType"], "small.x");
+    assert_eq!(claims[0]["instanceTypeOptions"], serde_json::json!(["small.x", "big.x"]));
+    assert!(claims[0]["zone"].as_str().unwrap().starts_with("eu-west-1"));
+    assert_eq!(claims[0]["pods"], serde_json::json!(["default/a", "default/b"]));
+    // The finished pod is not pending; the giant one names the resource.
+    let unschedulable = plan["unschedulable"].as_array().unwrap();
+    assert_eq!(unschedulable.len(), 1);
+    assert_eq!(unschedulable[0]["pod"], "default/giant");
+    assert!(unschedulable[0]["reason"].as_str().unwrap().contains("enough cpu"), "{plan}");
+}
