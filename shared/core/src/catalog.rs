@@ -31,9 +31,11 @@ pub const LABEL_OS: &str = "kubernetes.io/os";
 pub const LABEL_INSTANCE_CPU: &str = "karpenter.k8s.aws/instance-cpu";
 pub const LABEL_INSTANCE_MEMORY: &str = "karpenter.k8s.aws/instance-memory";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, Deserialize)]
 pub enum CapacityType {
+    #[serde(rename = "spot")]
     Spot,
+    #[serde(rename = "on-demand")]
     OnDemand,
 }
 

@@ -8,11 +8,13 @@
 //! - [`cluster`] and [`snapshot`]: pods, nodes, DaemonSets and PDBs as scheduling sees them.
 //! - [`catalog`]: instance types, offerings (type × zone × capacity type) and prices.
 //! - [`scheduling`]: requirements algebra, taints, topology, and the bin-packer.
+//! - [`nodeclaim`]: the NodeClaim record and its state machine.
 //! - [`provisioning`]: `plan_provisioning`, the entry point the provisioner calls.
 
 pub mod api;
 pub mod catalog;
 pub mod cluster;
+pub mod nodeclaim;
 pub mod provisioning;
 pub mod resources;
 pub mod scheduling;

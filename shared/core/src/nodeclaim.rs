@@ -1,0 +1,256 @@
+//! The NodeClaim lifecycle as pure data and pure functions.
+//!
+//! ```text
+//! Launching → Launched → Registered → Initialized → Disrupting{reason} → Draining → Terminating → Terminated
+//!     ↘ LaunchFailed (terminal)        ↑ Launched and Registered may also go to Disrupting (liveness, interruption)
+//! ```
+//! Every store write of a claim is a conditional update on (expected state, version);
+//! `transition` is the only way to produce the next record, so no job can skip a state.
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::CapacityType;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+pub enum ClaimState {
+    Launching,
+    Launched,
+    Registered,
+    Initialized,
+    Disrupting,
+    Draining,
+    Terminating,
+    Terminated,
+    LaunchFailed,
+}
+
+impl ClaimState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClaimState::Launching => "Launching",
+            ClaimState::Launched => "Launched",
+            ClaimState::Registered => "Registered",
+            ClaimState::Initialized => "Initialized",
+            ClaimState::Disrupting => "Disrupting",
+            ClaimState::Draining => "Draining",
+            ClaimState::Terminating => "Terminating",
+            ClaimState::Terminated => "Terminated",
+            ClaimState::LaunchFailed => "LaunchFailed",
+        }
+    }
+
+    /// No further transition is possible.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, ClaimState::Terminated | ClaimState::LaunchFailed)
+    }
+
+    /// The claim has (or may have) an instance that is not being taken away yet:
+    /// capacity the planner can count on.
+    pub fn is_live_capacity(self) -> bool {
+        matches!(
+            self,
+            ClaimState::Launching | ClaimState::Launched | ClaimState::Registered | ClaimState::Initialized
+        )
+    }
+
+    /// Whether `self → next` is an allowed step.
+    pub fn can_become(self, next: ClaimState) -> bool {
+        use ClaimState::*;
+        matches!(
+            (self, next),
+            (Launching, Launched)
+                | (Launching, LaunchFailed)
+                | (Launched, Registered)
+                | (Launched, Disrupting)
+                | (Registered, Initialized)
+                | (Registered, Disrupting)
+                | (Initialized, Disrupting)
+                | (Disrupting, Draining)
+                | (Draining, Terminating)
+                | (Terminating, Terminated)
+        )
+    }
+}
+
+/// Why a claim is being taken away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DisruptionCause {
+    SpotInterrupted,
+    RebalanceRecommended,
+    InstanceStopped,
+    InstanceTerminated,
+    ScheduledChange,
+    /// Launched but never registered within the registration TTL.
+    Unregistered,
+    Expired,
+    Drifted,
+    Empty,
+    Underutilized,
+}
+
+/// One NodeClaim as the store records it. Times are Unix seconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClaim {
+    pub name: String,
+    pub node_pool: String,
+    pub node_class: String,
+    pub state: ClaimState,
+    /// Bumped on every write; writes are conditional on the previous value.
+    pub version: u64,
+    /// Candidate instance types, cheapest first.
+    pub instance_type_options: Vec<String>,
+    pub zones: Vec<String>,
+    pub capacity_types: Vec<CapacityType>,
+    /// The pods the claim was made for (namespace/name), for explanations.
+    pub pods: Vec<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_type: Option<CapacityType>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_per_hour: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launched_at: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registered_at: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialized_at: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disruption: Option<Disruption>,
+    /// Why a launch failed, as the cloud said it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Disruption {
+    pub cause: DisruptionCause,
+    /// When the instance will be gone regardless (spot: event time + 2 minutes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<i64>,
+    pub since: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("NodeClaim {name:?}: {from:?} cannot become {to:?}")]
+pub struct TransitionError {
+    pub name: String,
+    pub from: ClaimState,
+    pub to: ClaimState,
+}
+
+impl NodeClaim {
+    /// The next record: same claim in state `to`, version + 1, `updated_at = now`.
+    /// `edit` fills in what the step learned (instance id, node name, ...).
+    pub fn transition(
+        &self,
+        to: ClaimState,
+        now: i64,
+        edit: impl FnOnce(&mut NodeClaim),
+    ) -> Result<NodeClaim, TransitionError> {
+        if !self.state.can_become(to) {
+            return Err(TransitionError { name: self.name.clone(), from: self.state, to });
+        }
+        let mut next = self.clone();
+        next.state = to;
+        next.version = self.version + 1;
+        next.updated_at = now;
+        edit(&mut next);
+        Ok(next)
+    }
+
+    /// `aws:///<zone>/<instance-id>`, the providerID the kubelet registers with.
+    pub fn provider_id(&self) -> Option<String> {
+        Some(format!("aws:///{}/{}", self.zone.as_ref()?, self.instance_id.as_ref()?))
+    }
+}
+
+/// The instance id inside a node's providerID (`aws:///us-east-1a/i-0123…`).
+pub fn instance_id_from_provider_id(provider_id: &str) -> Option<&str> {
+    let id = provider_id.strip_prefix("aws:///")?.rsplit('/').next()?;
+    is_instance_id(id).then_some(id)
+}
+
+/// `i-` followed by 8 or 17 lowercase hex digits.
+pub fn is_instance_id(s: &str) -> bool {
+    let Some(hex) = s.strip_prefix("i-") else { return false };
+    (hex.len() == 8 || hex.len() == 17) && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim() -> NodeClaim {
+        NodeClaim {
+            name: "default-abcde".into(),
+            node_pool: "default".into(),
+            node_class: "default".into(),
+            state: ClaimState::Launching,
+            version: 1,
+            instance_type_options: vec!["m5.large".into()],
+            zones: vec!["us-east-1a".into()],
+            capacity_types: vec![CapacityType::OnDemand],
+            pods: vec![],
+            created_at: 100,
+            updated_at: 100,
+            instance_id: None,
+            instance_type: None,
+            zone: None,
+            capacity_type: None,
+            price_per_hour: None,
+            node_name: None,
+            launched_at: None,
+            registered_at: None,
+            initialized_at: None,
+            disruption: None,
+            failure: None,
+        }
+    }
+
+    #[test]
+    fn the_happy_path_visits_every_state_in_order() {
+        use ClaimState::*;
+        let mut c = claim();
+        for next in [Launched, Registered, Initialized, Disrupting, Draining, Terminating, Terminated] {
+            c = c.transition(next, 200, |_| {}).unwrap();
+        }
+        assert_eq!(c.version, 8);
+        assert!(c.state.is_terminal());
+    }
+
+    #[test]
+    fn no_state_can_be_skipped_or_left_once_terminal() {
+        use ClaimState::*;
+        let c = claim();
+        assert!(c.transition(Registered, 1, |_| {}).is_err());
+        assert!(c.transition(Terminating, 1, |_| {}).is_err());
+        let failed = c.transition(LaunchFailed, 1, |_| {}).unwrap();
+        for to in [Launching, Launched, Disrupting, Terminating, Terminated] {
+            assert!(failed.transition(to, 2, |_| {}).is_err(), "{to:?}");
+        }
+    }
+
+    #[test]
+    fn provider_ids_round_trip_and_reject_forged_ids() {
+        let mut c = claim();
+        c.zone = Some("us-east-1a".into());
+        c.instance_id = Some("i-0123456789abcdef0".into());
+        let pid = c.provider_id().unwrap();
+        assert_eq!(instance_id_from_provider_id(&pid), Some("i-0123456789abcdef0"));
+        assert_eq!(instance_id_from_provider_id("aws:///us-east-1a/i-xyz"), None);
+        assert!(is_instance_id("i-12345678"));
+        assert!(!is_instance_id("i-1234567"));
+        assert!(!is_instance_id("i-0123456789ABCDEF0"));
+    }
+}

@@ -1,0 +1,324 @@
+//! The ports: what the engine needs from the world, in domain types only. Adapters
+//! (`nodewright-aws`, `nodewright-kube`) implement them against AWS and Kubernetes;
+//! `fakes` implements them in memory, faithfully enough that the simulator and the
+//! tests can rely on them.
+//!
+//! Errors are classified by kind so callers branch on *what happened* (throttled,
+//! not found, conflict, insufficient capacity) and never on message text; the
+//! underlying SDK or HTTP error is kept as the source.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use nodewright_core::api::model::{Ec2NodeClass, NodePool, Taint};
+use nodewright_core::catalog::{CapacityType, Catalog};
+use nodewright_core::cluster::{DaemonSet, Node, Pod, PodDisruptionBudget};
+use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What kind of failure an adapter saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Rate limited: back off and retry.
+    Throttled,
+    NotFound,
+    /// A conditional write lost (someone else changed it first), or the object exists.
+    Conflict,
+    /// The offerings tried have no capacity (InsufficientInstanceCapacity and friends).
+    InsufficientCapacity,
+    /// Credentials or permissions.
+    Unauthorized,
+    /// The request itself is wrong (bad parameter, invalid template...).
+    Invalid,
+    /// A timeout or connection failure: retryable.
+    Unavailable,
+    Other,
+}
+
+impl ErrorKind {
+    pub fn is_retryable(self) -> bool {
+        matches!(self, ErrorKind::Throttled | ErrorKind::Unavailable | ErrorKind::Conflict)
+    }
+}
+
+macro_rules! port_error {
+    ($name:ident, $what:literal) => {
+        #[derive(Debug, thiserror::Error)]
+        #[error("{} {}: {message}", $what, kind_str(*kind))]
+        pub struct $name {
+            pub kind: ErrorKind,
+            /// What was being done, for people ("CreateFleet for claim default-x7k2p").
+            pub message: String,
+            #[source]
+            pub source: Option<BoxError>,
+        }
+
+        impl $name {
+            pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+                Self { kind, message: message.into(), source: None }
+            }
+            pub fn with_source(kind: ErrorKind, message: impl Into<String>, source: impl Into<BoxError>) -> Self {
+                Self { kind, message: message.into(), source: Some(source.into()) }
+            }
+            pub fn kind(&self) -> ErrorKind {
+                self.kind
+            }
+        }
+    };
+}
+
+fn kind_str(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::Throttled => "throttled",
+        ErrorKind::NotFound => "not found",
+        ErrorKind::Conflict => "conflict",
+        ErrorKind::InsufficientCapacity => "insufficient capacity",
+        ErrorKind::Unauthorized => "unauthorized",
+        ErrorKind::Invalid => "invalid request",
+        ErrorKind::Unavailable => "unavailable",
+        ErrorKind::Other => "failed",
+    }
+}
+
+port_error!(CloudError, "cloud");
+port_error!(ClusterError, "cluster");
+port_error!(StoreError, "store");
+
+// ----- Cloud -------------------------------------------------------------------------
+
+/// A subnet an EC2NodeClass selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subnet {
+    pub id: String,
+    pub zone: String,
+    pub available_ips: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    pub id: String,
+    /// "amd64" or "arm64" (Kubernetes arch names).
+    pub arch: String,
+}
+
+/// An EC2NodeClass resolved against the account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedNodeClass {
+    pub subnets: Vec<Subnet>,
+    pub security_group_ids: Vec<String>,
+    pub images: Vec<Image>,
+}
+
+/// One (instance type, zone, capacity type) a launch may use, with its price.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Offering {
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: CapacityType,
+    pub price: f64,
+}
+
+/// Everything needed to launch one NodeClaim as one instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchRequest {
+    /// Also the idempotency token (CreateFleet ClientToken): a retry never launches twice.
+    pub claim_name: String,
+    pub node_pool: String,
+    pub node_class: Ec2NodeClass,
+    pub resolved: ResolvedNodeClass,
+    /// Candidate offerings, cheapest first (at most 60 reach CreateFleet).
+    pub offerings: Vec<Offering>,
+    /// Node labels the kubelet registers with (NodePool template labels, nodepool,
+    /// capacity type, nodeclaim).
+    pub labels: BTreeMap<String, String>,
+    /// Taints the kubelet registers with: NodePool taints, startup taints and the
+    /// unregistered taint.
+    pub taints: Vec<Taint>,
+    /// Kubernetes version of the cluster (for the AMI alias).
+    pub kubernetes_version: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Launched {
+    pub instance_id: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: CapacityType,
+    pub price: f64,
+}
+
+/// Why a launch did not produce an instance.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    /// These offerings have no capacity now; the others may.
+    #[error("insufficient capacity for {} offering(s): {message}", offerings.len())]
+    InsufficientCapacity { offerings: Vec<Offering>, message: String },
+    /// Throttled, timeouts, other cloud errors.
+    #[error(transparent)]
+    Cloud(#[from] CloudError),
+}
+
+/// An instance this cluster owns (tagged for it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    pub id: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: CapacityType,
+    /// pending, running, shutting-down, terminated, stopping, stopped
+    pub state: String,
+    /// The `karpenter.sh/nodeclaim` tag.
+    pub claim_name: Option<String>,
+    pub launch_time: i64,
+}
+
+#[async_trait]
+pub trait Cloud: Send + Sync {
+    /// Instance types with on-demand prices and allowed zones (cached per warm Lambda).
+    async fn catalog(&self) -> Result<Catalog, CloudError>;
+    /// Known spot prices per (instance type, zone).
+    async fn spot_prices(&self) -> Result<BTreeMap<(String, String), f64>, CloudError>;
+    /// Subnets, security groups and images an EC2NodeClass selects.
+    async fn resolve_node_class(
+        &self,
+        node_class: &Ec2NodeClass,
+        kubernetes_version: &str,
+    ) -> Result<ResolvedNodeClass, CloudError>;
+    /// Launches one instance for one claim (CreateFleet instant, ClientToken = claim name).
+    async fn launch(&self, request: &LaunchRequest) -> Result<Launched, LaunchError>;
+    /// Terminates instances. Callers pass only ids the store records as ours.
+    async fn terminate(&self, instance_ids: &[String]) -> Result<(), CloudError>;
+    /// Instances tagged as owned by this cluster, in any state but terminated.
+    async fn owned_instances(&self) -> Result<Vec<Instance>, CloudError>;
+}
+
+// ----- Cluster -----------------------------------------------------------------------
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// A Kubernetes Event about a node or pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterEvent {
+    /// "Node" or "Pod"
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub event_type: EventType,
+    /// CamelCase reason: Launched, Registered, SpotInterrupted, Draining...
+    pub reason: String,
+    pub message: String,
+}
+
+/// Label and taint changes for one node.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodePatch {
+    pub set_labels: BTreeMap<String, String>,
+    pub add_taints: Vec<Taint>,
+    /// Taint keys to remove (all effects).
+    pub remove_taints: Vec<String>,
+}
+
+/// Everything the engine reads from the cluster in one go.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ClusterState {
+    pub node_pools: Vec<NodePool>,
+    pub node_classes: Vec<Ec2NodeClass>,
+    pub nodes: Vec<Node>,
+    pub pods: Vec<Pod>,
+    pub daemonsets: Vec<DaemonSet>,
+    pub pdbs: Vec<PodDisruptionBudget>,
+    /// Objects that failed validation: "NodePool \"x\": spec...: message".
+    pub invalid: Vec<String>,
+}
+
+#[async_trait]
+pub trait Cluster: Send + Sync {
+    /// NodePools, EC2NodeClasses (validated with core::api; invalid ones are reported,
+    /// not fatal), nodes, pods, DaemonSets and PDBs.
+    async fn state(&self) -> Result<ClusterState, ClusterError>;
+    /// Pods only (the provisioner's fast poll).
+    async fn pods(&self) -> Result<Vec<Pod>, ClusterError>;
+    async fn patch_node(&self, name: &str, patch: &NodePatch) -> Result<(), ClusterError>;
+    async fn record_event(&self, event: &ClusterEvent) -> Result<(), ClusterError>;
+    /// Endpoint, CA and version come from EKS; this is the version string ("1.33").
+    async fn kubernetes_version(&self) -> Result<String, ClusterError>;
+}
+
+// ----- Store -------------------------------------------------------------------------
+
+/// A held lease. `token` increases with every acquisition (a fencing token): writes
+/// made under a stale token can be refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub name: String,
+    pub holder: String,
+    pub token: u64,
+    pub expires_at: i64,
+}
+
+/// One decision, for `nodewright explain` and audits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub at: i64,
+    /// "provision", "lifecycle", "interrupt", ...
+    pub job: String,
+    /// What was decided ("launch general-purpose-x7k2p as m6a.2xlarge in us-east-1b").
+    pub action: String,
+    /// Why ("12 pending pods: default/web-1, ...").
+    pub reason: String,
+    pub price_per_hour: Option<f64>,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Creates a claim; `Conflict` if the name exists.
+    async fn create_claim(&self, claim: &NodeClaim) -> Result<(), StoreError>;
+    /// Replaces a claim if it is still in `expected_state` at `expected_version`
+    /// (`Conflict` otherwise). `claim.version` must be `expected_version + 1`.
+    async fn update_claim(
+        &self,
+        claim: &NodeClaim,
+        expected_state: ClaimState,
+        expected_version: u64,
+    ) -> Result<(), StoreError>;
+    async fn get_claim(&self, name: &str) -> Result<Option<NodeClaim>, StoreError>;
+    /// Every claim not yet expired from the store (terminal ones included).
+    async fn list_claims(&self) -> Result<Vec<NodeClaim>, StoreError>;
+    /// The claim recorded for an instance id (GSI), if any.
+    async fn claim_by_instance(&self, instance_id: &str) -> Result<Option<NodeClaim>, StoreError>;
+
+    /// Takes the lease if free or expired at `now`; `None` if someone else holds it.
+    async fn acquire_lease(&self, name: &str, holder: &str, now: i64, ttl: Duration)
+    -> Result<Option<Lease>, StoreError>;
+    /// Extends a held lease; `Conflict` if it was lost.
+    async fn renew_lease(&self, lease: &Lease, now: i64, ttl: Duration) -> Result<Lease, StoreError>;
+    async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError>;
+
+    /// Records an offering as unavailable until `until` (the ICE cache).
+    async fn mark_unavailable(&self, offering: &Offering, until: i64) -> Result<(), StoreError>;
+    /// Offerings still unavailable at `now`: (instance type, zone, capacity type).
+    async fn unavailable_offerings(&self, now: i64) -> Result<Vec<(String, String, CapacityType)>, StoreError>;
+
+    /// Records a key once; `true` if this call recorded it, `false` if it existed and
+    /// has not expired at `now` (event de-duplication).
+    async fn claim_idempotency_key(&self, key: &str, now: i64, ttl: Duration) -> Result<bool, StoreError>;
+
+    async fn record_decision(&self, decision: &Decision) -> Result<(), StoreError>;
+    async fn decisions(&self, since: i64) -> Result<Vec<Decision>, StoreError>;
+}
+
+// ----- Clock -------------------------------------------------------------------------
+
+#[async_trait]
+pub trait Clock: Send + Sync {
+    /// Unix seconds.
+    fn now(&self) -> i64;
+    async fn sleep(&self, duration: Duration);
+}
