@@ -188,7 +188,7 @@ impl Report {
             *reasons.entry(u.reason.as_str()).or_default() += 1;
         }
         let mut reasons: Vec<_> = reasons.into_iter().collect();
-        reasons.sort_by(|a, b| b.1.cmp(&a.1));
+        reasons.sort_by_key(|r| std::cmp::Reverse(r.1));
         for (reason, n) in reasons.iter().take(3) {
             self.line(&format!("      {n} unschedulable: {reason}"));
         }
@@ -337,6 +337,9 @@ pub fn synthetic_pool() -> NodePool {
     node_pool("default", vec![req(LABEL_CAPACITY_TYPE, Operator::In, &["spot", "on-demand"])])
 }
 
+/// Sets a synthetic pod's labels and constraints.
+type PodShaper = Box<dyn FnMut(&mut Rng, &mut Pod)>;
+
 /// The synthetic pods, deterministic for a seed.
 pub fn synthetic_pods(count: usize, shape: Shape, seed: u64) -> Vec<Pod> {
     let mut rng = Rng::new(seed);
@@ -344,7 +347,7 @@ pub fn synthetic_pods(count: usize, shape: Shape, seed: u64) -> Vec<Pod> {
     let value = |rng: &mut Rng| rng.pick(&["a", "b", "c", "d", "e", "f", "g"]);
     let cpu = |rng: &mut Rng| rng.pick(&[100, 250, 500, 1000, 1500]);
     let karpenter_memory = |rng: &mut Rng| rng.pick(&[100, 256, 512, 1024, 2048, 4096]);
-    let push = |pods: &mut Vec<Pod>, rng: &mut Rng, group: &str, mut make: Box<dyn FnMut(&mut Rng, &mut Pod)>| {
+    let push = |pods: &mut Vec<Pod>, rng: &mut Rng, group: &str, mut make: PodShaper| {
         let (c, m) = match shape {
             Shape::Five => (cpu(rng), rng.range(100, 4096)),
             _ => (cpu(rng), karpenter_memory(rng)),
@@ -553,7 +556,11 @@ fn real_suite(out: &mut Report) {
         "none set; for reference the synthetic target is ≥ 20,000 pods/s",
     );
     out.line("pods: web 40% (zone spread), worker 25%, cache 15% (hostname anti-affinity per 3 replicas), batch 20%; DaemonSets aws-node, kube-proxy");
-    out.line(&format!("{:>8} {:>8} {:>8} {:>10} {:>12} {:>10} {:>5}", "pods", "claims", "unsched", "best ms", "pods/s", "$/h", "runs"));
+    out.line("bound: cheapest fractional fleet for the pods' requests alone (DaemonSets and topology ignored), for scale only");
+    out.line(&format!(
+        "{:>8} {:>8} {:>8} {:>10} {:>12} {:>10} {:>10} {:>7} {:>5}",
+        "pods", "claims", "unsched", "best ms", "pods/s", "$/h", "bound $/h", "ratio", "runs"
+    ));
     let catalog = Catalog::embedded();
     let pricing = Pricing::default();
     let pools = [real_pool()];
@@ -564,19 +571,23 @@ fn real_suite(out: &mut Report) {
         let (plan, best) = time_plan(&input, runs);
         let secs = best.as_secs_f64();
         let rate = size as f64 / secs.max(1e-9);
+        let bound = cost_lower_bound(&snapshot.pods, &pools[0], catalog);
         out.line(&format!(
-            "{:>8} {:>8} {:>8} {:>10.2} {:>12} {:>10.2} {:>5}",
+            "{:>8} {:>8} {:>8} {:>10.2} {:>12} {:>10.2} {:>10} {:>7} {:>5}",
             thousands(size as f64),
             plan.node_claims.len(),
             plan.unschedulable.len(),
             secs * 1e3,
             thousands(rate),
             plan.total_price_per_hour,
+            bound.map_or("none".into(), |b| format!("{b:.2}")),
+            bound.map_or("-".into(), |b| format!("{:.3}", plan.total_price_per_hour / b)),
             runs
         ));
         out.record(json!({
             "suite": "real", "pods": size, "claims": plan.node_claims.len(), "unschedulable": plan.unschedulable.len(),
             "best_ms": secs * 1e3, "pods_per_sec": rate, "price_per_hour": plan.total_price_per_hour, "runs": runs,
+            "bound_per_hour": bound,
         }));
         out.unschedulable_summary(&plan);
         out.check_plan(&format!("real {size} pods"), &plan, &snapshot, &pools, catalog);
@@ -731,7 +742,31 @@ pub fn cost_lower_bound(pods: &[Pod], pool: &NodePool, catalog: &Catalog) -> Opt
     cheapest_fractional_fleet(&demand, &capacities, &prices).map(|s| s.cost)
 }
 
-/// Plans a cost workload on the real catalog; returns (plan, bound, ratio).
+/// When every pod requests the same, the cheapest fleet of a single instance type
+/// (whole nodes): an achievable cost, so plan > this shows room the packer left.
+pub fn best_one_type_fleet(pods: &[Pod], pool: &NodePool, catalog: &Catalog) -> Option<(f64, String)> {
+    let first = &pods.first()?.requests;
+    if pods.iter().any(|p| &p.requests != first) {
+        return None;
+    }
+    allowed_types(pool, catalog)
+        .into_iter()
+        .filter_map(|t| {
+            let per_node = ["cpu", "memory", "pods"]
+                .iter()
+                .filter(|r| first.get_milli(r) > 0)
+                .map(|r| t.allocatable.get_milli(r) / first.get_milli(r))
+                .min()?;
+            if per_node <= 0 {
+                return None;
+            }
+            let nodes = pods.len().div_ceil(per_node as usize);
+            Some((nodes as f64 * t.on_demand_price?, format!("{nodes}×{}", t.name)))
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+}
+
+/// Plans a cost workload on the real catalog; returns the snapshot, plan and lower bound.
 pub fn cost_of(workload: &CostWorkload) -> (ClusterSnapshot, ProvisioningPlan, Option<f64>) {
     let catalog = Catalog::embedded();
     let pools = [real_pool()];
@@ -753,37 +788,47 @@ fn cost_suite(out: &mut Report) {
         &format!("worst ratio ≤ {TARGET_COST_RATIO} (stretch ≤ {STRETCH_COST_RATIO})"),
     );
     out.line("bound: Σ cpu cores, memory GiB, pod slots of the pods over allocatable of allowed types; no DaemonSets (their per-node overhead is not in the bound)");
-    out.line(&format!("{:<28} {:>6} {:>7} {:>10} {:>10} {:>7}  {}", "workload", "pods", "claims", "plan $/h", "bound $/h", "ratio", "types used"));
+    out.line("one-type: the cheapest fleet of whole nodes of one type (uniform workloads only): a cost the packer could have reached");
+    out.line(&format!(
+        "{:<28} {:>6} {:>7} {:>10} {:>10} {:>7}  {:<30} {}",
+        "workload", "pods", "claims", "plan $/h", "bound $/h", "ratio", "one-type $/h (ratio)", "types used"
+    ));
     let catalog = Catalog::embedded();
     let pools = [real_pool()];
     let mut ratios = Vec::new();
     for w in cost_workloads() {
         let (snapshot, plan, bound) = cost_of(&w);
         let ratio = bound.map(|b| plan.total_price_per_hour / b);
+        let one_type = best_one_type_fleet(&w.pods, &pools[0], catalog);
+        let one_type_shown = match (&one_type, bound) {
+            (Some((cost, fleet)), Some(b)) => format!("{cost:.3} ({:.3}) {fleet}", cost / b),
+            _ => "-".into(),
+        };
         let mut types: BTreeMap<&str, usize> = BTreeMap::new();
         for c in &plan.node_claims {
             *types.entry(c.instance_type.as_str()).or_default() += 1;
         }
         let mut types: Vec<_> = types.into_iter().collect();
-        types.sort_by(|a, b| b.1.cmp(&a.1));
+        types.sort_by_key(|t| std::cmp::Reverse(t.1));
         let mut used = String::new();
         for (t, n) in types.iter().take(4) {
             let _ = write!(used, "{n}×{t} ");
         }
         out.line(&format!(
-            "{:<28} {:>6} {:>7} {:>10.3} {:>10} {:>7}  {}",
+            "{:<28} {:>6} {:>7} {:>10.3} {:>10} {:>7}  {:<30} {}",
             w.name,
             w.pods.len(),
             plan.node_claims.len(),
             plan.total_price_per_hour,
             bound.map_or("none".into(), |b| format!("{b:.3}")),
             ratio.map_or("-".into(), |r| format!("{r:.4}")),
+            one_type_shown,
             used.trim_end()
         ));
         out.record(json!({
             "suite": "cost", "workload": w.name, "pods": w.pods.len(), "claims": plan.node_claims.len(),
             "unschedulable": plan.unschedulable.len(), "plan_per_hour": plan.total_price_per_hour,
-            "bound_per_hour": bound, "ratio": ratio,
+            "bound_per_hour": bound, "ratio": ratio, "one_type_per_hour": one_type.as_ref().map(|o| o.0),
         }));
         out.unschedulable_summary(&plan);
         out.check_plan(&format!("cost {}", w.name), &plan, &snapshot, &pools, catalog);
