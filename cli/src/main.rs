@@ -13,6 +13,7 @@ use nodewright_core::catalog::{Catalog, Pricing};
 use nodewright_core::provisioning::{ProvisioningInput, ProvisioningPlan, plan_provisioning};
 use nodewright_core::snapshot::parse_snapshot;
 
+mod bench;
 mod table;
 
 #[derive(Parser)]
@@ -32,6 +33,8 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Measure planning speed, memory and cost quality (prints figures).
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -71,6 +74,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Plan(args) => plan(&args),
         Command::Validate { files } => validate(&files),
+        Command::Bench(args) => bench::run(&args).map_err(Failure::Unusable),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
