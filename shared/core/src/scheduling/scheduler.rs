@@ -1211,6 +1211,10 @@ impl<'a> Scheduler<'a> {
         need.add(&self.pools[pool].overhead);
         let remaining = self.compatible_remaining(pool);
         let mut best: Option<(f64, f64, usize, usize, CapacityType, f64)> = None;
+        // The cheapest single node that could hold everything still to place.
+        let mut whole_best: Option<(f64, usize, usize, CapacityType)> = None;
+        let mut whole = remaining.clone();
+        whole.add(&self.pools[pool].overhead);
         let mut shortfall: Option<(String, i64, i64)> = None;
         let mut limit_reason = None;
         let mut offering_missing = false;
@@ -1234,17 +1238,10 @@ impl<'a> Scheduler<'a> {
                 continue;
             }
             let (value, size) = self.value(pool, t, &remaining, &p.requests);
-            // The tail: when one node can hold everything still to place, the cheapest
-            // such node beats any mix of smaller ones (overheads are per node).
-            let mut whole = remaining.clone();
-            whole.add(&self.pools[pool].overhead);
-            let score = if whole.fits_in(&it.allocatable) {
-                f64::MAX / 2.0 - price
-            } else if price > 0.0 {
-                value / price
-            } else {
-                f64::INFINITY
-            };
+            if whole.fits_in(&it.allocatable) && whole_best.is_none_or(|w| price < w.0) {
+                whole_best = Some((price, t, z, ct));
+            }
+            let score = if price > 0.0 { value / price } else { f64::INFINITY };
             let better = match best {
                 None => true,
                 Some((bs, bsize, ..)) => score > bs * (1.0 + 1e-9) || (score >= bs * (1.0 - 1e-9) && size > bsize),
@@ -1254,6 +1251,19 @@ impl<'a> Scheduler<'a> {
             }
         }
         self.eclasses[e].pool_types[pool] = types;
+        // The tail: one node for everything that remains, when that is cheaper than
+        // the whole nodes of the most efficient type it would otherwise take.
+        if let (Some((whole_price, wt, wz, wct)), Some((_, _, bt, _, _, bprice))) = (whole_best, best) {
+            let usable = self.usable(bt, pool);
+            let nodes = (0..WELL_KNOWN.len())
+                .filter(|&d| remaining.slot_milli(d) > 0)
+                .map(|d| remaining.slot_milli(d) as f64 / usable.slot_milli(d).max(1) as f64)
+                .fold(1.0f64, f64::max)
+                .ceil();
+            if whole_price <= nodes * bprice {
+                best = Some((0.0, 0.0, wt, wz, wct, whole_price));
+            }
+        }
         let Some((_, _, t, z, ct, _)) = best else {
             if let Some(r) = limit_reason {
                 return Err(r);
@@ -1395,28 +1405,43 @@ impl<'a> Scheduler<'a> {
         });
         self.build_classes(&pending);
         let mut level = vec![0usize; pods.len()];
-        let mut failed: Vec<(usize, String)> = Vec::new();
         let mut queue = pending;
+        // As Karpenter does, pods that fail are retried while placements still happen:
+        // a pod with affinity to pods placed later in the same batch can then follow them.
         loop {
-            let mut retry = Vec::new();
-            for &p in &queue {
-                let c = self.pod_class[p];
-                let e = self.eclass(c, level[p]);
-                if let Err(reason) = self.place(e, p) {
-                    if level[p] + 1 < self.classes[c].ladder.len() {
-                        level[p] += 1;
-                        retry.push(p);
-                    } else {
-                        failed.push((p, reason));
+            let mut failed: Vec<(usize, String)> = Vec::new();
+            let mut placed_any = false;
+            loop {
+                let mut retry = Vec::new();
+                for &p in &queue {
+                    let c = self.pod_class[p];
+                    let e = self.eclass(c, level[p]);
+                    match self.place(e, p) {
+                        Ok(()) => placed_any = true,
+                        Err(reason) => {
+                            if level[p] + 1 < self.classes[c].ladder.len() {
+                                level[p] += 1;
+                                retry.push(p);
+                            } else {
+                                failed.push((p, reason));
+                            }
+                        }
                     }
                 }
+                if retry.is_empty() {
+                    break;
+                }
+                queue = retry;
             }
-            if retry.is_empty() {
-                break;
+            if failed.is_empty() || !placed_any {
+                return self.finish(failed);
             }
-            queue = retry;
+            // Retry the failures from their strictest level again.
+            queue = failed.iter().map(|(p, _)| *p).collect();
+            for &p in &queue {
+                level[p] = 0;
+            }
         }
-        self.finish(failed)
     }
 
     fn finish(mut self, mut unschedulable: Vec<(usize, String)>) -> Schedule {
