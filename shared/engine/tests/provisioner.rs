@@ -455,3 +455,21 @@ async fn run_for_ticks_again_when_new_pods_appear_within_the_minute() {
     let elapsed = env.clock.now_millis() - start;
     assert!((50_000..=55_000).contains(&elapsed), "{elapsed}");
 }
+
+#[tokio::test]
+async fn pods_keep_the_claim_they_were_planned_for_so_repeated_ticks_add_nothing() {
+    let env = Env::new();
+    let shapes = [("250m", "512Mi"), ("1", "2Gi"), ("2", "4Gi"), ("1", "8Gi"), ("4", "8Gi")];
+    for i in 0..300 {
+        let (cpu, mem) = shapes[i % shapes.len()];
+        env.cluster.add_pod(pod(&format!("app{}-{i}", i % 7), cpu, mem));
+    }
+    let prov = env.provisioner();
+    let first = prov.tick().await.unwrap();
+    assert!(!first.launched.is_empty());
+    for _ in 0..3 {
+        let again = prov.tick().await.unwrap();
+        assert!(again.planned.is_empty(), "{:?}", again.planned);
+    }
+    assert_eq!(env.cloud.instances().len(), first.launched.len());
+}
