@@ -148,6 +148,10 @@ pub struct Launched {
     pub zone: String,
     pub capacity_type: CapacityType,
     pub price: f64,
+    /// Offerings the fleet tried first and found out of capacity (CreateFleet
+    /// returns these errors alongside the instance); the engine records them in the
+    /// ICE cache. Empty when the first choice had capacity.
+    pub unavailable: Vec<Offering>,
 }
 
 /// Why a launch did not produce an instance.

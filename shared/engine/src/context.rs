@@ -1,0 +1,58 @@
+//! What every job runs over: the four ports, shared.
+//!
+//! Jobs hold `Arc<dyn Port>` rather than being generic over four type parameters:
+//! the ports are already dynamically dispatched (`async_trait` boxes every future), so
+//! generics would buy no inlining, while `dyn` keeps one concrete `Provisioner` type
+//! that the Lambda builds once per cold start, the CLI and simulator build over fakes,
+//! and the disruption and interruption jobs share without repeating
+//! `<C: Cloud, K: Cluster, S: Store, T: Clock>` on every function. Tests keep their own
+//! `Arc<FakeCloud>` clone to inspect the fake after the tick.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tracing::warn;
+
+use crate::ports::{Cloud, Cluster, ClusterEvent, Clock, Decision, Store};
+
+#[derive(Clone)]
+pub struct Ports {
+    pub cloud: Arc<dyn Cloud>,
+    pub cluster: Arc<dyn Cluster>,
+    pub store: Arc<dyn Store>,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Ports {
+    /// Kubernetes Events are best effort: a failure is logged, never fails the tick.
+    pub(crate) async fn emit(&self, event: ClusterEvent) {
+        if let Err(e) = self.cluster.record_event(&event).await {
+            warn!(reason = %event.reason, object = %event.name, error = %e, "could not record event");
+        }
+    }
+
+    /// Decisions are an audit log: a failed write is logged, never undoes the action.
+    pub(crate) async fn decide(&self, decision: Decision) {
+        if let Err(e) = self.store.record_decision(&decision).await {
+            warn!(job = %decision.job, action = %decision.action, error = %e, "could not record decision");
+        }
+    }
+}
+
+/// The wall clock, for the Lambda functions.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+#[async_trait]
+impl Clock for SystemClock {
+    fn now(&self) -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+            .unwrap_or(0)
+    }
+    async fn sleep(&self, duration: Duration) {
+        tokio::time::sleep(duration).await;
+    }
+}

@@ -1,0 +1,370 @@
+//! Lifecycle: bring claims in line with the nodes and instances that exist.
+//!
+//! - Nodes are matched to claims by the instance id in their providerID.
+//! - `Launched` → `Registered` when the claim's node appears: the node gets the
+//!   NodePool's labels, `karpenter.sh/nodepool`, `karpenter.sh/nodeclaim`,
+//!   `karpenter.sh/registered=true`, the instance type's labels, the pool's taints, and
+//!   loses the `karpenter.sh/unregistered` taint. The node is patched *before* the
+//!   claim is written, and a Registered claim whose node lacks the registered label
+//!   is patched again, so a crash between the two heals.
+//! - `Registered` → `Initialized` when the node is Ready and none of the pool's
+//!   startup taints remain (`karpenter.sh/initialized=true`).
+//! - `Launched` and not registered within the registration TTL → terminated
+//!   (`Disrupting(Unregistered)` and the steps of [`crate::terminate`]).
+//! - Owned instances whose `karpenter.sh/nodeclaim` tag names a claim that does not
+//!   own them (terminal, or recording another instance) are leaks and are terminated
+//!   after a grace period. Instances whose tag names no claim in the store are not
+//!   ours as far as the store knows: they are never touched.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use nodewright_core::api::model::{NodePool, Taint, TaintEffect};
+use nodewright_core::catalog::{Catalog, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL};
+use nodewright_core::cluster::Node;
+use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim, instance_id_from_provider_id};
+
+use crate::context::Ports;
+use crate::error::{EngineError, Result};
+use crate::ports::{ClusterEvent, ClusterState, Decision, ErrorKind, EventType, Instance, NodePatch};
+use crate::terminate;
+
+pub const LABEL_NODECLAIM: &str = "karpenter.sh/nodeclaim";
+pub const LABEL_REGISTERED: &str = "karpenter.sh/registered";
+pub const LABEL_INITIALIZED: &str = "karpenter.sh/initialized";
+pub const TAINT_UNREGISTERED: &str = "karpenter.sh/unregistered";
+
+/// The taint every launch registers with and registration removes.
+pub fn unregistered_taint() -> Taint {
+    Taint { key: TAINT_UNREGISTERED.into(), value: None, effect: TaintEffect::NoExecute }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LifecycleConfig {
+    /// A launched claim whose node has not registered after this long is terminated.
+    pub registration_ttl: Duration,
+    /// A leaked instance is terminated only once it is older than this (its claim's
+    /// write may still be in flight).
+    pub orphan_grace: Duration,
+}
+
+impl Default for LifecycleConfig {
+    fn default() -> Self {
+        Self { registration_ttl: Duration::from_secs(15 * 60), orphan_grace: Duration::from_secs(5 * 60) }
+    }
+}
+
+/// What one lifecycle pass did (claim names, instance ids for instances).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LifecycleReport {
+    pub registered: Vec<String>,
+    pub initialized: Vec<String>,
+    /// Claims whose node never registered, now terminated (or on their way).
+    pub unregistered: Vec<String>,
+    /// Leaked instances terminated.
+    pub orphans_terminated: Vec<String>,
+    /// Instances tagged with a claim name the store does not know: left alone.
+    pub foreign_ignored: Vec<String>,
+    /// Claims another writer changed first; retried next tick.
+    pub conflicts: Vec<String>,
+}
+
+fn secs(d: Duration) -> i64 {
+    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
+}
+
+/// One lifecycle pass. `claims` is updated in place with what was written, so the
+/// caller plans against the current states.
+pub async fn reconcile(
+    ports: &Ports,
+    config: &LifecycleConfig,
+    state: &ClusterState,
+    catalog: &Catalog,
+    claims: &mut [NodeClaim],
+    owned: &[Instance],
+) -> Result<LifecycleReport> {
+    let mut report = LifecycleReport::default();
+    let nodes: HashMap<&str, &Node> = state
+        .nodes
+        .iter()
+        .filter_map(|n| Some((instance_id_from_provider_id(n.provider_id.as_deref()?)?, n)))
+        .collect();
+    let pools: HashMap<&str, &NodePool> = state.node_pools.iter().map(|p| (p.name.as_str(), p)).collect();
+
+    for claim in claims.iter_mut() {
+        let node = claim.instance_id.as_deref().and_then(|id| nodes.get(id).copied());
+        let pool = pools.get(claim.node_pool.as_str()).copied();
+        let outcome = step(ports, config, claim, node, pool, catalog, &mut report).await;
+        match outcome {
+            Ok(Some(next)) => *claim = next,
+            Ok(None) => {}
+            Err(EngineError::Store(e)) if e.kind == ErrorKind::Conflict => {
+                warn!(claim = %claim.name, error = %e, "claim changed under us; retrying next tick");
+                report.conflicts.push(claim.name.clone());
+            }
+            Err(e) => return Err(e),
+        }
+    }
+
+    collect_leaks(ports, config, claims, owned, &mut report).await?;
+    Ok(report)
+}
+
+/// Advances one claim by what its node says. `Ok(None)`: nothing to do.
+async fn step(
+    ports: &Ports,
+    config: &LifecycleConfig,
+    claim: &NodeClaim,
+    node: Option<&Node>,
+    pool: Option<&NodePool>,
+    catalog: &Catalog,
+    report: &mut LifecycleReport,
+) -> Result<Option<NodeClaim>> {
+    let now = ports.clock.now();
+    match (claim.state, node) {
+        (ClaimState::Launched, Some(node)) => {
+            let registered = register(ports, claim, node, pool, catalog).await?;
+            report.registered.push(claim.name.clone());
+            // The node may already be Ready with no startup taints left.
+            let node_after = patched_view(node, claim, pool, catalog);
+            match initialize_if_ready(ports, &registered, &node_after, pool).await? {
+                Some(init) => {
+                    report.initialized.push(claim.name.clone());
+                    Ok(Some(init))
+                }
+                None => Ok(Some(registered)),
+            }
+        }
+        (ClaimState::Launched, None) => {
+            let since = claim.launched_at.unwrap_or(claim.updated_at);
+            if now - since < secs(config.registration_ttl) {
+                return Ok(None);
+            }
+            warn!(claim = %claim.name, instance = ?claim.instance_id, launched_at = since, "node never registered; terminating");
+            let disrupted = terminate::disrupt(ports, claim, DisruptionCause::Unregistered, None).await?;
+            ports
+                .emit(ClusterEvent {
+                    kind: "Node".into(),
+                    namespace: None,
+                    name: claim.name.clone(),
+                    event_type: EventType::Warning,
+                    reason: "Unregistered".into(),
+                    message: format!(
+                        "NodeClaim {} (instance {}) did not register within {}s",
+                        claim.name,
+                        claim.instance_id.as_deref().unwrap_or("?"),
+                        config.registration_ttl.as_secs()
+                    ),
+                })
+                .await;
+            ports
+                .decide(Decision {
+                    at: now,
+                    job: "lifecycle".into(),
+                    action: format!("terminate {} ({})", claim.name, claim.instance_id.as_deref().unwrap_or("no instance")),
+                    reason: format!("node did not register within {}s of launch", config.registration_ttl.as_secs()),
+                    price_per_hour: claim.price_per_hour,
+                })
+                .await;
+            report.unregistered.push(claim.name.clone());
+            Ok(Some(terminate::advance(ports, &disrupted, None).await?))
+        }
+        (ClaimState::Registered, Some(node)) => {
+            let mut view = node.clone();
+            if node.labels.get(LABEL_REGISTERED).map(String::as_str) != Some("true") {
+                // The registration patch was lost (crash after the claim write): redo it.
+                ports.cluster.patch_node(&node.name, &registration_patch(claim, node, pool, catalog)).await?;
+                view = patched_view(node, claim, pool, catalog);
+            }
+            let init = initialize_if_ready(ports, claim, &view, pool).await?;
+            if init.is_some() {
+                report.initialized.push(claim.name.clone());
+            }
+            Ok(init)
+        }
+        (ClaimState::Disrupting | ClaimState::Draining | ClaimState::Terminating, None)
+            if claim.disruption.as_ref().is_some_and(|d| d.cause == DisruptionCause::Unregistered) =>
+        {
+            // A termination this job started and a crash interrupted.
+            Ok(Some(terminate::advance(ports, claim, None).await?))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn registration_patch(claim: &NodeClaim, node: &Node, pool: Option<&NodePool>, catalog: &Catalog) -> NodePatch {
+    let mut set_labels = BTreeMap::new();
+    if let Some(it) = claim.instance_type.as_deref().and_then(|t| catalog.get(t)) {
+        // Karpenter puts the instance type's well-known labels on the node; the
+        // kubelet may not set the karpenter.k8s.aws ones itself.
+        for (k, v) in &it.labels {
+            if !node.labels.contains_key(k) {
+                set_labels.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    if let Some(pool) = pool {
+        set_labels.extend(pool.labels.clone());
+    }
+    if let Some(ct) = claim.capacity_type {
+        set_labels.insert(LABEL_CAPACITY_TYPE.into(), ct.as_str().into());
+    }
+    set_labels.insert(LABEL_NODEPOOL.into(), claim.node_pool.clone());
+    set_labels.insert(LABEL_NODECLAIM.into(), claim.name.clone());
+    set_labels.insert(LABEL_REGISTERED.into(), "true".into());
+    let add_taints = pool
+        .map(|p| {
+            p.taints
+                .iter()
+                .filter(|t| !node.taints.iter().any(|x| x.key == t.key && x.effect == t.effect))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    NodePatch { set_labels, add_taints, remove_taints: vec![TAINT_UNREGISTERED.into()] }
+}
+
+/// The node as it is after the registration patch (saves a re-read).
+fn patched_view(node: &Node, claim: &NodeClaim, pool: Option<&NodePool>, catalog: &Catalog) -> Node {
+    let patch = registration_patch(claim, node, pool, catalog);
+    let mut n = node.clone();
+    n.labels.extend(patch.set_labels);
+    n.taints.retain(|t| !patch.remove_taints.contains(&t.key));
+    n.taints.extend(patch.add_taints);
+    n
+}
+
+async fn register(
+    ports: &Ports,
+    claim: &NodeClaim,
+    node: &Node,
+    pool: Option<&NodePool>,
+    catalog: &Catalog,
+) -> Result<NodeClaim> {
+    ports.cluster.patch_node(&node.name, &registration_patch(claim, node, pool, catalog)).await?;
+    let now = ports.clock.now();
+    let next = claim.transition(ClaimState::Registered, now, |c| {
+        c.node_name = Some(node.name.clone());
+        c.registered_at = Some(now);
+    })?;
+    let next = terminate::save(ports, claim, next).await?;
+    info!(claim = %claim.name, node = %node.name, "registered");
+    ports
+        .emit(ClusterEvent {
+            kind: "Node".into(),
+            namespace: None,
+            name: node.name.clone(),
+            event_type: EventType::Normal,
+            reason: "Registered".into(),
+            message: format!("Node registered for NodeClaim {}", claim.name),
+        })
+        .await;
+    Ok(next)
+}
+
+/// `Registered → Initialized` if the node is Ready and no startup taint remains.
+async fn initialize_if_ready(
+    ports: &Ports,
+    claim: &NodeClaim,
+    node: &Node,
+    pool: Option<&NodePool>,
+) -> Result<Option<NodeClaim>> {
+    let startup: HashSet<&str> = pool.map(|p| p.startup_taints.iter().map(|t| t.key.as_str()).collect()).unwrap_or_default();
+    let blocked = node.taints.iter().any(|t| t.key == TAINT_UNREGISTERED || startup.contains(t.key.as_str()));
+    if !node.ready || blocked {
+        return Ok(None);
+    }
+    let patch = NodePatch {
+        set_labels: BTreeMap::from([(LABEL_INITIALIZED.to_string(), "true".to_string())]),
+        ..NodePatch::default()
+    };
+    ports.cluster.patch_node(&node.name, &patch).await?;
+    let now = ports.clock.now();
+    let next = claim.transition(ClaimState::Initialized, now, |c| {
+        c.initialized_at = Some(now);
+        c.node_name.get_or_insert_with(|| node.name.clone());
+    })?;
+    let next = terminate::save(ports, claim, next).await?;
+    info!(claim = %claim.name, node = %node.name, "initialized");
+    ports
+        .emit(ClusterEvent {
+            kind: "Node".into(),
+            namespace: None,
+            name: node.name.clone(),
+            event_type: EventType::Normal,
+            reason: "Initialized".into(),
+            message: format!("Node initialized for NodeClaim {}", claim.name),
+        })
+        .await;
+    Ok(Some(next))
+}
+
+async fn collect_leaks(
+    ports: &Ports,
+    config: &LifecycleConfig,
+    claims: &[NodeClaim],
+    owned: &[Instance],
+    report: &mut LifecycleReport,
+) -> Result<()> {
+    let now = ports.clock.now();
+    let by_name: HashMap<&str, &NodeClaim> = claims.iter().map(|c| (c.name.as_str(), c)).collect();
+    let held: HashSet<&str> = claims
+        .iter()
+        .filter(|c| !c.state.is_terminal())
+        .filter_map(|c| c.instance_id.as_deref())
+        .collect();
+    for inst in owned.iter().filter(|i| i.state != "terminated" && i.state != "shutting-down") {
+        if held.contains(inst.id.as_str()) {
+            continue;
+        }
+        let claim = inst.claim_name.as_deref().and_then(|n| by_name.get(n).copied());
+        let Some(claim) = claim else {
+            info!(instance = %inst.id, tag = ?inst.claim_name, "ignored foreign instance: no claim in the store");
+            ports
+                .decide(Decision {
+                    at: now,
+                    job: "lifecycle".into(),
+                    action: format!("ignored foreign instance {}", inst.id),
+                    reason: format!(
+                        "its karpenter.sh/nodeclaim tag ({}) names no claim in the store",
+                        inst.claim_name.as_deref().unwrap_or("none")
+                    ),
+                    price_per_hour: None,
+                })
+                .await;
+            report.foreign_ignored.push(inst.id.clone());
+            continue;
+        };
+        if claim.state == ClaimState::Launching && claim.instance_id.is_none() {
+            // The provisioner adopts it (crash between CreateFleet and the claim write).
+            continue;
+        }
+        if now - inst.launch_time < secs(config.orphan_grace) {
+            continue;
+        }
+        warn!(instance = %inst.id, claim = %claim.name, state = claim.state.as_str(), "terminating leaked instance");
+        match ports.cloud.terminate(std::slice::from_ref(&inst.id)).await {
+            Ok(()) => {}
+            Err(e) if e.kind == ErrorKind::NotFound => continue,
+            Err(e) => return Err(e.into()),
+        }
+        ports
+            .decide(Decision {
+                at: now,
+                job: "lifecycle".into(),
+                action: format!("terminate leaked instance {}", inst.id),
+                reason: format!(
+                    "tagged for claim {} which is {} and records instance {}",
+                    claim.name,
+                    claim.state.as_str(),
+                    claim.instance_id.as_deref().unwrap_or("none")
+                ),
+                price_per_hour: None,
+            })
+            .await;
+        report.orphans_terminated.push(inst.id.clone());
+    }
+    Ok(())
+}

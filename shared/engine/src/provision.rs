@@ -1,0 +1,887 @@
+//! One provisioning tick (DESIGN.md, "Data flow of one provisioning tick"):
+//!
+//! 1. take the `provisioner` lease (someone else holds it → skip, launch nothing);
+//! 2. gather: cluster state, claims, ICE cache, catalog, spot prices, owned instances,
+//!    resolved node classes — read concurrently;
+//! 3. recover claims left `Launching` by a crash: adopt the instance tagged with the
+//!    claim's name, or launch again with the same ClientToken (never twice);
+//! 4. lifecycle (`crate::lifecycle`);
+//! 5. plan with `core::plan_provisioning`, pods counted against in-flight claims;
+//! 6. act: write each claim `Launching` *before* CreateFleet, fall back across
+//!    offerings on insufficient capacity (recording them in the ICE cache), back off on
+//!    throttling, write `Launched` or `LaunchFailed`; renew the lease between launches;
+//!    record a decision per launch and per failure.
+//!
+//! `run_for` keeps a Lambda invocation alive for most of its minute, re-reading pods
+//! every few seconds and ticking again when new pending pods appear.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use nodewright_core::api::model::{Ec2NodeClass, NodePool};
+use nodewright_core::catalog::{
+    CapacityType, Catalog, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL, LABEL_ZONE, Pricing,
+};
+use nodewright_core::cluster::{ClusterSnapshot, Node};
+use nodewright_core::nodeclaim::{ClaimState, NodeClaim, instance_id_from_provider_id};
+use nodewright_core::provisioning::{PlannedNodeClaim, ProvisioningInput, UnschedulablePod, plan_provisioning};
+use nodewright_core::scheduling::InFlightClaim;
+
+use crate::context::Ports;
+use crate::error::{EngineError, Result};
+use crate::lifecycle::{self, LABEL_NODECLAIM, LifecycleConfig, LifecycleReport, TAINT_UNREGISTERED};
+use crate::ports::{
+    ClusterEvent, ClusterState, Decision, ErrorKind, EventType, Instance, Launched, LaunchError, LaunchRequest,
+    Lease, Offering, ResolvedNodeClass,
+};
+use crate::terminate::save;
+
+/// The lease every provisioner invocation competes for.
+pub const LEASE_NAME: &str = "provisioner";
+
+/// CreateFleet accepts at most this many overrides per request.
+pub const MAX_OFFERINGS: usize = 60;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProvisionerConfig {
+    pub cluster_name: String,
+    /// Plan and record decisions; write no claim, launch nothing, patch nothing.
+    pub dry_run: bool,
+    /// A launched claim whose node has not registered after this long is terminated.
+    pub registration_ttl: Duration,
+    /// Leaked instances are terminated once older than this.
+    pub orphan_grace: Duration,
+    /// How long an offering that reported insufficient capacity is avoided.
+    pub ice_ttl: Duration,
+    pub lease_ttl: Duration,
+    /// Who holds the lease (the Lambda's request id, a hostname...).
+    pub holder: String,
+    /// CreateFleet attempts on throttling/unavailability before the claim is left
+    /// `Launching` for the next tick.
+    pub launch_attempts: u32,
+    /// First backoff delay; doubled on each retry.
+    pub backoff: Duration,
+}
+
+impl ProvisionerConfig {
+    pub fn new(cluster_name: impl Into<String>, holder: impl Into<String>) -> Self {
+        Self {
+            cluster_name: cluster_name.into(),
+            dry_run: false,
+            registration_ttl: Duration::from_secs(15 * 60),
+            orphan_grace: Duration::from_secs(5 * 60),
+            ice_ttl: Duration::from_secs(3 * 60),
+            lease_ttl: Duration::from_secs(90),
+            holder: holder.into(),
+            launch_attempts: 4,
+            backoff: Duration::from_millis(500),
+        }
+    }
+
+    pub fn lifecycle(&self) -> LifecycleConfig {
+        LifecycleConfig { registration_ttl: self.registration_ttl, orphan_grace: self.orphan_grace }
+    }
+}
+
+/// One claim launched (or adopted) this tick.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchedClaim {
+    pub name: String,
+    pub node_pool: String,
+    pub instance_id: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: CapacityType,
+    pub price_per_hour: f64,
+    pub pods: usize,
+}
+
+/// What one tick did. Unschedulable pods are data, not errors.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TickReport {
+    /// Set when the tick did nothing on purpose ("lease held by ...").
+    pub skipped: Option<String>,
+    pub dry_run: bool,
+    /// Pending pods seen by the plan ("namespace/name").
+    pub pending: Vec<String>,
+    /// The plan's new claims (in a dry run: what would have been launched).
+    pub planned: Vec<PlannedNodeClaim>,
+    pub launched: Vec<LaunchedClaim>,
+    /// Claims left `Launching` by a crash whose instance was found and recorded.
+    pub adopted: Vec<String>,
+    /// (claim, why) for claims that became `LaunchFailed`.
+    pub failed: Vec<(String, String)>,
+    /// Claims left `Launching` after retryable errors; the next tick retries them.
+    pub deferred: Vec<String>,
+    pub unschedulable: Vec<UnschedulablePod>,
+    pub lifecycle: LifecycleReport,
+    /// NodePools or node classes that could not be used, with the reason.
+    pub invalid: Vec<String>,
+}
+
+/// Everything a tick reads before deciding.
+struct World {
+    state: ClusterState,
+    claims: Vec<NodeClaim>,
+    catalog: Catalog,
+    pricing: Pricing,
+    owned: Vec<Instance>,
+    kubernetes_version: String,
+    classes: HashMap<String, (Ec2NodeClass, ResolvedNodeClass)>,
+    /// Pools whose node class resolved.
+    pools: Vec<NodePool>,
+    invalid: Vec<String>,
+}
+
+enum LaunchOutcome {
+    Launched(NodeClaim, Launched),
+    Failed(String),
+    Deferred(String),
+}
+
+pub struct Provisioner {
+    ports: Ports,
+    config: ProvisionerConfig,
+    /// Feeds claim names; with the lease token and time it makes them unique.
+    seq: AtomicU64,
+}
+
+impl Provisioner {
+    pub fn new(ports: Ports, config: ProvisionerConfig) -> Self {
+        Self { ports, config, seq: AtomicU64::new(0) }
+    }
+
+    pub fn config(&self) -> &ProvisionerConfig {
+        &self.config
+    }
+
+    pub fn ports(&self) -> &Ports {
+        &self.ports
+    }
+
+    /// One provisioning tick.
+    pub async fn tick(&self) -> Result<TickReport> {
+        if self.config.dry_run {
+            return self.dry_run().await;
+        }
+        let now = self.ports.clock.now();
+        let store = &self.ports.store;
+        let Some(lease) = store.acquire_lease(LEASE_NAME, &self.config.holder, now, self.config.lease_ttl).await? else {
+            info!(holder = %self.config.holder, "provisioner lease held by another invocation; skipping tick");
+            return Ok(TickReport { skipped: Some("lease held".into()), ..TickReport::default() });
+        };
+        let mut lease = lease;
+        let result = self.tick_with_lease(&mut lease).await;
+        if let Err(e) = store.release_lease(&lease).await {
+            warn!(error = %e, "could not release the provisioner lease; it expires on its own");
+        }
+        result
+    }
+
+    /// Ticks, then polls pods every `poll_interval` and ticks again whenever a pending
+    /// pod appears that no tick has counted yet, until `budget` is spent.
+    pub async fn run_for(&self, budget: Duration, poll_interval: Duration) -> Result<Vec<TickReport>> {
+        let clock = &self.ports.clock;
+        let start = clock.now();
+        let budget_secs = i64::try_from(budget.as_secs()).unwrap_or(i64::MAX);
+        let poll_secs = i64::try_from(poll_interval.as_secs().max(1)).unwrap_or(i64::MAX);
+        let mut reports = vec![self.tick().await?];
+        let mut counted: HashSet<String> = reports[0].pending.iter().cloned().collect();
+        while clock.now() - start + poll_secs <= budget_secs {
+            clock.sleep(poll_interval).await;
+            let pods = match self.ports.cluster.pods().await {
+                Ok(p) => p,
+                Err(e) => {
+                    warn!(error = %e, "could not poll pods; trying again next interval");
+                    continue;
+                }
+            };
+            if pods.iter().any(|p| p.is_pending() && !counted.contains(&p.key())) {
+                let report = self.tick().await?;
+                counted.extend(report.pending.iter().cloned());
+                reports.push(report);
+            }
+        }
+        Ok(reports)
+    }
+
+    async fn dry_run(&self) -> Result<TickReport> {
+        let now = self.ports.clock.now();
+        let world = self.gather(now).await?;
+        let mut report = TickReport { dry_run: true, invalid: world.invalid.clone(), ..TickReport::default() };
+        self.plan_into(&world, &mut report);
+        for c in &report.planned {
+            self.ports
+                .decide(Decision {
+                    at: now,
+                    job: "provision".into(),
+                    action: format!(
+                        "would launch a {} NodeClaim as {} in {} ({}) [dry run]",
+                        c.node_pool, c.instance_type, c.zone, c.capacity_type
+                    ),
+                    reason: pods_reason(&c.pods),
+                    price_per_hour: Some(c.price_per_hour),
+                })
+                .await;
+        }
+        Ok(report)
+    }
+
+    async fn tick_with_lease(&self, lease: &mut Lease) -> Result<TickReport> {
+        let now = self.ports.clock.now();
+        let mut world = self.gather(now).await?;
+        let mut report = TickReport { invalid: world.invalid.clone(), ..TickReport::default() };
+
+        self.recover(&mut world, &mut report).await?;
+        let World { state, claims, catalog, owned, .. } = &mut world;
+        report.lifecycle =
+            lifecycle::reconcile(&self.ports, &self.config.lifecycle(), state, catalog, claims, owned).await?;
+
+        self.plan_into(&world, &mut report);
+        let mut names: HashSet<String> = world.claims.iter().map(|c| c.name.clone()).collect();
+        for planned in report.planned.clone() {
+            *lease = self
+                .ports
+                .store
+                .renew_lease(lease, self.ports.clock.now(), self.config.lease_ttl)
+                .await
+                .map_err(|source| EngineError::LeaseLost { name: LEASE_NAME.into(), source })?;
+            let Some(pool) = world.pools.iter().find(|p| p.name == planned.node_pool).cloned() else { continue };
+            let claim = self.create_claim(&planned, &pool, lease.token, &mut names).await?;
+            info!(claim = %claim.name, nodepool = %pool.name, pods = claim.pods.len(), "claim written; launching");
+            self.launch_and_record(claim, &pool, &mut world, &mut report).await?;
+        }
+        Ok(report)
+    }
+
+    async fn gather(&self, now: i64) -> Result<World> {
+        let p = &self.ports;
+        let (state, claims, unavailable, catalog, spot, owned, kubernetes_version) = tokio::try_join!(
+            async { p.cluster.state().await.map_err(EngineError::from) },
+            async { p.store.list_claims().await.map_err(EngineError::from) },
+            async { p.store.unavailable_offerings(now).await.map_err(EngineError::from) },
+            async { p.cloud.catalog().await.map_err(EngineError::from) },
+            async { p.cloud.spot_prices().await.map_err(EngineError::from) },
+            async { p.cloud.owned_instances().await.map_err(EngineError::from) },
+            async { p.cluster.kubernetes_version().await.map_err(EngineError::from) },
+        )?;
+        let mut invalid = state.invalid.clone();
+        let mut classes = HashMap::new();
+        let wanted: HashSet<&str> = state.node_pools.iter().map(|p| p.node_class_ref.name.as_str()).collect();
+        for class in state.node_classes.iter().filter(|c| wanted.contains(c.name.as_str())) {
+            match p.cloud.resolve_node_class(class, &kubernetes_version).await {
+                Ok(r) if r.subnets.is_empty() => {
+                    invalid.push(format!("EC2NodeClass {:?}: its subnetSelectorTerms select no subnet", class.name))
+                }
+                Ok(r) => {
+                    classes.insert(class.name.clone(), (class.clone(), r));
+                }
+                Err(e) if matches!(e.kind, ErrorKind::Invalid | ErrorKind::NotFound) => {
+                    invalid.push(format!("EC2NodeClass {:?}: {e}", class.name));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut pools = Vec::new();
+        for pool in &state.node_pools {
+            if classes.contains_key(&pool.node_class_ref.name) {
+                pools.push(pool.clone());
+            } else if !state.node_classes.iter().any(|c| c.name == pool.node_class_ref.name) {
+                invalid.push(format!("NodePool {:?}: EC2NodeClass {:?} does not exist", pool.name, pool.node_class_ref.name));
+            }
+        }
+        let mut zones: Vec<String> =
+            classes.values().flat_map(|(_, r)| r.subnets.iter().map(|s| s.zone.clone())).collect();
+        zones.sort();
+        zones.dedup();
+        let mut pricing = Pricing::for_zones(zones);
+        pricing.spot_prices = spot.into_iter().collect();
+        pricing.unavailable = unavailable.into_iter().collect();
+        Ok(World { state, claims, catalog, pricing, owned, kubernetes_version, classes, pools, invalid })
+    }
+
+    /// Claims found `Launching` at tick start: a previous tick wrote them and then
+    /// crashed, or left them after retryable errors.
+    async fn recover(&self, world: &mut World, report: &mut TickReport) -> Result<()> {
+        let launching: Vec<NodeClaim> =
+            world.claims.iter().filter(|c| c.state == ClaimState::Launching).cloned().collect();
+        for claim in launching {
+            let found = world
+                .owned
+                .iter()
+                .find(|i| i.claim_name.as_deref() == Some(claim.name.as_str()) && i.state != "terminated")
+                .cloned();
+            if let Some(inst) = found {
+                let price = world
+                    .catalog
+                    .get(&inst.instance_type)
+                    .and_then(|it| world.pricing.price(it, &inst.zone, inst.capacity_type))
+                    .or_else(|| world.catalog.get(&inst.instance_type).and_then(|it| it.on_demand_price))
+                    .unwrap_or(0.0);
+                let launched = Launched {
+                    instance_id: inst.id.clone(),
+                    instance_type: inst.instance_type.clone(),
+                    zone: inst.zone.clone(),
+                    capacity_type: inst.capacity_type,
+                    price,
+                    unavailable: vec![],
+                };
+                match self.mark_launched(&claim, &launched, inst.launch_time).await {
+                    Ok(next) => {
+                        info!(claim = %claim.name, instance = %inst.id, "adopted the instance of a claim left Launching");
+                        replace(&mut world.claims, next);
+                        report.adopted.push(claim.name.clone());
+                    }
+                    Err(EngineError::Store(e)) if e.kind == ErrorKind::Conflict => {
+                        warn!(claim = %claim.name, error = %e, "claim changed while adopting; next tick");
+                    }
+                    Err(e) => return Err(e),
+                }
+                continue;
+            }
+            let Some(pool) = world.pools.iter().find(|p| p.name == claim.node_pool).cloned() else {
+                let why = format!("NodePool {:?} no longer exists or its EC2NodeClass cannot be used", claim.node_pool);
+                self.fail(&claim, &why, world, report).await?;
+                continue;
+            };
+            info!(claim = %claim.name, "claim left Launching with no instance; launching again with the same client token");
+            self.launch_and_record(claim, &pool, world, report).await?;
+        }
+        Ok(())
+    }
+
+    fn plan_into(&self, world: &World, report: &mut TickReport) {
+        let mut snapshot = snapshot_for_planning(&world.state, &world.claims, &world.pools);
+        report.pending = snapshot.pending_pods().map(|p| p.key()).collect();
+        let in_flight = nominate(&mut snapshot, in_flight_claims(&world.claims, &world.state), world);
+        let plan = plan_provisioning(&ProvisioningInput {
+            snapshot: &snapshot,
+            node_pools: &world.pools,
+            catalog: &world.catalog,
+            pricing: &world.pricing,
+            in_flight: &in_flight,
+        });
+        info!(
+            pending = report.pending.len(),
+            new_claims = plan.node_claims.len(),
+            in_flight = in_flight.len(),
+            unschedulable = plan.unschedulable.len(),
+            price_per_hour = plan.total_price_per_hour,
+            "planned"
+        );
+        report.planned = plan.node_claims;
+        report.unschedulable = plan.unschedulable;
+    }
+
+    /// Writes a new `Launching` claim under a fresh name (retrying on a name clash).
+    async fn create_claim(
+        &self,
+        planned: &PlannedNodeClaim,
+        pool: &NodePool,
+        token: u64,
+        names: &mut HashSet<String>,
+    ) -> Result<NodeClaim> {
+        const ATTEMPTS: u32 = 16;
+        let now = self.ports.clock.now();
+        let mut capacity_types: Vec<CapacityType> =
+            planned.capacity_types.iter().filter_map(|c| CapacityType::parse(c)).collect();
+        if capacity_types.is_empty() {
+            capacity_types = CapacityType::parse(&planned.capacity_type).into_iter().collect();
+        }
+        let mut zones = planned.zones.clone();
+        if zones.is_empty() {
+            zones.push(planned.zone.clone());
+        }
+        for _ in 0..ATTEMPTS {
+            let name = self.claim_name(&pool.name, token, now);
+            if !names.insert(name.clone()) {
+                continue;
+            }
+            let claim = NodeClaim {
+                name,
+                node_pool: pool.name.clone(),
+                node_class: pool.node_class_ref.name.clone(),
+                state: ClaimState::Launching,
+                version: 1,
+                instance_type_options: planned.instance_type_options.clone(),
+                zones: zones.clone(),
+                capacity_types: capacity_types.clone(),
+                pods: planned.pods.clone(),
+                created_at: now,
+                updated_at: now,
+                instance_id: None,
+                instance_type: None,
+                zone: None,
+                capacity_type: None,
+                price_per_hour: None,
+                node_name: None,
+                launched_at: None,
+                registered_at: None,
+                initialized_at: None,
+                disruption: None,
+                failure: None,
+            };
+            match self.ports.store.create_claim(&claim).await {
+                Ok(()) => return Ok(claim),
+                Err(e) if e.kind == ErrorKind::Conflict => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(EngineError::NoFreeName { pool: pool.name.clone(), attempts: ATTEMPTS })
+    }
+
+    /// `<pool>-<5 lowercase alphanumerics>` from a hash of (pool, holder, lease token,
+    /// time, sequence number): no two invocations share a token, no two calls a number.
+    fn claim_name(&self, pool: &str, token: u64, now: i64) -> String {
+        const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+        let n = self.seq.fetch_add(1, Ordering::Relaxed);
+        let mut h = DefaultHasher::new();
+        (pool, &self.config.holder, token, now, n).hash(&mut h);
+        let mut x = h.finish();
+        let mut suffix = String::with_capacity(5);
+        for _ in 0..5 {
+            suffix.push(char::from(ALPHABET[(x % 36) as usize]));
+            x /= 36;
+        }
+        format!("{pool}-{suffix}")
+    }
+
+    fn launch_request(&self, claim: &NodeClaim, pool: &NodePool, world: &World) -> Option<LaunchRequest> {
+        let (node_class, resolved) = world.classes.get(&claim.node_class)?;
+        let subnet_zones: HashSet<&str> = resolved.subnets.iter().map(|s| s.zone.as_str()).collect();
+        let mut offerings = Vec::new();
+        for t in &claim.instance_type_options {
+            let Some(it) = world.catalog.get(t) else { continue };
+            for zone in claim.zones.iter().filter(|z| subnet_zones.contains(z.as_str())) {
+                for &ct in &claim.capacity_types {
+                    if let Some(price) = world.pricing.price(it, zone, ct) {
+                        offerings.push(Offering { instance_type: t.clone(), zone: zone.clone(), capacity_type: ct, price });
+                    }
+                }
+            }
+        }
+        // Stable: equal prices keep the planner's order.
+        offerings.sort_by(|a, b| a.price.total_cmp(&b.price));
+        offerings.truncate(MAX_OFFERINGS);
+        let mut labels: BTreeMap<String, String> = pool.labels.clone();
+        labels.insert(LABEL_NODEPOOL.into(), pool.name.clone());
+        labels.insert(LABEL_NODECLAIM.into(), claim.name.clone());
+        let mut taints = pool.taints.clone();
+        taints.extend(pool.startup_taints.iter().cloned());
+        taints.push(lifecycle::unregistered_taint());
+        Some(LaunchRequest {
+            claim_name: claim.name.clone(),
+            node_pool: pool.name.clone(),
+            node_class: node_class.clone(),
+            resolved: resolved.clone(),
+            offerings,
+            labels,
+            taints,
+            kubernetes_version: world.kubernetes_version.clone(),
+        })
+    }
+
+    /// Launches one claim and records the outcome in the store, the report, the
+    /// decision log and the cluster's events.
+    async fn launch_and_record(
+        &self,
+        claim: NodeClaim,
+        pool: &NodePool,
+        world: &mut World,
+        report: &mut TickReport,
+    ) -> Result<()> {
+        let Some(request) = self.launch_request(&claim, pool, world) else {
+            let why = format!("EC2NodeClass {:?} cannot be used", claim.node_class);
+            return self.fail(&claim, &why, world, report).await;
+        };
+        match self.launch(&claim, request, world).await? {
+            LaunchOutcome::Launched(next, l) => {
+                info!(
+                    claim = %next.name,
+                    instance = %l.instance_id,
+                    instance_type = %l.instance_type,
+                    zone = %l.zone,
+                    capacity_type = %l.capacity_type,
+                    price_per_hour = l.price,
+                    pods = next.pods.len(),
+                    "launched"
+                );
+                let now = self.ports.clock.now();
+                self.ports
+                    .decide(Decision {
+                        at: now,
+                        job: "provision".into(),
+                        action: format!(
+                            "launch {} as {} in {} ({}, {})",
+                            next.name, l.instance_type, l.zone, l.capacity_type, l.instance_id
+                        ),
+                        reason: pods_reason(&next.pods),
+                        price_per_hour: Some(l.price),
+                    })
+                    .await;
+                self.ports.emit(pod_event(&next, EventType::Normal, "Launched", format!(
+                    "NodeClaim {} launched as {} in {} for {} pod(s)",
+                    next.name,
+                    l.instance_type,
+                    l.zone,
+                    next.pods.len()
+                )))
+                .await;
+                report.launched.push(LaunchedClaim {
+                    name: next.name.clone(),
+                    node_pool: next.node_pool.clone(),
+                    instance_id: l.instance_id,
+                    instance_type: l.instance_type,
+                    zone: l.zone,
+                    capacity_type: l.capacity_type,
+                    price_per_hour: l.price,
+                    pods: next.pods.len(),
+                });
+                replace(&mut world.claims, next);
+            }
+            LaunchOutcome::Failed(why) => self.fail(&claim, &why, world, report).await?,
+            LaunchOutcome::Deferred(why) => {
+                warn!(claim = %claim.name, reason = %why, "launch deferred to the next tick");
+                replace(&mut world.claims, claim.clone());
+                report.deferred.push(claim.name.clone());
+            }
+        }
+        Ok(())
+    }
+
+    /// CreateFleet with fallback and backoff. Store errors other than a lost
+    /// conditional write abort the tick (the claim stays `Launching`; the next tick
+    /// adopts or relaunches it).
+    async fn launch(&self, claim: &NodeClaim, mut request: LaunchRequest, world: &mut World) -> Result<LaunchOutcome> {
+        let mut retries = 0u32;
+        let mut last_ice = String::new();
+        loop {
+            if request.offerings.is_empty() {
+                let why = if last_ice.is_empty() {
+                    format!(
+                        "no offering available for {} in zones {:?} ({})",
+                        claim.instance_type_options.join(", "),
+                        claim.zones,
+                        "all known to be out of capacity or not offered"
+                    )
+                } else {
+                    last_ice
+                };
+                return Ok(LaunchOutcome::Failed(why));
+            }
+            match self.ports.cloud.launch(&request).await {
+                Ok(l) => {
+                    self.remember_unavailable(claim, &l.unavailable, world).await?;
+                    let now = self.ports.clock.now();
+                    return match self.mark_launched(claim, &l, now).await {
+                        Ok(next) => Ok(LaunchOutcome::Launched(next, l)),
+                        Err(EngineError::Store(e)) if e.kind == ErrorKind::Conflict => {
+                            Ok(LaunchOutcome::Deferred(format!("claim changed while launching: {e}")))
+                        }
+                        Err(e) => Err(e),
+                    };
+                }
+                Err(LaunchError::InsufficientCapacity { offerings, message }) => {
+                    let refused = self.remember_unavailable(claim, &offerings, world).await?;
+                    request
+                        .offerings
+                        .retain(|o| !refused.contains(&(o.instance_type.clone(), o.zone.clone(), o.capacity_type)));
+                    if offerings.is_empty() {
+                        // Nothing named: do not loop forever on the same request.
+                        return Ok(LaunchOutcome::Failed(message));
+                    }
+                    last_ice = message;
+                }
+                Err(LaunchError::Cloud(e)) if matches!(e.kind, ErrorKind::Throttled | ErrorKind::Unavailable) => {
+                    retries += 1;
+                    if retries >= self.config.launch_attempts {
+                        return Ok(LaunchOutcome::Deferred(e.to_string()));
+                    }
+                    let delay = self.config.backoff.saturating_mul(1 << (retries - 1).min(16));
+                    warn!(claim = %claim.name, error = %e, delay_ms = delay.as_millis() as u64, "launch throttled; backing off");
+                    self.ports.clock.sleep(delay).await;
+                }
+                Err(LaunchError::Cloud(e)) => return Ok(LaunchOutcome::Failed(e.to_string())),
+            }
+        }
+    }
+
+    /// Records offerings found out of capacity for `ice_ttl`, in the store and in this
+    /// tick's pricing. Returns them as keys.
+    async fn remember_unavailable(
+        &self,
+        claim: &NodeClaim,
+        offerings: &[Offering],
+        world: &mut World,
+    ) -> Result<HashSet<(String, String, CapacityType)>> {
+        let until = self.ports.clock.now() + i64::try_from(self.config.ice_ttl.as_secs()).unwrap_or(i64::MAX);
+        let mut refused = HashSet::new();
+        for o in offerings {
+            self.ports.store.mark_unavailable(o, until).await?;
+            warn!(
+                claim = %claim.name,
+                instance_type = %o.instance_type,
+                zone = %o.zone,
+                capacity_type = %o.capacity_type,
+                "insufficient capacity; offering marked unavailable"
+            );
+            refused.insert((o.instance_type.clone(), o.zone.clone(), o.capacity_type));
+        }
+        world.pricing.unavailable.extend(refused.iter().cloned());
+        Ok(refused)
+    }
+
+    async fn mark_launched(&self, claim: &NodeClaim, l: &Launched, launched_at: i64) -> Result<NodeClaim> {
+        let now = self.ports.clock.now();
+        let next = claim.transition(ClaimState::Launched, now, |c| {
+            c.instance_id = Some(l.instance_id.clone());
+            c.instance_type = Some(l.instance_type.clone());
+            c.zone = Some(l.zone.clone());
+            c.capacity_type = Some(l.capacity_type);
+            c.price_per_hour = Some(l.price);
+            c.launched_at = Some(launched_at);
+        })?;
+        save(&self.ports, claim, next).await
+    }
+
+    async fn fail(&self, claim: &NodeClaim, why: &str, world: &mut World, report: &mut TickReport) -> Result<()> {
+        let now = self.ports.clock.now();
+        let next = claim.transition(ClaimState::LaunchFailed, now, |c| c.failure = Some(why.to_string()))?;
+        match save(&self.ports, claim, next).await {
+            Ok(next) => replace(&mut world.claims, next),
+            Err(EngineError::Store(e)) if e.kind == ErrorKind::Conflict => {
+                warn!(claim = %claim.name, error = %e, "claim changed while recording its failure");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        }
+        warn!(claim = %claim.name, reason = %why, "launch failed");
+        self.ports
+            .decide(Decision {
+                at: now,
+                job: "provision".into(),
+                action: format!("launch of {} failed", claim.name),
+                reason: format!("{why}; {}", pods_reason(&claim.pods)),
+                price_per_hour: None,
+            })
+            .await;
+        self.ports
+            .emit(pod_event(claim, EventType::Warning, "LaunchFailed", format!("NodeClaim {}: {why}", claim.name)))
+            .await;
+        report.failed.push((claim.name.clone(), why.to_string()));
+        Ok(())
+    }
+}
+
+fn replace(claims: &mut Vec<NodeClaim>, next: NodeClaim) {
+    match claims.iter_mut().find(|c| c.name == next.name) {
+        Some(c) => *c = next,
+        None => claims.push(next),
+    }
+}
+
+/// Events about a claim go to the first pod it was made for (Karpenter's
+/// "Nominated"): claims are not Kubernetes objects here.
+fn pod_event(claim: &NodeClaim, event_type: EventType, reason: &str, message: String) -> ClusterEvent {
+    let (namespace, name) = claim
+        .pods
+        .first()
+        .and_then(|k| k.split_once('/'))
+        .map(|(ns, n)| (Some(ns.to_string()), n.to_string()))
+        .unwrap_or((None, claim.name.clone()));
+    ClusterEvent {
+        kind: if namespace.is_some() { "Pod".into() } else { "Node".into() },
+        namespace,
+        name,
+        event_type,
+        reason: reason.into(),
+        message,
+    }
+}
+
+fn pods_reason(pods: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut s = format!("{} pending pod(s): {}", pods.len(), pods.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", "));
+    if pods.len() > SHOWN {
+        s.push_str(&format!(", +{} more", pods.len() - SHOWN));
+    }
+    s
+}
+
+/// The snapshot the planner sees. Nodes of claims not yet initialized lose their
+/// startup and unregistered taints: those are expected to go away (Karpenter treats
+/// them as ephemeral when scheduling).
+fn snapshot_for_planning(state: &ClusterState, claims: &[NodeClaim], pools: &[NodePool]) -> ClusterSnapshot {
+    let initializing: HashMap<&str, &NodeClaim> = claims
+        .iter()
+        .filter(|c| matches!(c.state, ClaimState::Launched | ClaimState::Registered))
+        .filter_map(|c| Some((c.instance_id.as_deref()?, c)))
+        .collect();
+    let nodes = state
+        .nodes
+        .iter()
+        .map(|n| {
+            let claim = n.provider_id.as_deref().and_then(instance_id_from_provider_id).and_then(|id| initializing.get(id));
+            match claim {
+                None => n.clone(),
+                Some(c) => {
+                    let startup: HashSet<&str> = pools
+                        .iter()
+                        .find(|p| p.name == c.node_pool)
+                        .map(|p| p.startup_taints.iter().map(|t| t.key.as_str()).collect())
+                        .unwrap_or_default();
+                    let mut n = n.clone();
+                    n.taints.retain(|t| t.key != TAINT_UNREGISTERED && !startup.contains(t.key.as_str()));
+                    n
+                }
+            }
+        })
+        .collect();
+    ClusterSnapshot {
+        pods: state.pods.clone(),
+        nodes,
+        daemonsets: state.daemonsets.clone(),
+        pdbs: state.pdbs.clone(),
+    }
+}
+
+/// Pending pods keep the claim they were planned for (Karpenter's nomination).
+///
+/// Re-packing every pending pod onto in-flight claims each tick is order-dependent
+/// bin packing: the pods a claim was sized for need not fit it again when packed in
+/// another order, and the leftovers would launch more nodes on every tick. So an
+/// in-flight claim whose pods are still pending becomes a Ready placeholder node
+/// (named after the claim, with its type's labels, the pool's labels and taints, and
+/// allocatable minus the DaemonSets that would run on it) with those pods bound to
+/// it: they are counted once, its free space still takes new pods, topology and pool
+/// limits see it. Claims with no pending pod left stay plain in-flight claims.
+fn nominate(snapshot: &mut ClusterSnapshot, in_flight: Vec<InFlightClaim>, world: &World) -> Vec<InFlightClaim> {
+    let by_name: HashMap<&str, &NodeClaim> = world.claims.iter().map(|c| (c.name.as_str(), c)).collect();
+    let mut pending: HashMap<String, usize> = snapshot
+        .pods
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.is_pending())
+        .map(|(i, p)| (p.key(), i))
+        .collect();
+    let mut rest = Vec::new();
+    for f in in_flight {
+        let claim = by_name.get(f.name.as_str());
+        let it = world.catalog.get(&f.instance_type);
+        let pool = world.pools.iter().find(|p| p.name == f.node_pool);
+        let (Some(claim), Some(it), Some(pool)) = (claim, it, pool) else {
+            rest.push(f);
+            continue;
+        };
+        let nominated: Vec<usize> = claim.pods.iter().filter_map(|k| pending.remove(k)).collect();
+        if nominated.is_empty() {
+            rest.push(f);
+            continue;
+        }
+        let mut labels = it.labels.clone();
+        labels.extend(pool.labels.clone());
+        labels.insert(LABEL_ZONE.into(), f.zone.clone());
+        labels.insert(LABEL_CAPACITY_TYPE.into(), f.capacity_type.as_str().into());
+        labels.insert(LABEL_NODEPOOL.into(), pool.name.clone());
+        labels.insert(LABEL_HOSTNAME.into(), f.name.clone());
+        let mut allocatable = it.allocatable.clone();
+        for ds in &snapshot.daemonsets {
+            let t = &ds.template;
+            let tolerated = pool.taints.iter().all(|taint| t.tolerations.iter().any(|tol| tol.tolerates(taint)));
+            if tolerated && t.node_selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
+                allocatable.sub(&t.requests);
+            }
+        }
+        for i in nominated {
+            snapshot.pods[i].node_name = Some(f.name.clone());
+        }
+        snapshot.nodes.push(Node {
+            name: f.name.clone(),
+            labels,
+            taints: pool.taints.clone(),
+            allocatable,
+            capacity: it.capacity.clone(),
+            provider_id: None,
+            unschedulable: false,
+            ready: true,
+        });
+    }
+    rest
+}
+
+/// Claims whose capacity is coming: `Launching`, `Launched`, and `Registered` ones
+/// whose node is not Ready yet (a Ready node is counted as a node instead, never twice).
+fn in_flight_claims(claims: &[NodeClaim], state: &ClusterState) -> Vec<InFlightClaim> {
+    let ready: HashSet<&str> = state
+        .nodes
+        .iter()
+        .filter(|n| n.ready && !n.unschedulable)
+        .filter_map(|n| instance_id_from_provider_id(n.provider_id.as_deref()?))
+        .collect();
+    claims
+        .iter()
+        .filter(|c| match c.state {
+            ClaimState::Launching | ClaimState::Launched => true,
+            ClaimState::Registered => !c.instance_id.as_deref().is_some_and(|id| ready.contains(id)),
+            _ => false,
+        })
+        .filter_map(|c| {
+            Some(InFlightClaim {
+                name: c.name.clone(),
+                node_pool: c.node_pool.clone(),
+                instance_type: c.instance_type.clone().or_else(|| c.instance_type_options.first().cloned())?,
+                zone: c.zone.clone().or_else(|| c.zones.first().cloned())?,
+                capacity_type: c.capacity_type.or_else(|| c.capacity_types.first().copied()).unwrap_or(CapacityType::OnDemand),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claims_reason_names_the_first_pods_and_counts_the_rest() {
+        let pods: Vec<String> = (0..7).map(|i| format!("default/web-{i}")).collect();
+        let r = pods_reason(&pods);
+        assert!(r.starts_with("7 pending pod(s): default/web-0, "), "{r}");
+        assert!(r.ends_with("+2 more"), "{r}");
+    }
+
+    #[test]
+    fn a_launching_claim_without_an_instance_counts_as_its_first_option() {
+        let claim = NodeClaim {
+            name: "gp-abcde".into(),
+            node_pool: "gp".into(),
+            node_class: "default".into(),
+            state: ClaimState::Launching,
+            version: 1,
+            instance_type_options: vec!["m5.large".into(), "m5.xlarge".into()],
+            zones: vec!["us-east-1b".into(), "us-east-1a".into()],
+            capacity_types: vec![CapacityType::Spot],
+            pods: vec![],
+            created_at: 0,
+            updated_at: 0,
+            instance_id: None,
+            instance_type: None,
+            zone: None,
+            capacity_type: None,
+            price_per_hour: None,
+            node_name: None,
+            launched_at: None,
+            registered_at: None,
+            initialized_at: None,
+            disruption: None,
+            failure: None,
+        };
+        let f = in_flight_claims(&[claim], &ClusterState::default());
+        assert_eq!(f.len(), 1);
+        assert_eq!((f[0].instance_type.as_str(), f[0].zone.as_str()), ("m5.large", "us-east-1b"));
+        assert_eq!(f[0].capacity_type, CapacityType::Spot);
+    }
+}
