@@ -24,9 +24,9 @@ use tracing::{info, warn};
 
 use nodewright_core::api::model::{Ec2NodeClass, NodePool};
 use nodewright_core::catalog::{
-    CapacityType, Catalog, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL, LABEL_ZONE, Pricing,
+    CapacityType, Catalog, LABEL_NODEPOOL, Pricing,
 };
-use nodewright_core::cluster::{ClusterSnapshot, Node};
+use nodewright_core::cluster::ClusterSnapshot;
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim, instance_id_from_provider_id};
 use nodewright_core::provisioning::{PlannedNodeClaim, ProvisioningInput, UnschedulablePod, plan_provisioning};
 use nodewright_core::scheduling::InFlightClaim;
@@ -355,9 +355,9 @@ impl Provisioner {
     }
 
     fn plan_into(&self, world: &World, report: &mut TickReport) {
-        let mut snapshot = snapshot_for_planning(&world.state, &world.claims, &world.pools);
+        let snapshot = snapshot_for_planning(&world.state, &world.claims, &world.pools);
         report.pending = snapshot.pending_pods().map(|p| p.key()).collect();
-        let in_flight = nominate(&mut snapshot, in_flight_claims(&world.claims, &world.state), world);
+        let in_flight = in_flight_claims(&world.claims, &world.state);
         let plan = plan_provisioning(&ProvisioningInput {
             snapshot: &snapshot,
             node_pools: &world.pools,
@@ -749,70 +749,6 @@ fn snapshot_for_planning(state: &ClusterState, claims: &[NodeClaim], pools: &[No
     }
 }
 
-/// Pending pods keep the claim they were planned for (Karpenter's nomination).
-///
-/// Re-packing every pending pod onto in-flight claims each tick is order-dependent
-/// bin packing: the pods a claim was sized for need not fit it again when packed in
-/// another order, and the leftovers would launch more nodes on every tick. So an
-/// in-flight claim whose pods are still pending becomes a Ready placeholder node
-/// (named after the claim, with its type's labels, the pool's labels and taints, and
-/// allocatable minus the DaemonSets that would run on it) with those pods bound to
-/// it: they are counted once, its free space still takes new pods, topology and pool
-/// limits see it. Claims with no pending pod left stay plain in-flight claims.
-fn nominate(snapshot: &mut ClusterSnapshot, in_flight: Vec<InFlightClaim>, world: &World) -> Vec<InFlightClaim> {
-    let by_name: HashMap<&str, &NodeClaim> = world.claims.iter().map(|c| (c.name.as_str(), c)).collect();
-    let mut pending: HashMap<String, usize> = snapshot
-        .pods
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| p.is_pending())
-        .map(|(i, p)| (p.key(), i))
-        .collect();
-    let mut rest = Vec::new();
-    for f in in_flight {
-        let claim = by_name.get(f.name.as_str());
-        let it = world.catalog.get(&f.instance_type);
-        let pool = world.pools.iter().find(|p| p.name == f.node_pool);
-        let (Some(claim), Some(it), Some(pool)) = (claim, it, pool) else {
-            rest.push(f);
-            continue;
-        };
-        let nominated: Vec<usize> = claim.pods.iter().filter_map(|k| pending.remove(k)).collect();
-        if nominated.is_empty() {
-            rest.push(f);
-            continue;
-        }
-        let mut labels = it.labels.clone();
-        labels.extend(pool.labels.clone());
-        labels.insert(LABEL_ZONE.into(), f.zone.clone());
-        labels.insert(LABEL_CAPACITY_TYPE.into(), f.capacity_type.as_str().into());
-        labels.insert(LABEL_NODEPOOL.into(), pool.name.clone());
-        labels.insert(LABEL_HOSTNAME.into(), f.name.clone());
-        let mut allocatable = it.allocatable.clone();
-        for ds in &snapshot.daemonsets {
-            let t = &ds.template;
-            let tolerated = pool.taints.iter().all(|taint| t.tolerations.iter().any(|tol| tol.tolerates(taint)));
-            if tolerated && t.node_selector.iter().all(|(k, v)| labels.get(k) == Some(v)) {
-                allocatable.sub(&t.requests);
-            }
-        }
-        for i in nominated {
-            snapshot.pods[i].node_name = Some(f.name.clone());
-        }
-        snapshot.nodes.push(Node {
-            name: f.name.clone(),
-            labels,
-            taints: pool.taints.clone(),
-            allocatable,
-            capacity: it.capacity.clone(),
-            provider_id: None,
-            unschedulable: false,
-            ready: true,
-        });
-    }
-    rest
-}
-
 /// Claims whose capacity is coming: `Launching`, `Launched`, and `Registered` ones
 /// whose node is not Ready yet (a Ready node is counted as a node instead, never twice).
 fn in_flight_claims(claims: &[NodeClaim], state: &ClusterState) -> Vec<InFlightClaim> {
@@ -836,6 +772,7 @@ fn in_flight_claims(claims: &[NodeClaim], state: &ClusterState) -> Vec<InFlightC
                 instance_type: c.instance_type.clone().or_else(|| c.instance_type_options.first().cloned())?,
                 zone: c.zone.clone().or_else(|| c.zones.first().cloned())?,
                 capacity_type: c.capacity_type.or_else(|| c.capacity_types.first().copied()).unwrap_or(CapacityType::OnDemand),
+                pods: c.pods.clone(),
             })
         })
         .collect()

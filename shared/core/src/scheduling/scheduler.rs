@@ -42,6 +42,10 @@ pub struct InFlightClaim {
     pub instance_type: String,
     pub zone: String,
     pub capacity_type: CapacityType,
+    /// Pods ("namespace/name") the claim was launched for. While still pending they are
+    /// placed on it first (Karpenter's nomination): re-packing them in another order
+    /// could leave some over and launch more capacity on every tick.
+    pub pods: Vec<String>,
 }
 
 pub struct SchedulerInput<'a> {
@@ -1404,8 +1408,8 @@ impl<'a> Scheduler<'a> {
                 .then(a.cmp(&b))
         });
         self.build_classes(&pending);
+        let mut queue = self.place_nominated(pending);
         let mut level = vec![0usize; pods.len()];
-        let mut queue = pending;
         // As Karpenter does, pods that fail are retried while placements still happen:
         // a pod with affinity to pods placed later in the same batch can then follow them.
         loop {
@@ -1442,6 +1446,35 @@ impl<'a> Scheduler<'a> {
                 level[p] = 0;
             }
         }
+    }
+
+    /// Puts each in-flight claim's still-pending pods on it, and returns the others.
+    /// They were packed onto it when it was planned; its capacity is the type's, so
+    /// they are placed without a fresh fit check that a different order might fail.
+    fn place_nominated(&mut self, pending: Vec<usize>) -> Vec<usize> {
+        let pods = self.input.pods;
+        let mut nominated: HashMap<String, usize> = HashMap::new();
+        for b in 0..self.bins.len() {
+            if let Origin::InFlight(i) = self.bins[b].origin {
+                for key in &self.input.in_flight[i].pods {
+                    nominated.insert(key.clone(), b);
+                }
+            }
+        }
+        if nominated.is_empty() {
+            return pending;
+        }
+        let mut rest = Vec::with_capacity(pending.len());
+        for p in pending {
+            match nominated.get(&pods[p].key()) {
+                Some(&b) => {
+                    let e = self.eclass(self.pod_class[p], 0);
+                    self.commit(e, p, b, Fit { merged: None, zone: None, capacity_type: None });
+                }
+                None => rest.push(p),
+            }
+        }
+        rest
     }
 
     fn finish(mut self, mut unschedulable: Vec<(usize, String)>) -> Schedule {

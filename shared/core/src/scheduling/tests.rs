@@ -343,6 +343,7 @@ fn in_flight_claims_absorb_pending_pods_before_new_claims_are_made() {
         instance_type: "m5.2xlarge".into(),
         zone: "us-east-1a".into(),
         capacity_type: crate::catalog::CapacityType::OnDemand,
+        pods: vec![],
     }];
     let plan = plan_with(&snapshot(pods), &[general_purpose_pool()], &in_flight);
     assert!(plan.node_claims.is_empty(), "{:?}", plan.node_claims);
@@ -439,4 +440,23 @@ fn random_workloads_never_break_a_constraint() {
         let plan = plan(&snapshot(pods), &[general_purpose_pool(), arm]);
         assert!(plan.unschedulable.iter().all(|u| !u.reason.is_empty()), "round {round}");
     }
+}
+
+#[test]
+fn pods_nominated_to_an_in_flight_claim_stay_on_it_even_when_repacking_would_differ() {
+    // Sized for exactly these pods: an m5.large holds 1500m + 300m of requests.
+    let pods = vec![pod("a-1", "300m", "256Mi"), pod("b-1", "1500m", "256Mi"), pod("c-1", "1", "256Mi")];
+    let in_flight = [InFlightClaim {
+        name: "gp-nomin".into(),
+        node_pool: "general-purpose".into(),
+        instance_type: "m5.large".into(),
+        zone: "us-east-1a".into(),
+        capacity_type: crate::catalog::CapacityType::OnDemand,
+        pods: vec!["default/a-1".into(), "default/b-1".into()],
+    }];
+    let plan = plan_with(&snapshot(pods), &[general_purpose_pool()], &in_flight);
+    assert_eq!(plan.in_flight[0].pods, vec!["default/a-1".to_string(), "default/b-1".to_string()]);
+    // Largest-first re-packing would have put b (1500m) and c (1) elsewhere; only c needs a claim.
+    assert_eq!(plan.node_claims.len(), 1);
+    assert_eq!(plan.node_claims[0].pods, vec!["default/c-1".to_string()]);
 }
