@@ -1,0 +1,126 @@
+//! The provisioner's configuration, read in one place from the environment so a
+//! missing or malformed setting fails the cold start with a message naming it.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nodewright_core::api::duration::parse_duration;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// `NODEWRIGHT_CLUSTER_NAME`: the EKS cluster.
+    pub cluster_name: String,
+    /// `NODEWRIGHT_TABLE_NAME`: the DynamoDB table.
+    pub table_name: String,
+    /// `NODEWRIGHT_POLL_INTERVAL` (default 5s): how often pending pods are re-read
+    /// while the invocation keeps its minute alive.
+    pub poll_interval: Duration,
+    /// `NODEWRIGHT_DRY_RUN` (default false): plan and record decisions, launch nothing.
+    pub dry_run: bool,
+    /// `NODEWRIGHT_KUBECONFIG`: use this kubeconfig instead of EKS token auth (local runs).
+    pub kubeconfig: Option<PathBuf>,
+    /// `NODEWRIGHT_SSM_PUBLIC_PREFIX` (default /aws/service): where the public EKS AMI
+    /// parameters live. Only emulators need another value (moto refuses `/aws/...`).
+    pub ssm_public_prefix: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0} is not set (required)")]
+    Missing(&'static str),
+    #[error("{name}={value:?}: {expected}")]
+    Malformed { name: &'static str, value: String, expected: &'static str },
+}
+
+impl Config {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_vars(&std::env::vars().collect())
+    }
+
+    pub fn from_vars(vars: &HashMap<String, String>) -> Result<Self, ConfigError> {
+        let get = |name: &str| vars.get(name).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        let required = |name: &'static str| get(name).ok_or(ConfigError::Missing(name));
+        let poll_interval = match get("NODEWRIGHT_POLL_INTERVAL") {
+            None => Duration::from_secs(5),
+            Some(v) => match parse_duration(&v) {
+                Some(d) if d >= Duration::from_secs(1) && d <= Duration::from_secs(60) => d,
+                _ => {
+                    return Err(ConfigError::Malformed {
+                        name: "NODEWRIGHT_POLL_INTERVAL",
+                        value: v,
+                        expected: "a duration between 1s and 60s, like \"5s\"",
+                    });
+                }
+            },
+        };
+        let dry_run = match get("NODEWRIGHT_DRY_RUN").as_deref() {
+            None => false,
+            Some("true" | "1" | "yes") => true,
+            Some("false" | "0" | "no") => false,
+            Some(v) => {
+                return Err(ConfigError::Malformed {
+                    name: "NODEWRIGHT_DRY_RUN",
+                    value: v.to_string(),
+                    expected: "true or false",
+                });
+            }
+        };
+        let ssm_public_prefix = get("NODEWRIGHT_SSM_PUBLIC_PREFIX").unwrap_or_else(|| "/aws/service".into());
+        if !ssm_public_prefix.starts_with('/') {
+            return Err(ConfigError::Malformed {
+                name: "NODEWRIGHT_SSM_PUBLIC_PREFIX",
+                value: ssm_public_prefix,
+                expected: "an SSM parameter path starting with /",
+            });
+        }
+        Ok(Config {
+            cluster_name: required("NODEWRIGHT_CLUSTER_NAME")?,
+            table_name: required("NODEWRIGHT_TABLE_NAME")?,
+            poll_interval,
+            dry_run,
+            kubeconfig: get("NODEWRIGHT_KUBECONFIG").map(PathBuf::from),
+            ssm_public_prefix: ssm_public_prefix.trim_end_matches('/').to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn the_two_required_settings_are_enough_and_defaults_apply() {
+        let c = Config::from_vars(&vars(&[("NODEWRIGHT_CLUSTER_NAME", "prod"), ("NODEWRIGHT_TABLE_NAME", "nw")])).unwrap();
+        assert_eq!(c.poll_interval, Duration::from_secs(5));
+        assert!(!c.dry_run);
+        assert_eq!(c.kubeconfig, None);
+        assert_eq!(c.ssm_public_prefix, "/aws/service");
+    }
+
+    #[test]
+    fn a_missing_setting_is_named() {
+        let err = Config::from_vars(&vars(&[("NODEWRIGHT_TABLE_NAME", "nw")])).unwrap_err();
+        assert_eq!(err.to_string(), "NODEWRIGHT_CLUSTER_NAME is not set (required)");
+    }
+
+    #[test]
+    fn malformed_settings_are_named_with_what_was_expected() {
+        let base = [("NODEWRIGHT_CLUSTER_NAME", "prod"), ("NODEWRIGHT_TABLE_NAME", "nw")];
+        let with = |k: &str, v: &str| {
+            let mut m = vars(&base);
+            m.insert(k.into(), v.into());
+            Config::from_vars(&m).unwrap_err().to_string()
+        };
+        assert_eq!(
+            with("NODEWRIGHT_POLL_INTERVAL", "5 seconds"),
+            "NODEWRIGHT_POLL_INTERVAL=\"5 seconds\": a duration between 1s and 60s, like \"5s\""
+        );
+        assert!(with("NODEWRIGHT_POLL_INTERVAL", "2m").starts_with("NODEWRIGHT_POLL_INTERVAL=\"2m\""));
+        assert_eq!(with("NODEWRIGHT_DRY_RUN", "maybe"), "NODEWRIGHT_DRY_RUN=\"maybe\": true or false");
+    }
+}
