@@ -119,7 +119,10 @@ fn parse_ca(pem: &[u8]) -> Result<Vec<Vec<u8>>, ClusterError> {
     Ok(certs)
 }
 
-fn build(mut config: Config, tokens: Option<Arc<dyn TokenProvider>>) -> Result<Client, ClusterError> {
+fn build(
+    mut config: Config,
+    tokens: Option<Arc<dyn TokenProvider>>,
+) -> Result<Client, ClusterError> {
     config.default_retry = false;
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     config.read_timeout = Some(RESPONSE_TIMEOUT);
@@ -197,7 +200,9 @@ where
             request.headers_mut().insert(AUTHORIZATION, value);
             let response = {
                 let mut service = inner.lock().await;
-                poll_fn(|cx| service.poll_ready(cx)).await.map_err(Into::into)?;
+                poll_fn(|cx| service.poll_ready(cx))
+                    .await
+                    .map_err(Into::into)?;
                 service.call(request)
             };
             response.await.map_err(Into::into)

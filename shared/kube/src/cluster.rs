@@ -98,13 +98,17 @@ impl KubeCluster {
         ca_pem: Option<&[u8]>,
         tokens: Arc<dyn TokenProvider>,
     ) -> Result<Self, ClusterError> {
-        Ok(Self::new(client::client_for_endpoint(endpoint, ca_pem, tokens)?))
+        Ok(Self::new(client::client_for_endpoint(
+            endpoint, ca_pem, tokens,
+        )?))
     }
 
     /// From a kubeconfig file (its current context), for local runs of the CLI
     /// (`NODEWRIGHT_KUBECONFIG`).
     pub async fn from_kubeconfig(path: impl AsRef<Path>) -> Result<Self, ClusterError> {
-        Ok(Self::new(client::client_for_kubeconfig(path.as_ref()).await?))
+        Ok(Self::new(
+            client::client_for_kubeconfig(path.as_ref()).await?,
+        ))
     }
 
     /// Objects per list page (tests use small pages to exercise `continue`).
@@ -183,7 +187,10 @@ impl KubeCluster {
         }
     }
 
-    async fn list_pods(&self, invalid: &mut Vec<String>) -> Result<Vec<cluster::Pod>, ClusterError> {
+    async fn list_pods(
+        &self,
+        invalid: &mut Vec<String>,
+    ) -> Result<Vec<cluster::Pod>, ClusterError> {
         let pods = self.list_all::<Pod>("pods").await?;
         self.remember_uids("Pod", pods.iter().map(|p| &p.metadata));
         Ok(convert(pods, snapshot::pod_from_k8s, invalid))
@@ -360,7 +367,11 @@ impl Cluster for KubeCluster {
         let pods = pods?;
         self.remember_uids("Pod", pods.iter().map(|p| &p.metadata));
         state.pods = convert(pods, snapshot::pod_from_k8s, &mut state.invalid);
-        state.daemonsets = convert(daemonsets?, snapshot::daemonset_from_k8s, &mut state.invalid);
+        state.daemonsets = convert(
+            daemonsets?,
+            snapshot::daemonset_from_k8s,
+            &mut state.invalid,
+        );
         state.pdbs = convert(pdbs?, snapshot::pdb_from_k8s, &mut state.invalid);
         for problem in &state.invalid {
             warn!(problem = %problem, "skipped an object read from the cluster");
@@ -398,12 +409,20 @@ impl Cluster for KubeCluster {
         // 409 instead of being overwritten; then read again.
         let mut attempt = 1;
         loop {
-            let node = api.get(name).await.map_err(|e| cluster_error(doing("reading"), e))?;
+            let node = api
+                .get(name)
+                .await
+                .map_err(|e| cluster_error(doing("reading"), e))?;
             let current: Vec<Value> = node
                 .spec
                 .as_ref()
                 .and_then(|s| s.taints.as_ref())
-                .map(|taints| taints.iter().filter_map(|t| serde_json::to_value(t).ok()).collect())
+                .map(|taints| {
+                    taints
+                        .iter()
+                        .filter_map(|t| serde_json::to_value(t).ok())
+                        .collect()
+                })
                 .unwrap_or_default();
             let taints = patched_taints(&current, patch);
             let labels = node.metadata.labels.clone().unwrap_or_default();
@@ -427,7 +446,10 @@ impl Cluster for KubeCluster {
             match api.patch(name, &params, &Patch::Merge(&body)).await {
                 Ok(_) => return Ok(()),
                 Err(e) if classify(&e) == ErrorKind::Conflict && attempt < TAINT_ATTEMPTS => {
-                    debug!(node = name, attempt, "node changed while tainting it; reading it again");
+                    debug!(
+                        node = name,
+                        attempt, "node changed while tainting it; reading it again"
+                    );
                     attempt += 1;
                 }
                 Err(e) => return Err(cluster_error(doing("tainting"), e)),
@@ -440,7 +462,13 @@ impl Cluster for KubeCluster {
         let object_namespace = if cluster_scoped {
             None
         } else {
-            Some(event.namespace.clone().filter(|ns| !ns.is_empty()).unwrap_or_else(|| "default".into()))
+            Some(
+                event
+                    .namespace
+                    .clone()
+                    .filter(|ns| !ns.is_empty())
+                    .unwrap_or_else(|| "default".into()),
+            )
         };
         let namespace = object_namespace
             .clone()
@@ -487,9 +515,17 @@ impl Cluster for KubeCluster {
             ..Event::default()
         };
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-        api.create(&PostParams::default(), &k8s_event).await.map_err(|e| {
-            cluster_error(format!("recording event {} for {} {:?}", event.reason, event.kind, event.name), e)
-        })?;
+        api.create(&PostParams::default(), &k8s_event)
+            .await
+            .map_err(|e| {
+                cluster_error(
+                    format!(
+                        "recording event {} for {} {:?}",
+                        event.reason, event.kind, event.name
+                    ),
+                    e,
+                )
+            })?;
         Ok(())
     }
 
@@ -517,14 +553,24 @@ mod tests {
     use nodewright_core::api::model::TaintEffect;
 
     fn taint(key: &str, value: Option<&str>, effect: TaintEffect) -> Taint {
-        Taint { key: key.into(), value: value.map(Into::into), effect }
+        Taint {
+            key: key.into(),
+            value: value.map(Into::into),
+            effect,
+        }
     }
 
     #[test]
     fn versions_drop_distribution_suffixes() {
-        assert_eq!(parse_version("1", "33+", "v1.33.4-eks-1234").as_deref(), Some("1.33"));
+        assert_eq!(
+            parse_version("1", "33+", "v1.33.4-eks-1234").as_deref(),
+            Some("1.33")
+        );
         assert_eq!(parse_version("1", "30", "").as_deref(), Some("1.30"));
-        assert_eq!(parse_version("", "", "v1.31.2-eks-abc").as_deref(), Some("1.31"));
+        assert_eq!(
+            parse_version("", "", "v1.31.2-eks-abc").as_deref(),
+            Some("1.31")
+        );
         assert_eq!(parse_version("", "", "nonsense"), None);
     }
 
@@ -550,6 +596,10 @@ mod tests {
             ]
         );
         let again = patched_taints(&patched_taints(&current, &patch), &patch);
-        assert_eq!(again, patched_taints(&current, &patch), "applying twice changes nothing");
+        assert_eq!(
+            again,
+            patched_taints(&current, &patch),
+            "applying twice changes nothing"
+        );
     }
 }

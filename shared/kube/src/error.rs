@@ -57,9 +57,15 @@ fn kind_of_reason(reason: &str) -> ErrorKind {
         "NotFound" => ErrorKind::NotFound,
         "Conflict" | "AlreadyExists" | "Gone" | "Expired" => ErrorKind::Conflict,
         "Unauthorized" | "Forbidden" => ErrorKind::Unauthorized,
-        "Invalid" | "BadRequest" | "MethodNotAllowed" | "NotAcceptable" | "UnsupportedMediaType"
+        "Invalid"
+        | "BadRequest"
+        | "MethodNotAllowed"
+        | "NotAcceptable"
+        | "UnsupportedMediaType"
         | "RequestEntityTooLarge" => ErrorKind::Invalid,
-        "Timeout" | "ServerTimeout" | "ServiceUnavailable" | "InternalError" => ErrorKind::Unavailable,
+        "Timeout" | "ServerTimeout" | "ServiceUnavailable" | "InternalError" => {
+            ErrorKind::Unavailable
+        }
         _ => ErrorKind::Other,
     }
 }
@@ -95,8 +101,14 @@ mod tests {
 
     #[test]
     fn a_status_without_a_code_is_classified_by_its_reason() {
-        assert_eq!(classify(&api_error(0, "TooManyRequests")), ErrorKind::Throttled);
-        assert_eq!(classify(&api_error(0, "AlreadyExists")), ErrorKind::Conflict);
+        assert_eq!(
+            classify(&api_error(0, "TooManyRequests")),
+            ErrorKind::Throttled
+        );
+        assert_eq!(
+            classify(&api_error(0, "AlreadyExists")),
+            ErrorKind::Conflict
+        );
         assert_eq!(classify(&api_error(0, "Something")), ErrorKind::Other);
     }
 

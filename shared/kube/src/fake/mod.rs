@@ -135,11 +135,17 @@ impl FakeApiServer {
                         async move { Ok::<_, Infallible>(serve(&state, request).await) }
                     });
                     // A client hanging up mid-request is not the fake's problem.
-                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
                 });
             }
         });
-        Ok(FakeApiServer { addr, state, accept })
+        Ok(FakeApiServer {
+            addr,
+            state,
+            accept,
+        })
     }
 
     /// `http://127.0.0.1:<port>`, the cluster URL for a kube Config.
@@ -170,11 +176,22 @@ impl FakeApiServer {
 
     /// Every object of a kind, in (namespace, name) order.
     pub fn list(&self, kind: &str) -> Vec<Value> {
-        self.state().store.list(kind, None).into_iter().cloned().collect()
+        self.state()
+            .store
+            .list(kind, None)
+            .into_iter()
+            .cloned()
+            .collect()
     }
 
     /// Changes an object as a concurrent writer would (its resourceVersion moves on).
-    pub fn modify(&self, kind: &str, namespace: Option<&str>, name: &str, change: impl FnOnce(&mut Value)) -> Option<Value> {
+    pub fn modify(
+        &self,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+        change: impl FnOnce(&mut Value),
+    ) -> Option<Value> {
         self.state().store.modify(kind, namespace, name, change)
     }
 
@@ -196,13 +213,22 @@ impl FakeApiServer {
     /// Several calls queue several failures.
     pub fn fail_next(&self, method: &str, path: &str, status: u16) {
         let method = (method != "*").then(|| method.parse().expect("an HTTP method"));
-        self.state().failures.push_back(Injected { method, path: path.into(), status });
+        self.state().failures.push_back(Injected {
+            method,
+            path: path.into(),
+            status,
+        });
     }
 
     /// Runs `hook` on the objects right after the next `method` request to `path` is
     /// served (before the client sees the answer): a concurrent writer between a
     /// client's read and its write.
-    pub fn after_next(&self, method: &str, path: &str, hook: impl FnOnce(&mut Store) + Send + 'static) {
+    pub fn after_next(
+        &self,
+        method: &str,
+        path: &str,
+        hook: impl FnOnce(&mut Store) + Send + 'static,
+    ) {
         self.state().hooks.push(AfterHook {
             method: method.parse().expect("an HTTP method"),
             path: path.into(),
@@ -217,7 +243,11 @@ impl FakeApiServer {
 
     /// How many `method` requests went to `path`.
     pub fn count(&self, method: &str, path: &str) -> usize {
-        self.state().log.iter().filter(|r| r.method == method && r.path == path).count()
+        self.state()
+            .log
+            .iter()
+            .filter(|r| r.method == method && r.path == path)
+            .count()
     }
 
     pub fn clear_requests(&self) {
@@ -233,7 +263,13 @@ async fn serve(state: &Mutex<State>, request: Request<Incoming>) -> Answer {
         Ok(collected) => collected.to_bytes(),
         Err(e) => return status_answer(400, "BadRequest", &format!("reading the body: {e}"), None),
     };
-    let header = |name: http::header::HeaderName| parts.headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let header = |name: http::header::HeaderName| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
     let path = parts.uri.path().to_string();
     let query = parts.uri.query().unwrap_or("").to_string();
     let body: Option<Value> = serde_json::from_slice(&bytes).ok();
@@ -258,7 +294,11 @@ async fn serve(state: &Mutex<State>, request: Request<Incoming>) -> Answer {
             handle(&mut state, &call)
         }
     };
-    if let Some(i) = state.hooks.iter().position(|h| h.path == path && h.method == parts.method) {
+    if let Some(i) = state
+        .hooks
+        .iter()
+        .position(|h| h.path == path && h.method == parts.method)
+    {
         let hook = state.hooks.remove(i);
         (hook.hook)(&mut state.store);
     }
@@ -308,7 +348,9 @@ fn route(store: &Store, path: &str) -> Routed {
         _ => return Routed::NotFound,
     };
     let (namespace, rest) = match rest {
-        ["namespaces", ns, plural, rest @ ..] => (Some(ns.to_string()), [&[*plural], rest].concat()),
+        ["namespaces", ns, plural, rest @ ..] => {
+            (Some(ns.to_string()), [&[*plural], rest].concat())
+        }
         rest => (None, rest.to_vec()),
     };
     let (plural, name, subresource) = match rest.as_slice() {
@@ -324,7 +366,12 @@ fn route(store: &Store, path: &str) -> Routed {
     if namespace.is_some() && !resource.namespaced {
         return Routed::NotFound;
     }
-    Routed::Resource(Route { resource: resource.clone(), namespace, name, subresource })
+    Routed::Resource(Route {
+        resource: resource.clone(),
+        namespace,
+        name,
+        subresource,
+    })
 }
 
 fn handle(state: &mut State, call: &Call) -> Answer {
@@ -332,7 +379,12 @@ fn handle(state: &mut State, call: &Call) -> Answer {
         Routed::Version if call.method == Method::GET => return version_answer(&state.version),
         Routed::Resource(route) => route,
         Routed::Version | Routed::NotFound => {
-            return status_answer(404, "NotFound", "the server could not find the requested resource", None);
+            return status_answer(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+                None,
+            );
         }
     };
     let store = &mut state.store;
@@ -341,13 +393,18 @@ fn handle(state: &mut State, call: &Call) -> Answer {
         (&Method::GET, Some(name), None) => get(store, &route, name),
         (&Method::POST, None, None) => create(store, &route, call.body),
         (&Method::PUT, Some(name), None) => replace(store, &route, name, call.body),
-        (&Method::PATCH, Some(name), None) => patch(store, &route, name, call.content_type, call.body),
+        (&Method::PATCH, Some(name), None) => {
+            patch(store, &route, name, call.content_type, call.body)
+        }
         // Next: (DELETE, Some(name), None) => delete, (POST, Some(name), Some("eviction"))
         // => evict with the PDB check (429 when a budget forbids it).
         _ => status_answer(
             405,
             "MethodNotAllowed",
-            &format!("{} {} is not implemented by the fake API server", call.method, call.path),
+            &format!(
+                "{} {} is not implemented by the fake API server",
+                call.method, call.path
+            ),
             None,
         ),
     }
@@ -412,7 +469,7 @@ fn encode_continue(key: &ObjectKey) -> String {
 }
 
 fn decode_continue(token: &str) -> Option<ObjectKey> {
-    if token.len() % 2 != 0 {
+    if !token.len().is_multiple_of(2) {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..token.len())
@@ -421,7 +478,11 @@ fn decode_continue(token: &str) -> Option<ObjectKey> {
         .collect();
     let raw = String::from_utf8(bytes?).ok()?;
     let mut parts = raw.split('\u{0}');
-    Some((parts.next()?.into(), parts.next()?.into(), parts.next()?.into()))
+    Some((
+        parts.next()?.into(),
+        parts.next()?.into(),
+        parts.next()?.into(),
+    ))
 }
 
 fn list(store: &Store, route: &Route, query: &str) -> Answer {
@@ -433,7 +494,9 @@ fn list(store: &Store, route: &Route, query: &str) -> Answer {
         },
         None => None,
     };
-    let limit = query_param(query, "limit").and_then(|l| l.parse::<usize>().ok()).filter(|l| *l > 0);
+    let limit = query_param(query, "limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|l| *l > 0);
     let candidates = store.page(resource.kind, route.namespace.as_deref(), after.as_ref());
     let take = limit.unwrap_or(candidates.len()).min(candidates.len());
     let remaining = candidates.len() - take;
@@ -504,12 +567,14 @@ fn get(store: &Store, route: &Route, name: &str) -> Answer {
 }
 
 /// The object's namespace must match the path's (namespaced kinds); fills it in.
-fn check_namespace(route: &Route, object: &mut Value) -> Result<(), Answer> {
-    let Some(namespace) = &route.namespace else {
-        return Ok(());
-    };
-    match object.pointer("/metadata/namespace").and_then(Value::as_str) {
-        Some(ns) if ns != namespace => Err(status_answer(
+/// `Some` is the refusal.
+fn check_namespace(route: &Route, object: &mut Value) -> Option<Answer> {
+    let namespace = route.namespace.as_ref()?;
+    match object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+    {
+        Some(ns) if ns != namespace => Some(status_answer(
             400,
             "BadRequest",
             "the namespace of the provided object does not match the namespace sent on the request",
@@ -517,7 +582,7 @@ fn check_namespace(route: &Route, object: &mut Value) -> Result<(), Answer> {
         )),
         _ => {
             object["metadata"]["namespace"] = namespace.as_str().into();
-            Ok(())
+            None
         }
     }
 }
@@ -527,30 +592,48 @@ fn create(store: &mut Store, route: &Route, body: Option<&Value>) -> Answer {
         return status_answer(400, "BadRequest", "the body is not a JSON object", None);
     };
     if route.resource.namespaced && route.namespace.is_none() {
-        return status_answer(405, "MethodNotAllowed", "create a namespaced object under /namespaces/{ns}/", None);
+        return status_answer(
+            405,
+            "MethodNotAllowed",
+            "create a namespaced object under /namespaces/{ns}/",
+            None,
+        );
     }
     if !object.get("metadata").is_some_and(Value::is_object) {
         object["metadata"] = json!({});
     }
-    if let Err(answer) = check_namespace(route, &mut object) {
+    if let Some(answer) = check_namespace(route, &mut object) {
         return answer;
     }
     let name = match object.pointer("/metadata/name").and_then(Value::as_str) {
         Some(name) if !name.is_empty() => name.to_string(),
-        _ => match object.pointer("/metadata/generateName").and_then(Value::as_str) {
+        _ => match object
+            .pointer("/metadata/generateName")
+            .and_then(Value::as_str)
+        {
             Some(prefix) => format!("{prefix}{:05x}", store.revision() & 0xfffff),
             None => {
-                return status_answer(422, "Invalid", "metadata.name: Required value: name or generateName is required", None);
+                return status_answer(
+                    422,
+                    "Invalid",
+                    "metadata.name: Required value: name or generateName is required",
+                    None,
+                );
             }
         },
     };
     let key = key(route.resource.kind, route.namespace.as_deref(), &name);
-    if store.get(&key.0, route.namespace.as_deref(), &name).is_some() {
+    if store
+        .get(&key.0, route.namespace.as_deref(), &name)
+        .is_some()
+    {
         return status_answer(
             409,
             "AlreadyExists",
             &format!("{} {name:?} already exists", qualified(&route.resource)),
-            Some(json!({ "name": name, "group": route.resource.group, "kind": route.resource.plural })),
+            Some(
+                json!({ "name": name, "group": route.resource.group, "kind": route.resource.plural }),
+            ),
         );
     }
     if let Some(meta) = object["metadata"].as_object_mut() {
@@ -563,7 +646,10 @@ fn create(store: &mut Store, route: &Route, body: Option<&Value>) -> Answer {
 }
 
 fn resource_version(object: &Value) -> Option<&str> {
-    object.pointer("/metadata/resourceVersion").and_then(Value::as_str).filter(|rv| !rv.is_empty())
+    object
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .filter(|rv| !rv.is_empty())
 }
 
 fn replace(store: &mut Store, route: &Route, name: &str, body: Option<&Value>) -> Answer {
@@ -571,12 +657,20 @@ fn replace(store: &mut Store, route: &Route, name: &str, body: Option<&Value>) -
         return status_answer(400, "BadRequest", "the body is not a JSON object", None);
     };
     if object.pointer("/metadata/name").and_then(Value::as_str) != Some(name) {
-        return status_answer(400, "BadRequest", "the name of the object does not match the name on the URL", None);
+        return status_answer(
+            400,
+            "BadRequest",
+            "the name of the object does not match the name on the URL",
+            None,
+        );
     }
-    if let Err(answer) = check_namespace(route, &mut object) {
+    if let Some(answer) = check_namespace(route, &mut object) {
         return answer;
     }
-    let Some(current) = store.get(route.resource.kind, route.namespace.as_deref(), name).cloned() else {
+    let Some(current) = store
+        .get(route.resource.kind, route.namespace.as_deref(), name)
+        .cloned()
+    else {
         return not_found(route, name);
     };
     if let Some(rv) = resource_version(&object)
@@ -584,18 +678,36 @@ fn replace(store: &mut Store, route: &Route, name: &str, body: Option<&Value>) -
     {
         return conflict(route, name);
     }
-    let stored = store.write(key(route.resource.kind, route.namespace.as_deref(), name), object, Some(&current));
+    let stored = store.write(
+        key(route.resource.kind, route.namespace.as_deref(), name),
+        object,
+        Some(&current),
+    );
     json_answer(200, &stored)
 }
 
-fn patch(store: &mut Store, route: &Route, name: &str, content_type: Option<&str>, body: Option<&Value>) -> Answer {
+fn patch(
+    store: &mut Store,
+    route: &Route,
+    name: &str,
+    content_type: Option<&str>,
+    body: Option<&Value>,
+) -> Answer {
     let Some(body) = body else {
         return status_answer(400, "BadRequest", "the patch is not JSON", None);
     };
-    let Some(current) = store.get(route.resource.kind, route.namespace.as_deref(), name).cloned() else {
+    let Some(current) = store
+        .get(route.resource.kind, route.namespace.as_deref(), name)
+        .cloned()
+    else {
         return not_found(route, name);
     };
-    let media_type = content_type.unwrap_or("").split(';').next().unwrap_or("").trim();
+    let media_type = content_type
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim();
     let mut patched = current.clone();
     match media_type {
         "application/merge-patch+json" => patch::merge(&mut patched, body),
@@ -616,7 +728,12 @@ fn patch(store: &mut Store, route: &Route, name: &str, content_type: Option<&str
             }
         }
         other => {
-            return status_answer(415, "UnsupportedMediaType", &format!("the fake does not apply {other:?} patches"), None);
+            return status_answer(
+                415,
+                "UnsupportedMediaType",
+                &format!("the fake does not apply {other:?} patches"),
+                None,
+            );
         }
     }
     // A resourceVersion the patch sets is a precondition (JSON patch: only if changed).
@@ -626,9 +743,18 @@ fn patch(store: &mut Store, route: &Route, name: &str, content_type: Option<&str
         return conflict(route, name);
     }
     if patched.pointer("/metadata/name").and_then(Value::as_str) != Some(name) {
-        return status_answer(422, "Invalid", "metadata.name: Invalid value: field is immutable", None);
+        return status_answer(
+            422,
+            "Invalid",
+            "metadata.name: Invalid value: field is immutable",
+            None,
+        );
     }
-    let stored = store.write(key(route.resource.kind, route.namespace.as_deref(), name), patched, Some(&current));
+    let stored = store.write(
+        key(route.resource.kind, route.namespace.as_deref(), name),
+        patched,
+        Some(&current),
+    );
     json_answer(200, &stored)
 }
 
@@ -647,9 +773,17 @@ fn injected_answer(status: u16) -> Answer {
         504 => "Timeout",
         _ => "Unknown",
     };
-    let mut answer = status_answer(status, reason, &format!("injected {status} ({reason})"), None);
+    let mut answer = status_answer(
+        status,
+        reason,
+        &format!("injected {status} ({reason})"),
+        None,
+    );
     if status == 429 {
-        answer.headers_mut().insert(http::header::RETRY_AFTER, http::HeaderValue::from_static("1"));
+        answer.headers_mut().insert(
+            http::header::RETRY_AFTER,
+            http::HeaderValue::from_static("1"),
+        );
     }
     answer
 }
@@ -674,9 +808,10 @@ fn status_answer(code: u16, reason: &str, message: &str, details: Option<Value>)
 fn json_answer(code: u16, body: &Value) -> Answer {
     let mut answer = Response::new(Full::new(Bytes::from(body.to_string())));
     *answer.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    answer
-        .headers_mut()
-        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    answer.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
     answer
 }
 
@@ -686,14 +821,21 @@ mod tests {
 
     #[test]
     fn continue_tokens_round_trip() {
-        let key = ("Pod".to_string(), "kube-system".to_string(), "coredns-1".to_string());
+        let key = (
+            "Pod".to_string(),
+            "kube-system".to_string(),
+            "coredns-1".to_string(),
+        );
         assert_eq!(decode_continue(&encode_continue(&key)), Some(key));
         assert_eq!(decode_continue("zz"), None);
     }
 
     #[test]
     fn query_parameters_are_percent_decoded() {
-        assert_eq!(query_param("limit=2&continue=a%2Fb", "continue").as_deref(), Some("a/b"));
+        assert_eq!(
+            query_param("limit=2&continue=a%2Fb", "continue").as_deref(),
+            Some("a/b")
+        );
         assert_eq!(query_param("limit=2", "continue"), None);
         assert_eq!(percent_decode("100%"), "100%");
     }
@@ -701,14 +843,38 @@ mod tests {
     #[test]
     fn paths_route_to_resources() {
         let store = Store::default();
-        let Routed::Resource(r) = route(&store, "/api/v1/namespaces/kube-system/pods/coredns/eviction") else {
+        let Routed::Resource(r) = route(
+            &store,
+            "/api/v1/namespaces/kube-system/pods/coredns/eviction",
+        ) else {
             panic!("not routed");
         };
-        assert_eq!((r.resource.kind, r.namespace.as_deref(), r.name.as_deref(), r.subresource.as_deref()),
-            ("Pod", Some("kube-system"), Some("coredns"), Some("eviction")));
-        assert!(matches!(route(&store, "/apis/karpenter.sh/v1/nodepools"), Routed::Resource(_)));
-        assert!(matches!(route(&store, "/apis/karpenter.sh/v1beta1/nodepools"), Routed::NotFound));
-        assert!(matches!(route(&store, "/api/v1/namespaces/x/nodes"), Routed::NotFound));
+        assert_eq!(
+            (
+                r.resource.kind,
+                r.namespace.as_deref(),
+                r.name.as_deref(),
+                r.subresource.as_deref()
+            ),
+            (
+                "Pod",
+                Some("kube-system"),
+                Some("coredns"),
+                Some("eviction")
+            )
+        );
+        assert!(matches!(
+            route(&store, "/apis/karpenter.sh/v1/nodepools"),
+            Routed::Resource(_)
+        ));
+        assert!(matches!(
+            route(&store, "/apis/karpenter.sh/v1beta1/nodepools"),
+            Routed::NotFound
+        ));
+        assert!(matches!(
+            route(&store, "/api/v1/namespaces/x/nodes"),
+            Routed::NotFound
+        ));
         assert!(matches!(route(&store, "/version"), Routed::Version));
     }
 }

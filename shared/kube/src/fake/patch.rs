@@ -70,7 +70,11 @@ fn strategic_field(target: &mut Value, patch: &Value, field: Option<&str>) {
                 if value.is_null() {
                     target.remove(name);
                 } else {
-                    strategic_field(target.entry(name.clone()).or_insert(Value::Null), value, Some(name));
+                    strategic_field(
+                        target.entry(name.clone()).or_insert(Value::Null),
+                        value,
+                        Some(name),
+                    );
                 }
             }
         }
@@ -81,14 +85,26 @@ fn strategic_field(target: &mut Value, patch: &Value, field: Option<&str>) {
 /// RFC 6902 JSON patch (add, remove, replace, move, copy, test). `Err` names the
 /// failing operation; the target is left unchanged then.
 pub fn json_patch(target: &mut Value, operations: &Value) -> Result<(), String> {
-    let operations = operations.as_array().ok_or("a JSON patch must be an array of operations")?;
+    let operations = operations
+        .as_array()
+        .ok_or("a JSON patch must be an array of operations")?;
     let mut result = target.clone();
     for (index, op) in operations.iter().enumerate() {
         let fail = |why: &str| format!("operation {index}: {why}");
-        let name = op.get("op").and_then(Value::as_str).ok_or_else(|| fail("no \"op\""))?;
-        let path = op.get("path").and_then(Value::as_str).ok_or_else(|| fail("no \"path\""))?;
+        let name = op
+            .get("op")
+            .and_then(Value::as_str)
+            .ok_or_else(|| fail("no \"op\""))?;
+        let path = op
+            .get("path")
+            .and_then(Value::as_str)
+            .ok_or_else(|| fail("no \"path\""))?;
         let value = || op.get("value").cloned().ok_or_else(|| fail("no \"value\""));
-        let from = || op.get("from").and_then(Value::as_str).ok_or_else(|| fail("no \"from\""));
+        let from = || {
+            op.get("from")
+                .and_then(Value::as_str)
+                .ok_or_else(|| fail("no \"from\""))
+        };
         match name {
             "add" => add(&mut result, path, value()?).map_err(|e| fail(&e))?,
             "remove" => {
@@ -103,7 +119,10 @@ pub fn json_patch(target: &mut Value, operations: &Value) -> Result<(), String> 
                 add(&mut result, path, moved).map_err(|e| fail(&e))?;
             }
             "copy" => {
-                let copied = result.pointer(from()?).cloned().ok_or_else(|| fail("\"from\" does not exist"))?;
+                let copied = result
+                    .pointer(from()?)
+                    .cloned()
+                    .ok_or_else(|| fail("\"from\" does not exist"))?;
                 add(&mut result, path, copied).map_err(|e| fail(&e))?;
             }
             "test" => {
@@ -120,7 +139,9 @@ pub fn json_patch(target: &mut Value, operations: &Value) -> Result<(), String> 
 
 /// Splits a JSON pointer into its parent pointer and its last (unescaped) token.
 fn split(path: &str) -> Result<(&str, String), String> {
-    let slash = path.rfind('/').ok_or_else(|| format!("{path:?} is not a JSON pointer"))?;
+    let slash = path
+        .rfind('/')
+        .ok_or_else(|| format!("{path:?} is not a JSON pointer"))?;
     let last = path[slash + 1..].replace("~1", "/").replace("~0", "~");
     Ok((&path[..slash], last))
 }
@@ -140,7 +161,8 @@ fn add(target: &mut Value, path: &str, value: Value) -> Result<(), String> {
             let index = if last == "-" {
                 list.len()
             } else {
-                last.parse::<usize>().map_err(|_| format!("{last:?} is not an array index"))?
+                last.parse::<usize>()
+                    .map_err(|_| format!("{last:?} is not an array index"))?
             };
             if index > list.len() {
                 return Err(format!("index {index} is past the end of {parent:?}"));
@@ -155,7 +177,9 @@ fn add(target: &mut Value, path: &str, value: Value) -> Result<(), String> {
 fn remove(target: &mut Value, path: &str) -> Result<Value, String> {
     let (parent, last) = split(path)?;
     match target.pointer_mut(parent) {
-        Some(Value::Object(map)) => map.remove(&last).ok_or_else(|| format!("{path:?} does not exist")),
+        Some(Value::Object(map)) => map
+            .remove(&last)
+            .ok_or_else(|| format!("{path:?} does not exist")),
         Some(Value::Array(list)) => match last.parse::<usize>() {
             Ok(i) if i < list.len() => Ok(list.remove(i)),
             _ => Err(format!("{path:?} does not exist")),
@@ -172,8 +196,14 @@ mod tests {
     #[test]
     fn a_merge_patch_replaces_lists_and_deletes_nulls() {
         let mut node = json!({"metadata": {"labels": {"a": "1", "b": "2"}}, "spec": {"taints": [{"key": "x"}]}});
-        merge(&mut node, &json!({"metadata": {"labels": {"b": null, "c": "3"}}, "spec": {"taints": []}}));
-        assert_eq!(node, json!({"metadata": {"labels": {"a": "1", "c": "3"}}, "spec": {"taints": []}}));
+        merge(
+            &mut node,
+            &json!({"metadata": {"labels": {"b": null, "c": "3"}}, "spec": {"taints": []}}),
+        );
+        assert_eq!(
+            node,
+            json!({"metadata": {"labels": {"a": "1", "c": "3"}}, "spec": {"taints": []}})
+        );
     }
 
     #[test]
@@ -191,7 +221,8 @@ mod tests {
 
     #[test]
     fn a_json_patch_applies_all_or_nothing() {
-        let mut node = json!({"metadata": {"labels": {"a/b": "1"}}, "spec": {"taints": [{"key": "x"}]}});
+        let mut node =
+            json!({"metadata": {"labels": {"a/b": "1"}}, "spec": {"taints": [{"key": "x"}]}});
         json_patch(
             &mut node,
             &json!([
@@ -201,7 +232,10 @@ mod tests {
             ]),
         )
         .unwrap();
-        assert_eq!(node, json!({"metadata": {"labels": {}}, "spec": {"taints": [{"key": "x"}, {"key": "y"}]}}));
+        assert_eq!(
+            node,
+            json!({"metadata": {"labels": {}}, "spec": {"taints": [{"key": "x"}, {"key": "y"}]}})
+        );
         let before = node.clone();
         let failed = json_patch(
             &mut node,

@@ -33,8 +33,21 @@ impl ResourceType {
     }
 }
 
-const fn builtin(group: &'static str, version: &'static str, kind: &'static str, plural: &'static str, namespaced: bool) -> ResourceType {
-    ResourceType { group, version, kind, plural, namespaced, builtin: true }
+const fn builtin(
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    namespaced: bool,
+) -> ResourceType {
+    ResourceType {
+        group,
+        version,
+        kind,
+        plural,
+        namespaced,
+        builtin: true,
+    }
 }
 
 /// What a fresh fake serves: the kinds nodewright reads and writes.
@@ -45,7 +58,13 @@ pub fn default_resource_types() -> Vec<ResourceType> {
         builtin("", "v1", "Event", "events", true),
         builtin("", "v1", "Namespace", "namespaces", false),
         builtin("apps", "v1", "DaemonSet", "daemonsets", true),
-        builtin("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", true),
+        builtin(
+            "policy",
+            "v1",
+            "PodDisruptionBudget",
+            "poddisruptionbudgets",
+            true,
+        ),
         ResourceType {
             group: "karpenter.sh",
             version: "v1",
@@ -136,7 +155,12 @@ impl Store {
     }
 
     /// Keys and objects of a kind after `after` (exclusive), for paging.
-    pub(crate) fn page(&self, kind: &str, namespace: Option<&str>, after: Option<&ObjectKey>) -> Vec<(ObjectKey, Value)> {
+    pub(crate) fn page(
+        &self,
+        kind: &str,
+        namespace: Option<&str>,
+        after: Option<&ObjectKey>,
+    ) -> Vec<(ObjectKey, Value)> {
         self.objects
             .iter()
             .filter(|((k, ns, _), _)| k == kind && namespace.is_none_or(|n| n == ns))
@@ -149,7 +173,9 @@ impl Store {
     /// object must carry `apiVersion`, `kind` and `metadata.name` of a served kind.
     /// Returns it as stored.
     pub fn put(&mut self, object: Value) -> Value {
-        let (kind, namespace, name) = self.identify(&object).unwrap_or_else(|e| panic!("FakeApiServer::put: {e}"));
+        let (kind, namespace, name) = self
+            .identify(&object)
+            .unwrap_or_else(|e| panic!("FakeApiServer::put: {e}"));
         let key = key(&kind, namespace.as_deref(), &name);
         let previous = self.objects.get(&key).cloned();
         self.write(key, object, previous.as_ref())
@@ -157,7 +183,13 @@ impl Store {
 
     /// Changes an object in place (bumping its resourceVersion), as a concurrent
     /// writer would. `None` if it does not exist.
-    pub fn modify(&mut self, kind: &str, namespace: Option<&str>, name: &str, change: impl FnOnce(&mut Value)) -> Option<Value> {
+    pub fn modify(
+        &mut self,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+        change: impl FnOnce(&mut Value),
+    ) -> Option<Value> {
         let key = key(kind, namespace, name);
         let previous = self.objects.get(&key)?.clone();
         let mut object = previous.clone();
@@ -175,7 +207,12 @@ impl Store {
 
     /// Stores `object` under `key` as the API server would: identity fields kept from
     /// `previous` (uid, creationTimestamp), a new resourceVersion, namespace filled in.
-    pub(crate) fn write(&mut self, key: ObjectKey, mut object: Value, previous: Option<&Value>) -> Value {
+    pub(crate) fn write(
+        &mut self,
+        key: ObjectKey,
+        mut object: Value,
+        previous: Option<&Value>,
+    ) -> Value {
         self.revision += 1;
         let (kind, namespace, name) = &key;
         let resource_type = self.type_of_kind(kind).cloned();
@@ -215,7 +252,10 @@ impl Store {
     /// (kind, namespace, name) of an object given by a test; the namespace defaults to
     /// "default" for namespaced kinds.
     fn identify(&self, object: &Value) -> Result<(String, Option<String>, String), String> {
-        let kind = object.get("kind").and_then(Value::as_str).ok_or("the object has no kind")?;
+        let kind = object
+            .get("kind")
+            .and_then(Value::as_str)
+            .ok_or("the object has no kind")?;
         let resource_type = self
             .type_of_kind(kind)
             .ok_or_else(|| format!("kind {kind:?} is not served (installed kinds only)"))?;
@@ -235,7 +275,11 @@ impl Store {
 }
 
 pub(crate) fn key(kind: &str, namespace: Option<&str>, name: &str) -> ObjectKey {
-    (kind.to_string(), namespace.unwrap_or("").to_string(), name.to_string())
+    (
+        kind.to_string(),
+        namespace.unwrap_or("").to_string(),
+        name.to_string(),
+    )
 }
 
 /// RFC 3339 in seconds, as Kubernetes writes `metav1.Time`.
