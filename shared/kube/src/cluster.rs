@@ -317,6 +317,15 @@ fn taint_json(taint: &Taint) -> Value {
     value
 }
 
+/// The apiVersion of the kinds nodewright reports events about.
+fn api_version_of(kind: &str) -> &'static str {
+    match kind {
+        NODE_POOL_KIND | "NodeClaim" => NODE_POOL_API_VERSION,
+        NODE_CLASS_KIND => NODE_CLASS_API_VERSION,
+        _ => "v1",
+    }
+}
+
 /// `"1"`, `"33+"` → `1`, `33` (EKS reports minors like `"33+"`).
 fn leading_number(s: &str) -> Option<u32> {
     let digits: String = s.chars().take_while(char::is_ascii_digit).collect();
@@ -458,26 +467,20 @@ impl Cluster for KubeCluster {
     }
 
     async fn record_event(&self, event: &ClusterEvent) -> Result<(), ClusterError> {
-        let cluster_scoped = event.kind == "Node";
-        let object_namespace = if cluster_scoped {
-            None
-        } else {
-            Some(
-                event
-                    .namespace
-                    .clone()
-                    .filter(|ns| !ns.is_empty())
-                    .unwrap_or_else(|| "default".into()),
-            )
+        // Nodes (and anything given without a namespace) are cluster-scoped: their
+        // events go to "default", as the kubelet's do.
+        let object_namespace = match event.namespace.as_deref() {
+            Some(ns) if !ns.is_empty() && event.kind != "Node" => Some(ns.to_string()),
+            _ => None,
         };
         let namespace = object_namespace
             .clone()
             .unwrap_or_else(|| CLUSTER_SCOPED_EVENT_NAMESPACE.to_string());
-        // Nodes: the kubelet's convention of uid = name when the real uid is unknown;
-        // `kubectl describe node` searches by both.
+        // The uid `kubectl describe` searches by, from the last listing; for a node not
+        // seen yet, the kubelet's convention of uid = name (describe searches by both).
         let uid = self
             .known_uid(&event.kind, object_namespace.as_deref(), &event.name)
-            .or_else(|| cluster_scoped.then(|| event.name.clone()));
+            .or_else(|| (event.kind == "Node").then(|| event.name.clone()));
         let now = Timestamp::now();
         let k8s_event = Event {
             metadata: ObjectMeta {
@@ -487,7 +490,7 @@ impl Cluster for KubeCluster {
                 ..ObjectMeta::default()
             },
             involved_object: ObjectReference {
-                api_version: Some("v1".into()),
+                api_version: Some(api_version_of(&event.kind).into()),
                 kind: Some(event.kind.clone()),
                 name: Some(event.name.clone()),
                 namespace: object_namespace,

@@ -738,3 +738,85 @@ async fn state_and_version_read_a_real_cluster_when_kubeconfig_is_set() {
     let pods = cluster.pods().await.expect("pods");
     assert_eq!(pods.len(), state.pods.len());
 }
+
+// ----- the fake itself, through kube-rs ------------------------------------------------
+
+/// What later end-to-end tests rely on beyond KubeCluster's own calls.
+#[tokio::test]
+async fn the_fake_serves_namespaced_reads_strategic_patches_and_conditional_replaces() {
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+
+    let (server, cluster) = fake().await;
+    server.put(pod("team-a", "batch-1", "1"));
+    server.put(pod("team-b", "batch-2", "1"));
+    server.put(node("node-a"));
+    let client = cluster.client().clone();
+
+    let team_a: Api<Pod> = Api::namespaced(client.clone(), "team-a");
+    let listed = team_a
+        .list(&ListParams::default())
+        .await
+        .expect("namespaced list");
+    assert_eq!(listed.items.len(), 1);
+    assert!(listed.metadata.resource_version.is_some());
+    assert_eq!(
+        team_a
+            .get("batch-1")
+            .await
+            .expect("get")
+            .metadata
+            .namespace
+            .as_deref(),
+        Some("team-a")
+    );
+    let missing = team_a
+        .get("batch-2")
+        .await
+        .expect_err("in another namespace");
+    assert!(
+        matches!(missing, kube::Error::Api(ref s) if s.code == 404 && s.reason == "NotFound"),
+        "{missing:?}"
+    );
+
+    let nodes: Api<Node> = Api::all(client);
+    let cordon = json!({"spec": {"unschedulable": true, "taints": [{"key": "cordoned", "effect": "NoSchedule"}]}});
+    nodes
+        .patch(
+            "node-a",
+            &PatchParams::default(),
+            &Patch::Strategic(&cordon),
+        )
+        .await
+        .expect("strategic patch");
+    let node = server.get("Node", None, "node-a").unwrap();
+    assert_eq!(node["spec"]["unschedulable"], true);
+    assert_eq!(
+        taint_keys(&node),
+        [UNREGISTERED, "node.kubernetes.io/not-ready", "cordoned"],
+        "taints merge by key"
+    );
+
+    let mut stale = nodes.get("node-a").await.expect("get");
+    server.modify("Node", None, "node-a", |n| {
+        n["metadata"]["labels"]["x"] = "y".into()
+    });
+    stale
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("mine".into(), "1".into());
+    let conflict = nodes
+        .replace("node-a", &PostParams::default(), &stale)
+        .await
+        .expect_err("stale");
+    assert!(
+        matches!(conflict, kube::Error::Api(ref s) if s.code == 409),
+        "{conflict:?}"
+    );
+    let fresh = nodes.get("node-a").await.expect("get");
+    nodes
+        .replace("node-a", &PostParams::default(), &fresh)
+        .await
+        .expect("replace at the current version");
+}
