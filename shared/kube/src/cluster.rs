@@ -1,0 +1,608 @@
+//! [`KubeCluster`]: the engine's [`Cluster`] port over the Kubernetes API.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Debug;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tracing::{debug, warn};
+
+use nodewright_core::api::model::Taint;
+use nodewright_core::api::{
+    self, Document, NODE_CLASS_API_VERSION, NODE_CLASS_KIND, NODE_POOL_API_VERSION, NODE_POOL_KIND,
+};
+use nodewright_core::{cluster, snapshot};
+use nodewright_engine::ports::{
+    Cluster, ClusterError, ClusterEvent, ClusterState, ErrorKind, EventType, NodePatch,
+};
+
+use crate::client::{self, TokenProvider};
+use crate::error::{classify, cluster_error};
+
+/// Objects per page when listing (`limit`); the API server's own cap is 500 by default
+/// for kubectl and unbounded for clients, large lists are cheaper for it in pages.
+pub const PAGE_SIZE: u32 = 500;
+/// Attempts at a taint change before a run of conflicts is returned as `Conflict`.
+pub const TAINT_ATTEMPTS: u32 = 5;
+/// The component nodewright's events are reported by.
+pub const COMPONENT: &str = "nodewright";
+/// Where events about cluster-scoped objects (nodes) go, as the kubelet does.
+const CLUSTER_SCOPED_EVENT_NAMESPACE: &str = "default";
+
+/// A Karpenter custom resource nodewright lists.
+struct Crd {
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    api_version: &'static str,
+}
+
+const NODE_POOLS: Crd = Crd {
+    group: "karpenter.sh",
+    version: "v1",
+    kind: NODE_POOL_KIND,
+    plural: "nodepools",
+    api_version: NODE_POOL_API_VERSION,
+};
+
+const NODE_CLASSES: Crd = Crd {
+    group: "karpenter.k8s.aws",
+    version: "v1",
+    kind: NODE_CLASS_KIND,
+    plural: "ec2nodeclasses",
+    api_version: NODE_CLASS_API_VERSION,
+};
+
+/// The Kubernetes side of nodewright: reads NodePools, EC2NodeClasses, nodes, pods,
+/// DaemonSets and PDBs; labels and taints nodes; records events.
+///
+/// Cheap to clone (the client is shared).
+#[derive(Clone)]
+pub struct KubeCluster {
+    client: Client,
+    page_size: u32,
+    /// UIDs of nodes and pods seen in the last listing, so events carry the
+    /// `involvedObject.uid` that `kubectl describe` searches by.
+    uids: Arc<Mutex<HashMap<(String, String), String>>>,
+}
+
+impl KubeCluster {
+    /// Over a client built elsewhere. Prefer the other constructors: a client from
+    /// `Client::try_default()` retries 429s for minutes.
+    pub fn new(client: Client) -> Self {
+        KubeCluster {
+            client,
+            page_size: PAGE_SIZE,
+            uids: Arc::default(),
+        }
+    }
+
+    /// For an EKS cluster (endpoint and CA from DescribeCluster, `ca_pem` already
+    /// base64-decoded) with a token that the provider renews. Must be called inside a
+    /// tokio runtime.
+    pub fn from_endpoint(
+        endpoint: &str,
+        ca_pem: Option<&[u8]>,
+        tokens: Arc<dyn TokenProvider>,
+    ) -> Result<Self, ClusterError> {
+        Ok(Self::new(client::client_for_endpoint(
+            endpoint, ca_pem, tokens,
+        )?))
+    }
+
+    /// From a kubeconfig file (its current context), for local runs of the CLI
+    /// (`NODEWRIGHT_KUBECONFIG`).
+    pub async fn from_kubeconfig(path: impl AsRef<Path>) -> Result<Self, ClusterError> {
+        Ok(Self::new(
+            client::client_for_kubeconfig(path.as_ref()).await?,
+        ))
+    }
+
+    /// Objects per list page (tests use small pages to exercise `continue`).
+    pub fn with_page_size(mut self, page_size: u32) -> Self {
+        self.page_size = page_size.max(1);
+        self
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Every object of a built-in kind, across namespaces, page by page.
+    async fn list_all<K>(&self, what: &str) -> Result<Vec<K>, ClusterError>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    {
+        let api: Api<K> = Api::all(self.client.clone());
+        let mut items = Vec::new();
+        let mut continue_token: Option<String> = None;
+        loop {
+            let mut params = ListParams::default().limit(self.page_size);
+            if let Some(token) = &continue_token {
+                params = params.continue_token(token);
+            }
+            let page = api
+                .list(&params)
+                .await
+                .map_err(|e| cluster_error(format!("listing {what}"), e))?;
+            items.extend(page.items);
+            match page.metadata.continue_ {
+                Some(token) if !token.is_empty() => continue_token = Some(token),
+                _ => return Ok(items),
+            }
+        }
+    }
+
+    /// Every object of a Karpenter kind as JSON with `apiVersion` and `kind` set (a
+    /// list's items may lack them). `None` when the CRD is not installed.
+    async fn list_crd(&self, crd: &Crd) -> Result<Option<Vec<Value>>, ClusterError> {
+        let gvk = GroupVersionKind::gvk(crd.group, crd.version, crd.kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, crd.plural);
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let mut values = Vec::new();
+        let mut continue_token: Option<String> = None;
+        loop {
+            let mut params = ListParams::default().limit(self.page_size);
+            if let Some(token) = &continue_token {
+                params = params.continue_token(token);
+            }
+            let page = match api.list(&params).await {
+                Ok(page) => page,
+                Err(e) if classify(&e) == ErrorKind::NotFound && continue_token.is_none() => {
+                    return Ok(None);
+                }
+                Err(e) => return Err(cluster_error(format!("listing {}", crd.plural), e)),
+            };
+            for item in page.items {
+                let mut value = serde_json::to_value(&item).map_err(|e| {
+                    ClusterError::with_source(
+                        ErrorKind::Other,
+                        format!("re-serializing a listed {}", crd.kind),
+                        e,
+                    )
+                })?;
+                if let Value::Object(map) = &mut value {
+                    map.insert("apiVersion".into(), crd.api_version.into());
+                    map.insert("kind".into(), crd.kind.into());
+                }
+                values.push(value);
+            }
+            match page.metadata.continue_ {
+                Some(token) if !token.is_empty() => continue_token = Some(token),
+                _ => return Ok(Some(values)),
+            }
+        }
+    }
+
+    async fn list_pods(
+        &self,
+        invalid: &mut Vec<String>,
+    ) -> Result<Vec<cluster::Pod>, ClusterError> {
+        let pods = self.list_all::<Pod>("pods").await?;
+        self.remember_uids("Pod", pods.iter().map(|p| &p.metadata));
+        Ok(convert(pods, snapshot::pod_from_k8s, invalid))
+    }
+
+    fn remember_uids<'a>(&self, kind: &str, metas: impl Iterator<Item = &'a ObjectMeta>) {
+        let mut uids = self.uids.lock().unwrap_or_else(|e| e.into_inner());
+        uids.retain(|(k, _), _| k != kind);
+        for meta in metas {
+            if let (Some(name), Some(uid)) = (&meta.name, &meta.uid) {
+                let key = match &meta.namespace {
+                    Some(ns) => format!("{ns}/{name}"),
+                    None => name.clone(),
+                };
+                uids.insert((kind.to_string(), key), uid.clone());
+            }
+        }
+    }
+
+    fn known_uid(&self, kind: &str, namespace: Option<&str>, name: &str) -> Option<String> {
+        let key = match namespace {
+            Some(ns) => format!("{ns}/{name}"),
+            None => name.to_string(),
+        };
+        let uids = self.uids.lock().unwrap_or_else(|e| e.into_inner());
+        uids.get(&(kind.to_string(), key)).cloned()
+    }
+}
+
+/// Converts each object; one that fails is reported in `invalid` and skipped.
+fn convert<K, T, E: std::fmt::Display>(
+    objects: Vec<K>,
+    from_k8s: impl Fn(&K) -> Result<T, E>,
+    invalid: &mut Vec<String>,
+) -> Vec<T> {
+    let mut out = Vec::with_capacity(objects.len());
+    for object in &objects {
+        match from_k8s(object) {
+            Ok(converted) => out.push(converted),
+            Err(e) => invalid.push(e.to_string()),
+        }
+    }
+    out
+}
+
+/// Validates NodePools and EC2NodeClasses so that one bad object costs only itself:
+/// each EC2NodeClass alone, then each NodePool together with the valid EC2NodeClasses
+/// (a NodePool whose class is invalid is invalid too: it could not launch anything).
+/// Every problem goes to `invalid`, formatted `NodePool "x": path: message`.
+fn validate_karpenter(
+    pools: Vec<Value>,
+    classes: Vec<Value>,
+    invalid: &mut Vec<String>,
+) -> api::Manifests {
+    let mut manifests = api::Manifests::default();
+    let document = |source: &str, index: usize, value: Value| Document {
+        source: source.to_string(),
+        index,
+        value,
+    };
+    let mut valid_class_docs = Vec::new();
+    for (index, value) in classes.into_iter().enumerate() {
+        let doc = document("cluster ec2nodeclasses", index, value);
+        match api::validate(std::slice::from_ref(&doc)) {
+            Ok(valid) => {
+                manifests.node_classes.extend(valid.node_classes);
+                valid_class_docs.push(doc);
+            }
+            Err(problems) => invalid.extend(problems.iter().map(ToString::to_string)),
+        }
+    }
+    for (index, value) in pools.into_iter().enumerate() {
+        let mut docs = Vec::with_capacity(valid_class_docs.len() + 1);
+        docs.push(document("cluster nodepools", index, value));
+        docs.extend(valid_class_docs.iter().cloned());
+        match api::validate(&docs) {
+            Ok(valid) => manifests.node_pools.extend(valid.node_pools),
+            Err(problems) => invalid.extend(problems.iter().map(ToString::to_string)),
+        }
+    }
+    manifests
+}
+
+fn crd_missing(crd: &Crd) -> String {
+    format!(
+        "{}: the CRD {}.{} ({}) is not installed: the API server has no /apis/{}/{}/{}",
+        crd.kind, crd.plural, crd.group, crd.api_version, crd.group, crd.version, crd.plural
+    )
+}
+
+/// The node's taints after `patch`: removals by key (any effect) first, then additions
+/// (a taint with the same key and effect is replaced, so its value follows the patch).
+fn patched_taints(current: &[Value], patch: &NodePatch) -> Vec<Value> {
+    let key_of = |t: &Value| t.get("key").and_then(Value::as_str).map(str::to_string);
+    let effect_of = |t: &Value| t.get("effect").and_then(Value::as_str).map(str::to_string);
+    let mut taints: Vec<Value> = current
+        .iter()
+        .filter(|t| !key_of(t).is_some_and(|k| patch.remove_taints.contains(&k)))
+        .cloned()
+        .collect();
+    for add in &patch.add_taints {
+        let wanted = taint_json(add);
+        let same = |t: &Value| {
+            key_of(t).as_deref() == Some(add.key.as_str())
+                && effect_of(t).as_deref() == Some(add.effect.as_str())
+        };
+        match taints.iter_mut().find(|t| same(t)) {
+            Some(existing) => {
+                if existing.get("value") != wanted.get("value") {
+                    *existing = wanted;
+                }
+            }
+            None => taints.push(wanted),
+        }
+    }
+    taints
+}
+
+fn taint_json(taint: &Taint) -> Value {
+    let mut value = json!({ "key": taint.key, "effect": taint.effect.as_str() });
+    if let Some(v) = &taint.value {
+        value["value"] = v.as_str().into();
+    }
+    value
+}
+
+/// The apiVersion of the kinds nodewright reports events about.
+fn api_version_of(kind: &str) -> &'static str {
+    match kind {
+        NODE_POOL_KIND | "NodeClaim" => NODE_POOL_API_VERSION,
+        NODE_CLASS_KIND => NODE_CLASS_API_VERSION,
+        _ => "v1",
+    }
+}
+
+/// `"1"`, `"33+"` → `1`, `33` (EKS reports minors like `"33+"`).
+fn leading_number(s: &str) -> Option<u32> {
+    let digits: String = s.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// "major.minor" from `/version`: its major and minor fields, or its gitVersion
+/// (`v1.33.4-eks-...`) when they are empty (some distributions leave them out).
+fn parse_version(major: &str, minor: &str, git_version: &str) -> Option<String> {
+    if let (Some(major), Some(minor)) = (leading_number(major), leading_number(minor)) {
+        return Some(format!("{major}.{minor}"));
+    }
+    let mut parts = git_version.trim_start_matches('v').split('.');
+    let major = leading_number(parts.next()?)?;
+    let minor = leading_number(parts.next()?)?;
+    Some(format!("{major}.{minor}"))
+}
+
+#[async_trait]
+impl Cluster for KubeCluster {
+    async fn state(&self) -> Result<ClusterState, ClusterError> {
+        let (pools, classes, nodes, pods, daemonsets, pdbs) = tokio::join!(
+            self.list_crd(&NODE_POOLS),
+            self.list_crd(&NODE_CLASSES),
+            self.list_all::<Node>("nodes"),
+            self.list_all::<Pod>("pods"),
+            self.list_all::<DaemonSet>("daemonsets"),
+            self.list_all::<PodDisruptionBudget>("poddisruptionbudgets"),
+        );
+        let mut state = ClusterState::default();
+        let invalid = &mut state.invalid;
+
+        let pools = pools?.unwrap_or_else(|| {
+            invalid.push(crd_missing(&NODE_POOLS));
+            Vec::new()
+        });
+        let classes = classes?.unwrap_or_else(|| {
+            invalid.push(crd_missing(&NODE_CLASSES));
+            Vec::new()
+        });
+        let manifests = validate_karpenter(pools, classes, invalid);
+        state.node_pools = manifests.node_pools;
+        state.node_classes = manifests.node_classes;
+
+        let nodes = nodes?;
+        self.remember_uids("Node", nodes.iter().map(|n| &n.metadata));
+        state.nodes = convert(nodes, snapshot::node_from_k8s, &mut state.invalid);
+        let pods = pods?;
+        self.remember_uids("Pod", pods.iter().map(|p| &p.metadata));
+        state.pods = convert(pods, snapshot::pod_from_k8s, &mut state.invalid);
+        state.daemonsets = convert(
+            daemonsets?,
+            snapshot::daemonset_from_k8s,
+            &mut state.invalid,
+        );
+        state.pdbs = convert(pdbs?, snapshot::pdb_from_k8s, &mut state.invalid);
+        for problem in &state.invalid {
+            warn!(problem = %problem, "skipped an object read from the cluster");
+        }
+        Ok(state)
+    }
+
+    async fn pods(&self) -> Result<Vec<cluster::Pod>, ClusterError> {
+        let mut invalid = Vec::new();
+        let pods = self.list_pods(&mut invalid).await?;
+        for problem in &invalid {
+            warn!(problem = %problem, "skipped a pod read from the cluster");
+        }
+        Ok(pods)
+    }
+
+    async fn patch_node(&self, name: &str, patch: &NodePatch) -> Result<(), ClusterError> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        let params = PatchParams::default();
+        let doing = |what: &str| format!("{what} node {name:?}");
+        if patch.add_taints.is_empty() && patch.remove_taints.is_empty() {
+            if patch.set_labels.is_empty() {
+                return Ok(());
+            }
+            // Labels alone: a merge patch touches only the keys it names.
+            let body = json!({ "metadata": { "labels": patch.set_labels } });
+            api.patch(name, &params, &Patch::Merge(&body))
+                .await
+                .map_err(|e| cluster_error(doing("labelling"), e))?;
+            return Ok(());
+        }
+        // Taints are a list: a merge patch replaces it whole. Read, compute, and write
+        // back under the read resourceVersion, so a change made in between (the
+        // kubelet, the node lifecycle controller, a person) makes the write fail with
+        // 409 instead of being overwritten; then read again.
+        let mut attempt = 1;
+        loop {
+            let node = api
+                .get(name)
+                .await
+                .map_err(|e| cluster_error(doing("reading"), e))?;
+            let current: Vec<Value> = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .map(|taints| {
+                    taints
+                        .iter()
+                        .filter_map(|t| serde_json::to_value(t).ok())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let taints = patched_taints(&current, patch);
+            let labels = node.metadata.labels.clone().unwrap_or_default();
+            let labels_to_set: BTreeMap<&String, &String> = patch
+                .set_labels
+                .iter()
+                .filter(|(k, v)| labels.get(*k) != Some(*v))
+                .collect();
+            if taints == current && labels_to_set.is_empty() {
+                return Ok(());
+            }
+            let mut body = json!({
+                "metadata": { "resourceVersion": node.metadata.resource_version },
+            });
+            if !labels_to_set.is_empty() {
+                body["metadata"]["labels"] = json!(labels_to_set);
+            }
+            if taints != current {
+                body["spec"] = json!({ "taints": taints });
+            }
+            match api.patch(name, &params, &Patch::Merge(&body)).await {
+                Ok(_) => return Ok(()),
+                Err(e) if classify(&e) == ErrorKind::Conflict && attempt < TAINT_ATTEMPTS => {
+                    debug!(
+                        node = name,
+                        attempt, "node changed while tainting it; reading it again"
+                    );
+                    attempt += 1;
+                }
+                Err(e) => return Err(cluster_error(doing("tainting"), e)),
+            }
+        }
+    }
+
+    async fn record_event(&self, event: &ClusterEvent) -> Result<(), ClusterError> {
+        // Nodes (and anything given without a namespace) are cluster-scoped: their
+        // events go to "default", as the kubelet's do.
+        let object_namespace = match event.namespace.as_deref() {
+            Some(ns) if !ns.is_empty() && event.kind != "Node" => Some(ns.to_string()),
+            _ => None,
+        };
+        let namespace = object_namespace
+            .clone()
+            .unwrap_or_else(|| CLUSTER_SCOPED_EVENT_NAMESPACE.to_string());
+        // The uid `kubectl describe` searches by, from the last listing; for a node not
+        // seen yet, the kubelet's convention of uid = name (describe searches by both).
+        let uid = self
+            .known_uid(&event.kind, object_namespace.as_deref(), &event.name)
+            .or_else(|| (event.kind == "Node").then(|| event.name.clone()));
+        let now = Timestamp::now();
+        let k8s_event = Event {
+            metadata: ObjectMeta {
+                // As client-go's recorder names them: object name, '.', hex nanoseconds.
+                name: Some(format!("{}.{:x}", event.name, now.as_nanosecond())),
+                namespace: Some(namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some(api_version_of(&event.kind).into()),
+                kind: Some(event.kind.clone()),
+                name: Some(event.name.clone()),
+                namespace: object_namespace,
+                uid,
+                ..ObjectReference::default()
+            },
+            reason: Some(event.reason.clone()),
+            message: Some(event.message.clone()),
+            type_: Some(
+                match event.event_type {
+                    EventType::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                }
+                .into(),
+            ),
+            source: Some(EventSource {
+                component: Some(COMPONENT.into()),
+                host: None,
+            }),
+            reporting_component: Some(COMPONENT.into()),
+            reporting_instance: Some(COMPONENT.into()),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            count: Some(1),
+            ..Event::default()
+        };
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        api.create(&PostParams::default(), &k8s_event)
+            .await
+            .map_err(|e| {
+                cluster_error(
+                    format!(
+                        "recording event {} for {} {:?}",
+                        event.reason, event.kind, event.name
+                    ),
+                    e,
+                )
+            })?;
+        Ok(())
+    }
+
+    async fn kubernetes_version(&self) -> Result<String, ClusterError> {
+        let info = self
+            .client
+            .apiserver_version()
+            .await
+            .map_err(|e| cluster_error("reading /version", e))?;
+        parse_version(&info.major, &info.minor, &info.git_version).ok_or_else(|| {
+            ClusterError::new(
+                ErrorKind::Other,
+                format!(
+                    "/version has no usable version (major {:?}, minor {:?}, gitVersion {:?})",
+                    info.major, info.minor, info.git_version
+                ),
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodewright_core::api::model::TaintEffect;
+
+    fn taint(key: &str, value: Option<&str>, effect: TaintEffect) -> Taint {
+        Taint {
+            key: key.into(),
+            value: value.map(Into::into),
+            effect,
+        }
+    }
+
+    #[test]
+    fn versions_drop_distribution_suffixes() {
+        assert_eq!(
+            parse_version("1", "33+", "v1.33.4-eks-1234").as_deref(),
+            Some("1.33")
+        );
+        assert_eq!(parse_version("1", "30", "").as_deref(), Some("1.30"));
+        assert_eq!(
+            parse_version("", "", "v1.31.2-eks-abc").as_deref(),
+            Some("1.31")
+        );
+        assert_eq!(parse_version("", "", "nonsense"), None);
+    }
+
+    #[test]
+    fn taints_are_removed_by_key_and_added_once() {
+        let current = vec![
+            json!({"key": "karpenter.sh/unregistered", "effect": "NoExecute"}),
+            json!({"key": "team", "value": "a", "effect": "NoSchedule"}),
+        ];
+        let patch = NodePatch {
+            remove_taints: vec!["karpenter.sh/unregistered".into()],
+            add_taints: vec![
+                taint("team", Some("b"), TaintEffect::NoSchedule),
+                taint("gpu", None, TaintEffect::NoSchedule),
+            ],
+            ..NodePatch::default()
+        };
+        assert_eq!(
+            patched_taints(&current, &patch),
+            vec![
+                json!({"key": "team", "value": "b", "effect": "NoSchedule"}),
+                json!({"key": "gpu", "effect": "NoSchedule"}),
+            ]
+        );
+        let again = patched_taints(&patched_taints(&current, &patch), &patch);
+        assert_eq!(
+            again,
+            patched_taints(&current, &patch),
+            "applying twice changes nothing"
+        );
+    }
+}

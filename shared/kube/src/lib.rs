@@ -1,0 +1,22 @@
+//! nodewright-kube: the engine's [`Cluster`](nodewright_engine::ports::Cluster) port over
+//! the Kubernetes API, with kube-rs. A tour:
+//!
+//! - [`KubeCluster`] (in `cluster`): lists NodePools/EC2NodeClasses (validated with
+//!   `nodewright_core::api`, bad objects reported rather than fatal), nodes, pods,
+//!   DaemonSets and PDBs; labels and taints nodes under optimistic concurrency; records
+//!   Events; reads the server version.
+//! - [`client`]: how the kube-rs client is built: no automatic retries (a 429 comes back
+//!   at once as `Throttled`), response timeouts, and a bearer token asked of a
+//!   [`TokenProvider`] on every request (the EKS token is renewed every ~14 minutes).
+//! - [`error`]: kube errors classified into the engine's `ErrorKind`s by status code.
+//! - `fake` (feature `fake`): an in-process HTTP server that answers kube-rs as a real API
+//!   server would, for this crate's tests and end-to-end tests of the Lambda handlers.
+
+pub mod client;
+mod cluster;
+pub mod error;
+#[cfg(feature = "fake")]
+pub mod fake;
+
+pub use client::{StaticToken, TokenError, TokenProvider};
+pub use cluster::{COMPONENT, KubeCluster, PAGE_SIZE, TAINT_ATTEMPTS};

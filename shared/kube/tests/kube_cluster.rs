@@ -1,0 +1,822 @@
+//! KubeCluster against the fake API server (real HTTP, real kube-rs client). With
+//! KUBECONFIG set, the read-only test at the end also runs against that cluster.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use nodewright_core::api::model::{Taint, TaintEffect};
+use nodewright_engine::ports::{BoxError, Cluster, ClusterEvent, ErrorKind, EventType, NodePatch};
+use nodewright_kube::fake::{FakeApiServer, Version};
+use nodewright_kube::{KubeCluster, StaticToken, TAINT_ATTEMPTS, TokenProvider};
+use serde_json::{Value, json};
+
+const EXAMPLES: [(&str, &str); 5] = [
+    (
+        "100-cpu-limit.yaml",
+        include_str!("../../core/tests/fixtures/nodepools/100-cpu-limit.yaml"),
+    ),
+    (
+        "general-purpose.yaml",
+        include_str!("../../core/tests/fixtures/nodepools/general-purpose.yaml"),
+    ),
+    (
+        "min-values-family.yaml",
+        include_str!("../../core/tests/fixtures/nodepools/min-values-family.yaml"),
+    ),
+    (
+        "multiple-arch.yaml",
+        include_str!("../../core/tests/fixtures/nodepools/multiple-arch.yaml"),
+    ),
+    (
+        "spot.yaml",
+        include_str!("../../core/tests/fixtures/nodepools/spot.yaml"),
+    ),
+];
+
+const UNREGISTERED: &str = "karpenter.sh/unregistered";
+
+// ----- fixtures ------------------------------------------------------------------------
+
+async fn fake() -> (FakeApiServer, KubeCluster) {
+    let server = FakeApiServer::start()
+        .await
+        .expect("the fake API server starts");
+    let cluster = KubeCluster::from_endpoint(
+        &server.url(),
+        None,
+        Arc::new(StaticToken("test-token".into())),
+    )
+    .expect("a client for the fake");
+    (server, cluster)
+}
+
+/// Every document of a Karpenter example manifest, as JSON.
+fn example_objects(text: &str) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map(|doc| serde::Deserialize::deserialize(doc).expect("the example is YAML"))
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+fn default_node_class() -> Value {
+    example_objects(EXAMPLES[1].1)
+        .into_iter()
+        .find(|o| o["kind"] == "EC2NodeClass")
+        .expect("general-purpose.yaml has an EC2NodeClass")
+}
+
+fn node_pool(name: &str) -> Value {
+    let mut pool = example_objects(EXAMPLES[1].1)
+        .into_iter()
+        .find(|o| o["kind"] == "NodePool")
+        .expect("general-purpose.yaml has a NodePool");
+    pool["metadata"]["name"] = name.into();
+    pool
+}
+
+fn node(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, "karpenter.sh/nodepool": "general-purpose"},
+        },
+        "spec": {
+            "providerID": format!("aws:///us-east-1a/i-{name}"),
+            "taints": [
+                {"key": UNREGISTERED, "effect": "NoExecute"},
+                {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+            ],
+        },
+        "status": {
+            "allocatable": {"cpu": "3920m", "memory": "15Gi", "pods": "58"},
+            "capacity": {"cpu": "4", "memory": "16Gi", "pods": "58"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    })
+}
+
+fn pod(namespace: &str, name: &str, cpu: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": name}},
+        "spec": {"containers": [{"name": "app", "image": "nginx", "resources": {"requests": {"cpu": cpu, "memory": "128Mi"}}}]},
+        "status": {"phase": "Pending"},
+    })
+}
+
+fn daemonset(namespace: &str, name: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "agent", "image": "agent", "resources": {"requests": {"cpu": "100m"}}}]},
+            },
+        },
+    })
+}
+
+fn pdb(namespace: &str, name: &str) -> Value {
+    json!({
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "minAvailable": 1},
+    })
+}
+
+fn taint(key: &str, value: Option<&str>, effect: TaintEffect) -> Taint {
+    Taint {
+        key: key.into(),
+        value: value.map(Into::into),
+        effect,
+    }
+}
+
+fn taint_keys(node: &Value) -> Vec<String> {
+    node["spec"]["taints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| t["key"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+fn registration_patch() -> NodePatch {
+    NodePatch {
+        set_labels: [("karpenter.sh/registered".to_string(), "true".to_string())].into(),
+        add_taints: vec![taint("dedicated", Some("gpu"), TaintEffect::NoSchedule)],
+        remove_taints: vec![UNREGISTERED.into()],
+    }
+}
+
+// ----- state() -------------------------------------------------------------------------
+
+#[tokio::test]
+async fn state_reads_the_karpenter_example_node_pools_and_node_classes() {
+    let (server, cluster) = fake().await;
+    for (_, text) in EXAMPLES {
+        for object in example_objects(text) {
+            server.put(object);
+        }
+    }
+
+    let state = cluster.state().await.expect("state");
+
+    assert_eq!(state.invalid, Vec::<String>::new());
+    let mut pools: Vec<&str> = state.node_pools.iter().map(|p| p.name.as_str()).collect();
+    pools.sort();
+    // min-values-family.yaml and spot.yaml both name their NodePool "spot": one object.
+    assert_eq!(
+        pools,
+        ["amd64", "arm64", "general-purpose", "limitcpu100", "spot"]
+    );
+    let classes: Vec<&str> = state.node_classes.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(classes, ["default"]);
+}
+
+#[tokio::test]
+async fn state_reads_nodes_pods_daemonsets_and_pdbs_page_by_page() {
+    let (server, cluster) = fake().await;
+    let cluster = cluster.with_page_size(2);
+    for name in ["node-a", "node-b", "node-c"] {
+        server.put(node(name));
+    }
+    server.put(pod("default", "web-1", "500m"));
+    server.put(pod("default", "web-2", "500m"));
+    server.put(pod("team-a", "batch-1", "2"));
+    server.put(pod("team-b", "batch-2", "1"));
+    server.put(pod("team-b", "batch-3", "1"));
+    server.put(daemonset("kube-system", "aws-node"));
+    server.put(pdb("default", "web"));
+
+    let state = cluster.state().await.expect("state");
+
+    assert_eq!(state.invalid, Vec::<String>::new());
+    let nodes: Vec<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(nodes, ["node-a", "node-b", "node-c"]);
+    assert!(state.nodes[0].ready);
+    assert_eq!(
+        state.nodes[0].provider_id.as_deref(),
+        Some("aws:///us-east-1a/i-node-a")
+    );
+    assert_eq!(state.nodes[0].taints.len(), 2);
+    let pods: Vec<String> = state
+        .pods
+        .iter()
+        .map(|p| format!("{}/{}", p.namespace, p.name))
+        .collect();
+    assert_eq!(
+        pods,
+        [
+            "default/web-1",
+            "default/web-2",
+            "team-a/batch-1",
+            "team-b/batch-2",
+            "team-b/batch-3"
+        ]
+    );
+    assert_eq!(state.daemonsets.len(), 1);
+    assert_eq!(state.daemonsets[0].name, "aws-node");
+    assert_eq!(state.pdbs.len(), 1);
+    assert_eq!(state.pdbs[0].namespace, "default");
+
+    let pod_pages: Vec<String> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/api/v1/pods")
+        .map(|r| r.query)
+        .collect();
+    assert_eq!(pod_pages.len(), 3, "5 pods in pages of 2: {pod_pages:?}");
+    assert!(pod_pages.iter().all(|q| q.contains("limit=2")));
+    assert!(pod_pages[1..].iter().all(|q| q.contains("continue=")));
+}
+
+#[tokio::test]
+async fn an_invalid_node_pool_is_reported_and_the_valid_ones_are_still_returned() {
+    let (server, cluster) = fake().await;
+    server.put(default_node_class());
+    server.put(node_pool("good"));
+    let mut broken = node_pool("broken");
+    broken["spec"]["template"]["spec"]["requirements"][0]["operator"] = "GreaterThan".into();
+    server.put(broken);
+    let mut orphan = node_pool("orphan");
+    orphan["spec"]["template"]["spec"]["nodeClassRef"]["name"] = "missing".into();
+    server.put(orphan);
+
+    let state = cluster.state().await.expect("state");
+
+    let pools: Vec<&str> = state.node_pools.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(pools, ["good"]);
+    assert_eq!(state.node_classes.len(), 1);
+    assert_eq!(state.invalid.len(), 2, "{:#?}", state.invalid);
+    assert!(
+        state.invalid[0]
+            .starts_with("NodePool \"broken\": spec.template.spec.requirements[0].operator:"),
+        "{}",
+        state.invalid[0]
+    );
+    assert!(
+        state.invalid[1].starts_with("NodePool \"orphan\":"),
+        "{}",
+        state.invalid[1]
+    );
+}
+
+#[tokio::test]
+async fn an_invalid_node_class_is_reported_and_its_node_pools_are_not_returned() {
+    let (server, cluster) = fake().await;
+    let mut class = default_node_class();
+    class["spec"]["amiSelectorTerms"] = json!([]);
+    server.put(class);
+    server.put(node_pool("uses-broken-class"));
+
+    let state = cluster.state().await.expect("state");
+
+    assert!(state.node_pools.is_empty());
+    assert!(state.node_classes.is_empty());
+    assert!(
+        state
+            .invalid
+            .iter()
+            .any(|p| p.starts_with("EC2NodeClass \"default\":")),
+        "{:#?}",
+        state.invalid
+    );
+    assert!(
+        state
+            .invalid
+            .iter()
+            .any(|p| p.starts_with("NodePool \"uses-broken-class\":")),
+        "{:#?}",
+        state.invalid
+    );
+}
+
+#[tokio::test]
+async fn a_missing_crd_is_reported_and_the_rest_of_the_state_is_read() {
+    let (server, cluster) = fake().await;
+    server.uninstall("NodePool");
+    server.put(default_node_class());
+    server.put(node("node-a"));
+
+    let state = cluster.state().await.expect("state");
+
+    assert!(state.node_pools.is_empty());
+    assert_eq!(state.node_classes.len(), 1);
+    assert_eq!(state.nodes.len(), 1);
+    assert_eq!(state.invalid.len(), 1, "{:#?}", state.invalid);
+    assert!(
+        state.invalid[0].contains("nodepools.karpenter.sh"),
+        "{}",
+        state.invalid[0]
+    );
+    assert!(
+        state.invalid[0].contains("not installed"),
+        "{}",
+        state.invalid[0]
+    );
+}
+
+#[tokio::test]
+async fn an_object_that_cannot_be_converted_is_reported_and_skipped() {
+    let (server, cluster) = fake().await;
+    server.put(pod("default", "good", "250m"));
+    server.put(pod("default", "bad", "lots"));
+
+    let state = cluster.state().await.expect("state");
+
+    let pods: Vec<&str> = state.pods.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(pods, ["good"]);
+    assert_eq!(state.invalid.len(), 1, "{:#?}", state.invalid);
+    assert!(
+        state.invalid[0].contains("default/bad"),
+        "{}",
+        state.invalid[0]
+    );
+
+    let pods = cluster.pods().await.expect("pods");
+    assert_eq!(pods.len(), 1, "pods() skips it too");
+}
+
+#[tokio::test]
+async fn pods_lists_pods_in_every_namespace() {
+    let (server, cluster) = fake().await;
+    server.put(pod("default", "web-1", "500m"));
+    server.put(pod("kube-system", "coredns", "100m"));
+
+    let pods = cluster.pods().await.expect("pods");
+
+    let names: Vec<String> = pods
+        .iter()
+        .map(|p| format!("{}/{}", p.namespace, p.name))
+        .collect();
+    assert_eq!(names, ["default/web-1", "kube-system/coredns"]);
+    assert_eq!(server.count("GET", "/api/v1/pods"), 1);
+}
+
+// ----- errors --------------------------------------------------------------------------
+
+#[tokio::test]
+async fn throttling_comes_back_as_throttled_at_once_without_retries() {
+    let (server, cluster) = fake().await;
+    server.fail_next("GET", "/api/v1/pods", 429);
+
+    let started = Instant::now();
+    let error = cluster.pods().await.expect_err("throttled");
+
+    assert_eq!(error.kind(), ErrorKind::Throttled);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        server.count("GET", "/api/v1/pods"),
+        1,
+        "no retry of the 429"
+    );
+    assert!(
+        std::error::Error::source(&error).is_some(),
+        "the kube error is kept"
+    );
+}
+
+#[tokio::test]
+async fn a_server_error_is_unavailable_and_forbidden_is_unauthorized() {
+    let (server, cluster) = fake().await;
+    server.fail_next("GET", "/api/v1/nodes", 500);
+    assert_eq!(
+        cluster.state().await.expect_err("500").kind(),
+        ErrorKind::Unavailable
+    );
+    server.fail_next("GET", "/apis/policy/v1/poddisruptionbudgets", 403);
+    assert_eq!(
+        cluster.state().await.expect_err("403").kind(),
+        ErrorKind::Unauthorized
+    );
+    assert!(cluster.state().await.is_ok(), "the failures were one-shot");
+}
+
+#[tokio::test]
+async fn a_server_that_is_gone_is_unavailable() {
+    let (server, cluster) = fake().await;
+    drop(server);
+    tokio::task::yield_now().await;
+    let error = cluster
+        .kubernetes_version()
+        .await
+        .expect_err("nobody listens");
+    assert_eq!(error.kind(), ErrorKind::Unavailable, "{error}");
+}
+
+// ----- patch_node ----------------------------------------------------------------------
+
+#[tokio::test]
+async fn patch_node_sets_labels_removes_the_unregistered_taint_and_adds_a_taint() {
+    let (server, cluster) = fake().await;
+    server.put(node("node-a"));
+
+    cluster
+        .patch_node("node-a", &registration_patch())
+        .await
+        .expect("patched");
+
+    let node = server.get("Node", None, "node-a").expect("the node");
+    assert_eq!(
+        node["metadata"]["labels"]["karpenter.sh/registered"],
+        "true"
+    );
+    assert_eq!(
+        node["metadata"]["labels"]["kubernetes.io/hostname"], "node-a",
+        "other labels kept"
+    );
+    assert_eq!(
+        taint_keys(&node),
+        ["node.kubernetes.io/not-ready", "dedicated"]
+    );
+    assert_eq!(
+        node["spec"]["taints"][1],
+        json!({"key": "dedicated", "value": "gpu", "effect": "NoSchedule"})
+    );
+    let patch = server
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "PATCH")
+        .expect("a patch");
+    assert_eq!(
+        patch.content_type.as_deref(),
+        Some("application/merge-patch+json")
+    );
+    assert!(
+        patch.body.expect("a body")["metadata"]["resourceVersion"].is_string(),
+        "the read version is a precondition"
+    );
+
+    // Once applied, the same patch has nothing left to do: no write.
+    server.clear_requests();
+    cluster
+        .patch_node("node-a", &registration_patch())
+        .await
+        .expect("no-op");
+    assert_eq!(server.count("PATCH", "/api/v1/nodes/node-a"), 0);
+}
+
+#[tokio::test]
+async fn patch_node_with_labels_only_sends_one_merge_patch() {
+    let (server, cluster) = fake().await;
+    server.put(node("node-a"));
+    let patch = NodePatch {
+        set_labels: [("team".to_string(), "web".to_string())].into(),
+        ..NodePatch::default()
+    };
+
+    cluster.patch_node("node-a", &patch).await.expect("patched");
+
+    assert_eq!(
+        server.get("Node", None, "node-a").unwrap()["metadata"]["labels"]["team"],
+        "web"
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1, "{requests:#?}");
+    assert_eq!(requests[0].method, "PATCH");
+    assert_eq!(
+        taint_keys(&server.get("Node", None, "node-a").unwrap()).len(),
+        2,
+        "taints untouched"
+    );
+}
+
+#[tokio::test]
+async fn a_concurrent_change_to_the_node_is_retried_and_both_changes_are_kept() {
+    let (server, cluster) = fake().await;
+    server.put(node("node-a"));
+    // Between nodewright's read and its write, the node lifecycle controller adds a taint.
+    server.after_next("GET", "/api/v1/nodes/node-a", |store| {
+        store.modify("Node", None, "node-a", |node| {
+            node["spec"]["taints"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}));
+        });
+    });
+
+    cluster
+        .patch_node("node-a", &registration_patch())
+        .await
+        .expect("patched after a retry");
+
+    assert_eq!(server.count("GET", "/api/v1/nodes/node-a"), 2);
+    let patches: Vec<u16> = server
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PATCH")
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(patches, [409, 200]);
+    let node = server.get("Node", None, "node-a").unwrap();
+    assert_eq!(
+        taint_keys(&node),
+        [
+            "node.kubernetes.io/not-ready",
+            "node.kubernetes.io/unreachable",
+            "dedicated"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_node_that_keeps_changing_gives_up_with_conflict() {
+    let (server, cluster) = fake().await;
+    server.put(node("node-a"));
+    for _ in 0..TAINT_ATTEMPTS {
+        server.after_next("GET", "/api/v1/nodes/node-a", |store| {
+            store.modify("Node", None, "node-a", |node| {
+                node["metadata"]["labels"]["churn"] = "1".into()
+            });
+        });
+    }
+
+    let error = cluster
+        .patch_node("node-a", &registration_patch())
+        .await
+        .expect_err("conflict");
+
+    assert_eq!(error.kind(), ErrorKind::Conflict);
+    assert_eq!(
+        server.count("PATCH", "/api/v1/nodes/node-a"),
+        TAINT_ATTEMPTS as usize
+    );
+}
+
+#[tokio::test]
+async fn patching_a_missing_node_is_not_found() {
+    let (_server, cluster) = fake().await;
+    let taints = cluster
+        .patch_node("gone", &registration_patch())
+        .await
+        .expect_err("404");
+    assert_eq!(taints.kind(), ErrorKind::NotFound);
+    let labels = NodePatch {
+        set_labels: [("a".to_string(), "b".to_string())].into(),
+        ..NodePatch::default()
+    };
+    let labels = cluster.patch_node("gone", &labels).await.expect_err("404");
+    assert_eq!(labels.kind(), ErrorKind::NotFound);
+}
+
+// ----- events, version, token ----------------------------------------------------------
+
+#[tokio::test]
+async fn events_are_recorded_with_the_right_fields() {
+    let (server, cluster) = fake().await;
+    let node_uid = server.put(node("node-a"))["metadata"]["uid"].clone();
+    cluster.state().await.expect("state (learns uids)");
+
+    cluster
+        .record_event(&ClusterEvent {
+            kind: "Node".into(),
+            namespace: None,
+            name: "node-a".into(),
+            event_type: EventType::Normal,
+            reason: "Registered".into(),
+            message: "node-a joined the cluster".into(),
+        })
+        .await
+        .expect("node event");
+    cluster
+        .record_event(&ClusterEvent {
+            kind: "Pod".into(),
+            namespace: Some("team-a".into()),
+            name: "batch-1".into(),
+            event_type: EventType::Warning,
+            reason: "FailedScheduling".into(),
+            message: "no NodePool fits".into(),
+        })
+        .await
+        .expect("pod event");
+
+    let events = server.list("Event");
+    assert_eq!(events.len(), 2);
+    let node_event = events
+        .iter()
+        .find(|e| e["reason"] == "Registered")
+        .expect("the node event");
+    assert_eq!(node_event["metadata"]["namespace"], "default");
+    assert!(
+        node_event["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("node-a.")
+    );
+    assert_eq!(
+        node_event["involvedObject"],
+        json!({"apiVersion": "v1", "kind": "Node", "name": "node-a", "uid": node_uid})
+    );
+    assert_eq!(node_event["type"], "Normal");
+    assert_eq!(node_event["message"], "node-a joined the cluster");
+    assert_eq!(node_event["source"], json!({"component": "nodewright"}));
+    assert_eq!(node_event["reportingComponent"], "nodewright");
+    assert_eq!(node_event["count"], 1);
+    assert!(node_event["firstTimestamp"].is_string());
+    assert_eq!(node_event["firstTimestamp"], node_event["lastTimestamp"]);
+
+    let pod_event = events
+        .iter()
+        .find(|e| e["reason"] == "FailedScheduling")
+        .expect("the pod event");
+    assert_eq!(pod_event["metadata"]["namespace"], "team-a");
+    assert_eq!(pod_event["type"], "Warning");
+    assert_eq!(
+        pod_event["involvedObject"],
+        json!({"apiVersion": "v1", "kind": "Pod", "name": "batch-1", "namespace": "team-a"})
+    );
+}
+
+#[tokio::test]
+async fn the_kubernetes_version_drops_the_eks_suffix() {
+    let (server, cluster) = fake().await;
+    assert_eq!(cluster.kubernetes_version().await.expect("version"), "1.33");
+    server.set_version(Version {
+        major: "1".into(),
+        minor: "31".into(),
+        git_version: "v1.31.2".into(),
+    });
+    assert_eq!(cluster.kubernetes_version().await.expect("version"), "1.31");
+}
+
+/// A provider whose token changes on every call, as the EKS one does every 14 minutes.
+struct RotatingToken(AtomicUsize);
+
+#[async_trait]
+impl TokenProvider for RotatingToken {
+    async fn token(&self) -> Result<String, BoxError> {
+        Ok(format!(
+            "k8s-aws-v1.token-{}",
+            self.0.fetch_add(1, Ordering::SeqCst)
+        ))
+    }
+}
+
+#[tokio::test]
+async fn every_request_carries_the_token_the_provider_gives_now() {
+    let server = FakeApiServer::start().await.unwrap();
+    let cluster = KubeCluster::from_endpoint(
+        &server.url(),
+        None,
+        Arc::new(RotatingToken(AtomicUsize::new(0))),
+    )
+    .unwrap();
+
+    cluster.kubernetes_version().await.unwrap();
+    cluster.kubernetes_version().await.unwrap();
+
+    let tokens: Vec<Option<String>> = server
+        .requests()
+        .into_iter()
+        .map(|r| r.authorization)
+        .collect();
+    assert_eq!(
+        tokens,
+        [
+            Some("Bearer k8s-aws-v1.token-0".to_string()),
+            Some("Bearer k8s-aws-v1.token-1".to_string())
+        ]
+    );
+}
+
+struct NoCredentials;
+
+#[async_trait]
+impl TokenProvider for NoCredentials {
+    async fn token(&self) -> Result<String, BoxError> {
+        Err("no AWS credentials".into())
+    }
+}
+
+#[tokio::test]
+async fn a_token_provider_that_fails_is_unauthorized_and_sends_nothing() {
+    let server = FakeApiServer::start().await.unwrap();
+    let cluster = KubeCluster::from_endpoint(&server.url(), None, Arc::new(NoCredentials)).unwrap();
+
+    let error = cluster.pods().await.expect_err("no token");
+
+    assert_eq!(error.kind(), ErrorKind::Unauthorized, "{error}");
+    assert!(server.requests().is_empty());
+}
+
+// ----- a real cluster ------------------------------------------------------------------
+
+/// Read-only, and only when KUBECONFIG names a cluster: the same reads against it.
+#[tokio::test]
+async fn state_and_version_read_a_real_cluster_when_kubeconfig_is_set() {
+    let Some(path) = std::env::var_os("KUBECONFIG").filter(|p| !p.is_empty()) else {
+        eprintln!("KUBECONFIG is not set: skipping the real-cluster reads");
+        return;
+    };
+    let cluster = KubeCluster::from_kubeconfig(&path)
+        .await
+        .expect("a client from KUBECONFIG");
+    let version = cluster.kubernetes_version().await.expect("version");
+    assert!(
+        version.split('.').all(|n| n.parse::<u32>().is_ok()),
+        "{version}"
+    );
+    let state = cluster.state().await.expect("state");
+    assert!(!state.nodes.is_empty(), "a cluster has nodes");
+    for problem in &state.invalid {
+        eprintln!("invalid: {problem}");
+    }
+    let pods = cluster.pods().await.expect("pods");
+    assert_eq!(pods.len(), state.pods.len());
+}
+
+// ----- the fake itself, through kube-rs ------------------------------------------------
+
+/// What later end-to-end tests rely on beyond KubeCluster's own calls.
+#[tokio::test]
+async fn the_fake_serves_namespaced_reads_strategic_patches_and_conditional_replaces() {
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+
+    let (server, cluster) = fake().await;
+    server.put(pod("team-a", "batch-1", "1"));
+    server.put(pod("team-b", "batch-2", "1"));
+    server.put(node("node-a"));
+    let client = cluster.client().clone();
+
+    let team_a: Api<Pod> = Api::namespaced(client.clone(), "team-a");
+    let listed = team_a
+        .list(&ListParams::default())
+        .await
+        .expect("namespaced list");
+    assert_eq!(listed.items.len(), 1);
+    assert!(listed.metadata.resource_version.is_some());
+    assert_eq!(
+        team_a
+            .get("batch-1")
+            .await
+            .expect("get")
+            .metadata
+            .namespace
+            .as_deref(),
+        Some("team-a")
+    );
+    let missing = team_a
+        .get("batch-2")
+        .await
+        .expect_err("in another namespace");
+    assert!(
+        matches!(missing, kube::Error::Api(ref s) if s.code == 404 && s.reason == "NotFound"),
+        "{missing:?}"
+    );
+
+    let nodes: Api<Node> = Api::all(client);
+    let cordon = json!({"spec": {"unschedulable": true, "taints": [{"key": "cordoned", "effect": "NoSchedule"}]}});
+    nodes
+        .patch(
+            "node-a",
+            &PatchParams::default(),
+            &Patch::Strategic(&cordon),
+        )
+        .await
+        .expect("strategic patch");
+    let node = server.get("Node", None, "node-a").unwrap();
+    assert_eq!(node["spec"]["unschedulable"], true);
+    assert_eq!(
+        taint_keys(&node),
+        [UNREGISTERED, "node.kubernetes.io/not-ready", "cordoned"],
+        "taints merge by key"
+    );
+
+    let mut stale = nodes.get("node-a").await.expect("get");
+    server.modify("Node", None, "node-a", |n| {
+        n["metadata"]["labels"]["x"] = "y".into()
+    });
+    stale
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert("mine".into(), "1".into());
+    let conflict = nodes
+        .replace("node-a", &PostParams::default(), &stale)
+        .await
+        .expect_err("stale");
+    assert!(
+        matches!(conflict, kube::Error::Api(ref s) if s.code == 409),
+        "{conflict:?}"
+    );
+    let fresh = nodes.get("node-a").await.expect("get");
+    nodes
+        .replace("node-a", &PostParams::default(), &fresh)
+        .await
+        .expect("replace at the current version");
+}
