@@ -14,6 +14,7 @@ use nodewright_core::provisioning::{ProvisioningInput, ProvisioningPlan, plan_pr
 use nodewright_core::snapshot::parse_snapshot;
 
 mod bench;
+mod event;
 mod table;
 
 #[derive(Parser)]
@@ -35,6 +36,8 @@ enum Command {
     },
     /// Measure planning speed, memory and cost quality (prints figures).
     Bench(bench::BenchArgs),
+    /// Show how nodewright reads an EventBridge interruption event: kind, instances, action.
+    Event(event::EventArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => plan(&args),
         Command::Validate { files } => validate(&files),
         Command::Bench(args) => bench::run(&args).map_err(Failure::Unusable),
+        Command::Event(args) => event::run(&args).map_err(|e| Failure::Unusable(e.to_string())),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -191,3 +191,98 @@ fn a_custom_catalog_and_zone_list_are_what_the_plan_uses() {
     assert_eq!(unschedulable[0]["pod"], "default/giant");
     assert!(unschedulable[0]["reason"].as_str().unwrap().contains("enough cpu"), "{plan}");
 }
+
+fn event_fixture(name: &str) -> String {
+    root().join("../shared/core/tests/fixtures/events").join(name).display().to_string()
+}
+
+fn event_json(args: &[&str]) -> Value {
+    let mut all = vec!["event", "--output", "json"];
+    all.extend_from_slice(args);
+    let out = nodewright(&all);
+    assert!(out.status.success(), "event failed: {}", stderr(&out));
+    assert!(out.stderr.is_empty(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).expect("event prints JSON")
+}
+
+#[test]
+fn every_event_fixture_reads_as_the_documented_json_shape_and_values() {
+    let dir = root().join("../shared/core/tests/fixtures/events");
+    let count = std::fs::read_dir(&dir).expect("event fixtures").count();
+    let cases = [
+        ("spot-interruption.json", "spotInterruption", &["i-1234567890abcdef0"][..], None, "drain-now"),
+        ("rebalance-recommendation.json", "rebalanceRecommendation", &["i-1234567890abcdef0"], None, "replace-then-drain"),
+        ("state-change-terminated.json", "stateChange", &["i-1234567890abcdef0"], Some("terminated"), "clean-up"),
+        ("health-scheduled-change.json", "scheduledChange", &["i-0abcd1111abcd1111"], None, "replace-then-drain"),
+        ("scheduled-tick.json", "ignored", &[], None, "none"),
+    ];
+    assert_eq!(cases.len(), count, "every fixture has a case");
+    for (file, kind, ids, state, action) in cases {
+        let v = event_json(&[&event_fixture(file)]);
+        let mut fields: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        fields.sort();
+        assert_eq!(fields, ["action", "id", "instanceIds", "kind", "reason", "state"], "{file}");
+        let raw: Value = serde_json::from_str(&std::fs::read_to_string(event_fixture(file)).unwrap()).unwrap();
+        assert_eq!(v["id"], raw["id"], "{file}");
+        assert_eq!(v["kind"], kind, "{file}");
+        assert_eq!(v["instanceIds"], serde_json::json!(ids), "{file}");
+        assert_eq!(v["state"], serde_json::json!(state), "{file}");
+        assert_eq!(v["action"], action, "{file}");
+        if kind == "ignored" {
+            assert!(v["reason"].as_str().unwrap().contains("Scheduled Event"), "{v}");
+        } else {
+            assert_eq!(v["reason"], Value::Null, "{file}");
+        }
+    }
+}
+
+#[test]
+fn the_rebalance_flag_changes_what_a_rebalance_recommendation_leads_to() {
+    let file = event_fixture("rebalance-recommendation.json");
+    let ignore = event_json(&[&file, "--rebalance", "ignore"]);
+    assert_eq!(ignore["action"], "none");
+    assert!(ignore["reason"].as_str().unwrap().contains("ignore"), "{ignore}");
+    assert_eq!(event_json(&[&file, "--rebalance", "cordon"])["action"], "cordon");
+    assert_eq!(event_json(&[&file, "--rebalance", "replace"])["action"], "replace-then-drain");
+    assert_eq!(event_json(&["--rebalance", "cordon", &event_fixture("spot-interruption.json")])["action"], "drain-now");
+    assert_eq!(nodewright(&["event", &file, "--rebalance", "later"]).status.code(), Some(2));
+}
+
+#[test]
+fn the_event_table_shows_kind_instances_and_action_or_the_reason_it_is_ignored() {
+    let out = nodewright(&["event", &event_fixture("spot-interruption.json")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in ["spotInterruption", "i-1234567890abcdef0", "drain-now", "2026-11-20T10:02:00Z"] {
+        assert!(text.contains(want), "{want} in\n{text}");
+    }
+    let out = nodewright(&["event", &event_fixture("scheduled-tick.json")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("ignored") && text.contains("reason") && text.contains("Scheduled Event"), "{text}");
+}
+
+#[test]
+fn a_forged_event_with_a_bad_instance_id_exits_two_with_one_line_naming_the_field() {
+    for output in ["table", "json"] {
+        let out = nodewright(&["event", &data("event-bad-instance-id.json"), "--output", output]);
+        assert_unusable(&out, &["event-bad-instance-id.json", "detail.instance-id", "\"i-XYZ\"", "not an EC2 instance id"]);
+        assert!(out.stdout.is_empty(), "no action printed for a bad id");
+    }
+}
+
+#[test]
+fn an_event_with_a_field_of_the_wrong_type_or_invalid_json_exits_two_naming_the_problem() {
+    let out = nodewright(&["event", &data("event-wrong-type.json")]);
+    assert_unusable(&out, &["event-wrong-type.json", "detail.instance-id", "expected a string, found 42"]);
+    let out = nodewright(&["event", &data("event-not-json.json"), "--output", "json"]);
+    assert_unusable(&out, &["event-not-json.json", "not valid JSON"]);
+}
+
+#[test]
+fn an_unreadable_event_file_exits_two_naming_it() {
+    let out = nodewright(&["event", &data("no-such-event.json")]);
+    assert_unusable(&out, &["no-such-event.json", "cannot read"]);
+    let out = nodewright(&["event", &root().join("tests/data").display().to_string()]);
+    assert_unusable(&out, &["cannot read"]);
+}

@@ -10,10 +10,12 @@
 //! - [`scheduling`]: requirements algebra, taints, topology, and the bin-packer.
 //! - [`nodeclaim`]: the NodeClaim record and its state machine.
 //! - [`provisioning`]: `plan_provisioning`, the entry point the provisioner calls.
+//! - [`interruption`]: EventBridge interruption events parsed, and the action each calls for.
 
 pub mod api;
 pub mod catalog;
 pub mod cluster;
+pub mod interruption;
 pub mod nodeclaim;
 pub mod provisioning;
 pub mod resources;

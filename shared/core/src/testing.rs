@@ -228,3 +228,23 @@ pub fn violations(
     }
     out
 }
+
+/// Interruption event target: bytes (lossy UTF-8) → `parse_event`; when it parses, decide
+/// the action under every rebalance setting and check what a parsed event promises.
+pub fn fuzz_event(data: &[u8]) {
+    use crate::interruption::{Action, EventKind, RebalanceAction, action_for, parse_event};
+    let text = String::from_utf8_lossy(data);
+    let Ok(event) = parse_event(&text) else { return };
+    assert_eq!(event.kind == EventKind::Ignored, event.ignored_reason.is_some(), "{event:?}");
+    assert_eq!(event.kind == EventKind::Ignored, event.instance_ids.is_empty(), "{event:?}");
+    for id in &event.instance_ids {
+        assert!(crate::nodeclaim::is_instance_id(id.as_str()), "{id}");
+    }
+    for rebalance in RebalanceAction::ALL {
+        let action = action_for(&event, rebalance);
+        assert!(!action.as_str().is_empty());
+        if let Action::None { reason } = &action {
+            assert!(!reason.is_empty(), "{event:?}");
+        }
+    }
+}
