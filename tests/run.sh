@@ -21,3 +21,6 @@ cargo test --workspace 2>&1
 
 step "smoke: nodewright plan on the bundled example"
 ./target/debug/nodewright plan --nodepools cli/examples/nodepools.yaml --snapshot cli/examples/snapshot.json
+
+step "template.yaml: cfn-lint, sam validate --lint, IAM and queue checks"
+bash tests/lint.sh

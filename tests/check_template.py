@@ -1,0 +1,484 @@
+#!/usr/bin/env python3
+"""Checks on template.yaml that cfn-lint and `sam validate` cannot make: least-privilege
+IAM, the interruption queue's settings, and the DynamoDB table staying identical to
+infra/dynamodb-table.json.
+
+Run by tests/lint.sh with the venv's python (cfn-lint provides the YAML loader that
+understands !Ref/!Sub/!GetAtt). Exit status 0 when every check passes; 1 otherwise,
+with one line per problem.
+
+The script then tests itself: it breaks copies of the template in ways each check must
+catch (the TerminateInstances statement loses its tag condition, a wildcard action is
+added, ...) and fails if any breakage goes unnoticed, so a check that silently matches
+nothing cannot pass.
+
+Policy documents are read in both forms the template uses: YAML statements, and JSON
+strings under Fn::Sub (needed where the condition KEY contains ${ClusterName}).
+Intrinsics are reduced to the ${...} text they stand for: !Ref X -> "${X}",
+!GetAtt X.Arn -> "${X.Arn}", !Sub "s" -> "s". Both branches of an Fn::If are checked.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import json
+import re
+import sys
+from pathlib import Path
+
+from cfnlint.decode import decode
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CLUSTER_TAG = "kubernetes.io/cluster/${ClusterName}"
+RESOURCE_TAG = f"aws:ResourceTag/{CLUSTER_TAG}"
+REQUEST_TAG = f"aws:RequestTag/{CLUSTER_TAG}"
+NODE_ROLE_ARN = "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/${NodeRoleName}"
+TABLE_RESOURCES = {"${StateTable.Arn}", "${StateTable.Arn}/index/*"}
+DYNAMODB_ACTIONS = {
+    "dynamodb:ConditionCheckItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:Query",
+    "dynamodb:Scan",
+    "dynamodb:TransactWriteItems",
+    "dynamodb:UpdateItem",
+}
+# Accepted now, used once the disruption function ships (see template.yaml).
+UNUSED_PARAMETERS_ALLOWED = {"DisruptionSchedule"}
+LAUNCH_ACTIONS = ("ec2:RunInstances", "ec2:CreateFleet")
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load(path: Path) -> dict:
+    template, matches = decode(str(path))
+    if matches:
+        raise SystemExit(f"{path}: cannot parse: {matches}")
+    # cfn-lint's node classes subclass dict/str/list: make plain values.
+    return json.loads(json.dumps(template))
+
+
+def text(value) -> str | list | dict:
+    """An intrinsic reduced to the ${...} text it stands for; other values unchanged."""
+    if isinstance(value, dict) and len(value) == 1:
+        (key, arg), = value.items()
+        if key == "Fn::Sub":
+            return arg if isinstance(arg, str) else arg[0]
+        if key == "Ref":
+            return "${" + arg + "}"
+        if key == "Fn::GetAtt":
+            return "${" + (arg if isinstance(arg, str) else ".".join(arg)) + "}"
+    return value
+
+
+def as_list(value) -> list:
+    if value is None:
+        return []
+    return value if isinstance(value, list) else [value]
+
+
+def branches(value) -> list:
+    """The values a property may take: both branches of Fn::If, AWS::NoValue dropped."""
+    if isinstance(value, dict) and list(value) == ["Fn::If"]:
+        _, yes, no = value["Fn::If"]
+        return branches(yes) + branches(no)
+    if value == {"Ref": "AWS::NoValue"}:
+        return []
+    return [value]
+
+
+class PolicyDoc:
+    """One policy document found in the template, with a way to write it back (used by
+    the self-tests to break a copy of the template)."""
+
+    def __init__(self, where: str, holder: dict, key: str):
+        self.where, self.holder, self.key = where, holder, key
+        raw = holder[key]
+        self.is_sub_json = isinstance(raw, dict) and list(raw) == ["Fn::Sub"]
+        if self.is_sub_json:
+            sub = raw["Fn::Sub"]
+            self.doc = json.loads(sub if isinstance(sub, str) else sub[0])
+        else:
+            self.doc = raw
+
+    def statements(self) -> list[dict]:
+        out = []
+        for s in as_list(self.doc.get("Statement")):
+            out.extend(branches(s))
+        return out
+
+    def save(self) -> None:
+        if self.is_sub_json:
+            self.holder[self.key] = {"Fn::Sub": json.dumps(self.doc, indent=2)}
+        else:
+            self.holder[self.key] = self.doc
+
+
+def policy_docs(template: dict) -> list[PolicyDoc]:
+    docs = []
+    for name, res in template.get("Resources", {}).items():
+        props = res.get("Properties", {})
+        kind = res.get("Type")
+        if kind == "AWS::IAM::Role":
+            for policy in as_list(props.get("Policies")):
+                for p in branches(policy):
+                    docs.append(PolicyDoc(f"{name}/{p.get('PolicyName')}", p, "PolicyDocument"))
+        elif kind in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
+            docs.append(PolicyDoc(name, props, "PolicyDocument"))
+    return docs
+
+
+def actions(stmt: dict) -> list[str]:
+    return [a for a in as_list(stmt.get("Action")) if isinstance(a, str)]
+
+
+def resources(stmt: dict) -> list[str]:
+    return [text(r) for r in as_list(stmt.get("Resource"))]
+
+
+def allows(stmt: dict, action: str) -> bool:
+    """Whether the statement's Action patterns cover `action` (ec2:*, ec2:Term*, * too)."""
+    return any(fnmatch.fnmatchcase(action.lower(), a.lower()) for a in actions(stmt))
+
+
+def condition(stmt: dict, operator: str, key: str):
+    return stmt.get("Condition", {}).get(operator, {}).get(key)
+
+
+def resource_type(arn: str) -> str:
+    """`instance` for arn:...:instance/*, `*` for the bare wildcard."""
+    if arn == "*":
+        return "*"
+    last = arn.split(":")[-1]
+    return last.split("/")[0]
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def check_iam(template: dict) -> list[str]:
+    problems = []
+    docs = policy_docs(template)
+    if not docs:
+        return ["no IAM policy documents found"]
+    for doc in docs:
+        for i, s in enumerate(doc.statements()):
+            at = f"{doc.where} statement {s.get('Sid', i)}"
+            if s.get("Effect") != "Allow":
+                continue
+            if "NotAction" in s or "NotResource" in s:
+                problems.append(f"{at}: Allow with NotAction/NotResource")
+            for a in actions(s):
+                if a == "*" or a.endswith(":*") or a in ("iam:*", "dynamodb:*"):
+                    problems.append(f"{at}: wildcard action {a!r}")
+            owned_resource = condition(s, "StringEquals", RESOURCE_TAG) == "owned"
+            owned_request = condition(s, "StringEquals", REQUEST_TAG) == "owned"
+            types = {resource_type(r) for r in resources(s) if isinstance(r, str)}
+
+            for a in ("ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"):
+                if allows(s, a) and not owned_resource:
+                    problems.append(f"{at}: allows {a} without {RESOURCE_TAG} = owned")
+
+            if any(allows(s, a) for a in LAUNCH_ACTIONS):
+                if types & {"*", "instance", "volume", "fleet"} and not owned_request:
+                    problems.append(f"{at}: launches on instance/volume/fleet without {REQUEST_TAG} = owned")
+                if types & {"*", "launch-template"} and not owned_resource:
+                    problems.append(f"{at}: launches from launch templates without {RESOURCE_TAG} = owned")
+            if allows(s, "ec2:CreateLaunchTemplate") and not owned_request:
+                problems.append(f"{at}: allows ec2:CreateLaunchTemplate without {REQUEST_TAG} = owned")
+            if allows(s, "ec2:CreateTags"):
+                create_action = set(as_list(condition(s, "StringEquals", "ec2:CreateAction")))
+                if not owned_request or not create_action or not create_action <= {
+                    "RunInstances",
+                    "CreateFleet",
+                    "CreateLaunchTemplate",
+                }:
+                    problems.append(f"{at}: ec2:CreateTags must be tag-on-create only (ec2:CreateAction + {REQUEST_TAG})")
+
+            if allows(s, "iam:PassRole"):
+                if resources(s) != [NODE_ROLE_ARN]:
+                    problems.append(f"{at}: iam:PassRole on {resources(s)} (only the node role is allowed)")
+                passed_to = text(condition(s, "StringEquals", "iam:PassedToService") or "")
+                if passed_to not in ("ec2.${AWS::URLSuffix}", "ec2.amazonaws.com"):
+                    problems.append(f"{at}: iam:PassRole without iam:PassedToService = ec2")
+            if any(a.lower().startswith("iam:") and a != "iam:PassRole" for a in actions(s)):
+                problems.append(f"{at}: IAM actions other than iam:PassRole: {actions(s)}")
+
+            ddb = [a for a in actions(s) if a.lower().startswith("dynamodb:")]
+            if ddb:
+                extra = set(ddb) - DYNAMODB_ACTIONS
+                if extra:
+                    problems.append(f"{at}: DynamoDB actions not used by nodewright: {sorted(extra)}")
+                outside = [r for r in resources(s) if r not in TABLE_RESOURCES]
+                if outside:
+                    problems.append(f"{at}: DynamoDB access beyond the table and its indexes: {outside}")
+    return problems
+
+
+def check_functions(template: dict) -> list[str]:
+    problems = []
+    functions = {n: r for n, r in template["Resources"].items() if r.get("Type") == "AWS::Serverless::Function"}
+    if not functions:
+        return ["no AWS::Serverless::Function"]
+    for name, res in functions.items():
+        props = res.get("Properties", {})
+        if "Role" not in props or "Policies" in props:
+            problems.append(f"{name}: needs an explicit Role and no SAM Policies (every permission is checked here)")
+        events = props.get("Events", {})
+        for ev_name, ev in events.items():
+            if ev.get("Type") == "SQS":
+                if "ReportBatchItemFailures" not in as_list(ev.get("Properties", {}).get("FunctionResponseTypes")):
+                    problems.append(f"{name}.{ev_name}: SQS event source without ReportBatchItemFailures")
+        if any(ev.get("Type") in ("Schedule", "ScheduleV2") for ev in events.values()):
+            if props.get("ReservedConcurrentExecutions") != 1:
+                problems.append(f"{name}: scheduled function without ReservedConcurrentExecutions: 1")
+    return problems
+
+
+def check_queue(template: dict) -> list[str]:
+    res = template["Resources"]
+    queue = res.get("InterruptionQueue", {}).get("Properties")
+    if queue is None:
+        return ["no InterruptionQueue"]
+    problems = []
+    if queue.get("SqsManagedSseEnabled") is not True and "KmsMasterKeyId" not in queue:
+        problems.append("InterruptionQueue: not encrypted (SqsManagedSseEnabled)")
+    retention = queue.get("MessageRetentionPeriod")
+    if retention != 300:
+        problems.append(f"InterruptionQueue: MessageRetentionPeriod {retention}, expected 300")
+    redrive = queue.get("RedrivePolicy") or {}
+    receives = redrive.get("maxReceiveCount")
+    if not redrive.get("deadLetterTargetArn") or not receives:
+        problems.append("InterruptionQueue: no RedrivePolicy to a dead-letter queue")
+    # The consumer's timeout and batching window must fit the visibility timeout (Lambda
+    # refuses the mapping otherwise), and every receive must happen before the message
+    # expires: an expired message is deleted, never redriven to the DLQ.
+    visibility = queue.get("VisibilityTimeout", 30)
+    for name, r in res.items():
+        if r.get("Type") != "AWS::Serverless::Function":
+            continue
+        for ev in r.get("Properties", {}).get("Events", {}).values():
+            p = ev.get("Properties", {})
+            if ev.get("Type") == "SQS" and text(p.get("Queue")) == "${InterruptionQueue.Arn}":
+                need = r["Properties"].get("Timeout", 3) + p.get("MaximumBatchingWindowInSeconds", 0)
+                if visibility < need:
+                    problems.append(f"InterruptionQueue: VisibilityTimeout {visibility} < {name} timeout + batching window ({need})")
+    if receives and isinstance(retention, int) and receives * visibility >= retention:
+        problems.append(
+            f"InterruptionQueue: {receives} receives x {visibility} s visibility >= {retention} s retention: "
+            "messages would expire before reaching the DLQ"
+        )
+    policy = res.get("InterruptionQueuePolicy", {}).get("Properties", {}).get("PolicyDocument", {})
+    for s in as_list(policy.get("Statement")):
+        if s.get("Effect") == "Allow":
+            if as_list(s.get("Action")) != ["sqs:SendMessage"]:
+                problems.append(f"InterruptionQueuePolicy: allows {s.get('Action')} (only sqs:SendMessage)")
+            if text(s.get("Principal", {}).get("Service")) not in ("events.${AWS::URLSuffix}", "events.amazonaws.com"):
+                problems.append("InterruptionQueuePolicy: principal other than EventBridge")
+            if not s.get("Condition", {}).get("ArnEquals", {}).get("aws:SourceArn"):
+                problems.append("InterruptionQueuePolicy: no aws:SourceArn condition")
+    return problems
+
+
+def check_rules(template: dict) -> list[str]:
+    wanted = {
+        ("aws.ec2", "EC2 Spot Instance Interruption Warning"),
+        ("aws.ec2", "EC2 Instance Rebalance Recommendation"),
+        ("aws.ec2", "EC2 Instance State-change Notification"),
+        ("aws.health", "AWS Health Event"),
+    }
+    found = set()
+    for r in template["Resources"].values():
+        if r.get("Type") != "AWS::Events::Rule":
+            continue
+        p = r.get("Properties", {})
+        if not any(text(t.get("Arn")) == "${InterruptionQueue.Arn}" for t in p.get("Targets", [])):
+            continue
+        pattern = p.get("EventPattern", {})
+        for src in as_list(pattern.get("source")):
+            for dt in as_list(pattern.get("detail-type")):
+                found.add((src, dt))
+    return [f"no EventBridge rule sends {src} {dt!r} to InterruptionQueue" for src, dt in sorted(wanted - found)]
+
+
+def check_table(template: dict, expected: dict | None) -> list[str]:
+    table = template["Resources"].get("StateTable")
+    if table is None or table.get("Type") != "AWS::DynamoDB::Table":
+        return ["no StateTable (AWS::DynamoDB::Table)"]
+    if expected is None:
+        return []
+    actual = table.get("Properties", {})
+    if actual == expected:
+        return []
+    keys = sorted(set(actual) | set(expected))
+    differ = [k for k in keys if actual.get(k) != expected.get(k)]
+    return [f"StateTable Properties differ from infra/dynamodb-table.json in: {', '.join(differ)}"]
+
+
+def used_names(value, out: set) -> set:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k == "Ref" and isinstance(v, str):
+                out.add(v)
+            elif k == "Fn::Sub":
+                s = v if isinstance(v, str) else v[0]
+                out.update(m.split(".")[0] for m in re.findall(r"\$\{([^}!]+)\}", s))
+                if not isinstance(v, str):
+                    used_names(v[1], out)
+            else:
+                used_names(v, out)
+    elif isinstance(value, list):
+        for v in value:
+            used_names(v, out)
+    return out
+
+
+def check_parameters(template: dict) -> list[str]:
+    used = used_names({k: v for k, v in template.items() if k not in ("Parameters", "Metadata")}, set())
+    unused = set(template.get("Parameters", {})) - used - UNUSED_PARAMETERS_ALLOWED
+    return [f"parameter {p} is not used" for p in sorted(unused)]
+
+
+def check_all(template: dict, table_json: dict | None) -> list[str]:
+    return (
+        check_iam(template)
+        + check_functions(template)
+        + check_queue(template)
+        + check_rules(template)
+        + check_table(template, table_json)
+        + check_parameters(template)
+    )
+
+
+# --------------------------------------------------------------------------- self-test
+
+
+def find_statement(template: dict, action: str, where: str | None = None):
+    for doc in policy_docs(template):
+        if where and not doc.where.startswith(where):
+            continue
+        for s in doc.statements():
+            if s.get("Effect") == "Allow" and action in actions(s):
+                return doc, s
+    raise AssertionError(f"self-test: no statement allows {action}")
+
+
+def drop_terminate_condition(t):
+    doc, s = find_statement(t, "ec2:TerminateInstances", "ProvisionerRole")
+    s.pop("Condition")
+    doc.save()
+
+
+def terminate_with_ec2_wildcard_elsewhere(t):
+    doc, s = find_statement(t, "ec2:DescribeInstances", "InterruptionRole")
+    s["Action"] = ["ec2:Describe*", "ec2:Term*"]
+    doc.save()
+
+
+def launch_instances_without_request_tag(t):
+    doc, s = find_statement(t, "ec2:RunInstances")
+    s["Resource"] = as_list(s["Resource"]) + ["arn:${AWS::Partition}:ec2:${AWS::Region}:${AWS::AccountId}:instance/*"]
+    doc.save()
+
+
+def pass_any_role(t):
+    doc, s = find_statement(t, "iam:PassRole")
+    s["Resource"] = "*"
+    doc.save()
+
+
+def add_iam_wildcard(t):
+    doc, s = find_statement(t, "eks:DescribeCluster")
+    s["Action"] = [s["Action"], "iam:*"]
+    doc.save()
+
+
+def dynamodb_on_every_table(t):
+    doc, s = find_statement(t, "dynamodb:GetItem")
+    s["Resource"] = as_list(s["Resource"]) + ["arn:${AWS::Partition}:dynamodb:${AWS::Region}:${AWS::AccountId}:table/*"]
+    doc.save()
+
+
+def forget_batch_item_failures(t):
+    ev = t["Resources"]["InterruptionFunction"]["Properties"]["Events"]["Interruptions"]["Properties"]
+    ev.pop("FunctionResponseTypes")
+
+
+def unlimited_provisioner_concurrency(t):
+    t["Resources"]["ProvisionerFunction"]["Properties"].pop("ReservedConcurrentExecutions")
+
+
+def queue_without_dlq(t):
+    t["Resources"]["InterruptionQueue"]["Properties"].pop("RedrivePolicy")
+
+
+def table_drifts(t):
+    t["Resources"]["StateTable"]["Properties"]["TimeToLiveSpecification"]["AttributeName"] = "ttl"
+
+
+def vpc_branch_wildcard(t):
+    # The Fn::If branch that only exists with private subnets is checked too.
+    for p in t["Resources"]["ProvisionerRole"]["Properties"]["Policies"]:
+        if isinstance(p, dict) and "Fn::If" in p:
+            p["Fn::If"][1]["PolicyDocument"]["Statement"][0]["Action"].append("*")
+            return
+    raise AssertionError("self-test: no conditional policy")
+
+
+MUTATIONS = [
+    (drop_terminate_condition, "ec2:TerminateInstances without"),
+    (terminate_with_ec2_wildcard_elsewhere, "ec2:TerminateInstances without"),
+    (launch_instances_without_request_tag, "launches on instance/volume/fleet without"),
+    (pass_any_role, "iam:PassRole on"),
+    (add_iam_wildcard, "wildcard action 'iam:*'"),
+    (dynamodb_on_every_table, "DynamoDB access beyond the table"),
+    (forget_batch_item_failures, "without ReportBatchItemFailures"),
+    (unlimited_provisioner_concurrency, "without ReservedConcurrentExecutions"),
+    (queue_without_dlq, "no RedrivePolicy"),
+    (table_drifts, "differ from infra/dynamodb-table.json in: TimeToLiveSpecification"),
+    (vpc_branch_wildcard, "wildcard action '*'"),
+]
+
+
+def self_test(template: dict) -> list[str]:
+    """Each mutation of a copy must be reported, with the expected message."""
+    failures = []
+    # The table check is exercised against the template's own table, so it is tested
+    # even before infra/dynamodb-table.json exists in this checkout.
+    own_table = copy.deepcopy(template["Resources"]["StateTable"]["Properties"])
+    for mutate, expected in MUTATIONS:
+        broken = copy.deepcopy(template)
+        mutate(broken)
+        found = check_all(broken, own_table)
+        if not any(expected in p for p in found):
+            failures.append(f"self-test: {mutate.__name__} was not caught (expected a problem containing {expected!r}; got {found})")
+    return failures
+
+
+def main(argv: list[str]) -> int:
+    path = Path(argv[1]) if len(argv) > 1 else ROOT / "template.yaml"
+    table_path = ROOT / "infra" / "dynamodb-table.json"
+    template = load(path)
+    table_json = json.loads(table_path.read_text()) if table_path.exists() else None
+
+    problems = check_all(template, table_json)
+    for p in problems:
+        print(f"FAIL {p}")
+    failures = self_test(template)
+    for f in failures:
+        print(f"FAIL {f}")
+    if problems or failures:
+        return 1
+    statements = sum(len(d.statements()) for d in policy_docs(template))
+    table_note = "compared with infra/dynamodb-table.json" if table_json is not None else "infra/dynamodb-table.json absent: not compared"
+    print(f"ok: {statements} IAM statements in {len(policy_docs(template))} policy documents checked; table {table_note}")
+    print(f"ok: self-test caught all {len(MUTATIONS)} deliberate breakages")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
