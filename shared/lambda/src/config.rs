@@ -1,4 +1,4 @@
-//! The provisioner's configuration, read in one place from the environment so a
+//! Every function's configuration, read in one place from the environment so a
 //! missing or malformed setting fails the cold start with a message naming it.
 
 use std::collections::HashMap;
@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use nodewright_core::api::duration::parse_duration;
+use nodewright_core::interruption::RebalanceAction;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -23,6 +24,11 @@ pub struct Config {
     /// `NODEWRIGHT_SSM_PUBLIC_PREFIX` (default /aws/service): where the public EKS AMI
     /// parameters live. Only emulators need another value (moto refuses `/aws/...`).
     pub ssm_public_prefix: String,
+    /// `NODEWRIGHT_REBALANCE_ACTION` (interruption; default replace): ignore | cordon | replace.
+    pub rebalance_action: RebalanceAction,
+    /// `NODEWRIGHT_PROVISIONER_FUNCTION` (interruption): the provisioner to invoke
+    /// asynchronously after evictions, so replacements do not wait for the schedule.
+    pub provisioner_function: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -74,6 +80,14 @@ impl Config {
                 expected: "an SSM parameter path starting with /",
             });
         }
+        let rebalance_action = match get("NODEWRIGHT_REBALANCE_ACTION") {
+            None => RebalanceAction::Replace,
+            Some(v) => v.parse().map_err(|_| ConfigError::Malformed {
+                name: "NODEWRIGHT_REBALANCE_ACTION",
+                value: v.clone(),
+                expected: "ignore, cordon or replace",
+            })?,
+        };
         Ok(Config {
             cluster_name: required("NODEWRIGHT_CLUSTER_NAME")?,
             table_name: required("NODEWRIGHT_TABLE_NAME")?,
@@ -81,6 +95,8 @@ impl Config {
             dry_run,
             kubeconfig: get("NODEWRIGHT_KUBECONFIG").map(PathBuf::from),
             ssm_public_prefix: ssm_public_prefix.trim_end_matches('/').to_string(),
+            rebalance_action,
+            provisioner_function: get("NODEWRIGHT_PROVISIONER_FUNCTION"),
         })
     }
 }
@@ -100,6 +116,7 @@ mod tests {
         assert!(!c.dry_run);
         assert_eq!(c.kubeconfig, None);
         assert_eq!(c.ssm_public_prefix, "/aws/service");
+        assert_eq!(c.rebalance_action, RebalanceAction::Replace);
     }
 
     #[test]
@@ -122,5 +139,9 @@ mod tests {
         );
         assert!(with("NODEWRIGHT_POLL_INTERVAL", "2m").starts_with("NODEWRIGHT_POLL_INTERVAL=\"2m\""));
         assert_eq!(with("NODEWRIGHT_DRY_RUN", "maybe"), "NODEWRIGHT_DRY_RUN=\"maybe\": true or false");
+        assert_eq!(
+            with("NODEWRIGHT_REBALANCE_ACTION", "panic"),
+            "NODEWRIGHT_REBALANCE_ACTION=\"panic\": ignore, cordon or replace"
+        );
     }
 }

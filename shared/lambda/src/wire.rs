@@ -1,0 +1,63 @@
+//! Builds the engine's ports from the real adapters, once per cold start.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use nodewright_aws::{AwsContext, ClusterInfo, DynamoStore, Ec2Cloud, Ec2CloudConfig, TokenSource};
+use nodewright_engine::context::{Ports, SystemClock};
+use nodewright_engine::ports::{BoxError, ClusterError};
+use nodewright_kube::{KubeCluster, TokenProvider};
+
+use crate::Config;
+
+/// Why the function could not start; the cold start fails with this message.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error("reading EKS cluster {cluster:?}")]
+    Eks {
+        cluster: String,
+        #[source]
+        source: ClusterError,
+    },
+    #[error("connecting to the Kubernetes API")]
+    Kubernetes(#[source] ClusterError),
+}
+
+/// The IAM bearer token for the Kubernetes API, renewed by `TokenSource` before it expires.
+struct EksToken(TokenSource);
+
+#[async_trait]
+impl TokenProvider for EksToken {
+    async fn token(&self) -> Result<String, BoxError> {
+        self.0.token().await.map_err(|e| Box::new(e) as BoxError)
+    }
+}
+
+/// Ports over DynamoDB, EC2 and the cluster's API server, plus the cluster's EKS facts.
+pub async fn build_ports(config: &Config) -> Result<(Ports, ClusterInfo), StartupError> {
+    let aws = AwsContext::from_env().await;
+    let info = ClusterInfo::describe(&aws, &config.cluster_name)
+        .await
+        .map_err(|source| StartupError::Eks { cluster: config.cluster_name.clone(), source })?;
+    let cluster = match &config.kubeconfig {
+        Some(path) => KubeCluster::from_kubeconfig(path).await.map_err(StartupError::Kubernetes)?,
+        None => {
+            let tokens = TokenSource::new(&aws, &config.cluster_name)
+                .map_err(|source| StartupError::Eks { cluster: config.cluster_name.clone(), source })?;
+            KubeCluster::from_endpoint(&info.endpoint, Some(&info.ca_pem), Arc::new(EksToken(tokens)))
+                .map_err(StartupError::Kubernetes)?
+        }
+    };
+    let cloud = Ec2Cloud::new(
+        &aws,
+        Ec2CloudConfig { ssm_public_prefix: config.ssm_public_prefix.clone(), ..Ec2CloudConfig::default() },
+        info.clone(),
+    );
+    let ports = Ports {
+        cloud: Arc::new(cloud),
+        cluster: Arc::new(cluster),
+        store: Arc::new(DynamoStore::new(&aws, config.table_name.clone())),
+        clock: Arc::new(SystemClock),
+    };
+    Ok((ports, info))
+}
