@@ -25,12 +25,14 @@ impl AwsContext {
         Self::from_sdk_config(config)
     }
 
-    /// Like [`from_env`](Self::from_env) but with an explicit endpoint and region,
-    /// for tests and local emulators.
-    pub async fn with_endpoint(endpoint_url: &str, region: &str) -> Self {
+    /// Clients for a local emulator (moto): explicit endpoint and region, static
+    /// dummy credentials, nothing read from the environment.
+    pub async fn for_emulator(endpoint_url: &str, region: &str) -> Self {
+        let credentials = aws_credential_types::Credentials::new("test", "test", None, None, "emulator");
         let config = aws_config::defaults(BehaviorVersion::latest())
             .endpoint_url(endpoint_url)
             .region(aws_config::Region::new(region.to_string()))
+            .credentials_provider(credentials)
             .load()
             .await;
         Self::from_sdk_config(config)

@@ -94,3 +94,76 @@ where
     let message = format!("{}: {}", what.as_ref(), describe(&err));
     CloudError::with_source(kind, message, err)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodb::config::http::HttpResponse;
+    use aws_sdk_dynamodb::error::ErrorMetadata;
+    use aws_sdk_dynamodb::operation::put_item::PutItemError;
+    use aws_sdk_dynamodb::types::error::{
+        ConditionalCheckFailedException, ProvisionedThroughputExceededException, ResourceNotFoundException,
+    };
+    use aws_smithy_types::body::SdkBody;
+
+    fn response(status: u16) -> HttpResponse {
+        HttpResponse::new(status.try_into().unwrap(), SdkBody::empty())
+    }
+
+    fn meta(code: &str) -> ErrorMetadata {
+        ErrorMetadata::builder().code(code).message("the message is never matched").build()
+    }
+
+    #[test]
+    fn modeled_dynamodb_errors_classify_by_their_code() {
+        let conflict = SdkError::service_error(
+            PutItemError::ConditionalCheckFailedException(
+                ConditionalCheckFailedException::builder().meta(meta("ConditionalCheckFailedException")).build(),
+            ),
+            response(400),
+        );
+        assert_eq!(classify(&conflict), ErrorKind::Conflict);
+
+        let throttled = SdkError::service_error(
+            PutItemError::ProvisionedThroughputExceededException(
+                ProvisionedThroughputExceededException::builder()
+                    .meta(meta("ProvisionedThroughputExceededException"))
+                    .build(),
+            ),
+            response(400),
+        );
+        assert_eq!(classify(&throttled), ErrorKind::Throttled);
+
+        let missing = SdkError::service_error(
+            PutItemError::ResourceNotFoundException(
+                ResourceNotFoundException::builder().meta(meta("ResourceNotFoundException")).build(),
+            ),
+            response(400),
+        );
+        assert_eq!(classify(&missing), ErrorKind::NotFound);
+
+        let unmodeled = SdkError::service_error(PutItemError::generic(meta("ThrottlingException")), response(400));
+        assert_eq!(classify(&unmodeled), ErrorKind::Throttled);
+        let store = store_error("PutItem claim x", unmodeled);
+        assert_eq!(store.kind, ErrorKind::Throttled);
+        assert!(store.message.contains("ThrottlingException"));
+        assert!(std::error::Error::source(&store).is_some(), "the SDK error is kept as the source");
+    }
+
+    #[test]
+    fn transport_failures_are_unavailable() {
+        let timeout: SdkError<PutItemError, HttpResponse> = SdkError::timeout_error("slow");
+        assert_eq!(classify(&timeout), ErrorKind::Unavailable);
+    }
+
+    #[test]
+    fn ec2_codes_classify() {
+        assert_eq!(kind_for_code("RequestLimitExceeded"), Some(ErrorKind::Throttled));
+        assert_eq!(kind_for_code("InvalidInstanceID.NotFound"), Some(ErrorKind::NotFound));
+        assert_eq!(kind_for_code("InvalidLaunchTemplateName.AlreadyExistsException"), Some(ErrorKind::Conflict));
+        assert_eq!(kind_for_code("InvalidParameterValue"), Some(ErrorKind::Invalid));
+        assert_eq!(kind_for_code("UnauthorizedOperation"), Some(ErrorKind::Unauthorized));
+        assert_eq!(kind_for_code("InsufficientInstanceCapacity"), Some(ErrorKind::InsufficientCapacity));
+        assert_eq!(kind_for_code("SomethingElse"), None);
+    }
+}
