@@ -573,7 +573,7 @@ fn parse_gib(size: &str) -> Result<i32, CloudError> {
     let gib = match unit {
         "" | "Gi" | "G" => n,
         "Ti" | "T" => n * 1024,
-        "Mi" | "M" => n.div_ceil(1024),
+        "Mi" | "M" => (n + 1023) / 1024,
         _ => return Err(CloudError::new(ErrorKind::Invalid, format!("volumeSize {size:?}: unknown unit {unit:?}"))),
     };
     i32::try_from(gib).map_err(|_| CloudError::new(ErrorKind::Invalid, format!("volumeSize {size:?} is too large")))
@@ -808,7 +808,7 @@ impl Cloud for Ec2Cloud {
                     .processor_info
                     .as_ref()
                     .and_then(|p| p.supported_architectures.as_ref())
-                    .map(|archs| if archs.iter().any(|a| *a == ArchitectureValues::Arm64) { "arm64" } else { "amd64" })
+                    .map(|archs| if archs.iter().any(|a| *a == aws_sdk_ec2::types::ArchitectureType::Arm64) { "arm64" } else { "amd64" })
                     .unwrap_or("amd64");
                 let vcpus = info.v_cpu_info.as_ref().and_then(|v| v.default_v_cpus).unwrap_or(0);
                 let memory = info.memory_info.as_ref().and_then(|m| m.size_in_mib).unwrap_or(0);

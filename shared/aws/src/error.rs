@@ -59,8 +59,8 @@ where
 /// The AWS error code and message, for people ("ValidationException: ...").
 pub fn describe<E, R>(err: &SdkError<E, R>) -> String
 where
-    E: ProvideErrorMetadata + std::error::Error,
-    R: std::fmt::Debug,
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug + 'static,
 {
     match err {
         SdkError::ServiceError(service) => {
