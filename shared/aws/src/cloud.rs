@@ -392,7 +392,10 @@ impl Ec2Cloud {
         let mut configs: Vec<(String, Vec<FleetLaunchTemplateOverridesRequest>)> = Vec::new();
         let mut tried: Vec<Offering> = Vec::new();
         let mut template_for_arch: HashMap<String, String> = HashMap::new();
-        for offering in offerings.iter().take(MAX_OVERRIDES) {
+        for offering in offerings {
+            if tried.len() == MAX_OVERRIDES {
+                break;
+            }
             let Some(subnet) = subnet_by_zone.get(&offering.zone) else { continue };
             let arch = self.arch_of(&offering.instance_type);
             let Some(image) = images.get(arch.as_str()) else { continue };

@@ -115,7 +115,7 @@ impl TokenSource {
 }
 
 /// The token for `cluster`, signed with `credentials` at `time`. Pure (no clock, no I/O).
-pub fn presigned_token(
+pub(crate) fn presigned_token(
     cluster: &str,
     region: &str,
     credentials: &Credentials,

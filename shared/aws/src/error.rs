@@ -41,7 +41,7 @@ pub fn kind_for_code(code: &str) -> Option<ErrorKind> {
 }
 
 /// Classifies any SDK error.
-pub fn classify<E, R>(err: &SdkError<E, R>) -> ErrorKind
+pub(crate) fn classify<E, R>(err: &SdkError<E, R>) -> ErrorKind
 where
     E: ProvideErrorMetadata,
 {
@@ -57,7 +57,7 @@ where
 }
 
 /// The AWS error code and message, for people ("ValidationException: ...").
-pub fn describe<E, R>(err: &SdkError<E, R>) -> String
+pub(crate) fn describe<E, R>(err: &SdkError<E, R>) -> String
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
     R: std::fmt::Debug + 'static,
