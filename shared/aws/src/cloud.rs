@@ -760,10 +760,10 @@ fn instance_type_from_api(name: &str, arch: &str, vcpus: i64, memory_mib: i64) -
 #[async_trait]
 impl Cloud for Ec2Cloud {
     async fn catalog(&self) -> Result<Catalog, CloudError> {
-        if let Some((at, catalog)) = self.catalog.lock().expect("catalog lock").as_ref() {
-            if at.elapsed() < self.config.catalog_ttl {
-                return Ok(catalog.clone());
-            }
+        if let Some((at, catalog)) = self.catalog.lock().expect("catalog lock").as_ref()
+            && at.elapsed() < self.config.catalog_ttl
+        {
+            return Ok(catalog.clone());
         }
         // Which types are offered in at least one zone of the region.
         let mut offered: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -811,7 +811,7 @@ impl Cloud for Ec2Cloud {
                     .processor_info
                     .as_ref()
                     .and_then(|p| p.supported_architectures.as_ref())
-                    .map(|archs| if archs.iter().any(|a| *a == aws_sdk_ec2::types::ArchitectureType::Arm64) { "arm64" } else { "amd64" })
+                    .map(|archs| if archs.contains(&aws_sdk_ec2::types::ArchitectureType::Arm64) { "arm64" } else { "amd64" })
                     .unwrap_or("amd64");
                 let vcpus = info.v_cpu_info.as_ref().and_then(|v| v.default_v_cpus).unwrap_or(0);
                 let memory = info.memory_info.as_ref().and_then(|m| m.size_in_mib).unwrap_or(0);

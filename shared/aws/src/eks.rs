@@ -96,10 +96,10 @@ impl TokenSource {
     /// A valid token: the cached one if it has more than 2 minutes left, else a new one.
     pub async fn token(&self) -> Result<String, ClusterError> {
         let now = SystemTime::now();
-        if let Some((token, valid_until)) = self.cached.lock().expect("token cache lock").as_ref() {
-            if *valid_until > now + TOKEN_RENEW_BEFORE {
-                return Ok(token.clone());
-            }
+        if let Some((token, valid_until)) = self.cached.lock().expect("token cache lock").as_ref()
+            && *valid_until > now + TOKEN_RENEW_BEFORE
+        {
+            return Ok(token.clone());
         }
         let credentials = self.credentials.provide_credentials().await.map_err(|e| {
             ClusterError::with_source(ErrorKind::Unauthorized, "loading AWS credentials for the EKS token", e)

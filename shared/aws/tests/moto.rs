@@ -708,7 +708,7 @@ async fn owned_instances_are_only_this_clusters_and_terminate_removes_them() {
 
     let err = cloud.terminate(&["i-not-an-id".to_string()]).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::Invalid);
-    cloud.terminate(&[ours.instance_id.clone()]).await.unwrap();
+    cloud.terminate(std::slice::from_ref(&ours.instance_id)).await.unwrap();
     assert_eq!(cloud.owned_instances().await.unwrap(), vec![]);
     let state = describe_instance(&url, &ours.instance_id).await.state.unwrap().name.unwrap();
     assert!(matches!(state.as_str(), "shutting-down" | "terminated"), "{state}");
