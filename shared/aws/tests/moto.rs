@@ -765,3 +765,38 @@ async fn cluster_info_comes_from_describe_cluster() {
     assert!(token.starts_with("k8s-aws-v1."));
 }
 
+
+#[tokio::test]
+async fn the_cheaper_spot_group_launches_first_with_the_image_for_its_architecture() {
+    let url = moto!();
+    let cluster = unique("spot");
+    let net = network(&url, &cluster).await;
+    let cloud = cloud(&url, &cluster, &net).await;
+    let class = node_class(&cluster, vec![alias()]);
+    let resolved = cloud.resolve_node_class(&class, K8S).await.unwrap();
+    let spot = |t: &str, zone: &str, price: f64| Offering {
+        instance_type: t.into(),
+        zone: zone.into(),
+        capacity_type: CapacityType::Spot,
+        price,
+    };
+    // Graviton spot is cheapest; on-demand is there as the fallback group.
+    let offerings = vec![
+        on_demand("m5.large", "us-east-1a", 0.096),
+        spot("m6g.large", "us-east-1a", 0.031),
+        spot("m5.large", "us-east-1b", 0.038),
+    ];
+    let launched = cloud.launch(&launch_request("default-s1", class, resolved, offerings)).await.unwrap();
+    assert_eq!(launched.capacity_type, CapacityType::Spot);
+    assert_eq!((launched.instance_type.as_str(), launched.zone.as_str()), ("m6g.large", "us-east-1a"));
+    assert_eq!(launched.price, 0.031);
+
+    let instance = describe_instance(&url, &launched.instance_id).await;
+    assert_eq!(instance.image_id.as_deref(), Some(net.ami_arm64.as_str()));
+    assert_eq!(instance.subnet_id.as_deref(), Some(net.subnet_a.as_str()));
+
+    // Capacity type comes from the instance's lifecycle field.
+    let owned = cloud.owned_instances().await.unwrap();
+    assert_eq!(owned.len(), 1);
+    assert_eq!(owned[0].capacity_type, CapacityType::Spot);
+}
