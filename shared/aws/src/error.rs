@@ -1,0 +1,169 @@
+//! Classifying SDK errors into the engine's [`ErrorKind`]s.
+//!
+//! Classification uses what the SDK gives as structure: the kind of `SdkError`
+//! (timeout, dispatch failure, service error) and the service's error *code*
+//! (`ConditionalCheckFailedException`, `RequestLimitExceeded`...). Never the message.
+
+use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+
+use nodewright_engine::ports::{CloudError, ErrorKind, StoreError};
+
+/// The kind an AWS error code stands for, or `None` if the code says nothing we
+/// can act on.
+pub fn kind_for_code(code: &str) -> Option<ErrorKind> {
+    let kind = match code {
+        "ConditionalCheckFailedException" | "TransactionCanceledException" | "TransactionConflictException"
+        | "IdempotentParameterMismatch" | "InvalidLaunchTemplateName.AlreadyExistsException"
+        | "ResourceInUseException" => ErrorKind::Conflict,
+        "ProvisionedThroughputExceededException" | "ThrottlingException" | "Throttling" | "RequestLimitExceeded"
+        | "RequestThrottledException" | "TooManyRequestsException" | "LimitExceededException"
+        | "ThrottledException" | "SlowDown" => ErrorKind::Throttled,
+        "ResourceNotFoundException" | "ParameterNotFound" | "ParameterVersionNotFound" => ErrorKind::NotFound,
+        "AccessDeniedException" | "AccessDenied" | "UnauthorizedOperation" | "UnrecognizedClientException"
+        | "InvalidClientTokenId" | "ExpiredToken" | "ExpiredTokenException" | "AuthFailure"
+        | "SignatureDoesNotMatch" | "MissingAuthenticationToken" | "InvalidSignatureException" => {
+            ErrorKind::Unauthorized
+        }
+        "InsufficientInstanceCapacity" | "InsufficientCapacity" | "InsufficientHostCapacity"
+        | "InsufficientReservedInstanceCapacity" | "MaxSpotInstanceCountExceeded" | "VcpuLimitExceeded"
+        | "UnfulfillableCapacity" | "InsufficientFreeAddressesInSubnet" => ErrorKind::InsufficientCapacity,
+        "ServiceUnavailable" | "ServiceUnavailableException" | "InternalServerError" | "InternalError"
+        | "InternalFailure" | "Unavailable" => ErrorKind::Unavailable,
+        "ValidationException" | "ValidationError" | "MissingParameter" | "InvalidParameter"
+        | "InvalidParameterValue" | "InvalidParameterCombination" | "InvalidParameterException"
+        | "SerializationException" | "UnsupportedOperation" => ErrorKind::Invalid,
+        // EC2's "<Resource>.NotFound" family (InvalidInstanceID.NotFound, InvalidAMIID.NotFound...).
+        c if c.ends_with(".NotFound") => ErrorKind::NotFound,
+        c if c.ends_with(".Malformed") || c.starts_with("Invalid") => ErrorKind::Invalid,
+        _ => return None,
+    };
+    Some(kind)
+}
+
+/// Classifies any SDK error.
+pub(crate) fn classify<E, R>(err: &SdkError<E, R>) -> ErrorKind
+where
+    E: ProvideErrorMetadata,
+{
+    match err {
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) => ErrorKind::Unavailable,
+        SdkError::ResponseError(_) => ErrorKind::Unavailable,
+        SdkError::ConstructionFailure(_) => ErrorKind::Invalid,
+        SdkError::ServiceError(service) => {
+            service.err().code().and_then(kind_for_code).unwrap_or(ErrorKind::Other)
+        }
+        _ => ErrorKind::Other,
+    }
+}
+
+/// The AWS error code and message, for people ("ValidationException: ...").
+pub(crate) fn describe<E, R>(err: &SdkError<E, R>) -> String
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug + 'static,
+{
+    match err {
+        SdkError::ServiceError(service) => {
+            let e = service.err();
+            match (e.code(), e.message()) {
+                (Some(c), Some(m)) => format!("{c}: {m}"),
+                (Some(c), None) => c.to_string(),
+                _ => e.to_string(),
+            }
+        }
+        other => DisplayErrorContext(other).to_string(),
+    }
+}
+
+pub(crate) fn store_error<E, R>(what: impl AsRef<str>, err: SdkError<E, R>) -> StoreError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let kind = classify(&err);
+    let message = format!("{}: {}", what.as_ref(), describe(&err));
+    StoreError::with_source(kind, message, err)
+}
+
+pub(crate) fn cloud_error<E, R>(what: impl AsRef<str>, err: SdkError<E, R>) -> CloudError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let kind = classify(&err);
+    let message = format!("{}: {}", what.as_ref(), describe(&err));
+    CloudError::with_source(kind, message, err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodb::config::http::HttpResponse;
+    use aws_sdk_dynamodb::error::ErrorMetadata;
+    use aws_sdk_dynamodb::operation::put_item::PutItemError;
+    use aws_sdk_dynamodb::types::error::{
+        ConditionalCheckFailedException, ProvisionedThroughputExceededException, ResourceNotFoundException,
+    };
+    use aws_smithy_types::body::SdkBody;
+
+    fn response(status: u16) -> HttpResponse {
+        HttpResponse::new(status.try_into().unwrap(), SdkBody::empty())
+    }
+
+    fn meta(code: &str) -> ErrorMetadata {
+        ErrorMetadata::builder().code(code).message("the message is never matched").build()
+    }
+
+    #[test]
+    fn modeled_dynamodb_errors_classify_by_their_code() {
+        let conflict = SdkError::service_error(
+            PutItemError::ConditionalCheckFailedException(
+                ConditionalCheckFailedException::builder().meta(meta("ConditionalCheckFailedException")).build(),
+            ),
+            response(400),
+        );
+        assert_eq!(classify(&conflict), ErrorKind::Conflict);
+
+        let throttled = SdkError::service_error(
+            PutItemError::ProvisionedThroughputExceededException(
+                ProvisionedThroughputExceededException::builder()
+                    .meta(meta("ProvisionedThroughputExceededException"))
+                    .build(),
+            ),
+            response(400),
+        );
+        assert_eq!(classify(&throttled), ErrorKind::Throttled);
+
+        let missing = SdkError::service_error(
+            PutItemError::ResourceNotFoundException(
+                ResourceNotFoundException::builder().meta(meta("ResourceNotFoundException")).build(),
+            ),
+            response(400),
+        );
+        assert_eq!(classify(&missing), ErrorKind::NotFound);
+
+        let unmodeled = SdkError::service_error(PutItemError::generic(meta("ThrottlingException")), response(400));
+        assert_eq!(classify(&unmodeled), ErrorKind::Throttled);
+        let store = store_error("PutItem claim x", unmodeled);
+        assert_eq!(store.kind, ErrorKind::Throttled);
+        assert!(store.message.contains("ThrottlingException"));
+        assert!(std::error::Error::source(&store).is_some(), "the SDK error is kept as the source");
+    }
+
+    #[test]
+    fn transport_failures_are_unavailable() {
+        let timeout: SdkError<PutItemError, HttpResponse> = SdkError::timeout_error("slow");
+        assert_eq!(classify(&timeout), ErrorKind::Unavailable);
+    }
+
+    #[test]
+    fn ec2_codes_classify() {
+        assert_eq!(kind_for_code("RequestLimitExceeded"), Some(ErrorKind::Throttled));
+        assert_eq!(kind_for_code("InvalidInstanceID.NotFound"), Some(ErrorKind::NotFound));
+        assert_eq!(kind_for_code("InvalidLaunchTemplateName.AlreadyExistsException"), Some(ErrorKind::Conflict));
+        assert_eq!(kind_for_code("InvalidParameterValue"), Some(ErrorKind::Invalid));
+        assert_eq!(kind_for_code("UnauthorizedOperation"), Some(ErrorKind::Unauthorized));
+        assert_eq!(kind_for_code("InsufficientInstanceCapacity"), Some(ErrorKind::InsufficientCapacity));
+        assert_eq!(kind_for_code("SomethingElse"), None);
+    }
+}

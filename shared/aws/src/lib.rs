@@ -1,0 +1,28 @@
+//! nodewright's AWS adapters. Every AWS SDK type stays inside this crate; the rest
+//! of nodewright sees the engine's ports and plain values.
+//!
+//! - [`config`]: [`AwsContext`], the SDK clients built once per cold start from the
+//!   standard environment (`AWS_ENDPOINT_URL` points them at an emulator).
+//! - [`store`]: [`DynamoStore`], the engine's `Store` over one DynamoDB table
+//!   (claims, leases with fencing tokens, the ICE cache, idempotency keys, decisions).
+//! - [`cloud`]: [`Ec2Cloud`], the engine's `Cloud` over EC2 and SSM (CreateFleet over
+//!   content-addressed launch templates, node class resolution, catalog, spot prices).
+//! - [`eks`]: [`ClusterInfo`] from DescribeCluster and the IAM bearer token
+//!   ([`TokenSource`]) for the Kubernetes API.
+//! - [`ami`], [`userdata`], [`fleet`]: pure pieces (alias paths, nodeadm user data,
+//!   CreateFleet error classification), tested without AWS.
+//! - [`error`]: SDK errors → the engine's `ErrorKind`, by error code, never by message.
+
+pub mod ami;
+pub mod cloud;
+pub mod config;
+pub mod eks;
+pub mod error;
+pub mod fleet;
+pub mod store;
+pub mod userdata;
+
+pub use cloud::{Ec2Cloud, Ec2CloudConfig};
+pub use config::AwsContext;
+pub use eks::{ClusterInfo, TokenSource};
+pub use store::DynamoStore;

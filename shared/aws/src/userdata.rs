@@ -1,0 +1,219 @@
+//! User data for nodes: AL2023 (nodeadm `NodeConfig` in a MIME multipart document)
+//! and Bottlerocket (TOML settings). Pure functions over the cluster and the node's
+//! labels and taints.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use nodewright_core::api::model::{Kubelet, Taint};
+
+use crate::eks::ClusterInfo;
+
+pub const MIME_BOUNDARY: &str = "//";
+
+/// `key=value:Effect` (or `key:Effect`).
+pub fn taint_flag_value(taint: &Taint) -> String {
+    match &taint.value {
+        Some(v) => format!("{}={}:{}", taint.key, v, taint.effect.as_str()),
+        None => format!("{}:{}", taint.key, taint.effect.as_str()),
+    }
+}
+
+/// The nodeadm NodeConfig (as JSON, which is YAML) for one node.
+pub fn node_config(cluster: &ClusterInfo, labels: &BTreeMap<String, String>, taints: &[Taint], kubelet: &Kubelet) -> Value {
+    let mut flags = Vec::new();
+    if !labels.is_empty() {
+        let joined: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        flags.push(format!("--node-labels={}", joined.join(",")));
+    }
+    if !taints.is_empty() {
+        let joined: Vec<String> = taints.iter().map(taint_flag_value).collect();
+        flags.push(format!("--register-with-taints={}", joined.join(",")));
+    }
+    // Karpenter's kubelet fields are KubeletConfiguration fields of the same names.
+    let mut config = match &kubelet.raw {
+        Some(Value::Object(map)) => map.clone(),
+        _ => serde_json::Map::new(),
+    };
+    if let Some(max_pods) = kubelet.max_pods {
+        config.insert("maxPods".into(), json!(max_pods));
+    }
+    if !kubelet.cluster_dns.is_empty() {
+        config.insert("clusterDNS".into(), json!(kubelet.cluster_dns));
+    }
+    let mut cluster_spec = serde_json::Map::new();
+    cluster_spec.insert("name".into(), json!(cluster.name));
+    cluster_spec.insert("apiServerEndpoint".into(), json!(cluster.endpoint));
+    cluster_spec.insert(
+        "certificateAuthority".into(),
+        json!(base64::engine::general_purpose::STANDARD.encode(&cluster.ca_pem)),
+    );
+    if let Some(cidr) = &cluster.service_cidr {
+        cluster_spec.insert("cidr".into(), json!(cidr));
+    }
+    json!({
+        "apiVersion": "node.eks.aws/v1alpha1",
+        "kind": "NodeConfig",
+        "spec": {
+            "cluster": cluster_spec,
+            "kubelet": { "config": config, "flags": flags },
+        }
+    })
+}
+
+/// The MIME parts of the user's own user data: its parts if it is already a MIME
+/// multipart document, else one part whose type is guessed from its content.
+fn custom_parts(custom: &str) -> Vec<String> {
+    if let Some(boundary) = multipart_boundary(custom) {
+        let delimiter = format!("--{boundary}");
+        return custom
+            .split(&delimiter)
+            .skip(1) // the MIME headers before the first part
+            .map(|p| p.trim_start_matches(['\r', '\n']))
+            .filter(|p| !p.starts_with("--")) // the closing delimiter
+            .map(|p| p.trim_end().to_string())
+            .filter(|p| !p.is_empty())
+            .collect();
+    }
+    let content_type = if custom.contains("node.eks.aws/") && custom.contains("NodeConfig") {
+        "application/node.eks.aws"
+    } else if custom.trim_start().starts_with("#cloud-config") {
+        "text/cloud-config"
+    } else {
+        "text/x-shellscript; charset=\"us-ascii\""
+    };
+    vec![format!("Content-Type: {content_type}\n\n{}", custom.trim_end())]
+}
+
+fn multipart_boundary(text: &str) -> Option<String> {
+    let header_end = text.find("\n\n").or_else(|| text.find("\r\n\r\n"))?;
+    let headers = &text[..header_end];
+    let line = headers.lines().find(|l| l.to_ascii_lowercase().starts_with("content-type: multipart/"))?;
+    let at = line.find("boundary=")? + "boundary=".len();
+    let b = line[at..].split(';').next()?.trim().trim_matches('"');
+    (!b.is_empty()).then(|| b.to_string())
+}
+
+/// AL2023 user data: the user's parts first, then nodewright's NodeConfig (nodeadm
+/// merges NodeConfigs in order, so the cluster settings nodewright writes win).
+pub fn al2023_user_data(
+    cluster: &ClusterInfo,
+    labels: &BTreeMap<String, String>,
+    taints: &[Taint],
+    kubelet: &Kubelet,
+    custom: Option<&str>,
+) -> String {
+    let mut parts: Vec<String> = custom.map(custom_parts).unwrap_or_default();
+    let config = serde_json::to_string_pretty(&node_config(cluster, labels, taints, kubelet)).expect("JSON value");
+    parts.push(format!("Content-Type: application/node.eks.aws\n\n{config}"));
+    let mut out = format!("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"{MIME_BOUNDARY}\"\n\n");
+    for part in parts {
+        out.push_str(&format!("--{MIME_BOUNDARY}\n{part}\n\n"));
+    }
+    out.push_str(&format!("--{MIME_BOUNDARY}--\n"));
+    out
+}
+
+fn toml_string(s: &str) -> String {
+    // JSON string escapes are valid TOML basic-string escapes.
+    serde_json::to_string(s).expect("string")
+}
+
+/// Bottlerocket user data: the user's TOML first, then the cluster settings.
+pub fn bottlerocket_user_data(
+    cluster: &ClusterInfo,
+    labels: &BTreeMap<String, String>,
+    taints: &[Taint],
+    kubelet: &Kubelet,
+    custom: Option<&str>,
+) -> String {
+    let mut out = String::new();
+    if let Some(custom) = custom {
+        out.push_str(custom.trim_end());
+        out.push_str("\n\n");
+    }
+    out.push_str("[settings.kubernetes]\n");
+    out.push_str(&format!("cluster-name = {}\n", toml_string(&cluster.name)));
+    out.push_str(&format!("api-server = {}\n", toml_string(&cluster.endpoint)));
+    out.push_str(&format!(
+        "cluster-certificate = {}\n",
+        toml_string(&base64::engine::general_purpose::STANDARD.encode(&cluster.ca_pem))
+    ));
+    if let Some(max_pods) = kubelet.max_pods {
+        out.push_str(&format!("max-pods = {max_pods}\n"));
+    }
+    if !kubelet.cluster_dns.is_empty() {
+        let ips: Vec<String> = kubelet.cluster_dns.iter().map(|s| toml_string(s)).collect();
+        out.push_str(&format!("cluster-dns-ip = [{}]\n", ips.join(", ")));
+    }
+    out.push_str("\n[settings.kubernetes.node-labels]\n");
+    for (k, v) in labels {
+        out.push_str(&format!("{} = {}\n", toml_string(k), toml_string(v)));
+    }
+    let mut by_key: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for t in taints {
+        let value = format!("{}:{}", t.value.as_deref().unwrap_or(""), t.effect.as_str());
+        by_key.entry(&t.key).or_default().push(toml_string(&value));
+    }
+    out.push_str("\n[settings.kubernetes.node-taints]\n");
+    for (k, values) in by_key {
+        out.push_str(&format!("{} = [{}]\n", toml_string(k), values.join(", ")));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodewright_core::api::model::TaintEffect;
+
+    fn cluster() -> ClusterInfo {
+        ClusterInfo {
+            name: "prod".into(),
+            endpoint: "https://ABC.gr7.us-east-1.eks.amazonaws.com".into(),
+            ca_pem: b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".to_vec(),
+            version: "1.33".into(),
+            service_cidr: Some("10.100.0.0/16".into()),
+        }
+    }
+
+    fn unregistered() -> Taint {
+        Taint { key: "karpenter.sh/unregistered".into(), value: Some("true".into()), effect: TaintEffect::NoExecute }
+    }
+
+    #[test]
+    fn al2023_user_data_is_mime_with_a_node_config_carrying_labels_and_taints() {
+        let labels = BTreeMap::from([
+            ("karpenter.sh/nodepool".to_string(), "default".to_string()),
+            ("team".to_string(), "web".to_string()),
+        ]);
+        let ud = al2023_user_data(&cluster(), &labels, &[unregistered()], &Kubelet::default(), None);
+        assert!(ud.starts_with("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"//\""));
+        assert!(ud.contains("Content-Type: application/node.eks.aws"));
+        assert!(ud.contains("\"apiServerEndpoint\": \"https://ABC.gr7.us-east-1.eks.amazonaws.com\""));
+        assert!(ud.contains("\"cidr\": \"10.100.0.0/16\""));
+        assert!(ud.contains("--node-labels=karpenter.sh/nodepool=default,team=web"));
+        assert!(ud.contains("--register-with-taints=karpenter.sh/unregistered=true:NoExecute"));
+        assert!(ud.trim_end().ends_with("--//--"));
+    }
+
+    #[test]
+    fn custom_user_data_becomes_its_own_part_before_the_node_config() {
+        let ud = al2023_user_data(&cluster(), &BTreeMap::new(), &[], &Kubelet::default(), Some("#!/bin/bash\necho hi\n"));
+        let script = ud.find("Content-Type: text/x-shellscript").expect("script part");
+        let config = ud.find("Content-Type: application/node.eks.aws").expect("config part");
+        assert!(script < config);
+        assert!(ud.contains("echo hi"));
+    }
+
+    #[test]
+    fn custom_mime_user_data_is_merged_part_by_part() {
+        let custom = "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"BOUNDARY\"\n\n--BOUNDARY\nContent-Type: text/x-shellscript\n\necho one\n--BOUNDARY\nContent-Type: text/x-shellscript\n\necho two\n--BOUNDARY--\n";
+        let ud = al2023_user_data(&cluster(), &BTreeMap::new(), &[], &Kubelet::default(), Some(custom));
+        assert!(!ud.contains("BOUNDARY"));
+        assert_eq!(ud.matches("Content-Type: text/x-shellscript").count(), 2);
+        assert_eq!(ud.matches("--//\n").count(), 3);
+    }
+}
