@@ -151,6 +151,7 @@ pub fn violations(
     }
     // Hostname / zone positions of placed pods for topology checks.
     let mut placed: Vec<(&Pod, String, String)> = Vec::new();
+    let type_keys = catalog.label_keys();
     for (ci, c) in plan.node_claims.iter().enumerate() {
         let Some(pool) = pools.iter().find(|p| p.name == c.node_pool) else {
             out.push(format!("claim {ci}: unknown pool {}", c.node_pool));
@@ -168,6 +169,15 @@ pub fn violations(
         labels.insert(LABEL_CAPACITY_TYPE.into(), c.capacity_type.clone());
         labels.insert("karpenter.sh/nodepool".into(), pool.name.clone());
         labels.extend(pool.labels.clone());
+        // Keys no instance type carries (custom labels a NodePool requires) are labelled
+        // on the node by Karpenter from the claim's requirements, with any allowed value.
+        for (key, set) in c.requirements.iter() {
+            if !labels.contains_key(key) && !type_keys.contains(key) && key != LABEL_HOSTNAME {
+                if let Some(value) = set.any_value() {
+                    labels.insert(key.clone(), value);
+                }
+            }
+        }
         if !Requirements::from_node_requirements(&pool.requirements).matches_labels(&labels) {
             out.push(format!("claim {ci}: {} breaks NodePool {} requirements", c.instance_type, pool.name));
         }
