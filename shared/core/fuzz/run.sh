@@ -7,7 +7,9 @@
 # rustc flags (-Zsanitizer=address etc.), which RUSTC_BOOTSTRAP=1 unlocks on stable.
 # New corpus entries land in corpus/<target>/ (committed); crashes in artifacts/<target>/
 # (ignored). After a long run, minimize before committing:
-#   RUSTC_BOOTSTRAP=1 cargo fuzz cmin -O -a <target> corpus/<target>
+#   RUSTC_BOOTSTRAP=1 cargo fuzz cmin -O -a <target> corpus/<target> -- -use_counters=0
+# (-use_counters=0 keeps every covered edge but not hit-count buckets: a few hundred
+# files per target instead of thousands.)
 # A crash, once fixed, goes to ../tests/fuzz-regressions/<target>/ so that
 # `cargo test -p nodewright-core --test fuzz_corpus` replays it on every test run.
 set -euo pipefail
