@@ -290,10 +290,16 @@ pub fn plan_and_check(snapshot: &ClusterSnapshot, pools: &[NodePool], catalog: &
 /// Manifests target: bytes (lossy UTF-8) → `parse_documents` → `validate`; when valid,
 /// plan [`fuzz_pods`] against the NodePools and the embedded catalog.
 pub fn fuzz_manifests(data: &[u8]) {
+    fuzz_manifests_with(data, true)
+}
+
+/// [`fuzz_manifests`], planning only when `plan` (the corpus test caps planning, which
+/// is slow in debug builds).
+pub fn fuzz_manifests_with(data: &[u8], plan: bool) {
     let text = String::from_utf8_lossy(data);
     let Ok(docs) = crate::api::parse_documents("fuzz.yaml", &text) else { return };
     let Ok(manifests) = crate::api::validate(&docs) else { return };
-    if manifests.node_pools.is_empty() {
+    if !plan || manifests.node_pools.is_empty() {
         return;
     }
     let snapshot = ClusterSnapshot { pods: fuzz_pods(), ..Default::default() };
@@ -303,8 +309,16 @@ pub fn fuzz_manifests(data: &[u8]) {
 /// Snapshot target: bytes (lossy UTF-8) → `parse_snapshot`; when it parses, plan it
 /// against [`general_purpose_pool`] and the embedded catalog.
 pub fn fuzz_snapshot(data: &[u8]) {
+    fuzz_snapshot_with(data, true)
+}
+
+/// [`fuzz_snapshot`], planning only when `plan`.
+pub fn fuzz_snapshot_with(data: &[u8], plan: bool) {
     let text = String::from_utf8_lossy(data);
     let Ok(snapshot) = crate::snapshot::parse_snapshot(&text) else { return };
+    if !plan {
+        return;
+    }
     plan_and_check(&snapshot, &[general_purpose_pool()], Catalog::embedded());
 }
 
