@@ -187,11 +187,18 @@ impl Catalog {
             let mut labels = t.labels;
             labels.entry(LABEL_INSTANCE_TYPE.to_string()).or_insert_with(|| t.name.clone());
             let mut capacity = allocatable.clone();
-            if let Some(cpu) = labels.get(LABEL_INSTANCE_CPU).and_then(|v| v.parse::<i64>().ok()) {
-                capacity.set_milli("cpu", cpu * 1000);
+            // Labels too large to represent in milli-units are ignored like unparseable ones.
+            if let Some(cpu) =
+                labels.get(LABEL_INSTANCE_CPU).and_then(|v| v.parse::<i64>().ok()).and_then(|c| c.checked_mul(1000))
+            {
+                capacity.set_milli("cpu", cpu);
             }
-            if let Some(mib) = labels.get(LABEL_INSTANCE_MEMORY).and_then(|v| v.parse::<i64>().ok()) {
-                capacity.set_milli("memory", mib * (1 << 20) * 1000);
+            if let Some(memory) = labels
+                .get(LABEL_INSTANCE_MEMORY)
+                .and_then(|v| v.parse::<i64>().ok())
+                .and_then(|mib| mib.checked_mul((1 << 20) * 1000))
+            {
+                capacity.set_milli("memory", memory);
             }
             types.push(InstanceType {
                 name: t.name,

@@ -174,26 +174,30 @@ impl Resources {
         Ok(())
     }
 
+    /// `self += other`, saturating: every single quantity up to `i64::MAX` milli is
+    /// parseable, so sums (a NodePool's usage over its nodes, a bin's requests) can
+    /// exceed it; a saturated total still compares as more than any limit or ceiling.
     pub fn add(&mut self, other: &Resources) {
         for (a, b) in self.fixed.iter_mut().zip(other.fixed.iter()) {
-            *a += *b;
+            *a = a.saturating_add(*b);
         }
         if let Some(o) = &other.other {
             for (k, v) in o.iter() {
                 let cur = self.get_milli(k);
-                self.set_milli(k, cur + v);
+                self.set_milli(k, cur.saturating_add(*v));
             }
         }
     }
 
+    /// `self -= other`, saturating like [`Resources::add`].
     pub fn sub(&mut self, other: &Resources) {
         for (a, b) in self.fixed.iter_mut().zip(other.fixed.iter()) {
-            *a -= *b;
+            *a = a.saturating_sub(*b);
         }
         if let Some(o) = &other.other {
             for (k, v) in o.iter() {
                 let cur = self.get_milli(k);
-                self.set_milli(k, cur - v);
+                self.set_milli(k, cur.saturating_sub(*v));
             }
         }
     }

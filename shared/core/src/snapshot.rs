@@ -154,6 +154,11 @@ pub enum SnapshotError {
     #[error("{object}: resource {resource:?} adds up to more than can be represented")]
     TooLarge { object: String, resource: String },
 
+    #[error(
+        "items[{index}]: {object} appears more than once (a cluster holds one object per kind, namespace and name; was the snapshot put together from several outputs?)"
+    )]
+    Duplicate { index: usize, object: String },
+
     #[error("{object}: {path}: unknown operator {operator:?} (expected one of {expected})")]
     UnknownOperator {
         object: String,
@@ -259,6 +264,13 @@ pub fn parse_snapshot(text: &str) -> Result<ClusterSnapshot, SnapshotError> {
     };
 
     let mut snapshot = ClusterSnapshot::default();
+    // Plans name pods "ns/name" and nodes by name: two objects of one kind with the same
+    // name would make a plan ambiguous (and the planner would place one pod twice).
+    let mut seen: std::collections::HashSet<(&'static str, String)> = std::collections::HashSet::new();
+    let mut unique = |index: usize, kind: &'static str, key: String| {
+        let object = format!("{kind} {key:?}");
+        if seen.insert((kind, key)) { Ok(()) } else { Err(SnapshotError::Duplicate { index, object }) }
+    };
     for (index, item) in items.into_iter().enumerate() {
         let Some(kind) = classify(index, &item, list_item_kind)? else {
             continue;
@@ -266,19 +278,27 @@ pub fn parse_snapshot(text: &str) -> Result<ClusterSnapshot, SnapshotError> {
         match kind {
             ItemKind::Pod => {
                 let pod: core::Pod = decode(index, kind, item)?;
-                snapshot.pods.push(pod_from_k8s(&pod)?);
+                let pod = pod_from_k8s(&pod)?;
+                unique(index, "pod", pod.key())?;
+                snapshot.pods.push(pod);
             }
             ItemKind::Node => {
                 let node: core::Node = decode(index, kind, item)?;
-                snapshot.nodes.push(node_from_k8s(&node)?);
+                let node = node_from_k8s(&node)?;
+                unique(index, "node", node.name.clone())?;
+                snapshot.nodes.push(node);
             }
             ItemKind::DaemonSet => {
                 let ds: apps::DaemonSet = decode(index, kind, item)?;
-                snapshot.daemonsets.push(daemonset_from_k8s(&ds)?);
+                let ds = daemonset_from_k8s(&ds)?;
+                unique(index, "DaemonSet", format!("{}/{}", ds.namespace, ds.name))?;
+                snapshot.daemonsets.push(ds);
             }
             ItemKind::Pdb => {
                 let pdb: policy::PodDisruptionBudget = decode(index, kind, item)?;
-                snapshot.pdbs.push(pdb_from_k8s(&pdb)?);
+                let pdb = pdb_from_k8s(&pdb)?;
+                unique(index, "PodDisruptionBudget", format!("{}/{}", pdb.namespace, pdb.name))?;
+                snapshot.pdbs.push(pdb);
             }
         }
     }
@@ -1310,6 +1330,17 @@ mod tests {
         assert_eq!(s.daemonsets.len(), 1);
         assert_eq!(s.pdbs.len(), 1);
         assert_eq!(s.pods[0].key(), "default/web-1");
+    }
+
+    #[test]
+    fn two_objects_of_one_kind_with_one_name_are_rejected() {
+        let twice = list(vec![pod_json("default", "web-1", json!({})), pod_json("default", "web-1", json!({}))]);
+        let err = parse_snapshot(&twice).unwrap_err();
+        assert!(matches!(err, SnapshotError::Duplicate { index: 1, .. }), "{err:?}");
+        assert!(err.to_string().starts_with("items[1]: pod \"default/web-1\" appears more than once"), "{err}");
+        // Same name in another namespace is another pod.
+        let other_ns = list(vec![pod_json("default", "web-1", json!({})), pod_json("batch", "web-1", json!({}))]);
+        assert_eq!(parse_snapshot(&other_ns).unwrap().pods.len(), 2);
     }
 
     #[test]

@@ -151,6 +151,7 @@ pub fn violations(
     }
     // Hostname / zone positions of placed pods for topology checks.
     let mut placed: Vec<(&Pod, String, String)> = Vec::new();
+    let type_keys = catalog.label_keys();
     for (ci, c) in plan.node_claims.iter().enumerate() {
         let Some(pool) = pools.iter().find(|p| p.name == c.node_pool) else {
             out.push(format!("claim {ci}: unknown pool {}", c.node_pool));
@@ -168,6 +169,15 @@ pub fn violations(
         labels.insert(LABEL_CAPACITY_TYPE.into(), c.capacity_type.clone());
         labels.insert("karpenter.sh/nodepool".into(), pool.name.clone());
         labels.extend(pool.labels.clone());
+        // Keys no instance type carries (custom labels a NodePool requires) are labelled
+        // on the node by Karpenter from the claim's requirements, with any allowed value.
+        for (key, set) in c.requirements.iter() {
+            if !labels.contains_key(key) && !type_keys.contains(key) && key != LABEL_HOSTNAME {
+                if let Some(value) = set.any_value() {
+                    labels.insert(key.clone(), value);
+                }
+            }
+        }
         if !Requirements::from_node_requirements(&pool.requirements).matches_labels(&labels) {
             out.push(format!("claim {ci}: {} breaks NodePool {} requirements", c.instance_type, pool.name));
         }
@@ -247,4 +257,96 @@ pub fn fuzz_event(data: &[u8]) {
             assert!(!reason.is_empty(), "{event:?}");
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Fuzz target bodies. The cargo-fuzz targets in `shared/core/fuzz` and the regular test
+// `tests/fuzz_corpus.rs` both call these, so a corpus file replays exactly as fuzzed.
+// Each one must return normally on every input; a panic (including a failed
+// `violations` check) is a bug.
+// ---------------------------------------------------------------------------------------
+
+/// The fixed pods the manifests and catalog targets plan against fuzzed NodePools /
+/// catalogs: plain pods of a few sizes, one tolerating every taint, one pinned to arm64,
+/// two spread over zones and two with hostname anti-affinity.
+pub fn fuzz_pods() -> Vec<Pod> {
+    let mut pods = vec![pod("web-0", "500m", "512Mi"), pod("web-1", "2", "4Gi"), pod("big-0", "16", "64Gi")];
+    let mut tolerant = pod("tolerant-0", "1", "1Gi");
+    tolerant.tolerations.push(Toleration {
+        key: String::new(),
+        operator: TolerationOperator::Exists,
+        value: String::new(),
+        effect: None,
+    });
+    pods.push(tolerant);
+    let mut arm = pod("arm-0", "1", "2Gi");
+    arm.node_selector.insert("kubernetes.io/arch".into(), "arm64".into());
+    pods.push(arm);
+    for i in 0..2 {
+        let mut p = pod(&format!("zonal-{i}"), "250m", "256Mi");
+        p.topology_spread.push(spread(LABEL_ZONE, "zonal"));
+        pods.push(p);
+    }
+    for i in 0..2 {
+        let mut p = pod(&format!("solo-{i}"), "250m", "256Mi");
+        p.pod_anti_affinity.push(affinity_term(LABEL_HOSTNAME, "solo"));
+        pods.push(p);
+    }
+    pods
+}
+
+/// Plans `snapshot` against `pools` and `catalog` and panics if the independent checker
+/// finds a broken constraint.
+pub fn plan_and_check(snapshot: &ClusterSnapshot, pools: &[NodePool], catalog: &Catalog) {
+    use crate::catalog::Pricing;
+    use crate::provisioning::{ProvisioningInput, plan_provisioning};
+    let pricing = Pricing::default();
+    let plan =
+        plan_provisioning(&ProvisioningInput { snapshot, node_pools: pools, catalog, pricing: &pricing, in_flight: &[] });
+    let broken = violations(&plan, snapshot, pools, catalog);
+    assert!(broken.is_empty(), "plan breaks constraints: {broken:#?}");
+}
+
+/// Manifests target: bytes (lossy UTF-8) → `parse_documents` → `validate`; when valid,
+/// plan [`fuzz_pods`] against the NodePools and the embedded catalog.
+pub fn fuzz_manifests(data: &[u8]) {
+    fuzz_manifests_with(data, true)
+}
+
+/// [`fuzz_manifests`], planning only when `plan` (the corpus test caps planning, which
+/// is slow in debug builds).
+pub fn fuzz_manifests_with(data: &[u8], plan: bool) {
+    let text = String::from_utf8_lossy(data);
+    let Ok(docs) = crate::api::parse_documents("fuzz.yaml", &text) else { return };
+    let Ok(manifests) = crate::api::validate(&docs) else { return };
+    if !plan || manifests.node_pools.is_empty() {
+        return;
+    }
+    let snapshot = ClusterSnapshot { pods: fuzz_pods(), ..Default::default() };
+    plan_and_check(&snapshot, &manifests.node_pools, Catalog::embedded());
+}
+
+/// Snapshot target: bytes (lossy UTF-8) → `parse_snapshot`; when it parses, plan it
+/// against [`general_purpose_pool`] and the embedded catalog.
+pub fn fuzz_snapshot(data: &[u8]) {
+    fuzz_snapshot_with(data, true)
+}
+
+/// [`fuzz_snapshot`], planning only when `plan`.
+pub fn fuzz_snapshot_with(data: &[u8], plan: bool) {
+    let text = String::from_utf8_lossy(data);
+    let Ok(snapshot) = crate::snapshot::parse_snapshot(&text) else { return };
+    if !plan {
+        return;
+    }
+    plan_and_check(&snapshot, &[general_purpose_pool()], Catalog::embedded());
+}
+
+/// Catalog target: bytes (lossy UTF-8) → `Catalog::from_json`; when it parses, plan
+/// [`fuzz_pods`] against a NodePool with no requirements beyond its defaults.
+pub fn fuzz_catalog(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let Ok(catalog) = Catalog::from_json(&text) else { return };
+    let snapshot = ClusterSnapshot { pods: fuzz_pods(), ..Default::default() };
+    plan_and_check(&snapshot, &[node_pool("any", vec![])], &catalog);
 }

@@ -121,6 +121,27 @@ impl ValueSet {
         }
     }
 
+    /// Some value a node's label could take to satisfy the set (Karpenter's
+    /// `Requirement.Any()`, which labels a node for keys no instance type carries):
+    /// the first listed value in bounds, or for a complement set an integer within the
+    /// bounds or a made-up string that is not excluded. `None` when nothing satisfies it.
+    pub fn any_value(&self) -> Option<String> {
+        if !self.complement {
+            return self.values.iter().find(|v| self.within_bounds(v)).cloned();
+        }
+        let start = match (self.greater_than, self.less_than) {
+            (Some(g), _) => g.checked_add(1)?,
+            (None, Some(l)) => l.checked_sub(1 + self.values.len() as i64)?,
+            (None, None) => {
+                return (0..=self.values.len()).map(|i| format!("nodewright-any-{i}")).find(|v| self.has(v));
+            }
+        };
+        (0..=self.values.len() as i64)
+            .filter_map(|i| start.checked_add(i))
+            .map(|n| n.to_string())
+            .find(|v| self.has(v))
+    }
+
     pub fn intersect(&self, other: &ValueSet) -> ValueSet {
         let greater_than = max_opt(self.greater_than, other.greater_than);
         let less_than = min_opt(self.less_than, other.less_than);
