@@ -36,9 +36,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// One-shot errors queued per operation.
+/// One-shot errors queued per operation, each after letting a number of calls pass.
 struct Faults<Op, E> {
-    queued: HashMap<Op, VecDeque<E>>,
+    queued: HashMap<Op, VecDeque<(usize, E)>>,
 }
 
 impl<Op: Hash + Eq, E> Default for Faults<Op, E> {
@@ -49,10 +49,22 @@ impl<Op: Hash + Eq, E> Default for Faults<Op, E> {
 
 impl<Op: Hash + Eq, E> Faults<Op, E> {
     fn push(&mut self, op: Op, err: E) {
-        self.queued.entry(op).or_default().push_back(err);
+        self.push_after(op, 0, err);
+    }
+    /// The call after the next `skip` calls of `op` fails.
+    fn push_after(&mut self, op: Op, skip: usize, err: E) {
+        self.queued.entry(op).or_default().push_back((skip, err));
     }
     fn take(&mut self, op: &Op) -> Option<E> {
-        self.queued.get_mut(op).and_then(VecDeque::pop_front)
+        let queue = self.queued.get_mut(op)?;
+        match queue.front_mut() {
+            Some((skip, _)) if *skip > 0 => {
+                *skip -= 1;
+                None
+            }
+            Some(_) => queue.pop_front().map(|(_, e)| e),
+            None => None,
+        }
     }
 }
 
@@ -210,6 +222,11 @@ impl FakeCloud {
     /// The next call of `op` fails with `err` (queued: several calls queue several errors).
     pub fn fail_next(&self, op: CloudOp, err: CloudError) {
         lock(&self.inner).faults.push(op, err);
+    }
+
+    /// The call of `op` after the next `skip` ones fails with `err` (crash-at-every-step tests).
+    pub fn fail_after(&self, op: CloudOp, skip: usize, err: CloudError) {
+        lock(&self.inner).faults.push_after(op, skip, err);
     }
 
     pub fn calls(&self) -> Vec<Call<CloudOp>> {
@@ -768,6 +785,11 @@ impl FakeCluster {
         lock(&self.inner).faults.push(op, err);
     }
 
+    /// The call of `op` after the next `skip` ones fails with `err`.
+    pub fn fail_after(&self, op: ClusterOp, skip: usize, err: ClusterError) {
+        lock(&self.inner).faults.push_after(op, skip, err);
+    }
+
     pub fn calls(&self) -> Vec<Call<ClusterOp>> {
         lock(&self.inner).calls.clone()
     }
@@ -966,6 +988,11 @@ impl MemoryStore {
 
     pub fn fail_next(&self, op: StoreOp, err: StoreError) {
         lock(&self.inner).faults.push(op, err);
+    }
+
+    /// The call of `op` after the next `skip` ones fails with `err`.
+    pub fn fail_after(&self, op: StoreOp, skip: usize, err: StoreError) {
+        lock(&self.inner).faults.push_after(op, skip, err);
     }
 
     pub fn calls(&self) -> Vec<Call<StoreOp>> {
