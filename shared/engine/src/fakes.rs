@@ -159,6 +159,8 @@ struct CloudInner {
     subnets: Vec<Subnet>,
     /// Insertion order kept for stable listings.
     instances: Vec<FakeInstance>,
+    /// Instance id → position in `instances`.
+    by_id: HashMap<String, usize>,
     /// ClientToken (claim name) → instance id.
     tokens: HashMap<String, String>,
     out_of_capacity: HashSet<(String, String, CapacityType)>,
@@ -189,6 +191,7 @@ impl FakeCloud {
                 spot_prices: BTreeMap::new(),
                 subnets,
                 instances: Vec::new(),
+                by_id: HashMap::new(),
                 tokens: HashMap::new(),
                 out_of_capacity: HashSet::new(),
                 faults: Faults::default(),
@@ -257,7 +260,8 @@ impl FakeCloud {
     }
 
     pub fn instance(&self, id: &str) -> Option<FakeInstance> {
-        lock(&self.inner).instances.iter().find(|i| i.instance.id == id).cloned()
+        let inner = lock(&self.inner);
+        inner.by_id.get(id).map(|&at| inner.instances[at].clone())
     }
 
     /// Starts an instance outside any launch (another tool's, or a leaked one), tagged
@@ -290,6 +294,8 @@ impl FakeCloud {
             taints: vec![],
             kubernetes_version: String::new(),
         };
+        let at = inner.instances.len();
+        inner.by_id.insert(instance.id.clone(), at);
         inner.instances.push(FakeInstance { instance: instance.clone(), price: 0.0, request });
         instance
     }
@@ -415,6 +421,8 @@ impl Cloud for FakeCloud {
             launch_time: now,
         };
         inner.tokens.insert(request.claim_name.clone(), id.clone());
+        let at = inner.instances.len();
+        inner.by_id.insert(id.clone(), at);
         inner.instances.push(FakeInstance { instance, price: o.price, request: request.clone() });
         Ok(Launched {
             instance_id: id,
@@ -433,11 +441,13 @@ impl Cloud for FakeCloud {
         }
         let mut inner = lock(&self.inner);
         // TerminateInstances is all-or-nothing on unknown ids.
-        if let Some(unknown) = instance_ids.iter().find(|id| !inner.instances.iter().any(|i| &i.instance.id == *id)) {
+        if let Some(unknown) = instance_ids.iter().find(|id| !inner.by_id.contains_key(*id)) {
             return Err(CloudError::new(ErrorKind::NotFound, format!("TerminateInstances: InvalidInstanceID.NotFound {unknown}")));
         }
-        for i in inner.instances.iter_mut().filter(|i| instance_ids.contains(&i.instance.id)) {
-            i.instance.state = "terminated".into();
+        for id in instance_ids {
+            if let Some(&at) = inner.by_id.get(id) {
+                inner.instances[at].instance.state = "terminated".into();
+            }
         }
         Ok(())
     }
