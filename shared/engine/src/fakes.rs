@@ -572,10 +572,10 @@ impl ClusterInner {
         let key = (pod.namespace.clone(), pod.name.clone());
         if let Some(index) = self.index.as_mut() {
             index.by_key.remove(&key);
-            if let Some(node) = &pod.node_name {
-                if let Some(set) = index.by_node.get_mut(node) {
-                    set.remove(&key);
-                }
+            if let Some(node) = &pod.node_name
+                && let Some(set) = index.by_node.get_mut(node)
+            {
+                set.remove(&key);
             }
             if let Some(moved) = self.state.pods.get(i) {
                 index.by_key.insert((moved.namespace.clone(), moved.name.clone()), i);

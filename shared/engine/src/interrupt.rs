@@ -230,17 +230,18 @@ async fn handle_instance(
     }
     let now = ports.clock.now();
     let mut marked = false;
-    if input.mark_unavailable && claim.capacity_type == Some(CapacityType::Spot) {
-        if let (Some(instance_type), Some(zone)) = (&claim.instance_type, &claim.zone) {
-            let offering = Offering {
-                instance_type: instance_type.clone(),
-                zone: zone.clone(),
-                capacity_type: CapacityType::Spot,
-                price: claim.price_per_hour.unwrap_or_default(),
-            };
-            ports.store.mark_unavailable(&offering, now + secs(config.ice_ttl)).await?;
-            marked = true;
-        }
+    if input.mark_unavailable
+        && claim.capacity_type == Some(CapacityType::Spot)
+        && let (Some(instance_type), Some(zone)) = (&claim.instance_type, &claim.zone)
+    {
+        let offering = Offering {
+            instance_type: instance_type.clone(),
+            zone: zone.clone(),
+            capacity_type: CapacityType::Spot,
+            price: claim.price_per_hour.unwrap_or_default(),
+        };
+        ports.store.mark_unavailable(&offering, now + secs(config.ice_ttl)).await?;
+        marked = true;
     }
 
     let outcome = match input.mode {
