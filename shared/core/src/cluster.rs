@@ -149,11 +149,28 @@ pub struct Pod {
     pub daemonset_owned: bool,
     /// priorityClassName system-cluster-critical / system-node-critical.
     pub critical: bool,
+    /// `spec.terminationGracePeriodSeconds` (`None`: Kubernetes' default, 30 s).
+    pub termination_grace_period_seconds: Option<i64>,
+    /// `metadata.deletionTimestamp` is set: the pod is already going away.
+    pub terminating: bool,
 }
 
 impl Pod {
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// The grace period a delete without an explicit one would give (Kubernetes' default
+    /// is 30 s).
+    pub fn grace_period_seconds(&self) -> i64 {
+        self.termination_grace_period_seconds.unwrap_or(DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS).max(0)
+    }
+
+    /// Counts towards a PodDisruptionBudget's healthy pods: bound, not finished, not
+    /// being deleted. (The disruption controller counts Ready pods; bound is the
+    /// nearest thing this model has.)
+    pub fn is_healthy_for_budget(&self) -> bool {
+        self.node_name.is_some() && !self.terminal && !self.terminating
     }
 
     /// Pending for provisioning: not bound and not finished.
@@ -189,6 +206,21 @@ pub enum IntOrPercent {
     Percent(u32),
 }
 
+/// `spec.terminationGracePeriodSeconds` when a pod does not say.
+pub const DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS: i64 = 30;
+
+impl IntOrPercent {
+    /// The value scaled against `total`, rounding a percentage up (as Kubernetes'
+    /// `GetScaledValueFromIntOrPercent(.., roundUp=true)` does for both minAvailable
+    /// and maxUnavailable in the disruption controller).
+    pub fn scaled_up(&self, total: i64) -> i64 {
+        match self {
+            IntOrPercent::Int(n) => i64::from(*n),
+            IntOrPercent::Percent(p) => (i64::from(*p) * total + 99) / 100,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodDisruptionBudget {
     pub namespace: String,
@@ -196,6 +228,51 @@ pub struct PodDisruptionBudget {
     pub selector: Option<LabelSelector>,
     pub min_available: Option<IntOrPercent>,
     pub max_unavailable: Option<IntOrPercent>,
+}
+
+impl PodDisruptionBudget {
+    /// Whether the budget covers `pod`: same namespace and the selector matches. A PDB
+    /// without a selector (or with an empty one, in policy/v1) — Kubernetes: a nil
+    /// selector selects nothing, an empty one everything.
+    pub fn selects(&self, pod: &Pod) -> bool {
+        pod.namespace == self.namespace && self.selector.as_ref().is_some_and(|s| s.matches(&pod.labels))
+    }
+
+    /// `status.disruptionsAllowed` computed as the disruption controller does, over
+    /// `pods` (any pods; the budget picks its own): expected = the non-finished pods it
+    /// selects (the controller uses the owners' scale; equal in steady state), healthy =
+    /// those bound and not being deleted; desired healthy = minAvailable (a percentage
+    /// of expected, rounded up) or expected − maxUnavailable (a percentage rounded up);
+    /// allowed = max(0, healthy − desired). With neither field set (the API accepts it)
+    /// every selected pod must stay: none may go.
+    pub fn disruptions_allowed<'a>(&self, pods: impl IntoIterator<Item = &'a Pod>) -> i64 {
+        let mut expected = 0i64;
+        let mut healthy = 0i64;
+        for p in pods.into_iter().filter(|p| self.selects(p) && !p.terminal) {
+            expected += 1;
+            if p.is_healthy_for_budget() {
+                healthy += 1;
+            }
+        }
+        let desired = match (&self.min_available, &self.max_unavailable) {
+            (Some(min), _) => min.scaled_up(expected),
+            (None, Some(max)) => expected - max.scaled_up(expected),
+            (None, None) => expected,
+        };
+        (healthy - desired.max(0)).max(0)
+    }
+}
+
+/// Whether evicting `pod` is allowed by every budget in `pdbs` that selects it, given
+/// the cluster's `pods`. Pods that are not running (unbound, finished or already being
+/// deleted) may always be evicted, as the eviction subresource does for pending and
+/// finished pods. Kubernetes refuses (500) a pod selected by more than one budget; we
+/// require all of them to allow it instead (documented deviation).
+pub fn eviction_allowed(pod: &Pod, pods: &[Pod], pdbs: &[PodDisruptionBudget]) -> bool {
+    if !pod.is_healthy_for_budget() {
+        return true;
+    }
+    pdbs.iter().filter(|b| b.selects(pod)).all(|b| b.disruptions_allowed(pods) > 0)
 }
 
 /// The parsed `kubectl get pods,nodes,daemonsets,poddisruptionbudgets -A -o json`.
@@ -210,5 +287,55 @@ pub struct ClusterSnapshot {
 impl ClusterSnapshot {
     pub fn pending_pods(&self) -> impl Iterator<Item = &Pod> {
         self.pods.iter().filter(|p| p.is_pending())
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    fn pod(name: &str, app: &str, bound: bool) -> Pod {
+        Pod {
+            namespace: "default".into(),
+            name: name.into(),
+            labels: BTreeMap::from([("app".to_string(), app.to_string())]),
+            node_name: bound.then(|| "n1".to_string()),
+            ..Pod::default()
+        }
+    }
+
+    fn budget(min: Option<IntOrPercent>, max: Option<IntOrPercent>) -> PodDisruptionBudget {
+        PodDisruptionBudget {
+            namespace: "default".into(),
+            name: "web".into(),
+            selector: Some(LabelSelector {
+                match_labels: BTreeMap::from([("app".to_string(), "web".to_string())]),
+                match_expressions: vec![],
+            }),
+            min_available: min,
+            max_unavailable: max,
+        }
+    }
+
+    #[test]
+    fn percentages_round_up_for_min_available_and_max_unavailable() {
+        let pods: Vec<Pod> = (0..3).map(|i| pod(&format!("web-{i}"), "web", true)).collect();
+        // minAvailable 50% of 3 = 1.5 → 2 must stay: one may go.
+        assert_eq!(budget(Some(IntOrPercent::Percent(50)), None).disruptions_allowed(&pods), 1);
+        // maxUnavailable 50% of 3 = 1.5 → 2 may be unavailable.
+        assert_eq!(budget(None, Some(IntOrPercent::Percent(50))).disruptions_allowed(&pods), 2);
+        assert_eq!(budget(Some(IntOrPercent::Int(3)), None).disruptions_allowed(&pods), 0);
+        assert_eq!(budget(None, Some(IntOrPercent::Int(0))).disruptions_allowed(&pods), 0);
+    }
+
+    #[test]
+    fn unhealthy_pods_count_as_expected_but_not_healthy() {
+        let mut pods: Vec<Pod> = (0..2).map(|i| pod(&format!("web-{i}"), "web", true)).collect();
+        pods.push(pod("web-new", "web", false));
+        let b = budget(None, Some(IntOrPercent::Int(1)));
+        assert_eq!(b.disruptions_allowed(&pods), 0, "a pending replacement uses up the budget");
+        assert!(eviction_allowed(&pods[2], &pods, std::slice::from_ref(&b)), "a pending pod may always go");
+        assert!(!eviction_allowed(&pods[0], &pods, std::slice::from_ref(&b)));
+        assert!(eviction_allowed(&pod("db-0", "db", true), &pods, &[b]), "not selected");
     }
 }

@@ -129,6 +129,11 @@ pub struct NodeClaim {
     /// Why a launch failed, as the cloud said it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<String>,
+    /// When the store may forget a terminal claim (DynamoDB TTL attribute; Unix seconds).
+    /// Set on the Terminated tombstone, so late events for its instance are still
+    /// recognised as ours (and ignored) for a while.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -139,6 +144,22 @@ pub struct Disruption {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline: Option<i64>,
     pub since: i64,
+    /// The drain waits until then (replace-then-drain: cordoned first, drained when the
+    /// replacement is up or the deadline nears).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_after: Option<i64>,
+    /// The event (interruption message id) that started this disruption: a redelivery
+    /// of the same event resumes it, another event leaves it to its owner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+}
+
+impl DisruptionCause {
+    /// The instance is gone or going by itself: nothing to wait for (no evictions, no
+    /// PDBs), pods and node are simply cleaned up.
+    pub fn instance_gone(self) -> bool {
+        matches!(self, DisruptionCause::InstanceStopped | DisruptionCause::InstanceTerminated)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -215,6 +236,7 @@ mod tests {
             initialized_at: None,
             disruption: None,
             failure: None,
+            expires_at: None,
         }
     }
 

@@ -535,6 +535,8 @@ pub fn pod_from_k8s(pod: &core::Pod) -> Result<Pod, SnapshotError> {
         Some("Succeeded" | "Failed")
     );
     out.node_name = spec.node_name.clone().filter(|n| !n.is_empty());
+    out.termination_grace_period_seconds = spec.termination_grace_period_seconds;
+    out.terminating = pod.metadata.deletion_timestamp.is_some();
     out.namespace = namespace;
     out.name = name;
     out.labels = labels;

@@ -22,6 +22,10 @@ pub enum EngineError {
         #[source]
         source: StoreError,
     },
+    /// A termination was asked for an instance the store does not record on the claim:
+    /// refused, never sent to the cloud.
+    #[error("NodeClaim {claim:?} does not own instance {instance} in the store; refusing to terminate it")]
+    NotOwned { claim: String, instance: String },
     #[error("no free NodeClaim name for NodePool {pool:?} after {attempts} attempts")]
     NoFreeName { pool: String, attempts: u32 },
 }
@@ -33,7 +37,7 @@ impl EngineError {
             EngineError::Cloud(e) => Some(e.kind),
             EngineError::Cluster(e) => Some(e.kind),
             EngineError::Store(e) | EngineError::LeaseLost { source: e, .. } => Some(e.kind),
-            EngineError::Transition(_) | EngineError::NoFreeName { .. } => None,
+            EngineError::Transition(_) | EngineError::NoFreeName { .. } | EngineError::NotOwned { .. } => None,
         }
     }
 }

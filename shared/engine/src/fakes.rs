@@ -22,7 +22,7 @@ use nodewright_core::api::model::{Ec2NodeClass, MetadataOptions, SelectorTerm, T
 use nodewright_core::catalog::{
     CapacityType, Catalog, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_REGION, LABEL_ZONE,
 };
-use nodewright_core::cluster::{Node, Pod};
+use nodewright_core::cluster::{Node, Pod, eviction_allowed};
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
 
 use crate::ports::{
@@ -36,9 +36,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// One-shot errors queued per operation.
+/// One-shot errors queued per operation, each after letting a number of calls pass.
 struct Faults<Op, E> {
-    queued: HashMap<Op, VecDeque<E>>,
+    queued: HashMap<Op, VecDeque<(usize, E)>>,
 }
 
 impl<Op: Hash + Eq, E> Default for Faults<Op, E> {
@@ -49,10 +49,22 @@ impl<Op: Hash + Eq, E> Default for Faults<Op, E> {
 
 impl<Op: Hash + Eq, E> Faults<Op, E> {
     fn push(&mut self, op: Op, err: E) {
-        self.queued.entry(op).or_default().push_back(err);
+        self.push_after(op, 0, err);
+    }
+    /// The call after the next `skip` calls of `op` fails.
+    fn push_after(&mut self, op: Op, skip: usize, err: E) {
+        self.queued.entry(op).or_default().push_back((skip, err));
     }
     fn take(&mut self, op: &Op) -> Option<E> {
-        self.queued.get_mut(op).and_then(VecDeque::pop_front)
+        let queue = self.queued.get_mut(op)?;
+        match queue.front_mut() {
+            Some((skip, _)) if *skip > 0 => {
+                *skip -= 1;
+                None
+            }
+            Some(_) => queue.pop_front().map(|(_, e)| e),
+            None => None,
+        }
     }
 }
 
@@ -147,6 +159,8 @@ struct CloudInner {
     subnets: Vec<Subnet>,
     /// Insertion order kept for stable listings.
     instances: Vec<FakeInstance>,
+    /// Instance id → position in `instances`.
+    by_id: HashMap<String, usize>,
     /// ClientToken (claim name) → instance id.
     tokens: HashMap<String, String>,
     out_of_capacity: HashSet<(String, String, CapacityType)>,
@@ -177,6 +191,7 @@ impl FakeCloud {
                 spot_prices: BTreeMap::new(),
                 subnets,
                 instances: Vec::new(),
+                by_id: HashMap::new(),
                 tokens: HashMap::new(),
                 out_of_capacity: HashSet::new(),
                 faults: Faults::default(),
@@ -212,6 +227,11 @@ impl FakeCloud {
         lock(&self.inner).faults.push(op, err);
     }
 
+    /// The call of `op` after the next `skip` ones fails with `err` (crash-at-every-step tests).
+    pub fn fail_after(&self, op: CloudOp, skip: usize, err: CloudError) {
+        lock(&self.inner).faults.push_after(op, skip, err);
+    }
+
     pub fn calls(&self) -> Vec<Call<CloudOp>> {
         lock(&self.inner).calls.clone()
     }
@@ -240,7 +260,8 @@ impl FakeCloud {
     }
 
     pub fn instance(&self, id: &str) -> Option<FakeInstance> {
-        lock(&self.inner).instances.iter().find(|i| i.instance.id == id).cloned()
+        let inner = lock(&self.inner);
+        inner.by_id.get(id).map(|&at| inner.instances[at].clone())
     }
 
     /// Starts an instance outside any launch (another tool's, or a leaked one), tagged
@@ -273,6 +294,8 @@ impl FakeCloud {
             taints: vec![],
             kubernetes_version: String::new(),
         };
+        let at = inner.instances.len();
+        inner.by_id.insert(instance.id.clone(), at);
         inner.instances.push(FakeInstance { instance: instance.clone(), price: 0.0, request });
         instance
     }
@@ -398,6 +421,8 @@ impl Cloud for FakeCloud {
             launch_time: now,
         };
         inner.tokens.insert(request.claim_name.clone(), id.clone());
+        let at = inner.instances.len();
+        inner.by_id.insert(id.clone(), at);
         inner.instances.push(FakeInstance { instance, price: o.price, request: request.clone() });
         Ok(Launched {
             instance_id: id,
@@ -416,11 +441,13 @@ impl Cloud for FakeCloud {
         }
         let mut inner = lock(&self.inner);
         // TerminateInstances is all-or-nothing on unknown ids.
-        if let Some(unknown) = instance_ids.iter().find(|id| !inner.instances.iter().any(|i| &i.instance.id == *id)) {
+        if let Some(unknown) = instance_ids.iter().find(|id| !inner.by_id.contains_key(*id)) {
             return Err(CloudError::new(ErrorKind::NotFound, format!("TerminateInstances: InvalidInstanceID.NotFound {unknown}")));
         }
-        for i in inner.instances.iter_mut().filter(|i| instance_ids.contains(&i.instance.id)) {
-            i.instance.state = "terminated".into();
+        for id in instance_ids {
+            if let Some(&at) = inner.by_id.get(id) {
+                inner.instances[at].instance.state = "terminated".into();
+            }
         }
         Ok(())
     }
@@ -472,6 +499,41 @@ pub enum ClusterOp {
     PatchNode,
     RecordEvent,
     KubernetesVersion,
+    PodsOnNode,
+    EvictPod,
+    DeletePod,
+    DeleteNode,
+}
+
+type PodKey = (String, String);
+
+/// Where each pod sits in `state.pods`, and which pods each node holds: evictions at
+/// the scale of the interruption benchmark (45,000 pods) must not scan the list.
+/// Rebuilt lazily after any change made behind its back (`with_state`, `add_pod`...).
+#[derive(Default)]
+struct PodIndex {
+    by_key: HashMap<PodKey, usize>,
+    by_node: HashMap<String, HashSet<PodKey>>,
+    /// Node name → position in `state.nodes`.
+    nodes: HashMap<String, usize>,
+}
+
+impl PodIndex {
+    fn build(state: &ClusterState) -> Self {
+        let mut index = PodIndex::default();
+        for (i, p) in state.pods.iter().enumerate() {
+            index.insert(p, i);
+        }
+        index.nodes = state.nodes.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
+        index
+    }
+    fn insert(&mut self, p: &Pod, i: usize) {
+        let key = (p.namespace.clone(), p.name.clone());
+        if let Some(node) = &p.node_name {
+            self.by_node.entry(node.clone()).or_default().insert(key.clone());
+        }
+        self.by_key.insert(key, i);
+    }
 }
 
 struct ClusterInner {
@@ -479,6 +541,64 @@ struct ClusterInner {
     events: Vec<ClusterEvent>,
     faults: Faults<ClusterOp, ClusterError>,
     calls: Vec<Call<ClusterOp>>,
+    index: Option<PodIndex>,
+    /// Pods deleted through `delete_pod`: (namespace/name, grace period seconds).
+    pod_deletions: Vec<(String, i64)>,
+    /// A workload controller recreates evicted or deleted pods (not DaemonSet pods) as
+    /// pending pods with a new name.
+    recreate: bool,
+    recreated: u64,
+}
+
+impl ClusterInner {
+    fn index(&mut self) -> &mut PodIndex {
+        let state = &self.state;
+        self.index.get_or_insert_with(|| PodIndex::build(state))
+    }
+
+    fn find_node(&mut self, name: &str) -> Option<usize> {
+        self.index().nodes.get(name).copied()
+    }
+
+    fn find_pod(&mut self, namespace: &str, name: &str) -> Option<usize> {
+        self.index().by_key.get(&(namespace.to_string(), name.to_string())).copied()
+    }
+
+    /// Removes a pod (order of the others may change: swap-remove), and lets the
+    /// controller recreate it when asked to.
+    fn remove_pod(&mut self, i: usize) -> Pod {
+        self.index();
+        let pod = self.state.pods.swap_remove(i);
+        let key = (pod.namespace.clone(), pod.name.clone());
+        if let Some(index) = self.index.as_mut() {
+            index.by_key.remove(&key);
+            if let Some(node) = &pod.node_name
+                && let Some(set) = index.by_node.get_mut(node)
+            {
+                set.remove(&key);
+            }
+            if let Some(moved) = self.state.pods.get(i) {
+                index.by_key.insert((moved.namespace.clone(), moved.name.clone()), i);
+            }
+        }
+        if self.recreate && !pod.daemonset_owned {
+            self.recreated += 1;
+            let base = pod.name.split("-r~").next().unwrap_or(&pod.name).to_string();
+            let replacement = Pod {
+                name: format!("{base}-r~{:05x}", mix(self.recreated) & 0xfffff),
+                node_name: None,
+                terminal: false,
+                terminating: false,
+                ..pod.clone()
+            };
+            let at = self.state.pods.len();
+            if let Some(index) = self.index.as_mut() {
+                index.insert(&replacement, at);
+            }
+            self.state.pods.push(replacement);
+        }
+        pod
+    }
 }
 
 /// The Kubernetes API in memory, plus a simulated kubelet (`register`, `set_ready`)
@@ -498,6 +618,10 @@ impl FakeCluster {
                 events: Vec::new(),
                 faults: Faults::default(),
                 calls: Vec::new(),
+                index: None,
+                pod_deletions: Vec::new(),
+                recreate: false,
+                recreated: 0,
             }),
             catalog,
             version: "1.33".into(),
@@ -506,7 +630,27 @@ impl FakeCluster {
 
     /// Reads or edits the whole state (add pools, node classes, DaemonSets...).
     pub fn with_state<R>(&self, f: impl FnOnce(&mut ClusterState) -> R) -> R {
-        f(&mut lock(&self.inner).state)
+        let mut inner = lock(&self.inner);
+        inner.index = None;
+        f(&mut inner.state)
+    }
+
+    /// Evicted and deleted pods (not DaemonSet pods) come back as pending pods named
+    /// `<name>-r~<suffix>`, as their ReplicaSet would recreate them, so the provisioner
+    /// can be seen replacing the capacity. Off by default.
+    pub fn recreate_evicted_pods(&self, on: bool) {
+        lock(&self.inner).recreate = on;
+    }
+
+    /// Pods deleted through `delete_pod`: (namespace/name, grace period seconds), in order.
+    pub fn pod_deletions(&self) -> Vec<(String, i64)> {
+        lock(&self.inner).pod_deletions.clone()
+    }
+
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Pod> {
+        let mut inner = lock(&self.inner);
+        let i = inner.find_pod(namespace, name)?;
+        Some(inner.state.pods[i].clone())
     }
 
     pub fn snapshot(&self) -> ClusterState {
@@ -514,23 +658,42 @@ impl FakeCluster {
     }
 
     pub fn add_pod(&self, pod: Pod) {
-        lock(&self.inner).state.pods.push(pod);
+        let mut inner = lock(&self.inner);
+        let at = inner.state.pods.len();
+        if let Some(index) = inner.index.as_mut() {
+            index.insert(&pod, at);
+        }
+        inner.state.pods.push(pod);
     }
 
     pub fn add_node(&self, node: Node) {
-        lock(&self.inner).state.nodes.push(node);
+        let mut inner = lock(&self.inner);
+        let at = inner.state.nodes.len();
+        if let Some(index) = inner.index.as_mut() {
+            index.nodes.insert(node.name.clone(), at);
+        }
+        inner.state.nodes.push(node);
     }
 
+    /// Removes a node (the order of the others may change); false if there was none.
     pub fn remove_node(&self, name: &str) -> bool {
         let mut inner = lock(&self.inner);
-        let before = inner.state.nodes.len();
-        inner.state.nodes.retain(|n| n.name != name);
-        inner.state.nodes.len() != before
+        let Some(i) = inner.find_node(name) else { return false };
+        inner.state.nodes.swap_remove(i);
+        let moved = inner.state.nodes.get(i).map(|n| n.name.clone());
+        if let Some(index) = inner.index.as_mut() {
+            index.nodes.remove(name);
+            if let Some(moved) = moved {
+                index.nodes.insert(moved, i);
+            }
+        }
+        true
     }
 
     /// Binds the pod `namespace/name` to `node`; false if there is no such pod.
     pub fn bind_pod(&self, pod_key: &str, node: &str) -> bool {
         let mut inner = lock(&self.inner);
+        inner.index = None;
         match inner.state.pods.iter_mut().find(|p| p.key() == pod_key) {
             Some(p) => {
                 p.node_name = Some(node.to_string());
@@ -586,6 +749,7 @@ impl FakeCluster {
             ready: false,
         };
         let mut inner = lock(&self.inner);
+        inner.index = None;
         inner.state.nodes.retain(|n| n.name != name);
         inner.state.nodes.push(node);
         name
@@ -631,6 +795,11 @@ impl FakeCluster {
         lock(&self.inner).faults.push(op, err);
     }
 
+    /// The call of `op` after the next `skip` ones fails with `err`.
+    pub fn fail_after(&self, op: ClusterOp, skip: usize, err: ClusterError) {
+        lock(&self.inner).faults.push_after(op, skip, err);
+    }
+
     pub fn calls(&self) -> Vec<Call<ClusterOp>> {
         lock(&self.inner).calls.clone()
     }
@@ -674,9 +843,10 @@ impl Cluster for FakeCluster {
             return Err(e);
         }
         let mut inner = lock(&self.inner);
-        let Some(node) = inner.state.nodes.iter_mut().find(|n| n.name == name) else {
+        let Some(i) = inner.find_node(name) else {
             return Err(ClusterError::new(ErrorKind::NotFound, format!("nodes \"{name}\" not found")));
         };
+        let node = &mut inner.state.nodes[i];
         node.labels.extend(patch.set_labels.clone());
         node.taints.retain(|t| !patch.remove_taints.contains(&t.key));
         for t in &patch.add_taints {
@@ -703,6 +873,79 @@ impl Cluster for FakeCluster {
         }
         Ok(self.version.clone())
     }
+
+    async fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ClusterError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(ClusterOp::PodsOnNode, node) {
+            return Err(e);
+        }
+        let mut inner = lock(&self.inner);
+        let positions: Vec<usize> = {
+            let index = inner.index();
+            let Some(keys) = index.by_node.get(node) else { return Ok(Vec::new()) };
+            keys.iter().filter_map(|k| index.by_key.get(k).copied()).collect()
+        };
+        let mut pods: Vec<Pod> = positions.into_iter().map(|i| inner.state.pods[i].clone()).collect();
+        pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        Ok(pods)
+    }
+
+    /// As the eviction subresource: the pod must exist; a running pod selected by a
+    /// budget goes only if every such budget allows a disruption now (computed over
+    /// the pods as they are: see `core::cluster::eviction_allowed`); otherwise
+    /// `DisruptionBudget`. An evicted pod is gone at once (a kubelet would take up to
+    /// its grace period).
+    async fn evict_pod(&self, namespace: &str, name: &str) -> Result<(), ClusterError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(ClusterOp::EvictPod, format!("{namespace}/{name}")) {
+            return Err(e);
+        }
+        let mut inner = lock(&self.inner);
+        let Some(i) = inner.find_pod(namespace, name) else {
+            return Err(ClusterError::new(ErrorKind::NotFound, format!("pods \"{name}\" not found")));
+        };
+        let pod = &inner.state.pods[i];
+        if inner.state.pdbs.iter().any(|b| b.selects(pod))
+            && !eviction_allowed(pod, &inner.state.pods, &inner.state.pdbs)
+        {
+            return Err(ClusterError::new(
+                ErrorKind::DisruptionBudget,
+                format!("evicting pod {namespace}/{name}: Cannot evict pod as it would violate the pod's disruption budget."),
+            ));
+        }
+        inner.remove_pod(i);
+        Ok(())
+    }
+
+    /// Deletes the pod at once whatever the grace period (recorded in `pod_deletions`);
+    /// a kubelet would give the containers that long to stop.
+    async fn delete_pod(&self, namespace: &str, name: &str, grace_period_seconds: i64) -> Result<(), ClusterError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(ClusterOp::DeletePod, format!("{namespace}/{name}")) {
+            return Err(e);
+        }
+        let mut inner = lock(&self.inner);
+        let Some(i) = inner.find_pod(namespace, name) else {
+            return Err(ClusterError::new(ErrorKind::NotFound, format!("pods \"{name}\" not found")));
+        };
+        inner.pod_deletions.push((format!("{namespace}/{name}"), grace_period_seconds));
+        inner.remove_pod(i);
+        Ok(())
+    }
+
+    /// Removes the Node object. Pods still bound to it stay (the pod garbage collector
+    /// would remove them later).
+    async fn delete_node(&self, name: &str) -> Result<(), ClusterError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(ClusterOp::DeleteNode, name) {
+            return Err(e);
+        }
+        if self.remove_node(name) {
+            Ok(())
+        } else {
+            Err(ClusterError::new(ErrorKind::NotFound, format!("nodes \"{name}\" not found")))
+        }
+    }
 }
 
 // ----- Store -------------------------------------------------------------------------
@@ -720,6 +963,7 @@ pub enum StoreOp {
     MarkUnavailable,
     UnavailableOfferings,
     ClaimIdempotencyKey,
+    IdempotencyKeyExists,
     RecordDecision,
     Decisions,
 }
@@ -732,6 +976,8 @@ struct StoreInner {
     tokens: HashMap<String, u64>,
     unavailable: HashMap<(String, String, CapacityType), i64>,
     keys: HashMap<String, i64>,
+    /// Instance id → claim name (the GSI).
+    by_instance: HashMap<String, String>,
     decisions: Vec<Decision>,
     faults: Faults<StoreOp, StoreError>,
     calls: Vec<Call<StoreOp>>,
@@ -752,6 +998,11 @@ impl MemoryStore {
 
     pub fn fail_next(&self, op: StoreOp, err: StoreError) {
         lock(&self.inner).faults.push(op, err);
+    }
+
+    /// The call of `op` after the next `skip` ones fails with `err`.
+    pub fn fail_after(&self, op: StoreOp, skip: usize, err: StoreError) {
+        lock(&self.inner).faults.push_after(op, skip, err);
     }
 
     pub fn calls(&self) -> Vec<Call<StoreOp>> {
@@ -806,6 +1057,9 @@ impl Store for MemoryStore {
         if inner.claims.contains_key(&claim.name) {
             return Err(conflict(format!("claim {} already exists", claim.name)));
         }
+        if let Some(id) = &claim.instance_id {
+            inner.by_instance.insert(id.clone(), claim.name.clone());
+        }
         inner.claims.insert(claim.name.clone(), claim.clone());
         Ok(())
     }
@@ -833,6 +1087,9 @@ impl Store for MemoryStore {
                 claim.name, claim.version, expected_version
             )));
         }
+        if let Some(id) = &claim.instance_id {
+            inner.by_instance.insert(id.clone(), claim.name.clone());
+        }
         inner.claims.insert(claim.name.clone(), claim.clone());
         Ok(())
     }
@@ -852,7 +1109,12 @@ impl Store for MemoryStore {
     async fn claim_by_instance(&self, instance_id: &str) -> Result<Option<NodeClaim>, StoreError> {
         tokio::task::yield_now().await;
         let inner = self.record(StoreOp::ClaimByInstance, instance_id)?;
-        Ok(inner.claims.values().find(|c| c.instance_id.as_deref() == Some(instance_id)).cloned())
+        Ok(inner
+            .by_instance
+            .get(instance_id)
+            .and_then(|name| inner.claims.get(name))
+            .filter(|c| c.instance_id.as_deref() == Some(instance_id))
+            .cloned())
     }
 
     async fn acquire_lease(
@@ -927,6 +1189,12 @@ impl Store for MemoryStore {
         Ok(true)
     }
 
+    async fn idempotency_key_exists(&self, key: &str, now: i64) -> Result<bool, StoreError> {
+        tokio::task::yield_now().await;
+        let inner = self.record(StoreOp::IdempotencyKeyExists, key)?;
+        Ok(inner.keys.get(key).is_some_and(|expires| *expires > now))
+    }
+
     async fn record_decision(&self, decision: &Decision) -> Result<(), StoreError> {
         tokio::task::yield_now().await;
         let mut inner = self.record(StoreOp::RecordDecision, decision.job.clone())?;
@@ -970,6 +1238,7 @@ mod tests {
             initialized_at: None,
             disruption: None,
             failure: None,
+            expires_at: None,
         }
     }
 

@@ -7,12 +7,15 @@
 //!   minute-long polling loop ([`Provisioner::run_for`]).
 //! - [`lifecycle`]: matching nodes to claims: Registered, Initialized, registration
 //!   timeouts, leaked instances.
-//! - [`terminate`]: the steps that take a claim away, one function per step.
+//! - [`terminate`]: the steps that take a claim away (cordon, drain with PDB-aware
+//!   evictions, terminate, tombstone), one function per step, and `advance`/`drive`.
+//! - [`interrupt`]: the interruption job over decided inputs ([`handle_interruption`]).
 //! - [`fakes`]: FakeCloud, FakeCluster (with a kubelet), MemoryStore, ManualClock.
 //! - [`error`]: [`EngineError`], the crate's one error type.
 pub mod context;
 pub mod error;
 pub mod fakes;
+pub mod interrupt;
 pub mod lifecycle;
 pub mod ports;
 pub mod provision;
@@ -20,4 +23,8 @@ pub mod terminate;
 
 pub use context::{Ports, SystemClock};
 pub use error::{EngineError, Result};
+pub use interrupt::{
+    InstanceAction, InstanceOutcome, InterruptionConfig, InterruptionInput, InterruptionMode, InterruptionOutcome,
+    handle_interruption,
+};
 pub use provision::{Provisioner, ProvisionerConfig, TickReport};

@@ -169,7 +169,7 @@ async fn step(
                 })
                 .await;
             report.unregistered.push(claim.name.clone());
-            Ok(Some(terminate::advance(ports, &disrupted, None).await?))
+            Ok(Some(terminate::advance(ports, &disrupted).await?))
         }
         (ClaimState::Registered, Some(node)) => {
             let mut view = node.clone();
@@ -188,7 +188,7 @@ async fn step(
             if claim.disruption.as_ref().is_some_and(|d| d.cause == DisruptionCause::Unregistered) =>
         {
             // A termination this job started and a crash interrupted.
-            Ok(Some(terminate::advance(ports, claim, None).await?))
+            Ok(Some(terminate::advance(ports, claim).await?))
         }
         _ => Ok(None),
     }

@@ -35,6 +35,10 @@ pub enum ErrorKind {
     Invalid,
     /// A timeout or connection failure: retryable.
     Unavailable,
+    /// An eviction refused because it would violate a PodDisruptionBudget (HTTP 429
+    /// from the `pods/eviction` subresource). Not throttling: retrying sooner does not
+    /// help; the drain tries again on its next step, until its deadline.
+    DisruptionBudget,
     Other,
 }
 
@@ -79,6 +83,7 @@ fn kind_str(kind: ErrorKind) -> &'static str {
         ErrorKind::Unauthorized => "unauthorized",
         ErrorKind::Invalid => "invalid request",
         ErrorKind::Unavailable => "unavailable",
+        ErrorKind::DisruptionBudget => "refused by a disruption budget",
         ErrorKind::Other => "failed",
     }
 }
@@ -253,6 +258,23 @@ pub trait Cluster: Send + Sync {
     async fn record_event(&self, event: &ClusterEvent) -> Result<(), ClusterError>;
     /// Endpoint, CA and version come from EKS; this is the version string ("1.33").
     async fn kubernetes_version(&self) -> Result<String, ClusterError>;
+
+    /// Pods bound to `node` (a drain's working set). The default filters `pods()`;
+    /// adapters list with `fieldSelector=spec.nodeName=<node>`.
+    async fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ClusterError> {
+        Ok(self.pods().await?.into_iter().filter(|p| p.node_name.as_deref() == Some(node)).collect())
+    }
+    /// Evicts a pod through the `pods/eviction` subresource (policy/v1 Eviction), which
+    /// honours PodDisruptionBudgets. A budget's refusal is
+    /// [`ErrorKind::DisruptionBudget`] (never `Throttled`), returned on the first answer:
+    /// no retry layer may hide it. `NotFound` means the pod is already gone; callers
+    /// draining a node treat it as success (this port reports it so a caller can tell).
+    async fn evict_pod(&self, namespace: &str, name: &str) -> Result<(), ClusterError>;
+    /// Deletes a pod with `grace_period_seconds` (bypassing budgets: for deadlines and
+    /// dead instances). `NotFound`: already gone (success for a drain).
+    async fn delete_pod(&self, namespace: &str, name: &str, grace_period_seconds: i64) -> Result<(), ClusterError>;
+    /// Deletes a Node object. `NotFound`: already gone (success for a termination).
+    async fn delete_node(&self, name: &str) -> Result<(), ClusterError>;
 }
 
 // ----- Store -------------------------------------------------------------------------
@@ -313,6 +335,10 @@ pub trait Store: Send + Sync {
     /// Records a key once; `true` if this call recorded it, `false` if it existed and
     /// has not expired at `now` (event de-duplication).
     async fn claim_idempotency_key(&self, key: &str, now: i64, ttl: Duration) -> Result<bool, StoreError>;
+    /// Whether `key` is recorded and not expired at `now` (a consistent read; records
+    /// nothing). Lets a job check for a duplicate first and record the key only once its
+    /// work succeeded, so a failed attempt never blocks the retry.
+    async fn idempotency_key_exists(&self, key: &str, now: i64) -> Result<bool, StoreError>;
 
     async fn record_decision(&self, decision: &Decision) -> Result<(), StoreError>;
     async fn decisions(&self, since: i64) -> Result<Vec<Decision>, StoreError>;

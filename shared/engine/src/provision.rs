@@ -424,6 +424,7 @@ impl Provisioner {
                 initialized_at: None,
                 disruption: None,
                 failure: None,
+                expires_at: None,
             };
             match self.ports.store.create_claim(&claim).await {
                 Ok(()) => return Ok(claim),
@@ -815,6 +816,7 @@ mod tests {
             initialized_at: None,
             disruption: None,
             failure: None,
+            expires_at: None,
         };
         let f = in_flight_claims(&[claim], &ClusterState::default());
         assert_eq!(f.len(), 1);

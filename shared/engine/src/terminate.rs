@@ -1,19 +1,82 @@
 //! Taking a claim away, one function per step of
-//! `Disrupting → Draining → Terminating → Terminated`. Each step is one conditional
-//! store write (plus its side effect), so a crash between any two leaves a state the
-//! next tick resumes from with `advance`.
+//! `Disrupting → Draining → Terminating → Terminated`, shared by every job that
+//! disrupts (interruption, lifecycle, the coming disruption job).
 //!
-//! Draining is trivial for now (it is only reached by claims whose node never
-//! registered); evicting pods from a registered node grows here.
+//! ```text
+//! Disrupting{cause, deadline, drain_after}
+//!   │  cordon: taint karpenter.sh/disrupted:NoSchedule (also while a drain waits)
+//!   ▼  start_draining (Event "Draining")                    ── waits while drain_after > now,
+//! Draining                                                      unless a replacement is up
+//!   │  drain: evict non-critical pods, then critical ones; DaemonSet pods stay.
+//!   │  A budget's refusal is retried on the next step; from `deadline − grace` the pod
+//!   │  is deleted instead (grace = min(time left, its own)). Instance gone/going
+//!   │  (InstanceStopped/Terminated): pods are deleted at once, nothing waited for.
+//!   ▼  finish_draining when no evictable pod is left (Event "Terminating")
+//! Terminating
+//!   │  terminate_instance: TerminateInstances for the id the store records on this
+//!   │  claim (skipped when the instance already terminated), delete the Node object
+//!   ▼
+//! Terminated (tombstone: kept until `expires_at`, TOMBSTONE_TTL later)
+//! ```
+//!
+//! Each step is one conditional store write (`NodeClaim::transition` +
+//! `Store::update_claim`) after its side effect, and every side effect is idempotent
+//! (tainting twice, evicting or deleting a pod already gone, terminating an instance
+//! already terminated, deleting a node already gone): a crash between any two leaves
+//! a state that whoever sees the claim next resumes with [`advance`]. Two callers
+//! advancing the same claim at once are kept apart by the conditional writes: the loser
+//! gets `Conflict` and stops.
 
-use tracing::info;
+use std::collections::HashSet;
+use std::time::Duration;
 
-use nodewright_core::cluster::Node;
+use tracing::{debug, info};
+
+use nodewright_core::api::model::{Taint, TaintEffect};
+use nodewright_core::cluster::Pod;
 use nodewright_core::nodeclaim::{ClaimState, Disruption, DisruptionCause, NodeClaim};
 
 use crate::context::Ports;
 use crate::error::{EngineError, Result};
-use crate::ports::{ClusterEvent, ErrorKind, EventType};
+use crate::ports::{ClusterEvent, ErrorKind, EventType, NodePatch, StoreError};
+
+/// The taint that keeps new pods off a node being taken away (Karpenter's).
+pub const TAINT_DISRUPTED: &str = "karpenter.sh/disrupted";
+/// How long a Terminated claim stays in the store (late events for its instance are
+/// then still recognised as ours, and ignored).
+pub const TOMBSTONE_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Rounds of list-and-evict per step: non-critical pods, critical pods, a last look.
+const DRAIN_ROUNDS: usize = 3;
+
+/// What one [`drive`] did, for reports and for deciding to run the provisioner.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    /// The claim as last written (or as given, when nothing could be done yet).
+    pub claim: NodeClaim,
+    /// Pods evicted (namespace/name).
+    pub evicted: Vec<String>,
+    /// Pods deleted: past their deadline, or on an instance that is gone.
+    pub deleted: Vec<String>,
+    /// Pods a disruption budget kept this time; tried again on the next step.
+    pub blocked: Vec<String>,
+    /// The drain is waiting (replace-then-drain) until this time.
+    pub waiting_until: Option<i64>,
+    /// This call terminated the instance (sent TerminateInstances).
+    pub terminated_instance: bool,
+}
+
+impl Progress {
+    fn new(claim: NodeClaim) -> Self {
+        Progress {
+            claim,
+            evicted: Vec::new(),
+            deleted: Vec::new(),
+            blocked: Vec::new(),
+            waiting_until: None,
+            terminated_instance: false,
+        }
+    }
+}
 
 /// Writes `next` over `prev` conditionally on `prev`'s state and version.
 pub(crate) async fn save(ports: &Ports, prev: &NodeClaim, next: NodeClaim) -> Result<NodeClaim> {
@@ -21,67 +84,245 @@ pub(crate) async fn save(ports: &Ports, prev: &NodeClaim, next: NodeClaim) -> Re
     Ok(next)
 }
 
+fn disrupted_taint() -> Taint {
+    Taint { key: TAINT_DISRUPTED.into(), value: None, effect: TaintEffect::NoSchedule }
+}
+
 /// Step 1: the claim is to be taken away, for `cause`.
 pub async fn disrupt(ports: &Ports, claim: &NodeClaim, cause: DisruptionCause, deadline: Option<i64>) -> Result<NodeClaim> {
     let now = ports.clock.now();
-    let next = claim.transition(ClaimState::Disrupting, now, |c| {
-        c.disruption = Some(Disruption { cause, deadline, since: now });
-    })?;
+    disrupt_with(ports, claim, Disruption { cause, deadline, since: now, drain_after: None, event: None }).await
+}
+
+/// Step 1 with every detail of the disruption (drain delay, originating event).
+/// `Conflict` when another caller changed the claim first: it decides, not this one.
+pub async fn disrupt_with(ports: &Ports, claim: &NodeClaim, disruption: Disruption) -> Result<NodeClaim> {
+    let cause = disruption.cause;
+    let next = claim.transition(ClaimState::Disrupting, ports.clock.now(), |c| c.disruption = Some(disruption))?;
     let next = save(ports, claim, next).await?;
     info!(claim = %claim.name, cause = ?cause, "disrupting");
     Ok(next)
 }
 
-/// Step 2: start draining the claim's node. With no node there is nothing to cordon
-/// or evict.
+/// Taints the claim's node `karpenter.sh/disrupted:NoSchedule` (no new pods land on
+/// it). No node, or a node already gone: nothing to do.
+pub async fn cordon(ports: &Ports, claim: &NodeClaim) -> Result<()> {
+    let Some(node) = &claim.node_name else { return Ok(()) };
+    let patch = NodePatch { add_taints: vec![disrupted_taint()], ..NodePatch::default() };
+    match ports.cluster.patch_node(node, &patch).await {
+        Err(e) if e.kind != ErrorKind::NotFound => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+/// Step 2: cordon the node (unless the instance is gone: nothing will schedule there)
+/// and start draining it.
 pub async fn start_draining(ports: &Ports, claim: &NodeClaim) -> Result<NodeClaim> {
+    let gone = claim.disruption.as_ref().is_some_and(|d| d.cause.instance_gone());
+    if !gone {
+        cordon(ports, claim).await?;
+    }
     let next = claim.transition(ClaimState::Draining, ports.clock.now(), |_| {})?;
-    save(ports, claim, next).await
+    let next = save(ports, claim, next).await?;
+    if let Some(node) = &claim.node_name {
+        ports.emit(node_event(node, "Draining", format!("Draining NodeClaim {} ({})", claim.name, cause_of(claim)))).await;
+    }
+    Ok(next)
+}
+
+/// Whether a Disrupting claim may start draining now: no `drain_after`, its time has
+/// come, or a replacement is up — a claim Initialized since the disruption began that
+/// was made for one of the pods on this node (`NodeClaim::pods`).
+pub async fn ready_to_drain(ports: &Ports, claim: &NodeClaim) -> Result<bool> {
+    let Some(d) = &claim.disruption else { return Ok(true) };
+    let Some(after) = d.drain_after else { return Ok(true) };
+    if ports.clock.now() >= after {
+        return Ok(true);
+    }
+    let Some(node) = &claim.node_name else { return Ok(true) };
+    let pods: HashSet<String> = ports.cluster.pods_on_node(node).await?.iter().map(Pod::key).collect();
+    if pods.is_empty() {
+        return Ok(true);
+    }
+    let claims = ports.store.list_claims().await?;
+    Ok(claims.iter().any(|c| {
+        c.name != claim.name
+            && c.state == ClaimState::Initialized
+            && c.created_at >= d.since
+            && c.pods.iter().any(|p| pods.contains(p))
+    }))
+}
+
+/// One pass of the drain: evicts (or, past the deadline or on a dead instance, deletes)
+/// what can go now. `true` when no evictable pod is left on the node.
+pub async fn drain(ports: &Ports, claim: &NodeClaim, progress: &mut Progress) -> Result<bool> {
+    let Some(node) = &claim.node_name else { return Ok(true) };
+    let (gone, deadline) = match &claim.disruption {
+        Some(d) => (d.cause.instance_gone(), d.deadline),
+        None => (false, None),
+    };
+    for _ in 0..DRAIN_ROUNDS {
+        let now = ports.clock.now();
+        let pods = ports.cluster.pods_on_node(node).await?;
+        let remaining: Vec<&Pod> = pods.iter().filter(|p| !p.daemonset_owned && !p.terminal).collect();
+        if remaining.is_empty() {
+            return Ok(true);
+        }
+        // Non-critical pods first; critical ones (system-*-critical) once those are gone.
+        let any_ordinary = remaining.iter().any(|p| !p.critical);
+        let group = remaining.iter().filter(|p| p.critical != any_ordinary);
+        let past_deadline = deadline.is_some_and(|d| now >= d);
+        let mut done = true;
+        for pod in group {
+            if pod.terminating {
+                // Already going (its grace period runs); once the instance is gone or
+                // its deadline passed, nothing is gained by waiting for it.
+                done &= gone || past_deadline;
+                continue;
+            }
+            let grace = pod.grace_period_seconds();
+            let delete_with = if gone {
+                Some(0)
+            } else {
+                deadline.filter(|d| now >= d - grace).map(|d| (d - now).clamp(0, grace))
+            };
+            let result = match delete_with {
+                Some(grace) => ports.cluster.delete_pod(&pod.namespace, &pod.name, grace).await,
+                None => ports.cluster.evict_pod(&pod.namespace, &pod.name).await,
+            };
+            match result {
+                Ok(()) => match delete_with {
+                    Some(_) => progress.deleted.push(pod.key()),
+                    None => progress.evicted.push(pod.key()),
+                },
+                Err(e) if e.kind == ErrorKind::NotFound => {}
+                Err(e) if e.kind == ErrorKind::DisruptionBudget => {
+                    debug!(claim = %claim.name, pod = %pod.key(), "eviction refused by a disruption budget; retried next step");
+                    progress.blocked.push(pod.key());
+                    done = false;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if !done {
+            return Ok(false);
+        }
+    }
+    Ok(false)
 }
 
 /// Step 3: the node is empty (or never existed): the instance may go.
 pub async fn finish_draining(ports: &Ports, claim: &NodeClaim) -> Result<NodeClaim> {
     let next = claim.transition(ClaimState::Terminating, ports.clock.now(), |_| {})?;
-    save(ports, claim, next).await
-}
-
-/// Step 4: terminate the instance the store records for this claim, then tombstone
-/// the claim. An instance already gone (NotFound) counts as terminated.
-pub async fn terminate_instance(ports: &Ports, claim: &NodeClaim) -> Result<NodeClaim> {
-    if let Some(id) = &claim.instance_id {
-        match ports.cloud.terminate(std::slice::from_ref(id)).await {
-            Ok(()) => info!(claim = %claim.name, instance = %id, "terminated instance"),
-            Err(e) if e.kind == ErrorKind::NotFound => info!(claim = %claim.name, instance = %id, "instance already gone"),
-            Err(e) => return Err(EngineError::Cloud(e)),
-        }
-    }
-    let next = claim.transition(ClaimState::Terminated, ports.clock.now(), |_| {})?;
     let next = save(ports, claim, next).await?;
-    let cause = claim.disruption.as_ref().map(|d| format!("{:?}", d.cause)).unwrap_or_default();
-    ports
-        .emit(ClusterEvent {
-            kind: "Node".into(),
-            namespace: None,
-            name: claim.node_name.clone().unwrap_or_else(|| claim.name.clone()),
-            event_type: EventType::Normal,
-            reason: "Terminated".into(),
-            message: format!("NodeClaim {} terminated ({cause})", claim.name),
-        })
-        .await;
+    let name = claim.node_name.clone().unwrap_or_else(|| claim.name.clone());
+    ports.emit(node_event(&name, "Terminating", format!("Terminating NodeClaim {} ({})", claim.name, cause_of(claim)))).await;
     Ok(next)
 }
 
-/// Runs the remaining steps for a claim whose node does not exist (so nothing to
-/// drain), from whichever step it is at. Returns the claim as last written.
-pub async fn advance(ports: &Ports, claim: &NodeClaim, node: Option<&Node>) -> Result<NodeClaim> {
-    let mut c = claim.clone();
+/// Step 4: terminate the instance the store records for this claim, delete the Node
+/// object, and tombstone the claim. An instance already gone (NotFound) counts as
+/// terminated; an instance whose own state change said it terminated is not sent
+/// TerminateInstances at all (a stopped one is: a stopped node is useless capacity
+/// that still costs its volumes).
+pub async fn terminate_instance(ports: &Ports, claim: &NodeClaim) -> Result<NodeClaim> {
+    terminate_step(ports, claim, &mut Progress::new(claim.clone())).await
+}
+
+async fn terminate_step(ports: &Ports, claim: &NodeClaim, progress: &mut Progress) -> Result<NodeClaim> {
+    if let Some(id) = &claim.instance_id {
+        // Only ever an id the store records on this claim, in this very state: a claim
+        // built or changed by the caller cannot name another instance.
+        let stored = ports.store.get_claim(&claim.name).await?;
+        match &stored {
+            Some(s) if s.instance_id.as_deref() == Some(id.as_str()) => {
+                if s.state != claim.state || s.version != claim.version {
+                    return Err(EngineError::Store(StoreError::new(
+                        ErrorKind::Conflict,
+                        format!("claim {} moved on to {:?} v{} before its termination", claim.name, s.state, s.version),
+                    )));
+                }
+            }
+            _ => {
+                return Err(EngineError::NotOwned {
+                    claim: claim.name.clone(),
+                    instance: id.clone(),
+                });
+            }
+        }
+        let already_terminated = claim.disruption.as_ref().is_some_and(|d| d.cause == DisruptionCause::InstanceTerminated);
+        if !already_terminated {
+            match ports.cloud.terminate(std::slice::from_ref(id)).await {
+                Ok(()) => {
+                    progress.terminated_instance = true;
+                    info!(claim = %claim.name, instance = %id, "terminated instance");
+                }
+                Err(e) if e.kind == ErrorKind::NotFound => info!(claim = %claim.name, instance = %id, "instance already gone"),
+                Err(e) => return Err(EngineError::Cloud(e)),
+            }
+        }
+    }
+    if let Some(node) = &claim.node_name {
+        match ports.cluster.delete_node(node).await {
+            Err(e) if e.kind != ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
+        }
+    }
+    let now = ports.clock.now();
+    let ttl = i64::try_from(TOMBSTONE_TTL.as_secs()).unwrap_or(i64::MAX);
+    let next = claim.transition(ClaimState::Terminated, now, |c| c.expires_at = Some(now.saturating_add(ttl)))?;
+    let next = save(ports, claim, next).await?;
+    let name = claim.node_name.clone().unwrap_or_else(|| claim.name.clone());
+    ports.emit(node_event(&name, "Terminated", format!("NodeClaim {} terminated ({})", claim.name, cause_of(claim)))).await;
+    Ok(next)
+}
+
+/// Drives a claim from whichever step it is at as far as it can go now, without
+/// waiting: a drain held by a budget or a replace-then-drain delay stops it where it is,
+/// for the next caller to resume. Returns the claim as last written.
+pub async fn advance(ports: &Ports, claim: &NodeClaim) -> Result<NodeClaim> {
+    Ok(drive(ports, claim).await?.claim)
+}
+
+/// [`advance`], saying what it did.
+pub async fn drive(ports: &Ports, claim: &NodeClaim) -> Result<Progress> {
+    let mut progress = Progress::new(claim.clone());
     loop {
-        c = match c.state {
-            ClaimState::Disrupting => start_draining(ports, &c).await?,
-            // A node still present would need its pods evicted first: not this step's job yet.
-            ClaimState::Draining if node.is_none() => finish_draining(ports, &c).await?,
-            ClaimState::Terminating => terminate_instance(ports, &c).await?,
-            _ => return Ok(c),
+        let c = progress.claim.clone();
+        progress.claim = match c.state {
+            ClaimState::Disrupting => {
+                if !ready_to_drain(ports, &c).await? {
+                    // Keep it cordoned while it waits (the cordon may have been lost to
+                    // a crash right after the Disrupting write).
+                    cordon(ports, &c).await?;
+                    progress.waiting_until = c.disruption.as_ref().and_then(|d| d.drain_after);
+                    return Ok(progress);
+                }
+                start_draining(ports, &c).await?
+            }
+            ClaimState::Draining => {
+                if !drain(ports, &c, &mut progress).await? {
+                    return Ok(progress);
+                }
+                finish_draining(ports, &c).await?
+            }
+            ClaimState::Terminating => terminate_step(ports, &c, &mut progress).await?,
+            _ => return Ok(progress),
         };
+    }
+}
+
+fn cause_of(claim: &NodeClaim) -> String {
+    claim.disruption.as_ref().map(|d| format!("{:?}", d.cause)).unwrap_or_default()
+}
+
+fn node_event(node: &str, reason: &str, message: String) -> ClusterEvent {
+    ClusterEvent {
+        kind: "Node".into(),
+        namespace: None,
+        name: node.to_string(),
+        event_type: EventType::Normal,
+        reason: reason.into(),
+        message,
     }
 }

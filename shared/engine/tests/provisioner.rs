@@ -83,6 +83,7 @@ fn launching_claim(name: &str, pods: &[&str], now: i64) -> NodeClaim {
         initialized_at: None,
         disruption: None,
         failure: None,
+        expires_at: None,
     }
 }
 

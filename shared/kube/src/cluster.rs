@@ -12,7 +12,8 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
 };
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
@@ -126,11 +127,22 @@ impl KubeCluster {
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
     {
+        self.list_where(what, None).await
+    }
+
+    /// As `list_all`, only the objects a field selector (`spec.nodeName=x`) picks.
+    async fn list_where<K>(&self, what: &str, fields: Option<&str>) -> Result<Vec<K>, ClusterError>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    {
         let api: Api<K> = Api::all(self.client.clone());
         let mut items = Vec::new();
         let mut continue_token: Option<String> = None;
         loop {
             let mut params = ListParams::default().limit(self.page_size);
+            if let Some(fields) = fields {
+                params = params.fields(fields);
+            }
             if let Some(token) = &continue_token {
                 params = params.continue_token(token);
             }
@@ -529,6 +541,65 @@ impl Cluster for KubeCluster {
                     e,
                 )
             })?;
+        Ok(())
+    }
+
+    async fn pods_on_node(&self, node: &str) -> Result<Vec<cluster::Pod>, ClusterError> {
+        let pods = self
+            .list_where::<Pod>(&format!("pods on node {node:?}"), Some(&format!("spec.nodeName={node}")))
+            .await?;
+        let mut invalid = Vec::new();
+        let pods = convert(pods, snapshot::pod_from_k8s, &mut invalid);
+        for problem in &invalid {
+            warn!(problem = %problem, "skipped a pod read from the cluster");
+        }
+        Ok(pods)
+    }
+
+    /// `POST .../pods/{name}/eviction` (policy/v1). The API server answers a budget's
+    /// refusal with 429 TooManyRequests: here, and only here, that is
+    /// [`ErrorKind::DisruptionBudget`], not throttling. The client has no retry layer
+    /// (see `client`), so the refusal comes back on the first answer instead of after
+    /// kube-rs' minutes of backoff; a throttling 429 (API priority and fairness) on this
+    /// path is reported the same way, which is harmless: both mean "try on the next
+    /// step".
+    async fn evict_pod(&self, namespace: &str, name: &str) -> Result<(), ClusterError> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        // A complete policy/v1 Eviction (kube-rs' `Api::evict` sends one without
+        // apiVersion/kind and with a misspelt deleteOptions).
+        let eviction = json!({
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": { "name": name, "namespace": namespace },
+        });
+        match api.create_subresource::<Value, Value>("eviction", name, &PostParams::default(), &eviction).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let doing = format!("evicting pod {namespace}/{name}");
+                match &e {
+                    kube::Error::Api(status) if status.code == 429 || (status.code == 0 && status.reason == "TooManyRequests") => {
+                        Err(ClusterError::with_source(ErrorKind::DisruptionBudget, doing, e))
+                    }
+                    _ => Err(cluster_error(doing, e)),
+                }
+            }
+        }
+    }
+
+    async fn delete_pod(&self, namespace: &str, name: &str, grace_period_seconds: i64) -> Result<(), ClusterError> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let grace = u32::try_from(grace_period_seconds.max(0)).unwrap_or(u32::MAX);
+        api.delete(name, &DeleteParams::default().grace_period(grace))
+            .await
+            .map_err(|e| cluster_error(format!("deleting pod {namespace}/{name}"), e))?;
+        Ok(())
+    }
+
+    async fn delete_node(&self, name: &str) -> Result<(), ClusterError> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        api.delete(name, &DeleteParams::default())
+            .await
+            .map_err(|e| cluster_error(format!("deleting node {name:?}"), e))?;
         Ok(())
     }
 

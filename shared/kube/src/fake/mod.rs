@@ -14,9 +14,19 @@
 //!   after a request ([`FakeApiServer::after_next`], e.g. a concurrent writer), and a
 //!   log of every request.
 //!
+//! - delete (`DELETE`): the object goes at once — a pod's `gracePeriodSeconds` is
+//!   recorded in the request log but not waited for (a real kubelet would take up to
+//!   that long to stop the containers, and the pod would linger with a
+//!   `deletionTimestamp`);
+//! - eviction (`POST /api/v1/namespaces/{ns}/pods/{name}/eviction`) with the
+//!   PodDisruptionBudget check of `nodewright_core::cluster::eviction_allowed` (the
+//!   disruption controller's arithmetic over the pods stored now): 201 and the pod is
+//!   gone, or 429 TooManyRequests with the real server's `Status` and a
+//!   `DisruptionBudget` cause;
+//! - list `fieldSelector`s of equality terms (`spec.nodeName=x`, `a!=b`, ANDed).
+//!
 //! Requests are routed to [`Route`] (resource type, namespace, name, subresource) and
-//! then to a handler by method. Eviction (`POST .../pods/{name}/eviction`) and delete
-//! are the next handlers to add: see `handle`.
+//! then to a handler by method.
 //!
 //! hyper 1 + hyper-util rather than axum: kube-rs already builds hyper and hyper-util,
 //! so the server costs two features, not a framework; and the API paths are one regular
@@ -396,8 +406,18 @@ fn handle(state: &mut State, call: &Call) -> Answer {
         (&Method::PATCH, Some(name), None) => {
             patch(store, &route, name, call.content_type, call.body)
         }
-        // Next: (DELETE, Some(name), None) => delete, (POST, Some(name), Some("eviction"))
-        // => evict with the PDB check (429 when a budget forbids it).
+        (&Method::DELETE, Some(name), None) => delete(store, &route, name),
+        (&Method::POST, Some(name), Some("eviction")) if route.resource.kind == "Pod" => {
+            match call.body.and_then(|b| b.pointer("/metadata/name")).and_then(Value::as_str) {
+                Some(named) if named != name => status_answer(
+                    400,
+                    "BadRequest",
+                    "name in URL does not match name in Eviction object",
+                    None,
+                ),
+                _ => evict(store, &route, name),
+            }
+        }
         _ => status_answer(
             405,
             "MethodNotAllowed",
@@ -497,7 +517,12 @@ fn list(store: &Store, route: &Route, query: &str) -> Answer {
     let limit = query_param(query, "limit")
         .and_then(|l| l.parse::<usize>().ok())
         .filter(|l| *l > 0);
-    let candidates = store.page(resource.kind, route.namespace.as_deref(), after.as_ref());
+    let fields = query_param(query, "fieldSelector").unwrap_or_default();
+    let candidates: Vec<_> = store
+        .page(resource.kind, route.namespace.as_deref(), after.as_ref())
+        .into_iter()
+        .filter(|(_, item)| field_selector_matches(&fields, item))
+        .collect();
     let take = limit.unwrap_or(candidates.len()).min(candidates.len());
     let remaining = candidates.len() - take;
     let mut metadata = json!({ "resourceVersion": store.revision().to_string() });
@@ -526,6 +551,77 @@ fn list(store: &Store, route: &Route, query: &str) -> Answer {
             "metadata": metadata,
             "items": items,
         }),
+    )
+}
+
+/// `spec.nodeName=x,metadata.namespace!=y`: every term must hold; a missing field is "".
+fn field_selector_matches(selector: &str, object: &Value) -> bool {
+    selector.split(',').filter(|t| !t.is_empty()).all(|term| {
+        let (path, want, equal) = match term.split_once("!=") {
+            Some((p, v)) => (p, v, false),
+            None => match term.split_once("==").or_else(|| term.split_once('=')) {
+                Some((p, v)) => (p, v, true),
+                None => return false,
+            },
+        };
+        let pointer = format!("/{}", path.replace('.', "/"));
+        let got = object.pointer(&pointer).and_then(Value::as_str).unwrap_or("");
+        (got == want) == equal
+    })
+}
+
+fn delete(store: &mut Store, route: &Route, name: &str) -> Answer {
+    match store.remove(route.resource.kind, route.namespace.as_deref(), name) {
+        Some(object) => json_answer(200, &object),
+        None => not_found(route, name),
+    }
+}
+
+/// The eviction subresource: the budget check, then the pod is deleted.
+fn evict(store: &mut Store, route: &Route, name: &str) -> Answer {
+    let namespace = route.namespace.as_deref();
+    let Some(object) = store.get("Pod", namespace, name).cloned() else {
+        return not_found(route, name);
+    };
+    let pods: Vec<nodewright_core::cluster::Pod> = store
+        .list("Pod", namespace)
+        .into_iter()
+        .filter_map(|v| serde_json::from_value(v.clone()).ok())
+        .filter_map(|p| nodewright_core::snapshot::pod_from_k8s(&p).ok())
+        .collect();
+    let pdbs: Vec<nodewright_core::cluster::PodDisruptionBudget> = store
+        .list("PodDisruptionBudget", namespace)
+        .into_iter()
+        .filter_map(|v| serde_json::from_value(v.clone()).ok())
+        .filter_map(|b| nodewright_core::snapshot::pdb_from_k8s(&b).ok())
+        .collect();
+    let pod = serde_json::from_value(object)
+        .ok()
+        .and_then(|p| nodewright_core::snapshot::pod_from_k8s(&p).ok());
+    if let Some(pod) = pod
+        && !nodewright_core::cluster::eviction_allowed(&pod, &pods, &pdbs)
+    {
+        let blocking = pdbs
+            .iter()
+            .find(|b| b.selects(&pod) && b.disruptions_allowed(&pods) == 0)
+            .map(|b| b.name.clone())
+            .unwrap_or_default();
+        return status_answer(
+            429,
+            "TooManyRequests",
+            "Cannot evict pod as it would violate the pod's disruption budget.",
+            Some(json!({
+                "causes": [{
+                    "reason": "DisruptionBudget",
+                    "message": format!("The disruption budget {blocking} does not allow a disruption now"),
+                }],
+            })),
+        );
+    }
+    store.remove("Pod", namespace, name);
+    json_answer(
+        201,
+        &json!({ "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201 }),
     )
 }
 

@@ -1,0 +1,373 @@
+//! The interruption job over the ports, given already-decided inputs (the event is
+//! parsed and classified in `core::interruption`; this module never reads an event).
+//!
+//! For one message: check its event id was not handled already; then for each
+//! instance id it names, find the claim the store records for it — none means the
+//! instance is not ours, and nothing at all is called for it (no cloud, no cluster) —
+//! mark its spot offering unavailable, put the claim in `Disrupting`, and drive the
+//! termination machine ([`crate::terminate`]) as far as it goes now.
+//!
+//! ## Event de-duplication: the key is recorded only after success
+//! The event id is looked up first (`Store::idempotency_key_exists`, a read) and
+//! recorded (`claim_idempotency_key`, 24 h) only once every instance was handled. A
+//! failed attempt (throttled, a lost connection, a crash) therefore never blocks its
+//! own retry: SQS delivers it again and it is processed again. That is safe because
+//! the work itself is idempotent: every claim step is a conditional write, and the
+//! disruption records the event that started it (`Disruption::event`), so the retry
+//! *resumes* that claim's termination instead of being turned away as "already
+//! disrupting". Recording first ("in progress") would need a release on failure that a
+//! crash or a Lambda timeout never runs, losing the event for 24 h.
+//! The cost: two deliveries of one event running at the very same time both work on
+//! the claim; the conditional writes still let one of them make each step, evicting a
+//! pod twice answers NotFound (success), and at worst TerminateInstances is sent twice
+//! for the same id, which EC2 answers as a success. No other instance is ever touched.
+//!
+//! ## Two events for one instance
+//! A spot warning and a state change for the same instance (or two different
+//! events, in any order) race on the claim's conditional write to `Disrupting`. The
+//! winner drains; the loser re-reads the claim, sees it disrupted by another event and
+//! stops: one drain, one replacement, one termination. An event arriving after the
+//! claim is Terminated (the tombstone) is a no-op.
+//!
+//! ## Modes
+//! - `Drain` (spot warning, scheduled change without lead time): Disrupting with the
+//!   deadline, taint and evict now.
+//! - `ReplaceThenDrain` (rebalance = replace, scheduled changes): Disrupting, cordoned
+//!   now, drained when a replacement is up (a claim Initialized since, made for one of
+//!   the node's pods) or at `deadline − replace_lead` (no deadline: after
+//!   `replace_wait`). See [`crate::terminate::ready_to_drain`].
+//! - `Cordon` (rebalance = cordon): the node is tainted; the claim is not disrupted.
+//! - `CleanUp` (stopping/stopped/shutting-down/terminated): Disrupting with the given
+//!   cause (InstanceStopped/InstanceTerminated): no evictions and no budgets — the
+//!   instance is gone or going — pods bound to the node are deleted, the node deleted;
+//!   a stopped instance is also terminated (a stopped node is useless and still costs
+//!   its volumes), a terminated one is not.
+
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use nodewright_core::catalog::CapacityType;
+use nodewright_core::nodeclaim::{ClaimState, Disruption, DisruptionCause, NodeClaim};
+
+use crate::context::Ports;
+use crate::error::{EngineError, Result};
+use crate::ports::{ClusterEvent, Decision, ErrorKind, EventType, Offering};
+use crate::terminate::{self, Progress};
+
+/// How the interruption job behaves; defaults as Karpenter's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterruptionConfig {
+    /// How long an interrupted spot offering stays out of launches (Karpenter: 3 min).
+    pub ice_ttl: Duration,
+    /// How long an event id is remembered (DESIGN: 24 h).
+    pub dedup_ttl: Duration,
+    /// ReplaceThenDrain: the drain starts this long before the deadline at the latest.
+    pub replace_lead: Duration,
+    /// ReplaceThenDrain without a deadline (rebalance = replace): the drain starts after
+    /// this long at the latest.
+    pub replace_wait: Duration,
+}
+
+impl Default for InterruptionConfig {
+    fn default() -> Self {
+        InterruptionConfig {
+            ice_ttl: Duration::from_secs(180),
+            dedup_ttl: Duration::from_secs(24 * 3600),
+            replace_lead: Duration::from_secs(120),
+            replace_wait: Duration::from_secs(300),
+        }
+    }
+}
+
+/// What to do with the affected instances (decided by `core::interruption`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InterruptionMode {
+    Drain,
+    ReplaceThenDrain,
+    Cordon,
+    CleanUp,
+}
+
+/// One message's decided inputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterruptionInput {
+    /// The event's id (EventBridge `id`): the de-duplication key.
+    pub event_id: String,
+    pub instance_ids: Vec<String>,
+    pub cause: DisruptionCause,
+    /// When the instance goes regardless (spot: warning time + 2 min; health: start).
+    pub deadline: Option<i64>,
+    /// Mark the claim's offering unavailable (spot interruption: it has no capacity).
+    /// Applied only to spot claims.
+    pub mark_unavailable: bool,
+    pub mode: InterruptionMode,
+}
+
+/// What happened to one instance.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InstanceAction {
+    /// The store records no claim for it: not this cluster's. Nothing was called.
+    NotOurs,
+    /// Its claim is already Terminated (or never launched): nothing to do.
+    AlreadyGone,
+    /// Another event (or job) is already taking the claim away; left to it.
+    AlreadyDisrupting { state: ClaimState },
+    /// Cordon mode: tainted, not disrupted.
+    Cordoned,
+    /// This message disrupted (or resumed) the claim; it is now in `state`.
+    Disrupted { state: ClaimState },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct InstanceOutcome {
+    pub instance_id: String,
+    pub claim: Option<String>,
+    pub action: InstanceAction,
+    pub marked_unavailable: bool,
+    pub evicted: Vec<String>,
+    pub deleted: Vec<String>,
+    /// Pods a disruption budget kept for now.
+    pub blocked: Vec<String>,
+    /// The drain waits (ReplaceThenDrain) until then.
+    pub drain_after: Option<i64>,
+}
+
+impl InstanceOutcome {
+    fn new(instance_id: &str, claim: Option<&NodeClaim>, action: InstanceAction) -> Self {
+        InstanceOutcome {
+            instance_id: instance_id.to_string(),
+            claim: claim.map(|c| c.name.clone()),
+            action,
+            marked_unavailable: false,
+            evicted: Vec::new(),
+            deleted: Vec::new(),
+            blocked: Vec::new(),
+            drain_after: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum InterruptionOutcome {
+    /// The event id was handled before: nothing done.
+    Duplicate,
+    Handled {
+        instances: Vec<InstanceOutcome>,
+        /// Pods were evicted or deleted: they are pending now, the provisioner should
+        /// run at once rather than at its next minute.
+        provisioner_needed: bool,
+    },
+}
+
+impl InterruptionOutcome {
+    pub fn instances(&self) -> &[InstanceOutcome] {
+        match self {
+            InterruptionOutcome::Duplicate => &[],
+            InterruptionOutcome::Handled { instances, .. } => instances,
+        }
+    }
+    pub fn provisioner_needed(&self) -> bool {
+        matches!(self, InterruptionOutcome::Handled { provisioner_needed: true, .. })
+    }
+}
+
+fn secs(d: Duration) -> i64 {
+    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
+}
+
+/// Handles one interruption message. An error is retryable as a whole (the event id is
+/// then not recorded, so the redelivery is processed again and resumes where this one
+/// stopped); instances already handled are handled idempotently the second time.
+pub async fn handle_interruption(
+    ports: &Ports,
+    config: &InterruptionConfig,
+    input: InterruptionInput,
+) -> Result<InterruptionOutcome> {
+    let now = ports.clock.now();
+    if ports.store.idempotency_key_exists(&input.event_id, now).await? {
+        info!(event = %input.event_id, "event already handled");
+        return Ok(InterruptionOutcome::Duplicate);
+    }
+    let mut instances = Vec::with_capacity(input.instance_ids.len());
+    let mut first_error: Option<EngineError> = None;
+    for id in &input.instance_ids {
+        match handle_instance(ports, config, &input, id).await {
+            Ok(outcome) => instances.push(outcome),
+            Err(e) => {
+                warn!(event = %input.event_id, instance = %id, error = %e, "interruption not fully handled; the message will be retried");
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    // Recorded last: see the module documentation.
+    if !ports.store.claim_idempotency_key(&input.event_id, ports.clock.now(), config.dedup_ttl).await? {
+        info!(event = %input.event_id, "a concurrent delivery of the same event finished first");
+    }
+    let provisioner_needed = instances.iter().any(|o| !o.evicted.is_empty() || !o.deleted.is_empty());
+    Ok(InterruptionOutcome::Handled { instances, provisioner_needed })
+}
+
+async fn handle_instance(
+    ports: &Ports,
+    config: &InterruptionConfig,
+    input: &InterruptionInput,
+    instance_id: &str,
+) -> Result<InstanceOutcome> {
+    let Some(claim) = ports.store.claim_by_instance(instance_id).await? else {
+        info!(event = %input.event_id, instance = %instance_id, "not an instance of this cluster; ignored");
+        return Ok(InstanceOutcome::new(instance_id, None, InstanceAction::NotOurs));
+    };
+    // The GSI is eventually consistent: trust only a record that names this instance.
+    if claim.instance_id.as_deref() != Some(instance_id) {
+        return Ok(InstanceOutcome::new(instance_id, None, InstanceAction::NotOurs));
+    }
+    if claim.state.is_terminal() {
+        return Ok(InstanceOutcome::new(instance_id, Some(&claim), InstanceAction::AlreadyGone));
+    }
+    let now = ports.clock.now();
+    let mut marked = false;
+    if input.mark_unavailable
+        && claim.capacity_type == Some(CapacityType::Spot)
+        && let (Some(instance_type), Some(zone)) = (&claim.instance_type, &claim.zone)
+    {
+        let offering = Offering {
+            instance_type: instance_type.clone(),
+            zone: zone.clone(),
+            capacity_type: CapacityType::Spot,
+            price: claim.price_per_hour.unwrap_or_default(),
+        };
+        ports.store.mark_unavailable(&offering, now + secs(config.ice_ttl)).await?;
+        marked = true;
+    }
+
+    let outcome = match input.mode {
+        InterruptionMode::Cordon => {
+            if claim.state.is_live_capacity() {
+                terminate::cordon(ports, &claim).await?;
+                InstanceOutcome::new(instance_id, Some(&claim), InstanceAction::Cordoned)
+            } else {
+                already_disrupting(instance_id, &claim)
+            }
+        }
+        _ if claim.state.can_become(ClaimState::Disrupting) => match start(ports, config, input, &claim).await? {
+            Started::Won(disrupted) => {
+                emit_interrupted(ports, input, &disrupted).await;
+                let progress = terminate::drive(ports, &disrupted).await?;
+                disrupted_outcome(instance_id, progress)
+            }
+            Started::Lost(current) => resume_or_leave(ports, input, instance_id, current).await?,
+        },
+        _ => resume_or_leave(ports, input, instance_id, claim).await?,
+    };
+    Ok(InstanceOutcome { marked_unavailable: marked, ..outcome })
+}
+
+enum Started {
+    Won(NodeClaim),
+    /// Someone else changed the claim first: it is as read again.
+    Lost(NodeClaim),
+}
+
+/// The conditional write to Disrupting: it decides which of two racing events drains.
+async fn start(
+    ports: &Ports,
+    config: &InterruptionConfig,
+    input: &InterruptionInput,
+    claim: &NodeClaim,
+) -> Result<Started> {
+    let now = ports.clock.now();
+    let drain_after = (input.mode == InterruptionMode::ReplaceThenDrain).then(|| match input.deadline {
+        Some(deadline) => (deadline - secs(config.replace_lead)).max(now),
+        None => now + secs(config.replace_wait),
+    });
+    let disruption = Disruption {
+        cause: input.cause,
+        deadline: input.deadline,
+        since: now,
+        drain_after,
+        event: Some(input.event_id.clone()),
+    };
+    match terminate::disrupt_with(ports, claim, disruption).await {
+        Ok(disrupted) => {
+            ports
+                .decide(Decision {
+                    at: now,
+                    job: "interrupt".into(),
+                    action: format!(
+                        "{} {} ({})",
+                        if input.mode == InterruptionMode::CleanUp { "clean up" } else { "drain and terminate" },
+                        claim.name,
+                        claim.instance_id.as_deref().unwrap_or("?")
+                    ),
+                    reason: format!("{:?} (event {})", input.cause, input.event_id),
+                    price_per_hour: claim.price_per_hour,
+                })
+                .await;
+            Ok(Started::Won(disrupted))
+        }
+        Err(EngineError::Store(e)) if e.kind == ErrorKind::Conflict => {
+            let current = ports.store.get_claim(&claim.name).await?;
+            Ok(Started::Lost(current.unwrap_or_else(|| claim.clone())))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// A claim already on its way out: resume it if this very event started it (a retry
+/// after a failure), otherwise leave it to whoever did.
+async fn resume_or_leave(
+    ports: &Ports,
+    input: &InterruptionInput,
+    instance_id: &str,
+    claim: NodeClaim,
+) -> Result<InstanceOutcome> {
+    if claim.state.is_terminal() {
+        return Ok(InstanceOutcome::new(instance_id, Some(&claim), InstanceAction::AlreadyGone));
+    }
+    let ours = claim.disruption.as_ref().and_then(|d| d.event.as_deref()) == Some(input.event_id.as_str());
+    if ours && input.mode != InterruptionMode::Cordon {
+        info!(event = %input.event_id, claim = %claim.name, state = ?claim.state, "resuming the termination this event started");
+        let progress = terminate::drive(ports, &claim).await?;
+        return Ok(disrupted_outcome(instance_id, progress));
+    }
+    Ok(already_disrupting(instance_id, &claim))
+}
+
+fn already_disrupting(instance_id: &str, claim: &NodeClaim) -> InstanceOutcome {
+    info!(claim = %claim.name, state = ?claim.state, "already being taken away; left to its owner");
+    InstanceOutcome::new(instance_id, Some(claim), InstanceAction::AlreadyDisrupting { state: claim.state })
+}
+
+fn disrupted_outcome(instance_id: &str, progress: Progress) -> InstanceOutcome {
+    let mut out =
+        InstanceOutcome::new(instance_id, Some(&progress.claim), InstanceAction::Disrupted { state: progress.claim.state });
+    out.evicted = progress.evicted;
+    out.deleted = progress.deleted;
+    out.blocked = progress.blocked;
+    out.drain_after = progress.waiting_until;
+    out
+}
+
+async fn emit_interrupted(ports: &Ports, input: &InterruptionInput, claim: &NodeClaim) {
+    let Some(node) = &claim.node_name else { return };
+    ports
+        .emit(ClusterEvent {
+            kind: "Node".into(),
+            namespace: None,
+            name: node.clone(),
+            event_type: EventType::Warning,
+            reason: format!("{:?}", input.cause),
+            message: format!(
+                "{:?} for instance {} (event {}){}",
+                input.cause,
+                claim.instance_id.as_deref().unwrap_or("?"),
+                input.event_id,
+                input.deadline.map(|d| format!(", gone at {d}")).unwrap_or_default()
+            ),
+        })
+        .await;
+}
