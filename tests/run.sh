@@ -17,7 +17,7 @@ if grep -qE '^warning' "$build_log"; then
 fi
 
 step "tests"
-cargo test --workspace 2>&1
+bash tests/moto.sh cargo test --workspace 2>&1
 
 step "smoke: nodewright plan on the bundled example"
 ./target/debug/nodewright plan --nodepools cli/examples/nodepools.yaml --snapshot cli/examples/snapshot.json

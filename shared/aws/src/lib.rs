@@ -20,6 +20,8 @@ pub mod eks;
 pub mod error;
 pub mod fleet;
 pub mod store;
+#[cfg(feature = "test-support")]
+pub mod testing;
 pub mod userdata;
 
 pub use cloud::{Ec2Cloud, Ec2CloudConfig};

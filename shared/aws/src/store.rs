@@ -422,6 +422,23 @@ impl Store for DynamoStore {
         }
     }
 
+    async fn idempotency_key_exists(&self, key: &str, now: i64) -> Result<bool, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(&format!("IDEMPOTENCY#{key}"), "IDEMPOTENCY")))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error(format!("GetItem idempotency key {key}"), e))?;
+        // TTL deletion lags (up to days; never in emulators): an expired key is absent.
+        Ok(out
+            .item
+            .and_then(|item| item.get("expiresAt").and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<i64>().ok()))
+            .is_some_and(|expires_at| expires_at >= now))
+    }
+
     async fn record_decision(&self, decision: &Decision) -> Result<(), StoreError> {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let item = DecisionItem {

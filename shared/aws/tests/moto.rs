@@ -6,141 +6,18 @@
 //! one server without seeing each other.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, PointInTimeRecoverySpecification,
-    Projection, ProjectionType, ScalarAttributeType, SseSpecification, TimeToLiveSpecification,
-};
-use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
-use serde_json::Value;
+use aws_sdk_ec2::types::ResourceType;
 
-use nodewright_aws::{AwsContext, ClusterInfo, DynamoStore, Ec2Cloud, Ec2CloudConfig};
+use nodewright_aws::testing::{K8S, Network, REGION, create_table_from_definition, network, sdk_config, tag_spec, unique};
+use nodewright_aws::{AwsContext, ClusterInfo, DynamoStore, Ec2Cloud, Ec2CloudConfig, moto};
 use nodewright_core::api::model::{AmiSelectorTerm, Ec2NodeClass, Kubelet, MetadataOptions, SelectorTerm, Taint, TaintEffect};
 use nodewright_core::catalog::CapacityType;
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
 use nodewright_engine::ports::{Cloud, Decision, ErrorKind, LaunchRequest, Offering, ResolvedNodeClass, Store};
 
-const REGION: &str = "us-east-1";
-const K8S: &str = "1.33";
-
-fn moto_url() -> Option<String> {
-    match std::env::var("NODEWRIGHT_MOTO_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var_os("CI").is_some() => {
-            panic!("NODEWRIGHT_MOTO_URL is not set: under CI the AWS adapter tests must run against moto (use tests/moto.sh)")
-        }
-        _ => {
-            eprintln!("skipped: no moto (set NODEWRIGHT_MOTO_URL or run via tests/moto.sh)");
-            None
-        }
-    }
-}
-
-macro_rules! moto {
-    () => {
-        match moto_url() {
-            Some(url) => url,
-            None => return,
-        }
-    };
-}
-
-fn unique(prefix: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-    format!("{prefix}-{}-{nanos:x}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
-}
-
-async fn sdk_config(url: &str) -> aws_config::SdkConfig {
-    aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .endpoint_url(url)
-        .region(aws_config::Region::new(REGION))
-        .credentials_provider(aws_credential_types::Credentials::new("test", "test", None, None, "test"))
-        .load()
-        .await
-}
-
 // ----- DynamoDB ------------------------------------------------------------------------
-
-/// Creates a table from infra/dynamodb-table.json (the CloudFormation Properties).
-async fn create_table_from_definition(url: &str, table: &str) {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../infra/dynamodb-table.json")).unwrap();
-    let def: Value = serde_json::from_str(&text).unwrap();
-    let key_schema = |v: &Value| -> Vec<KeySchemaElement> {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|k| {
-                KeySchemaElement::builder()
-                    .attribute_name(k["AttributeName"].as_str().unwrap())
-                    .key_type(KeyType::from(k["KeyType"].as_str().unwrap()))
-                    .build()
-                    .unwrap()
-            })
-            .collect()
-    };
-    let client = aws_sdk_dynamodb::Client::new(&sdk_config(url).await);
-    let mut create = client
-        .create_table()
-        .table_name(table)
-        .billing_mode(BillingMode::from(def["BillingMode"].as_str().unwrap()))
-        .set_key_schema(Some(key_schema(&def["KeySchema"])))
-        .sse_specification(SseSpecification::builder().enabled(def["SSESpecification"]["SSEEnabled"].as_bool().unwrap()).build());
-    for a in def["AttributeDefinitions"].as_array().unwrap() {
-        create = create.attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name(a["AttributeName"].as_str().unwrap())
-                .attribute_type(ScalarAttributeType::from(a["AttributeType"].as_str().unwrap()))
-                .build()
-                .unwrap(),
-        );
-    }
-    for g in def["GlobalSecondaryIndexes"].as_array().unwrap() {
-        create = create.global_secondary_indexes(
-            GlobalSecondaryIndex::builder()
-                .index_name(g["IndexName"].as_str().unwrap())
-                .set_key_schema(Some(key_schema(&g["KeySchema"])))
-                .projection(
-                    Projection::builder()
-                        .projection_type(ProjectionType::from(g["Projection"]["ProjectionType"].as_str().unwrap()))
-                        .build(),
-                )
-                .build()
-                .unwrap(),
-        );
-    }
-    create.send().await.unwrap();
-    let ttl = &def["TimeToLiveSpecification"];
-    client
-        .update_time_to_live()
-        .table_name(table)
-        .time_to_live_specification(
-            TimeToLiveSpecification::builder()
-                .attribute_name(ttl["AttributeName"].as_str().unwrap())
-                .enabled(ttl["Enabled"].as_bool().unwrap())
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .unwrap();
-    client
-        .update_continuous_backups()
-        .table_name(table)
-        .point_in_time_recovery_specification(
-            PointInTimeRecoverySpecification::builder()
-                .point_in_time_recovery_enabled(
-                    def["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"].as_bool().unwrap(),
-                )
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .unwrap();
-}
 
 async fn store(url: &str) -> DynamoStore {
     let table = unique("nodewright");
@@ -172,6 +49,7 @@ fn claim(name: &str) -> NodeClaim {
         initialized_at: None,
         disruption: None,
         failure: None,
+        expires_at: None,
     }
 }
 
@@ -325,7 +203,10 @@ async fn idempotency_keys_are_claimed_once_until_they_expire() {
     let url = moto!();
     let store = store(&url).await;
     let day = Duration::from_secs(86_400);
+    assert!(!store.idempotency_key_exists("event-1", 1_000).await.unwrap());
     assert!(store.claim_idempotency_key("event-1", 1_000, day).await.unwrap());
+    assert!(store.idempotency_key_exists("event-1", 1_001).await.unwrap());
+    assert!(!store.idempotency_key_exists("event-1", 1_000 + 86_401).await.unwrap(), "expired keys read as absent");
     assert!(!store.claim_idempotency_key("event-1", 1_001, day).await.unwrap());
     assert!(store.claim_idempotency_key("event-2", 1_001, day).await.unwrap());
     assert!(store.claim_idempotency_key("event-1", 1_000 + 86_401, day).await.unwrap());
@@ -360,99 +241,6 @@ async fn decisions_round_trip_in_time_order() {
 }
 
 // ----- EC2 ---------------------------------------------------------------------------
-
-struct Network {
-    subnet_a: String,
-    subnet_b: String,
-    subnet_b2: String,
-    security_group: String,
-    ami_amd64: String,
-    ami_arm64: String,
-    ssm_prefix: String,
-}
-
-fn tag_spec(resource: ResourceType, tags: &[(&str, &str)]) -> TagSpecification {
-    TagSpecification::builder()
-        .resource_type(resource)
-        .set_tags(Some(tags.iter().map(|(k, v)| Tag::builder().key(*k).value(*v).build()).collect()))
-        .build()
-}
-
-/// A VPC with tagged subnets in two zones, a tagged security group, two tagged AMIs
-/// and the AL2023 alias parameters under a test prefix.
-async fn network(url: &str, cluster: &str) -> Network {
-    let config = sdk_config(url).await;
-    let ec2 = aws_sdk_ec2::Client::new(&config);
-    let ssm = aws_sdk_ssm::Client::new(&config);
-    let discovery = ("karpenter.sh/discovery", cluster);
-    let vpc = ec2.create_vpc().cidr_block("10.0.0.0/16").send().await.unwrap().vpc.unwrap().vpc_id.unwrap();
-    let subnet = |cidr: &'static str, zone: &'static str, tags: Vec<(&'static str, String)>| {
-        let ec2 = ec2.clone();
-        let vpc = vpc.clone();
-        async move {
-            let tags: Vec<(&str, &str)> = tags.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            ec2.create_subnet()
-                .vpc_id(vpc)
-                .cidr_block(cidr)
-                .availability_zone(zone)
-                .tag_specifications(tag_spec(ResourceType::Subnet, &tags))
-                .send()
-                .await
-                .unwrap()
-                .subnet
-                .unwrap()
-                .subnet_id
-                .unwrap()
-        }
-    };
-    let subnet_a = subnet("10.0.1.0/24", "us-east-1a", vec![(discovery.0, cluster.to_string())]).await;
-    // Two subnets in us-east-1b: the larger one has more free addresses.
-    let subnet_b = subnet("10.0.8.0/21", "us-east-1b", vec![(discovery.0, cluster.to_string())]).await;
-    let subnet_b2 = subnet("10.0.2.0/26", "us-east-1b", vec![(discovery.0, cluster.to_string())]).await;
-    // Not selected (no discovery tag).
-    subnet("10.0.3.0/24", "us-east-1c", vec![("other", "x".to_string())]).await;
-
-    let security_group = ec2
-        .create_security_group()
-        .group_name(format!("{cluster}-nodes"))
-        .description("nodes")
-        .vpc_id(&vpc)
-        .tag_specifications(tag_spec(ResourceType::SecurityGroup, &[discovery]))
-        .send()
-        .await
-        .unwrap()
-        .group_id
-        .unwrap();
-
-    // moto ships Amazon AMIs; pick one per architecture and tag them for this test.
-    let images = ec2.describe_images().owners("amazon").send().await.unwrap().images.unwrap();
-    let pick = |arch: &str| {
-        images
-            .iter()
-            .find(|i| i.architecture.as_ref().map(|a| a.as_str()) == Some(arch))
-            .and_then(|i| i.image_id.clone())
-            .unwrap_or_else(|| panic!("moto has no {arch} AMI"))
-    };
-    let (ami_amd64, ami_arm64) = (pick("x86_64"), pick("arm64"));
-    ec2.create_tags()
-        .resources(&ami_amd64)
-        .tags(Tag::builder().key(format!("nodewright-test/{cluster}")).value("node-image").build())
-        .send()
-        .await
-        .unwrap();
-
-    let ssm_prefix = format!("/{}/aws/service", unique("nodewright-test"));
-    for (arch, ami) in [("x86_64", &ami_amd64), ("arm64", &ami_arm64)] {
-        ssm.put_parameter()
-            .name(format!("{ssm_prefix}/eks/optimized-ami/{K8S}/amazon-linux-2023/{arch}/standard/recommended/image_id"))
-            .value(ami)
-            .r#type(aws_sdk_ssm::types::ParameterType::String)
-            .send()
-            .await
-            .unwrap();
-    }
-    Network { subnet_a, subnet_b, subnet_b2, security_group, ami_amd64, ami_arm64, ssm_prefix }
-}
 
 fn cluster_info(name: &str) -> ClusterInfo {
     ClusterInfo {
