@@ -1,0 +1,400 @@
+//! The provisioner Lambda end to end, through its real handler: DynamoDB and EC2 are
+//! moto's server (tests/moto.sh), Kubernetes is the fake API server that kube-rs talks
+//! to over HTTP, reached through `NODEWRIGHT_KUBECONFIG` as a local run would.
+//!
+//! Pending pods → claims in DynamoDB → instances in EC2 with the right tags and types →
+//! nodes registered (the test plays the kubelet) → claims Initialized; again → nothing
+//! launched; two concurrent invocations → one launch; a crash left half-way → recovered
+//! with no leaked and no duplicate instance.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use aws_sdk_ec2::types::Filter;
+use lambda_runtime::{Context, LambdaEvent};
+use serde_json::{Value, json};
+
+use nodewright_aws::testing::{K8S, REGION, create_table_from_definition, network, sdk_config, unique};
+use nodewright_aws::{AwsContext, DynamoStore};
+use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
+use std::time::Duration;
+
+use nodewright_core::catalog::CapacityType;
+use nodewright_engine::ports::{Decision, ErrorKind, Lease, Offering, Store, StoreError};
+use nodewright_engine::{Provisioner, ProvisionerConfig};
+use nodewright_kube::fake::FakeApiServer;
+use nodewright_lambda::{Config, build_ports};
+use nodewright_provisioner::Handler;
+
+const SCHEDULED_TICK: &str = include_str!("../../../shared/core/tests/fixtures/events/scheduled-tick.json");
+
+/// One cluster's worth of emulated world: a table, a network, an EKS cluster in moto,
+/// and an API server holding a NodePool, an EC2NodeClass and pending pods.
+struct World {
+    url: String,
+    cluster: String,
+    table: String,
+    api: FakeApiServer,
+    config: Config,
+    _kubeconfig: tempfile_path::TempPath,
+}
+
+mod tempfile_path {
+    /// A file removed when dropped (no tempfile crate needed for one file).
+    pub struct TempPath(pub std::path::PathBuf);
+    impl Drop for TempPath {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+}
+
+async fn world(pods: usize) -> Option<World> {
+    let url = match nodewright_aws::testing::moto_url() {
+        Some(u) => u,
+        None => return None,
+    };
+    let cluster = unique("e2e");
+    let table = unique("e2e-table");
+    create_table_from_definition(&url, &table).await;
+    let net = network(&url, &cluster).await;
+    aws_sdk_eks::Client::new(&sdk_config(&url).await)
+        .create_cluster()
+        .name(&cluster)
+        .role_arn("arn:aws:iam::123456789012:role/eks")
+        .version(K8S)
+        .resources_vpc_config(aws_sdk_eks::types::VpcConfigRequest::builder().subnet_ids(&net.subnet_a).build())
+        .send()
+        .await
+        .expect("create EKS cluster in moto");
+
+    let api = FakeApiServer::start().await.expect("fake API server");
+    api.put(json!({
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
+        "spec": {
+            "role": "KarpenterNodeRole-e2e",
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
+            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}]
+        }
+    }));
+    api.put(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "general-purpose"},
+        "spec": {"template": {"spec": {
+            "requirements": [
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.xlarge"]}
+            ],
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+        }}}
+    }));
+    for i in 0..pods {
+        api.put(pending_pod(&format!("web-{i}")));
+    }
+
+    let kubeconfig = std::env::temp_dir().join(format!("{}.kubeconfig", unique("nw")));
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\ncurrent-context: fake\nusers:\n- name: fake\n  user:\n    token: test\n",
+            api.url()
+        ),
+    )
+    .expect("write kubeconfig");
+    let vars: HashMap<String, String> = [
+        ("NODEWRIGHT_CLUSTER_NAME", cluster.as_str()),
+        ("NODEWRIGHT_TABLE_NAME", table.as_str()),
+        ("NODEWRIGHT_KUBECONFIG", kubeconfig.to_str().unwrap()),
+        ("NODEWRIGHT_SSM_PUBLIC_PREFIX", net.ssm_prefix.as_str()),
+        ("NODEWRIGHT_POLL_INTERVAL", "1s"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let config = Config::from_vars(&vars).expect("config");
+    Some(World { url, cluster, table, api, config, _kubeconfig: tempfile_path::TempPath(kubeconfig) })
+}
+
+fn pending_pod(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "app", "image": "nginx",
+            "resources": {"requests": {"cpu": "1500m", "memory": "1Gi"}}}]},
+        "status": {"phase": "Pending"}
+    })
+}
+
+/// The Lambda handler as the runtime builds it (real config, real adapters).
+async fn handler(world: &World, holder: &str) -> Handler {
+    let (ports, _) = build_ports(&world.config).await.expect("ports");
+    Handler {
+        provisioner: Provisioner::new(ports, ProvisionerConfig::new(world.cluster.clone(), holder)),
+        poll_interval: world.config.poll_interval,
+    }
+}
+
+/// One scheduled invocation; an unknown deadline gives a single tick.
+async fn invoke(handler: &Handler) -> Value {
+    let event = LambdaEvent::new(serde_json::from_str(SCHEDULED_TICK).unwrap(), Context::default());
+    handler.handle(event).await.expect("handler")
+}
+
+async fn store(world: &World) -> DynamoStore {
+    DynamoStore::new(&AwsContext::for_emulator(&world.url, REGION).await, world.table.clone())
+}
+
+async fn claims(world: &World) -> Vec<NodeClaim> {
+    store(world).await.list_claims().await.expect("list claims")
+}
+
+/// Instances tagged as this cluster's, not terminated: (id, type, zone, tags).
+async fn instances(world: &World) -> Vec<(String, String, String, HashMap<String, String>)> {
+    let ec2 = aws_sdk_ec2::Client::new(&sdk_config(&world.url).await);
+    let out = ec2
+        .describe_instances()
+        .filters(Filter::builder().name(format!("tag:kubernetes.io/cluster/{}", world.cluster)).values("owned").build())
+        .send()
+        .await
+        .expect("describe instances");
+    out.reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .filter(|i| i.state().and_then(|s| s.name()).map(|n| n.as_str()) != Some("terminated"))
+        .map(|i| {
+            (
+                i.instance_id().unwrap_or_default().to_string(),
+                i.instance_type().map(|t| t.as_str().to_string()).unwrap_or_default(),
+                i.placement().and_then(|p| p.availability_zone()).unwrap_or_default().to_string(),
+                i.tags().iter().map(|t| (t.key().unwrap_or_default().to_string(), t.value().unwrap_or_default().to_string())).collect(),
+            )
+        })
+        .collect()
+}
+
+/// Plays the kubelet: a Node for each instance, registered with the unregistered taint.
+async fn register_nodes(world: &World, ready: bool) {
+    for claim in claims(world).await {
+        let (Some(id), Some(zone), Some(t)) = (&claim.instance_id, &claim.zone, &claim.instance_type) else { continue };
+        let name = format!("ip-{}.ec2.internal", &id[2..10]);
+        world.api.put(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {
+                "kubernetes.io/hostname": name, "topology.kubernetes.io/zone": zone,
+                "node.kubernetes.io/instance-type": t, "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux"}},
+            "spec": {"providerID": format!("aws:///{zone}/{id}"),
+                     "taints": [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]},
+            "status": {
+                "allocatable": {"cpu": "3920m", "memory": "14162Mi", "pods": "58"},
+                "capacity": {"cpu": "4", "memory": "15Gi", "pods": "58"},
+                "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]
+            }
+        }));
+    }
+}
+
+fn set_ready(world: &World) {
+    for node in world.api.list("Node") {
+        let name = node["metadata"]["name"].as_str().unwrap().to_string();
+        world.api.modify("Node", None, &name, |n| {
+            n["status"]["conditions"] = json!([{"type": "Ready", "status": "True"}]);
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_pods_become_tagged_instances_then_registered_and_initialized_nodes() {
+    let Some(world) = world(4).await else { return };
+    let h = handler(&world, "e2e-1").await;
+
+    let first = invoke(&h).await;
+    let launched = first["launched"].as_array().unwrap().len();
+    // 4 pods × 1.5 cpu on m5.xlarge (3.92 allocatable): two pods per node.
+    assert_eq!(launched, 2, "{first}");
+    let stored = claims(&world).await;
+    assert_eq!(stored.len(), 2);
+    assert!(stored.iter().all(|c| c.state == ClaimState::Launched), "{stored:#?}");
+    let running = instances(&world).await;
+    assert_eq!(running.len(), 2);
+    for (id, instance_type, zone, tags) in &running {
+        let claim = stored.iter().find(|c| c.instance_id.as_deref() == Some(id.as_str())).expect("instance has a claim");
+        assert_eq!(instance_type, "m5.xlarge");
+        assert_eq!(claim.zone.as_deref(), Some(zone.as_str()));
+        assert_eq!(tags.get("karpenter.sh/nodepool").map(String::as_str), Some("general-purpose"));
+        assert_eq!(tags.get("karpenter.sh/nodeclaim"), Some(&claim.name));
+        assert_eq!(tags.get(&format!("kubernetes.io/cluster/{}", world.cluster)).map(String::as_str), Some("owned"));
+    }
+
+    // Again before any node exists: the pods are counted against the in-flight claims.
+    let again = invoke(&h).await;
+    assert_eq!(again["launched"].as_array().unwrap().len(), 0, "{again}");
+    assert_eq!(instances(&world).await.len(), 2);
+
+    // The kubelets register (NotReady): claims become Registered, nodes get labels and
+    // lose the unregistered taint.
+    register_nodes(&world, false).await;
+    invoke(&h).await;
+    let stored = claims(&world).await;
+    assert!(stored.iter().all(|c| c.state == ClaimState::Registered), "{stored:#?}");
+    for node in world.api.list("Node") {
+        let labels = &node["metadata"]["labels"];
+        assert_eq!(labels["karpenter.sh/registered"], "true", "{node}");
+        assert_eq!(labels["karpenter.sh/nodepool"], "general-purpose");
+        let taints = node["spec"]["taints"].as_array().cloned().unwrap_or_default();
+        assert!(taints.iter().all(|t| t["key"] != "karpenter.sh/unregistered"), "{node}");
+    }
+
+    // Ready: Initialized; still nothing new launched.
+    set_ready(&world);
+    let last = invoke(&h).await;
+    let stored = claims(&world).await;
+    assert!(stored.iter().all(|c| c.state == ClaimState::Initialized), "{stored:#?}");
+    assert_eq!(last["launched"].as_array().unwrap().len(), 0);
+    assert_eq!(instances(&world).await.len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_concurrent_invocations_launch_once() {
+    let Some(world) = world(2).await else { return };
+    let (a, b) = (handler(&world, "e2e-a").await, handler(&world, "e2e-b").await);
+    let (ra, rb) = tokio::join!(invoke(&a), invoke(&b));
+    let launched = ra["launched"].as_array().unwrap().len() + rb["launched"].as_array().unwrap().len();
+    assert_eq!(launched, 1, "{ra} {rb}");
+    assert_eq!(instances(&world).await.len(), 1);
+    assert_eq!(claims(&world).await.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_the_claim_write_is_finished_with_one_instance() {
+    let Some(world) = world(2).await else { return };
+    // A dry run shows what the crashed tick had planned; write that claim as the crash
+    // left it: Launching, no instance.
+    let h = handler(&world, "e2e-crash").await;
+    let mut planning = handler(&world, "e2e-plan").await;
+    planning.provisioner = Provisioner::new(planning.provisioner.ports().clone(), {
+        let mut c = ProvisionerConfig::new(world.cluster.clone(), "e2e-plan");
+        c.dry_run = true;
+        c
+    });
+    let planned = planning.provisioner.tick().await.expect("dry run").planned;
+    assert_eq!(planned.len(), 1);
+    let p = &planned[0];
+    let crashed = NodeClaim {
+        name: "general-purpose-crash".into(),
+        node_pool: p.node_pool.clone(),
+        node_class: "default".into(),
+        state: ClaimState::Launching,
+        version: 1,
+        instance_type_options: p.instance_type_options.clone(),
+        zones: p.zones.clone(),
+        capacity_types: vec![CapacityType::OnDemand],
+        pods: p.pods.clone(),
+        created_at: 0,
+        updated_at: 0,
+        instance_id: None,
+        instance_type: None,
+        zone: None,
+        capacity_type: None,
+        price_per_hour: None,
+        node_name: None,
+        launched_at: None,
+        registered_at: None,
+        initialized_at: None,
+        disruption: None,
+        failure: None,
+        expires_at: None,
+    };
+    store(&world).await.create_claim(&crashed).await.unwrap();
+
+    invoke(&h).await;
+    invoke(&h).await;
+    let running = instances(&world).await;
+    assert_eq!(running.len(), 1, "one instance for the one claim: {running:?}");
+    let stored = claims(&world).await;
+    assert_eq!(stored.len(), 1, "the recovered claim carries the pods; no second claim: {stored:#?}");
+    assert_eq!(stored[0].name, "general-purpose-crash");
+    assert_eq!(stored[0].state, ClaimState::Launched);
+    assert_eq!(stored[0].instance_id.as_deref(), Some(running[0].0.as_str()));
+}
+
+/// The real store, except that the first claim update is lost: what a crash between
+/// CreateFleet and the claim update leaves behind.
+struct LoseFirstUpdate {
+    inner: Arc<dyn Store>,
+    lost: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl Store for LoseFirstUpdate {
+    async fn create_claim(&self, c: &NodeClaim) -> Result<(), StoreError> {
+        self.inner.create_claim(c).await
+    }
+    async fn update_claim(&self, c: &NodeClaim, s: ClaimState, v: u64) -> Result<(), StoreError> {
+        if !self.lost.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(StoreError::new(ErrorKind::Unavailable, "the Lambda died before this write"));
+        }
+        self.inner.update_claim(c, s, v).await
+    }
+    async fn get_claim(&self, n: &str) -> Result<Option<NodeClaim>, StoreError> {
+        self.inner.get_claim(n).await
+    }
+    async fn list_claims(&self) -> Result<Vec<NodeClaim>, StoreError> {
+        self.inner.list_claims().await
+    }
+    async fn claim_by_instance(&self, i: &str) -> Result<Option<NodeClaim>, StoreError> {
+        self.inner.claim_by_instance(i).await
+    }
+    async fn acquire_lease(&self, n: &str, h: &str, now: i64, ttl: Duration) -> Result<Option<Lease>, StoreError> {
+        self.inner.acquire_lease(n, h, now, ttl).await
+    }
+    async fn renew_lease(&self, l: &Lease, now: i64, ttl: Duration) -> Result<Lease, StoreError> {
+        self.inner.renew_lease(l, now, ttl).await
+    }
+    async fn release_lease(&self, l: &Lease) -> Result<(), StoreError> {
+        self.inner.release_lease(l).await
+    }
+    async fn mark_unavailable(&self, o: &Offering, until: i64) -> Result<(), StoreError> {
+        self.inner.mark_unavailable(o, until).await
+    }
+    async fn unavailable_offerings(&self, now: i64) -> Result<Vec<(String, String, CapacityType)>, StoreError> {
+        self.inner.unavailable_offerings(now).await
+    }
+    async fn claim_idempotency_key(&self, k: &str, now: i64, ttl: Duration) -> Result<bool, StoreError> {
+        self.inner.claim_idempotency_key(k, now, ttl).await
+    }
+    async fn idempotency_key_exists(&self, k: &str, now: i64) -> Result<bool, StoreError> {
+        self.inner.idempotency_key_exists(k, now).await
+    }
+    async fn record_decision(&self, d: &Decision) -> Result<(), StoreError> {
+        self.inner.record_decision(d).await
+    }
+    async fn decisions(&self, since: i64) -> Result<Vec<Decision>, StoreError> {
+        self.inner.decisions(since).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_the_fleet_was_created_adopts_the_instance_instead_of_launching_again() {
+    let Some(world) = world(2).await else { return };
+    let (mut ports, _) = build_ports(&world.config).await.expect("ports");
+    ports.store = Arc::new(LoseFirstUpdate { inner: ports.store.clone(), lost: Default::default() });
+    let crashing = Handler {
+        provisioner: Provisioner::new(ports, ProvisionerConfig::new(world.cluster.clone(), "e2e-crash")),
+        poll_interval: world.config.poll_interval,
+    };
+    let event = LambdaEvent::new(serde_json::from_str(SCHEDULED_TICK).unwrap(), Context::default());
+    assert!(crashing.handle(event).await.is_err(), "the invocation dies with its write");
+    let left = claims(&world).await;
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].state, ClaimState::Launching, "the crash left the claim Launching");
+    assert_eq!(instances(&world).await.len(), 1, "but the fleet was created");
+
+    let h = handler(&world, "e2e-next").await;
+    invoke(&h).await;
+    let running = instances(&world).await;
+    assert_eq!(running.len(), 1, "adopted, not launched again: {running:?}");
+    let adopted = claims(&world).await.remove(0);
+    assert_eq!(adopted.state, ClaimState::Launched);
+    assert_eq!(adopted.instance_id.as_deref(), Some(running[0].0.as_str()));
+}
