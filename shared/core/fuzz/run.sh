@@ -46,3 +46,4 @@ run() {
 run manifests 8192 "$repo/shared/core/tests/fixtures/nodepools" "$repo/cli/tests/data"
 run snapshot 8192 "$repo/cli/tests/data"
 run catalog 4096 "$repo/cli/tests/data"
+run event 4096 "$repo/cli/tests/data"

@@ -10,15 +10,19 @@
 
 use std::path::{Path, PathBuf};
 
-use nodewright_core::testing::{fuzz_catalog, fuzz_manifests_with, fuzz_snapshot_with};
+use nodewright_core::testing::{fuzz_catalog, fuzz_event, fuzz_manifests_with, fuzz_snapshot_with};
 
 /// Planning takes ~30 ms per input in a debug build, so of the committed corpus only
 /// every `PLAN_EVERY`-th file is planned (all are parsed); seeds and regressions are
 /// always planned. `NODEWRIGHT_FUZZ_PLAN_ALL=1` plans every file.
 const PLAN_EVERY: usize = 8;
 
-const TARGETS: [(&str, fn(&[u8], bool)); 3] =
-    [("manifests", fuzz_manifests_with), ("snapshot", fuzz_snapshot_with), ("catalog", |d, _| fuzz_catalog(d))];
+const TARGETS: [(&str, fn(&[u8], bool)); 4] = [
+    ("manifests", fuzz_manifests_with),
+    ("snapshot", fuzz_snapshot_with),
+    ("catalog", |d, _| fuzz_catalog(d)),
+    ("event", |d, _| fuzz_event(d)),
+];
 
 fn inputs(target: &str) -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -65,6 +69,11 @@ fn snapshot_corpus_and_regressions_replay_cleanly() {
 #[test]
 fn catalog_corpus_and_regressions_replay_cleanly() {
     replay(TARGETS[2].0, TARGETS[2].1);
+}
+
+#[test]
+fn event_corpus_and_regressions_replay_cleanly() {
+    replay(TARGETS[3].0, TARGETS[3].1);
 }
 
 /// The seeds are meant to reach the planner: make sure they still parse, so a format
