@@ -1072,12 +1072,12 @@ impl<'a> Scheduler<'a> {
         bin.pods.push((pod, e));
         self.classes[class].remaining.sub(&p.requests);
         // Count this pod in its domains, then pin (which counts earlier pods too).
-        self.count_pod(e, pod, b, TopologyKey::Hostname, b);
+        self.count_pod(e, TopologyKey::Hostname, b);
         if let Some(z) = self.bins[b].zone {
-            self.count_pod(e, pod, b, TopologyKey::Zone, z);
+            self.count_pod(e, TopologyKey::Zone, z);
         }
         if let Some(ct) = self.bins[b].capacity_type {
-            self.count_pod(e, pod, b, TopologyKey::CapacityType, ct_index(ct));
+            self.count_pod(e, TopologyKey::CapacityType, ct_index(ct));
         }
         if let Some(z) = fit.zone {
             self.pin_bin(b, TopologyKey::Zone, z);
@@ -1091,8 +1091,9 @@ impl<'a> Scheduler<'a> {
         }
     }
 
-    fn count_pod(&mut self, e: usize, pod: usize, _b: usize, key: TopologyKey, domain: usize) {
-        let p = &self.input.pods[pod];
+    /// Counts a pod of class `e` in `domain`: in every group that selects it, and as an
+    /// owner in its own anti-affinity groups.
+    fn count_pod(&mut self, e: usize, key: TopologyKey, domain: usize) {
         let class = self.eclasses[e].class;
         for i in 0..self.classes[class].matched.len() {
             let g = self.classes[class].matched[i];
@@ -1100,7 +1101,6 @@ impl<'a> Scheduler<'a> {
                 bump(&mut self.groups[g].counts, key, domain);
             }
         }
-        let _ = p;
         for i in 0..self.eclasses[e].anti.len() {
             let g = self.eclasses[e].anti[i];
             if self.groups[g].spec.key == key {
@@ -1133,8 +1133,8 @@ impl<'a> Scheduler<'a> {
         bin.reqs.add(label, ValueSet::in_values([value]));
         bin.version += 1;
         let members = bin.pods.clone();
-        for (pod, e) in members {
-            self.count_pod(e, pod, b, key, domain);
+        for (_, e) in members {
+            self.count_pod(e, key, domain);
         }
     }
 
@@ -1173,7 +1173,6 @@ impl<'a> Scheduler<'a> {
     }
 
     fn open_claim(&mut self, e: usize, pod: usize) -> Result<(), String> {
-        let p = &self.input.pods[pod];
         let mut reasons: Vec<String> = Vec::new();
         for oi in 0..self.pool_order.len() {
             let pool = self.pool_order[oi];
@@ -1189,7 +1188,6 @@ impl<'a> Scheduler<'a> {
         if reasons.is_empty() {
             reasons.push("no NodePool is defined".into());
         }
-        let _ = p;
         Err(reasons.join("; "))
     }
 
