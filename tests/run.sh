@@ -24,3 +24,6 @@ step "smoke: nodewright plan on the bundled example"
 
 step "template.yaml: cfn-lint, sam validate --lint, IAM and queue checks"
 bash tests/lint.sh
+
+step "Lambda functions: cargo lambda build --release --arm64"
+bash tests/lambda-build.sh

@@ -26,12 +26,12 @@ use std::time::{Duration, Instant};
 
 use nodewright_core::api::model::{NodePool, Operator};
 use nodewright_core::catalog::{
-    Catalog, LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_CPU, LABEL_INSTANCE_MEMORY,
-    LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_OS, LABEL_ZONE, Pricing,
+    Catalog, LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_CPU,
+    LABEL_INSTANCE_MEMORY, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_OS, LABEL_ZONE, Pricing,
 };
 use nodewright_core::cluster::{
-    ClusterSnapshot, DaemonSet, LabelSelector, Pod, PodAffinityTerm, Toleration, TolerationOperator,
-    TopologySpreadConstraint, WhenUnsatisfiable,
+    ClusterSnapshot, DaemonSet, LabelSelector, Pod, PodAffinityTerm, Toleration,
+    TolerationOperator, TopologySpreadConstraint, WhenUnsatisfiable,
 };
 use nodewright_core::provisioning::{ProvisioningInput, ProvisioningPlan, plan_provisioning};
 use nodewright_core::resources::Resources;
@@ -106,7 +106,10 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     if args.suite == Suite::MemoryChild {
         return memory_child(args.pods);
     }
-    let mut out = Report { json: args.json, failures: Vec::new() };
+    let mut out = Report {
+        json: args.json,
+        failures: Vec::new(),
+    };
     let all = args.suite == Suite::All;
     let started = Instant::now();
     if all || args.suite == Suite::Synthetic {
@@ -128,11 +131,18 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     if all || args.suite == Suite::Cost {
         cost_suite(&mut out);
     }
-    out.line(&format!("\nbench finished in {:.1} s", started.elapsed().as_secs_f64()));
+    out.line(&format!(
+        "\nbench finished in {:.1} s",
+        started.elapsed().as_secs_f64()
+    ));
     if out.failures.is_empty() {
         Ok(())
     } else {
-        Err(format!("benchmark found {} problem(s):\n  {}", out.failures.len(), out.failures.join("\n  ")))
+        Err(format!(
+            "benchmark found {} problem(s):\n  {}",
+            out.failures.len(),
+            out.failures.join("\n  ")
+        ))
     }
 }
 
@@ -165,15 +175,28 @@ impl Report {
     }
 
     fn target(&self, suite: &str, what: &str, value: f64, met: bool, shown: String) {
-        self.line(&format!("  {what}: {shown} — {}", if met { "MET" } else { "NOT MET" }));
+        self.line(&format!(
+            "  {what}: {shown} — {}",
+            if met { "MET" } else { "NOT MET" }
+        ));
         self.record(json!({"suite": suite, "target": what, "value": value, "met": met}));
     }
 
-    fn check_plan(&mut self, what: &str, plan: &ProvisioningPlan, snapshot: &ClusterSnapshot, pools: &[NodePool], catalog: &Catalog) {
+    fn check_plan(
+        &mut self,
+        what: &str,
+        plan: &ProvisioningPlan,
+        snapshot: &ClusterSnapshot,
+        pools: &[NodePool],
+        catalog: &Catalog,
+    ) {
         let broken = violations(plan, snapshot, pools, catalog);
         if !broken.is_empty() {
             let shown: Vec<&str> = broken.iter().take(5).map(String::as_str).collect();
-            let message = format!("{what}: plan breaks {} constraint(s), e.g. {shown:?}", broken.len());
+            let message = format!(
+                "{what}: plan breaks {} constraint(s), e.g. {shown:?}",
+                broken.len()
+            );
             self.line(&format!("  !! {message}"));
             self.failures.push(message);
         }
@@ -248,11 +271,22 @@ impl Rng {
 const MIB_MILLI: i64 = (1 << 20) * 1000;
 
 /// A pending pod in `default` requesting `cpu_milli` millicores and `mem_mib` MiB.
-fn pending_pod(name: String, cpu_milli: i64, mem_mib: i64, labels: BTreeMap<String, String>) -> Pod {
+fn pending_pod(
+    name: String,
+    cpu_milli: i64,
+    mem_mib: i64,
+    labels: BTreeMap<String, String>,
+) -> Pod {
     let mut requests = Resources::one_pod();
     requests.set_milli("cpu", cpu_milli);
     requests.set_milli("memory", mem_mib * MIB_MILLI);
-    Pod { namespace: "default".into(), name, labels, requests, ..Pod::default() }
+    Pod {
+        namespace: "default".into(),
+        name,
+        labels,
+        requests,
+        ..Pod::default()
+    }
 }
 
 fn labels(key: &str, value: &str) -> BTreeMap<String, String> {
@@ -260,7 +294,10 @@ fn labels(key: &str, value: &str) -> BTreeMap<String, String> {
 }
 
 fn selects(key: &str, value: &str) -> LabelSelector {
-    LabelSelector { match_labels: labels(key, value), match_expressions: vec![] }
+    LabelSelector {
+        match_labels: labels(key, value),
+        match_expressions: vec![],
+    }
 }
 
 fn spread_on(topology_key: &str, selector: LabelSelector) -> TopologySpreadConstraint {
@@ -274,7 +311,11 @@ fn spread_on(topology_key: &str, selector: LabelSelector) -> TopologySpreadConst
 }
 
 fn term_on(topology_key: &str, selector: LabelSelector) -> PodAffinityTerm {
-    PodAffinityTerm { label_selector: Some(selector), topology_key: topology_key.into(), namespaces: vec!["default".into()] }
+    PodAffinityTerm {
+        label_selector: Some(selector),
+        topology_key: topology_key.into(),
+        namespaces: vec!["default".into()],
+    }
 }
 
 /// Plans `runs` times and returns the last plan with the fastest run's duration.
@@ -334,7 +375,14 @@ pub fn synthetic_pricing() -> Pricing {
 
 /// `test.NodePool()`: no requirements of its own; both capacity types allowed.
 pub fn synthetic_pool() -> NodePool {
-    node_pool("default", vec![req(LABEL_CAPACITY_TYPE, Operator::In, &["spot", "on-demand"])])
+    node_pool(
+        "default",
+        vec![req(
+            LABEL_CAPACITY_TYPE,
+            Operator::In,
+            &["spot", "on-demand"],
+        )],
+    )
 }
 
 /// Sets a synthetic pod's labels and constraints.
@@ -360,73 +408,135 @@ pub fn synthetic_pods(count: usize, shape: Shape, seed: u64) -> Vec<Pod> {
         Shape::Five => {
             let per = count / 5;
             for _ in 0..per {
-                push(&mut pods, &mut rng, "generic", Box::new(move |rng, p| p.labels = labels("my-label", value(rng))));
+                push(
+                    &mut pods,
+                    &mut rng,
+                    "generic",
+                    Box::new(move |rng, p| p.labels = labels("my-label", value(rng))),
+                );
             }
             for (group, key) in [("zone-spread", LABEL_ZONE), ("host-spread", LABEL_HOSTNAME)] {
                 for _ in 0..per {
-                    push(&mut pods, &mut rng, group, Box::new(move |rng, p| {
-                        let v = value(rng);
-                        p.labels = labels("my-label", v);
-                        p.topology_spread = vec![spread_on(key, selects("my-label", v))];
-                    }));
+                    push(
+                        &mut pods,
+                        &mut rng,
+                        group,
+                        Box::new(move |rng, p| {
+                            let v = value(rng);
+                            p.labels = labels("my-label", v);
+                            p.topology_spread = vec![spread_on(key, selects("my-label", v))];
+                        }),
+                    );
                 }
             }
             for _ in 0..per {
-                push(&mut pods, &mut rng, "zone-affinity", Box::new(move |rng, p| {
-                    let v = value(rng);
-                    p.labels = labels("my-affinity", v);
-                    p.pod_affinity = vec![term_on(LABEL_ZONE, selects("my-affinity", v))];
-                }));
+                push(
+                    &mut pods,
+                    &mut rng,
+                    "zone-affinity",
+                    Box::new(move |rng, p| {
+                        let v = value(rng);
+                        p.labels = labels("my-affinity", v);
+                        p.pod_affinity = vec![term_on(LABEL_ZONE, selects("my-affinity", v))];
+                    }),
+                );
             }
             for _ in 0..per {
-                push(&mut pods, &mut rng, "host-anti", Box::new(|_, p| {
-                    p.labels = labels("app", "nginx");
-                    p.pod_anti_affinity = vec![term_on(LABEL_HOSTNAME, selects("app", "nginx"))];
-                }));
+                push(
+                    &mut pods,
+                    &mut rng,
+                    "host-anti",
+                    Box::new(|_, p| {
+                        p.labels = labels("app", "nginx");
+                        p.pod_anti_affinity =
+                            vec![term_on(LABEL_HOSTNAME, selects("app", "nginx"))];
+                    }),
+                );
             }
         }
         _ => {
             // makeDiversePods: count/6 of each, the remainder generic.
             let per = count / 6;
             for _ in 0..per {
-                push(&mut pods, &mut rng, "generic", Box::new(move |rng, p| p.labels = labels("my-label", value(rng))));
+                push(
+                    &mut pods,
+                    &mut rng,
+                    "generic",
+                    Box::new(move |rng, p| p.labels = labels("my-label", value(rng))),
+                );
             }
             for (group, key) in [("zone-spread", LABEL_ZONE), ("host-spread", LABEL_HOSTNAME)] {
                 for _ in 0..per {
-                    push(&mut pods, &mut rng, group, Box::new(move |rng, p| {
-                        p.labels = labels("my-label", value(rng));
-                        p.topology_spread = vec![spread_on(key, selects("my-label", value(rng)))];
-                    }));
+                    push(
+                        &mut pods,
+                        &mut rng,
+                        group,
+                        Box::new(move |rng, p| {
+                            p.labels = labels("my-label", value(rng));
+                            p.topology_spread =
+                                vec![spread_on(key, selects("my-label", value(rng)))];
+                        }),
+                    );
                 }
             }
-            for (group, key) in [("host-affinity", LABEL_HOSTNAME), ("zone-affinity", LABEL_ZONE)] {
+            for (group, key) in [
+                ("host-affinity", LABEL_HOSTNAME),
+                ("zone-affinity", LABEL_ZONE),
+            ] {
                 for _ in 0..per {
-                    push(&mut pods, &mut rng, group, Box::new(move |rng, p| {
-                        p.labels = labels("my-affininity", value(rng));
-                        p.pod_affinity = vec![term_on(key, selects("my-affininity", value(rng)))];
-                    }));
+                    push(
+                        &mut pods,
+                        &mut rng,
+                        group,
+                        Box::new(move |rng, p| {
+                            p.labels = labels("my-affininity", value(rng));
+                            p.pod_affinity =
+                                vec![term_on(key, selects("my-affininity", value(rng)))];
+                        }),
+                    );
                 }
             }
             for _ in 0..per {
-                push(&mut pods, &mut rng, "host-anti", Box::new(|_, p| {
-                    p.labels = labels("app", "nginx");
-                    p.pod_anti_affinity = vec![term_on(LABEL_HOSTNAME, selects("app", "nginx"))];
-                }));
+                push(
+                    &mut pods,
+                    &mut rng,
+                    "host-anti",
+                    Box::new(|_, p| {
+                        p.labels = labels("app", "nginx");
+                        p.pod_anti_affinity =
+                            vec![term_on(LABEL_HOSTNAME, selects("app", "nginx"))];
+                    }),
+                );
             }
         }
     }
     while pods.len() < count {
-        push(&mut pods, &mut rng, "generic", Box::new(move |rng, p| p.labels = labels("my-label", value(rng))));
+        push(
+            &mut pods,
+            &mut rng,
+            "generic",
+            Box::new(move |rng, p| p.labels = labels("my-label", value(rng))),
+        );
     }
     pods
 }
 
 fn synthetic_suite(out: &mut Report, shape: Shape, sizes: &[usize]) {
     let (title, groups) = match shape {
-        Shape::Five => ("five-group variant", "generic, zone spread, hostname spread, zonal self-affinity, hostname self anti-affinity; memory uniform 100..4096Mi"),
-        _ => ("Karpenter's makeDiversePods", "generic, zone spread, hostname spread, hostname affinity, zone affinity, hostname anti-affinity; random labels a..g"),
+        Shape::Five => (
+            "five-group variant",
+            "generic, zone spread, hostname spread, zonal self-affinity, hostname self anti-affinity; memory uniform 100..4096Mi",
+        ),
+        _ => (
+            "Karpenter's makeDiversePods",
+            "generic, zone spread, hostname spread, hostname affinity, zone affinity, hostname anti-affinity; random labels a..g",
+        ),
     };
-    let shape_name = if shape == Shape::Five { "five" } else { "karpenter" };
+    let shape_name = if shape == Shape::Five {
+        "five"
+    } else {
+        "karpenter"
+    };
     out.header(
         &format!("synthetic ({title}): {SYNTHETIC_TYPES} fake instance types × 3 zones × spot/on-demand, 1 NodePool"),
         &format!(
@@ -435,14 +545,26 @@ fn synthetic_suite(out: &mut Report, shape: Shape, sizes: &[usize]) {
         ),
     );
     out.line(&format!("pods: {groups}; only plan_provisioning is timed (best of N); plans checked by testing::violations"));
-    out.line(&format!("{:>8} {:>8} {:>8} {:>10} {:>12} {:>5}", "pods", "claims", "unsched", "best ms", "pods/s", "runs"));
+    out.line(&format!(
+        "{:>8} {:>8} {:>8} {:>10} {:>12} {:>5}",
+        "pods", "claims", "unsched", "best ms", "pods/s", "runs"
+    ));
     let catalog = synthetic_catalog(SYNTHETIC_TYPES);
     let pricing = synthetic_pricing();
     let pools = [synthetic_pool()];
     let mut at: HashMap<usize, f64> = HashMap::new();
     for &size in sizes {
-        let snapshot = ClusterSnapshot { pods: synthetic_pods(size, shape, SEED), ..Default::default() };
-        let input = ProvisioningInput { snapshot: &snapshot, node_pools: &pools, catalog: &catalog, pricing: &pricing, in_flight: &[] };
+        let snapshot = ClusterSnapshot {
+            pods: synthetic_pods(size, shape, SEED),
+            ..Default::default()
+        };
+        let input = ProvisioningInput {
+            snapshot: &snapshot,
+            node_pools: &pools,
+            catalog: &catalog,
+            pricing: &pricing,
+            in_flight: &[],
+        };
         let runs = runs_for(size);
         let (plan, best) = time_plan(&input, runs);
         let secs = best.as_secs_f64();
@@ -463,13 +585,23 @@ fn synthetic_suite(out: &mut Report, shape: Shape, sizes: &[usize]) {
             "price_per_hour": plan.total_price_per_hour,
         }));
         out.unschedulable_summary(&plan);
-        out.check_plan(&format!("synthetic {shape_name} {size} pods"), &plan, &snapshot, &pools, &catalog);
+        out.check_plan(
+            &format!("synthetic {shape_name} {size} pods"),
+            &plan,
+            &snapshot,
+            &pools,
+            &catalog,
+        );
     }
     for size in [5_000, 20_000] {
         if let Some(&rate) = at.get(&size) {
             out.target(
                 &format!("synthetic-{shape_name}"),
-                &format!("{} pods/s at {} pods", thousands(TARGET_PODS_PER_SEC), thousands(size as f64)),
+                &format!(
+                    "{} pods/s at {} pods",
+                    thousands(TARGET_PODS_PER_SEC),
+                    thousands(size as f64)
+                ),
                 rate,
                 rate >= TARGET_PODS_PER_SEC,
                 format!("{} pods/s", thousands(rate)),
@@ -488,8 +620,16 @@ pub fn real_pool() -> NodePool {
             req(LABEL_ARCH, Operator::In, &["amd64"]),
             req(LABEL_OS, Operator::In, &["linux"]),
             req(LABEL_CAPACITY_TYPE, Operator::In, &["on-demand"]),
-            req("karpenter.k8s.aws/instance-category", Operator::In, &["c", "m", "r"]),
-            req("karpenter.k8s.aws/instance-generation", Operator::Gt, &["4"]),
+            req(
+                "karpenter.k8s.aws/instance-category",
+                Operator::In,
+                &["c", "m", "r"],
+            ),
+            req(
+                "karpenter.k8s.aws/instance-generation",
+                Operator::Gt,
+                &["4"],
+            ),
         ],
     )
 }
@@ -508,7 +648,11 @@ pub fn real_daemonsets() -> Vec<DaemonSet> {
                 value: String::new(),
                 effect: None,
             }];
-            DaemonSet { namespace: "kube-system".into(), name: name.into(), template }
+            DaemonSet {
+                namespace: "kube-system".into(),
+                name: name.into(),
+                template,
+            }
         })
         .collect()
 }
@@ -524,10 +668,25 @@ pub fn real_pods(count: usize, seed: u64) -> Vec<Pod> {
         deployment += 1;
         let roll = rng.below(100);
         let (kind, replicas, cpu, mem) = match roll {
-            0..40 => ("web", rng.range(6, 20), rng.pick(&[250, 500, 750, 1000]), rng.pick(&[256, 512, 768, 1024])),
-            40..65 => ("worker", rng.range(4, 12), rng.pick(&[1000, 1500, 2000]), rng.pick(&[2048, 3072, 4096])),
+            0..40 => (
+                "web",
+                rng.range(6, 20),
+                rng.pick(&[250, 500, 750, 1000]),
+                rng.pick(&[256, 512, 768, 1024]),
+            ),
+            40..65 => (
+                "worker",
+                rng.range(4, 12),
+                rng.pick(&[1000, 1500, 2000]),
+                rng.pick(&[2048, 3072, 4096]),
+            ),
             65..80 => ("cache", 3, 500, rng.pick(&[4096, 6144, 8192])),
-            _ => ("batch", rng.range(5, 15), rng.pick(&[2000, 3000, 4000]), rng.pick(&[1024, 1536, 2048])),
+            _ => (
+                "batch",
+                rng.range(5, 15),
+                rng.pick(&[2000, 3000, 4000]),
+                rng.pick(&[1024, 1536, 2048]),
+            ),
         };
         let app = format!("{kind}-{deployment}");
         for r in 0..replicas {
@@ -537,7 +696,9 @@ pub fn real_pods(count: usize, seed: u64) -> Vec<Pod> {
             let mut p = pending_pod(format!("{app}-{r}"), cpu, mem, labels("app", &app));
             match kind {
                 "web" => p.topology_spread = vec![spread_on(LABEL_ZONE, selects("app", &app))],
-                "cache" => p.pod_anti_affinity = vec![term_on(LABEL_HOSTNAME, selects("app", &app))],
+                "cache" => {
+                    p.pod_anti_affinity = vec![term_on(LABEL_HOSTNAME, selects("app", &app))]
+                }
                 _ => {}
             }
             pods.push(p);
@@ -547,7 +708,11 @@ pub fn real_pods(count: usize, seed: u64) -> Vec<Pod> {
 }
 
 fn real_snapshot(count: usize) -> ClusterSnapshot {
-    ClusterSnapshot { pods: real_pods(count, SEED), daemonsets: real_daemonsets(), ..Default::default() }
+    ClusterSnapshot {
+        pods: real_pods(count, SEED),
+        daemonsets: real_daemonsets(),
+        ..Default::default()
+    }
 }
 
 fn real_suite(out: &mut Report) {
@@ -566,7 +731,13 @@ fn real_suite(out: &mut Report) {
     let pools = [real_pool()];
     for size in REAL_SIZES {
         let snapshot = real_snapshot(size);
-        let input = ProvisioningInput { snapshot: &snapshot, node_pools: &pools, catalog, pricing: &pricing, in_flight: &[] };
+        let input = ProvisioningInput {
+            snapshot: &snapshot,
+            node_pools: &pools,
+            catalog,
+            pricing: &pricing,
+            in_flight: &[],
+        };
         let runs = runs_for(size);
         let (plan, best) = time_plan(&input, runs);
         let secs = best.as_secs_f64();
@@ -581,7 +752,10 @@ fn real_suite(out: &mut Report) {
             thousands(rate),
             plan.total_price_per_hour,
             bound.map_or("none".into(), |b| format!("{b:.2}")),
-            bound.map_or("-".into(), |b| format!("{:.3}", plan.total_price_per_hour / b)),
+            bound.map_or("-".into(), |b| format!(
+                "{:.3}",
+                plan.total_price_per_hour / b
+            )),
             runs
         ));
         out.record(json!({
@@ -590,7 +764,13 @@ fn real_suite(out: &mut Report) {
             "bound_per_hour": bound,
         }));
         out.unschedulable_summary(&plan);
-        out.check_plan(&format!("real {size} pods"), &plan, &snapshot, &pools, catalog);
+        out.check_plan(
+            &format!("real {size} pods"),
+            &plan,
+            &snapshot,
+            &pools,
+            catalog,
+        );
     }
 }
 
@@ -614,9 +794,16 @@ fn memory_child(pods: usize) -> Result<(), String> {
     let pricing = Pricing::default();
     let pools = [real_pool()];
     let snapshot = real_snapshot(pods);
-    let rss_before = proc_status_kib("VmRSS").ok_or("no VmRSS in /proc/self/status (not Linux?)")?;
+    let rss_before =
+        proc_status_kib("VmRSS").ok_or("no VmRSS in /proc/self/status (not Linux?)")?;
     let hwm_before = proc_status_kib("VmHWM").ok_or("no VmHWM in /proc/self/status")?;
-    let plan = plan_provisioning(&ProvisioningInput { snapshot: &snapshot, node_pools: &pools, catalog, pricing: &pricing, in_flight: &[] });
+    let plan = plan_provisioning(&ProvisioningInput {
+        snapshot: &snapshot,
+        node_pools: &pools,
+        catalog,
+        pricing: &pricing,
+        in_flight: &[],
+    });
     let hwm_after = proc_status_kib("VmHWM").ok_or("no VmHWM in /proc/self/status")?;
     println!(
         "{CHILD_PREFIX} pods={pods} claims={} rss_before_kib={rss_before} hwm_before_kib={hwm_before} hwm_after_kib={hwm_after}",
@@ -627,18 +814,32 @@ fn memory_child(pods: usize) -> Result<(), String> {
 
 fn memory_suite(out: &mut Report, pods: usize) {
     out.header(
-        &format!("memory: peak RSS of a fresh process planning the real workload at {} pods", thousands(pods as f64)),
+        &format!(
+            "memory: peak RSS of a fresh process planning the real workload at {} pods",
+            thousands(pods as f64)
+        ),
         &format!("peak RSS (VmHWM) ≤ {TARGET_PEAK_RSS_MB:.0} MB"),
     );
     let measured = (|| -> Result<HashMap<String, u64>, String> {
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+        let exe =
+            std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
         let output = std::process::Command::new(&exe)
-            .args(["bench", "--suite", "memory-child", "--pods", &pods.to_string()])
+            .args([
+                "bench",
+                "--suite",
+                "memory-child",
+                "--pods",
+                &pods.to_string(),
+            ])
             .output()
             .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
         let stdout = String::from_utf8_lossy(&output.stdout);
         if !output.status.success() {
-            return Err(format!("child exited with {}: {}", output.status, String::from_utf8_lossy(&output.stderr).trim()));
+            return Err(format!(
+                "child exited with {}: {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            ));
         }
         let line = stdout
             .lines()
@@ -659,16 +860,34 @@ fn memory_suite(out: &mut Report, pods: usize) {
         }
     };
     let mb = |k: &str| figures.get(k).copied().unwrap_or(0) as f64 * 1024.0 / 1e6;
-    let (before, hwm_before, peak) = (mb("rss_before_kib"), mb("hwm_before_kib"), mb("hwm_after_kib"));
+    let (before, hwm_before, peak) = (
+        mb("rss_before_kib"),
+        mb("hwm_before_kib"),
+        mb("hwm_after_kib"),
+    );
     out.line(&format!("  RSS before planning (catalog parsed, pods built): {before:.1} MB (high-water so far {hwm_before:.1} MB)"));
-    out.line(&format!("  peak RSS after planning:                          {peak:.1} MB"));
-    out.line(&format!("  planner's own share (peak − RSS before):          {:.1} MB", peak - before));
-    out.line(&format!("  claims: {}", figures.get("claims").copied().unwrap_or(0)));
+    out.line(&format!(
+        "  peak RSS after planning:                          {peak:.1} MB"
+    ));
+    out.line(&format!(
+        "  planner's own share (peak − RSS before):          {:.1} MB",
+        peak - before
+    ));
+    out.line(&format!(
+        "  claims: {}",
+        figures.get("claims").copied().unwrap_or(0)
+    ));
     out.record(json!({
         "suite": "memory", "pods": pods, "rss_before_mb": before, "hwm_before_mb": hwm_before,
         "peak_rss_mb": peak, "planner_mb": peak - before,
     }));
-    out.target("memory", &format!("peak RSS ≤ {TARGET_PEAK_RSS_MB:.0} MB"), peak, peak <= TARGET_PEAK_RSS_MB, format!("{peak:.1} MB"));
+    out.target(
+        "memory",
+        &format!("peak RSS ≤ {TARGET_PEAK_RSS_MB:.0} MB"),
+        peak,
+        peak <= TARGET_PEAK_RSS_MB,
+        format!("{peak:.1} MB"),
+    );
 }
 
 // ----- cost: plan cost against the fractional lower bound ---------------------------
@@ -683,7 +902,9 @@ pub struct CostWorkload {
 pub fn cost_workloads() -> Vec<CostWorkload> {
     let uniform = |name: &str, n: usize, cpu: i64, mem: i64| CostWorkload {
         name: name.into(),
-        pods: (0..n).map(|i| pending_pod(format!("{name}-{i}"), cpu, mem, labels("app", name))).collect(),
+        pods: (0..n)
+            .map(|i| pending_pod(format!("{name}-{i}"), cpu, mem, labels("app", name)))
+            .collect(),
     };
     let mut out = vec![uniform("small 250m/512Mi ×500", 500, 250, 512)];
     for seed in [1, 2, 3] {
@@ -704,7 +925,10 @@ pub fn cost_workloads() -> Vec<CostWorkload> {
 }
 
 /// The instance types a NodePool allows (on-demand, any zone) that have a price.
-fn allowed_types<'c>(pool: &NodePool, catalog: &'c Catalog) -> Vec<&'c nodewright_core::catalog::InstanceType> {
+fn allowed_types<'c>(
+    pool: &NodePool,
+    catalog: &'c Catalog,
+) -> Vec<&'c nodewright_core::catalog::InstanceType> {
     let reqs = Requirements::from_node_requirements(&pool.requirements);
     catalog
         .types
@@ -728,7 +952,11 @@ fn allowed_types<'c>(pool: &NodePool, catalog: &'c Catalog) -> Vec<&'c nodewrigh
 /// the demand (the cost workloads have no DaemonSets).
 pub fn cost_lower_bound(pods: &[Pod], pool: &NodePool, catalog: &Catalog) -> Option<f64> {
     let dims = |r: &Resources| {
-        [r.get_milli("cpu") as f64 / 1000.0, r.get_milli("memory") as f64 / 1000.0 / GIB, r.get_milli("pods") as f64 / 1000.0]
+        [
+            r.get_milli("cpu") as f64 / 1000.0,
+            r.get_milli("memory") as f64 / 1000.0 / GIB,
+            r.get_milli("pods") as f64 / 1000.0,
+        ]
     };
     let mut demand = [0.0; 3];
     for p in pods {
@@ -737,14 +965,24 @@ pub fn cost_lower_bound(pods: &[Pod], pool: &NodePool, catalog: &Catalog) -> Opt
         }
     }
     let types = allowed_types(pool, catalog);
-    let capacities: Vec<Vec<f64>> = types.iter().map(|t| dims(&t.allocatable).to_vec()).collect();
-    let prices: Vec<f64> = types.iter().map(|t| t.on_demand_price.unwrap_or(f64::INFINITY)).collect();
+    let capacities: Vec<Vec<f64>> = types
+        .iter()
+        .map(|t| dims(&t.allocatable).to_vec())
+        .collect();
+    let prices: Vec<f64> = types
+        .iter()
+        .map(|t| t.on_demand_price.unwrap_or(f64::INFINITY))
+        .collect();
     cheapest_fractional_fleet(&demand, &capacities, &prices).map(|s| s.cost)
 }
 
 /// When every pod requests the same, the cheapest fleet of a single instance type
 /// (whole nodes): an achievable cost, so plan > this shows room the packer left.
-pub fn best_one_type_fleet(pods: &[Pod], pool: &NodePool, catalog: &Catalog) -> Option<(f64, String)> {
+pub fn best_one_type_fleet(
+    pods: &[Pod],
+    pool: &NodePool,
+    catalog: &Catalog,
+) -> Option<(f64, String)> {
     let first = &pods.first()?.requests;
     if pods.iter().any(|p| &p.requests != first) {
         return None;
@@ -761,7 +999,10 @@ pub fn best_one_type_fleet(pods: &[Pod], pool: &NodePool, catalog: &Catalog) -> 
                 return None;
             }
             let nodes = pods.len().div_ceil(per_node as usize);
-            Some((nodes as f64 * t.on_demand_price?, format!("{nodes}×{}", t.name)))
+            Some((
+                nodes as f64 * t.on_demand_price?,
+                format!("{nodes}×{}", t.name),
+            ))
         })
         .min_by(|a, b| a.0.total_cmp(&b.0))
 }
@@ -770,7 +1011,10 @@ pub fn best_one_type_fleet(pods: &[Pod], pool: &NodePool, catalog: &Catalog) -> 
 pub fn cost_of(workload: &CostWorkload) -> (ClusterSnapshot, ProvisioningPlan, Option<f64>) {
     let catalog = Catalog::embedded();
     let pools = [real_pool()];
-    let snapshot = ClusterSnapshot { pods: workload.pods.clone(), ..Default::default() };
+    let snapshot = ClusterSnapshot {
+        pods: workload.pods.clone(),
+        ..Default::default()
+    };
     let plan = plan_provisioning(&ProvisioningInput {
         snapshot: &snapshot,
         node_pools: &pools,
@@ -791,7 +1035,14 @@ fn cost_suite(out: &mut Report) {
     out.line("one-type: the cheapest fleet of whole nodes of one type (uniform workloads only): a cost the packer could have reached");
     out.line(&format!(
         "{:<28} {:>6} {:>7} {:>10} {:>10} {:>7}  {:<30} {}",
-        "workload", "pods", "claims", "plan $/h", "bound $/h", "ratio", "one-type $/h (ratio)", "types used"
+        "workload",
+        "pods",
+        "claims",
+        "plan $/h",
+        "bound $/h",
+        "ratio",
+        "one-type $/h (ratio)",
+        "types used"
     ));
     let catalog = Catalog::embedded();
     let pools = [real_pool()];
@@ -831,15 +1082,27 @@ fn cost_suite(out: &mut Report) {
             "bound_per_hour": bound, "ratio": ratio, "one_type_per_hour": one_type.as_ref().map(|o| o.0),
         }));
         out.unschedulable_summary(&plan);
-        out.check_plan(&format!("cost {}", w.name), &plan, &snapshot, &pools, catalog);
+        out.check_plan(
+            &format!("cost {}", w.name),
+            &plan,
+            &snapshot,
+            &pools,
+            catalog,
+        );
         match ratio {
             Some(r) if r < 1.0 - 1e-9 => {
-                let m = format!("cost {}: ratio {r:.4} < 1: the plan beats its lower bound (bug in plan or bound)", w.name);
+                let m = format!(
+                    "cost {}: ratio {r:.4} < 1: the plan beats its lower bound (bug in plan or bound)",
+                    w.name
+                );
                 out.line(&format!("  !! {m}"));
                 out.failures.push(m);
             }
             Some(r) => ratios.push(r),
-            None => out.failures.push(format!("cost {}: no lower bound (LP found no covering fleet)", w.name)),
+            None => out.failures.push(format!(
+                "cost {}: no lower bound (LP found no covering fleet)",
+                w.name
+            )),
         }
     }
     if ratios.is_empty() {
@@ -848,8 +1111,20 @@ fn cost_suite(out: &mut Report) {
     let worst = ratios.iter().cloned().fold(f64::MIN, f64::max);
     let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
     out.line(&format!("  worst ratio {worst:.4}, mean {mean:.4}"));
-    out.target("cost", &format!("worst ratio ≤ {TARGET_COST_RATIO}"), worst, worst <= TARGET_COST_RATIO, format!("{worst:.4}"));
-    out.target("cost", &format!("stretch: worst ratio ≤ {STRETCH_COST_RATIO}"), worst, worst <= STRETCH_COST_RATIO, format!("{worst:.4}"));
+    out.target(
+        "cost",
+        &format!("worst ratio ≤ {TARGET_COST_RATIO}"),
+        worst,
+        worst <= TARGET_COST_RATIO,
+        format!("{worst:.4}"),
+    );
+    out.target(
+        "cost",
+        &format!("stretch: worst ratio ≤ {STRETCH_COST_RATIO}"),
+        worst,
+        worst <= STRETCH_COST_RATIO,
+        format!("{worst:.4}"),
+    );
 }
 
 #[cfg(test)]
@@ -862,7 +1137,10 @@ mod tests {
         let pricing = synthetic_pricing();
         let pools = [synthetic_pool()];
         for shape in [Shape::Karpenter, Shape::Five] {
-            let snapshot = ClusterSnapshot { pods: synthetic_pods(100, shape, SEED), ..Default::default() };
+            let snapshot = ClusterSnapshot {
+                pods: synthetic_pods(100, shape, SEED),
+                ..Default::default()
+            };
             assert_eq!(snapshot.pods.len(), 100);
             let plan = plan_provisioning(&ProvisioningInput {
                 snapshot: &snapshot,
@@ -881,7 +1159,9 @@ mod tests {
     fn a_tiny_cost_workload_costs_at_least_its_lower_bound() {
         let w = CostWorkload {
             name: "tiny".into(),
-            pods: (0..20).map(|i| pending_pod(format!("tiny-{i}"), 500, 1024, labels("app", "tiny"))).collect(),
+            pods: (0..20)
+                .map(|i| pending_pod(format!("tiny-{i}"), 500, 1024, labels("app", "tiny")))
+                .collect(),
         };
         let (snapshot, plan, bound) = cost_of(&w);
         let broken = violations(&plan, &snapshot, &[real_pool()], Catalog::embedded());
@@ -890,7 +1170,11 @@ mod tests {
         let bound = bound.expect("the c/m/r pool covers cpu, memory and pods");
         assert!(bound > 0.0);
         let ratio = plan.total_price_per_hour / bound;
-        assert!(ratio >= 1.0 - 1e-9, "plan {} beats its lower bound {bound}", plan.total_price_per_hour);
+        assert!(
+            ratio >= 1.0 - 1e-9,
+            "plan {} beats its lower bound {bound}",
+            plan.total_price_per_hour
+        );
     }
 
     #[test]

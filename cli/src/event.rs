@@ -53,14 +53,22 @@ pub enum Format {
 /// Why the event could not be used; always exit 2.
 #[derive(Debug)]
 pub enum EventFailure {
-    Unreadable { file: PathBuf, source: std::io::Error },
-    Invalid { file: PathBuf, source: EventError },
+    Unreadable {
+        file: PathBuf,
+        source: std::io::Error,
+    },
+    Invalid {
+        file: PathBuf,
+        source: EventError,
+    },
 }
 
 impl fmt::Display for EventFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            EventFailure::Unreadable { file, source } => write!(f, "{}: cannot read: {source}", file.display()),
+            EventFailure::Unreadable { file, source } => {
+                write!(f, "{}: cannot read: {source}", file.display())
+            }
             EventFailure::Invalid { file, source } => write!(f, "{}: {source}", file.display()),
         }
     }
@@ -88,9 +96,14 @@ struct Reading<'a> {
 }
 
 pub fn run(args: &EventArgs) -> Result<(), EventFailure> {
-    let text = std::fs::read_to_string(&args.file)
-        .map_err(|source| EventFailure::Unreadable { file: args.file.clone(), source })?;
-    let event = parse_event(&text).map_err(|source| EventFailure::Invalid { file: args.file.clone(), source })?;
+    let text = std::fs::read_to_string(&args.file).map_err(|source| EventFailure::Unreadable {
+        file: args.file.clone(),
+        source,
+    })?;
+    let event = parse_event(&text).map_err(|source| EventFailure::Invalid {
+        file: args.file.clone(),
+        source,
+    })?;
     let action = action_for(&event, args.rebalance.into());
     match args.output {
         Format::Json => {
@@ -102,7 +115,11 @@ pub fn run(args: &EventArgs) -> Result<(), EventFailure> {
                 action: action.as_str(),
                 reason: action.reason(),
             };
-            println!("{}", serde_json::to_string(&reading).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}")));
+            println!(
+                "{}",
+                serde_json::to_string(&reading)
+                    .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+            );
         }
         Format::Table => print!("{}", table(&event, &action)),
     }
@@ -112,7 +129,10 @@ pub fn run(args: &EventArgs) -> Result<(), EventFailure> {
 fn table(event: &ParsedEvent, action: &Action) -> String {
     let mut rows: Vec<(&str, String)> = vec![
         ("event", event.id.clone()),
-        ("detail-type", format!("{} ({})", event.detail_type, event.source)),
+        (
+            "detail-type",
+            format!("{} ({})", event.detail_type, event.source),
+        ),
         ("time", format_rfc3339(event.time)),
         ("kind", event.kind.to_string()),
     ];
@@ -127,8 +147,15 @@ fn table(event: &ParsedEvent, action: &Action) -> String {
         rows.push(("health event", code.clone()));
     }
     let detail = match action {
-        Action::DrainNow { deadline, mark_offering_unavailable, replace } => {
-            let mut parts = vec![format!("taint and evict now; instance gone by {}", format_rfc3339(*deadline))];
+        Action::DrainNow {
+            deadline,
+            mark_offering_unavailable,
+            replace,
+        } => {
+            let mut parts = vec![format!(
+                "taint and evict now; instance gone by {}",
+                format_rfc3339(*deadline)
+            )];
             if *mark_offering_unavailable {
                 parts.push("mark the offering unavailable".into());
             }
@@ -138,9 +165,14 @@ fn table(event: &ParsedEvent, action: &Action) -> String {
             parts.join("; ")
         }
         Action::ReplaceThenDrain { deadline: Some(d) } => {
-            format!("launch a replacement, then drain within budgets, before {}", format_rfc3339(*d))
+            format!(
+                "launch a replacement, then drain within budgets, before {}",
+                format_rfc3339(*d)
+            )
         }
-        Action::ReplaceThenDrain { deadline: None } => "launch a replacement, then drain within budgets".into(),
+        Action::ReplaceThenDrain { deadline: None } => {
+            "launch a replacement, then drain within budgets".into()
+        }
         Action::Cordon => "mark the node unschedulable; pods stay".into(),
         Action::CleanUp => "clean up the node and its NodeClaim".into(),
         Action::None { reason } => {
@@ -155,5 +187,7 @@ fn table(event: &ParsedEvent, action: &Action) -> String {
 
 fn render(rows: &[(&str, String)]) -> String {
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-    rows.iter().map(|(k, v)| format!("{k:<width$}  {v}\n")).collect()
+    rows.iter()
+        .map(|(k, v)| format!("{k:<width$}  {v}\n"))
+        .collect()
 }

@@ -18,7 +18,11 @@ mod event;
 mod table;
 
 #[derive(Parser)]
-#[command(name = "nodewright", version, about = "Serverless node autoscaler for EKS: offline planner and tools")]
+#[command(
+    name = "nodewright",
+    version,
+    about = "Serverless node autoscaler for EKS: offline planner and tools"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -58,7 +62,11 @@ struct PlanArgs {
     #[arg(long)]
     catalog: Option<PathBuf>,
     /// Zones to offer capacity in.
-    #[arg(long, value_delimiter = ',', default_value = "us-east-1a,us-east-1b,us-east-1c")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "us-east-1a,us-east-1b,us-east-1c"
+    )]
     zones: Vec<String>,
     #[arg(long, value_enum, default_value = "table")]
     output: Output,
@@ -96,7 +104,8 @@ fn main() -> ExitCode {
 }
 
 fn read(path: &Path) -> Result<String, Failure> {
-    std::fs::read_to_string(path).map_err(|e| Failure::Unusable(format!("{}: cannot read: {e}", path.display())))
+    std::fs::read_to_string(path)
+        .map_err(|e| Failure::Unusable(format!("{}: cannot read: {e}", path.display())))
 }
 
 fn load_manifests(files: &[PathBuf]) -> Result<Manifests, Failure> {
@@ -106,7 +115,9 @@ fn load_manifests(files: &[PathBuf]) -> Result<Manifests, Failure> {
     }
     api::load(&sources).map_err(|e| match e {
         LoadError::Format(f) => Failure::Unusable(f.to_string()),
-        LoadError::Invalid(problems) => Failure::Invalid(problems.iter().map(|p| p.to_string()).collect()),
+        LoadError::Invalid(problems) => {
+            Failure::Invalid(problems.iter().map(|p| p.to_string()).collect())
+        }
     })
 }
 
@@ -134,9 +145,16 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
         }
         None => Catalog::embedded(),
     };
-    let zones: Vec<String> = args.zones.iter().map(|z| z.trim().to_string()).filter(|z| !z.is_empty()).collect();
+    let zones: Vec<String> = args
+        .zones
+        .iter()
+        .map(|z| z.trim().to_string())
+        .filter(|z| !z.is_empty())
+        .collect();
     if zones.is_empty() {
-        return Err(Failure::Unusable("--zones: at least one zone is required".into()));
+        return Err(Failure::Unusable(
+            "--zones: at least one zone is required".into(),
+        ));
     }
     let pricing = Pricing::for_zones(zones);
     let plan = plan_provisioning(&ProvisioningInput {

@@ -9,7 +9,15 @@ use nodewright_core::provisioning::ProvisioningPlan;
 const HOURS_PER_MONTH: f64 = 730.0;
 
 pub fn render(plan: &ProvisioningPlan) -> String {
-    let headers = ["NODEPOOL", "INSTANCE TYPE", "ZONE", "CAPACITY", "PODS", "$/HOUR", "OPTIONS"];
+    let headers = [
+        "NODEPOOL",
+        "INSTANCE TYPE",
+        "ZONE",
+        "CAPACITY",
+        "PODS",
+        "$/HOUR",
+        "OPTIONS",
+    ];
     let rows: Vec<[String; 7]> = plan
         .node_claims
         .iter()

@@ -30,7 +30,10 @@ fn fixture_nodepools() -> Vec<PathBuf> {
 }
 
 fn nodewright(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nodewright")).args(args).output().expect("run nodewright")
+    Command::new(env!("CARGO_BIN_EXE_nodewright"))
+        .args(args)
+        .output()
+        .expect("run nodewright")
 }
 
 fn stderr(o: &Output) -> String {
@@ -50,7 +53,10 @@ fn assert_unusable(out: &Output, mentions: &[&str]) {
     let err = stderr(out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
-    assert!(!err.contains("panicked") && !err.contains("backtrace"), "{err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("backtrace"),
+        "{err}"
+    );
     for m in mentions {
         assert!(err.contains(m), "{err:?} should mention {m:?}");
     }
@@ -58,9 +64,25 @@ fn assert_unusable(out: &Output, mentions: &[&str]) {
 
 #[test]
 fn the_example_plan_places_every_pending_pod_exactly_once_in_the_documented_shape() {
-    let plan = plan_json(&["--nodepools", &example("nodepools.yaml"), "--snapshot", &example("snapshot.json")]);
-    let keys: Vec<&str> = plan.as_object().unwrap().keys().map(String::as_str).collect();
-    for k in ["nodeClaims", "unschedulable", "totalPricePerHour", "existingNodes", "inFlight"] {
+    let plan = plan_json(&[
+        "--nodepools",
+        &example("nodepools.yaml"),
+        "--snapshot",
+        &example("snapshot.json"),
+    ]);
+    let keys: Vec<&str> = plan
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    for k in [
+        "nodeClaims",
+        "unschedulable",
+        "totalPricePerHour",
+        "existingNodes",
+        "inFlight",
+    ] {
         assert!(keys.contains(&k), "{k} in {keys:?}");
     }
     let claims = plan["nodeClaims"].as_array().unwrap();
@@ -73,15 +95,35 @@ fn the_example_plan_places_every_pending_pod_exactly_once_in_the_documented_shap
         fields.sort();
         assert_eq!(
             fields,
-            ["capacityType", "instanceType", "instanceTypeOptions", "nodePool", "pods", "pricePerHour", "zone"]
+            [
+                "capacityType",
+                "instanceType",
+                "instanceTypeOptions",
+                "nodePool",
+                "pods",
+                "pricePerHour",
+                "zone"
+            ]
         );
         assert_eq!(c["instanceTypeOptions"][0], c["instanceType"]);
         total += c["pricePerHour"].as_f64().unwrap();
-        pods.extend(c["pods"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()));
+        pods.extend(
+            c["pods"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_str().unwrap().to_string()),
+        );
     }
     assert!((plan["totalPricePerHour"].as_f64().unwrap() - total).abs() < 1e-9);
     for a in plan["existingNodes"].as_array().unwrap() {
-        pods.extend(a["pods"].as_array().unwrap().iter().map(|p| p.as_str().unwrap().to_string()));
+        pods.extend(
+            a["pods"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_str().unwrap().to_string()),
+        );
     }
     for u in plan["unschedulable"].as_array().unwrap() {
         pods.push(u["pod"].as_str().unwrap().to_string());
@@ -95,7 +137,13 @@ fn the_example_plan_places_every_pending_pod_exactly_once_in_the_documented_shap
     let pool_of = |needle: &str| {
         claims
             .iter()
-            .find(|c| c["pods"].as_array().unwrap().iter().any(|p| p.as_str().unwrap().contains(needle)))
+            .find(|c| {
+                c["pods"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|p| p.as_str().unwrap().contains(needle))
+            })
             .map(|c| c["nodePool"].as_str().unwrap().to_string())
     };
     assert_eq!(pool_of("gpu-inference").as_deref(), Some("gpu"));
@@ -104,12 +152,23 @@ fn the_example_plan_places_every_pending_pod_exactly_once_in_the_documented_shap
 
 #[test]
 fn the_table_shows_one_row_per_claim_and_monthly_totals() {
-    let out = nodewright(&["plan", "--nodepools", &example("nodepools.yaml"), "--snapshot", &example("snapshot.json")]);
+    let out = nodewright(&[
+        "plan",
+        "--nodepools",
+        &example("nodepools.yaml"),
+        "--snapshot",
+        &example("snapshot.json"),
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.starts_with("NODEPOOL"), "{text}");
     assert!(text.contains("/month (730 h)"), "{text}");
-    let json = plan_json(&["--nodepools", &example("nodepools.yaml"), "--snapshot", &example("snapshot.json")]);
+    let json = plan_json(&[
+        "--nodepools",
+        &example("nodepools.yaml"),
+        "--snapshot",
+        &example("snapshot.json"),
+    ]);
     let rows = text.lines().skip(1).take_while(|l| !l.is_empty()).count();
     assert_eq!(rows, json["nodeClaims"].as_array().unwrap().len());
 }
@@ -121,7 +180,10 @@ fn every_karpenter_example_nodepool_validates_and_plans_unchanged() {
         let out = nodewright(&["validate", &f]);
         assert!(out.status.success(), "{f}: {}", stderr(&out));
         let plan = plan_json(&["--nodepools", &f, "--snapshot", &example("snapshot.json")]);
-        assert!(!plan["nodeClaims"].as_array().unwrap().is_empty(), "{f} plans claims");
+        assert!(
+            !plan["nodeClaims"].as_array().unwrap().is_empty(),
+            "{f} plans claims"
+        );
     }
 }
 
@@ -134,8 +196,18 @@ fn validate_prints_one_line_per_problem_and_exits_one() {
     assert!(lines.contains(
         &"NodePool \"broken\": spec.template.spec.requirements[0].operator: unknown operator \"GreaterThan\" (expected one of In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte, Lte)"
     ), "{err}");
-    for needle in ["requirements[1]", "expireAfter", "budgets[0]", "nodeClassRef"] {
-        assert!(lines.iter().any(|l| l.starts_with("NodePool \"broken\"") && l.contains(needle)), "{needle}: {err}");
+    for needle in [
+        "requirements[1]",
+        "expireAfter",
+        "budgets[0]",
+        "nodeClassRef",
+    ] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("NodePool \"broken\"") && l.contains(needle)),
+            "{needle}: {err}"
+        );
     }
     assert!(!err.contains("panicked"));
 }
@@ -143,31 +215,74 @@ fn validate_prints_one_line_per_problem_and_exits_one() {
 #[test]
 fn unusable_inputs_are_one_line_naming_the_file_with_exit_two() {
     let missing = data("does-not-exist.yaml");
-    assert_unusable(&nodewright(&["validate", &missing]), &["does-not-exist.yaml", "cannot read"]);
-    assert_unusable(&nodewright(&["validate", &data("not-yaml.yaml")]), &["not-yaml.yaml"]);
-    assert_unusable(&nodewright(&["validate", &data("deployment.yaml")]), &["deployment.yaml", "Deployment"]);
+    assert_unusable(
+        &nodewright(&["validate", &missing]),
+        &["does-not-exist.yaml", "cannot read"],
+    );
+    assert_unusable(
+        &nodewright(&["validate", &data("not-yaml.yaml")]),
+        &["not-yaml.yaml"],
+    );
+    assert_unusable(
+        &nodewright(&["validate", &data("deployment.yaml")]),
+        &["deployment.yaml", "Deployment"],
+    );
     let pools = example("nodepools.yaml");
     assert_unusable(
-        &nodewright(&["plan", "--nodepools", &pools, "--snapshot", &data("not-a-list.json")]),
+        &nodewright(&[
+            "plan",
+            "--nodepools",
+            &pools,
+            "--snapshot",
+            &data("not-a-list.json"),
+        ]),
         &["not-a-list.json", "List"],
     );
     assert_unusable(
-        &nodewright(&["plan", "--nodepools", &pools, "--snapshot", &data("bad-quantity.json")]),
-        &["bad-quantity.json", "pod \"default/web-1\"", "container \"app\"", "1.5.3Gi"],
+        &nodewright(&[
+            "plan",
+            "--nodepools",
+            &pools,
+            "--snapshot",
+            &data("bad-quantity.json"),
+        ]),
+        &[
+            "bad-quantity.json",
+            "pod \"default/web-1\"",
+            "container \"app\"",
+            "1.5.3Gi",
+        ],
     );
     assert_unusable(
-        &nodewright(&["plan", "--nodepools", &pools, "--snapshot", &example("nodepools.yaml")]),
+        &nodewright(&[
+            "plan",
+            "--nodepools",
+            &pools,
+            "--snapshot",
+            &example("nodepools.yaml"),
+        ]),
         &["nodepools.yaml"],
     );
     assert_unusable(
-        &nodewright(&["plan", "--nodepools", &pools, "--snapshot", &example("snapshot.json"), "--catalog", &data("broken.yaml")]),
+        &nodewright(&[
+            "plan",
+            "--nodepools",
+            &pools,
+            "--snapshot",
+            &example("snapshot.json"),
+            "--catalog",
+            &data("broken.yaml"),
+        ]),
         &["broken.yaml", "catalog"],
     );
 }
 
 #[test]
 fn a_custom_catalog_and_zone_list_are_what_the_plan_uses() {
-    let pools = fixture_nodepools().into_iter().find(|p| p.ends_with("general-purpose.yaml")).unwrap();
+    let pools = fixture_nodepools()
+        .into_iter()
+        .find(|p| p.ends_with("general-purpose.yaml"))
+        .unwrap();
     let plan = plan_json(&[
         "--nodepools",
         &pools.display().to_string(),
@@ -182,18 +297,34 @@ fn a_custom_catalog_and_zone_list_are_what_the_plan_uses() {
     assert_eq!(claims.len(), 1, "{plan}");
     // "a" (1 cpu) and "b" (no requests, still a pod slot) fit the cheap type.
     assert_eq!(claims[0]["instanceType"], "small.x");
-    assert_eq!(claims[0]["instanceTypeOptions"], serde_json::json!(["small.x", "big.x"]));
+    assert_eq!(
+        claims[0]["instanceTypeOptions"],
+        serde_json::json!(["small.x", "big.x"])
+    );
     assert!(claims[0]["zone"].as_str().unwrap().starts_with("eu-west-1"));
-    assert_eq!(claims[0]["pods"], serde_json::json!(["default/a", "default/b"]));
+    assert_eq!(
+        claims[0]["pods"],
+        serde_json::json!(["default/a", "default/b"])
+    );
     // The finished pod is not pending; the giant one names the resource.
     let unschedulable = plan["unschedulable"].as_array().unwrap();
     assert_eq!(unschedulable.len(), 1);
     assert_eq!(unschedulable[0]["pod"], "default/giant");
-    assert!(unschedulable[0]["reason"].as_str().unwrap().contains("enough cpu"), "{plan}");
+    assert!(
+        unschedulable[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("enough cpu"),
+        "{plan}"
+    );
 }
 
 fn event_fixture(name: &str) -> String {
-    root().join("../shared/core/tests/fixtures/events").join(name).display().to_string()
+    root()
+        .join("../shared/core/tests/fixtures/events")
+        .join(name)
+        .display()
+        .to_string()
 }
 
 fn event_json(args: &[&str]) -> Value {
@@ -210,10 +341,34 @@ fn every_event_fixture_reads_as_the_documented_json_shape_and_values() {
     let dir = root().join("../shared/core/tests/fixtures/events");
     let count = std::fs::read_dir(&dir).expect("event fixtures").count();
     let cases = [
-        ("spot-interruption.json", "spotInterruption", &["i-1234567890abcdef0"][..], None, "drain-now"),
-        ("rebalance-recommendation.json", "rebalanceRecommendation", &["i-1234567890abcdef0"], None, "replace-then-drain"),
-        ("state-change-terminated.json", "stateChange", &["i-1234567890abcdef0"], Some("terminated"), "clean-up"),
-        ("health-scheduled-change.json", "scheduledChange", &["i-0abcd1111abcd1111"], None, "replace-then-drain"),
+        (
+            "spot-interruption.json",
+            "spotInterruption",
+            &["i-1234567890abcdef0"][..],
+            None,
+            "drain-now",
+        ),
+        (
+            "rebalance-recommendation.json",
+            "rebalanceRecommendation",
+            &["i-1234567890abcdef0"],
+            None,
+            "replace-then-drain",
+        ),
+        (
+            "state-change-terminated.json",
+            "stateChange",
+            &["i-1234567890abcdef0"],
+            Some("terminated"),
+            "clean-up",
+        ),
+        (
+            "health-scheduled-change.json",
+            "scheduledChange",
+            &["i-0abcd1111abcd1111"],
+            None,
+            "replace-then-drain",
+        ),
         ("scheduled-tick.json", "ignored", &[], None, "none"),
     ];
     assert_eq!(cases.len(), count, "every fixture has a case");
@@ -221,15 +376,23 @@ fn every_event_fixture_reads_as_the_documented_json_shape_and_values() {
         let v = event_json(&[&event_fixture(file)]);
         let mut fields: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
         fields.sort();
-        assert_eq!(fields, ["action", "id", "instanceIds", "kind", "reason", "state"], "{file}");
-        let raw: Value = serde_json::from_str(&std::fs::read_to_string(event_fixture(file)).unwrap()).unwrap();
+        assert_eq!(
+            fields,
+            ["action", "id", "instanceIds", "kind", "reason", "state"],
+            "{file}"
+        );
+        let raw: Value =
+            serde_json::from_str(&std::fs::read_to_string(event_fixture(file)).unwrap()).unwrap();
         assert_eq!(v["id"], raw["id"], "{file}");
         assert_eq!(v["kind"], kind, "{file}");
         assert_eq!(v["instanceIds"], serde_json::json!(ids), "{file}");
         assert_eq!(v["state"], serde_json::json!(state), "{file}");
         assert_eq!(v["action"], action, "{file}");
         if kind == "ignored" {
-            assert!(v["reason"].as_str().unwrap().contains("Scheduled Event"), "{v}");
+            assert!(
+                v["reason"].as_str().unwrap().contains("Scheduled Event"),
+                "{v}"
+            );
         } else {
             assert_eq!(v["reason"], Value::Null, "{file}");
         }
@@ -241,11 +404,32 @@ fn the_rebalance_flag_changes_what_a_rebalance_recommendation_leads_to() {
     let file = event_fixture("rebalance-recommendation.json");
     let ignore = event_json(&[&file, "--rebalance", "ignore"]);
     assert_eq!(ignore["action"], "none");
-    assert!(ignore["reason"].as_str().unwrap().contains("ignore"), "{ignore}");
-    assert_eq!(event_json(&[&file, "--rebalance", "cordon"])["action"], "cordon");
-    assert_eq!(event_json(&[&file, "--rebalance", "replace"])["action"], "replace-then-drain");
-    assert_eq!(event_json(&["--rebalance", "cordon", &event_fixture("spot-interruption.json")])["action"], "drain-now");
-    assert_eq!(nodewright(&["event", &file, "--rebalance", "later"]).status.code(), Some(2));
+    assert!(
+        ignore["reason"].as_str().unwrap().contains("ignore"),
+        "{ignore}"
+    );
+    assert_eq!(
+        event_json(&[&file, "--rebalance", "cordon"])["action"],
+        "cordon"
+    );
+    assert_eq!(
+        event_json(&[&file, "--rebalance", "replace"])["action"],
+        "replace-then-drain"
+    );
+    assert_eq!(
+        event_json(&[
+            "--rebalance",
+            "cordon",
+            &event_fixture("spot-interruption.json")
+        ])["action"],
+        "drain-now"
+    );
+    assert_eq!(
+        nodewright(&["event", &file, "--rebalance", "later"])
+            .status
+            .code(),
+        Some(2)
+    );
 }
 
 #[test]
@@ -253,20 +437,41 @@ fn the_event_table_shows_kind_instances_and_action_or_the_reason_it_is_ignored()
     let out = nodewright(&["event", &event_fixture("spot-interruption.json")]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
-    for want in ["spotInterruption", "i-1234567890abcdef0", "drain-now", "2026-11-20T10:02:00Z"] {
+    for want in [
+        "spotInterruption",
+        "i-1234567890abcdef0",
+        "drain-now",
+        "2026-11-20T10:02:00Z",
+    ] {
         assert!(text.contains(want), "{want} in\n{text}");
     }
     let out = nodewright(&["event", &event_fixture("scheduled-tick.json")]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("ignored") && text.contains("reason") && text.contains("Scheduled Event"), "{text}");
+    assert!(
+        text.contains("ignored") && text.contains("reason") && text.contains("Scheduled Event"),
+        "{text}"
+    );
 }
 
 #[test]
 fn a_forged_event_with_a_bad_instance_id_exits_two_with_one_line_naming_the_field() {
     for output in ["table", "json"] {
-        let out = nodewright(&["event", &data("event-bad-instance-id.json"), "--output", output]);
-        assert_unusable(&out, &["event-bad-instance-id.json", "detail.instance-id", "\"i-XYZ\"", "not an EC2 instance id"]);
+        let out = nodewright(&[
+            "event",
+            &data("event-bad-instance-id.json"),
+            "--output",
+            output,
+        ]);
+        assert_unusable(
+            &out,
+            &[
+                "event-bad-instance-id.json",
+                "detail.instance-id",
+                "\"i-XYZ\"",
+                "not an EC2 instance id",
+            ],
+        );
         assert!(out.stdout.is_empty(), "no action printed for a bad id");
     }
 }
@@ -274,7 +479,14 @@ fn a_forged_event_with_a_bad_instance_id_exits_two_with_one_line_naming_the_fiel
 #[test]
 fn an_event_with_a_field_of_the_wrong_type_or_invalid_json_exits_two_naming_the_problem() {
     let out = nodewright(&["event", &data("event-wrong-type.json")]);
-    assert_unusable(&out, &["event-wrong-type.json", "detail.instance-id", "expected a string, found 42"]);
+    assert_unusable(
+        &out,
+        &[
+            "event-wrong-type.json",
+            "detail.instance-id",
+            "expected a string, found 42",
+        ],
+    );
     let out = nodewright(&["event", &data("event-not-json.json"), "--output", "json"]);
     assert_unusable(&out, &["event-not-json.json", "not valid JSON"]);
 }

@@ -33,7 +33,10 @@ impl Handler {
 /// How long to keep ticking given the invocation deadline (Unix milliseconds; 0 when
 /// unknown, which gives a single tick).
 pub fn budget_until(deadline_ms: u64, now: SystemTime) -> Duration {
-    let now_ms = now.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+    let now_ms = now
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
     Duration::from_millis(deadline_ms.saturating_sub(now_ms))
         .saturating_sub(DEADLINE_MARGIN)
         .min(MAX_BUDGET)
@@ -64,8 +67,15 @@ mod tests {
     fn the_budget_leaves_a_margin_before_the_deadline_and_caps_at_the_schedule() {
         let now = UNIX_EPOCH + Duration::from_secs(1_000);
         assert_eq!(budget_until(1_000_000 + 70_000, now), MAX_BUDGET);
-        assert_eq!(budget_until(1_000_000 + 30_000, now), Duration::from_secs(20));
+        assert_eq!(
+            budget_until(1_000_000 + 30_000, now),
+            Duration::from_secs(20)
+        );
         assert_eq!(budget_until(1_000_000 + 5_000, now), Duration::ZERO);
-        assert_eq!(budget_until(0, now), Duration::ZERO, "unknown deadline: one tick");
+        assert_eq!(
+            budget_until(0, now),
+            Duration::ZERO,
+            "unknown deadline: one tick"
+        );
     }
 }

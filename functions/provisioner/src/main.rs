@@ -13,6 +13,9 @@ async fn main() -> Result<(), Error> {
     let (ports, _cluster) = build_ports(&config).await?;
     let mut settings = ProvisionerConfig::new(config.cluster_name.clone(), holder_id());
     settings.dry_run = config.dry_run;
-    let handler = Handler { provisioner: Provisioner::new(ports, settings), poll_interval: config.poll_interval };
+    let handler = Handler {
+        provisioner: Provisioner::new(ports, settings),
+        poll_interval: config.poll_interval,
+    };
     lambda_runtime::run(service_fn(|event| handler.handle(event))).await
 }

@@ -14,9 +14,11 @@ use aws_sdk_ec2::types::Filter;
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
-use nodewright_aws::testing::{K8S, REGION, create_table_from_definition, network, sdk_config, unique};
+use nodewright_aws::testing::{
+    K8S, REGION, create_table_from_definition, network, sdk_config, unique,
+};
 use nodewright_aws::{AwsContext, DynamoStore};
-use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
+use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim};
 use std::time::Duration;
 
 use nodewright_core::catalog::CapacityType;
@@ -26,7 +28,8 @@ use nodewright_kube::fake::FakeApiServer;
 use nodewright_lambda::{Config, build_ports};
 use nodewright_provisioner::Handler;
 
-const SCHEDULED_TICK: &str = include_str!("../../../shared/core/tests/fixtures/events/scheduled-tick.json");
+const SCHEDULED_TICK: &str =
+    include_str!("../../../shared/core/tests/fixtures/events/scheduled-tick.json");
 
 /// One cluster's worth of emulated world: a table, a network, an EKS cluster in moto,
 /// and an API server holding a NodePool, an EC2NodeClass and pending pods.
@@ -63,7 +66,11 @@ async fn world(pods: usize) -> Option<World> {
         .name(&cluster)
         .role_arn("arn:aws:iam::123456789012:role/eks")
         .version(K8S)
-        .resources_vpc_config(aws_sdk_eks::types::VpcConfigRequest::builder().subnet_ids(&net.subnet_a).build())
+        .resources_vpc_config(
+            aws_sdk_eks::types::VpcConfigRequest::builder()
+                .subnet_ids(&net.subnet_a)
+                .build(),
+        )
         .send()
         .await
         .expect("create EKS cluster in moto");
@@ -113,7 +120,14 @@ async fn world(pods: usize) -> Option<World> {
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
     let config = Config::from_vars(&vars).expect("config");
-    Some(World { url, cluster, table, api, config, _kubeconfig: tempfile_path::TempPath(kubeconfig) })
+    Some(World {
+        url,
+        cluster,
+        table,
+        api,
+        config,
+        _kubeconfig: tempfile_path::TempPath(kubeconfig),
+    })
 }
 
 fn pending_pod(name: &str) -> Value {
@@ -137,12 +151,18 @@ async fn handler(world: &World, holder: &str) -> Handler {
 
 /// One scheduled invocation; an unknown deadline gives a single tick.
 async fn invoke(handler: &Handler) -> Value {
-    let event = LambdaEvent::new(serde_json::from_str(SCHEDULED_TICK).unwrap(), Context::default());
+    let event = LambdaEvent::new(
+        serde_json::from_str(SCHEDULED_TICK).unwrap(),
+        Context::default(),
+    );
     handler.handle(event).await.expect("handler")
 }
 
 async fn store(world: &World) -> DynamoStore {
-    DynamoStore::new(&AwsContext::for_emulator(&world.url, REGION).await, world.table.clone())
+    DynamoStore::new(
+        &AwsContext::for_emulator(&world.url, REGION).await,
+        world.table.clone(),
+    )
 }
 
 async fn claims(world: &World) -> Vec<NodeClaim> {
@@ -154,7 +174,12 @@ async fn instances(world: &World) -> Vec<(String, String, String, HashMap<String
     let ec2 = aws_sdk_ec2::Client::new(&sdk_config(&world.url).await);
     let out = ec2
         .describe_instances()
-        .filters(Filter::builder().name(format!("tag:kubernetes.io/cluster/{}", world.cluster)).values("owned").build())
+        .filters(
+            Filter::builder()
+                .name(format!("tag:kubernetes.io/cluster/{}", world.cluster))
+                .values("owned")
+                .build(),
+        )
         .send()
         .await
         .expect("describe instances");
@@ -165,9 +190,22 @@ async fn instances(world: &World) -> Vec<(String, String, String, HashMap<String
         .map(|i| {
             (
                 i.instance_id().unwrap_or_default().to_string(),
-                i.instance_type().map(|t| t.as_str().to_string()).unwrap_or_default(),
-                i.placement().and_then(|p| p.availability_zone()).unwrap_or_default().to_string(),
-                i.tags().iter().map(|t| (t.key().unwrap_or_default().to_string(), t.value().unwrap_or_default().to_string())).collect(),
+                i.instance_type()
+                    .map(|t| t.as_str().to_string())
+                    .unwrap_or_default(),
+                i.placement()
+                    .and_then(|p| p.availability_zone())
+                    .unwrap_or_default()
+                    .to_string(),
+                i.tags()
+                    .iter()
+                    .map(|t| {
+                        (
+                            t.key().unwrap_or_default().to_string(),
+                            t.value().unwrap_or_default().to_string(),
+                        )
+                    })
+                    .collect(),
             )
         })
         .collect()
@@ -176,7 +214,11 @@ async fn instances(world: &World) -> Vec<(String, String, String, HashMap<String
 /// Plays the kubelet: a Node for each instance, registered with the unregistered taint.
 async fn register_nodes(world: &World, ready: bool) {
     for claim in claims(world).await {
-        let (Some(id), Some(zone), Some(t)) = (&claim.instance_id, &claim.zone, &claim.instance_type) else { continue };
+        let (Some(id), Some(zone), Some(t)) =
+            (&claim.instance_id, &claim.zone, &claim.instance_type)
+        else {
+            continue;
+        };
         let name = format!("ip-{}.ec2.internal", &id[2..10]);
         world.api.put(json!({
             "apiVersion": "v1", "kind": "Node",
@@ -214,16 +256,29 @@ async fn pending_pods_become_tagged_instances_then_registered_and_initialized_no
     assert_eq!(launched, 2, "{first}");
     let stored = claims(&world).await;
     assert_eq!(stored.len(), 2);
-    assert!(stored.iter().all(|c| c.state == ClaimState::Launched), "{stored:#?}");
+    assert!(
+        stored.iter().all(|c| c.state == ClaimState::Launched),
+        "{stored:#?}"
+    );
     let running = instances(&world).await;
     assert_eq!(running.len(), 2);
     for (id, instance_type, zone, tags) in &running {
-        let claim = stored.iter().find(|c| c.instance_id.as_deref() == Some(id.as_str())).expect("instance has a claim");
+        let claim = stored
+            .iter()
+            .find(|c| c.instance_id.as_deref() == Some(id.as_str()))
+            .expect("instance has a claim");
         assert_eq!(instance_type, "m5.xlarge");
         assert_eq!(claim.zone.as_deref(), Some(zone.as_str()));
-        assert_eq!(tags.get("karpenter.sh/nodepool").map(String::as_str), Some("general-purpose"));
+        assert_eq!(
+            tags.get("karpenter.sh/nodepool").map(String::as_str),
+            Some("general-purpose")
+        );
         assert_eq!(tags.get("karpenter.sh/nodeclaim"), Some(&claim.name));
-        assert_eq!(tags.get(&format!("kubernetes.io/cluster/{}", world.cluster)).map(String::as_str), Some("owned"));
+        assert_eq!(
+            tags.get(&format!("kubernetes.io/cluster/{}", world.cluster))
+                .map(String::as_str),
+            Some("owned")
+        );
     }
 
     // Again before any node exists: the pods are counted against the in-flight claims.
@@ -236,20 +291,34 @@ async fn pending_pods_become_tagged_instances_then_registered_and_initialized_no
     register_nodes(&world, false).await;
     invoke(&h).await;
     let stored = claims(&world).await;
-    assert!(stored.iter().all(|c| c.state == ClaimState::Registered), "{stored:#?}");
+    assert!(
+        stored.iter().all(|c| c.state == ClaimState::Registered),
+        "{stored:#?}"
+    );
     for node in world.api.list("Node") {
         let labels = &node["metadata"]["labels"];
         assert_eq!(labels["karpenter.sh/registered"], "true", "{node}");
         assert_eq!(labels["karpenter.sh/nodepool"], "general-purpose");
-        let taints = node["spec"]["taints"].as_array().cloned().unwrap_or_default();
-        assert!(taints.iter().all(|t| t["key"] != "karpenter.sh/unregistered"), "{node}");
+        let taints = node["spec"]["taints"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            taints
+                .iter()
+                .all(|t| t["key"] != "karpenter.sh/unregistered"),
+            "{node}"
+        );
     }
 
     // Ready: Initialized; still nothing new launched.
     set_ready(&world);
     let last = invoke(&h).await;
     let stored = claims(&world).await;
-    assert!(stored.iter().all(|c| c.state == ClaimState::Initialized), "{stored:#?}");
+    assert!(
+        stored.iter().all(|c| c.state == ClaimState::Initialized),
+        "{stored:#?}"
+    );
     assert_eq!(last["launched"].as_array().unwrap().len(), 0);
     assert_eq!(instances(&world).await.len(), 2);
 }
@@ -257,9 +326,13 @@ async fn pending_pods_become_tagged_instances_then_registered_and_initialized_no
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_concurrent_invocations_launch_once() {
     let Some(world) = world(2).await else { return };
-    let (a, b) = (handler(&world, "e2e-a").await, handler(&world, "e2e-b").await);
+    let (a, b) = (
+        handler(&world, "e2e-a").await,
+        handler(&world, "e2e-b").await,
+    );
     let (ra, rb) = tokio::join!(invoke(&a), invoke(&b));
-    let launched = ra["launched"].as_array().unwrap().len() + rb["launched"].as_array().unwrap().len();
+    let launched =
+        ra["launched"].as_array().unwrap().len() + rb["launched"].as_array().unwrap().len();
     assert_eq!(launched, 1, "{ra} {rb}");
     assert_eq!(instances(&world).await.len(), 1);
     assert_eq!(claims(&world).await.len(), 1);
@@ -280,42 +353,40 @@ async fn a_crash_after_the_claim_write_is_finished_with_one_instance() {
     let planned = planning.provisioner.tick().await.expect("dry run").planned;
     assert_eq!(planned.len(), 1);
     let p = &planned[0];
-    let crashed = NodeClaim {
-        name: "general-purpose-crash".into(),
-        node_pool: p.node_pool.clone(),
-        node_class: "default".into(),
-        state: ClaimState::Launching,
-        version: 1,
-        instance_type_options: p.instance_type_options.clone(),
-        zones: p.zones.clone(),
-        capacity_types: vec![CapacityType::OnDemand],
-        pods: p.pods.clone(),
-        created_at: 0,
-        updated_at: 0,
-        instance_id: None,
-        instance_type: None,
-        zone: None,
-        capacity_type: None,
-        price_per_hour: None,
-        node_name: None,
-        launched_at: None,
-        registered_at: None,
-        initialized_at: None,
-        disruption: None,
-        failure: None,
-        expires_at: None,
-    };
+    let crashed = NodeClaim::launching(
+        ClaimSpec {
+            name: "general-purpose-crash".into(),
+            node_pool: p.node_pool.clone(),
+            node_class: "default".into(),
+            instance_type_options: p.instance_type_options.clone(),
+            zones: p.zones.clone(),
+            capacity_types: vec![CapacityType::OnDemand],
+            pods: p.pods.clone(),
+        },
+        0,
+    );
     store(&world).await.create_claim(&crashed).await.unwrap();
 
     invoke(&h).await;
     invoke(&h).await;
     let running = instances(&world).await;
-    assert_eq!(running.len(), 1, "one instance for the one claim: {running:?}");
+    assert_eq!(
+        running.len(),
+        1,
+        "one instance for the one claim: {running:?}"
+    );
     let stored = claims(&world).await;
-    assert_eq!(stored.len(), 1, "the recovered claim carries the pods; no second claim: {stored:#?}");
+    assert_eq!(
+        stored.len(),
+        1,
+        "the recovered claim carries the pods; no second claim: {stored:#?}"
+    );
     assert_eq!(stored[0].name, "general-purpose-crash");
     assert_eq!(stored[0].state, ClaimState::Launched);
-    assert_eq!(stored[0].instance_id.as_deref(), Some(running[0].0.as_str()));
+    assert_eq!(
+        stored[0].instance_id.as_deref(),
+        Some(running[0].0.as_str())
+    );
 }
 
 /// The real store, except that the first claim update is lost: what a crash between
@@ -332,7 +403,10 @@ impl Store for LoseFirstUpdate {
     }
     async fn update_claim(&self, c: &NodeClaim, s: ClaimState, v: u64) -> Result<(), StoreError> {
         if !self.lost.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            return Err(StoreError::new(ErrorKind::Unavailable, "the Lambda died before this write"));
+            return Err(StoreError::new(
+                ErrorKind::Unavailable,
+                "the Lambda died before this write",
+            ));
         }
         self.inner.update_claim(c, s, v).await
     }
@@ -345,7 +419,13 @@ impl Store for LoseFirstUpdate {
     async fn claim_by_instance(&self, i: &str) -> Result<Option<NodeClaim>, StoreError> {
         self.inner.claim_by_instance(i).await
     }
-    async fn acquire_lease(&self, n: &str, h: &str, now: i64, ttl: Duration) -> Result<Option<Lease>, StoreError> {
+    async fn acquire_lease(
+        &self,
+        n: &str,
+        h: &str,
+        now: i64,
+        ttl: Duration,
+    ) -> Result<Option<Lease>, StoreError> {
         self.inner.acquire_lease(n, h, now, ttl).await
     }
     async fn renew_lease(&self, l: &Lease, now: i64, ttl: Duration) -> Result<Lease, StoreError> {
@@ -357,10 +437,18 @@ impl Store for LoseFirstUpdate {
     async fn mark_unavailable(&self, o: &Offering, until: i64) -> Result<(), StoreError> {
         self.inner.mark_unavailable(o, until).await
     }
-    async fn unavailable_offerings(&self, now: i64) -> Result<Vec<(String, String, CapacityType)>, StoreError> {
+    async fn unavailable_offerings(
+        &self,
+        now: i64,
+    ) -> Result<Vec<(String, String, CapacityType)>, StoreError> {
         self.inner.unavailable_offerings(now).await
     }
-    async fn claim_idempotency_key(&self, k: &str, now: i64, ttl: Duration) -> Result<bool, StoreError> {
+    async fn claim_idempotency_key(
+        &self,
+        k: &str,
+        now: i64,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
         self.inner.claim_idempotency_key(k, now, ttl).await
     }
     async fn idempotency_key_exists(&self, k: &str, now: i64) -> Result<bool, StoreError> {
@@ -378,17 +466,37 @@ impl Store for LoseFirstUpdate {
 async fn a_crash_after_the_fleet_was_created_adopts_the_instance_instead_of_launching_again() {
     let Some(world) = world(2).await else { return };
     let (mut ports, _) = build_ports(&world.config).await.expect("ports");
-    ports.store = Arc::new(LoseFirstUpdate { inner: ports.store.clone(), lost: Default::default() });
+    ports.store = Arc::new(LoseFirstUpdate {
+        inner: ports.store.clone(),
+        lost: Default::default(),
+    });
     let crashing = Handler {
-        provisioner: Provisioner::new(ports, ProvisionerConfig::new(world.cluster.clone(), "e2e-crash")),
+        provisioner: Provisioner::new(
+            ports,
+            ProvisionerConfig::new(world.cluster.clone(), "e2e-crash"),
+        ),
         poll_interval: world.config.poll_interval,
     };
-    let event = LambdaEvent::new(serde_json::from_str(SCHEDULED_TICK).unwrap(), Context::default());
-    assert!(crashing.handle(event).await.is_err(), "the invocation dies with its write");
+    let event = LambdaEvent::new(
+        serde_json::from_str(SCHEDULED_TICK).unwrap(),
+        Context::default(),
+    );
+    assert!(
+        crashing.handle(event).await.is_err(),
+        "the invocation dies with its write"
+    );
     let left = claims(&world).await;
     assert_eq!(left.len(), 1);
-    assert_eq!(left[0].state, ClaimState::Launching, "the crash left the claim Launching");
-    assert_eq!(instances(&world).await.len(), 1, "but the fleet was created");
+    assert_eq!(
+        left[0].state,
+        ClaimState::Launching,
+        "the crash left the claim Launching"
+    );
+    assert_eq!(
+        instances(&world).await.len(),
+        1,
+        "but the fleet was created"
+    );
 
     let h = handler(&world, "e2e-next").await;
     invoke(&h).await;

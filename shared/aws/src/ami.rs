@@ -81,22 +81,39 @@ mod tests {
 
     #[test]
     fn bottlerocket_alias_resolves_to_the_bottlerocket_parameters() {
-        let latest = alias_parameter_paths("/aws/service", "bottlerocket", "latest", "1.33").unwrap();
-        assert_eq!(latest[0].1, "/aws/service/bottlerocket/aws-k8s-1.33/x86_64/latest/image_id");
-        assert_eq!(latest[1].1, "/aws/service/bottlerocket/aws-k8s-1.33/arm64/latest/image_id");
-        let pinned = alias_parameter_paths("/aws/service", "bottlerocket", "v1.20.0", "1.33").unwrap();
-        assert_eq!(pinned[0].1, "/aws/service/bottlerocket/aws-k8s-1.33/x86_64/1.20.0/image_id");
+        let latest =
+            alias_parameter_paths("/aws/service", "bottlerocket", "latest", "1.33").unwrap();
+        assert_eq!(
+            latest[0].1,
+            "/aws/service/bottlerocket/aws-k8s-1.33/x86_64/latest/image_id"
+        );
+        assert_eq!(
+            latest[1].1,
+            "/aws/service/bottlerocket/aws-k8s-1.33/arm64/latest/image_id"
+        );
+        let pinned =
+            alias_parameter_paths("/aws/service", "bottlerocket", "v1.20.0", "1.33").unwrap();
+        assert_eq!(
+            pinned[0].1,
+            "/aws/service/bottlerocket/aws-k8s-1.33/x86_64/1.20.0/image_id"
+        );
     }
 
     #[test]
     fn the_prefix_is_configurable_for_emulators() {
-        let paths = alias_parameter_paths("/nodewright-test/aws/service/", "al2023", "latest", "1.33").unwrap();
-        assert_eq!(paths[0].1, "/nodewright-test/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/standard/recommended/image_id");
+        let paths =
+            alias_parameter_paths("/nodewright-test/aws/service/", "al2023", "latest", "1.33")
+                .unwrap();
+        assert_eq!(
+            paths[0].1,
+            "/nodewright-test/aws/service/eks/optimized-ami/1.33/amazon-linux-2023/x86_64/standard/recommended/image_id"
+        );
     }
 
     #[test]
     fn unknown_families_are_invalid() {
-        let err = alias_parameter_paths("/aws/service", "windows2022", "latest", "1.33").unwrap_err();
+        let err =
+            alias_parameter_paths("/aws/service", "windows2022", "latest", "1.33").unwrap_err();
         assert_eq!(err.kind, ErrorKind::Invalid);
     }
 }

@@ -20,25 +20,29 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{
     ArchitectureValues, DefaultTargetCapacityType, Filter, FleetLaunchTemplateConfigRequest,
-    FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest, FleetOnDemandAllocationStrategy,
-    FleetType, InstanceLifecycleType, LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
+    FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest,
+    FleetOnDemandAllocationStrategy, FleetType, InstanceLifecycleType,
+    LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
     LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
-    LaunchTemplateInstanceMetadataProtocolIpv6, LaunchTemplateInstanceNetworkInterfaceSpecificationRequest,
-    LaunchTemplateTagSpecificationRequest, LaunchTemplatesMonitoringRequest, LocationType, OnDemandOptionsRequest,
-    RequestLaunchTemplateData, ResourceType, SpotAllocationStrategy, SpotOptionsRequest, Tag, TagSpecification,
-    TargetCapacitySpecificationRequest, VolumeType,
+    LaunchTemplateInstanceMetadataProtocolIpv6,
+    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest,
+    LaunchTemplateTagSpecificationRequest, LaunchTemplatesMonitoringRequest, LocationType,
+    OnDemandOptionsRequest, RequestLaunchTemplateData, ResourceType, SpotAllocationStrategy,
+    SpotOptionsRequest, Tag, TagSpecification, TargetCapacitySpecificationRequest, VolumeType,
 };
 use base64::Engine;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use nodewright_core::api::model::{AmiSelectorTerm, Ec2NodeClass, SelectorTerm, Taint, TaintEffect};
+use nodewright_core::api::model::{
+    AmiSelectorTerm, Ec2NodeClass, SelectorTerm, Taint, TaintEffect,
+};
 use nodewright_core::catalog::{self, CapacityType, Catalog, InstanceType};
 use nodewright_core::resources::Resources;
 use nodewright_engine::ports::{
-    Cloud, CloudError, ErrorKind, Image, Instance, LaunchError, LaunchRequest, Launched, Offering, ResolvedNodeClass,
-    Subnet,
+    Cloud, CloudError, ErrorKind, Image, Instance, LaunchError, LaunchRequest, Launched, Offering,
+    ResolvedNodeClass, Subnet,
 };
 
 use crate::ami::alias_parameter_paths;
@@ -74,7 +78,10 @@ pub struct Ec2CloudConfig {
 
 impl Default for Ec2CloudConfig {
     fn default() -> Self {
-        Self { ssm_public_prefix: "/aws/service".into(), catalog_ttl: Duration::from_secs(3600) }
+        Self {
+            ssm_public_prefix: "/aws/service".into(),
+            catalog_ttl: Duration::from_secs(3600),
+        }
     }
 }
 
@@ -134,7 +141,14 @@ impl Ec2Cloud {
                 for s in out.subnets.unwrap_or_default() {
                     if let (Some(id), Some(zone)) = (s.subnet_id, s.availability_zone) {
                         let available_ips = i64::from(s.available_ip_address_count.unwrap_or(0));
-                        found.insert(id.clone(), Subnet { id, zone, available_ips });
+                        found.insert(
+                            id.clone(),
+                            Subnet {
+                                id,
+                                zone,
+                                available_ips,
+                            },
+                        );
                     }
                 }
                 match out.next_token {
@@ -160,7 +174,12 @@ impl Ec2Cloud {
                     .send()
                     .await
                     .map_err(|e| cloud_error("DescribeSecurityGroups", e))?;
-                found.extend(out.security_groups.unwrap_or_default().into_iter().filter_map(|g| g.group_id));
+                found.extend(
+                    out.security_groups
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter_map(|g| g.group_id),
+                );
                 match out.next_token {
                     Some(t) if !t.is_empty() => next = Some(t),
                     _ => break,
@@ -173,7 +192,12 @@ impl Ec2Cloud {
     async fn ssm_parameter(&self, name: &str) -> Result<Option<String>, CloudError> {
         match self.ssm.get_parameter().name(name).send().await {
             Ok(out) => Ok(out.parameter.and_then(|p| p.value)),
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_parameter_not_found()) => Ok(None),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_parameter_not_found()) =>
+            {
+                Ok(None)
+            }
             Err(e) => Err(cloud_error(format!("GetParameter {name}"), e)),
         }
     }
@@ -195,7 +219,10 @@ impl Ec2Cloud {
         if !owners.is_empty() {
             req = req.set_owners(Some(owners));
         }
-        let out = req.send().await.map_err(|e| cloud_error("DescribeImages", e))?;
+        let out = req
+            .send()
+            .await
+            .map_err(|e| cloud_error("DescribeImages", e))?;
         let mut images: Vec<(Image, String)> = out
             .images
             .unwrap_or_default()
@@ -205,14 +232,24 @@ impl Ec2Cloud {
                     Some(ArchitectureValues::Arm64) | Some(ArchitectureValues::Arm64Mac) => "arm64",
                     _ => "amd64",
                 };
-                Some((Image { id: i.image_id?, arch: arch.into() }, i.creation_date.unwrap_or_default()))
+                Some((
+                    Image {
+                        id: i.image_id?,
+                        arch: arch.into(),
+                    },
+                    i.creation_date.unwrap_or_default(),
+                ))
             })
             .collect();
         images.sort_by(|a, b| b.1.cmp(&a.1));
         Ok(images)
     }
 
-    async fn images(&self, terms: &[AmiSelectorTerm], kubernetes_version: &str) -> Result<Vec<Image>, CloudError> {
+    async fn images(
+        &self,
+        terms: &[AmiSelectorTerm],
+        kubernetes_version: &str,
+    ) -> Result<Vec<Image>, CloudError> {
         // One image per architecture: the first term that yields one wins; within a
         // term, the newest image.
         let mut by_arch: BTreeMap<String, Image> = BTreeMap::new();
@@ -220,35 +257,59 @@ impl Ec2Cloud {
             let candidates: Vec<Image> = match term {
                 AmiSelectorTerm::Alias { family, version } => {
                     let mut v = Vec::new();
-                    for (arch, path) in alias_parameter_paths(&self.config.ssm_public_prefix, family, version, kubernetes_version)? {
+                    for (arch, path) in alias_parameter_paths(
+                        &self.config.ssm_public_prefix,
+                        family,
+                        version,
+                        kubernetes_version,
+                    )? {
                         if let Some(id) = self.ssm_parameter(&path).await? {
-                            v.push(Image { id, arch: arch.into() });
+                            v.push(Image {
+                                id,
+                                arch: arch.into(),
+                            });
                         }
                     }
                     v
                 }
-                AmiSelectorTerm::Id(id) => {
-                    self.describe_images(vec![id.clone()], vec![], vec![]).await?.into_iter().map(|(i, _)| i).collect()
-                }
+                AmiSelectorTerm::Id(id) => self
+                    .describe_images(vec![id.clone()], vec![], vec![])
+                    .await?
+                    .into_iter()
+                    .map(|(i, _)| i)
+                    .collect(),
                 AmiSelectorTerm::Name { name, owner } => {
                     let owners = match owner {
                         Some(o) => vec![o.clone()],
                         None => vec!["self".into(), "amazon".into()],
                     };
                     let filters = vec![Filter::builder().name("name").values(name).build()];
-                    self.describe_images(vec![], filters, owners).await?.into_iter().map(|(i, _)| i).collect()
+                    self.describe_images(vec![], filters, owners)
+                        .await?
+                        .into_iter()
+                        .map(|(i, _)| i)
+                        .collect()
                 }
                 AmiSelectorTerm::Tags { tags, owner } => {
                     let filters = tag_filters(tags);
                     let owners = owner.iter().cloned().collect();
-                    self.describe_images(vec![], filters, owners).await?.into_iter().map(|(i, _)| i).collect()
+                    self.describe_images(vec![], filters, owners)
+                        .await?
+                        .into_iter()
+                        .map(|(i, _)| i)
+                        .collect()
                 }
                 AmiSelectorTerm::SsmParameter(name) => match self.ssm_parameter(name).await? {
                     Some(id) => {
-                        let described = self.describe_images(vec![id.clone()], vec![], vec![]).await?;
+                        let described = self
+                            .describe_images(vec![id.clone()], vec![], vec![])
+                            .await?;
                         match described.into_iter().next() {
                             Some((image, _)) => vec![image],
-                            None => vec![Image { id, arch: "amd64".into() }],
+                            None => vec![Image {
+                                id,
+                                arch: "amd64".into(),
+                            }],
                         }
                     }
                     None => vec![],
@@ -274,10 +335,17 @@ impl Ec2Cloud {
         // template can be shared (the lifecycle applies them once the node registers).
         let mut labels = request.labels.clone();
         labels.remove(TAG_NODECLAIM);
-        labels.insert(catalog::LABEL_CAPACITY_TYPE.into(), capacity_type.as_str().into());
+        labels.insert(
+            catalog::LABEL_CAPACITY_TYPE.into(),
+            capacity_type.as_str().into(),
+        );
         let mut taints = request.taints.clone();
         if !taints.iter().any(|t| t.key == UNREGISTERED_TAINT) {
-            taints.push(Taint { key: UNREGISTERED_TAINT.into(), value: Some("true".into()), effect: TaintEffect::NoExecute });
+            taints.push(Taint {
+                key: UNREGISTERED_TAINT.into(),
+                value: Some("true".into()),
+                effect: TaintEffect::NoExecute,
+            });
         }
         let family = class.ami_family.clone().or_else(|| {
             class.ami_selector_terms.iter().find_map(|t| match t {
@@ -286,15 +354,35 @@ impl Ec2Cloud {
             })
         });
         let user_data = match family.as_deref().map(str::to_ascii_lowercase).as_deref() {
-            Some("bottlerocket") => {
-                userdata::bottlerocket_user_data(&self.cluster, &labels, &taints, &class.kubelet, class.user_data.as_deref())
-            }
+            Some("bottlerocket") => userdata::bottlerocket_user_data(
+                &self.cluster,
+                &labels,
+                &taints,
+                &class.kubelet,
+                class.user_data.as_deref(),
+            ),
             // AL2023 is the default family.
-            _ => userdata::al2023_user_data(&self.cluster, &labels, &taints, &class.kubelet, class.user_data.as_deref()),
+            _ => userdata::al2023_user_data(
+                &self.cluster,
+                &labels,
+                &taints,
+                &class.kubelet,
+                class.user_data.as_deref(),
+            ),
         };
-        let instance_profile = class.instance_profile.clone().or_else(|| class.role.clone()).ok_or_else(|| {
-            CloudError::new(ErrorKind::Invalid, format!("EC2NodeClass {}: neither role nor instanceProfile is set", class.name))
-        })?;
+        let instance_profile = class
+            .instance_profile
+            .clone()
+            .or_else(|| class.role.clone())
+            .ok_or_else(|| {
+                CloudError::new(
+                    ErrorKind::Invalid,
+                    format!(
+                        "EC2NodeClass {}: neither role nor instanceProfile is set",
+                        class.name
+                    ),
+                )
+            })?;
         let mut block_devices = Vec::new();
         for m in &class.block_device_mappings {
             let ebs = match &m.ebs {
@@ -331,15 +419,28 @@ impl Ec2Cloud {
     }
 
     /// The name of a launch template with this content, creating it if needed.
-    async fn ensure_launch_template(&self, content: &TemplateContent) -> Result<String, CloudError> {
+    async fn ensure_launch_template(
+        &self,
+        content: &TemplateContent,
+    ) -> Result<String, CloudError> {
         let name = content.name();
-        if self.templates.lock().expect("template cache lock").contains(&name) {
+        if self
+            .templates
+            .lock()
+            .expect("template cache lock")
+            .contains(&name)
+        {
             return Ok(name);
         }
         let existing = self
             .ec2
             .describe_launch_templates()
-            .filters(Filter::builder().name("launch-template-name").values(&name).build())
+            .filters(
+                Filter::builder()
+                    .name("launch-template-name")
+                    .values(&name)
+                    .build(),
+            )
             .send()
             .await
             .map_err(|e| cloud_error(format!("DescribeLaunchTemplates {name}"), e))?;
@@ -354,7 +455,10 @@ impl Ec2Cloud {
                 .create_launch_template()
                 .launch_template_name(&name)
                 .launch_template_data(content.to_request())
-                .tag_specifications(tag_specification(ResourceType::LaunchTemplate, &content.tags))
+                .tag_specifications(tag_specification(
+                    ResourceType::LaunchTemplate,
+                    &content.tags,
+                ))
                 .send()
                 .await;
             match created {
@@ -364,18 +468,31 @@ impl Ec2Cloud {
                 Err(e) => return Err(cloud_error(format!("CreateLaunchTemplate {name}"), e)),
             }
         }
-        self.templates.lock().expect("template cache lock").insert(name.clone());
+        self.templates
+            .lock()
+            .expect("template cache lock")
+            .insert(name.clone());
         Ok(name)
     }
 
     /// Architecture of an instance type: the cached catalog, the embedded one, or the
     /// naming convention (a `g` after the generation digit means Graviton).
     fn arch_of(&self, instance_type: &str) -> String {
-        let cached = self.catalog.lock().expect("catalog lock").as_ref().and_then(|(_, c)| {
-            c.get(instance_type).and_then(|t| t.labels.get(catalog::LABEL_ARCH).cloned())
-        });
+        let cached = self
+            .catalog
+            .lock()
+            .expect("catalog lock")
+            .as_ref()
+            .and_then(|(_, c)| {
+                c.get(instance_type)
+                    .and_then(|t| t.labels.get(catalog::LABEL_ARCH).cloned())
+            });
         cached
-            .or_else(|| Catalog::embedded().get(instance_type).and_then(|t| t.labels.get(catalog::LABEL_ARCH).cloned()))
+            .or_else(|| {
+                Catalog::embedded()
+                    .get(instance_type)
+                    .and_then(|t| t.labels.get(catalog::LABEL_ARCH).cloned())
+            })
             .unwrap_or_else(|| guess_arch(instance_type).into())
     }
 
@@ -387,7 +504,12 @@ impl Ec2Cloud {
         offerings: &[Offering],
         subnet_by_zone: &HashMap<String, Subnet>,
     ) -> Result<Launched, LaunchError> {
-        let images: HashMap<&str, &Image> = request.resolved.images.iter().map(|i| (i.arch.as_str(), i)).collect();
+        let images: HashMap<&str, &Image> = request
+            .resolved
+            .images
+            .iter()
+            .map(|i| (i.arch.as_str(), i))
+            .collect();
         // (launch template name) -> overrides, in price order; offerings actually tried.
         let mut configs: Vec<(String, Vec<FleetLaunchTemplateOverridesRequest>)> = Vec::new();
         let mut tried: Vec<Offering> = Vec::new();
@@ -396,9 +518,13 @@ impl Ec2Cloud {
             if tried.len() == MAX_OVERRIDES {
                 break;
             }
-            let Some(subnet) = subnet_by_zone.get(&offering.zone) else { continue };
+            let Some(subnet) = subnet_by_zone.get(&offering.zone) else {
+                continue;
+            };
             let arch = self.arch_of(&offering.instance_type);
-            let Some(image) = images.get(arch.as_str()) else { continue };
+            let Some(image) = images.get(arch.as_str()) else {
+                continue;
+            };
             let template = match template_for_arch.get(&arch) {
                 Some(t) => t.clone(),
                 None => {
@@ -452,17 +578,24 @@ impl Ec2Cloud {
             .tag_specifications(tag_specification(ResourceType::Fleet, &tags));
         fleet = match capacity_type {
             CapacityType::OnDemand => fleet.on_demand_options(
-                OnDemandOptionsRequest::builder().allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice).build(),
+                OnDemandOptionsRequest::builder()
+                    .allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice)
+                    .build(),
             ),
             CapacityType::Spot => fleet.spot_options(
-                SpotOptionsRequest::builder().allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized).build(),
+                SpotOptionsRequest::builder()
+                    .allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized)
+                    .build(),
             ),
         };
         for (template, overrides) in configs {
             fleet = fleet.launch_template_configs(
                 FleetLaunchTemplateConfigRequest::builder()
                     .launch_template_specification(
-                        FleetLaunchTemplateSpecificationRequest::builder().launch_template_name(template).version("$Latest").build(),
+                        FleetLaunchTemplateSpecificationRequest::builder()
+                            .launch_template_name(template)
+                            .version("$Latest")
+                            .build(),
                     )
                     .set_overrides(Some(overrides))
                     .build(),
@@ -473,8 +606,10 @@ impl Ec2Cloud {
             .await
             .map_err(|e| cloud_error(format!("CreateFleet for claim {}", request.claim_name), e))?;
 
-        let zone_of_subnet: HashMap<&str, &str> =
-            subnet_by_zone.values().map(|s| (s.id.as_str(), s.zone.as_str())).collect();
+        let zone_of_subnet: HashMap<&str, &str> = subnet_by_zone
+            .values()
+            .map(|s| (s.id.as_str(), s.zone.as_str()))
+            .collect();
         let errors: Vec<FleetError> = out
             .errors
             .clone()
@@ -485,31 +620,53 @@ impl Ec2Cloud {
                 FleetError {
                     code: e.error_code.unwrap_or_else(|| "Unknown".into()),
                     message: e.error_message.unwrap_or_default(),
-                    instance_type: overrides.as_ref().and_then(|o| o.instance_type.as_ref().map(|t| t.as_str().to_string())),
+                    instance_type: overrides
+                        .as_ref()
+                        .and_then(|o| o.instance_type.as_ref().map(|t| t.as_str().to_string())),
                     zone: overrides.as_ref().and_then(|o| {
-                        o.availability_zone
-                            .clone()
-                            .or_else(|| o.subnet_id.as_deref().and_then(|s| zone_of_subnet.get(s)).map(|z| z.to_string()))
+                        o.availability_zone.clone().or_else(|| {
+                            o.subnet_id
+                                .as_deref()
+                                .and_then(|s| zone_of_subnet.get(s))
+                                .map(|z| z.to_string())
+                        })
                     }),
                 }
             })
             .collect();
         for instance in out.instances.unwrap_or_default() {
-            let Some(instance_id) = instance.instance_ids.unwrap_or_default().into_iter().next() else { continue };
-            let overrides = instance.launch_template_and_overrides.and_then(|l| l.overrides);
+            let Some(instance_id) = instance.instance_ids.unwrap_or_default().into_iter().next()
+            else {
+                continue;
+            };
+            let overrides = instance
+                .launch_template_and_overrides
+                .and_then(|l| l.overrides);
             let instance_type = instance
                 .instance_type
                 .map(|t| t.as_str().to_string())
-                .or_else(|| overrides.as_ref().and_then(|o| o.instance_type.as_ref().map(|t| t.as_str().to_string())))
+                .or_else(|| {
+                    overrides
+                        .as_ref()
+                        .and_then(|o| o.instance_type.as_ref().map(|t| t.as_str().to_string()))
+                })
                 .unwrap_or_else(|| tried[0].instance_type.clone());
             let zone = overrides
                 .as_ref()
                 .and_then(|o| {
-                    o.availability_zone
-                        .clone()
-                        .or_else(|| o.subnet_id.as_deref().and_then(|s| zone_of_subnet.get(s)).map(|z| z.to_string()))
+                    o.availability_zone.clone().or_else(|| {
+                        o.subnet_id
+                            .as_deref()
+                            .and_then(|s| zone_of_subnet.get(s))
+                            .map(|z| z.to_string())
+                    })
                 })
-                .or_else(|| tried.iter().find(|o| o.instance_type == instance_type).map(|o| o.zone.clone()))
+                .or_else(|| {
+                    tried
+                        .iter()
+                        .find(|o| o.instance_type == instance_type)
+                        .map(|o| o.zone.clone())
+                })
                 .unwrap_or_else(|| tried[0].zone.clone());
             let price = tried
                 .iter()
@@ -519,19 +676,33 @@ impl Ec2Cloud {
                 .unwrap_or(tried[0].price);
             tracing::info!(claim = %request.claim_name, instance_id = %instance_id, instance_type = %instance_type,
                 zone = %zone, capacity_type = %capacity_type, "launched");
-            let unavailable = crate::fleet::out_of_capacity_besides(&errors, &tried, &instance_type, &zone);
-            return Ok(Launched { instance_id, instance_type, zone, capacity_type, price, unavailable });
+            let unavailable =
+                crate::fleet::out_of_capacity_besides(&errors, &tried, &instance_type, &zone);
+            return Ok(Launched {
+                instance_id,
+                instance_type,
+                zone,
+                capacity_type,
+                price,
+                unavailable,
+            });
         }
 
         let failure = classify_fleet_errors(&errors, &tried);
         let errors = FleetErrors(errors);
         match failure {
             FleetFailure::InsufficientCapacity(offerings) => {
-                Err(LaunchError::InsufficientCapacity { offerings, message: format!("CreateFleet ({capacity_type}): {errors}") })
+                Err(LaunchError::InsufficientCapacity {
+                    offerings,
+                    message: format!("CreateFleet ({capacity_type}): {errors}"),
+                })
             }
             FleetFailure::Failed(kind) => Err(CloudError::with_source(
                 kind,
-                format!("CreateFleet for claim {} launched nothing: {errors}", request.claim_name),
+                format!(
+                    "CreateFleet for claim {} launched nothing: {errors}",
+                    request.claim_name
+                ),
                 errors,
             )
             .into()),
@@ -575,16 +746,29 @@ fn guess_arch(instance_type: &str) -> &'static str {
 fn parse_gib(size: &str) -> Result<i32, CloudError> {
     let s = size.trim();
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: i64 = num
-        .parse()
-        .map_err(|_| CloudError::new(ErrorKind::Invalid, format!("volumeSize {size:?} is not a size like 20Gi")))?;
+    let n: i64 = num.parse().map_err(|_| {
+        CloudError::new(
+            ErrorKind::Invalid,
+            format!("volumeSize {size:?} is not a size like 20Gi"),
+        )
+    })?;
     let gib = match unit {
         "" | "Gi" | "G" => n,
         "Ti" | "T" => n * 1024,
         "Mi" | "M" => (n + 1023) / 1024,
-        _ => return Err(CloudError::new(ErrorKind::Invalid, format!("volumeSize {size:?}: unknown unit {unit:?}"))),
+        _ => {
+            return Err(CloudError::new(
+                ErrorKind::Invalid,
+                format!("volumeSize {size:?}: unknown unit {unit:?}"),
+            ));
+        }
     };
-    i32::try_from(gib).map_err(|_| CloudError::new(ErrorKind::Invalid, format!("volumeSize {size:?} is too large")))
+    i32::try_from(gib).map_err(|_| {
+        CloudError::new(
+            ErrorKind::Invalid,
+            format!("volumeSize {size:?} is too large"),
+        )
+    })
 }
 
 fn tag_filters(tags: &BTreeMap<String, String>) -> Vec<Filter> {
@@ -599,12 +783,21 @@ fn tag_filters(tags: &BTreeMap<String, String>) -> Vec<Filter> {
         .collect()
 }
 
-fn selector_filters(term: &SelectorTerm, id_filter: &str, name_filter: Option<&str>) -> Result<Vec<Filter>, CloudError> {
+fn selector_filters(
+    term: &SelectorTerm,
+    id_filter: &str,
+    name_filter: Option<&str>,
+) -> Result<Vec<Filter>, CloudError> {
     Ok(match term {
         SelectorTerm::Id(id) => vec![Filter::builder().name(id_filter).values(id).build()],
         SelectorTerm::Name(name) => match name_filter {
             Some(f) => vec![Filter::builder().name(f).values(name).build()],
-            None => return Err(CloudError::new(ErrorKind::Invalid, "subnets cannot be selected by name")),
+            None => {
+                return Err(CloudError::new(
+                    ErrorKind::Invalid,
+                    "subnets cannot be selected by name",
+                ));
+            }
         },
         SelectorTerm::Tags(tags) => tag_filters(tags),
     })
@@ -613,7 +806,11 @@ fn selector_filters(term: &SelectorTerm, id_filter: &str, name_filter: Option<&s
 fn tag_specification(resource: ResourceType, tags: &BTreeMap<String, String>) -> TagSpecification {
     TagSpecification::builder()
         .resource_type(resource)
-        .set_tags(Some(tags.iter().map(|(k, v)| Tag::builder().key(k).value(v).build()).collect()))
+        .set_tags(Some(
+            tags.iter()
+                .map(|(k, v)| Tag::builder().key(k).value(v).build())
+                .collect(),
+        ))
         .build()
 }
 
@@ -657,16 +854,32 @@ impl TemplateContent {
         let mut data = RequestLaunchTemplateData::builder()
             .image_id(&self.image_id)
             .user_data(base64::engine::general_purpose::STANDARD.encode(&self.user_data))
-            .iam_instance_profile(LaunchTemplateIamInstanceProfileSpecificationRequest::builder().name(&self.instance_profile).build())
-            .metadata_options(
-                LaunchTemplateInstanceMetadataOptionsRequest::builder()
-                    .http_endpoint(LaunchTemplateInstanceMetadataEndpointState::from(self.http_endpoint.as_str()))
-                    .http_protocol_ipv6(LaunchTemplateInstanceMetadataProtocolIpv6::from(self.http_protocol_ipv6.as_str()))
-                    .http_put_response_hop_limit(i32::try_from(self.http_put_response_hop_limit).unwrap_or(1))
-                    .http_tokens(LaunchTemplateHttpTokensState::from(self.http_tokens.as_str()))
+            .iam_instance_profile(
+                LaunchTemplateIamInstanceProfileSpecificationRequest::builder()
+                    .name(&self.instance_profile)
                     .build(),
             )
-            .monitoring(LaunchTemplatesMonitoringRequest::builder().enabled(self.detailed_monitoring).build())
+            .metadata_options(
+                LaunchTemplateInstanceMetadataOptionsRequest::builder()
+                    .http_endpoint(LaunchTemplateInstanceMetadataEndpointState::from(
+                        self.http_endpoint.as_str(),
+                    ))
+                    .http_protocol_ipv6(LaunchTemplateInstanceMetadataProtocolIpv6::from(
+                        self.http_protocol_ipv6.as_str(),
+                    ))
+                    .http_put_response_hop_limit(
+                        i32::try_from(self.http_put_response_hop_limit).unwrap_or(1),
+                    )
+                    .http_tokens(LaunchTemplateHttpTokensState::from(
+                        self.http_tokens.as_str(),
+                    ))
+                    .build(),
+            )
+            .monitoring(
+                LaunchTemplatesMonitoringRequest::builder()
+                    .enabled(self.detailed_monitoring)
+                    .build(),
+            )
             .tag_specifications(template_tags(ResourceType::Instance, &self.tags))
             .tag_specifications(template_tags(ResourceType::Volume, &self.tags));
         for (device, ebs) in &self.block_devices {
@@ -705,17 +918,27 @@ impl TemplateContent {
     }
 }
 
-fn template_tags(resource: ResourceType, tags: &BTreeMap<String, String>) -> LaunchTemplateTagSpecificationRequest {
+fn template_tags(
+    resource: ResourceType,
+    tags: &BTreeMap<String, String>,
+) -> LaunchTemplateTagSpecificationRequest {
     LaunchTemplateTagSpecificationRequest::builder()
         .resource_type(resource)
-        .set_tags(Some(tags.iter().map(|(k, v)| Tag::builder().key(k).value(v).build()).collect()))
+        .set_tags(Some(
+            tags.iter()
+                .map(|(k, v)| Tag::builder().key(k).value(v).build())
+                .collect(),
+        ))
         .build()
 }
 
 /// `i-` followed by 8 or 17 lowercase hex digits.
 pub fn is_instance_id(id: &str) -> bool {
     id.strip_prefix("i-").is_some_and(|hex| {
-        (hex.len() == 8 || hex.len() == 17) && hex.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+        (hex.len() == 8 || hex.len() == 17)
+            && hex
+                .chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
     })
 }
 
@@ -728,13 +951,22 @@ fn instance_type_from_api(name: &str, arch: &str, vcpus: i64, memory_mib: i64) -
     labels.insert(catalog::LABEL_ARCH.to_string(), arch.to_string());
     labels.insert(catalog::LABEL_OS.to_string(), "linux".to_string());
     labels.insert(catalog::LABEL_INSTANCE_CPU.to_string(), vcpus.to_string());
-    labels.insert(catalog::LABEL_INSTANCE_MEMORY.to_string(), memory_mib.to_string());
+    labels.insert(
+        catalog::LABEL_INSTANCE_MEMORY.to_string(),
+        memory_mib.to_string(),
+    );
     if let Some((family, size)) = name.split_once('.') {
         labels.insert("karpenter.k8s.aws/instance-family".into(), family.into());
         labels.insert("karpenter.k8s.aws/instance-size".into(), size.into());
         if let Some(i) = family.find(|c: char| c.is_ascii_digit()) {
-            labels.insert("karpenter.k8s.aws/instance-category".into(), family[..i].into());
-            let generation: String = family[i..].chars().take_while(|c| c.is_ascii_digit()).collect();
+            labels.insert(
+                "karpenter.k8s.aws/instance-category".into(),
+                family[..i].into(),
+            );
+            let generation: String = family[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit())
+                .collect();
             labels.insert("karpenter.k8s.aws/instance-generation".into(), generation);
         }
     }
@@ -754,12 +986,21 @@ fn instance_type_from_api(name: &str, arch: &str, vcpus: i64, memory_mib: i64) -
     let reserved_mem_mib = 255 + 11 * max_pods + 100; // kube-reserved + eviction threshold
     let mut allocatable = Resources::new();
     allocatable.set_milli("cpu", (cores - reserved_cpu).max(0));
-    allocatable.set_milli("memory", (memory_mib - reserved_mem_mib).max(0) * (1 << 20) * 1000);
+    allocatable.set_milli(
+        "memory",
+        (memory_mib - reserved_mem_mib).max(0) * (1 << 20) * 1000,
+    );
     allocatable.set_milli("pods", max_pods * 1000);
     let mut capacity = allocatable.clone();
     capacity.set_milli("cpu", cores);
     capacity.set_milli("memory", memory_mib * (1 << 20) * 1000);
-    InstanceType { name: name.to_string(), labels, allocatable, capacity, on_demand_price: None }
+    InstanceType {
+        name: name.to_string(),
+        labels,
+        allocatable,
+        capacity,
+        on_demand_price: None,
+    }
 }
 
 #[async_trait]
@@ -784,7 +1025,10 @@ impl Cloud for Ec2Cloud {
                 .map_err(|e| cloud_error("DescribeInstanceTypeOfferings", e))?;
             for o in out.instance_type_offerings.unwrap_or_default() {
                 if let (Some(t), Some(zone)) = (o.instance_type, o.location) {
-                    offered.entry(t.as_str().to_string()).or_default().insert(zone);
+                    offered
+                        .entry(t.as_str().to_string())
+                        .or_default()
+                        .insert(zone);
                 }
             }
             match out.next_token {
@@ -804,7 +1048,9 @@ impl Cloud for Ec2Cloud {
                 .await
                 .map_err(|e| cloud_error("DescribeInstanceTypes", e))?;
             for info in out.instance_types.unwrap_or_default() {
-                let Some(name) = info.instance_type.as_ref().map(|t| t.as_str().to_string()) else { continue };
+                let Some(name) = info.instance_type.as_ref().map(|t| t.as_str().to_string()) else {
+                    continue;
+                };
                 if !offered.contains_key(&name) {
                     continue;
                 }
@@ -816,14 +1062,33 @@ impl Cloud for Ec2Cloud {
                     .processor_info
                     .as_ref()
                     .and_then(|p| p.supported_architectures.as_ref())
-                    .map(|archs| if archs.contains(&aws_sdk_ec2::types::ArchitectureType::Arm64) { "arm64" } else { "amd64" })
+                    .map(|archs| {
+                        if archs.contains(&aws_sdk_ec2::types::ArchitectureType::Arm64) {
+                            "arm64"
+                        } else {
+                            "amd64"
+                        }
+                    })
                     .unwrap_or("amd64");
-                let vcpus = info.v_cpu_info.as_ref().and_then(|v| v.default_v_cpus).unwrap_or(0);
-                let memory = info.memory_info.as_ref().and_then(|m| m.size_in_mib).unwrap_or(0);
+                let vcpus = info
+                    .v_cpu_info
+                    .as_ref()
+                    .and_then(|v| v.default_v_cpus)
+                    .unwrap_or(0);
+                let memory = info
+                    .memory_info
+                    .as_ref()
+                    .and_then(|m| m.size_in_mib)
+                    .unwrap_or(0);
                 if vcpus == 0 || memory == 0 {
                     continue;
                 }
-                types.push(instance_type_from_api(&name, arch, i64::from(vcpus), memory));
+                types.push(instance_type_from_api(
+                    &name,
+                    arch,
+                    i64::from(vcpus),
+                    memory,
+                ));
             }
             match out.next_token {
                 Some(t) if !t.is_empty() => next = Some(t),
@@ -832,7 +1097,10 @@ impl Cloud for Ec2Cloud {
         }
         types.sort_by(|a, b| a.name.cmp(&b.name));
         if types.is_empty() {
-            return Err(CloudError::new(ErrorKind::NotFound, "DescribeInstanceTypes: no instance type is offered in this region"));
+            return Err(CloudError::new(
+                ErrorKind::NotFound,
+                "DescribeInstanceTypes: no instance type is offered in this region",
+            ));
         }
         let catalog = Catalog { types };
         *self.catalog.lock().expect("catalog lock") = Some((Instant::now(), catalog.clone()));
@@ -854,8 +1122,14 @@ impl Cloud for Ec2Cloud {
                 .await
                 .map_err(|e| cloud_error("DescribeSpotPriceHistory", e))?;
             for p in out.spot_price_history.unwrap_or_default() {
-                let (Some(t), Some(zone), Some(price)) = (p.instance_type, p.availability_zone, p.spot_price) else { continue };
-                let Ok(price) = price.parse::<f64>() else { continue };
+                let (Some(t), Some(zone), Some(price)) =
+                    (p.instance_type, p.availability_zone, p.spot_price)
+                else {
+                    continue;
+                };
+                let Ok(price) = price.parse::<f64>() else {
+                    continue;
+                };
                 let at = p.timestamp.map(|d| d.secs()).unwrap_or(0);
                 let key = (t.as_str().to_string(), zone);
                 if latest.get(&key).is_none_or(|(seen, _)| at >= *seen) {
@@ -870,31 +1144,51 @@ impl Cloud for Ec2Cloud {
         Ok(latest.into_iter().map(|(k, (_, p))| (k, p)).collect())
     }
 
-    async fn resolve_node_class(&self, node_class: &Ec2NodeClass, kubernetes_version: &str) -> Result<ResolvedNodeClass, CloudError> {
+    async fn resolve_node_class(
+        &self,
+        node_class: &Ec2NodeClass,
+        kubernetes_version: &str,
+    ) -> Result<ResolvedNodeClass, CloudError> {
         let name = &node_class.name;
         let subnets = self.subnets(&node_class.subnet_selector_terms).await?;
         if subnets.is_empty() {
-            return Err(CloudError::new(ErrorKind::NotFound, format!("EC2NodeClass {name}: subnetSelectorTerms match no subnet")));
+            return Err(CloudError::new(
+                ErrorKind::NotFound,
+                format!("EC2NodeClass {name}: subnetSelectorTerms match no subnet"),
+            ));
         }
-        let security_group_ids = self.security_groups(&node_class.security_group_selector_terms).await?;
+        let security_group_ids = self
+            .security_groups(&node_class.security_group_selector_terms)
+            .await?;
         if security_group_ids.is_empty() {
             return Err(CloudError::new(
                 ErrorKind::NotFound,
                 format!("EC2NodeClass {name}: securityGroupSelectorTerms match no security group"),
             ));
         }
-        let images = self.images(&node_class.ami_selector_terms, kubernetes_version).await?;
+        let images = self
+            .images(&node_class.ami_selector_terms, kubernetes_version)
+            .await?;
         if images.is_empty() {
-            return Err(CloudError::new(ErrorKind::NotFound, format!("EC2NodeClass {name}: amiSelectorTerms match no image")));
+            return Err(CloudError::new(
+                ErrorKind::NotFound,
+                format!("EC2NodeClass {name}: amiSelectorTerms match no image"),
+            ));
         }
-        Ok(ResolvedNodeClass { subnets, security_group_ids, images })
+        Ok(ResolvedNodeClass {
+            subnets,
+            security_group_ids,
+            images,
+        })
     }
 
     async fn launch(&self, request: &LaunchRequest) -> Result<Launched, LaunchError> {
         // The subnet with the most free addresses in each zone.
         let mut subnet_by_zone: HashMap<String, Subnet> = HashMap::new();
         for s in &request.resolved.subnets {
-            let better = subnet_by_zone.get(&s.zone).is_none_or(|cur| s.available_ips > cur.available_ips);
+            let better = subnet_by_zone
+                .get(&s.zone)
+                .is_none_or(|cur| s.available_ips > cur.available_ips);
             if better {
                 subnet_by_zone.insert(s.zone.clone(), s.clone());
             }
@@ -910,13 +1204,20 @@ impl Cloud for Ec2Cloud {
         }
         groups.sort_by(|a, b| a.1[0].price.total_cmp(&b.1[0].price));
         if groups.is_empty() {
-            return Err(CloudError::new(ErrorKind::Invalid, format!("claim {}: no offerings to launch", request.claim_name)).into());
+            return Err(CloudError::new(
+                ErrorKind::Invalid,
+                format!("claim {}: no offerings to launch", request.claim_name),
+            )
+            .into());
         }
 
         let mut unavailable = Vec::new();
         let mut messages = Vec::new();
         for (capacity_type, offerings) in &groups {
-            match self.launch_group(request, *capacity_type, offerings, &subnet_by_zone).await {
+            match self
+                .launch_group(request, *capacity_type, offerings, &subnet_by_zone)
+                .await
+            {
                 Ok(launched) => return Ok(launched),
                 Err(LaunchError::InsufficientCapacity { offerings, message }) => {
                     tracing::info!(claim = %request.claim_name, capacity_type = %capacity_type,
@@ -927,12 +1228,18 @@ impl Cloud for Ec2Cloud {
                 Err(other) => return Err(other),
             }
         }
-        Err(LaunchError::InsufficientCapacity { offerings: unavailable, message: messages.join("; ") })
+        Err(LaunchError::InsufficientCapacity {
+            offerings: unavailable,
+            message: messages.join("; "),
+        })
     }
 
     async fn terminate(&self, instance_ids: &[String]) -> Result<(), CloudError> {
         if let Some(bad) = instance_ids.iter().find(|id| !is_instance_id(id)) {
-            return Err(CloudError::new(ErrorKind::Invalid, format!("refusing to terminate {bad:?}: not an EC2 instance id")));
+            return Err(CloudError::new(
+                ErrorKind::Invalid,
+                format!("refusing to terminate {bad:?}: not an EC2 instance id"),
+            ));
         }
         if instance_ids.is_empty() {
             return Ok(());
@@ -942,7 +1249,9 @@ impl Cloud for Ec2Cloud {
             .set_instance_ids(Some(instance_ids.to_vec()))
             .send()
             .await
-            .map_err(|e| cloud_error(format!("TerminateInstances {}", instance_ids.join(",")), e))?;
+            .map_err(|e| {
+                cloud_error(format!("TerminateInstances {}", instance_ids.join(",")), e)
+            })?;
         Ok(())
     }
 
@@ -953,13 +1262,25 @@ impl Cloud for Ec2Cloud {
             let out = self
                 .ec2
                 .describe_instances()
-                .filters(Filter::builder().name(format!("tag:{}", cluster_tag_key(&self.cluster.name))).values("owned").build())
-                .filters(Filter::builder().name(format!("tag:{TAG_MANAGED_BY}")).values(MANAGED_BY).build())
+                .filters(
+                    Filter::builder()
+                        .name(format!("tag:{}", cluster_tag_key(&self.cluster.name)))
+                        .values("owned")
+                        .build(),
+                )
+                .filters(
+                    Filter::builder()
+                        .name(format!("tag:{TAG_MANAGED_BY}"))
+                        .values(MANAGED_BY)
+                        .build(),
+                )
                 .filters(
                     Filter::builder()
                         .name("instance-state-name")
                         .set_values(Some(
-                            ["pending", "running", "shutting-down", "stopping", "stopped"].map(String::from).to_vec(),
+                            ["pending", "running", "shutting-down", "stopping", "stopped"]
+                                .map(String::from)
+                                .to_vec(),
                         ))
                         .build(),
                 )
@@ -978,15 +1299,25 @@ impl Cloud for Ec2Cloud {
                         .and_then(|t| t.value);
                     instances.push(Instance {
                         id,
-                        instance_type: i.instance_type.map(|t| t.as_str().to_string()).unwrap_or_default(),
-                        zone: i.placement.and_then(|p| p.availability_zone).unwrap_or_default(),
+                        instance_type: i
+                            .instance_type
+                            .map(|t| t.as_str().to_string())
+                            .unwrap_or_default(),
+                        zone: i
+                            .placement
+                            .and_then(|p| p.availability_zone)
+                            .unwrap_or_default(),
                         // The `instance-lifecycle` filter is not universally implemented;
                         // the field is.
                         capacity_type: match i.instance_lifecycle {
                             Some(InstanceLifecycleType::Spot) => CapacityType::Spot,
                             _ => CapacityType::OnDemand,
                         },
-                        state: i.state.and_then(|s| s.name).map(|n| n.as_str().to_string()).unwrap_or_default(),
+                        state: i
+                            .state
+                            .and_then(|s| s.name)
+                            .map(|n| n.as_str().to_string())
+                            .unwrap_or_default(),
                         claim_name,
                         launch_time: i.launch_time.map(|t| t.secs()).unwrap_or(0),
                     });
@@ -1034,11 +1365,30 @@ mod tests {
 
     #[test]
     fn client_tokens_are_stable_per_request_and_fit_the_limit() {
-        let o = |t: &str| Offering { instance_type: t.into(), zone: "us-east-1a".into(), capacity_type: CapacityType::Spot, price: 0.1 };
-        let a = client_token("default-x7k2p", CapacityType::Spot, &[o("m5.large"), o("c5.large")]);
+        let o = |t: &str| Offering {
+            instance_type: t.into(),
+            zone: "us-east-1a".into(),
+            capacity_type: CapacityType::Spot,
+            price: 0.1,
+        };
+        let a = client_token(
+            "default-x7k2p",
+            CapacityType::Spot,
+            &[o("m5.large"), o("c5.large")],
+        );
         assert!(a.starts_with("default-x7k2p-"));
-        assert_eq!(a, client_token("default-x7k2p", CapacityType::Spot, &[o("m5.large"), o("c5.large")]));
-        assert_ne!(a, client_token("default-x7k2p", CapacityType::Spot, &[o("c5.large")]));
+        assert_eq!(
+            a,
+            client_token(
+                "default-x7k2p",
+                CapacityType::Spot,
+                &[o("m5.large"), o("c5.large")]
+            )
+        );
+        assert_ne!(
+            a,
+            client_token("default-x7k2p", CapacityType::Spot, &[o("c5.large")])
+        );
         assert!(client_token(&"x".repeat(100), CapacityType::Spot, &[]).len() <= 64);
     }
 

@@ -28,7 +28,8 @@ impl AwsContext {
     /// Clients for a local emulator (moto): explicit endpoint and region, static
     /// dummy credentials, nothing read from the environment.
     pub async fn for_emulator(endpoint_url: &str, region: &str) -> Self {
-        let credentials = aws_credential_types::Credentials::new("test", "test", None, None, "emulator");
+        let credentials =
+            aws_credential_types::Credentials::new("test", "test", None, None, "emulator");
         let config = aws_config::defaults(BehaviorVersion::latest())
             .endpoint_url(endpoint_url)
             .region(aws_config::Region::new(region.to_string()))

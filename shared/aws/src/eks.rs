@@ -12,7 +12,9 @@ use std::time::{Duration, SystemTime};
 
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
-use aws_sigv4::http_request::{SignableBody, SignableRequest, SignatureLocation, SigningSettings, sign};
+use aws_sigv4::http_request::{
+    SignableBody, SignableRequest, SignatureLocation, SigningSettings, sign,
+};
 use aws_sigv4::sign::v4;
 use base64::Engine;
 
@@ -44,25 +46,54 @@ pub struct ClusterInfo {
 impl ClusterInfo {
     /// DescribeCluster.
     pub async fn describe(ctx: &AwsContext, name: &str) -> Result<ClusterInfo, ClusterError> {
-        let out = ctx.eks.describe_cluster().name(name).send().await.map_err(|e| {
-            let kind = crate::error::classify(&e);
-            ClusterError::with_source(kind, format!("DescribeCluster {name}: {}", describe(&e)), e)
+        let out = ctx
+            .eks
+            .describe_cluster()
+            .name(name)
+            .send()
+            .await
+            .map_err(|e| {
+                let kind = crate::error::classify(&e);
+                ClusterError::with_source(
+                    kind,
+                    format!("DescribeCluster {name}: {}", describe(&e)),
+                    e,
+                )
+            })?;
+        let cluster = out.cluster.ok_or_else(|| {
+            ClusterError::new(
+                ErrorKind::NotFound,
+                format!("DescribeCluster {name}: no cluster"),
+            )
         })?;
-        let cluster = out
-            .cluster
-            .ok_or_else(|| ClusterError::new(ErrorKind::NotFound, format!("DescribeCluster {name}: no cluster")))?;
-        let missing = |what: &str| ClusterError::new(ErrorKind::Invalid, format!("cluster {name} has no {what} yet"));
+        let missing = |what: &str| {
+            ClusterError::new(
+                ErrorKind::Invalid,
+                format!("cluster {name} has no {what} yet"),
+            )
+        };
         let endpoint = cluster.endpoint.ok_or_else(|| missing("endpoint"))?;
-        let ca_data = cluster.certificate_authority.and_then(|c| c.data).ok_or_else(|| missing("certificate authority"))?;
-        let ca_pem = base64::engine::general_purpose::STANDARD.decode(ca_data.trim()).map_err(|e| {
-            ClusterError::with_source(ErrorKind::Invalid, format!("cluster {name}: certificateAuthority.data is not base64"), e)
-        })?;
+        let ca_data = cluster
+            .certificate_authority
+            .and_then(|c| c.data)
+            .ok_or_else(|| missing("certificate authority"))?;
+        let ca_pem = base64::engine::general_purpose::STANDARD
+            .decode(ca_data.trim())
+            .map_err(|e| {
+                ClusterError::with_source(
+                    ErrorKind::Invalid,
+                    format!("cluster {name}: certificateAuthority.data is not base64"),
+                    e,
+                )
+            })?;
         Ok(ClusterInfo {
             name: cluster.name.unwrap_or_else(|| name.to_string()),
             endpoint,
             ca_pem,
             version: cluster.version.ok_or_else(|| missing("version"))?,
-            service_cidr: cluster.kubernetes_network_config.and_then(|n| n.service_ipv4_cidr),
+            service_cidr: cluster
+                .kubernetes_network_config
+                .and_then(|n| n.service_ipv4_cidr),
         })
     }
 }
@@ -77,20 +108,33 @@ pub struct TokenSource {
 
 impl std::fmt::Debug for TokenSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenSource").field("cluster", &self.cluster).field("region", &self.region).finish()
+        f.debug_struct("TokenSource")
+            .field("cluster", &self.cluster)
+            .field("region", &self.region)
+            .finish()
     }
 }
 
 impl TokenSource {
     pub fn new(ctx: &AwsContext, cluster: &str) -> Result<TokenSource, ClusterError> {
-        let region = ctx
-            .region()
-            .ok_or_else(|| ClusterError::new(ErrorKind::Invalid, "no AWS region configured (set AWS_REGION)"))?;
-        let credentials = ctx
-            .config
-            .credentials_provider()
-            .ok_or_else(|| ClusterError::new(ErrorKind::Unauthorized, "no AWS credentials provider configured"))?;
-        Ok(TokenSource { cluster: cluster.to_string(), region, credentials, cached: Mutex::new(None) })
+        let region = ctx.region().ok_or_else(|| {
+            ClusterError::new(
+                ErrorKind::Invalid,
+                "no AWS region configured (set AWS_REGION)",
+            )
+        })?;
+        let credentials = ctx.config.credentials_provider().ok_or_else(|| {
+            ClusterError::new(
+                ErrorKind::Unauthorized,
+                "no AWS credentials provider configured",
+            )
+        })?;
+        Ok(TokenSource {
+            cluster: cluster.to_string(),
+            region,
+            credentials,
+            cached: Mutex::new(None),
+        })
     }
 
     /// A valid token: the cached one if it has more than 2 minutes left, else a new one.
@@ -102,7 +146,11 @@ impl TokenSource {
             return Ok(token.clone());
         }
         let credentials = self.credentials.provide_credentials().await.map_err(|e| {
-            ClusterError::with_source(ErrorKind::Unauthorized, "loading AWS credentials for the EKS token", e)
+            ClusterError::with_source(
+                ErrorKind::Unauthorized,
+                "loading AWS credentials for the EKS token",
+                e,
+            )
         })?;
         let mut valid_until = now + TOKEN_VALIDITY;
         if let Some(expiry) = credentials.expiry() {
@@ -122,9 +170,14 @@ pub(crate) fn presigned_token(
     time: SystemTime,
 ) -> Result<String, ClusterError> {
     let fail = |what: &str, e: Box<dyn std::error::Error + Send + Sync>| {
-        ClusterError::with_source(ErrorKind::Other, format!("presigning the EKS token: {what}"), e)
+        ClusterError::with_source(
+            ErrorKind::Other,
+            format!("presigning the EKS token: {what}"),
+            e,
+        )
     };
-    let url = format!("https://sts.{region}.amazonaws.com/?Action=GetCallerIdentity&Version=2011-06-15");
+    let url =
+        format!("https://sts.{region}.amazonaws.com/?Action=GetCallerIdentity&Version=2011-06-15");
     let mut settings = SigningSettings::default();
     settings.signature_location = SignatureLocation::QueryParams;
     settings.expires_in = Some(Duration::from_secs(60));
@@ -138,9 +191,16 @@ pub(crate) fn presigned_token(
         .build()
         .map_err(|e| fail("signing parameters", e.into()))?
         .into();
-    let signable = SignableRequest::new("GET", &url, std::iter::once(("x-k8s-aws-id", cluster)), SignableBody::Bytes(&[]))
-        .map_err(|e| fail("request", e.into()))?;
-    let (instructions, _signature) = sign(signable, &params).map_err(|e| fail("signing", e.into()))?.into_parts();
+    let signable = SignableRequest::new(
+        "GET",
+        &url,
+        std::iter::once(("x-k8s-aws-id", cluster)),
+        SignableBody::Bytes(&[]),
+    )
+    .map_err(|e| fail("request", e.into()))?;
+    let (instructions, _signature) = sign(signable, &params)
+        .map_err(|e| fail("signing", e.into()))?
+        .into_parts();
     let mut request = http::Request::builder()
         .method("GET")
         .uri(&url)
@@ -149,7 +209,10 @@ pub(crate) fn presigned_token(
         .map_err(|e| fail("request", e.into()))?;
     instructions.apply_to_request_http1x(&mut request);
     let signed_url = request.uri().to_string();
-    Ok(format!("{TOKEN_PREFIX}{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(signed_url)))
+    Ok(format!(
+        "{TOKEN_PREFIX}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(signed_url)
+    ))
 }
 
 #[cfg(test)]
@@ -158,29 +221,69 @@ mod tests {
 
     #[test]
     fn token_is_a_presigned_sts_get_caller_identity_url_bound_to_the_cluster() {
-        let creds = Credentials::new("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", None, None, "test");
+        let creds = Credentials::new(
+            "AKIDEXAMPLE",
+            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+            None,
+            None,
+            "test",
+        );
         let time = SystemTime::UNIX_EPOCH + Duration::from_secs(1_767_225_600); // 2026-01-01T00:00:00Z
         let token = presigned_token("prod-cluster", "eu-west-1", &creds, time).unwrap();
 
         let encoded = token.strip_prefix("k8s-aws-v1.").expect("prefix");
         assert!(!encoded.contains('='), "no padding");
-        assert!(!encoded.contains('+') && !encoded.contains('/'), "url-safe alphabet");
-        let url = String::from_utf8(base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(encoded).unwrap()).unwrap();
+        assert!(
+            !encoded.contains('+') && !encoded.contains('/'),
+            "url-safe alphabet"
+        );
+        let url = String::from_utf8(
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(encoded)
+                .unwrap(),
+        )
+        .unwrap();
 
-        assert!(url.starts_with("https://sts.eu-west-1.amazonaws.com/?"), "{url}");
+        assert!(
+            url.starts_with("https://sts.eu-west-1.amazonaws.com/?"),
+            "{url}"
+        );
         assert!(url.contains("Action=GetCallerIdentity"), "{url}");
         assert!(url.contains("Version=2011-06-15"), "{url}");
         assert!(url.contains("X-Amz-Algorithm=AWS4-HMAC-SHA256"), "{url}");
-        assert!(url.contains("X-Amz-Credential=AKIDEXAMPLE%2F20260101%2Feu-west-1%2Fsts%2Faws4_request"), "{url}");
+        assert!(
+            url.contains(
+                "X-Amz-Credential=AKIDEXAMPLE%2F20260101%2Feu-west-1%2Fsts%2Faws4_request"
+            ),
+            "{url}"
+        );
         assert!(url.contains("X-Amz-Date=20260101T000000Z"), "{url}");
         assert!(url.contains("X-Amz-Expires=60"), "{url}");
-        let signed = url.split("X-Amz-SignedHeaders=").nth(1).unwrap().split('&').next().unwrap();
-        assert!(signed.split("%3B").any(|h| h == "x-k8s-aws-id"), "signed headers {signed}");
-        assert!(signed.split("%3B").any(|h| h == "host"), "signed headers {signed}");
+        let signed = url
+            .split("X-Amz-SignedHeaders=")
+            .nth(1)
+            .unwrap()
+            .split('&')
+            .next()
+            .unwrap();
+        assert!(
+            signed.split("%3B").any(|h| h == "x-k8s-aws-id"),
+            "signed headers {signed}"
+        );
+        assert!(
+            signed.split("%3B").any(|h| h == "host"),
+            "signed headers {signed}"
+        );
         assert!(url.contains("X-Amz-Signature="), "{url}");
 
         // Deterministic for fixed inputs; bound to the cluster name.
-        assert_eq!(token, presigned_token("prod-cluster", "eu-west-1", &creds, time).unwrap());
-        assert_ne!(token, presigned_token("other", "eu-west-1", &creds, time).unwrap());
+        assert_eq!(
+            token,
+            presigned_token("prod-cluster", "eu-west-1", &creds, time).unwrap()
+        );
+        assert_ne!(
+            token,
+            presigned_token("other", "eu-west-1", &creds, time).unwrap()
+        );
     }
 }

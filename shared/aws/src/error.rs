@@ -12,26 +12,58 @@ use nodewright_engine::ports::{CloudError, ErrorKind, StoreError};
 /// can act on.
 pub fn kind_for_code(code: &str) -> Option<ErrorKind> {
     let kind = match code {
-        "ConditionalCheckFailedException" | "TransactionCanceledException" | "TransactionConflictException"
-        | "IdempotentParameterMismatch" | "InvalidLaunchTemplateName.AlreadyExistsException"
+        "ConditionalCheckFailedException"
+        | "TransactionCanceledException"
+        | "TransactionConflictException"
+        | "IdempotentParameterMismatch"
+        | "InvalidLaunchTemplateName.AlreadyExistsException"
         | "ResourceInUseException" => ErrorKind::Conflict,
-        "ProvisionedThroughputExceededException" | "ThrottlingException" | "Throttling" | "RequestLimitExceeded"
-        | "RequestThrottledException" | "TooManyRequestsException" | "LimitExceededException"
-        | "ThrottledException" | "SlowDown" => ErrorKind::Throttled,
-        "ResourceNotFoundException" | "ParameterNotFound" | "ParameterVersionNotFound" => ErrorKind::NotFound,
-        "AccessDeniedException" | "AccessDenied" | "UnauthorizedOperation" | "UnrecognizedClientException"
-        | "InvalidClientTokenId" | "ExpiredToken" | "ExpiredTokenException" | "AuthFailure"
-        | "SignatureDoesNotMatch" | "MissingAuthenticationToken" | "InvalidSignatureException" => {
-            ErrorKind::Unauthorized
+        "ProvisionedThroughputExceededException"
+        | "ThrottlingException"
+        | "Throttling"
+        | "RequestLimitExceeded"
+        | "RequestThrottledException"
+        | "TooManyRequestsException"
+        | "LimitExceededException"
+        | "ThrottledException"
+        | "SlowDown" => ErrorKind::Throttled,
+        "ResourceNotFoundException" | "ParameterNotFound" | "ParameterVersionNotFound" => {
+            ErrorKind::NotFound
         }
-        "InsufficientInstanceCapacity" | "InsufficientCapacity" | "InsufficientHostCapacity"
-        | "InsufficientReservedInstanceCapacity" | "MaxSpotInstanceCountExceeded" | "VcpuLimitExceeded"
-        | "UnfulfillableCapacity" | "InsufficientFreeAddressesInSubnet" => ErrorKind::InsufficientCapacity,
-        "ServiceUnavailable" | "ServiceUnavailableException" | "InternalServerError" | "InternalError"
-        | "InternalFailure" | "Unavailable" => ErrorKind::Unavailable,
-        "ValidationException" | "ValidationError" | "MissingParameter" | "InvalidParameter"
-        | "InvalidParameterValue" | "InvalidParameterCombination" | "InvalidParameterException"
-        | "SerializationException" | "UnsupportedOperation" => ErrorKind::Invalid,
+        "AccessDeniedException"
+        | "AccessDenied"
+        | "UnauthorizedOperation"
+        | "UnrecognizedClientException"
+        | "InvalidClientTokenId"
+        | "ExpiredToken"
+        | "ExpiredTokenException"
+        | "AuthFailure"
+        | "SignatureDoesNotMatch"
+        | "MissingAuthenticationToken"
+        | "InvalidSignatureException" => ErrorKind::Unauthorized,
+        "InsufficientInstanceCapacity"
+        | "InsufficientCapacity"
+        | "InsufficientHostCapacity"
+        | "InsufficientReservedInstanceCapacity"
+        | "MaxSpotInstanceCountExceeded"
+        | "VcpuLimitExceeded"
+        | "UnfulfillableCapacity"
+        | "InsufficientFreeAddressesInSubnet" => ErrorKind::InsufficientCapacity,
+        "ServiceUnavailable"
+        | "ServiceUnavailableException"
+        | "InternalServerError"
+        | "InternalError"
+        | "InternalFailure"
+        | "Unavailable" => ErrorKind::Unavailable,
+        "ValidationException"
+        | "ValidationError"
+        | "MissingParameter"
+        | "InvalidParameter"
+        | "InvalidParameterValue"
+        | "InvalidParameterCombination"
+        | "InvalidParameterException"
+        | "SerializationException"
+        | "UnsupportedOperation" => ErrorKind::Invalid,
         // EC2's "<Resource>.NotFound" family (InvalidInstanceID.NotFound, InvalidAMIID.NotFound...).
         c if c.ends_with(".NotFound") => ErrorKind::NotFound,
         c if c.ends_with(".Malformed") || c.starts_with("Invalid") => ErrorKind::Invalid,
@@ -49,9 +81,11 @@ where
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) => ErrorKind::Unavailable,
         SdkError::ResponseError(_) => ErrorKind::Unavailable,
         SdkError::ConstructionFailure(_) => ErrorKind::Invalid,
-        SdkError::ServiceError(service) => {
-            service.err().code().and_then(kind_for_code).unwrap_or(ErrorKind::Other)
-        }
+        SdkError::ServiceError(service) => service
+            .err()
+            .code()
+            .and_then(kind_for_code)
+            .unwrap_or(ErrorKind::Other),
         _ => ErrorKind::Other,
     }
 }
@@ -102,7 +136,8 @@ mod tests {
     use aws_sdk_dynamodb::error::ErrorMetadata;
     use aws_sdk_dynamodb::operation::put_item::PutItemError;
     use aws_sdk_dynamodb::types::error::{
-        ConditionalCheckFailedException, ProvisionedThroughputExceededException, ResourceNotFoundException,
+        ConditionalCheckFailedException, ProvisionedThroughputExceededException,
+        ResourceNotFoundException,
     };
     use aws_smithy_types::body::SdkBody;
 
@@ -111,14 +146,19 @@ mod tests {
     }
 
     fn meta(code: &str) -> ErrorMetadata {
-        ErrorMetadata::builder().code(code).message("the message is never matched").build()
+        ErrorMetadata::builder()
+            .code(code)
+            .message("the message is never matched")
+            .build()
     }
 
     #[test]
     fn modeled_dynamodb_errors_classify_by_their_code() {
         let conflict = SdkError::service_error(
             PutItemError::ConditionalCheckFailedException(
-                ConditionalCheckFailedException::builder().meta(meta("ConditionalCheckFailedException")).build(),
+                ConditionalCheckFailedException::builder()
+                    .meta(meta("ConditionalCheckFailedException"))
+                    .build(),
             ),
             response(400),
         );
@@ -136,18 +176,26 @@ mod tests {
 
         let missing = SdkError::service_error(
             PutItemError::ResourceNotFoundException(
-                ResourceNotFoundException::builder().meta(meta("ResourceNotFoundException")).build(),
+                ResourceNotFoundException::builder()
+                    .meta(meta("ResourceNotFoundException"))
+                    .build(),
             ),
             response(400),
         );
         assert_eq!(classify(&missing), ErrorKind::NotFound);
 
-        let unmodeled = SdkError::service_error(PutItemError::generic(meta("ThrottlingException")), response(400));
+        let unmodeled = SdkError::service_error(
+            PutItemError::generic(meta("ThrottlingException")),
+            response(400),
+        );
         assert_eq!(classify(&unmodeled), ErrorKind::Throttled);
         let store = store_error("PutItem claim x", unmodeled);
         assert_eq!(store.kind, ErrorKind::Throttled);
         assert!(store.message.contains("ThrottlingException"));
-        assert!(std::error::Error::source(&store).is_some(), "the SDK error is kept as the source");
+        assert!(
+            std::error::Error::source(&store).is_some(),
+            "the SDK error is kept as the source"
+        );
     }
 
     #[test]
@@ -158,12 +206,30 @@ mod tests {
 
     #[test]
     fn ec2_codes_classify() {
-        assert_eq!(kind_for_code("RequestLimitExceeded"), Some(ErrorKind::Throttled));
-        assert_eq!(kind_for_code("InvalidInstanceID.NotFound"), Some(ErrorKind::NotFound));
-        assert_eq!(kind_for_code("InvalidLaunchTemplateName.AlreadyExistsException"), Some(ErrorKind::Conflict));
-        assert_eq!(kind_for_code("InvalidParameterValue"), Some(ErrorKind::Invalid));
-        assert_eq!(kind_for_code("UnauthorizedOperation"), Some(ErrorKind::Unauthorized));
-        assert_eq!(kind_for_code("InsufficientInstanceCapacity"), Some(ErrorKind::InsufficientCapacity));
+        assert_eq!(
+            kind_for_code("RequestLimitExceeded"),
+            Some(ErrorKind::Throttled)
+        );
+        assert_eq!(
+            kind_for_code("InvalidInstanceID.NotFound"),
+            Some(ErrorKind::NotFound)
+        );
+        assert_eq!(
+            kind_for_code("InvalidLaunchTemplateName.AlreadyExistsException"),
+            Some(ErrorKind::Conflict)
+        );
+        assert_eq!(
+            kind_for_code("InvalidParameterValue"),
+            Some(ErrorKind::Invalid)
+        );
+        assert_eq!(
+            kind_for_code("UnauthorizedOperation"),
+            Some(ErrorKind::Unauthorized)
+        );
+        assert_eq!(
+            kind_for_code("InsufficientInstanceCapacity"),
+            Some(ErrorKind::InsufficientCapacity)
+        );
         assert_eq!(kind_for_code("SomethingElse"), None);
     }
 }

@@ -67,7 +67,12 @@ pub fn is_capacity_code(code: &str) -> bool {
 /// Offerings CreateFleet reported out of capacity while it launched one elsewhere:
 /// Karpenter records these as unavailable too. Errors that name no type and zone
 /// cannot be attributed and are left out.
-pub fn out_of_capacity_besides(errors: &[FleetError], tried: &[Offering], launched_type: &str, launched_zone: &str) -> Vec<Offering> {
+pub fn out_of_capacity_besides(
+    errors: &[FleetError],
+    tried: &[Offering],
+    launched_type: &str,
+    launched_zone: &str,
+) -> Vec<Offering> {
     tried
         .iter()
         .filter(|o| !(o.instance_type == launched_type && o.zone == launched_zone))
@@ -87,21 +92,33 @@ pub fn classify_fleet_errors(errors: &[FleetError], tried: &[Offering]) -> Fleet
         // Nothing launched and nothing said: treat every offering as unfulfillable.
         return FleetFailure::InsufficientCapacity(tried.to_vec());
     }
-    let capacity: Vec<&FleetError> = errors.iter().filter(|e| is_capacity_code(&e.code)).collect();
+    let capacity: Vec<&FleetError> = errors
+        .iter()
+        .filter(|e| is_capacity_code(&e.code))
+        .collect();
     if !capacity.is_empty() {
         let concerned: Vec<Offering> = tried
             .iter()
             .filter(|o| {
                 capacity.iter().any(|e| {
-                    e.instance_type.as_deref().is_none_or(|t| t == o.instance_type)
+                    e.instance_type
+                        .as_deref()
+                        .is_none_or(|t| t == o.instance_type)
                         && e.zone.as_deref().is_none_or(|z| z == o.zone)
                 })
             })
             .cloned()
             .collect();
-        return FleetFailure::InsufficientCapacity(if concerned.is_empty() { tried.to_vec() } else { concerned });
+        return FleetFailure::InsufficientCapacity(if concerned.is_empty() {
+            tried.to_vec()
+        } else {
+            concerned
+        });
     }
-    let kinds: Vec<ErrorKind> = errors.iter().map(|e| kind_for_code(&e.code).unwrap_or(ErrorKind::Other)).collect();
+    let kinds: Vec<ErrorKind> = errors
+        .iter()
+        .map(|e| kind_for_code(&e.code).unwrap_or(ErrorKind::Other))
+        .collect();
     if kinds.contains(&ErrorKind::Throttled) {
         return FleetFailure::Failed(ErrorKind::Throttled);
     }
@@ -114,7 +131,12 @@ mod tests {
     use nodewright_core::catalog::CapacityType;
 
     fn offering(t: &str, zone: &str) -> Offering {
-        Offering { instance_type: t.into(), zone: zone.into(), capacity_type: CapacityType::Spot, price: 0.1 }
+        Offering {
+            instance_type: t.into(),
+            zone: zone.into(),
+            capacity_type: CapacityType::Spot,
+            price: 0.1,
+        }
     }
 
     fn err(code: &str, t: Option<&str>, zone: Option<&str>) -> FleetError {
@@ -128,7 +150,11 @@ mod tests {
 
     #[test]
     fn capacity_codes_name_the_offerings_concerned() {
-        let tried = vec![offering("m5.large", "us-east-1a"), offering("m5.large", "us-east-1b"), offering("c5.large", "us-east-1a")];
+        let tried = vec![
+            offering("m5.large", "us-east-1a"),
+            offering("m5.large", "us-east-1b"),
+            offering("c5.large", "us-east-1a"),
+        ];
         for code in [
             "InsufficientInstanceCapacity",
             "MaxSpotInstanceCountExceeded",
@@ -136,41 +162,73 @@ mod tests {
             "UnfulfillableCapacity",
             "InsufficientFreeAddressesInSubnet",
         ] {
-            let failure = classify_fleet_errors(&[err(code, Some("m5.large"), Some("us-east-1a"))], &tried);
-            assert_eq!(failure, FleetFailure::InsufficientCapacity(vec![tried[0].clone()]), "{code}");
+            let failure =
+                classify_fleet_errors(&[err(code, Some("m5.large"), Some("us-east-1a"))], &tried);
+            assert_eq!(
+                failure,
+                FleetFailure::InsufficientCapacity(vec![tried[0].clone()]),
+                "{code}"
+            );
         }
     }
 
     #[test]
     fn a_capacity_error_without_an_override_concerns_every_offering() {
-        let tried = vec![offering("m5.large", "us-east-1a"), offering("c5.large", "us-east-1b")];
+        let tried = vec![
+            offering("m5.large", "us-east-1a"),
+            offering("c5.large", "us-east-1b"),
+        ];
         let failure = classify_fleet_errors(&[err("UnfulfillableCapacity", None, None)], &tried);
         assert_eq!(failure, FleetFailure::InsufficientCapacity(tried));
     }
 
     #[test]
     fn capacity_errors_win_over_other_errors() {
-        let tried = vec![offering("m5.large", "us-east-1a"), offering("c5.large", "us-east-1b")];
-        let errors = [
-            err("InvalidParameterValue", Some("c5.large"), Some("us-east-1b")),
-            err("InsufficientInstanceCapacity", Some("m5.large"), Some("us-east-1a")),
+        let tried = vec![
+            offering("m5.large", "us-east-1a"),
+            offering("c5.large", "us-east-1b"),
         ];
-        assert_eq!(classify_fleet_errors(&errors, &tried), FleetFailure::InsufficientCapacity(vec![tried[0].clone()]));
+        let errors = [
+            err(
+                "InvalidParameterValue",
+                Some("c5.large"),
+                Some("us-east-1b"),
+            ),
+            err(
+                "InsufficientInstanceCapacity",
+                Some("m5.large"),
+                Some("us-east-1a"),
+            ),
+        ];
+        assert_eq!(
+            classify_fleet_errors(&errors, &tried),
+            FleetFailure::InsufficientCapacity(vec![tried[0].clone()])
+        );
     }
 
     #[test]
     fn throttling_is_throttled() {
         let tried = vec![offering("m5.large", "us-east-1a")];
         for code in ["RequestLimitExceeded", "Throttling"] {
-            let errors = [err("InvalidParameterValue", None, None), err(code, None, None)];
-            assert_eq!(classify_fleet_errors(&errors, &tried), FleetFailure::Failed(ErrorKind::Throttled), "{code}");
+            let errors = [
+                err("InvalidParameterValue", None, None),
+                err(code, None, None),
+            ];
+            assert_eq!(
+                classify_fleet_errors(&errors, &tried),
+                FleetFailure::Failed(ErrorKind::Throttled),
+                "{code}"
+            );
         }
     }
 
     #[test]
     fn other_codes_keep_their_kind() {
         let tried = vec![offering("m5.large", "us-east-1a")];
-        let failure = classify_fleet_errors(&[err("InvalidLaunchTemplateId.NotFound", None, None)], &tried);
+        let failure = classify_fleet_errors(
+            &[err("InvalidLaunchTemplateId.NotFound", None, None)],
+            &tried,
+        );
         assert_eq!(failure, FleetFailure::Failed(ErrorKind::NotFound));
         let failure = classify_fleet_errors(&[err("UnauthorizedOperation", None, None)], &tried);
         assert_eq!(failure, FleetFailure::Failed(ErrorKind::Unauthorized));
@@ -181,15 +239,31 @@ mod tests {
     #[test]
     fn nothing_launched_and_no_errors_is_insufficient_capacity() {
         let tried = vec![offering("m5.large", "us-east-1a")];
-        assert_eq!(classify_fleet_errors(&[], &tried), FleetFailure::InsufficientCapacity(tried));
+        assert_eq!(
+            classify_fleet_errors(&[], &tried),
+            FleetFailure::InsufficientCapacity(tried)
+        );
     }
 
     #[test]
-    fn offerings_out_of_capacity_beside_a_successful_launch_are_reported_but_not_the_launched_one() {
-        let tried = vec![offering("m5.large", "us-east-1a"), offering("m5.large", "us-east-1b"), offering("c5.large", "us-east-1a")];
+    fn offerings_out_of_capacity_beside_a_successful_launch_are_reported_but_not_the_launched_one()
+    {
+        let tried = vec![
+            offering("m5.large", "us-east-1a"),
+            offering("m5.large", "us-east-1b"),
+            offering("c5.large", "us-east-1a"),
+        ];
         let errors = vec![
-            err("InsufficientInstanceCapacity", Some("m5.large"), Some("us-east-1a")),
-            err("InvalidParameterValue", Some("c5.large"), Some("us-east-1a")),
+            err(
+                "InsufficientInstanceCapacity",
+                Some("m5.large"),
+                Some("us-east-1a"),
+            ),
+            err(
+                "InvalidParameterValue",
+                Some("c5.large"),
+                Some("us-east-1a"),
+            ),
             err("InsufficientInstanceCapacity", None, None),
         ];
         let out = out_of_capacity_besides(&errors, &tried, "m5.large", "us-east-1b");

@@ -76,15 +76,21 @@ impl DynamoStore {
     }
 
     fn to_item<T: Serialize>(what: &str, value: &T) -> Result<Item, StoreError> {
-        to_item(value).map_err(|e| StoreError::with_source(ErrorKind::Invalid, format!("encoding {what}"), e))
+        to_item(value)
+            .map_err(|e| StoreError::with_source(ErrorKind::Invalid, format!("encoding {what}"), e))
     }
 
     fn from_item<'a, T: Deserialize<'a>>(what: &str, item: Item) -> Result<T, StoreError> {
-        from_item(item).map_err(|e| StoreError::with_source(ErrorKind::Other, format!("decoding {what}"), e))
+        from_item(item)
+            .map_err(|e| StoreError::with_source(ErrorKind::Other, format!("decoding {what}"), e))
     }
 
     /// All items of one partition, strongly consistent, every page.
-    async fn query_partition(&self, pk: &str, sk_from: Option<&str>) -> Result<Vec<Item>, StoreError> {
+    async fn query_partition(
+        &self,
+        pk: &str,
+        sk_from: Option<&str>,
+    ) -> Result<Vec<Item>, StoreError> {
         let mut items = Vec::new();
         let mut start: Option<Item> = None;
         loop {
@@ -101,7 +107,10 @@ impl DynamoStore {
                     .expression_attribute_values(":from", AttributeValue::S(from.to_string())),
                 None => q.key_condition_expression("pk = :pk"),
             };
-            let out = q.send().await.map_err(|e| store_error(format!("Query {pk}"), e))?;
+            let out = q
+                .send()
+                .await
+                .map_err(|e| store_error(format!("Query {pk}"), e))?;
             items.extend(out.items.unwrap_or_default());
             match out.last_evaluated_key {
                 Some(k) if !k.is_empty() => start = Some(k),
@@ -195,9 +204,19 @@ struct DecisionItem {
 }
 
 fn lease_from(name: &str, attrs: Option<Item>) -> Result<Lease, StoreError> {
-    let attrs = attrs.ok_or_else(|| StoreError::new(ErrorKind::Other, format!("lease {name}: no attributes returned")))?;
+    let attrs = attrs.ok_or_else(|| {
+        StoreError::new(
+            ErrorKind::Other,
+            format!("lease {name}: no attributes returned"),
+        )
+    })?;
     let item: LeaseItem = DynamoStore::from_item("lease", attrs)?;
-    Ok(Lease { name: name.to_string(), holder: item.holder, token: item.token, expires_at: item.lease_until })
+    Ok(Lease {
+        name: name.to_string(),
+        holder: item.holder,
+        token: item.token,
+        expires_at: item.lease_until,
+    })
 }
 
 fn is_conflict(err: &StoreError) -> bool {
@@ -243,13 +262,24 @@ impl Store for DynamoStore {
             .set_item(Some(claim_item(claim)?))
             .condition_expression("#state = :state AND version = :version")
             .expression_attribute_names("#state", "state")
-            .expression_attribute_values(":state", AttributeValue::S(expected_state.as_str().to_string()))
-            .expression_attribute_values(":version", AttributeValue::N(expected_version.to_string()))
+            .expression_attribute_values(
+                ":state",
+                AttributeValue::S(expected_state.as_str().to_string()),
+            )
+            .expression_attribute_values(
+                ":version",
+                AttributeValue::N(expected_version.to_string()),
+            )
             .send()
             .await
             .map_err(|e| {
                 store_error(
-                    format!("PutItem claim {} (expecting {} v{})", claim.name, expected_state.as_str(), expected_version),
+                    format!(
+                        "PutItem claim {} (expecting {} v{})",
+                        claim.name,
+                        expected_state.as_str(),
+                        expected_version
+                    ),
                     e,
                 )
             })?;
@@ -303,7 +333,13 @@ impl Store for DynamoStore {
         Ok(claims.into_iter().next())
     }
 
-    async fn acquire_lease(&self, name: &str, holder: &str, now: i64, ttl: Duration) -> Result<Option<Lease>, StoreError> {
+    async fn acquire_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        now: i64,
+        ttl: Duration,
+    ) -> Result<Option<Lease>, StoreError> {
         // One UpdateItem: the token is an atomic counter kept in the lease item itself
         // (`ADD token 1`), so every acquisition gets a strictly larger token. The item
         // is never deleted (release only expires it, and `leaseUntil` is not the TTL
@@ -315,9 +351,14 @@ impl Store for DynamoStore {
             .set_key(Some(Self::key(&format!("LEASE#{name}"), "LEASE")))
             .update_expression("SET holder = :holder, leaseUntil = :until ADD #token :one")
             .expression_attribute_names("#token", "token")
-            .condition_expression("attribute_not_exists(pk) OR leaseUntil < :now OR holder = :holder")
+            .condition_expression(
+                "attribute_not_exists(pk) OR leaseUntil < :now OR holder = :holder",
+            )
             .expression_attribute_values(":holder", AttributeValue::S(holder.to_string()))
-            .expression_attribute_values(":until", AttributeValue::N((now + ttl_secs(ttl)).to_string()))
+            .expression_attribute_values(
+                ":until",
+                AttributeValue::N((now + ttl_secs(ttl)).to_string()),
+            )
             .expression_attribute_values(":now", AttributeValue::N(now.to_string()))
             .expression_attribute_values(":one", AttributeValue::N("1".into()))
             .return_values(ReturnValue::AllNew)
@@ -331,7 +372,12 @@ impl Store for DynamoStore {
         }
     }
 
-    async fn renew_lease(&self, lease: &Lease, now: i64, ttl: Duration) -> Result<Lease, StoreError> {
+    async fn renew_lease(
+        &self,
+        lease: &Lease,
+        now: i64,
+        ttl: Duration,
+    ) -> Result<Lease, StoreError> {
         let out = self
             .client
             .update_item()
@@ -342,11 +388,22 @@ impl Store for DynamoStore {
             .expression_attribute_names("#token", "token")
             .expression_attribute_values(":holder", AttributeValue::S(lease.holder.clone()))
             .expression_attribute_values(":token", AttributeValue::N(lease.token.to_string()))
-            .expression_attribute_values(":until", AttributeValue::N((now + ttl_secs(ttl)).to_string()))
+            .expression_attribute_values(
+                ":until",
+                AttributeValue::N((now + ttl_secs(ttl)).to_string()),
+            )
             .return_values(ReturnValue::AllNew)
             .send()
             .await
-            .map_err(|e| store_error(format!("UpdateItem lease {} (renew token {})", lease.name, lease.token), e))?;
+            .map_err(|e| {
+                store_error(
+                    format!(
+                        "UpdateItem lease {} (renew token {})",
+                        lease.name, lease.token
+                    ),
+                    e,
+                )
+            })?;
         lease_from(&lease.name, out.attributes)
     }
 
@@ -375,7 +432,12 @@ impl Store for DynamoStore {
     async fn mark_unavailable(&self, offering: &Offering, until: i64) -> Result<(), StoreError> {
         let item = IceItem {
             pk: ICE_PK.to_string(),
-            sk: format!("ICE#{}#{}#{}", offering.instance_type, offering.zone, offering.capacity_type.as_str()),
+            sk: format!(
+                "ICE#{}#{}#{}",
+                offering.instance_type,
+                offering.zone,
+                offering.capacity_type.as_str()
+            ),
             instance_type: offering.instance_type.clone(),
             zone: offering.zone.clone(),
             capacity_type: offering.capacity_type,
@@ -391,7 +453,10 @@ impl Store for DynamoStore {
         Ok(())
     }
 
-    async fn unavailable_offerings(&self, now: i64) -> Result<Vec<(String, String, CapacityType)>, StoreError> {
+    async fn unavailable_offerings(
+        &self,
+        now: i64,
+    ) -> Result<Vec<(String, String, CapacityType)>, StoreError> {
         // DynamoDB's TTL deletes expired items up to 48 hours late: filter here.
         let mut out = Vec::new();
         for item in self.query_partition(ICE_PK, None).await? {
@@ -403,8 +468,17 @@ impl Store for DynamoStore {
         Ok(out)
     }
 
-    async fn claim_idempotency_key(&self, key: &str, now: i64, ttl: Duration) -> Result<bool, StoreError> {
-        let item = IdempotencyItem { pk: format!("IDEMPOTENCY#{key}"), sk: "IDEMPOTENCY", expires_at: now + ttl_secs(ttl) };
+    async fn claim_idempotency_key(
+        &self,
+        key: &str,
+        now: i64,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let item = IdempotencyItem {
+            pk: format!("IDEMPOTENCY#{key}"),
+            sk: "IDEMPOTENCY",
+            expires_at: now + ttl_secs(ttl),
+        };
         let result = self
             .client
             .put_item()
@@ -427,7 +501,10 @@ impl Store for DynamoStore {
             .client
             .get_item()
             .table_name(&self.table)
-            .set_key(Some(Self::key(&format!("IDEMPOTENCY#{key}"), "IDEMPOTENCY")))
+            .set_key(Some(Self::key(
+                &format!("IDEMPOTENCY#{key}"),
+                "IDEMPOTENCY",
+            )))
             .consistent_read(true)
             .send()
             .await
@@ -435,7 +512,11 @@ impl Store for DynamoStore {
         // TTL deletion lags (up to days; never in emulators): an expired key is absent.
         Ok(out
             .item
-            .and_then(|item| item.get("expiresAt").and_then(|v| v.as_n().ok()).and_then(|n| n.parse::<i64>().ok()))
+            .and_then(|item| {
+                item.get("expiresAt")
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|n| n.parse::<i64>().ok())
+            })
             .is_some_and(|expires_at| expires_at >= now))
     }
 
@@ -443,7 +524,12 @@ impl Store for DynamoStore {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let item = DecisionItem {
             pk: format!("DECISION#{}", utc_date(decision.at)),
-            sk: format!("{}#{:016x}{:08x}", decision_sk_prefix(decision.at), self.instance_nonce, seq),
+            sk: format!(
+                "{}#{:016x}{:08x}",
+                decision_sk_prefix(decision.at),
+                self.instance_nonce,
+                seq
+            ),
             at: decision.at,
             job: decision.job.clone(),
             action: decision.action.clone(),

@@ -7,8 +7,9 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, PointInTimeRecoverySpecification,
-    Projection, ProjectionType, ScalarAttributeType, SseSpecification, TimeToLiveSpecification,
+    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType,
+    PointInTimeRecoverySpecification, Projection, ProjectionType, ScalarAttributeType,
+    SseSpecification, TimeToLiveSpecification,
 };
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
 use serde_json::Value;
@@ -37,7 +38,9 @@ pub fn moto_url() -> Option<String> {
     match std::env::var("NODEWRIGHT_MOTO_URL") {
         Ok(url) if !url.is_empty() => Some(url),
         _ if std::env::var_os("CI").is_some() => {
-            panic!("NODEWRIGHT_MOTO_URL is not set: under CI the AWS adapter tests must run against moto (use tests/moto.sh)")
+            panic!(
+                "NODEWRIGHT_MOTO_URL is not set: under CI the AWS adapter tests must run against moto (use tests/moto.sh)"
+            )
         }
         _ => {
             eprintln!("skipped: no moto (set NODEWRIGHT_MOTO_URL or run via tests/moto.sh)");
@@ -48,22 +51,35 @@ pub fn moto_url() -> Option<String> {
 
 pub fn unique(prefix: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-    format!("{prefix}-{}-{nanos:x}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!(
+        "{prefix}-{}-{nanos:x}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 pub async fn sdk_config(url: &str) -> aws_config::SdkConfig {
     aws_config::defaults(aws_config::BehaviorVersion::latest())
         .endpoint_url(url)
         .region(aws_config::Region::new(REGION))
-        .credentials_provider(aws_credential_types::Credentials::new("test", "test", None, None, "test"))
+        .credentials_provider(aws_credential_types::Credentials::new(
+            "test", "test", None, None, "test",
+        ))
         .load()
         .await
 }
 
 /// Creates a table from infra/dynamodb-table.json (the CloudFormation Properties).
 pub async fn create_table_from_definition(url: &str, table: &str) {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../infra/dynamodb-table.json")).unwrap();
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../infra/dynamodb-table.json"
+    ))
+    .unwrap();
     let def: Value = serde_json::from_str(&text).unwrap();
     let key_schema = |v: &Value| -> Vec<KeySchemaElement> {
         v.as_array()
@@ -84,12 +100,18 @@ pub async fn create_table_from_definition(url: &str, table: &str) {
         .table_name(table)
         .billing_mode(BillingMode::from(def["BillingMode"].as_str().unwrap()))
         .set_key_schema(Some(key_schema(&def["KeySchema"])))
-        .sse_specification(SseSpecification::builder().enabled(def["SSESpecification"]["SSEEnabled"].as_bool().unwrap()).build());
+        .sse_specification(
+            SseSpecification::builder()
+                .enabled(def["SSESpecification"]["SSEEnabled"].as_bool().unwrap())
+                .build(),
+        );
     for a in def["AttributeDefinitions"].as_array().unwrap() {
         create = create.attribute_definitions(
             AttributeDefinition::builder()
                 .attribute_name(a["AttributeName"].as_str().unwrap())
-                .attribute_type(ScalarAttributeType::from(a["AttributeType"].as_str().unwrap()))
+                .attribute_type(ScalarAttributeType::from(
+                    a["AttributeType"].as_str().unwrap(),
+                ))
                 .build()
                 .unwrap(),
         );
@@ -101,7 +123,9 @@ pub async fn create_table_from_definition(url: &str, table: &str) {
                 .set_key_schema(Some(key_schema(&g["KeySchema"])))
                 .projection(
                     Projection::builder()
-                        .projection_type(ProjectionType::from(g["Projection"]["ProjectionType"].as_str().unwrap()))
+                        .projection_type(ProjectionType::from(
+                            g["Projection"]["ProjectionType"].as_str().unwrap(),
+                        ))
                         .build(),
                 )
                 .build()
@@ -129,7 +153,9 @@ pub async fn create_table_from_definition(url: &str, table: &str) {
         .point_in_time_recovery_specification(
             PointInTimeRecoverySpecification::builder()
                 .point_in_time_recovery_enabled(
-                    def["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"].as_bool().unwrap(),
+                    def["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"]
+                        .as_bool()
+                        .unwrap(),
                 )
                 .build()
                 .unwrap(),
@@ -152,7 +178,11 @@ pub struct Network {
 pub fn tag_spec(resource: ResourceType, tags: &[(&str, &str)]) -> TagSpecification {
     TagSpecification::builder()
         .resource_type(resource)
-        .set_tags(Some(tags.iter().map(|(k, v)| Tag::builder().key(*k).value(*v).build()).collect()))
+        .set_tags(Some(
+            tags.iter()
+                .map(|(k, v)| Tag::builder().key(*k).value(*v).build())
+                .collect(),
+        ))
         .build()
 }
 
@@ -163,7 +193,16 @@ pub async fn network(url: &str, cluster: &str) -> Network {
     let ec2 = aws_sdk_ec2::Client::new(&config);
     let ssm = aws_sdk_ssm::Client::new(&config);
     let discovery = ("karpenter.sh/discovery", cluster);
-    let vpc = ec2.create_vpc().cidr_block("10.0.0.0/16").send().await.unwrap().vpc.unwrap().vpc_id.unwrap();
+    let vpc = ec2
+        .create_vpc()
+        .cidr_block("10.0.0.0/16")
+        .send()
+        .await
+        .unwrap()
+        .vpc
+        .unwrap()
+        .vpc_id
+        .unwrap();
     let subnet = |cidr: &'static str, zone: &'static str, tags: Vec<(&'static str, String)>| {
         let ec2 = ec2.clone();
         let vpc = vpc.clone();
@@ -183,12 +222,32 @@ pub async fn network(url: &str, cluster: &str) -> Network {
                 .unwrap()
         }
     };
-    let subnet_a = subnet("10.0.1.0/24", "us-east-1a", vec![(discovery.0, cluster.to_string())]).await;
+    let subnet_a = subnet(
+        "10.0.1.0/24",
+        "us-east-1a",
+        vec![(discovery.0, cluster.to_string())],
+    )
+    .await;
     // Two subnets in us-east-1b: the larger one has more free addresses.
-    let subnet_b = subnet("10.0.8.0/21", "us-east-1b", vec![(discovery.0, cluster.to_string())]).await;
-    let subnet_b2 = subnet("10.0.2.0/26", "us-east-1b", vec![(discovery.0, cluster.to_string())]).await;
+    let subnet_b = subnet(
+        "10.0.8.0/21",
+        "us-east-1b",
+        vec![(discovery.0, cluster.to_string())],
+    )
+    .await;
+    let subnet_b2 = subnet(
+        "10.0.2.0/26",
+        "us-east-1b",
+        vec![(discovery.0, cluster.to_string())],
+    )
+    .await;
     // Not selected (no discovery tag).
-    subnet("10.0.3.0/24", "us-east-1c", vec![("other", "x".to_string())]).await;
+    subnet(
+        "10.0.3.0/24",
+        "us-east-1c",
+        vec![("other", "x".to_string())],
+    )
+    .await;
 
     let security_group = ec2
         .create_security_group()
@@ -203,7 +262,14 @@ pub async fn network(url: &str, cluster: &str) -> Network {
         .unwrap();
 
     // moto ships Amazon AMIs; pick one per architecture and tag them for this test.
-    let images = ec2.describe_images().owners("amazon").send().await.unwrap().images.unwrap();
+    let images = ec2
+        .describe_images()
+        .owners("amazon")
+        .send()
+        .await
+        .unwrap()
+        .images
+        .unwrap();
     let pick = |arch: &str| {
         images
             .iter()
@@ -214,7 +280,12 @@ pub async fn network(url: &str, cluster: &str) -> Network {
     let (ami_amd64, ami_arm64) = (pick("x86_64"), pick("arm64"));
     ec2.create_tags()
         .resources(&ami_amd64)
-        .tags(Tag::builder().key(format!("nodewright-test/{cluster}")).value("node-image").build())
+        .tags(
+            Tag::builder()
+                .key(format!("nodewright-test/{cluster}"))
+                .value("node-image")
+                .build(),
+        )
         .send()
         .await
         .unwrap();
@@ -229,6 +300,13 @@ pub async fn network(url: &str, cluster: &str) -> Network {
             .await
             .unwrap();
     }
-    Network { subnet_a, subnet_b, subnet_b2, security_group, ami_amd64, ami_arm64, ssm_prefix }
+    Network {
+        subnet_a,
+        subnet_b,
+        subnet_b2,
+        security_group,
+        ami_amd64,
+        ami_arm64,
+        ssm_prefix,
+    }
 }
-

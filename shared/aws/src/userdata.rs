@@ -22,7 +22,12 @@ pub fn taint_flag_value(taint: &Taint) -> String {
 }
 
 /// The nodeadm NodeConfig (as JSON, which is YAML) for one node.
-pub fn node_config(cluster: &ClusterInfo, labels: &BTreeMap<String, String>, taints: &[Taint], kubelet: &Kubelet) -> Value {
+pub fn node_config(
+    cluster: &ClusterInfo,
+    labels: &BTreeMap<String, String>,
+    taints: &[Taint],
+    kubelet: &Kubelet,
+) -> Value {
     let mut flags = Vec::new();
     if !labels.is_empty() {
         let joined: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -84,13 +89,19 @@ fn custom_parts(custom: &str) -> Vec<String> {
     } else {
         "text/x-shellscript; charset=\"us-ascii\""
     };
-    vec![format!("Content-Type: {content_type}\n\n{}", custom.trim_end())]
+    vec![format!(
+        "Content-Type: {content_type}\n\n{}",
+        custom.trim_end()
+    )]
 }
 
 fn multipart_boundary(text: &str) -> Option<String> {
     let header_end = text.find("\n\n").or_else(|| text.find("\r\n\r\n"))?;
     let headers = &text[..header_end];
-    let line = headers.lines().find(|l| l.to_ascii_lowercase().starts_with("content-type: multipart/"))?;
+    let line = headers.lines().find(|l| {
+        l.to_ascii_lowercase()
+            .starts_with("content-type: multipart/")
+    })?;
     let at = line.find("boundary=")? + "boundary=".len();
     let b = line[at..].split(';').next()?.trim().trim_matches('"');
     (!b.is_empty()).then(|| b.to_string())
@@ -106,9 +117,14 @@ pub fn al2023_user_data(
     custom: Option<&str>,
 ) -> String {
     let mut parts: Vec<String> = custom.map(custom_parts).unwrap_or_default();
-    let config = serde_json::to_string_pretty(&node_config(cluster, labels, taints, kubelet)).expect("JSON value");
-    parts.push(format!("Content-Type: application/node.eks.aws\n\n{config}"));
-    let mut out = format!("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"{MIME_BOUNDARY}\"\n\n");
+    let config = serde_json::to_string_pretty(&node_config(cluster, labels, taints, kubelet))
+        .expect("JSON value");
+    parts.push(format!(
+        "Content-Type: application/node.eks.aws\n\n{config}"
+    ));
+    let mut out = format!(
+        "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"{MIME_BOUNDARY}\"\n\n"
+    );
     for part in parts {
         out.push_str(&format!("--{MIME_BOUNDARY}\n{part}\n\n"));
     }
@@ -136,7 +152,10 @@ pub fn bottlerocket_user_data(
     }
     out.push_str("[settings.kubernetes]\n");
     out.push_str(&format!("cluster-name = {}\n", toml_string(&cluster.name)));
-    out.push_str(&format!("api-server = {}\n", toml_string(&cluster.endpoint)));
+    out.push_str(&format!(
+        "api-server = {}\n",
+        toml_string(&cluster.endpoint)
+    ));
     out.push_str(&format!(
         "cluster-certificate = {}\n",
         toml_string(&base64::engine::general_purpose::STANDARD.encode(&cluster.ca_pem))
@@ -180,7 +199,11 @@ mod tests {
     }
 
     fn unregistered() -> Taint {
-        Taint { key: "karpenter.sh/unregistered".into(), value: Some("true".into()), effect: TaintEffect::NoExecute }
+        Taint {
+            key: "karpenter.sh/unregistered".into(),
+            value: Some("true".into()),
+            effect: TaintEffect::NoExecute,
+        }
     }
 
     #[test]
@@ -189,10 +212,20 @@ mod tests {
             ("karpenter.sh/nodepool".to_string(), "default".to_string()),
             ("team".to_string(), "web".to_string()),
         ]);
-        let ud = al2023_user_data(&cluster(), &labels, &[unregistered()], &Kubelet::default(), None);
-        assert!(ud.starts_with("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"//\""));
+        let ud = al2023_user_data(
+            &cluster(),
+            &labels,
+            &[unregistered()],
+            &Kubelet::default(),
+            None,
+        );
+        assert!(
+            ud.starts_with("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"//\"")
+        );
         assert!(ud.contains("Content-Type: application/node.eks.aws"));
-        assert!(ud.contains("\"apiServerEndpoint\": \"https://ABC.gr7.us-east-1.eks.amazonaws.com\""));
+        assert!(
+            ud.contains("\"apiServerEndpoint\": \"https://ABC.gr7.us-east-1.eks.amazonaws.com\"")
+        );
         assert!(ud.contains("\"cidr\": \"10.100.0.0/16\""));
         assert!(ud.contains("--node-labels=karpenter.sh/nodepool=default,team=web"));
         assert!(ud.contains("--register-with-taints=karpenter.sh/unregistered=true:NoExecute"));
@@ -201,9 +234,19 @@ mod tests {
 
     #[test]
     fn custom_user_data_becomes_its_own_part_before_the_node_config() {
-        let ud = al2023_user_data(&cluster(), &BTreeMap::new(), &[], &Kubelet::default(), Some("#!/bin/bash\necho hi\n"));
-        let script = ud.find("Content-Type: text/x-shellscript").expect("script part");
-        let config = ud.find("Content-Type: application/node.eks.aws").expect("config part");
+        let ud = al2023_user_data(
+            &cluster(),
+            &BTreeMap::new(),
+            &[],
+            &Kubelet::default(),
+            Some("#!/bin/bash\necho hi\n"),
+        );
+        let script = ud
+            .find("Content-Type: text/x-shellscript")
+            .expect("script part");
+        let config = ud
+            .find("Content-Type: application/node.eks.aws")
+            .expect("config part");
         assert!(script < config);
         assert!(ud.contains("echo hi"));
     }
@@ -211,7 +254,13 @@ mod tests {
     #[test]
     fn custom_mime_user_data_is_merged_part_by_part() {
         let custom = "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"BOUNDARY\"\n\n--BOUNDARY\nContent-Type: text/x-shellscript\n\necho one\n--BOUNDARY\nContent-Type: text/x-shellscript\n\necho two\n--BOUNDARY--\n";
-        let ud = al2023_user_data(&cluster(), &BTreeMap::new(), &[], &Kubelet::default(), Some(custom));
+        let ud = al2023_user_data(
+            &cluster(),
+            &BTreeMap::new(),
+            &[],
+            &Kubelet::default(),
+            Some(custom),
+        );
         assert!(!ud.contains("BOUNDARY"));
         assert_eq!(ud.matches("Content-Type: text/x-shellscript").count(), 2);
         assert_eq!(ud.matches("--//\n").count(), 3);

@@ -10,12 +10,18 @@ use std::time::Duration;
 
 use aws_sdk_ec2::types::ResourceType;
 
-use nodewright_aws::testing::{K8S, Network, REGION, create_table_from_definition, network, sdk_config, tag_spec, unique};
+use nodewright_aws::testing::{
+    K8S, Network, REGION, create_table_from_definition, network, sdk_config, tag_spec, unique,
+};
 use nodewright_aws::{AwsContext, ClusterInfo, DynamoStore, Ec2Cloud, Ec2CloudConfig, moto};
-use nodewright_core::api::model::{AmiSelectorTerm, Ec2NodeClass, Kubelet, MetadataOptions, SelectorTerm, Taint, TaintEffect};
+use nodewright_core::api::model::{
+    AmiSelectorTerm, Ec2NodeClass, Kubelet, MetadataOptions, SelectorTerm, Taint, TaintEffect,
+};
 use nodewright_core::catalog::CapacityType;
-use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
-use nodewright_engine::ports::{Cloud, Decision, ErrorKind, LaunchRequest, Offering, ResolvedNodeClass, Store};
+use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim};
+use nodewright_engine::ports::{
+    Cloud, Decision, ErrorKind, LaunchRequest, Offering, ResolvedNodeClass, Store,
+};
 
 // ----- DynamoDB ------------------------------------------------------------------------
 
@@ -26,31 +32,18 @@ async fn store(url: &str) -> DynamoStore {
 }
 
 fn claim(name: &str) -> NodeClaim {
-    NodeClaim {
-        name: name.into(),
-        node_pool: "default".into(),
-        node_class: "default".into(),
-        state: ClaimState::Launching,
-        version: 1,
-        instance_type_options: vec!["m5.large".into(), "c5.large".into()],
-        zones: vec!["us-east-1a".into()],
-        capacity_types: vec![CapacityType::OnDemand],
-        pods: vec!["default/web-1".into()],
-        created_at: 1_000,
-        updated_at: 1_000,
-        instance_id: None,
-        instance_type: None,
-        zone: None,
-        capacity_type: None,
-        price_per_hour: None,
-        node_name: None,
-        launched_at: None,
-        registered_at: None,
-        initialized_at: None,
-        disruption: None,
-        failure: None,
-        expires_at: None,
-    }
+    NodeClaim::launching(
+        ClaimSpec {
+            name: name.into(),
+            node_pool: "default".into(),
+            node_class: "default".into(),
+            instance_type_options: vec!["m5.large".into(), "c5.large".into()],
+            zones: vec!["us-east-1a".into()],
+            capacity_types: vec![CapacityType::OnDemand],
+            pods: vec!["default/web-1".into()],
+        },
+        1_000,
+    )
 }
 
 fn launched(mut c: NodeClaim, instance_id: &str) -> NodeClaim {
@@ -72,7 +65,10 @@ async fn claims_are_created_once_and_read_back() {
     let store = store(&url).await;
     let c = claim("default-abc12");
     store.create_claim(&c).await.unwrap();
-    assert_eq!(store.get_claim("default-abc12").await.unwrap(), Some(c.clone()));
+    assert_eq!(
+        store.get_claim("default-abc12").await.unwrap(),
+        Some(c.clone())
+    );
     assert_eq!(store.get_claim("missing").await.unwrap(), None);
 
     let again = store.create_claim(&c).await.unwrap_err();
@@ -87,28 +83,51 @@ async fn claim_updates_are_conditional_on_state_and_version() {
     store.create_claim(&c).await.unwrap();
 
     let next = launched(c.clone(), "i-0123456789abcdef0");
-    store.update_claim(&next, ClaimState::Launching, 1).await.unwrap();
+    store
+        .update_claim(&next, ClaimState::Launching, 1)
+        .await
+        .unwrap();
     assert_eq!(store.get_claim(&c.name).await.unwrap(), Some(next.clone()));
 
     // Someone else already advanced it: stale version.
     let stale = launched(c.clone(), "i-0fedcba9876543210");
-    let err = store.update_claim(&stale, ClaimState::Launching, 1).await.unwrap_err();
+    let err = store
+        .update_claim(&stale, ClaimState::Launching, 1)
+        .await
+        .unwrap_err();
     assert_eq!(err.kind, ErrorKind::Conflict, "{err}");
 
     // Right version, wrong state.
     let mut wrong_state = next.clone();
     wrong_state.version = 3;
     wrong_state.state = ClaimState::Registered;
-    let err = store.update_claim(&wrong_state, ClaimState::Launching, 2).await.unwrap_err();
+    let err = store
+        .update_claim(&wrong_state, ClaimState::Launching, 2)
+        .await
+        .unwrap_err();
     assert_eq!(err.kind, ErrorKind::Conflict, "{err}");
 
     // Updating a claim that does not exist is a conflict too.
     let mut ghost = launched(claim("ghost"), "i-11111111");
     ghost.version = 2;
-    assert_eq!(store.update_claim(&ghost, ClaimState::Launching, 1).await.unwrap_err().kind, ErrorKind::Conflict);
+    assert_eq!(
+        store
+            .update_claim(&ghost, ClaimState::Launching, 1)
+            .await
+            .unwrap_err()
+            .kind,
+        ErrorKind::Conflict
+    );
 
     // The version must step by one.
-    assert_eq!(store.update_claim(&next, ClaimState::Launched, 5).await.unwrap_err().kind, ErrorKind::Invalid);
+    assert_eq!(
+        store
+            .update_claim(&next, ClaimState::Launched, 5)
+            .await
+            .unwrap_err()
+            .kind,
+        ErrorKind::Invalid
+    );
 
     // Unchanged by the refused writes.
     assert_eq!(store.get_claim(&c.name).await.unwrap(), Some(next));
@@ -122,20 +141,38 @@ async fn claims_list_across_pages_and_are_found_by_instance() {
     let mut names = Vec::new();
     for i in 0..40 {
         let mut c = claim(&format!("pool-{i:03}"));
-        c.pods = (0..800).map(|p| format!("namespace-with-a-long-name/pod-with-a-long-name-{p:05}")).collect();
+        c.pods = (0..800)
+            .map(|p| format!("namespace-with-a-long-name/pod-with-a-long-name-{p:05}"))
+            .collect();
         if i == 7 {
             c = launched(c, "i-0aaaaaaaaaaaaaaa7");
         }
         store.create_claim(&c).await.unwrap();
         names.push(c.name);
     }
-    let mut listed: Vec<String> = store.list_claims().await.unwrap().into_iter().map(|c| c.name).collect();
+    let mut listed: Vec<String> = store
+        .list_claims()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
     listed.sort();
     assert_eq!(listed, names);
 
-    let found = store.claim_by_instance("i-0aaaaaaaaaaaaaaa7").await.unwrap().expect("claim by instance");
+    let found = store
+        .claim_by_instance("i-0aaaaaaaaaaaaaaa7")
+        .await
+        .unwrap()
+        .expect("claim by instance");
     assert_eq!(found.name, "pool-007");
-    assert_eq!(store.claim_by_instance("i-0bbbbbbbbbbbbbbbb").await.unwrap(), None);
+    assert_eq!(
+        store
+            .claim_by_instance("i-0bbbbbbbbbbbbbbbb")
+            .await
+            .unwrap(),
+        None
+    );
 }
 
 #[tokio::test]
@@ -144,33 +181,81 @@ async fn leases_exclude_others_until_they_expire_with_increasing_tokens() {
     let store = store(&url).await;
     let ttl = Duration::from_secs(30);
 
-    let first = store.acquire_lease("provisioner", "a", 1_000, ttl).await.unwrap().expect("free lease");
+    let first = store
+        .acquire_lease("provisioner", "a", 1_000, ttl)
+        .await
+        .unwrap()
+        .expect("free lease");
     assert_eq!(first.holder, "a");
     assert_eq!(first.expires_at, 1_030);
 
     // Held: someone else is refused.
-    assert_eq!(store.acquire_lease("provisioner", "b", 1_010, ttl).await.unwrap(), None);
+    assert_eq!(
+        store
+            .acquire_lease("provisioner", "b", 1_010, ttl)
+            .await
+            .unwrap(),
+        None
+    );
     // Other leases are independent.
-    assert!(store.acquire_lease("disruption", "b", 1_010, ttl).await.unwrap().is_some());
+    assert!(
+        store
+            .acquire_lease("disruption", "b", 1_010, ttl)
+            .await
+            .unwrap()
+            .is_some()
+    );
 
     // Renewal by the holder extends it.
     let renewed = store.renew_lease(&first, 1_020, ttl).await.unwrap();
     assert_eq!((renewed.token, renewed.expires_at), (first.token, 1_050));
-    assert_eq!(store.acquire_lease("provisioner", "b", 1_049, ttl).await.unwrap(), None);
+    assert_eq!(
+        store
+            .acquire_lease("provisioner", "b", 1_049, ttl)
+            .await
+            .unwrap(),
+        None
+    );
 
     // Expired: b gets it, with a larger fencing token.
-    let second = store.acquire_lease("provisioner", "b", 1_051, ttl).await.unwrap().expect("expired lease");
+    let second = store
+        .acquire_lease("provisioner", "b", 1_051, ttl)
+        .await
+        .unwrap()
+        .expect("expired lease");
     assert_eq!(second.holder, "b");
-    assert!(second.token > first.token, "{} > {}", second.token, first.token);
+    assert!(
+        second.token > first.token,
+        "{} > {}",
+        second.token,
+        first.token
+    );
 
     // a lost it: renewing is a conflict, releasing is a no-op that leaves b's lease alone.
-    assert_eq!(store.renew_lease(&renewed, 1_052, ttl).await.unwrap_err().kind, ErrorKind::Conflict);
+    assert_eq!(
+        store
+            .renew_lease(&renewed, 1_052, ttl)
+            .await
+            .unwrap_err()
+            .kind,
+        ErrorKind::Conflict
+    );
     store.release_lease(&renewed).await.unwrap();
-    assert_eq!(store.acquire_lease("provisioner", "c", 1_053, ttl).await.unwrap(), None);
+    assert_eq!(
+        store
+            .acquire_lease("provisioner", "c", 1_053, ttl)
+            .await
+            .unwrap(),
+        None
+    );
 
     // b releases: c may take it at once, and the token still grows.
     store.release_lease(&second).await.unwrap();
-    let third = store.acquire_lease("provisioner", "c", 1_054, ttl).await.unwrap().expect("released lease");
+    let third = store
+        .acquire_lease("provisioner", "c", 1_054, ttl)
+        .await
+        .unwrap()
+        .expect("released lease");
     assert!(third.token > second.token);
 }
 
@@ -178,22 +263,45 @@ async fn leases_exclude_others_until_they_expire_with_increasing_tokens() {
 async fn unavailable_offerings_expire_even_before_ttl_deletion() {
     let url = moto!();
     let store = store(&url).await;
-    let o = |t: &str, ct| Offering { instance_type: t.into(), zone: "us-east-1a".into(), capacity_type: ct, price: 0.1 };
-    store.mark_unavailable(&o("m5.large", CapacityType::Spot), 1_180).await.unwrap();
-    store.mark_unavailable(&o("c5.large", CapacityType::OnDemand), 1_060).await.unwrap();
+    let o = |t: &str, ct| Offering {
+        instance_type: t.into(),
+        zone: "us-east-1a".into(),
+        capacity_type: ct,
+        price: 0.1,
+    };
+    store
+        .mark_unavailable(&o("m5.large", CapacityType::Spot), 1_180)
+        .await
+        .unwrap();
+    store
+        .mark_unavailable(&o("c5.large", CapacityType::OnDemand), 1_060)
+        .await
+        .unwrap();
 
     let mut now = store.unavailable_offerings(1_000).await.unwrap();
     now.sort();
     assert_eq!(
         now,
         vec![
-            ("c5.large".to_string(), "us-east-1a".to_string(), CapacityType::OnDemand),
-            ("m5.large".to_string(), "us-east-1a".to_string(), CapacityType::Spot),
+            (
+                "c5.large".to_string(),
+                "us-east-1a".to_string(),
+                CapacityType::OnDemand
+            ),
+            (
+                "m5.large".to_string(),
+                "us-east-1a".to_string(),
+                CapacityType::Spot
+            ),
         ]
     );
     assert_eq!(
         store.unavailable_offerings(1_100).await.unwrap(),
-        vec![("m5.large".to_string(), "us-east-1a".to_string(), CapacityType::Spot)]
+        vec![(
+            "m5.large".to_string(),
+            "us-east-1a".to_string(),
+            CapacityType::Spot
+        )]
     );
     assert_eq!(store.unavailable_offerings(1_200).await.unwrap(), vec![]);
 }
@@ -203,20 +311,59 @@ async fn idempotency_keys_are_claimed_once_until_they_expire() {
     let url = moto!();
     let store = store(&url).await;
     let day = Duration::from_secs(86_400);
-    assert!(!store.idempotency_key_exists("event-1", 1_000).await.unwrap());
-    assert!(store.claim_idempotency_key("event-1", 1_000, day).await.unwrap());
-    assert!(store.idempotency_key_exists("event-1", 1_001).await.unwrap());
-    assert!(!store.idempotency_key_exists("event-1", 1_000 + 86_401).await.unwrap(), "expired keys read as absent");
-    assert!(!store.claim_idempotency_key("event-1", 1_001, day).await.unwrap());
-    assert!(store.claim_idempotency_key("event-2", 1_001, day).await.unwrap());
-    assert!(store.claim_idempotency_key("event-1", 1_000 + 86_401, day).await.unwrap());
+    assert!(
+        !store
+            .idempotency_key_exists("event-1", 1_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .claim_idempotency_key("event-1", 1_000, day)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .idempotency_key_exists("event-1", 1_001)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .idempotency_key_exists("event-1", 1_000 + 86_401)
+            .await
+            .unwrap(),
+        "expired keys read as absent"
+    );
+    assert!(
+        !store
+            .claim_idempotency_key("event-1", 1_001, day)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .claim_idempotency_key("event-2", 1_001, day)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .claim_idempotency_key("event-1", 1_000 + 86_401, day)
+            .await
+            .unwrap()
+    );
 }
 
 #[tokio::test]
 async fn decisions_round_trip_in_time_order() {
     let url = moto!();
     let store = store(&url).await;
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
     let d = |at: i64, action: &str| Decision {
         at,
         job: "provision".into(),
@@ -225,7 +372,10 @@ async fn decisions_round_trip_in_time_order() {
         price_per_hour: Some(0.096),
     };
     // Yesterday, and two in the same second today.
-    store.record_decision(&d(now - 86_400, "old")).await.unwrap();
+    store
+        .record_decision(&d(now - 86_400, "old"))
+        .await
+        .unwrap();
     store.record_decision(&d(now - 60, "first")).await.unwrap();
     store.record_decision(&d(now - 60, "second")).await.unwrap();
     store.record_decision(&d(now - 10, "third")).await.unwrap();
@@ -273,15 +423,30 @@ fn node_class(cluster: &str, amis: Vec<AmiSelectorTerm>) -> Ec2NodeClass {
 }
 
 fn alias() -> AmiSelectorTerm {
-    AmiSelectorTerm::Alias { family: "al2023".into(), version: "latest".into() }
+    AmiSelectorTerm::Alias {
+        family: "al2023".into(),
+        version: "latest".into(),
+    }
 }
 
 async fn cloud(url: &str, cluster: &str, net: &Network) -> Ec2Cloud {
-    let config = Ec2CloudConfig { ssm_public_prefix: net.ssm_prefix.clone(), ..Ec2CloudConfig::default() };
-    Ec2Cloud::new(&AwsContext::for_emulator(url, REGION).await, config, cluster_info(cluster))
+    let config = Ec2CloudConfig {
+        ssm_public_prefix: net.ssm_prefix.clone(),
+        ..Ec2CloudConfig::default()
+    };
+    Ec2Cloud::new(
+        &AwsContext::for_emulator(url, REGION).await,
+        config,
+        cluster_info(cluster),
+    )
 }
 
-fn launch_request(claim: &str, class: Ec2NodeClass, resolved: ResolvedNodeClass, offerings: Vec<Offering>) -> LaunchRequest {
+fn launch_request(
+    claim: &str,
+    class: Ec2NodeClass,
+    resolved: ResolvedNodeClass,
+    offerings: Vec<Offering>,
+) -> LaunchRequest {
     LaunchRequest {
         claim_name: claim.into(),
         node_pool: "default".into(),
@@ -292,13 +457,22 @@ fn launch_request(claim: &str, class: Ec2NodeClass, resolved: ResolvedNodeClass,
             ("karpenter.sh/nodepool".to_string(), "default".to_string()),
             ("karpenter.sh/nodeclaim".to_string(), claim.to_string()),
         ]),
-        taints: vec![Taint { key: "dedicated".into(), value: Some("web".into()), effect: TaintEffect::NoSchedule }],
+        taints: vec![Taint {
+            key: "dedicated".into(),
+            value: Some("web".into()),
+            effect: TaintEffect::NoSchedule,
+        }],
         kubernetes_version: K8S.into(),
     }
 }
 
 fn on_demand(t: &str, zone: &str, price: f64) -> Offering {
-    Offering { instance_type: t.into(), zone: zone.into(), capacity_type: CapacityType::OnDemand, price }
+    Offering {
+        instance_type: t.into(),
+        zone: zone.into(),
+        capacity_type: CapacityType::OnDemand,
+        price,
+    }
 }
 
 #[tokio::test]
@@ -309,19 +483,47 @@ async fn node_classes_resolve_subnets_groups_and_images_by_alias_id_and_tags() {
     let cloud = cloud(&url, &cluster, &net).await;
 
     // AMI alias through the (seeded) public SSM parameters, both architectures.
-    let resolved = cloud.resolve_node_class(&node_class(&cluster, vec![alias()]), K8S).await.unwrap();
+    let resolved = cloud
+        .resolve_node_class(&node_class(&cluster, vec![alias()]), K8S)
+        .await
+        .unwrap();
     let mut subnet_ids: Vec<&str> = resolved.subnets.iter().map(|s| s.id.as_str()).collect();
     subnet_ids.sort();
-    let mut expected = vec![net.subnet_a.as_str(), net.subnet_b.as_str(), net.subnet_b2.as_str()];
+    let mut expected = vec![
+        net.subnet_a.as_str(),
+        net.subnet_b.as_str(),
+        net.subnet_b2.as_str(),
+    ];
     expected.sort();
     assert_eq!(subnet_ids, expected);
-    let zone_of = |id: &str| resolved.subnets.iter().find(|s| s.id == id).unwrap().zone.clone();
+    let zone_of = |id: &str| {
+        resolved
+            .subnets
+            .iter()
+            .find(|s| s.id == id)
+            .unwrap()
+            .zone
+            .clone()
+    };
     assert_eq!(zone_of(&net.subnet_a), "us-east-1a");
     assert_eq!(zone_of(&net.subnet_b), "us-east-1b");
-    assert_eq!(resolved.security_group_ids, vec![net.security_group.clone()]);
-    let mut images: Vec<(String, String)> = resolved.images.iter().map(|i| (i.arch.clone(), i.id.clone())).collect();
+    assert_eq!(
+        resolved.security_group_ids,
+        vec![net.security_group.clone()]
+    );
+    let mut images: Vec<(String, String)> = resolved
+        .images
+        .iter()
+        .map(|i| (i.arch.clone(), i.id.clone()))
+        .collect();
     images.sort();
-    assert_eq!(images, vec![("amd64".into(), net.ami_amd64.clone()), ("arm64".into(), net.ami_arm64.clone())]);
+    assert_eq!(
+        images,
+        vec![
+            ("amd64".into(), net.ami_amd64.clone()),
+            ("arm64".into(), net.ami_arm64.clone())
+        ]
+    );
 
     // By id (subnets, groups, image).
     let mut by_id = node_class(&cluster, vec![AmiSelectorTerm::Id(net.ami_arm64.clone())]);
@@ -330,47 +532,80 @@ async fn node_classes_resolve_subnets_groups_and_images_by_alias_id_and_tags() {
     let resolved = cloud.resolve_node_class(&by_id, K8S).await.unwrap();
     assert_eq!(resolved.subnets.len(), 1);
     assert_eq!(resolved.subnets[0].id, net.subnet_a);
-    assert_eq!(resolved.security_group_ids, vec![net.security_group.clone()]);
+    assert_eq!(
+        resolved.security_group_ids,
+        vec![net.security_group.clone()]
+    );
     assert_eq!(resolved.images.len(), 1);
-    assert_eq!((resolved.images[0].id.as_str(), resolved.images[0].arch.as_str()), (net.ami_arm64.as_str(), "arm64"));
+    assert_eq!(
+        (
+            resolved.images[0].id.as_str(),
+            resolved.images[0].arch.as_str()
+        ),
+        (net.ami_arm64.as_str(), "arm64")
+    );
 
     // Security group by name; image by tags.
     let mut by_tags = node_class(
         &cluster,
         vec![AmiSelectorTerm::Tags {
-            tags: BTreeMap::from([(format!("nodewright-test/{cluster}"), "node-image".to_string())]),
+            tags: BTreeMap::from([(
+                format!("nodewright-test/{cluster}"),
+                "node-image".to_string(),
+            )]),
             owner: None,
         }],
     );
     by_tags.security_group_selector_terms = vec![SelectorTerm::Name(format!("{cluster}-nodes"))];
     let resolved = cloud.resolve_node_class(&by_tags, K8S).await.unwrap();
-    assert_eq!(resolved.security_group_ids, vec![net.security_group.clone()]);
+    assert_eq!(
+        resolved.security_group_ids,
+        vec![net.security_group.clone()]
+    );
     assert_eq!(resolved.images.len(), 1);
     assert_eq!(resolved.images[0].id, net.ami_amd64);
 
     // Nothing selected is a clear NotFound.
     let mut none = node_class(&cluster, vec![alias()]);
-    none.subnet_selector_terms =
-        vec![SelectorTerm::Tags(BTreeMap::from([("karpenter.sh/discovery".to_string(), "nobody".to_string())]))];
+    none.subnet_selector_terms = vec![SelectorTerm::Tags(BTreeMap::from([(
+        "karpenter.sh/discovery".to_string(),
+        "nobody".to_string(),
+    )]))];
     let err = cloud.resolve_node_class(&none, K8S).await.unwrap_err();
     assert_eq!(err.kind, ErrorKind::NotFound);
     assert!(err.message.contains("subnetSelectorTerms"), "{err}");
 
     // An alias whose parameters do not exist selects nothing.
-    let err = cloud.resolve_node_class(&node_class(&cluster, vec![alias()]), "1.99").await.unwrap_err();
+    let err = cloud
+        .resolve_node_class(&node_class(&cluster, vec![alias()]), "1.99")
+        .await
+        .unwrap_err();
     assert_eq!(err.kind, ErrorKind::NotFound);
 }
 
 async fn describe_instance(url: &str, id: &str) -> aws_sdk_ec2::types::Instance {
     let ec2 = aws_sdk_ec2::Client::new(&sdk_config(url).await);
-    let out = ec2.describe_instances().instance_ids(id).send().await.unwrap();
-    out.reservations.unwrap()[0].instances.clone().unwrap().remove(0)
+    let out = ec2
+        .describe_instances()
+        .instance_ids(id)
+        .send()
+        .await
+        .unwrap();
+    out.reservations.unwrap()[0]
+        .instances
+        .clone()
+        .unwrap()
+        .remove(0)
 }
 
 async fn launch_templates_named_nodewright(url: &str) -> Vec<String> {
     let ec2 = aws_sdk_ec2::Client::new(&sdk_config(url).await);
     let out = ec2.describe_launch_templates().send().await.unwrap();
-    out.launch_templates.unwrap_or_default().into_iter().filter_map(|t| t.launch_template_name).collect()
+    out.launch_templates
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|t| t.launch_template_name)
+        .collect()
 }
 
 #[tokio::test]
@@ -386,8 +621,16 @@ async fn launches_tag_instances_and_reuse_one_launch_template() {
     let templates_before = launch_templates_named_nodewright(&url).await;
 
     // Cheapest first: c5.large in us-east-1b (moto launches the first override).
-    let offerings = vec![on_demand("c5.large", "us-east-1b", 0.085), on_demand("m5.large", "us-east-1a", 0.096)];
-    let req = launch_request("default-l1", class.clone(), resolved.clone(), offerings.clone());
+    let offerings = vec![
+        on_demand("c5.large", "us-east-1b", 0.085),
+        on_demand("m5.large", "us-east-1a", 0.096),
+    ];
+    let req = launch_request(
+        "default-l1",
+        class.clone(),
+        resolved.clone(),
+        offerings.clone(),
+    );
     let launched = cloud.launch(&req).await.unwrap();
     assert_eq!(launched.instance_type, "c5.large");
     assert_eq!(launched.zone, "us-east-1b");
@@ -395,15 +638,33 @@ async fn launches_tag_instances_and_reuse_one_launch_template() {
     assert_eq!(launched.price, 0.085);
 
     let instance = describe_instance(&url, &launched.instance_id).await;
-    assert_eq!(instance.instance_type.as_ref().unwrap().as_str(), "c5.large");
+    assert_eq!(
+        instance.instance_type.as_ref().unwrap().as_str(),
+        "c5.large"
+    );
     // The us-east-1b subnet with the most free addresses.
     assert_eq!(instance.subnet_id.as_deref(), Some(net.subnet_b.as_str()));
-    assert_eq!(instance.placement.as_ref().unwrap().availability_zone.as_deref(), Some("us-east-1b"));
+    assert_eq!(
+        instance
+            .placement
+            .as_ref()
+            .unwrap()
+            .availability_zone
+            .as_deref(),
+        Some("us-east-1b")
+    );
     assert_eq!(instance.image_id.as_deref(), Some(net.ami_amd64.as_str()));
-    let tags: BTreeMap<String, String> =
-        instance.tags.unwrap_or_default().into_iter().map(|t| (t.key.unwrap(), t.value.unwrap())).collect();
+    let tags: BTreeMap<String, String> = instance
+        .tags
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| (t.key.unwrap(), t.value.unwrap()))
+        .collect();
     for (k, v) in [
-        (format!("kubernetes.io/cluster/{cluster}"), "owned".to_string()),
+        (
+            format!("kubernetes.io/cluster/{cluster}"),
+            "owned".to_string(),
+        ),
         ("karpenter.sh/nodepool".into(), "default".into()),
         ("karpenter.sh/nodeclaim".into(), "default-l1".into()),
         ("karpenter.k8s.aws/ec2nodeclass".into(), "default".into()),
@@ -414,19 +675,44 @@ async fn launches_tag_instances_and_reuse_one_launch_template() {
         assert_eq!(tags.get(&k), Some(&v), "tag {k} in {tags:?}");
     }
 
-    let created: Vec<String> =
-        launch_templates_named_nodewright(&url).await.into_iter().filter(|n| !templates_before.contains(n)).collect();
+    let created: Vec<String> = launch_templates_named_nodewright(&url)
+        .await
+        .into_iter()
+        .filter(|n| !templates_before.contains(n))
+        .collect();
     assert_eq!(created.len(), 1, "{created:?}");
     assert!(created[0].starts_with("nodewright-"), "{created:?}");
 
     // A second claim, and a second (cold) Ec2Cloud: the same template is reused.
-    let second = cloud.launch(&launch_request("default-l2", class.clone(), resolved.clone(), offerings.clone())).await.unwrap();
+    let second = cloud
+        .launch(&launch_request(
+            "default-l2",
+            class.clone(),
+            resolved.clone(),
+            offerings.clone(),
+        ))
+        .await
+        .unwrap();
     let cold = self::cloud(&url, &cluster, &net).await;
-    let third = cold.launch(&launch_request("default-l3", class.clone(), resolved.clone(), offerings)).await.unwrap();
+    let third = cold
+        .launch(&launch_request(
+            "default-l3",
+            class.clone(),
+            resolved.clone(),
+            offerings,
+        ))
+        .await
+        .unwrap();
     assert_ne!(second.instance_id, third.instance_id);
-    let created_after: Vec<String> =
-        launch_templates_named_nodewright(&url).await.into_iter().filter(|n| !templates_before.contains(n)).collect();
-    assert_eq!(created_after, created, "launch template reused, not recreated");
+    let created_after: Vec<String> = launch_templates_named_nodewright(&url)
+        .await
+        .into_iter()
+        .filter(|n| !templates_before.contains(n))
+        .collect();
+    assert_eq!(
+        created_after, created,
+        "launch template reused, not recreated"
+    );
 
     // A template holds the user data with the node config (decoded from base64).
     let ec2 = aws_sdk_ec2::Client::new(&sdk_config(&url).await);
@@ -442,7 +728,9 @@ async fn launches_tag_instances_and_reuse_one_launch_template() {
     let data = version.launch_template_data.unwrap();
     use base64::Engine;
     let user_data = String::from_utf8(
-        base64::engine::general_purpose::STANDARD.decode(data.user_data.unwrap()).unwrap(),
+        base64::engine::general_purpose::STANDARD
+            .decode(data.user_data.unwrap())
+            .unwrap(),
     )
     .unwrap();
     assert!(user_data.contains("application/node.eks.aws"));
@@ -450,8 +738,14 @@ async fn launches_tag_instances_and_reuse_one_launch_template() {
     assert!(user_data.contains("karpenter.sh/unregistered=true:NoExecute"));
     assert!(user_data.contains("dedicated=web:NoSchedule"));
     assert!(user_data.contains("karpenter.sh/capacity-type=on-demand"));
-    assert!(!user_data.contains("default-l1"), "claim-specific labels stay out of shared templates");
-    assert_eq!(data.iam_instance_profile.unwrap().name.as_deref(), Some("KarpenterNodeRole"));
+    assert!(
+        !user_data.contains("default-l1"),
+        "claim-specific labels stay out of shared templates"
+    );
+    assert_eq!(
+        data.iam_instance_profile.unwrap().name.as_deref(),
+        Some("KarpenterNodeRole")
+    );
 }
 
 #[tokio::test]
@@ -463,7 +757,12 @@ async fn owned_instances_are_only_this_clusters_and_terminate_removes_them() {
     let class = node_class(&cluster, vec![alias()]);
     let resolved = cloud.resolve_node_class(&class, K8S).await.unwrap();
     let ours = cloud
-        .launch(&launch_request("default-o1", class, resolved, vec![on_demand("m5.large", "us-east-1a", 0.096)]))
+        .launch(&launch_request(
+            "default-o1",
+            class,
+            resolved,
+            vec![on_demand("m5.large", "us-east-1a", 0.096)],
+        ))
         .await
         .unwrap();
 
@@ -473,10 +772,18 @@ async fn owned_instances_are_only_this_clusters_and_terminate_removes_them() {
     let cluster_tag = format!("kubernetes.io/cluster/{cluster}");
     for tags in [
         vec![],
-        vec![("kubernetes.io/cluster/someone-else", "owned"), ("nodewright.io/managed-by", "nodewright")],
+        vec![
+            ("kubernetes.io/cluster/someone-else", "owned"),
+            ("nodewright.io/managed-by", "nodewright"),
+        ],
         vec![(cluster_tag.as_str(), "owned")],
     ] {
-        let mut run = ec2.run_instances().image_id(&net.ami_amd64).min_count(1).max_count(1).subnet_id(&net.subnet_a);
+        let mut run = ec2
+            .run_instances()
+            .image_id(&net.ami_amd64)
+            .min_count(1)
+            .max_count(1)
+            .subnet_id(&net.subnet_a);
         if !tags.is_empty() {
             run = run.tag_specifications(tag_spec(ResourceType::Instance, &tags));
         }
@@ -494,12 +801,26 @@ async fn owned_instances_are_only_this_clusters_and_terminate_removes_them() {
     assert!(i.state == "running" || i.state == "pending", "{}", i.state);
     assert!(i.launch_time > 0);
 
-    let err = cloud.terminate(&["i-not-an-id".to_string()]).await.unwrap_err();
+    let err = cloud
+        .terminate(&["i-not-an-id".to_string()])
+        .await
+        .unwrap_err();
     assert_eq!(err.kind, ErrorKind::Invalid);
-    cloud.terminate(std::slice::from_ref(&ours.instance_id)).await.unwrap();
+    cloud
+        .terminate(std::slice::from_ref(&ours.instance_id))
+        .await
+        .unwrap();
     assert_eq!(cloud.owned_instances().await.unwrap(), vec![]);
-    let state = describe_instance(&url, &ours.instance_id).await.state.unwrap().name.unwrap();
-    assert!(matches!(state.as_str(), "shutting-down" | "terminated"), "{state}");
+    let state = describe_instance(&url, &ours.instance_id)
+        .await
+        .state
+        .unwrap()
+        .name
+        .unwrap();
+    assert!(
+        matches!(state.as_str(), "shutting-down" | "terminated"),
+        "{state}"
+    );
 }
 
 #[tokio::test]
@@ -512,7 +833,10 @@ async fn catalog_comes_from_describe_instance_types_with_embedded_prices() {
     assert!(catalog.types.len() > 50, "{} types", catalog.types.len());
     let m5 = catalog.get("m5.large").expect("m5.large offered");
     assert!(m5.on_demand_price.unwrap() > 0.0);
-    assert_eq!(m5.labels.get("kubernetes.io/arch").map(String::as_str), Some("amd64"));
+    assert_eq!(
+        m5.labels.get("kubernetes.io/arch").map(String::as_str),
+        Some("amd64")
+    );
     // Cached: the same value again.
     assert_eq!(cloud.catalog().await.unwrap(), catalog);
 
@@ -530,9 +854,15 @@ async fn cluster_info_comes_from_describe_cluster() {
         .name(&name)
         .role_arn("arn:aws:iam::123456789012:role/eks")
         .version(K8S)
-        .resources_vpc_config(aws_sdk_eks::types::VpcConfigRequest::builder().subnet_ids("subnet-1").build())
+        .resources_vpc_config(
+            aws_sdk_eks::types::VpcConfigRequest::builder()
+                .subnet_ids("subnet-1")
+                .build(),
+        )
         .kubernetes_network_config(
-            aws_sdk_eks::types::KubernetesNetworkConfigRequest::builder().service_ipv4_cidr("10.100.0.0/16").build(),
+            aws_sdk_eks::types::KubernetesNetworkConfigRequest::builder()
+                .service_ipv4_cidr("10.100.0.0/16")
+                .build(),
         )
         .send()
         .await
@@ -545,14 +875,19 @@ async fn cluster_info_comes_from_describe_cluster() {
     assert!(!info.ca_pem.is_empty());
     assert_eq!(info.service_cidr.as_deref(), Some("10.100.0.0/16"));
 
-    let missing = ClusterInfo::describe(&ctx, "no-such-cluster").await.unwrap_err();
+    let missing = ClusterInfo::describe(&ctx, "no-such-cluster")
+        .await
+        .unwrap_err();
     assert_eq!(missing.kind, ErrorKind::NotFound);
 
     // The token source signs with the context's credentials.
-    let token = nodewright_aws::TokenSource::new(&ctx, &name).unwrap().token().await.unwrap();
+    let token = nodewright_aws::TokenSource::new(&ctx, &name)
+        .unwrap()
+        .token()
+        .await
+        .unwrap();
     assert!(token.starts_with("k8s-aws-v1."));
 }
-
 
 #[tokio::test]
 async fn the_cheaper_spot_group_launches_first_with_the_image_for_its_architecture() {
@@ -574,9 +909,15 @@ async fn the_cheaper_spot_group_launches_first_with_the_image_for_its_architectu
         spot("m6g.large", "us-east-1a", 0.031),
         spot("m5.large", "us-east-1b", 0.038),
     ];
-    let launched = cloud.launch(&launch_request("default-s1", class, resolved, offerings)).await.unwrap();
+    let launched = cloud
+        .launch(&launch_request("default-s1", class, resolved, offerings))
+        .await
+        .unwrap();
     assert_eq!(launched.capacity_type, CapacityType::Spot);
-    assert_eq!((launched.instance_type.as_str(), launched.zone.as_str()), ("m6g.large", "us-east-1a"));
+    assert_eq!(
+        (launched.instance_type.as_str(), launched.zone.as_str()),
+        ("m6g.large", "us-east-1a")
+    );
     assert_eq!(launched.price, 0.031);
 
     let instance = describe_instance(&url, &launched.instance_id).await;

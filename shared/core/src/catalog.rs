@@ -31,7 +31,9 @@ pub const LABEL_OS: &str = "kubernetes.io/os";
 pub const LABEL_INSTANCE_CPU: &str = "karpenter.k8s.aws/instance-cpu";
 pub const LABEL_INSTANCE_MEMORY: &str = "karpenter.k8s.aws/instance-memory";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, Deserialize,
+)]
 pub enum CapacityType {
     #[serde(rename = "spot")]
     Spot,
@@ -77,7 +79,9 @@ pub struct InstanceType {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CatalogError {
-    #[error("catalog is not valid JSON of the expected shape (instanceTypes[] with name, labels, allocatable, onDemandPricePerHour): {0}")]
+    #[error(
+        "catalog is not valid JSON of the expected shape (instanceTypes[] with name, labels, allocatable, onDemandPricePerHour): {0}"
+    )]
     Shape(#[source] serde_path_to_error::Error<serde_json::Error>),
     #[error("catalog instanceTypes[{index}] ({name}): allocatable.{resource}: {source}")]
     Quantity {
@@ -88,7 +92,11 @@ pub enum CatalogError {
         source: crate::resources::QuantityError,
     },
     #[error("catalog instanceTypes[{index}] ({name}): {message}")]
-    Invalid { index: usize, name: String, message: String },
+    Invalid {
+        index: usize,
+        name: String,
+        message: String,
+    },
     #[error("catalog has no instance types")]
     Empty,
 }
@@ -153,17 +161,27 @@ impl Catalog {
         let mut types = Vec::with_capacity(raw.instance_types.len());
         for (index, t) in raw.instance_types.into_iter().enumerate() {
             if t.name.is_empty() {
-                return Err(CatalogError::Invalid { index, name: t.name, message: "name is empty".into() });
+                return Err(CatalogError::Invalid {
+                    index,
+                    name: t.name,
+                    message: "name is empty".into(),
+                });
             }
             if !seen.insert(t.name.clone()) {
-                return Err(CatalogError::Invalid { index, name: t.name, message: "duplicate instance type name".into() });
+                return Err(CatalogError::Invalid {
+                    index,
+                    name: t.name,
+                    message: "duplicate instance type name".into(),
+                });
             }
             if let Some(p) = t.on_demand_price_per_hour {
                 if !(p.is_finite() && p >= 0.0) {
                     return Err(CatalogError::Invalid {
                         index,
                         name: t.name,
-                        message: format!("onDemandPricePerHour must be a non-negative number, got {p}"),
+                        message: format!(
+                            "onDemandPricePerHour must be a non-negative number, got {p}"
+                        ),
                     });
                 }
             }
@@ -185,11 +203,15 @@ impl Catalog {
                 allocatable.set_milli(resource, milli);
             }
             let mut labels = t.labels;
-            labels.entry(LABEL_INSTANCE_TYPE.to_string()).or_insert_with(|| t.name.clone());
+            labels
+                .entry(LABEL_INSTANCE_TYPE.to_string())
+                .or_insert_with(|| t.name.clone());
             let mut capacity = allocatable.clone();
             // Labels too large to represent in milli-units are ignored like unparseable ones.
-            if let Some(cpu) =
-                labels.get(LABEL_INSTANCE_CPU).and_then(|v| v.parse::<i64>().ok()).and_then(|c| c.checked_mul(1000))
+            if let Some(cpu) = labels
+                .get(LABEL_INSTANCE_CPU)
+                .and_then(|v| v.parse::<i64>().ok())
+                .and_then(|c| c.checked_mul(1000))
             {
                 capacity.set_milli("cpu", cpu);
             }
@@ -218,7 +240,10 @@ impl Catalog {
     /// Every label key some instance type carries: these are "well-known" for
     /// scheduling (a pod may require them even if a NodePool does not mention them).
     pub fn label_keys(&self) -> HashSet<String> {
-        self.types.iter().flat_map(|t| t.labels.keys().cloned()).collect()
+        self.types
+            .iter()
+            .flat_map(|t| t.labels.keys().cloned())
+            .collect()
     }
 }
 
@@ -237,7 +262,11 @@ pub struct Pricing {
 
 impl Default for Pricing {
     fn default() -> Self {
-        Self::for_zones(["us-east-1a", "us-east-1b", "us-east-1c"].map(String::from).to_vec())
+        Self::for_zones(
+            ["us-east-1a", "us-east-1b", "us-east-1c"]
+                .map(String::from)
+                .to_vec(),
+        )
     }
 }
 
@@ -255,7 +284,9 @@ impl Pricing {
     pub fn price(&self, it: &InstanceType, zone: &str, capacity_type: CapacityType) -> Option<f64> {
         let od = it.on_demand_price?;
         if !self.unavailable.is_empty()
-            && self.unavailable.contains(&(it.name.clone(), zone.to_string(), capacity_type))
+            && self
+                .unavailable
+                .contains(&(it.name.clone(), zone.to_string(), capacity_type))
         {
             return None;
         }
@@ -285,7 +316,13 @@ mod tests {
         assert_eq!(m5.on_demand_price, Some(0.192));
         assert_eq!(m5.labels[LABEL_INSTANCE_TYPE], "m5.xlarge");
         // Types without a price carry none rather than a made-up one.
-        assert_eq!(c.types.iter().filter(|t| t.on_demand_price.is_none()).count(), 18);
+        assert_eq!(
+            c.types
+                .iter()
+                .filter(|t| t.on_demand_price.is_none())
+                .count(),
+            18
+        );
     }
 
     #[test]
@@ -295,26 +332,50 @@ mod tests {
         let mut pricing = Pricing::default();
         let spot = pricing.price(m5, "us-east-1a", CapacityType::Spot).unwrap();
         assert!((spot - 0.192 * DEFAULT_SPOT_FRACTION).abs() < 1e-12);
-        pricing.spot_prices.insert(("m5.xlarge".into(), "us-east-1a".into()), 0.05);
-        assert_eq!(pricing.price(m5, "us-east-1a", CapacityType::Spot), Some(0.05));
-        pricing.unavailable.insert(("m5.xlarge".into(), "us-east-1a".into(), CapacityType::Spot));
+        pricing
+            .spot_prices
+            .insert(("m5.xlarge".into(), "us-east-1a".into()), 0.05);
+        assert_eq!(
+            pricing.price(m5, "us-east-1a", CapacityType::Spot),
+            Some(0.05)
+        );
+        pricing
+            .unavailable
+            .insert(("m5.xlarge".into(), "us-east-1a".into(), CapacityType::Spot));
         assert_eq!(pricing.price(m5, "us-east-1a", CapacityType::Spot), None);
-        assert!(pricing.price(m5, "us-east-1b", CapacityType::Spot).is_some());
+        assert!(
+            pricing
+                .price(m5, "us-east-1b", CapacityType::Spot)
+                .is_some()
+        );
     }
 
     #[test]
     fn a_custom_catalog_with_a_bad_quantity_names_the_type_and_resource() {
         let text = r#"{"instanceTypes":[{"name":"x.large","labels":{},"allocatable":{"cpu":"1.5.3"},"onDemandPricePerHour":1}]}"#;
         let err = Catalog::from_json(text).unwrap_err().to_string();
-        assert!(err.starts_with("catalog instanceTypes[0] (x.large): allocatable.cpu: quantity \"1.5.3\""), "{err}");
+        assert!(
+            err.starts_with(
+                "catalog instanceTypes[0] (x.large): allocatable.cpu: quantity \"1.5.3\""
+            ),
+            "{err}"
+        );
     }
 
     #[test]
     fn a_custom_catalog_of_the_wrong_shape_says_which_field() {
-        let err = Catalog::from_json(r#"{"instanceTypes":[{"name":"x","allocatable":{},"onDemandPricePerHour":"cheap"}]}"#)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("instanceTypes[0].onDemandPricePerHour"), "{err}");
-        assert!(matches!(Catalog::from_json(r#"{"instanceTypes":[]}"#), Err(CatalogError::Empty)));
+        let err = Catalog::from_json(
+            r#"{"instanceTypes":[{"name":"x","allocatable":{},"onDemandPricePerHour":"cheap"}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("instanceTypes[0].onDemandPricePerHour"),
+            "{err}"
+        );
+        assert!(matches!(
+            Catalog::from_json(r#"{"instanceTypes":[]}"#),
+            Err(CatalogError::Empty)
+        ));
     }
 }

@@ -163,7 +163,9 @@ impl Pod {
     /// The grace period a delete without an explicit one would give (Kubernetes' default
     /// is 30 s).
     pub fn grace_period_seconds(&self) -> i64 {
-        self.termination_grace_period_seconds.unwrap_or(DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS).max(0)
+        self.termination_grace_period_seconds
+            .unwrap_or(DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS)
+            .max(0)
     }
 
     /// Counts towards a PodDisruptionBudget's healthy pods: bound, not finished, not
@@ -235,7 +237,11 @@ impl PodDisruptionBudget {
     /// without a selector (or with an empty one, in policy/v1) — Kubernetes: a nil
     /// selector selects nothing, an empty one everything.
     pub fn selects(&self, pod: &Pod) -> bool {
-        pod.namespace == self.namespace && self.selector.as_ref().is_some_and(|s| s.matches(&pod.labels))
+        pod.namespace == self.namespace
+            && self
+                .selector
+                .as_ref()
+                .is_some_and(|s| s.matches(&pod.labels))
     }
 
     /// `status.disruptionsAllowed` computed as the disruption controller does, over
@@ -272,7 +278,9 @@ pub fn eviction_allowed(pod: &Pod, pods: &[Pod], pdbs: &[PodDisruptionBudget]) -
     if !pod.is_healthy_for_budget() {
         return true;
     }
-    pdbs.iter().filter(|b| b.selects(pod)).all(|b| b.disruptions_allowed(pods) > 0)
+    pdbs.iter()
+        .filter(|b| b.selects(pod))
+        .all(|b| b.disruptions_allowed(pods) > 0)
 }
 
 /// The parsed `kubectl get pods,nodes,daemonsets,poddisruptionbudgets -A -o json`.
@@ -319,23 +327,49 @@ mod budget_tests {
 
     #[test]
     fn percentages_round_up_for_min_available_and_max_unavailable() {
-        let pods: Vec<Pod> = (0..3).map(|i| pod(&format!("web-{i}"), "web", true)).collect();
+        let pods: Vec<Pod> = (0..3)
+            .map(|i| pod(&format!("web-{i}"), "web", true))
+            .collect();
         // minAvailable 50% of 3 = 1.5 → 2 must stay: one may go.
-        assert_eq!(budget(Some(IntOrPercent::Percent(50)), None).disruptions_allowed(&pods), 1);
+        assert_eq!(
+            budget(Some(IntOrPercent::Percent(50)), None).disruptions_allowed(&pods),
+            1
+        );
         // maxUnavailable 50% of 3 = 1.5 → 2 may be unavailable.
-        assert_eq!(budget(None, Some(IntOrPercent::Percent(50))).disruptions_allowed(&pods), 2);
-        assert_eq!(budget(Some(IntOrPercent::Int(3)), None).disruptions_allowed(&pods), 0);
-        assert_eq!(budget(None, Some(IntOrPercent::Int(0))).disruptions_allowed(&pods), 0);
+        assert_eq!(
+            budget(None, Some(IntOrPercent::Percent(50))).disruptions_allowed(&pods),
+            2
+        );
+        assert_eq!(
+            budget(Some(IntOrPercent::Int(3)), None).disruptions_allowed(&pods),
+            0
+        );
+        assert_eq!(
+            budget(None, Some(IntOrPercent::Int(0))).disruptions_allowed(&pods),
+            0
+        );
     }
 
     #[test]
     fn unhealthy_pods_count_as_expected_but_not_healthy() {
-        let mut pods: Vec<Pod> = (0..2).map(|i| pod(&format!("web-{i}"), "web", true)).collect();
+        let mut pods: Vec<Pod> = (0..2)
+            .map(|i| pod(&format!("web-{i}"), "web", true))
+            .collect();
         pods.push(pod("web-new", "web", false));
         let b = budget(None, Some(IntOrPercent::Int(1)));
-        assert_eq!(b.disruptions_allowed(&pods), 0, "a pending replacement uses up the budget");
-        assert!(eviction_allowed(&pods[2], &pods, std::slice::from_ref(&b)), "a pending pod may always go");
+        assert_eq!(
+            b.disruptions_allowed(&pods),
+            0,
+            "a pending replacement uses up the budget"
+        );
+        assert!(
+            eviction_allowed(&pods[2], &pods, std::slice::from_ref(&b)),
+            "a pending pod may always go"
+        );
         assert!(!eviction_allowed(&pods[0], &pods, std::slice::from_ref(&b)));
-        assert!(eviction_allowed(&pod("db-0", "db", true), &pods, &[b]), "not selected");
+        assert!(
+            eviction_allowed(&pod("db-0", "db", true), &pods, &[b]),
+            "not selected"
+        );
     }
 }

@@ -29,7 +29,8 @@ pub const SPOT_INTERRUPTION: &str = "EC2 Spot Instance Interruption Warning";
 pub const REBALANCE_RECOMMENDATION: &str = "EC2 Instance Rebalance Recommendation";
 pub const STATE_CHANGE: &str = "EC2 Instance State-change Notification";
 pub const HEALTH_EVENT: &str = "AWS Health Event";
-pub const CAPACITY_RESERVATION_INTERRUPTION: &str = "EC2 Capacity Reservation Instance Interruption Warning";
+pub const CAPACITY_RESERVATION_INTERRUPTION: &str =
+    "EC2 Capacity Reservation Instance Interruption Warning";
 
 /// A Spot interruption warning comes two minutes before EC2 reclaims the instance.
 pub const SPOT_NOTICE_SECONDS: i64 = 120;
@@ -132,11 +133,21 @@ pub enum EventError {
     #[error("{field}: required but missing")]
     Missing { field: String },
     #[error("{field}: expected {expected}, found {found}")]
-    WrongType { field: String, expected: &'static str, found: String },
-    #[error("{field}: {value:?} is not an EC2 instance id (expected i- followed by 8 or 17 hex digits)")]
+    WrongType {
+        field: String,
+        expected: &'static str,
+        found: String,
+    },
+    #[error(
+        "{field}: {value:?} is not an EC2 instance id (expected i- followed by 8 or 17 hex digits)"
+    )]
     InstanceId { field: String, value: String },
     #[error("{field}: {value:?} is not a timestamp (expected {expected})")]
-    Time { field: String, value: String, expected: &'static str },
+    Time {
+        field: String,
+        value: String,
+        expected: &'static str,
+    },
 }
 
 impl EventError {
@@ -158,7 +169,11 @@ pub enum Action {
     /// Taint and evict now, the instance is going away at `deadline`; optionally mark the
     /// offering unavailable (for a Spot warning the instance type × zone × spot offering,
     /// for a capacity-reservation warning the reservation) and ask the provisioner to run now.
-    DrainNow { deadline: i64, mark_offering_unavailable: bool, replace: bool },
+    DrainNow {
+        deadline: i64,
+        mark_offering_unavailable: bool,
+        replace: bool,
+    },
     /// Launch a replacement first, then drain within budgets; finish before `deadline` if any.
     ReplaceThenDrain { deadline: Option<i64> },
     /// Mark the node unschedulable and leave its pods where they are.
@@ -216,7 +231,11 @@ pub enum RebalanceAction {
 }
 
 impl RebalanceAction {
-    pub const ALL: [RebalanceAction; 3] = [RebalanceAction::Ignore, RebalanceAction::Cordon, RebalanceAction::Replace];
+    pub const ALL: [RebalanceAction; 3] = [
+        RebalanceAction::Ignore,
+        RebalanceAction::Cordon,
+        RebalanceAction::Replace,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -240,7 +259,9 @@ impl FromStr for RebalanceAction {
         RebalanceAction::ALL
             .into_iter()
             .find(|a| a.as_str() == s)
-            .ok_or_else(|| format!("{s:?} is not a rebalance action (expected ignore, cordon or replace)"))
+            .ok_or_else(|| {
+                format!("{s:?} is not a rebalance action (expected ignore, cordon or replace)")
+            })
     }
 }
 
@@ -276,10 +297,16 @@ pub fn parse_event(json: &str) -> Result<ParsedEvent, EventError> {
         ignored_reason: None,
     };
     if let Some(v) = version.filter(|v| *v != "0") {
-        return Ok(ignored(event, format!("version {v:?} is not supported (expected \"0\")")));
+        return Ok(ignored(
+            event,
+            format!("version {v:?} is not supported (expected \"0\")"),
+        ));
     }
     let expected_source = match event.detail_type.as_str() {
-        SPOT_INTERRUPTION | REBALANCE_RECOMMENDATION | STATE_CHANGE | CAPACITY_RESERVATION_INTERRUPTION => "aws.ec2",
+        SPOT_INTERRUPTION
+        | REBALANCE_RECOMMENDATION
+        | STATE_CHANGE
+        | CAPACITY_RESERVATION_INTERRUPTION => "aws.ec2",
         HEALTH_EVENT => "aws.health",
         other => {
             let reason = format!("detail-type {other:?} is not an interruption event");
@@ -350,7 +377,10 @@ fn health_event(mut event: ParsedEvent, detail: &Obj<'_>) -> Result<ParsedEvent,
         }
     }
     if ids.is_empty() {
-        return Ok(ignored(event, "AWS Health scheduledChange lists no affected entities".into()));
+        return Ok(ignored(
+            event,
+            "AWS Health scheduledChange lists no affected entities".into(),
+        ));
     }
     event.kind = EventKind::ScheduledChange;
     event.instance_ids = ids;
@@ -374,25 +404,36 @@ pub fn action_for(event: &ParsedEvent, rebalance: RebalanceAction) -> Action {
         },
         // Same two-minute notice; EC2 also says when it will terminate, which wins.
         EventKind::CapacityReservationInterruption => Action::DrainNow {
-            deadline: event.termination_time.unwrap_or(event.time.saturating_add(SPOT_NOTICE_SECONDS)),
+            deadline: event
+                .termination_time
+                .unwrap_or(event.time.saturating_add(SPOT_NOTICE_SECONDS)),
             mark_offering_unavailable: true,
             replace: true,
         },
         EventKind::RebalanceRecommendation => match rebalance {
-            RebalanceAction::Ignore => {
-                Action::None { reason: "rebalance recommendations are ignored (rebalance: ignore)".into() }
-            }
+            RebalanceAction::Ignore => Action::None {
+                reason: "rebalance recommendations are ignored (rebalance: ignore)".into(),
+            },
             RebalanceAction::Cordon => Action::Cordon,
             RebalanceAction::Replace => Action::ReplaceThenDrain { deadline: None },
         },
         EventKind::StateChange => match event.state.as_deref() {
             Some(s) if GONE_STATES.contains(&s) => Action::CleanUp,
-            Some(s) => Action::None { reason: format!("instance state {s:?} needs no action") },
-            None => Action::None { reason: "state change without a state".into() },
+            Some(s) => Action::None {
+                reason: format!("instance state {s:?} needs no action"),
+            },
+            None => Action::None {
+                reason: "state change without a state".into(),
+            },
         },
-        EventKind::ScheduledChange => Action::ReplaceThenDrain { deadline: event.start_time },
+        EventKind::ScheduledChange => Action::ReplaceThenDrain {
+            deadline: event.start_time,
+        },
         EventKind::Ignored => Action::None {
-            reason: event.ignored_reason.clone().unwrap_or_else(|| "ignored".into()),
+            reason: event
+                .ignored_reason
+                .clone()
+                .unwrap_or_else(|| "ignored".into()),
         },
     }
 }
@@ -406,7 +447,10 @@ struct Obj<'a> {
 impl<'a> Obj<'a> {
     fn root(value: &'a Value) -> Result<Obj<'a>, EventError> {
         match value {
-            Value::Object(map) => Ok(Obj { path: String::new(), map }),
+            Value::Object(map) => Ok(Obj {
+                path: String::new(),
+                map,
+            }),
             other => Err(wrong_type("event", "an object", other)),
         }
     }
@@ -419,11 +463,17 @@ impl<'a> Obj<'a> {
     }
 
     fn field(&self, key: &str) -> String {
-        if self.path.is_empty() { key.to_string() } else { format!("{}.{key}", self.path) }
+        if self.path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{key}", self.path)
+        }
     }
 
     fn required(&self, key: &str) -> Result<&'a Value, EventError> {
-        self.map.get(key).ok_or_else(|| EventError::Missing { field: self.field(key) })
+        self.map.get(key).ok_or_else(|| EventError::Missing {
+            field: self.field(key),
+        })
     }
 
     fn str(&self, key: &str) -> Result<&'a str, EventError> {
@@ -455,16 +505,23 @@ impl<'a> Obj<'a> {
 
     fn instance_id(&self, key: &str) -> Result<InstanceId, EventError> {
         let value = self.str(key)?;
-        InstanceId::parse(value).ok_or_else(|| EventError::InstanceId { field: self.field(key), value: value.into() })
+        InstanceId::parse(value).ok_or_else(|| EventError::InstanceId {
+            field: self.field(key),
+            value: value.into(),
+        })
     }
 
     fn opt_time(&self, key: &str) -> Result<Option<i64>, EventError> {
-        let Some(text) = self.opt_str(key)? else { return Ok(None) };
-        parse_timestamp(text).map(Some).ok_or_else(|| EventError::Time {
-            field: self.field(key),
-            value: text.into(),
-            expected: "RFC 1123 or RFC 3339",
-        })
+        let Some(text) = self.opt_str(key)? else {
+            return Ok(None);
+        };
+        parse_timestamp(text)
+            .map(Some)
+            .ok_or_else(|| EventError::Time {
+                field: self.field(key),
+                value: text.into(),
+                expected: "RFC 1123 or RFC 3339",
+            })
     }
 }
 
@@ -477,7 +534,11 @@ fn wrong_type(field: &str, expected: &'static str, found: &Value) -> EventError 
         Value::Array(_) => "an array".to_string(),
         Value::Object(_) => "an object".to_string(),
     };
-    EventError::WrongType { field: field.into(), expected, found }
+    EventError::WrongType {
+        field: field.into(),
+        expected,
+        found,
+    }
 }
 
 /// RFC 3339 (`2026-11-20T10:00:00Z`, `…T10:00:00.123+01:00`) or RFC 1123 / RFC 2822
@@ -496,7 +557,12 @@ pub fn parse_rfc3339(s: &str) -> Option<i64> {
     let hour = digits(b, 11, 2)?;
     let minute = digits(b, 14, 2)?;
     let second = digits(b, 17, 2)?;
-    if b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') || b[13] != b':' || b[16] != b':' {
+    if b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b't' | b' ')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
         return None;
     }
     let mut i = 19;
@@ -550,7 +616,10 @@ pub fn parse_rfc2822(s: &str) -> Option<i64> {
     let mut parts = rest.split_ascii_whitespace();
     let day = number(parts.next()?, 1, 2)?;
     let month_name = parts.next()?;
-    let month = MONTHS.iter().position(|m| month_name.eq_ignore_ascii_case(m))? as i64 + 1;
+    let month = MONTHS
+        .iter()
+        .position(|m| month_name.eq_ignore_ascii_case(m))? as i64
+        + 1;
     let year = number(parts.next()?, 4, 4)?;
     let mut clock = parts.next()?.split(':');
     let hour = number(clock.next()?, 2, 2)?;
@@ -590,15 +659,24 @@ pub fn format_rfc3339(secs: i64) -> String {
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
     let (y, m, d) = civil_from_days(days);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
-const MONTHS: [&str; 12] = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"];
+const MONTHS: [&str; 12] = [
+    "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+];
 
 /// `n` ASCII digits at `start`, or `None` (including when `b` is too short).
 fn digits(b: &[u8], start: usize, n: usize) -> Option<i64> {
     let slice = b.get(start..start.checked_add(n)?)?;
-    slice.iter().try_fold(0i64, |acc, c| c.is_ascii_digit().then(|| acc * 10 + i64::from(c - b'0')))
+    slice.iter().try_fold(0i64, |acc, c| {
+        c.is_ascii_digit().then(|| acc * 10 + i64::from(c - b'0'))
+    })
 }
 
 /// A whole token of `min..=max` ASCII digits.
@@ -695,11 +773,18 @@ mod tests {
         assert_eq!(ids(&e), ["i-1234567890abcdef0"]);
         assert_eq!(e.instance_action.as_deref(), Some("terminate"));
         assert_eq!(e.time, T_10_00);
-        assert_eq!((e.state.as_deref(), e.ignored_reason.as_deref()), (None, None));
+        assert_eq!(
+            (e.state.as_deref(), e.ignored_reason.as_deref()),
+            (None, None)
+        );
         for rebalance in RebalanceAction::ALL {
             assert_eq!(
                 action_for(&e, rebalance),
-                Action::DrainNow { deadline: T_10_00 + 120, mark_offering_unavailable: true, replace: true }
+                Action::DrainNow {
+                    deadline: T_10_00 + 120,
+                    mark_offering_unavailable: true,
+                    replace: true
+                }
             );
         }
     }
@@ -709,11 +794,17 @@ mod tests {
         let e = parse_event(REBALANCE).unwrap();
         assert_eq!(e.kind, EventKind::RebalanceRecommendation);
         assert_eq!(ids(&e), ["i-1234567890abcdef0"]);
-        assert_eq!(action_for(&e, RebalanceAction::default()), Action::ReplaceThenDrain { deadline: None });
+        assert_eq!(
+            action_for(&e, RebalanceAction::default()),
+            Action::ReplaceThenDrain { deadline: None }
+        );
         assert_eq!(action_for(&e, RebalanceAction::Cordon), Action::Cordon);
         let ignore = action_for(&e, RebalanceAction::Ignore);
         assert_eq!(ignore.as_str(), "none");
-        assert!(ignore.reason().unwrap().contains("rebalance: ignore"), "{ignore:?}");
+        assert!(
+            ignore.reason().unwrap().contains("rebalance: ignore"),
+            "{ignore:?}"
+        );
     }
 
     #[test]
@@ -736,7 +827,8 @@ mod tests {
             ("pending", "none"),
             ("running", "none"),
         ] {
-            let e = parse_event(&forged(TERMINATED, |v| v["detail"]["state"] = state.into())).unwrap();
+            let e =
+                parse_event(&forged(TERMINATED, |v| v["detail"]["state"] = state.into())).unwrap();
             let a = action_for(&e, RebalanceAction::Replace);
             assert_eq!(a.as_str(), action, "{state}");
             if action == "none" {
@@ -750,9 +842,17 @@ mod tests {
         let e = parse_event(HEALTH).unwrap();
         assert_eq!(e.kind, EventKind::ScheduledChange);
         assert_eq!(ids(&e), ["i-0abcd1111abcd1111"]);
-        assert_eq!(e.health_event_type.as_deref(), Some("AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED"));
+        assert_eq!(
+            e.health_event_type.as_deref(),
+            Some("AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED")
+        );
         assert_eq!(e.start_time, Some(1_796_051_409)); // Mon, 30 Nov 2026 15:10:09 GMT
-        assert_eq!(action_for(&e, RebalanceAction::Ignore), Action::ReplaceThenDrain { deadline: Some(1_796_051_409) });
+        assert_eq!(
+            action_for(&e, RebalanceAction::Ignore),
+            Action::ReplaceThenDrain {
+                deadline: Some(1_796_051_409)
+            }
+        );
     }
 
     #[test]
@@ -772,7 +872,10 @@ mod tests {
 
     #[test]
     fn a_health_scheduled_change_without_affected_instances_is_ignored() {
-        let e = parse_event(&forged(HEALTH, |v| v["detail"]["affectedEntities"] = serde_json::json!([]))).unwrap();
+        let e = parse_event(&forged(HEALTH, |v| {
+            v["detail"]["affectedEntities"] = serde_json::json!([])
+        }))
+        .unwrap();
         assert_eq!(e.kind, EventKind::Ignored);
         assert!(e.ignored_reason.unwrap().contains("no affected entities"));
     }
@@ -785,14 +888,21 @@ mod tests {
         assert_eq!(e.termination_time, Some(T_10_00 + 90));
         assert_eq!(
             action_for(&e, RebalanceAction::Replace),
-            Action::DrainNow { deadline: T_10_00 + 90, mark_offering_unavailable: true, replace: true }
+            Action::DrainNow {
+                deadline: T_10_00 + 90,
+                mark_offering_unavailable: true,
+                replace: true
+            }
         );
     }
 
     #[test]
     fn a_capacity_reservation_interruption_without_a_termination_time_gets_two_minutes() {
         let e = parse_event(&capacity_reservation(None)).unwrap();
-        assert_eq!(action_for(&e, RebalanceAction::Replace).deadline(), Some(T_10_00 + 120));
+        assert_eq!(
+            action_for(&e, RebalanceAction::Replace).deadline(),
+            Some(T_10_00 + 120)
+        );
     }
 
     #[test]
@@ -802,20 +912,29 @@ mod tests {
         assert!(e.instance_ids.is_empty());
         let reason = e.ignored_reason.clone().unwrap();
         assert!(reason.contains("Scheduled Event"), "{reason}");
-        assert_eq!(action_for(&e, RebalanceAction::Replace), Action::None { reason });
+        assert_eq!(
+            action_for(&e, RebalanceAction::Replace),
+            Action::None { reason }
+        );
     }
 
     #[test]
     fn a_health_event_for_rds_is_ignored_with_a_reason() {
         let e = parse_event(&forged(HEALTH, |v| v["detail"]["service"] = "RDS".into())).unwrap();
         assert_eq!(e.kind, EventKind::Ignored);
-        assert!(e.ignored_reason.as_deref().unwrap().contains("\"RDS\""), "{e:?}");
+        assert!(
+            e.ignored_reason.as_deref().unwrap().contains("\"RDS\""),
+            "{e:?}"
+        );
         assert_eq!(action_for(&e, RebalanceAction::Replace).as_str(), "none");
     }
 
     #[test]
     fn a_health_event_that_is_not_a_scheduled_change_is_ignored_with_a_reason() {
-        let e = parse_event(&forged(HEALTH, |v| v["detail"]["eventTypeCategory"] = "issue".into())).unwrap();
+        let e = parse_event(&forged(HEALTH, |v| {
+            v["detail"]["eventTypeCategory"] = "issue".into()
+        }))
+        .unwrap();
         assert_eq!(e.kind, EventKind::Ignored);
         assert!(e.ignored_reason.unwrap().contains("\"issue\""));
     }
@@ -855,18 +974,33 @@ mod tests {
             assert_eq!(e.account, None);
             assert_eq!(e.kind, parse_event(fixture).unwrap().kind);
         }
-        assert_eq!(parse_event(SPOT).unwrap().account.as_deref(), Some("123456789012"));
+        assert_eq!(
+            parse_event(SPOT).unwrap().account.as_deref(),
+            Some("123456789012")
+        );
     }
 
     #[test]
     fn a_bad_instance_id_is_an_error_naming_the_field() {
-        let err = error(&forged(SPOT, |v| v["detail"]["instance-id"] = "i-XYZ".into()));
+        let err = error(&forged(SPOT, |v| {
+            v["detail"]["instance-id"] = "i-XYZ".into()
+        }));
         assert_eq!(
             err,
             "detail.instance-id: \"i-XYZ\" is not an EC2 instance id (expected i- followed by 8 or 17 hex digits)"
         );
-        for bad in ["i-1234567", "i-0123456789ABCDEF0", "", "i-12345678 ", "../../etc", "i-123456789"] {
-            let e = parse_event(&forged(REBALANCE, |v| v["detail"]["instance-id"] = bad.into())).unwrap_err();
+        for bad in [
+            "i-1234567",
+            "i-0123456789ABCDEF0",
+            "",
+            "i-12345678 ",
+            "../../etc",
+            "i-123456789",
+        ] {
+            let e = parse_event(&forged(REBALANCE, |v| {
+                v["detail"]["instance-id"] = bad.into()
+            }))
+            .unwrap_err();
             assert_eq!(e.field(), Some("detail.instance-id"), "{bad:?}");
         }
     }
@@ -874,8 +1008,7 @@ mod tests {
     #[test]
     fn a_bad_affected_entity_is_an_error_naming_its_index() {
         let json = forged(HEALTH, |v| {
-            v["detail"]["affectedEntities"] =
-                serde_json::json!([{"entityValue": "i-0abcd1111abcd1111"}, {"entityValue": "vol-0123"}]);
+            v["detail"]["affectedEntities"] = serde_json::json!([{"entityValue": "i-0abcd1111abcd1111"}, {"entityValue": "vol-0123"}]);
         });
         let err = parse_event(&json).unwrap_err();
         assert_eq!(err.field(), Some("detail.affectedEntities[1].entityValue"));
@@ -887,20 +1020,37 @@ mod tests {
         let err = error(&forged(SPOT, |v| v["detail"]["instance-id"] = 42.into()));
         assert_eq!(err, "detail.instance-id: expected a string, found 42");
         for (edit, field) in [
-            (Box::new(|v: &mut Value| v["id"] = 7.into()) as Box<dyn Fn(&mut Value)>, "id"),
+            (
+                Box::new(|v: &mut Value| v["id"] = 7.into()) as Box<dyn Fn(&mut Value)>,
+                "id",
+            ),
             (Box::new(|v: &mut Value| v["time"] = true.into()), "time"),
-            (Box::new(|v: &mut Value| v["account"] = serde_json::json!([1])), "account"),
+            (
+                Box::new(|v: &mut Value| v["account"] = serde_json::json!([1])),
+                "account",
+            ),
             (Box::new(|v: &mut Value| v["detail"] = "x".into()), "detail"),
-            (Box::new(|v: &mut Value| v["detail"]["instance-action"] = serde_json::json!({})), "detail.instance-action"),
+            (
+                Box::new(|v: &mut Value| v["detail"]["instance-action"] = serde_json::json!({})),
+                "detail.instance-action",
+            ),
         ] {
             let e = parse_event(&forged(SPOT, edit)).unwrap_err();
             assert_eq!(e.field(), Some(field), "{e}");
             assert!(matches!(e, EventError::WrongType { .. }), "{e}");
         }
-        let e = parse_event(&forged(HEALTH, |v| v["detail"]["affectedEntities"] = "i-0abcd1111abcd1111".into()))
-            .unwrap_err();
-        assert_eq!(e.to_string(), "detail.affectedEntities: expected an array, found the string \"i-0abcd1111abcd1111\"");
-        let e = parse_event(&forged(HEALTH, |v| v["detail"]["affectedEntities"][0] = 3.into())).unwrap_err();
+        let e = parse_event(&forged(HEALTH, |v| {
+            v["detail"]["affectedEntities"] = "i-0abcd1111abcd1111".into()
+        }))
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "detail.affectedEntities: expected an array, found the string \"i-0abcd1111abcd1111\""
+        );
+        let e = parse_event(&forged(HEALTH, |v| {
+            v["detail"]["affectedEntities"][0] = 3.into()
+        }))
+        .unwrap_err();
         assert_eq!(e.field(), Some("detail.affectedEntities[0]"));
     }
 
@@ -925,25 +1075,49 @@ mod tests {
                 at.as_object_mut().unwrap().remove(*last);
             });
             let e = parse_event(&json).unwrap_err();
-            assert_eq!(e.to_string(), format!("{}: required but missing", path.join(".")));
+            assert_eq!(
+                e.to_string(),
+                format!("{}: required but missing", path.join("."))
+            );
         }
     }
 
     #[test]
     fn a_bad_timestamp_is_an_error_naming_the_field() {
-        let e = parse_event(&forged(SPOT, |v| v["time"] = "2026-02-30T10:00:00Z".into())).unwrap_err();
+        let e =
+            parse_event(&forged(SPOT, |v| v["time"] = "2026-02-30T10:00:00Z".into())).unwrap_err();
         assert_eq!(e.field(), Some("time"));
-        let e = parse_event(&forged(HEALTH, |v| v["detail"]["startTime"] = "next Tuesday".into())).unwrap_err();
-        assert_eq!(e.to_string(), "detail.startTime: \"next Tuesday\" is not a timestamp (expected RFC 1123 or RFC 3339)");
+        let e = parse_event(&forged(HEALTH, |v| {
+            v["detail"]["startTime"] = "next Tuesday".into()
+        }))
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "detail.startTime: \"next Tuesday\" is not a timestamp (expected RFC 1123 or RFC 3339)"
+        );
     }
 
     #[test]
     fn malformed_json_and_non_objects_are_errors_not_panics() {
-        for bad in ["", "{", "{\"id\":", "nul", "\u{feff}{}", &SPOT[..SPOT.len() / 2]] {
-            assert!(matches!(parse_event(bad), Err(EventError::Json(_))), "{bad:?}");
+        for bad in [
+            "",
+            "{",
+            "{\"id\":",
+            "nul",
+            "\u{feff}{}",
+            &SPOT[..SPOT.len() / 2],
+        ] {
+            assert!(
+                matches!(parse_event(bad), Err(EventError::Json(_))),
+                "{bad:?}"
+            );
         }
         for not_object in ["[]", "42", "\"event\"", "null"] {
-            assert_eq!(parse_event(not_object).unwrap_err().field(), Some("event"), "{not_object}");
+            assert_eq!(
+                parse_event(not_object).unwrap_err().field(),
+                Some("event"),
+                "{not_object}"
+            );
         }
     }
 
@@ -991,7 +1165,10 @@ mod tests {
         ] {
             assert_eq!(parse_timestamp(text), want, "{text}");
         }
-        assert_eq!(parse_timestamp("Mon, 1 Dec 2026 15:10 GMT"), Some(1_796_137_800));
+        assert_eq!(
+            parse_timestamp("Mon, 1 Dec 2026 15:10 GMT"),
+            Some(1_796_137_800)
+        );
         for bad in [
             "Mon, 30 Nov 2026 15:10:09",
             "Xyz, 30 Nov 2026 15:10:09 GMT",
@@ -1022,7 +1199,11 @@ mod tests {
     #[test]
     fn actions_and_kinds_have_stable_names() {
         let names: Vec<&str> = [
-            Action::DrainNow { deadline: 0, mark_offering_unavailable: true, replace: true },
+            Action::DrainNow {
+                deadline: 0,
+                mark_offering_unavailable: true,
+                replace: true,
+            },
             Action::ReplaceThenDrain { deadline: None },
             Action::Cordon,
             Action::CleanUp,
@@ -1031,8 +1212,20 @@ mod tests {
         .iter()
         .map(Action::as_str)
         .collect();
-        assert_eq!(names, ["drain-now", "replace-then-drain", "cordon", "clean-up", "none"]);
-        assert_eq!(EventKind::CapacityReservationInterruption.to_string(), "capacityReservationInterruption");
+        assert_eq!(
+            names,
+            [
+                "drain-now",
+                "replace-then-drain",
+                "cordon",
+                "clean-up",
+                "none"
+            ]
+        );
+        assert_eq!(
+            EventKind::CapacityReservationInterruption.to_string(),
+            "capacityReservationInterruption"
+        );
         for r in RebalanceAction::ALL {
             assert_eq!(r.as_str().parse::<RebalanceAction>(), Ok(r));
         }

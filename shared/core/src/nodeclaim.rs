@@ -49,7 +49,10 @@ impl ClaimState {
     pub fn is_live_capacity(self) -> bool {
         matches!(
             self,
-            ClaimState::Launching | ClaimState::Launched | ClaimState::Registered | ClaimState::Initialized
+            ClaimState::Launching
+                | ClaimState::Launched
+                | ClaimState::Registered
+                | ClaimState::Initialized
         )
     }
 
@@ -158,7 +161,10 @@ impl DisruptionCause {
     /// The instance is gone or going by itself: nothing to wait for (no evictions, no
     /// PDBs), pods and node are simply cleaned up.
     pub fn instance_gone(self) -> bool {
-        matches!(self, DisruptionCause::InstanceStopped | DisruptionCause::InstanceTerminated)
+        matches!(
+            self,
+            DisruptionCause::InstanceStopped | DisruptionCause::InstanceTerminated
+        )
     }
 }
 
@@ -170,61 +176,33 @@ pub struct TransitionError {
     pub to: ClaimState,
 }
 
+/// What a new claim is made of: the plan's decision, before anything is launched.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimSpec {
+    pub name: String,
+    pub node_pool: String,
+    pub node_class: String,
+    pub instance_type_options: Vec<String>,
+    pub zones: Vec<String>,
+    pub capacity_types: Vec<CapacityType>,
+    pub pods: Vec<String>,
+}
+
 impl NodeClaim {
-    /// The next record: same claim in state `to`, version + 1, `updated_at = now`.
-    /// `edit` fills in what the step learned (instance id, node name, ...).
-    pub fn transition(
-        &self,
-        to: ClaimState,
-        now: i64,
-        edit: impl FnOnce(&mut NodeClaim),
-    ) -> Result<NodeClaim, TransitionError> {
-        if !self.state.can_become(to) {
-            return Err(TransitionError { name: self.name.clone(), from: self.state, to });
-        }
-        let mut next = self.clone();
-        next.state = to;
-        next.version = self.version + 1;
-        next.updated_at = now;
-        edit(&mut next);
-        Ok(next)
-    }
-
-    /// `aws:///<zone>/<instance-id>`, the providerID the kubelet registers with.
-    pub fn provider_id(&self) -> Option<String> {
-        Some(format!("aws:///{}/{}", self.zone.as_ref()?, self.instance_id.as_ref()?))
-    }
-}
-
-/// The instance id inside a node's providerID (`aws:///us-east-1a/i-0123…`).
-pub fn instance_id_from_provider_id(provider_id: &str) -> Option<&str> {
-    let id = provider_id.strip_prefix("aws:///")?.rsplit('/').next()?;
-    is_instance_id(id).then_some(id)
-}
-
-/// `i-` followed by 8 or 17 lowercase hex digits.
-pub fn is_instance_id(s: &str) -> bool {
-    let Some(hex) = s.strip_prefix("i-") else { return false };
-    (hex.len() == 8 || hex.len() == 17) && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn claim() -> NodeClaim {
+    /// A new claim in its first state, `Launching`, version 1, created at `now`.
+    pub fn launching(spec: ClaimSpec, now: i64) -> NodeClaim {
         NodeClaim {
-            name: "default-abcde".into(),
-            node_pool: "default".into(),
-            node_class: "default".into(),
+            name: spec.name,
+            node_pool: spec.node_pool,
+            node_class: spec.node_class,
             state: ClaimState::Launching,
             version: 1,
-            instance_type_options: vec!["m5.large".into()],
-            zones: vec!["us-east-1a".into()],
-            capacity_types: vec![CapacityType::OnDemand],
-            pods: vec![],
-            created_at: 100,
-            updated_at: 100,
+            instance_type_options: spec.instance_type_options,
+            zones: spec.zones,
+            capacity_types: spec.capacity_types,
+            pods: spec.pods,
+            created_at: now,
+            updated_at: now,
             instance_id: None,
             instance_type: None,
             zone: None,
@@ -240,11 +218,88 @@ mod tests {
         }
     }
 
+    /// The next record: same claim in state `to`, version + 1, `updated_at = now`.
+    /// `edit` fills in what the step learned (instance id, node name, ...).
+    pub fn transition(
+        &self,
+        to: ClaimState,
+        now: i64,
+        edit: impl FnOnce(&mut NodeClaim),
+    ) -> Result<NodeClaim, TransitionError> {
+        if !self.state.can_become(to) {
+            return Err(TransitionError {
+                name: self.name.clone(),
+                from: self.state,
+                to,
+            });
+        }
+        let mut next = self.clone();
+        next.state = to;
+        next.version = self.version + 1;
+        next.updated_at = now;
+        edit(&mut next);
+        Ok(next)
+    }
+
+    /// `aws:///<zone>/<instance-id>`, the providerID the kubelet registers with.
+    pub fn provider_id(&self) -> Option<String> {
+        Some(format!(
+            "aws:///{}/{}",
+            self.zone.as_ref()?,
+            self.instance_id.as_ref()?
+        ))
+    }
+}
+
+/// The instance id inside a node's providerID (`aws:///us-east-1a/i-0123…`).
+pub fn instance_id_from_provider_id(provider_id: &str) -> Option<&str> {
+    let id = provider_id.strip_prefix("aws:///")?.rsplit('/').next()?;
+    is_instance_id(id).then_some(id)
+}
+
+/// `i-` followed by 8 or 17 lowercase hex digits.
+pub fn is_instance_id(s: &str) -> bool {
+    let Some(hex) = s.strip_prefix("i-") else {
+        return false;
+    };
+    (hex.len() == 8 || hex.len() == 17)
+        && hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim() -> NodeClaim {
+        NodeClaim::launching(
+            ClaimSpec {
+                name: "default-abcde".into(),
+                node_pool: "default".into(),
+                node_class: "default".into(),
+                instance_type_options: vec!["m5.large".into()],
+                zones: vec!["us-east-1a".into()],
+                capacity_types: vec![CapacityType::OnDemand],
+                pods: vec![],
+            },
+            100,
+        )
+    }
+
     #[test]
     fn the_happy_path_visits_every_state_in_order() {
         use ClaimState::*;
         let mut c = claim();
-        for next in [Launched, Registered, Initialized, Disrupting, Draining, Terminating, Terminated] {
+        for next in [
+            Launched,
+            Registered,
+            Initialized,
+            Disrupting,
+            Draining,
+            Terminating,
+            Terminated,
+        ] {
             c = c.transition(next, 200, |_| {}).unwrap();
         }
         assert_eq!(c.version, 8);
@@ -269,8 +324,14 @@ mod tests {
         c.zone = Some("us-east-1a".into());
         c.instance_id = Some("i-0123456789abcdef0".into());
         let pid = c.provider_id().unwrap();
-        assert_eq!(instance_id_from_provider_id(&pid), Some("i-0123456789abcdef0"));
-        assert_eq!(instance_id_from_provider_id("aws:///us-east-1a/i-xyz"), None);
+        assert_eq!(
+            instance_id_from_provider_id(&pid),
+            Some("i-0123456789abcdef0")
+        );
+        assert_eq!(
+            instance_id_from_provider_id("aws:///us-east-1a/i-xyz"),
+            None
+        );
         assert!(is_instance_id("i-12345678"));
         assert!(!is_instance_id("i-1234567"));
         assert!(!is_instance_id("i-0123456789ABCDEF0"));

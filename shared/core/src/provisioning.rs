@@ -95,7 +95,11 @@ pub fn plan_provisioning(input: &ProvisioningInput<'_>) -> ProvisioningPlan {
                 price_per_hour: cheapest.price,
                 pods: keys(&c.pods),
                 zones: c.zones.clone(),
-                capacity_types: c.capacity_types.iter().map(|ct| ct.as_str().to_string()).collect(),
+                capacity_types: c
+                    .capacity_types
+                    .iter()
+                    .map(|ct| ct.as_str().to_string())
+                    .collect(),
                 requirements: c.requirements.clone(),
             }
         })
@@ -106,18 +110,27 @@ pub fn plan_provisioning(input: &ProvisioningInput<'_>) -> ProvisioningPlan {
         unschedulable: result
             .unschedulable
             .iter()
-            .map(|(p, reason)| UnschedulablePod { pod: pods[*p].key(), reason: reason.clone() })
+            .map(|(p, reason)| UnschedulablePod {
+                pod: pods[*p].key(),
+                reason: reason.clone(),
+            })
             .collect(),
         total_price_per_hour,
         existing_nodes: result
             .existing_nodes
             .iter()
-            .map(|(n, p)| Absorbed { target: n.clone(), pods: keys(p) })
+            .map(|(n, p)| Absorbed {
+                target: n.clone(),
+                pods: keys(p),
+            })
             .collect(),
         in_flight: result
             .in_flight
             .iter()
-            .map(|(n, p)| Absorbed { target: n.clone(), pods: keys(p) })
+            .map(|(n, p)| Absorbed {
+                target: n.clone(),
+                pods: keys(p),
+            })
             .collect(),
     }
 }

@@ -11,7 +11,9 @@ use std::fmt;
 /// Why a quantity string is not a Kubernetes quantity.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QuantityError {
-    #[error("quantity {0:?} is not a Kubernetes quantity (expected a number with an optional suffix such as 500m, 2, 1.5Gi, 256M, 1e3)")]
+    #[error(
+        "quantity {0:?} is not a Kubernetes quantity (expected a number with an optional suffix such as 500m, 2, 1.5Gi, 256M, 1e3)"
+    )]
     Malformed(String),
     #[error("quantity {0:?} is too large")]
     Overflow(String),
@@ -282,7 +284,12 @@ pub fn format_milli(name: &str, milli: i64) -> String {
         }
         "memory" | "ephemeral-storage" => {
             let bytes = milli / 1000;
-            for (unit, size) in [("Ti", 1i64 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)] {
+            for (unit, size) in [
+                ("Ti", 1i64 << 40),
+                ("Gi", 1 << 30),
+                ("Mi", 1 << 20),
+                ("Ki", 1 << 10),
+            ] {
                 if bytes >= size {
                     let whole = bytes as f64 / size as f64;
                     return if bytes % size == 0 {
@@ -335,14 +342,19 @@ mod tests {
 
     #[test]
     fn malformed_quantities_are_errors_not_guesses() {
-        for text in ["", "1.5.3Gi", "abc", "1Gb", "1 Gi", "Gi", ".", "1e", "1ee3", "--1"] {
+        for text in [
+            "", "1.5.3Gi", "abc", "1Gb", "1 Gi", "Gi", ".", "1e", "1ee3", "--1",
+        ] {
             assert!(
                 matches!(parse_milli(text), Err(QuantityError::Malformed(_))),
                 "{text:?} should be malformed, got {:?}",
                 parse_milli(text)
             );
         }
-        assert!(matches!(parse_milli("99999999999Ei"), Err(QuantityError::Overflow(_))));
+        assert!(matches!(
+            parse_milli("99999999999Ei"),
+            Err(QuantityError::Overflow(_))
+        ));
     }
 
     #[test]

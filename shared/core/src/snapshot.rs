@@ -266,10 +266,15 @@ pub fn parse_snapshot(text: &str) -> Result<ClusterSnapshot, SnapshotError> {
     let mut snapshot = ClusterSnapshot::default();
     // Plans name pods "ns/name" and nodes by name: two objects of one kind with the same
     // name would make a plan ambiguous (and the planner would place one pod twice).
-    let mut seen: std::collections::HashSet<(&'static str, String)> = std::collections::HashSet::new();
+    let mut seen: std::collections::HashSet<(&'static str, String)> =
+        std::collections::HashSet::new();
     let mut unique = |index: usize, kind: &'static str, key: String| {
         let object = format!("{kind} {key:?}");
-        if seen.insert((kind, key)) { Ok(()) } else { Err(SnapshotError::Duplicate { index, object }) }
+        if seen.insert((kind, key)) {
+            Ok(())
+        } else {
+            Err(SnapshotError::Duplicate { index, object })
+        }
     };
     for (index, item) in items.into_iter().enumerate() {
         let Some(kind) = classify(index, &item, list_item_kind)? else {
@@ -297,7 +302,11 @@ pub fn parse_snapshot(text: &str) -> Result<ClusterSnapshot, SnapshotError> {
             ItemKind::Pdb => {
                 let pdb: policy::PodDisruptionBudget = decode(index, kind, item)?;
                 let pdb = pdb_from_k8s(&pdb)?;
-                unique(index, "PodDisruptionBudget", format!("{}/{}", pdb.namespace, pdb.name))?;
+                unique(
+                    index,
+                    "PodDisruptionBudget",
+                    format!("{}/{}", pdb.namespace, pdb.name),
+                )?;
                 snapshot.pdbs.push(pdb);
             }
         }
@@ -1336,12 +1345,25 @@ mod tests {
 
     #[test]
     fn two_objects_of_one_kind_with_one_name_are_rejected() {
-        let twice = list(vec![pod_json("default", "web-1", json!({})), pod_json("default", "web-1", json!({}))]);
+        let twice = list(vec![
+            pod_json("default", "web-1", json!({})),
+            pod_json("default", "web-1", json!({})),
+        ]);
         let err = parse_snapshot(&twice).unwrap_err();
-        assert!(matches!(err, SnapshotError::Duplicate { index: 1, .. }), "{err:?}");
-        assert!(err.to_string().starts_with("items[1]: pod \"default/web-1\" appears more than once"), "{err}");
+        assert!(
+            matches!(err, SnapshotError::Duplicate { index: 1, .. }),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with("items[1]: pod \"default/web-1\" appears more than once"),
+            "{err}"
+        );
         // Same name in another namespace is another pod.
-        let other_ns = list(vec![pod_json("default", "web-1", json!({})), pod_json("batch", "web-1", json!({}))]);
+        let other_ns = list(vec![
+            pod_json("default", "web-1", json!({})),
+            pod_json("batch", "web-1", json!({})),
+        ]);
         assert_eq!(parse_snapshot(&other_ns).unwrap().pods.len(), 2);
     }
 

@@ -34,7 +34,11 @@ pub fn node_pool(name: &str, requirements: Vec<NodeRequirement>) -> NodePool {
         requirements,
         taints: vec![],
         startup_taints: vec![],
-        node_class_ref: NodeClassRef { group: "karpenter.k8s.aws".into(), kind: "EC2NodeClass".into(), name: "default".into() },
+        node_class_ref: NodeClassRef {
+            group: "karpenter.k8s.aws".into(),
+            kind: "EC2NodeClass".into(),
+            name: "default".into(),
+        },
         expire_after: Some(Duration::from_secs(720 * 3600)),
         termination_grace_period: None,
         limits: None,
@@ -42,7 +46,12 @@ pub fn node_pool(name: &str, requirements: Vec<NodeRequirement>) -> NodePool {
         disruption: Disruption {
             consolidation_policy: ConsolidationPolicy::WhenEmptyOrUnderutilized,
             consolidate_after: Some(Duration::ZERO),
-            budgets: vec![Budget { nodes: BudgetNodes::Percent(10), schedule: None, duration: None, reasons: vec![] }],
+            budgets: vec![Budget {
+                nodes: BudgetNodes::Percent(10),
+                schedule: None,
+                duration: None,
+                reasons: vec![],
+            }],
         },
     }
 }
@@ -55,8 +64,16 @@ pub fn general_purpose_pool() -> NodePool {
             req("kubernetes.io/arch", Operator::In, &["amd64"]),
             req("kubernetes.io/os", Operator::In, &["linux"]),
             req(LABEL_CAPACITY_TYPE, Operator::In, &["on-demand"]),
-            req("karpenter.k8s.aws/instance-category", Operator::In, &["c", "m", "r"]),
-            req("karpenter.k8s.aws/instance-generation", Operator::Gt, &["2"]),
+            req(
+                "karpenter.k8s.aws/instance-category",
+                Operator::In,
+                &["c", "m", "r"],
+            ),
+            req(
+                "karpenter.k8s.aws/instance-generation",
+                Operator::Gt,
+                &["2"],
+            ),
         ],
     )
 }
@@ -76,14 +93,20 @@ pub fn pod(name: &str, cpu: &str, memory: &str) -> Pod {
     Pod {
         namespace: "default".into(),
         name: name.into(),
-        labels: BTreeMap::from([("app".to_string(), name.split('-').next().unwrap_or(name).to_string())]),
+        labels: BTreeMap::from([(
+            "app".to_string(),
+            name.split('-').next().unwrap_or(name).to_string(),
+        )]),
         requests,
         ..Pod::default()
     }
 }
 
 pub fn selector(app: &str) -> LabelSelector {
-    LabelSelector { match_labels: BTreeMap::from([("app".to_string(), app.to_string())]), match_expressions: vec![] }
+    LabelSelector {
+        match_labels: BTreeMap::from([("app".to_string(), app.to_string())]),
+        match_expressions: vec![],
+    }
 }
 
 pub fn spread(key: &str, app: &str) -> TopologySpreadConstraint {
@@ -97,11 +120,17 @@ pub fn spread(key: &str, app: &str) -> TopologySpreadConstraint {
 }
 
 pub fn affinity_term(key: &str, app: &str) -> PodAffinityTerm {
-    PodAffinityTerm { label_selector: Some(selector(app)), topology_key: key.into(), namespaces: vec!["default".into()] }
+    PodAffinityTerm {
+        label_selector: Some(selector(app)),
+        topology_key: key.into(),
+        namespaces: vec!["default".into()],
+    }
 }
 
 pub fn node(name: &str, instance_type: &str, zone: &str, pool: &str, catalog: &Catalog) -> Node {
-    let it = catalog.get(instance_type).expect("instance type in catalog");
+    let it = catalog
+        .get(instance_type)
+        .expect("instance type in catalog");
     let mut labels = it.labels.clone();
     labels.insert(LABEL_ZONE.into(), zone.into());
     labels.insert(LABEL_CAPACITY_TYPE.into(), "on-demand".into());
@@ -179,14 +208,23 @@ pub fn violations(
             }
         }
         if !Requirements::from_node_requirements(&pool.requirements).matches_labels(&labels) {
-            out.push(format!("claim {ci}: {} breaks NodePool {} requirements", c.instance_type, pool.name));
+            out.push(format!(
+                "claim {ci}: {} breaks NodePool {} requirements",
+                c.instance_type, pool.name
+            ));
         }
         let mut total = Resources::new();
         for ds in &snapshot.daemonsets {
             // Conservative: DaemonSets that tolerate the pool and match the node's labels.
             let t = &ds.template;
-            let tolerated = pool.taints.iter().all(|taint| t.tolerations.iter().any(|tol| tol.tolerates(taint)));
-            let sel = t.node_selector.iter().all(|(k, v)| labels.get(k) == Some(v));
+            let tolerated = pool
+                .taints
+                .iter()
+                .all(|taint| t.tolerations.iter().any(|tol| tol.tolerates(taint)));
+            let sel = t
+                .node_selector
+                .iter()
+                .all(|(k, v)| labels.get(k) == Some(v));
             if tolerated && sel {
                 total.add(&t.requests);
             }
@@ -196,7 +234,10 @@ pub fn violations(
             total.add(&p.requests);
             for (k, v) in &p.node_selector {
                 if labels.get(k) != Some(v) {
-                    out.push(format!("{key} on {}: nodeSelector {k}={v} not met", c.instance_type));
+                    out.push(format!(
+                        "{key} on {}: nodeSelector {k}={v} not met",
+                        c.instance_type
+                    ));
                 }
             }
             if !p.required_node_terms.is_empty()
@@ -205,17 +246,25 @@ pub fn violations(
                     .iter()
                     .any(|t| Requirements::from_node_requirements(t).matches_labels(&labels))
             {
-                out.push(format!("{key} on {}: required node affinity not met", c.instance_type));
+                out.push(format!(
+                    "{key} on {}: required node affinity not met",
+                    c.instance_type
+                ));
             }
             for taint in &pool.taints {
-                if taint.effect != TaintEffect::PreferNoSchedule && !p.tolerations.iter().any(|t| t.tolerates(taint)) {
+                if taint.effect != TaintEffect::PreferNoSchedule
+                    && !p.tolerations.iter().any(|t| t.tolerates(taint))
+                {
                     out.push(format!("{key}: taint {} not tolerated", taint.key));
                 }
             }
             placed.push((p, format!("claim-{ci}"), c.zone.clone()));
         }
         if let Some((name, want, have)) = total.first_shortfall(&it.allocatable) {
-            out.push(format!("claim {ci} ({}): {name} {want} > allocatable {have}", c.instance_type));
+            out.push(format!(
+                "claim {ci} ({}): {name} {want} > allocatable {have}",
+                c.instance_type
+            ));
         }
     }
     // Hard anti-affinity on hostname and zone spread among new claims' pods.
@@ -230,8 +279,18 @@ pub fn violations(
                     LABEL_ZONE => zone == zone2,
                     _ => false,
                 };
-                if same && term.label_selector.as_ref().is_some_and(|s| s.matches(&q.labels)) {
-                    out.push(format!("{} and {} break anti-affinity on {}", p.key(), q.key(), term.topology_key));
+                if same
+                    && term
+                        .label_selector
+                        .as_ref()
+                        .is_some_and(|s| s.matches(&q.labels))
+                {
+                    out.push(format!(
+                        "{} and {} break anti-affinity on {}",
+                        p.key(),
+                        q.key(),
+                        term.topology_key
+                    ));
                 }
             }
         }
@@ -244,9 +303,19 @@ pub fn violations(
 pub fn fuzz_event(data: &[u8]) {
     use crate::interruption::{Action, EventKind, RebalanceAction, action_for, parse_event};
     let text = String::from_utf8_lossy(data);
-    let Ok(event) = parse_event(&text) else { return };
-    assert_eq!(event.kind == EventKind::Ignored, event.ignored_reason.is_some(), "{event:?}");
-    assert_eq!(event.kind == EventKind::Ignored, event.instance_ids.is_empty(), "{event:?}");
+    let Ok(event) = parse_event(&text) else {
+        return;
+    };
+    assert_eq!(
+        event.kind == EventKind::Ignored,
+        event.ignored_reason.is_some(),
+        "{event:?}"
+    );
+    assert_eq!(
+        event.kind == EventKind::Ignored,
+        event.instance_ids.is_empty(),
+        "{event:?}"
+    );
     for id in &event.instance_ids {
         assert!(crate::nodeclaim::is_instance_id(id.as_str()), "{id}");
     }
@@ -270,7 +339,11 @@ pub fn fuzz_event(data: &[u8]) {
 /// catalogs: plain pods of a few sizes, one tolerating every taint, one pinned to arm64,
 /// two spread over zones and two with hostname anti-affinity.
 pub fn fuzz_pods() -> Vec<Pod> {
-    let mut pods = vec![pod("web-0", "500m", "512Mi"), pod("web-1", "2", "4Gi"), pod("big-0", "16", "64Gi")];
+    let mut pods = vec![
+        pod("web-0", "500m", "512Mi"),
+        pod("web-1", "2", "4Gi"),
+        pod("big-0", "16", "64Gi"),
+    ];
     let mut tolerant = pod("tolerant-0", "1", "1Gi");
     tolerant.tolerations.push(Toleration {
         key: String::new(),
@@ -280,7 +353,8 @@ pub fn fuzz_pods() -> Vec<Pod> {
     });
     pods.push(tolerant);
     let mut arm = pod("arm-0", "1", "2Gi");
-    arm.node_selector.insert("kubernetes.io/arch".into(), "arm64".into());
+    arm.node_selector
+        .insert("kubernetes.io/arch".into(), "arm64".into());
     pods.push(arm);
     for i in 0..2 {
         let mut p = pod(&format!("zonal-{i}"), "250m", "256Mi");
@@ -289,7 +363,8 @@ pub fn fuzz_pods() -> Vec<Pod> {
     }
     for i in 0..2 {
         let mut p = pod(&format!("solo-{i}"), "250m", "256Mi");
-        p.pod_anti_affinity.push(affinity_term(LABEL_HOSTNAME, "solo"));
+        p.pod_anti_affinity
+            .push(affinity_term(LABEL_HOSTNAME, "solo"));
         pods.push(p);
     }
     pods
@@ -301,8 +376,13 @@ pub fn plan_and_check(snapshot: &ClusterSnapshot, pools: &[NodePool], catalog: &
     use crate::catalog::Pricing;
     use crate::provisioning::{ProvisioningInput, plan_provisioning};
     let pricing = Pricing::default();
-    let plan =
-        plan_provisioning(&ProvisioningInput { snapshot, node_pools: pools, catalog, pricing: &pricing, in_flight: &[] });
+    let plan = plan_provisioning(&ProvisioningInput {
+        snapshot,
+        node_pools: pools,
+        catalog,
+        pricing: &pricing,
+        in_flight: &[],
+    });
     let broken = violations(&plan, snapshot, pools, catalog);
     assert!(broken.is_empty(), "plan breaks constraints: {broken:#?}");
 }
@@ -317,12 +397,19 @@ pub fn fuzz_manifests(data: &[u8]) {
 /// is slow in debug builds).
 pub fn fuzz_manifests_with(data: &[u8], plan: bool) {
     let text = String::from_utf8_lossy(data);
-    let Ok(docs) = crate::api::parse_documents("fuzz.yaml", &text) else { return };
-    let Ok(manifests) = crate::api::validate(&docs) else { return };
+    let Ok(docs) = crate::api::parse_documents("fuzz.yaml", &text) else {
+        return;
+    };
+    let Ok(manifests) = crate::api::validate(&docs) else {
+        return;
+    };
     if !plan || manifests.node_pools.is_empty() {
         return;
     }
-    let snapshot = ClusterSnapshot { pods: fuzz_pods(), ..Default::default() };
+    let snapshot = ClusterSnapshot {
+        pods: fuzz_pods(),
+        ..Default::default()
+    };
     plan_and_check(&snapshot, &manifests.node_pools, Catalog::embedded());
 }
 
@@ -335,7 +422,9 @@ pub fn fuzz_snapshot(data: &[u8]) {
 /// [`fuzz_snapshot`], planning only when `plan`.
 pub fn fuzz_snapshot_with(data: &[u8], plan: bool) {
     let text = String::from_utf8_lossy(data);
-    let Ok(snapshot) = crate::snapshot::parse_snapshot(&text) else { return };
+    let Ok(snapshot) = crate::snapshot::parse_snapshot(&text) else {
+        return;
+    };
     if !plan {
         return;
     }
@@ -346,7 +435,12 @@ pub fn fuzz_snapshot_with(data: &[u8], plan: bool) {
 /// [`fuzz_pods`] against a NodePool with no requirements beyond its defaults.
 pub fn fuzz_catalog(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    let Ok(catalog) = Catalog::from_json(&text) else { return };
-    let snapshot = ClusterSnapshot { pods: fuzz_pods(), ..Default::default() };
+    let Ok(catalog) = Catalog::from_json(&text) else {
+        return;
+    };
+    let snapshot = ClusterSnapshot {
+        pods: fuzz_pods(),
+        ..Default::default()
+    };
     plan_and_check(&snapshot, &[node_pool("any", vec![])], &catalog);
 }

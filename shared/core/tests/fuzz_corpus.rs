@@ -28,7 +28,9 @@ fn inputs(target: &str) -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
     for dir in ["fuzz/corpus", "fuzz/seeds", "tests/fuzz-regressions"] {
-        let Ok(entries) = std::fs::read_dir(root.join(dir).join(target)) else { continue };
+        let Ok(entries) = std::fs::read_dir(root.join(dir).join(target)) else {
+            continue;
+        };
         for entry in entries {
             let path = entry.expect("readable directory").path();
             if path.is_file() {
@@ -51,9 +53,13 @@ fn replay(target: &str, run: fn(&[u8], bool)) {
         if std::panic::catch_unwind(|| run(&data, plan)).is_err() {
             failed.push(path.display().to_string());
         }
-
     }
-    assert!(failed.is_empty(), "{target}: {} of {} inputs panicked: {failed:#?}", failed.len(), files.len());
+    assert!(
+        failed.is_empty(),
+        "{target}: {} of {} inputs panicked: {failed:#?}",
+        failed.len(),
+        files.len()
+    );
 }
 
 #[test]

@@ -20,8 +20,8 @@ use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
 use nodewright_engine::fakes::{FakeCloud, FakeCluster, ManualClock, MemoryStore};
 use nodewright_engine::ports::{Clock, Store};
 use nodewright_engine::{
-    InstanceAction, InterruptionConfig, InterruptionInput, InterruptionMode, InterruptionOutcome, Ports,
-    handle_interruption,
+    InstanceAction, InterruptionConfig, InterruptionInput, InterruptionMode, InterruptionOutcome,
+    Ports, handle_interruption,
 };
 
 const MESSAGES: usize = 15_000;
@@ -46,16 +46,29 @@ async fn fleet() -> Fleet {
         let zone = ZONES[i % ZONES.len()];
         let name = format!("spot-{i:05}");
         let instance = cloud.insert_instance("m5.large", zone, Some(&name), now - 3600);
-        let node = format!("ip-10-{}-{}-{}.ec2.internal", i / 65536, (i / 256) % 256, i % 256);
+        let node = format!(
+            "ip-10-{}-{}-{}.ec2.internal",
+            i / 65536,
+            (i / 256) % 256,
+            i % 256
+        );
         cluster.add_node(Node {
             name: node.clone(),
             provider_id: Some(format!("aws:///{zone}/{}", instance.id)),
             ready: true,
             ..Node::default()
         });
-        for (j, (critical, daemonset)) in [(false, false), (false, false), (true, false), (false, true)].into_iter().enumerate() {
+        for (j, (critical, daemonset)) in
+            [(false, false), (false, false), (true, false), (false, true)]
+                .into_iter()
+                .enumerate()
+        {
             cluster.add_pod(Pod {
-                namespace: if critical || daemonset { "kube-system".into() } else { "default".into() },
+                namespace: if critical || daemonset {
+                    "kube-system".into()
+                } else {
+                    "default".into()
+                },
                 name: format!("p{i:05}-{j}"),
                 node_name: Some(node.clone()),
                 critical,
@@ -91,8 +104,17 @@ async fn fleet() -> Fleet {
         store.create_claim(&claim).await.expect("claim");
         instances.push(instance.id);
     }
-    let ports = Ports { cloud: cloud.clone(), cluster, store, clock };
-    Fleet { ports, cloud, instances }
+    let ports = Ports {
+        cloud: cloud.clone(),
+        cluster,
+        store,
+        clock,
+    };
+    Fleet {
+        ports,
+        cloud,
+        instances,
+    }
 }
 
 fn input(i: usize, instance: &str, now: i64) -> InterruptionInput {
@@ -108,7 +130,12 @@ fn input(i: usize, instance: &str, now: i64) -> InterruptionInput {
 
 fn check(outcome: &InterruptionOutcome) {
     assert!(
-        matches!(outcome.instances()[0].action, InstanceAction::Disrupted { state: ClaimState::Terminated }),
+        matches!(
+            outcome.instances()[0].action,
+            InstanceAction::Disrupted {
+                state: ClaimState::Terminated
+            }
+        ),
         "{outcome:?}"
     );
 }
@@ -145,7 +172,9 @@ async fn main() {
     let started = Instant::now();
     for (i, id) in f.instances.iter().enumerate() {
         let t = Instant::now();
-        let outcome = handle_interruption(&f.ports, &config, input(i, id, now)).await.expect("handled");
+        let outcome = handle_interruption(&f.ports, &config, input(i, id, now))
+            .await
+            .expect("handled");
         latencies.push(t.elapsed());
         check(&outcome);
     }
@@ -153,7 +182,10 @@ async fn main() {
     let terminated = f.cloud.running().len();
     assert_eq!(terminated, 0, "every instance terminated");
     let ice = f.ports.store.unavailable_offerings(now).await.expect("ice");
-    println!("  instances left running: {terminated}; ICE entries: {} (type × zone)", ice.len());
+    println!(
+        "  instances left running: {terminated}; ICE entries: {} (type × zone)",
+        ice.len()
+    );
 
     // Ten at a time on one thread (an SQS batch handled concurrently), fresh fleet.
     let f = fleet().await;
@@ -168,7 +200,9 @@ async fn main() {
             let input = input(b * BATCH + j, id, now);
             set.spawn(async move {
                 let t = Instant::now();
-                let outcome = handle_interruption(&ports, &config, input).await.expect("handled");
+                let outcome = handle_interruption(&ports, &config, input)
+                    .await
+                    .expect("handled");
                 (t.elapsed(), outcome)
             });
         }
@@ -178,14 +212,20 @@ async fn main() {
             latencies.push(latency);
         }
     }
-    report(&format!("batches of {BATCH}, one thread"), started.elapsed(), latencies);
+    report(
+        &format!("batches of {BATCH}, one thread"),
+        started.elapsed(),
+        latencies,
+    );
 
     // Redelivery of every message: all duplicates.
     let started = Instant::now();
     let mut latencies = Vec::with_capacity(MESSAGES);
     for (i, id) in f.instances.iter().enumerate() {
         let t = Instant::now();
-        let outcome = handle_interruption(&f.ports, &config, input(i, id, now)).await.expect("handled");
+        let outcome = handle_interruption(&f.ports, &config, input(i, id, now))
+            .await
+            .expect("handled");
         latencies.push(t.elapsed());
         assert_eq!(outcome, InterruptionOutcome::Duplicate);
     }

@@ -31,27 +31,53 @@ async fn main() {
     let mut spot = general_purpose_pool();
     spot.name = "spot".into();
     spot.requirements.retain(|r| r.key != LABEL_CAPACITY_TYPE);
-    spot.requirements.push(req(LABEL_CAPACITY_TYPE, Operator::In, &["spot", "on-demand"]));
+    spot.requirements.push(req(
+        LABEL_CAPACITY_TYPE,
+        Operator::In,
+        &["spot", "on-demand"],
+    ));
     spot.weight = 5;
     let compute = node_pool(
         "compute",
         vec![
             req("kubernetes.io/arch", Operator::In, &["amd64"]),
             req("karpenter.k8s.aws/instance-category", Operator::In, &["c"]),
-            req("karpenter.k8s.aws/instance-generation", Operator::Gt, &["4"]),
+            req(
+                "karpenter.k8s.aws/instance-generation",
+                Operator::Gt,
+                &["4"],
+            ),
         ],
     );
     let pools = vec![gp, spot, compute];
 
-    let shapes = [("250m", "512Mi"), ("500m", "1Gi"), ("1", "2Gi"), ("2", "4Gi"), ("1", "8Gi"), ("4", "8Gi"), ("100m", "128Mi")];
+    let shapes = [
+        ("250m", "512Mi"),
+        ("500m", "1Gi"),
+        ("1", "2Gi"),
+        ("2", "4Gi"),
+        ("1", "8Gi"),
+        ("4", "8Gi"),
+        ("100m", "128Mi"),
+    ];
     let types = ["m5.2xlarge", "c5.2xlarge", "r5.xlarge", "m6i.4xlarge"];
     cluster.with_state(|s| {
         s.node_pools = pools.clone();
         s.node_classes.push(node_class("default"));
         for i in 0..1000 {
             let pool = &pools[i % 3].name;
-            let mut n = node(&format!("node-{i}"), types[i % types.len()], ZONES[i % 3], pool, &catalog);
-            n.provider_id = Some(format!("aws:///{}/i-{:017x}", ZONES[i % 3], 0xa000_0000_0000u64 + i as u64));
+            let mut n = node(
+                &format!("node-{i}"),
+                types[i % types.len()],
+                ZONES[i % 3],
+                pool,
+                &catalog,
+            );
+            n.provider_id = Some(format!(
+                "aws:///{}/i-{:017x}",
+                ZONES[i % 3],
+                0xa000_0000_0000u64 + i as u64
+            ));
             // Two running pods per node, so existing capacity is partly used.
             for j in 0..2 {
                 let mut p = pod(&format!("running-{i}-{j}"), "1", "2Gi");
@@ -68,7 +94,12 @@ async fn main() {
 
     // The decision alone: the planner on the same inputs the tick builds.
     let state = cluster.snapshot();
-    let snapshot = ClusterSnapshot { pods: state.pods.clone(), nodes: state.nodes.clone(), daemonsets: vec![], pdbs: vec![] };
+    let snapshot = ClusterSnapshot {
+        pods: state.pods.clone(),
+        nodes: state.nodes.clone(),
+        daemonsets: vec![],
+        pdbs: vec![],
+    };
     let pricing = Pricing::for_zones(ZONES.map(String::from).to_vec());
     let t = Instant::now();
     let plan = plan_provisioning(&ProvisioningInput {
@@ -89,12 +120,24 @@ async fn main() {
         plan.total_price_per_hour
     );
 
-    let ports = Ports { cloud: cloud.clone(), cluster: cluster.clone(), store: store.clone(), clock: clock.clone() };
+    let ports = Ports {
+        cloud: cloud.clone(),
+        cluster: cluster.clone(),
+        store: store.clone(),
+        clock: clock.clone(),
+    };
     let mut dry = ProvisionerConfig::new("bench", "bench-dry");
     dry.dry_run = true;
     let t = Instant::now();
-    let report = Provisioner::new(ports.clone(), dry).tick().await.expect("dry-run tick");
-    println!("dry-run tick:{:>8.1} ms  ({} claims planned)", t.elapsed().as_secs_f64() * 1e3, report.planned.len());
+    let report = Provisioner::new(ports.clone(), dry)
+        .tick()
+        .await
+        .expect("dry-run tick");
+    println!(
+        "dry-run tick:{:>8.1} ms  ({} claims planned)",
+        t.elapsed().as_secs_f64() * 1e3,
+        report.planned.len()
+    );
 
     store.clear_calls();
     cloud.clear_calls();
@@ -104,7 +147,11 @@ async fn main() {
     let report = prov.tick().await.expect("tick");
     let tick_time = t.elapsed();
     let launched = report.launched.len().max(1) as f64;
-    let spot_claims = report.launched.iter().filter(|l| l.capacity_type == CapacityType::Spot).count();
+    let spot_claims = report
+        .launched
+        .iter()
+        .filter(|l| l.capacity_type == CapacityType::Spot)
+        .count();
     println!(
         "full tick:   {:>8.1} ms  ({} claims launched, {} spot, {} failed, {} pending pods seen)",
         tick_time.as_secs_f64() * 1e3,
@@ -116,9 +163,21 @@ async fn main() {
     let store_calls = store.call_counts();
     let cloud_calls = cloud.call_counts();
     let cluster_calls = cluster.call_counts();
-    println!("store calls per launched claim:   {:.2}  {:?}", store_calls.values().sum::<usize>() as f64 / launched, store_calls);
-    println!("cloud calls per launched claim:   {:.2}  {:?}", cloud_calls.values().sum::<usize>() as f64 / launched, cloud_calls);
-    println!("cluster calls per launched claim: {:.2}  {:?}", cluster_calls.values().sum::<usize>() as f64 / launched, cluster_calls);
+    println!(
+        "store calls per launched claim:   {:.2}  {:?}",
+        store_calls.values().sum::<usize>() as f64 / launched,
+        store_calls
+    );
+    println!(
+        "cloud calls per launched claim:   {:.2}  {:?}",
+        cloud_calls.values().sum::<usize>() as f64 / launched,
+        cloud_calls
+    );
+    println!(
+        "cluster calls per launched claim: {:.2}  {:?}",
+        cluster_calls.values().sum::<usize>() as f64 / launched,
+        cluster_calls
+    );
 
     let t = Instant::now();
     let again = prov.tick().await.expect("second tick");

@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tracing::warn;
 
-use crate::ports::{Cloud, Cluster, ClusterEvent, Clock, Decision, Store};
+use crate::ports::{Clock, Cloud, Cluster, ClusterEvent, Decision, Store};
 
 #[derive(Clone)]
 pub struct Ports {

@@ -24,7 +24,9 @@ pub enum EngineError {
     },
     /// A termination was asked for an instance the store does not record on the claim:
     /// refused, never sent to the cloud.
-    #[error("NodeClaim {claim:?} does not own instance {instance} in the store; refusing to terminate it")]
+    #[error(
+        "NodeClaim {claim:?} does not own instance {instance} in the store; refusing to terminate it"
+    )]
     NotOwned { claim: String, instance: String },
     #[error("no free NodeClaim name for NodePool {pool:?} after {attempts} attempts")]
     NoFreeName { pool: String, attempts: u32 },
@@ -37,7 +39,9 @@ impl EngineError {
             EngineError::Cloud(e) => Some(e.kind),
             EngineError::Cluster(e) => Some(e.kind),
             EngineError::Store(e) | EngineError::LeaseLost { source: e, .. } => Some(e.kind),
-            EngineError::Transition(_) | EngineError::NoFreeName { .. } | EngineError::NotOwned { .. } => None,
+            EngineError::Transition(_)
+            | EngineError::NoFreeName { .. }
+            | EngineError::NotOwned { .. } => None,
         }
     }
 }

@@ -20,15 +20,16 @@ use async_trait::async_trait;
 
 use nodewright_core::api::model::{Ec2NodeClass, MetadataOptions, SelectorTerm, Taint};
 use nodewright_core::catalog::{
-    CapacityType, Catalog, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_REGION, LABEL_ZONE,
+    CapacityType, Catalog, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_REGION,
+    LABEL_ZONE,
 };
 use nodewright_core::cluster::{Node, Pod, eviction_allowed};
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
 
 use crate::ports::{
-    Cloud, CloudError, Cluster, ClusterError, ClusterEvent, ClusterState, Clock, Decision, ErrorKind, Image,
-    Instance, Launched, LaunchError, LaunchRequest, Lease, NodePatch, Offering, ResolvedNodeClass, Store,
-    StoreError, Subnet,
+    Clock, Cloud, CloudError, Cluster, ClusterError, ClusterEvent, ClusterState, Decision,
+    ErrorKind, Image, Instance, LaunchError, LaunchRequest, Launched, Lease, NodePatch, Offering,
+    ResolvedNodeClass, Store, StoreError, Subnet,
 };
 
 /// Locks a mutex, recovering the data if a panicking test thread poisoned it.
@@ -43,7 +44,9 @@ struct Faults<Op, E> {
 
 impl<Op: Hash + Eq, E> Default for Faults<Op, E> {
     fn default() -> Self {
-        Self { queued: HashMap::new() }
+        Self {
+            queued: HashMap::new(),
+        }
     }
 }
 
@@ -103,7 +106,9 @@ pub struct ManualClock {
 impl ManualClock {
     /// A clock reading `unix_seconds`.
     pub fn new(unix_seconds: i64) -> Self {
-        Self { millis: AtomicU64::new(u64::try_from(unix_seconds).unwrap_or(0) * 1000) }
+        Self {
+            millis: AtomicU64::new(u64::try_from(unix_seconds).unwrap_or(0) * 1000),
+        }
     }
     pub fn advance(&self, d: Duration) {
         let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
@@ -183,7 +188,11 @@ impl FakeCloud {
         let subnets = zones
             .iter()
             .enumerate()
-            .map(|(i, z)| Subnet { id: format!("subnet-{:017x}", mix(i as u64) >> 4), zone: z.to_string(), available_ips: 4091 })
+            .map(|(i, z)| Subnet {
+                id: format!("subnet-{:017x}", mix(i as u64) >> 4),
+                zone: z.to_string(),
+                available_ips: 4091,
+            })
             .collect();
         Self {
             inner: Mutex::new(CloudInner {
@@ -208,11 +217,19 @@ impl FakeCloud {
     }
 
     pub fn set_spot_price(&self, instance_type: &str, zone: &str, price: f64) {
-        lock(&self.inner).spot_prices.insert((instance_type.to_string(), zone.to_string()), price);
+        lock(&self.inner)
+            .spot_prices
+            .insert((instance_type.to_string(), zone.to_string()), price);
     }
 
     /// Marks an offering as having (or not having) capacity.
-    pub fn set_capacity(&self, instance_type: &str, zone: &str, capacity_type: CapacityType, available: bool) {
+    pub fn set_capacity(
+        &self,
+        instance_type: &str,
+        zone: &str,
+        capacity_type: CapacityType,
+        available: bool,
+    ) {
         let key = (instance_type.to_string(), zone.to_string(), capacity_type);
         let mut inner = lock(&self.inner);
         if available {
@@ -288,7 +305,11 @@ impl FakeCloud {
             claim_name: claim_name.unwrap_or_default().to_string(),
             node_pool: String::new(),
             node_class: node_class("default"),
-            resolved: ResolvedNodeClass { subnets: vec![], security_group_ids: vec![], images: vec![] },
+            resolved: ResolvedNodeClass {
+                subnets: vec![],
+                security_group_ids: vec![],
+                images: vec![],
+            },
             offerings: vec![],
             labels: BTreeMap::new(),
             taints: vec![],
@@ -296,7 +317,11 @@ impl FakeCloud {
         };
         let at = inner.instances.len();
         inner.by_id.insert(instance.id.clone(), at);
-        inner.instances.push(FakeInstance { instance: instance.clone(), price: 0.0, request });
+        inner.instances.push(FakeInstance {
+            instance: instance.clone(),
+            price: 0.0,
+            request,
+        });
         instance
     }
 
@@ -309,7 +334,10 @@ impl FakeCloud {
 
     fn record(&self, op: CloudOp, key: impl Into<String>) -> Option<CloudError> {
         let mut inner = lock(&self.inner);
-        inner.calls.push(Call { op, key: key.into() });
+        inner.calls.push(Call {
+            op,
+            key: key.into(),
+        });
         inner.faults.take(&op)
     }
 }
@@ -346,8 +374,14 @@ impl Cloud for FakeCloud {
             subnets,
             security_group_ids: vec!["sg-0123456789abcdef0".into()],
             images: vec![
-                Image { id: "ami-0aaaaaaaaaaaaaaa1".into(), arch: "amd64".into() },
-                Image { id: "ami-0aaaaaaaaaaaaaaa2".into(), arch: "arm64".into() },
+                Image {
+                    id: "ami-0aaaaaaaaaaaaaaa1".into(),
+                    arch: "amd64".into(),
+                },
+                Image {
+                    id: "ami-0aaaaaaaaaaaaaaa2".into(),
+                    arch: "arm64".into(),
+                },
             ],
         })
     }
@@ -375,13 +409,23 @@ impl Cloud for FakeCloud {
         if request.offerings.is_empty() {
             return Err(LaunchError::Cloud(CloudError::new(
                 ErrorKind::Invalid,
-                format!("CreateFleet for {}: no launch template overrides", request.claim_name),
+                format!(
+                    "CreateFleet for {}: no launch template overrides",
+                    request.claim_name
+                ),
             )));
         }
-        if let Some(unknown) = request.offerings.iter().find(|o| inner.catalog.get(&o.instance_type).is_none()) {
+        if let Some(unknown) = request
+            .offerings
+            .iter()
+            .find(|o| inner.catalog.get(&o.instance_type).is_none())
+        {
             return Err(LaunchError::Cloud(CloudError::new(
                 ErrorKind::Invalid,
-                format!("CreateFleet for {}: invalid instance type {}", request.claim_name, unknown.instance_type),
+                format!(
+                    "CreateFleet for {}: invalid instance type {}",
+                    request.claim_name, unknown.instance_type
+                ),
             )));
         }
         let subnet_zones: HashSet<&str> = inner.subnets.iter().map(|s| s.zone.as_str()).collect();
@@ -408,7 +452,10 @@ impl Cloud for FakeCloud {
                     .collect::<Vec<_>>()
                     .join(", ")
             );
-            return Err(LaunchError::InsufficientCapacity { offerings: refused, message });
+            return Err(LaunchError::InsufficientCapacity {
+                offerings: refused,
+                message,
+            });
         };
         let id = Self::new_id(&mut inner);
         let instance = Instance {
@@ -423,7 +470,11 @@ impl Cloud for FakeCloud {
         inner.tokens.insert(request.claim_name.clone(), id.clone());
         let at = inner.instances.len();
         inner.by_id.insert(id.clone(), at);
-        inner.instances.push(FakeInstance { instance, price: o.price, request: request.clone() });
+        inner.instances.push(FakeInstance {
+            instance,
+            price: o.price,
+            request: request.clone(),
+        });
         Ok(Launched {
             instance_id: id,
             instance_type: o.instance_type,
@@ -441,8 +492,14 @@ impl Cloud for FakeCloud {
         }
         let mut inner = lock(&self.inner);
         // TerminateInstances is all-or-nothing on unknown ids.
-        if let Some(unknown) = instance_ids.iter().find(|id| !inner.by_id.contains_key(*id)) {
-            return Err(CloudError::new(ErrorKind::NotFound, format!("TerminateInstances: InvalidInstanceID.NotFound {unknown}")));
+        if let Some(unknown) = instance_ids
+            .iter()
+            .find(|id| !inner.by_id.contains_key(*id))
+        {
+            return Err(CloudError::new(
+                ErrorKind::NotFound,
+                format!("TerminateInstances: InvalidInstanceID.NotFound {unknown}"),
+            ));
         }
         for id in instance_ids {
             if let Some(&at) = inner.by_id.get(id) {
@@ -524,13 +581,21 @@ impl PodIndex {
         for (i, p) in state.pods.iter().enumerate() {
             index.insert(p, i);
         }
-        index.nodes = state.nodes.iter().enumerate().map(|(i, n)| (n.name.clone(), i)).collect();
+        index.nodes = state
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i))
+            .collect();
         index
     }
     fn insert(&mut self, p: &Pod, i: usize) {
         let key = (p.namespace.clone(), p.name.clone());
         if let Some(node) = &p.node_name {
-            self.by_node.entry(node.clone()).or_default().insert(key.clone());
+            self.by_node
+                .entry(node.clone())
+                .or_default()
+                .insert(key.clone());
         }
         self.by_key.insert(key, i);
     }
@@ -561,7 +626,10 @@ impl ClusterInner {
     }
 
     fn find_pod(&mut self, namespace: &str, name: &str) -> Option<usize> {
-        self.index().by_key.get(&(namespace.to_string(), name.to_string())).copied()
+        self.index()
+            .by_key
+            .get(&(namespace.to_string(), name.to_string()))
+            .copied()
     }
 
     /// Removes a pod (order of the others may change: swap-remove), and lets the
@@ -578,12 +646,19 @@ impl ClusterInner {
                 set.remove(&key);
             }
             if let Some(moved) = self.state.pods.get(i) {
-                index.by_key.insert((moved.namespace.clone(), moved.name.clone()), i);
+                index
+                    .by_key
+                    .insert((moved.namespace.clone(), moved.name.clone()), i);
             }
         }
         if self.recreate && !pod.daemonset_owned {
             self.recreated += 1;
-            let base = pod.name.split("-r~").next().unwrap_or(&pod.name).to_string();
+            let base = pod
+                .name
+                .split("-r~")
+                .next()
+                .unwrap_or(&pod.name)
+                .to_string();
             let replacement = Pod {
                 name: format!("{base}-r~{:05x}", mix(self.recreated) & 0xfffff),
                 node_name: None,
@@ -678,7 +753,9 @@ impl FakeCluster {
     /// Removes a node (the order of the others may change); false if there was none.
     pub fn remove_node(&self, name: &str) -> bool {
         let mut inner = lock(&self.inner);
-        let Some(i) = inner.find_node(name) else { return false };
+        let Some(i) = inner.find_node(name) else {
+            return false;
+        };
         inner.state.nodes.swap_remove(i);
         let moved = inner.state.nodes.get(i).map(|n| n.name.clone());
         if let Some(index) = inner.index.as_mut() {
@@ -704,7 +781,12 @@ impl FakeCluster {
     }
 
     pub fn node(&self, name: &str) -> Option<Node> {
-        lock(&self.inner).state.nodes.iter().find(|n| n.name == name).cloned()
+        lock(&self.inner)
+            .state
+            .nodes
+            .iter()
+            .find(|n| n.name == name)
+            .cloned()
     }
 
     pub fn nodes(&self) -> Vec<Node> {
@@ -719,9 +801,22 @@ impl FakeCluster {
     /// name, with providerID `aws:///<zone>/<id>`, the launch's labels plus the ones the
     /// kubelet sets itself (instance type, zone, region, capacity type, hostname, arch,
     /// os), and the launch's taints. Returns the node name.
-    pub fn register(&self, instance: &Instance, labels: &BTreeMap<String, String>, taints: &[Taint]) -> String {
-        let h = mix(instance.id.bytes().fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(u64::from(b))));
-        let name = format!("ip-10-{}-{}-{}.ec2.internal", (h >> 16) & 0xff, (h >> 8) & 0xff, h & 0xff);
+    pub fn register(
+        &self,
+        instance: &Instance,
+        labels: &BTreeMap<String, String>,
+        taints: &[Taint],
+    ) -> String {
+        let h = mix(instance
+            .id
+            .bytes()
+            .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(u64::from(b))));
+        let name = format!(
+            "ip-10-{}-{}-{}.ec2.internal",
+            (h >> 16) & 0xff,
+            (h >> 8) & 0xff,
+            h & 0xff
+        );
         let it = self.catalog.get(&instance.instance_type);
         let mut node_labels = BTreeMap::new();
         if let Some(it) = it {
@@ -734,9 +829,15 @@ impl FakeCluster {
         node_labels.extend(labels.clone());
         node_labels.insert(LABEL_INSTANCE_TYPE.into(), instance.instance_type.clone());
         node_labels.insert(LABEL_ZONE.into(), instance.zone.clone());
-        let region = instance.zone.trim_end_matches(|c: char| c.is_ascii_lowercase()).to_string();
+        let region = instance
+            .zone
+            .trim_end_matches(|c: char| c.is_ascii_lowercase())
+            .to_string();
         node_labels.insert(LABEL_REGION.into(), region);
-        node_labels.insert(LABEL_CAPACITY_TYPE.into(), instance.capacity_type.as_str().into());
+        node_labels.insert(
+            LABEL_CAPACITY_TYPE.into(),
+            instance.capacity_type.as_str().into(),
+        );
         node_labels.insert(LABEL_HOSTNAME.into(), name.clone());
         let node = Node {
             name: name.clone(),
@@ -758,8 +859,11 @@ impl FakeCluster {
     /// Every running instance of `cloud` without a node registers, with the labels and
     /// taints of the request that launched it. Returns the new node names.
     pub fn register_from(&self, cloud: &FakeCloud) -> Vec<String> {
-        let known: HashSet<String> =
-            self.nodes().iter().filter_map(|n| n.provider_id.clone()).collect();
+        let known: HashSet<String> = self
+            .nodes()
+            .iter()
+            .filter_map(|n| n.provider_id.clone())
+            .collect();
         let mut out = Vec::new();
         for fi in cloud.instances() {
             let i = &fi.instance;
@@ -814,7 +918,10 @@ impl FakeCluster {
 
     fn record(&self, op: ClusterOp, key: impl Into<String>) -> Option<ClusterError> {
         let mut inner = lock(&self.inner);
-        inner.calls.push(Call { op, key: key.into() });
+        inner.calls.push(Call {
+            op,
+            key: key.into(),
+        });
         inner.faults.take(&op)
     }
 }
@@ -844,13 +951,21 @@ impl Cluster for FakeCluster {
         }
         let mut inner = lock(&self.inner);
         let Some(i) = inner.find_node(name) else {
-            return Err(ClusterError::new(ErrorKind::NotFound, format!("nodes \"{name}\" not found")));
+            return Err(ClusterError::new(
+                ErrorKind::NotFound,
+                format!("nodes \"{name}\" not found"),
+            ));
         };
         let node = &mut inner.state.nodes[i];
         node.labels.extend(patch.set_labels.clone());
-        node.taints.retain(|t| !patch.remove_taints.contains(&t.key));
+        node.taints
+            .retain(|t| !patch.remove_taints.contains(&t.key));
         for t in &patch.add_taints {
-            if !node.taints.iter().any(|x| x.key == t.key && x.effect == t.effect) {
+            if !node
+                .taints
+                .iter()
+                .any(|x| x.key == t.key && x.effect == t.effect)
+            {
                 node.taints.push(t.clone());
             }
         }
@@ -859,7 +974,10 @@ impl Cluster for FakeCluster {
 
     async fn record_event(&self, event: &ClusterEvent) -> Result<(), ClusterError> {
         tokio::task::yield_now().await;
-        if let Some(e) = self.record(ClusterOp::RecordEvent, format!("{}/{}", event.reason, event.name)) {
+        if let Some(e) = self.record(
+            ClusterOp::RecordEvent,
+            format!("{}/{}", event.reason, event.name),
+        ) {
             return Err(e);
         }
         lock(&self.inner).events.push(event.clone());
@@ -882,10 +1000,17 @@ impl Cluster for FakeCluster {
         let mut inner = lock(&self.inner);
         let positions: Vec<usize> = {
             let index = inner.index();
-            let Some(keys) = index.by_node.get(node) else { return Ok(Vec::new()) };
-            keys.iter().filter_map(|k| index.by_key.get(k).copied()).collect()
+            let Some(keys) = index.by_node.get(node) else {
+                return Ok(Vec::new());
+            };
+            keys.iter()
+                .filter_map(|k| index.by_key.get(k).copied())
+                .collect()
         };
-        let mut pods: Vec<Pod> = positions.into_iter().map(|i| inner.state.pods[i].clone()).collect();
+        let mut pods: Vec<Pod> = positions
+            .into_iter()
+            .map(|i| inner.state.pods[i].clone())
+            .collect();
         pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         Ok(pods)
     }
@@ -902,7 +1027,10 @@ impl Cluster for FakeCluster {
         }
         let mut inner = lock(&self.inner);
         let Some(i) = inner.find_pod(namespace, name) else {
-            return Err(ClusterError::new(ErrorKind::NotFound, format!("pods \"{name}\" not found")));
+            return Err(ClusterError::new(
+                ErrorKind::NotFound,
+                format!("pods \"{name}\" not found"),
+            ));
         };
         let pod = &inner.state.pods[i];
         if inner.state.pdbs.iter().any(|b| b.selects(pod))
@@ -910,7 +1038,9 @@ impl Cluster for FakeCluster {
         {
             return Err(ClusterError::new(
                 ErrorKind::DisruptionBudget,
-                format!("evicting pod {namespace}/{name}: Cannot evict pod as it would violate the pod's disruption budget."),
+                format!(
+                    "evicting pod {namespace}/{name}: Cannot evict pod as it would violate the pod's disruption budget."
+                ),
             ));
         }
         inner.remove_pod(i);
@@ -919,16 +1049,26 @@ impl Cluster for FakeCluster {
 
     /// Deletes the pod at once whatever the grace period (recorded in `pod_deletions`);
     /// a kubelet would give the containers that long to stop.
-    async fn delete_pod(&self, namespace: &str, name: &str, grace_period_seconds: i64) -> Result<(), ClusterError> {
+    async fn delete_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        grace_period_seconds: i64,
+    ) -> Result<(), ClusterError> {
         tokio::task::yield_now().await;
         if let Some(e) = self.record(ClusterOp::DeletePod, format!("{namespace}/{name}")) {
             return Err(e);
         }
         let mut inner = lock(&self.inner);
         let Some(i) = inner.find_pod(namespace, name) else {
-            return Err(ClusterError::new(ErrorKind::NotFound, format!("pods \"{name}\" not found")));
+            return Err(ClusterError::new(
+                ErrorKind::NotFound,
+                format!("pods \"{name}\" not found"),
+            ));
         };
-        inner.pod_deletions.push((format!("{namespace}/{name}"), grace_period_seconds));
+        inner
+            .pod_deletions
+            .push((format!("{namespace}/{name}"), grace_period_seconds));
         inner.remove_pod(i);
         Ok(())
     }
@@ -943,7 +1083,10 @@ impl Cluster for FakeCluster {
         if self.remove_node(name) {
             Ok(())
         } else {
-            Err(ClusterError::new(ErrorKind::NotFound, format!("nodes \"{name}\" not found")))
+            Err(ClusterError::new(
+                ErrorKind::NotFound,
+                format!("nodes \"{name}\" not found"),
+            ))
         }
     }
 }
@@ -1031,9 +1174,16 @@ impl MemoryStore {
         lock(&self.inner).leases.get(name).cloned()
     }
 
-    fn record(&self, op: StoreOp, key: impl Into<String>) -> Result<MutexGuard<'_, StoreInner>, StoreError> {
+    fn record(
+        &self,
+        op: StoreOp,
+        key: impl Into<String>,
+    ) -> Result<MutexGuard<'_, StoreInner>, StoreError> {
         let mut inner = lock(&self.inner);
-        inner.calls.push(Call { op, key: key.into() });
+        inner.calls.push(Call {
+            op,
+            key: key.into(),
+        });
         match inner.faults.take(&op) {
             Some(e) => Err(e),
             None => Ok(inner),
@@ -1073,7 +1223,10 @@ impl Store for MemoryStore {
         tokio::task::yield_now().await;
         let mut inner = self.record(StoreOp::UpdateClaim, claim.name.clone())?;
         let Some(current) = inner.claims.get(&claim.name) else {
-            return Err(StoreError::new(ErrorKind::NotFound, format!("claim {} not found", claim.name)));
+            return Err(StoreError::new(
+                ErrorKind::NotFound,
+                format!("claim {} not found", claim.name),
+            ));
         };
         if current.state != expected_state || current.version != expected_version {
             return Err(conflict(format!(
@@ -1133,27 +1286,50 @@ impl Store for MemoryStore {
         }
         let token = inner.tokens.get(name).copied().unwrap_or(0) + 1;
         inner.tokens.insert(name.to_string(), token);
-        let lease = Lease { name: name.to_string(), holder: holder.to_string(), token, expires_at: now + ttl_secs(ttl) };
+        let lease = Lease {
+            name: name.to_string(),
+            holder: holder.to_string(),
+            token,
+            expires_at: now + ttl_secs(ttl),
+        };
         inner.leases.insert(name.to_string(), lease.clone());
         Ok(Some(lease))
     }
 
-    async fn renew_lease(&self, lease: &Lease, now: i64, ttl: Duration) -> Result<Lease, StoreError> {
+    async fn renew_lease(
+        &self,
+        lease: &Lease,
+        now: i64,
+        ttl: Duration,
+    ) -> Result<Lease, StoreError> {
         tokio::task::yield_now().await;
-        let mut inner = self.record(StoreOp::RenewLease, format!("{}:{}", lease.name, lease.holder))?;
+        let mut inner = self.record(
+            StoreOp::RenewLease,
+            format!("{}:{}", lease.name, lease.holder),
+        )?;
         match inner.leases.get_mut(&lease.name) {
             Some(l) if l.holder == lease.holder && l.token == lease.token => {
                 l.expires_at = now + ttl_secs(ttl);
                 Ok(l.clone())
             }
-            _ => Err(conflict(format!("lease {} (token {}) is no longer held by {}", lease.name, lease.token, lease.holder))),
+            _ => Err(conflict(format!(
+                "lease {} (token {}) is no longer held by {}",
+                lease.name, lease.token, lease.holder
+            ))),
         }
     }
 
     async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
         tokio::task::yield_now().await;
-        let mut inner = self.record(StoreOp::ReleaseLease, format!("{}:{}", lease.name, lease.holder))?;
-        if inner.leases.get(&lease.name).is_some_and(|l| l.holder == lease.holder && l.token == lease.token) {
+        let mut inner = self.record(
+            StoreOp::ReleaseLease,
+            format!("{}:{}", lease.name, lease.holder),
+        )?;
+        if inner
+            .leases
+            .get(&lease.name)
+            .is_some_and(|l| l.holder == lease.holder && l.token == lease.token)
+        {
             inner.leases.remove(&lease.name);
         }
         Ok(())
@@ -1161,7 +1337,11 @@ impl Store for MemoryStore {
 
     async fn mark_unavailable(&self, offering: &Offering, until: i64) -> Result<(), StoreError> {
         tokio::task::yield_now().await;
-        let key = (offering.instance_type.clone(), offering.zone.clone(), offering.capacity_type);
+        let key = (
+            offering.instance_type.clone(),
+            offering.zone.clone(),
+            offering.capacity_type,
+        );
         let mut inner = self.record(
             StoreOp::MarkUnavailable,
             format!("{}/{}/{}", key.0, key.1, key.2),
@@ -1171,15 +1351,28 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    async fn unavailable_offerings(&self, now: i64) -> Result<Vec<(String, String, CapacityType)>, StoreError> {
+    async fn unavailable_offerings(
+        &self,
+        now: i64,
+    ) -> Result<Vec<(String, String, CapacityType)>, StoreError> {
         tokio::task::yield_now().await;
         let inner = self.record(StoreOp::UnavailableOfferings, "")?;
-        let mut out: Vec<_> = inner.unavailable.iter().filter(|(_, until)| **until > now).map(|(k, _)| k.clone()).collect();
+        let mut out: Vec<_> = inner
+            .unavailable
+            .iter()
+            .filter(|(_, until)| **until > now)
+            .map(|(k, _)| k.clone())
+            .collect();
         out.sort();
         Ok(out)
     }
 
-    async fn claim_idempotency_key(&self, key: &str, now: i64, ttl: Duration) -> Result<bool, StoreError> {
+    async fn claim_idempotency_key(
+        &self,
+        key: &str,
+        now: i64,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
         tokio::task::yield_now().await;
         let mut inner = self.record(StoreOp::ClaimIdempotencyKey, key)?;
         if inner.keys.get(key).is_some_and(|expires| *expires > now) {
@@ -1205,41 +1398,33 @@ impl Store for MemoryStore {
     async fn decisions(&self, since: i64) -> Result<Vec<Decision>, StoreError> {
         tokio::task::yield_now().await;
         let inner = self.record(StoreOp::Decisions, "")?;
-        Ok(inner.decisions.iter().filter(|d| d.at >= since).cloned().collect())
+        Ok(inner
+            .decisions
+            .iter()
+            .filter(|d| d.at >= since)
+            .cloned()
+            .collect())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodewright_core::nodeclaim::ClaimState;
+    use nodewright_core::nodeclaim::{ClaimSpec, ClaimState};
 
     fn claim(name: &str) -> NodeClaim {
-        NodeClaim {
-            name: name.into(),
-            node_pool: "default".into(),
-            node_class: "default".into(),
-            state: ClaimState::Launching,
-            version: 1,
-            instance_type_options: vec!["m5.large".into()],
-            zones: vec!["us-east-1a".into()],
-            capacity_types: vec![CapacityType::OnDemand],
-            pods: vec![],
-            created_at: 0,
-            updated_at: 0,
-            instance_id: None,
-            instance_type: None,
-            zone: None,
-            capacity_type: None,
-            price_per_hour: None,
-            node_name: None,
-            launched_at: None,
-            registered_at: None,
-            initialized_at: None,
-            disruption: None,
-            failure: None,
-            expires_at: None,
-        }
+        NodeClaim::launching(
+            ClaimSpec {
+                name: name.into(),
+                node_pool: "default".into(),
+                node_class: "default".into(),
+                instance_type_options: vec!["m5.large".into()],
+                zones: vec!["us-east-1a".into()],
+                capacity_types: vec![CapacityType::OnDemand],
+                pods: vec![],
+            },
+            0,
+        )
     }
 
     fn request(name: &str, offerings: Vec<Offering>) -> LaunchRequest {
@@ -1247,7 +1432,11 @@ mod tests {
             claim_name: name.into(),
             node_pool: "default".into(),
             node_class: node_class("default"),
-            resolved: ResolvedNodeClass { subnets: vec![], security_group_ids: vec![], images: vec![] },
+            resolved: ResolvedNodeClass {
+                subnets: vec![],
+                security_group_ids: vec![],
+                images: vec![],
+            },
             offerings,
             labels: BTreeMap::new(),
             taints: vec![],
@@ -1256,11 +1445,20 @@ mod tests {
     }
 
     fn offering(t: &str, zone: &str, price: f64) -> Offering {
-        Offering { instance_type: t.into(), zone: zone.into(), capacity_type: CapacityType::OnDemand, price }
+        Offering {
+            instance_type: t.into(),
+            zone: zone.into(),
+            capacity_type: CapacityType::OnDemand,
+            price,
+        }
     }
 
     fn cloud() -> FakeCloud {
-        FakeCloud::new(Catalog::embedded().clone(), &["us-east-1a", "us-east-1b"], Arc::new(ManualClock::default()))
+        FakeCloud::new(
+            Catalog::embedded().clone(),
+            &["us-east-1a", "us-east-1b"],
+            Arc::new(ManualClock::default()),
+        )
     }
 
     #[tokio::test]
@@ -1268,28 +1466,81 @@ mod tests {
         let store = MemoryStore::new();
         let c = claim("default-aaaaa");
         store.create_claim(&c).await.unwrap();
-        assert_eq!(store.create_claim(&c).await.unwrap_err().kind, ErrorKind::Conflict);
+        assert_eq!(
+            store.create_claim(&c).await.unwrap_err().kind,
+            ErrorKind::Conflict
+        );
         let next = c.transition(ClaimState::Launched, 1, |_| {}).unwrap();
-        assert_eq!(store.update_claim(&next, ClaimState::Launched, 1).await.unwrap_err().kind, ErrorKind::Conflict);
-        assert_eq!(store.update_claim(&next, ClaimState::Launching, 2).await.unwrap_err().kind, ErrorKind::Conflict);
+        assert_eq!(
+            store
+                .update_claim(&next, ClaimState::Launched, 1)
+                .await
+                .unwrap_err()
+                .kind,
+            ErrorKind::Conflict
+        );
+        assert_eq!(
+            store
+                .update_claim(&next, ClaimState::Launching, 2)
+                .await
+                .unwrap_err()
+                .kind,
+            ErrorKind::Conflict
+        );
         let mut skipped = next.clone();
         skipped.version = 5;
-        assert_eq!(store.update_claim(&skipped, ClaimState::Launching, 1).await.unwrap_err().kind, ErrorKind::Conflict);
-        store.update_claim(&next, ClaimState::Launching, 1).await.unwrap();
-        assert_eq!(store.get_claim("default-aaaaa").await.unwrap().unwrap().state, ClaimState::Launched);
+        assert_eq!(
+            store
+                .update_claim(&skipped, ClaimState::Launching, 1)
+                .await
+                .unwrap_err()
+                .kind,
+            ErrorKind::Conflict
+        );
+        store
+            .update_claim(&next, ClaimState::Launching, 1)
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .get_claim("default-aaaaa")
+                .await
+                .unwrap()
+                .unwrap()
+                .state,
+            ClaimState::Launched
+        );
     }
 
     #[tokio::test]
     async fn lease_tokens_only_grow_and_a_held_lease_is_refused_to_others() {
         let store = MemoryStore::new();
         let ttl = Duration::from_secs(60);
-        let a = store.acquire_lease("p", "a", 0, ttl).await.unwrap().unwrap();
-        assert!(store.acquire_lease("p", "b", 10, ttl).await.unwrap().is_none());
+        let a = store
+            .acquire_lease("p", "a", 0, ttl)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            store
+                .acquire_lease("p", "b", 10, ttl)
+                .await
+                .unwrap()
+                .is_none()
+        );
         store.release_lease(&a).await.unwrap();
-        let b = store.acquire_lease("p", "b", 10, ttl).await.unwrap().unwrap();
+        let b = store
+            .acquire_lease("p", "b", 10, ttl)
+            .await
+            .unwrap()
+            .unwrap();
         assert!(b.token > a.token);
         assert!(store.renew_lease(&a, 11, ttl).await.is_err());
-        let c = store.acquire_lease("p", "c", 71, ttl).await.unwrap().unwrap();
+        let c = store
+            .acquire_lease("p", "c", 71, ttl)
+            .await
+            .unwrap()
+            .unwrap();
         assert!(c.token > b.token);
         assert!(store.renew_lease(&b, 72, ttl).await.is_err());
     }
@@ -1297,7 +1548,10 @@ mod tests {
     #[tokio::test]
     async fn ice_entries_and_idempotency_keys_expire() {
         let store = MemoryStore::new();
-        store.mark_unavailable(&offering("m5.large", "us-east-1a", 0.1), 100).await.unwrap();
+        store
+            .mark_unavailable(&offering("m5.large", "us-east-1a", 0.1), 100)
+            .await
+            .unwrap();
         assert_eq!(store.unavailable_offerings(99).await.unwrap().len(), 1);
         assert!(store.unavailable_offerings(100).await.unwrap().is_empty());
         let ttl = Duration::from_secs(10);
@@ -1309,13 +1563,19 @@ mod tests {
     #[tokio::test]
     async fn the_same_client_token_returns_the_first_instance() {
         let cloud = cloud();
-        let r = request("default-aaaaa", vec![offering("m5.large", "us-east-1a", 0.096)]);
+        let r = request(
+            "default-aaaaa",
+            vec![offering("m5.large", "us-east-1a", 0.096)],
+        );
         let a = cloud.launch(&r).await.unwrap();
         let b = cloud.launch(&r).await.unwrap();
         assert_eq!(a, b);
         assert_eq!(cloud.instances().len(), 1);
         assert!(nodewright_core::nodeclaim::is_instance_id(&a.instance_id));
-        assert_eq!(cloud.running()[0].claim_name.as_deref(), Some("default-aaaaa"));
+        assert_eq!(
+            cloud.running()[0].claim_name.as_deref(),
+            Some("default-aaaaa")
+        );
     }
 
     #[tokio::test]
@@ -1324,11 +1584,17 @@ mod tests {
         cloud.set_capacity("m5.large", "us-east-1a", CapacityType::OnDemand, false);
         let r = request(
             "default-bbbbb",
-            vec![offering("m5.xlarge", "us-east-1a", 0.192), offering("m5.large", "us-east-1a", 0.096)],
+            vec![
+                offering("m5.xlarge", "us-east-1a", 0.192),
+                offering("m5.large", "us-east-1a", 0.096),
+            ],
         );
         assert_eq!(cloud.launch(&r).await.unwrap().instance_type, "m5.xlarge");
         cloud.set_capacity("m5.xlarge", "us-east-1a", CapacityType::OnDemand, false);
-        let err = cloud.launch(&request("default-ccccc", r.offerings.clone())).await.unwrap_err();
+        let err = cloud
+            .launch(&request("default-ccccc", r.offerings.clone()))
+            .await
+            .unwrap_err();
         match err {
             LaunchError::InsufficientCapacity { offerings, .. } => assert_eq!(offerings.len(), 2),
             other => panic!("{other}"),
@@ -1338,10 +1604,19 @@ mod tests {
     #[tokio::test]
     async fn injected_errors_fire_once_and_unknown_ids_are_not_found() {
         let cloud = cloud();
-        cloud.fail_next(CloudOp::OwnedInstances, CloudError::new(ErrorKind::Throttled, "slow down"));
-        assert_eq!(cloud.owned_instances().await.unwrap_err().kind, ErrorKind::Throttled);
+        cloud.fail_next(
+            CloudOp::OwnedInstances,
+            CloudError::new(ErrorKind::Throttled, "slow down"),
+        );
+        assert_eq!(
+            cloud.owned_instances().await.unwrap_err().kind,
+            ErrorKind::Throttled
+        );
         assert!(cloud.owned_instances().await.is_ok());
-        let err = cloud.terminate(&["i-0123456789abcdef0".into()]).await.unwrap_err();
+        let err = cloud
+            .terminate(&["i-0123456789abcdef0".into()])
+            .await
+            .unwrap_err();
         assert_eq!(err.kind, ErrorKind::NotFound);
         assert_eq!(cloud.call_counts()[&CloudOp::OwnedInstances], 2);
     }
@@ -1351,22 +1626,35 @@ mod tests {
         let catalog = Arc::new(Catalog::embedded().clone());
         let cluster = FakeCluster::new(catalog);
         let cloud = cloud();
-        let mut r = request("default-ddddd", vec![offering("m5.large", "us-east-1b", 0.096)]);
+        let mut r = request(
+            "default-ddddd",
+            vec![offering("m5.large", "us-east-1b", 0.096)],
+        );
         r.labels.insert("team".into(), "a".into());
-        r.taints.push(Taint { key: "karpenter.sh/unregistered".into(), value: None, effect: nodewright_core::api::model::TaintEffect::NoExecute });
+        r.taints.push(Taint {
+            key: "karpenter.sh/unregistered".into(),
+            value: None,
+            effect: nodewright_core::api::model::TaintEffect::NoExecute,
+        });
         let l = cloud.launch(&r).await.unwrap();
         let names = cluster.register_from(&cloud);
         assert_eq!(names.len(), 1);
         let n = cluster.node(&names[0]).unwrap();
         assert!(!n.ready);
-        assert_eq!(n.provider_id, Some(format!("aws:///us-east-1b/{}", l.instance_id)));
+        assert_eq!(
+            n.provider_id,
+            Some(format!("aws:///us-east-1b/{}", l.instance_id))
+        );
         assert_eq!(n.labels["team"], "a");
         assert_eq!(n.labels[LABEL_HOSTNAME], names[0]);
         assert_eq!(n.labels[LABEL_REGION], "us-east-1");
         assert_eq!(n.taints.len(), 1);
         assert!(cluster.register_from(&cloud).is_empty());
         assert!(cluster.set_ready(&names[0]));
-        let err = cluster.patch_node("nope", &NodePatch::default()).await.unwrap_err();
+        let err = cluster
+            .patch_node("nope", &NodePatch::default())
+            .await
+            .unwrap_err();
         assert_eq!(err.kind, ErrorKind::NotFound);
     }
 }

@@ -168,7 +168,13 @@ impl InterruptionOutcome {
         }
     }
     pub fn provisioner_needed(&self) -> bool {
-        matches!(self, InterruptionOutcome::Handled { provisioner_needed: true, .. })
+        matches!(
+            self,
+            InterruptionOutcome::Handled {
+                provisioner_needed: true,
+                ..
+            }
+        )
     }
 }
 
@@ -185,7 +191,11 @@ pub async fn handle_interruption(
     input: InterruptionInput,
 ) -> Result<InterruptionOutcome> {
     let now = ports.clock.now();
-    if ports.store.idempotency_key_exists(&input.event_id, now).await? {
+    if ports
+        .store
+        .idempotency_key_exists(&input.event_id, now)
+        .await?
+    {
         info!(event = %input.event_id, "event already handled");
         return Ok(InterruptionOutcome::Duplicate);
     }
@@ -204,11 +214,20 @@ pub async fn handle_interruption(
         return Err(e);
     }
     // Recorded last: see the module documentation.
-    if !ports.store.claim_idempotency_key(&input.event_id, ports.clock.now(), config.dedup_ttl).await? {
+    if !ports
+        .store
+        .claim_idempotency_key(&input.event_id, ports.clock.now(), config.dedup_ttl)
+        .await?
+    {
         info!(event = %input.event_id, "a concurrent delivery of the same event finished first");
     }
-    let provisioner_needed = instances.iter().any(|o| !o.evicted.is_empty() || !o.deleted.is_empty());
-    Ok(InterruptionOutcome::Handled { instances, provisioner_needed })
+    let provisioner_needed = instances
+        .iter()
+        .any(|o| !o.evicted.is_empty() || !o.deleted.is_empty());
+    Ok(InterruptionOutcome::Handled {
+        instances,
+        provisioner_needed,
+    })
 }
 
 async fn handle_instance(
@@ -219,14 +238,26 @@ async fn handle_instance(
 ) -> Result<InstanceOutcome> {
     let Some(claim) = ports.store.claim_by_instance(instance_id).await? else {
         info!(event = %input.event_id, instance = %instance_id, "not an instance of this cluster; ignored");
-        return Ok(InstanceOutcome::new(instance_id, None, InstanceAction::NotOurs));
+        return Ok(InstanceOutcome::new(
+            instance_id,
+            None,
+            InstanceAction::NotOurs,
+        ));
     };
     // The GSI is eventually consistent: trust only a record that names this instance.
     if claim.instance_id.as_deref() != Some(instance_id) {
-        return Ok(InstanceOutcome::new(instance_id, None, InstanceAction::NotOurs));
+        return Ok(InstanceOutcome::new(
+            instance_id,
+            None,
+            InstanceAction::NotOurs,
+        ));
     }
     if claim.state.is_terminal() {
-        return Ok(InstanceOutcome::new(instance_id, Some(&claim), InstanceAction::AlreadyGone));
+        return Ok(InstanceOutcome::new(
+            instance_id,
+            Some(&claim),
+            InstanceAction::AlreadyGone,
+        ));
     }
     let now = ports.clock.now();
     let mut marked = false;
@@ -240,7 +271,10 @@ async fn handle_instance(
             capacity_type: CapacityType::Spot,
             price: claim.price_per_hour.unwrap_or_default(),
         };
-        ports.store.mark_unavailable(&offering, now + secs(config.ice_ttl)).await?;
+        ports
+            .store
+            .mark_unavailable(&offering, now + secs(config.ice_ttl))
+            .await?;
         marked = true;
     }
 
@@ -253,17 +287,24 @@ async fn handle_instance(
                 already_disrupting(instance_id, &claim)
             }
         }
-        _ if claim.state.can_become(ClaimState::Disrupting) => match start(ports, config, input, &claim).await? {
-            Started::Won(disrupted) => {
-                emit_interrupted(ports, input, &disrupted).await;
-                let progress = terminate::drive(ports, &disrupted).await?;
-                disrupted_outcome(instance_id, progress)
+        _ if claim.state.can_become(ClaimState::Disrupting) => {
+            match start(ports, config, input, &claim).await? {
+                Started::Won(disrupted) => {
+                    emit_interrupted(ports, input, &disrupted).await;
+                    let progress = terminate::drive(ports, &disrupted).await?;
+                    disrupted_outcome(instance_id, progress)
+                }
+                Started::Lost(current) => {
+                    resume_or_leave(ports, input, instance_id, current).await?
+                }
             }
-            Started::Lost(current) => resume_or_leave(ports, input, instance_id, current).await?,
-        },
+        }
         _ => resume_or_leave(ports, input, instance_id, claim).await?,
     };
-    Ok(InstanceOutcome { marked_unavailable: marked, ..outcome })
+    Ok(InstanceOutcome {
+        marked_unavailable: marked,
+        ..outcome
+    })
 }
 
 enum Started {
@@ -280,10 +321,11 @@ async fn start(
     claim: &NodeClaim,
 ) -> Result<Started> {
     let now = ports.clock.now();
-    let drain_after = (input.mode == InterruptionMode::ReplaceThenDrain).then(|| match input.deadline {
-        Some(deadline) => (deadline - secs(config.replace_lead)).max(now),
-        None => now + secs(config.replace_wait),
-    });
+    let drain_after =
+        (input.mode == InterruptionMode::ReplaceThenDrain).then(|| match input.deadline {
+            Some(deadline) => (deadline - secs(config.replace_lead)).max(now),
+            None => now + secs(config.replace_wait),
+        });
     let disruption = Disruption {
         cause: input.cause,
         deadline: input.deadline,
@@ -299,7 +341,11 @@ async fn start(
                     job: "interrupt".into(),
                     action: format!(
                         "{} {} ({})",
-                        if input.mode == InterruptionMode::CleanUp { "clean up" } else { "drain and terminate" },
+                        if input.mode == InterruptionMode::CleanUp {
+                            "clean up"
+                        } else {
+                            "drain and terminate"
+                        },
                         claim.name,
                         claim.instance_id.as_deref().unwrap_or("?")
                     ),
@@ -326,9 +372,14 @@ async fn resume_or_leave(
     claim: NodeClaim,
 ) -> Result<InstanceOutcome> {
     if claim.state.is_terminal() {
-        return Ok(InstanceOutcome::new(instance_id, Some(&claim), InstanceAction::AlreadyGone));
+        return Ok(InstanceOutcome::new(
+            instance_id,
+            Some(&claim),
+            InstanceAction::AlreadyGone,
+        ));
     }
-    let ours = claim.disruption.as_ref().and_then(|d| d.event.as_deref()) == Some(input.event_id.as_str());
+    let ours =
+        claim.disruption.as_ref().and_then(|d| d.event.as_deref()) == Some(input.event_id.as_str());
     if ours && input.mode != InterruptionMode::Cordon {
         info!(event = %input.event_id, claim = %claim.name, state = ?claim.state, "resuming the termination this event started");
         let progress = terminate::drive(ports, &claim).await?;
@@ -339,12 +390,21 @@ async fn resume_or_leave(
 
 fn already_disrupting(instance_id: &str, claim: &NodeClaim) -> InstanceOutcome {
     info!(claim = %claim.name, state = ?claim.state, "already being taken away; left to its owner");
-    InstanceOutcome::new(instance_id, Some(claim), InstanceAction::AlreadyDisrupting { state: claim.state })
+    InstanceOutcome::new(
+        instance_id,
+        Some(claim),
+        InstanceAction::AlreadyDisrupting { state: claim.state },
+    )
 }
 
 fn disrupted_outcome(instance_id: &str, progress: Progress) -> InstanceOutcome {
-    let mut out =
-        InstanceOutcome::new(instance_id, Some(&progress.claim), InstanceAction::Disrupted { state: progress.claim.state });
+    let mut out = InstanceOutcome::new(
+        instance_id,
+        Some(&progress.claim),
+        InstanceAction::Disrupted {
+            state: progress.claim.state,
+        },
+    );
     out.evicted = progress.evicted;
     out.deleted = progress.deleted;
     out.blocked = progress.blocked;
@@ -366,7 +426,10 @@ async fn emit_interrupted(ports: &Ports, input: &InterruptionInput, claim: &Node
                 input.cause,
                 claim.instance_id.as_deref().unwrap_or("?"),
                 input.event_id,
-                input.deadline.map(|d| format!(", gone at {d}")).unwrap_or_default()
+                input
+                    .deadline
+                    .map(|d| format!(", gone at {d}"))
+                    .unwrap_or_default()
             ),
         })
         .await;

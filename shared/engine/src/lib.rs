@@ -24,7 +24,7 @@ pub mod terminate;
 pub use context::{Ports, SystemClock};
 pub use error::{EngineError, Result};
 pub use interrupt::{
-    InstanceAction, InstanceOutcome, InterruptionConfig, InterruptionInput, InterruptionMode, InterruptionOutcome,
-    handle_interruption,
+    InstanceAction, InstanceOutcome, InterruptionConfig, InterruptionInput, InterruptionMode,
+    InterruptionOutcome, handle_interruption,
 };
 pub use provision::{Provisioner, ProvisionerConfig, TickReport};

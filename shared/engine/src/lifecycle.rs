@@ -24,11 +24,15 @@ use tracing::{info, warn};
 use nodewright_core::api::model::{NodePool, Taint, TaintEffect};
 use nodewright_core::catalog::{Catalog, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL};
 use nodewright_core::cluster::Node;
-use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim, instance_id_from_provider_id};
+use nodewright_core::nodeclaim::{
+    ClaimState, DisruptionCause, NodeClaim, instance_id_from_provider_id,
+};
 
 use crate::context::Ports;
 use crate::error::{EngineError, Result};
-use crate::ports::{ClusterEvent, ClusterState, Decision, ErrorKind, EventType, Instance, NodePatch};
+use crate::ports::{
+    ClusterEvent, ClusterState, Decision, ErrorKind, EventType, Instance, NodePatch,
+};
 use crate::terminate;
 
 pub const LABEL_NODECLAIM: &str = "karpenter.sh/nodeclaim";
@@ -38,7 +42,11 @@ pub const TAINT_UNREGISTERED: &str = "karpenter.sh/unregistered";
 
 /// The taint every launch registers with and registration removes.
 pub fn unregistered_taint() -> Taint {
-    Taint { key: TAINT_UNREGISTERED.into(), value: None, effect: TaintEffect::NoExecute }
+    Taint {
+        key: TAINT_UNREGISTERED.into(),
+        value: None,
+        effect: TaintEffect::NoExecute,
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,7 +60,10 @@ pub struct LifecycleConfig {
 
 impl Default for LifecycleConfig {
     fn default() -> Self {
-        Self { registration_ttl: Duration::from_secs(15 * 60), orphan_grace: Duration::from_secs(5 * 60) }
+        Self {
+            registration_ttl: Duration::from_secs(15 * 60),
+            orphan_grace: Duration::from_secs(5 * 60),
+        }
     }
 }
 
@@ -91,10 +102,17 @@ pub async fn reconcile(
         .iter()
         .filter_map(|n| Some((instance_id_from_provider_id(n.provider_id.as_deref()?)?, n)))
         .collect();
-    let pools: HashMap<&str, &NodePool> = state.node_pools.iter().map(|p| (p.name.as_str(), p)).collect();
+    let pools: HashMap<&str, &NodePool> = state
+        .node_pools
+        .iter()
+        .map(|p| (p.name.as_str(), p))
+        .collect();
 
     for claim in claims.iter_mut() {
-        let node = claim.instance_id.as_deref().and_then(|id| nodes.get(id).copied());
+        let node = claim
+            .instance_id
+            .as_deref()
+            .and_then(|id| nodes.get(id).copied());
         let pool = pools.get(claim.node_pool.as_str()).copied();
         let outcome = step(ports, config, claim, node, pool, catalog, &mut report).await;
         match outcome {
@@ -143,7 +161,8 @@ async fn step(
                 return Ok(None);
             }
             warn!(claim = %claim.name, instance = ?claim.instance_id, launched_at = since, "node never registered; terminating");
-            let disrupted = terminate::disrupt(ports, claim, DisruptionCause::Unregistered, None).await?;
+            let disrupted =
+                terminate::disrupt(ports, claim, DisruptionCause::Unregistered, None).await?;
             ports
                 .emit(ClusterEvent {
                     kind: "Node".into(),
@@ -163,8 +182,15 @@ async fn step(
                 .decide(Decision {
                     at: now,
                     job: "lifecycle".into(),
-                    action: format!("terminate {} ({})", claim.name, claim.instance_id.as_deref().unwrap_or("no instance")),
-                    reason: format!("node did not register within {}s of launch", config.registration_ttl.as_secs()),
+                    action: format!(
+                        "terminate {} ({})",
+                        claim.name,
+                        claim.instance_id.as_deref().unwrap_or("no instance")
+                    ),
+                    reason: format!(
+                        "node did not register within {}s of launch",
+                        config.registration_ttl.as_secs()
+                    ),
                     price_per_hour: claim.price_per_hour,
                 })
                 .await;
@@ -175,7 +201,10 @@ async fn step(
             let mut view = node.clone();
             if node.labels.get(LABEL_REGISTERED).map(String::as_str) != Some("true") {
                 // The registration patch was lost (crash after the claim write): redo it.
-                ports.cluster.patch_node(&node.name, &registration_patch(claim, node, pool, catalog)).await?;
+                ports
+                    .cluster
+                    .patch_node(&node.name, &registration_patch(claim, node, pool, catalog))
+                    .await?;
                 view = patched_view(node, claim, pool, catalog);
             }
             let init = initialize_if_ready(ports, claim, &view, pool).await?;
@@ -185,7 +214,10 @@ async fn step(
             Ok(init)
         }
         (ClaimState::Disrupting | ClaimState::Draining | ClaimState::Terminating, None)
-            if claim.disruption.as_ref().is_some_and(|d| d.cause == DisruptionCause::Unregistered) =>
+            if claim
+                .disruption
+                .as_ref()
+                .is_some_and(|d| d.cause == DisruptionCause::Unregistered) =>
         {
             // A termination this job started and a crash interrupted.
             Ok(Some(terminate::advance(ports, claim).await?))
@@ -194,7 +226,12 @@ async fn step(
     }
 }
 
-fn registration_patch(claim: &NodeClaim, node: &Node, pool: Option<&NodePool>, catalog: &Catalog) -> NodePatch {
+fn registration_patch(
+    claim: &NodeClaim,
+    node: &Node,
+    pool: Option<&NodePool>,
+    catalog: &Catalog,
+) -> NodePatch {
     let mut set_labels = BTreeMap::new();
     if let Some(it) = claim.instance_type.as_deref().and_then(|t| catalog.get(t)) {
         // Karpenter puts the instance type's well-known labels on the node; the
@@ -218,16 +255,30 @@ fn registration_patch(claim: &NodeClaim, node: &Node, pool: Option<&NodePool>, c
         .map(|p| {
             p.taints
                 .iter()
-                .filter(|t| !node.taints.iter().any(|x| x.key == t.key && x.effect == t.effect))
+                .filter(|t| {
+                    !node
+                        .taints
+                        .iter()
+                        .any(|x| x.key == t.key && x.effect == t.effect)
+                })
                 .cloned()
                 .collect()
         })
         .unwrap_or_default();
-    NodePatch { set_labels, add_taints, remove_taints: vec![TAINT_UNREGISTERED.into()] }
+    NodePatch {
+        set_labels,
+        add_taints,
+        remove_taints: vec![TAINT_UNREGISTERED.into()],
+    }
 }
 
 /// The node as it is after the registration patch (saves a re-read).
-fn patched_view(node: &Node, claim: &NodeClaim, pool: Option<&NodePool>, catalog: &Catalog) -> Node {
+fn patched_view(
+    node: &Node,
+    claim: &NodeClaim,
+    pool: Option<&NodePool>,
+    catalog: &Catalog,
+) -> Node {
     let patch = registration_patch(claim, node, pool, catalog);
     let mut n = node.clone();
     n.labels.extend(patch.set_labels);
@@ -243,7 +294,10 @@ async fn register(
     pool: Option<&NodePool>,
     catalog: &Catalog,
 ) -> Result<NodeClaim> {
-    ports.cluster.patch_node(&node.name, &registration_patch(claim, node, pool, catalog)).await?;
+    ports
+        .cluster
+        .patch_node(&node.name, &registration_patch(claim, node, pool, catalog))
+        .await?;
     let now = ports.clock.now();
     let next = claim.transition(ClaimState::Registered, now, |c| {
         c.node_name = Some(node.name.clone());
@@ -271,8 +325,13 @@ async fn initialize_if_ready(
     node: &Node,
     pool: Option<&NodePool>,
 ) -> Result<Option<NodeClaim>> {
-    let startup: HashSet<&str> = pool.map(|p| p.startup_taints.iter().map(|t| t.key.as_str()).collect()).unwrap_or_default();
-    let blocked = node.taints.iter().any(|t| t.key == TAINT_UNREGISTERED || startup.contains(t.key.as_str()));
+    let startup: HashSet<&str> = pool
+        .map(|p| p.startup_taints.iter().map(|t| t.key.as_str()).collect())
+        .unwrap_or_default();
+    let blocked = node
+        .taints
+        .iter()
+        .any(|t| t.key == TAINT_UNREGISTERED || startup.contains(t.key.as_str()));
     if !node.ready || blocked {
         return Ok(None);
     }
@@ -315,11 +374,17 @@ async fn collect_leaks(
         .filter(|c| !c.state.is_terminal())
         .filter_map(|c| c.instance_id.as_deref())
         .collect();
-    for inst in owned.iter().filter(|i| i.state != "terminated" && i.state != "shutting-down") {
+    for inst in owned
+        .iter()
+        .filter(|i| i.state != "terminated" && i.state != "shutting-down")
+    {
         if held.contains(inst.id.as_str()) {
             continue;
         }
-        let claim = inst.claim_name.as_deref().and_then(|n| by_name.get(n).copied());
+        let claim = inst
+            .claim_name
+            .as_deref()
+            .and_then(|n| by_name.get(n).copied());
         let Some(claim) = claim else {
             info!(instance = %inst.id, tag = ?inst.claim_name, "ignored foreign instance: no claim in the store");
             ports

@@ -44,7 +44,10 @@ pub enum ErrorKind {
 
 impl ErrorKind {
     pub fn is_retryable(self) -> bool {
-        matches!(self, ErrorKind::Throttled | ErrorKind::Unavailable | ErrorKind::Conflict)
+        matches!(
+            self,
+            ErrorKind::Throttled | ErrorKind::Unavailable | ErrorKind::Conflict
+        )
     }
 }
 
@@ -62,10 +65,22 @@ macro_rules! port_error {
 
         impl $name {
             pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-                Self { kind, message: message.into(), source: None }
+                Self {
+                    kind,
+                    message: message.into(),
+                    source: None,
+                }
             }
-            pub fn with_source(kind: ErrorKind, message: impl Into<String>, source: impl Into<BoxError>) -> Self {
-                Self { kind, message: message.into(), source: Some(source.into()) }
+            pub fn with_source(
+                kind: ErrorKind,
+                message: impl Into<String>,
+                source: impl Into<BoxError>,
+            ) -> Self {
+                Self {
+                    kind,
+                    message: message.into(),
+                    source: Some(source.into()),
+                }
             }
             pub fn kind(&self) -> ErrorKind {
                 self.kind
@@ -164,7 +179,10 @@ pub struct Launched {
 pub enum LaunchError {
     /// These offerings have no capacity now; the others may.
     #[error("insufficient capacity for {} offering(s): {message}", offerings.len())]
-    InsufficientCapacity { offerings: Vec<Offering>, message: String },
+    InsufficientCapacity {
+        offerings: Vec<Offering>,
+        message: String,
+    },
     /// Throttled, timeouts, other cloud errors.
     #[error(transparent)]
     Cloud(#[from] CloudError),
@@ -262,7 +280,12 @@ pub trait Cluster: Send + Sync {
     /// Pods bound to `node` (a drain's working set). The default filters `pods()`;
     /// adapters list with `fieldSelector=spec.nodeName=<node>`.
     async fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ClusterError> {
-        Ok(self.pods().await?.into_iter().filter(|p| p.node_name.as_deref() == Some(node)).collect())
+        Ok(self
+            .pods()
+            .await?
+            .into_iter()
+            .filter(|p| p.node_name.as_deref() == Some(node))
+            .collect())
     }
     /// Evicts a pod through the `pods/eviction` subresource (policy/v1 Eviction), which
     /// honours PodDisruptionBudgets. A budget's refusal is
@@ -272,7 +295,12 @@ pub trait Cluster: Send + Sync {
     async fn evict_pod(&self, namespace: &str, name: &str) -> Result<(), ClusterError>;
     /// Deletes a pod with `grace_period_seconds` (bypassing budgets: for deadlines and
     /// dead instances). `NotFound`: already gone (success for a drain).
-    async fn delete_pod(&self, namespace: &str, name: &str, grace_period_seconds: i64) -> Result<(), ClusterError>;
+    async fn delete_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        grace_period_seconds: i64,
+    ) -> Result<(), ClusterError>;
     /// Deletes a Node object. `NotFound`: already gone (success for a termination).
     async fn delete_node(&self, name: &str) -> Result<(), ClusterError>;
 }
@@ -321,20 +349,38 @@ pub trait Store: Send + Sync {
     async fn claim_by_instance(&self, instance_id: &str) -> Result<Option<NodeClaim>, StoreError>;
 
     /// Takes the lease if free or expired at `now`; `None` if someone else holds it.
-    async fn acquire_lease(&self, name: &str, holder: &str, now: i64, ttl: Duration)
-    -> Result<Option<Lease>, StoreError>;
+    async fn acquire_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        now: i64,
+        ttl: Duration,
+    ) -> Result<Option<Lease>, StoreError>;
     /// Extends a held lease; `Conflict` if it was lost.
-    async fn renew_lease(&self, lease: &Lease, now: i64, ttl: Duration) -> Result<Lease, StoreError>;
+    async fn renew_lease(
+        &self,
+        lease: &Lease,
+        now: i64,
+        ttl: Duration,
+    ) -> Result<Lease, StoreError>;
     async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError>;
 
     /// Records an offering as unavailable until `until` (the ICE cache).
     async fn mark_unavailable(&self, offering: &Offering, until: i64) -> Result<(), StoreError>;
     /// Offerings still unavailable at `now`: (instance type, zone, capacity type).
-    async fn unavailable_offerings(&self, now: i64) -> Result<Vec<(String, String, CapacityType)>, StoreError>;
+    async fn unavailable_offerings(
+        &self,
+        now: i64,
+    ) -> Result<Vec<(String, String, CapacityType)>, StoreError>;
 
     /// Records a key once; `true` if this call recorded it, `false` if it existed and
     /// has not expired at `now` (event de-duplication).
-    async fn claim_idempotency_key(&self, key: &str, now: i64, ttl: Duration) -> Result<bool, StoreError>;
+    async fn claim_idempotency_key(
+        &self,
+        key: &str,
+        now: i64,
+        ttl: Duration,
+    ) -> Result<bool, StoreError>;
     /// Whether `key` is recorded and not expired at `now` (a consistent read; records
     /// nothing). Lets a job check for a duplicate first and record the key only once its
     /// work succeeded, so a failed attempt never blocks the retry.

@@ -23,20 +23,22 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use nodewright_core::api::model::{Ec2NodeClass, NodePool};
-use nodewright_core::catalog::{
-    CapacityType, Catalog, LABEL_NODEPOOL, Pricing,
-};
+use nodewright_core::catalog::{CapacityType, Catalog, LABEL_NODEPOOL, Pricing};
 use nodewright_core::cluster::ClusterSnapshot;
-use nodewright_core::nodeclaim::{ClaimState, NodeClaim, instance_id_from_provider_id};
-use nodewright_core::provisioning::{PlannedNodeClaim, ProvisioningInput, UnschedulablePod, plan_provisioning};
+use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim, instance_id_from_provider_id};
+use nodewright_core::provisioning::{
+    PlannedNodeClaim, ProvisioningInput, UnschedulablePod, plan_provisioning,
+};
 use nodewright_core::scheduling::InFlightClaim;
 
 use crate::context::Ports;
 use crate::error::{EngineError, Result};
-use crate::lifecycle::{self, LABEL_NODECLAIM, LifecycleConfig, LifecycleReport, TAINT_UNREGISTERED};
+use crate::lifecycle::{
+    self, LABEL_NODECLAIM, LifecycleConfig, LifecycleReport, TAINT_UNREGISTERED,
+};
 use crate::ports::{
-    ClusterEvent, ClusterState, Decision, ErrorKind, EventType, Instance, Launched, LaunchError, LaunchRequest,
-    Lease, Offering, ResolvedNodeClass,
+    ClusterEvent, ClusterState, Decision, ErrorKind, EventType, Instance, LaunchError,
+    LaunchRequest, Launched, Lease, Offering, ResolvedNodeClass,
 };
 use crate::terminate::save;
 
@@ -83,7 +85,10 @@ impl ProvisionerConfig {
     }
 
     pub fn lifecycle(&self) -> LifecycleConfig {
-        LifecycleConfig { registration_ttl: self.registration_ttl, orphan_grace: self.orphan_grace }
+        LifecycleConfig {
+            registration_ttl: self.registration_ttl,
+            orphan_grace: self.orphan_grace,
+        }
     }
 }
 
@@ -152,7 +157,11 @@ pub struct Provisioner {
 
 impl Provisioner {
     pub fn new(ports: Ports, config: ProvisionerConfig) -> Self {
-        Self { ports, config, seq: AtomicU64::new(0) }
+        Self {
+            ports,
+            config,
+            seq: AtomicU64::new(0),
+        }
     }
 
     pub fn config(&self) -> &ProvisionerConfig {
@@ -170,9 +179,15 @@ impl Provisioner {
         }
         let now = self.ports.clock.now();
         let store = &self.ports.store;
-        let Some(lease) = store.acquire_lease(LEASE_NAME, &self.config.holder, now, self.config.lease_ttl).await? else {
+        let Some(lease) = store
+            .acquire_lease(LEASE_NAME, &self.config.holder, now, self.config.lease_ttl)
+            .await?
+        else {
             info!(holder = %self.config.holder, "provisioner lease held by another invocation; skipping tick");
-            return Ok(TickReport { skipped: Some("lease held".into()), ..TickReport::default() });
+            return Ok(TickReport {
+                skipped: Some("lease held".into()),
+                ..TickReport::default()
+            });
         };
         let mut lease = lease;
         let result = self.tick_with_lease(&mut lease).await;
@@ -184,7 +199,11 @@ impl Provisioner {
 
     /// Ticks, then polls pods every `poll_interval` and ticks again whenever a pending
     /// pod appears that no tick has counted yet, until `budget` is spent.
-    pub async fn run_for(&self, budget: Duration, poll_interval: Duration) -> Result<Vec<TickReport>> {
+    pub async fn run_for(
+        &self,
+        budget: Duration,
+        poll_interval: Duration,
+    ) -> Result<Vec<TickReport>> {
         let clock = &self.ports.clock;
         let start = clock.now();
         let budget_secs = i64::try_from(budget.as_secs()).unwrap_or(i64::MAX);
@@ -200,7 +219,10 @@ impl Provisioner {
                     continue;
                 }
             };
-            if pods.iter().any(|p| p.is_pending() && !counted.contains(&p.key())) {
+            if pods
+                .iter()
+                .any(|p| p.is_pending() && !counted.contains(&p.key()))
+            {
                 let report = self.tick().await?;
                 counted.extend(report.pending.iter().cloned());
                 reports.push(report);
@@ -212,7 +234,11 @@ impl Provisioner {
     async fn dry_run(&self) -> Result<TickReport> {
         let now = self.ports.clock.now();
         let world = self.gather(now).await?;
-        let mut report = TickReport { dry_run: true, invalid: world.invalid.clone(), ..TickReport::default() };
+        let mut report = TickReport {
+            dry_run: true,
+            invalid: world.invalid.clone(),
+            ..TickReport::default()
+        };
         self.plan_into(&world, &mut report);
         for c in &report.planned {
             self.ports
@@ -234,12 +260,28 @@ impl Provisioner {
     async fn tick_with_lease(&self, lease: &mut Lease) -> Result<TickReport> {
         let now = self.ports.clock.now();
         let mut world = self.gather(now).await?;
-        let mut report = TickReport { invalid: world.invalid.clone(), ..TickReport::default() };
+        let mut report = TickReport {
+            invalid: world.invalid.clone(),
+            ..TickReport::default()
+        };
 
         self.recover(&mut world, &mut report).await?;
-        let World { state, claims, catalog, owned, .. } = &mut world;
-        report.lifecycle =
-            lifecycle::reconcile(&self.ports, &self.config.lifecycle(), state, catalog, claims, owned).await?;
+        let World {
+            state,
+            claims,
+            catalog,
+            owned,
+            ..
+        } = &mut world;
+        report.lifecycle = lifecycle::reconcile(
+            &self.ports,
+            &self.config.lifecycle(),
+            state,
+            catalog,
+            claims,
+            owned,
+        )
+        .await?;
 
         self.plan_into(&world, &mut report);
         let mut names: HashSet<String> = world.claims.iter().map(|c| c.name.clone()).collect();
@@ -249,11 +291,24 @@ impl Provisioner {
                 .store
                 .renew_lease(lease, self.ports.clock.now(), self.config.lease_ttl)
                 .await
-                .map_err(|source| EngineError::LeaseLost { name: LEASE_NAME.into(), source })?;
-            let Some(pool) = world.pools.iter().find(|p| p.name == planned.node_pool).cloned() else { continue };
-            let claim = self.create_claim(&planned, &pool, lease.token, &mut names).await?;
+                .map_err(|source| EngineError::LeaseLost {
+                    name: LEASE_NAME.into(),
+                    source,
+                })?;
+            let Some(pool) = world
+                .pools
+                .iter()
+                .find(|p| p.name == planned.node_pool)
+                .cloned()
+            else {
+                continue;
+            };
+            let claim = self
+                .create_claim(&planned, &pool, lease.token, &mut names)
+                .await?;
             info!(claim = %claim.name, nodepool = %pool.name, pods = claim.pods.len(), "claim written; launching");
-            self.launch_and_record(claim, &pool, &mut world, &mut report).await?;
+            self.launch_and_record(claim, &pool, &mut world, &mut report)
+                .await?;
         }
         Ok(report)
     }
@@ -263,20 +318,39 @@ impl Provisioner {
         let (state, claims, unavailable, catalog, spot, owned, kubernetes_version) = tokio::try_join!(
             async { p.cluster.state().await.map_err(EngineError::from) },
             async { p.store.list_claims().await.map_err(EngineError::from) },
-            async { p.store.unavailable_offerings(now).await.map_err(EngineError::from) },
+            async {
+                p.store
+                    .unavailable_offerings(now)
+                    .await
+                    .map_err(EngineError::from)
+            },
             async { p.cloud.catalog().await.map_err(EngineError::from) },
             async { p.cloud.spot_prices().await.map_err(EngineError::from) },
             async { p.cloud.owned_instances().await.map_err(EngineError::from) },
-            async { p.cluster.kubernetes_version().await.map_err(EngineError::from) },
+            async {
+                p.cluster
+                    .kubernetes_version()
+                    .await
+                    .map_err(EngineError::from)
+            },
         )?;
         let mut invalid = state.invalid.clone();
         let mut classes = HashMap::new();
-        let wanted: HashSet<&str> = state.node_pools.iter().map(|p| p.node_class_ref.name.as_str()).collect();
-        for class in state.node_classes.iter().filter(|c| wanted.contains(c.name.as_str())) {
+        let wanted: HashSet<&str> = state
+            .node_pools
+            .iter()
+            .map(|p| p.node_class_ref.name.as_str())
+            .collect();
+        for class in state
+            .node_classes
+            .iter()
+            .filter(|c| wanted.contains(c.name.as_str()))
+        {
             match p.cloud.resolve_node_class(class, &kubernetes_version).await {
-                Ok(r) if r.subnets.is_empty() => {
-                    invalid.push(format!("EC2NodeClass {:?}: its subnetSelectorTerms select no subnet", class.name))
-                }
+                Ok(r) if r.subnets.is_empty() => invalid.push(format!(
+                    "EC2NodeClass {:?}: its subnetSelectorTerms select no subnet",
+                    class.name
+                )),
                 Ok(r) => {
                     classes.insert(class.name.clone(), (class.clone(), r));
                 }
@@ -290,37 +364,67 @@ impl Provisioner {
         for pool in &state.node_pools {
             if classes.contains_key(&pool.node_class_ref.name) {
                 pools.push(pool.clone());
-            } else if !state.node_classes.iter().any(|c| c.name == pool.node_class_ref.name) {
-                invalid.push(format!("NodePool {:?}: EC2NodeClass {:?} does not exist", pool.name, pool.node_class_ref.name));
+            } else if !state
+                .node_classes
+                .iter()
+                .any(|c| c.name == pool.node_class_ref.name)
+            {
+                invalid.push(format!(
+                    "NodePool {:?}: EC2NodeClass {:?} does not exist",
+                    pool.name, pool.node_class_ref.name
+                ));
             }
         }
-        let mut zones: Vec<String> =
-            classes.values().flat_map(|(_, r)| r.subnets.iter().map(|s| s.zone.clone())).collect();
+        let mut zones: Vec<String> = classes
+            .values()
+            .flat_map(|(_, r)| r.subnets.iter().map(|s| s.zone.clone()))
+            .collect();
         zones.sort();
         zones.dedup();
         let mut pricing = Pricing::for_zones(zones);
         pricing.spot_prices = spot.into_iter().collect();
         pricing.unavailable = unavailable.into_iter().collect();
-        Ok(World { state, claims, catalog, pricing, owned, kubernetes_version, classes, pools, invalid })
+        Ok(World {
+            state,
+            claims,
+            catalog,
+            pricing,
+            owned,
+            kubernetes_version,
+            classes,
+            pools,
+            invalid,
+        })
     }
 
     /// Claims found `Launching` at tick start: a previous tick wrote them and then
     /// crashed, or left them after retryable errors.
     async fn recover(&self, world: &mut World, report: &mut TickReport) -> Result<()> {
-        let launching: Vec<NodeClaim> =
-            world.claims.iter().filter(|c| c.state == ClaimState::Launching).cloned().collect();
+        let launching: Vec<NodeClaim> = world
+            .claims
+            .iter()
+            .filter(|c| c.state == ClaimState::Launching)
+            .cloned()
+            .collect();
         for claim in launching {
             let found = world
                 .owned
                 .iter()
-                .find(|i| i.claim_name.as_deref() == Some(claim.name.as_str()) && i.state != "terminated")
+                .find(|i| {
+                    i.claim_name.as_deref() == Some(claim.name.as_str()) && i.state != "terminated"
+                })
                 .cloned();
             if let Some(inst) = found {
                 let price = world
                     .catalog
                     .get(&inst.instance_type)
                     .and_then(|it| world.pricing.price(it, &inst.zone, inst.capacity_type))
-                    .or_else(|| world.catalog.get(&inst.instance_type).and_then(|it| it.on_demand_price))
+                    .or_else(|| {
+                        world
+                            .catalog
+                            .get(&inst.instance_type)
+                            .and_then(|it| it.on_demand_price)
+                    })
                     .unwrap_or(0.0);
                 let launched = Launched {
                     instance_id: inst.id.clone(),
@@ -330,7 +434,10 @@ impl Provisioner {
                     price,
                     unavailable: vec![],
                 };
-                match self.mark_launched(&claim, &launched, inst.launch_time).await {
+                match self
+                    .mark_launched(&claim, &launched, inst.launch_time)
+                    .await
+                {
                     Ok(next) => {
                         info!(claim = %claim.name, instance = %inst.id, "adopted the instance of a claim left Launching");
                         replace(&mut world.claims, next);
@@ -343,8 +450,16 @@ impl Provisioner {
                 }
                 continue;
             }
-            let Some(pool) = world.pools.iter().find(|p| p.name == claim.node_pool).cloned() else {
-                let why = format!("NodePool {:?} no longer exists or its EC2NodeClass cannot be used", claim.node_pool);
+            let Some(pool) = world
+                .pools
+                .iter()
+                .find(|p| p.name == claim.node_pool)
+                .cloned()
+            else {
+                let why = format!(
+                    "NodePool {:?} no longer exists or its EC2NodeClass cannot be used",
+                    claim.node_pool
+                );
                 self.fail(&claim, &why, world, report).await?;
                 continue;
             };
@@ -387,10 +502,15 @@ impl Provisioner {
     ) -> Result<NodeClaim> {
         const ATTEMPTS: u32 = 16;
         let now = self.ports.clock.now();
-        let mut capacity_types: Vec<CapacityType> =
-            planned.capacity_types.iter().filter_map(|c| CapacityType::parse(c)).collect();
+        let mut capacity_types: Vec<CapacityType> = planned
+            .capacity_types
+            .iter()
+            .filter_map(|c| CapacityType::parse(c))
+            .collect();
         if capacity_types.is_empty() {
-            capacity_types = CapacityType::parse(&planned.capacity_type).into_iter().collect();
+            capacity_types = CapacityType::parse(&planned.capacity_type)
+                .into_iter()
+                .collect();
         }
         let mut zones = planned.zones.clone();
         if zones.is_empty() {
@@ -401,38 +521,28 @@ impl Provisioner {
             if !names.insert(name.clone()) {
                 continue;
             }
-            let claim = NodeClaim {
-                name,
-                node_pool: pool.name.clone(),
-                node_class: pool.node_class_ref.name.clone(),
-                state: ClaimState::Launching,
-                version: 1,
-                instance_type_options: planned.instance_type_options.clone(),
-                zones: zones.clone(),
-                capacity_types: capacity_types.clone(),
-                pods: planned.pods.clone(),
-                created_at: now,
-                updated_at: now,
-                instance_id: None,
-                instance_type: None,
-                zone: None,
-                capacity_type: None,
-                price_per_hour: None,
-                node_name: None,
-                launched_at: None,
-                registered_at: None,
-                initialized_at: None,
-                disruption: None,
-                failure: None,
-                expires_at: None,
-            };
+            let claim = NodeClaim::launching(
+                ClaimSpec {
+                    name,
+                    node_pool: pool.name.clone(),
+                    node_class: pool.node_class_ref.name.clone(),
+                    instance_type_options: planned.instance_type_options.clone(),
+                    zones: zones.clone(),
+                    capacity_types: capacity_types.clone(),
+                    pods: planned.pods.clone(),
+                },
+                now,
+            );
             match self.ports.store.create_claim(&claim).await {
                 Ok(()) => return Ok(claim),
                 Err(e) if e.kind == ErrorKind::Conflict => continue,
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(EngineError::NoFreeName { pool: pool.name.clone(), attempts: ATTEMPTS })
+        Err(EngineError::NoFreeName {
+            pool: pool.name.clone(),
+            attempts: ATTEMPTS,
+        })
     }
 
     /// `<pool>-<5 lowercase alphanumerics>` from a hash of (pool, holder, lease token,
@@ -451,16 +561,33 @@ impl Provisioner {
         format!("{pool}-{suffix}")
     }
 
-    fn launch_request(&self, claim: &NodeClaim, pool: &NodePool, world: &World) -> Option<LaunchRequest> {
+    fn launch_request(
+        &self,
+        claim: &NodeClaim,
+        pool: &NodePool,
+        world: &World,
+    ) -> Option<LaunchRequest> {
         let (node_class, resolved) = world.classes.get(&claim.node_class)?;
-        let subnet_zones: HashSet<&str> = resolved.subnets.iter().map(|s| s.zone.as_str()).collect();
+        let subnet_zones: HashSet<&str> =
+            resolved.subnets.iter().map(|s| s.zone.as_str()).collect();
         let mut offerings = Vec::new();
         for t in &claim.instance_type_options {
-            let Some(it) = world.catalog.get(t) else { continue };
-            for zone in claim.zones.iter().filter(|z| subnet_zones.contains(z.as_str())) {
+            let Some(it) = world.catalog.get(t) else {
+                continue;
+            };
+            for zone in claim
+                .zones
+                .iter()
+                .filter(|z| subnet_zones.contains(z.as_str()))
+            {
                 for &ct in &claim.capacity_types {
                     if let Some(price) = world.pricing.price(it, zone, ct) {
-                        offerings.push(Offering { instance_type: t.clone(), zone: zone.clone(), capacity_type: ct, price });
+                        offerings.push(Offering {
+                            instance_type: t.clone(),
+                            zone: zone.clone(),
+                            capacity_type: ct,
+                            price,
+                        });
                     }
                 }
             }
@@ -524,14 +651,20 @@ impl Provisioner {
                         price_per_hour: Some(l.price),
                     })
                     .await;
-                self.ports.emit(pod_event(&next, EventType::Normal, "Launched", format!(
-                    "NodeClaim {} launched as {} in {} for {} pod(s)",
-                    next.name,
-                    l.instance_type,
-                    l.zone,
-                    next.pods.len()
-                )))
-                .await;
+                self.ports
+                    .emit(pod_event(
+                        &next,
+                        EventType::Normal,
+                        "Launched",
+                        format!(
+                            "NodeClaim {} launched as {} in {} for {} pod(s)",
+                            next.name,
+                            l.instance_type,
+                            l.zone,
+                            next.pods.len()
+                        ),
+                    ))
+                    .await;
                 report.launched.push(LaunchedClaim {
                     name: next.name.clone(),
                     node_pool: next.node_pool.clone(),
@@ -557,7 +690,12 @@ impl Provisioner {
     /// CreateFleet with fallback and backoff. Store errors other than a lost
     /// conditional write abort the tick (the claim stays `Launching`; the next tick
     /// adopts or relaunches it).
-    async fn launch(&self, claim: &NodeClaim, mut request: LaunchRequest, world: &mut World) -> Result<LaunchOutcome> {
+    async fn launch(
+        &self,
+        claim: &NodeClaim,
+        mut request: LaunchRequest,
+        world: &mut World,
+    ) -> Result<LaunchOutcome> {
         let mut retries = 0u32;
         let mut last_ice = String::new();
         loop {
@@ -576,33 +714,43 @@ impl Provisioner {
             }
             match self.ports.cloud.launch(&request).await {
                 Ok(l) => {
-                    self.remember_unavailable(claim, &l.unavailable, world).await?;
+                    self.remember_unavailable(claim, &l.unavailable, world)
+                        .await?;
                     let now = self.ports.clock.now();
                     return match self.mark_launched(claim, &l, now).await {
                         Ok(next) => Ok(LaunchOutcome::Launched(next, l)),
-                        Err(EngineError::Store(e)) if e.kind == ErrorKind::Conflict => {
-                            Ok(LaunchOutcome::Deferred(format!("claim changed while launching: {e}")))
-                        }
+                        Err(EngineError::Store(e)) if e.kind == ErrorKind::Conflict => Ok(
+                            LaunchOutcome::Deferred(format!("claim changed while launching: {e}")),
+                        ),
                         Err(e) => Err(e),
                     };
                 }
                 Err(LaunchError::InsufficientCapacity { offerings, message }) => {
                     let refused = self.remember_unavailable(claim, &offerings, world).await?;
-                    request
-                        .offerings
-                        .retain(|o| !refused.contains(&(o.instance_type.clone(), o.zone.clone(), o.capacity_type)));
+                    request.offerings.retain(|o| {
+                        !refused.contains(&(
+                            o.instance_type.clone(),
+                            o.zone.clone(),
+                            o.capacity_type,
+                        ))
+                    });
                     if offerings.is_empty() {
                         // Nothing named: do not loop forever on the same request.
                         return Ok(LaunchOutcome::Failed(message));
                     }
                     last_ice = message;
                 }
-                Err(LaunchError::Cloud(e)) if matches!(e.kind, ErrorKind::Throttled | ErrorKind::Unavailable) => {
+                Err(LaunchError::Cloud(e))
+                    if matches!(e.kind, ErrorKind::Throttled | ErrorKind::Unavailable) =>
+                {
                     retries += 1;
                     if retries >= self.config.launch_attempts {
                         return Ok(LaunchOutcome::Deferred(e.to_string()));
                     }
-                    let delay = self.config.backoff.saturating_mul(1 << (retries - 1).min(16));
+                    let delay = self
+                        .config
+                        .backoff
+                        .saturating_mul(1 << (retries - 1).min(16));
                     warn!(claim = %claim.name, error = %e, delay_ms = delay.as_millis() as u64, "launch throttled; backing off");
                     self.ports.clock.sleep(delay).await;
                 }
@@ -619,7 +767,8 @@ impl Provisioner {
         offerings: &[Offering],
         world: &mut World,
     ) -> Result<HashSet<(String, String, CapacityType)>> {
-        let until = self.ports.clock.now() + i64::try_from(self.config.ice_ttl.as_secs()).unwrap_or(i64::MAX);
+        let until = self.ports.clock.now()
+            + i64::try_from(self.config.ice_ttl.as_secs()).unwrap_or(i64::MAX);
         let mut refused = HashSet::new();
         for o in offerings {
             self.ports.store.mark_unavailable(o, until).await?;
@@ -636,7 +785,12 @@ impl Provisioner {
         Ok(refused)
     }
 
-    async fn mark_launched(&self, claim: &NodeClaim, l: &Launched, launched_at: i64) -> Result<NodeClaim> {
+    async fn mark_launched(
+        &self,
+        claim: &NodeClaim,
+        l: &Launched,
+        launched_at: i64,
+    ) -> Result<NodeClaim> {
         let now = self.ports.clock.now();
         let next = claim.transition(ClaimState::Launched, now, |c| {
             c.instance_id = Some(l.instance_id.clone());
@@ -649,9 +803,17 @@ impl Provisioner {
         save(&self.ports, claim, next).await
     }
 
-    async fn fail(&self, claim: &NodeClaim, why: &str, world: &mut World, report: &mut TickReport) -> Result<()> {
+    async fn fail(
+        &self,
+        claim: &NodeClaim,
+        why: &str,
+        world: &mut World,
+        report: &mut TickReport,
+    ) -> Result<()> {
         let now = self.ports.clock.now();
-        let next = claim.transition(ClaimState::LaunchFailed, now, |c| c.failure = Some(why.to_string()))?;
+        let next = claim.transition(ClaimState::LaunchFailed, now, |c| {
+            c.failure = Some(why.to_string())
+        })?;
         match save(&self.ports, claim, next).await {
             Ok(next) => replace(&mut world.claims, next),
             Err(EngineError::Store(e)) if e.kind == ErrorKind::Conflict => {
@@ -671,7 +833,12 @@ impl Provisioner {
             })
             .await;
         self.ports
-            .emit(pod_event(claim, EventType::Warning, "LaunchFailed", format!("NodeClaim {}: {why}", claim.name)))
+            .emit(pod_event(
+                claim,
+                EventType::Warning,
+                "LaunchFailed",
+                format!("NodeClaim {}: {why}", claim.name),
+            ))
             .await;
         report.failed.push((claim.name.clone(), why.to_string()));
         Ok(())
@@ -687,7 +854,12 @@ fn replace(claims: &mut Vec<NodeClaim>, next: NodeClaim) {
 
 /// Events about a claim go to the first pod it was made for (Karpenter's
 /// "Nominated"): claims are not Kubernetes objects here.
-fn pod_event(claim: &NodeClaim, event_type: EventType, reason: &str, message: String) -> ClusterEvent {
+fn pod_event(
+    claim: &NodeClaim,
+    event_type: EventType,
+    reason: &str,
+    message: String,
+) -> ClusterEvent {
     let (namespace, name) = claim
         .pods
         .first()
@@ -695,7 +867,11 @@ fn pod_event(claim: &NodeClaim, event_type: EventType, reason: &str, message: St
         .map(|(ns, n)| (Some(ns.to_string()), n.to_string()))
         .unwrap_or((None, claim.name.clone()));
     ClusterEvent {
-        kind: if namespace.is_some() { "Pod".into() } else { "Node".into() },
+        kind: if namespace.is_some() {
+            "Pod".into()
+        } else {
+            "Node".into()
+        },
         namespace,
         name,
         event_type,
@@ -706,7 +882,15 @@ fn pod_event(claim: &NodeClaim, event_type: EventType, reason: &str, message: St
 
 fn pods_reason(pods: &[String]) -> String {
     const SHOWN: usize = 5;
-    let mut s = format!("{} pending pod(s): {}", pods.len(), pods.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", "));
+    let mut s = format!(
+        "{} pending pod(s): {}",
+        pods.len(),
+        pods.iter()
+            .take(SHOWN)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     if pods.len() > SHOWN {
         s.push_str(&format!(", +{} more", pods.len() - SHOWN));
     }
@@ -716,7 +900,11 @@ fn pods_reason(pods: &[String]) -> String {
 /// The snapshot the planner sees. Nodes of claims not yet initialized lose their
 /// startup and unregistered taints: those are expected to go away (Karpenter treats
 /// them as ephemeral when scheduling).
-fn snapshot_for_planning(state: &ClusterState, claims: &[NodeClaim], pools: &[NodePool]) -> ClusterSnapshot {
+fn snapshot_for_planning(
+    state: &ClusterState,
+    claims: &[NodeClaim],
+    pools: &[NodePool],
+) -> ClusterSnapshot {
     let initializing: HashMap<&str, &NodeClaim> = claims
         .iter()
         .filter(|c| matches!(c.state, ClaimState::Launched | ClaimState::Registered))
@@ -726,7 +914,11 @@ fn snapshot_for_planning(state: &ClusterState, claims: &[NodeClaim], pools: &[No
         .nodes
         .iter()
         .map(|n| {
-            let claim = n.provider_id.as_deref().and_then(instance_id_from_provider_id).and_then(|id| initializing.get(id));
+            let claim = n
+                .provider_id
+                .as_deref()
+                .and_then(instance_id_from_provider_id)
+                .and_then(|id| initializing.get(id));
             match claim {
                 None => n.clone(),
                 Some(c) => {
@@ -736,7 +928,9 @@ fn snapshot_for_planning(state: &ClusterState, claims: &[NodeClaim], pools: &[No
                         .map(|p| p.startup_taints.iter().map(|t| t.key.as_str()).collect())
                         .unwrap_or_default();
                     let mut n = n.clone();
-                    n.taints.retain(|t| t.key != TAINT_UNREGISTERED && !startup.contains(t.key.as_str()));
+                    n.taints.retain(|t| {
+                        t.key != TAINT_UNREGISTERED && !startup.contains(t.key.as_str())
+                    });
                     n
                 }
             }
@@ -763,16 +957,25 @@ fn in_flight_claims(claims: &[NodeClaim], state: &ClusterState) -> Vec<InFlightC
         .iter()
         .filter(|c| match c.state {
             ClaimState::Launching | ClaimState::Launched => true,
-            ClaimState::Registered => !c.instance_id.as_deref().is_some_and(|id| ready.contains(id)),
+            ClaimState::Registered => !c
+                .instance_id
+                .as_deref()
+                .is_some_and(|id| ready.contains(id)),
             _ => false,
         })
         .filter_map(|c| {
             Some(InFlightClaim {
                 name: c.name.clone(),
                 node_pool: c.node_pool.clone(),
-                instance_type: c.instance_type.clone().or_else(|| c.instance_type_options.first().cloned())?,
+                instance_type: c
+                    .instance_type
+                    .clone()
+                    .or_else(|| c.instance_type_options.first().cloned())?,
                 zone: c.zone.clone().or_else(|| c.zones.first().cloned())?,
-                capacity_type: c.capacity_type.or_else(|| c.capacity_types.first().copied()).unwrap_or(CapacityType::OnDemand),
+                capacity_type: c
+                    .capacity_type
+                    .or_else(|| c.capacity_types.first().copied())
+                    .unwrap_or(CapacityType::OnDemand),
                 pods: c.pods.clone(),
             })
         })
@@ -793,34 +996,24 @@ mod tests {
 
     #[test]
     fn a_launching_claim_without_an_instance_counts_as_its_first_option() {
-        let claim = NodeClaim {
-            name: "gp-abcde".into(),
-            node_pool: "gp".into(),
-            node_class: "default".into(),
-            state: ClaimState::Launching,
-            version: 1,
-            instance_type_options: vec!["m5.large".into(), "m5.xlarge".into()],
-            zones: vec!["us-east-1b".into(), "us-east-1a".into()],
-            capacity_types: vec![CapacityType::Spot],
-            pods: vec![],
-            created_at: 0,
-            updated_at: 0,
-            instance_id: None,
-            instance_type: None,
-            zone: None,
-            capacity_type: None,
-            price_per_hour: None,
-            node_name: None,
-            launched_at: None,
-            registered_at: None,
-            initialized_at: None,
-            disruption: None,
-            failure: None,
-            expires_at: None,
-        };
+        let claim = NodeClaim::launching(
+            ClaimSpec {
+                name: "gp-abcde".into(),
+                node_pool: "gp".into(),
+                node_class: "default".into(),
+                instance_type_options: vec!["m5.large".into(), "m5.xlarge".into()],
+                zones: vec!["us-east-1b".into(), "us-east-1a".into()],
+                capacity_types: vec![CapacityType::Spot],
+                pods: vec![],
+            },
+            0,
+        );
         let f = in_flight_claims(&[claim], &ClusterState::default());
         assert_eq!(f.len(), 1);
-        assert_eq!((f[0].instance_type.as_str(), f[0].zone.as_str()), ("m5.large", "us-east-1b"));
+        assert_eq!(
+            (f[0].instance_type.as_str(), f[0].zone.as_str()),
+            ("m5.large", "us-east-1b")
+        );
         assert_eq!(f[0].capacity_type, CapacityType::Spot);
     }
 }

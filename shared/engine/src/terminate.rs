@@ -80,25 +80,54 @@ impl Progress {
 
 /// Writes `next` over `prev` conditionally on `prev`'s state and version.
 pub(crate) async fn save(ports: &Ports, prev: &NodeClaim, next: NodeClaim) -> Result<NodeClaim> {
-    ports.store.update_claim(&next, prev.state, prev.version).await?;
+    ports
+        .store
+        .update_claim(&next, prev.state, prev.version)
+        .await?;
     Ok(next)
 }
 
 fn disrupted_taint() -> Taint {
-    Taint { key: TAINT_DISRUPTED.into(), value: None, effect: TaintEffect::NoSchedule }
+    Taint {
+        key: TAINT_DISRUPTED.into(),
+        value: None,
+        effect: TaintEffect::NoSchedule,
+    }
 }
 
 /// Step 1: the claim is to be taken away, for `cause`.
-pub async fn disrupt(ports: &Ports, claim: &NodeClaim, cause: DisruptionCause, deadline: Option<i64>) -> Result<NodeClaim> {
+pub async fn disrupt(
+    ports: &Ports,
+    claim: &NodeClaim,
+    cause: DisruptionCause,
+    deadline: Option<i64>,
+) -> Result<NodeClaim> {
     let now = ports.clock.now();
-    disrupt_with(ports, claim, Disruption { cause, deadline, since: now, drain_after: None, event: None }).await
+    disrupt_with(
+        ports,
+        claim,
+        Disruption {
+            cause,
+            deadline,
+            since: now,
+            drain_after: None,
+            event: None,
+        },
+    )
+    .await
 }
 
 /// Step 1 with every detail of the disruption (drain delay, originating event).
 /// `Conflict` when another caller changed the claim first: it decides, not this one.
-pub async fn disrupt_with(ports: &Ports, claim: &NodeClaim, disruption: Disruption) -> Result<NodeClaim> {
+pub async fn disrupt_with(
+    ports: &Ports,
+    claim: &NodeClaim,
+    disruption: Disruption,
+) -> Result<NodeClaim> {
     let cause = disruption.cause;
-    let next = claim.transition(ClaimState::Disrupting, ports.clock.now(), |c| c.disruption = Some(disruption))?;
+    let next = claim.transition(ClaimState::Disrupting, ports.clock.now(), |c| {
+        c.disruption = Some(disruption)
+    })?;
     let next = save(ports, claim, next).await?;
     info!(claim = %claim.name, cause = ?cause, "disrupting");
     Ok(next)
@@ -107,8 +136,13 @@ pub async fn disrupt_with(ports: &Ports, claim: &NodeClaim, disruption: Disrupti
 /// Taints the claim's node `karpenter.sh/disrupted:NoSchedule` (no new pods land on
 /// it). No node, or a node already gone: nothing to do.
 pub async fn cordon(ports: &Ports, claim: &NodeClaim) -> Result<()> {
-    let Some(node) = &claim.node_name else { return Ok(()) };
-    let patch = NodePatch { add_taints: vec![disrupted_taint()], ..NodePatch::default() };
+    let Some(node) = &claim.node_name else {
+        return Ok(());
+    };
+    let patch = NodePatch {
+        add_taints: vec![disrupted_taint()],
+        ..NodePatch::default()
+    };
     match ports.cluster.patch_node(node, &patch).await {
         Err(e) if e.kind != ErrorKind::NotFound => Err(e.into()),
         _ => Ok(()),
@@ -118,14 +152,23 @@ pub async fn cordon(ports: &Ports, claim: &NodeClaim) -> Result<()> {
 /// Step 2: cordon the node (unless the instance is gone: nothing will schedule there)
 /// and start draining it.
 pub async fn start_draining(ports: &Ports, claim: &NodeClaim) -> Result<NodeClaim> {
-    let gone = claim.disruption.as_ref().is_some_and(|d| d.cause.instance_gone());
+    let gone = claim
+        .disruption
+        .as_ref()
+        .is_some_and(|d| d.cause.instance_gone());
     if !gone {
         cordon(ports, claim).await?;
     }
     let next = claim.transition(ClaimState::Draining, ports.clock.now(), |_| {})?;
     let next = save(ports, claim, next).await?;
     if let Some(node) = &claim.node_name {
-        ports.emit(node_event(node, "Draining", format!("Draining NodeClaim {} ({})", claim.name, cause_of(claim)))).await;
+        ports
+            .emit(node_event(
+                node,
+                "Draining",
+                format!("Draining NodeClaim {} ({})", claim.name, cause_of(claim)),
+            ))
+            .await;
     }
     Ok(next)
 }
@@ -134,13 +177,25 @@ pub async fn start_draining(ports: &Ports, claim: &NodeClaim) -> Result<NodeClai
 /// come, or a replacement is up — a claim Initialized since the disruption began that
 /// was made for one of the pods on this node (`NodeClaim::pods`).
 pub async fn ready_to_drain(ports: &Ports, claim: &NodeClaim) -> Result<bool> {
-    let Some(d) = &claim.disruption else { return Ok(true) };
-    let Some(after) = d.drain_after else { return Ok(true) };
+    let Some(d) = &claim.disruption else {
+        return Ok(true);
+    };
+    let Some(after) = d.drain_after else {
+        return Ok(true);
+    };
     if ports.clock.now() >= after {
         return Ok(true);
     }
-    let Some(node) = &claim.node_name else { return Ok(true) };
-    let pods: HashSet<String> = ports.cluster.pods_on_node(node).await?.iter().map(Pod::key).collect();
+    let Some(node) = &claim.node_name else {
+        return Ok(true);
+    };
+    let pods: HashSet<String> = ports
+        .cluster
+        .pods_on_node(node)
+        .await?
+        .iter()
+        .map(Pod::key)
+        .collect();
     if pods.is_empty() {
         return Ok(true);
     }
@@ -156,7 +211,9 @@ pub async fn ready_to_drain(ports: &Ports, claim: &NodeClaim) -> Result<bool> {
 /// One pass of the drain: evicts (or, past the deadline or on a dead instance, deletes)
 /// what can go now. `true` when no evictable pod is left on the node.
 pub async fn drain(ports: &Ports, claim: &NodeClaim, progress: &mut Progress) -> Result<bool> {
-    let Some(node) = &claim.node_name else { return Ok(true) };
+    let Some(node) = &claim.node_name else {
+        return Ok(true);
+    };
     let (gone, deadline) = match &claim.disruption {
         Some(d) => (d.cause.instance_gone(), d.deadline),
         None => (false, None),
@@ -164,7 +221,10 @@ pub async fn drain(ports: &Ports, claim: &NodeClaim, progress: &mut Progress) ->
     for _ in 0..DRAIN_ROUNDS {
         let now = ports.clock.now();
         let pods = ports.cluster.pods_on_node(node).await?;
-        let remaining: Vec<&Pod> = pods.iter().filter(|p| !p.daemonset_owned && !p.terminal).collect();
+        let remaining: Vec<&Pod> = pods
+            .iter()
+            .filter(|p| !p.daemonset_owned && !p.terminal)
+            .collect();
         if remaining.is_empty() {
             return Ok(true);
         }
@@ -184,10 +244,17 @@ pub async fn drain(ports: &Ports, claim: &NodeClaim, progress: &mut Progress) ->
             let delete_with = if gone {
                 Some(0)
             } else {
-                deadline.filter(|d| now >= d - grace).map(|d| (d - now).clamp(0, grace))
+                deadline
+                    .filter(|d| now >= d - grace)
+                    .map(|d| (d - now).clamp(0, grace))
             };
             let result = match delete_with {
-                Some(grace) => ports.cluster.delete_pod(&pod.namespace, &pod.name, grace).await,
+                Some(grace) => {
+                    ports
+                        .cluster
+                        .delete_pod(&pod.namespace, &pod.name, grace)
+                        .await
+                }
                 None => ports.cluster.evict_pod(&pod.namespace, &pod.name).await,
             };
             match result {
@@ -215,8 +282,17 @@ pub async fn drain(ports: &Ports, claim: &NodeClaim, progress: &mut Progress) ->
 pub async fn finish_draining(ports: &Ports, claim: &NodeClaim) -> Result<NodeClaim> {
     let next = claim.transition(ClaimState::Terminating, ports.clock.now(), |_| {})?;
     let next = save(ports, claim, next).await?;
-    let name = claim.node_name.clone().unwrap_or_else(|| claim.name.clone());
-    ports.emit(node_event(&name, "Terminating", format!("Terminating NodeClaim {} ({})", claim.name, cause_of(claim)))).await;
+    let name = claim
+        .node_name
+        .clone()
+        .unwrap_or_else(|| claim.name.clone());
+    ports
+        .emit(node_event(
+            &name,
+            "Terminating",
+            format!("Terminating NodeClaim {} ({})", claim.name, cause_of(claim)),
+        ))
+        .await;
     Ok(next)
 }
 
@@ -229,7 +305,11 @@ pub async fn terminate_instance(ports: &Ports, claim: &NodeClaim) -> Result<Node
     terminate_step(ports, claim, &mut Progress::new(claim.clone())).await
 }
 
-async fn terminate_step(ports: &Ports, claim: &NodeClaim, progress: &mut Progress) -> Result<NodeClaim> {
+async fn terminate_step(
+    ports: &Ports,
+    claim: &NodeClaim,
+    progress: &mut Progress,
+) -> Result<NodeClaim> {
     if let Some(id) = &claim.instance_id {
         // Only ever an id the store records on this claim, in this very state: a claim
         // built or changed by the caller cannot name another instance.
@@ -239,7 +319,10 @@ async fn terminate_step(ports: &Ports, claim: &NodeClaim, progress: &mut Progres
                 if s.state != claim.state || s.version != claim.version {
                     return Err(EngineError::Store(StoreError::new(
                         ErrorKind::Conflict,
-                        format!("claim {} moved on to {:?} v{} before its termination", claim.name, s.state, s.version),
+                        format!(
+                            "claim {} moved on to {:?} v{} before its termination",
+                            claim.name, s.state, s.version
+                        ),
                     )));
                 }
             }
@@ -250,14 +333,19 @@ async fn terminate_step(ports: &Ports, claim: &NodeClaim, progress: &mut Progres
                 });
             }
         }
-        let already_terminated = claim.disruption.as_ref().is_some_and(|d| d.cause == DisruptionCause::InstanceTerminated);
+        let already_terminated = claim
+            .disruption
+            .as_ref()
+            .is_some_and(|d| d.cause == DisruptionCause::InstanceTerminated);
         if !already_terminated {
             match ports.cloud.terminate(std::slice::from_ref(id)).await {
                 Ok(()) => {
                     progress.terminated_instance = true;
                     info!(claim = %claim.name, instance = %id, "terminated instance");
                 }
-                Err(e) if e.kind == ErrorKind::NotFound => info!(claim = %claim.name, instance = %id, "instance already gone"),
+                Err(e) if e.kind == ErrorKind::NotFound => {
+                    info!(claim = %claim.name, instance = %id, "instance already gone")
+                }
                 Err(e) => return Err(EngineError::Cloud(e)),
             }
         }
@@ -270,10 +358,21 @@ async fn terminate_step(ports: &Ports, claim: &NodeClaim, progress: &mut Progres
     }
     let now = ports.clock.now();
     let ttl = i64::try_from(TOMBSTONE_TTL.as_secs()).unwrap_or(i64::MAX);
-    let next = claim.transition(ClaimState::Terminated, now, |c| c.expires_at = Some(now.saturating_add(ttl)))?;
+    let next = claim.transition(ClaimState::Terminated, now, |c| {
+        c.expires_at = Some(now.saturating_add(ttl))
+    })?;
     let next = save(ports, claim, next).await?;
-    let name = claim.node_name.clone().unwrap_or_else(|| claim.name.clone());
-    ports.emit(node_event(&name, "Terminated", format!("NodeClaim {} terminated ({})", claim.name, cause_of(claim)))).await;
+    let name = claim
+        .node_name
+        .clone()
+        .unwrap_or_else(|| claim.name.clone());
+    ports
+        .emit(node_event(
+            &name,
+            "Terminated",
+            format!("NodeClaim {} terminated ({})", claim.name, cause_of(claim)),
+        ))
+        .await;
     Ok(next)
 }
 
@@ -313,7 +412,11 @@ pub async fn drive(ports: &Ports, claim: &NodeClaim) -> Result<Progress> {
 }
 
 fn cause_of(claim: &NodeClaim) -> String {
-    claim.disruption.as_ref().map(|d| format!("{:?}", d.cause)).unwrap_or_default()
+    claim
+        .disruption
+        .as_ref()
+        .map(|d| format!("{:?}", d.cause))
+        .unwrap_or_default()
 }
 
 fn node_event(node: &str, reason: &str, message: String) -> ClusterEvent {

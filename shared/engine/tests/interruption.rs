@@ -8,12 +8,14 @@ use std::time::Duration;
 use nodewright_core::catalog::{CapacityType, Catalog};
 use nodewright_core::cluster::{IntOrPercent, LabelSelector, Node, Pod, PodDisruptionBudget};
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
-use nodewright_engine::fakes::{CloudOp, ClusterOp, FakeCloud, FakeCluster, ManualClock, MemoryStore, StoreOp};
+use nodewright_engine::fakes::{
+    CloudOp, ClusterOp, FakeCloud, FakeCluster, ManualClock, MemoryStore, StoreOp,
+};
 use nodewright_engine::ports::{CloudError, ClusterError, ErrorKind, Store, StoreError};
 use nodewright_engine::terminate::{self, TAINT_DISRUPTED};
 use nodewright_engine::{
-    InstanceAction, InterruptionConfig, InterruptionInput, InterruptionMode, InterruptionOutcome, Ports,
-    handle_interruption,
+    InstanceAction, InterruptionConfig, InterruptionInput, InterruptionMode, InterruptionOutcome,
+    Ports, handle_interruption,
 };
 
 const ZONE: &str = "us-east-1a";
@@ -40,8 +42,19 @@ impl Env {
         let cloud = Arc::new(FakeCloud::new(catalog.clone(), &[ZONE], clock.clone()));
         let cluster = Arc::new(FakeCluster::new(Arc::new(catalog)));
         let store = Arc::new(MemoryStore::new());
-        let ports = Ports { cloud: cloud.clone(), cluster: cluster.clone(), store: store.clone(), clock: clock.clone() };
-        Env { clock, cloud, cluster, store, ports }
+        let ports = Ports {
+            cloud: cloud.clone(),
+            cluster: cluster.clone(),
+            store: store.clone(),
+            clock: clock.clone(),
+        };
+        Env {
+            clock,
+            cloud,
+            cluster,
+            store,
+            ports,
+        }
     }
 
     fn now(&self) -> i64 {
@@ -51,8 +64,13 @@ impl Env {
 
     async fn owned(&self, name: &str, capacity_type: CapacityType) -> Owned {
         let now = self.now();
-        let instance = self.cloud.insert_instance("m5.large", ZONE, Some(name), now - 600);
-        let node = format!("ip-10-0-0-{}.ec2.internal", name.len() + self.cluster.nodes().len());
+        let instance = self
+            .cloud
+            .insert_instance("m5.large", ZONE, Some(name), now - 600);
+        let node = format!(
+            "ip-10-0-0-{}.ec2.internal",
+            name.len() + self.cluster.nodes().len()
+        );
         self.cluster.add_node(Node {
             name: node.clone(),
             provider_id: Some(format!("aws:///{ZONE}/{}", instance.id)),
@@ -85,7 +103,11 @@ impl Env {
             expires_at: None,
         };
         self.store.create_claim(&claim).await.unwrap();
-        Owned { claim: name.into(), instance: instance.id, node }
+        Owned {
+            claim: name.into(),
+            instance: instance.id,
+            node,
+        }
     }
 
     fn pod(&self, name: &str, node: &str, app: &str) -> Pod {
@@ -102,7 +124,8 @@ impl Env {
 
     fn critical_pod(&self, name: &str, node: &str) {
         let mut pod = self.pod(name, node, "dns");
-        self.cluster.with_state(|s| s.pods.retain(|p| p.name != name));
+        self.cluster
+            .with_state(|s| s.pods.retain(|p| p.name != name));
         pod.namespace = "kube-system".into();
         pod.critical = true;
         self.cluster.add_pod(pod);
@@ -110,14 +133,19 @@ impl Env {
 
     fn daemonset_pod(&self, name: &str, node: &str) {
         let mut pod = self.pod(name, node, "agent");
-        self.cluster.with_state(|s| s.pods.retain(|p| p.name != name));
+        self.cluster
+            .with_state(|s| s.pods.retain(|p| p.name != name));
         pod.namespace = "kube-system".into();
         pod.daemonset_owned = true;
         self.cluster.add_pod(pod);
     }
 
     fn claim(&self, name: &str) -> NodeClaim {
-        self.store.claims().into_iter().find(|c| c.name == name).expect("the claim")
+        self.store
+            .claims()
+            .into_iter()
+            .find(|c| c.name == name)
+            .expect("the claim")
     }
 
     fn clear_calls(&self) {
@@ -127,14 +155,27 @@ impl Env {
     }
 
     fn terminate_calls(&self) -> Vec<String> {
-        self.cloud.calls().into_iter().filter(|c| c.op == CloudOp::Terminate).map(|c| c.key).collect()
+        self.cloud
+            .calls()
+            .into_iter()
+            .filter(|c| c.op == CloudOp::Terminate)
+            .map(|c| c.key)
+            .collect()
     }
 
     fn cluster_calls(&self, op: ClusterOp) -> Vec<String> {
-        self.cluster.calls().into_iter().filter(|c| c.op == op).map(|c| c.key).collect()
+        self.cluster
+            .calls()
+            .into_iter()
+            .filter(|c| c.op == op)
+            .map(|c| c.key)
+            .collect()
     }
 
-    async fn handle(&self, input: InterruptionInput) -> nodewright_engine::Result<InterruptionOutcome> {
+    async fn handle(
+        &self,
+        input: InterruptionInput,
+    ) -> nodewright_engine::Result<InterruptionOutcome> {
         handle_interruption(&self.ports, &InterruptionConfig::default(), input).await
     }
 }
@@ -190,18 +231,42 @@ async fn a_spot_warning_marks_the_offering_drains_the_node_and_terminates_the_in
     env.daemonset_pod("agent-x", &o.node);
     let deadline = env.now() + 120;
 
-    let outcome = env.handle(spot_warning("e-1", &o.instance, deadline)).await.unwrap();
+    let outcome = env
+        .handle(spot_warning("e-1", &o.instance, deadline))
+        .await
+        .unwrap();
 
-    assert_eq!(action(&outcome), InstanceAction::Disrupted { state: ClaimState::Terminated });
+    assert_eq!(
+        action(&outcome),
+        InstanceAction::Disrupted {
+            state: ClaimState::Terminated
+        }
+    );
     assert!(outcome.provisioner_needed());
     assert!(outcome.instances()[0].marked_unavailable);
     let unavailable = env.store.unavailable_offerings(env.now()).await.unwrap();
-    assert_eq!(unavailable, vec![("m5.large".to_string(), ZONE.to_string(), CapacityType::Spot)]);
-    assert!(env.store.unavailable_offerings(env.now() + 180).await.unwrap().is_empty(), "for 3 minutes");
+    assert_eq!(
+        unavailable,
+        vec![("m5.large".to_string(), ZONE.to_string(), CapacityType::Spot)]
+    );
+    assert!(
+        env.store
+            .unavailable_offerings(env.now() + 180)
+            .await
+            .unwrap()
+            .is_empty(),
+        "for 3 minutes"
+    );
     // Tainted before anything was evicted.
     let calls = env.cluster.calls();
-    let first_patch = calls.iter().position(|c| c.op == ClusterOp::PatchNode).expect("tainted");
-    let first_eviction = calls.iter().position(|c| c.op == ClusterOp::EvictPod).expect("evicted");
+    let first_patch = calls
+        .iter()
+        .position(|c| c.op == ClusterOp::PatchNode)
+        .expect("tainted");
+    let first_eviction = calls
+        .iter()
+        .position(|c| c.op == ClusterOp::EvictPod)
+        .expect("evicted");
     assert!(first_patch < first_eviction);
     // Non-critical pods first, the critical one after, the DaemonSet pod stays.
     assert_eq!(
@@ -210,15 +275,25 @@ async fn a_spot_warning_marks_the_offering_drains_the_node_and_terminates_the_in
     );
     assert!(env.cluster.pod("kube-system", "agent-x").is_some());
     assert_eq!(env.terminate_calls(), [o.instance.clone()]);
-    assert_eq!(env.cloud.instance(&o.instance).unwrap().instance.state, "terminated");
+    assert_eq!(
+        env.cloud.instance(&o.instance).unwrap().instance.state,
+        "terminated"
+    );
     assert_eq!(env.cluster_calls(ClusterOp::DeleteNode), [o.node.clone()]);
     assert!(env.cluster.node(&o.node).is_none());
     let claim = env.claim(&o.claim);
     assert_eq!(claim.state, ClaimState::Terminated);
-    assert_eq!(claim.expires_at, Some(env.now() + 24 * 3600), "a tombstone with a TTL");
+    assert_eq!(
+        claim.expires_at,
+        Some(env.now() + 24 * 3600),
+        "a tombstone with a TTL"
+    );
     let reasons: Vec<String> = env.cluster.events().into_iter().map(|e| e.reason).collect();
     for reason in ["SpotInterrupted", "Draining", "Terminating", "Terminated"] {
-        assert!(reasons.contains(&reason.to_string()), "{reason} in {reasons:?}");
+        assert!(
+            reasons.contains(&reason.to_string()),
+            "{reason} in {reasons:?}"
+        );
     }
 }
 
@@ -229,11 +304,23 @@ async fn the_node_is_tainted_disrupted_no_schedule_while_it_drains() {
     env.pod("web-0", &o.node, "web");
     env.cluster.with_state(|s| s.pdbs.push(web_budget(1)));
 
-    let outcome = env.handle(spot_warning("e-1", &o.instance, env.now() + 120)).await.unwrap();
+    let outcome = env
+        .handle(spot_warning("e-1", &o.instance, env.now() + 120))
+        .await
+        .unwrap();
 
-    assert_eq!(action(&outcome), InstanceAction::Disrupted { state: ClaimState::Draining });
+    assert_eq!(
+        action(&outcome),
+        InstanceAction::Disrupted {
+            state: ClaimState::Draining
+        }
+    );
     let node = env.cluster.node(&o.node).unwrap();
-    let taint = node.taints.iter().find(|t| t.key == TAINT_DISRUPTED).expect("the disrupted taint");
+    let taint = node
+        .taints
+        .iter()
+        .find(|t| t.key == TAINT_DISRUPTED)
+        .expect("the disrupted taint");
     assert_eq!(taint.effect.as_str(), "NoSchedule");
 }
 
@@ -247,25 +334,43 @@ async fn a_pod_held_by_its_budget_is_retried_until_the_deadline_then_deleted() {
     env.cluster.with_state(|s| s.pdbs.push(web_budget(2)));
     let deadline = env.now() + 120;
 
-    let outcome = env.handle(spot_warning("e-1", &o.instance, deadline)).await.unwrap();
-    assert_eq!(action(&outcome), InstanceAction::Disrupted { state: ClaimState::Draining });
+    let outcome = env
+        .handle(spot_warning("e-1", &o.instance, deadline))
+        .await
+        .unwrap();
+    assert_eq!(
+        action(&outcome),
+        InstanceAction::Disrupted {
+            state: ClaimState::Draining
+        }
+    );
     assert_eq!(outcome.instances()[0].evicted, ["default/other-0"]);
-    assert_eq!(outcome.instances()[0].blocked, ["default/web-0", "default/web-1"]);
+    assert_eq!(
+        outcome.instances()[0].blocked,
+        ["default/web-0", "default/web-1"]
+    );
 
     // Still refused a minute later (the default grace period is 30 s: not yet).
     env.clock.advance(Duration::from_secs(60));
-    let claim = terminate::advance(&env.ports, &env.claim(&o.claim)).await.unwrap();
+    let claim = terminate::advance(&env.ports, &env.claim(&o.claim))
+        .await
+        .unwrap();
     assert_eq!(claim.state, ClaimState::Draining);
     assert!(env.cluster.pod("default", "web-0").is_some());
     assert!(env.terminate_calls().is_empty());
 
     // From deadline − grace, deleted with what is left of the time.
     env.clock.advance(Duration::from_secs(40)); // deadline − 20
-    let claim = terminate::advance(&env.ports, &env.claim(&o.claim)).await.unwrap();
+    let claim = terminate::advance(&env.ports, &env.claim(&o.claim))
+        .await
+        .unwrap();
     assert_eq!(claim.state, ClaimState::Terminated);
     assert_eq!(
         env.cluster.pod_deletions(),
-        [("default/web-0".to_string(), 20), ("default/web-1".to_string(), 20)]
+        [
+            ("default/web-0".to_string(), 20),
+            ("default/web-1".to_string(), 20)
+        ]
     );
     assert_eq!(env.terminate_calls(), [o.instance.clone()]);
 }
@@ -281,19 +386,37 @@ async fn a_budget_with_room_lets_pods_go_one_at_a_time() {
     env.cluster.with_state(|s| s.pdbs.push(web_budget(2)));
     env.cluster.recreate_evicted_pods(true);
 
-    let outcome = env.handle(spot_warning("e-1", &o.instance, env.now() + 600)).await.unwrap();
+    let outcome = env
+        .handle(spot_warning("e-1", &o.instance, env.now() + 600))
+        .await
+        .unwrap();
 
     // 3 healthy, 2 must stay: one goes; its recreated copy is pending, so the budget is
     // used up until it runs somewhere.
     assert_eq!(outcome.instances()[0].evicted, ["default/web-0"]);
     assert_eq!(outcome.instances()[0].blocked, ["default/web-1"]);
-    assert!(!outcome.instances()[0].marked_unavailable, "on-demand: no ICE entry");
-    let pending: Vec<Pod> = env.cluster.snapshot().pods.into_iter().filter(Pod::is_pending).collect();
+    assert!(
+        !outcome.instances()[0].marked_unavailable,
+        "on-demand: no ICE entry"
+    );
+    let pending: Vec<Pod> = env
+        .cluster
+        .snapshot()
+        .pods
+        .into_iter()
+        .filter(Pod::is_pending)
+        .collect();
     assert_eq!(pending.len(), 1);
-    assert!(pending[0].name.starts_with("web-0-r~"), "{}", pending[0].name);
+    assert!(
+        pending[0].name.starts_with("web-0-r~"),
+        "{}",
+        pending[0].name
+    );
     env.cluster.bind_pod(&pending[0].key(), &other.node);
 
-    let claim = terminate::advance(&env.ports, &env.claim(&o.claim)).await.unwrap();
+    let claim = terminate::advance(&env.ports, &env.claim(&o.claim))
+        .await
+        .unwrap();
     assert_eq!(claim.state, ClaimState::Terminated);
 }
 
@@ -321,7 +444,9 @@ async fn a_crash_at_any_step_is_resumed_and_the_instance_is_terminated_once() {
     // A clean run says how many times each operation is called.
     let (env, o) = crash_env().await;
     env.clear_calls();
-    env.handle(spot_warning("e-1", &o.instance, env.now() + 120)).await.unwrap();
+    env.handle(spot_warning("e-1", &o.instance, env.now() + 120))
+        .await
+        .unwrap();
     let mut faults = Vec::new();
     for (op, n) in env.store.call_counts() {
         if op != StoreOp::RecordDecision {
@@ -342,29 +467,49 @@ async fn a_crash_at_any_step_is_resumed_and_the_instance_is_terminated_once() {
         let (env, o) = crash_env().await;
         env.clear_calls();
         match fault {
-            Fault::Store(op) => env.store.fail_after(op, k, StoreError::new(ErrorKind::Unavailable, "crash")),
-            Fault::Cloud(op) => env.cloud.fail_after(op, k, CloudError::new(ErrorKind::Unavailable, "crash")),
-            Fault::Cluster(op) => env.cluster.fail_after(op, k, ClusterError::new(ErrorKind::Unavailable, "crash")),
+            Fault::Store(op) => {
+                env.store
+                    .fail_after(op, k, StoreError::new(ErrorKind::Unavailable, "crash"))
+            }
+            Fault::Cloud(op) => {
+                env.cloud
+                    .fail_after(op, k, CloudError::new(ErrorKind::Unavailable, "crash"))
+            }
+            Fault::Cluster(op) => {
+                env.cluster
+                    .fail_after(op, k, ClusterError::new(ErrorKind::Unavailable, "crash"))
+            }
         }
         let input = spot_warning("e-1", &o.instance, env.now() + 120);
         let first = env.handle(input.clone()).await;
         let what = format!("{fault:?} #{k}");
-        assert!(first.is_err(), "{what}: every step's failure fails the message: {first:?}");
+        assert!(
+            first.is_err(),
+            "{what}: every step's failure fails the message: {first:?}"
+        );
         let terminated_before_crash = env.terminate_calls().len();
 
         // Whoever sees the claim next resumes it: the termination machine...
         let claim = env.claim(&o.claim);
         if !claim.state.is_live_capacity() {
-            terminate::advance(&env.ports, &claim).await.unwrap_or_else(|e| panic!("{what}: {e}"));
+            terminate::advance(&env.ports, &claim)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
         }
         // ...and the redelivered message (processed again: its key was not recorded).
-        let again = env.handle(input).await.unwrap_or_else(|e| panic!("{what}: {e}"));
+        let again = env
+            .handle(input)
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_ne!(again, InterruptionOutcome::Duplicate, "{what}");
 
         let claim = env.claim(&o.claim);
         assert_eq!(claim.state, ClaimState::Terminated, "{what}");
         let terminates = env.terminate_calls();
-        assert!(terminates.iter().all(|id| *id == o.instance), "{what}: only the claim's instance: {terminates:?}");
+        assert!(
+            terminates.iter().all(|id| *id == o.instance),
+            "{what}: only the claim's instance: {terminates:?}"
+        );
         // TerminateInstances succeeds once. It is sent again only when the failure was
         // its own (the failed call did nothing), or when the crash fell between it and
         // the Terminated write (delete node, the write itself): then the repeat names
@@ -372,15 +517,36 @@ async fn a_crash_at_any_step_is_resumed_and_the_instance_is_terminated_once() {
         let failed_terminate = matches!(fault, Fault::Cloud(CloudOp::Terminate));
         let crashed_after_terminate = terminated_before_crash == 1
             && !failed_terminate
-            && matches!(fault, Fault::Cluster(ClusterOp::DeleteNode) | Fault::Store(StoreOp::UpdateClaim));
-        let expected = if crashed_after_terminate || failed_terminate { 2 } else { 1 };
+            && matches!(
+                fault,
+                Fault::Cluster(ClusterOp::DeleteNode) | Fault::Store(StoreOp::UpdateClaim)
+            );
+        let expected = if crashed_after_terminate || failed_terminate {
+            2
+        } else {
+            1
+        };
         assert_eq!(terminates.len(), expected, "{what}: {terminates:?}");
         assert!(env.cluster.node(&o.node).is_none(), "{what}");
         assert!(env.cluster.pod("default", "web-0").is_none(), "{what}");
-        assert!(env.cluster.pod("kube-system", "coredns-1").is_none(), "{what}");
-        assert!(env.cluster.pod("kube-system", "agent-x").is_some(), "{what}");
+        assert!(
+            env.cluster.pod("kube-system", "coredns-1").is_none(),
+            "{what}"
+        );
+        assert!(
+            env.cluster.pod("kube-system", "agent-x").is_some(),
+            "{what}"
+        );
         // Each pod was evicted at most once successfully (a repeat finds it gone).
-        assert!(env.store.unavailable_offerings(env.now()).await.unwrap().len() == 1, "{what}");
+        assert!(
+            env.store
+                .unavailable_offerings(env.now())
+                .await
+                .unwrap()
+                .len()
+                == 1,
+            "{what}"
+        );
     }
 }
 
@@ -409,7 +575,10 @@ async fn a_failed_attempt_does_not_block_its_retry() {
     let env = Env::new();
     let o = env.owned("spot-e", CapacityType::Spot).await;
     env.pod("web-0", &o.node, "web");
-    env.cluster.fail_next(ClusterOp::EvictPod, ClusterError::new(ErrorKind::Throttled, "slow down"));
+    env.cluster.fail_next(
+        ClusterOp::EvictPod,
+        ClusterError::new(ErrorKind::Throttled, "slow down"),
+    );
     let input = spot_warning("e-1", &o.instance, env.now() + 120);
 
     let error = env.handle(input.clone()).await.unwrap_err();
@@ -417,8 +586,16 @@ async fn a_failed_attempt_does_not_block_its_retry() {
     assert_eq!(env.claim(&o.claim).state, ClaimState::Draining);
 
     let outcome = env.handle(input.clone()).await.unwrap();
-    assert_eq!(action(&outcome), InstanceAction::Disrupted { state: ClaimState::Terminated });
-    assert_eq!(env.handle(input).await.unwrap(), InterruptionOutcome::Duplicate);
+    assert_eq!(
+        action(&outcome),
+        InstanceAction::Disrupted {
+            state: ClaimState::Terminated
+        }
+    );
+    assert_eq!(
+        env.handle(input).await.unwrap(),
+        InterruptionOutcome::Duplicate
+    );
 }
 
 #[tokio::test]
@@ -430,27 +607,54 @@ async fn a_state_change_before_the_spot_warning_cleans_up_once_and_the_warning_i
     env.cluster.with_state(|s| s.pdbs.push(web_budget(2)));
 
     let cleaned = env
-        .handle(state_change("e-terminated", &o.instance, DisruptionCause::InstanceTerminated))
+        .handle(state_change(
+            "e-terminated",
+            &o.instance,
+            DisruptionCause::InstanceTerminated,
+        ))
         .await
         .unwrap();
 
-    assert_eq!(action(&cleaned), InstanceAction::Disrupted { state: ClaimState::Terminated });
-    assert!(env.cluster_calls(ClusterOp::EvictPod).is_empty(), "no evictions for a dead instance");
+    assert_eq!(
+        action(&cleaned),
+        InstanceAction::Disrupted {
+            state: ClaimState::Terminated
+        }
+    );
+    assert!(
+        env.cluster_calls(ClusterOp::EvictPod).is_empty(),
+        "no evictions for a dead instance"
+    );
     assert_eq!(
         env.cluster.pod_deletions(),
-        [("default/web-0".to_string(), 0), ("default/web-1".to_string(), 0)],
+        [
+            ("default/web-0".to_string(), 0),
+            ("default/web-1".to_string(), 0)
+        ],
         "budgets do not hold pods of a dead instance"
     );
-    assert!(env.terminate_calls().is_empty(), "already terminated: no TerminateInstances");
+    assert!(
+        env.terminate_calls().is_empty(),
+        "already terminated: no TerminateInstances"
+    );
     assert!(env.cluster.node(&o.node).is_none());
     env.clear_calls();
 
-    let late = env.handle(spot_warning("e-spot", &o.instance, env.now() + 120)).await.unwrap();
+    let late = env
+        .handle(spot_warning("e-spot", &o.instance, env.now() + 120))
+        .await
+        .unwrap();
 
     assert_eq!(action(&late), InstanceAction::AlreadyGone);
     assert!(env.cloud.calls().is_empty());
     assert!(env.cluster.calls().is_empty());
-    assert!(env.store.unavailable_offerings(env.now()).await.unwrap().is_empty());
+    assert!(
+        env.store
+            .unavailable_offerings(env.now())
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -459,10 +663,25 @@ async fn a_stopped_instance_is_cleaned_up_and_terminated() {
     let o = env.owned("od-stop", CapacityType::OnDemand).await;
     env.pod("web-0", &o.node, "web");
 
-    let outcome = env.handle(state_change("e-stopped", &o.instance, DisruptionCause::InstanceStopped)).await.unwrap();
+    let outcome = env
+        .handle(state_change(
+            "e-stopped",
+            &o.instance,
+            DisruptionCause::InstanceStopped,
+        ))
+        .await
+        .unwrap();
 
-    assert_eq!(action(&outcome), InstanceAction::Disrupted { state: ClaimState::Terminated });
-    assert_eq!(env.cluster.pod_deletions(), [("default/web-0".to_string(), 0)]);
+    assert_eq!(
+        action(&outcome),
+        InstanceAction::Disrupted {
+            state: ClaimState::Terminated
+        }
+    );
+    assert_eq!(
+        env.cluster.pod_deletions(),
+        [("default/web-0".to_string(), 0)]
+    );
     assert_eq!(env.terminate_calls(), [o.instance.clone()]);
     assert!(env.cluster.node(&o.node).is_none());
 }
@@ -477,17 +696,31 @@ async fn a_spot_warning_and_a_state_change_at_once_drain_once_and_terminate_once
 
     let (a, b) = tokio::join!(
         env.handle(spot_warning("e-spot", &o.instance, env.now() + 120)),
-        env.handle(state_change("e-stopping", &o.instance, DisruptionCause::InstanceStopped)),
+        env.handle(state_change(
+            "e-stopping",
+            &o.instance,
+            DisruptionCause::InstanceStopped
+        )),
     );
 
     let (a, b) = (a.unwrap(), b.unwrap());
     let actions = [action(&a), action(&b)];
-    let winners = actions.iter().filter(|x| matches!(x, InstanceAction::Disrupted { .. })).count();
-    let losers = actions.iter().filter(|x| matches!(x, InstanceAction::AlreadyDisrupting { .. })).count();
+    let winners = actions
+        .iter()
+        .filter(|x| matches!(x, InstanceAction::Disrupted { .. }))
+        .count();
+    let losers = actions
+        .iter()
+        .filter(|x| matches!(x, InstanceAction::AlreadyDisrupting { .. }))
+        .count();
     assert_eq!((winners, losers), (1, 1), "{actions:?}");
     let evicted = env.cluster_calls(ClusterOp::EvictPod);
     let deleted = env.cluster_calls(ClusterOp::DeletePod);
-    assert_eq!(evicted.len() + deleted.len(), 3, "each pod handled once: {evicted:?} {deleted:?}");
+    assert_eq!(
+        evicted.len() + deleted.len(),
+        3,
+        "each pod handled once: {evicted:?} {deleted:?}"
+    );
     assert_eq!(env.terminate_calls(), [o.instance.clone()]);
     assert_eq!(env.cluster_calls(ClusterOp::DeleteNode).len(), 1);
     assert_eq!(env.claim(&o.claim).state, ClaimState::Terminated);
@@ -503,16 +736,28 @@ async fn a_forged_event_for_an_instance_we_do_not_own_touches_nothing() {
     env.clear_calls();
 
     for id in [foreign.id.as_str(), "i-0123456789abcdef0"] {
-        let outcome = env.handle(spot_warning(&format!("forged-{id}"), id, env.now() + 120)).await.unwrap();
+        let outcome = env
+            .handle(spot_warning(&format!("forged-{id}"), id, env.now() + 120))
+            .await
+            .unwrap();
         assert_eq!(action(&outcome), InstanceAction::NotOurs);
         assert!(!outcome.provisioner_needed());
     }
 
     assert!(env.cloud.calls().is_empty(), "{:?}", env.cloud.calls());
     assert!(env.cluster.calls().is_empty(), "{:?}", env.cluster.calls());
-    assert_eq!(env.cloud.instance(&foreign.id).unwrap().instance.state, "running");
+    assert_eq!(
+        env.cloud.instance(&foreign.id).unwrap().instance.state,
+        "running"
+    );
     assert_eq!(env.claim(&o.claim).state, ClaimState::Initialized);
-    assert!(env.store.unavailable_offerings(env.now()).await.unwrap().is_empty());
+    assert!(
+        env.store
+            .unavailable_offerings(env.now())
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -525,11 +770,19 @@ async fn the_termination_step_refuses_an_instance_the_store_does_not_record() {
     forged.state = ClaimState::Terminating;
     forged.instance_id = Some(foreign.id.clone());
 
-    let error = terminate::terminate_instance(&env.ports, &forged).await.unwrap_err();
+    let error = terminate::terminate_instance(&env.ports, &forged)
+        .await
+        .unwrap_err();
 
-    assert!(matches!(error, nodewright_engine::EngineError::NotOwned { .. }), "{error}");
+    assert!(
+        matches!(error, nodewright_engine::EngineError::NotOwned { .. }),
+        "{error}"
+    );
     assert!(env.terminate_calls().is_empty());
-    assert_eq!(env.cloud.instance(&foreign.id).unwrap().instance.state, "running");
+    assert_eq!(
+        env.cloud.instance(&foreign.id).unwrap().instance.state,
+        "running"
+    );
 }
 
 // ----- rebalance and scheduled changes ---------------------------------------------------
@@ -552,7 +805,14 @@ async fn a_rebalance_recommendation_in_cordon_mode_only_taints_the_node() {
 
     assert_eq!(action(&outcome), InstanceAction::Cordoned);
     assert!(!outcome.provisioner_needed());
-    assert!(env.cluster.node(&o.node).unwrap().taints.iter().any(|t| t.key == TAINT_DISRUPTED));
+    assert!(
+        env.cluster
+            .node(&o.node)
+            .unwrap()
+            .taints
+            .iter()
+            .any(|t| t.key == TAINT_DISRUPTED)
+    );
     assert_eq!(env.claim(&o.claim).state, ClaimState::Initialized);
     assert!(env.cluster_calls(ClusterOp::EvictPod).is_empty());
     assert!(env.cloud.calls().is_empty());
@@ -576,19 +836,38 @@ async fn replace_then_drain_cordons_first_and_drains_two_minutes_before_the_dead
     env.pod("web-0", &o.node, "web");
     let deadline = env.now() + 3600;
 
-    let outcome = env.handle(replace_then_drain("e-health", &o.instance, Some(deadline))).await.unwrap();
+    let outcome = env
+        .handle(replace_then_drain("e-health", &o.instance, Some(deadline)))
+        .await
+        .unwrap();
 
-    assert_eq!(action(&outcome), InstanceAction::Disrupted { state: ClaimState::Disrupting });
+    assert_eq!(
+        action(&outcome),
+        InstanceAction::Disrupted {
+            state: ClaimState::Disrupting
+        }
+    );
     assert_eq!(outcome.instances()[0].drain_after, Some(deadline - 120));
-    assert!(env.cluster.node(&o.node).unwrap().taints.iter().any(|t| t.key == TAINT_DISRUPTED));
+    assert!(
+        env.cluster
+            .node(&o.node)
+            .unwrap()
+            .taints
+            .iter()
+            .any(|t| t.key == TAINT_DISRUPTED)
+    );
     assert!(env.cluster_calls(ClusterOp::EvictPod).is_empty());
 
     env.clock.advance(Duration::from_secs(3600 - 121));
-    let claim = terminate::advance(&env.ports, &env.claim(&o.claim)).await.unwrap();
+    let claim = terminate::advance(&env.ports, &env.claim(&o.claim))
+        .await
+        .unwrap();
     assert_eq!(claim.state, ClaimState::Disrupting, "not yet");
 
     env.clock.advance(Duration::from_secs(1));
-    let claim = terminate::advance(&env.ports, &env.claim(&o.claim)).await.unwrap();
+    let claim = terminate::advance(&env.ports, &env.claim(&o.claim))
+        .await
+        .unwrap();
     assert_eq!(claim.state, ClaimState::Terminated);
     assert_eq!(env.cluster_calls(ClusterOp::EvictPod), ["default/web-0"]);
 }
@@ -598,7 +877,10 @@ async fn replace_then_drain_starts_draining_once_a_replacement_for_its_pods_is_i
     let env = Env::new();
     let o = env.owned("od-l", CapacityType::OnDemand).await;
     env.pod("web-0", &o.node, "web");
-    let outcome = env.handle(replace_then_drain("e-rebalance", &o.instance, None)).await.unwrap();
+    let outcome = env
+        .handle(replace_then_drain("e-rebalance", &o.instance, None))
+        .await
+        .unwrap();
     assert_eq!(outcome.instances()[0].drain_after, Some(env.now() + 300));
 
     // The provisioner launched a claim for the node's pod; it is still coming up.
@@ -610,12 +892,28 @@ async fn replace_then_drain_starts_draining_once_a_replacement_for_its_pods_is_i
     next.version += 1;
     next.created_at = env.now();
     next.pods = vec!["default/web-0".into()];
-    env.store.update_claim(&next, replacement.state, replacement.version).await.unwrap();
+    env.store
+        .update_claim(&next, replacement.state, replacement.version)
+        .await
+        .unwrap();
     replacement = next;
-    assert_eq!(terminate::advance(&env.ports, &env.claim(&o.claim)).await.unwrap().state, ClaimState::Disrupting);
+    assert_eq!(
+        terminate::advance(&env.ports, &env.claim(&o.claim))
+            .await
+            .unwrap()
+            .state,
+        ClaimState::Disrupting
+    );
 
-    let initialized = replacement.transition(ClaimState::Initialized, env.now(), |_| {}).unwrap();
-    env.store.update_claim(&initialized, replacement.state, replacement.version).await.unwrap();
-    let claim = terminate::advance(&env.ports, &env.claim(&o.claim)).await.unwrap();
+    let initialized = replacement
+        .transition(ClaimState::Initialized, env.now(), |_| {})
+        .unwrap();
+    env.store
+        .update_claim(&initialized, replacement.state, replacement.version)
+        .await
+        .unwrap();
+    let claim = terminate::advance(&env.ports, &env.claim(&o.claim))
+        .await
+        .unwrap();
     assert_eq!(claim.state, ClaimState::Terminated);
 }

@@ -5,10 +5,14 @@ use std::time::Duration;
 
 use nodewright_core::api::model::{Taint, TaintEffect};
 use nodewright_core::catalog::{CapacityType, Catalog};
-use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
+use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim};
 use nodewright_core::testing::{general_purpose_pool, pod};
-use nodewright_engine::fakes::{CloudOp, FakeCloud, FakeCluster, ManualClock, MemoryStore, StoreOp, node_class};
-use nodewright_engine::lifecycle::{LABEL_INITIALIZED, LABEL_NODECLAIM, LABEL_REGISTERED, TAINT_UNREGISTERED};
+use nodewright_engine::fakes::{
+    CloudOp, FakeCloud, FakeCluster, ManualClock, MemoryStore, StoreOp, node_class,
+};
+use nodewright_engine::lifecycle::{
+    LABEL_INITIALIZED, LABEL_NODECLAIM, LABEL_REGISTERED, TAINT_UNREGISTERED,
+};
 use nodewright_engine::ports::{CloudError, ErrorKind, Store, StoreError};
 use nodewright_engine::provision::LEASE_NAME;
 use nodewright_engine::{Ports, Provisioner, ProvisionerConfig};
@@ -34,12 +38,26 @@ impl Env {
             s.node_classes.push(node_class("default"));
         });
         let store = Arc::new(MemoryStore::new());
-        let ports = Ports { cloud: cloud.clone(), cluster: cluster.clone(), store: store.clone(), clock: clock.clone() };
-        Env { clock, cloud, cluster, store, ports }
+        let ports = Ports {
+            cloud: cloud.clone(),
+            cluster: cluster.clone(),
+            store: store.clone(),
+            clock: clock.clone(),
+        };
+        Env {
+            clock,
+            cloud,
+            cluster,
+            store,
+            ports,
+        }
     }
 
     fn provisioner(&self) -> Provisioner {
-        Provisioner::new(self.ports.clone(), ProvisionerConfig::new("test-cluster", "holder-a"))
+        Provisioner::new(
+            self.ports.clone(),
+            ProvisionerConfig::new("test-cluster", "holder-a"),
+        )
     }
 
     fn dry_run(&self) -> Provisioner {
@@ -50,41 +68,33 @@ impl Env {
 
     fn add_pods(&self, prefix: &str, n: usize) {
         for i in 0..n {
-            self.cluster.add_pod(pod(&format!("{prefix}-{i}"), "1", "2Gi"));
+            self.cluster
+                .add_pod(pod(&format!("{prefix}-{i}"), "1", "2Gi"));
         }
     }
 
     fn claims_in(&self, state: ClaimState) -> Vec<NodeClaim> {
-        self.store.claims().into_iter().filter(|c| c.state == state).collect()
+        self.store
+            .claims()
+            .into_iter()
+            .filter(|c| c.state == state)
+            .collect()
     }
 }
 
 fn launching_claim(name: &str, pods: &[&str], now: i64) -> NodeClaim {
-    NodeClaim {
-        name: name.into(),
-        node_pool: "general-purpose".into(),
-        node_class: "default".into(),
-        state: ClaimState::Launching,
-        version: 1,
-        instance_type_options: vec!["m5.xlarge".into()],
-        zones: ZONES.iter().map(|z| z.to_string()).collect(),
-        capacity_types: vec![CapacityType::OnDemand],
-        pods: pods.iter().map(|p| p.to_string()).collect(),
-        created_at: now,
-        updated_at: now,
-        instance_id: None,
-        instance_type: None,
-        zone: None,
-        capacity_type: None,
-        price_per_hour: None,
-        node_name: None,
-        launched_at: None,
-        registered_at: None,
-        initialized_at: None,
-        disruption: None,
-        failure: None,
-        expires_at: None,
-    }
+    NodeClaim::launching(
+        ClaimSpec {
+            name: name.into(),
+            node_pool: "general-purpose".into(),
+            node_class: "default".into(),
+            instance_type_options: vec!["m5.xlarge".into()],
+            zones: ZONES.iter().map(|z| z.to_string()).collect(),
+            capacity_types: vec![CapacityType::OnDemand],
+            pods: pods.iter().map(|p| p.to_string()).collect(),
+        },
+        now,
+    )
 }
 
 #[tokio::test]
@@ -99,22 +109,44 @@ async fn pending_pods_become_claims_instances_and_initialized_nodes() {
     assert_eq!(launched.pods, 3);
     // The cheapest fitting type, as the planner chose it.
     assert_eq!(launched.instance_type, report.planned[0].instance_type);
-    assert!(launched.name.starts_with("general-purpose-") && launched.name.len() == "general-purpose-".len() + 5);
+    assert!(
+        launched.name.starts_with("general-purpose-")
+            && launched.name.len() == "general-purpose-".len() + 5
+    );
 
     let claims = env.claims_in(ClaimState::Launched);
     assert_eq!(claims.len(), 1);
-    assert_eq!(claims[0].instance_id.as_deref(), Some(launched.instance_id.as_str()));
+    assert_eq!(
+        claims[0].instance_id.as_deref(),
+        Some(launched.instance_id.as_str())
+    );
     let instances = env.cloud.instances();
     assert_eq!(instances.len(), 1);
     let fi = &instances[0];
-    assert_eq!(fi.instance.claim_name.as_deref(), Some(launched.name.as_str()));
+    assert_eq!(
+        fi.instance.claim_name.as_deref(),
+        Some(launched.name.as_str())
+    );
     assert_eq!(fi.request.labels[LABEL_NODECLAIM], launched.name);
-    assert_eq!(fi.request.labels["karpenter.sh/nodepool"], "general-purpose");
-    assert!(fi.request.taints.iter().any(|t| t.key == TAINT_UNREGISTERED && t.effect == TaintEffect::NoExecute));
+    assert_eq!(
+        fi.request.labels["karpenter.sh/nodepool"],
+        "general-purpose"
+    );
+    assert!(
+        fi.request
+            .taints
+            .iter()
+            .any(|t| t.key == TAINT_UNREGISTERED && t.effect == TaintEffect::NoExecute)
+    );
     // The claim was written before CreateFleet was called.
     let calls = env.store.calls();
     assert!(calls.iter().any(|c| c.op == StoreOp::CreateClaim));
-    assert!(env.store.all_decisions().iter().any(|d| d.action.starts_with(&format!("launch {}", launched.name))));
+    assert!(
+        env.store
+            .all_decisions()
+            .iter()
+            .any(|d| d.action.starts_with(&format!("launch {}", launched.name)))
+    );
 
     let nodes = env.cluster.register_from(&env.cloud);
     assert_eq!(nodes.len(), 1);
@@ -125,17 +157,33 @@ async fn pending_pods_become_claims_instances_and_initialized_nodes() {
     assert_eq!(node.labels[LABEL_REGISTERED], "true");
     assert_eq!(node.labels[LABEL_NODECLAIM], launched.name);
     assert_eq!(node.labels["karpenter.sh/nodepool"], "general-purpose");
-    assert!(node.labels.contains_key("karpenter.k8s.aws/instance-category"));
+    assert!(
+        node.labels
+            .contains_key("karpenter.k8s.aws/instance-category")
+    );
     assert!(!node.taints.iter().any(|t| t.key == TAINT_UNREGISTERED));
-    assert_eq!(env.claims_in(ClaimState::Registered)[0].node_name.as_deref(), Some(nodes[0].as_str()));
+    assert_eq!(
+        env.claims_in(ClaimState::Registered)[0]
+            .node_name
+            .as_deref(),
+        Some(nodes[0].as_str())
+    );
 
     env.cluster.set_ready(&nodes[0]);
     let report = prov.tick().await.unwrap();
     assert_eq!(report.lifecycle.initialized, vec![launched.name.clone()]);
     assert!(report.launched.is_empty());
-    assert_eq!(env.cluster.node(&nodes[0]).unwrap().labels[LABEL_INITIALIZED], "true");
+    assert_eq!(
+        env.cluster.node(&nodes[0]).unwrap().labels[LABEL_INITIALIZED],
+        "true"
+    );
     assert_eq!(env.claims_in(ClaimState::Initialized).len(), 1);
-    let reasons: Vec<String> = env.cluster.events().iter().map(|e| e.reason.clone()).collect();
+    let reasons: Vec<String> = env
+        .cluster
+        .events()
+        .iter()
+        .map(|e| e.reason.clone())
+        .collect();
     assert_eq!(reasons, ["Launched", "Registered", "Initialized"]);
 }
 
@@ -143,7 +191,11 @@ async fn pending_pods_become_claims_instances_and_initialized_nodes() {
 async fn startup_taints_hold_initialization_until_removed() {
     let env = Env::new();
     env.cluster.with_state(|s| {
-        s.node_pools[0].startup_taints.push(Taint { key: "cni.example/not-ready".into(), value: None, effect: TaintEffect::NoSchedule })
+        s.node_pools[0].startup_taints.push(Taint {
+            key: "cni.example/not-ready".into(),
+            value: None,
+            effect: TaintEffect::NoSchedule,
+        })
     });
     env.add_pods("web", 1);
     let prov = env.provisioner();
@@ -166,7 +218,10 @@ async fn a_second_tick_launches_nothing_for_pods_already_counted() {
     let first = prov.tick().await.unwrap();
     assert!(!first.launched.is_empty());
     let again = prov.tick().await.unwrap();
-    assert!(again.launched.is_empty() && again.planned.is_empty(), "{again:?}");
+    assert!(
+        again.launched.is_empty() && again.planned.is_empty(),
+        "{again:?}"
+    );
     // Registered but not Ready: still counted once, not twice, not zero times.
     env.cluster.register_from(&env.cloud);
     let again = prov.tick().await.unwrap();
@@ -184,11 +239,19 @@ async fn two_concurrent_ticks_launch_exactly_once() {
     let env = Env::new();
     env.add_pods("web", 3);
     let a = env.provisioner();
-    let b = Provisioner::new(env.ports.clone(), ProvisionerConfig::new("test-cluster", "holder-b"));
+    let b = Provisioner::new(
+        env.ports.clone(),
+        ProvisionerConfig::new("test-cluster", "holder-b"),
+    );
     let (ra, rb) = tokio::join!(a.tick(), b.tick());
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
     assert_eq!(ra.launched.len() + rb.launched.len(), 1, "{ra:?} {rb:?}");
-    assert!(ra.skipped.is_some() || rb.skipped.is_some() || ra.launched.is_empty() || rb.launched.is_empty());
+    assert!(
+        ra.skipped.is_some()
+            || rb.skipped.is_some()
+            || ra.launched.is_empty()
+            || rb.launched.is_empty()
+    );
     assert_eq!(env.cloud.instances().len(), 1);
     assert_eq!(env.store.claims().len(), 1);
 }
@@ -198,9 +261,20 @@ async fn concurrent_ticks_on_threads_launch_exactly_once() {
     let env = Env::new();
     env.add_pods("web", 10);
     let provs: Vec<Arc<Provisioner>> = (0..4)
-        .map(|i| Arc::new(Provisioner::new(env.ports.clone(), ProvisionerConfig::new("test-cluster", format!("h{i}")))))
+        .map(|i| {
+            Arc::new(Provisioner::new(
+                env.ports.clone(),
+                ProvisionerConfig::new("test-cluster", format!("h{i}")),
+            ))
+        })
         .collect();
-    let handles: Vec<_> = provs.iter().map(|p| { let p = p.clone(); tokio::spawn(async move { p.tick().await }) }).collect();
+    let handles: Vec<_> = provs
+        .iter()
+        .map(|p| {
+            let p = p.clone();
+            tokio::spawn(async move { p.tick().await })
+        })
+        .collect();
     let mut launched = 0;
     for h in handles {
         launched += h.await.unwrap().unwrap().launched.len();
@@ -217,13 +291,26 @@ async fn a_crash_after_the_claim_write_is_resumed_with_one_launch() {
     env.add_pods("web", 2);
     // A previous tick wrote the claim and died before CreateFleet.
     let now = env.clock.now_millis() as i64 / 1000;
-    env.store.create_claim(&launching_claim("general-purpose-crash", &["default/web-0", "default/web-1"], now)).await.unwrap();
+    env.store
+        .create_claim(&launching_claim(
+            "general-purpose-crash",
+            &["default/web-0", "default/web-1"],
+            now,
+        ))
+        .await
+        .unwrap();
     let report = env.provisioner().tick().await.unwrap();
     assert_eq!(report.launched.len(), 1, "{report:?}");
     assert_eq!(report.launched[0].name, "general-purpose-crash");
-    assert!(report.planned.is_empty(), "the recovered claim absorbs the pods: {report:?}");
+    assert!(
+        report.planned.is_empty(),
+        "the recovered claim absorbs the pods: {report:?}"
+    );
     assert_eq!(env.cloud.instances().len(), 1);
-    assert_eq!(env.cloud.instances()[0].request.claim_name, "general-purpose-crash");
+    assert_eq!(
+        env.cloud.instances()[0].request.claim_name,
+        "general-purpose-crash"
+    );
 }
 
 #[tokio::test]
@@ -232,7 +319,10 @@ async fn a_launch_that_keeps_failing_transiently_is_retried_next_tick_with_the_s
     env.add_pods("web", 2);
     let prov = env.provisioner();
     for _ in 0..prov.config().launch_attempts {
-        env.cloud.fail_next(CloudOp::Launch, CloudError::new(ErrorKind::Unavailable, "connection reset"));
+        env.cloud.fail_next(
+            CloudOp::Launch,
+            CloudError::new(ErrorKind::Unavailable, "connection reset"),
+        );
     }
     let report = prov.tick().await.unwrap();
     assert_eq!(report.deferred.len(), 1, "{report:?}");
@@ -250,28 +340,47 @@ async fn a_crash_after_create_fleet_is_adopted_not_launched_again() {
     let env = Env::new();
     env.add_pods("web", 2);
     let prov = env.provisioner();
-    env.store.fail_next(StoreOp::UpdateClaim, StoreError::new(ErrorKind::Unavailable, "DynamoDB timed out"));
+    env.store.fail_next(
+        StoreOp::UpdateClaim,
+        StoreError::new(ErrorKind::Unavailable, "DynamoDB timed out"),
+    );
     assert!(prov.tick().await.is_err());
     assert_eq!(env.cloud.instances().len(), 1);
     assert_eq!(env.claims_in(ClaimState::Launching).len(), 1);
     // The lease was released on the way out: the next tick is not blocked.
     let report = prov.tick().await.unwrap();
     assert_eq!(report.adopted.len(), 1, "{report:?}");
-    assert!(report.launched.is_empty() && report.planned.is_empty(), "{report:?}");
+    assert!(
+        report.launched.is_empty() && report.planned.is_empty(),
+        "{report:?}"
+    );
     assert_eq!(env.cloud.call_counts()[&CloudOp::Launch], 1);
     assert_eq!(env.cloud.instances().len(), 1);
     let launched = env.claims_in(ClaimState::Launched);
-    assert_eq!(launched[0].instance_id.as_deref(), Some(env.cloud.instances()[0].instance.id.as_str()));
-    assert!(prov.tick().await.unwrap().lifecycle.orphans_terminated.is_empty());
+    assert_eq!(
+        launched[0].instance_id.as_deref(),
+        Some(env.cloud.instances()[0].instance.id.as_str())
+    );
+    assert!(
+        prov.tick()
+            .await
+            .unwrap()
+            .lifecycle
+            .orphans_terminated
+            .is_empty()
+    );
 }
 
 #[tokio::test]
 async fn insufficient_capacity_falls_back_and_is_remembered_for_three_minutes() {
     let env = Env::new();
     env.add_pods("web", 3);
-    let cheapest = env.dry_run().tick().await.unwrap().planned[0].instance_type.clone();
+    let cheapest = env.dry_run().tick().await.unwrap().planned[0]
+        .instance_type
+        .clone();
     for z in ZONES {
-        env.cloud.set_capacity(&cheapest, z, CapacityType::OnDemand, false);
+        env.cloud
+            .set_capacity(&cheapest, z, CapacityType::OnDemand, false);
     }
     let prov = env.provisioner();
     let report = prov.tick().await.unwrap();
@@ -281,17 +390,29 @@ async fn insufficient_capacity_falls_back_and_is_remembered_for_three_minutes() 
     let ice = env.store.unavailable_offerings(now).await.unwrap();
     assert_eq!(ice.len(), 3);
     assert!(ice.iter().all(|(t, _, _)| *t == cheapest));
-    assert!(env.store.unavailable_offerings(now + 180).await.unwrap().is_empty());
+    assert!(
+        env.store
+            .unavailable_offerings(now + 180)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // The next plan avoids the type while the entry lasts...
     env.add_pods("api", 3);
     let planned = env.dry_run().tick().await.unwrap().planned;
     assert!(!planned.is_empty());
-    assert!(planned.iter().all(|c| !c.instance_type_options.contains(&cheapest)), "{planned:?}");
+    assert!(
+        planned
+            .iter()
+            .all(|c| !c.instance_type_options.contains(&cheapest)),
+        "{planned:?}"
+    );
     // ...and forgets it after expiry.
     env.clock.advance(Duration::from_secs(181));
     for z in ZONES {
-        env.cloud.set_capacity(&cheapest, z, CapacityType::OnDemand, true);
+        env.cloud
+            .set_capacity(&cheapest, z, CapacityType::OnDemand, true);
     }
     let report = prov.tick().await.unwrap();
     assert_eq!(report.launched.len(), 1, "{report:?}");
@@ -302,7 +423,9 @@ async fn insufficient_capacity_falls_back_and_is_remembered_for_three_minutes() 
 async fn no_capacity_anywhere_fails_the_claim_with_the_clouds_message() {
     let env = Env::new();
     env.add_pods("web", 1);
-    let options = env.dry_run().tick().await.unwrap().planned[0].instance_type_options.clone();
+    let options = env.dry_run().tick().await.unwrap().planned[0]
+        .instance_type_options
+        .clone();
     for t in &options {
         for z in ZONES {
             env.cloud.set_capacity(t, z, CapacityType::OnDemand, false);
@@ -310,18 +433,34 @@ async fn no_capacity_anywhere_fails_the_claim_with_the_clouds_message() {
     }
     let report = env.provisioner().tick().await.unwrap();
     assert_eq!(report.failed.len(), 1, "{report:?}");
-    assert!(report.failed[0].1.contains("InsufficientInstanceCapacity"), "{report:?}");
+    assert!(
+        report.failed[0].1.contains("InsufficientInstanceCapacity"),
+        "{report:?}"
+    );
     let failed = env.claims_in(ClaimState::LaunchFailed);
-    assert!(failed[0].failure.as_deref().is_some_and(|f| f.contains("InsufficientInstanceCapacity")));
+    assert!(
+        failed[0]
+            .failure
+            .as_deref()
+            .is_some_and(|f| f.contains("InsufficientInstanceCapacity"))
+    );
     assert!(env.cloud.instances().is_empty());
-    assert!(env.cluster.events().iter().any(|e| e.reason == "LaunchFailed" && e.name == "web-0"));
+    assert!(
+        env.cluster
+            .events()
+            .iter()
+            .any(|e| e.reason == "LaunchFailed" && e.name == "web-0")
+    );
 }
 
 #[tokio::test]
 async fn a_throttled_launch_backs_off_in_virtual_time_then_succeeds() {
     let env = Env::new();
     env.add_pods("web", 1);
-    env.cloud.fail_next(CloudOp::Launch, CloudError::new(ErrorKind::Throttled, "RequestLimitExceeded"));
+    env.cloud.fail_next(
+        CloudOp::Launch,
+        CloudError::new(ErrorKind::Throttled, "RequestLimitExceeded"),
+    );
     let before = env.clock.now_millis();
     let report = env.provisioner().tick().await.unwrap();
     assert_eq!(report.launched.len(), 1, "{report:?}");
@@ -333,7 +472,10 @@ async fn a_throttled_launch_backs_off_in_virtual_time_then_succeeds() {
 async fn an_invalid_launch_fails_the_claim_carrying_the_message() {
     let env = Env::new();
     env.add_pods("web", 1);
-    env.cloud.fail_next(CloudOp::Launch, CloudError::new(ErrorKind::Invalid, "InvalidParameterValue: bad AMI"));
+    env.cloud.fail_next(
+        CloudOp::Launch,
+        CloudError::new(ErrorKind::Invalid, "InvalidParameterValue: bad AMI"),
+    );
     let report = env.provisioner().tick().await.unwrap();
     assert_eq!(report.failed.len(), 1);
     assert!(report.failed[0].1.contains("bad AMI"));
@@ -351,11 +493,27 @@ async fn a_node_that_never_registers_is_terminated_after_fifteen_minutes() {
     assert!(prov.tick().await.unwrap().lifecycle.unregistered.is_empty());
     env.clock.advance(Duration::from_secs(60));
     let report = prov.tick().await.unwrap();
-    assert_eq!(report.lifecycle.unregistered, vec![first.launched[0].name.clone()]);
-    assert_eq!(env.cloud.instance(&id).unwrap().instance.state, "terminated");
-    let claim = env.store.get_claim(&first.launched[0].name).await.unwrap().unwrap();
+    assert_eq!(
+        report.lifecycle.unregistered,
+        vec![first.launched[0].name.clone()]
+    );
+    assert_eq!(
+        env.cloud.instance(&id).unwrap().instance.state,
+        "terminated"
+    );
+    let claim = env
+        .store
+        .get_claim(&first.launched[0].name)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(claim.state, ClaimState::Terminated);
-    assert!(env.cluster.events().iter().any(|e| e.reason == "Unregistered"));
+    assert!(
+        env.cluster
+            .events()
+            .iter()
+            .any(|e| e.reason == "Unregistered")
+    );
     // The pod still needs a home: a replacement is launched in the same tick.
     assert_eq!(report.launched.len(), 1);
 }
@@ -367,14 +525,34 @@ async fn a_termination_interrupted_by_a_crash_is_finished_by_the_next_tick() {
     let prov = env.provisioner();
     let first = prov.tick().await.unwrap();
     env.clock.advance(Duration::from_secs(15 * 60));
-    env.cloud.fail_next(CloudOp::Terminate, CloudError::new(ErrorKind::Unavailable, "timeout"));
+    env.cloud.fail_next(
+        CloudOp::Terminate,
+        CloudError::new(ErrorKind::Unavailable, "timeout"),
+    );
     assert!(prov.tick().await.is_err());
-    let claim = env.store.get_claim(&first.launched[0].name).await.unwrap().unwrap();
+    let claim = env
+        .store
+        .get_claim(&first.launched[0].name)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(claim.state, ClaimState::Terminating);
     prov.tick().await.unwrap();
-    let claim = env.store.get_claim(&first.launched[0].name).await.unwrap().unwrap();
+    let claim = env
+        .store
+        .get_claim(&first.launched[0].name)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(claim.state, ClaimState::Terminated);
-    assert_eq!(env.cloud.instance(&first.launched[0].instance_id).unwrap().instance.state, "terminated");
+    assert_eq!(
+        env.cloud
+            .instance(&first.launched[0].instance_id)
+            .unwrap()
+            .instance
+            .state,
+        "terminated"
+    );
 }
 
 #[tokio::test]
@@ -384,26 +562,58 @@ async fn a_leaked_instance_is_terminated_after_the_grace_and_a_foreign_one_never
     // A claim that ended long ago, and an instance still tagged for it.
     let mut c = launching_claim("general-purpose-old", &[], now);
     env.store.create_claim(&c).await.unwrap();
-    c = c.transition(ClaimState::LaunchFailed, now, |c| c.failure = Some("x".into())).unwrap();
-    env.store.update_claim(&c, ClaimState::Launching, 1).await.unwrap();
-    let leak = env.cloud.insert_instance("m5.large", "us-east-1a", Some("general-purpose-old"), now);
-    let foreign = env.cloud.insert_instance("m5.large", "us-east-1b", Some("someone-elses-claim"), now - 86_400);
-    let untagged = env.cloud.insert_instance("m5.large", "us-east-1c", None, now - 86_400);
+    c = c
+        .transition(ClaimState::LaunchFailed, now, |c| {
+            c.failure = Some("x".into())
+        })
+        .unwrap();
+    env.store
+        .update_claim(&c, ClaimState::Launching, 1)
+        .await
+        .unwrap();
+    let leak =
+        env.cloud
+            .insert_instance("m5.large", "us-east-1a", Some("general-purpose-old"), now);
+    let foreign = env.cloud.insert_instance(
+        "m5.large",
+        "us-east-1b",
+        Some("someone-elses-claim"),
+        now - 86_400,
+    );
+    let untagged = env
+        .cloud
+        .insert_instance("m5.large", "us-east-1c", None, now - 86_400);
 
     let prov = env.provisioner();
     let report = prov.tick().await.unwrap();
-    assert!(report.lifecycle.orphans_terminated.is_empty(), "within the grace period");
+    assert!(
+        report.lifecycle.orphans_terminated.is_empty(),
+        "within the grace period"
+    );
     env.clock.advance(Duration::from_secs(5 * 60));
     let report = prov.tick().await.unwrap();
     assert_eq!(report.lifecycle.orphans_terminated, vec![leak.id.clone()]);
-    assert_eq!(env.cloud.instance(&leak.id).unwrap().instance.state, "terminated");
+    assert_eq!(
+        env.cloud.instance(&leak.id).unwrap().instance.state,
+        "terminated"
+    );
     for id in [&foreign.id, &untagged.id] {
         assert_eq!(env.cloud.instance(id).unwrap().instance.state, "running");
     }
     assert!(report.lifecycle.foreign_ignored.contains(&foreign.id));
-    assert!(env.store.all_decisions().iter().any(|d| d.action == format!("ignored foreign instance {}", foreign.id)));
-    let terminated: Vec<String> =
-        env.cloud.calls().into_iter().filter(|c| c.op == CloudOp::Terminate).map(|c| c.key).collect();
+    assert!(
+        env.store
+            .all_decisions()
+            .iter()
+            .any(|d| d.action == format!("ignored foreign instance {}", foreign.id))
+    );
+    let terminated: Vec<String> = env
+        .cloud
+        .calls()
+        .into_iter()
+        .filter(|c| c.op == CloudOp::Terminate)
+        .map(|c| c.key)
+        .collect();
     assert_eq!(terminated, vec![leak.id]);
 }
 
@@ -418,7 +628,9 @@ async fn a_dry_run_writes_no_claim_and_launches_nothing_but_records_why() {
     assert!(env.cloud.instances().is_empty());
     let decisions = env.store.all_decisions();
     assert_eq!(decisions.len(), report.planned.len());
-    assert!(decisions[0].action.contains("[dry run]") && decisions[0].reason.contains("default/web-"));
+    assert!(
+        decisions[0].action.contains("[dry run]") && decisions[0].reason.contains("default/web-")
+    );
 }
 
 #[tokio::test]
@@ -426,7 +638,11 @@ async fn a_lease_held_by_another_holder_skips_the_tick() {
     let env = Env::new();
     env.add_pods("web", 4);
     let now = env.clock.now_millis() as i64 / 1000;
-    env.store.acquire_lease(LEASE_NAME, "someone-else", now, Duration::from_secs(90)).await.unwrap().unwrap();
+    env.store
+        .acquire_lease(LEASE_NAME, "someone-else", now, Duration::from_secs(90))
+        .await
+        .unwrap()
+        .unwrap();
     let report = env.provisioner().tick().await.unwrap();
     assert_eq!(report.skipped.as_deref(), Some("lease held"));
     assert!(env.cloud.instances().is_empty() && env.store.claims().is_empty());
@@ -443,12 +659,15 @@ async fn run_for_ticks_again_when_new_pods_appear_within_the_minute() {
     let start = env.clock.now_millis();
     let clock = env.clock.clone();
     let cluster = env.cluster.clone();
-    let (reports, ()) = tokio::join!(prov.run_for(Duration::from_secs(55), Duration::from_secs(5)), async move {
-        while clock.now_millis() < start + 20_000 {
-            tokio::task::yield_now().await;
+    let (reports, ()) = tokio::join!(
+        prov.run_for(Duration::from_secs(55), Duration::from_secs(5)),
+        async move {
+            while clock.now_millis() < start + 20_000 {
+                tokio::task::yield_now().await;
+            }
+            cluster.add_pod(pod("late-0", "2", "4Gi"));
         }
-        cluster.add_pod(pod("late-0", "2", "4Gi"));
-    });
+    );
     let reports = reports.unwrap();
     assert_eq!(reports.len(), 2, "{reports:?}");
     assert_eq!(reports.iter().map(|r| r.launched.len()).sum::<usize>(), 2);
@@ -460,10 +679,17 @@ async fn run_for_ticks_again_when_new_pods_appear_within_the_minute() {
 #[tokio::test]
 async fn pods_keep_the_claim_they_were_planned_for_so_repeated_ticks_add_nothing() {
     let env = Env::new();
-    let shapes = [("250m", "512Mi"), ("1", "2Gi"), ("2", "4Gi"), ("1", "8Gi"), ("4", "8Gi")];
+    let shapes = [
+        ("250m", "512Mi"),
+        ("1", "2Gi"),
+        ("2", "4Gi"),
+        ("1", "8Gi"),
+        ("4", "8Gi"),
+    ];
     for i in 0..300 {
         let (cpu, mem) = shapes[i % shapes.len()];
-        env.cluster.add_pod(pod(&format!("app{}-{i}", i % 7), cpu, mem));
+        env.cluster
+            .add_pod(pod(&format!("app{}-{i}", i % 7), cpu, mem));
     }
     let prov = env.provisioner();
     let first = prov.tick().await.unwrap();

@@ -546,7 +546,10 @@ impl Cluster for KubeCluster {
 
     async fn pods_on_node(&self, node: &str) -> Result<Vec<cluster::Pod>, ClusterError> {
         let pods = self
-            .list_where::<Pod>(&format!("pods on node {node:?}"), Some(&format!("spec.nodeName={node}")))
+            .list_where::<Pod>(
+                &format!("pods on node {node:?}"),
+                Some(&format!("spec.nodeName={node}")),
+            )
             .await?;
         let mut invalid = Vec::new();
         let pods = convert(pods, snapshot::pod_from_k8s, &mut invalid);
@@ -572,13 +575,23 @@ impl Cluster for KubeCluster {
             "kind": "Eviction",
             "metadata": { "name": name, "namespace": namespace },
         });
-        match api.create_subresource::<Value, Value>("eviction", name, &PostParams::default(), &eviction).await {
+        match api
+            .create_subresource::<Value, Value>("eviction", name, &PostParams::default(), &eviction)
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) => {
                 let doing = format!("evicting pod {namespace}/{name}");
                 match &e {
-                    kube::Error::Api(status) if status.code == 429 || (status.code == 0 && status.reason == "TooManyRequests") => {
-                        Err(ClusterError::with_source(ErrorKind::DisruptionBudget, doing, e))
+                    kube::Error::Api(status)
+                        if status.code == 429
+                            || (status.code == 0 && status.reason == "TooManyRequests") =>
+                    {
+                        Err(ClusterError::with_source(
+                            ErrorKind::DisruptionBudget,
+                            doing,
+                            e,
+                        ))
                     }
                     _ => Err(cluster_error(doing, e)),
                 }
@@ -586,7 +599,12 @@ impl Cluster for KubeCluster {
         }
     }
 
-    async fn delete_pod(&self, namespace: &str, name: &str, grace_period_seconds: i64) -> Result<(), ClusterError> {
+    async fn delete_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        grace_period_seconds: i64,
+    ) -> Result<(), ClusterError> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let grace = u32::try_from(grace_period_seconds.max(0)).unwrap_or(u32::MAX);
         api.delete(name, &DeleteParams::default().grace_period(grace))

@@ -841,12 +841,25 @@ async fn eviction_succeeds_when_the_budget_allows_it_and_the_pod_is_gone() {
     server.put(web_pod("web-1", "n2"));
     server.put(pdb("default", "web")); // minAvailable 1 of 2 healthy: one may go
 
-    cluster.evict_pod("default", "web-0").await.expect("evicted");
+    cluster
+        .evict_pod("default", "web-0")
+        .await
+        .expect("evicted");
 
     assert!(server.get("Pod", Some("default"), "web-0").is_none());
     let request = &server.requests()[0];
-    assert_eq!((request.method.as_str(), request.path.as_str(), request.status), ("POST", EVICTION_WEB_0, 201));
-    assert_eq!(request.body.as_ref().map(|b| b["kind"].clone()), Some(json!("Eviction")));
+    assert_eq!(
+        (
+            request.method.as_str(),
+            request.path.as_str(),
+            request.status
+        ),
+        ("POST", EVICTION_WEB_0, 201)
+    );
+    assert_eq!(
+        request.body.as_ref().map(|b| b["kind"].clone()),
+        Some(json!("Eviction"))
+    );
 }
 
 #[tokio::test]
@@ -855,16 +868,29 @@ async fn a_budget_refusal_is_disruption_budget_at_once_with_one_request() {
     server.put(web_pod("web-0", "n1"));
     server.put(web_pod("web-1", "n2"));
     server.put(pdb("default", "web"));
-    cluster.evict_pod("default", "web-0").await.expect("the first may go");
+    cluster
+        .evict_pod("default", "web-0")
+        .await
+        .expect("the first may go");
 
     let started = Instant::now();
-    let error = cluster.evict_pod("default", "web-1").await.expect_err("refused");
+    let error = cluster
+        .evict_pod("default", "web-1")
+        .await
+        .expect_err("refused");
 
     assert_eq!(error.kind(), ErrorKind::DisruptionBudget);
-    assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
     let path = "/api/v1/namespaces/default/pods/web-1/eviction";
     assert_eq!(server.count("POST", path), 1, "no retry of the 429");
-    assert!(server.get("Pod", Some("default"), "web-1").is_some(), "the pod stays");
+    assert!(
+        server.get("Pod", Some("default"), "web-1").is_some(),
+        "the pod stays"
+    );
     let status = server.requests().last().map(|r| r.status);
     assert_eq!(status, Some(429));
 }
@@ -874,13 +900,21 @@ async fn the_refusal_carries_the_real_servers_status_body() {
     let (server, cluster) = fake().await;
     server.put(web_pod("web-0", "n1"));
     server.put(pdb("default", "web"));
-    let error = cluster.evict_pod("default", "web-0").await.expect_err("refused");
+    let error = cluster
+        .evict_pod("default", "web-0")
+        .await
+        .expect_err("refused");
     let source = std::error::Error::source(&error).expect("the kube error is kept");
     let kube_error = source.downcast_ref::<kube::Error>().expect("a kube error");
-    let kube::Error::Api(status) = kube_error else { panic!("{kube_error:?}") };
+    let kube::Error::Api(status) = kube_error else {
+        panic!("{kube_error:?}")
+    };
     assert_eq!(status.code, 429);
     assert_eq!(status.reason, "TooManyRequests");
-    assert_eq!(status.message, "Cannot evict pod as it would violate the pod's disruption budget.");
+    assert_eq!(
+        status.message,
+        "Cannot evict pod as it would violate the pod's disruption budget."
+    );
 }
 
 #[tokio::test]
@@ -890,8 +924,14 @@ async fn pending_pods_may_always_be_evicted_and_missing_ones_are_not_found() {
     pending["metadata"]["labels"] = json!({"app": "web"});
     server.put(pending);
     server.put(pdb("default", "web"));
-    cluster.evict_pod("default", "web-9").await.expect("a pending pod is not protected");
-    let error = cluster.evict_pod("default", "web-9").await.expect_err("gone");
+    cluster
+        .evict_pod("default", "web-9")
+        .await
+        .expect("a pending pod is not protected");
+    let error = cluster
+        .evict_pod("default", "web-9")
+        .await
+        .expect_err("gone");
     assert_eq!(error.kind(), ErrorKind::NotFound);
 }
 
@@ -901,23 +941,55 @@ async fn delete_pod_sends_the_grace_period_and_delete_node_removes_the_node() {
     server.put(web_pod("web-0", "n1"));
     server.put(node("n1"));
 
-    cluster.delete_pod("default", "web-0", 17).await.expect("deleted");
+    cluster
+        .delete_pod("default", "web-0", 17)
+        .await
+        .expect("deleted");
     cluster.delete_node("n1").await.expect("deleted");
 
     assert!(server.get("Pod", Some("default"), "web-0").is_none());
     assert!(server.get("Node", None, "n1").is_none());
-    let delete = server.requests().into_iter().find(|r| r.method == "DELETE").expect("a DELETE");
-    let grace = delete.body.as_ref().and_then(|b| b.get("gracePeriodSeconds").cloned())
-        .or_else(|| delete.query.contains("gracePeriodSeconds=17").then(|| json!(17)));
+    let delete = server
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "DELETE")
+        .expect("a DELETE");
+    let grace = delete
+        .body
+        .as_ref()
+        .and_then(|b| b.get("gracePeriodSeconds").cloned())
+        .or_else(|| {
+            delete
+                .query
+                .contains("gracePeriodSeconds=17")
+                .then(|| json!(17))
+        });
     assert_eq!(grace, Some(json!(17)), "{delete:?}");
 }
 
 #[tokio::test]
 async fn deleting_what_is_already_gone_is_not_found() {
     let (_server, cluster) = fake().await;
-    assert_eq!(cluster.delete_pod("default", "nope", 0).await.unwrap_err().kind(), ErrorKind::NotFound);
-    assert_eq!(cluster.delete_node("nope").await.unwrap_err().kind(), ErrorKind::NotFound);
-    assert_eq!(cluster.evict_pod("default", "nope").await.unwrap_err().kind(), ErrorKind::NotFound);
+    assert_eq!(
+        cluster
+            .delete_pod("default", "nope", 0)
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::NotFound
+    );
+    assert_eq!(
+        cluster.delete_node("nope").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert_eq!(
+        cluster
+            .evict_pod("default", "nope")
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::NotFound
+    );
 }
 
 #[tokio::test]
@@ -929,7 +1001,18 @@ async fn pods_on_node_lists_with_a_field_selector() {
 
     let pods = cluster.pods_on_node("n1").await.expect("listed");
 
-    assert_eq!(pods.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["web-0"]);
-    let request = server.requests().into_iter().find(|r| r.path == "/api/v1/pods").expect("a list");
-    assert!(request.query.contains("fieldSelector=spec.nodeName%3Dn1"), "{}", request.query);
+    assert_eq!(
+        pods.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+        ["web-0"]
+    );
+    let request = server
+        .requests()
+        .into_iter()
+        .find(|r| r.path == "/api/v1/pods")
+        .expect("a list");
+    assert!(
+        request.query.contains("fieldSelector=spec.nodeName%3Dn1"),
+        "{}",
+        request.query
+    );
 }

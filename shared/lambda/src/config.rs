@@ -36,7 +36,11 @@ pub enum ConfigError {
     #[error("{0} is not set (required)")]
     Missing(&'static str),
     #[error("{name}={value:?}: {expected}")]
-    Malformed { name: &'static str, value: String, expected: &'static str },
+    Malformed {
+        name: &'static str,
+        value: String,
+        expected: &'static str,
+    },
 }
 
 impl Config {
@@ -45,7 +49,11 @@ impl Config {
     }
 
     pub fn from_vars(vars: &HashMap<String, String>) -> Result<Self, ConfigError> {
-        let get = |name: &str| vars.get(name).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        let get = |name: &str| {
+            vars.get(name)
+                .map(|v| v.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
         let required = |name: &'static str| get(name).ok_or(ConfigError::Missing(name));
         let poll_interval = match get("NODEWRIGHT_POLL_INTERVAL") {
             None => Duration::from_secs(5),
@@ -72,7 +80,8 @@ impl Config {
                 });
             }
         };
-        let ssm_public_prefix = get("NODEWRIGHT_SSM_PUBLIC_PREFIX").unwrap_or_else(|| "/aws/service".into());
+        let ssm_public_prefix =
+            get("NODEWRIGHT_SSM_PUBLIC_PREFIX").unwrap_or_else(|| "/aws/service".into());
         if !ssm_public_prefix.starts_with('/') {
             return Err(ConfigError::Malformed {
                 name: "NODEWRIGHT_SSM_PUBLIC_PREFIX",
@@ -106,12 +115,19 @@ mod tests {
     use super::*;
 
     fn vars(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn the_two_required_settings_are_enough_and_defaults_apply() {
-        let c = Config::from_vars(&vars(&[("NODEWRIGHT_CLUSTER_NAME", "prod"), ("NODEWRIGHT_TABLE_NAME", "nw")])).unwrap();
+        let c = Config::from_vars(&vars(&[
+            ("NODEWRIGHT_CLUSTER_NAME", "prod"),
+            ("NODEWRIGHT_TABLE_NAME", "nw"),
+        ]))
+        .unwrap();
         assert_eq!(c.poll_interval, Duration::from_secs(5));
         assert!(!c.dry_run);
         assert_eq!(c.kubeconfig, None);
@@ -122,12 +138,18 @@ mod tests {
     #[test]
     fn a_missing_setting_is_named() {
         let err = Config::from_vars(&vars(&[("NODEWRIGHT_TABLE_NAME", "nw")])).unwrap_err();
-        assert_eq!(err.to_string(), "NODEWRIGHT_CLUSTER_NAME is not set (required)");
+        assert_eq!(
+            err.to_string(),
+            "NODEWRIGHT_CLUSTER_NAME is not set (required)"
+        );
     }
 
     #[test]
     fn malformed_settings_are_named_with_what_was_expected() {
-        let base = [("NODEWRIGHT_CLUSTER_NAME", "prod"), ("NODEWRIGHT_TABLE_NAME", "nw")];
+        let base = [
+            ("NODEWRIGHT_CLUSTER_NAME", "prod"),
+            ("NODEWRIGHT_TABLE_NAME", "nw"),
+        ];
         let with = |k: &str, v: &str| {
             let mut m = vars(&base);
             m.insert(k.into(), v.into());
@@ -137,8 +159,13 @@ mod tests {
             with("NODEWRIGHT_POLL_INTERVAL", "5 seconds"),
             "NODEWRIGHT_POLL_INTERVAL=\"5 seconds\": a duration between 1s and 60s, like \"5s\""
         );
-        assert!(with("NODEWRIGHT_POLL_INTERVAL", "2m").starts_with("NODEWRIGHT_POLL_INTERVAL=\"2m\""));
-        assert_eq!(with("NODEWRIGHT_DRY_RUN", "maybe"), "NODEWRIGHT_DRY_RUN=\"maybe\": true or false");
+        assert!(
+            with("NODEWRIGHT_POLL_INTERVAL", "2m").starts_with("NODEWRIGHT_POLL_INTERVAL=\"2m\"")
+        );
+        assert_eq!(
+            with("NODEWRIGHT_DRY_RUN", "maybe"),
+            "NODEWRIGHT_DRY_RUN=\"maybe\": true or false"
+        );
         assert_eq!(
             with("NODEWRIGHT_REBALANCE_ACTION", "panic"),
             "NODEWRIGHT_REBALANCE_ACTION=\"panic\": ignore, cordon or replace"

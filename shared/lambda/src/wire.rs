@@ -38,19 +38,35 @@ pub async fn build_ports(config: &Config) -> Result<(Ports, ClusterInfo), Startu
     let aws = AwsContext::from_env().await;
     let info = ClusterInfo::describe(&aws, &config.cluster_name)
         .await
-        .map_err(|source| StartupError::Eks { cluster: config.cluster_name.clone(), source })?;
+        .map_err(|source| StartupError::Eks {
+            cluster: config.cluster_name.clone(),
+            source,
+        })?;
     let cluster = match &config.kubeconfig {
-        Some(path) => KubeCluster::from_kubeconfig(path).await.map_err(StartupError::Kubernetes)?,
+        Some(path) => KubeCluster::from_kubeconfig(path)
+            .await
+            .map_err(StartupError::Kubernetes)?,
         None => {
-            let tokens = TokenSource::new(&aws, &config.cluster_name)
-                .map_err(|source| StartupError::Eks { cluster: config.cluster_name.clone(), source })?;
-            KubeCluster::from_endpoint(&info.endpoint, Some(&info.ca_pem), Arc::new(EksToken(tokens)))
-                .map_err(StartupError::Kubernetes)?
+            let tokens = TokenSource::new(&aws, &config.cluster_name).map_err(|source| {
+                StartupError::Eks {
+                    cluster: config.cluster_name.clone(),
+                    source,
+                }
+            })?;
+            KubeCluster::from_endpoint(
+                &info.endpoint,
+                Some(&info.ca_pem),
+                Arc::new(EksToken(tokens)),
+            )
+            .map_err(StartupError::Kubernetes)?
         }
     };
     let cloud = Ec2Cloud::new(
         &aws,
-        Ec2CloudConfig { ssm_public_prefix: config.ssm_public_prefix.clone(), ..Ec2CloudConfig::default() },
+        Ec2CloudConfig {
+            ssm_public_prefix: config.ssm_public_prefix.clone(),
+            ..Ec2CloudConfig::default()
+        },
         info.clone(),
     );
     let ports = Ports {

@@ -17,8 +17,8 @@ mod validate;
 use std::fmt;
 
 pub use load::{
-    Kind, LoadError, NODE_CLASS_API_VERSION, NODE_CLASS_KIND, NODE_POOL_API_VERSION, NODE_POOL_KIND, load,
-    parse_documents,
+    Kind, LoadError, NODE_CLASS_API_VERSION, NODE_CLASS_KIND, NODE_POOL_API_VERSION,
+    NODE_POOL_KIND, load, parse_documents,
 };
 pub use model::*;
 pub use nodeclass::{ALIAS_FAMILIES, AMI_FAMILIES, VOLUME_TYPES};

@@ -36,12 +36,20 @@ impl Operator {
     }
 
     pub fn as_str(self) -> &'static str {
-        Self::ALL.iter().find(|(_, o)| *o == self).map(|(n, _)| *n).unwrap_or("?")
+        Self::ALL
+            .iter()
+            .find(|(_, o)| *o == self)
+            .map(|(n, _)| *n)
+            .unwrap_or("?")
     }
 
     /// "In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte, Lte" for error messages.
     pub fn expected_list() -> String {
-        Self::ALL.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+        Self::ALL
+            .iter()
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -160,12 +168,21 @@ pub struct NodePool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AmiSelectorTerm {
     /// `alias: family@version`, e.g. al2023@latest, bottlerocket@v1.20.0
-    Alias { family: String, version: String },
+    Alias {
+        family: String,
+        version: String,
+    },
     Id(String),
     /// `name` with optional `owner`
-    Name { name: String, owner: Option<String> },
+    Name {
+        name: String,
+        owner: Option<String>,
+    },
     /// `tags` with optional `owner`
-    Tags { tags: BTreeMap<String, String>, owner: Option<String> },
+    Tags {
+        tags: BTreeMap<String, String>,
+        owner: Option<String>,
+    },
     SsmParameter(String),
 }
 

@@ -25,17 +25,28 @@ pub struct LpSolution {
 
 /// `capacities[t][d]` is what type `t` offers in dimension `d`; `prices[t]` its price.
 /// Returns `None` when some demanded dimension is offered by no type (no fleet covers it).
-pub fn cheapest_fractional_fleet(demand: &[f64], capacities: &[Vec<f64>], prices: &[f64]) -> Option<LpSolution> {
+pub fn cheapest_fractional_fleet(
+    demand: &[f64],
+    capacities: &[Vec<f64>],
+    prices: &[f64],
+) -> Option<LpSolution> {
     let m = demand.len();
     let n = capacities.len();
     if demand.iter().all(|d| *d <= EPS) {
-        return Some(LpSolution { cost: 0.0, duals: vec![0.0; m], mix: vec![] });
+        return Some(LpSolution {
+            cost: 0.0,
+            duals: vec![0.0; m],
+            mix: vec![],
+        });
     }
     // Variables 0..m are the duals y, m..m+n the slacks of each type's constraint.
     let mut nonbasic: Vec<usize> = (0..m).collect();
     let mut basic: Vec<usize> = (m..m + n).collect();
     let mut rhs: Vec<f64> = prices.to_vec();
-    let mut coef: Vec<Vec<f64>> = capacities.iter().map(|row| row.iter().map(|a| -a).collect()).collect();
+    let mut coef: Vec<Vec<f64>> = capacities
+        .iter()
+        .map(|row| row.iter().map(|a| -a).collect())
+        .collect();
     let mut obj: Vec<f64> = demand.to_vec();
     let mut z = 0.0;
 
@@ -52,7 +63,9 @@ pub fn cheapest_fractional_fleet(demand: &[f64], capacities: &[Vec<f64>], prices
                 let ratio = rhs[i] / -coef[i][j];
                 let better = match leave {
                     None => true,
-                    Some((r, best)) => ratio < best - EPS || (ratio <= best + EPS && basic[i] < basic[r]),
+                    Some((r, best)) => {
+                        ratio < best - EPS || (ratio <= best + EPS && basic[i] < basic[r])
+                    }
                 };
                 if better {
                     leave = Some((i, ratio));
@@ -77,7 +90,11 @@ pub fn cheapest_fractional_fleet(demand: &[f64], capacities: &[Vec<f64>], prices
         }
     }
     mix.sort_by_key(|(t, _)| *t);
-    Some(LpSolution { cost: z, duals, mix })
+    Some(LpSolution {
+        cost: z,
+        duals,
+        mix,
+    })
 }
 
 fn pivot(r: usize, j: usize, rhs: &mut [f64], coef: &mut [Vec<f64>], obj: &mut [f64], z: &mut f64) {
@@ -160,9 +177,16 @@ mod tests {
             let demand = [next() * 10.0, next() * 10.0];
             let lp = cheapest_fractional_fleet(&demand, &caps, &prices).unwrap();
             let brute = brute_force_2d(demand, &caps, &prices);
-            assert!((lp.cost - brute).abs() < 1e-6 * brute.max(1.0), "lp {} brute {}", lp.cost, brute);
+            assert!(
+                (lp.cost - brute).abs() < 1e-6 * brute.max(1.0),
+                "lp {} brute {}",
+                lp.cost,
+                brute
+            );
             // The mix really covers the demand at that cost.
-            let covered: Vec<f64> = (0..2).map(|d| lp.mix.iter().map(|(t, x)| caps[*t][d] * x).sum()).collect();
+            let covered: Vec<f64> = (0..2)
+                .map(|d| lp.mix.iter().map(|(t, x)| caps[*t][d] * x).sum())
+                .collect();
             assert!(covered[0] >= demand[0] - 1e-6 && covered[1] >= demand[1] - 1e-6);
             let cost: f64 = lp.mix.iter().map(|(t, x)| prices[*t] * x).sum();
             assert!((cost - lp.cost).abs() < 1e-6 * cost.max(1.0));

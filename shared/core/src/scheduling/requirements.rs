@@ -30,7 +30,13 @@ impl ValueSet {
         let mut v: Vec<String> = values.into_iter().map(Into::into).collect();
         v.sort();
         v.dedup();
-        Self { complement: false, values: v, greater_than: None, less_than: None, min_values: None }
+        Self {
+            complement: false,
+            values: v,
+            greater_than: None,
+            less_than: None,
+            min_values: None,
+        }
     }
     pub fn not_in<I: IntoIterator<Item = S>, S: Into<String>>(values: I) -> Self {
         let mut s = Self::in_values(values);
@@ -53,19 +59,31 @@ impl ValueSet {
             Operator::DoesNotExist => Self::does_not_exist(),
             // Validation guarantees one integer; an unparseable one allows nothing.
             Operator::Gt => match int() {
-                Some(n) => Self { greater_than: Some(n), ..Self::exists() },
+                Some(n) => Self {
+                    greater_than: Some(n),
+                    ..Self::exists()
+                },
                 None => Self::does_not_exist(),
             },
             Operator::Gte => match int() {
-                Some(n) => Self { greater_than: Some(n.saturating_sub(1)), ..Self::exists() },
+                Some(n) => Self {
+                    greater_than: Some(n.saturating_sub(1)),
+                    ..Self::exists()
+                },
                 None => Self::does_not_exist(),
             },
             Operator::Lt => match int() {
-                Some(n) => Self { less_than: Some(n), ..Self::exists() },
+                Some(n) => Self {
+                    less_than: Some(n),
+                    ..Self::exists()
+                },
                 None => Self::does_not_exist(),
             },
             Operator::Lte => match int() {
-                Some(n) => Self { less_than: Some(n.saturating_add(1)), ..Self::exists() },
+                Some(n) => Self {
+                    less_than: Some(n.saturating_add(1)),
+                    ..Self::exists()
+                },
                 None => Self::does_not_exist(),
             },
         };
@@ -78,14 +96,19 @@ impl ValueSet {
             return true;
         }
         match value.parse::<i64>() {
-            Ok(n) => self.greater_than.is_none_or(|g| n > g) && self.less_than.is_none_or(|l| n < l),
+            Ok(n) => {
+                self.greater_than.is_none_or(|g| n > g) && self.less_than.is_none_or(|l| n < l)
+            }
             Err(_) => false,
         }
     }
 
     /// Whether a node whose label has this value satisfies the set.
     pub fn has(&self, value: &str) -> bool {
-        let listed = self.values.binary_search_by(|v| v.as_str().cmp(value)).is_ok();
+        let listed = self
+            .values
+            .binary_search_by(|v| v.as_str().cmp(value))
+            .is_ok();
         listed != self.complement && self.within_bounds(value)
     }
 
@@ -133,7 +156,9 @@ impl ValueSet {
             (Some(g), _) => g.checked_add(1)?,
             (None, Some(l)) => l.checked_sub(1 + self.values.len() as i64)?,
             (None, None) => {
-                return (0..=self.values.len()).map(|i| format!("nodewright-any-{i}")).find(|v| self.has(v));
+                return (0..=self.values.len())
+                    .map(|i| format!("nodewright-any-{i}"))
+                    .find(|v| self.has(v));
             }
         };
         (0..=self.values.len() as i64)
@@ -149,14 +174,24 @@ impl ValueSet {
         let mut out = match (self.complement, other.complement) {
             (false, false) => ValueSet {
                 complement: false,
-                values: self.values.iter().filter(|v| other.values.binary_search(v).is_ok()).cloned().collect(),
+                values: self
+                    .values
+                    .iter()
+                    .filter(|v| other.values.binary_search(v).is_ok())
+                    .cloned()
+                    .collect(),
                 greater_than: None,
                 less_than: None,
                 min_values,
             },
             (false, true) => ValueSet {
                 complement: false,
-                values: self.values.iter().filter(|v| other.values.binary_search(v).is_err()).cloned().collect(),
+                values: self
+                    .values
+                    .iter()
+                    .filter(|v| other.values.binary_search(v).is_err())
+                    .cloned()
+                    .collect(),
                 greater_than: None,
                 less_than: None,
                 min_values,
@@ -167,7 +202,13 @@ impl ValueSet {
                 values.extend(other.values.iter().cloned());
                 values.sort();
                 values.dedup();
-                ValueSet { complement: true, values, greater_than: None, less_than: None, min_values }
+                ValueSet {
+                    complement: true,
+                    values,
+                    greater_than: None,
+                    less_than: None,
+                    min_values,
+                }
             }
         };
         out.greater_than = greater_than;
@@ -378,12 +419,26 @@ mod tests {
 
     #[test]
     fn a_pod_requiring_an_unknown_custom_label_is_incompatible_with_a_pool_that_lacks_it() {
-        let pool = Requirements::from_node_requirements(&[req("kubernetes.io/arch", Operator::In, &["amd64"])]);
+        let pool = Requirements::from_node_requirements(&[req(
+            "kubernetes.io/arch",
+            Operator::In,
+            &["amd64"],
+        )]);
         let pod = Requirements::from_node_requirements(&[req("team", Operator::In, &["a"])]);
-        let err = pool.compatible_with(&pod, &|k| k == "kubernetes.io/arch").unwrap_err();
+        let err = pool
+            .compatible_with(&pod, &|k| k == "kubernetes.io/arch")
+            .unwrap_err();
         assert!(err.contains("team In [a]"), "{err}");
-        let well_known_pod = Requirements::from_node_requirements(&[req("kubernetes.io/arch", Operator::In, &["arm64"])]);
-        assert!(pool.compatible_with(&well_known_pod, &|_| true).unwrap_err().contains("conflicts"));
+        let well_known_pod = Requirements::from_node_requirements(&[req(
+            "kubernetes.io/arch",
+            Operator::In,
+            &["arm64"],
+        )]);
+        assert!(
+            pool.compatible_with(&well_known_pod, &|_| true)
+                .unwrap_err()
+                .contains("conflicts")
+        );
         let not_in = Requirements::from_node_requirements(&[req("team", Operator::NotIn, &["b"])]);
         assert!(pool.compatible_with(&not_in, &|_| false).is_ok());
     }

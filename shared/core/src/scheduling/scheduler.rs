@@ -23,8 +23,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::api::model::{NodePool, NodeRequirement, Taint, TaintEffect};
 use crate::catalog::{
-    CapacityType, Catalog, InstanceType, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL, LABEL_REGION,
-    LABEL_ZONE, Pricing,
+    CapacityType, Catalog, InstanceType, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL,
+    LABEL_REGION, LABEL_ZONE, Pricing,
 };
 use crate::cluster::{DaemonSet, Node, Pod, Toleration, WhenUnsatisfiable};
 use crate::resources::{CPU, MEMORY, PODS, Resources, WELL_KNOWN, format_milli};
@@ -229,14 +229,27 @@ fn ct_index(ct: CapacityType) -> usize {
     }
 }
 
-fn tolerates_all(tolerations: &[Toleration], taints: &[Taint], prefer_ok: bool) -> Result<(), String> {
+fn tolerates_all(
+    tolerations: &[Toleration],
+    taints: &[Taint],
+    prefer_ok: bool,
+) -> Result<(), String> {
     for taint in taints {
         if taint.effect == TaintEffect::PreferNoSchedule && prefer_ok {
             continue;
         }
         if !tolerations.iter().any(|t| t.tolerates(taint)) {
-            let value = taint.value.as_deref().map(|v| format!("={v}")).unwrap_or_default();
-            return Err(format!("taint {}{}:{} not tolerated", taint.key, value, taint.effect.as_str()));
+            let value = taint
+                .value
+                .as_deref()
+                .map(|v| format!("={v}"))
+                .unwrap_or_default();
+            return Err(format!(
+                "taint {}{}:{} not tolerated",
+                taint.key,
+                value,
+                taint.effect.as_str()
+            ));
         }
     }
     Ok(())
@@ -270,7 +283,13 @@ impl<'a> Scheduler<'a> {
             .collect();
         let type_keys = catalog.label_keys();
         let mut well_known = type_keys.clone();
-        for k in [LABEL_ZONE, LABEL_REGION, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_HOSTNAME] {
+        for k in [
+            LABEL_ZONE,
+            LABEL_REGION,
+            LABEL_CAPACITY_TYPE,
+            LABEL_NODEPOOL,
+            LABEL_HOSTNAME,
+        ] {
             well_known.insert(k.to_string());
         }
         let any_prefer_no_schedule = input
@@ -320,14 +339,21 @@ impl<'a> Scheduler<'a> {
         for pool in input.node_pools {
             let reqs = Self::pool_requirements(pool);
             let types: Vec<usize> = (0..input.catalog.types.len())
-                .filter(|&t| self.type_satisfies(t, &reqs) && self.cheapest_offering(t, &reqs, None, None).is_some())
+                .filter(|&t| {
+                    self.type_satisfies(t, &reqs)
+                        && self.cheapest_offering(t, &reqs, None, None).is_some()
+                })
                 .collect();
             let mut overhead = Resources::new();
             for ds in input.daemonsets {
                 let tpl = &ds.template;
                 let fits_taints = tolerates_all(&tpl.tolerations, &pool.taints, true).is_ok();
                 let ds_reqs = Self::pod_base_requirements(tpl, 0);
-                if fits_taints && reqs.compatible_with(&ds_reqs, &|k| self.well_known.contains(k)).is_ok() {
+                if fits_taints
+                    && reqs
+                        .compatible_with(&ds_reqs, &|k| self.well_known.contains(k))
+                        .is_ok()
+                {
                     overhead.add(&tpl.requests);
                 }
             }
@@ -358,7 +384,9 @@ impl<'a> Scheduler<'a> {
         let mut order: Vec<usize> = (0..input.node_pools.len()).collect();
         order.sort_by(|&a, &b| {
             let (pa, pb) = (&input.node_pools[a], &input.node_pools[b]);
-            pb.weight.cmp(&pa.weight).then_with(|| pa.name.cmp(&pb.name))
+            pb.weight
+                .cmp(&pa.weight)
+                .then_with(|| pa.name.cmp(&pb.name))
         });
         self.pool_order = order;
     }
@@ -368,7 +396,10 @@ impl<'a> Scheduler<'a> {
         let mut used_by_node: HashMap<&str, Resources> = HashMap::new();
         for pod in input.pods {
             if let (Some(node), false) = (&pod.node_name, pod.terminal) {
-                used_by_node.entry(node.as_str()).or_default().add(&pod.requests);
+                used_by_node
+                    .entry(node.as_str())
+                    .or_default()
+                    .add(&pod.requests);
             }
         }
         for (i, node) in input.nodes.iter().enumerate() {
@@ -380,9 +411,15 @@ impl<'a> Scheduler<'a> {
                 ceiling.sub(used);
             }
             let mut labels = node.labels.clone();
-            labels.entry(LABEL_HOSTNAME.to_string()).or_insert_with(|| node.name.clone());
-            let zone = labels.get(LABEL_ZONE).and_then(|z| self.zones.iter().position(|x| x == z));
-            let capacity_type = labels.get(LABEL_CAPACITY_TYPE).and_then(|c| CapacityType::parse(c));
+            labels
+                .entry(LABEL_HOSTNAME.to_string())
+                .or_insert_with(|| node.name.clone());
+            let zone = labels
+                .get(LABEL_ZONE)
+                .and_then(|z| self.zones.iter().position(|x| x == z));
+            let capacity_type = labels
+                .get(LABEL_CAPACITY_TYPE)
+                .and_then(|c| CapacityType::parse(c));
             self.bins.push(Bin {
                 origin: Origin::Existing(i),
                 reqs: Requirements::from_labels(labels.iter()),
@@ -401,12 +438,28 @@ impl<'a> Scheduler<'a> {
     fn build_in_flight_bins(&mut self) {
         let input = self.input;
         for (i, claim) in input.in_flight.iter().enumerate() {
-            let Some(pool_idx) = input.node_pools.iter().position(|p| p.name == claim.node_pool) else { continue };
-            let Some(t) = input.catalog.types.iter().position(|t| t.name == claim.instance_type) else { continue };
+            let Some(pool_idx) = input
+                .node_pools
+                .iter()
+                .position(|p| p.name == claim.node_pool)
+            else {
+                continue;
+            };
+            let Some(t) = input
+                .catalog
+                .types
+                .iter()
+                .position(|t| t.name == claim.instance_type)
+            else {
+                continue;
+            };
             let it = &input.catalog.types[t];
             let mut labels = it.labels.clone();
             labels.insert(LABEL_ZONE.into(), claim.zone.clone());
-            labels.insert(LABEL_CAPACITY_TYPE.into(), claim.capacity_type.as_str().into());
+            labels.insert(
+                LABEL_CAPACITY_TYPE.into(),
+                claim.capacity_type.as_str().into(),
+            );
             let mut reqs = Requirements::from_labels(labels.iter());
             reqs = reqs.intersect(&self.pools[pool_idx].reqs);
             let mut ceiling = it.allocatable.clone();
@@ -480,7 +533,10 @@ impl<'a> Scheduler<'a> {
             class.remaining.add(&pods[p].requests);
             let mut min = class.min_request.clone();
             for (i, name) in WELL_KNOWN.iter().enumerate() {
-                let v = pods[p].requests.slot_milli(i).min(class.min_request.slot_milli(i));
+                let v = pods[p]
+                    .requests
+                    .slot_milli(i)
+                    .min(class.min_request.slot_milli(i));
                 min.set_milli(name, v);
             }
             class.min_request = min;
@@ -527,12 +583,25 @@ impl<'a> Scheduler<'a> {
                 _ => None,
             })
             .collect();
-        let node_by_name: HashMap<&str, &Node> = self.input.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        let node_by_name: HashMap<&str, &Node> = self
+            .input
+            .nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n))
+            .collect();
         for &p in &bound {
             let pod = &pods[p];
-            let Some(node) = pod.node_name.as_deref().and_then(|n| node_by_name.get(n)) else { continue };
-            let zone = node.labels.get(LABEL_ZONE).and_then(|z| self.zones.iter().position(|x| x == z));
-            let ct = node.labels.get(LABEL_CAPACITY_TYPE).and_then(|c| CapacityType::parse(c));
+            let Some(node) = pod.node_name.as_deref().and_then(|n| node_by_name.get(n)) else {
+                continue;
+            };
+            let zone = node
+                .labels
+                .get(LABEL_ZONE)
+                .and_then(|z| self.zones.iter().position(|x| x == z));
+            let ct = node
+                .labels
+                .get(LABEL_CAPACITY_TYPE)
+                .and_then(|c| CapacityType::parse(c));
             // Host counts for nodes that are not bins (not ready) use a private index
             // past every bin; they can never be chosen, so only their zone counts matter.
             let host = node_bins.get(node.name.as_str()).copied();
@@ -548,7 +617,11 @@ impl<'a> Scheduler<'a> {
                         continue;
                     }
                     let group = &mut self.groups[g];
-                    let dc = if counts == 0 { &mut group.counts } else { &mut group.owners };
+                    let dc = if counts == 0 {
+                        &mut group.counts
+                    } else {
+                        &mut group.owners
+                    };
                     if let Some(z) = zone {
                         dc.zone[z] += 1;
                     }
@@ -563,13 +636,21 @@ impl<'a> Scheduler<'a> {
         }
         for c in 0..self.classes.len() {
             let e = self.eclass(c, 0);
-            let ok: Vec<bool> = self.eclasses[e].pool_fit.iter().map(|r| r.is_ok()).collect();
+            let ok: Vec<bool> = self.eclasses[e]
+                .pool_fit
+                .iter()
+                .map(|r| r.is_ok())
+                .collect();
             self.classes[c].pools_ok = ok;
         }
     }
 
     fn term_namespaces(pod: &Pod, namespaces: &[String]) -> Vec<String> {
-        if namespaces.is_empty() { vec![pod.namespace.clone()] } else { namespaces.to_vec() }
+        if namespaces.is_empty() {
+            vec![pod.namespace.clone()]
+        } else {
+            namespaces.to_vec()
+        }
     }
 
     /// The groups of a pod's constraints: [spreads, affinity, anti-affinity]; with
@@ -582,7 +663,10 @@ impl<'a> Scheduler<'a> {
             }
             if let Some(key) = TopologyKey::parse(&c.topology_key) {
                 spreads.push(GroupSpec {
-                    kind: GroupKind::Spread { max_skew: c.max_skew.max(1), min_domains: c.min_domains.unwrap_or(1) },
+                    kind: GroupKind::Spread {
+                        max_skew: c.max_skew.max(1),
+                        min_domains: c.min_domains.unwrap_or(1),
+                    },
                     key,
                     selector: c.label_selector.clone(),
                     namespaces: vec![pod.namespace.clone()],
@@ -590,8 +674,8 @@ impl<'a> Scheduler<'a> {
             }
         }
         let terms = |required: &[crate::cluster::PodAffinityTerm],
-                         preferred: &[crate::cluster::WeightedPodAffinityTerm],
-                         kind: GroupKind| {
+                     preferred: &[crate::cluster::WeightedPodAffinityTerm],
+                     kind: GroupKind| {
             required
                 .iter()
                 .chain(preferred.iter().filter(|_| all).map(|w| &w.term))
@@ -605,8 +689,16 @@ impl<'a> Scheduler<'a> {
                 })
                 .collect::<Vec<_>>()
         };
-        let affinity = terms(&pod.pod_affinity, &pod.preferred_pod_affinity, GroupKind::Affinity);
-        let anti = terms(&pod.pod_anti_affinity, &pod.preferred_pod_anti_affinity, GroupKind::AntiAffinity);
+        let affinity = terms(
+            &pod.pod_affinity,
+            &pod.preferred_pod_affinity,
+            GroupKind::Affinity,
+        );
+        let anti = terms(
+            &pod.pod_anti_affinity,
+            &pod.preferred_pod_anti_affinity,
+            GroupKind::AntiAffinity,
+        );
         [spreads, affinity, anti]
     }
 
@@ -666,19 +758,28 @@ impl<'a> Scheduler<'a> {
         let mut unsupported = None;
         for c in &pod.topology_spread {
             if TopologyKey::parse(&c.topology_key).is_none()
-                && (c.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule || relax.schedule_anyway)
+                && (c.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule
+                    || relax.schedule_anyway)
             {
-                unsupported = Some(format!("topology spread on {} is not supported (zone, capacity type and hostname are)", c.topology_key));
+                unsupported = Some(format!(
+                    "topology spread on {} is not supported (zone, capacity type and hostname are)",
+                    c.topology_key
+                ));
             }
         }
         for t in pod.pod_affinity.iter().chain(pod.pod_anti_affinity.iter()) {
             if TopologyKey::parse(&t.topology_key).is_none() {
-                unsupported = Some(format!("pod (anti-)affinity on {} is not supported (zone, capacity type and hostname are)", t.topology_key));
+                unsupported = Some(format!(
+                    "pod (anti-)affinity on {} is not supported (zone, capacity type and hostname are)",
+                    t.topology_key
+                ));
             }
         }
         let mut strict = pod.clone();
         if !relax.schedule_anyway {
-            strict.topology_spread.retain(|c| c.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule);
+            strict
+                .topology_spread
+                .retain(|c| c.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule);
         }
         if !relax.preferred_pod_affinity {
             strict.preferred_pod_affinity.clear();
@@ -694,9 +795,16 @@ impl<'a> Scheduler<'a> {
         let mut pool_fit = Vec::with_capacity(self.pools.len());
         let mut pool_types = Vec::with_capacity(self.pools.len());
         for (pi, pool) in self.pools.iter().enumerate() {
-            let fit = tolerates_all(&pod.tolerations, &pool.taints, relax.tolerate_prefer_no_schedule)
-                .and_then(|_| pool.reqs.compatible_with(&reqs, &|k| self.well_known.contains(k)))
-                .map_err(|e| format!("NodePool \"{}\": {e}", self.input.node_pools[pi].name));
+            let fit = tolerates_all(
+                &pod.tolerations,
+                &pool.taints,
+                relax.tolerate_prefer_no_schedule,
+            )
+            .and_then(|_| {
+                pool.reqs
+                    .compatible_with(&reqs, &|k| self.well_known.contains(k))
+            })
+            .map_err(|e| format!("NodePool \"{}\": {e}", self.input.node_pools[pi].name));
             let types = if fit.is_ok() {
                 let merged = pool.reqs.intersect(&reqs);
                 let mut ts: Vec<(f64, usize)> = pool
@@ -704,7 +812,10 @@ impl<'a> Scheduler<'a> {
                     .iter()
                     .copied()
                     .filter(|&t| self.type_satisfies(t, &merged))
-                    .filter_map(|t| self.cheapest_offering(t, &merged, None, None).map(|(_, _, p)| (p, t)))
+                    .filter_map(|t| {
+                        self.cheapest_offering(t, &merged, None, None)
+                            .map(|(_, _, p)| (p, t))
+                    })
                     .collect();
                 ts.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
                 ts.into_iter().map(|(_, t)| t).collect()
@@ -751,7 +862,11 @@ impl<'a> Scheduler<'a> {
             Origin::New(pool) => ec.pool_fit[pool].is_ok(),
         };
         if ok {
-            self.eclasses[e].candidates.push(Candidate { bin: b, absorbed: u32::MAX, dead: false });
+            self.eclasses[e].candidates.push(Candidate {
+                bin: b,
+                absorbed: u32::MAX,
+                dead: false,
+            });
         }
     }
 
@@ -788,13 +903,18 @@ impl<'a> Scheduler<'a> {
                 continue;
             }
             for ct in CapacityType::ALL {
-                if cts.is_some_and(|m| !m[ct_index(ct)]) || ct_set.is_some_and(|s| !s.has(ct.as_str())) {
+                if cts.is_some_and(|m| !m[ct_index(ct)])
+                    || ct_set.is_some_and(|s| !s.has(ct.as_str()))
+                {
                     continue;
                 }
                 if let Some(p) = by_ct[ct_index(ct)] {
                     let better = match best {
                         None => true,
-                        Some((bz, _, bp)) => p < bp - 1e-12 || (p <= bp + 1e-12 && self.zone_use[z] < self.zone_use[bz]),
+                        Some((bz, _, bp)) => {
+                            p < bp - 1e-12
+                                || (p <= bp + 1e-12 && self.zone_use[z] < self.zone_use[bz])
+                        }
                     };
                     if better {
                         best = Some((z, ct, p));
@@ -812,9 +932,15 @@ impl<'a> Scheduler<'a> {
     }
 
     fn within_limits(&self, pool: usize, it: &InstanceType) -> Result<(), String> {
-        let Some(limits) = &self.input.node_pools[pool].limits else { return Ok(()) };
+        let Some(limits) = &self.input.node_pools[pool].limits else {
+            return Ok(());
+        };
         for (name, limit) in limits.iter() {
-            let add = if name == "nodes" { 1000 } else { it.capacity.get_milli(name) };
+            let add = if name == "nodes" {
+                1000
+            } else {
+                it.capacity.get_milli(name)
+            };
             let used = self.pools[pool].usage.get_milli(name);
             if used + add > limit {
                 return Err(format!(
@@ -829,7 +955,12 @@ impl<'a> Scheduler<'a> {
     }
 
     /// Distinct values of each minValues key among types fitting `requests` under `reqs`.
-    fn min_values_ok(&self, pool: usize, reqs: &Requirements, requests: &Resources) -> Result<(), String> {
+    fn min_values_ok(
+        &self,
+        pool: usize,
+        reqs: &Requirements,
+        requests: &Resources,
+    ) -> Result<(), String> {
         for (key, set) in reqs.iter() {
             let Some(min) = set.min_values else { continue };
             let mut seen: HashSet<&str> = HashSet::new();
@@ -862,7 +993,13 @@ impl<'a> Scheduler<'a> {
 
     /// Zones (or capacity types) where the pod may go given its constraints on `key`,
     /// as a mask; `None` when it has no constraint on that key.
-    fn allowed_domains(&self, e: usize, pod: usize, key: TopologyKey, domain_mask: &[bool]) -> Option<Vec<bool>> {
+    fn allowed_domains(
+        &self,
+        e: usize,
+        pod: usize,
+        key: TopologyKey,
+        domain_mask: &[bool],
+    ) -> Option<Vec<bool>> {
         let ec = &self.eclasses[e];
         let p = &self.input.pods[pod];
         let n = domain_mask.len();
@@ -885,15 +1022,29 @@ impl<'a> Scheduler<'a> {
             if group.spec.key != key {
                 continue;
             }
-            let GroupKind::Spread { max_skew, min_domains } = group.spec.kind else { continue };
+            let GroupKind::Spread {
+                max_skew,
+                min_domains,
+            } = group.spec.kind
+            else {
+                continue;
+            };
             let selects = group.spec.selects(&p.namespace, &p.labels) as u32;
             let eligible: Vec<usize> = (0..n).filter(|&d| domain_mask[d]).collect();
             let min = if (eligible.len() as u32) < min_domains {
                 0
             } else {
-                eligible.iter().map(|&d| count(&group.counts, d)).min().unwrap_or(0)
+                eligible
+                    .iter()
+                    .map(|&d| count(&group.counts, d))
+                    .min()
+                    .unwrap_or(0)
             };
-            restrict((0..n).map(|d| domain_mask[d] && count(&group.counts, d) + selects <= min + max_skew).collect());
+            restrict(
+                (0..n)
+                    .map(|d| domain_mask[d] && count(&group.counts, d) + selects <= min + max_skew)
+                    .collect(),
+            );
         }
         for &g in &ec.affinity {
             let group = &self.groups[g];
@@ -904,19 +1055,31 @@ impl<'a> Scheduler<'a> {
             if !any && group.spec.selects(&p.namespace, &p.labels) {
                 restrict(domain_mask.to_vec());
             } else {
-                restrict((0..n).map(|d| domain_mask[d] && count(&group.counts, d) > 0).collect());
+                restrict(
+                    (0..n)
+                        .map(|d| domain_mask[d] && count(&group.counts, d) > 0)
+                        .collect(),
+                );
             }
         }
         for &g in &ec.anti {
             let group = &self.groups[g];
             if group.spec.key == key {
-                restrict((0..n).map(|d| domain_mask[d] && count(&group.counts, d) == 0).collect());
+                restrict(
+                    (0..n)
+                        .map(|d| domain_mask[d] && count(&group.counts, d) == 0)
+                        .collect(),
+                );
             }
         }
         for &g in &self.classes[ec.class].matched {
             let group = &self.groups[g];
             if group.spec.key == key && group.spec.kind == GroupKind::AntiAffinity {
-                restrict((0..n).map(|d| domain_mask[d] && count(&group.owners, d) == 0).collect());
+                restrict(
+                    (0..n)
+                        .map(|d| domain_mask[d] && count(&group.owners, d) == 0)
+                        .collect(),
+                );
             }
         }
         allowed
@@ -924,9 +1087,19 @@ impl<'a> Scheduler<'a> {
 
     /// Among allowed domains, the one to pin: the least populated for the first
     /// constraint that counts on this key (keeps spread even), else the first allowed.
-    fn choose_domain(&self, e: usize, key: TopologyKey, allowed: &[bool], usable: &[bool]) -> Option<usize> {
+    fn choose_domain(
+        &self,
+        e: usize,
+        key: TopologyKey,
+        allowed: &[bool],
+        usable: &[bool],
+    ) -> Option<usize> {
         let ec = &self.eclasses[e];
-        let g = ec.spreads.iter().chain(ec.affinity.iter()).find(|&&g| self.groups[g].spec.key == key);
+        let g = ec
+            .spreads
+            .iter()
+            .chain(ec.affinity.iter())
+            .find(|&&g| self.groups[g].spec.key == key);
         let count = |d: usize| match (g, key) {
             (Some(&g), TopologyKey::Zone) => self.groups[g].counts.zone[d],
             (Some(&g), TopologyKey::CapacityType) => self.groups[g].counts.capacity_type[d],
@@ -934,7 +1107,17 @@ impl<'a> Scheduler<'a> {
         };
         (0..allowed.len())
             .filter(|&d| allowed[d] && usable[d])
-            .min_by_key(|&d| (count(d), if key == TopologyKey::Zone { self.zone_use[d] } else { 0 }, d))
+            .min_by_key(|&d| {
+                (
+                    count(d),
+                    if key == TopologyKey::Zone {
+                        self.zone_use[d]
+                    } else {
+                        0
+                    },
+                    d,
+                )
+            })
     }
 
     fn hostname_ok(&self, e: usize, pod: usize, b: usize) -> Result<(), Fail> {
@@ -973,7 +1156,8 @@ impl<'a> Scheduler<'a> {
             if group.spec.key != TopologyKey::Hostname || group.counts.host(b) > 0 {
                 continue;
             }
-            let first = group.counts.total(TopologyKey::Hostname) == 0 && group.spec.selects(&p.namespace, &p.labels);
+            let first = group.counts.total(TopologyKey::Hostname) == 0
+                && group.spec.selects(&p.namespace, &p.labels);
             if !first {
                 return Err(Fail::Temporary);
             }
@@ -993,19 +1177,29 @@ impl<'a> Scheduler<'a> {
         if !total.fits_in(&bin.ceiling) {
             let mut smallest = bin.used.clone();
             smallest.add(&self.classes[ec.class].min_request);
-            return Err(if smallest.fits_in(&bin.ceiling) { Fail::Temporary } else { Fail::Permanent });
+            return Err(if smallest.fits_in(&bin.ceiling) {
+                Fail::Temporary
+            } else {
+                Fail::Permanent
+            });
         }
         self.hostname_ok(e, pod, cand.bin)?;
         // Requirements: only new claims narrow; nodes were checked on admission.
         let mut merged = None;
         if let Origin::New(pool) = bin.origin {
             if cand.absorbed != bin.version {
-                if bin.reqs.compatible_with(&ec.reqs, &|k| self.well_known.contains(k)).is_err() {
+                if bin
+                    .reqs
+                    .compatible_with(&ec.reqs, &|k| self.well_known.contains(k))
+                    .is_err()
+                {
                     return Err(Fail::Permanent);
                 }
                 let m = bin.reqs.intersect(&ec.reqs);
                 if let Some(t) = bin.target {
-                    if !self.type_satisfies(t, &m) || self.cheapest_offering(t, &m, None, None).is_none() {
+                    if !self.type_satisfies(t, &m)
+                        || self.cheapest_offering(t, &m, None, None).is_none()
+                    {
                         return Err(Fail::Permanent);
                     }
                 }
@@ -1022,18 +1216,43 @@ impl<'a> Scheduler<'a> {
         let reqs = merged.as_ref().unwrap_or(&bin.reqs);
         let zone = self.pin(e, pod, cand.bin, reqs, TopologyKey::Zone)?;
         let capacity_type = self.pin(e, pod, cand.bin, reqs, TopologyKey::CapacityType)?;
-        Ok(Fit { merged, zone, capacity_type: capacity_type.map(|i| CapacityType::ALL[i]) })
+        Ok(Fit {
+            merged,
+            zone,
+            capacity_type: capacity_type.map(|i| CapacityType::ALL[i]),
+        })
     }
 
     /// For a pod with constraints on `key`: the domain to pin the bin to (or keep).
-    fn pin(&self, e: usize, pod: usize, b: usize, reqs: &Requirements, key: TopologyKey) -> Result<Option<usize>, Fail> {
+    fn pin(
+        &self,
+        e: usize,
+        pod: usize,
+        b: usize,
+        reqs: &Requirements,
+        key: TopologyKey,
+    ) -> Result<Option<usize>, Fail> {
         let bin = &self.bins[b];
-        let n = if key == TopologyKey::Zone { self.zones.len() } else { 2 };
+        let n = if key == TopologyKey::Zone {
+            self.zones.len()
+        } else {
+            2
+        };
         let all = vec![true; n];
-        let Some(allowed) = self.allowed_domains(e, pod, key, &all) else { return Ok(None) };
-        let current = if key == TopologyKey::Zone { bin.zone } else { bin.capacity_type.map(ct_index) };
+        let Some(allowed) = self.allowed_domains(e, pod, key, &all) else {
+            return Ok(None);
+        };
+        let current = if key == TopologyKey::Zone {
+            bin.zone
+        } else {
+            bin.capacity_type.map(ct_index)
+        };
         if let Some(d) = current {
-            return if allowed[d] { Ok(None) } else { Err(Fail::Temporary) };
+            return if allowed[d] {
+                Ok(None)
+            } else {
+                Err(Fail::Temporary)
+            };
         }
         // Domains the bin could still be in.
         let usable: Vec<bool> = (0..n)
@@ -1043,13 +1262,17 @@ impl<'a> Scheduler<'a> {
                     m[d] = true;
                     self.cheapest_offering(t, reqs, Some(&m), None).is_some()
                 }
-                (TopologyKey::Zone, None) => reqs.get(LABEL_ZONE).is_none_or(|s| s.has(&self.zones[d])),
+                (TopologyKey::Zone, None) => {
+                    reqs.get(LABEL_ZONE).is_none_or(|s| s.has(&self.zones[d]))
+                }
                 (_, Some(t)) => {
                     let mut m = [false; 2];
                     m[d] = true;
                     self.cheapest_offering(t, reqs, None, Some(m)).is_some()
                 }
-                (_, None) => reqs.get(LABEL_CAPACITY_TYPE).is_none_or(|s| s.has(CapacityType::ALL[d].as_str())),
+                (_, None) => reqs
+                    .get(LABEL_CAPACITY_TYPE)
+                    .is_none_or(|s| s.has(CapacityType::ALL[d].as_str())),
             })
             .collect();
         match self.choose_domain(e, key, &allowed, &usable) {
@@ -1197,16 +1420,26 @@ impl<'a> Scheduler<'a> {
         // Hostname affinity to pods that already run somewhere: a new node cannot help.
         for &g in &self.eclasses[e].affinity {
             let group = &self.groups[g];
-            if group.spec.key == TopologyKey::Hostname && group.counts.total(TopologyKey::Hostname) > 0 {
-                return Err(format!("{}: no node with a matching pod has room", group.spec.describe()));
+            if group.spec.key == TopologyKey::Hostname
+                && group.counts.total(TopologyKey::Hostname) > 0
+            {
+                return Err(format!(
+                    "{}: no node with a matching pod has room",
+                    group.spec.describe()
+                ));
             }
         }
         let reqs = self.pools[pool].reqs.intersect(&self.eclasses[e].reqs);
         let zmask = self.allowed_domains(e, pod, TopologyKey::Zone, &vec![true; self.zones.len()]);
         let cmask = self.allowed_domains(e, pod, TopologyKey::CapacityType, &[true, true]);
         let cmask_arr = cmask.as_ref().map(|m| [m[0], m[1]]);
-        if zmask.as_ref().is_some_and(|m| !m.iter().any(|x| *x)) || cmask_arr.is_some_and(|m| !m[0] && !m[1]) {
-            return Err(format!("{} cannot be satisfied", self.topology_description(e)));
+        if zmask.as_ref().is_some_and(|m| !m.iter().any(|x| *x))
+            || cmask_arr.is_some_and(|m| !m[0] && !m[1])
+        {
+            return Err(format!(
+                "{} cannot be satisfied",
+                self.topology_description(e)
+            ));
         }
         self.refresh_duals(pool);
         let mut need = p.requests.clone();
@@ -1231,7 +1464,9 @@ impl<'a> Scheduler<'a> {
                 }
                 continue;
             }
-            let Some((z, ct, price)) = self.cheapest_offering(t, &reqs, zmask.as_deref(), cmask_arr) else {
+            let Some((z, ct, price)) =
+                self.cheapest_offering(t, &reqs, zmask.as_deref(), cmask_arr)
+            else {
                 offering_missing = true;
                 continue;
             };
@@ -1243,10 +1478,16 @@ impl<'a> Scheduler<'a> {
             if whole.fits_in(&it.allocatable) && whole_best.is_none_or(|w| price < w.0) {
                 whole_best = Some((price, t, z, ct));
             }
-            let score = if price > 0.0 { value / price } else { f64::INFINITY };
+            let score = if price > 0.0 {
+                value / price
+            } else {
+                f64::INFINITY
+            };
             let better = match best {
                 None => true,
-                Some((bs, bsize, ..)) => score > bs * (1.0 + 1e-9) || (score >= bs * (1.0 - 1e-9) && size > bsize),
+                Some((bs, bsize, ..)) => {
+                    score > bs * (1.0 + 1e-9) || (score >= bs * (1.0 - 1e-9) && size > bsize)
+                }
             };
             if better {
                 best = Some((score, size, t, z, ct, price));
@@ -1255,7 +1496,9 @@ impl<'a> Scheduler<'a> {
         self.eclasses[e].pool_types[pool] = types;
         // The tail: one node for everything that remains, when that is cheaper than
         // the whole nodes of the most efficient type it would otherwise take.
-        if let (Some((whole_price, wt, wz, wct)), Some((_, _, bt, _, _, bprice))) = (whole_best, best) {
+        if let (Some((whole_price, wt, wz, wct)), Some((_, _, bt, _, _, bprice))) =
+            (whole_best, best)
+        {
             let usable = self.usable(bt, pool);
             let nodes = (0..WELL_KNOWN.len())
                 .filter(|&d| remaining.slot_milli(d) > 0)
@@ -1272,9 +1515,14 @@ impl<'a> Scheduler<'a> {
             }
             if offering_missing {
                 if zmask.is_some() || cmask.is_some() {
-                    return Err(format!("{} cannot be satisfied in NodePool \"{pool_name}\"", self.topology_description(e)));
+                    return Err(format!(
+                        "{} cannot be satisfied in NodePool \"{pool_name}\"",
+                        self.topology_description(e)
+                    ));
                 }
-                return Err(format!("NodePool \"{pool_name}\": no offering in an allowed zone and capacity type"));
+                return Err(format!(
+                    "NodePool \"{pool_name}\": no offering in an allowed zone and capacity type"
+                ));
             }
             if let Some((name, want, have)) = shortfall {
                 return Err(format!(
@@ -1283,7 +1531,9 @@ impl<'a> Scheduler<'a> {
                     format_milli(&name, have.max(0))
                 ));
             }
-            return Err(format!("NodePool \"{pool_name}\": no instance type matches the pod's requirements"));
+            return Err(format!(
+                "NodePool \"{pool_name}\": no instance type matches the pod's requirements"
+            ));
         };
         if self.pools[pool].has_min_values {
             self.min_values_ok(pool, &reqs, &p.requests)?;
@@ -1331,7 +1581,11 @@ impl<'a> Scheduler<'a> {
             .filter(|&&g| self.groups[g].spec.key != TopologyKey::Hostname)
             .map(|&g| self.groups[g].spec.describe())
             .collect();
-        if own.is_empty() { "pod anti-affinity of pods already placed".into() } else { own.join(", ") }
+        if own.is_empty() {
+            "pod anti-affinity of pods already placed".into()
+        } else {
+            own.join(", ")
+        }
     }
 
     /// Remaining requests of unplaced pods that could use this pool.
@@ -1377,19 +1631,39 @@ impl<'a> Scheduler<'a> {
         let dims: Vec<usize> = (0..WELL_KNOWN.len())
             .filter(|&d| remaining.slot_milli(d) > 0 && d != crate::resources::EPHEMERAL_STORAGE)
             .collect();
-        let scale = |d: usize| if d == MEMORY { (1u64 << 30) as f64 * 1000.0 } else { 1000.0 };
-        let demand: Vec<f64> = dims.iter().map(|&d| remaining.slot_milli(d) as f64 / scale(d)).collect();
+        let scale = |d: usize| {
+            if d == MEMORY {
+                (1u64 << 30) as f64 * 1000.0
+            } else {
+                1000.0
+            }
+        };
+        let demand: Vec<f64> = dims
+            .iter()
+            .map(|&d| remaining.slot_milli(d) as f64 / scale(d))
+            .collect();
         let reqs = self.pools[pool].reqs.clone();
         let mut caps = Vec::new();
         let mut prices = Vec::new();
         for &t in &self.pools[pool].types {
-            let Some((_, _, price)) = self.cheapest_offering(t, &reqs, None, None) else { continue };
+            let Some((_, _, price)) = self.cheapest_offering(t, &reqs, None, None) else {
+                continue;
+            };
             let usable = self.usable(t, pool);
-            caps.push(dims.iter().map(|&d| usable.slot_milli(d).max(0) as f64 / scale(d)).collect());
+            caps.push(
+                dims.iter()
+                    .map(|&d| usable.slot_milli(d).max(0) as f64 / scale(d))
+                    .collect(),
+            );
             prices.push(price);
         }
-        let duals = lp::cheapest_fractional_fleet(&demand, &caps, &prices)
-            .map(|s| s.duals.iter().zip(&dims).map(|(y, &d)| y / scale(d)).collect());
+        let duals = lp::cheapest_fractional_fleet(&demand, &caps, &prices).map(|s| {
+            s.duals
+                .iter()
+                .zip(&dims)
+                .map(|(y, &d)| y / scale(d))
+                .collect()
+        });
         self.pools[pool].duals = duals.map(|y| (dims, y, remaining));
     }
 
@@ -1467,7 +1741,16 @@ impl<'a> Scheduler<'a> {
             match nominated.get(&pods[p].key()) {
                 Some(&b) => {
                     let e = self.eclass(self.pod_class[p], 0);
-                    self.commit(e, p, b, Fit { merged: None, zone: None, capacity_type: None });
+                    self.commit(
+                        e,
+                        p,
+                        b,
+                        Fit {
+                            merged: None,
+                            zone: None,
+                            capacity_type: None,
+                        },
+                    );
                 }
                 None => rest.push(p),
             }
@@ -1516,7 +1799,11 @@ impl<'a> Scheduler<'a> {
             if !used.fits_in(&self.usable(t, pool)) || !self.type_satisfies(t, &reqs) {
                 continue;
             }
-            if Some(t) != target && self.within_limits(pool, &self.input.catalog.types[t]).is_err() {
+            if Some(t) != target
+                && self
+                    .within_limits(pool, &self.input.catalog.types[t])
+                    .is_err()
+            {
                 continue;
             }
             if let Some((z, ct, price)) = self.cheapest_offering(t, &reqs, None, None) {
@@ -1540,7 +1827,10 @@ impl<'a> Scheduler<'a> {
             .collect();
         let capacity_types = CapacityType::ALL
             .into_iter()
-            .filter(|ct| reqs.get(LABEL_CAPACITY_TYPE).is_none_or(|s| s.has(ct.as_str())))
+            .filter(|ct| {
+                reqs.get(LABEL_CAPACITY_TYPE)
+                    .is_none_or(|s| s.has(ct.as_str()))
+            })
             .collect();
         NewClaim {
             node_pool: self.input.node_pools[pool].name.clone(),

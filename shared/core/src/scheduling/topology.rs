@@ -51,7 +51,11 @@ pub struct GroupSpec {
 }
 
 impl GroupSpec {
-    pub fn selects(&self, namespace: &str, labels: &std::collections::BTreeMap<String, String>) -> bool {
+    pub fn selects(
+        &self,
+        namespace: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> bool {
         self.namespaces.iter().any(|n| n == namespace)
             && self.selector.as_ref().is_some_and(|s| s.matches(labels))
     }
@@ -59,7 +63,10 @@ impl GroupSpec {
     pub fn describe(&self) -> String {
         match self.kind {
             GroupKind::Spread { max_skew, .. } => {
-                format!("topology spread on {} (maxSkew {max_skew})", self.key.label())
+                format!(
+                    "topology spread on {} (maxSkew {max_skew})",
+                    self.key.label()
+                )
             }
             GroupKind::Affinity => format!("pod affinity on {}", self.key.label()),
             GroupKind::AntiAffinity => format!("pod anti-affinity on {}", self.key.label()),
@@ -77,7 +84,11 @@ pub struct DomainCounts {
 
 impl DomainCounts {
     pub fn new(zones: usize) -> Self {
-        Self { zone: vec![0; zones], capacity_type: [0; 2], host: Vec::new() }
+        Self {
+            zone: vec![0; zones],
+            capacity_type: [0; 2],
+            host: Vec::new(),
+        }
     }
     pub fn host(&self, bin: usize) -> u32 {
         self.host.get(bin).copied().unwrap_or(0)

@@ -407,17 +407,19 @@ fn handle(state: &mut State, call: &Call) -> Answer {
             patch(store, &route, name, call.content_type, call.body)
         }
         (&Method::DELETE, Some(name), None) => delete(store, &route, name),
-        (&Method::POST, Some(name), Some("eviction")) if route.resource.kind == "Pod" => {
-            match call.body.and_then(|b| b.pointer("/metadata/name")).and_then(Value::as_str) {
-                Some(named) if named != name => status_answer(
-                    400,
-                    "BadRequest",
-                    "name in URL does not match name in Eviction object",
-                    None,
-                ),
-                _ => evict(store, &route, name),
-            }
-        }
+        (&Method::POST, Some(name), Some("eviction")) if route.resource.kind == "Pod" => match call
+            .body
+            .and_then(|b| b.pointer("/metadata/name"))
+            .and_then(Value::as_str)
+        {
+            Some(named) if named != name => status_answer(
+                400,
+                "BadRequest",
+                "name in URL does not match name in Eviction object",
+                None,
+            ),
+            _ => evict(store, &route, name),
+        },
         _ => status_answer(
             405,
             "MethodNotAllowed",
@@ -565,7 +567,10 @@ fn field_selector_matches(selector: &str, object: &Value) -> bool {
             },
         };
         let pointer = format!("/{}", path.replace('.', "/"));
-        let got = object.pointer(&pointer).and_then(Value::as_str).unwrap_or("");
+        let got = object
+            .pointer(&pointer)
+            .and_then(Value::as_str)
+            .unwrap_or("");
         (got == want) == equal
     })
 }
