@@ -15,6 +15,7 @@ pub struct AwsContext {
     pub(crate) ec2: aws_sdk_ec2::Client,
     pub(crate) ssm: aws_sdk_ssm::Client,
     pub(crate) eks: aws_sdk_eks::Client,
+    pub(crate) lambda: aws_sdk_lambda::Client,
 }
 
 impl AwsContext {
@@ -45,6 +46,7 @@ impl AwsContext {
             ec2: aws_sdk_ec2::Client::new(&config),
             ssm: aws_sdk_ssm::Client::new(&config),
             eks: aws_sdk_eks::Client::new(&config),
+            lambda: aws_sdk_lambda::Client::new(&config),
             config,
         }
     }

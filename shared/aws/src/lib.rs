@@ -11,6 +11,7 @@
 //!   ([`TokenSource`]) for the Kubernetes API.
 //! - [`ami`], [`userdata`], [`fleet`]: pure pieces (alias paths, nodeadm user data,
 //!   CreateFleet error classification), tested without AWS.
+//! - [`lambda_invoke`]: [`invoke_async`], waking another function (the provisioner) now.
 //! - [`error`]: SDK errors → the engine's `ErrorKind`, by error code, never by message.
 
 pub mod ami;
@@ -19,6 +20,7 @@ pub mod config;
 pub mod eks;
 pub mod error;
 pub mod fleet;
+pub mod lambda_invoke;
 pub mod store;
 #[cfg(feature = "test-support")]
 pub mod testing;
@@ -27,4 +29,5 @@ pub mod userdata;
 pub use cloud::{Ec2Cloud, Ec2CloudConfig};
 pub use config::AwsContext;
 pub use eks::{ClusterInfo, TokenSource};
+pub use lambda_invoke::invoke_async;
 pub use store::DynamoStore;

@@ -1,0 +1,291 @@
+//! The interruption function's handler: one SQS batch of EventBridge events (Spot
+//! warnings, rebalance recommendations, state changes, AWS Health scheduled changes).
+//!
+//! Each record is read (`core::interruption::parse_event`), classified
+//! (`action_for`), turned into an [`InterruptionInput`] ([`input_for`]) and handed to
+//! the engine (`handle_interruption`), every record in its own span and all records of
+//! the batch concurrently (the engine keeps two events for one instance apart).
+//!
+//! ## Acknowledged or retried
+//! Only a failure that a retry can fix is reported in `batchItemFailures` (SQS then
+//! redelivers that message alone; after the queue's maxReceiveCount it goes to the
+//! DLQ). Everything else is acknowledged with a logged reason:
+//! - unreadable (not JSON, wrong types, a bad instance id): no retry can fix it;
+//! - ignored or needing no action (other event types, `rebalance: ignore`, instance
+//!   `running`...), not ours, a duplicate delivery;
+//! - an engine error of a non-retryable kind (Unauthorized, Invalid, NotFound, a
+//!   refused transition...): logged at error. A redelivery would redo the same work
+//!   and fail the same way, and by the time someone redrives a DLQ copy the 2-minute
+//!   Spot notice is long over; the error log is where the alarm belongs.
+//!
+//! After the batch, if any message evicted or deleted pods, the provisioner is woken
+//! once ([`ProvisionerTrigger::run_now`], best effort).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
+use lambda_runtime::{Error, LambdaEvent};
+use tracing::{Instrument, error, info, info_span, warn};
+
+use nodewright_aws::AwsContext;
+use nodewright_core::interruption::{Action, EventKind, ParsedEvent, RebalanceAction, action_for, parse_event};
+use nodewright_core::nodeclaim::DisruptionCause;
+use nodewright_engine::ports::BoxError;
+use nodewright_engine::{InterruptionConfig, InterruptionInput, InterruptionMode, InterruptionOutcome, Ports};
+
+pub struct Handler {
+    pub ports: Ports,
+    pub config: InterruptionConfig,
+    pub rebalance: RebalanceAction,
+    pub trigger: Arc<dyn ProvisionerTrigger>,
+}
+
+/// Wakes the provisioner now, so evicted pods do not wait for its next minute.
+#[async_trait]
+pub trait ProvisionerTrigger: Send + Sync {
+    async fn run_now(&self) -> Result<(), BoxError>;
+}
+
+/// An asynchronous Invoke of the provisioner function (`NODEWRIGHT_PROVISIONER_FUNCTION`).
+pub struct LambdaInvokeTrigger {
+    aws: AwsContext,
+    function: String,
+}
+
+impl LambdaInvokeTrigger {
+    pub fn new(aws: AwsContext, function: String) -> Self {
+        LambdaInvokeTrigger { aws, function }
+    }
+}
+
+#[async_trait]
+impl ProvisionerTrigger for LambdaInvokeTrigger {
+    async fn run_now(&self) -> Result<(), BoxError> {
+        nodewright_aws::invoke_async(&self.aws, &self.function).await?;
+        info!(function = %self.function, "provisioner invoked");
+        Ok(())
+    }
+}
+
+/// No provisioner function configured: the provisioner's schedule picks the pods up.
+pub struct NoTrigger;
+
+#[async_trait]
+impl ProvisionerTrigger for NoTrigger {
+    async fn run_now(&self) -> Result<(), BoxError> {
+        info!("pods are pending; NODEWRIGHT_PROVISIONER_FUNCTION is not set, the provisioner's schedule will run");
+        Ok(())
+    }
+}
+
+/// What became of one record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Disposition {
+    /// Unreadable: acknowledged.
+    Malformed,
+    /// Read, but nothing to do (ignored kind, `Action::None`): acknowledged.
+    Ignored,
+    /// The event id was handled before: acknowledged.
+    Duplicate,
+    /// Handed to the engine, which finished: acknowledged.
+    Handled,
+    /// A retryable engine error: reported in `batchItemFailures`.
+    Retry,
+    /// A non-retryable engine error: acknowledged, logged at error.
+    Failed,
+}
+
+impl Disposition {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Disposition::Malformed => "malformed",
+            Disposition::Ignored => "ignored",
+            Disposition::Duplicate => "duplicate",
+            Disposition::Handled => "handled",
+            Disposition::Retry => "retry",
+            Disposition::Failed => "failed",
+        }
+    }
+}
+
+/// One record's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordResult {
+    /// The event's kind, when it could be read.
+    pub kind: Option<EventKind>,
+    pub disposition: Disposition,
+    pub provisioner_needed: bool,
+}
+
+impl Handler {
+    /// Handles one SQS batch; the response names the messages SQS must deliver again.
+    pub async fn handle(&self, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Error> {
+        let records = event.payload.records;
+        let results = futures_util::future::join_all(records.iter().map(|r| {
+            let span = info_span!(
+                "record",
+                message_id = r.message_id.as_deref().unwrap_or(""),
+                event_id = tracing::field::Empty
+            );
+            self.record(r).instrument(span)
+        }))
+        .await;
+
+        let mut response = SqsBatchResponse::default();
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for (record, result) in records.iter().zip(&results) {
+            if result.disposition == Disposition::Retry {
+                response.add_failure(record.message_id.clone().unwrap_or_default());
+            }
+            let kind = result.kind.map(EventKind::as_str).unwrap_or("unreadable");
+            *counts.entry(format!("{kind}.{}", result.disposition.as_str())).or_default() += 1;
+        }
+        if results.iter().any(|r| r.provisioner_needed)
+            && let Err(e) = self.trigger.run_now().await
+        {
+            warn!(error = %e, "could not wake the provisioner; its schedule will pick the pods up");
+        }
+        info!(
+            request_id = %event.context.request_id,
+            records = records.len(),
+            retried = response.batch_item_failures.len(),
+            counts = ?counts,
+            "batch done"
+        );
+        Ok(response)
+    }
+
+    /// One record, in its span.
+    async fn record(&self, record: &SqsMessage) -> RecordResult {
+        let body = record.body.as_deref().unwrap_or("");
+        let event = match parse_event(body) {
+            Ok(event) => event,
+            Err(e) => {
+                warn!(reason = %e, field = e.field().unwrap_or(""), "unreadable event acknowledged (a retry cannot fix it)");
+                return RecordResult { kind: None, disposition: Disposition::Malformed, provisioner_needed: false };
+            }
+        };
+        tracing::Span::current().record("event_id", event.id.as_str());
+        let kind = Some(event.kind);
+        let action = action_for(&event, self.rebalance);
+        let Some(input) = input_for(&event, &action) else {
+            info!(kind = %event.kind, reason = action.reason().unwrap_or("no action"), "acknowledged without action");
+            return RecordResult { kind, disposition: Disposition::Ignored, provisioner_needed: false };
+        };
+        let (mode, cause) = (input.mode, input.cause);
+        match nodewright_engine::handle_interruption(&self.ports, &self.config, input).await {
+            Ok(InterruptionOutcome::Duplicate) => {
+                RecordResult { kind, disposition: Disposition::Duplicate, provisioner_needed: false }
+            }
+            Ok(outcome) => {
+                for o in outcome.instances() {
+                    info!(instance = %o.instance_id, claim = o.claim.as_deref().unwrap_or(""), action = ?o.action,
+                        evicted = o.evicted.len(), deleted = o.deleted.len(), blocked = o.blocked.len(),
+                        marked_unavailable = o.marked_unavailable, "instance handled");
+                }
+                RecordResult { kind, disposition: Disposition::Handled, provisioner_needed: outcome.provisioner_needed() }
+            }
+            Err(e) if e.kind().is_some_and(|k| k.is_retryable()) => {
+                warn!(error = %e, kind = ?e.kind(), ?mode, ?cause, "retryable failure; SQS will deliver the message again");
+                RecordResult { kind, disposition: Disposition::Retry, provisioner_needed: false }
+            }
+            Err(e) => {
+                error!(error = %e, kind = ?e.kind(), ?mode, ?cause, instances = ?event.instance_ids,
+                    "interruption failed and a retry cannot fix it; acknowledged");
+                RecordResult { kind, disposition: Disposition::Failed, provisioner_needed: false }
+            }
+        }
+    }
+}
+
+/// The engine's input for an event and its action; `None` when there is nothing to do.
+///
+/// A capacity-reservation warning is given `SpotInterrupted`: like a Spot reclaim it is
+/// EC2 taking capacity back with a two-minute notice, the drain is the same (now, with
+/// that deadline), and `InstanceStopped`/`Terminated` would skip evictions and budgets.
+/// The offering mark only applies to spot claims in the engine, so an on-demand
+/// reservation instance is drained but no offering is marked.
+pub fn input_for(event: &ParsedEvent, action: &Action) -> Option<InterruptionInput> {
+    let instance_ids: Vec<String> = event.instance_ids.iter().map(|i| i.as_str().to_string()).collect();
+    if instance_ids.is_empty() {
+        return None;
+    }
+    let (cause, mode, deadline, mark_unavailable) = match action {
+        Action::None { .. } => return None,
+        Action::DrainNow { deadline, mark_offering_unavailable, .. } => {
+            (DisruptionCause::SpotInterrupted, InterruptionMode::Drain, Some(*deadline), *mark_offering_unavailable)
+        }
+        Action::ReplaceThenDrain { deadline } => {
+            let cause = match event.kind {
+                EventKind::RebalanceRecommendation => DisruptionCause::RebalanceRecommended,
+                _ => DisruptionCause::ScheduledChange,
+            };
+            (cause, InterruptionMode::ReplaceThenDrain, *deadline, false)
+        }
+        Action::Cordon => (DisruptionCause::RebalanceRecommended, InterruptionMode::Cordon, None, false),
+        Action::CleanUp => {
+            let cause = match event.state.as_deref() {
+                Some("stopping" | "stopped") => DisruptionCause::InstanceStopped,
+                _ => DisruptionCause::InstanceTerminated,
+            };
+            (cause, InterruptionMode::CleanUp, None, false)
+        }
+    };
+    Some(InterruptionInput { event_id: event.id.clone(), instance_ids, cause, deadline, mark_unavailable, mode })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPOT: &str = include_str!("../../../shared/core/tests/fixtures/events/spot-interruption.json");
+    const REBALANCE: &str = include_str!("../../../shared/core/tests/fixtures/events/rebalance-recommendation.json");
+    const TERMINATED: &str = include_str!("../../../shared/core/tests/fixtures/events/state-change-terminated.json");
+    const HEALTH: &str = include_str!("../../../shared/core/tests/fixtures/events/health-scheduled-change.json");
+
+    fn input(json: &str, rebalance: RebalanceAction) -> Option<InterruptionInput> {
+        let event = parse_event(json).unwrap();
+        input_for(&event, &action_for(&event, rebalance))
+    }
+
+    #[test]
+    fn a_spot_warning_drains_now_marks_the_offering_and_has_a_two_minute_deadline() {
+        let i = input(SPOT, RebalanceAction::Replace).unwrap();
+        assert_eq!((i.cause, i.mode, i.mark_unavailable), (DisruptionCause::SpotInterrupted, InterruptionMode::Drain, true));
+        let event = parse_event(SPOT).unwrap();
+        assert_eq!(i.deadline, Some(event.time + 120));
+        assert_eq!(i.event_id, event.id);
+        assert_eq!(i.instance_ids, vec!["i-1234567890abcdef0".to_string()]);
+    }
+
+    #[test]
+    fn a_rebalance_recommendation_follows_the_setting() {
+        let replace = input(REBALANCE, RebalanceAction::Replace).unwrap();
+        assert_eq!((replace.cause, replace.mode), (DisruptionCause::RebalanceRecommended, InterruptionMode::ReplaceThenDrain));
+        assert_eq!(replace.deadline, None);
+        let cordon = input(REBALANCE, RebalanceAction::Cordon).unwrap();
+        assert_eq!(cordon.mode, InterruptionMode::Cordon);
+        assert_eq!(input(REBALANCE, RebalanceAction::Ignore), None);
+    }
+
+    #[test]
+    fn a_terminated_instance_is_cleaned_up_and_a_stopped_one_is_stopped() {
+        let i = input(TERMINATED, RebalanceAction::Replace).unwrap();
+        assert_eq!((i.cause, i.mode), (DisruptionCause::InstanceTerminated, InterruptionMode::CleanUp));
+        let stopped = TERMINATED.replace("\"state\":\"terminated\"", "\"state\":\"stopped\"");
+        assert_eq!(input(&stopped, RebalanceAction::Replace).unwrap().cause, DisruptionCause::InstanceStopped);
+        let running = TERMINATED.replace("\"state\":\"terminated\"", "\"state\":\"running\"");
+        assert_eq!(input(&running, RebalanceAction::Replace), None);
+    }
+
+    #[test]
+    fn a_scheduled_change_replaces_then_drains_before_its_start() {
+        let event = parse_event(HEALTH).unwrap();
+        let i = input(HEALTH, RebalanceAction::Ignore).unwrap();
+        assert_eq!((i.cause, i.mode), (DisruptionCause::ScheduledChange, InterruptionMode::ReplaceThenDrain));
+        assert_eq!(i.deadline, event.start_time);
+        assert!(!i.instance_ids.is_empty());
+    }
+}
