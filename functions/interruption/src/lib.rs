@@ -30,10 +30,14 @@ use lambda_runtime::{Error, LambdaEvent};
 use tracing::{Instrument, error, info, info_span, warn};
 
 use nodewright_aws::AwsContext;
-use nodewright_core::interruption::{Action, EventKind, ParsedEvent, RebalanceAction, action_for, parse_event};
+use nodewright_core::interruption::{
+    Action, EventKind, ParsedEvent, RebalanceAction, action_for, parse_event,
+};
 use nodewright_core::nodeclaim::DisruptionCause;
 use nodewright_engine::ports::BoxError;
-use nodewright_engine::{InterruptionConfig, InterruptionInput, InterruptionMode, InterruptionOutcome, Ports};
+use nodewright_engine::{
+    InterruptionConfig, InterruptionInput, InterruptionMode, InterruptionOutcome, Ports,
+};
 
 pub struct Handler {
     pub ports: Ports,
@@ -75,7 +79,9 @@ pub struct NoTrigger;
 #[async_trait]
 impl ProvisionerTrigger for NoTrigger {
     async fn run_now(&self) -> Result<(), BoxError> {
-        info!("pods are pending; NODEWRIGHT_PROVISIONER_FUNCTION is not set, the provisioner's schedule will run");
+        info!(
+            "pods are pending; NODEWRIGHT_PROVISIONER_FUNCTION is not set, the provisioner's schedule will run"
+        );
         Ok(())
     }
 }
@@ -140,7 +146,9 @@ impl Handler {
                 response.add_failure(record.message_id.clone().unwrap_or_default());
             }
             let kind = result.kind.map(EventKind::as_str).unwrap_or("unreadable");
-            *counts.entry(format!("{kind}.{}", result.disposition.as_str())).or_default() += 1;
+            *counts
+                .entry(format!("{kind}.{}", result.disposition.as_str()))
+                .or_default() += 1;
         }
         if results.iter().any(|r| r.provisioner_needed)
             && let Err(e) = self.trigger.run_now().await
@@ -164,7 +172,11 @@ impl Handler {
             Ok(event) => event,
             Err(e) => {
                 warn!(reason = %e, field = e.field().unwrap_or(""), "unreadable event acknowledged (a retry cannot fix it)");
-                return RecordResult { kind: None, disposition: Disposition::Malformed, provisioner_needed: false };
+                return RecordResult {
+                    kind: None,
+                    disposition: Disposition::Malformed,
+                    provisioner_needed: false,
+                };
             }
         };
         tracing::Span::current().record("event_id", event.id.as_str());
@@ -172,29 +184,47 @@ impl Handler {
         let action = action_for(&event, self.rebalance);
         let Some(input) = input_for(&event, &action) else {
             info!(kind = %event.kind, reason = action.reason().unwrap_or("no action"), "acknowledged without action");
-            return RecordResult { kind, disposition: Disposition::Ignored, provisioner_needed: false };
+            return RecordResult {
+                kind,
+                disposition: Disposition::Ignored,
+                provisioner_needed: false,
+            };
         };
         let (mode, cause) = (input.mode, input.cause);
         match nodewright_engine::handle_interruption(&self.ports, &self.config, input).await {
-            Ok(InterruptionOutcome::Duplicate) => {
-                RecordResult { kind, disposition: Disposition::Duplicate, provisioner_needed: false }
-            }
+            Ok(InterruptionOutcome::Duplicate) => RecordResult {
+                kind,
+                disposition: Disposition::Duplicate,
+                provisioner_needed: false,
+            },
             Ok(outcome) => {
                 for o in outcome.instances() {
                     info!(instance = %o.instance_id, claim = o.claim.as_deref().unwrap_or(""), action = ?o.action,
                         evicted = o.evicted.len(), deleted = o.deleted.len(), blocked = o.blocked.len(),
                         marked_unavailable = o.marked_unavailable, "instance handled");
                 }
-                RecordResult { kind, disposition: Disposition::Handled, provisioner_needed: outcome.provisioner_needed() }
+                RecordResult {
+                    kind,
+                    disposition: Disposition::Handled,
+                    provisioner_needed: outcome.provisioner_needed(),
+                }
             }
             Err(e) if e.kind().is_some_and(|k| k.is_retryable()) => {
                 warn!(error = %e, kind = ?e.kind(), ?mode, ?cause, "retryable failure; SQS will deliver the message again");
-                RecordResult { kind, disposition: Disposition::Retry, provisioner_needed: false }
+                RecordResult {
+                    kind,
+                    disposition: Disposition::Retry,
+                    provisioner_needed: false,
+                }
             }
             Err(e) => {
                 error!(error = %e, kind = ?e.kind(), ?mode, ?cause, instances = ?event.instance_ids,
                     "interruption failed and a retry cannot fix it; acknowledged");
-                RecordResult { kind, disposition: Disposition::Failed, provisioner_needed: false }
+                RecordResult {
+                    kind,
+                    disposition: Disposition::Failed,
+                    provisioner_needed: false,
+                }
             }
         }
     }
@@ -208,15 +238,26 @@ impl Handler {
 /// The offering mark only applies to spot claims in the engine, so an on-demand
 /// reservation instance is drained but no offering is marked.
 pub fn input_for(event: &ParsedEvent, action: &Action) -> Option<InterruptionInput> {
-    let instance_ids: Vec<String> = event.instance_ids.iter().map(|i| i.as_str().to_string()).collect();
+    let instance_ids: Vec<String> = event
+        .instance_ids
+        .iter()
+        .map(|i| i.as_str().to_string())
+        .collect();
     if instance_ids.is_empty() {
         return None;
     }
     let (cause, mode, deadline, mark_unavailable) = match action {
         Action::None { .. } => return None,
-        Action::DrainNow { deadline, mark_offering_unavailable, .. } => {
-            (DisruptionCause::SpotInterrupted, InterruptionMode::Drain, Some(*deadline), *mark_offering_unavailable)
-        }
+        Action::DrainNow {
+            deadline,
+            mark_offering_unavailable,
+            ..
+        } => (
+            DisruptionCause::SpotInterrupted,
+            InterruptionMode::Drain,
+            Some(*deadline),
+            *mark_offering_unavailable,
+        ),
         Action::ReplaceThenDrain { deadline } => {
             let cause = match event.kind {
                 EventKind::RebalanceRecommendation => DisruptionCause::RebalanceRecommended,
@@ -224,7 +265,12 @@ pub fn input_for(event: &ParsedEvent, action: &Action) -> Option<InterruptionInp
             };
             (cause, InterruptionMode::ReplaceThenDrain, *deadline, false)
         }
-        Action::Cordon => (DisruptionCause::RebalanceRecommended, InterruptionMode::Cordon, None, false),
+        Action::Cordon => (
+            DisruptionCause::RebalanceRecommended,
+            InterruptionMode::Cordon,
+            None,
+            false,
+        ),
         Action::CleanUp => {
             let cause = match event.state.as_deref() {
                 Some("stopping" | "stopped") => DisruptionCause::InstanceStopped,
@@ -233,17 +279,28 @@ pub fn input_for(event: &ParsedEvent, action: &Action) -> Option<InterruptionInp
             (cause, InterruptionMode::CleanUp, None, false)
         }
     };
-    Some(InterruptionInput { event_id: event.id.clone(), instance_ids, cause, deadline, mark_unavailable, mode })
+    Some(InterruptionInput {
+        event_id: event.id.clone(),
+        instance_ids,
+        cause,
+        deadline,
+        mark_unavailable,
+        mode,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const SPOT: &str = include_str!("../../../shared/core/tests/fixtures/events/spot-interruption.json");
-    const REBALANCE: &str = include_str!("../../../shared/core/tests/fixtures/events/rebalance-recommendation.json");
-    const TERMINATED: &str = include_str!("../../../shared/core/tests/fixtures/events/state-change-terminated.json");
-    const HEALTH: &str = include_str!("../../../shared/core/tests/fixtures/events/health-scheduled-change.json");
+    const SPOT: &str =
+        include_str!("../../../shared/core/tests/fixtures/events/spot-interruption.json");
+    const REBALANCE: &str =
+        include_str!("../../../shared/core/tests/fixtures/events/rebalance-recommendation.json");
+    const TERMINATED: &str =
+        include_str!("../../../shared/core/tests/fixtures/events/state-change-terminated.json");
+    const HEALTH: &str =
+        include_str!("../../../shared/core/tests/fixtures/events/health-scheduled-change.json");
 
     fn input(json: &str, rebalance: RebalanceAction) -> Option<InterruptionInput> {
         let event = parse_event(json).unwrap();
@@ -253,7 +310,14 @@ mod tests {
     #[test]
     fn a_spot_warning_drains_now_marks_the_offering_and_has_a_two_minute_deadline() {
         let i = input(SPOT, RebalanceAction::Replace).unwrap();
-        assert_eq!((i.cause, i.mode, i.mark_unavailable), (DisruptionCause::SpotInterrupted, InterruptionMode::Drain, true));
+        assert_eq!(
+            (i.cause, i.mode, i.mark_unavailable),
+            (
+                DisruptionCause::SpotInterrupted,
+                InterruptionMode::Drain,
+                true
+            )
+        );
         let event = parse_event(SPOT).unwrap();
         assert_eq!(i.deadline, Some(event.time + 120));
         assert_eq!(i.event_id, event.id);
@@ -263,7 +327,13 @@ mod tests {
     #[test]
     fn a_rebalance_recommendation_follows_the_setting() {
         let replace = input(REBALANCE, RebalanceAction::Replace).unwrap();
-        assert_eq!((replace.cause, replace.mode), (DisruptionCause::RebalanceRecommended, InterruptionMode::ReplaceThenDrain));
+        assert_eq!(
+            (replace.cause, replace.mode),
+            (
+                DisruptionCause::RebalanceRecommended,
+                InterruptionMode::ReplaceThenDrain
+            )
+        );
         assert_eq!(replace.deadline, None);
         let cordon = input(REBALANCE, RebalanceAction::Cordon).unwrap();
         assert_eq!(cordon.mode, InterruptionMode::Cordon);
@@ -273,9 +343,18 @@ mod tests {
     #[test]
     fn a_terminated_instance_is_cleaned_up_and_a_stopped_one_is_stopped() {
         let i = input(TERMINATED, RebalanceAction::Replace).unwrap();
-        assert_eq!((i.cause, i.mode), (DisruptionCause::InstanceTerminated, InterruptionMode::CleanUp));
+        assert_eq!(
+            (i.cause, i.mode),
+            (
+                DisruptionCause::InstanceTerminated,
+                InterruptionMode::CleanUp
+            )
+        );
         let stopped = TERMINATED.replace("\"state\":\"terminated\"", "\"state\":\"stopped\"");
-        assert_eq!(input(&stopped, RebalanceAction::Replace).unwrap().cause, DisruptionCause::InstanceStopped);
+        assert_eq!(
+            input(&stopped, RebalanceAction::Replace).unwrap().cause,
+            DisruptionCause::InstanceStopped
+        );
         let running = TERMINATED.replace("\"state\":\"terminated\"", "\"state\":\"running\"");
         assert_eq!(input(&running, RebalanceAction::Replace), None);
     }
@@ -284,7 +363,13 @@ mod tests {
     fn a_scheduled_change_replaces_then_drains_before_its_start() {
         let event = parse_event(HEALTH).unwrap();
         let i = input(HEALTH, RebalanceAction::Ignore).unwrap();
-        assert_eq!((i.cause, i.mode), (DisruptionCause::ScheduledChange, InterruptionMode::ReplaceThenDrain));
+        assert_eq!(
+            (i.cause, i.mode),
+            (
+                DisruptionCause::ScheduledChange,
+                InterruptionMode::ReplaceThenDrain
+            )
+        );
         assert_eq!(i.deadline, event.start_time);
         assert!(!i.instance_ids.is_empty());
     }

@@ -15,10 +15,17 @@ async fn main() -> Result<(), Error> {
     let config = Config::from_env()?;
     let (ports, _cluster) = build_ports(&config).await?;
     let trigger: Arc<dyn ProvisionerTrigger> = match &config.provisioner_function {
-        Some(function) => Arc::new(LambdaInvokeTrigger::new(AwsContext::from_env().await, function.clone())),
+        Some(function) => Arc::new(LambdaInvokeTrigger::new(
+            AwsContext::from_env().await,
+            function.clone(),
+        )),
         None => Arc::new(NoTrigger),
     };
-    let handler =
-        Handler { ports, config: InterruptionConfig::default(), rebalance: config.rebalance_action, trigger };
+    let handler = Handler {
+        ports,
+        config: InterruptionConfig::default(),
+        rebalance: config.rebalance_action,
+        trigger,
+    };
     lambda_runtime::run(service_fn(|event| handler.handle(event))).await
 }

@@ -5,7 +5,6 @@
 //! fixtures, sent to and received from an SQS queue with a DLQ, then handed to the
 //! handler as the Lambda SQS integration would.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -15,7 +14,7 @@ use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
-use nodewright_aws::testing::{K8S, REGION, create_table_from_definition, network, sdk_config, unique};
+use nodewright_aws::testing::{REGION, sdk_config, unique};
 use nodewright_aws::{AwsContext, DynamoStore};
 use nodewright_core::catalog::CapacityType;
 use nodewright_core::interruption::{RebalanceAction, format_rfc3339};
@@ -24,9 +23,13 @@ use nodewright_engine::ports::{BoxError, Store};
 use nodewright_engine::{InterruptionConfig, Provisioner, ProvisionerConfig};
 use nodewright_interruption::{Handler, ProvisionerTrigger};
 use nodewright_kube::fake::FakeApiServer;
-use nodewright_lambda::{Config, build_ports};
+use nodewright_lambda::build_ports;
+use nodewright_provisioner::testing::{EmulatedCluster, emulated_cluster};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/core/tests/fixtures/events/");
+const FIXTURES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../shared/core/tests/fixtures/events/"
+);
 const FIXTURE_INSTANCE: &str = "i-1234567890abcdef0";
 
 fn fixture(name: &str) -> String {
@@ -36,98 +39,41 @@ fn fixture(name: &str) -> String {
 /// A fixture about `instance` with a fresh event id and, for a spot warning, sent now
 /// (the fixture's own time is in the past: its two-minute deadline would be over).
 fn about(fixture_body: &str, instance: &str) -> String {
-    let mut v: Value = serde_json::from_str(&fixture_body.replace(FIXTURE_INSTANCE, instance)).unwrap();
+    let mut v: Value =
+        serde_json::from_str(&fixture_body.replace(FIXTURE_INSTANCE, instance)).unwrap();
     v["id"] = json!(unique("evt"));
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
     v["time"] = json!(format_rfc3339(now));
     v.to_string()
 }
 
 struct World {
-    url: String,
-    table: String,
-    api: FakeApiServer,
-    config: Config,
-    kubeconfig: std::path::PathBuf,
+    /// The emulated cluster: moto, the fake API server, the handlers' config.
+    env: EmulatedCluster,
     instance: String,
     node: String,
     claim: String,
 }
 
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.kubeconfig);
+impl std::ops::Deref for World {
+    type Target = EmulatedCluster;
+    fn deref(&self) -> &EmulatedCluster {
+        &self.env
     }
 }
 
 /// A spot instance launched by the provisioner for two pods, its node registered and
 /// Ready, the pods bound and running on it, a PDB allowing one of them to be disrupted.
 async fn world() -> Option<World> {
-    let url = nodewright_aws::testing::moto_url()?;
-    let cluster = unique("int");
-    let table = unique("int-table");
-    create_table_from_definition(&url, &table).await;
-    let net = network(&url, &cluster).await;
-    aws_sdk_eks::Client::new(&sdk_config(&url).await)
-        .create_cluster()
-        .name(&cluster)
-        .role_arn("arn:aws:iam::123456789012:role/eks")
-        .version(K8S)
-        .resources_vpc_config(aws_sdk_eks::types::VpcConfigRequest::builder().subnet_ids(&net.subnet_a).build())
-        .send()
-        .await
-        .expect("create EKS cluster in moto");
-
-    let api = FakeApiServer::start().await.expect("fake API server");
-    api.put(json!({
-        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
-        "spec": {"role": "KarpenterNodeRole-e2e", "amiSelectorTerms": [{"alias": "al2023@latest"}],
-            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
-            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}]}
-    }));
-    api.put(json!({
-        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "general-purpose"},
-        "spec": {"template": {"spec": {
-            "requirements": [
-                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
-                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
-                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.xlarge"]}
-            ],
-            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
-        }}}
-    }));
-    for i in 0..2 {
-        api.put(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": format!("web-{i}"), "namespace": "default", "labels": {"app": "web"}},
-            "spec": {"containers": [{"name": "app", "image": "nginx",
-                "resources": {"requests": {"cpu": "1500m", "memory": "1Gi"}}}]},
-            "status": {"phase": "Pending"}
-        }));
-    }
-
-    let kubeconfig = std::env::temp_dir().join(format!("{}.kubeconfig", unique("nw")));
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\ncurrent-context: fake\nusers:\n- name: fake\n  user:\n    token: test\n",
-            api.url()
-        ),
-    )
-    .expect("write kubeconfig");
-    let vars: HashMap<String, String> = [
-        ("NODEWRIGHT_CLUSTER_NAME", cluster.as_str()),
-        ("NODEWRIGHT_TABLE_NAME", table.as_str()),
-        ("NODEWRIGHT_KUBECONFIG", kubeconfig.to_str().unwrap()),
-        ("NODEWRIGHT_SSM_PUBLIC_PREFIX", net.ssm_prefix.as_str()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let config = Config::from_vars(&vars).expect("config");
+    let env = emulated_cluster("int", "spot", 2).await?;
+    let (url, table, api, config, cluster) =
+        (&env.url, &env.table, &env.api, &env.config, &env.cluster);
 
     // Launch with the real provisioner handler (one tick each).
-    let (ports, _) = build_ports(&config).await.expect("ports");
+    let (ports, _) = build_ports(config).await.expect("ports");
     let provisioner = nodewright_provisioner::Handler {
         provisioner: Provisioner::new(ports, ProvisionerConfig::new(cluster.clone(), "int-e2e")),
         poll_interval: config.poll_interval,
@@ -137,11 +83,18 @@ async fn world() -> Option<World> {
         provisioner.handle(event).await.expect("provisioner")
     };
     let launched = tick().await;
-    assert_eq!(launched["launched"].as_array().map(Vec::len), Some(1), "{launched}");
-    let claims = store_of(&url, &table).await.list_claims().await.unwrap();
+    assert_eq!(
+        launched["launched"].as_array().map(Vec::len),
+        Some(1),
+        "{launched}"
+    );
+    let claims = store_of(url, table).await.list_claims().await.unwrap();
     let claim = claims[0].clone();
     assert_eq!(claim.capacity_type, Some(CapacityType::Spot));
-    let (id, zone) = (claim.instance_id.clone().unwrap(), claim.zone.clone().unwrap());
+    let (id, zone) = (
+        claim.instance_id.clone().unwrap(),
+        claim.zone.clone().unwrap(),
+    );
 
     // The kubelet registers a Ready node; the provisioner's lifecycle pass adopts it.
     let node = format!("ip-{}.ec2.internal", &id[2..10]);
@@ -157,15 +110,27 @@ async fn world() -> Option<World> {
     }));
     tick().await;
     tick().await;
-    let claim = store_of(&url, &table).await.get_claim(&claim.name).await.unwrap().unwrap();
-    assert!(matches!(claim.state, ClaimState::Initialized | ClaimState::Registered), "{claim:#?}");
+    let claim = store_of(url, table)
+        .await
+        .get_claim(&claim.name)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(
+            claim.state,
+            ClaimState::Initialized | ClaimState::Registered
+        ),
+        "{claim:#?}"
+    );
     assert_eq!(claim.node_name.as_deref(), Some(node.as_str()));
 
     // The scheduler binds the pods; they run.
     for i in 0..2 {
         api.modify("Pod", Some("default"), &format!("web-{i}"), |p| {
             p["spec"]["nodeName"] = json!(node);
-            p["status"] = json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]});
+            p["status"] =
+                json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]});
         });
     }
     api.put(json!({
@@ -173,11 +138,20 @@ async fn world() -> Option<World> {
         "metadata": {"name": "web", "namespace": "default"},
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}
     }));
-    Some(World { url, table, api, config, kubeconfig, instance: id, node, claim: claim.name })
+    let claim = claim.name.clone();
+    Some(World {
+        env,
+        instance: id,
+        node,
+        claim,
+    })
 }
 
 async fn store_of(url: &str, table: &str) -> DynamoStore {
-    DynamoStore::new(&AwsContext::for_emulator(url, REGION).await, table.to_string())
+    DynamoStore::new(
+        &AwsContext::for_emulator(url, REGION).await,
+        table.to_string(),
+    )
 }
 
 #[derive(Default)]
@@ -193,7 +167,12 @@ impl ProvisionerTrigger for RecordingTrigger {
 
 async fn handler(world: &World, trigger: Arc<RecordingTrigger>) -> Handler {
     let (ports, _) = build_ports(&world.config).await.expect("ports");
-    Handler { ports, config: InterruptionConfig::default(), rebalance: RebalanceAction::Replace, trigger }
+    Handler {
+        ports,
+        config: InterruptionConfig::default(),
+        rebalance: RebalanceAction::Replace,
+        trigger,
+    }
 }
 
 /// A queue with a DLQ (maxReceiveCount 2), as template.yaml declares it.
@@ -206,7 +185,14 @@ struct Queue {
 async fn queue(world: &World) -> Queue {
     let sqs = aws_sdk_sqs::Client::new(&sdk_config(&world.url).await);
     let name = unique("int-q");
-    let dlq_url = sqs.create_queue().queue_name(format!("{name}-dlq")).send().await.unwrap().queue_url.unwrap();
+    let dlq_url = sqs
+        .create_queue()
+        .queue_name(format!("{name}-dlq"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
     let dlq_arn = sqs
         .get_queue_attributes()
         .queue_url(&dlq_url)
@@ -234,7 +220,13 @@ async fn queue(world: &World) -> Queue {
 
 impl Queue {
     async fn send(&self, body: &str) {
-        self.sqs.send_message().queue_url(&self.url).message_body(body).send().await.unwrap();
+        self.sqs
+            .send_message()
+            .queue_url(&self.url)
+            .message_body(body)
+            .send()
+            .await
+            .unwrap();
     }
 
     /// Receives what is visible on `queue_url`, as Lambda's SQS poller would.
@@ -257,8 +249,12 @@ impl Queue {
                 r.receipt_handle = m.receipt_handle;
                 r.body = m.body;
                 r.md5_of_body = m.md5_of_body;
-                r.attributes =
-                    m.attributes.unwrap_or_default().into_iter().map(|(k, v)| (k.as_str().to_string(), v)).collect();
+                r.attributes = m
+                    .attributes
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k.as_str().to_string(), v))
+                    .collect();
                 r.event_source = Some("aws:sqs".into());
                 r
             })
@@ -273,12 +269,28 @@ impl Queue {
     /// visible again (at once, instead of after the visibility timeout).
     async fn settle(&self, batch: &[SqsMessage], response: &SqsBatchResponse) {
         for m in batch {
-            let failed = response.batch_item_failures.iter().any(|f| Some(&f.item_identifier) == m.message_id.as_ref());
+            let failed = response
+                .batch_item_failures
+                .iter()
+                .any(|f| Some(&f.item_identifier) == m.message_id.as_ref());
             let handle = m.receipt_handle.clone().unwrap();
             if failed {
-                self.sqs.change_message_visibility().queue_url(&self.url).receipt_handle(handle).visibility_timeout(0).send().await.unwrap();
+                self.sqs
+                    .change_message_visibility()
+                    .queue_url(&self.url)
+                    .receipt_handle(handle)
+                    .visibility_timeout(0)
+                    .send()
+                    .await
+                    .unwrap();
             } else {
-                self.sqs.delete_message().queue_url(&self.url).receipt_handle(handle).send().await.unwrap();
+                self.sqs
+                    .delete_message()
+                    .queue_url(&self.url)
+                    .receipt_handle(handle)
+                    .send()
+                    .await
+                    .unwrap();
             }
         }
     }
@@ -287,7 +299,9 @@ impl Queue {
 async fn invoke(h: &Handler, records: Vec<SqsMessage>) -> SqsBatchResponse {
     let mut event = SqsEvent::default();
     event.records = records;
-    h.handle(LambdaEvent::new(event, Context::default())).await.expect("handler")
+    h.handle(LambdaEvent::new(event, Context::default()))
+        .await
+        .expect("handler")
 }
 
 /// Requests that change something in the cluster: patches, deletes, evictions.
@@ -301,20 +315,40 @@ fn mutations(api: &FakeApiServer) -> Vec<String> {
 
 async fn instance_state(world: &World) -> String {
     let ec2 = aws_sdk_ec2::Client::new(&sdk_config(&world.url).await);
-    let out = ec2.describe_instances().instance_ids(&world.instance).send().await.unwrap();
-    out.reservations()[0].instances()[0].state().unwrap().name().unwrap().as_str().to_string()
+    let out = ec2
+        .describe_instances()
+        .instance_ids(&world.instance)
+        .send()
+        .await
+        .unwrap();
+    out.reservations()[0].instances()[0]
+        .state()
+        .unwrap()
+        .name()
+        .unwrap()
+        .as_str()
+        .to_string()
 }
 
 async fn claim(world: &World) -> NodeClaim {
-    store_of(&world.url, &world.table).await.get_claim(&world.claim).await.unwrap().unwrap()
+    store_of(&world.url, &world.table)
+        .await
+        .get_claim(&world.claim)
+        .await
+        .unwrap()
+        .unwrap()
 }
 
 fn bodies(batch: &[SqsMessage]) -> Vec<&str> {
-    batch.iter().map(|m| m.body.as_deref().unwrap_or("")).collect()
+    batch
+        .iter()
+        .map(|m| m.body.as_deref().unwrap_or(""))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_spot_warning_drains_within_the_budget_terminates_the_instance_and_wakes_the_provisioner_once() {
+async fn a_spot_warning_drains_within_the_budget_terminates_the_instance_and_wakes_the_provisioner_once()
+ {
     let Some(world) = world().await else { return };
     let trigger = Arc::new(RecordingTrigger::default());
     let h = handler(&world, trigger.clone()).await;
@@ -322,14 +356,22 @@ async fn a_spot_warning_drains_within_the_budget_terminates_the_instance_and_wak
 
     // A forged warning (the fixture, unchanged: not our instance) and a malformed body.
     q.send(&fixture("spot-interruption.json")).await;
-    q.send("{\"detail-type\": \"EC2 Spot Instance Interruption Warning\", ").await;
+    q.send("{\"detail-type\": \"EC2 Spot Instance Interruption Warning\", ")
+        .await;
     let batch = q.receive().await;
     assert_eq!(batch.len(), 2);
     world.api.clear_requests();
     let response = invoke(&h, batch.clone()).await;
-    assert!(response.batch_item_failures.is_empty(), "both acknowledged: {response:?}");
+    assert!(
+        response.batch_item_failures.is_empty(),
+        "both acknowledged: {response:?}"
+    );
     q.settle(&batch, &response).await;
-    assert_eq!(mutations(&world.api), Vec::<String>::new(), "nothing touched for a forged event");
+    assert_eq!(
+        mutations(&world.api),
+        Vec::<String>::new(),
+        "nothing touched for a forged event"
+    );
     assert_eq!(instance_state(&world).await, "running");
     assert_eq!(claim(&world).await.state, ClaimState::Initialized);
     assert_eq!(trigger.0.load(Ordering::SeqCst), 0);
@@ -343,23 +385,51 @@ async fn a_spot_warning_drains_within_the_budget_terminates_the_instance_and_wak
     q.settle(&batch, &response).await;
 
     let store = store_of(&world.url, &world.table).await;
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
     let unavailable = store.unavailable_offerings(now).await.unwrap();
     let c = claim(&world).await;
     assert_eq!(
         unavailable,
-        vec![(c.instance_type.clone().unwrap(), c.zone.clone().unwrap(), CapacityType::Spot)],
+        vec![(
+            c.instance_type.clone().unwrap(),
+            c.zone.clone().unwrap(),
+            CapacityType::Spot
+        )],
         "the interrupted offering is out of launches"
     );
-    let node = world.api.get("Node", None, &world.node).expect("node still there while pods are kept");
-    let taints = node["spec"]["taints"].as_array().cloned().unwrap_or_default();
-    assert!(taints.iter().any(|t| t["key"] == "karpenter.sh/disrupted"), "{node}");
+    let node = world
+        .api
+        .get("Node", None, &world.node)
+        .expect("node still there while pods are kept");
+    let taints = node["spec"]["taints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        taints.iter().any(|t| t["key"] == "karpenter.sh/disrupted"),
+        "{node}"
+    );
     // The budget (minAvailable 1) let one pod go and kept the other.
     let left: Vec<Value> = world.api.list("Pod");
-    assert_eq!(left.len(), 1, "one pod evicted, one kept by the PDB: {left:?}");
+    assert_eq!(
+        left.len(),
+        1,
+        "one pod evicted, one kept by the PDB: {left:?}"
+    );
     assert_eq!(c.state, ClaimState::Draining, "{c:#?}");
-    assert_eq!(instance_state(&world).await, "running", "not terminated while a pod is kept");
-    assert_eq!(trigger.0.load(Ordering::SeqCst), 1, "the provisioner was woken once");
+    assert_eq!(
+        instance_state(&world).await,
+        "running",
+        "not terminated while a pod is kept"
+    );
+    assert_eq!(
+        trigger.0.load(Ordering::SeqCst),
+        1,
+        "the provisioner was woken once"
+    );
 
     // The same event delivered again: nothing more.
     world.api.clear_requests();
@@ -368,7 +438,11 @@ async fn a_spot_warning_drains_within_the_budget_terminates_the_instance_and_wak
     let response = invoke(&h, batch.clone()).await;
     assert!(response.batch_item_failures.is_empty());
     q.settle(&batch, &response).await;
-    assert_eq!(mutations(&world.api), Vec::<String>::new(), "a duplicate does nothing");
+    assert_eq!(
+        mutations(&world.api),
+        Vec::<String>::new(),
+        "a duplicate does nothing"
+    );
     assert_eq!(trigger.0.load(Ordering::SeqCst), 1);
 
     // The evicted pod's replacement is up elsewhere: the budget lets the last one go, and
@@ -380,13 +454,25 @@ async fn a_spot_warning_drains_within_the_budget_terminates_the_instance_and_wak
         "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
     }));
     let (ports, _) = build_ports(&world.config).await.unwrap();
-    let progress = nodewright_engine::terminate::drive(&ports, &claim(&world).await).await.expect("drive");
+    let progress = nodewright_engine::terminate::drive(&ports, &claim(&world).await)
+        .await
+        .expect("drive");
     assert_eq!(progress.evicted.len(), 1, "{progress:?}");
     let c = claim(&world).await;
     assert_eq!(c.state, ClaimState::Terminated, "{c:#?}");
-    assert!(matches!(instance_state(&world).await.as_str(), "shutting-down" | "terminated"));
-    assert!(world.api.get("Node", None, &world.node).is_none(), "the node is deleted");
-    assert_eq!(world.api.list("Pod").len(), 1, "only the replacement is left");
+    assert!(matches!(
+        instance_state(&world).await.as_str(),
+        "shutting-down" | "terminated"
+    ));
+    assert!(
+        world.api.get("Node", None, &world.node).is_none(),
+        "the node is deleted"
+    );
+    assert_eq!(
+        world.api.list("Pod").len(),
+        1,
+        "only the replacement is left"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -407,15 +493,34 @@ async fn a_retryable_failure_is_retried_alone_and_lands_in_the_dlq_after_max_rec
     let batch = q.receive().await;
     assert_eq!(batch.len(), 3);
     let response = invoke(&h, batch.clone()).await;
-    let failed: Vec<&str> = response.batch_item_failures.iter().map(|f| f.item_identifier.as_str()).collect();
-    let rebalance_id = batch.iter().find(|m| m.body.as_deref() == Some(rebalance.as_str())).unwrap().message_id.clone().unwrap();
-    assert_eq!(failed, vec![rebalance_id.as_str()], "only the failed message is retried: {:?}", bodies(&batch));
+    let failed: Vec<&str> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.as_str())
+        .collect();
+    let rebalance_id = batch
+        .iter()
+        .find(|m| m.body.as_deref() == Some(rebalance.as_str()))
+        .unwrap()
+        .message_id
+        .clone()
+        .unwrap();
+    assert_eq!(
+        failed,
+        vec![rebalance_id.as_str()],
+        "only the failed message is retried: {:?}",
+        bodies(&batch)
+    );
     q.settle(&batch, &response).await;
 
     // Receive 2: it fails again.
     world.api.fail_next("*", &node_path, 500);
     let batch = q.receive().await;
-    assert_eq!(bodies(&batch), vec![rebalance.as_str()], "the others were deleted");
+    assert_eq!(
+        bodies(&batch),
+        vec![rebalance.as_str()],
+        "the others were deleted"
+    );
     let response = invoke(&h, batch.clone()).await;
     assert_eq!(response.batch_item_failures.len(), 1);
     q.settle(&batch, &response).await;

@@ -14,9 +14,7 @@ use aws_sdk_ec2::types::Filter;
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
 
-use nodewright_aws::testing::{
-    K8S, REGION, create_table_from_definition, network, sdk_config, unique,
-};
+use nodewright_aws::testing::{REGION, sdk_config};
 use nodewright_aws::{AwsContext, DynamoStore};
 use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim};
 use std::time::Duration;
@@ -24,124 +22,19 @@ use std::time::Duration;
 use nodewright_core::catalog::CapacityType;
 use nodewright_engine::ports::{Decision, ErrorKind, Lease, Offering, Store, StoreError};
 use nodewright_engine::{Provisioner, ProvisionerConfig};
-use nodewright_kube::fake::FakeApiServer;
-use nodewright_lambda::{Config, build_ports};
+use nodewright_lambda::build_ports;
 use nodewright_provisioner::Handler;
+use nodewright_provisioner::testing::{EmulatedCluster, emulated_cluster};
 
 const SCHEDULED_TICK: &str =
     include_str!("../../../shared/core/tests/fixtures/events/scheduled-tick.json");
 
-/// One cluster's worth of emulated world: a table, a network, an EKS cluster in moto,
-/// and an API server holding a NodePool, an EC2NodeClass and pending pods.
-struct World {
-    url: String,
-    cluster: String,
-    table: String,
-    api: FakeApiServer,
-    config: Config,
-    _kubeconfig: tempfile_path::TempPath,
-}
-
-mod tempfile_path {
-    /// A file removed when dropped (no tempfile crate needed for one file).
-    pub struct TempPath(pub std::path::PathBuf);
-    impl Drop for TempPath {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
-}
-
-async fn world(pods: usize) -> Option<World> {
-    let url = match nodewright_aws::testing::moto_url() {
-        Some(u) => u,
-        None => return None,
-    };
-    let cluster = unique("e2e");
-    let table = unique("e2e-table");
-    create_table_from_definition(&url, &table).await;
-    let net = network(&url, &cluster).await;
-    aws_sdk_eks::Client::new(&sdk_config(&url).await)
-        .create_cluster()
-        .name(&cluster)
-        .role_arn("arn:aws:iam::123456789012:role/eks")
-        .version(K8S)
-        .resources_vpc_config(
-            aws_sdk_eks::types::VpcConfigRequest::builder()
-                .subnet_ids(&net.subnet_a)
-                .build(),
-        )
-        .send()
-        .await
-        .expect("create EKS cluster in moto");
-
-    let api = FakeApiServer::start().await.expect("fake API server");
-    api.put(json!({
-        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
-        "spec": {
-            "role": "KarpenterNodeRole-e2e",
-            "amiSelectorTerms": [{"alias": "al2023@latest"}],
-            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
-            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}]
-        }
-    }));
-    api.put(json!({
-        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "general-purpose"},
-        "spec": {"template": {"spec": {
-            "requirements": [
-                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
-                {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
-                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.xlarge"]}
-            ],
-            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
-        }}}
-    }));
-    for i in 0..pods {
-        api.put(pending_pod(&format!("web-{i}")));
-    }
-
-    let kubeconfig = std::env::temp_dir().join(format!("{}.kubeconfig", unique("nw")));
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\ncurrent-context: fake\nusers:\n- name: fake\n  user:\n    token: test\n",
-            api.url()
-        ),
-    )
-    .expect("write kubeconfig");
-    let vars: HashMap<String, String> = [
-        ("NODEWRIGHT_CLUSTER_NAME", cluster.as_str()),
-        ("NODEWRIGHT_TABLE_NAME", table.as_str()),
-        ("NODEWRIGHT_KUBECONFIG", kubeconfig.to_str().unwrap()),
-        ("NODEWRIGHT_SSM_PUBLIC_PREFIX", net.ssm_prefix.as_str()),
-        ("NODEWRIGHT_POLL_INTERVAL", "1s"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let config = Config::from_vars(&vars).expect("config");
-    Some(World {
-        url,
-        cluster,
-        table,
-        api,
-        config,
-        _kubeconfig: tempfile_path::TempPath(kubeconfig),
-    })
-}
-
-fn pending_pod(name: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"}},
-        "spec": {"containers": [{"name": "app", "image": "nginx",
-            "resources": {"requests": {"cpu": "1500m", "memory": "1Gi"}}}]},
-        "status": {"phase": "Pending"}
-    })
+async fn world(pods: usize) -> Option<EmulatedCluster> {
+    emulated_cluster("e2e", "on-demand", pods).await
 }
 
 /// The Lambda handler as the runtime builds it (real config, real adapters).
-async fn handler(world: &World, holder: &str) -> Handler {
+async fn handler(world: &EmulatedCluster, holder: &str) -> Handler {
     let (ports, _) = build_ports(&world.config).await.expect("ports");
     Handler {
         provisioner: Provisioner::new(ports, ProvisionerConfig::new(world.cluster.clone(), holder)),
@@ -158,19 +51,21 @@ async fn invoke(handler: &Handler) -> Value {
     handler.handle(event).await.expect("handler")
 }
 
-async fn store(world: &World) -> DynamoStore {
+async fn store(world: &EmulatedCluster) -> DynamoStore {
     DynamoStore::new(
         &AwsContext::for_emulator(&world.url, REGION).await,
         world.table.clone(),
     )
 }
 
-async fn claims(world: &World) -> Vec<NodeClaim> {
+async fn claims(world: &EmulatedCluster) -> Vec<NodeClaim> {
     store(world).await.list_claims().await.expect("list claims")
 }
 
 /// Instances tagged as this cluster's, not terminated: (id, type, zone, tags).
-async fn instances(world: &World) -> Vec<(String, String, String, HashMap<String, String>)> {
+async fn instances(
+    world: &EmulatedCluster,
+) -> Vec<(String, String, String, HashMap<String, String>)> {
     let ec2 = aws_sdk_ec2::Client::new(&sdk_config(&world.url).await);
     let out = ec2
         .describe_instances()
@@ -212,7 +107,7 @@ async fn instances(world: &World) -> Vec<(String, String, String, HashMap<String
 }
 
 /// Plays the kubelet: a Node for each instance, registered with the unregistered taint.
-async fn register_nodes(world: &World, ready: bool) {
+async fn register_nodes(world: &EmulatedCluster, ready: bool) {
     for claim in claims(world).await {
         let (Some(id), Some(zone), Some(t)) =
             (&claim.instance_id, &claim.zone, &claim.instance_type)
@@ -236,7 +131,7 @@ async fn register_nodes(world: &World, ready: bool) {
     }
 }
 
-fn set_ready(world: &World) {
+fn set_ready(world: &EmulatedCluster) {
     for node in world.api.list("Node") {
         let name = node["metadata"]["name"].as_str().unwrap().to_string();
         world.api.modify("Node", None, &name, |n| {

@@ -25,7 +25,9 @@ pub async fn invoke_async(ctx: &AwsContext, function: &str) -> Result<(), CloudE
         202 => Ok(()),
         status => Err(CloudError::new(
             ErrorKind::Other,
-            format!("Invoke {function}: expected 202 Accepted for an asynchronous invocation, got {status}"),
+            format!(
+                "Invoke {function}: expected 202 Accepted for an asynchronous invocation, got {status}"
+            ),
         )),
     }
 }
