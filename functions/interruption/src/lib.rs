@@ -44,6 +44,9 @@ pub struct Handler {
     pub config: InterruptionConfig,
     pub rebalance: RebalanceAction,
     pub trigger: Arc<dyn ProvisionerTrigger>,
+    /// `NODEWRIGHT_DRY_RUN`: read and decide, log what would be done, touch nothing
+    /// (no taint, eviction or termination), as the stack's DryRun promises.
+    pub dry_run: bool,
 }
 
 /// Wakes the provisioner now, so evicted pods do not wait for its next minute.
@@ -97,6 +100,8 @@ pub enum Disposition {
     Duplicate,
     /// Handed to the engine, which finished: acknowledged.
     Handled,
+    /// Dry run: what would be done was logged; acknowledged, nothing touched.
+    DryRun,
     /// A retryable engine error: reported in `batchItemFailures`.
     Retry,
     /// A non-retryable engine error: acknowledged, logged at error.
@@ -110,6 +115,7 @@ impl Disposition {
             Disposition::Ignored => "ignored",
             Disposition::Duplicate => "duplicate",
             Disposition::Handled => "handled",
+            Disposition::DryRun => "dry-run",
             Disposition::Retry => "retry",
             Disposition::Failed => "failed",
         }
@@ -191,6 +197,15 @@ impl Handler {
             };
         };
         let (mode, cause) = (input.mode, input.cause);
+        if self.dry_run {
+            info!(kind = %event.kind, instances = ?input.instance_ids, ?mode, ?cause, deadline = ?input.deadline,
+                "dry run: would handle this interruption; nothing touched");
+            return RecordResult {
+                kind,
+                disposition: Disposition::DryRun,
+                provisioner_needed: false,
+            };
+        }
         match nodewright_engine::handle_interruption(&self.ports, &self.config, input).await {
             Ok(InterruptionOutcome::Duplicate) => RecordResult {
                 kind,

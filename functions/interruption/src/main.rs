@@ -26,6 +26,7 @@ async fn main() -> Result<(), Error> {
         config: InterruptionConfig::default(),
         rebalance: config.rebalance_action,
         trigger,
+        dry_run: config.dry_run,
     };
     lambda_runtime::run(service_fn(|event| handler.handle(event))).await
 }

@@ -172,6 +172,7 @@ async fn handler(world: &World, trigger: Arc<RecordingTrigger>) -> Handler {
         config: InterruptionConfig::default(),
         rebalance: RebalanceAction::Replace,
         trigger,
+        dry_run: false,
     }
 }
 
@@ -534,5 +535,34 @@ async fn a_retryable_failure_is_retried_alone_and_lands_in_the_dlq_after_max_rec
     // The claim was disrupted by the failed attempts (cordon pending); no instance touched.
     assert_eq!(instance_state(&world).await, "running");
     assert_eq!(claim(&world).await.state, ClaimState::Disrupting);
+    assert_eq!(trigger.0.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_dry_run_a_spot_warning_for_our_instance_is_acknowledged_and_nothing_is_touched() {
+    let Some(world) = world().await else { return };
+    let trigger = Arc::new(RecordingTrigger::default());
+    let mut h = handler(&world, trigger.clone()).await;
+    h.dry_run = true;
+    let queue = queue(&world).await;
+    queue
+        .send(&about(&fixture("spot-interruption.json"), &world.instance))
+        .await;
+    let batch = queue.receive().await;
+    assert_eq!(batch.len(), 1);
+    world.api.clear_requests();
+
+    let response = invoke(&h, batch).await;
+    assert!(response.batch_item_failures.is_empty(), "acknowledged");
+    assert!(
+        mutations(&world.api).is_empty(),
+        "{:?}",
+        mutations(&world.api)
+    );
+    assert_eq!(instance_state(&world).await, "running");
+    assert!(matches!(
+        claim(&world).await.state,
+        ClaimState::Initialized | ClaimState::Registered
+    ));
     assert_eq!(trigger.0.load(Ordering::SeqCst), 0);
 }
