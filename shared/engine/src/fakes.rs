@@ -86,6 +86,34 @@ fn count_calls<Op: Ord + Copy>(calls: &[Call<Op>]) -> BTreeMap<Op, usize> {
     out
 }
 
+/// The fault-injection and call-log methods every fake offers, over its
+/// `inner.faults` and `inner.calls` (one definition instead of one per fake).
+macro_rules! recording_api {
+    ($op:ty, $err:ty) => {
+        /// The next call of `op` fails with `err` (queued: several calls queue several errors).
+        pub fn fail_next(&self, op: $op, err: $err) {
+            lock(&self.inner).faults.push(op, err);
+        }
+
+        /// The call of `op` after the next `skip` ones fails with `err` (crash-at-every-step tests).
+        pub fn fail_after(&self, op: $op, skip: usize, err: $err) {
+            lock(&self.inner).faults.push_after(op, skip, err);
+        }
+
+        pub fn calls(&self) -> Vec<Call<$op>> {
+            lock(&self.inner).calls.clone()
+        }
+
+        pub fn call_counts(&self) -> BTreeMap<$op, usize> {
+            count_calls(&lock(&self.inner).calls)
+        }
+
+        pub fn clear_calls(&self) {
+            lock(&self.inner).calls.clear();
+        }
+    };
+}
+
 /// splitmix64: spreads a counter into well-mixed bits (ids that look like EC2's).
 fn mix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -239,27 +267,7 @@ impl FakeCloud {
         }
     }
 
-    /// The next call of `op` fails with `err` (queued: several calls queue several errors).
-    pub fn fail_next(&self, op: CloudOp, err: CloudError) {
-        lock(&self.inner).faults.push(op, err);
-    }
-
-    /// The call of `op` after the next `skip` ones fails with `err` (crash-at-every-step tests).
-    pub fn fail_after(&self, op: CloudOp, skip: usize, err: CloudError) {
-        lock(&self.inner).faults.push_after(op, skip, err);
-    }
-
-    pub fn calls(&self) -> Vec<Call<CloudOp>> {
-        lock(&self.inner).calls.clone()
-    }
-
-    pub fn call_counts(&self) -> BTreeMap<CloudOp, usize> {
-        count_calls(&lock(&self.inner).calls)
-    }
-
-    pub fn clear_calls(&self) {
-        lock(&self.inner).calls.clear();
-    }
+    recording_api!(CloudOp, CloudError);
 
     /// Every instance ever launched, terminated ones included.
     pub fn instances(&self) -> Vec<FakeInstance> {
@@ -895,26 +903,7 @@ impl FakeCluster {
         }
     }
 
-    pub fn fail_next(&self, op: ClusterOp, err: ClusterError) {
-        lock(&self.inner).faults.push(op, err);
-    }
-
-    /// The call of `op` after the next `skip` ones fails with `err`.
-    pub fn fail_after(&self, op: ClusterOp, skip: usize, err: ClusterError) {
-        lock(&self.inner).faults.push_after(op, skip, err);
-    }
-
-    pub fn calls(&self) -> Vec<Call<ClusterOp>> {
-        lock(&self.inner).calls.clone()
-    }
-
-    pub fn call_counts(&self) -> BTreeMap<ClusterOp, usize> {
-        count_calls(&lock(&self.inner).calls)
-    }
-
-    pub fn clear_calls(&self) {
-        lock(&self.inner).calls.clear();
-    }
+    recording_api!(ClusterOp, ClusterError);
 
     fn record(&self, op: ClusterOp, key: impl Into<String>) -> Option<ClusterError> {
         let mut inner = lock(&self.inner);
@@ -1139,26 +1128,7 @@ impl MemoryStore {
         Self::default()
     }
 
-    pub fn fail_next(&self, op: StoreOp, err: StoreError) {
-        lock(&self.inner).faults.push(op, err);
-    }
-
-    /// The call of `op` after the next `skip` ones fails with `err`.
-    pub fn fail_after(&self, op: StoreOp, skip: usize, err: StoreError) {
-        lock(&self.inner).faults.push_after(op, skip, err);
-    }
-
-    pub fn calls(&self) -> Vec<Call<StoreOp>> {
-        lock(&self.inner).calls.clone()
-    }
-
-    pub fn call_counts(&self) -> BTreeMap<StoreOp, usize> {
-        count_calls(&lock(&self.inner).calls)
-    }
-
-    pub fn clear_calls(&self) {
-        lock(&self.inner).calls.clear();
-    }
+    recording_api!(StoreOp, StoreError);
 
     /// Every claim, without logging a call.
     pub fn claims(&self) -> Vec<NodeClaim> {
