@@ -566,3 +566,69 @@ async fn in_a_dry_run_a_spot_warning_for_our_instance_is_acknowledged_and_nothin
     ));
     assert_eq!(trigger.0.load(Ordering::SeqCst), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_warning_and_a_state_change_in_one_batch_lead_to_one_drain() {
+    let Some(world) = world().await else { return };
+    let trigger = Arc::new(RecordingTrigger::default());
+    let h = handler(&world, trigger.clone()).await;
+    let queue = queue(&world).await;
+    queue
+        .send(&about(&fixture("spot-interruption.json"), &world.instance))
+        .await;
+    queue
+        .send(&about(
+            &fixture("state-change-terminated.json"),
+            &world.instance,
+        ))
+        .await;
+    let mut batch = queue.receive().await;
+    if batch.len() < 2 {
+        batch.extend(queue.receive().await);
+    }
+    assert_eq!(batch.len(), 2, "both events in one batch");
+    world.api.clear_requests();
+
+    let response = invoke(&h, batch).await;
+    assert!(
+        response.batch_item_failures.is_empty(),
+        "{:?}",
+        response.batch_item_failures
+    );
+    // The records run concurrently; the conditional write to Disrupting lets one of
+    // them proceed. A drain evicts; a clean-up deletes pods without evicting: never both.
+    let mutations = mutations(&world.api);
+    let evictions = mutations
+        .iter()
+        .filter(|m| m.ends_with("/eviction"))
+        .count();
+    let pod_deletes = mutations
+        .iter()
+        .filter(|m| m.starts_with("DELETE /api/v1/namespaces/"))
+        .count();
+    assert!(
+        evictions == 0 || pod_deletes == 0,
+        "one drain, not two: {mutations:#?}"
+    );
+    let node_deletes = mutations
+        .iter()
+        .filter(|m| m.starts_with("DELETE /api/v1/nodes/"))
+        .count();
+    assert!(node_deletes <= 1, "{mutations:#?}");
+    let claim = claim(&world).await;
+    assert!(claim.disruption.is_some(), "{claim:#?}");
+    assert!(
+        matches!(
+            claim.state,
+            ClaimState::Disrupting
+                | ClaimState::Draining
+                | ClaimState::Terminating
+                | ClaimState::Terminated
+        ),
+        "{claim:#?}"
+    );
+    assert!(
+        trigger.0.load(Ordering::SeqCst) <= 1,
+        "the provisioner is woken at most once per batch"
+    );
+}
