@@ -112,6 +112,19 @@ macro_rules! recording_api {
             lock(&self.inner).calls.clear();
         }
     };
+    // Also `record`: log the call, then return the fault queued for it, if any.
+    ($op:ty, $err:ty, record) => {
+        recording_api!($op, $err);
+
+        fn record(&self, op: $op, key: impl Into<String>) -> Option<$err> {
+            let mut inner = lock(&self.inner);
+            inner.calls.push(Call {
+                op,
+                key: key.into(),
+            });
+            inner.faults.take(&op)
+        }
+    };
 }
 
 /// splitmix64: spreads a counter into well-mixed bits (ids that look like EC2's).
@@ -267,7 +280,7 @@ impl FakeCloud {
         }
     }
 
-    recording_api!(CloudOp, CloudError);
+    recording_api!(CloudOp, CloudError, record);
 
     /// Every instance ever launched, terminated ones included.
     pub fn instances(&self) -> Vec<FakeInstance> {
@@ -338,15 +351,6 @@ impl FakeCloud {
         inner.next_id += 1;
         // "i-" + 17 lowercase hex digits, like current EC2 ids.
         format!("i-0{:016x}", mix(n))
-    }
-
-    fn record(&self, op: CloudOp, key: impl Into<String>) -> Option<CloudError> {
-        let mut inner = lock(&self.inner);
-        inner.calls.push(Call {
-            op,
-            key: key.into(),
-        });
-        inner.faults.take(&op)
     }
 }
 
@@ -903,16 +907,7 @@ impl FakeCluster {
         }
     }
 
-    recording_api!(ClusterOp, ClusterError);
-
-    fn record(&self, op: ClusterOp, key: impl Into<String>) -> Option<ClusterError> {
-        let mut inner = lock(&self.inner);
-        inner.calls.push(Call {
-            op,
-            key: key.into(),
-        });
-        inner.faults.take(&op)
-    }
+    recording_api!(ClusterOp, ClusterError, record);
 }
 
 #[async_trait]
