@@ -135,13 +135,30 @@ impl Handler {
     /// Handles one SQS batch; the response names the messages SQS must deliver again.
     pub async fn handle(&self, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Error> {
         let records = event.payload.records;
+        let until = work_until(event.context.deadline, self.ports.clock.now());
+        // A second copy of one event in the same batch (SQS delivers at least once) is
+        // acknowledged as a duplicate: the first copy does the work.
+        let mut seen = std::collections::HashSet::new();
         let results = futures_util::future::join_all(records.iter().map(|r| {
             let span = info_span!(
                 "record",
                 message_id = r.message_id.as_deref().unwrap_or(""),
                 event_id = tracing::field::Empty
             );
-            self.record(r).instrument(span)
+            let first = event_id_of(r).is_none_or(|id| seen.insert(id));
+            async move {
+                if first {
+                    self.record(r, until).await
+                } else {
+                    info!("a second copy of an event in this batch; acknowledged");
+                    RecordResult {
+                        kind: None,
+                        disposition: Disposition::Duplicate,
+                        provisioner_needed: false,
+                    }
+                }
+            }
+            .instrument(span)
         }))
         .await;
 
@@ -171,8 +188,8 @@ impl Handler {
         Ok(response)
     }
 
-    /// One record, in its span.
-    async fn record(&self, record: &SqsMessage) -> RecordResult {
+    /// One record, in its span; its drains are kept going until `until`.
+    async fn record(&self, record: &SqsMessage, until: i64) -> RecordResult {
         let body = record.body.as_deref().unwrap_or("");
         let event = match parse_event(body) {
             Ok(event) => event,
@@ -206,7 +223,9 @@ impl Handler {
                 provisioner_needed: false,
             };
         }
-        match nodewright_engine::handle_interruption(&self.ports, &self.config, input).await {
+        match nodewright_engine::handle_interruption_until(&self.ports, &self.config, input, until)
+            .await
+        {
             Ok(InterruptionOutcome::Duplicate) => RecordResult {
                 kind,
                 disposition: Disposition::Duplicate,
@@ -243,6 +262,31 @@ impl Handler {
             }
         }
     }
+}
+
+/// Time kept free before the invocation's deadline: the last pass of a drain, the
+/// idempotency write and the batch response must fit in it.
+pub const DEADLINE_MARGIN_SECS: i64 = 10;
+
+/// Until when (Unix seconds) drains are kept going, given the invocation deadline
+/// (Unix milliseconds; 0 when unknown, which gives one pass).
+pub fn work_until(deadline_ms: u64, now: i64) -> i64 {
+    if deadline_ms == 0 {
+        return now;
+    }
+    (i64::try_from(deadline_ms / 1000).unwrap_or(i64::MAX) - DEADLINE_MARGIN_SECS).max(now)
+}
+
+/// The EventBridge `id` of a record's body, read cheaply (no full parse), to spot a
+/// second copy of one event within a batch.
+fn event_id_of(record: &SqsMessage) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Id {
+        id: String,
+    }
+    serde_json::from_str::<Id>(record.body.as_deref()?)
+        .ok()
+        .map(|i| i.id)
 }
 
 /// The engine's input for an event and its action; `None` when there is nothing to do.
@@ -320,6 +364,13 @@ mod tests {
     fn input(json: &str, rebalance: RebalanceAction) -> Option<InterruptionInput> {
         let event = parse_event(json).unwrap();
         input_for(&event, &action_for(&event, rebalance))
+    }
+
+    #[test]
+    fn drains_are_kept_going_until_ten_seconds_before_the_deadline_or_one_pass_without_one() {
+        assert_eq!(work_until(1_000_000 + 150_000, 1_000), 1_140);
+        assert_eq!(work_until(1_000_000 + 5_000, 1_000), 1_000);
+        assert_eq!(work_until(0, 1_000), 1_000);
     }
 
     #[test]

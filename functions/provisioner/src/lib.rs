@@ -8,9 +8,9 @@ pub mod testing;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lambda_runtime::{Error, LambdaEvent};
-use nodewright_engine::{Provisioner, TickReport};
+use nodewright_engine::{Provisioner, RunReport};
 use serde_json::{Value, json};
-use tracing::info;
+use tracing::{info, warn};
 
 /// Time kept free before the Lambda deadline for the last tick to finish.
 pub const DEADLINE_MARGIN: Duration = Duration::from_secs(10);
@@ -25,12 +25,62 @@ pub struct Handler {
 impl Handler {
     /// Handles one invocation. The payload (an EventBridge scheduled event, or any JSON
     /// for a manual "run now") is not needed: the cluster is the input.
+    ///
+    /// An invocation that could not do its work says so: a warning naming why, a
+    /// `ProvisionerShortfall` metric, and `"outcome": "incomplete"` in the summary.
+    /// It fails (an invocation error, so the function's Errors metric and alarms see
+    /// it) only when no tick ran and ticks failed: nothing was done at all.
     pub async fn handle(&self, event: LambdaEvent<Value>) -> Result<Value, Error> {
         let budget = budget_until(event.context.deadline, SystemTime::now());
         info!(request_id = %event.context.request_id, budget_secs = budget.as_secs(), "provisioning");
-        let reports = self.provisioner.run_for(budget, self.poll_interval).await?;
-        Ok(summary(&reports))
+        let run = self.provisioner.run_for(budget, self.poll_interval).await;
+        let shortfalls = run.shortfalls();
+        emit_metrics(&run, shortfalls.len());
+        if !shortfalls.is_empty() {
+            warn!(request_id = %event.context.request_id, shortfalls = ?shortfalls, ticks = run.ticks.len(),
+                "the invocation could not do all its work");
+        }
+        if run.ticks.is_empty() && !run.failed_ticks.is_empty() {
+            return Err(shortfalls.join("; ").into());
+        }
+        Ok(summary(&run))
     }
+}
+
+/// CloudWatch metrics in the Embedded Metric Format: one JSON line on stdout, which
+/// Lambda's log pipeline turns into metrics (no API call, no extra permission).
+fn emit_metrics(run: &RunReport, shortfalls: usize) {
+    let launched: usize = run.ticks.iter().map(|t| t.launched.len()).sum();
+    let unschedulable = run.ticks.last().map(|t| t.unschedulable.len()).unwrap_or(0);
+    let timestamp = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let line = json!({
+        "_aws": {
+            "Timestamp": timestamp,
+            "CloudWatchMetrics": [{
+                "Namespace": "nodewright",
+                "Dimensions": [["Function"]],
+                "Metrics": [
+                    {"Name": "ProvisionerTicks", "Unit": "Count"},
+                    {"Name": "ProvisionerLeaseBusy", "Unit": "Count"},
+                    {"Name": "ProvisionerFailedTicks", "Unit": "Count"},
+                    {"Name": "ProvisionerShortfall", "Unit": "Count"},
+                    {"Name": "NodeClaimsLaunched", "Unit": "Count"},
+                    {"Name": "PodsUnschedulable", "Unit": "Count"}
+                ]
+            }]
+        },
+        "Function": "provisioner",
+        "ProvisionerTicks": run.ticks.len(),
+        "ProvisionerLeaseBusy": run.lease_busy.len(),
+        "ProvisionerFailedTicks": run.failed_ticks.len(),
+        "ProvisionerShortfall": usize::from(shortfalls > 0),
+        "NodeClaimsLaunched": launched,
+        "PodsUnschedulable": unschedulable,
+    });
+    println!("{line}");
 }
 
 /// How long to keep ticking given the invocation deadline (Unix milliseconds; 0 when
@@ -46,16 +96,25 @@ pub fn budget_until(deadline_ms: u64, now: SystemTime) -> Duration {
 }
 
 /// What the invocation did, returned to Lambda (and so visible in the console).
-pub fn summary(reports: &[TickReport]) -> Value {
+pub fn summary(run: &RunReport) -> Value {
+    let reports = &run.ticks;
     let launched: Vec<Value> = reports
         .iter()
         .flat_map(|r| &r.launched)
         .map(|l| json!({"nodeClaim": l.name, "instanceId": l.instance_id, "instanceType": l.instance_type, "zone": l.zone}))
         .collect();
+    let shortfalls = run.shortfalls();
     json!({
+        "outcome": if shortfalls.is_empty() { "ok" } else { "incomplete" },
+        "shortfalls": shortfalls,
         "ticks": reports.len(),
-        "skipped": reports.iter().filter_map(|r| r.skipped.clone()).collect::<Vec<_>>(),
+        "leaseBusy": run.lease_busy.len(),
+        "failedTicks": run.failed_ticks,
+        "failedPolls": run.failed_polls,
         "launched": launched,
+        "registered": reports.iter().flat_map(|r| &r.lifecycle.registered).collect::<Vec<_>>(),
+        "initialized": reports.iter().flat_map(|r| &r.lifecycle.initialized).collect::<Vec<_>>(),
+        "terminated": reports.iter().flat_map(|r| &r.lifecycle.terminated).collect::<Vec<_>>(),
         "failed": reports.iter().flat_map(|r| &r.failed).map(|(c, why)| json!({"nodeClaim": c, "reason": why})).collect::<Vec<_>>(),
         "unschedulable": reports.last().map(|r| r.unschedulable.len()).unwrap_or(0),
         "invalid": reports.last().map(|r| r.invalid.clone()).unwrap_or_default(),

@@ -429,6 +429,21 @@ impl Store for DynamoStore {
         }
     }
 
+    async fn lease(&self, name: &str) -> Result<Option<Lease>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(&format!("LEASE#{name}"), "LEASE")))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| store_error(format!("GetItem lease {name}"), e))?;
+        out.item
+            .map(|item| lease_from(name, Some(item)))
+            .transpose()
+    }
+
     async fn mark_unavailable(&self, offering: &Offering, until: i64) -> Result<(), StoreError> {
         let item = IceItem {
             pk: ICE_PK.to_string(),

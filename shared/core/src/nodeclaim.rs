@@ -56,6 +56,14 @@ impl ClaimState {
         )
     }
 
+    /// Disrupting, Draining or Terminating: on its way out, not there yet.
+    pub fn is_being_taken_away(self) -> bool {
+        matches!(
+            self,
+            ClaimState::Disrupting | ClaimState::Draining | ClaimState::Terminating
+        )
+    }
+
     /// Whether `self → next` is an allowed step.
     pub fn can_become(self, next: ClaimState) -> bool {
         use ClaimState::*;
@@ -168,6 +176,58 @@ impl DisruptionCause {
     }
 }
 
+impl DisruptionCause {
+    /// How urgent the cause is: the instance is gone (3), EC2 takes it at a deadline
+    /// (2), it should go but nothing forces it now (1).
+    pub fn urgency(self) -> u8 {
+        match self {
+            DisruptionCause::InstanceStopped | DisruptionCause::InstanceTerminated => 3,
+            DisruptionCause::SpotInterrupted => 2,
+            _ => 1,
+        }
+    }
+}
+
+impl Disruption {
+    /// The disruption in progress after a later event for the same instance
+    /// (`incoming`), or `None` when that event asks for nothing more. A more urgent cause
+    /// takes over (a spot warning after a rebalance recommendation, a state change after
+    /// anything); an earlier deadline is kept; a drain that waits stops waiting when the
+    /// new event does not wait. `since` stays: the disruption began with the first event.
+    pub fn escalated_by(&self, incoming: &Disruption) -> Option<Disruption> {
+        let cause = if incoming.cause.urgency() > self.cause.urgency() {
+            incoming.cause
+        } else {
+            self.cause
+        };
+        let deadline = match (self.deadline, incoming.deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let drain_after = match (self.drain_after, incoming.drain_after) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            _ => None,
+        };
+        let next = Disruption {
+            cause,
+            deadline,
+            since: self.since,
+            drain_after,
+            event: self.event.clone(),
+        };
+        if next.cause == self.cause
+            && next.deadline == self.deadline
+            && next.drain_after == self.drain_after
+        {
+            return None;
+        }
+        Some(Disruption {
+            event: incoming.event.clone().or(next.event),
+            ..next
+        })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("NodeClaim {name:?}: {from:?} cannot become {to:?}")]
 pub struct TransitionError {
@@ -238,6 +298,29 @@ impl NodeClaim {
         next.version = self.version + 1;
         next.updated_at = now;
         edit(&mut next);
+        Ok(next)
+    }
+
+    /// The next record in the *same* state (version + 1, `updated_at = now`): for
+    /// changes within a state, such as a disruption escalated by a more urgent event.
+    /// Terminal claims are never amended.
+    pub fn amend(
+        &self,
+        now: i64,
+        edit: impl FnOnce(&mut NodeClaim),
+    ) -> Result<NodeClaim, TransitionError> {
+        if self.state.is_terminal() {
+            return Err(TransitionError {
+                name: self.name.clone(),
+                from: self.state,
+                to: self.state,
+            });
+        }
+        let mut next = self.clone();
+        next.version = self.version + 1;
+        next.updated_at = now;
+        edit(&mut next);
+        next.state = self.state;
         Ok(next)
     }
 
@@ -316,6 +399,64 @@ mod tests {
         for to in [Launching, Launched, Disrupting, Terminating, Terminated] {
             assert!(failed.transition(to, 2, |_| {}).is_err(), "{to:?}");
         }
+    }
+
+    fn disruption(
+        cause: DisruptionCause,
+        deadline: Option<i64>,
+        drain_after: Option<i64>,
+    ) -> Disruption {
+        Disruption {
+            cause,
+            deadline,
+            since: 10,
+            drain_after,
+            event: Some(format!("{cause:?}")),
+        }
+    }
+
+    #[test]
+    fn a_spot_warning_escalates_a_rebalance_to_drain_now_with_its_deadline() {
+        let rebalance = disruption(DisruptionCause::RebalanceRecommended, None, Some(310));
+        let spot = disruption(DisruptionCause::SpotInterrupted, Some(140), None);
+        let next = rebalance.escalated_by(&spot).unwrap();
+        assert_eq!(next.cause, DisruptionCause::SpotInterrupted);
+        assert_eq!(next.deadline, Some(140));
+        assert_eq!(next.drain_after, None, "drains now");
+        assert_eq!(next.since, 10, "the disruption began with the first event");
+        assert_eq!(next.event.as_deref(), Some("SpotInterrupted"));
+    }
+
+    #[test]
+    fn a_state_change_takes_over_any_disruption_and_a_less_urgent_event_changes_nothing() {
+        let spot = disruption(DisruptionCause::SpotInterrupted, Some(140), None);
+        let gone = disruption(DisruptionCause::InstanceTerminated, None, None);
+        assert_eq!(
+            spot.escalated_by(&gone).unwrap().cause,
+            DisruptionCause::InstanceTerminated
+        );
+        let rebalance = disruption(DisruptionCause::RebalanceRecommended, None, Some(310));
+        assert_eq!(spot.escalated_by(&rebalance), None);
+        assert_eq!(
+            spot.escalated_by(&spot.clone()),
+            None,
+            "a repeat is nothing new"
+        );
+        let later = disruption(DisruptionCause::SpotInterrupted, Some(200), None);
+        assert_eq!(
+            spot.escalated_by(&later),
+            None,
+            "a later deadline is not kept"
+        );
+    }
+
+    #[test]
+    fn amending_keeps_the_state_and_bumps_the_version_but_never_revives_a_terminal_claim() {
+        let c = claim();
+        let amended = c.amend(5, |c| c.state = ClaimState::Terminated).unwrap();
+        assert_eq!((amended.state, amended.version), (ClaimState::Launching, 2));
+        let failed = c.transition(ClaimState::LaunchFailed, 1, |_| {}).unwrap();
+        assert!(failed.amend(2, |_| {}).is_err());
     }
 
     #[test]

@@ -1166,6 +1166,11 @@ fn ttl_secs(ttl: Duration) -> i64 {
 
 #[async_trait]
 impl Store for MemoryStore {
+    async fn lease(&self, name: &str) -> Result<Option<Lease>, StoreError> {
+        tokio::task::yield_now().await;
+        Ok(MemoryStore::lease(self, name))
+    }
+
     async fn create_claim(&self, claim: &NodeClaim) -> Result<(), StoreError> {
         tokio::task::yield_now().await;
         let mut inner = self.record(StoreOp::CreateClaim, claim.name.clone())?;

@@ -67,6 +67,9 @@ pub struct InterruptionConfig {
     /// ReplaceThenDrain without a deadline (rebalance = replace): the drain starts after
     /// this long at the latest.
     pub replace_wait: Duration,
+    /// While an invocation keeps a drain going: how often refused evictions and
+    /// transient failures are tried again.
+    pub retry_every: Duration,
 }
 
 impl Default for InterruptionConfig {
@@ -76,6 +79,7 @@ impl Default for InterruptionConfig {
             dedup_ttl: Duration::from_secs(24 * 3600),
             replace_lead: Duration::from_secs(120),
             replace_wait: Duration::from_secs(300),
+            retry_every: Duration::from_secs(3),
         }
     }
 }
@@ -117,6 +121,9 @@ pub enum InstanceAction {
     Cordoned,
     /// This message disrupted (or resumed) the claim; it is now in `state`.
     Disrupted { state: ClaimState },
+    /// Another event was taking the claim away; this more urgent one hurried it (an
+    /// earlier deadline, drain now, or the instance is gone). It is now in `state`.
+    Escalated { state: ClaimState },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -134,6 +141,15 @@ pub struct InstanceOutcome {
 }
 
 impl InstanceOutcome {
+    fn claim_state(&self) -> ClaimState {
+        match self.action {
+            InstanceAction::Disrupted { state }
+            | InstanceAction::Escalated { state }
+            | InstanceAction::AlreadyDisrupting { state } => state,
+            _ => ClaimState::Terminated,
+        }
+    }
+
     fn new(instance_id: &str, claim: Option<&NodeClaim>, action: InstanceAction) -> Self {
         InstanceOutcome {
             instance_id: instance_id.to_string(),
@@ -182,27 +198,55 @@ fn secs(d: Duration) -> i64 {
     i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
 }
 
-/// Handles one interruption message. An error is retryable as a whole (the event id is
-/// then not recorded, so the redelivery is processed again and resumes where this one
-/// stopped); instances already handled are handled idempotently the second time.
+/// Handles one interruption message with one pass of each drain (see
+/// [`handle_interruption_until`] to keep draining).
 pub async fn handle_interruption(
     ports: &Ports,
     config: &InterruptionConfig,
     input: InterruptionInput,
 ) -> Result<InterruptionOutcome> {
     let now = ports.clock.now();
-    if ports
-        .store
-        .idempotency_key_exists(&input.event_id, now)
-        .await?
+    handle_interruption_until(ports, config, input, now).await
+}
+
+/// Handles one interruption message, keeping each drain going — refused evictions and
+/// transient API errors tried again every `retry_every` — until it completes or `until`
+/// (Unix seconds; the invocation's own deadline less a margin) is near. What is left
+/// then (a budget that still refuses, a replace-then-drain that waits for its
+/// replacement) is finished by the reconciler on the provisioner's next poll.
+///
+/// An error is retryable as a whole (the event id is then not recorded, so the
+/// redelivery is processed again and resumes where this one stopped); instances already
+/// handled are handled idempotently the second time. Transient errors are first retried
+/// here, within `until`, so a short API hiccup never costs a redelivery (which would land
+/// after a spot deadline).
+pub async fn handle_interruption_until(
+    ports: &Ports,
+    config: &InterruptionConfig,
+    input: InterruptionInput,
+    until: i64,
+) -> Result<InterruptionOutcome> {
+    let now = ports.clock.now();
+    if retrying(ports, config, until, || {
+        ports.store.idempotency_key_exists(&input.event_id, now)
+    })
+    .await?
     {
         info!(event = %input.event_id, "event already handled");
         return Ok(InterruptionOutcome::Duplicate);
     }
-    let mut instances = Vec::with_capacity(input.instance_ids.len());
+    // The instances of one event (a health event may name many) are independent.
+    let results = futures_util::future::join_all(
+        input
+            .instance_ids
+            .iter()
+            .map(|id| handle_instance(ports, config, &input, id, until)),
+    )
+    .await;
+    let mut instances = Vec::with_capacity(results.len());
     let mut first_error: Option<EngineError> = None;
-    for id in &input.instance_ids {
-        match handle_instance(ports, config, &input, id).await {
+    for (id, result) in input.instance_ids.iter().zip(results) {
+        match result {
             Ok(outcome) => instances.push(outcome),
             Err(e) => {
                 warn!(event = %input.event_id, instance = %id, error = %e, "interruption not fully handled; the message will be retried");
@@ -214,20 +258,52 @@ pub async fn handle_interruption(
         return Err(e);
     }
     // Recorded last: see the module documentation.
-    if !ports
-        .store
-        .claim_idempotency_key(&input.event_id, ports.clock.now(), config.dedup_ttl)
-        .await?
-    {
+    let recorded = retrying(ports, config, until, || {
+        ports
+            .store
+            .claim_idempotency_key(&input.event_id, ports.clock.now(), config.dedup_ttl)
+    })
+    .await?;
+    if !recorded {
         info!(event = %input.event_id, "a concurrent delivery of the same event finished first");
     }
     let provisioner_needed = instances
         .iter()
-        .any(|o| !o.evicted.is_empty() || !o.deleted.is_empty());
+        .any(|o| !o.evicted.is_empty() || !o.deleted.is_empty() || o.drain_after.is_some());
     Ok(InterruptionOutcome::Handled {
         instances,
         provisioner_needed,
     })
+}
+
+/// Runs `op` again after a transient failure (throttled, unavailable, a lost
+/// conditional write), backing off from `retry_every / 4`, while `until` allows.
+async fn retrying<T, E, F, Fut>(
+    ports: &Ports,
+    config: &InterruptionConfig,
+    until: i64,
+    mut op: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, E>>,
+    E: Into<EngineError>,
+{
+    let mut delay = (config.retry_every / 4).max(Duration::from_millis(100));
+    loop {
+        match op().await.map_err(Into::into) {
+            Ok(v) => return Ok(v),
+            Err(e)
+                if e.kind().is_some_and(ErrorKind::is_retryable)
+                    && ports.clock.now() + secs(delay).max(1) <= until =>
+            {
+                warn!(error = %e, delay_ms = delay.as_millis() as u64, "transient failure; retrying");
+                ports.clock.sleep(delay).await;
+                delay = (delay * 2).min(config.retry_every);
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 async fn handle_instance(
@@ -235,8 +311,13 @@ async fn handle_instance(
     config: &InterruptionConfig,
     input: &InterruptionInput,
     instance_id: &str,
+    until: i64,
 ) -> Result<InstanceOutcome> {
-    let Some(claim) = ports.store.claim_by_instance(instance_id).await? else {
+    let Some(claim) = retrying(ports, config, until, || {
+        ports.store.claim_by_instance(instance_id)
+    })
+    .await?
+    else {
         info!(event = %input.event_id, instance = %instance_id, "not an instance of this cluster; ignored");
         return Ok(InstanceOutcome::new(
             instance_id,
@@ -260,28 +341,44 @@ async fn handle_instance(
         ));
     }
     let now = ports.clock.now();
-    let mut marked = false;
-    if input.mark_unavailable
-        && claim.capacity_type == Some(CapacityType::Spot)
-        && let (Some(instance_type), Some(zone)) = (&claim.instance_type, &claim.zone)
-    {
-        let offering = Offering {
-            instance_type: instance_type.clone(),
-            zone: zone.clone(),
+    let offering = (input.mark_unavailable && claim.capacity_type == Some(CapacityType::Spot))
+        .then(|| Some((claim.instance_type.clone()?, claim.zone.clone()?)))
+        .flatten()
+        .map(|(instance_type, zone)| Offering {
+            instance_type,
+            zone,
             capacity_type: CapacityType::Spot,
             price: claim.price_per_hour.unwrap_or_default(),
-        };
-        ports
-            .store
-            .mark_unavailable(&offering, now + secs(config.ice_ttl))
-            .await?;
-        marked = true;
-    }
+        });
+    // The cordon first, and beside the offering mark: nothing new may land on a node
+    // that is going, whatever else is slow. Tainting a node whose disruption another
+    // event wins is harmless: it is going anyway.
+    let cordon_now = input.mode != InterruptionMode::CleanUp;
+    let (cordoned, marked) = tokio::join!(
+        async {
+            if cordon_now {
+                retrying(ports, config, until, || terminate::cordon(ports, &claim)).await
+            } else {
+                Ok(())
+            }
+        },
+        async {
+            match &offering {
+                Some(o) => retrying(ports, config, until, || {
+                    ports.store.mark_unavailable(o, now + secs(config.ice_ttl))
+                })
+                .await
+                .map(|()| true),
+                None => Ok(false),
+            }
+        }
+    );
+    cordoned?;
+    let marked = marked?;
 
     let outcome = match input.mode {
         InterruptionMode::Cordon => {
             if claim.state.is_live_capacity() {
-                terminate::cordon(ports, &claim).await?;
                 InstanceOutcome::new(instance_id, Some(&claim), InstanceAction::Cordoned)
             } else {
                 already_disrupting(instance_id, &claim)
@@ -290,16 +387,18 @@ async fn handle_instance(
         _ if claim.state.can_become(ClaimState::Disrupting) => {
             match start(ports, config, input, &claim).await? {
                 Started::Won(disrupted) => {
-                    emit_interrupted(ports, input, &disrupted).await;
-                    let progress = terminate::drive(ports, &disrupted).await?;
-                    disrupted_outcome(instance_id, progress)
+                    let (_, progress) = tokio::join!(
+                        emit_interrupted(ports, input, &disrupted),
+                        terminate::drive_until(ports, &disrupted, until, config.retry_every)
+                    );
+                    disrupted_outcome(instance_id, progress?)
                 }
                 Started::Lost(current) => {
-                    resume_or_leave(ports, input, instance_id, current).await?
+                    resume_or_escalate(ports, config, input, instance_id, current, until).await?
                 }
             }
         }
-        _ => resume_or_leave(ports, input, instance_id, claim).await?,
+        _ => resume_or_escalate(ports, config, input, instance_id, claim, until).await?,
     };
     Ok(InstanceOutcome {
         marked_unavailable: marked,
@@ -321,18 +420,7 @@ async fn start(
     claim: &NodeClaim,
 ) -> Result<Started> {
     let now = ports.clock.now();
-    let drain_after =
-        (input.mode == InterruptionMode::ReplaceThenDrain).then(|| match input.deadline {
-            Some(deadline) => (deadline - secs(config.replace_lead)).max(now),
-            None => now + secs(config.replace_wait),
-        });
-    let disruption = Disruption {
-        cause: input.cause,
-        deadline: input.deadline,
-        since: now,
-        drain_after,
-        event: Some(input.event_id.clone()),
-    };
+    let disruption = disruption_for(config, input, now);
     match terminate::disrupt_with(ports, claim, disruption).await {
         Ok(disrupted) => {
             ports
@@ -363,29 +451,95 @@ async fn start(
     }
 }
 
-/// A claim already on its way out: resume it if this very event started it (a retry
-/// after a failure), otherwise leave it to whoever did.
-async fn resume_or_leave(
+/// A claim already on its way out. This very event started it (a retry after a
+/// failure): resume it. Another event did: this one still counts when it is more
+/// urgent — an earlier deadline, a drain that must not wait any more, an instance that
+/// is gone — and escalates the disruption in progress, then drives it. Otherwise it is
+/// left to whoever started it (the reconciler finishes it in any case).
+async fn resume_or_escalate(
     ports: &Ports,
+    config: &InterruptionConfig,
     input: &InterruptionInput,
     instance_id: &str,
-    claim: NodeClaim,
+    mut claim: NodeClaim,
+    until: i64,
 ) -> Result<InstanceOutcome> {
-    if claim.state.is_terminal() {
-        return Ok(InstanceOutcome::new(
-            instance_id,
-            Some(&claim),
-            InstanceAction::AlreadyGone,
-        ));
+    if input.mode == InterruptionMode::Cordon {
+        return Ok(already_disrupting(instance_id, &claim));
     }
-    let ours =
-        claim.disruption.as_ref().and_then(|d| d.event.as_deref()) == Some(input.event_id.as_str());
-    if ours && input.mode != InterruptionMode::Cordon {
-        info!(event = %input.event_id, claim = %claim.name, state = ?claim.state, "resuming the termination this event started");
-        let progress = terminate::drive(ports, &claim).await?;
-        return Ok(disrupted_outcome(instance_id, progress));
+    let incoming = disruption_for(config, input, ports.clock.now());
+    for _ in 0..3 {
+        if claim.state.is_terminal() {
+            return Ok(InstanceOutcome::new(
+                instance_id,
+                Some(&claim),
+                InstanceAction::AlreadyGone,
+            ));
+        }
+        let ours = claim.disruption.as_ref().and_then(|d| d.event.as_deref())
+            == Some(input.event_id.as_str());
+        if ours {
+            info!(event = %input.event_id, claim = %claim.name, state = ?claim.state, "resuming the termination this event started");
+            let progress = terminate::drive_until(ports, &claim, until, config.retry_every).await?;
+            return Ok(disrupted_outcome(instance_id, progress));
+        }
+        match terminate::escalate(ports, &claim, &incoming).await {
+            Ok(Some(escalated)) => {
+                ports
+                    .decide(Decision {
+                        at: ports.clock.now(),
+                        job: "interrupt".into(),
+                        action: format!(
+                            "escalate the disruption of {} ({})",
+                            claim.name,
+                            claim.instance_id.as_deref().unwrap_or("?")
+                        ),
+                        reason: format!(
+                            "{:?} (event {}) is more urgent than {:?}",
+                            input.cause,
+                            input.event_id,
+                            claim.disruption.as_ref().map(|d| d.cause)
+                        ),
+                        price_per_hour: claim.price_per_hour,
+                    })
+                    .await;
+                let (_, progress) = tokio::join!(
+                    emit_interrupted(ports, input, &escalated),
+                    terminate::drive_until(ports, &escalated, until, config.retry_every)
+                );
+                let mut out = disrupted_outcome(instance_id, progress?);
+                out.action = InstanceAction::Escalated {
+                    state: out.claim_state(),
+                };
+                return Ok(out);
+            }
+            Ok(None) => return Ok(already_disrupting(instance_id, &claim)),
+            Err(e) if e.kind() == Some(ErrorKind::Conflict) => {
+                match ports.store.get_claim(&claim.name).await? {
+                    Some(current) => claim = current,
+                    None => return Ok(already_disrupting(instance_id, &claim)),
+                }
+            }
+            Err(e) => return Err(e),
+        }
     }
     Ok(already_disrupting(instance_id, &claim))
+}
+
+/// The disruption an event asks for, as of `now`.
+fn disruption_for(config: &InterruptionConfig, input: &InterruptionInput, now: i64) -> Disruption {
+    let drain_after =
+        (input.mode == InterruptionMode::ReplaceThenDrain).then(|| match input.deadline {
+            Some(deadline) => (deadline - secs(config.replace_lead)).max(now),
+            None => now + secs(config.replace_wait),
+        });
+    Disruption {
+        cause: input.cause,
+        deadline: input.deadline,
+        since: now,
+        drain_after,
+        event: Some(input.event_id.clone()),
+    }
 }
 
 fn already_disrupting(instance_id: &str, claim: &NodeClaim) -> InstanceOutcome {

@@ -11,11 +11,13 @@
 //!   evictions, terminate, tombstone), one function per step, and `advance`/`drive`.
 //! - [`interrupt`]: the interruption job over decided inputs ([`handle_interruption`]).
 //! - [`fakes`]: FakeCloud, FakeCluster (with a kubelet), MemoryStore, ManualClock.
+//! - [`lease`]: a job's lease, short and renewed at checkpoints ([`lease::LeaseKeeper`]).
 //! - [`error`]: [`EngineError`], the crate's one error type.
 pub mod context;
 pub mod error;
 pub mod fakes;
 pub mod interrupt;
+pub mod lease;
 pub mod lifecycle;
 pub mod ports;
 pub mod provision;
@@ -25,6 +27,6 @@ pub use context::{Ports, SystemClock};
 pub use error::{EngineError, Result};
 pub use interrupt::{
     InstanceAction, InstanceOutcome, InterruptionConfig, InterruptionInput, InterruptionMode,
-    InterruptionOutcome, handle_interruption,
+    InterruptionOutcome, handle_interruption, handle_interruption_until,
 };
-pub use provision::{Provisioner, ProvisionerConfig, TickReport};
+pub use provision::{Provisioner, ProvisionerConfig, RunReport, TickReport};

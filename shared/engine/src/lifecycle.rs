@@ -11,6 +11,11 @@
 //!   startup taints remain (`karpenter.sh/initialized=true`).
 //! - `Launched` and not registered within the registration TTL → terminated
 //!   (`Disrupting(Unregistered)` and the steps of [`crate::terminate`]).
+//! - `Disrupting`, `Draining` and `Terminating` claims, whoever disrupted them
+//!   (interruption, registration timeout, the disruption job), advance one step of
+//!   [`crate::terminate::drive`] on every pass: a refused eviction is tried again, a
+//!   drain that was waiting for its replacement starts, a crash or a Lambda timeout in
+//!   the middle of a termination never strands a claim.
 //! - Owned instances whose `karpenter.sh/nodeclaim` tag names a claim that does not
 //!   own them (terminal, or recording another instance) are leaks and are terminated
 //!   after a grace period. Instances whose tag names no claim in the store are not
@@ -30,6 +35,7 @@ use nodewright_core::nodeclaim::{
 
 use crate::context::Ports;
 use crate::error::{EngineError, Result};
+use crate::lease::LeaseKeeper;
 use crate::ports::{
     ClusterEvent, ClusterState, Decision, ErrorKind, EventType, Instance, NodePatch,
 };
@@ -80,6 +86,28 @@ pub struct LifecycleReport {
     pub foreign_ignored: Vec<String>,
     /// Claims another writer changed first; retried next tick.
     pub conflicts: Vec<String>,
+    /// Claims being taken away that moved this pass: (claim, state now).
+    pub advanced: Vec<(String, ClaimState)>,
+    /// Terminations that finished this pass (claim names).
+    pub terminated: Vec<String>,
+    /// Pods a disruption budget kept on a draining node this pass.
+    pub blocked: Vec<String>,
+    /// Pods evicted or deleted this pass (they are pending again).
+    pub displaced: Vec<String>,
+    /// (claim, error) for claims that could not be advanced this pass; retried on the
+    /// next one. One claim's failure never stops the others.
+    pub errors: Vec<(String, String)>,
+}
+
+impl LifecycleReport {
+    /// The pass changed nodes or pods: what the cluster looked like before it is stale.
+    pub fn changed_cluster(&self) -> bool {
+        !(self.registered.is_empty()
+            && self.initialized.is_empty()
+            && self.unregistered.is_empty()
+            && self.advanced.is_empty()
+            && self.displaced.is_empty())
+    }
 }
 
 fn secs(d: Duration) -> i64 {
@@ -95,6 +123,7 @@ pub async fn reconcile(
     catalog: &Catalog,
     claims: &mut [NodeClaim],
     owned: &[Instance],
+    lease: Option<&LeaseKeeper>,
 ) -> Result<LifecycleReport> {
     let mut report = LifecycleReport::default();
     let nodes: HashMap<&str, &Node> = state
@@ -109,6 +138,10 @@ pub async fn reconcile(
         .collect();
 
     for claim in claims.iter_mut() {
+        if let Some(lease) = lease {
+            // A long pass (many drains) must not outlive the lease it acts under.
+            lease.keep(ports).await?;
+        }
         let node = claim
             .instance_id
             .as_deref()
@@ -121,8 +154,15 @@ pub async fn reconcile(
             Err(EngineError::Store(e)) if e.kind == ErrorKind::Conflict => {
                 warn!(claim = %claim.name, error = %e, "claim changed under us; retrying next tick");
                 report.conflicts.push(claim.name.clone());
+                if let Ok(Some(current)) = ports.store.get_claim(&claim.name).await {
+                    *claim = current;
+                }
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                warn!(claim = %claim.name, state = claim.state.as_str(), error = %e, kind = ?e.kind(),
+                    "could not advance the claim; trying again on the next pass");
+                report.errors.push((claim.name.clone(), e.to_string()));
+            }
         }
     }
 
@@ -213,14 +253,20 @@ async fn step(
             }
             Ok(init)
         }
-        (ClaimState::Disrupting | ClaimState::Draining | ClaimState::Terminating, None)
-            if claim
-                .disruption
-                .as_ref()
-                .is_some_and(|d| d.cause == DisruptionCause::Unregistered) =>
-        {
-            // A termination this job started and a crash interrupted.
-            Ok(Some(terminate::advance(ports, claim).await?))
+        (ClaimState::Disrupting | ClaimState::Draining | ClaimState::Terminating, _) => {
+            // Whoever started it: finish what is started.
+            let progress = terminate::drive(ports, claim).await?;
+            let next = progress.claim;
+            if next.version != claim.version {
+                report.advanced.push((next.name.clone(), next.state));
+            }
+            if next.state == ClaimState::Terminated {
+                report.terminated.push(next.name.clone());
+            }
+            report.blocked.extend(progress.blocked);
+            report.displaced.extend(progress.evicted);
+            report.displaced.extend(progress.deleted);
+            Ok((next.version != claim.version).then_some(next))
         }
         _ => Ok(None),
     }

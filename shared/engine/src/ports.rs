@@ -364,6 +364,11 @@ pub trait Store: Send + Sync {
         ttl: Duration,
     ) -> Result<Lease, StoreError>;
     async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError>;
+    /// The lease record as stored (held or expired), to say who holds it. Stores that
+    /// cannot tell answer `None`.
+    async fn lease(&self, _name: &str) -> Result<Option<Lease>, StoreError> {
+        Ok(None)
+    }
 
     /// Records an offering as unavailable until `until` (the ICE cache).
     async fn mark_unavailable(&self, offering: &Offering, until: i64) -> Result<(), StoreError>;

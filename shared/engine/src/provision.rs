@@ -24,7 +24,7 @@ use tracing::{info, warn};
 
 use nodewright_core::api::model::{Ec2NodeClass, NodePool};
 use nodewright_core::catalog::{CapacityType, Catalog, LABEL_NODEPOOL, Pricing};
-use nodewright_core::cluster::ClusterSnapshot;
+use nodewright_core::cluster::{ClusterSnapshot, Node, Pod};
 use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim, instance_id_from_provider_id};
 use nodewright_core::provisioning::{
     PlannedNodeClaim, ProvisioningInput, UnschedulablePod, plan_provisioning,
@@ -33,12 +33,13 @@ use nodewright_core::scheduling::InFlightClaim;
 
 use crate::context::Ports;
 use crate::error::{EngineError, Result};
+use crate::lease::{Acquired, LeaseKeeper};
 use crate::lifecycle::{
     self, LABEL_NODECLAIM, LifecycleConfig, LifecycleReport, TAINT_UNREGISTERED,
 };
 use crate::ports::{
     ClusterEvent, ClusterState, Decision, ErrorKind, EventType, Instance, LaunchError,
-    LaunchRequest, Launched, Lease, Offering, ResolvedNodeClass,
+    LaunchRequest, Launched, Offering, ResolvedNodeClass,
 };
 use crate::terminate::save;
 
@@ -59,6 +60,8 @@ pub struct ProvisionerConfig {
     pub orphan_grace: Duration,
     /// How long an offering that reported insufficient capacity is avoided.
     pub ice_ttl: Duration,
+    /// Short, and renewed at every checkpoint of a tick (see [`crate::lease`]): a dead
+    /// holder frees it within this long.
     pub lease_ttl: Duration,
     /// Who holds the lease (the Lambda's request id, a hostname...).
     pub holder: String,
@@ -77,7 +80,7 @@ impl ProvisionerConfig {
             registration_ttl: Duration::from_secs(15 * 60),
             orphan_grace: Duration::from_secs(5 * 60),
             ice_ttl: Duration::from_secs(3 * 60),
-            lease_ttl: Duration::from_secs(90),
+            lease_ttl: Duration::from_secs(15),
             holder: holder.into(),
             launch_attempts: 4,
             backoff: Duration::from_millis(500),
@@ -128,6 +131,53 @@ pub struct TickReport {
     pub invalid: Vec<String>,
 }
 
+/// What one invocation's ticks did, and whether it could do its work.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RunReport {
+    /// Ticks that ran (under the lease).
+    pub ticks: Vec<TickReport>,
+    /// Ticks not run because another invocation held the lease: who held it.
+    pub lease_busy: Vec<String>,
+    /// Ticks that failed, with the error (the invocation went on polling).
+    pub failed_ticks: Vec<String>,
+    /// Polls of pods and claims that failed.
+    pub failed_polls: usize,
+}
+
+impl RunReport {
+    /// Why the invocation did not do all its work, if it did not: no tick ran (the
+    /// lease was held throughout), a tick failed, a poll failed. Empty: all done.
+    pub fn shortfalls(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.ticks.is_empty() && !self.lease_busy.is_empty() {
+            out.push(format!(
+                "no tick ran: the provisioner lease was held by {}",
+                self.lease_busy
+                    .last()
+                    .map(String::as_str)
+                    .unwrap_or("another invocation")
+            ));
+        }
+        if !self.failed_ticks.is_empty() {
+            out.push(format!(
+                "{} tick(s) failed, last: {}",
+                self.failed_ticks.len(),
+                self.failed_ticks
+                    .last()
+                    .map(String::as_str)
+                    .unwrap_or_default()
+            ));
+        }
+        if self.failed_polls > 0 {
+            out.push(format!(
+                "{} poll(s) of pods and claims failed",
+                self.failed_polls
+            ));
+        }
+        out
+    }
+}
+
 /// Everything a tick reads before deciding.
 struct World {
     state: ClusterState,
@@ -172,63 +222,101 @@ impl Provisioner {
         &self.ports
     }
 
-    /// One provisioning tick.
+    /// One provisioning tick: lease, gather, reconcile every claim, plan, launch.
     pub async fn tick(&self) -> Result<TickReport> {
         if self.config.dry_run {
             return self.dry_run().await;
         }
-        let now = self.ports.clock.now();
-        let store = &self.ports.store;
-        let Some(lease) = store
-            .acquire_lease(LEASE_NAME, &self.config.holder, now, self.config.lease_ttl)
-            .await?
-        else {
-            info!(holder = %self.config.holder, "provisioner lease held by another invocation; skipping tick");
-            return Ok(TickReport {
-                skipped: Some("lease held".into()),
-                ..TickReport::default()
-            });
+        let keeper = match LeaseKeeper::acquire(
+            &self.ports,
+            LEASE_NAME,
+            &self.config.holder,
+            self.config.lease_ttl,
+        )
+        .await?
+        {
+            Acquired::Held(keeper) => keeper,
+            Acquired::Busy { holder, expires_at } => {
+                let holder = holder.unwrap_or_else(|| "another invocation".into());
+                info!(lease_holder = %holder, lease_expires_at = ?expires_at, this_invocation = %self.config.holder,
+                    "provisioner lease held by another invocation; skipping this tick");
+                return Ok(TickReport {
+                    skipped: Some(format!("lease held by {holder}")),
+                    ..TickReport::default()
+                });
+            }
         };
-        let mut lease = lease;
-        let result = self.tick_with_lease(&mut lease).await;
-        if let Err(e) = store.release_lease(&lease).await {
-            warn!(error = %e, "could not release the provisioner lease; it expires on its own");
-        }
+        let result = self.tick_with_lease(&keeper).await;
+        keeper.release(&self.ports).await;
         result
     }
 
-    /// Ticks, then polls pods every `poll_interval` and ticks again whenever a pending
-    /// pod appears that no tick has counted yet, until `budget` is spent.
-    pub async fn run_for(
-        &self,
-        budget: Duration,
-        poll_interval: Duration,
-    ) -> Result<Vec<TickReport>> {
+    /// Ticks, then every `poll_interval` reads pods and claims and ticks again while
+    /// there is work: a pending pod no tick has counted yet, or a claim on its way
+    /// somewhere (launching, registering, initializing, being taken away) — so a node
+    /// is initialized and a drain advances within one poll, not at the next schedule.
+    /// A tick that was skipped (lease held) or failed is tried again on the next poll.
+    /// Runs until `budget` is spent; never fails as a whole: what went wrong is in the
+    /// report ([`RunReport::shortfalls`]).
+    pub async fn run_for(&self, budget: Duration, poll_interval: Duration) -> RunReport {
         let clock = &self.ports.clock;
         let start = clock.now();
         let budget_secs = i64::try_from(budget.as_secs()).unwrap_or(i64::MAX);
         let poll_secs = i64::try_from(poll_interval.as_secs().max(1)).unwrap_or(i64::MAX);
-        let mut reports = vec![self.tick().await?];
-        let mut counted: HashSet<String> = reports[0].pending.iter().cloned().collect();
-        while clock.now() - start + poll_secs <= budget_secs {
+        let mut run = RunReport::default();
+        let mut counted: HashSet<String> = HashSet::new();
+        let mut retry = true;
+        loop {
+            if retry || self.work_waiting(&counted, &mut run).await {
+                retry = match self.tick().await {
+                    Ok(report) => match &report.skipped {
+                        Some(why) => {
+                            run.lease_busy
+                                .push(why.trim_start_matches("lease held by ").to_string());
+                            true
+                        }
+                        None => {
+                            counted.extend(report.pending.iter().cloned());
+                            run.ticks.push(report);
+                            false
+                        }
+                    },
+                    Err(e) => {
+                        warn!(error = %e, kind = ?e.kind(), "provisioning tick failed; trying again at the next poll");
+                        run.failed_ticks.push(e.to_string());
+                        true
+                    }
+                };
+            }
+            if clock.now() - start + poll_secs > budget_secs {
+                break;
+            }
             clock.sleep(poll_interval).await;
-            let pods = match self.ports.cluster.pods().await {
-                Ok(p) => p,
-                Err(e) => {
-                    warn!(error = %e, "could not poll pods; trying again next interval");
-                    continue;
-                }
-            };
-            if pods
+        }
+        run
+    }
+
+    /// The fast poll: is there anything for a tick to do?
+    async fn work_waiting(&self, counted: &HashSet<String>, run: &mut RunReport) -> bool {
+        let (pods, claims) =
+            tokio::join!(self.ports.cluster.pods(), self.ports.store.list_claims());
+        let (pods, claims) = match (pods, claims) {
+            (Ok(p), Ok(c)) => (p, c),
+            (Err(e), _) => {
+                warn!(error = %e, "could not poll pods; trying again next interval");
+                run.failed_polls += 1;
+                return false;
+            }
+            (_, Err(e)) => {
+                warn!(error = %e, "could not poll claims; trying again next interval");
+                run.failed_polls += 1;
+                return false;
+            }
+        };
+        claims.iter().any(|c| in_motion(c.state))
+            || pods
                 .iter()
                 .any(|p| p.is_pending() && !counted.contains(&p.key()))
-            {
-                let report = self.tick().await?;
-                counted.extend(report.pending.iter().cloned());
-                reports.push(report);
-            }
-        }
-        Ok(reports)
     }
 
     async fn dry_run(&self) -> Result<TickReport> {
@@ -257,15 +345,17 @@ impl Provisioner {
         Ok(report)
     }
 
-    async fn tick_with_lease(&self, lease: &mut Lease) -> Result<TickReport> {
+    async fn tick_with_lease(&self, lease: &LeaseKeeper) -> Result<TickReport> {
         let now = self.ports.clock.now();
         let mut world = self.gather(now).await?;
         let mut report = TickReport {
             invalid: world.invalid.clone(),
             ..TickReport::default()
         };
+        lease.keep(&self.ports).await?;
 
         self.recover(&mut world, &mut report).await?;
+        lease.keep(&self.ports).await?;
         let World {
             state,
             claims,
@@ -280,21 +370,24 @@ impl Provisioner {
             catalog,
             claims,
             owned,
+            Some(lease),
         )
         .await?;
+        if report.lifecycle.changed_cluster() {
+            // Plan on the cluster as the reconciler left it: taints removed, nodes
+            // initialized, pods evicted. A stale view launched a second node for pods
+            // that had one.
+            let fresh = self.ports.cluster.state().await?;
+            world.state.nodes = fresh.nodes;
+            world.state.pods = fresh.pods;
+            world.state.pdbs = fresh.pdbs;
+            world.state.daemonsets = fresh.daemonsets;
+        }
 
         self.plan_into(&world, &mut report);
         let mut names: HashSet<String> = world.claims.iter().map(|c| c.name.clone()).collect();
         for planned in report.planned.clone() {
-            *lease = self
-                .ports
-                .store
-                .renew_lease(lease, self.ports.clock.now(), self.config.lease_ttl)
-                .await
-                .map_err(|source| EngineError::LeaseLost {
-                    name: LEASE_NAME.into(),
-                    source,
-                })?;
+            lease.keep(&self.ports).await?;
             let Some(pool) = world
                 .pools
                 .iter()
@@ -304,7 +397,7 @@ impl Provisioner {
                 continue;
             };
             let claim = self
-                .create_claim(&planned, &pool, lease.token, &mut names)
+                .create_claim(&planned, &pool, lease.lease().token, &mut names)
                 .await?;
             info!(claim = %claim.name, nodepool = %pool.name, pods = claim.pods.len(), "claim written; launching");
             self.launch_and_record(claim, &pool, &mut world, &mut report)
@@ -472,7 +565,7 @@ impl Provisioner {
     fn plan_into(&self, world: &World, report: &mut TickReport) {
         let snapshot = snapshot_for_planning(&world.state, &world.claims, &world.pools);
         report.pending = snapshot.pending_pods().map(|p| p.key()).collect();
-        let in_flight = in_flight_claims(&world.claims, &world.state);
+        let in_flight = in_flight_claims(&world.claims, &snapshot);
         let plan = plan_provisioning(&ProvisioningInput {
             snapshot: &snapshot,
             node_pools: &world.pools,
@@ -897,71 +990,105 @@ fn pods_reason(pods: &[String]) -> String {
     s
 }
 
-/// The snapshot the planner sees. Nodes of claims not yet initialized lose their
-/// startup and unregistered taints: those are expected to go away (Karpenter treats
-/// them as ephemeral when scheduling).
+/// A claim between its launch and a steady state, or on its way out: the provisioner's
+/// poll keeps ticking while one exists, so every step follows within a poll.
+fn in_motion(state: ClaimState) -> bool {
+    matches!(
+        state,
+        ClaimState::Launching | ClaimState::Launched | ClaimState::Registered
+    ) || state.is_being_taken_away()
+}
+
+/// The snapshot the planner sees:
+/// - nodes of live claims lose the unregistered and startup taints: those go away
+///   (Karpenter treats them as ephemeral when scheduling), and a view read before the
+///   reconciler removed them must not make a Ready node look unusable;
+/// - nodes of claims being taken away are gone, and their pods (not DaemonSet pods, not
+///   pods already terminating, whose replacements come as new pods) are pending again:
+///   the replacement capacity is launched now, nominated for them, while the old node
+///   drains (Karpenter's reschedulable pods).
 fn snapshot_for_planning(
     state: &ClusterState,
     claims: &[NodeClaim],
     pools: &[NodePool],
 ) -> ClusterSnapshot {
-    let initializing: HashMap<&str, &NodeClaim> = claims
+    let by_instance: HashMap<&str, &NodeClaim> = claims
         .iter()
-        .filter(|c| matches!(c.state, ClaimState::Launched | ClaimState::Registered))
+        .filter(|c| !c.state.is_terminal())
         .filter_map(|c| Some((c.instance_id.as_deref()?, c)))
         .collect();
-    let nodes = state
-        .nodes
-        .iter()
-        .map(|n| {
-            let claim = n
-                .provider_id
-                .as_deref()
-                .and_then(instance_id_from_provider_id)
-                .and_then(|id| initializing.get(id));
-            match claim {
-                None => n.clone(),
-                Some(c) => {
-                    let startup: HashSet<&str> = pools
-                        .iter()
-                        .find(|p| p.name == c.node_pool)
-                        .map(|p| p.startup_taints.iter().map(|t| t.key.as_str()).collect())
-                        .unwrap_or_default();
-                    let mut n = n.clone();
-                    n.taints.retain(|t| {
-                        t.key != TAINT_UNREGISTERED && !startup.contains(t.key.as_str())
-                    });
-                    n
-                }
+    let claim_of = |n: &Node| {
+        n.provider_id
+            .as_deref()
+            .and_then(instance_id_from_provider_id)
+            .and_then(|id| by_instance.get(id).copied())
+    };
+    let mut going: HashSet<&str> = HashSet::new();
+    let mut nodes = Vec::with_capacity(state.nodes.len());
+    for n in &state.nodes {
+        match claim_of(n) {
+            Some(c) if c.state.is_being_taken_away() => {
+                going.insert(n.name.as_str());
             }
+            Some(c) if c.state.is_live_capacity() => {
+                let startup: HashSet<&str> = pools
+                    .iter()
+                    .find(|p| p.name == c.node_pool)
+                    .map(|p| p.startup_taints.iter().map(|t| t.key.as_str()).collect())
+                    .unwrap_or_default();
+                let mut n = n.clone();
+                if c.state != ClaimState::Initialized {
+                    n.taints.retain(|t| !startup.contains(t.key.as_str()));
+                }
+                n.taints.retain(|t| t.key != TAINT_UNREGISTERED);
+                nodes.push(n);
+            }
+            _ => nodes.push(n.clone()),
+        }
+    }
+    let pods = state
+        .pods
+        .iter()
+        .filter_map(|p| match p.node_name.as_deref() {
+            Some(node) if going.contains(node) => {
+                (!p.daemonset_owned && !p.terminal && !p.terminating).then(|| Pod {
+                    node_name: None,
+                    ..p.clone()
+                })
+            }
+            _ => Some(p.clone()),
         })
         .collect();
     ClusterSnapshot {
-        pods: state.pods.clone(),
+        pods,
         nodes,
         daemonsets: state.daemonsets.clone(),
         pdbs: state.pdbs.clone(),
     }
 }
 
-/// Claims whose capacity is coming: `Launching`, `Launched`, and `Registered` ones
-/// whose node is not Ready yet (a Ready node is counted as a node instead, never twice).
-fn in_flight_claims(claims: &[NodeClaim], state: &ClusterState) -> Vec<InFlightClaim> {
-    let ready: HashSet<&str> = state
+/// Claims whose capacity is coming, each counted once: as a node when its node is in
+/// the planning snapshot, Ready and schedulable, otherwise as in flight — `Launching`
+/// and `Launched` ones, `Registered` ones whose node is not Ready yet, and `Initialized`
+/// ones whose node is briefly NotReady (a claim is never counted neither as a node nor
+/// in flight: that launched a second node for the same pods).
+fn in_flight_claims(claims: &[NodeClaim], snapshot: &ClusterSnapshot) -> Vec<InFlightClaim> {
+    let nodes: HashMap<&str, &Node> = snapshot
         .nodes
         .iter()
-        .filter(|n| n.ready && !n.unschedulable)
-        .filter_map(|n| instance_id_from_provider_id(n.provider_id.as_deref()?))
+        .filter_map(|n| Some((instance_id_from_provider_id(n.provider_id.as_deref()?)?, n)))
         .collect();
     claims
         .iter()
-        .filter(|c| match c.state {
-            ClaimState::Launching | ClaimState::Launched => true,
-            ClaimState::Registered => !c
-                .instance_id
-                .as_deref()
-                .is_some_and(|id| ready.contains(id)),
-            _ => false,
+        .filter(|c| {
+            let node = c.instance_id.as_deref().and_then(|id| nodes.get(id));
+            let usable = node.is_some_and(|n| n.ready && !n.unschedulable);
+            match c.state {
+                ClaimState::Launching | ClaimState::Launched | ClaimState::Registered => !usable,
+                // Gone from the cluster, or cordoned by someone: not capacity.
+                ClaimState::Initialized => node.is_some_and(|n| !n.ready && !n.unschedulable),
+                _ => false,
+            }
         })
         .filter_map(|c| {
             Some(InFlightClaim {
@@ -1008,7 +1135,7 @@ mod tests {
             },
             0,
         );
-        let f = in_flight_claims(&[claim], &ClusterState::default());
+        let f = in_flight_claims(&[claim], &ClusterSnapshot::default());
         assert_eq!(f.len(), 1);
         assert_eq!(
             (f[0].instance_type.as_str(), f[0].zone.as_str()),

@@ -30,7 +30,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use nodewright_core::api::model::{Taint, TaintEffect};
 use nodewright_core::cluster::Pod;
@@ -63,6 +63,9 @@ pub struct Progress {
     pub waiting_until: Option<i64>,
     /// This call terminated the instance (sent TerminateInstances).
     pub terminated_instance: bool,
+    /// Pods whose eviction or deletion failed with a transient error (throttled, a
+    /// timeout, a 5xx); tried again on the next step. The rest of the pass went on.
+    pub retry: Vec<String>,
 }
 
 impl Progress {
@@ -74,6 +77,7 @@ impl Progress {
             blocked: Vec::new(),
             waiting_until: None,
             terminated_instance: false,
+            retry: Vec::new(),
         }
     }
 }
@@ -131,6 +135,32 @@ pub async fn disrupt_with(
     let next = save(ports, claim, next).await?;
     info!(claim = %claim.name, cause = ?cause, "disrupting");
     Ok(next)
+}
+
+/// A later event for a claim already being taken away: the disruption becomes the
+/// more urgent of the two (see `Disruption::escalated_by`): an earlier deadline, a drain
+/// that no longer waits, a cause that says the instance is gone. `Ok(None)`: nothing
+/// more urgent, or the claim is already terminating (nothing left to hurry). `Conflict`
+/// when another writer changed the claim first (re-read and try again).
+pub async fn escalate(
+    ports: &Ports,
+    claim: &NodeClaim,
+    incoming: &Disruption,
+) -> Result<Option<NodeClaim>> {
+    if !matches!(claim.state, ClaimState::Disrupting | ClaimState::Draining) {
+        return Ok(None);
+    }
+    let Some(current) = &claim.disruption else {
+        return Ok(None);
+    };
+    let Some(escalated) = current.escalated_by(incoming) else {
+        return Ok(None);
+    };
+    let cause = escalated.cause;
+    let next = claim.amend(ports.clock.now(), |c| c.disruption = Some(escalated))?;
+    let next = save(ports, claim, next).await?;
+    info!(claim = %claim.name, cause = ?cause, deadline = ?next.disruption.as_ref().and_then(|d| d.deadline), "disruption escalated");
+    Ok(Some(next))
 }
 
 /// Taints the claim's node `karpenter.sh/disrupted:NoSchedule` (no new pods land on
@@ -233,6 +263,7 @@ pub async fn drain(ports: &Ports, claim: &NodeClaim, progress: &mut Progress) ->
         let group = remaining.iter().filter(|p| p.critical != any_ordinary);
         let past_deadline = deadline.is_some_and(|d| now >= d);
         let mut done = true;
+        let mut failure: Option<EngineError> = None;
         for pod in group {
             if pod.terminating {
                 // Already going (its grace period runs); once the instance is gone or
@@ -268,8 +299,20 @@ pub async fn drain(ports: &Ports, claim: &NodeClaim, progress: &mut Progress) ->
                     progress.blocked.push(pod.key());
                     done = false;
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) if e.kind.is_retryable() || e.kind == ErrorKind::Other => {
+                    // One pod's failure does not abandon the others.
+                    warn!(claim = %claim.name, pod = %pod.key(), error = %e, "eviction failed; tried again next step");
+                    progress.retry.push(pod.key());
+                    done = false;
+                }
+                Err(e) => {
+                    done = false;
+                    failure.get_or_insert(e.into());
+                }
             }
+        }
+        if let Some(e) = failure {
+            return Err(e);
         }
         if !done {
             return Ok(false);
@@ -408,6 +451,66 @@ pub async fn drive(ports: &Ports, claim: &NodeClaim) -> Result<Progress> {
             ClaimState::Terminating => terminate_step(ports, &c, &mut progress).await?,
             _ => return Ok(progress),
         };
+    }
+}
+
+/// [`drive`] again and again until the claim is Terminated or `until` (Unix seconds)
+/// is near: refused evictions and transient API errors are retried every
+/// `retry_every`, a lost conditional write re-reads the claim. Returns when the drain
+/// waits for a replacement (the reconciler starts it later), when another writer took
+/// the claim somewhere this call does not drive, or when time is up; what is left is
+/// finished by the reconciler on its next poll. `Err` only for a failure a retry
+/// cannot fix.
+pub async fn drive_until(
+    ports: &Ports,
+    claim: &NodeClaim,
+    until: i64,
+    retry_every: Duration,
+) -> Result<Progress> {
+    let step_secs = i64::try_from(retry_every.as_secs().max(1)).unwrap_or(i64::MAX);
+    let mut total = Progress::new(claim.clone());
+    loop {
+        match drive(ports, &total.claim).await {
+            Ok(p) => {
+                let waiting = p.waiting_until.is_some();
+                total.absorb(p);
+                if waiting || !total.claim.state.is_being_taken_away() {
+                    return Ok(total);
+                }
+            }
+            Err(e) if e.kind() == Some(ErrorKind::Conflict) => {
+                match ports.store.get_claim(&total.claim.name).await? {
+                    Some(current) if current.state.is_being_taken_away() => total.claim = current,
+                    Some(current) => {
+                        total.claim = current;
+                        return Ok(total);
+                    }
+                    None => return Ok(total),
+                }
+                continue;
+            }
+            Err(e) if e.kind().is_some_and(ErrorKind::is_retryable) => {
+                warn!(claim = %total.claim.name, error = %e, "transient failure while taking the claim away; retrying");
+            }
+            Err(e) => return Err(e),
+        }
+        if ports.clock.now() + step_secs > until {
+            return Ok(total);
+        }
+        ports.clock.sleep(retry_every).await;
+    }
+}
+
+impl Progress {
+    /// Adds what a later step did; the claim is the later one's.
+    fn absorb(&mut self, later: Progress) {
+        self.claim = later.claim;
+        self.evicted.extend(later.evicted);
+        self.deleted.extend(later.deleted);
+        self.blocked = later.blocked;
+        self.retry = later.retry;
+        self.waiting_until = later.waiting_until;
+        self.terminated_instance |= later.terminated_instance;
     }
 }
 
