@@ -346,6 +346,22 @@ impl FakeCloud {
         instance
     }
 
+    /// EC2 takes the instance away by itself (a spot reclaim at its deadline, a
+    /// hardware failure): it is terminated, and no call of ours is logged. `false` if
+    /// there is no such running instance.
+    pub fn reclaim(&self, id: &str) -> bool {
+        let mut inner = lock(&self.inner);
+        let Some(&at) = inner.by_id.get(id) else {
+            return false;
+        };
+        let instance = &mut inner.instances[at].instance;
+        if instance.state == "terminated" {
+            return false;
+        }
+        instance.state = "terminated".into();
+        true
+    }
+
     fn new_id(inner: &mut CloudInner) -> String {
         let n = inner.next_id;
         inner.next_id += 1;
@@ -897,6 +913,27 @@ impl FakeCluster {
             }
             None => false,
         }
+    }
+
+    /// The node's instance is gone: the node turns NotReady and the pods on it are
+    /// lost (their controllers recreate them, when recreation is on). Returns the pods
+    /// lost. The Node object stays until someone deletes it.
+    pub fn lose_node(&self, name: &str) -> Vec<String> {
+        let mut inner = lock(&self.inner);
+        if let Some(i) = inner.find_node(name) {
+            inner.state.nodes[i].ready = false;
+        }
+        let mut lost = Vec::new();
+        while let Some(i) = inner
+            .state
+            .pods
+            .iter()
+            .position(|p| p.node_name.as_deref() == Some(name))
+        {
+            let pod = inner.remove_pod(i);
+            lost.push(pod.key());
+        }
+        lost
     }
 
     /// Removes a taint from a node as its owner (a CNI, a device plugin) would.

@@ -10,17 +10,22 @@
 //! - [`terminate`]: the steps that take a claim away (cordon, drain with PDB-aware
 //!   evictions, terminate, tombstone), one function per step, and `advance`/`drive`.
 //! - [`interrupt`]: the interruption job over decided inputs ([`handle_interruption`]).
-//! - [`fakes`]: FakeCloud, FakeCluster (with a kubelet), MemoryStore, ManualClock.
+//! - [`fakes`] (feature `sim`, default): FakeCloud, FakeCluster (with a kubelet),
+//!   MemoryStore, ManualClock.
+//! - [`sim`] (feature `sim`): a world that behaves like a cluster over virtual time.
 //! - [`lease`]: a job's lease, short and renewed at checkpoints ([`lease::LeaseKeeper`]).
 //! - [`error`]: [`EngineError`], the crate's one error type.
 pub mod context;
 pub mod error;
+#[cfg(feature = "sim")]
 pub mod fakes;
 pub mod interrupt;
 pub mod lease;
 pub mod lifecycle;
 pub mod ports;
 pub mod provision;
+#[cfg(feature = "sim")]
+pub mod sim;
 pub mod terminate;
 
 pub use context::{Ports, SystemClock};

@@ -137,6 +137,11 @@ pub async fn reconcile(
         .map(|p| (p.name.as_str(), p))
         .collect();
 
+    let alive: HashSet<&str> = owned
+        .iter()
+        .filter(|i| i.state != "terminated")
+        .map(|i| i.id.as_str())
+        .collect();
     for claim in claims.iter_mut() {
         if let Some(lease) = lease {
             // A long pass (many drains) must not outlive the lease it acts under.
@@ -147,7 +152,10 @@ pub async fn reconcile(
             .as_deref()
             .and_then(|id| nodes.get(id).copied());
         let pool = pools.get(claim.node_pool.as_str()).copied();
-        let outcome = step(ports, config, claim, node, pool, catalog, &mut report).await;
+        let outcome = match vanished(ports, claim, &alive) {
+            true => clean_up_vanished(ports, claim, &mut report).await,
+            false => step(ports, config, claim, node, pool, catalog, &mut report).await,
+        };
         match outcome {
             Ok(Some(next)) => *claim = next,
             Ok(None) => {}
@@ -168,6 +176,56 @@ pub async fn reconcile(
 
     collect_leaks(ports, config, claims, owned, &mut report).await?;
     Ok(report)
+}
+
+/// How long after its launch an instance missing from EC2's listing counts as gone
+/// (DescribeInstances is eventually consistent for new instances).
+const VANISHED_GRACE_SECS: i64 = 120;
+
+/// A live claim whose instance EC2 no longer lists: it was terminated without any event
+/// reaching us (a lost message, a manual termination).
+fn vanished(ports: &Ports, claim: &NodeClaim, alive: &HashSet<&str>) -> bool {
+    let Some(id) = claim.instance_id.as_deref() else {
+        return false;
+    };
+    let since = claim.launched_at.unwrap_or(claim.created_at);
+    matches!(
+        claim.state,
+        ClaimState::Launched | ClaimState::Registered | ClaimState::Initialized
+    ) && !alive.contains(id)
+        && ports.clock.now() - since >= VANISHED_GRACE_SECS
+}
+
+/// Cleans up a claim whose instance is gone, as a `terminated` state change would.
+async fn clean_up_vanished(
+    ports: &Ports,
+    claim: &NodeClaim,
+    report: &mut LifecycleReport,
+) -> Result<Option<NodeClaim>> {
+    warn!(claim = %claim.name, instance = ?claim.instance_id, "the claim's instance is gone; cleaning up");
+    let disrupted =
+        terminate::disrupt(ports, claim, DisruptionCause::InstanceTerminated, None).await?;
+    ports
+        .decide(Decision {
+            at: ports.clock.now(),
+            job: "lifecycle".into(),
+            action: format!("clean up {}", claim.name),
+            reason: format!(
+                "instance {} no longer exists in EC2",
+                claim.instance_id.as_deref().unwrap_or("?")
+            ),
+            price_per_hour: claim.price_per_hour,
+        })
+        .await;
+    let progress = terminate::drive(ports, &disrupted).await?;
+    report
+        .advanced
+        .push((claim.name.clone(), progress.claim.state));
+    report.displaced.extend(progress.deleted);
+    if progress.claim.state == ClaimState::Terminated {
+        report.terminated.push(claim.name.clone());
+    }
+    Ok(Some(progress.claim))
 }
 
 /// Advances one claim by what its node says. `Ok(None)`: nothing to do.
