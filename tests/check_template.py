@@ -248,8 +248,11 @@ def check_queue(template: dict) -> list[str]:
     if queue.get("SqsManagedSseEnabled") is not True and "KmsMasterKeyId" not in queue:
         problems.append("InterruptionQueue: not encrypted (SqsManagedSseEnabled)")
     retention = queue.get("MessageRetentionPeriod")
-    if retention != 300:
-        problems.append(f"InterruptionQueue: MessageRetentionPeriod {retention}, expected 300")
+    if not isinstance(retention, int) or not 300 <= retention <= 900:
+        problems.append(
+            f"InterruptionQueue: MessageRetentionPeriod {retention}, expected 300..900 s "
+            "(a notice is useless after minutes, but every receive must fit before expiry)"
+        )
     redrive = queue.get("RedrivePolicy") or {}
     receives = redrive.get("maxReceiveCount")
     if not redrive.get("deadLetterTargetArn") or not receives:
