@@ -10,6 +10,9 @@
 //! - [`terminate`]: the steps that take a claim away (cordon, drain with PDB-aware
 //!   evictions, terminate, tombstone), one function per step, and `advance`/`drive`.
 //! - [`interrupt`]: the interruption job over decided inputs ([`handle_interruption`]).
+//! - [`reasons`]: what a tick could not do, published where people look: warn logs,
+//!   decisions, Kubernetes Events (`FailedScheduling` on pods, warnings on NodePools and
+//!   EC2NodeClasses) and the objects' status conditions ([`Reasons::publish`]).
 //! - [`fakes`]: FakeCloud, FakeCluster (with a kubelet), MemoryStore, ManualClock.
 //! - [`error`]: [`EngineError`], the crate's one error type.
 pub mod context;
@@ -19,6 +22,7 @@ pub mod interrupt;
 pub mod lifecycle;
 pub mod ports;
 pub mod provision;
+pub mod reasons;
 pub mod terminate;
 
 pub use context::{Ports, SystemClock};
@@ -28,3 +32,4 @@ pub use interrupt::{
     InterruptionOutcome, handle_interruption,
 };
 pub use provision::{Provisioner, ProvisionerConfig, TickReport};
+pub use reasons::{ClaimPods, Problem, PublishReport, Reasons, ReasonsInput, StatusFields};
