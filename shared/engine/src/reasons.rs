@@ -463,7 +463,7 @@ impl Reasons {
         input: &ReasonsInput<'_>,
     ) -> PublishReport {
         let mut report = PublishReport::default();
-        self.forget_before(now - self.window);
+        self.forget_before(now.saturating_sub(self.window));
         let notices = notices(input);
         let sends = self.log_and_select(notices, now, &mut report);
         let sent: Vec<Sent> = stream::iter(sends)
