@@ -27,9 +27,9 @@ use nodewright_core::cluster::{Node, Pod, eviction_allowed};
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
 
 use crate::ports::{
-    Clock, Cloud, CloudError, Cluster, ClusterError, ClusterEvent, ClusterState, Decision,
-    ErrorKind, Image, Instance, LaunchError, LaunchRequest, Launched, Lease, NodePatch, Offering,
-    ResolvedNodeClass, Store, StoreError, Subnet,
+    Clock, Cloud, CloudError, Cluster, ClusterError, ClusterEvent, ClusterState, Condition,
+    Decision, ErrorKind, Image, Instance, LaunchError, LaunchRequest, Launched, Lease, NodePatch,
+    ObjectKind, Offering, ResolvedNodeClass, StatusUpdate, Store, StoreError, Subnet,
 };
 
 /// Locks a mutex, recovering the data if a panicking test thread poisoned it.
@@ -588,6 +588,62 @@ pub enum ClusterOp {
     EvictPod,
     DeletePod,
     DeleteNode,
+    UpdateStatus,
+}
+
+/// A condition as the fake stores it: what the engine set, and when its status last
+/// changed (Unix seconds, the `now` of the update that changed it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCondition {
+    pub condition: Condition,
+    pub last_transition_time: i64,
+}
+
+/// The `status` of a NodePool or EC2NodeClass as written through `update_status`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ObjectStatus {
+    /// Sorted by type, as Karpenter keeps them.
+    pub conditions: Vec<StoredCondition>,
+    pub fields: serde_json::Map<String, serde_json::Value>,
+}
+
+impl ObjectStatus {
+    pub fn condition(&self, type_: &str) -> Option<&StoredCondition> {
+        self.conditions.iter().find(|c| c.condition.type_ == type_)
+    }
+
+    /// `update` applied at `now` (the port's merge rules); `None` when it changes nothing.
+    fn updated(&self, update: &StatusUpdate, now: i64) -> Option<ObjectStatus> {
+        let mut next = self.clone();
+        for wanted in &update.conditions {
+            match next
+                .conditions
+                .iter_mut()
+                .find(|c| c.condition.type_ == wanted.type_)
+            {
+                Some(stored) => {
+                    if stored.condition.status != wanted.status {
+                        stored.last_transition_time = now;
+                    }
+                    stored.condition = wanted.clone();
+                }
+                None => next.conditions.push(StoredCondition {
+                    condition: wanted.clone(),
+                    last_transition_time: now,
+                }),
+            }
+        }
+        next.conditions
+            .sort_by(|a, b| a.condition.type_.cmp(&b.condition.type_));
+        for (key, value) in &update.fields {
+            if value.is_null() {
+                next.fields.remove(key);
+            } else {
+                next.fields.insert(key.clone(), value.clone());
+            }
+        }
+        (next != *self).then_some(next)
+    }
 }
 
 type PodKey = (String, String);
@@ -632,6 +688,7 @@ impl PodIndex {
 struct ClusterInner {
     state: ClusterState,
     events: Vec<ClusterEvent>,
+    statuses: BTreeMap<(ObjectKind, String), ObjectStatus>,
     faults: Faults<ClusterOp, ClusterError>,
     calls: Vec<Call<ClusterOp>>,
     index: Option<PodIndex>,
@@ -719,6 +776,7 @@ impl FakeCluster {
             inner: Mutex::new(ClusterInner {
                 state: ClusterState::default(),
                 events: Vec::new(),
+                statuses: BTreeMap::new(),
                 faults: Faults::default(),
                 calls: Vec::new(),
                 index: None,
@@ -823,6 +881,20 @@ impl FakeCluster {
 
     pub fn events(&self) -> Vec<ClusterEvent> {
         lock(&self.inner).events.clone()
+    }
+
+    /// The status written to a NodePool or EC2NodeClass, if any was.
+    pub fn status(&self, kind: ObjectKind, name: &str) -> Option<ObjectStatus> {
+        lock(&self.inner)
+            .statuses
+            .get(&(kind, name.to_string()))
+            .cloned()
+    }
+
+    /// One condition of a NodePool or EC2NodeClass, if it was set.
+    pub fn condition(&self, kind: ObjectKind, name: &str, type_: &str) -> Option<StoredCondition> {
+        self.status(kind, name)
+            .and_then(|s| s.condition(type_).cloned())
     }
 
     /// The kubelet of `instance` joins: a NotReady Node named like EC2's private DNS
@@ -1003,6 +1075,46 @@ impl Cluster for FakeCluster {
         }
         lock(&self.inner).events.push(event.clone());
         Ok(())
+    }
+
+    /// As the `/status` subresource: the object must exist (valid, or listed in
+    /// `invalid_objects`); conditions merge by type, keeping `lastTransitionTime`
+    /// unless the status flips. Generations are not modelled.
+    async fn update_status(
+        &self,
+        kind: ObjectKind,
+        name: &str,
+        update: &StatusUpdate,
+        now: i64,
+    ) -> Result<bool, ClusterError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(ClusterOp::UpdateStatus, format!("{kind}/{name}")) {
+            return Err(e);
+        }
+        let mut inner = lock(&self.inner);
+        let state = &inner.state;
+        let exists = match kind {
+            ObjectKind::NodePool => state.node_pools.iter().any(|p| p.name == name),
+            ObjectKind::Ec2NodeClass => state.node_classes.iter().any(|c| c.name == name),
+        } || state
+            .invalid_objects
+            .iter()
+            .any(|o| o.kind == kind && o.name == name);
+        if !exists {
+            return Err(ClusterError::new(
+                ErrorKind::NotFound,
+                format!("{kind} {name:?} not found"),
+            ));
+        }
+        let key = (kind, name.to_string());
+        let current = inner.statuses.get(&key).cloned().unwrap_or_default();
+        match current.updated(update, now) {
+            Some(next) => {
+                inner.statuses.insert(key, next);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
     async fn kubernetes_version(&self) -> Result<String, ClusterError> {

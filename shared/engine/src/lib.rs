@@ -14,6 +14,9 @@
 //!   MemoryStore, ManualClock.
 //! - [`sim`] (feature `sim`): a world that behaves like a cluster over virtual time.
 //! - [`lease`]: a job's lease, short and renewed at checkpoints ([`lease::LeaseKeeper`]).
+//! - [`reasons`]: what a tick could not do, published where people look: warn logs,
+//!   decisions, Kubernetes Events (`FailedScheduling` on pods, warnings on NodePools and
+//!   EC2NodeClasses) and the objects' status conditions ([`Reasons::publish`]).
 //! - [`error`]: [`EngineError`], the crate's one error type.
 pub mod context;
 pub mod error;
@@ -26,6 +29,7 @@ pub mod ports;
 pub mod provision;
 #[cfg(feature = "sim")]
 pub mod sim;
+pub mod reasons;
 pub mod terminate;
 
 pub use context::{Ports, SystemClock};
@@ -35,3 +39,4 @@ pub use interrupt::{
     InterruptionOutcome, handle_interruption, handle_interruption_until,
 };
 pub use provision::{Provisioner, ProvisionerConfig, RunReport, TickReport};
+pub use reasons::{ClaimPods, Problem, PublishReport, Reasons, ReasonsInput, StatusFields};

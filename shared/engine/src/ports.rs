@@ -13,6 +13,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use nodewright_core::api::model::{Ec2NodeClass, NodePool, Taint};
+use nodewright_core::api::{
+    NODE_CLASS_API_VERSION, NODE_CLASS_KIND, NODE_POOL_API_VERSION, NODE_POOL_KIND,
+};
 use nodewright_core::catalog::{CapacityType, Catalog};
 use nodewright_core::cluster::{DaemonSet, Node, Pod, PodDisruptionBudget};
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
@@ -230,10 +233,10 @@ pub enum EventType {
     Warning,
 }
 
-/// A Kubernetes Event about a node or pod.
+/// A Kubernetes Event about a node, a pod, a NodePool or an EC2NodeClass.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterEvent {
-    /// "Node" or "Pod"
+    /// "Node", "Pod", "NodePool" or "EC2NodeClass" ([`ObjectKind::as_str`]).
     pub kind: String,
     pub namespace: Option<String>,
     pub name: String,
@@ -241,6 +244,186 @@ pub struct ClusterEvent {
     /// CamelCase reason: Launched, Registered, SpotInterrupted, Draining...
     pub reason: String,
     pub message: String,
+}
+
+impl ClusterEvent {
+    /// An event about a NodePool or EC2NodeClass (cluster-scoped: no namespace).
+    pub fn about_object(
+        kind: ObjectKind,
+        name: &str,
+        event_type: EventType,
+        reason: &str,
+        message: impl Into<String>,
+    ) -> Self {
+        ClusterEvent {
+            kind: kind.as_str().into(),
+            namespace: None,
+            name: name.into(),
+            event_type,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
+    /// An event about the pod `namespace/name`; `None` if `pod_key` has no '/'.
+    pub fn about_pod(
+        pod_key: &str,
+        event_type: EventType,
+        reason: &str,
+        message: impl Into<String>,
+    ) -> Option<Self> {
+        let (namespace, name) = pod_key.split_once('/')?;
+        Some(ClusterEvent {
+            kind: "Pod".into(),
+            namespace: Some(namespace.into()),
+            name: name.into(),
+            event_type,
+            reason: reason.into(),
+            message: message.into(),
+        })
+    }
+}
+
+/// The Karpenter objects nodewright reports on: events and status conditions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ObjectKind {
+    /// `karpenter.sh/v1` NodePool.
+    NodePool,
+    /// `karpenter.k8s.aws/v1` EC2NodeClass.
+    Ec2NodeClass,
+}
+
+impl ObjectKind {
+    /// The Kubernetes kind: "NodePool", "EC2NodeClass" (also [`ClusterEvent::kind`]).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObjectKind::NodePool => NODE_POOL_KIND,
+            ObjectKind::Ec2NodeClass => NODE_CLASS_KIND,
+        }
+    }
+
+    /// "karpenter.sh/v1", "karpenter.k8s.aws/v1".
+    pub fn api_version(self) -> &'static str {
+        match self {
+            ObjectKind::NodePool => NODE_POOL_API_VERSION,
+            ObjectKind::Ec2NodeClass => NODE_CLASS_API_VERSION,
+        }
+    }
+
+    /// The kind named by a [`ClusterEvent::kind`] string, if it is one of these.
+    pub fn from_kind(kind: &str) -> Option<Self> {
+        match kind {
+            NODE_POOL_KIND => Some(ObjectKind::NodePool),
+            NODE_CLASS_KIND => Some(ObjectKind::Ec2NodeClass),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `status` of a condition, as Kubernetes spells it ("True", "False", "Unknown").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConditionStatus {
+    True,
+    False,
+    Unknown,
+}
+
+impl ConditionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+}
+
+/// One status condition as the engine decides it. The adapter adds what depends on
+/// the stored object: `lastTransitionTime` (kept unless `status` changes) and
+/// `observedGeneration` (the object's `metadata.generation`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Condition {
+    /// "Ready", "SubnetsReady", "NodeClassReady"...
+    pub type_: String,
+    pub status: ConditionStatus,
+    /// CamelCase, never empty (the Karpenter CRDs require one): "SubnetsNotFound"; for
+    /// a True condition, its type, as Karpenter writes it.
+    pub reason: String,
+    /// For people; may be empty.
+    pub message: String,
+}
+
+impl Condition {
+    /// `type_` is True (reason = type, empty message, as Karpenter's conditions read).
+    pub fn met(type_: &str) -> Self {
+        Condition {
+            type_: type_.into(),
+            status: ConditionStatus::True,
+            reason: type_.into(),
+            message: String::new(),
+        }
+    }
+
+    /// `type_` is False, with why.
+    pub fn failed(type_: &str, reason: &str, message: impl Into<String>) -> Self {
+        Condition {
+            type_: type_.into(),
+            status: ConditionStatus::False,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+
+    /// `type_` is Unknown, with why.
+    pub fn unknown(type_: &str, reason: &str, message: impl Into<String>) -> Self {
+        Condition {
+            type_: type_.into(),
+            status: ConditionStatus::Unknown,
+            reason: reason.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// What to write into a NodePool's or EC2NodeClass's `status` (through the `/status`
+/// subresource).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StatusUpdate {
+    /// Merged by type into `status.conditions`: a condition of the same type is
+    /// replaced (its `lastTransitionTime` kept when `status` is unchanged); conditions
+    /// of other types (another controller's) are left alone.
+    pub conditions: Vec<Condition>,
+    /// Other top-level `status` fields, each replaced whole (`null` removes it), e.g.
+    /// `{"instanceProfile": "nodewright_..."}` on an EC2NodeClass.
+    pub fields: serde_json::Map<String, serde_json::Value>,
+}
+
+/// A NodePool or EC2NodeClass in the cluster that failed validation, so it is not in
+/// [`ClusterState::node_pools`] / [`ClusterState::node_classes`]; the engine reports it
+/// (events, conditions) by kind and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidObject {
+    pub kind: ObjectKind,
+    pub name: String,
+    pub why: Invalidity,
+}
+
+/// Why an object is in [`ClusterState::invalid_objects`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Invalidity {
+    /// The spec itself is wrong: every problem, "path: message; path: message".
+    Spec { message: String },
+    /// A NodePool, valid but for its `nodeClassRef`: no EC2NodeClass of that name exists.
+    NodeClassNotFound { node_class: String },
+    /// A NodePool, valid but for its `nodeClassRef`: the EC2NodeClass exists and is
+    /// itself invalid.
+    NodeClassInvalid { node_class: String },
 }
 
 /// Label and taint changes for one node.
@@ -263,6 +446,8 @@ pub struct ClusterState {
     pub pdbs: Vec<PodDisruptionBudget>,
     /// Objects that failed validation: "NodePool \"x\": spec...: message".
     pub invalid: Vec<String>,
+    /// The NodePools and EC2NodeClasses behind `invalid`, by kind and name.
+    pub invalid_objects: Vec<InvalidObject>,
 }
 
 #[async_trait]
@@ -274,6 +459,19 @@ pub trait Cluster: Send + Sync {
     async fn pods(&self) -> Result<Vec<Pod>, ClusterError>;
     async fn patch_node(&self, name: &str, patch: &NodePatch) -> Result<(), ClusterError>;
     async fn record_event(&self, event: &ClusterEvent) -> Result<(), ClusterError>;
+    /// Writes status conditions and fields of a NodePool or EC2NodeClass through its
+    /// `/status` subresource (see [`StatusUpdate`] for the merge). A condition whose
+    /// `status` changes (or is new) gets `lastTransitionTime` = `now` (Unix seconds);
+    /// every written condition gets `observedGeneration` = the object's generation.
+    /// Nothing is written when the object already reads so: `Ok(false)`; `Ok(true)`
+    /// when it changed. `NotFound` if the object is gone.
+    async fn update_status(
+        &self,
+        kind: ObjectKind,
+        name: &str,
+        update: &StatusUpdate,
+        now: i64,
+    ) -> Result<bool, ClusterError>;
     /// Endpoint, CA and version come from EKS; this is the version string ("1.33").
     async fn kubernetes_version(&self) -> Result<String, ClusterError>;
 

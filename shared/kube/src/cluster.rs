@@ -26,7 +26,8 @@ use nodewright_core::api::{
 };
 use nodewright_core::{cluster, snapshot};
 use nodewright_engine::ports::{
-    Cluster, ClusterError, ClusterEvent, ClusterState, ErrorKind, EventType, NodePatch,
+    Cluster, ClusterError, ClusterEvent, ClusterState, Condition, ErrorKind, EventType,
+    InvalidObject, Invalidity, NodePatch, ObjectKind, StatusUpdate,
 };
 
 use crate::client::{self, TokenProvider};
@@ -37,6 +38,8 @@ use crate::error::{classify, cluster_error};
 pub const PAGE_SIZE: u32 = 500;
 /// Attempts at a taint change before a run of conflicts is returned as `Conflict`.
 pub const TAINT_ATTEMPTS: u32 = 5;
+/// Attempts at a status write before a run of conflicts is returned as `Conflict`.
+pub const STATUS_ATTEMPTS: u32 = 5;
 /// The component nodewright's events are reported by.
 pub const COMPONENT: &str = "nodewright";
 /// Where events about cluster-scoped objects (nodes) go, as the kubelet does.
@@ -66,6 +69,18 @@ const NODE_CLASSES: Crd = Crd {
     plural: "ec2nodeclasses",
     api_version: NODE_CLASS_API_VERSION,
 };
+
+fn crd_of(kind: ObjectKind) -> &'static Crd {
+    match kind {
+        ObjectKind::NodePool => &NODE_POOLS,
+        ObjectKind::Ec2NodeClass => &NODE_CLASSES,
+    }
+}
+
+/// Kinds whose objects have no namespace: their events go to "default".
+fn cluster_scoped(kind: &str) -> bool {
+    kind == "Node" || ObjectKind::from_kind(kind).is_some()
+}
 
 /// The Kubernetes side of nodewright: reads NodePools, EC2NodeClasses, nodes, pods,
 /// DaemonSets and PDBs; labels and taints nodes; records events.
@@ -160,10 +175,14 @@ impl KubeCluster {
 
     /// Every object of a Karpenter kind as JSON with `apiVersion` and `kind` set (a
     /// list's items may lack them). `None` when the CRD is not installed.
-    async fn list_crd(&self, crd: &Crd) -> Result<Option<Vec<Value>>, ClusterError> {
+    fn crd_api(&self, crd: &Crd) -> Api<DynamicObject> {
         let gvk = GroupVersionKind::gvk(crd.group, crd.version, crd.kind);
         let resource = ApiResource::from_gvk_with_plural(&gvk, crd.plural);
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        Api::all_with(self.client.clone(), &resource)
+    }
+
+    async fn list_crd(&self, crd: &Crd) -> Result<Option<Vec<Value>>, ClusterError> {
+        let api = self.crd_api(crd);
         let mut values = Vec::new();
         let mut continue_token: Option<String> = None;
         loop {
@@ -222,6 +241,37 @@ impl KubeCluster {
         }
     }
 
+    /// As `remember_uids`, for objects read as JSON (the Karpenter kinds).
+    fn remember_value_uids(&self, kind: &str, objects: &[Value]) {
+        let metas: Vec<ObjectMeta> = objects
+            .iter()
+            .filter_map(|o| o.get("metadata"))
+            .filter_map(|m| serde_json::from_value(m.clone()).ok())
+            .collect();
+        self.remember_uids(kind, metas.iter());
+    }
+
+    /// The uid for an event's `involvedObject`: from the last listing; for a node not
+    /// seen yet, the kubelet's convention of uid = name (describe searches by both);
+    /// for a NodePool or EC2NodeClass not seen yet, read from the object (best effort:
+    /// an event without a uid is still an event).
+    async fn uid_for_event(&self, event: &ClusterEvent, namespace: Option<&str>) -> Option<String> {
+        if let Some(uid) = self.known_uid(&event.kind, namespace, &event.name) {
+            return Some(uid);
+        }
+        if event.kind == "Node" {
+            return Some(event.name.clone());
+        }
+        let kind = ObjectKind::from_kind(&event.kind)?;
+        match self.crd_api(crd_of(kind)).get(&event.name).await {
+            Ok(object) => object.metadata.uid,
+            Err(e) => {
+                debug!(kind = %kind, object = %event.name, error = %e, "could not read the event's object for its uid");
+                None
+            }
+        }
+    }
+
     fn known_uid(&self, kind: &str, namespace: Option<&str>, name: &str) -> Option<String> {
         let key = match namespace {
             Some(ns) => format!("{ns}/{name}"),
@@ -251,11 +301,13 @@ fn convert<K, T, E: std::fmt::Display>(
 /// Validates NodePools and EC2NodeClasses so that one bad object costs only itself:
 /// each EC2NodeClass alone, then each NodePool together with the valid EC2NodeClasses
 /// (a NodePool whose class is invalid is invalid too: it could not launch anything).
-/// Every problem goes to `invalid`, formatted `NodePool "x": path: message`.
+/// Every problem goes to `invalid`, formatted `NodePool "x": path: message`, and each
+/// invalid object (by kind and name) to `invalid_objects`.
 fn validate_karpenter(
     pools: Vec<Value>,
     classes: Vec<Value>,
     invalid: &mut Vec<String>,
+    invalid_objects: &mut Vec<InvalidObject>,
 ) -> api::Manifests {
     let mut manifests = api::Manifests::default();
     let document = |source: &str, index: usize, value: Value| Document {
@@ -263,27 +315,142 @@ fn validate_karpenter(
         index,
         value,
     };
+    let name_of = |value: &Value| {
+        value
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let listed_classes: Vec<String> = classes.iter().filter_map(name_of).collect();
     let mut valid_class_docs = Vec::new();
     for (index, value) in classes.into_iter().enumerate() {
+        let name = name_of(&value);
         let doc = document("cluster ec2nodeclasses", index, value);
         match api::validate(std::slice::from_ref(&doc)) {
             Ok(valid) => {
                 manifests.node_classes.extend(valid.node_classes);
                 valid_class_docs.push(doc);
             }
-            Err(problems) => invalid.extend(problems.iter().map(ToString::to_string)),
+            Err(problems) => {
+                invalid.extend(problems.iter().map(ToString::to_string));
+                if let Some(name) = name {
+                    invalid_objects.push(InvalidObject {
+                        kind: ObjectKind::Ec2NodeClass,
+                        name,
+                        why: Invalidity::Spec {
+                            message: spec_message(&problems),
+                        },
+                    });
+                }
+            }
         }
     }
     for (index, value) in pools.into_iter().enumerate() {
+        let name = name_of(&value);
+        let class = value
+            .pointer(NODE_CLASS_REF_NAME_POINTER)
+            .and_then(Value::as_str)
+            .map(str::to_string);
         let mut docs = Vec::with_capacity(valid_class_docs.len() + 1);
         docs.push(document("cluster nodepools", index, value));
         docs.extend(valid_class_docs.iter().cloned());
         match api::validate(&docs) {
             Ok(valid) => manifests.node_pools.extend(valid.node_pools),
-            Err(problems) => invalid.extend(problems.iter().map(ToString::to_string)),
+            Err(problems) => {
+                invalid.extend(problems.iter().map(ToString::to_string));
+                let Some(name) = name else { continue };
+                // Valid but for the class it names: say which way the class is wrong.
+                let only_the_class_ref = problems.len() == 1
+                    && problems[0].path == NODE_CLASS_REF_NAME_PATH
+                    && class.is_some();
+                let why = match class {
+                    Some(node_class) if only_the_class_ref => {
+                        if listed_classes.contains(&node_class) {
+                            Invalidity::NodeClassInvalid { node_class }
+                        } else {
+                            Invalidity::NodeClassNotFound { node_class }
+                        }
+                    }
+                    _ => Invalidity::Spec {
+                        message: spec_message(&problems),
+                    },
+                };
+                invalid_objects.push(InvalidObject {
+                    kind: ObjectKind::NodePool,
+                    name,
+                    why,
+                });
+            }
         }
     }
     manifests
+}
+
+/// Where a NodePool names its EC2NodeClass, as core's validation reports the path and
+/// as JSON.
+const NODE_CLASS_REF_NAME_PATH: &str = "spec.template.spec.nodeClassRef.name";
+const NODE_CLASS_REF_NAME_POINTER: &str = "/spec/template/spec/nodeClassRef/name";
+
+/// "path: message; path: message" (the object is implied: the message goes on it).
+fn spec_message(problems: &[api::Problem]) -> String {
+    problems
+        .iter()
+        .map(|p| {
+            if p.path.is_empty() {
+                p.message.clone()
+            } else {
+                format!("{}: {}", p.path, p.message)
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// `status.conditions` after setting `wanted` at `at` (RFC 3339): a condition of the
+/// same type is replaced, keeping its `lastTransitionTime` when its status stays;
+/// others (another controller's) are kept; sorted by type, as Karpenter keeps them.
+fn merged_conditions(
+    current: &[Value],
+    wanted: &[Condition],
+    generation: Option<i64>,
+    at: &str,
+) -> Vec<Value> {
+    let type_of = |c: &Value| c.get("type").and_then(Value::as_str).map(str::to_string);
+    let mut out: Vec<Value> = current
+        .iter()
+        .filter(|c| !type_of(c).is_some_and(|t| wanted.iter().any(|w| w.type_ == t)))
+        .cloned()
+        .collect();
+    for w in wanted {
+        let kept = current
+            .iter()
+            .find(|c| type_of(c).as_deref() == Some(w.type_.as_str()))
+            .filter(|c| c.get("status").and_then(Value::as_str) == Some(w.status.as_str()))
+            .and_then(|c| c.get("lastTransitionTime"))
+            .and_then(Value::as_str)
+            .unwrap_or(at);
+        let mut condition = json!({
+            "type": w.type_,
+            "status": w.status.as_str(),
+            "reason": w.reason,
+            "message": w.message,
+            "lastTransitionTime": kept,
+        });
+        if let Some(generation) = generation {
+            condition["observedGeneration"] = generation.into();
+        }
+        out.push(condition);
+    }
+    out.sort_by_key(|c| type_of(c).unwrap_or_default());
+    out
+}
+
+/// Unix seconds as Kubernetes writes `metav1.Time`.
+fn rfc3339(unix_seconds: i64) -> String {
+    Timestamp::from_second(unix_seconds)
+        .unwrap_or(Timestamp::UNIX_EPOCH)
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 fn crd_missing(crd: &Crd) -> String {
@@ -378,7 +545,9 @@ impl Cluster for KubeCluster {
             invalid.push(crd_missing(&NODE_CLASSES));
             Vec::new()
         });
-        let manifests = validate_karpenter(pools, classes, invalid);
+        self.remember_value_uids(NODE_POOL_KIND, &pools);
+        self.remember_value_uids(NODE_CLASS_KIND, &classes);
+        let manifests = validate_karpenter(pools, classes, invalid, &mut state.invalid_objects);
         state.node_pools = manifests.node_pools;
         state.node_classes = manifests.node_classes;
 
@@ -479,20 +648,18 @@ impl Cluster for KubeCluster {
     }
 
     async fn record_event(&self, event: &ClusterEvent) -> Result<(), ClusterError> {
-        // Nodes (and anything given without a namespace) are cluster-scoped: their
-        // events go to "default", as the kubelet's do.
+        // Nodes, NodePools and EC2NodeClasses (and anything given without a namespace)
+        // are cluster-scoped: their events go to "default", as the kubelet's and
+        // Karpenter's do.
         let object_namespace = match event.namespace.as_deref() {
-            Some(ns) if !ns.is_empty() && event.kind != "Node" => Some(ns.to_string()),
+            Some(ns) if !ns.is_empty() && !cluster_scoped(&event.kind) => Some(ns.to_string()),
             _ => None,
         };
         let namespace = object_namespace
             .clone()
             .unwrap_or_else(|| CLUSTER_SCOPED_EVENT_NAMESPACE.to_string());
-        // The uid `kubectl describe` searches by, from the last listing; for a node not
-        // seen yet, the kubelet's convention of uid = name (describe searches by both).
-        let uid = self
-            .known_uid(&event.kind, object_namespace.as_deref(), &event.name)
-            .or_else(|| (event.kind == "Node").then(|| event.name.clone()));
+        // The uid `kubectl describe` searches by.
+        let uid = self.uid_for_event(event, object_namespace.as_deref()).await;
         let now = Timestamp::now();
         let k8s_event = Event {
             metadata: ObjectMeta {
@@ -542,6 +709,72 @@ impl Cluster for KubeCluster {
                 )
             })?;
         Ok(())
+    }
+
+    /// Reads the object, merges the conditions (see `merged_conditions`) and fields,
+    /// and, if that changes anything, merge-patches `/status` under the read
+    /// resourceVersion: conditions are a list that a merge patch replaces whole, so a
+    /// concurrent writer's change makes the write fail with 409 (then it reads again)
+    /// instead of being lost.
+    async fn update_status(
+        &self,
+        kind: ObjectKind,
+        name: &str,
+        update: &StatusUpdate,
+        now: i64,
+    ) -> Result<bool, ClusterError> {
+        let api = self.crd_api(crd_of(kind));
+        let doing = |what: &str| format!("{what} the status of {kind} {name:?}");
+        let at = rfc3339(now);
+        let mut attempt = 1;
+        loop {
+            let object = api
+                .get(name)
+                .await
+                .map_err(|e| cluster_error(doing("reading"), e))?;
+            let current = object.data.get("status").cloned().unwrap_or(Value::Null);
+            let mut status = serde_json::Map::new();
+            if !update.conditions.is_empty() {
+                let conditions: Vec<Value> = current
+                    .get("conditions")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let merged = merged_conditions(
+                    &conditions,
+                    &update.conditions,
+                    object.metadata.generation,
+                    &at,
+                );
+                if merged != conditions {
+                    status.insert("conditions".into(), Value::Array(merged));
+                }
+            }
+            for (field, value) in &update.fields {
+                let stored = current.get(field).unwrap_or(&Value::Null);
+                if stored != value {
+                    status.insert(field.clone(), value.clone());
+                }
+            }
+            if status.is_empty() {
+                return Ok(false);
+            }
+            let body = json!({
+                "metadata": { "resourceVersion": object.metadata.resource_version },
+                "status": status,
+            });
+            match api
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+                .await
+            {
+                Ok(_) => return Ok(true),
+                Err(e) if classify(&e) == ErrorKind::Conflict && attempt < STATUS_ATTEMPTS => {
+                    debug!(kind = %kind, object = name, attempt, "object changed while writing its status; reading it again");
+                    attempt += 1;
+                }
+                Err(e) => return Err(cluster_error(doing("writing"), e)),
+            }
+        }
     }
 
     async fn pods_on_node(&self, node: &str) -> Result<Vec<cluster::Pod>, ClusterError> {

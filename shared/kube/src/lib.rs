@@ -4,7 +4,8 @@
 //! - [`KubeCluster`] (in `cluster`): lists NodePools/EC2NodeClasses (validated with
 //!   `nodewright_core::api`, bad objects reported rather than fatal), nodes, pods,
 //!   DaemonSets and PDBs; labels and taints nodes under optimistic concurrency; records
-//!   Events; reads the server version.
+//!   Events (on nodes, pods, NodePools and EC2NodeClasses); writes NodePool and
+//!   EC2NodeClass status conditions through `/status`; reads the server version.
 //! - [`client`]: how the kube-rs client is built: no automatic retries (a 429 comes back
 //!   at once as `Throttled`), response timeouts, and a bearer token asked of a
 //!   [`TokenProvider`] on every request (the EKS token is renewed every ~14 minutes).
@@ -19,4 +20,4 @@ pub mod error;
 pub mod fake;
 
 pub use client::{StaticToken, TokenError, TokenProvider};
-pub use cluster::{COMPONENT, KubeCluster, PAGE_SIZE, TAINT_ATTEMPTS};
+pub use cluster::{COMPONENT, KubeCluster, PAGE_SIZE, STATUS_ATTEMPTS, TAINT_ATTEMPTS};

@@ -7,9 +7,12 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use nodewright_core::api::model::{Taint, TaintEffect};
-use nodewright_engine::ports::{BoxError, Cluster, ClusterEvent, ErrorKind, EventType, NodePatch};
+use nodewright_engine::ports::{
+    BoxError, Cluster, ClusterEvent, Condition, ErrorKind, EventType, Invalidity, NodePatch,
+    ObjectKind, StatusUpdate,
+};
 use nodewright_kube::fake::{FakeApiServer, Version};
-use nodewright_kube::{KubeCluster, StaticToken, TAINT_ATTEMPTS, TokenProvider};
+use nodewright_kube::{KubeCluster, STATUS_ATTEMPTS, StaticToken, TAINT_ATTEMPTS, TokenProvider};
 use serde_json::{Value, json};
 
 const EXAMPLES: [(&str, &str); 5] = [
@@ -1015,4 +1018,556 @@ async fn pods_on_node_lists_with_a_field_selector() {
         "{}",
         request.query
     );
+}
+
+// ----- NodePool and EC2NodeClass status, events, invalid objects --------------------------
+
+const CLASS_STATUS_PATH: &str = "/apis/karpenter.k8s.aws/v1/ec2nodeclasses/default/status";
+const CLASS_PATH: &str = "/apis/karpenter.k8s.aws/v1/ec2nodeclasses/default";
+/// 2025-01-01T00:00:00Z
+const T0: i64 = 1_735_689_600;
+
+fn not_ready_class() -> StatusUpdate {
+    StatusUpdate {
+        conditions: vec![
+            Condition::failed(
+                "SubnetsReady",
+                "SubnetsNotFound",
+                "subnetSelectorTerms select no subnet",
+            ),
+            Condition::met("SecurityGroupsReady"),
+            Condition::failed(
+                "Ready",
+                "SubnetsNotFound",
+                "subnetSelectorTerms select no subnet",
+            ),
+        ],
+        fields: Default::default(),
+    }
+}
+
+fn conditions_of(object: &Value) -> Vec<Value> {
+    object["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn condition_of(object: &Value, type_: &str) -> Value {
+    conditions_of(object)
+        .into_iter()
+        .find(|c| c["type"] == type_)
+        .unwrap_or_else(|| panic!("no {type_} condition in {object:#}"))
+}
+
+#[tokio::test]
+async fn a_status_write_sets_conditions_with_their_transition_time_and_observed_generation() {
+    let (server, cluster) = fake().await;
+    let put = server.put(default_node_class());
+    let spec = put["spec"].clone();
+
+    let changed = cluster
+        .update_status(ObjectKind::Ec2NodeClass, "default", &not_ready_class(), T0)
+        .await
+        .expect("status written");
+
+    assert!(changed);
+    let class = server.get("EC2NodeClass", None, "default").unwrap();
+    assert_eq!(
+        condition_of(&class, "Ready"),
+        json!({
+            "type": "Ready",
+            "status": "False",
+            "reason": "SubnetsNotFound",
+            "message": "subnetSelectorTerms select no subnet",
+            "lastTransitionTime": "2025-01-01T00:00:00Z",
+            "observedGeneration": 1,
+        })
+    );
+    assert_eq!(
+        condition_of(&class, "SecurityGroupsReady")["reason"],
+        "SecurityGroupsReady"
+    );
+    let types: Vec<Value> = conditions_of(&class)
+        .iter()
+        .map(|c| c["type"].clone())
+        .collect();
+    assert_eq!(
+        types,
+        ["Ready", "SecurityGroupsReady", "SubnetsReady"],
+        "sorted by type"
+    );
+    assert_eq!(class["spec"], spec, "the spec is untouched");
+    let patch = server
+        .requests()
+        .into_iter()
+        .find(|r| r.method == "PATCH")
+        .expect("a patch");
+    assert_eq!(patch.path, CLASS_STATUS_PATH);
+    assert_eq!(
+        patch.content_type.as_deref(),
+        Some("application/merge-patch+json")
+    );
+    let body = patch.body.expect("a JSON body");
+    assert_eq!(
+        body["metadata"]["resourceVersion"], put["metadata"]["resourceVersion"],
+        "written under the read version"
+    );
+}
+
+#[tokio::test]
+async fn an_unchanged_status_is_read_and_not_written() {
+    let (server, cluster) = fake().await;
+    server.put(default_node_class());
+    cluster
+        .update_status(ObjectKind::Ec2NodeClass, "default", &not_ready_class(), T0)
+        .await
+        .expect("first write");
+    server.clear_requests();
+
+    let changed = cluster
+        .update_status(
+            ObjectKind::Ec2NodeClass,
+            "default",
+            &not_ready_class(),
+            T0 + 60,
+        )
+        .await
+        .expect("second call");
+
+    assert!(!changed);
+    assert_eq!(server.count("GET", CLASS_PATH), 1);
+    assert_eq!(server.count("PATCH", CLASS_STATUS_PATH), 0);
+    let class = server.get("EC2NodeClass", None, "default").unwrap();
+    assert_eq!(
+        condition_of(&class, "Ready")["lastTransitionTime"],
+        "2025-01-01T00:00:00Z"
+    );
+}
+
+#[tokio::test]
+async fn a_flipped_condition_gets_a_new_transition_time_and_the_others_keep_theirs() {
+    let (server, cluster) = fake().await;
+    server.put(default_node_class());
+    cluster
+        .update_status(ObjectKind::Ec2NodeClass, "default", &not_ready_class(), T0)
+        .await
+        .expect("not ready");
+
+    let healthy = StatusUpdate {
+        conditions: vec![
+            Condition::met("SubnetsReady"),
+            Condition::met("SecurityGroupsReady"),
+            Condition::met("Ready"),
+        ],
+        fields: Default::default(),
+    };
+    let changed = cluster
+        .update_status(ObjectKind::Ec2NodeClass, "default", &healthy, T0 + 90)
+        .await
+        .expect("ready");
+
+    assert!(changed);
+    let class = server.get("EC2NodeClass", None, "default").unwrap();
+    let ready = condition_of(&class, "Ready");
+    assert_eq!(ready["status"], "True");
+    assert_eq!(ready["reason"], "Ready");
+    assert_eq!(ready["message"], "");
+    assert_eq!(ready["lastTransitionTime"], "2025-01-01T00:01:30Z");
+    assert_eq!(
+        condition_of(&class, "SecurityGroupsReady")["lastTransitionTime"],
+        "2025-01-01T00:00:00Z",
+        "stayed True: its transition time stays"
+    );
+}
+
+#[tokio::test]
+async fn conditions_set_by_another_controller_are_kept() {
+    let (server, cluster) = fake().await;
+    let mut pool = node_pool("general-purpose");
+    pool["status"] = json!({
+        "conditions": [{
+            "type": "NodeRegistrationHealthy",
+            "status": "Unknown",
+            "reason": "AwaitingReconciliation",
+            "message": "",
+            "lastTransitionTime": "2024-12-01T00:00:00Z",
+        }],
+        "nodes": 3,
+    });
+    server.put(default_node_class());
+    server.put(pool);
+
+    cluster
+        .update_status(
+            ObjectKind::NodePool,
+            "general-purpose",
+            &StatusUpdate {
+                conditions: vec![
+                    Condition::met("NodeClassReady"),
+                    Condition::met("ValidationSucceeded"),
+                    Condition::met("Ready"),
+                ],
+                fields: Default::default(),
+            },
+            T0,
+        )
+        .await
+        .expect("written");
+
+    let pool = server.get("NodePool", None, "general-purpose").unwrap();
+    let types: Vec<Value> = conditions_of(&pool)
+        .iter()
+        .map(|c| c["type"].clone())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "NodeClassReady",
+            "NodeRegistrationHealthy",
+            "Ready",
+            "ValidationSucceeded"
+        ]
+    );
+    assert_eq!(
+        condition_of(&pool, "NodeRegistrationHealthy")["lastTransitionTime"],
+        "2024-12-01T00:00:00Z"
+    );
+    assert_eq!(pool["status"]["nodes"], 3, "other status fields are kept");
+}
+
+#[tokio::test]
+async fn a_concurrent_status_change_is_retried_and_both_changes_are_kept() {
+    let (server, cluster) = fake().await;
+    server.put(default_node_class());
+    // Between nodewright's read and its write, Karpenter (mid-migration) sets a condition.
+    server.after_next("GET", CLASS_PATH, |store| {
+        store.modify("EC2NodeClass", None, "default", |class| {
+            class["status"] = json!({"conditions": [{
+                "type": "AMIsReady", "status": "True", "reason": "AMIsReady", "message": "",
+                "lastTransitionTime": "2024-12-01T00:00:00Z",
+            }]});
+        });
+    });
+
+    cluster
+        .update_status(ObjectKind::Ec2NodeClass, "default", &not_ready_class(), T0)
+        .await
+        .expect("written after a retry");
+
+    let statuses: Vec<u16> = server
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PATCH")
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(statuses, [409, 200]);
+    let class = server.get("EC2NodeClass", None, "default").unwrap();
+    assert_eq!(condition_of(&class, "AMIsReady")["status"], "True");
+    assert_eq!(condition_of(&class, "SubnetsReady")["status"], "False");
+}
+
+#[tokio::test]
+async fn an_object_whose_status_keeps_changing_gives_up_with_conflict() {
+    let (server, cluster) = fake().await;
+    server.put(default_node_class());
+    for i in 0..STATUS_ATTEMPTS {
+        server.after_next("GET", CLASS_PATH, move |store| {
+            store.modify("EC2NodeClass", None, "default", |class| {
+                class["status"]["churn"] = i.into();
+            });
+        });
+    }
+
+    let error = cluster
+        .update_status(ObjectKind::Ec2NodeClass, "default", &not_ready_class(), T0)
+        .await
+        .expect_err("conflict");
+
+    assert_eq!(error.kind(), ErrorKind::Conflict);
+    assert_eq!(
+        server.count("PATCH", CLASS_STATUS_PATH),
+        STATUS_ATTEMPTS as usize
+    );
+}
+
+#[tokio::test]
+async fn the_observed_generation_follows_spec_changes_and_keeps_the_transition_time() {
+    let (server, cluster) = fake().await;
+    server.put(default_node_class());
+    cluster
+        .update_status(ObjectKind::Ec2NodeClass, "default", &not_ready_class(), T0)
+        .await
+        .expect("first");
+    // Someone edits the subnet selector: a new generation.
+    let client = cluster.client().clone();
+    let gvk = kube::api::GroupVersionKind::gvk("karpenter.k8s.aws", "v1", "EC2NodeClass");
+    let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "ec2nodeclasses");
+    let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(client, &resource);
+    let edit = json!({"spec": {"subnetSelectorTerms": [{"tags": {"Name": "private-*"}}]}});
+    api.patch(
+        "default",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&edit),
+    )
+    .await
+    .expect("spec edit");
+    assert_eq!(
+        server.get("EC2NodeClass", None, "default").unwrap()["metadata"]["generation"],
+        2
+    );
+
+    let changed = cluster
+        .update_status(
+            ObjectKind::Ec2NodeClass,
+            "default",
+            &not_ready_class(),
+            T0 + 60,
+        )
+        .await
+        .expect("second");
+
+    assert!(changed, "the observed generation moved");
+    let class = server.get("EC2NodeClass", None, "default").unwrap();
+    let ready = condition_of(&class, "Ready");
+    assert_eq!(ready["observedGeneration"], 2);
+    assert_eq!(ready["lastTransitionTime"], "2025-01-01T00:00:00Z");
+}
+
+#[tokio::test]
+async fn status_fields_are_written_beside_the_conditions_and_null_removes_one() {
+    let (server, cluster) = fake().await;
+    server.put(default_node_class());
+    let mut update = not_ready_class();
+    update
+        .fields
+        .insert("instanceProfile".into(), "test-cluster_123".into());
+
+    cluster
+        .update_status(ObjectKind::Ec2NodeClass, "default", &update, T0)
+        .await
+        .expect("written");
+    let class = server.get("EC2NodeClass", None, "default").unwrap();
+    assert_eq!(class["status"]["instanceProfile"], "test-cluster_123");
+    assert_eq!(
+        server.count("PATCH", CLASS_STATUS_PATH),
+        1,
+        "one write for both"
+    );
+
+    let mut removal = StatusUpdate::default();
+    removal.fields.insert("instanceProfile".into(), Value::Null);
+    assert!(
+        cluster
+            .update_status(ObjectKind::Ec2NodeClass, "default", &removal, T0)
+            .await
+            .expect("removed")
+    );
+    let class = server.get("EC2NodeClass", None, "default").unwrap();
+    assert!(class["status"].get("instanceProfile").is_none());
+    assert_eq!(conditions_of(&class).len(), 3, "conditions untouched");
+}
+
+#[tokio::test]
+async fn a_status_write_for_a_missing_object_is_not_found() {
+    let (_server, cluster) = fake().await;
+
+    let error = cluster
+        .update_status(ObjectKind::NodePool, "ghost", &not_ready_class(), T0)
+        .await
+        .expect_err("no such pool");
+
+    assert_eq!(error.kind(), ErrorKind::NotFound);
+}
+
+#[tokio::test]
+async fn the_fake_keeps_status_and_spec_apart_as_a_real_server_does() {
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+
+    let (server, cluster) = fake().await;
+    let mut pool = node_pool("general-purpose");
+    pool["status"] = json!({"nodes": 1});
+    server.put(pool);
+    let gvk = GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool");
+    let api: Api<DynamicObject> = Api::all_with(
+        cluster.client().clone(),
+        &ApiResource::from_gvk_with_plural(&gvk, "nodepools"),
+    );
+    let params = PatchParams::default();
+
+    // The object itself: status changes are ignored, spec changes bump the generation.
+    api.patch(
+        "general-purpose",
+        &params,
+        &Patch::Merge(json!({"spec": {"weight": 7}, "status": {"nodes": 99}})),
+    )
+    .await
+    .expect("object patch");
+    let stored = server.get("NodePool", None, "general-purpose").unwrap();
+    assert_eq!(stored["spec"]["weight"], 7);
+    assert_eq!(stored["status"]["nodes"], 1);
+    assert_eq!(stored["metadata"]["generation"], 2);
+
+    // The status subresource: only status changes; the generation stays.
+    api.patch_status(
+        "general-purpose",
+        &params,
+        &Patch::Merge(json!({"spec": {"weight": 1}, "status": {"nodes": 5}})),
+    )
+    .await
+    .expect("status patch");
+    let stored = server.get("NodePool", None, "general-purpose").unwrap();
+    assert_eq!(stored["spec"]["weight"], 7);
+    assert_eq!(stored["status"]["nodes"], 5);
+    assert_eq!(stored["metadata"]["generation"], 2);
+
+    // A stale resourceVersion on /status is a conflict.
+    let stale = json!({"metadata": {"resourceVersion": "1"}, "status": {"nodes": 6}});
+    let error = api
+        .patch_status("general-purpose", &params, &Patch::Merge(&stale))
+        .await
+        .expect_err("stale");
+    assert!(
+        matches!(error, kube::Error::Api(ref s) if s.code == 409),
+        "{error:?}"
+    );
+    let status = api
+        .get_status("general-purpose")
+        .await
+        .expect("GET /status");
+    assert_eq!(status.data["status"]["nodes"], 5);
+
+    // Create drops a custom resource's status and starts at generation 1.
+    let mut fresh = node_pool("fresh");
+    fresh["status"] = json!({"nodes": 42});
+    let fresh: DynamicObject = serde_json::from_value(fresh).unwrap();
+    let created = api
+        .create(&kube::api::PostParams::default(), &fresh)
+        .await
+        .expect("create");
+    assert!(created.data.get("status").is_none());
+    assert_eq!(created.metadata.generation, Some(1));
+
+    // Events have no status subresource.
+    assert_eq!(
+        server.with_store(|s| s.type_of_kind("Event").map(|t| t.status_subresource)),
+        Some(false)
+    );
+}
+
+#[tokio::test]
+async fn events_about_node_pools_and_node_classes_name_the_object_in_default() {
+    let (server, cluster) = fake().await;
+    let pool_uid = server.put(node_pool("general-purpose"))["metadata"]["uid"].clone();
+    cluster.state().await.expect("state (learns uids)");
+    // A class created after the listing: its uid is read when the event is recorded.
+    let class_uid = server.put(default_node_class())["metadata"]["uid"].clone();
+
+    cluster
+        .record_event(&ClusterEvent::about_object(
+            ObjectKind::NodePool,
+            "general-purpose",
+            EventType::Warning,
+            "NodeClassNotFound",
+            "EC2NodeClass \"default\" does not exist",
+        ))
+        .await
+        .expect("pool event");
+    cluster
+        .record_event(&ClusterEvent {
+            // A namespace given for a cluster-scoped object is not used.
+            namespace: Some("team-a".into()),
+            ..ClusterEvent::about_object(
+                ObjectKind::Ec2NodeClass,
+                "default",
+                EventType::Warning,
+                "SubnetsNotFound",
+                "subnetSelectorTerms select no subnet",
+            )
+        })
+        .await
+        .expect("class event");
+
+    let events = server.list("Event");
+    assert_eq!(events.len(), 2);
+    let pool_event = events
+        .iter()
+        .find(|e| e["reason"] == "NodeClassNotFound")
+        .expect("the pool event");
+    assert_eq!(pool_event["metadata"]["namespace"], "default");
+    assert_eq!(pool_event["type"], "Warning");
+    assert_eq!(
+        pool_event["involvedObject"],
+        json!({"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "name": "general-purpose", "uid": pool_uid})
+    );
+    let class_event = events
+        .iter()
+        .find(|e| e["reason"] == "SubnetsNotFound")
+        .expect("the class event");
+    assert_eq!(class_event["metadata"]["namespace"], "default");
+    assert_eq!(
+        class_event["involvedObject"],
+        json!({"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "name": "default", "uid": class_uid})
+    );
+}
+
+#[tokio::test]
+async fn invalid_objects_are_named_by_kind_and_say_how_a_pool_is_wrong() {
+    let (server, cluster) = fake().await;
+    let mut broken_class = default_node_class();
+    broken_class["metadata"]["name"] = "broken".into();
+    broken_class["spec"]["amiSelectorTerms"] = json!([]);
+    server.put(broken_class);
+    server.put(default_node_class());
+    server.put(node_pool("good"));
+    let mut bad_spec = node_pool("bad-spec");
+    bad_spec["spec"]["template"]["spec"]["requirements"][0]["operator"] = "GreaterThan".into();
+    server.put(bad_spec);
+    let mut orphan = node_pool("orphan");
+    orphan["spec"]["template"]["spec"]["nodeClassRef"]["name"] = "missing".into();
+    server.put(orphan);
+    let mut uses_broken = node_pool("uses-broken");
+    uses_broken["spec"]["template"]["spec"]["nodeClassRef"]["name"] = "broken".into();
+    server.put(uses_broken);
+
+    let state = cluster.state().await.expect("state");
+
+    let by_name = |name: &str| {
+        state
+            .invalid_objects
+            .iter()
+            .find(|o| o.name == name)
+            .unwrap_or_else(|| panic!("{name} not reported: {:#?}", state.invalid_objects))
+    };
+    assert_eq!(
+        state.invalid_objects.len(),
+        4,
+        "{:#?}",
+        state.invalid_objects
+    );
+    let class = by_name("broken");
+    assert_eq!(class.kind, ObjectKind::Ec2NodeClass);
+    assert!(
+        matches!(&class.why, Invalidity::Spec { message } if message.starts_with("spec.amiSelectorTerms")),
+        "{class:?}"
+    );
+    let spec = by_name("bad-spec");
+    assert_eq!(spec.kind, ObjectKind::NodePool);
+    assert!(
+        matches!(&spec.why, Invalidity::Spec { message } if message.starts_with("spec.template.spec.requirements[0].operator: ")),
+        "{spec:?}"
+    );
+    assert_eq!(
+        by_name("orphan").why,
+        Invalidity::NodeClassNotFound {
+            node_class: "missing".into()
+        }
+    );
+    assert_eq!(
+        by_name("uses-broken").why,
+        Invalidity::NodeClassInvalid {
+            node_class: "broken".into()
+        }
+    );
+    assert_eq!(state.invalid.len(), 4, "the messages are still there too");
 }

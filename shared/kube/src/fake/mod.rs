@@ -23,7 +23,11 @@
 //!   disruption controller's arithmetic over the pods stored now): 201 and the pod is
 //!   gone, or 429 TooManyRequests with the real server's `Status` and a
 //!   `DisruptionBudget` cause;
-//! - list `fieldSelector`s of equality terms (`spec.nodeName=x`, `a!=b`, ANDed).
+//! - list `fieldSelector`s of equality terms (`spec.nodeName=x`, `a!=b`, ANDed);
+//! - the `/status` subresource (get, replace, patch) of the kinds that have one: a
+//!   status write changes only `.status`, a write to the object itself leaves `.status`
+//!   alone, and custom resources get `metadata.generation` (bumped by spec changes
+//!   only), so `observedGeneration` can be tested.
 //!
 //! Requests are routed to [`Route`] (resource type, namespace, name, subresource) and
 //! then to a handler by method.
@@ -403,9 +407,28 @@ fn handle(state: &mut State, call: &Call) -> Answer {
         (&Method::GET, Some(name), None) => get(store, &route, name),
         (&Method::POST, None, None) => create(store, &route, call.body),
         (&Method::PUT, Some(name), None) => replace(store, &route, name, call.body),
-        (&Method::PATCH, Some(name), None) => {
-            patch(store, &route, name, call.content_type, call.body)
+        (&Method::PATCH, Some(name), None) => patch(
+            store,
+            &route,
+            name,
+            call.content_type,
+            call.body,
+            Part::Object,
+        ),
+        (&Method::GET, Some(name), Some("status")) if route.resource.status_subresource => {
+            get(store, &route, name)
         }
+        (&Method::PUT, Some(name), Some("status")) if route.resource.status_subresource => {
+            replace_status(store, &route, name, call.body)
+        }
+        (&Method::PATCH, Some(name), Some("status")) if route.resource.status_subresource => patch(
+            store,
+            &route,
+            name,
+            call.content_type,
+            call.body,
+            Part::Status,
+        ),
         (&Method::DELETE, Some(name), None) => delete(store, &route, name),
         (&Method::POST, Some(name), Some("eviction")) if route.resource.kind == "Pod" => match call
             .body
@@ -741,6 +764,15 @@ fn create(store: &mut Store, route: &Route, body: Option<&Value>) -> Answer {
         // Set by the server, never by the client.
         meta.remove("resourceVersion");
         meta.remove("uid");
+        meta.remove("generation");
+    }
+    // A custom resource with a status subresource starts without one (built-in kinds
+    // each reset it their own way; not modelled).
+    if route.resource.status_subresource
+        && !route.resource.builtin
+        && let Value::Object(map) = &mut object
+    {
+        map.remove("status");
     }
     let stored = store.write(key, object, None);
     json_answer(201, &stored)
@@ -779,6 +811,7 @@ fn replace(store: &mut Store, route: &Route, name: &str, body: Option<&Value>) -
     {
         return conflict(route, name);
     }
+    let object = Part::Object.written(&route.resource, &current, object);
     let stored = store.write(
         key(route.resource.kind, route.namespace.as_deref(), name),
         object,
@@ -787,12 +820,77 @@ fn replace(store: &mut Store, route: &Route, name: &str, body: Option<&Value>) -
     json_answer(200, &stored)
 }
 
+/// `PUT .../{name}/status`: the body's `.status` replaces the stored one; nothing
+/// else of the body counts (a stale `metadata.resourceVersion` is still a conflict).
+fn replace_status(store: &mut Store, route: &Route, name: &str, body: Option<&Value>) -> Answer {
+    let Some(object) = body.filter(|b| b.is_object()) else {
+        return status_answer(400, "BadRequest", "the body is not a JSON object", None);
+    };
+    if object.pointer("/metadata/name").and_then(Value::as_str) != Some(name) {
+        return status_answer(
+            400,
+            "BadRequest",
+            "the name of the object does not match the name on the URL",
+            None,
+        );
+    }
+    let Some(current) = store
+        .get(route.resource.kind, route.namespace.as_deref(), name)
+        .cloned()
+    else {
+        return not_found(route, name);
+    };
+    if let Some(rv) = resource_version(object)
+        && Some(rv) != resource_version(&current)
+    {
+        return conflict(route, name);
+    }
+    let updated = Part::Status.written(&route.resource, &current, object.clone());
+    let stored = store.write(
+        key(route.resource.kind, route.namespace.as_deref(), name),
+        updated,
+        Some(&current),
+    );
+    json_answer(200, &stored)
+}
+
+/// Which part of an object a write may change.
+#[derive(Clone, Copy)]
+enum Part {
+    /// The object itself: everything but `.status` when the kind has a status
+    /// subresource.
+    Object,
+    /// The `/status` subresource: `.status` only.
+    Status,
+}
+
+impl Part {
+    /// What is stored when `wanted` is written over `current` through this part.
+    fn written(self, resource: &ResourceType, current: &Value, wanted: Value) -> Value {
+        let (mut base, from) = match self {
+            Part::Object if !resource.status_subresource => return wanted,
+            Part::Object => (wanted, current),
+            Part::Status => (current.clone(), &wanted),
+        };
+        match from.get("status") {
+            Some(status) => base["status"] = status.clone(),
+            None => {
+                if let Value::Object(map) = &mut base {
+                    map.remove("status");
+                }
+            }
+        }
+        base
+    }
+}
+
 fn patch(
     store: &mut Store,
     route: &Route,
     name: &str,
     content_type: Option<&str>,
     body: Option<&Value>,
+    part: Part,
 ) -> Answer {
     let Some(body) = body else {
         return status_answer(400, "BadRequest", "the patch is not JSON", None);
@@ -851,6 +949,7 @@ fn patch(
             None,
         );
     }
+    let patched = part.written(&route.resource, &current, patched);
     let stored = store.write(
         key(route.resource.kind, route.namespace.as_deref(), name),
         patched,

@@ -20,6 +20,10 @@ pub struct ResourceType {
     /// Built-in types' lists omit `apiVersion`/`kind` on items (custom resources'
     /// lists keep them), as a real API server does.
     pub builtin: bool,
+    /// Served with a `/status` subresource: writes to the object itself leave `.status`
+    /// as it was, writes to `/status` change nothing else (and a custom resource's
+    /// `.status` is dropped on create), as a real API server does.
+    pub status_subresource: bool,
 }
 
 impl ResourceType {
@@ -47,6 +51,8 @@ const fn builtin(
         plural,
         namespaced,
         builtin: true,
+        // Every built-in kind here but Event has one.
+        status_subresource: !matches!(kind.as_bytes(), b"Event"),
     }
 }
 
@@ -72,6 +78,7 @@ pub fn default_resource_types() -> Vec<ResourceType> {
             plural: "nodepools",
             namespaced: false,
             builtin: false,
+            status_subresource: true,
         },
         ResourceType {
             group: "karpenter.k8s.aws",
@@ -80,6 +87,7 @@ pub fn default_resource_types() -> Vec<ResourceType> {
             plural: "ec2nodeclasses",
             namespaced: false,
             builtin: false,
+            status_subresource: true,
         },
     ]
 }
@@ -206,7 +214,9 @@ impl Store {
     }
 
     /// Stores `object` under `key` as the API server would: identity fields kept from
-    /// `previous` (uid, creationTimestamp), a new resourceVersion, namespace filled in.
+    /// `previous` (uid, creationTimestamp), a new resourceVersion, namespace filled in;
+    /// for custom resources, `metadata.generation` (1 on create, or as given by a test's
+    /// `put`; one more whenever anything but metadata and status changes).
     pub(crate) fn write(
         &mut self,
         key: ObjectKey,
@@ -244,6 +254,24 @@ impl Store {
         }
         metadata["uid"] = uid;
         metadata["creationTimestamp"] = created;
+        if resource_type.as_ref().is_some_and(|t| !t.builtin) {
+            let generation = match previous {
+                Some(previous) => {
+                    let before = generation_of(previous);
+                    if spec_of(previous) == spec_of(&object) {
+                        before
+                    } else {
+                        before + 1
+                    }
+                }
+                None => object
+                    .pointer("/metadata/generation")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(1),
+            };
+            object["metadata"]["generation"] = generation.into();
+        }
+        let metadata = &mut object["metadata"];
         metadata["resourceVersion"] = self.revision.to_string().into();
         self.objects.insert(key, object.clone());
         object
@@ -272,6 +300,25 @@ impl Store {
         });
         Ok((kind.to_string(), namespace, name.to_string()))
     }
+}
+
+fn generation_of(object: &Value) -> i64 {
+    object
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(1)
+}
+
+/// Everything the generation counts: the object without metadata and status.
+fn spec_of(object: &Value) -> Value {
+    let mut rest = object.clone();
+    if let Value::Object(map) = &mut rest {
+        map.remove("metadata");
+        map.remove("status");
+        map.remove("apiVersion");
+        map.remove("kind");
+    }
+    rest
 }
 
 pub(crate) fn key(kind: &str, namespace: Option<&str>, name: &str) -> ObjectKey {

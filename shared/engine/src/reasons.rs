@@ -1,0 +1,902 @@
+//! Making "why" reach people. A scheduled invocation's return value goes nowhere, so
+//! everything a tick learns about what it could *not* do is published here, once per
+//! provisioning tick, through every channel someone may be looking at:
+//!
+//! | finding | log (warn) | decision log | Kubernetes Event | status conditions |
+//! |---|---|---|---|---|
+//! | a pod no NodePool can hold | `pod`, `reason` | "cannot schedule ns/pod" | Warning `FailedScheduling` on the pod | — |
+//! | a [`Problem`] with a NodePool or EC2NodeClass | `object_kind`, `object`, `condition`, `reason`, `detail` | "cannot use EC2NodeClass \"x\"" | Warning, reason = the problem's, on the object | the problem's condition False, `Ready` False |
+//! | a healthy NodePool or EC2NodeClass | — | — | — | every condition True |
+//! | a claim launched for pods ([`ClaimPods`]) | — | — | Normal `Launched` / `Nominated` on *every* pod | — |
+//!
+//! The conditions are Karpenter's: an EC2NodeClass is `Ready` when `SubnetsReady`,
+//! `SecurityGroupsReady`, `AMIsReady`, `InstanceProfileReady` and `ValidationSucceeded`
+//! are; a NodePool when `ValidationSucceeded` and `NodeClassReady` are. The reasons
+//! (`SubnetsNotFound`, `SecurityGroupsNotFound`, `AMINotFound`, `NodeClassNotFound`,
+//! `NodePoolValidationFailed`) are Karpenter's too, so alerts and `kubectl wait
+//! --for=condition=Ready` written for Karpenter keep working.
+//!
+//! **De-duplication.** A poll loop ticks every few seconds; a stuck pod must not get an
+//! event, a log line and a DynamoDB decision every five seconds. The same finding —
+//! (object, reason, message) — is published once per [`DEDUPE_WINDOW`] (five minutes,
+//! Karpenter's window for `FailedScheduling`): the log line and the decision with it,
+//! then nothing until the window has passed (a suppressed repeat logs at debug). A
+//! finding whose message changes is new and goes out at once (Karpenter keys on the
+//! object alone; a changed reason is news worth the event). An event that could not be
+//! posted is tried again on the next tick. Statuses are remembered as written: an
+//! unchanged status is not sent again within the window, and after it only re-checked
+//! (the adapter reads the object and writes nothing when it already reads so). The
+//! memory lives in the [`Reasons`] value, i.e. for the life of a warm Lambda; a cold
+//! start publishes each current finding once more.
+//!
+//! Everything here is best effort: a failure is logged and counted in the
+//! [`PublishReport`], never returned, and never fails the tick. `now` is passed in; this
+//! module reads no clock.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use futures_util::stream::{self, StreamExt};
+use serde_json::{Map, Value};
+use tracing::{debug, info, warn};
+
+use nodewright_core::provisioning::UnschedulablePod;
+
+use crate::context::Ports;
+use crate::ports::{
+    ClusterEvent, Condition, Decision, EventType, InvalidObject, Invalidity, ObjectKind,
+    StatusUpdate,
+};
+
+/// How long the same finding is not published again.
+pub const DEDUPE_WINDOW: Duration = Duration::from_secs(5 * 60);
+
+/// Calls to the cluster and the store in flight at once: enough that a slow API does
+/// not serialize hundreds of pod events, few enough not to be throttled for it.
+const CONCURRENCY: usize = 8;
+
+/// The API server refuses longer event messages (events.k8s.io's 1 kB note limit).
+const EVENT_MESSAGE_LIMIT: usize = 1024;
+/// The Karpenter CRDs' `maxLength` for a condition message.
+const CONDITION_MESSAGE_LIMIT: usize = 32768;
+
+// ----- condition types (Karpenter's) -----------------------------------------------------
+
+pub const READY: &str = "Ready";
+pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
+pub const SUBNETS_READY: &str = "SubnetsReady";
+pub const SECURITY_GROUPS_READY: &str = "SecurityGroupsReady";
+pub const AMIS_READY: &str = "AMIsReady";
+pub const INSTANCE_PROFILE_READY: &str = "InstanceProfileReady";
+pub const NODE_CLASS_READY: &str = "NodeClassReady";
+
+/// The conditions an EC2NodeClass's `Ready` depends on.
+pub const NODE_CLASS_CONDITIONS: [&str; 5] = [
+    VALIDATION_SUCCEEDED,
+    SUBNETS_READY,
+    SECURITY_GROUPS_READY,
+    AMIS_READY,
+    INSTANCE_PROFILE_READY,
+];
+/// The conditions a NodePool's `Ready` depends on.
+pub const NODE_POOL_CONDITIONS: [&str; 2] = [VALIDATION_SUCCEEDED, NODE_CLASS_READY];
+
+/// The reason of a dependent condition left Unknown because an earlier step failed.
+pub const NOT_EVALUATED: &str = "NotEvaluated";
+
+fn dependents(kind: ObjectKind) -> &'static [&'static str] {
+    match kind {
+        ObjectKind::NodePool => &NODE_POOL_CONDITIONS,
+        ObjectKind::Ec2NodeClass => &NODE_CLASS_CONDITIONS,
+    }
+}
+
+// ----- what the provisioner tells us ------------------------------------------------------
+
+/// A NodePool or EC2NodeClass that cannot be used, and why: the condition it makes
+/// False, with a machine-readable reason and a message for people.
+///
+/// How the other conditions of the object follow (see [`conditions_for`]): a failed
+/// `ValidationSucceeded` means nothing else was evaluated (the rest Unknown); a failed
+/// `Ready` alone (the object could not be resolved at all) leaves the resolution steps
+/// Unknown; a failed resolution step (subnets, security groups, AMIs, instance profile,
+/// node class) means validation and the steps not named passed — the provisioner
+/// resolves them together and reports every step that failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub kind: ObjectKind,
+    pub name: String,
+    /// The condition type made False: "SubnetsReady", "NodeClassReady", "Ready"...
+    pub condition: String,
+    /// CamelCase: "SubnetsNotFound".
+    pub reason: String,
+    pub message: String,
+}
+
+impl Problem {
+    fn new(kind: ObjectKind, name: &str, condition: &str, reason: &str, message: String) -> Self {
+        Problem {
+            kind,
+            name: name.into(),
+            condition: condition.into(),
+            reason: reason.into(),
+            message,
+        }
+    }
+
+    /// The class's `subnetSelectorTerms` (summarized by the caller, e.g.
+    /// `tags karpenter.sh/discovery=prod`) select no subnet.
+    pub fn no_subnets(node_class: &str, selector_summary: &str) -> Self {
+        Self::new(
+            ObjectKind::Ec2NodeClass,
+            node_class,
+            SUBNETS_READY,
+            "SubnetsNotFound",
+            format!("subnetSelectorTerms ({selector_summary}) select no subnet"),
+        )
+    }
+
+    /// The class's `securityGroupSelectorTerms` select no security group.
+    pub fn no_security_groups(node_class: &str, selector_summary: &str) -> Self {
+        Self::new(
+            ObjectKind::Ec2NodeClass,
+            node_class,
+            SECURITY_GROUPS_READY,
+            "SecurityGroupsNotFound",
+            format!("securityGroupSelectorTerms ({selector_summary}) select no security group"),
+        )
+    }
+
+    /// The class's `amiSelectorTerms` select no image (for this Kubernetes version).
+    pub fn no_images(node_class: &str, selector_summary: &str) -> Self {
+        Self::new(
+            ObjectKind::Ec2NodeClass,
+            node_class,
+            AMIS_READY,
+            "AMINotFound",
+            format!("amiSelectorTerms ({selector_summary}) select no AMI"),
+        )
+    }
+
+    /// The class's instance profile could not be found or created.
+    pub fn no_instance_profile(node_class: &str, message: impl Into<String>) -> Self {
+        Self::new(
+            ObjectKind::Ec2NodeClass,
+            node_class,
+            INSTANCE_PROFILE_READY,
+            "InstanceProfileUnavailable",
+            message.into(),
+        )
+    }
+
+    /// The pool's `nodeClassRef` names an EC2NodeClass that does not exist.
+    pub fn node_class_missing(node_pool: &str, node_class: &str) -> Self {
+        Self::new(
+            ObjectKind::NodePool,
+            node_pool,
+            NODE_CLASS_READY,
+            "NodeClassNotFound",
+            format!("EC2NodeClass {node_class:?} does not exist"),
+        )
+    }
+
+    /// The pool's EC2NodeClass exists but is not ready; the pool's `NodeClassReady`
+    /// carries the class's reason, as Karpenter propagates it.
+    pub fn node_class_not_ready(
+        node_pool: &str,
+        node_class: &str,
+        class_reason: &str,
+        class_message: &str,
+    ) -> Self {
+        Self::new(
+            ObjectKind::NodePool,
+            node_pool,
+            NODE_CLASS_READY,
+            class_reason,
+            format!("EC2NodeClass {node_class:?} is not ready: {class_message}"),
+        )
+    }
+
+    /// The object's spec is invalid (`ValidationSucceeded` False).
+    pub fn invalid(kind: ObjectKind, name: &str, message: impl Into<String>) -> Self {
+        let reason = match kind {
+            ObjectKind::NodePool => "NodePoolValidationFailed",
+            ObjectKind::Ec2NodeClass => "NodeClassValidationFailed",
+        };
+        Self::new(kind, name, VALIDATION_SUCCEEDED, reason, message.into())
+    }
+
+    /// The class could not be resolved at all (the cloud refused the request as
+    /// invalid or not found): `Ready` False, the resolution steps Unknown.
+    pub fn unresolved(node_class: &str, message: impl Into<String>) -> Self {
+        Self::new(
+            ObjectKind::Ec2NodeClass,
+            node_class,
+            READY,
+            "NodeClassNotReady",
+            message.into(),
+        )
+    }
+
+    /// The problem behind an object the cluster adapter found invalid.
+    pub fn from_invalid(object: &InvalidObject) -> Self {
+        match &object.why {
+            Invalidity::Spec { message } => Self::invalid(object.kind, &object.name, message),
+            Invalidity::NodeClassNotFound { node_class } => {
+                Self::node_class_missing(&object.name, node_class)
+            }
+            Invalidity::NodeClassInvalid { node_class } => Self::node_class_not_ready(
+                &object.name,
+                node_class,
+                "NodeClassValidationFailed",
+                "its spec is invalid",
+            ),
+        }
+    }
+}
+
+/// Extra `status` fields to write on an object (merged into the same status write as
+/// its conditions).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusFields {
+    pub kind: ObjectKind,
+    pub name: String,
+    pub fields: Map<String, Value>,
+}
+
+impl StatusFields {
+    /// `status.instanceProfile` of an EC2NodeClass, as Karpenter records it.
+    pub fn instance_profile(node_class: &str, profile: &str) -> Self {
+        let mut fields = Map::new();
+        fields.insert("instanceProfile".into(), profile.into());
+        StatusFields {
+            kind: ObjectKind::Ec2NodeClass,
+            name: node_class.into(),
+            fields,
+        }
+    }
+}
+
+/// A Normal event for every pod of a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimPods {
+    pub claim: String,
+    /// "namespace/name"
+    pub pods: Vec<String>,
+    /// "Launched" or "Nominated".
+    pub reason: String,
+    pub message: String,
+}
+
+impl ClaimPods {
+    /// The claim's instance was launched for these pods.
+    pub fn launched(claim: &str, pods: &[String], instance_type: &str, zone: &str) -> Self {
+        ClaimPods {
+            claim: claim.into(),
+            pods: pods.to_vec(),
+            reason: "Launched".into(),
+            message: format!(
+                "NodeClaim {claim} launched as {instance_type} in {zone} for {} pod(s)",
+                pods.len()
+            ),
+        }
+    }
+
+    /// These pods are expected to run on the claim's node (`node` once it registered).
+    pub fn nominated(claim: &str, pods: &[String], node: Option<&str>) -> Self {
+        let message = match node {
+            Some(node) => format!("nodewright expects this pod on node {node} (NodeClaim {claim})"),
+            None => format!("nodewright expects this pod on the node of NodeClaim {claim}"),
+        };
+        ClaimPods {
+            claim: claim.into(),
+            pods: pods.to_vec(),
+            reason: "Nominated".into(),
+            message,
+        }
+    }
+}
+
+/// What one tick found, for [`Reasons::publish`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReasonsInput<'a> {
+    pub unschedulable: &'a [UnschedulablePod],
+    pub problems: &'a [Problem],
+    /// EC2NodeClasses that resolved (subnets, security groups, AMIs) and validated.
+    pub healthy_node_classes: &'a [String],
+    /// NodePools that validated and whose EC2NodeClass is healthy.
+    pub healthy_node_pools: &'a [String],
+    pub status_fields: &'a [StatusFields],
+    pub claims: &'a [ClaimPods],
+}
+
+/// What [`Reasons::publish`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PublishReport {
+    /// Findings logged and recorded as decisions (not suppressed).
+    pub reported: usize,
+    /// Events posted.
+    pub events: usize,
+    /// Objects whose status changed, in the order written.
+    pub statuses_changed: Vec<(ObjectKind, String)>,
+    /// Findings and claim events not published again inside the window.
+    pub suppressed: usize,
+    /// Events, decisions or status writes that failed (each logged).
+    pub failures: usize,
+}
+
+// ----- conditions ---------------------------------------------------------------------------
+
+/// The conditions of an object given all its problems this tick (none: healthy).
+/// Every dependent condition of the kind is set, then `Ready`; a problem naming a
+/// condition outside the kind's set adds it False too.
+pub fn conditions_for(kind: ObjectKind, problems: &[&Problem]) -> Vec<Condition> {
+    let Some(first) = problems.first() else {
+        let mut all: Vec<Condition> = dependents(kind).iter().map(|t| Condition::met(t)).collect();
+        all.push(Condition::met(READY));
+        return all;
+    };
+    let named = |t: &str| problems.iter().find(|p| p.condition == t);
+    let invalid = named(VALIDATION_SUCCEEDED);
+    let unresolved = named(READY);
+    let mut out = Vec::new();
+    for &t in dependents(kind) {
+        let condition = if let Some(p) = named(t) {
+            Condition::failed(t, &p.reason, clip(&p.message, CONDITION_MESSAGE_LIMIT))
+        } else if t == VALIDATION_SUCCEEDED {
+            // Any other problem was found after validation passed.
+            Condition::met(t)
+        } else if let Some(blocker) = invalid.or(unresolved) {
+            Condition::unknown(
+                t,
+                NOT_EVALUATED,
+                format!("not evaluated: {} is False", blocker.condition),
+            )
+        } else {
+            Condition::met(t)
+        };
+        out.push(condition);
+    }
+    for p in problems {
+        if p.condition != READY && !out.iter().any(|c| c.type_ == p.condition) {
+            out.push(Condition::failed(
+                &p.condition,
+                &p.reason,
+                clip(&p.message, CONDITION_MESSAGE_LIMIT),
+            ));
+        }
+    }
+    let message = problems
+        .iter()
+        .map(|p| p.message.as_str())
+        .collect::<Vec<_>>()
+        .join("; ");
+    out.push(Condition::failed(
+        READY,
+        &first.reason,
+        clip(&message, CONDITION_MESSAGE_LIMIT),
+    ));
+    out
+}
+
+/// At most `limit` bytes of `s`, cut at a character boundary.
+fn clip(s: &str, limit: usize) -> String {
+    if s.len() <= limit {
+        return s.to_string();
+    }
+    let mut end = limit;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+// ----- publishing -------------------------------------------------------------------------
+
+/// Remembered publications, each with when it went out.
+#[derive(Default)]
+struct Memory {
+    /// Findings logged and recorded as decisions.
+    reported: HashMap<String, i64>,
+    /// Events posted.
+    posted: HashMap<String, i64>,
+    /// Statuses written (or found already so).
+    statuses: HashMap<(ObjectKind, String), (StatusUpdate, i64)>,
+}
+
+/// One finding or notice to publish: a log line and a decision (findings only) and an
+/// event, under one de-duplication key.
+struct Notice {
+    key: String,
+    event: ClusterEvent,
+    finding: Option<Finding>,
+}
+
+/// The log line and decision of a finding.
+enum Finding {
+    Pod { pod: String, why: String },
+    Object(Problem),
+}
+
+/// The outcome of one notice's I/O: (key, event posted?, decision written?), `None`
+/// when not attempted.
+type Sent = (String, Option<bool>, Option<bool>);
+
+/// Publishes what a tick found (see the module documentation), remembering what went
+/// out so that repeats inside [`DEDUPE_WINDOW`] are not published again. Build one per
+/// cold start and keep it with the provisioner.
+pub struct Reasons {
+    window: i64,
+    memory: Mutex<Memory>,
+}
+
+impl Default for Reasons {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Reasons {
+    pub fn new() -> Self {
+        Self::with_window(DEDUPE_WINDOW)
+    }
+
+    /// With another de-duplication window (tests, a noisier deployment).
+    pub fn with_window(window: Duration) -> Self {
+        Reasons {
+            window: i64::try_from(window.as_secs()).unwrap_or(i64::MAX),
+            memory: Mutex::default(),
+        }
+    }
+
+    fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
+        self.memory.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Publishes `input` as found at `now` (Unix seconds). Never fails; see
+    /// [`PublishReport`] for what went out.
+    pub async fn publish(
+        &self,
+        ports: &Ports,
+        now: i64,
+        input: &ReasonsInput<'_>,
+    ) -> PublishReport {
+        let mut report = PublishReport::default();
+        self.forget_before(now.saturating_sub(self.window));
+        let notices = notices(input);
+        let sends = self.log_and_select(notices, now, &mut report);
+        let sent: Vec<Sent> = stream::iter(sends)
+            .map(|(notice, post, decide)| send(ports, now, notice, post, decide))
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        {
+            let mut memory = self.memory();
+            for (key, posted, decided) in sent {
+                match posted {
+                    Some(true) => {
+                        report.events += 1;
+                        memory.posted.insert(key, now);
+                    }
+                    Some(false) => report.failures += 1,
+                    None => {}
+                }
+                if decided == Some(false) {
+                    report.failures += 1;
+                }
+            }
+        }
+        self.write_statuses(ports, now, input, &mut report).await;
+        report
+    }
+
+    fn forget_before(&self, cutoff: i64) {
+        let mut memory = self.memory();
+        memory.reported.retain(|_, at| *at > cutoff);
+        memory.posted.retain(|_, at| *at > cutoff);
+        memory.statuses.retain(|_, (_, at)| *at > cutoff);
+    }
+
+    /// Logs the findings not reported inside the window and picks what to send for
+    /// each notice: (notice, post its event?, write its decision?).
+    fn log_and_select(
+        &self,
+        notices: Vec<Notice>,
+        now: i64,
+        report: &mut PublishReport,
+    ) -> Vec<(Notice, bool, bool)> {
+        let mut memory = self.memory();
+        let mut this_tick = HashSet::new();
+        let mut out = Vec::new();
+        for notice in notices {
+            if !this_tick.insert(notice.key.clone()) {
+                continue;
+            }
+            let post = !memory.posted.contains_key(&notice.key);
+            let decide = match &notice.finding {
+                Some(finding) if !memory.reported.contains_key(&notice.key) => {
+                    log_finding(finding);
+                    memory.reported.insert(notice.key.clone(), now);
+                    report.reported += 1;
+                    true
+                }
+                _ => false,
+            };
+            if post || decide {
+                out.push((notice, post, decide));
+            } else {
+                debug!(key = %notice.key, "already published in this window");
+                report.suppressed += 1;
+            }
+        }
+        out
+    }
+
+    /// Writes each reported object's conditions (and extra fields) unless the same
+    /// status was written inside the window.
+    async fn write_statuses(
+        &self,
+        ports: &Ports,
+        now: i64,
+        input: &ReasonsInput<'_>,
+        report: &mut PublishReport,
+    ) {
+        let updates: Vec<((ObjectKind, String), StatusUpdate)> = status_updates(input)
+            .into_iter()
+            .filter(|(object, update)| {
+                let memory = self.memory();
+                memory
+                    .statuses
+                    .get(object)
+                    .is_none_or(|(last, _)| last != update)
+            })
+            .collect();
+        let results: Vec<_> = stream::iter(updates)
+            .map(|((kind, name), update)| async move {
+                let result = ports.cluster.update_status(kind, &name, &update, now).await;
+                ((kind, name), update, result)
+            })
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        let mut memory = self.memory();
+        for ((kind, name), update, result) in results {
+            match result {
+                Ok(changed) => {
+                    if changed {
+                        let ready = update
+                            .conditions
+                            .iter()
+                            .find(|c| c.type_ == READY)
+                            .map(|c| c.status.as_str())
+                            .unwrap_or("");
+                        info!(object_kind = %kind, object = %name, ready, "status written");
+                        report.statuses_changed.push((kind, name.clone()));
+                    }
+                    memory.statuses.insert((kind, name), (update, now));
+                }
+                Err(e) => {
+                    warn!(object_kind = %kind, object = %name, error = %e, "could not write status");
+                    report.failures += 1;
+                }
+            }
+        }
+    }
+}
+
+fn log_finding(finding: &Finding) {
+    match finding {
+        Finding::Pod { pod, why } => warn!(pod = %pod, reason = %why, "pod cannot be scheduled"),
+        Finding::Object(p) => warn!(
+            object_kind = %p.kind,
+            object = %p.name,
+            condition = %p.condition,
+            reason = %p.reason,
+            detail = %p.message,
+            "object cannot be used"
+        ),
+    }
+}
+
+/// Every finding and claim event of a tick, with its de-duplication key.
+fn notices(input: &ReasonsInput<'_>) -> Vec<Notice> {
+    let mut out = Vec::new();
+    for u in input.unschedulable {
+        let message = clip(
+            &format!("nodewright cannot launch a node for this pod: {}", u.reason),
+            EVENT_MESSAGE_LIMIT,
+        );
+        let Some(event) =
+            ClusterEvent::about_pod(&u.pod, EventType::Warning, "FailedScheduling", message)
+        else {
+            warn!(pod = %u.pod, "an unschedulable pod without a namespace; no event posted");
+            continue;
+        };
+        out.push(Notice {
+            key: format!("Pod/{}/FailedScheduling/{}", u.pod, u.reason),
+            event,
+            finding: Some(Finding::Pod {
+                pod: u.pod.clone(),
+                why: u.reason.clone(),
+            }),
+        });
+    }
+    for p in input.problems {
+        out.push(Notice {
+            key: format!("{}/{}/{}/{}", p.kind, p.name, p.reason, p.message),
+            event: ClusterEvent::about_object(
+                p.kind,
+                &p.name,
+                EventType::Warning,
+                &p.reason,
+                clip(&p.message, EVENT_MESSAGE_LIMIT),
+            ),
+            finding: Some(Finding::Object(p.clone())),
+        });
+    }
+    for claim in input.claims {
+        for pod in &claim.pods {
+            let message = clip(&claim.message, EVENT_MESSAGE_LIMIT);
+            let Some(event) =
+                ClusterEvent::about_pod(pod, EventType::Normal, &claim.reason, message)
+            else {
+                warn!(pod = %pod, claim = %claim.claim, "a claim's pod without a namespace; no event posted");
+                continue;
+            };
+            out.push(Notice {
+                key: format!("Pod/{pod}/{}/{}", claim.reason, claim.message),
+                event,
+                finding: None,
+            });
+        }
+    }
+    out
+}
+
+/// Posts the notice's event and writes its decision, as chosen.
+async fn send(ports: &Ports, now: i64, notice: Notice, post: bool, decide: bool) -> Sent {
+    let decided = match (&notice.finding, decide) {
+        (Some(finding), true) => {
+            let decision = decision_for(finding, now);
+            Some(match ports.store.record_decision(&decision).await {
+                Ok(()) => true,
+                Err(e) => {
+                    warn!(action = %decision.action, error = %e, "could not record decision");
+                    false
+                }
+            })
+        }
+        _ => None,
+    };
+    let posted = if post {
+        Some(match ports.cluster.record_event(&notice.event).await {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(
+                    reason = %notice.event.reason,
+                    object_kind = %notice.event.kind,
+                    object = %notice.event.name,
+                    error = %e,
+                    "could not record event"
+                );
+                false
+            }
+        })
+    } else {
+        None
+    };
+    (notice.key, posted, decided)
+}
+
+fn decision_for(finding: &Finding, now: i64) -> Decision {
+    let (action, reason) = match finding {
+        Finding::Pod { pod, why } => (format!("cannot schedule {pod}"), why.clone()),
+        Finding::Object(p) => (
+            format!("cannot use {} {:?}", p.kind, p.name),
+            format!("{} ({} False): {}", p.reason, p.condition, p.message),
+        ),
+    };
+    Decision {
+        at: now,
+        job: "provision".into(),
+        action,
+        reason,
+        price_per_hour: None,
+    }
+}
+
+/// The status of every object the tick reported on: conditions from its problems (or
+/// all True when listed healthy), plus extra fields.
+fn status_updates(input: &ReasonsInput<'_>) -> Vec<((ObjectKind, String), StatusUpdate)> {
+    let mut order: Vec<(ObjectKind, String)> = Vec::new();
+    let mut problems: HashMap<(ObjectKind, String), Vec<&Problem>> = HashMap::new();
+    for p in input.problems {
+        let key = (p.kind, p.name.clone());
+        if !problems.contains_key(&key) {
+            order.push(key.clone());
+        }
+        problems.entry(key).or_default().push(p);
+    }
+    let healthy = input
+        .healthy_node_classes
+        .iter()
+        .map(|n| (ObjectKind::Ec2NodeClass, n))
+        .chain(
+            input
+                .healthy_node_pools
+                .iter()
+                .map(|n| (ObjectKind::NodePool, n)),
+        );
+    for (kind, name) in healthy {
+        let key = (kind, name.clone());
+        // Problems win over a contradictory "healthy".
+        if !problems.contains_key(&key) && !order.contains(&key) {
+            order.push(key);
+        }
+    }
+    let mut updates: Vec<((ObjectKind, String), StatusUpdate)> = order
+        .into_iter()
+        .map(|key| {
+            let found = problems.get(&key).map(Vec::as_slice).unwrap_or_default();
+            let update = StatusUpdate {
+                conditions: conditions_for(key.0, found),
+                fields: Map::new(),
+            };
+            (key, update)
+        })
+        .collect();
+    for extra in input.status_fields {
+        let key = (extra.kind, extra.name.clone());
+        match updates.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, update)) => update.fields.extend(extra.fields.clone()),
+            None => updates.push((
+                key,
+                StatusUpdate {
+                    conditions: Vec::new(),
+                    fields: extra.fields.clone(),
+                },
+            )),
+        }
+    }
+    updates
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ports::ConditionStatus;
+
+    fn find<'a>(conditions: &'a [Condition], t: &str) -> &'a Condition {
+        conditions
+            .iter()
+            .find(|c| c.type_ == t)
+            .unwrap_or_else(|| panic!("no {t} in {conditions:#?}"))
+    }
+
+    #[test]
+    fn a_healthy_class_has_every_condition_true_with_its_type_as_reason() {
+        let all = conditions_for(ObjectKind::Ec2NodeClass, &[]);
+        assert_eq!(all.len(), NODE_CLASS_CONDITIONS.len() + 1);
+        for c in &all {
+            assert_eq!(c.status, ConditionStatus::True, "{c:?}");
+            assert_eq!(c.reason, c.type_);
+            assert!(c.message.is_empty());
+        }
+    }
+
+    #[test]
+    fn a_failed_resolution_step_fails_ready_and_leaves_the_other_steps_true() {
+        let p = Problem::no_subnets("default", "tags karpenter.sh/discovery=prod");
+        let all = conditions_for(ObjectKind::Ec2NodeClass, &[&p]);
+        assert_eq!(find(&all, SUBNETS_READY).status, ConditionStatus::False);
+        assert_eq!(find(&all, SUBNETS_READY).reason, "SubnetsNotFound");
+        assert_eq!(find(&all, READY).status, ConditionStatus::False);
+        assert_eq!(find(&all, READY).reason, "SubnetsNotFound");
+        assert_eq!(find(&all, READY).message, p.message);
+        for t in [SECURITY_GROUPS_READY, AMIS_READY, VALIDATION_SUCCEEDED] {
+            assert_eq!(find(&all, t).status, ConditionStatus::True, "{t}");
+        }
+    }
+
+    #[test]
+    fn a_failed_validation_leaves_every_later_step_unknown() {
+        let p = Problem::invalid(ObjectKind::NodePool, "web", "spec.weight: not a number");
+        let all = conditions_for(ObjectKind::NodePool, &[&p]);
+        let validation = find(&all, VALIDATION_SUCCEEDED);
+        assert_eq!(validation.status, ConditionStatus::False);
+        assert_eq!(validation.reason, "NodePoolValidationFailed");
+        assert_eq!(
+            find(&all, NODE_CLASS_READY).status,
+            ConditionStatus::Unknown
+        );
+        assert_eq!(find(&all, NODE_CLASS_READY).reason, NOT_EVALUATED);
+        assert_eq!(find(&all, READY).status, ConditionStatus::False);
+    }
+
+    #[test]
+    fn an_unresolved_class_passed_validation_and_its_steps_are_unknown() {
+        let p = Problem::unresolved("default", "InvalidParameterValue");
+        let all = conditions_for(ObjectKind::Ec2NodeClass, &[&p]);
+        assert_eq!(
+            find(&all, VALIDATION_SUCCEEDED).status,
+            ConditionStatus::True
+        );
+        assert_eq!(find(&all, SUBNETS_READY).status, ConditionStatus::Unknown);
+        assert_eq!(find(&all, READY).reason, "NodeClassNotReady");
+        assert_eq!(all.iter().filter(|c| c.type_ == READY).count(), 1);
+    }
+
+    #[test]
+    fn several_problems_are_all_named_and_ready_carries_the_first_reason_and_every_message() {
+        let a = Problem::no_subnets("default", "a");
+        let b = Problem::no_security_groups("default", "b");
+        let all = conditions_for(ObjectKind::Ec2NodeClass, &[&a, &b]);
+        assert_eq!(find(&all, SUBNETS_READY).status, ConditionStatus::False);
+        assert_eq!(
+            find(&all, SECURITY_GROUPS_READY).status,
+            ConditionStatus::False
+        );
+        assert_eq!(find(&all, READY).reason, "SubnetsNotFound");
+        assert_eq!(
+            find(&all, READY).message,
+            format!("{}; {}", a.message, b.message)
+        );
+    }
+
+    #[test]
+    fn a_pool_whose_class_is_invalid_carries_the_class_reason() {
+        let p = Problem::from_invalid(&InvalidObject {
+            kind: ObjectKind::NodePool,
+            name: "web".into(),
+            why: Invalidity::NodeClassInvalid {
+                node_class: "default".into(),
+            },
+        });
+        assert_eq!(p.condition, NODE_CLASS_READY);
+        assert_eq!(p.reason, "NodeClassValidationFailed");
+        let missing = Problem::from_invalid(&InvalidObject {
+            kind: ObjectKind::NodePool,
+            name: "web".into(),
+            why: Invalidity::NodeClassNotFound {
+                node_class: "gpu".into(),
+            },
+        });
+        assert_eq!(missing.reason, "NodeClassNotFound");
+        let all = conditions_for(ObjectKind::NodePool, &[&missing]);
+        assert_eq!(
+            find(&all, VALIDATION_SUCCEEDED).status,
+            ConditionStatus::True
+        );
+    }
+
+    #[test]
+    fn long_messages_are_cut_at_a_character_boundary() {
+        let s = "é".repeat(600);
+        let cut = clip(&s, EVENT_MESSAGE_LIMIT);
+        assert!(cut.len() <= EVENT_MESSAGE_LIMIT);
+        assert_eq!(cut.len(), EVENT_MESSAGE_LIMIT);
+        assert_eq!(clip("short", 10), "short");
+        let odd = clip(&s, 1023);
+        assert_eq!(odd.len(), 1022);
+    }
+
+    #[test]
+    fn extra_status_fields_join_the_objects_conditions_or_stand_alone() {
+        let healthy = vec!["default".to_string()];
+        let fields = vec![
+            StatusFields::instance_profile("default", "nodewright_profile"),
+            StatusFields::instance_profile("other", "p2"),
+        ];
+        let updates = status_updates(&ReasonsInput {
+            healthy_node_classes: &healthy,
+            status_fields: &fields,
+            ..ReasonsInput::default()
+        });
+        assert_eq!(updates.len(), 2);
+        assert_eq!(updates[0].0, (ObjectKind::Ec2NodeClass, "default".into()));
+        assert_eq!(updates[0].1.fields["instanceProfile"], "nodewright_profile");
+        assert!(!updates[0].1.conditions.is_empty());
+        assert!(updates[1].1.conditions.is_empty());
+    }
+}
