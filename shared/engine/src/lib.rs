@@ -27,9 +27,9 @@ pub mod lease;
 pub mod lifecycle;
 pub mod ports;
 pub mod provision;
+pub mod reasons;
 #[cfg(feature = "sim")]
 pub mod sim;
-pub mod reasons;
 pub mod terminate;
 
 pub use context::{Ports, SystemClock};

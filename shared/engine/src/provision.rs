@@ -39,8 +39,9 @@ use crate::lifecycle::{
 };
 use crate::ports::{
     ClusterEvent, ClusterState, Decision, ErrorKind, EventType, Instance, LaunchError,
-    LaunchRequest, Launched, Offering, ResolvedNodeClass,
+    LaunchRequest, Launched, ObjectKind, Offering, ResolvedNodeClass,
 };
+use crate::reasons::{ClaimPods, Problem, Reasons, ReasonsInput, StatusFields};
 use crate::terminate::save;
 
 /// The lease every provisioner invocation competes for.
@@ -126,6 +127,8 @@ pub struct TickReport {
     /// Claims left `Launching` after retryable errors; the next tick retries them.
     pub deferred: Vec<String>,
     pub unschedulable: Vec<UnschedulablePod>,
+    /// Pending pods counted against claims already launching: (claim, pods).
+    pub nominated: Vec<(String, Vec<String>)>,
     pub lifecycle: LifecycleReport,
     /// NodePools or node classes that could not be used, with the reason.
     pub invalid: Vec<String>,
@@ -190,6 +193,10 @@ struct World {
     /// Pools whose node class resolved.
     pools: Vec<NodePool>,
     invalid: Vec<String>,
+    /// Why NodePools or EC2NodeClasses cannot be used, for `Reasons::publish`.
+    problems: Vec<Problem>,
+    /// EC2NodeClasses that resolved, and the instance profile each uses.
+    healthy_classes: Vec<(String, Option<String>)>,
 }
 
 enum LaunchOutcome {
@@ -201,6 +208,9 @@ enum LaunchOutcome {
 pub struct Provisioner {
     ports: Ports,
     config: ProvisionerConfig,
+    /// What could not be done, published once per finding per window (the memory
+    /// lives as long as the warm Lambda).
+    reasons: Reasons,
     /// Feeds claim names; with the lease token and time it makes them unique.
     seq: AtomicU64,
 }
@@ -210,6 +220,7 @@ impl Provisioner {
         Self {
             ports,
             config,
+            reasons: Reasons::new(),
             seq: AtomicU64::new(0),
         }
     }
@@ -403,7 +414,71 @@ impl Provisioner {
             self.launch_and_record(claim, &pool, &mut world, &mut report)
                 .await?;
         }
+        self.publish_reasons(&world, &report).await;
         Ok(report)
+    }
+
+    /// Makes what this tick could not do reach people (see [`crate::reasons`]), and
+    /// tells the pods of each launch and nomination where they will run. Best effort.
+    async fn publish_reasons(&self, world: &World, report: &TickReport) {
+        let invalid_pools: HashSet<&str> = world
+            .problems
+            .iter()
+            .filter(|p| p.kind == ObjectKind::NodePool)
+            .map(|p| p.name.as_str())
+            .collect();
+        let healthy_node_pools: Vec<String> = world
+            .pools
+            .iter()
+            .filter(|p| !invalid_pools.contains(p.name.as_str()))
+            .map(|p| p.name.clone())
+            .collect();
+        let healthy_node_classes: Vec<String> = world
+            .healthy_classes
+            .iter()
+            .map(|(n, _)| n.clone())
+            .collect();
+        let status_fields: Vec<StatusFields> = world
+            .healthy_classes
+            .iter()
+            .filter_map(|(n, profile)| Some(StatusFields::instance_profile(n, profile.as_deref()?)))
+            .collect();
+        let mut claims: Vec<ClaimPods> = report
+            .launched
+            .iter()
+            .filter_map(|l| {
+                let claim = world.claims.iter().find(|c| c.name == l.name)?;
+                Some(ClaimPods::launched(
+                    &l.name,
+                    &claim.pods,
+                    &l.instance_type,
+                    &l.zone,
+                ))
+            })
+            .collect();
+        claims.extend(report.nominated.iter().map(|(claim, pods)| {
+            let node = world
+                .claims
+                .iter()
+                .find(|c| &c.name == claim)
+                .and_then(|c| c.node_name.as_deref());
+            ClaimPods::nominated(claim, pods, node)
+        }));
+        let now = self.ports.clock.now();
+        self.reasons
+            .publish(
+                &self.ports,
+                now,
+                &ReasonsInput {
+                    unschedulable: &report.unschedulable,
+                    problems: &world.problems,
+                    healthy_node_classes: &healthy_node_classes,
+                    healthy_node_pools: &healthy_node_pools,
+                    status_fields: &status_fields,
+                    claims: &claims,
+                },
+            )
+            .await;
     }
 
     async fn gather(&self, now: i64) -> Result<World> {
@@ -428,46 +503,83 @@ impl Provisioner {
             },
         )?;
         let mut invalid = state.invalid.clone();
+        let mut problems: Vec<Problem> = state
+            .invalid_objects
+            .iter()
+            .map(Problem::from_invalid)
+            .collect();
         let mut classes = HashMap::new();
         let wanted: HashSet<&str> = state
             .node_pools
             .iter()
             .map(|p| p.node_class_ref.name.as_str())
             .collect();
+        let mut unusable: HashMap<String, Problem> = HashMap::new();
         for class in state
             .node_classes
             .iter()
             .filter(|c| wanted.contains(c.name.as_str()))
         {
-            match p.cloud.resolve_node_class(class, &kubernetes_version).await {
-                Ok(r) if r.subnets.is_empty() => invalid.push(format!(
-                    "EC2NodeClass {:?}: its subnetSelectorTerms select no subnet",
-                    class.name
+            let problem = match p.cloud.resolve_node_class(class, &kubernetes_version).await {
+                Ok(r) if r.subnets.is_empty() => Some(Problem::no_subnets(
+                    &class.name,
+                    &terms_summary(&class.subnet_selector_terms),
+                )),
+                Ok(r) if r.security_group_ids.is_empty() => Some(Problem::no_security_groups(
+                    &class.name,
+                    &terms_summary(&class.security_group_selector_terms),
+                )),
+                Ok(r) if r.images.is_empty() => Some(Problem::no_images(
+                    &class.name,
+                    &format!("{} term(s)", class.ami_selector_terms.len()),
                 )),
                 Ok(r) => {
                     classes.insert(class.name.clone(), (class.clone(), r));
+                    None
                 }
                 Err(e) if matches!(e.kind, ErrorKind::Invalid | ErrorKind::NotFound) => {
-                    invalid.push(format!("EC2NodeClass {:?}: {e}", class.name));
+                    Some(Problem::unresolved(&class.name, e.to_string()))
                 }
                 Err(e) => return Err(e.into()),
+            };
+            if let Some(problem) = problem {
+                invalid.push(format!(
+                    "EC2NodeClass {:?}: {}",
+                    class.name, problem.message
+                ));
+                unusable.insert(class.name.clone(), problem.clone());
+                problems.push(problem);
             }
         }
         let mut pools = Vec::new();
         for pool in &state.node_pools {
-            if classes.contains_key(&pool.node_class_ref.name) {
+            let class = &pool.node_class_ref.name;
+            if classes.contains_key(class) {
                 pools.push(pool.clone());
-            } else if !state
-                .node_classes
-                .iter()
-                .any(|c| c.name == pool.node_class_ref.name)
-            {
+            } else if let Some(why) = unusable.get(class) {
+                problems.push(Problem::node_class_not_ready(
+                    &pool.name,
+                    class,
+                    &why.reason,
+                    &why.message,
+                ));
+            } else if !state.node_classes.iter().any(|c| &c.name == class) {
                 invalid.push(format!(
                     "NodePool {:?}: EC2NodeClass {:?} does not exist",
-                    pool.name, pool.node_class_ref.name
+                    pool.name, class
                 ));
+                if !problems
+                    .iter()
+                    .any(|p| p.kind == ObjectKind::NodePool && p.name == pool.name)
+                {
+                    problems.push(Problem::node_class_missing(&pool.name, class));
+                }
             }
         }
+        let healthy_classes = classes
+            .iter()
+            .map(|(name, _)| (name.clone(), None))
+            .collect();
         let mut zones: Vec<String> = classes
             .values()
             .flat_map(|(_, r)| r.subnets.iter().map(|s| s.zone.clone()))
@@ -487,6 +599,8 @@ impl Provisioner {
             classes,
             pools,
             invalid,
+            problems,
+            healthy_classes,
         })
     }
 
@@ -583,6 +697,11 @@ impl Provisioner {
         );
         report.planned = plan.node_claims;
         report.unschedulable = plan.unschedulable;
+        report.nominated = plan
+            .in_flight
+            .into_iter()
+            .map(|a| (a.target, a.pods))
+            .collect();
     }
 
     /// Writes a new `Launching` claim under a fresh name (retrying on a name clash).
@@ -743,20 +862,6 @@ impl Provisioner {
                         reason: pods_reason(&next.pods),
                         price_per_hour: Some(l.price),
                     })
-                    .await;
-                self.ports
-                    .emit(pod_event(
-                        &next,
-                        EventType::Normal,
-                        "Launched",
-                        format!(
-                            "NodeClaim {} launched as {} in {} for {} pod(s)",
-                            next.name,
-                            l.instance_type,
-                            l.zone,
-                            next.pods.len()
-                        ),
-                    ))
                     .await;
                 report.launched.push(LaunchedClaim {
                     name: next.name.clone(),
@@ -988,6 +1093,33 @@ fn pods_reason(pods: &[String]) -> String {
         s.push_str(&format!(", +{} more", pods.len() - SHOWN));
     }
     s
+}
+
+/// A selector's terms for people: `tags karpenter.sh/discovery=prod; id subnet-0abc`.
+fn terms_summary(terms: &[nodewright_core::api::model::SelectorTerm]) -> String {
+    use nodewright_core::api::model::SelectorTerm;
+    if terms.is_empty() {
+        return "no terms".into();
+    }
+    terms
+        .iter()
+        .map(|t| match t {
+            SelectorTerm::Id(id) => format!("id {id}"),
+            SelectorTerm::Name(name) => format!("name {name}"),
+            SelectorTerm::Tags(tags) => format!(
+                "tags {}",
+                tags.iter()
+                    .map(|(k, v)| if v == "*" || v.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{k}={v}")
+                    })
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// A claim between its launch and a steady state, or on its way out: the provisioner's

@@ -184,7 +184,33 @@ async fn pending_pods_become_claims_instances_and_initialized_nodes() {
         .iter()
         .map(|e| e.reason.clone())
         .collect();
-    assert_eq!(reasons, ["Launched", "Registered", "Initialized"]);
+    // Every pod of the claim hears where it goes (Launched), and again while it waits
+    // for the node (Nominated, once per de-duplication window); the node's own events.
+    assert_eq!(
+        reasons,
+        [
+            "Launched",
+            "Launched",
+            "Launched",
+            "Registered",
+            "Nominated",
+            "Nominated",
+            "Nominated",
+            "Initialized"
+        ]
+    );
+    let mut launched: Vec<String> = env
+        .cluster
+        .events()
+        .iter()
+        .filter(|e| e.reason == "Launched")
+        .map(|e| format!("{}/{}", e.namespace.as_deref().unwrap_or(""), e.name))
+        .collect();
+    launched.sort();
+    assert_eq!(
+        launched,
+        ["default/web-0", "default/web-1", "default/web-2"]
+    );
 }
 
 #[tokio::test]
@@ -710,4 +736,56 @@ async fn pods_keep_the_claim_they_were_planned_for_so_repeated_ticks_add_nothing
         assert!(again.planned.is_empty(), "{:?}", again.planned);
     }
     assert_eq!(env.cloud.instances().len(), first.launched.len());
+}
+
+#[tokio::test]
+async fn a_tick_tells_people_why_a_class_cannot_be_used_and_why_a_pod_waits() {
+    use nodewright_engine::ports::{ConditionStatus, EventType, ObjectKind};
+    let env = Env::new();
+    env.cluster.add_pod(pod("giant-0", "500", "1Ti"));
+    let report = env.provisioner().tick().await.unwrap();
+    assert_eq!(report.unschedulable.len(), 1);
+    let events = env.cluster.events();
+    let failed: Vec<_> = events
+        .iter()
+        .filter(|e| e.reason == "FailedScheduling")
+        .collect();
+    assert_eq!(failed.len(), 1, "{events:?}");
+    assert_eq!(failed[0].name, "giant-0");
+    assert_eq!(failed[0].event_type, EventType::Warning);
+    assert!(
+        env.store
+            .all_decisions()
+            .iter()
+            .any(|d| d.action.contains("default/giant-0")),
+        "recorded as a decision"
+    );
+    let ready = env
+        .cluster
+        .condition(ObjectKind::Ec2NodeClass, "default", "Ready")
+        .expect("the class's Ready condition is set");
+    assert_eq!(ready.condition.status, ConditionStatus::True);
+
+    // The class's subnets go away: the class and its pool turn not Ready, with reasons.
+    env.cloud.set_subnets(vec![]);
+    let report = env.provisioner().tick().await.unwrap();
+    assert!(!report.invalid.is_empty());
+    let subnets = env
+        .cluster
+        .condition(ObjectKind::Ec2NodeClass, "default", "SubnetsReady")
+        .unwrap();
+    assert_eq!(subnets.condition.status, ConditionStatus::False);
+    assert_eq!(subnets.condition.reason, "SubnetsNotFound");
+    let pool = env
+        .cluster
+        .condition(ObjectKind::NodePool, "general-purpose", "Ready")
+        .unwrap();
+    assert_eq!(pool.condition.status, ConditionStatus::False);
+    assert!(
+        env.cluster
+            .events()
+            .iter()
+            .any(|e| e.reason == "SubnetsNotFound" && e.event_type == EventType::Warning),
+        "a warning event on the EC2NodeClass"
+    );
 }
