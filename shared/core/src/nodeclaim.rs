@@ -188,6 +188,24 @@ pub struct ClaimSpec {
     pub pods: Vec<String>,
 }
 
+/// An instance that is already a node, to be recorded as a claim by
+/// [`NodeClaim::adopted`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdoptedInstance {
+    pub name: String,
+    pub node_pool: String,
+    pub node_class: String,
+    pub instance_id: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: CapacityType,
+    /// `None` when the catalog does not price the type.
+    pub price_per_hour: Option<f64>,
+    pub node_name: String,
+    /// When EC2 launched the instance (Unix seconds).
+    pub launched_at: i64,
+}
+
 impl NodeClaim {
     /// A new claim in its first state, `Launching`, version 1, created at `now`.
     pub fn launching(spec: ClaimSpec, now: i64) -> NodeClaim {
@@ -212,6 +230,41 @@ impl NodeClaim {
             launched_at: None,
             registered_at: None,
             initialized_at: None,
+            disruption: None,
+            failure: None,
+            expires_at: None,
+        }
+    }
+
+    /// A claim recorded for an instance someone else launched and that is already a
+    /// working node (a node Karpenter launched, adopted after a migration): state
+    /// `Initialized`, version 1, created at `now`. The one way a claim starts past
+    /// `Launching`: nothing is launched, registered or initialized for it, so no
+    /// transition is skipped; from here it follows the ordinary path (Disrupting →
+    /// Draining → Terminating → Terminated). `launched_at` is the instance's own
+    /// launch time, so expiry counts from when the node really started.
+    pub fn adopted(instance: AdoptedInstance, now: i64) -> NodeClaim {
+        NodeClaim {
+            name: instance.name,
+            node_pool: instance.node_pool,
+            node_class: instance.node_class,
+            state: ClaimState::Initialized,
+            version: 1,
+            instance_type_options: vec![instance.instance_type.clone()],
+            zones: vec![instance.zone.clone()],
+            capacity_types: vec![instance.capacity_type],
+            pods: vec![],
+            created_at: now,
+            updated_at: now,
+            instance_id: Some(instance.instance_id),
+            instance_type: Some(instance.instance_type),
+            zone: Some(instance.zone),
+            capacity_type: Some(instance.capacity_type),
+            price_per_hour: instance.price_per_hour,
+            node_name: Some(instance.node_name),
+            launched_at: Some(instance.launched_at),
+            registered_at: Some(now),
+            initialized_at: Some(now),
             disruption: None,
             failure: None,
             expires_at: None,
@@ -316,6 +369,42 @@ mod tests {
         for to in [Launching, Launched, Disrupting, Terminating, Terminated] {
             assert!(failed.transition(to, 2, |_| {}).is_err(), "{to:?}");
         }
+    }
+
+    #[test]
+    fn an_adopted_claim_starts_initialized_and_follows_the_ordinary_path_out() {
+        use ClaimState::*;
+        let c = NodeClaim::adopted(
+            AdoptedInstance {
+                name: "default-k8r7x".into(),
+                node_pool: "default".into(),
+                node_class: "default".into(),
+                instance_id: "i-0123456789abcdef0".into(),
+                instance_type: "m5.large".into(),
+                zone: "us-east-1a".into(),
+                capacity_type: CapacityType::Spot,
+                price_per_hour: Some(0.04),
+                node_name: "ip-10-0-1-23.ec2.internal".into(),
+                launched_at: 50,
+            },
+            100,
+        );
+        assert_eq!((c.state, c.version), (Initialized, 1));
+        assert_eq!(c.launched_at, Some(50));
+        assert_eq!(
+            c.provider_id().as_deref(),
+            Some("aws:///us-east-1a/i-0123456789abcdef0")
+        );
+        assert_eq!(c.capacity_types, vec![CapacityType::Spot]);
+        // The lifecycle before Initialized never happened: it cannot be re-entered.
+        for to in [Launching, Launched, Registered, LaunchFailed] {
+            assert!(c.transition(to, 101, |_| {}).is_err(), "{to:?}");
+        }
+        let mut c = c;
+        for next in [Disrupting, Draining, Terminating, Terminated] {
+            c = c.transition(next, 200, |_| {}).unwrap();
+        }
+        assert!(c.state.is_terminal());
     }
 
     #[test]
