@@ -10,8 +10,11 @@
 //! - [`terminate`]: the steps that take a claim away (cordon, drain with PDB-aware
 //!   evictions, terminate, tombstone), one function per step, and `advance`/`drive`.
 //! - [`interrupt`]: the interruption job over decided inputs ([`handle_interruption`]).
+//! - [`adopt`]: recording the nodes Karpenter launched as claims, after a migration
+//!   ([`adopt_karpenter_nodes`]; opt-in).
 //! - [`fakes`]: FakeCloud, FakeCluster (with a kubelet), MemoryStore, ManualClock.
 //! - [`error`]: [`EngineError`], the crate's one error type.
+pub mod adopt;
 pub mod context;
 pub mod error;
 pub mod fakes;
@@ -21,6 +24,7 @@ pub mod ports;
 pub mod provision;
 pub mod terminate;
 
+pub use adopt::adopt_karpenter_nodes;
 pub use context::{Ports, SystemClock};
 pub use error::{EngineError, Result};
 pub use interrupt::{
