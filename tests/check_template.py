@@ -35,6 +35,22 @@ CLUSTER_TAG = "kubernetes.io/cluster/${ClusterName}"
 RESOURCE_TAG = f"aws:ResourceTag/{CLUSTER_TAG}"
 REQUEST_TAG = f"aws:RequestTag/{CLUSTER_TAG}"
 NODE_ROLE_ARN = "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/${NodeRoleName}"
+# The instance profiles nodewright manages for EC2NodeClass roles are named
+# <cluster>_<hash>, as Karpenter names them.
+INSTANCE_PROFILE_ARN = "arn:${AWS::Partition}:iam::${AWS::AccountId}:instance-profile/${ClusterName}_*"
+REGION_TAG = "topology.kubernetes.io/region"
+# Instance-profile actions and the tag conditions each needs: (aws:RequestTag keys,
+# aws:ResourceTag keys) that must be conditioned with StringEquals, each to the value
+# Karpenter's controller policy requires.
+INSTANCE_PROFILE_ACTIONS = {
+    "iam:GetInstanceProfile": ((), ()),
+    "iam:CreateInstanceProfile": ((CLUSTER_TAG, REGION_TAG), ()),
+    "iam:TagInstanceProfile": ((CLUSTER_TAG, REGION_TAG), (CLUSTER_TAG, REGION_TAG)),
+    "iam:AddRoleToInstanceProfile": ((), (CLUSTER_TAG, REGION_TAG)),
+    "iam:RemoveRoleFromInstanceProfile": ((), (CLUSTER_TAG, REGION_TAG)),
+    "iam:DeleteInstanceProfile": ((), (CLUSTER_TAG, REGION_TAG)),
+}
+TAG_VALUES = {CLUSTER_TAG: "owned", REGION_TAG: "${AWS::Region}"}
 TABLE_RESOURCES = {"${StateTable.Arn}", "${StateTable.Arn}/index/*"}
 DYNAMODB_ACTIONS = {
     "dynamodb:ConditionCheckItem",
@@ -205,8 +221,22 @@ def check_iam(template: dict) -> list[str]:
                 passed_to = text(condition(s, "StringEquals", "iam:PassedToService") or "")
                 if passed_to not in ("ec2.${AWS::URLSuffix}", "ec2.amazonaws.com"):
                     problems.append(f"{at}: iam:PassRole without iam:PassedToService = ec2")
-            if any(a.lower().startswith("iam:") and a != "iam:PassRole" for a in actions(s)):
-                problems.append(f"{at}: IAM actions other than iam:PassRole: {actions(s)}")
+            other_iam = [
+                a for a in actions(s) if a.lower().startswith("iam:") and a != "iam:PassRole" and a not in INSTANCE_PROFILE_ACTIONS
+            ]
+            if other_iam:
+                problems.append(f"{at}: IAM actions other than iam:PassRole and instance-profile ones: {other_iam}")
+            for a, (request_keys, resource_keys) in INSTANCE_PROFILE_ACTIONS.items():
+                if not allows(s, a):
+                    continue
+                if not doc.where.startswith("ProvisionerRole/"):
+                    problems.append(f"{at}: allows {a}; only the provisioner manages instance profiles")
+                if resources(s) != [INSTANCE_PROFILE_ARN]:
+                    problems.append(f"{at}: {a} on {resources(s)} (only {INSTANCE_PROFILE_ARN})")
+                for prefix, keys in (("aws:RequestTag/", request_keys), ("aws:ResourceTag/", resource_keys)):
+                    for key in keys:
+                        if condition(s, "StringEquals", prefix + key) != TAG_VALUES[key]:
+                            problems.append(f"{at}: allows {a} without {prefix}{key} = {TAG_VALUES[key]}")
 
             ddb = [a for a in actions(s) if a.lower().startswith("dynamodb:")]
             if ddb:
@@ -394,6 +424,36 @@ def pass_any_role(t):
     doc.save()
 
 
+def create_instance_profiles_untagged(t):
+    doc, s = find_statement(t, "iam:CreateInstanceProfile")
+    s.pop("Condition")
+    doc.save()
+
+
+def set_roles_of_any_instance_profile(t):
+    doc, s = find_statement(t, "iam:AddRoleToInstanceProfile")
+    del s["Condition"]["StringEquals"][RESOURCE_TAG]
+    doc.save()
+
+
+def tag_instance_profiles_in_any_region(t):
+    doc, s = find_statement(t, "iam:TagInstanceProfile")
+    del s["Condition"]["StringEquals"][f"aws:RequestTag/{REGION_TAG}"]
+    doc.save()
+
+
+def read_every_instance_profile(t):
+    doc, s = find_statement(t, "iam:GetInstanceProfile")
+    s["Resource"] = "*"
+    doc.save()
+
+
+def delete_instance_profiles_from_the_interruption_role(t):
+    doc, s = find_statement(t, "eks:DescribeCluster", "InterruptionRole")
+    s["Action"] = [s["Action"], "iam:DeleteInstanceProfile"]
+    doc.save()
+
+
 def add_iam_wildcard(t):
     doc, s = find_statement(t, "eks:DescribeCluster")
     s["Action"] = [s["Action"], "iam:*"]
@@ -437,6 +497,11 @@ MUTATIONS = [
     (terminate_with_ec2_wildcard_elsewhere, "ec2:TerminateInstances without"),
     (launch_instances_without_request_tag, "launches on instance/volume/fleet without"),
     (pass_any_role, "iam:PassRole on"),
+    (create_instance_profiles_untagged, f"allows iam:CreateInstanceProfile without {REQUEST_TAG} = owned"),
+    (set_roles_of_any_instance_profile, f"allows iam:AddRoleToInstanceProfile without {RESOURCE_TAG} = owned"),
+    (tag_instance_profiles_in_any_region, f"allows iam:TagInstanceProfile without aws:RequestTag/{REGION_TAG}"),
+    (read_every_instance_profile, "iam:GetInstanceProfile on ['*']"),
+    (delete_instance_profiles_from_the_interruption_role, "only the provisioner manages instance profiles"),
     (add_iam_wildcard, "wildcard action 'iam:*'"),
     (dynamodb_on_every_table, "DynamoDB access beyond the table"),
     (forget_batch_item_failures, "without ReportBatchItemFailures"),

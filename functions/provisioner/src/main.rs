@@ -13,6 +13,7 @@ async fn main() -> Result<(), Error> {
     let (ports, _cluster) = build_ports(&config).await?;
     let mut settings = ProvisionerConfig::new(config.cluster_name.clone(), holder_id());
     settings.dry_run = config.dry_run;
+    settings.adopt_karpenter_nodes = config.adopt_karpenter_nodes;
     let handler = Handler {
         provisioner: Provisioner::new(ports, settings),
         poll_interval: config.poll_interval,

@@ -9,10 +9,13 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use nodewright_aws::testing::{
-    K8S, create_table_from_definition, moto_url, network, sdk_config, unique,
+    K8S, create_table_from_definition, moto_url, network, node_role, sdk_config, unique,
 };
 use nodewright_kube::fake::FakeApiServer;
 use nodewright_lambda::Config;
+
+/// The node role of the emulated cluster's EC2NodeClass.
+pub const NODE_ROLE: &str = "KarpenterNodeRole-e2e";
 
 pub struct EmulatedCluster {
     /// moto's URL.
@@ -43,6 +46,8 @@ pub async fn emulated_cluster(
     let table = unique(&format!("{prefix}-table"));
     create_table_from_definition(&url, &table).await;
     let net = network(&url, &cluster).await;
+    // The EC2NodeClass names this role: the provisioner creates its instance profile.
+    node_role(&url, NODE_ROLE).await;
     aws_sdk_eks::Client::new(&sdk_config(&url).await)
         .create_cluster()
         .name(&cluster)
@@ -61,7 +66,7 @@ pub async fn emulated_cluster(
     api.put(json!({
         "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
         "spec": {
-            "role": "KarpenterNodeRole-e2e",
+            "role": NODE_ROLE,
             "amiSelectorTerms": [{"alias": "al2023@latest"}],
             "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
             "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}]

@@ -8,10 +8,10 @@
 //! - Per-claim data (the `karpenter.sh/nodeclaim` tag) travels in CreateFleet's tag
 //!   specifications, so templates are shared between claims. The capacity type label is
 //!   written into the user data, so there is one template per capacity type.
-//! - IAM: an EC2NodeClass `role` is used as the name of an instance profile that must
-//!   already exist with that role in it (nodewright does not create IAM resources at
-//!   run time; the SAM template or the operator creates the profile). `instanceProfile`
-//!   is used as is.
+//! - IAM: an EC2NodeClass `instanceProfile` is used as written. For a `role`, the
+//!   instance profile is created (or adopted) while the class resolves, as Karpenter v1
+//!   does: one per class, named and tagged as Karpenter names and tags it, holding the
+//!   role ([`crate::instance_profile`]). The name is what `ResolvedNodeClass` reports.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
@@ -50,6 +50,7 @@ use crate::config::AwsContext;
 use crate::eks::ClusterInfo;
 use crate::error::{classify, cloud_error};
 use crate::fleet::{FleetError, FleetErrors, FleetFailure, classify_fleet_errors};
+use crate::instance_profile::InstanceProfiles;
 use crate::userdata;
 
 pub const TAG_MANAGED_BY: &str = "nodewright.io/managed-by";
@@ -74,6 +75,10 @@ pub struct Ec2CloudConfig {
     pub ssm_public_prefix: String,
     /// How long a warm Lambda reuses the instance-type catalog.
     pub catalog_ttl: Duration,
+    /// Create or adopt the instance profile of an EC2NodeClass `role` while resolving
+    /// the class. False in a dry run: the profile's name is reported and IAM is not
+    /// called.
+    pub manage_instance_profiles: bool,
 }
 
 impl Default for Ec2CloudConfig {
@@ -81,9 +86,14 @@ impl Default for Ec2CloudConfig {
         Self {
             ssm_public_prefix: "/aws/service".into(),
             catalog_ttl: Duration::from_secs(3600),
+            manage_instance_profiles: true,
         }
     }
 }
+
+/// How long after this process created an instance profile a launch that EC2 refuses as
+/// invalid is taken for IAM's propagation delay (retried later) rather than a mistake.
+pub const PROFILE_PROPAGATION: Duration = Duration::from_secs(120);
 
 pub struct Ec2Cloud {
     ec2: aws_sdk_ec2::Client,
@@ -93,13 +103,22 @@ pub struct Ec2Cloud {
     catalog: Mutex<Option<(Instant, Catalog)>>,
     /// Launch template names known to exist (per warm Lambda).
     templates: Mutex<HashSet<String>>,
+    profiles: InstanceProfiles,
+    region: Option<String>,
 }
 
 impl Ec2Cloud {
     pub fn new(ctx: &AwsContext, config: Ec2CloudConfig, cluster: ClusterInfo) -> Self {
+        let region = ctx.region();
         Self {
             ec2: ctx.ec2.clone(),
             ssm: ctx.ssm.clone(),
+            profiles: InstanceProfiles::new(
+                ctx.iam.clone(),
+                &cluster.name,
+                region.as_deref().unwrap_or_default(),
+            ),
+            region,
             config,
             cluster,
             catalog: Mutex::new(None),
@@ -370,15 +389,16 @@ impl Ec2Cloud {
                 class.user_data.as_deref(),
             ),
         };
-        let instance_profile = class
+        let instance_profile = request
+            .resolved
             .instance_profile
             .clone()
-            .or_else(|| class.role.clone())
+            .or_else(|| class.instance_profile.clone())
             .ok_or_else(|| {
                 CloudError::new(
                     ErrorKind::Invalid,
                     format!(
-                        "EC2NodeClass {}: neither role nor instanceProfile is set",
+                        "EC2NodeClass {}: no instance profile (instanceProfile is not set and the role's profile was not resolved)",
                         class.name
                     ),
                 )
@@ -1175,10 +1195,13 @@ impl Cloud for Ec2Cloud {
                 format!("EC2NodeClass {name}: amiSelectorTerms match no image"),
             ));
         }
+        // Last, so a class that selects nothing creates nothing in IAM.
+        let instance_profile = self.instance_profile(node_class).await?;
         Ok(ResolvedNodeClass {
             subnets,
             security_group_ids,
             images,
+            instance_profile: Some(instance_profile),
         })
     }
 
@@ -1225,7 +1248,9 @@ impl Cloud for Ec2Cloud {
                     unavailable.extend(offerings);
                     messages.push(message);
                 }
-                Err(other) => return Err(other),
+                Err(LaunchError::Cloud(e)) => {
+                    return Err(self.while_profile_propagates(request, e).into());
+                }
             }
         }
         Err(LaunchError::InsufficientCapacity {
@@ -1256,34 +1281,123 @@ impl Cloud for Ec2Cloud {
     }
 
     async fn owned_instances(&self) -> Result<Vec<Instance>, CloudError> {
+        let filters = vec![
+            Filter::builder()
+                .name(format!("tag:{}", cluster_tag_key(&self.cluster.name)))
+                .values("owned")
+                .build(),
+            Filter::builder()
+                .name(format!("tag:{TAG_MANAGED_BY}"))
+                .values(MANAGED_BY)
+                .build(),
+            state_filter(&["pending", "running", "shutting-down", "stopping", "stopped"]),
+        ];
+        Ok(self
+            .describe_instances(filters)
+            .await?
+            .into_iter()
+            .map(|(i, _)| i)
+            .collect())
+    }
+
+    async fn cluster_instances_launched_by_karpenter(&self) -> Result<Vec<Instance>, CloudError> {
+        // Karpenter v1 tags its instances with both cluster tags; older ones may carry
+        // only one. DescribeInstances filters AND, so one call per tag, merged by id.
+        let states = ["pending", "running", "stopping", "stopped"];
+        let by_tag = [
+            (
+                format!("tag:{}", cluster_tag_key(&self.cluster.name)),
+                "owned".to_string(),
+            ),
+            (format!("tag:{TAG_EKS_CLUSTER}"), self.cluster.name.clone()),
+        ];
+        let mut found: BTreeMap<String, Instance> = BTreeMap::new();
+        for (name, value) in by_tag {
+            let filters = vec![
+                Filter::builder().name(name).values(value).build(),
+                Filter::builder()
+                    .name("tag-key")
+                    .values(TAG_NODEPOOL)
+                    .build(),
+                state_filter(&states),
+            ];
+            for (instance, tags) in self.describe_instances(filters).await? {
+                // nodewright tags its own instances with karpenter.sh/nodepool too.
+                if tags.contains_key(TAG_MANAGED_BY) {
+                    continue;
+                }
+                found.insert(instance.id.clone(), instance);
+            }
+        }
+        Ok(found.into_values().collect())
+    }
+}
+
+impl Ec2Cloud {
+    /// The instance profile of a class: `instanceProfile` as written, else the managed
+    /// profile of its role, created or adopted unless this is a dry run.
+    async fn instance_profile(&self, class: &Ec2NodeClass) -> Result<String, CloudError> {
+        match (&class.instance_profile, &class.role) {
+            (Some(profile), _) => Ok(profile.clone()),
+            (None, Some(role)) => {
+                if self.region.as_deref().unwrap_or_default().is_empty() {
+                    return Err(CloudError::new(
+                        ErrorKind::Invalid,
+                        format!(
+                            "EC2NodeClass {}: no AWS region is configured, so its role's instance profile cannot be named",
+                            class.name
+                        ),
+                    ));
+                }
+                if self.config.manage_instance_profiles {
+                    self.profiles.ensure(class, role).await
+                } else {
+                    Ok(self.profiles.name(class))
+                }
+            }
+            (None, None) => Err(CloudError::new(
+                ErrorKind::Invalid,
+                format!(
+                    "EC2NodeClass {}: neither role nor instanceProfile is set",
+                    class.name
+                ),
+            )),
+        }
+    }
+
+    /// A launch EC2 refused as invalid shortly after this process created the instance
+    /// profile it uses is most likely IAM's propagation delay: report it as
+    /// `Unavailable`, so the claim is retried rather than failed.
+    fn while_profile_propagates(&self, request: &LaunchRequest, err: CloudError) -> CloudError {
+        let Some(profile) = request.resolved.instance_profile.as_deref() else {
+            return err;
+        };
+        let fresh = self.profiles.recently_created(profile, PROFILE_PROPAGATION);
+        match propagation_kind(err.kind, fresh) {
+            kind if kind == err.kind => err,
+            kind => CloudError {
+                kind,
+                message: format!(
+                    "{} (instance profile {profile} was created moments ago; IAM may not have propagated it yet)",
+                    err.message
+                ),
+                source: err.source,
+            },
+        }
+    }
+
+    /// DescribeInstances over all pages: each instance with its tags.
+    async fn describe_instances(
+        &self,
+        filters: Vec<Filter>,
+    ) -> Result<Vec<(Instance, BTreeMap<String, String>)>, CloudError> {
         let mut instances = Vec::new();
         let mut next: Option<String> = None;
         loop {
             let out = self
                 .ec2
                 .describe_instances()
-                .filters(
-                    Filter::builder()
-                        .name(format!("tag:{}", cluster_tag_key(&self.cluster.name)))
-                        .values("owned")
-                        .build(),
-                )
-                .filters(
-                    Filter::builder()
-                        .name(format!("tag:{TAG_MANAGED_BY}"))
-                        .values(MANAGED_BY)
-                        .build(),
-                )
-                .filters(
-                    Filter::builder()
-                        .name("instance-state-name")
-                        .set_values(Some(
-                            ["pending", "running", "shutting-down", "stopping", "stopped"]
-                                .map(String::from)
-                                .to_vec(),
-                        ))
-                        .build(),
-                )
+                .set_filters(Some(filters.clone()))
                 .set_next_token(next.take())
                 .send()
                 .await
@@ -1291,13 +1405,13 @@ impl Cloud for Ec2Cloud {
             for reservation in out.reservations.unwrap_or_default() {
                 for i in reservation.instances.unwrap_or_default() {
                     let Some(id) = i.instance_id else { continue };
-                    let claim_name = i
+                    let tags: BTreeMap<String, String> = i
                         .tags
                         .unwrap_or_default()
                         .into_iter()
-                        .find(|t| t.key.as_deref() == Some(TAG_NODECLAIM))
-                        .and_then(|t| t.value);
-                    instances.push(Instance {
+                        .filter_map(|t| Some((t.key?, t.value.unwrap_or_default())))
+                        .collect();
+                    let instance = Instance {
                         id,
                         instance_type: i
                             .instance_type
@@ -1318,9 +1432,10 @@ impl Cloud for Ec2Cloud {
                             .and_then(|s| s.name)
                             .map(|n| n.as_str().to_string())
                             .unwrap_or_default(),
-                        claim_name,
+                        claim_name: tags.get(TAG_NODECLAIM).cloned(),
                         launch_time: i.launch_time.map(|t| t.secs()).unwrap_or(0),
-                    });
+                    };
+                    instances.push((instance, tags));
                 }
             }
             match out.next_token {
@@ -1332,9 +1447,41 @@ impl Cloud for Ec2Cloud {
     }
 }
 
+fn state_filter(states: &[&str]) -> Filter {
+    Filter::builder()
+        .name("instance-state-name")
+        .set_values(Some(states.iter().map(|s| s.to_string()).collect()))
+        .build()
+}
+
+/// The kind a launch failure is reported as: `Invalid` becomes `Unavailable` (retry
+/// later) while the instance profile it used is fresh from this process.
+fn propagation_kind(kind: ErrorKind, profile_is_fresh: bool) -> ErrorKind {
+    match kind {
+        ErrorKind::Invalid if profile_is_fresh => ErrorKind::Unavailable,
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_invalid_launch_is_retried_only_while_a_new_instance_profile_propagates() {
+        assert_eq!(
+            propagation_kind(ErrorKind::Invalid, true),
+            ErrorKind::Unavailable
+        );
+        assert_eq!(
+            propagation_kind(ErrorKind::Invalid, false),
+            ErrorKind::Invalid
+        );
+        assert_eq!(
+            propagation_kind(ErrorKind::Unauthorized, true),
+            ErrorKind::Unauthorized
+        );
+    }
 
     #[test]
     fn instance_ids_are_checked_before_terminating() {

@@ -16,6 +16,7 @@ pub struct AwsContext {
     pub(crate) ssm: aws_sdk_ssm::Client,
     pub(crate) eks: aws_sdk_eks::Client,
     pub(crate) lambda: aws_sdk_lambda::Client,
+    pub(crate) iam: aws_sdk_iam::Client,
 }
 
 impl AwsContext {
@@ -47,6 +48,7 @@ impl AwsContext {
             ssm: aws_sdk_ssm::Client::new(&config),
             eks: aws_sdk_eks::Client::new(&config),
             lambda: aws_sdk_lambda::Client::new(&config),
+            iam: aws_sdk_iam::Client::new(&config),
             config,
         }
     }

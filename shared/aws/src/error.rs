@@ -17,7 +17,11 @@ pub fn kind_for_code(code: &str) -> Option<ErrorKind> {
         | "TransactionConflictException"
         | "IdempotentParameterMismatch"
         | "InvalidLaunchTemplateName.AlreadyExistsException"
-        | "ResourceInUseException" => ErrorKind::Conflict,
+        | "ResourceInUseException"
+        // IAM: the entity exists / is in use / changed concurrently.
+        | "EntityAlreadyExists"
+        | "DeleteConflict"
+        | "ConcurrentModification" => ErrorKind::Conflict,
         "ProvisionedThroughputExceededException"
         | "ThrottlingException"
         | "Throttling"
@@ -27,9 +31,11 @@ pub fn kind_for_code(code: &str) -> Option<ErrorKind> {
         | "LimitExceededException"
         | "ThrottledException"
         | "SlowDown" => ErrorKind::Throttled,
-        "ResourceNotFoundException" | "ParameterNotFound" | "ParameterVersionNotFound" => {
-            ErrorKind::NotFound
-        }
+        "ResourceNotFoundException"
+        | "ParameterNotFound"
+        | "ParameterVersionNotFound"
+        // IAM (a role, an instance profile).
+        | "NoSuchEntity" => ErrorKind::NotFound,
         "AccessDeniedException"
         | "AccessDenied"
         | "UnauthorizedOperation"
@@ -54,7 +60,11 @@ pub fn kind_for_code(code: &str) -> Option<ErrorKind> {
         | "InternalServerError"
         | "InternalError"
         | "InternalFailure"
-        | "Unavailable" => ErrorKind::Unavailable,
+        | "Unavailable"
+        // IAM: "the request processing has failed because of an unknown error", and an
+        // entity being modified by IAM itself right now.
+        | "ServiceFailure"
+        | "EntityTemporarilyUnmodifiable" => ErrorKind::Unavailable,
         "ValidationException"
         | "ValidationError"
         | "MissingParameter"
@@ -202,6 +212,61 @@ mod tests {
     fn transport_failures_are_unavailable() {
         let timeout: SdkError<PutItemError, HttpResponse> = SdkError::timeout_error("slow");
         assert_eq!(classify(&timeout), ErrorKind::Unavailable);
+    }
+
+    #[test]
+    fn modeled_iam_errors_classify_by_their_code_and_keep_their_source() {
+        use aws_sdk_iam::operation::add_role_to_instance_profile::AddRoleToInstanceProfileError;
+        use aws_sdk_iam::operation::create_instance_profile::CreateInstanceProfileError;
+        use aws_sdk_iam::operation::get_instance_profile::GetInstanceProfileError;
+        use aws_sdk_iam::types::error::{
+            EntityAlreadyExistsException, NoSuchEntityException, ServiceFailureException,
+        };
+
+        let missing = SdkError::service_error(
+            GetInstanceProfileError::NoSuchEntityException(
+                NoSuchEntityException::builder()
+                    .meta(meta("NoSuchEntity"))
+                    .build(),
+            ),
+            response(404),
+        );
+        assert_eq!(classify(&missing), ErrorKind::NotFound);
+        let exists = SdkError::service_error(
+            CreateInstanceProfileError::EntityAlreadyExistsException(
+                EntityAlreadyExistsException::builder()
+                    .meta(meta("EntityAlreadyExists"))
+                    .build(),
+            ),
+            response(409),
+        );
+        assert_eq!(classify(&exists), ErrorKind::Conflict);
+        let failed = SdkError::service_error(
+            AddRoleToInstanceProfileError::ServiceFailureException(
+                ServiceFailureException::builder()
+                    .meta(meta("ServiceFailure"))
+                    .build(),
+            ),
+            response(500),
+        );
+        assert_eq!(classify(&failed), ErrorKind::Unavailable);
+        for (code, kind) in [
+            ("Throttling", ErrorKind::Throttled),
+            ("AccessDenied", ErrorKind::Unauthorized),
+        ] {
+            let e = SdkError::service_error(
+                GetInstanceProfileError::generic(meta(code)),
+                response(400),
+            );
+            assert_eq!(classify(&e), kind, "{code}");
+        }
+        let err = cloud_error("GetInstanceProfile prod_1", missing);
+        assert_eq!(err.kind, ErrorKind::NotFound);
+        assert!(err.message.contains("NoSuchEntity"), "{err}");
+        assert!(
+            std::error::Error::source(&err).is_some(),
+            "the SDK error is kept as the source"
+        );
     }
 
     #[test]

@@ -5,8 +5,11 @@
 //!   standard environment (`AWS_ENDPOINT_URL` points them at an emulator).
 //! - [`store`]: [`DynamoStore`], the engine's `Store` over one DynamoDB table
 //!   (claims, leases with fencing tokens, the ICE cache, idempotency keys, decisions).
-//! - [`cloud`]: [`Ec2Cloud`], the engine's `Cloud` over EC2 and SSM (CreateFleet over
-//!   content-addressed launch templates, node class resolution, catalog, spot prices).
+//! - [`cloud`]: [`Ec2Cloud`], the engine's `Cloud` over EC2, SSM and IAM (CreateFleet
+//!   over content-addressed launch templates, node class resolution, catalog, spot
+//!   prices, the instances Karpenter launched).
+//! - [`instance_profile`]: the instance profiles of EC2NodeClass roles, created or
+//!   adopted as Karpenter does (IAM).
 //! - [`eks`]: [`ClusterInfo`] from DescribeCluster and the IAM bearer token
 //!   ([`TokenSource`]) for the Kubernetes API.
 //! - [`ami`], [`userdata`], [`fleet`]: pure pieces (alias paths, nodeadm user data,
@@ -20,6 +23,7 @@ pub mod config;
 pub mod eks;
 pub mod error;
 pub mod fleet;
+pub mod instance_profile;
 pub mod lambda_invoke;
 pub mod store;
 #[cfg(feature = "test-support")]

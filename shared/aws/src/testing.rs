@@ -1,7 +1,7 @@
 //! Test support against moto's server, shared by this crate's tests and the Lambda
 //! end-to-end tests: the emulator URL (a failure under CI, a skip elsewhere), unique
-//! names, SDK clients, the table created from infra/dynamodb-table.json, and a tagged
-//! network with AMIs and AL2023 alias parameters under a test prefix.
+//! names, SDK clients, the table created from infra/dynamodb-table.json, a tagged
+//! network with AMIs and AL2023 alias parameters under a test prefix, and node roles.
 //! Compiled only with the `test-support` feature; panics are the point here.
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -18,6 +18,7 @@ pub use aws_config::SdkConfig;
 pub use aws_sdk_dynamodb::Client as DynamoClient;
 pub use aws_sdk_ec2::Client as Ec2Client;
 pub use aws_sdk_eks::Client as EksClient;
+pub use aws_sdk_iam::Client as IamClient;
 
 /// `let url = moto!();` — the emulator URL, or return from the test when there is none
 /// outside CI.
@@ -163,6 +164,26 @@ pub async fn create_table_from_definition(url: &str, table: &str) {
         .send()
         .await
         .unwrap();
+}
+
+/// An IAM role EC2 instances may assume (a node role), created unless it exists (IAM
+/// is account-wide in moto too: tests share role names).
+pub async fn node_role(url: &str, name: &str) {
+    let iam = aws_sdk_iam::Client::new(&sdk_config(url).await);
+    let trust = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"ec2.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#;
+    match iam
+        .create_role()
+        .role_name(name)
+        .assume_role_policy_document(trust)
+        .send()
+        .await
+    {
+        Ok(_) => {}
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_entity_already_exists_exception()) => {}
+        Err(e) => panic!("create role {name}: {e:?}"),
+    }
 }
 
 pub struct Network {

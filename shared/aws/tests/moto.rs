@@ -11,11 +11,13 @@ use std::time::Duration;
 use aws_sdk_ec2::types::ResourceType;
 
 use nodewright_aws::testing::{
-    K8S, Network, REGION, create_table_from_definition, network, sdk_config, tag_spec, unique,
+    IamClient, K8S, Network, REGION, create_table_from_definition, network, node_role, sdk_config,
+    tag_spec, unique,
 };
 use nodewright_aws::{AwsContext, ClusterInfo, DynamoStore, Ec2Cloud, Ec2CloudConfig, moto};
 use nodewright_core::api::model::{
     AmiSelectorTerm, Ec2NodeClass, Kubelet, MetadataOptions, SelectorTerm, Taint, TaintEffect,
+    managed_instance_profile_name,
 };
 use nodewright_core::catalog::CapacityType;
 use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim};
@@ -410,7 +412,7 @@ fn node_class(cluster: &str, amis: Vec<AmiSelectorTerm>) -> Ec2NodeClass {
         ami_family: None,
         subnet_selector_terms: vec![SelectorTerm::Tags(discovery.clone())],
         security_group_selector_terms: vec![SelectorTerm::Tags(discovery)],
-        role: Some("KarpenterNodeRole".into()),
+        role: Some(NODE_ROLE.into()),
         instance_profile: None,
         user_data: None,
         block_device_mappings: vec![],
@@ -429,9 +431,19 @@ fn alias() -> AmiSelectorTerm {
     }
 }
 
+/// The role `node_class` names.
+const NODE_ROLE: &str = "KarpenterNodeRole";
+
+/// An Ec2Cloud for `cluster`, with the node role existing in IAM.
 async fn cloud(url: &str, cluster: &str, net: &Network) -> Ec2Cloud {
+    cloud_with(url, cluster, net, true).await
+}
+
+async fn cloud_with(url: &str, cluster: &str, net: &Network, manage_profiles: bool) -> Ec2Cloud {
+    node_role(url, NODE_ROLE).await;
     let config = Ec2CloudConfig {
         ssm_public_prefix: net.ssm_prefix.clone(),
+        manage_instance_profiles: manage_profiles,
         ..Ec2CloudConfig::default()
     };
     Ec2Cloud::new(
@@ -743,8 +755,8 @@ async fn launches_tag_instances_and_reuse_one_launch_template() {
         "claim-specific labels stay out of shared templates"
     );
     assert_eq!(
-        data.iam_instance_profile.unwrap().name.as_deref(),
-        Some("KarpenterNodeRole")
+        data.iam_instance_profile.unwrap().name,
+        resolved.instance_profile
     );
 }
 
@@ -928,4 +940,473 @@ async fn the_cheaper_spot_group_launches_first_with_the_image_for_its_architectu
     let owned = cloud.owned_instances().await.unwrap();
     assert_eq!(owned.len(), 1);
     assert_eq!(owned[0].capacity_type, CapacityType::Spot);
+}
+
+// ----- Instance profiles (IAM) ------------------------------------------------------------
+
+async fn iam(url: &str) -> IamClient {
+    IamClient::new(&sdk_config(url).await)
+}
+
+/// GetInstanceProfile: (roles, tags), or `None` when there is no such profile.
+async fn instance_profile(
+    url: &str,
+    name: &str,
+) -> Option<(Vec<String>, BTreeMap<String, String>)> {
+    match iam(url)
+        .await
+        .get_instance_profile()
+        .instance_profile_name(name)
+        .send()
+        .await
+    {
+        Ok(out) => {
+            let p = out.instance_profile.unwrap();
+            let roles = p.roles.into_iter().map(|r| r.role_name).collect();
+            let tags = p
+                .tags
+                .unwrap_or_default()
+                .into_iter()
+                .map(|t| (t.key, t.value))
+                .collect();
+            Some((roles, tags))
+        }
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_no_such_entity_exception()) =>
+        {
+            None
+        }
+        Err(e) => panic!("GetInstanceProfile {name}: {e:?}"),
+    }
+}
+
+/// Creates a profile as someone else (Karpenter, an operator) would have.
+async fn create_profile(url: &str, name: &str, tags: &[(&str, &str)], role: Option<&str>) {
+    let iam = iam(url).await;
+    let mut create = iam.create_instance_profile().instance_profile_name(name);
+    for (k, v) in tags {
+        create = create.tags(
+            aws_sdk_iam::types::Tag::builder()
+                .key(*k)
+                .value(*v)
+                .build()
+                .unwrap(),
+        );
+    }
+    create.send().await.unwrap();
+    if let Some(role) = role {
+        node_role(url, role).await;
+        iam.add_role_to_instance_profile()
+            .instance_profile_name(name)
+            .role_name(role)
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+/// Launches `req` and returns the instance profile of the launch template used (the
+/// only template tagged for the test's cluster).
+async fn launch_template_profile(
+    url: &str,
+    cloud: &Ec2Cloud,
+    cluster: &str,
+    req: LaunchRequest,
+) -> Option<String> {
+    cloud.launch(&req).await.unwrap();
+    let ec2 = aws_sdk_ec2::Client::new(&sdk_config(url).await);
+    let templates = ec2
+        .describe_launch_templates()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name(format!("tag:kubernetes.io/cluster/{cluster}"))
+                .values("owned")
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap()
+        .launch_templates
+        .unwrap_or_default();
+    assert_eq!(templates.len(), 1, "{templates:?}");
+    ec2.describe_launch_template_versions()
+        .launch_template_id(templates[0].launch_template_id.clone().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .launch_template_versions
+        .unwrap()
+        .remove(0)
+        .launch_template_data
+        .unwrap()
+        .iam_instance_profile
+        .and_then(|p| p.name)
+}
+
+#[tokio::test]
+async fn a_class_with_only_a_role_gets_a_tagged_instance_profile_holding_it_and_launches_with_it() {
+    let url = moto!();
+    let cluster = unique("profile");
+    let net = network(&url, &cluster).await;
+    let cloud = cloud(&url, &cluster, &net).await;
+    let class = node_class(&cluster, vec![alias()]);
+    let expected = managed_instance_profile_name(&cluster, REGION, "default");
+    assert_eq!(instance_profile(&url, &expected).await, None);
+
+    let resolved = cloud.resolve_node_class(&class, K8S).await.unwrap();
+
+    assert_eq!(
+        resolved.instance_profile.as_deref(),
+        Some(expected.as_str())
+    );
+    let (roles, tags) = instance_profile(&url, &expected).await.expect("created");
+    assert_eq!(roles, vec![NODE_ROLE.to_string()]);
+    for (k, v) in [
+        (
+            format!("kubernetes.io/cluster/{cluster}"),
+            "owned".to_string(),
+        ),
+        ("eks:eks-cluster-name".into(), cluster.clone()),
+        ("karpenter.k8s.aws/ec2nodeclass".into(), "default".into()),
+        ("topology.kubernetes.io/region".into(), REGION.into()),
+        // The class's own tags, as Karpenter adds them.
+        ("team".into(), "platform".into()),
+    ] {
+        assert_eq!(tags.get(&k), Some(&v), "tag {k} in {tags:?}");
+    }
+
+    let profile = launch_template_profile(
+        &url,
+        &cloud,
+        &cluster,
+        launch_request(
+            "default-p1",
+            class,
+            resolved,
+            vec![on_demand("m5.large", "us-east-1a", 0.096)],
+        ),
+    )
+    .await;
+    assert_eq!(profile, Some(expected));
+}
+
+#[tokio::test]
+async fn a_warm_resolve_reuses_the_profile_and_a_cold_one_adopts_it() {
+    let url = moto!();
+    let cluster = unique("profile-again");
+    let net = network(&url, &cluster).await;
+    let cloud = cloud(&url, &cluster, &net).await;
+    let class = node_class(&cluster, vec![alias()]);
+    let name = managed_instance_profile_name(&cluster, REGION, "default");
+    cloud.resolve_node_class(&class, K8S).await.unwrap();
+    let created = iam(&url)
+        .await
+        .get_instance_profile()
+        .instance_profile_name(&name)
+        .send()
+        .await
+        .unwrap()
+        .instance_profile
+        .unwrap();
+
+    // A cold Lambda finds the profile and adopts it: same profile (id), same role.
+    let cold = self::cloud(&url, &cluster, &net).await;
+    let resolved = cold.resolve_node_class(&class, K8S).await.unwrap();
+    assert_eq!(resolved.instance_profile.as_deref(), Some(name.as_str()));
+    let adopted = iam(&url)
+        .await
+        .get_instance_profile()
+        .instance_profile_name(&name)
+        .send()
+        .await
+        .unwrap()
+        .instance_profile
+        .unwrap();
+    assert_eq!(adopted.instance_profile_id, created.instance_profile_id);
+    assert_eq!(adopted.roles.len(), 1);
+
+    // A warm Lambda makes no IAM call at all: with the profile gone behind its back,
+    // it still reports it and creates nothing (the cold one, asked afresh, would).
+    let iam = iam(&url).await;
+    iam.remove_role_from_instance_profile()
+        .instance_profile_name(&name)
+        .role_name(NODE_ROLE)
+        .send()
+        .await
+        .unwrap();
+    iam.delete_instance_profile()
+        .instance_profile_name(&name)
+        .send()
+        .await
+        .unwrap();
+    let warm = cloud.resolve_node_class(&class, K8S).await.unwrap();
+    assert_eq!(warm.instance_profile.as_deref(), Some(name.as_str()));
+    assert_eq!(instance_profile(&url, &name).await, None, "nothing created");
+}
+
+#[tokio::test]
+async fn a_profile_karpenter_created_for_the_class_is_adopted_and_given_the_role() {
+    let url = moto!();
+    let cluster = unique("profile-adopt");
+    let net = network(&url, &cluster).await;
+    let name = managed_instance_profile_name(&cluster, REGION, "default");
+    let cluster_tag = format!("kubernetes.io/cluster/{cluster}");
+    // As Karpenter left it, holding the role the class named before it was edited.
+    create_profile(
+        &url,
+        &name,
+        &[
+            (cluster_tag.as_str(), "owned"),
+            ("karpenter.k8s.aws/ec2nodeclass", "default"),
+            ("topology.kubernetes.io/region", REGION),
+            ("created-by", "karpenter"),
+        ],
+        Some("KarpenterNodeRole-old"),
+    )
+    .await;
+    let cloud = cloud(&url, &cluster, &net).await;
+
+    let resolved = cloud
+        .resolve_node_class(&node_class(&cluster, vec![alias()]), K8S)
+        .await
+        .unwrap();
+
+    assert_eq!(resolved.instance_profile.as_deref(), Some(name.as_str()));
+    let (roles, tags) = instance_profile(&url, &name).await.unwrap();
+    assert_eq!(roles, vec![NODE_ROLE.to_string()], "the role is replaced");
+    assert_eq!(
+        tags.get("created-by").map(String::as_str),
+        Some("karpenter"),
+        "the same profile, adopted rather than recreated"
+    );
+}
+
+#[tokio::test]
+async fn a_profile_of_that_name_not_tagged_for_the_cluster_is_never_changed() {
+    let url = moto!();
+    let cluster = unique("profile-foreign");
+    let net = network(&url, &cluster).await;
+    let name = managed_instance_profile_name(&cluster, REGION, "default");
+    create_profile(&url, &name, &[("team", "other")], Some("SomeoneElsesRole")).await;
+    let cloud = cloud(&url, &cluster, &net).await;
+
+    let err = cloud
+        .resolve_node_class(&node_class(&cluster, vec![alias()]), K8S)
+        .await
+        .unwrap_err();
+
+    assert_eq!(err.kind, ErrorKind::Invalid, "{err}");
+    assert!(err.message.contains(&name), "{err}");
+    let (roles, _) = instance_profile(&url, &name).await.unwrap();
+    assert_eq!(roles, vec!["SomeoneElsesRole".to_string()]);
+
+    // Holding the class's role already, the same profile is simply used.
+    let untagged_ok = unique("profile-foreign-ok");
+    let net_ok = network(&url, &untagged_ok).await;
+    let ok_name = managed_instance_profile_name(&untagged_ok, REGION, "default");
+    create_profile(&url, &ok_name, &[], Some(NODE_ROLE)).await;
+    let resolved = self::cloud(&url, &untagged_ok, &net_ok)
+        .await
+        .resolve_node_class(&node_class(&untagged_ok, vec![alias()]), K8S)
+        .await
+        .unwrap();
+    assert_eq!(resolved.instance_profile, Some(ok_name));
+}
+
+#[tokio::test]
+async fn an_instance_profile_named_by_the_class_is_used_as_is_and_nothing_is_created() {
+    let url = moto!();
+    let cluster = unique("profile-given");
+    let net = network(&url, &cluster).await;
+    let given = format!("{cluster}-nodes");
+    create_profile(&url, &given, &[], Some(NODE_ROLE)).await;
+    let cloud = cloud(&url, &cluster, &net).await;
+    let mut class = node_class(&cluster, vec![alias()]);
+    class.role = None;
+    class.instance_profile = Some(given.clone());
+
+    let resolved = cloud.resolve_node_class(&class, K8S).await.unwrap();
+
+    assert_eq!(resolved.instance_profile.as_deref(), Some(given.as_str()));
+    let managed = managed_instance_profile_name(&cluster, REGION, "default");
+    assert_eq!(instance_profile(&url, &managed).await, None);
+    let profile = launch_template_profile(
+        &url,
+        &cloud,
+        &cluster,
+        launch_request(
+            "default-g1",
+            class,
+            resolved,
+            vec![on_demand("m5.large", "us-east-1a", 0.096)],
+        ),
+    )
+    .await;
+    assert_eq!(profile, Some(given));
+}
+
+#[tokio::test]
+async fn a_role_that_does_not_exist_is_reported_as_not_found() {
+    let url = moto!();
+    let cluster = unique("profile-norole");
+    let net = network(&url, &cluster).await;
+    let cloud = cloud(&url, &cluster, &net).await;
+    let mut class = node_class(&cluster, vec![alias()]);
+    class.role = Some(format!("{cluster}-missing-role"));
+
+    let err = cloud.resolve_node_class(&class, K8S).await.unwrap_err();
+
+    assert_eq!(err.kind, ErrorKind::NotFound, "{err}");
+    assert!(err.message.contains("missing-role"), "{err}");
+}
+
+#[tokio::test]
+async fn in_a_dry_run_the_profile_is_named_but_not_created() {
+    let url = moto!();
+    let cluster = unique("profile-dry");
+    let net = network(&url, &cluster).await;
+    let cloud = cloud_with(&url, &cluster, &net, false).await;
+
+    let resolved = cloud
+        .resolve_node_class(&node_class(&cluster, vec![alias()]), K8S)
+        .await
+        .unwrap();
+
+    let name = managed_instance_profile_name(&cluster, REGION, "default");
+    assert_eq!(resolved.instance_profile.as_deref(), Some(name.as_str()));
+    assert_eq!(instance_profile(&url, &name).await, None);
+}
+
+// ----- Instances Karpenter launched ----------------------------------------------------------
+
+#[tokio::test]
+async fn instances_karpenter_launched_for_the_cluster_are_listed_and_no_others() {
+    let url = moto!();
+    let cluster = unique("karpenter");
+    let net = network(&url, &cluster).await;
+    let cloud = cloud(&url, &cluster, &net).await;
+    let class = node_class(&cluster, vec![alias()]);
+    let resolved = cloud.resolve_node_class(&class, K8S).await.unwrap();
+    // nodewright's own instance carries karpenter.sh/nodepool too: not listed.
+    let ours = cloud
+        .launch(&launch_request(
+            "default-k0",
+            class,
+            resolved,
+            vec![on_demand("m5.large", "us-east-1a", 0.096)],
+        ))
+        .await
+        .unwrap();
+    assert!(!ours.instance_id.is_empty());
+
+    let ec2 = aws_sdk_ec2::Client::new(&sdk_config(&url).await);
+    let cluster_tag = format!("kubernetes.io/cluster/{cluster}");
+    let run = |tags: Vec<(&str, &str)>| {
+        let ec2 = ec2.clone();
+        let ami = net.ami_amd64.clone();
+        let subnet = net.subnet_a.clone();
+        let tags: Vec<(String, String)> = tags
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        async move {
+            let tags: Vec<(&str, &str)> =
+                tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            ec2.run_instances()
+                .image_id(ami)
+                .instance_type(aws_sdk_ec2::types::InstanceType::M5Xlarge)
+                .min_count(1)
+                .max_count(1)
+                .subnet_id(subnet)
+                .tag_specifications(tag_spec(ResourceType::Instance, &tags))
+                .send()
+                .await
+                .unwrap()
+                .instances
+                .unwrap()[0]
+                .instance_id
+                .clone()
+                .unwrap()
+        }
+    };
+    // Karpenter v1: both cluster tags.
+    let v1 = run(vec![
+        (cluster_tag.as_str(), "owned"),
+        ("eks:eks-cluster-name", cluster.as_str()),
+        ("karpenter.sh/nodepool", "default"),
+        ("karpenter.sh/nodeclaim", "default-abcde"),
+    ])
+    .await;
+    // Only one of the cluster tags each.
+    let owned_only = run(vec![
+        (cluster_tag.as_str(), "owned"),
+        ("karpenter.sh/nodepool", "default"),
+    ])
+    .await;
+    let eks_only = run(vec![
+        ("eks:eks-cluster-name", cluster.as_str()),
+        ("karpenter.sh/nodepool", "default"),
+    ])
+    .await;
+    // Stopped: still there, still listed.
+    let stopped = run(vec![
+        (cluster_tag.as_str(), "owned"),
+        ("karpenter.sh/nodepool", "default"),
+    ])
+    .await;
+    ec2.stop_instances()
+        .instance_ids(&stopped)
+        .send()
+        .await
+        .unwrap();
+    // Not listed: another cluster's, this cluster's without a NodePool tag, terminated.
+    run(vec![
+        ("kubernetes.io/cluster/someone-else", "owned"),
+        ("eks:eks-cluster-name", "someone-else"),
+        ("karpenter.sh/nodepool", "default"),
+    ])
+    .await;
+    run(vec![(cluster_tag.as_str(), "owned")]).await;
+    let terminated = run(vec![
+        (cluster_tag.as_str(), "owned"),
+        ("karpenter.sh/nodepool", "default"),
+    ])
+    .await;
+    ec2.terminate_instances()
+        .instance_ids(&terminated)
+        .send()
+        .await
+        .unwrap();
+
+    let listed = cloud
+        .cluster_instances_launched_by_karpenter()
+        .await
+        .unwrap();
+
+    let mut ids: Vec<&str> = listed.iter().map(|i| i.id.as_str()).collect();
+    ids.sort();
+    let mut expected = vec![
+        v1.as_str(),
+        owned_only.as_str(),
+        eks_only.as_str(),
+        stopped.as_str(),
+    ];
+    expected.sort();
+    assert_eq!(ids, expected);
+    let first = listed.iter().find(|i| i.id == v1).unwrap();
+    assert_eq!(first.instance_type, "m5.xlarge");
+    assert_eq!(first.zone, "us-east-1a");
+    assert_eq!(first.claim_name.as_deref(), Some("default-abcde"));
+    assert_eq!(first.capacity_type, CapacityType::OnDemand);
+    assert!(first.launch_time > 0);
+    // And none of them is nodewright's own.
+    let owned: Vec<String> = cloud
+        .owned_instances()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(owned, vec![ours.instance_id]);
 }

@@ -145,6 +145,10 @@ pub struct NodeClaim {
     /// recognised as ours (and ignored) for a while.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<i64>,
+    /// Recorded from a node Karpenter launched (`NodeClaim::adopted`): its instance
+    /// carries Karpenter's tags, not nodewright's, and is listed with them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adopted: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -248,6 +252,24 @@ pub struct ClaimSpec {
     pub pods: Vec<String>,
 }
 
+/// An instance that is already a node, to be recorded as a claim by
+/// [`NodeClaim::adopted`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdoptedInstance {
+    pub name: String,
+    pub node_pool: String,
+    pub node_class: String,
+    pub instance_id: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: CapacityType,
+    /// `None` when the catalog does not price the type.
+    pub price_per_hour: Option<f64>,
+    pub node_name: String,
+    /// When EC2 launched the instance (Unix seconds).
+    pub launched_at: i64,
+}
+
 impl NodeClaim {
     /// A new claim in its first state, `Launching`, version 1, created at `now`.
     pub fn launching(spec: ClaimSpec, now: i64) -> NodeClaim {
@@ -275,6 +297,43 @@ impl NodeClaim {
             disruption: None,
             failure: None,
             expires_at: None,
+            adopted: false,
+        }
+    }
+
+    /// A claim recorded for an instance someone else launched and that is already a
+    /// working node (a node Karpenter launched, adopted after a migration): state
+    /// `Initialized`, version 1, created at `now`. The one way a claim starts past
+    /// `Launching`: nothing is launched, registered or initialized for it, so no
+    /// transition is skipped; from here it follows the ordinary path (Disrupting →
+    /// Draining → Terminating → Terminated). `launched_at` is the instance's own
+    /// launch time, so expiry counts from when the node really started.
+    pub fn adopted(instance: AdoptedInstance, now: i64) -> NodeClaim {
+        NodeClaim {
+            name: instance.name,
+            node_pool: instance.node_pool,
+            node_class: instance.node_class,
+            state: ClaimState::Initialized,
+            version: 1,
+            instance_type_options: vec![instance.instance_type.clone()],
+            zones: vec![instance.zone.clone()],
+            capacity_types: vec![instance.capacity_type],
+            pods: vec![],
+            created_at: now,
+            updated_at: now,
+            instance_id: Some(instance.instance_id),
+            instance_type: Some(instance.instance_type),
+            zone: Some(instance.zone),
+            capacity_type: Some(instance.capacity_type),
+            price_per_hour: instance.price_per_hour,
+            node_name: Some(instance.node_name),
+            launched_at: Some(instance.launched_at),
+            registered_at: Some(now),
+            initialized_at: Some(now),
+            disruption: None,
+            failure: None,
+            expires_at: None,
+            adopted: true,
         }
     }
 
@@ -457,6 +516,42 @@ mod tests {
         assert_eq!((amended.state, amended.version), (ClaimState::Launching, 2));
         let failed = c.transition(ClaimState::LaunchFailed, 1, |_| {}).unwrap();
         assert!(failed.amend(2, |_| {}).is_err());
+    }
+
+    #[test]
+    fn an_adopted_claim_starts_initialized_and_follows_the_ordinary_path_out() {
+        use ClaimState::*;
+        let c = NodeClaim::adopted(
+            AdoptedInstance {
+                name: "default-k8r7x".into(),
+                node_pool: "default".into(),
+                node_class: "default".into(),
+                instance_id: "i-0123456789abcdef0".into(),
+                instance_type: "m5.large".into(),
+                zone: "us-east-1a".into(),
+                capacity_type: CapacityType::Spot,
+                price_per_hour: Some(0.04),
+                node_name: "ip-10-0-1-23.ec2.internal".into(),
+                launched_at: 50,
+            },
+            100,
+        );
+        assert_eq!((c.state, c.version), (Initialized, 1));
+        assert_eq!(c.launched_at, Some(50));
+        assert_eq!(
+            c.provider_id().as_deref(),
+            Some("aws:///us-east-1a/i-0123456789abcdef0")
+        );
+        assert_eq!(c.capacity_types, vec![CapacityType::Spot]);
+        // The lifecycle before Initialized never happened: it cannot be re-entered.
+        for to in [Launching, Launched, Registered, LaunchFailed] {
+            assert!(c.transition(to, 101, |_| {}).is_err(), "{to:?}");
+        }
+        let mut c = c;
+        for next in [Disrupting, Draining, Terminating, Terminated] {
+            c = c.transition(next, 200, |_| {}).unwrap();
+        }
+        assert!(c.state.is_terminal());
     }
 
     #[test]

@@ -100,6 +100,7 @@ async fn fleet() -> Fleet {
             disruption: None,
             failure: None,
             expires_at: None,
+            adopted: false,
         };
         store.create_claim(&claim).await.expect("claim");
         instances.push(instance.id);

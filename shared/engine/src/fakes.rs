@@ -20,8 +20,8 @@ use async_trait::async_trait;
 
 use nodewright_core::api::model::{Ec2NodeClass, MetadataOptions, SelectorTerm, Taint};
 use nodewright_core::catalog::{
-    CapacityType, Catalog, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_REGION,
-    LABEL_ZONE,
+    CapacityType, Catalog, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE,
+    LABEL_NODEPOOL, LABEL_REGION, LABEL_ZONE,
 };
 use nodewright_core::cluster::{Node, Pod, eviction_allowed};
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
@@ -189,6 +189,7 @@ pub enum CloudOp {
     Launch,
     Terminate,
     OwnedInstances,
+    KarpenterInstances,
 }
 
 /// An instance the fake cloud holds, with the request that launched it.
@@ -210,17 +211,26 @@ struct CloudInner {
     /// ClientToken (claim name) → instance id.
     tokens: HashMap<String, String>,
     out_of_capacity: HashSet<(String, String, CapacityType)>,
+    /// Ids of the instances Karpenter launched (`insert_karpenter_instance`): not
+    /// nodewright's, so not in `owned_instances`.
+    karpenter: HashSet<String>,
     faults: Faults<CloudOp, CloudError>,
     calls: Vec<Call<CloudOp>>,
     next_id: u64,
 }
 
 /// EC2 in memory: CreateFleet (instant) with ClientToken idempotency, capacity per
-/// offering, TerminateInstances, owned-instance listing.
+/// offering, TerminateInstances, owned-instance listing, and instances Karpenter
+/// launched for the cluster.
 pub struct FakeCloud {
     inner: Mutex<CloudInner>,
     clock: Arc<dyn Clock>,
+    /// Region of the zones, for the names of managed instance profiles.
+    region: String,
 }
+
+/// The cluster the fakes stand for (the name `node_class` discovers subnets by).
+pub const FAKE_CLUSTER: &str = "test-cluster";
 
 impl FakeCloud {
     /// A cloud offering `catalog` in `zones`, one subnet per zone, reading launch
@@ -244,11 +254,18 @@ impl FakeCloud {
                 by_id: HashMap::new(),
                 tokens: HashMap::new(),
                 out_of_capacity: HashSet::new(),
+                karpenter: HashSet::new(),
                 faults: Faults::default(),
                 calls: Vec::new(),
                 next_id: 1,
             }),
             clock,
+            region: zones
+                .first()
+                .map(|z| z.trim_end_matches(|c: char| c.is_ascii_lowercase()))
+                .filter(|r| !r.is_empty())
+                .unwrap_or("us-east-1")
+                .to_string(),
         }
     }
 
@@ -330,6 +347,7 @@ impl FakeCloud {
                 subnets: vec![],
                 security_group_ids: vec![],
                 images: vec![],
+                instance_profile: None,
             },
             offerings: vec![],
             labels: BTreeMap::new(),
@@ -360,6 +378,77 @@ impl FakeCloud {
         }
         instance.state = "terminated".into();
         true
+    }
+
+    /// Starts an instance as Karpenter would have launched it for this cluster (tagged
+    /// with `karpenter.sh/nodepool` = `node_pool` and, if given, `karpenter.sh/nodeclaim`
+    /// = `claim_name`; not nodewright's): listed by
+    /// `cluster_instances_launched_by_karpenter`, never by `owned_instances`. Its
+    /// kubelet (`FakeCluster::register_from`) registers with Karpenter's labels.
+    pub fn insert_karpenter_instance(
+        &self,
+        instance_type: &str,
+        zone: &str,
+        capacity_type: CapacityType,
+        node_pool: &str,
+        claim_name: Option<&str>,
+        launch_time: i64,
+    ) -> Instance {
+        let mut inner = lock(&self.inner);
+        let id = Self::new_id(&mut inner);
+        let instance = Instance {
+            id,
+            instance_type: instance_type.to_string(),
+            zone: zone.to_string(),
+            capacity_type,
+            state: "running".into(),
+            claim_name: claim_name.map(str::to_string),
+            launch_time,
+        };
+        let mut labels = BTreeMap::from([
+            (LABEL_NODEPOOL.to_string(), node_pool.to_string()),
+            ("karpenter.sh/registered".to_string(), "true".to_string()),
+            ("karpenter.sh/initialized".to_string(), "true".to_string()),
+        ]);
+        if let Some(claim) = claim_name {
+            labels.insert("karpenter.sh/nodeclaim".into(), claim.to_string());
+        }
+        let request = LaunchRequest {
+            claim_name: claim_name.unwrap_or_default().to_string(),
+            node_pool: node_pool.to_string(),
+            node_class: node_class("default"),
+            resolved: ResolvedNodeClass {
+                subnets: vec![],
+                security_group_ids: vec![],
+                images: vec![],
+                instance_profile: None,
+            },
+            offerings: vec![],
+            labels,
+            taints: vec![],
+            kubernetes_version: String::new(),
+        };
+        let at = inner.instances.len();
+        inner.by_id.insert(instance.id.clone(), at);
+        inner.karpenter.insert(instance.id.clone());
+        inner.instances.push(FakeInstance {
+            instance: instance.clone(),
+            price: 0.0,
+            request,
+        });
+        instance
+    }
+
+    /// Sets an instance's state ("stopped", "shutting-down", ...) as EC2 would change it.
+    pub fn set_state(&self, id: &str, state: &str) -> bool {
+        let mut inner = lock(&self.inner);
+        match inner.by_id.get(id).copied() {
+            Some(at) => {
+                inner.instances[at].instance.state = state.to_string();
+                true
+            }
+            None => false,
+        }
     }
 
     fn new_id(inner: &mut CloudInner) -> String {
@@ -411,6 +500,8 @@ impl Cloud for FakeCloud {
                     arch: "arm64".into(),
                 },
             ],
+            // As Ec2Cloud: `instanceProfile` as written, else the managed one for the role.
+            instance_profile: node_class.instance_profile_for(FAKE_CLUSTER, &self.region),
         })
     }
 
@@ -542,7 +633,35 @@ impl Cloud for FakeCloud {
         if let Some(e) = self.record(CloudOp::OwnedInstances, "") {
             return Err(e);
         }
-        Ok(self.running())
+        let inner = lock(&self.inner);
+        Ok(inner
+            .instances
+            .iter()
+            .filter(|i| {
+                i.instance.state != "terminated" && !inner.karpenter.contains(&i.instance.id)
+            })
+            .map(|i| i.instance.clone())
+            .collect())
+    }
+
+    async fn cluster_instances_launched_by_karpenter(&self) -> Result<Vec<Instance>, CloudError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(CloudOp::KarpenterInstances, "") {
+            return Err(e);
+        }
+        let inner = lock(&self.inner);
+        Ok(inner
+            .instances
+            .iter()
+            .filter(|i| {
+                inner.karpenter.contains(&i.instance.id)
+                    && matches!(
+                        i.instance.state.as_str(),
+                        "pending" | "running" | "stopping" | "stopped"
+                    )
+            })
+            .map(|i| i.instance.clone())
+            .collect())
     }
 }
 
@@ -1555,6 +1674,7 @@ mod tests {
                 subnets: vec![],
                 security_group_ids: vec![],
                 images: vec![],
+                instance_profile: None,
             },
             offerings,
             labels: BTreeMap::new(),
@@ -1718,6 +1838,25 @@ mod tests {
             LaunchError::InsufficientCapacity { offerings, .. } => assert_eq!(offerings.len(), 2),
             other => panic!("{other}"),
         }
+    }
+
+    #[tokio::test]
+    async fn node_classes_resolve_to_their_instance_profile_as_ec2_cloud_resolves_them() {
+        let cloud = cloud();
+        let mut class = node_class("default");
+        let resolved = cloud.resolve_node_class(&class, "1.33").await.unwrap();
+        assert_eq!(
+            resolved.instance_profile,
+            Some(nodewright_core::api::model::managed_instance_profile_name(
+                FAKE_CLUSTER,
+                "us-east-1",
+                "default"
+            ))
+        );
+        class.role = None;
+        class.instance_profile = Some("MyNodeProfile".into());
+        let resolved = cloud.resolve_node_class(&class, "1.33").await.unwrap();
+        assert_eq!(resolved.instance_profile.as_deref(), Some("MyNodeProfile"));
     }
 
     #[tokio::test]

@@ -17,7 +17,10 @@
 //! - [`reasons`]: what a tick could not do, published where people look: warn logs,
 //!   decisions, Kubernetes Events (`FailedScheduling` on pods, warnings on NodePools and
 //!   EC2NodeClasses) and the objects' status conditions ([`Reasons::publish`]).
+//! - [`adopt`]: recording the nodes Karpenter launched as claims, after a migration
+//!   ([`adopt_karpenter_nodes`]; opt-in).
 //! - [`error`]: [`EngineError`], the crate's one error type.
+pub mod adopt;
 pub mod context;
 pub mod error;
 #[cfg(feature = "sim")]
@@ -32,6 +35,7 @@ pub mod reasons;
 pub mod sim;
 pub mod terminate;
 
+pub use adopt::adopt_karpenter_nodes;
 pub use context::{Ports, SystemClock};
 pub use error::{EngineError, Result};
 pub use interrupt::{

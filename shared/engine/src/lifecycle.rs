@@ -123,6 +123,7 @@ pub async fn reconcile(
     catalog: &Catalog,
     claims: &mut [NodeClaim],
     owned: &[Instance],
+    adopted_instances: &[Instance],
     lease: Option<&LeaseKeeper>,
 ) -> Result<LifecycleReport> {
     let mut report = LifecycleReport::default();
@@ -137,8 +138,11 @@ pub async fn reconcile(
         .map(|p| (p.name.as_str(), p))
         .collect();
 
+    // Instances that still exist: ours, and Karpenter's that adopted claims record
+    // (never candidates for leak collection: only `owned` is).
     let alive: HashSet<&str> = owned
         .iter()
+        .chain(adopted_instances)
         .filter(|i| i.state != "terminated")
         .map(|i| i.id.as_str())
         .collect();

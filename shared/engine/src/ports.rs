@@ -133,6 +133,11 @@ pub struct ResolvedNodeClass {
     pub subnets: Vec<Subnet>,
     pub security_group_ids: Vec<String>,
     pub images: Vec<Image>,
+    /// The instance profile nodes launch with: `spec.instanceProfile` as written, or
+    /// the profile managed for `spec.role` (created or adopted while resolving, named
+    /// as Karpenter names it). What the EC2NodeClass status records as
+    /// `instanceProfile`. `None` only where nothing resolved one (hand-built requests).
+    pub instance_profile: Option<String>,
 }
 
 /// One (instance type, zone, capacity type) a launch may use, with its price.
@@ -223,6 +228,11 @@ pub trait Cloud: Send + Sync {
     async fn terminate(&self, instance_ids: &[String]) -> Result<(), CloudError>;
     /// Instances tagged as owned by this cluster, in any state but terminated.
     async fn owned_instances(&self) -> Result<Vec<Instance>, CloudError>;
+    /// Instances Karpenter launched for this cluster (tagged for it, with Karpenter's
+    /// `karpenter.sh/nodepool` tag and without nodewright's own marker), pending,
+    /// running, stopping or stopped: what may be adopted after a migration
+    /// ([`crate::adopt`]). Listing them touches nothing.
+    async fn cluster_instances_launched_by_karpenter(&self) -> Result<Vec<Instance>, CloudError>;
 }
 
 // ----- Cluster -----------------------------------------------------------------------

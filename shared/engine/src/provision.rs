@@ -31,6 +31,7 @@ use nodewright_core::provisioning::{
 };
 use nodewright_core::scheduling::InFlightClaim;
 
+use crate::adopt::adopt_karpenter_nodes;
 use crate::context::Ports;
 use crate::error::{EngineError, Result};
 use crate::lease::{Acquired, LeaseKeeper};
@@ -71,6 +72,9 @@ pub struct ProvisionerConfig {
     pub launch_attempts: u32,
     /// First backoff delay; doubled on each retry.
     pub backoff: Duration,
+    /// Record the nodes Karpenter launched for this cluster as claims
+    /// (`NODEWRIGHT_ADOPT_KARPENTER_NODES`; see [`crate::adopt`]).
+    pub adopt_karpenter_nodes: bool,
 }
 
 impl ProvisionerConfig {
@@ -85,6 +89,7 @@ impl ProvisionerConfig {
             holder: holder.into(),
             launch_attempts: 4,
             backoff: Duration::from_millis(500),
+            adopt_karpenter_nodes: false,
         }
     }
 
@@ -122,6 +127,8 @@ pub struct TickReport {
     pub launched: Vec<LaunchedClaim>,
     /// Claims left `Launching` by a crash whose instance was found and recorded.
     pub adopted: Vec<String>,
+    /// Nodes Karpenter launched, recorded as claims this tick.
+    pub adopted_karpenter_nodes: Vec<String>,
     /// (claim, why) for claims that became `LaunchFailed`.
     pub failed: Vec<(String, String)>,
     /// Claims left `Launching` after retryable errors; the next tick retries them.
@@ -188,6 +195,9 @@ struct World {
     catalog: Catalog,
     pricing: Pricing,
     owned: Vec<Instance>,
+    /// Instances Karpenter launched for this cluster: listed when adopting, or while
+    /// adopted claims live (to tell whether their instances still exist).
+    karpenter_instances: Vec<Instance>,
     kubernetes_version: String,
     classes: HashMap<String, (Ec2NodeClass, ResolvedNodeClass)>,
     /// Pools whose node class resolved.
@@ -366,12 +376,29 @@ impl Provisioner {
         lease.keep(&self.ports).await?;
 
         self.recover(&mut world, &mut report).await?;
+        if self.config.adopt_karpenter_nodes {
+            let adopted = adopt_karpenter_nodes(
+                &self.ports,
+                &world.state,
+                &world.claims,
+                &world.karpenter_instances,
+                &world.catalog,
+                &world.pricing,
+                now,
+            )
+            .await?;
+            report
+                .adopted_karpenter_nodes
+                .extend(adopted.iter().map(|c| c.name.clone()));
+            world.claims.extend(adopted);
+        }
         lease.keep(&self.ports).await?;
         let World {
             state,
             claims,
             catalog,
             owned,
+            karpenter_instances,
             ..
         } = &mut world;
         report.lifecycle = lifecycle::reconcile(
@@ -381,6 +408,7 @@ impl Provisioner {
             catalog,
             claims,
             owned,
+            karpenter_instances,
             Some(lease),
         )
         .await?;
@@ -502,6 +530,12 @@ impl Provisioner {
                     .map_err(EngineError::from)
             },
         )?;
+        let adopted_live = claims.iter().any(|c| c.adopted && !c.state.is_terminal());
+        let karpenter_instances = if self.config.adopt_karpenter_nodes || adopted_live {
+            p.cloud.cluster_instances_launched_by_karpenter().await?
+        } else {
+            Vec::new()
+        };
         let mut invalid = state.invalid.clone();
         let mut problems: Vec<Problem> = state
             .invalid_objects
@@ -578,7 +612,7 @@ impl Provisioner {
         }
         let healthy_classes = classes
             .iter()
-            .map(|(name, _)| (name.clone(), None))
+            .map(|(name, (_, r))| (name.clone(), r.instance_profile.clone()))
             .collect();
         let mut zones: Vec<String> = classes
             .values()
@@ -595,6 +629,7 @@ impl Provisioner {
             catalog,
             pricing,
             owned,
+            karpenter_instances,
             kubernetes_version,
             classes,
             pools,

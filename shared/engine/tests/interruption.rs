@@ -101,6 +101,7 @@ impl Env {
             disruption: None,
             failure: None,
             expires_at: None,
+            adopted: false,
         };
         self.store.create_claim(&claim).await.unwrap();
         Owned {

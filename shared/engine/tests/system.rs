@@ -459,3 +459,54 @@ async fn spot_capacity_reclaimed_without_any_warning_is_replaced_by_the_reconcil
     assert_eq!(sys.launched(), 2, "one replacement: {:#?}", sys.claims());
     sys.assert_settled();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_node_karpenter_launched_is_adopted_and_then_handled_like_any_other() {
+    let mut sys = System::new(m5_pool("spot"));
+    let mut config = ProvisionerConfig::new("test-cluster", "provisioner-1");
+    config.adopt_karpenter_nodes = true;
+    sys.provisioner = Provisioner::new(sys.world.ports(), config);
+    let karpenters = sys.world.cloud.insert_karpenter_instance(
+        "m5.xlarge",
+        "us-east-1a",
+        nodewright_core::catalog::CapacityType::Spot,
+        "general-purpose",
+        Some("general-purpose-k8rpt"),
+        START - 3600,
+    );
+    // Its node is up and running pods before nodewright is deployed.
+    sys.world.step();
+    for n in sys.world.cluster.nodes() {
+        sys.world.cluster.set_ready(&n.name);
+    }
+    sys.add_pods("web", 3, "1", "1536Mi");
+    sys.world.step();
+    assert_eq!(sys.world.still_pending(), vec![]);
+
+    sys.run(3).await;
+    let claim = sys.claim_of(&karpenters.id);
+    assert!(
+        claim.adopted && claim.state == ClaimState::Initialized,
+        "{claim:#?}"
+    );
+    assert_eq!(claim.name, "general-purpose-k8rpt");
+    assert_eq!(
+        sys.launched(),
+        1,
+        "nothing launched for pods that have a node"
+    );
+
+    // Minutes later it is still there (its instance is listed as Karpenter's, not
+    // mistaken for vanished), and a spot warning takes it away like any claim.
+    let deadline = sys.world.now() + 120;
+    sys.world.kill_at(&karpenters.id, deadline);
+    tokio::join!(
+        sys.run(4),
+        sys.interrupt(spot_warning(&karpenters.id, deadline))
+    );
+    let claim = sys.claim_of(&karpenters.id);
+    assert_eq!(claim.state, ClaimState::Terminated, "{claim:#?}");
+    assert_eq!(sys.world.lost_pods(), Vec::<String>::new());
+    assert_eq!(sys.launched(), 2, "one replacement");
+    sys.assert_settled();
+}

@@ -29,6 +29,10 @@ pub struct Config {
     /// `NODEWRIGHT_PROVISIONER_FUNCTION` (interruption): the provisioner to invoke
     /// asynchronously after evictions, so replacements do not wait for the schedule.
     pub provisioner_function: Option<String>,
+    /// `NODEWRIGHT_ADOPT_KARPENTER_NODES` (default false): record the nodes Karpenter
+    /// launched for this cluster as claims, so consolidation, drift, expiry and
+    /// interruptions cover them after a migration. Turn on once Karpenter is gone.
+    pub adopt_karpenter_nodes: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -68,18 +72,18 @@ impl Config {
                 }
             },
         };
-        let dry_run = match get("NODEWRIGHT_DRY_RUN").as_deref() {
-            None => false,
-            Some("true" | "1" | "yes") => true,
-            Some("false" | "0" | "no") => false,
-            Some(v) => {
-                return Err(ConfigError::Malformed {
-                    name: "NODEWRIGHT_DRY_RUN",
-                    value: v.to_string(),
-                    expected: "true or false",
-                });
-            }
+        let flag = |name: &'static str| match get(name).as_deref() {
+            None => Ok(false),
+            Some("true" | "1" | "yes") => Ok(true),
+            Some("false" | "0" | "no") => Ok(false),
+            Some(v) => Err(ConfigError::Malformed {
+                name,
+                value: v.to_string(),
+                expected: "true or false",
+            }),
         };
+        let dry_run = flag("NODEWRIGHT_DRY_RUN")?;
+        let adopt_karpenter_nodes = flag("NODEWRIGHT_ADOPT_KARPENTER_NODES")?;
         let ssm_public_prefix =
             get("NODEWRIGHT_SSM_PUBLIC_PREFIX").unwrap_or_else(|| "/aws/service".into());
         if !ssm_public_prefix.starts_with('/') {
@@ -106,6 +110,7 @@ impl Config {
             ssm_public_prefix: ssm_public_prefix.trim_end_matches('/').to_string(),
             rebalance_action,
             provisioner_function: get("NODEWRIGHT_PROVISIONER_FUNCTION"),
+            adopt_karpenter_nodes,
         })
     }
 }
@@ -133,6 +138,24 @@ mod tests {
         assert_eq!(c.kubeconfig, None);
         assert_eq!(c.ssm_public_prefix, "/aws/service");
         assert_eq!(c.rebalance_action, RebalanceAction::Replace);
+        assert!(!c.adopt_karpenter_nodes, "adoption is opt-in");
+    }
+
+    #[test]
+    fn adopting_karpenter_nodes_is_turned_on_by_its_setting() {
+        let with = |v: &str| {
+            Config::from_vars(&vars(&[
+                ("NODEWRIGHT_CLUSTER_NAME", "prod"),
+                ("NODEWRIGHT_TABLE_NAME", "nw"),
+                ("NODEWRIGHT_ADOPT_KARPENTER_NODES", v),
+            ]))
+        };
+        assert!(with("true").unwrap().adopt_karpenter_nodes);
+        assert!(!with("false").unwrap().adopt_karpenter_nodes);
+        assert_eq!(
+            with("sometimes").unwrap_err().to_string(),
+            "NODEWRIGHT_ADOPT_KARPENTER_NODES=\"sometimes\": true or false"
+        );
     }
 
     #[test]

@@ -65,6 +65,8 @@ pub async fn build_ports(config: &Config) -> Result<(Ports, ClusterInfo), Startu
         &aws,
         Ec2CloudConfig {
             ssm_public_prefix: config.ssm_public_prefix.clone(),
+            // A dry run touches nothing: not even IAM.
+            manage_instance_profiles: !config.dry_run,
             ..Ec2CloudConfig::default()
         },
         info.clone(),

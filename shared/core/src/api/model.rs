@@ -266,3 +266,108 @@ pub struct Ec2NodeClass {
     pub associate_public_ip_address: Option<bool>,
     pub detailed_monitoring: bool,
 }
+
+impl Ec2NodeClass {
+    /// The instance profile nodes of this class launch with: `instanceProfile` as
+    /// written, else the profile managed for `role`, named by
+    /// [`managed_instance_profile_name`]. `None` when neither is set (validation
+    /// refuses such a class).
+    pub fn instance_profile_for(&self, cluster: &str, region: &str) -> Option<String> {
+        match (&self.instance_profile, &self.role) {
+            (Some(profile), _) => Some(profile.clone()),
+            (None, Some(_)) => Some(managed_instance_profile_name(cluster, region, &self.name)),
+            (None, None) => None,
+        }
+    }
+}
+
+/// The name of the instance profile managed for an EC2NodeClass's `role`, as Karpenter
+/// names it (`EC2NodeClass.InstanceProfileName` in v1.0 to v1.6, kept by later versions
+/// as the "legacy" name they still clean up): `<cluster>_<hash>`, where the hash is
+/// `hashstructure.Hash(region + nodeClassName, FormatV2)` in decimal. For a string that
+/// is the 64-bit FNV-1 hash of its bytes. So a profile Karpenter created for the same
+/// cluster, region and node class has this very name, and is found and adopted.
+pub fn managed_instance_profile_name(cluster: &str, region: &str, node_class: &str) -> String {
+    format!(
+        "{cluster}_{}",
+        fnv1_64(region.bytes().chain(node_class.bytes()))
+    )
+}
+
+/// 64-bit FNV-1 (multiply, then xor), Go's `hash/fnv.New64`.
+fn fnv1_64(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    bytes
+        .into_iter()
+        .fold(OFFSET_BASIS, |h, b| h.wrapping_mul(PRIME) ^ u64::from(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv1_matches_the_published_test_vectors() {
+        assert_eq!(fnv1_64(*b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1_64(*b"a"), 0xaf63_bd4c_8601_b7be);
+        assert_eq!(fnv1_64(*b"foobar"), 0x340d_8765_a4dd_a9c2);
+    }
+
+    #[test]
+    fn managed_instance_profiles_are_named_as_karpenter_names_them() {
+        // hashstructure.Hash("us-east-1default", FormatV2, nil) = FNV-1 64 of the bytes.
+        assert_eq!(
+            managed_instance_profile_name("prod", "us-east-1", "default"),
+            "prod_15843455441266977890"
+        );
+        assert_eq!(
+            managed_instance_profile_name("prod", "us-west-2", "general-purpose"),
+            "prod_7346686188728735239"
+        );
+        // Region and class both count.
+        assert_ne!(
+            managed_instance_profile_name("prod", "us-east-2", "default"),
+            managed_instance_profile_name("prod", "us-east-1", "default")
+        );
+    }
+
+    fn class(role: Option<&str>, instance_profile: Option<&str>) -> Ec2NodeClass {
+        Ec2NodeClass {
+            name: "default".into(),
+            ami_selector_terms: vec![],
+            ami_family: None,
+            subnet_selector_terms: vec![],
+            security_group_selector_terms: vec![],
+            role: role.map(str::to_string),
+            instance_profile: instance_profile.map(str::to_string),
+            user_data: None,
+            block_device_mappings: vec![],
+            metadata_options: MetadataOptions::default(),
+            tags: BTreeMap::new(),
+            kubelet: Kubelet::default(),
+            associate_public_ip_address: None,
+            detailed_monitoring: false,
+        }
+    }
+
+    #[test]
+    fn an_instance_profile_is_used_as_written_and_a_role_gets_the_managed_one() {
+        assert_eq!(
+            class(None, Some("MyProfile"))
+                .instance_profile_for("prod", "us-east-1")
+                .as_deref(),
+            Some("MyProfile")
+        );
+        assert_eq!(
+            class(Some("KarpenterNodeRole-prod"), None)
+                .instance_profile_for("prod", "us-east-1")
+                .as_deref(),
+            Some("prod_15843455441266977890")
+        );
+        assert_eq!(
+            class(None, None).instance_profile_for("prod", "us-east-1"),
+            None
+        );
+    }
+}
