@@ -32,6 +32,6 @@ pub use context::{Ports, SystemClock};
 pub use error::{EngineError, Result};
 pub use interrupt::{
     InstanceAction, InstanceOutcome, InterruptionConfig, InterruptionInput, InterruptionMode,
-    InterruptionOutcome, handle_interruption, handle_interruption_until,
+    InterruptionOutcome, handle_interruption, handle_interruption_until, input_for,
 };
 pub use provision::{Provisioner, ProvisionerConfig, RunReport, TickReport};
