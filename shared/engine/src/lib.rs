@@ -12,7 +12,8 @@
 //! - [`interrupt`]: the interruption job over decided inputs ([`handle_interruption`]).
 //! - [`fakes`] (feature `sim`, default): FakeCloud, FakeCluster (with a kubelet),
 //!   MemoryStore, ManualClock.
-//! - [`sim`] (feature `sim`): a world that behaves like a cluster over virtual time.
+//! - [`sim`] (feature `sim`): a world that behaves like a cluster over virtual time,
+//!   scenarios run on it with every job as its Lambda runs it, and their reports.
 //! - [`lease`]: a job's lease, short and renewed at checkpoints ([`lease::LeaseKeeper`]).
 //! - [`error`]: [`EngineError`], the crate's one error type.
 pub mod context;

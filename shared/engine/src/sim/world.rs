@@ -1,96 +1,78 @@
-//! A world that behaves like an EKS cluster over virtual time, for system tests (and
-//! the simulator): the engine's real jobs run against the fakes while the world does
-//! what a cluster does between their calls.
+//! [`World`]: the fakes, plus everything a cluster and EC2 do that no port call does.
+//! [`World::step`] is one instant of it, in this order:
 //!
-//! - [`SimClock`]: virtual time on tokio's paused clock. Every job sleeps through it,
-//!   so with a runtime started paused the whole system runs in time order and in
-//!   milliseconds: tokio advances to the next timer whenever every task waits.
-//! - [`World`]: the fakes plus what no port call does:
-//!   - a kubelet: an instance registers its node `register_after` its launch, with the
-//!     labels and taints it was launched with (the unregistered taint among them), and
-//!     the node turns Ready `ready_after` that;
-//!   - a binder like kube-scheduler's: a pending pod goes to a Ready, schedulable node
-//!     whose NoSchedule/NoExecute taints it tolerates, whose labels match its node
-//!     selector and required node affinity, and with room for its requests — the least
-//!     allocated such node, as the default scoring prefers;
-//!   - EC2 reclaiming instances at their deadline (`kill_at`), drained or not: the node
-//!     turns NotReady and its pods are lost;
-//!   - the workload controllers: evicted, deleted and lost pods come back pending
-//!     (`FakeCluster::recreate_evicted_pods`, switched on by the world);
-//!   - an observer: how long each pod waited from pending to bound, and every instant
-//!     a PodDisruptionBudget had fewer healthy pods than it requires without an
-//!     instance having died.
+//! 1. EC2: instances whose deadline came are taken (`kill_at`: a spot reclaim, a
+//!    retirement), drained or not: the node turns NotReady and its pods are lost;
+//!    a stop ([`World::stop`]) ends in `stopped`. Every change to `stopping`,
+//!    `stopped`, `shutting-down` or `terminated` (nodewright's own terminations
+//!    included) is sent to the interruption queue as an EventBridge state-change
+//!    notification, as the stack's rule does.
+//! 2. Kubelets: a `running` instance registers its node `register_after` its launch,
+//!    with the labels and taints it was launched with; the node turns Ready
+//!    `ready_after` that.
+//! 3. Workload controllers ([`super::workload`]): Deployments to their replica count
+//!    of the moment, a DaemonSet pod on every eligible Ready node; pods bound to a node
+//!    that no longer exists are garbage-collected (the DaemonSet's go quietly, any
+//!    other counts as orphaned).
+//! 4. An observer of the jobs' work: every claim's progress (disrupted, draining,
+//!    drained, terminated), and every launch checked against the capacity there was:
+//!    a launch whose pods all fitted a Ready node, or were already nominated to
+//!    another claim in flight, is recorded as unneeded.
+//! 5. The binder ([`super::binder`]) binds pending pods; the observer records how long
+//!    each waited, and every instant a PodDisruptionBudget had fewer healthy pods than
+//!    it requires without an instance having just died.
 //!
-//! [`World::run`] steps the world every `step` of virtual time; the jobs under test
-//! run beside it (`tokio::join!`).
+//! [`World::run`] steps it every `step` of virtual time; the jobs run beside it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
-
-use nodewright_core::api::model::TaintEffect;
-use nodewright_core::catalog::Catalog;
-use nodewright_core::cluster::{Node, Pod};
-use nodewright_core::nodeclaim::instance_id_from_provider_id;
-use nodewright_core::resources::Resources;
-use nodewright_core::scheduling::requirements::Requirements;
+use nodewright_core::catalog::{CapacityType, Catalog};
+use nodewright_core::cluster::{DaemonSet, Node, Pod};
+use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, instance_id_from_provider_id};
 
 use crate::context::Ports;
 use crate::fakes::{FakeCloud, FakeCluster, MemoryStore};
-use crate::ports::Clock;
+use crate::ports::{Clock, ClusterState};
 
-/// Virtual time: Unix seconds `base` plus the time elapsed on tokio's clock since the
-/// world was made. Sleeping is tokio's sleep: real time in a normal runtime, virtual
-/// and instant in one started paused.
-#[derive(Debug)]
-pub struct SimClock {
-    base: i64,
-    start: tokio::time::Instant,
-}
-
-impl SimClock {
-    pub fn new(base_unix_seconds: i64) -> Self {
-        SimClock {
-            base: base_unix_seconds,
-            start: tokio::time::Instant::now(),
-        }
-    }
-
-    /// Milliseconds since the Unix epoch.
-    pub fn now_millis(&self) -> i64 {
-        self.base * 1000 + i64::try_from(self.start.elapsed().as_millis()).unwrap_or(i64::MAX)
-    }
-}
-
-#[async_trait]
-impl Clock for SimClock {
-    fn now(&self) -> i64 {
-        self.now_millis().div_euclid(1000)
-    }
-    async fn sleep(&self, duration: Duration) {
-        tokio::time::sleep(duration).await;
-    }
-}
+use super::SimClock;
+use super::binder::Binder;
+use super::cloud::Ec2;
+use super::eventbridge::{self, Envelope};
+use super::queue::{QueueConfig, SqsQueue};
+use super::rng::Rng;
+use super::workload::{Deployment, daemonset_pods, scale};
 
 /// How the world behaves.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WorldConfig {
+    /// From launch to `running` (EC2's `pending`).
+    pub running_after: Duration,
     /// From launch to the kubelet's Node object (boot, nodeadm, kubelet start).
     pub register_after: Duration,
     /// From registration to Ready (CNI up).
     pub ready_after: Duration,
+    /// From `stopping` to `stopped`.
+    pub stop_after: Duration,
     /// How often the world acts.
     pub step: Duration,
+    /// The interruption queue.
+    pub queue: QueueConfig,
+    /// Seeds event ids and duplicate deliveries.
+    pub seed: u64,
 }
 
 impl Default for WorldConfig {
     fn default() -> Self {
         WorldConfig {
+            running_after: Duration::from_secs(8),
             register_after: Duration::from_secs(20),
             ready_after: Duration::from_secs(10),
+            stop_after: Duration::from_secs(10),
             step: Duration::from_secs(1),
+            queue: QueueConfig::default(),
+            seed: 1,
         }
     }
 }
@@ -103,51 +85,156 @@ pub struct BudgetViolation {
     pub allowed: i64,
 }
 
+/// How long one pod waited from pending to bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodWait {
+    pub pod: String,
+    pub since: i64,
+    pub bound_at: i64,
+}
+
+impl PodWait {
+    pub fn seconds(&self) -> i64 {
+        self.bound_at - self.since
+    }
+}
+
+/// One instance from its launch to its end, as billed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lifetime {
+    pub instance: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: CapacityType,
+    pub price_per_hour: f64,
+    pub launched_at: i64,
+    /// When it was seen terminated; `None` while it runs.
+    pub ended_at: Option<i64>,
+}
+
+/// How a disrupted claim went away, as the observer saw it (to the second).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Disrupted {
+    pub claim: String,
+    pub instance: Option<String>,
+    pub cause: DisruptionCause,
+    /// When the claim was disrupted (its `disruption.since`).
+    pub since: i64,
+    pub deadline: Option<i64>,
+    pub draining_at: Option<i64>,
+    /// The node was empty (the claim reached Terminating).
+    pub drained_at: Option<i64>,
+    pub terminated_at: Option<i64>,
+}
+
+/// A launch whose pods had capacity already.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnneededLaunch {
+    pub claim: String,
+    pub at: i64,
+    /// Why: where its pods fitted.
+    pub reason: String,
+}
+
 #[derive(Default)]
 struct Observed {
     registered_at: HashMap<String, i64>,
     pending_since: HashMap<String, i64>,
-    /// (pod, seconds from pending to bound), in binding order.
-    waits: Vec<(String, i64)>,
+    waits: Vec<PodWait>,
+    /// Instance → when EC2 takes it (after a notice).
     deaths: BTreeMap<String, i64>,
+    /// Instance → when its stop completes.
+    stopping: BTreeMap<String, i64>,
     died: Vec<String>,
     violations: Vec<BudgetViolation>,
     lost_pods: Vec<String>,
+    killed_pods: Vec<String>,
+    orphaned_pods: Vec<String>,
+    /// Last state seen per instance.
+    states: HashMap<String, String>,
+    lifetimes: BTreeMap<String, Lifetime>,
+    claims_seen: HashSet<String>,
+    disrupted: BTreeMap<String, Disrupted>,
+    unneeded: Vec<UnneededLaunch>,
+    log: Vec<(i64, String)>,
+    /// Replica count last logged per Deployment.
+    replicas: HashMap<String, u32>,
+    next_pod: u64,
 }
 
 pub struct World {
     pub clock: Arc<SimClock>,
+    /// EC2's API state (what was launched, terminated, reclaimed).
     pub cloud: Arc<FakeCloud>,
+    /// The same EC2 with instance states over time: what the jobs call.
+    pub ec2: Arc<Ec2>,
     pub cluster: Arc<FakeCluster>,
     pub store: Arc<MemoryStore>,
+    /// EventBridge → SQS: the interruption function's input.
+    pub queue: Arc<SqsQueue>,
     pub config: WorldConfig,
+    region: String,
+    started_at: i64,
+    rng: Mutex<Rng>,
+    deployments: Mutex<Vec<Deployment>>,
     observed: Mutex<Observed>,
 }
 
-fn lock(m: &Mutex<Observed>) -> std::sync::MutexGuard<'_, Observed> {
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+fn secs(d: Duration) -> i64 {
+    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
+}
+
+/// Instance id of a node, from its providerID.
+fn instance_of(node: &Node) -> Option<String> {
+    node.provider_id
+        .as_deref()
+        .and_then(instance_id_from_provider_id)
+        .map(str::to_string)
+}
+
+/// EventBridge forwards these state changes to the queue (the stack's rule).
+const REPORTED_STATES: [&str; 4] = ["stopping", "stopped", "shutting-down", "terminated"];
 
 impl World {
     /// An empty cluster over `catalog` in `zones`, its clock reading `base` now.
     pub fn new(catalog: Catalog, zones: &[&str], base: i64, config: WorldConfig) -> Arc<World> {
         let clock = Arc::new(SimClock::new(base));
         let cloud = Arc::new(FakeCloud::new(catalog.clone(), zones, clock.clone()));
+        let ec2 = Arc::new(Ec2::new(cloud.clone(), clock.clone(), config.running_after));
         let cluster = Arc::new(FakeCluster::new(Arc::new(catalog)));
         cluster.recreate_evicted_pods(true);
+        let region = zones
+            .first()
+            .map(|z| {
+                z.trim_end_matches(|c: char| c.is_ascii_lowercase())
+                    .to_string()
+            })
+            .unwrap_or_else(|| "us-east-1".into());
         Arc::new(World {
             clock,
             cloud,
+            ec2,
             cluster,
             store: Arc::new(MemoryStore::new()),
+            queue: Arc::new(SqsQueue::new(config.queue.clone(), config.seed ^ 0x5153)),
+            region,
+            started_at: base,
+            rng: Mutex::new(Rng::new(config.seed)),
             config,
+            deployments: Mutex::new(Vec::new()),
             observed: Mutex::new(Observed::default()),
         })
     }
 
+    /// The ports every job runs over: EC2 with instance states over time, the cluster,
+    /// the store and the virtual clock.
     pub fn ports(&self) -> Ports {
         Ports {
-            cloud: self.cloud.clone(),
+            cloud: self.ec2.clone(),
             cluster: self.cluster.clone(),
             store: self.store.clone(),
             clock: self.clock.clone(),
@@ -158,9 +245,95 @@ impl World {
         self.clock.now()
     }
 
-    /// EC2 takes `instance` at `at`, whatever state its drain is in.
+    /// Seconds since the world began.
+    pub fn elapsed(&self) -> i64 {
+        self.now() - self.started_at
+    }
+
+    pub fn started_at(&self) -> i64 {
+        self.started_at
+    }
+
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+
+    /// Adds a Deployment (and its PodDisruptionBudget); its controller acts from the
+    /// next step.
+    pub fn add_deployment(&self, deployment: Deployment) {
+        if let Some(pdb) = &deployment.budget {
+            let pdb = pdb.clone();
+            self.cluster.with_state(|s| s.pdbs.push(pdb));
+        }
+        lock(&self.deployments).push(deployment);
+    }
+
+    pub fn add_daemonset(&self, daemonset: DaemonSet) {
+        self.cluster.with_state(|s| s.daemonsets.push(daemonset));
+    }
+
+    /// Runs `f` with the world's random number generator (seeded).
+    pub fn with_rng<R>(&self, f: impl FnOnce(&mut Rng) -> R) -> R {
+        f(&mut lock(&self.rng))
+    }
+
+    /// A line for the timeline.
+    pub fn log(&self, message: impl Into<String>) {
+        let now = self.now();
+        lock(&self.observed).log.push((now, message.into()));
+    }
+
+    /// EC2 takes `instance` at `at`, whatever state its drain is in (it was told).
     pub fn kill_at(&self, instance: &str, at: i64) {
         lock(&self.observed).deaths.insert(instance.to_string(), at);
+    }
+
+    /// Someone stops `instance` now, without notice: `stopping` at once, `stopped`
+    /// `stop_after` later; its pods die with it.
+    pub fn stop(&self, instance: &str) {
+        self.ec2.set_state(instance, "stopping");
+        let done = self.now() + secs(self.config.stop_after);
+        let killed = self.lose_node_of(instance);
+        let mut o = lock(&self.observed);
+        o.stopping.insert(instance.to_string(), done);
+        o.killed_pods.extend(killed);
+    }
+
+    fn envelope(&self) -> Envelope {
+        Envelope {
+            id: self.with_rng(Rng::uuid),
+            time: self.now(),
+            region: self.region.clone(),
+        }
+    }
+
+    /// EC2 warns that it takes the spot `instance` in two minutes, and will.
+    /// Returns the deadline.
+    pub fn spot_interruption(&self, instance: &str) -> i64 {
+        let e = self.envelope();
+        let deadline = e.time + nodewright_core::interruption::SPOT_NOTICE_SECONDS;
+        self.queue
+            .send(eventbridge::spot_interruption(&e, instance), e.time);
+        self.kill_at(instance, deadline);
+        deadline
+    }
+
+    /// EC2 recommends rebalancing `instance` (it is at elevated risk; nothing is taken).
+    pub fn rebalance_recommendation(&self, instance: &str) {
+        let e = self.envelope();
+        self.queue
+            .send(eventbridge::rebalance_recommendation(&e, instance), e.time);
+    }
+
+    /// AWS Health schedules the retirement of `instances` at `start`, and EC2 retires
+    /// them then.
+    pub fn scheduled_change(&self, instances: &[String], start: i64) {
+        let e = self.envelope();
+        self.queue
+            .send(eventbridge::scheduled_change(&e, instances, start), e.time);
+        for i in instances {
+            self.kill_at(i, start);
+        }
     }
 
     /// Steps the world every `config.step` until `until` (Unix seconds).
@@ -172,12 +345,17 @@ impl World {
         self.step();
     }
 
-    /// One instant of the world: deaths, kubelets, binder, observer.
+    /// One instant of the world (see the module documentation for the order).
     pub fn step(&self) {
         let now = self.now();
         let died_now = self.reclaim_due(now);
+        self.finish_stops(now);
+        self.report_instance_states(now);
         self.kubelets(now);
-        self.bind(now);
+        self.workloads(now);
+        let state = self.cluster.snapshot();
+        self.observe_claims(now, &state);
+        self.bind(now, &state);
         self.observe_budgets(now, died_now);
     }
 
@@ -195,34 +373,118 @@ impl World {
                 continue;
             }
             any = true;
-            let node = self.cluster.nodes().into_iter().find(|n| {
-                n.provider_id
-                    .as_deref()
-                    .and_then(instance_id_from_provider_id)
-                    == Some(id.as_str())
-            });
-            let lost = node
-                .map(|n| self.cluster.lose_node(&n.name))
-                .unwrap_or_default();
+            let lost = self.lose_node_of(&id);
             let mut o = lock(&self.observed);
-            o.died.push(id);
+            o.died.push(id.clone());
             o.lost_pods.extend(lost);
+            o.log.push((now, format!("EC2 took {id} at its deadline")));
         }
         any
     }
 
-    fn kubelets(&self, now: i64) {
-        let registered_for = |n: &Node| {
-            n.provider_id
-                .as_deref()
-                .and_then(instance_id_from_provider_id)
-                .map(str::to_string)
+    /// The node of `instance` turns NotReady and its pods die (their controllers
+    /// recreate them pending). Returns the pods lost, DaemonSet pods aside.
+    fn lose_node_of(&self, instance: &str) -> Vec<String> {
+        let Some(node) = self
+            .cluster
+            .nodes()
+            .into_iter()
+            .find(|n| instance_of(n).as_deref() == Some(instance))
+        else {
+            return Vec::new();
         };
+        let daemons: HashSet<String> = self
+            .cluster
+            .snapshot()
+            .pods
+            .iter()
+            .filter(|p| p.daemonset_owned)
+            .map(Pod::key)
+            .collect();
+        self.cluster
+            .lose_node(&node.name)
+            .into_iter()
+            .filter(|k| !daemons.contains(k))
+            .collect()
+    }
+
+    fn finish_stops(&self, now: i64) {
+        let done: Vec<String> = lock(&self.observed)
+            .stopping
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in done {
+            lock(&self.observed).stopping.remove(&id);
+            if self
+                .cloud
+                .instance(&id)
+                .is_some_and(|i| i.instance.state != "terminated")
+            {
+                self.ec2.set_state(&id, "stopped");
+            }
+        }
+    }
+
+    /// Sends a state-change notification for every instance whose state changed to one
+    /// the stack's rule forwards, and keeps the billing record of each instance.
+    fn report_instance_states(&self, now: i64) {
+        let mut sends = Vec::new();
+        {
+            let mut o = lock(&self.observed);
+            for fi in self.ec2.instances() {
+                let i = &fi.instance;
+                let previous = o.states.insert(i.id.clone(), i.state.clone());
+                o.lifetimes.entry(i.id.clone()).or_insert_with(|| Lifetime {
+                    instance: i.id.clone(),
+                    instance_type: i.instance_type.clone(),
+                    zone: i.zone.clone(),
+                    capacity_type: i.capacity_type,
+                    price_per_hour: fi.price,
+                    launched_at: i.launch_time,
+                    ended_at: None,
+                });
+                if previous.as_deref() == Some(i.state.as_str()) {
+                    continue;
+                }
+                if i.state == "terminated" {
+                    if let Some(l) = o.lifetimes.get_mut(&i.id) {
+                        l.ended_at.get_or_insert(now);
+                    }
+                    if !o.died.contains(&i.id) {
+                        let line = format!("{} ({}) terminated", i.id, i.instance_type);
+                        o.log.push((now, line));
+                    }
+                    // EC2 passes through shutting-down; both are forwarded.
+                    if previous.as_deref() != Some("shutting-down") {
+                        sends.push((i.id.clone(), "shutting-down"));
+                    }
+                    sends.push((i.id.clone(), "terminated"));
+                } else if REPORTED_STATES.contains(&i.state.as_str()) {
+                    sends.push((
+                        i.id.clone(),
+                        if i.state == "stopping" {
+                            "stopping"
+                        } else {
+                            "stopped"
+                        },
+                    ));
+                }
+            }
+        }
+        for (id, state) in sends {
+            let e = self.envelope();
+            self.queue
+                .send(eventbridge::state_change(&e, &id, state), now);
+        }
+    }
+
+    fn kubelets(&self, now: i64) {
         let nodes = self.cluster.nodes();
-        let known: std::collections::HashSet<String> =
-            nodes.iter().filter_map(registered_for).collect();
+        let known: HashSet<String> = nodes.iter().filter_map(instance_of).collect();
         let register_after = secs(self.config.register_after);
-        for fi in self.cloud.instances() {
+        for fi in self.ec2.instances() {
             let i = &fi.instance;
             if i.state != "running" || known.contains(&i.id) || now - i.launch_time < register_after
             {
@@ -234,53 +496,203 @@ impl World {
             lock(&self.observed).registered_at.insert(name, now);
         }
         let ready_after = secs(self.config.ready_after);
-        let alive: std::collections::HashSet<String> =
-            self.cloud.running().into_iter().map(|i| i.id).collect();
+        let alive: HashSet<String> = self
+            .ec2
+            .instances()
+            .into_iter()
+            .filter(|fi| fi.instance.state == "running")
+            .map(|fi| fi.instance.id)
+            .collect();
         for n in self.cluster.nodes() {
             let Some(at) = lock(&self.observed).registered_at.get(&n.name).copied() else {
                 continue;
             };
-            let instance_alive = registered_for(&n).is_some_and(|id| alive.contains(&id));
+            let instance_alive = instance_of(&n).is_some_and(|id| alive.contains(&id));
             if !n.ready && instance_alive && now - at >= ready_after {
                 self.cluster.set_ready(&n.name);
             }
         }
     }
 
-    fn bind(&self, now: i64) {
+    /// Deployments, DaemonSets and the pod garbage collector.
+    fn workloads(&self, now: i64) {
         let state = self.cluster.snapshot();
-        let mut free: Vec<(Node, Resources)> = state
-            .nodes
+        let elapsed = now - self.started_at;
+        let deployments = lock(&self.deployments).clone();
+        let mut created: Vec<Pod> = Vec::new();
+        let mut deleted: HashSet<String> = HashSet::new();
+        for d in &deployments {
+            let wanted = d.replicas_at(elapsed);
+            let key = format!("{}/{}", d.namespace, d.name);
+            let logged = lock(&self.observed).replicas.insert(key.clone(), wanted);
+            if logged != Some(wanted) {
+                self.log(format!(
+                    "{key} scaled to {wanted} replicas (from {})",
+                    logged.unwrap_or(0)
+                ));
+            }
+            let scaling = scale(d, &state, elapsed, || {
+                let mut o = lock(&self.observed);
+                o.next_pod += 1;
+                pod_suffix(o.next_pod)
+            });
+            created.extend(scaling.created);
+            deleted.extend(scaling.deleted);
+        }
+        let node_names: HashSet<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();
+        let mut orphans = Vec::new();
+        for p in &state.pods {
+            if let Some(n) = &p.node_name
+                && !node_names.contains(n.as_str())
+            {
+                deleted.insert(p.key());
+                if !p.daemonset_owned && !p.terminal {
+                    orphans.push(p.clone());
+                }
+            }
+        }
+        let daemons = daemonset_pods(&state);
+        if created.is_empty() && deleted.is_empty() && daemons.is_empty() {
+            return;
+        }
+        // Orphaned pods of a workload come back pending, as their controller would
+        // make them again.
+        for p in &orphans {
+            let mut again = p.clone();
+            again.node_name = None;
+            let mut o = lock(&self.observed);
+            o.next_pod += 1;
+            let base = p.name.split("-r~").next().unwrap_or(&p.name).to_string();
+            again.name = format!("{base}-r~{}", pod_suffix(o.next_pod));
+            o.orphaned_pods.push(p.key());
+            created.push(again);
+        }
+        self.cluster.with_state(|s| {
+            s.pods.retain(|p| !deleted.contains(&p.key()));
+            s.pods.extend(created);
+            s.pods.extend(daemons);
+        });
+    }
+
+    /// Claims' progress, and whether each new launch was needed (before the binder
+    /// runs: what fits a Ready node now would be bound by it this very step).
+    fn observe_claims(&self, now: i64, state: &ClusterState) {
+        let claims = self.store.claims();
+        let mut o = lock(&self.observed);
+        let fresh: Vec<&nodewright_core::nodeclaim::NodeClaim> = claims
             .iter()
-            .filter(|n| n.ready && !n.unschedulable)
-            .map(|n| {
-                let mut left = n.allocatable.clone();
-                for p in state
+            .filter(|c| !o.claims_seen.contains(&c.name))
+            .collect();
+        if !fresh.is_empty() {
+            let pending: HashMap<String, &Pod> = state
+                .pods
+                .iter()
+                .filter(|p| p.is_pending())
+                .map(|p| (p.key(), p))
+                .collect();
+            for claim in &fresh {
+                let nominated_elsewhere: HashSet<&String> = claims
+                    .iter()
+                    .filter(|c| {
+                        c.name != claim.name
+                            && c.created_at <= claim.created_at
+                            && matches!(
+                                c.state,
+                                ClaimState::Launching
+                                    | ClaimState::Launched
+                                    | ClaimState::Registered
+                            )
+                    })
+                    .flat_map(|c| c.pods.iter())
+                    .collect();
+                let waiting: Vec<&Pod> = claim
                     .pods
                     .iter()
-                    .filter(|p| !p.terminal && p.node_name.as_deref() == Some(n.name.as_str()))
-                {
-                    left.sub(&p.requests);
+                    .filter_map(|k| pending.get(k).copied())
+                    .collect();
+                if waiting.is_empty() || claim.state == ClaimState::LaunchFailed {
+                    continue;
                 }
-                (n.clone(), left)
-            })
-            .collect();
+                let mut binder = Binder::new(state);
+                let mut placed = Vec::new();
+                let all_had_room = waiting.iter().all(|p| {
+                    if nominated_elsewhere.contains(&p.key()) {
+                        placed.push(format!("{} (nominated to another claim)", p.key()));
+                        true
+                    } else if let Some(node) = binder.place(p) {
+                        placed.push(format!("{} → {node}", p.key()));
+                        true
+                    } else {
+                        false
+                    }
+                });
+                if all_had_room {
+                    o.unneeded.push(UnneededLaunch {
+                        claim: claim.name.clone(),
+                        at: claim.created_at,
+                        reason: placed.join(", "),
+                    });
+                }
+            }
+            for claim in fresh {
+                o.claims_seen.insert(claim.name.clone());
+            }
+        }
+        for c in &claims {
+            let Some(d) = &c.disruption else { continue };
+            let entry = o
+                .disrupted
+                .entry(c.name.clone())
+                .or_insert_with(|| Disrupted {
+                    claim: c.name.clone(),
+                    instance: c.instance_id.clone(),
+                    cause: d.cause,
+                    since: d.since,
+                    deadline: d.deadline,
+                    draining_at: None,
+                    drained_at: None,
+                    terminated_at: None,
+                });
+            // An escalation changes the cause and deadline of the disruption under way.
+            entry.cause = d.cause;
+            entry.deadline = d.deadline;
+            match c.state {
+                ClaimState::Draining => {
+                    entry.draining_at.get_or_insert(now);
+                }
+                ClaimState::Terminating => {
+                    entry.draining_at.get_or_insert(now);
+                    entry.drained_at.get_or_insert(now);
+                }
+                ClaimState::Terminated => {
+                    entry.draining_at.get_or_insert(c.updated_at);
+                    entry.drained_at.get_or_insert(c.updated_at);
+                    entry.terminated_at.get_or_insert(c.updated_at);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn bind(&self, now: i64, state: &ClusterState) {
+        let mut binder = Binder::new(state);
         let mut pending: Vec<&Pod> = state.pods.iter().filter(|p| p.is_pending()).collect();
         pending.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         let mut o = lock(&self.observed);
+        let live: HashSet<String> = pending.iter().map(|p| p.key()).collect();
+        o.pending_since.retain(|k, _| live.contains(k));
         for pod in pending {
             let key = pod.key();
             let since = *o.pending_since.entry(key.clone()).or_insert(now);
-            let best = free
-                .iter_mut()
-                .filter(|(n, left)| fits(pod, n) && pod.requests.fits_in(left))
-                .max_by_key(|(n, left)| (left.get_milli("cpu"), std::cmp::Reverse(n.name.clone())));
-            if let Some((node, left)) = best {
-                left.sub(&pod.requests);
-                if self.cluster.bind_pod(&key, &node.name) {
-                    o.pending_since.remove(&key);
-                    o.waits.push((key, now - since));
-                }
+            if let Some(node) = binder.place(pod)
+                && self.cluster.bind_pod(&key, &node)
+            {
+                o.pending_since.remove(&key);
+                o.waits.push(PodWait {
+                    pod: key,
+                    since,
+                    bound_at: now,
+                });
             }
         }
     }
@@ -304,6 +716,15 @@ impl World {
 
     /// (pod, seconds it waited from pending to bound), in binding order.
     pub fn waits(&self) -> Vec<(String, i64)> {
+        lock(&self.observed)
+            .waits
+            .iter()
+            .map(|w| (w.pod.clone(), w.seconds()))
+            .collect()
+    }
+
+    /// Every wait from pending to bound, in binding order.
+    pub fn pod_waits(&self) -> Vec<PodWait> {
         lock(&self.observed).waits.clone()
     }
 
@@ -336,32 +757,80 @@ impl World {
         lock(&self.observed).died.clone()
     }
 
-    /// Pods lost with a reclaimed instance (they were not drained in time).
+    /// Pods lost with an instance EC2 took at a deadline it had announced (they were
+    /// not drained in time). DaemonSet pods are not counted.
     pub fn lost_pods(&self) -> Vec<String> {
         lock(&self.observed).lost_pods.clone()
     }
-}
 
-/// Whether kube-scheduler's filters let `pod` onto `node` (resources aside): taints,
-/// node selector, required node affinity.
-pub fn fits(pod: &Pod, node: &Node) -> bool {
-    let tolerated = node
-        .taints
-        .iter()
-        .filter(|t| matches!(t.effect, TaintEffect::NoSchedule | TaintEffect::NoExecute))
-        .all(|t| pod.tolerations.iter().any(|tol| tol.tolerates(t)));
-    let selected = pod
-        .node_selector
-        .iter()
-        .all(|(k, v)| node.labels.get(k) == Some(v));
-    let affinity = pod.required_node_terms.is_empty()
-        || pod
-            .required_node_terms
+    /// Pods that died with an instance stopped without notice (nothing could drain
+    /// them).
+    pub fn killed_pods(&self) -> Vec<String> {
+        lock(&self.observed).killed_pods.clone()
+    }
+
+    /// Pods found bound to a node that no longer existed (a node deleted under them).
+    pub fn orphaned_pods(&self) -> Vec<String> {
+        lock(&self.observed).orphaned_pods.clone()
+    }
+
+    /// Every instance ever launched, with its price and how long it ran.
+    pub fn lifetimes(&self) -> Vec<Lifetime> {
+        lock(&self.observed).lifetimes.values().cloned().collect()
+    }
+
+    /// Every claim disrupted so far and how far it got.
+    pub fn disruptions(&self) -> Vec<Disrupted> {
+        lock(&self.observed).disrupted.values().cloned().collect()
+    }
+
+    /// Launches whose pods all had capacity when they were made.
+    pub fn unneeded_launches(&self) -> Vec<UnneededLaunch> {
+        lock(&self.observed).unneeded.clone()
+    }
+
+    /// The world's own events (EC2 taking instances, scaling...), in order.
+    pub fn log_entries(&self) -> Vec<(i64, String)> {
+        lock(&self.observed).log.clone()
+    }
+
+    /// The world's events after the first `seen`.
+    pub fn log_since(&self, seen: usize) -> Vec<(i64, String)> {
+        lock(&self.observed)
+            .log
+            .get(seen..)
+            .map(<[_]>::to_vec)
+            .unwrap_or_default()
+    }
+
+    /// How many pods are pending now.
+    pub fn pending_pods(&self) -> usize {
+        self.cluster
+            .with_state(|s| s.pods.iter().filter(|p| p.is_pending()).count())
+    }
+
+    /// Instances billed now (pending, running, stopping: not terminated or stopped) and
+    /// what they cost per hour together.
+    pub fn billed_now(&self) -> (usize, f64) {
+        self.ec2
+            .instances()
             .iter()
-            .any(|term| Requirements::from_node_requirements(term).matches_labels(&node.labels));
-    tolerated && selected && affinity
+            .filter(|fi| !matches!(fi.instance.state.as_str(), "terminated" | "stopped"))
+            .fold((0, 0.0), |(n, price), fi| (n + 1, price + fi.price))
+    }
 }
 
-fn secs(d: Duration) -> i64 {
-    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
+/// Five lowercase alphanumerics from a counter, like a ReplicaSet's pod suffix: an
+/// affine map that is one-to-one modulo 36^5 (7,777,777 shares no factor with 36), so
+/// no two pods of a run share a name.
+fn pod_suffix(n: u64) -> String {
+    const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    const SPACE: u64 = 36 * 36 * 36 * 36 * 36;
+    let mut x = (n.wrapping_mul(7_777_777).wrapping_add(12_345)) % SPACE;
+    let mut out = String::with_capacity(5);
+    for _ in 0..5 {
+        out.push(char::from(ALPHABET[(x % 36) as usize]));
+        x /= 36;
+    }
+    out
 }
