@@ -161,7 +161,7 @@ impl Binder {
         self.nodes.iter().enumerate().any(|(j, n)| {
             self.pods[j].iter().any(|other| {
                 other.pod_anti_affinity.iter().any(|term| {
-                    node.labels.get(&term.topology_key).is_some()
+                    node.labels.contains_key(&term.topology_key)
                         && n.labels.get(&term.topology_key) == node.labels.get(&term.topology_key)
                         && term_selects(term, other, pod)
                 })

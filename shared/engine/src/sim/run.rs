@@ -19,7 +19,7 @@
 //! At the scenario's end every invocation is frozen where it is (as if the account
 //! were switched off); the report reads the world at that instant.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -267,6 +267,10 @@ pub struct Report {
     pub shortages: Vec<Shortage>,
     pub waits: Vec<PodWait>,
     pub unneeded_launches: Vec<UnneededLaunch>,
+    /// Pods (namespace/name) that the first provisioning tick to see them pending
+    /// counted against capacity already there (a node with room, a claim in flight)
+    /// instead of launching for them.
+    pub counted_on_capacity: HashSet<String>,
     /// End-state invariants broken (pods lost, a budget violated, instances ≠ live
     /// claims), one line each. Empty: all held.
     pub problems: Vec<String>,
@@ -288,6 +292,16 @@ struct Run<'a> {
     requests: Mutex<VecDeque<i64>>,
     shortages: Mutex<Vec<Shortage>>,
     invocations: Mutex<(usize, usize)>,
+    first_planning: Mutex<FirstPlanning>,
+}
+
+/// What the first provisioning tick that saw each pod pending made of it.
+#[derive(Default)]
+struct FirstPlanning {
+    seen: HashSet<String>,
+    /// Pods that tick counted against capacity already there (a node, a claim in
+    /// flight) rather than launching for them.
+    counted_on_capacity: HashSet<String>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -326,6 +340,7 @@ impl Scenario {
             requests: Mutex::new(VecDeque::new()),
             shortages: Mutex::new(Vec::new()),
             invocations: Mutex::new((0, 0)),
+            first_planning: Mutex::new(FirstPlanning::default()),
         };
         let mut recorder = Recorder::default();
         let jobs = async {
@@ -625,6 +640,21 @@ impl Run<'_> {
             for why in report.shortfalls() {
                 w.log(format!("provisioner invocation {invocation}: {why}"));
             }
+            let mut first = lock(&self.first_planning);
+            for tick in &report.ticks {
+                let launched: HashSet<&String> =
+                    tick.planned.iter().flat_map(|c| c.pods.iter()).collect();
+                let unschedulable: HashSet<&String> =
+                    tick.unschedulable.iter().map(|u| &u.pod).collect();
+                for pod in &tick.pending {
+                    if first.seen.insert(pod.clone())
+                        && !launched.contains(pod)
+                        && !unschedulable.contains(pod)
+                    {
+                        first.counted_on_capacity.insert(pod.clone());
+                    }
+                }
+            }
         }
     }
 
@@ -748,6 +778,9 @@ impl Run<'_> {
             shortages: lock(&self.shortages).clone(),
             waits,
             unneeded_launches: unneeded,
+            counted_on_capacity: std::mem::take(
+                &mut lock(&self.first_planning).counted_on_capacity,
+            ),
             problems,
             world: w,
         }

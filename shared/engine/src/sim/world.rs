@@ -30,11 +30,13 @@ use std::time::Duration;
 
 use nodewright_core::catalog::{CapacityType, Catalog};
 use nodewright_core::cluster::{DaemonSet, Node, Pod};
-use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, instance_id_from_provider_id};
+use nodewright_core::nodeclaim::{
+    ClaimState, DisruptionCause, NodeClaim, instance_id_from_provider_id,
+};
 
 use crate::context::Ports;
 use crate::fakes::{FakeCloud, FakeCluster, MemoryStore};
-use crate::ports::{Clock, ClusterState};
+use crate::ports::{Clock, ClusterState, Instance};
 
 use super::SimClock;
 use super::binder::Binder;
@@ -138,7 +140,12 @@ pub struct UnneededLaunch {
 
 #[derive(Default)]
 struct Observed {
-    registered_at: HashMap<String, i64>,
+    /// Instances whose node registered.
+    registered: HashSet<String>,
+    /// Registered nodes not yet Ready: node → (instance, registered at).
+    booting: HashMap<String, (String, i64)>,
+    /// The last look at the claims found one on its way somewhere.
+    claims_in_motion: bool,
     pending_since: HashMap<String, i64>,
     waits: Vec<PodWait>,
     /// Instance → when EC2 takes it (after a notice).
@@ -149,6 +156,8 @@ struct Observed {
     violations: Vec<BudgetViolation>,
     lost_pods: Vec<String>,
     killed_pods: Vec<String>,
+    /// (instance, when) of every stop without notice.
+    stops: Vec<(String, i64)>,
     orphaned_pods: Vec<String>,
     /// Last state seen per instance.
     states: HashMap<String, String>,
@@ -159,6 +168,12 @@ struct Observed {
     log: Vec<(i64, String)>,
     /// Replica count last logged per Deployment.
     replicas: HashMap<String, u32>,
+    /// Instances not terminated, with their states, as of the last step.
+    live: Vec<Instance>,
+    /// (instances, $/h) billed as of the last step.
+    billed: (usize, f64),
+    /// Pods left pending by the last step.
+    pending: usize,
     next_pod: u64,
 }
 
@@ -296,6 +311,8 @@ impl World {
         let killed = self.lose_node_of(instance);
         let mut o = lock(&self.observed);
         o.stopping.insert(instance.to_string(), done);
+        o.stops
+            .push((instance.to_string(), done - secs(self.config.stop_after)));
         o.killed_pods.extend(killed);
     }
 
@@ -350,13 +367,35 @@ impl World {
         let now = self.now();
         let died_now = self.reclaim_due(now);
         self.finish_stops(now);
-        self.report_instance_states(now);
+        let launched = self.report_instance_states(now);
         self.kubelets(now);
-        self.workloads(now);
-        let state = self.cluster.snapshot();
-        self.observe_claims(now, &state);
-        self.bind(now, &state);
-        self.observe_budgets(now, died_now);
+        let claims = self.claims_to_observe(now, launched);
+        // The controllers, the observer and the binder work on the cluster's state in
+        // place, under its lock, as one instant: nothing else acts in between.
+        self.cluster.with_state(|state| {
+            self.workloads(now, state);
+            if let Some(claims) = &claims {
+                self.observe_claims(now, state, claims);
+            }
+            self.bind(now, state);
+            self.observe_budgets(now, died_now, state);
+        });
+    }
+
+    /// The claims, when they may have changed in a way the observer must see this
+    /// instant: an instance was launched (its launch is checked before the binder
+    /// runs), a claim is on its way somewhere, an interruption event is queued; and
+    /// every ten seconds regardless (a disruption the reconciler starts).
+    fn claims_to_observe(&self, now: i64, launched: bool) -> Option<Vec<NodeClaim>> {
+        let busy = lock(&self.observed).claims_in_motion || self.queue.stats().queued > 0;
+        if !(launched || busy || now % 10 == 0) {
+            return None;
+        }
+        let claims = self.store.claims();
+        lock(&self.observed).claims_in_motion = claims
+            .iter()
+            .any(|c| !c.state.is_terminal() && c.state != ClaimState::Initialized);
+        Some(claims)
     }
 
     fn reclaim_due(&self, now: i64) -> bool {
@@ -429,94 +468,134 @@ impl World {
 
     /// Sends a state-change notification for every instance whose state changed to one
     /// the stack's rule forwards, and keeps the billing record of each instance.
-    fn report_instance_states(&self, now: i64) {
+    /// `true` if an instance was launched since the last step.
+    fn report_instance_states(&self, now: i64) -> bool {
+        let mut launched = false;
+        let current = self.ec2.live_instances();
         let mut sends = Vec::new();
-        {
-            let mut o = lock(&self.observed);
-            for fi in self.ec2.instances() {
-                let i = &fi.instance;
-                let previous = o.states.insert(i.id.clone(), i.state.clone());
-                o.lifetimes.entry(i.id.clone()).or_insert_with(|| Lifetime {
-                    instance: i.id.clone(),
-                    instance_type: i.instance_type.clone(),
-                    zone: i.zone.clone(),
-                    capacity_type: i.capacity_type,
-                    price_per_hour: fi.price,
-                    launched_at: i.launch_time,
-                    ended_at: None,
-                });
-                if previous.as_deref() == Some(i.state.as_str()) {
-                    continue;
-                }
-                if i.state == "terminated" {
-                    if let Some(l) = o.lifetimes.get_mut(&i.id) {
-                        l.ended_at.get_or_insert(now);
-                    }
-                    if !o.died.contains(&i.id) {
-                        let line = format!("{} ({}) terminated", i.id, i.instance_type);
-                        o.log.push((now, line));
-                    }
-                    // EC2 passes through shutting-down; both are forwarded.
-                    if previous.as_deref() != Some("shutting-down") {
-                        sends.push((i.id.clone(), "shutting-down"));
-                    }
-                    sends.push((i.id.clone(), "terminated"));
-                } else if REPORTED_STATES.contains(&i.state.as_str()) {
-                    sends.push((
-                        i.id.clone(),
-                        if i.state == "stopping" {
-                            "stopping"
-                        } else {
-                            "stopped"
-                        },
-                    ));
-                }
+        let mut o = lock(&self.observed);
+        let live: HashSet<&str> = current.iter().map(|i| i.id.as_str()).collect();
+        // Instances no longer listed were terminated (by nodewright or by EC2).
+        let gone: Vec<String> = o
+            .states
+            .iter()
+            .filter(|(id, state)| state.as_str() != "terminated" && !live.contains(id.as_str()))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            let previous = o.states.insert(id.clone(), "terminated".into());
+            if let Some(l) = o.lifetimes.get_mut(&id) {
+                l.ended_at.get_or_insert(now);
+            }
+            if !o.died.contains(&id) {
+                let what = o
+                    .lifetimes
+                    .get(&id)
+                    .map(|l| l.instance_type.clone())
+                    .unwrap_or_default();
+                o.log.push((now, format!("{id} ({what}) terminated")));
+            }
+            // EC2 passes through shutting-down; the rule forwards both.
+            if previous.as_deref() != Some("shutting-down") {
+                sends.push((id.clone(), "shutting-down"));
+            }
+            sends.push((id, "terminated"));
+        }
+        for i in &current {
+            let previous = o.states.insert(i.id.clone(), i.state.clone());
+            if previous.is_none() {
+                launched = true;
+                let price = self.cloud.instance(&i.id).map_or(0.0, |fi| fi.price);
+                o.lifetimes.insert(
+                    i.id.clone(),
+                    Lifetime {
+                        instance: i.id.clone(),
+                        instance_type: i.instance_type.clone(),
+                        zone: i.zone.clone(),
+                        capacity_type: i.capacity_type,
+                        price_per_hour: price,
+                        launched_at: i.launch_time,
+                        ended_at: None,
+                    },
+                );
+            }
+            if previous.as_deref() != Some(i.state.as_str())
+                && REPORTED_STATES.contains(&i.state.as_str())
+            {
+                sends.push((
+                    i.id.clone(),
+                    if i.state == "stopping" {
+                        "stopping"
+                    } else {
+                        "stopped"
+                    },
+                ));
             }
         }
+        o.billed =
+            current
+                .iter()
+                .filter(|i| i.state != "stopped")
+                .fold((0, 0.0), |(n, price), i| {
+                    let p = o.lifetimes.get(&i.id).map_or(0.0, |l| l.price_per_hour);
+                    (n + 1, price + p)
+                });
+        o.live = current;
+        drop(o);
         for (id, state) in sends {
             let e = self.envelope();
             self.queue
                 .send(eventbridge::state_change(&e, &id, state), now);
         }
+        launched
     }
 
+    /// Registers the nodes of running instances old enough, and turns registered nodes
+    /// Ready when their time comes (reading the cluster only then).
     fn kubelets(&self, now: i64) {
-        let nodes = self.cluster.nodes();
-        let known: HashSet<String> = nodes.iter().filter_map(instance_of).collect();
         let register_after = secs(self.config.register_after);
-        for fi in self.ec2.instances() {
-            let i = &fi.instance;
-            if i.state != "running" || known.contains(&i.id) || now - i.launch_time < register_after
+        let ready_after = secs(self.config.ready_after);
+        let (live, due_ready) = {
+            let o = lock(&self.observed);
+            let due: Vec<(String, String)> = o
+                .booting
+                .iter()
+                .filter(|(_, (_, at))| now - at >= ready_after)
+                .map(|(node, (instance, _))| (node.clone(), instance.clone()))
+                .collect();
+            (o.live.clone(), due)
+        };
+        for i in &live {
+            if i.state != "running"
+                || now - i.launch_time < register_after
+                || lock(&self.observed).registered.contains(&i.id)
             {
                 continue;
             }
-            let name = self
-                .cluster
-                .register(i, &fi.request.labels, &fi.request.taints);
-            lock(&self.observed).registered_at.insert(name, now);
-        }
-        let ready_after = secs(self.config.ready_after);
-        let alive: HashSet<String> = self
-            .ec2
-            .instances()
-            .into_iter()
-            .filter(|fi| fi.instance.state == "running")
-            .map(|fi| fi.instance.id)
-            .collect();
-        for n in self.cluster.nodes() {
-            let Some(at) = lock(&self.observed).registered_at.get(&n.name).copied() else {
+            let Some(launched) = self.cloud.instance(&i.id) else {
                 continue;
             };
-            let instance_alive = instance_of(&n).is_some_and(|id| alive.contains(&id));
-            if !n.ready && instance_alive && now - at >= ready_after {
-                self.cluster.set_ready(&n.name);
+            let name = self
+                .cluster
+                .register(i, &launched.request.labels, &launched.request.taints);
+            let mut o = lock(&self.observed);
+            o.registered.insert(i.id.clone());
+            o.booting.insert(name, (i.id.clone(), now));
+        }
+        for (node, instance) in due_ready {
+            let running = live
+                .iter()
+                .any(|i| i.id == instance && i.state == "running");
+            if running {
+                self.cluster.set_ready(&node);
             }
+            // A node whose instance went first never turns Ready.
+            lock(&self.observed).booting.remove(&node);
         }
     }
 
-    /// Deployments, DaemonSets and the pod garbage collector.
-    fn workloads(&self, now: i64) {
-        let state = self.cluster.snapshot();
+    /// Deployments, DaemonSets and the pod garbage collector, on `state` in place.
+    fn workloads(&self, now: i64, state: &mut ClusterState) {
         let elapsed = now - self.started_at;
         let deployments = lock(&self.deployments).clone();
         let mut created: Vec<Pod> = Vec::new();
@@ -531,7 +610,7 @@ impl World {
                     logged.unwrap_or(0)
                 ));
             }
-            let scaling = scale(d, &state, elapsed, || {
+            let scaling = scale(d, state, elapsed, || {
                 let mut o = lock(&self.observed);
                 o.next_pod += 1;
                 pod_suffix(o.next_pod)
@@ -540,46 +619,37 @@ impl World {
             deleted.extend(scaling.deleted);
         }
         let node_names: HashSet<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();
-        let mut orphans = Vec::new();
         for p in &state.pods {
-            if let Some(n) = &p.node_name
-                && !node_names.contains(n.as_str())
-            {
-                deleted.insert(p.key());
-                if !p.daemonset_owned && !p.terminal {
-                    orphans.push(p.clone());
-                }
+            let Some(n) = &p.node_name else { continue };
+            if node_names.contains(n.as_str()) {
+                continue;
+            }
+            deleted.insert(p.key());
+            if !p.daemonset_owned && !p.terminal {
+                // A workload's pod comes back pending, as its controller makes it again.
+                let mut again = p.clone();
+                again.node_name = None;
+                let mut o = lock(&self.observed);
+                o.next_pod += 1;
+                let base = p.name.split("-r~").next().unwrap_or(&p.name).to_string();
+                again.name = format!("{base}-r~{}", pod_suffix(o.next_pod));
+                o.orphaned_pods.push(p.key());
+                created.push(again);
             }
         }
-        let daemons = daemonset_pods(&state);
-        if created.is_empty() && deleted.is_empty() && daemons.is_empty() {
-            return;
+        let daemons = daemonset_pods(state);
+        if !deleted.is_empty() {
+            state.pods.retain(|p| !deleted.contains(&p.key()));
         }
-        // Orphaned pods of a workload come back pending, as their controller would
-        // make them again.
-        for p in &orphans {
-            let mut again = p.clone();
-            again.node_name = None;
-            let mut o = lock(&self.observed);
-            o.next_pod += 1;
-            let base = p.name.split("-r~").next().unwrap_or(&p.name).to_string();
-            again.name = format!("{base}-r~{}", pod_suffix(o.next_pod));
-            o.orphaned_pods.push(p.key());
-            created.push(again);
-        }
-        self.cluster.with_state(|s| {
-            s.pods.retain(|p| !deleted.contains(&p.key()));
-            s.pods.extend(created);
-            s.pods.extend(daemons);
-        });
+        state.pods.extend(created);
+        state.pods.extend(daemons);
     }
 
     /// Claims' progress, and whether each new launch was needed (before the binder
     /// runs: what fits a Ready node now would be bound by it this very step).
-    fn observe_claims(&self, now: i64, state: &ClusterState) {
-        let claims = self.store.claims();
+    fn observe_claims(&self, now: i64, state: &ClusterState, claims: &[NodeClaim]) {
         let mut o = lock(&self.observed);
-        let fresh: Vec<&nodewright_core::nodeclaim::NodeClaim> = claims
+        let fresh: Vec<&NodeClaim> = claims
             .iter()
             .filter(|c| !o.claims_seen.contains(&c.name))
             .collect();
@@ -638,7 +708,7 @@ impl World {
                 o.claims_seen.insert(claim.name.clone());
             }
         }
-        for c in &claims {
+        for c in claims {
             let Some(d) = &c.disruption else { continue };
             let entry = o
                 .disrupted
@@ -674,34 +744,52 @@ impl World {
         }
     }
 
-    fn bind(&self, now: i64, state: &ClusterState) {
-        let mut binder = Binder::new(state);
-        let mut pending: Vec<&Pod> = state.pods.iter().filter(|p| p.is_pending()).collect();
-        pending.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    /// Binds what can be bound.
+    fn bind(&self, now: i64, state: &mut ClusterState) {
+        let mut pending: Vec<usize> = (0..state.pods.len())
+            .filter(|&i| state.pods[i].is_pending())
+            .collect();
         let mut o = lock(&self.observed);
-        let live: HashSet<String> = pending.iter().map(|p| p.key()).collect();
+        if pending.is_empty() {
+            o.pending_since.clear();
+            o.pending = 0;
+            return;
+        }
+        let live: HashSet<String> = pending.iter().map(|&i| state.pods[i].key()).collect();
         o.pending_since.retain(|k, _| live.contains(k));
-        for pod in pending {
-            let key = pod.key();
-            let since = *o.pending_since.entry(key.clone()).or_insert(now);
-            if let Some(node) = binder.place(pod)
-                && self.cluster.bind_pod(&key, &node)
-            {
-                o.pending_since.remove(&key);
-                o.waits.push(PodWait {
-                    pod: key,
-                    since,
-                    bound_at: now,
-                });
+        for &i in &pending {
+            o.pending_since.entry(state.pods[i].key()).or_insert(now);
+        }
+        // kube-scheduler's queue: first come, first served (equal priorities); pods of
+        // one instant in the order they were created.
+        pending.sort_by_key(|&i| (o.pending_since[&state.pods[i].key()], i));
+        let mut bindings = Vec::new();
+        {
+            let mut binder = Binder::new(state);
+            for &i in &pending {
+                let key = state.pods[i].key();
+                let since = *o.pending_since.entry(key.clone()).or_insert(now);
+                if let Some(node) = binder.place(&state.pods[i]) {
+                    o.pending_since.remove(&key);
+                    o.waits.push(PodWait {
+                        pod: key,
+                        since,
+                        bound_at: now,
+                    });
+                    bindings.push((i, node));
+                }
             }
+        }
+        o.pending = pending.len() - bindings.len();
+        for (i, node) in bindings {
+            state.pods[i].node_name = Some(node);
         }
     }
 
-    fn observe_budgets(&self, now: i64, died_now: bool) {
+    fn observe_budgets(&self, now: i64, died_now: bool, state: &ClusterState) {
         if died_now {
             return;
         }
-        let state = self.cluster.snapshot();
         for pdb in &state.pdbs {
             let allowed = pdb.disruptions_allowed(state.pods.iter());
             if allowed < 0 {
@@ -769,6 +857,11 @@ impl World {
         lock(&self.observed).killed_pods.clone()
     }
 
+    /// (instance, when) of every stop without notice.
+    pub fn stops(&self) -> Vec<(String, i64)> {
+        lock(&self.observed).stops.clone()
+    }
+
     /// Pods found bound to a node that no longer existed (a node deleted under them).
     pub fn orphaned_pods(&self) -> Vec<String> {
         lock(&self.observed).orphaned_pods.clone()
@@ -803,20 +896,15 @@ impl World {
             .unwrap_or_default()
     }
 
-    /// How many pods are pending now.
+    /// How many pods were left pending by the last step.
     pub fn pending_pods(&self) -> usize {
-        self.cluster
-            .with_state(|s| s.pods.iter().filter(|p| p.is_pending()).count())
+        lock(&self.observed).pending
     }
 
-    /// Instances billed now (pending, running, stopping: not terminated or stopped) and
-    /// what they cost per hour together.
+    /// Instances billed as of the last step (pending, running, stopping: not
+    /// terminated or stopped) and what they cost per hour together.
     pub fn billed_now(&self) -> (usize, f64) {
-        self.ec2
-            .instances()
-            .iter()
-            .filter(|fi| !matches!(fi.instance.state.as_str(), "terminated" | "stopped"))
-            .fold((0, 0.0), |(n, price), fi| (n + 1, price + fi.price))
+        lock(&self.observed).billed
     }
 }
 
