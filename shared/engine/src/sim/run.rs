@@ -361,6 +361,7 @@ impl Scenario {
             }
         };
         tokio::select! {
+            biased;
             _ = jobs => {}
             _ = world_loop => {}
         }
@@ -679,6 +680,7 @@ impl Run<'_> {
                 });
             }
             tokio::select! {
+                biased;
                 Some((batch, results)) = running.next() => self.acknowledge(&batch, &results),
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
@@ -725,11 +727,12 @@ impl Run<'_> {
         let cost: f64 = lifetimes.iter().map(|l| hours(l) * l.price_per_hour).sum();
         let unneeded = w.unneeded_launches();
         let launched = w.cloud.instances().len();
-        let drains: Vec<DrainRecord> = w
+        let mut drains: Vec<DrainRecord> = w
             .disruptions()
             .iter()
             .map(|d| drain_record(d, start))
             .collect();
+        drains.sort_by_key(|d| (d.since, d.claim.clone()));
         let interruptions = w
             .disruptions()
             .iter()
