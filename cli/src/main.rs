@@ -1,8 +1,10 @@
-//! `nodewright`: plan provisioning offline, validate manifests, run benchmarks.
+//! `nodewright`: simulate the whole autoscaler on a virtual clock, plan provisioning
+//! offline, validate manifests, read interruption events, run benchmarks.
 //!
-//! Exit codes: 0 success; 1 the input was read but is invalid (one line per problem);
-//! 2 an input could not be used at all (unreadable, not YAML/JSON, wrong kind, bad
-//! flags), with one line naming the file and the problem.
+//! Exit codes: 0 success; 1 the input was read but is invalid (one line per problem),
+//! or a simulation broke an end-state invariant (one line each); 2 an input could not
+//! be used at all (unreadable, not YAML/JSON, wrong kind, bad flags), with one line
+//! naming the file and the problem.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -14,14 +16,17 @@ use nodewright_core::provisioning::{ProvisioningInput, ProvisioningPlan, plan_pr
 use nodewright_core::snapshot::parse_snapshot;
 
 mod bench;
+mod chart;
 mod event;
+mod scenario;
+mod simulate;
 mod table;
 
 #[derive(Parser)]
 #[command(
     name = "nodewright",
     version,
-    about = "Serverless node autoscaler for EKS: offline planner and tools"
+    about = "Serverless node autoscaler for EKS: simulator, offline planner and tools"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -30,6 +35,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the whole autoscaler on a virtual clock against a simulated cluster: a
+    /// timeline and a summary (pending times, cost, drains, invariants).
+    Simulate(simulate::SimulateArgs),
     /// Plan the NodeClaims for a cluster snapshot's pending pods.
     Plan(PlanArgs),
     /// Validate NodePool and EC2NodeClass manifests.
@@ -73,7 +81,7 @@ struct PlanArgs {
 }
 
 /// Why the command failed, and with which exit code.
-enum Failure {
+pub(crate) enum Failure {
     /// Input read but invalid: one line per problem, exit 1.
     Invalid(Vec<String>),
     /// Input unusable: one line, exit 2.
@@ -83,6 +91,7 @@ enum Failure {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Simulate(args) => simulate::run(&args),
         Command::Plan(args) => plan(&args),
         Command::Validate { files } => validate(&files),
         Command::Bench(args) => bench::run(&args).map_err(Failure::Unusable),

@@ -498,3 +498,141 @@ fn an_unreadable_event_file_exits_two_naming_it() {
     let out = nodewright(&["event", &root().join("tests/data").display().to_string()]);
     assert_unusable(&out, &["cannot read"]);
 }
+
+// ----- simulate --------------------------------------------------------------------
+
+#[test]
+fn simulate_runs_the_bundled_scenario_to_exit_zero_in_the_documented_json_shape_with_a_chart() {
+    let chart = std::env::temp_dir().join(format!("nodewright-sim-{}.svg", std::process::id()));
+    let out = nodewright(&[
+        "simulate",
+        "--output",
+        "json",
+        "--chart",
+        &chart.display().to_string(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("simulate prints JSON");
+    let summary = &doc["summary"];
+    assert_eq!(summary["podsLost"], 0);
+    assert_eq!(summary["pdbViolations"], 0);
+    for p in ["p50", "p95", "max"] {
+        assert!(summary["pendingSeconds"][p].is_f64(), "{p}: {summary}");
+    }
+    assert!(summary["instancesLaunched"].as_u64().unwrap() > 0);
+    assert!(
+        summary["instancesNeeded"].as_u64().unwrap()
+            <= summary["instancesLaunched"].as_u64().unwrap()
+    );
+    assert!(summary["nodeHours"].as_f64().unwrap() > 0.0);
+    assert!(summary["cost"].as_f64().unwrap() > 0.0);
+    assert_eq!(
+        summary["interruptions"], 2,
+        "the spot warning and the rebalance"
+    );
+    assert!(summary["drainSeconds"]["max"].is_f64());
+    assert_eq!(summary["virtualSeconds"], 45 * 60);
+    let timeline = doc["timeline"].as_array().expect("timeline");
+    assert!(!timeline.is_empty());
+    for row in timeline {
+        let t = row["t"].as_str().expect("t");
+        assert_eq!(t.len(), 8, "HH:MM:SS: {t}");
+        assert!(
+            row["event"].is_string() && row["decision"].is_string(),
+            "{row}"
+        );
+        assert!(
+            row["nodes"].is_u64() && row["pricePerHour"].is_f64(),
+            "{row}"
+        );
+    }
+    let decisions: Vec<&str> = timeline
+        .iter()
+        .filter_map(|r| r["decision"].as_str())
+        .collect();
+    assert!(decisions.iter().any(|d| d.starts_with("provision: launch")));
+    assert!(
+        decisions
+            .iter()
+            .any(|d| d.starts_with("interrupt: drain and terminate"))
+    );
+    assert_eq!(doc["problems"], Value::Array(vec![]));
+    let svg = std::fs::read_to_string(&chart).expect("chart written");
+    let _ = std::fs::remove_file(&chart);
+    assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(80)]);
+    assert!(
+        svg.contains("pending pods") && svg.contains("<polyline"),
+        "three series and a legend"
+    );
+}
+
+#[test]
+fn simulate_prints_the_timeline_and_summary_and_honours_until_and_seed() {
+    // Until 3m: the stop at 2m happens, the retirement without notice at 4m does not.
+    let out = nodewright(&[
+        "simulate",
+        &data("lossy-scenario.yaml"),
+        "--until",
+        "3m",
+        "--seed",
+        "3",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("(seed 3): 00:03:00 of virtual time"),
+        "{text}"
+    );
+    assert!(text.contains("TIME") && text.contains("DECISION"), "{text}");
+    assert!(text.contains("stopped without notice"), "{text}");
+    for label in [
+        "pod pending time",
+        "instances",
+        "node-hours, cost",
+        "interruptions",
+        "pods lost",
+        "PDB violations",
+        "consolidation",
+    ] {
+        assert!(text.contains(label), "{label}: {text}");
+    }
+    assert!(
+        text.contains("pods killed"),
+        "the stop killed its pods: {text}"
+    );
+}
+
+#[test]
+fn a_broken_scenario_exits_two_with_one_line_naming_the_file_and_the_field() {
+    let out = nodewright(&["simulate", &data("broken-scenario.yaml")]);
+    assert_unusable(
+        &out,
+        &[
+            "broken-scenario.yaml",
+            "deployments[0].replicas[1].at",
+            "1h30m",
+        ],
+    );
+    let out = nodewright(&["simulate", &data("does-not-exist.yaml")]);
+    assert_unusable(&out, &["does-not-exist.yaml", "cannot read"]);
+    let out = nodewright(&["simulate", "--until", "a while"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+#[test]
+fn a_run_that_loses_pods_exits_one_naming_the_broken_invariant() {
+    // The retirement at 4m comes with no notice: its pods die with the instance.
+    let out = nodewright(&["simulate", &data("lossy-scenario.yaml"), "--output", "json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON even so");
+    assert!(doc["summary"]["podsLost"].as_u64().unwrap() > 0);
+    let err = stderr(&out);
+    assert!(
+        err.contains("invariant broken") && err.contains("pod(s) lost"),
+        "{err}"
+    );
+    assert_eq!(
+        doc["problems"].as_array().map(Vec::len),
+        Some(err.lines().count())
+    );
+}

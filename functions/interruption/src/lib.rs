@@ -30,14 +30,12 @@ use lambda_runtime::{Error, LambdaEvent};
 use tracing::{Instrument, error, info, info_span, warn};
 
 use nodewright_aws::AwsContext;
-use nodewright_core::interruption::{
-    Action, EventKind, ParsedEvent, RebalanceAction, action_for, parse_event,
-};
-use nodewright_core::nodeclaim::DisruptionCause;
+use nodewright_core::interruption::{EventKind, RebalanceAction, action_for, parse_event};
 use nodewright_engine::ports::BoxError;
-use nodewright_engine::{
-    InterruptionConfig, InterruptionInput, InterruptionMode, InterruptionOutcome, Ports,
-};
+use nodewright_engine::{InterruptionConfig, InterruptionOutcome, Ports};
+
+/// The event-to-input mapping lives in the engine, where the simulator uses it too.
+pub use nodewright_engine::interrupt::input_for;
 
 pub struct Handler {
     pub ports: Ports,
@@ -289,68 +287,11 @@ fn event_id_of(record: &SqsMessage) -> Option<String> {
         .map(|i| i.id)
 }
 
-/// The engine's input for an event and its action; `None` when there is nothing to do.
-///
-/// A capacity-reservation warning is given `SpotInterrupted`: like a Spot reclaim it is
-/// EC2 taking capacity back with a two-minute notice, the drain is the same (now, with
-/// that deadline), and `InstanceStopped`/`Terminated` would skip evictions and budgets.
-/// The offering mark only applies to spot claims in the engine, so an on-demand
-/// reservation instance is drained but no offering is marked.
-pub fn input_for(event: &ParsedEvent, action: &Action) -> Option<InterruptionInput> {
-    let instance_ids: Vec<String> = event
-        .instance_ids
-        .iter()
-        .map(|i| i.as_str().to_string())
-        .collect();
-    if instance_ids.is_empty() {
-        return None;
-    }
-    let (cause, mode, deadline, mark_unavailable) = match action {
-        Action::None { .. } => return None,
-        Action::DrainNow {
-            deadline,
-            mark_offering_unavailable,
-            ..
-        } => (
-            DisruptionCause::SpotInterrupted,
-            InterruptionMode::Drain,
-            Some(*deadline),
-            *mark_offering_unavailable,
-        ),
-        Action::ReplaceThenDrain { deadline } => {
-            let cause = match event.kind {
-                EventKind::RebalanceRecommendation => DisruptionCause::RebalanceRecommended,
-                _ => DisruptionCause::ScheduledChange,
-            };
-            (cause, InterruptionMode::ReplaceThenDrain, *deadline, false)
-        }
-        Action::Cordon => (
-            DisruptionCause::RebalanceRecommended,
-            InterruptionMode::Cordon,
-            None,
-            false,
-        ),
-        Action::CleanUp => {
-            let cause = match event.state.as_deref() {
-                Some("stopping" | "stopped") => DisruptionCause::InstanceStopped,
-                _ => DisruptionCause::InstanceTerminated,
-            };
-            (cause, InterruptionMode::CleanUp, None, false)
-        }
-    };
-    Some(InterruptionInput {
-        event_id: event.id.clone(),
-        instance_ids,
-        cause,
-        deadline,
-        mark_unavailable,
-        mode,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nodewright_core::nodeclaim::DisruptionCause;
+    use nodewright_engine::{InterruptionInput, InterruptionMode};
 
     const SPOT: &str =
         include_str!("../../../shared/core/tests/fixtures/events/spot-interruption.json");

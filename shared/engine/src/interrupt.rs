@@ -1,5 +1,7 @@
 //! The interruption job over the ports, given already-decided inputs (the event is
-//! parsed and classified in `core::interruption`; this module never reads an event).
+//! parsed and classified in `core::interruption`; this module never reads an event's
+//! text). [`input_for`] maps a parsed event and its action to those inputs: one
+//! mapping for the Lambda handler and the simulator alike.
 //!
 //! For one message: check its event id was not handled already; then for each
 //! instance id it names, find the claim the store records for it — none means the
@@ -48,6 +50,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use nodewright_core::catalog::CapacityType;
+use nodewright_core::interruption::{Action, EventKind, ParsedEvent};
 use nodewright_core::nodeclaim::{ClaimState, Disruption, DisruptionCause, NodeClaim};
 
 use crate::context::Ports;
@@ -587,4 +590,63 @@ async fn emit_interrupted(ports: &Ports, input: &InterruptionInput, claim: &Node
             ),
         })
         .await;
+}
+
+/// The engine's input for an event and its action; `None` when there is nothing to do.
+///
+/// A capacity-reservation warning is given `SpotInterrupted`: like a Spot reclaim it is
+/// EC2 taking capacity back with a two-minute notice, the drain is the same (now, with
+/// that deadline), and `InstanceStopped`/`Terminated` would skip evictions and budgets.
+/// The offering mark only applies to spot claims in the engine, so an on-demand
+/// reservation instance is drained but no offering is marked.
+pub fn input_for(event: &ParsedEvent, action: &Action) -> Option<InterruptionInput> {
+    let instance_ids: Vec<String> = event
+        .instance_ids
+        .iter()
+        .map(|i| i.as_str().to_string())
+        .collect();
+    if instance_ids.is_empty() {
+        return None;
+    }
+    let (cause, mode, deadline, mark_unavailable) = match action {
+        Action::None { .. } => return None,
+        Action::DrainNow {
+            deadline,
+            mark_offering_unavailable,
+            ..
+        } => (
+            DisruptionCause::SpotInterrupted,
+            InterruptionMode::Drain,
+            Some(*deadline),
+            *mark_offering_unavailable,
+        ),
+        Action::ReplaceThenDrain { deadline } => {
+            let cause = match event.kind {
+                EventKind::RebalanceRecommendation => DisruptionCause::RebalanceRecommended,
+                _ => DisruptionCause::ScheduledChange,
+            };
+            (cause, InterruptionMode::ReplaceThenDrain, *deadline, false)
+        }
+        Action::Cordon => (
+            DisruptionCause::RebalanceRecommended,
+            InterruptionMode::Cordon,
+            None,
+            false,
+        ),
+        Action::CleanUp => {
+            let cause = match event.state.as_deref() {
+                Some("stopping" | "stopped") => DisruptionCause::InstanceStopped,
+                _ => DisruptionCause::InstanceTerminated,
+            };
+            (cause, InterruptionMode::CleanUp, None, false)
+        }
+    };
+    Some(InterruptionInput {
+        event_id: event.id.clone(),
+        instance_ids,
+        cause,
+        deadline,
+        mark_unavailable,
+        mode,
+    })
 }

@@ -12,7 +12,8 @@
 //! - [`interrupt`]: the interruption job over decided inputs ([`handle_interruption`]).
 //! - [`fakes`] (feature `sim`, default): FakeCloud, FakeCluster (with a kubelet),
 //!   MemoryStore, ManualClock.
-//! - [`sim`] (feature `sim`): a world that behaves like a cluster over virtual time.
+//! - [`sim`] (feature `sim`): a world that behaves like a cluster over virtual time,
+//!   scenarios run on it with every job as its Lambda runs it, and their reports.
 //! - [`lease`]: a job's lease, short and renewed at checkpoints ([`lease::LeaseKeeper`]).
 //! - [`reasons`]: what a tick could not do, published where people look: warn logs,
 //!   decisions, Kubernetes Events (`FailedScheduling` on pods, warnings on NodePools and
@@ -40,7 +41,7 @@ pub use context::{Ports, SystemClock};
 pub use error::{EngineError, Result};
 pub use interrupt::{
     InstanceAction, InstanceOutcome, InterruptionConfig, InterruptionInput, InterruptionMode,
-    InterruptionOutcome, handle_interruption, handle_interruption_until,
+    InterruptionOutcome, handle_interruption, handle_interruption_until, input_for,
 };
 pub use provision::{Provisioner, ProvisionerConfig, RunReport, TickReport};
 pub use reasons::{ClaimPods, Problem, PublishReport, Reasons, ReasonsInput, StatusFields};

@@ -510,3 +510,528 @@ async fn a_node_karpenter_launched_is_adopted_and_then_handled_like_any_other() 
     assert_eq!(sys.launched(), 2, "one replacement");
     sys.assert_settled();
 }
+
+// ----- Scenarios: the whole autoscaler over virtual hours ------------------------------
+//
+// `Scenario::run` runs the provisioner on its schedule (one invocation at a time, 55 s
+// each, polling every 5 s, woken by the interruption function), the interruption
+// function on its SQS queue (real EventBridge JSON, at-least-once delivery, 150 s
+// invocations), workloads whose replicas change over time, and disturbances at their
+// times. Each test asserts the end state and the bounds below.
+
+use nodewright_core::api::model::TaintEffect;
+use nodewright_core::catalog::CapacityType;
+use nodewright_core::cluster::{DaemonSet, Pod, Toleration, TolerationOperator};
+use nodewright_engine::sim::run::{Percentiles, SCHEDULE};
+use nodewright_engine::sim::{
+    Deployment, Disturbance, Report, Scenario, ScheduledDisturbance, Target,
+};
+
+fn minutes(m: u64) -> Duration {
+    Duration::from_secs(m * 60)
+}
+
+fn deployment(name: &str, cpu: &str, memory: &str, replicas: Vec<(u64, u32)>) -> Deployment {
+    let mut template = pod(name, cpu, memory);
+    template.labels.insert("app".into(), name.into());
+    Deployment {
+        name: name.into(),
+        namespace: "default".into(),
+        template,
+        replicas: replicas
+            .into_iter()
+            .map(|(minute, n)| (minute as i64 * 60, n))
+            .collect(),
+        budget: None,
+    }
+}
+
+fn with_budget(mut d: Deployment, min_available: i32) -> Deployment {
+    d.budget = Some(PodDisruptionBudget {
+        namespace: d.namespace.clone(),
+        name: d.name.clone(),
+        selector: Some(selector(&d.name)),
+        min_available: Some(IntOrPercent::Int(min_available)),
+        max_unavailable: None,
+    });
+    d
+}
+
+fn at(minute: u64, disturbance: Disturbance) -> ScheduledDisturbance {
+    ScheduledDisturbance {
+        at: minutes(minute),
+        disturbance,
+    }
+}
+
+fn scenario(pool: NodePool, minutes_long: u64) -> Scenario {
+    let mut s = Scenario::new("test");
+    s.node_pools.push(pool);
+    s.node_classes.push(node_class("default"));
+    s.duration = minutes(minutes_long);
+    s
+}
+
+async fn simulate(scenario: &Scenario) -> Report {
+    let report = scenario.run(&|_, _| {}).await;
+    if std::env::var_os("SIM_TIMELINE").is_some() {
+        for r in &report.timeline {
+            println!(
+                "{} | {} | {} | {} | {:.3}",
+                nodewright_engine::sim::run::clock_time(r.t),
+                r.event,
+                r.decision,
+                r.nodes,
+                r.price_per_hour
+            );
+        }
+        for d in report.world.store.all_decisions() {
+            println!(
+                "DECISION {} {} {} :: {}",
+                d.at - report.world.started_at(),
+                d.job,
+                d.action,
+                d.reason
+            );
+        }
+        for d in &report.drains {
+            println!("DRAIN {d:?}");
+        }
+    }
+    report
+}
+
+/// Launch + registration + readiness + one poll, with a second of the world's step
+/// either side: the longest a pod may wait for capacity.
+fn launch_boot_poll(config: &WorldConfig) -> i64 {
+    (config.register_after + config.ready_after + POLL).as_secs() as i64 + 2
+}
+
+/// The longest `w` may have waited. Launch + boot + one poll, with two exceptions:
+///
+/// - Capacity shortages: a pod pending at any moment of a shortage may wait until the
+///   shortage ends, plus the time its offerings stay in the ICE cache after the last
+///   failed launch (3 min, recorded at the latest when the shortage ends), plus one
+///   schedule period (the invocation that failed counted the pods; the next one plans
+///   again), plus launch, boot and one poll.
+/// - Pods the first tick that saw them counted against capacity already there (a node
+///   with room, a claim in flight) may wait one schedule period more: when that room
+///   goes to other pods (kube-scheduler spreads where the planner packed) or goes away
+///   (the node's instance was stopped without notice and is cleaned up a second
+///   later), `Provisioner::run_for` does not tick again for pods it has counted once,
+///   and the next invocation launches for them. (A finding of this simulator, left to
+///   the provisioner's owners: see the report of issue 9.)
+fn allowed_wait(w: &nodewright_engine::sim::PodWait, report: &Report, config: &WorldConfig) -> i64 {
+    let ice_ttl = ProvisionerConfig::new("c", "h").ice_ttl.as_secs() as i64;
+    let schedule = SCHEDULE.as_secs() as i64;
+    let shortage_end = report
+        .shortages
+        .iter()
+        .filter(|s| w.since <= s.to && w.bound_at >= s.from)
+        .map(|s| s.to)
+        .max();
+    match shortage_end {
+        Some(end) => end + ice_ttl + schedule + launch_boot_poll(config) - w.since,
+        None if report.counted_on_capacity.contains(&w.pod) => schedule + launch_boot_poll(config),
+        None => launch_boot_poll(config),
+    }
+}
+
+/// Whether a shortage was in force at `t`.
+fn short_at(report: &Report, t: i64) -> bool {
+    report
+        .shortages
+        .iter()
+        .any(|s| (s.from..=s.to).contains(&t))
+}
+
+/// The end state every scenario must reach, and the bounds on the way.
+fn assert_scenario_settled(report: &Report) {
+    let w = &report.world;
+    assert_eq!(
+        report.problems,
+        Vec::<String>::new(),
+        "end-state invariants"
+    );
+    assert_eq!(report.summary.pods_lost, 0);
+    assert_eq!(report.summary.pdb_violations, 0);
+    for c in w.store.claims() {
+        if c.disruption.is_some() {
+            assert_eq!(c.state, ClaimState::Terminated, "{c:#?}");
+        } else if c.state == ClaimState::LaunchFailed {
+            assert!(
+                short_at(report, c.created_at),
+                "failed without a shortage: {c:#?}"
+            );
+        } else {
+            assert_eq!(c.state, ClaimState::Initialized, "{c:#?}");
+        }
+    }
+    assert_eq!(w.still_pending(), vec![], "no pod left pending");
+    for wait in &report.waits {
+        let allowed = allowed_wait(wait, report, &w.config);
+        assert!(
+            wait.seconds() <= allowed,
+            "{} waited {}s (allowed {allowed}s) from {}",
+            wait.pod,
+            wait.seconds(),
+            wait.since - w.started_at()
+        );
+    }
+    assert_eq!(
+        report.unneeded_launches,
+        vec![],
+        "no instance launched for pods that already had capacity"
+    );
+    assert_eq!(
+        report.summary.instances_needed,
+        report.summary.instances_launched
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_kind_of_interruption_in_one_hour_is_drained_replaced_and_terminated_losing_no_pod() {
+    let mut s = scenario(m5_pool("spot"), 60);
+    s.deployments.push(with_budget(
+        deployment("web", "1", "1536Mi", vec![(0, 12)]),
+        10,
+    ));
+    s.disturbances = vec![
+        at(
+            5,
+            Disturbance::SpotInterruption {
+                target: Target::Busiest,
+            },
+        ),
+        at(
+            10,
+            Disturbance::RebalanceRecommendation {
+                target: Target::Random,
+            },
+        ),
+        at(
+            15,
+            Disturbance::ScheduledChange {
+                target: Target::Oldest,
+                notice: minutes(10),
+            },
+        ),
+        at(
+            35,
+            Disturbance::InstanceStopped {
+                target: Target::Random,
+            },
+        ),
+    ];
+    let report = simulate(&s).await;
+
+    assert_scenario_settled(&report);
+    let causes: Vec<DisruptionCause> = report.drains.iter().map(|d| d.cause).collect();
+    for cause in [
+        DisruptionCause::SpotInterrupted,
+        DisruptionCause::RebalanceRecommended,
+        DisruptionCause::ScheduledChange,
+        DisruptionCause::InstanceStopped,
+    ] {
+        assert!(causes.contains(&cause), "{cause:?} in {causes:?}");
+    }
+    assert_eq!(report.summary.interruptions, 4, "{:#?}", report.drains);
+    for d in &report.drains {
+        if let Some(margin) = d.margin_to_deadline {
+            assert!(margin < 0, "terminated before its deadline: {d:#?}");
+        }
+    }
+    assert!(
+        report.summary.pods_killed_without_notice > 0,
+        "the stopped instance took its pods"
+    );
+    // 12 pods, three to a node: four nodes, one replacement per interruption.
+    assert_eq!(
+        report.summary.instances_launched,
+        4 + 4,
+        "{:#?}",
+        report.timeline
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_capacity_shortage_of_every_offering_delays_pods_only_until_capacity_and_the_ice_cache_allow()
+ {
+    let mut s = scenario(m5_pool("on-demand"), 40);
+    s.deployments
+        .push(deployment("web", "1", "1536Mi", vec![(0, 3), (5, 9)]));
+    s.disturbances = vec![at(
+        4,
+        Disturbance::CapacityShortage {
+            instance_types: vec!["m5.xlarge".into()],
+            zones: vec![],
+            capacity_types: vec![],
+            duration: minutes(10),
+        },
+    )];
+    let report = simulate(&s).await;
+
+    assert_scenario_settled(&report);
+    let start = report.world.started_at();
+    let delayed: Vec<i64> = report
+        .waits
+        .iter()
+        .filter(|w| w.since >= start + 300)
+        .map(|w| w.bound_at - start)
+        .collect();
+    assert_eq!(delayed.len(), 6);
+    assert!(
+        delayed.iter().all(|&t| t >= 14 * 60),
+        "no capacity before the shortage ends: {delayed:?}"
+    );
+    assert_eq!(report.summary.instances_launched, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_shortage_of_one_zone_falls_back_to_the_others_without_delaying_any_pod() {
+    let mut s = scenario(m5_pool("spot"), 20);
+    s.deployments
+        .push(deployment("web", "1", "1536Mi", vec![(0, 3), (3, 12)]));
+    s.disturbances = vec![at(
+        2,
+        Disturbance::CapacityShortage {
+            instance_types: vec!["m5.xlarge".into()],
+            zones: vec!["us-east-1a".into(), "us-east-1b".into()],
+            capacity_types: vec![CapacityType::Spot],
+            duration: minutes(10),
+        },
+    )];
+    let report = simulate(&s).await;
+    assert_scenario_settled(&report);
+    let bound = launch_boot_poll(&report.world.config);
+    assert!(
+        report.waits.iter().all(|w| w.seconds() <= bound),
+        "{:?}",
+        report.waits
+    );
+    let zones: Vec<String> = report
+        .world
+        .cloud
+        .instances()
+        .iter()
+        .skip(1)
+        .map(|i| i.instance.zone.clone())
+        .collect();
+    assert!(zones.iter().all(|z| z == "us-east-1c"), "{zones:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn daemonset_pods_run_on_every_node_and_nodes_are_sized_to_hold_them() {
+    let mut s = scenario(m5_pool("on-demand"), 10);
+    let mut agent = pod("node-agent", "500m", "512Mi");
+    agent.daemonset_owned = true;
+    agent.tolerations.push(Toleration {
+        key: String::new(),
+        operator: TolerationOperator::Exists,
+        value: String::new(),
+        effect: Some(TaintEffect::NoSchedule),
+    });
+    s.daemonsets.push(DaemonSet {
+        namespace: "kube-system".into(),
+        name: "node-agent".into(),
+        template: agent,
+    });
+    s.deployments
+        .push(deployment("web", "1", "1536Mi", vec![(0, 9)]));
+    let report = simulate(&s).await;
+
+    assert_scenario_settled(&report);
+    let state = report.world.cluster.snapshot();
+    let agents: Vec<&Pod> = state.pods.iter().filter(|p| p.daemonset_owned).collect();
+    assert_eq!(agents.len(), state.nodes.len(), "one agent per node");
+    // 3.92 cpu a node: 0.5 for the agent leaves three 1-cpu pods: three nodes.
+    assert_eq!(report.summary.instances_launched, 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn zone_spread_is_kept_by_the_binder_and_met_by_the_launches() {
+    let pool = node_pool(
+        "general-purpose",
+        vec![req(
+            "node.kubernetes.io/instance-type",
+            &["m5.large", "m5.xlarge"],
+        )],
+    );
+    let mut s = scenario(pool, 10);
+    let mut web = deployment("web", "500m", "512Mi", vec![(0, 6)]);
+    web.template
+        .topology_spread
+        .push(nodewright_core::testing::spread(
+            "topology.kubernetes.io/zone",
+            "web",
+        ));
+    s.deployments.push(web);
+    let report = simulate(&s).await;
+
+    assert_scenario_settled(&report);
+    let state = report.world.cluster.snapshot();
+    let mut per_zone = std::collections::BTreeMap::<String, usize>::new();
+    for p in state.pods.iter().filter(|p| !p.daemonset_owned) {
+        let node = state
+            .nodes
+            .iter()
+            .find(|n| Some(&n.name) == p.node_name.as_ref())
+            .expect("bound");
+        *per_zone
+            .entry(node.labels["topology.kubernetes.io/zone"].clone())
+            .or_default() += 1;
+    }
+    assert_eq!(
+        per_zone.values().copied().collect::<Vec<_>>(),
+        vec![2, 2, 2]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_event_delivered_twice_still_drains_each_node_once_and_launches_each_replacement_once()
+ {
+    let mut s = scenario(m5_pool("spot"), 30);
+    s.world.queue.duplicate_rate = 1.0;
+    s.deployments
+        .push(deployment("web", "1", "1536Mi", vec![(0, 6)]));
+    s.disturbances = vec![
+        at(
+            4,
+            Disturbance::SpotInterruption {
+                target: Target::Busiest,
+            },
+        ),
+        at(
+            12,
+            Disturbance::SpotInterruption {
+                target: Target::Random,
+            },
+        ),
+    ];
+    let report = simulate(&s).await;
+
+    assert_scenario_settled(&report);
+    assert_eq!(
+        report.summary.duplicate_deliveries,
+        report.summary.events_sent
+    );
+    assert_eq!(report.summary.interruptions, 2);
+    assert_eq!(report.summary.instances_launched, 2 + 2);
+    let drains = report
+        .world
+        .store
+        .all_decisions()
+        .iter()
+        .filter(|d| d.action.starts_with("drain and terminate"))
+        .count();
+    assert_eq!(drains, 2, "one drain per interrupted node");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_scale_down_leaves_the_nodes_running_until_consolidation_exists() {
+    let mut s = scenario(m5_pool("on-demand"), 20);
+    s.deployments
+        .push(deployment("web", "1", "1536Mi", vec![(0, 9), (10, 2)]));
+    let report = simulate(&s).await;
+    assert_scenario_settled(&report);
+    assert_eq!(report.summary.instances_launched, 3);
+    assert_eq!(report.summary.nodes_at_end, 3, "no consolidation yet");
+    let pods = report
+        .world
+        .cluster
+        .snapshot()
+        .pods
+        .iter()
+        .filter(|p| !p.daemonset_owned)
+        .count();
+    assert_eq!(pods, 2);
+}
+
+/// A day of a diurnal workload (two Deployments following the sun, one with a budget)
+/// on spot and on-demand pools, with a spot interruption or rebalance recommendation
+/// every ~40 minutes at random and a capacity shortage every few hours. Prints how long
+/// the virtual day took in real time; asserts the end state and the bounds.
+#[tokio::test(start_paused = true)]
+async fn a_day_of_diurnal_load_with_random_interruptions_and_shortages_loses_no_pod() {
+    let wall = std::time::Instant::now();
+    let mut spot = m5_pool("spot");
+    // Spot first; on-demand when spot cannot be had.
+    spot.weight = 10;
+    let on_demand = node_pool(
+        "on-demand",
+        vec![
+            req(
+                "node.kubernetes.io/instance-type",
+                &["m5.xlarge", "m5.2xlarge"],
+            ),
+            req(LABEL_CAPACITY_TYPE, &["on-demand"]),
+        ],
+    );
+    let hours: u64 = std::env::var("SOAK_HOURS")
+        .ok()
+        .and_then(|h| h.parse().ok())
+        .unwrap_or(24);
+    let mut s = scenario(spot, hours * 60);
+    s.node_pools.push(on_demand);
+    s.seed = 2025;
+    // The pools only use m5: a catalog of the m5 family keeps each tick's planning to
+    // what matters here (the full catalog is for the CLI's release build).
+    s.catalog.types.retain(|t| t.name.starts_with("m5."));
+    // Replicas every 30 min along a day's curve: lowest at 02:00, highest at 14:00.
+    let curve = |low: f64, high: f64| -> Vec<(u64, u32)> {
+        (0..48)
+            .map(|half_hour| {
+                let hour = half_hour as f64 / 2.0;
+                let day = (1.0 - (std::f64::consts::TAU * (hour - 2.0) / 24.0).cos()) / 2.0;
+                (half_hour * 30, (low + (high - low) * day).round() as u32)
+            })
+            .collect()
+    };
+    s.deployments.push(with_budget(
+        deployment("web", "1", "1536Mi", curve(4.0, 30.0)),
+        3,
+    ));
+    s.deployments
+        .push(deployment("api", "500m", "1Gi", curve(2.0, 14.0)));
+    let mut rng = nodewright_engine::sim::rng::Rng::new(s.seed);
+    let mut minute = 20;
+    while minute < 23 * 60 {
+        let disturbance = if rng.chance(0.5) {
+            Disturbance::SpotInterruption {
+                target: Target::Random,
+            }
+        } else {
+            Disturbance::RebalanceRecommendation {
+                target: Target::Random,
+            }
+        };
+        s.disturbances.push(at(minute, disturbance));
+        minute += 25 + rng.below(30) as u64;
+    }
+    for hour in [3u64, 9, 13, 19] {
+        s.disturbances.push(at(
+            hour * 60,
+            Disturbance::CapacityShortage {
+                instance_types: vec!["m5.xlarge".into()],
+                zones: vec![["us-east-1a", "us-east-1b", "us-east-1c"][rng.below(3)].into()],
+                capacity_types: vec![CapacityType::Spot],
+                duration: minutes(20 + rng.below(40) as u64),
+            },
+        ));
+    }
+    let report = simulate(&s).await;
+
+    let summary = &report.summary;
+    let Percentiles { p50, p95, max } = summary.pending_seconds;
+    println!(
+        "soak: {hours} virtual hours in {:.1} s real time; {} pods bound (pending p50 {p50} s, p95 {p95} s, max {max} s), {} instances launched, {} interruptions, {:.1} node-hours, ${:.2}",
+        wall.elapsed().as_secs_f64(),
+        summary.pods_bound,
+        summary.instances_launched,
+        summary.interruptions,
+        summary.node_hours,
+        summary.cost
+    );
+    assert_scenario_settled(&report);
+    assert!(summary.interruptions >= 20, "{summary:#?}");
+}

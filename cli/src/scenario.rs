@@ -1,0 +1,545 @@
+//! Scenario files for `nodewright simulate`: YAML (or JSON) read into an engine
+//! [`Scenario`]. Every error names the file and the field (`deployments[0].pod.containers[0].resources.requests.cpu`),
+//! as `validate` does for manifests.
+//!
+//! NodePools and EC2NodeClasses are read with `core::api` (inline under `manifests`, or
+//! from `manifestFiles` relative to the scenario), pod specs with the snapshot parser's
+//! pod conversion (`core::snapshot::pod_from_k8s`), budgets with `pdb_from_k8s`: the
+//! same rules as `plan` and the Lambdas.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::api::policy::v1 as policy;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use nodewright_core::api::duration::{EXPECTED_DURATION, parse_duration};
+use nodewright_core::api::{self, LoadError};
+use nodewright_core::catalog::CapacityType;
+use nodewright_core::cluster::DaemonSet;
+use nodewright_core::interruption::RebalanceAction;
+use nodewright_core::snapshot::{pdb_from_k8s, pod_from_k8s};
+use nodewright_engine::sim::{Deployment, Disturbance, Scenario, ScheduledDisturbance, Target};
+use serde::Deserialize;
+
+/// The scenario built into the binary: `nodewright simulate` with no file.
+pub const BUNDLED: &str = include_str!("../examples/scenario.yaml");
+pub const BUNDLED_NAME: &str = "cli/examples/scenario.yaml (bundled)";
+
+/// Why a scenario could not be read: the file and what is wrong, on one line.
+#[derive(Debug)]
+pub struct ScenarioError {
+    pub file: String,
+    pub message: String,
+}
+
+impl fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.file, self.message)
+    }
+}
+
+/// A duration as Karpenter writes them (`30s`, `45m`, `1h30m`).
+#[derive(Debug, Clone, Copy)]
+pub struct Dur(pub Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        parse_duration(&text)
+            .map(Dur)
+            .ok_or_else(|| serde::de::Error::custom(format!("{text:?}: {EXPECTED_DURATION}")))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct File {
+    name: Option<String>,
+    duration: Option<Dur>,
+    seed: Option<u64>,
+    zones: Option<Vec<String>>,
+    rebalance: Option<Rebalance>,
+    /// How often SQS delivers an event twice (0..1).
+    duplicate_rate: Option<f64>,
+    #[serde(default)]
+    manifests: Vec<serde_json::Value>,
+    #[serde(default)]
+    manifest_files: Vec<String>,
+    #[serde(default)]
+    deployments: Vec<DeploymentSpec>,
+    #[serde(default)]
+    daemon_sets: Vec<DaemonSetSpec>,
+    #[serde(default)]
+    events: Vec<EventSpec>,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+#[serde(rename_all = "camelCase")]
+enum Rebalance {
+    Ignore,
+    Cordon,
+    Replace,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct DeploymentSpec {
+    name: String,
+    #[serde(default = "default_namespace")]
+    namespace: String,
+    /// Pod labels (they select the replicas); default `app: <name>`.
+    labels: Option<BTreeMap<String, String>>,
+    replicas: Vec<ReplicaStep>,
+    pod: core::PodSpec,
+    disruption_budget: Option<BudgetSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReplicaStep {
+    at: Dur,
+    replicas: u32,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct BudgetSpec {
+    min_available: Option<IntOrString>,
+    max_unavailable: Option<IntOrString>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct DaemonSetSpec {
+    name: String,
+    #[serde(default = "default_system_namespace")]
+    namespace: String,
+    labels: Option<BTreeMap<String, String>>,
+    pod: core::PodSpec,
+}
+
+fn default_namespace() -> String {
+    "default".into()
+}
+
+fn default_system_namespace() -> String {
+    "kube-system".into()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct EventSpec {
+    at: Dur,
+    spot_interruption: Option<TargetSpec>,
+    rebalance_recommendation: Option<TargetSpec>,
+    scheduled_change: Option<ScheduledChangeSpec>,
+    instance_stopped: Option<TargetSpec>,
+    capacity_shortage: Option<ShortageSpec>,
+}
+
+const EVENT_KINDS: &str = "spotInterruption, rebalanceRecommendation, scheduledChange, instanceStopped or capacityShortage";
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct TargetSpec {
+    #[serde(default)]
+    target: TargetName,
+}
+
+#[derive(Deserialize, Default, Clone, Copy)]
+#[serde(rename_all = "camelCase")]
+enum TargetName {
+    Busiest,
+    #[default]
+    Random,
+    Oldest,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScheduledChangeSpec {
+    #[serde(default)]
+    target: TargetName,
+    notice: Dur,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ShortageSpec {
+    instance_types: Vec<String>,
+    #[serde(default)]
+    zones: Vec<String>,
+    #[serde(default)]
+    capacity_types: Vec<CapacityName>,
+    duration: Dur,
+}
+
+#[derive(Deserialize, Clone, Copy)]
+enum CapacityName {
+    #[serde(rename = "spot")]
+    Spot,
+    #[serde(rename = "on-demand")]
+    OnDemand,
+}
+
+impl From<TargetName> for Target {
+    fn from(t: TargetName) -> Self {
+        match t {
+            TargetName::Busiest => Target::Busiest,
+            TargetName::Random => Target::Random,
+            TargetName::Oldest => Target::Oldest,
+        }
+    }
+}
+
+/// Reads the scenario at `path`, or the bundled one.
+pub fn load(path: Option<&Path>) -> Result<Scenario, ScenarioError> {
+    match path {
+        None => parse(BUNDLED_NAME, BUNDLED, Path::new("cli/examples")),
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| ScenarioError {
+                file: p.display().to_string(),
+                message: format!("cannot read: {e}"),
+            })?;
+            let dir = p.parent().map(Path::to_path_buf).unwrap_or_default();
+            parse(&p.display().to_string(), &text, &dir)
+        }
+    }
+}
+
+/// Parses a scenario named `file` whose relative paths start at `dir`.
+pub fn parse(file: &str, text: &str, dir: &Path) -> Result<Scenario, ScenarioError> {
+    let fail = |message: String| ScenarioError {
+        file: file.to_string(),
+        message,
+    };
+    let de = serde_yaml_ng::Deserializer::from_str(text);
+    let spec: File = serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        if path == "." {
+            fail(inner)
+        } else {
+            fail(format!("{path}: {inner}"))
+        }
+    })?;
+
+    let mut scenario = Scenario::new(spec.name.clone().unwrap_or_else(|| file.to_string()));
+    if let Some(d) = spec.duration {
+        scenario.duration = d.0;
+    }
+    if let Some(seed) = spec.seed {
+        scenario.seed = seed;
+    }
+    if let Some(zones) = spec.zones {
+        if zones.is_empty() {
+            return Err(fail("zones: at least one zone is required".into()));
+        }
+        scenario.zones = zones;
+    }
+    if let Some(r) = spec.rebalance {
+        scenario.rebalance = match r {
+            Rebalance::Ignore => RebalanceAction::Ignore,
+            Rebalance::Cordon => RebalanceAction::Cordon,
+            Rebalance::Replace => RebalanceAction::Replace,
+        };
+    }
+    if let Some(rate) = spec.duplicate_rate {
+        if !(0.0..=1.0).contains(&rate) {
+            return Err(fail(format!(
+                "duplicateRate: {rate} is not between 0 and 1"
+            )));
+        }
+        scenario.world.queue.duplicate_rate = rate;
+    }
+
+    // Manifests: inline documents and files, validated together (a NodePool may name
+    // an EC2NodeClass from another source).
+    let mut sources = Vec::new();
+    for (i, value) in spec.manifests.iter().enumerate() {
+        sources.push((format!("manifests[{i}]"), value.to_string()));
+    }
+    for (i, f) in spec.manifest_files.iter().enumerate() {
+        let path: PathBuf = dir.join(f);
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            fail(format!(
+                "manifestFiles[{i}]: {}: cannot read: {e}",
+                path.display()
+            ))
+        })?;
+        sources.push((path.display().to_string(), text));
+    }
+    let manifests = api::load(&sources).map_err(|e| match e {
+        LoadError::Format(f) => fail(f.to_string()),
+        LoadError::Invalid(problems) => fail(
+            problems
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+    })?;
+    if manifests.node_pools.is_empty() {
+        return Err(fail(
+            "manifests: no NodePool (give at least one karpenter.sh/v1 NodePool and its EC2NodeClass)".into(),
+        ));
+    }
+    scenario.node_pools = manifests.node_pools;
+    scenario.node_classes = manifests.node_classes;
+
+    for (i, d) in spec.deployments.into_iter().enumerate() {
+        scenario
+            .deployments
+            .push(deployment(d).map_err(|m| fail(format!("deployments[{i}]: {m}")))?);
+    }
+    for (i, d) in spec.daemon_sets.into_iter().enumerate() {
+        scenario
+            .daemonsets
+            .push(daemonset(d).map_err(|m| fail(format!("daemonSets[{i}]: {m}")))?);
+    }
+    for (i, e) in spec.events.into_iter().enumerate() {
+        let d = disturbance(e, &scenario).map_err(|m| fail(format!("events[{i}]{m}")))?;
+        scenario.disturbances.push(d);
+    }
+    Ok(scenario)
+}
+
+fn object_meta(name: &str, namespace: &str, labels: &BTreeMap<String, String>) -> meta::ObjectMeta {
+    meta::ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: Some(namespace.to_string()),
+        labels: Some(labels.clone()),
+        ..meta::ObjectMeta::default()
+    }
+}
+
+fn labels_or_app(labels: Option<BTreeMap<String, String>>, name: &str) -> BTreeMap<String, String> {
+    labels
+        .filter(|l| !l.is_empty())
+        .unwrap_or_else(|| BTreeMap::from([("app".to_string(), name.to_string())]))
+}
+
+fn deployment(d: DeploymentSpec) -> Result<Deployment, String> {
+    let labels = labels_or_app(d.labels, &d.name);
+    let template = pod_from_k8s(&core::Pod {
+        metadata: object_meta(&d.name, &d.namespace, &labels),
+        spec: Some(d.pod),
+        status: None,
+    })
+    .map_err(|e| e.to_string())?;
+    let mut replicas = Vec::with_capacity(d.replicas.len());
+    let mut last = None;
+    for (i, step) in d.replicas.iter().enumerate() {
+        let at = i64::try_from(step.at.0.as_secs()).unwrap_or(i64::MAX);
+        if last.is_some_and(|l| at <= l) {
+            return Err(format!(
+                "replicas[{i}].at: steps must be in time order (each later than the one before)"
+            ));
+        }
+        last = Some(at);
+        replicas.push((at, step.replicas));
+    }
+    let budget = match d.disruption_budget {
+        None => None,
+        Some(b) => {
+            let pdb = policy::PodDisruptionBudget {
+                metadata: object_meta(&d.name, &d.namespace, &BTreeMap::new()),
+                spec: Some(policy::PodDisruptionBudgetSpec {
+                    min_available: b.min_available,
+                    max_unavailable: b.max_unavailable,
+                    selector: Some(meta::LabelSelector {
+                        match_labels: Some(labels.clone()),
+                        match_expressions: None,
+                    }),
+                    unhealthy_pod_eviction_policy: None,
+                }),
+                status: None,
+            };
+            Some(pdb_from_k8s(&pdb).map_err(|e| format!("disruptionBudget: {e}"))?)
+        }
+    };
+    Ok(Deployment {
+        name: d.name,
+        namespace: d.namespace,
+        template,
+        replicas,
+        budget,
+    })
+}
+
+fn daemonset(d: DaemonSetSpec) -> Result<DaemonSet, String> {
+    let labels = labels_or_app(d.labels, &d.name);
+    let mut template = pod_from_k8s(&core::Pod {
+        metadata: object_meta(&d.name, &d.namespace, &labels),
+        spec: Some(d.pod),
+        status: None,
+    })
+    .map_err(|e| e.to_string())?;
+    template.daemonset_owned = true;
+    Ok(DaemonSet {
+        namespace: d.namespace,
+        name: d.name,
+        template,
+    })
+}
+
+/// The disturbance an event describes; errors start with the field path after
+/// `events[i]`.
+fn disturbance(e: EventSpec, scenario: &Scenario) -> Result<ScheduledDisturbance, String> {
+    let mut kinds: Vec<Disturbance> = Vec::new();
+    if let Some(t) = e.spot_interruption {
+        kinds.push(Disturbance::SpotInterruption {
+            target: t.target.into(),
+        });
+    }
+    if let Some(t) = e.rebalance_recommendation {
+        kinds.push(Disturbance::RebalanceRecommendation {
+            target: t.target.into(),
+        });
+    }
+    if let Some(s) = e.scheduled_change {
+        kinds.push(Disturbance::ScheduledChange {
+            target: s.target.into(),
+            notice: s.notice.0,
+        });
+    }
+    if let Some(t) = e.instance_stopped {
+        kinds.push(Disturbance::InstanceStopped {
+            target: t.target.into(),
+        });
+    }
+    if let Some(s) = e.capacity_shortage {
+        if s.instance_types.is_empty() {
+            return Err(".capacityShortage.instanceTypes: name at least one instance type".into());
+        }
+        for (i, t) in s.instance_types.iter().enumerate() {
+            if scenario.catalog.get(t).is_none() {
+                return Err(format!(
+                    ".capacityShortage.instanceTypes[{i}]: {t:?} is not in the instance catalog"
+                ));
+            }
+        }
+        for (i, z) in s.zones.iter().enumerate() {
+            if !scenario.zones.contains(z) {
+                return Err(format!(
+                    ".capacityShortage.zones[{i}]: {z:?} is not one of the scenario's zones ({})",
+                    scenario.zones.join(", ")
+                ));
+            }
+        }
+        kinds.push(Disturbance::CapacityShortage {
+            instance_types: s.instance_types,
+            zones: s.zones,
+            capacity_types: s
+                .capacity_types
+                .into_iter()
+                .map(|c| match c {
+                    CapacityName::Spot => CapacityType::Spot,
+                    CapacityName::OnDemand => CapacityType::OnDemand,
+                })
+                .collect(),
+            duration: s.duration.0,
+        });
+    }
+    match kinds.len() {
+        1 => Ok(ScheduledDisturbance {
+            at: e.at.0,
+            disturbance: kinds.remove(0),
+        }),
+        0 => Err(format!(": name what happens: one of {EVENT_KINDS}")),
+        _ => Err(format!(
+            ": one event per entry (found {}): one of {EVENT_KINDS}",
+            kinds.len()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(text: &str) -> String {
+        match parse("s.yaml", text, Path::new(".")) {
+            Ok(_) => panic!("expected an error"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    const POOLS: &str = r#"
+manifests:
+  - apiVersion: karpenter.sh/v1
+    kind: NodePool
+    metadata: {name: default}
+    spec:
+      template:
+        spec:
+          requirements: [{key: karpenter.sh/capacity-type, operator: In, values: [spot]}]
+          nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+  - apiVersion: karpenter.k8s.aws/v1
+    kind: EC2NodeClass
+    metadata: {name: default}
+    spec:
+      role: KarpenterNodeRole
+      amiSelectorTerms: [{alias: al2023@latest}]
+      subnetSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
+      securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
+"#;
+
+    #[test]
+    fn the_bundled_scenario_reads() {
+        let s = load(None).unwrap();
+        assert!(!s.node_pools.is_empty() && !s.deployments.is_empty());
+        assert!(!s.disturbances.is_empty());
+    }
+
+    #[test]
+    fn a_bad_quantity_names_the_deployment_and_the_container_field() {
+        let text = format!(
+            "{POOLS}deployments:\n  - name: web\n    replicas: [{{at: 0s, replicas: 1}}]\n    pod:\n      containers:\n        - name: app\n          resources: {{requests: {{cpu: lots}}}}\n"
+        );
+        let e = error(&text);
+        assert!(e.starts_with("s.yaml: deployments[0]: "), "{e}");
+        assert!(e.contains("resources.requests.cpu"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_duration_and_an_unknown_field_are_named_by_path() {
+        let e = error(&format!(
+            "{POOLS}events:\n  - at: soon\n    spotInterruption: {{}}\n"
+        ));
+        assert!(e.starts_with("s.yaml: events[0].at: "), "{e}");
+        assert!(e.contains("1h30m"), "{e}");
+        let e = error(&format!(
+            "{POOLS}events:\n  - at: 1m\n    spotInterruption: {{target: biggest}}\n"
+        ));
+        assert!(
+            e.starts_with("s.yaml: events[0].spotInterruption.target: "),
+            "{e}"
+        );
+        let e = error(&format!("{POOLS}duratoin: 1h\n"));
+        assert!(e.contains("duratoin"), "{e}");
+    }
+
+    #[test]
+    fn an_event_must_say_what_happens_once() {
+        let e = error(&format!("{POOLS}events:\n  - at: 1m\n"));
+        assert!(e.starts_with("s.yaml: events[0]: name what happens"), "{e}");
+        let e = error(&format!(
+            "{POOLS}events:\n  - at: 1m\n    capacityShortage: {{instanceTypes: [m9.huge], duration: 5m}}\n"
+        ));
+        assert!(
+            e.contains("events[0].capacityShortage.instanceTypes[0]"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_scenario_without_a_node_pool_is_refused() {
+        let e = error("deployments: []\n");
+        assert!(e.contains("manifests: no NodePool"), "{e}");
+    }
+}

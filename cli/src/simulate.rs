@@ -1,0 +1,316 @@
+//! `nodewright simulate [SCENARIO.yaml]`: the whole autoscaler on a virtual clock. The
+//! provisioner and interruption jobs run as their Lambdas run them, against a
+//! simulated EKS cluster and EC2 (`nodewright_engine::sim`); a scenario says what
+//! happens to them. Prints a timeline and a summary (or JSON), optionally an SVG chart.
+//!
+//! Exit codes: 0 the run finished with every end-state invariant held; 1 it finished
+//! but one broke (pods lost, a PodDisruptionBudget violated, instances ≠ live claims),
+//! each printed on stderr; 2 the scenario could not be read (one line naming the file
+//! and the field).
+
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use clap::ValueEnum;
+use nodewright_core::api::duration::parse_duration;
+use nodewright_engine::sim::run::{DrainRecord, clock_time};
+use nodewright_engine::sim::{Report, Scenario};
+use serde_json::{Value, json};
+
+use crate::Failure;
+use crate::{chart, scenario};
+
+#[derive(clap::Args)]
+pub struct SimulateArgs {
+    /// A scenario file (YAML); without one, the bundled scenario runs.
+    pub scenario: Option<PathBuf>,
+    /// Virtual time to simulate (overrides the scenario's `duration`), e.g. 2h, 90m.
+    #[arg(long, value_parser = duration)]
+    pub until: Option<Duration>,
+    /// Seed of every random choice (overrides the scenario's `seed`).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Writes an SVG chart of nodes, pending pods and $/h over time.
+    #[arg(long)]
+    pub chart: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "table")]
+    pub output: Format,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+fn duration(text: &str) -> Result<Duration, String> {
+    parse_duration(text).ok_or_else(|| format!("{text:?} is not a duration like 2h, 90m or 1h30m"))
+}
+
+/// What the summary says about consolidation until the disruption function exists.
+const CONSOLIDATION: &str =
+    "not simulated: the disruption function does not exist yet, so nodes stay after a scale-down";
+
+pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
+    let mut scenario =
+        scenario::load(args.scenario.as_deref()).map_err(|e| Failure::Unusable(e.to_string()))?;
+    if let Some(until) = args.until {
+        scenario.duration = until;
+    }
+    if let Some(seed) = args.seed {
+        scenario.seed = seed;
+    }
+    let wall = Instant::now();
+    let report = simulate(&scenario)?;
+    let elapsed = wall.elapsed();
+    if let Some(path) = &args.chart {
+        chart::write(path, &report).map_err(|e| {
+            Failure::Unusable(format!("{}: cannot write the chart: {e}", path.display()))
+        })?;
+    }
+    match args.output {
+        Format::Json => println!("{}", render_json(&report)),
+        Format::Table => print!("{}", render_table(&report, elapsed)),
+    }
+    if report.problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::Invalid(
+            report
+                .problems
+                .iter()
+                .map(|p| format!("nodewright simulate: invariant broken: {p}"))
+                .collect(),
+        ))
+    }
+}
+
+/// Runs the scenario on a current-thread runtime started paused: virtual time, in time
+/// order, as fast as the machine goes. A progress bar goes to stderr once a run has
+/// taken a second, if stderr is a terminal.
+fn simulate(scenario: &Scenario) -> Result<Report, Failure> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .map_err(|e| Failure::Unusable(format!("cannot start the runtime: {e}")))?;
+    let started = Instant::now();
+    let bar: Mutex<Option<indicatif::ProgressBar>> = Mutex::new(None);
+    let show = std::io::stderr().is_terminal();
+    let progress = |elapsed: i64, total: i64| {
+        if !show || started.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        let mut bar = bar.lock().unwrap_or_else(|e| e.into_inner());
+        let bar = bar.get_or_insert_with(|| {
+            let b = indicatif::ProgressBar::with_draw_target(
+                Some(total.max(1) as u64),
+                indicatif::ProgressDrawTarget::stderr(),
+            );
+            if let Ok(style) = indicatif::ProgressStyle::with_template(
+                "{bar:40} {msg} of virtual time, {elapsed} real",
+            ) {
+                b.set_style(style);
+            }
+            b
+        });
+        bar.set_position(elapsed.max(0) as u64);
+        bar.set_message(clock_time(elapsed));
+    };
+    let report = runtime.block_on(scenario.run(&progress));
+    if let Some(bar) = bar.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        bar.finish_and_clear();
+    }
+    Ok(report)
+}
+
+fn drain_json(d: &DrainRecord) -> Value {
+    json!({
+        "t": clock_time(d.since),
+        "claim": d.claim,
+        "instance": d.instance,
+        "cause": format!("{:?}", d.cause),
+        "drainSeconds": d.drain_seconds,
+        "terminatedAfterSeconds": d.terminated_after,
+        "secondsBeforeDeadline": d.margin_to_deadline.map(|m| -m),
+    })
+}
+
+/// The stable JSON document (README: "Simulation JSON").
+pub fn render_json(report: &Report) -> String {
+    let s = &report.summary;
+    let doc = json!({
+        "scenario": report.scenario,
+        "seed": report.seed,
+        "summary": {
+            "virtualSeconds": s.duration_seconds,
+            "podsLost": s.pods_lost,
+            "podsKilledWithoutNotice": s.pods_killed_without_notice,
+            "pdbViolations": s.pdb_violations,
+            "pendingSeconds": {
+                "p50": s.pending_seconds.p50,
+                "p95": s.pending_seconds.p95,
+                "max": s.pending_seconds.max,
+            },
+            "podsBound": s.pods_bound,
+            "podsPendingAtEnd": s.pods_pending_at_end,
+            "instancesLaunched": s.instances_launched,
+            "instancesNeeded": s.instances_needed,
+            "peakNodes": s.peak_nodes,
+            "nodesAtEnd": s.nodes_at_end,
+            "pricePerHourAtEnd": round(s.price_per_hour_at_end),
+            "nodeHours": round(s.node_hours),
+            "cost": round(s.cost),
+            "interruptions": s.interruptions,
+            "drainSeconds": {"max": s.drain_seconds_max},
+            "eventsSent": s.events_sent,
+            "duplicateDeliveries": s.duplicate_deliveries,
+            "deadLettered": s.dead_lettered,
+            "provisionerInvocations": s.provisioner_invocations,
+            "interruptionInvocations": s.interruption_invocations,
+            "consolidation": CONSOLIDATION,
+        },
+        "interruptions": report.drains.iter().map(drain_json).collect::<Vec<_>>(),
+        "timeline": report.timeline.iter().map(|r| json!({
+            "t": clock_time(r.t),
+            "event": r.event,
+            "decision": r.decision,
+            "nodes": r.nodes,
+            "pricePerHour": round(r.price_per_hour),
+        })).collect::<Vec<_>>(),
+        "problems": report.problems,
+    });
+    serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+}
+
+/// Four decimals: prices and hours without float noise.
+fn round(x: f64) -> f64 {
+    (x * 10_000.0).round() / 10_000.0
+}
+
+/// The timeline and the summary, for people.
+pub fn render_table(report: &Report, wall: Duration) -> String {
+    let s = &report.summary;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "nodewright simulate: {} (seed {}): {} of virtual time in {:.2} s",
+        report.scenario,
+        report.seed,
+        clock_time(s.duration_seconds),
+        wall.as_secs_f64()
+    );
+    let _ = writeln!(out);
+    let event_width = report
+        .timeline
+        .iter()
+        .map(|r| r.event.chars().count())
+        .max()
+        .unwrap_or(0)
+        .clamp(5, 72);
+    let _ = writeln!(
+        out,
+        "{:<8}  {:>5}  {:>7}  {:<event_width$}  DECISION",
+        "TIME", "NODES", "$/H", "EVENT"
+    );
+    for r in &report.timeline {
+        let line = format!(
+            "{:<8}  {:>5}  {:>7.3}  {:<event_width$}  {}",
+            clock_time(r.t),
+            r.nodes,
+            r.price_per_hour,
+            r.event,
+            r.decision
+        );
+        let _ = writeln!(out, "{}", line.trim_end());
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "Summary");
+    let row = |out: &mut String, label: &str, value: String| {
+        let _ = writeln!(out, "  {label:<18}{value}");
+    };
+    row(
+        &mut out,
+        "pod pending time",
+        format!(
+            "p50 {} s, p95 {} s, max {} s ({} pods bound, {} still pending)",
+            s.pending_seconds.p50,
+            s.pending_seconds.p95,
+            s.pending_seconds.max,
+            s.pods_bound,
+            s.pods_pending_at_end
+        ),
+    );
+    row(
+        &mut out,
+        "instances",
+        format!(
+            "{} launched, {} needed; peak {} at once, {} at the end (${:.3}/h)",
+            s.instances_launched,
+            s.instances_needed,
+            s.peak_nodes,
+            s.nodes_at_end,
+            s.price_per_hour_at_end
+        ),
+    );
+    row(
+        &mut out,
+        "node-hours, cost",
+        format!("{:.2} node-hours, ${:.2}", s.node_hours, s.cost),
+    );
+    row(
+        &mut out,
+        "interruptions",
+        format!(
+            "{} handled; longest drain {} s",
+            s.interruptions, s.drain_seconds_max
+        ),
+    );
+    for d in &report.drains {
+        let mut line = format!(
+            "{} {:?} at {}: drained in {}",
+            d.instance.as_deref().unwrap_or(&d.claim),
+            d.cause,
+            clock_time(d.since),
+            d.drain_seconds
+                .map(|x| format!("{x} s"))
+                .unwrap_or_else(|| "(not yet)".into()),
+        );
+        if let Some(t) = d.terminated_after {
+            let _ = write!(line, ", terminated {t} s after the event");
+        }
+        if let Some(m) = d.margin_to_deadline {
+            let _ = write!(line, ", {} s before its deadline", -m);
+        }
+        row(&mut out, "", line);
+    }
+    row(
+        &mut out,
+        "events",
+        format!(
+            "{} sent to the queue, {} delivered twice, {} dead-lettered; {} provisioner and {} interruption invocations",
+            s.events_sent,
+            s.duplicate_deliveries,
+            s.dead_lettered,
+            s.provisioner_invocations,
+            s.interruption_invocations
+        ),
+    );
+    row(&mut out, "pods lost", s.pods_lost.to_string());
+    if s.pods_killed_without_notice > 0 {
+        row(
+            &mut out,
+            "pods killed",
+            format!(
+                "{} with instances stopped without notice",
+                s.pods_killed_without_notice
+            ),
+        );
+    }
+    row(&mut out, "PDB violations", s.pdb_violations.to_string());
+    row(&mut out, "consolidation", CONSOLIDATION.to_string());
+    out
+}

@@ -1,0 +1,304 @@
+//! The simulated kube-scheduler: where a pending pod may be bound now, and where it
+//! goes. Filters as kube-scheduler's: the node is Ready and schedulable; its
+//! NoSchedule/NoExecute taints are tolerated; node selector and required node affinity
+//! match; the requests fit what the pods bound there leave; `DoNotSchedule` topology
+//! spread keeps its skew (domains are the nodes that match the pod's node affinity,
+//! with `nodeTaintsPolicy: Ignore`, Kubernetes' default); required pod affinity and
+//! anti-affinity hold, including other pods' anti-affinity towards this one. Among the
+//! nodes left, the least allocated (by cpu) wins, as the default scoring prefers.
+//! Preferences (preferred affinity, `ScheduleAnyway`) only score in kube-scheduler and
+//! are not modelled.
+
+use std::collections::{HashMap, HashSet};
+
+use nodewright_core::api::model::TaintEffect;
+use nodewright_core::cluster::{
+    LabelSelector, Node, Pod, PodAffinityTerm, TopologySpreadConstraint, WhenUnsatisfiable,
+};
+use nodewright_core::resources::Resources;
+use nodewright_core::scheduling::requirements::Requirements;
+
+use crate::ports::ClusterState;
+
+/// The cluster as the scheduler's cache holds it, updated as it binds.
+pub struct Binder {
+    nodes: Vec<Node>,
+    /// Room left on each node (allocatable less the requests of the pods bound there).
+    free: Vec<Resources>,
+    /// The live pods bound to each node.
+    pods: Vec<Vec<Pod>>,
+}
+
+impl Binder {
+    pub fn new(state: &ClusterState) -> Binder {
+        let index: HashMap<&str, usize> = state
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), i))
+            .collect();
+        let mut free: Vec<Resources> = state.nodes.iter().map(|n| n.allocatable.clone()).collect();
+        let mut pods: Vec<Vec<Pod>> = vec![Vec::new(); state.nodes.len()];
+        for p in state.pods.iter().filter(|p| !p.terminal) {
+            let Some(&i) = p.node_name.as_deref().and_then(|n| index.get(n)) else {
+                continue;
+            };
+            free[i].sub(&p.requests);
+            if !p.terminating {
+                pods[i].push(p.clone());
+            }
+        }
+        Binder {
+            nodes: state.nodes.clone(),
+            free,
+            pods,
+        }
+    }
+
+    /// The node kube-scheduler would bind `pod` to now, if any; the binding is
+    /// counted (room and topology) for the pods placed after it.
+    pub fn place(&mut self, pod: &Pod) -> Option<String> {
+        let best = (0..self.nodes.len())
+            .filter(|&i| self.allows(pod, i))
+            .max_by_key(|&i| {
+                (
+                    self.free[i].get_milli("cpu"),
+                    std::cmp::Reverse(self.nodes[i].name.clone()),
+                )
+            })?;
+        self.free[best].sub(&pod.requests);
+        let mut bound = pod.clone();
+        bound.node_name = Some(self.nodes[best].name.clone());
+        self.pods[best].push(bound);
+        Some(self.nodes[best].name.clone())
+    }
+
+    fn allows(&self, pod: &Pod, i: usize) -> bool {
+        let node = &self.nodes[i];
+        node.ready
+            && !node.unschedulable
+            && fits(pod, node)
+            && pod.requests.fits_in(&self.free[i])
+            && pod
+                .topology_spread
+                .iter()
+                .filter(|c| c.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule)
+                .all(|c| self.spread_allows(pod, c, i))
+            && pod
+                .pod_affinity
+                .iter()
+                .all(|t| self.affinity_allows(pod, t, i))
+            && pod
+                .pod_anti_affinity
+                .iter()
+                .all(|t| !self.domain_has(pod, t, i))
+            && !self.repelled_by_others(pod, i)
+    }
+
+    /// `DoNotSchedule` spread: matching pods in the node's domain, plus this one, may
+    /// exceed the least populated domain by at most `maxSkew`.
+    fn spread_allows(&self, pod: &Pod, c: &TopologySpreadConstraint, i: usize) -> bool {
+        let Some(selector) = &c.label_selector else {
+            return true;
+        };
+        let Some(domain) = self.nodes[i].labels.get(&c.topology_key) else {
+            return false;
+        };
+        let mut counts: HashMap<&str, u32> = HashMap::new();
+        for (j, n) in self.nodes.iter().enumerate() {
+            let Some(value) = n.labels.get(&c.topology_key) else {
+                continue;
+            };
+            if !matches_node_affinity(pod, n) {
+                continue;
+            }
+            let matching = self.pods[j]
+                .iter()
+                .filter(|p| p.namespace == pod.namespace && selector.matches(&p.labels))
+                .count() as u32;
+            *counts.entry(value.as_str()).or_default() += matching;
+        }
+        let own = counts.get(domain.as_str()).copied().unwrap_or(0);
+        let mut min = counts.values().copied().min().unwrap_or(0);
+        if c.min_domains.is_some_and(|m| (counts.len() as u32) < m) {
+            min = 0;
+        }
+        let self_match = u32::from(selector.matches(&pod.labels));
+        own + self_match <= min + c.max_skew
+    }
+
+    /// Whether a pod that `term` selects runs in node `i`'s domain.
+    fn domain_has(&self, pod: &Pod, term: &PodAffinityTerm, i: usize) -> bool {
+        let Some(domain) = self.nodes[i].labels.get(&term.topology_key) else {
+            return false;
+        };
+        self.nodes.iter().enumerate().any(|(j, n)| {
+            n.labels.get(&term.topology_key) == Some(domain)
+                && self.pods[j].iter().any(|p| term_selects(term, pod, p))
+        })
+    }
+
+    /// Required pod affinity: a selected pod in the domain, or none anywhere and the
+    /// pod selects itself (the first pod of a group may go anywhere).
+    fn affinity_allows(&self, pod: &Pod, term: &PodAffinityTerm, i: usize) -> bool {
+        if !self.nodes[i].labels.contains_key(&term.topology_key) {
+            return false;
+        }
+        if self.domain_has(pod, term, i) {
+            return true;
+        }
+        let anywhere = self
+            .pods
+            .iter()
+            .flatten()
+            .any(|p| term_selects(term, pod, p));
+        !anywhere && term_selects(term, pod, pod)
+    }
+
+    /// The required anti-affinity of pods already in node `i`'s domains, towards `pod`.
+    fn repelled_by_others(&self, pod: &Pod, i: usize) -> bool {
+        let node = &self.nodes[i];
+        self.nodes.iter().enumerate().any(|(j, n)| {
+            self.pods[j].iter().any(|other| {
+                other.pod_anti_affinity.iter().any(|term| {
+                    node.labels.contains_key(&term.topology_key)
+                        && n.labels.get(&term.topology_key) == node.labels.get(&term.topology_key)
+                        && term_selects(term, other, pod)
+                })
+            })
+        })
+    }
+}
+
+/// Whether `term`, written in `owner`'s pod spec, selects `candidate`.
+fn term_selects(term: &PodAffinityTerm, owner: &Pod, candidate: &Pod) -> bool {
+    let namespace_ok = if term.namespaces.is_empty() {
+        candidate.namespace == owner.namespace
+    } else {
+        term.namespaces.contains(&candidate.namespace)
+    };
+    namespace_ok
+        && term
+            .label_selector
+            .as_ref()
+            .is_some_and(|s: &LabelSelector| s.matches(&candidate.labels))
+}
+
+fn matches_node_affinity(pod: &Pod, node: &Node) -> bool {
+    let selected = pod
+        .node_selector
+        .iter()
+        .all(|(k, v)| node.labels.get(k) == Some(v));
+    selected
+        && (pod.required_node_terms.is_empty()
+            || pod.required_node_terms.iter().any(|term| {
+                Requirements::from_node_requirements(term).matches_labels(&node.labels)
+            }))
+}
+
+/// Whether kube-scheduler's filters let `pod` onto `node` (resources and other pods
+/// aside): taints, node selector, required node affinity.
+pub fn fits(pod: &Pod, node: &Node) -> bool {
+    let tolerated = node
+        .taints
+        .iter()
+        .filter(|t| matches!(t.effect, TaintEffect::NoSchedule | TaintEffect::NoExecute))
+        .all(|t| pod.tolerations.iter().any(|tol| tol.tolerates(t)));
+    tolerated && matches_node_affinity(pod, node)
+}
+
+/// Pods (namespace/name) of `state` that are pending.
+pub fn pending_keys(state: &ClusterState) -> HashSet<String> {
+    state
+        .pods
+        .iter()
+        .filter(|p| p.is_pending())
+        .map(Pod::key)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodewright_core::catalog::Catalog;
+    use nodewright_core::testing::{affinity_term, node, pod, spread};
+
+    fn cluster(zones: &[&str]) -> ClusterState {
+        let catalog = Catalog::embedded();
+        ClusterState {
+            nodes: zones
+                .iter()
+                .enumerate()
+                .map(|(i, z)| node(&format!("n{i}"), "m5.xlarge", z, "default", catalog))
+                .collect(),
+            ..ClusterState::default()
+        }
+    }
+
+    fn app(name: &str, app: &str) -> Pod {
+        let mut p = pod(name, "100m", "128Mi");
+        p.labels.insert("app".into(), app.into());
+        p
+    }
+
+    #[test]
+    fn pods_go_to_the_least_allocated_node_that_has_room() {
+        let state = cluster(&["us-east-1a", "us-east-1b"]);
+        let mut binder = Binder::new(&state);
+        let first = binder.place(&pod("a", "2", "1Gi")).unwrap();
+        let second = binder.place(&pod("b", "2", "1Gi")).unwrap();
+        assert_ne!(first, second);
+        assert!(binder.place(&pod("huge", "64", "1Gi")).is_none());
+    }
+
+    #[test]
+    fn zone_spread_keeps_its_skew_among_the_zones_nodes_exist_in() {
+        let state = cluster(&["us-east-1a", "us-east-1b"]);
+        let mut binder = Binder::new(&state);
+        let mut spread_pod = |name: &str| {
+            let mut p = app(name, "web");
+            p.topology_spread
+                .push(spread("topology.kubernetes.io/zone", "web"));
+            binder.place(&p)
+        };
+        let a = spread_pod("w0").unwrap();
+        let b = spread_pod("w1").unwrap();
+        assert_ne!(a, b, "one per zone before a second in either");
+    }
+
+    #[test]
+    fn required_anti_affinity_keeps_a_second_replica_off_the_host_and_is_symmetric() {
+        let state = cluster(&["us-east-1a"]);
+        let mut binder = Binder::new(&state);
+        let mut first = app("db-0", "db");
+        first
+            .pod_anti_affinity
+            .push(affinity_term("kubernetes.io/hostname", "db"));
+        assert!(binder.place(&first).is_some());
+        let mut second = app("db-1", "db");
+        second
+            .pod_anti_affinity
+            .push(affinity_term("kubernetes.io/hostname", "db"));
+        assert!(binder.place(&second).is_none());
+        assert!(
+            binder.place(&app("db-plain", "db")).is_none(),
+            "the first replica's anti-affinity repels it"
+        );
+        assert!(binder.place(&app("web-0", "web")).is_some());
+    }
+
+    #[test]
+    fn required_pod_affinity_lets_the_first_pod_anywhere_and_the_rest_beside_it() {
+        let state = cluster(&["us-east-1a", "us-east-1b"]);
+        let mut binder = Binder::new(&state);
+        let with_affinity = |name: &str| {
+            let mut p = app(name, "cache");
+            p.pod_affinity
+                .push(affinity_term("topology.kubernetes.io/zone", "cache"));
+            p
+        };
+        let first = binder.place(&with_affinity("c0")).unwrap();
+        let second = binder.place(&with_affinity("c1")).unwrap();
+        assert_eq!(first, second, "same zone (one node per zone here)");
+    }
+}

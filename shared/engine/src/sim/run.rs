@@ -1,0 +1,961 @@
+//! A [`Scenario`] run to its end: the world, the provisioner as its EventBridge
+//! schedule and `template.yaml` run it, the interruption function as its SQS event
+//! source runs it, and the scenario's disturbances at their times — then a [`Report`].
+//!
+//! - Provisioner: an invocation every minute (`ReservedConcurrentExecutions: 1`, so one
+//!   at a time; a request waiting more than `MaximumEventAgeInSeconds` = 60 s is
+//!   dropped), each keeping its invocation alive 55 s and polling every 5 s
+//!   (`Provisioner::run_for`, the Lambda's call). The interruption function's "run
+//!   now" (an asynchronous Invoke after pods were evicted) is one more request.
+//! - Interruption function: the SQS event source polls about every second and hands
+//!   batches of up to ten messages to concurrent invocations
+//!   ([`super::queue::InterruptionFunction`], 150 s timeout); acknowledged messages are
+//!   deleted, the others come back after the visibility timeout.
+//! - Disturbances: spot interruptions and rebalance recommendations (on spot
+//!   instances), AWS Health scheduled changes, stops without notice, capacity shortages
+//!   per offering for a while. A target ([`Target`]) is chosen when the disturbance
+//!   happens, from the instances running then.
+//!
+//! At the scenario's end every invocation is frozen where it is (as if the account
+//! were switched off); the report reads the world at that instant.
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+
+use nodewright_core::api::model::{Ec2NodeClass, NodePool};
+use nodewright_core::catalog::{CapacityType, Catalog};
+use nodewright_core::cluster::DaemonSet;
+use nodewright_core::interruption::RebalanceAction;
+use nodewright_core::nodeclaim::DisruptionCause;
+
+use crate::interrupt::InterruptionConfig;
+use crate::ports::Store;
+use crate::provision::{Provisioner, ProvisionerConfig};
+
+use super::queue::{Disposition, InterruptionFunction, Message};
+use super::workload::Deployment;
+use super::world::{Disrupted, Lifetime, PodWait, UnneededLaunch, World, WorldConfig};
+
+/// 2025-01-01T00:00:00Z: when simulations start unless told otherwise.
+pub const DEFAULT_START: i64 = 1_735_689_600;
+/// The provisioner's schedule and its invocation's budget (template.yaml, provisioner lib).
+pub const SCHEDULE: Duration = Duration::from_secs(60);
+pub const PROVISIONER_BUDGET: Duration = Duration::from_secs(55);
+/// `NODEWRIGHT_POLL_INTERVAL`.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(5);
+/// `MaximumEventAgeInSeconds` of the provisioner's asynchronous invocations.
+pub const MAX_EVENT_AGE_SECS: i64 = 60;
+/// The interruption function's timeout (template.yaml).
+pub const INTERRUPTION_TIMEOUT: Duration = Duration::from_secs(150);
+
+/// Which instance a disturbance hits; chosen among the instances running when it
+/// happens (spot ones only for spot interruptions and rebalance recommendations).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// The one whose node runs the most pods (DaemonSet pods aside).
+    Busiest,
+    /// One at random (seeded).
+    Random,
+    /// The oldest.
+    Oldest,
+}
+
+impl Target {
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Target::Busiest => "the busiest",
+            Target::Random => "a random",
+            Target::Oldest => "the oldest",
+        }
+    }
+}
+
+/// Something that happens to the cluster from outside.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Disturbance {
+    /// EC2 Spot Instance Interruption Warning; EC2 takes the instance 2 minutes later.
+    SpotInterruption { target: Target },
+    /// EC2 Instance Rebalance Recommendation.
+    RebalanceRecommendation { target: Target },
+    /// AWS Health scheduled change (retirement) `notice` ahead; EC2 retires the
+    /// instance then.
+    ScheduledChange { target: Target, notice: Duration },
+    /// Someone stops the instance without notice.
+    InstanceStopped { target: Target },
+    /// No capacity for these offerings for `duration` (empty zones: every zone; empty
+    /// capacity types: both).
+    CapacityShortage {
+        instance_types: Vec<String>,
+        zones: Vec<String>,
+        capacity_types: Vec<CapacityType>,
+        duration: Duration,
+    },
+}
+
+/// A disturbance and when it happens (from the scenario's start).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduledDisturbance {
+    pub at: Duration,
+    pub disturbance: Disturbance,
+}
+
+/// Everything a simulation needs.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub name: String,
+    pub node_pools: Vec<NodePool>,
+    pub node_classes: Vec<Ec2NodeClass>,
+    pub deployments: Vec<Deployment>,
+    pub daemonsets: Vec<DaemonSet>,
+    pub disturbances: Vec<ScheduledDisturbance>,
+    pub duration: Duration,
+    pub seed: u64,
+    pub zones: Vec<String>,
+    pub catalog: Catalog,
+    /// The interruption function's `NODEWRIGHT_REBALANCE_ACTION`.
+    pub rebalance: RebalanceAction,
+    pub world: WorldConfig,
+    /// Unix seconds at the start.
+    pub start: i64,
+}
+
+impl Scenario {
+    /// An empty scenario over the embedded catalog in three us-east-1 zones.
+    pub fn new(name: impl Into<String>) -> Self {
+        Scenario {
+            name: name.into(),
+            node_pools: Vec::new(),
+            node_classes: Vec::new(),
+            deployments: Vec::new(),
+            daemonsets: Vec::new(),
+            disturbances: Vec::new(),
+            duration: Duration::from_secs(3600),
+            seed: 1,
+            zones: vec![
+                "us-east-1a".into(),
+                "us-east-1b".into(),
+                "us-east-1c".into(),
+            ],
+            catalog: Catalog::embedded().clone(),
+            rebalance: RebalanceAction::Replace,
+            world: WorldConfig::default(),
+            start: DEFAULT_START,
+        }
+    }
+}
+
+/// One line of the timeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimelineRow {
+    /// Seconds since the start.
+    pub t: i64,
+    /// What happened in the world (empty when the row is a decision).
+    pub event: String,
+    /// What nodewright decided (`job: action`), from the store's decision log.
+    pub decision: String,
+    /// Instances billed then.
+    pub nodes: usize,
+    pub price_per_hour: f64,
+}
+
+/// The world at one instant, for charts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    pub t: i64,
+    pub nodes: usize,
+    pub pending_pods: usize,
+    pub price_per_hour: f64,
+}
+
+/// One interruption (or other disruption) and how long its drain took.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DrainRecord {
+    pub claim: String,
+    pub instance: Option<String>,
+    pub cause: DisruptionCause,
+    /// Seconds since the start when the claim was disrupted.
+    pub since: i64,
+    /// Seconds from the drain's start to an empty node.
+    pub drain_seconds: Option<i64>,
+    /// Seconds from the disruption to the claim Terminated.
+    pub terminated_after: Option<i64>,
+    /// Seconds between the deadline and the claim Terminated (negative: before it).
+    pub margin_to_deadline: Option<i64>,
+}
+
+/// p50, p95 and max of a set of seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p95: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    /// Nearest-rank percentiles.
+    pub fn of(values: &[i64]) -> Percentiles {
+        if values.is_empty() {
+            return Percentiles::default();
+        }
+        let mut v = values.to_vec();
+        v.sort_unstable();
+        let rank = |p: f64| {
+            let i = ((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1;
+            v[i] as f64
+        };
+        Percentiles {
+            p50: rank(0.50),
+            p95: rank(0.95),
+            max: v[v.len() - 1] as f64,
+        }
+    }
+}
+
+/// A capacity shortage as it was in force.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shortage {
+    pub from: i64,
+    pub to: i64,
+    /// (instance type, zone, capacity type).
+    pub offerings: Vec<(String, String, CapacityType)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Summary {
+    pub duration_seconds: i64,
+    /// Pods that died with an instance taken at an announced deadline, or with a node
+    /// deleted under them: what nodewright should have drained. Must be 0.
+    pub pods_lost: usize,
+    /// Pods that died with an instance stopped without notice (nothing could drain them).
+    pub pods_killed_without_notice: usize,
+    pub pdb_violations: usize,
+    /// Seconds from pending to bound, over every pod bound (and those still pending).
+    pub pending_seconds: Percentiles,
+    pub pods_bound: usize,
+    pub pods_pending_at_end: usize,
+    pub instances_launched: usize,
+    /// Launches minus those whose pods all had capacity already.
+    pub instances_needed: usize,
+    pub peak_nodes: usize,
+    pub nodes_at_end: usize,
+    pub price_per_hour_at_end: f64,
+    pub node_hours: f64,
+    pub cost: f64,
+    /// Claims taken away after an interruption event (spot, rebalance, scheduled
+    /// change, stop, termination), and finished.
+    pub interruptions: usize,
+    pub drain_seconds_max: f64,
+    pub events_sent: usize,
+    pub duplicate_deliveries: usize,
+    pub dead_lettered: usize,
+    pub provisioner_invocations: usize,
+    pub interruption_invocations: usize,
+}
+
+/// What a simulation did.
+pub struct Report {
+    pub scenario: String,
+    pub seed: u64,
+    pub summary: Summary,
+    pub timeline: Vec<TimelineRow>,
+    pub samples: Vec<Sample>,
+    pub drains: Vec<DrainRecord>,
+    pub shortages: Vec<Shortage>,
+    pub waits: Vec<PodWait>,
+    pub unneeded_launches: Vec<UnneededLaunch>,
+    /// Pods (namespace/name) that the first provisioning tick to see them pending
+    /// counted against capacity already there (a node with room, a claim in flight)
+    /// instead of launching for them.
+    pub counted_on_capacity: HashSet<String>,
+    /// End-state invariants broken (pods lost, a budget violated, instances ≠ live
+    /// claims), one line each. Empty: all held.
+    pub problems: Vec<String>,
+    /// The world as the run left it, for further checks.
+    pub world: std::sync::Arc<World>,
+}
+
+/// `HH:MM:SS` of seconds since the start (hours go past 24).
+pub fn clock_time(t: i64) -> String {
+    let t = t.max(0);
+    format!("{:02}:{:02}:{:02}", t / 3600, t % 3600 / 60, t % 60)
+}
+
+struct Run<'a> {
+    scenario: &'a Scenario,
+    world: std::sync::Arc<World>,
+    until: i64,
+    /// Provisioner invocation requests (when each was made).
+    requests: Mutex<VecDeque<i64>>,
+    shortages: Mutex<Vec<Shortage>>,
+    invocations: Mutex<(usize, usize)>,
+    first_planning: Mutex<FirstPlanning>,
+}
+
+/// What the first provisioning tick that saw each pod pending made of it.
+#[derive(Default)]
+struct FirstPlanning {
+    seen: HashSet<String>,
+    /// Pods that tick counted against capacity already there (a node, a claim in
+    /// flight) rather than launching for them.
+    counted_on_capacity: HashSet<String>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn secs(d: Duration) -> i64 {
+    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
+}
+
+impl Scenario {
+    /// Runs the scenario to its end on the current runtime's clock (start the runtime
+    /// paused for virtual time). `progress(elapsed, total)` is called every virtual
+    /// minute.
+    pub async fn run(&self, progress: &(dyn Fn(i64, i64) + Sync)) -> Report {
+        let config = WorldConfig {
+            seed: self.seed,
+            ..self.world.clone()
+        };
+        let zones: Vec<&str> = self.zones.iter().map(String::as_str).collect();
+        let world = World::new(self.catalog.clone(), &zones, self.start, config);
+        world.cluster.with_state(|s| {
+            s.node_pools.extend(self.node_pools.iter().cloned());
+            s.node_classes.extend(self.node_classes.iter().cloned());
+        });
+        for d in &self.deployments {
+            world.add_deployment(d.clone());
+        }
+        for ds in &self.daemonsets {
+            world.add_daemonset(ds.clone());
+        }
+        let run = Run {
+            scenario: self,
+            until: world.now() + secs(self.duration),
+            world,
+            requests: Mutex::new(VecDeque::new()),
+            shortages: Mutex::new(Vec::new()),
+            invocations: Mutex::new((0, 0)),
+            first_planning: Mutex::new(FirstPlanning::default()),
+        };
+        let mut recorder = Recorder::default();
+        let jobs = async {
+            tokio::join!(run.disturbances(), run.provisioner(), run.interruptions());
+        };
+        let world_loop = async {
+            loop {
+                run.world.step();
+                recorder.record(&run.world).await;
+                let elapsed = run.world.elapsed();
+                if elapsed % 60 == 0 {
+                    progress(elapsed, secs(self.duration));
+                }
+                if run.world.now() >= run.until {
+                    break;
+                }
+                tokio::time::sleep(run.world.config.step).await;
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = jobs => {}
+            _ = world_loop => {}
+        }
+        run.report(recorder)
+    }
+}
+
+impl Run<'_> {
+    async fn sleep_until(&self, t: i64) {
+        let wait = t - self.world.now();
+        if wait > 0 {
+            tokio::time::sleep(Duration::from_secs(wait as u64)).await;
+        }
+    }
+
+    /// The scenario's disturbances, and the end of each capacity shortage, in time order.
+    async fn disturbances(&self) {
+        enum Step<'d> {
+            Apply(&'d Disturbance),
+            Restore(usize),
+        }
+        let start = self.world.started_at();
+        let mut agenda: Vec<(i64, Step<'_>)> = self
+            .scenario
+            .disturbances
+            .iter()
+            .map(|d| (start + secs(d.at), Step::Apply(&d.disturbance)))
+            .collect();
+        agenda.sort_by_key(|(at, _)| *at);
+        let mut agenda: VecDeque<(i64, Step<'_>)> = agenda.into();
+        while let Some((at, step)) = agenda.pop_front() {
+            self.sleep_until(at).await;
+            match step {
+                Step::Apply(d) => {
+                    if let Some((end, index)) = self.apply(d) {
+                        let pos = agenda
+                            .iter()
+                            .position(|(t, _)| *t > end)
+                            .unwrap_or(agenda.len());
+                        agenda.insert(pos, (end, Step::Restore(index)));
+                    }
+                }
+                Step::Restore(index) => self.restore(index),
+            }
+        }
+    }
+
+    /// Applies one disturbance now; a capacity shortage returns when it ends.
+    fn apply(&self, d: &Disturbance) -> Option<(i64, usize)> {
+        let w = &self.world;
+        let now = w.now();
+        match d {
+            Disturbance::SpotInterruption { target } => {
+                match self.choose(target, Some(CapacityType::Spot)) {
+                    Some(i) => {
+                        let deadline = w.spot_interruption(&i);
+                        w.log(format!(
+                            "spot interruption warning for {i} ({}); EC2 takes it at {}",
+                            self.describe_instance(&i),
+                            clock_time(deadline - w.started_at())
+                        ));
+                    }
+                    None => w.log("spot interruption: no spot instance running; nothing sent"),
+                }
+                None
+            }
+            Disturbance::RebalanceRecommendation { target } => {
+                match self.choose(target, Some(CapacityType::Spot)) {
+                    Some(i) => {
+                        w.rebalance_recommendation(&i);
+                        w.log(format!(
+                            "rebalance recommendation for {i} ({})",
+                            self.describe_instance(&i)
+                        ));
+                    }
+                    None => {
+                        w.log("rebalance recommendation: no spot instance running; nothing sent")
+                    }
+                }
+                None
+            }
+            Disturbance::ScheduledChange { target, notice } => {
+                match self.choose(target, None) {
+                    Some(i) => {
+                        let start = now + secs(*notice);
+                        w.scheduled_change(std::slice::from_ref(&i), start);
+                        w.log(format!(
+                            "AWS Health: {i} ({}) retired at {}",
+                            self.describe_instance(&i),
+                            clock_time(start - w.started_at())
+                        ));
+                    }
+                    None => w.log("scheduled change: no instance running; nothing sent"),
+                }
+                None
+            }
+            Disturbance::InstanceStopped { target } => {
+                match self.choose(target, None) {
+                    Some(i) => {
+                        let what = self.describe_instance(&i);
+                        w.stop(&i);
+                        w.log(format!("{i} ({what}) stopped without notice"));
+                    }
+                    None => w.log("instance stop: no instance running; nothing stopped"),
+                }
+                None
+            }
+            Disturbance::CapacityShortage {
+                instance_types,
+                zones,
+                capacity_types,
+                duration,
+            } => {
+                let zones = if zones.is_empty() {
+                    &self.scenario.zones
+                } else {
+                    zones
+                };
+                let capacity_types: &[CapacityType] = if capacity_types.is_empty() {
+                    &[CapacityType::OnDemand, CapacityType::Spot]
+                } else {
+                    capacity_types
+                };
+                let mut offerings = Vec::new();
+                for t in instance_types {
+                    for z in zones {
+                        for &c in capacity_types {
+                            w.cloud.set_capacity(t, z, c, false);
+                            offerings.push((t.clone(), z.clone(), c));
+                        }
+                    }
+                }
+                let end = now + secs(*duration);
+                w.log(format!(
+                    "capacity shortage: no {} {} in {} until {}",
+                    instance_types.join(", "),
+                    capacity_types
+                        .iter()
+                        .map(|c| c.as_str())
+                        .collect::<Vec<_>>()
+                        .join("/"),
+                    zones.join(", "),
+                    clock_time(end - w.started_at())
+                ));
+                let mut shortages = lock(&self.shortages);
+                shortages.push(Shortage {
+                    from: now,
+                    to: end,
+                    offerings,
+                });
+                Some((end, shortages.len() - 1))
+            }
+        }
+    }
+
+    fn restore(&self, index: usize) {
+        let Some(shortage) = lock(&self.shortages).get(index).cloned() else {
+            return;
+        };
+        for (t, z, c) in &shortage.offerings {
+            self.world.cloud.set_capacity(t, z, *c, true);
+        }
+        self.world.log(format!(
+            "capacity back for {} offering(s)",
+            shortage.offerings.len()
+        ));
+    }
+
+    /// `m5.xlarge spot in us-east-1a, node ip-..., 3 pods`.
+    fn describe_instance(&self, id: &str) -> String {
+        let Some(fi) = self.world.cloud.instance(id) else {
+            return String::new();
+        };
+        let i = &fi.instance;
+        let state = self.world.cluster.snapshot();
+        let node = state.nodes.iter().find(|n| {
+            n.provider_id
+                .as_deref()
+                .is_some_and(|p| p.ends_with(&format!("/{id}")))
+        });
+        let pods = node
+            .map(|n| {
+                state
+                    .pods
+                    .iter()
+                    .filter(|p| {
+                        !p.daemonset_owned && p.node_name.as_deref() == Some(n.name.as_str())
+                    })
+                    .count()
+            })
+            .unwrap_or(0);
+        format!(
+            "{} {} in {}, {pods} pod(s)",
+            i.instance_type, i.capacity_type, i.zone
+        )
+    }
+
+    /// The instance `target` names among the running ones (of `capacity_type`).
+    fn choose(&self, target: &Target, capacity_type: Option<CapacityType>) -> Option<String> {
+        let mut candidates: Vec<(String, i64)> = self
+            .world
+            .ec2
+            .instances()
+            .into_iter()
+            .filter(|fi| fi.instance.state == "running")
+            .filter(|fi| capacity_type.is_none_or(|c| fi.instance.capacity_type == c))
+            .map(|fi| (fi.instance.id, fi.instance.launch_time))
+            .collect();
+        candidates.sort();
+        match target {
+            Target::Random => self
+                .world
+                .with_rng(|r| r.pick(&candidates).map(|(id, _)| id.clone())),
+            Target::Oldest => candidates
+                .iter()
+                .min_by_key(|(id, at)| (*at, id.clone()))
+                .map(|(id, _)| id.clone()),
+            Target::Busiest => {
+                let state = self.world.cluster.snapshot();
+                candidates
+                    .iter()
+                    .max_by_key(|(id, _)| {
+                        let node = state.nodes.iter().find(|n| {
+                            n.provider_id
+                                .as_deref()
+                                .is_some_and(|p| p.ends_with(&format!("/{id}")))
+                        });
+                        let pods = node.map_or(0, |n| {
+                            state
+                                .pods
+                                .iter()
+                                .filter(|p| {
+                                    !p.daemonset_owned
+                                        && p.node_name.as_deref() == Some(n.name.as_str())
+                                })
+                                .count()
+                        });
+                        (pods, std::cmp::Reverse(id.clone()))
+                    })
+                    .map(|(id, _)| id.clone())
+            }
+        }
+    }
+
+    /// The provisioner function: one invocation at a time, requested every minute by
+    /// its schedule and on demand by the interruption function.
+    async fn provisioner(&self) {
+        let w = &self.world;
+        let mut next_schedule = w.now();
+        let mut invocation = 0usize;
+        loop {
+            let now = w.now();
+            if now >= self.until {
+                return;
+            }
+            while next_schedule <= now {
+                lock(&self.requests).push_back(next_schedule);
+                next_schedule += secs(SCHEDULE);
+            }
+            let request = {
+                let mut requests = lock(&self.requests);
+                requests.retain(|at| now - at <= MAX_EVENT_AGE_SECS);
+                requests.pop_front()
+            };
+            if request.is_none() {
+                self.sleep_until((next_schedule).min(now + 1)).await;
+                continue;
+            }
+            invocation += 1;
+            lock(&self.invocations).0 += 1;
+            let provisioner = Provisioner::new(
+                w.ports(),
+                ProvisionerConfig::new("simulated", format!("provisioner-{invocation}")),
+            );
+            let budget = PROVISIONER_BUDGET.min(Duration::from_secs((self.until - now) as u64));
+            let report = provisioner.run_for(budget, POLL_INTERVAL).await;
+            for why in report.shortfalls() {
+                w.log(format!("provisioner invocation {invocation}: {why}"));
+            }
+            let mut first = lock(&self.first_planning);
+            for tick in &report.ticks {
+                let launched: HashSet<&String> =
+                    tick.planned.iter().flat_map(|c| c.pods.iter()).collect();
+                let unschedulable: HashSet<&String> =
+                    tick.unschedulable.iter().map(|u| &u.pod).collect();
+                for pod in &tick.pending {
+                    if first.seen.insert(pod.clone())
+                        && !launched.contains(pod)
+                        && !unschedulable.contains(pod)
+                    {
+                        first.counted_on_capacity.insert(pod.clone());
+                    }
+                }
+            }
+        }
+    }
+
+    /// The SQS event source and the interruption function's invocations.
+    async fn interruptions(&self) {
+        let w = &self.world;
+        let function = InterruptionFunction {
+            ports: w.ports(),
+            config: InterruptionConfig::default(),
+            rebalance: self.scenario.rebalance,
+            timeout: INTERRUPTION_TIMEOUT,
+        };
+        let function = &function;
+        let mut running = FuturesUnordered::new();
+        loop {
+            let batch: Vec<Message> = w.queue.receive(w.now());
+            if !batch.is_empty() {
+                lock(&self.invocations).1 += 1;
+                running.push(async move {
+                    let results = function.invoke(&batch).await;
+                    (batch, results)
+                });
+            }
+            tokio::select! {
+                biased;
+                Some((batch, results)) = running.next() => self.acknowledge(&batch, &results),
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+
+    fn acknowledge(&self, batch: &[Message], results: &[super::queue::RecordResult]) {
+        let w = &self.world;
+        let mut wake = false;
+        for (m, r) in batch.iter().zip(results) {
+            match r.disposition {
+                Disposition::Retry => w.log(format!(
+                    "interruption function: event {} failed and will be delivered again",
+                    r.event_id.as_deref().unwrap_or("?")
+                )),
+                Disposition::Duplicate => {
+                    w.queue.delete(&m.message_id);
+                    w.log(format!(
+                        "SQS delivered event {} again; acknowledged as a duplicate",
+                        r.event_id.as_deref().unwrap_or("?")
+                    ));
+                }
+                _ => w.queue.delete(&m.message_id),
+            }
+            wake |= r.provisioner_needed;
+        }
+        if wake {
+            lock(&self.requests).push_back(w.now());
+        }
+    }
+
+    fn report(&self, recorder: Recorder) -> Report {
+        let w = self.world.clone();
+        let now = w.now();
+        let start = w.started_at();
+        let waits = w.pod_waits();
+        let still = w.still_pending();
+        let mut seconds: Vec<i64> = waits.iter().map(PodWait::seconds).collect();
+        seconds.extend(still.iter().map(|(_, s)| *s));
+        let lifetimes = w.lifetimes();
+        let hours =
+            |l: &Lifetime| (l.ended_at.unwrap_or(now) - l.launched_at).max(0) as f64 / 3600.0;
+        let node_hours: f64 = lifetimes.iter().map(hours).sum();
+        let cost: f64 = lifetimes.iter().map(|l| hours(l) * l.price_per_hour).sum();
+        let unneeded = w.unneeded_launches();
+        let launched = w.cloud.instances().len();
+        let mut drains: Vec<DrainRecord> = w
+            .disruptions()
+            .iter()
+            .map(|d| drain_record(d, start))
+            .collect();
+        drains.sort_by_key(|d| (d.since, d.claim.clone()));
+        let interruptions = w
+            .disruptions()
+            .iter()
+            .filter(|d| is_interruption(d.cause) && d.terminated_at.is_some())
+            .count();
+        let drain_max = drains
+            .iter()
+            .filter_map(|d| d.drain_seconds)
+            .max()
+            .unwrap_or(0) as f64;
+        let queue = w.queue.stats();
+        let (billed, price) = w.billed_now();
+        let lost = w.lost_pods().len() + w.orphaned_pods().len();
+        let (provisioner_invocations, interruption_invocations) = *lock(&self.invocations);
+        let summary = Summary {
+            duration_seconds: now - start,
+            pods_lost: lost,
+            pods_killed_without_notice: w.killed_pods().len(),
+            pdb_violations: w.budget_violations().len(),
+            pending_seconds: Percentiles::of(&seconds),
+            pods_bound: waits.len(),
+            pods_pending_at_end: still.len(),
+            instances_launched: launched,
+            instances_needed: launched.saturating_sub(unneeded.len()),
+            peak_nodes: recorder.peak_nodes,
+            nodes_at_end: billed,
+            price_per_hour_at_end: price,
+            node_hours,
+            cost,
+            interruptions,
+            drain_seconds_max: drain_max,
+            events_sent: queue.sent,
+            duplicate_deliveries: queue.duplicated,
+            dead_lettered: queue.dead_lettered,
+            provisioner_invocations,
+            interruption_invocations,
+        };
+        let problems = problems(&w, &summary);
+        Report {
+            scenario: self.scenario.name.clone(),
+            seed: self.scenario.seed,
+            summary,
+            timeline: recorder.timeline,
+            samples: recorder.samples,
+            drains,
+            shortages: lock(&self.shortages).clone(),
+            waits,
+            unneeded_launches: unneeded,
+            counted_on_capacity: std::mem::take(
+                &mut lock(&self.first_planning).counted_on_capacity,
+            ),
+            problems,
+            world: w,
+        }
+    }
+}
+
+/// Causes that come from an interruption event.
+fn is_interruption(cause: DisruptionCause) -> bool {
+    matches!(
+        cause,
+        DisruptionCause::SpotInterrupted
+            | DisruptionCause::RebalanceRecommended
+            | DisruptionCause::ScheduledChange
+            | DisruptionCause::InstanceStopped
+            | DisruptionCause::InstanceTerminated
+    )
+}
+
+fn drain_record(d: &Disrupted, start: i64) -> DrainRecord {
+    DrainRecord {
+        claim: d.claim.clone(),
+        instance: d.instance.clone(),
+        cause: d.cause,
+        since: d.since - start,
+        drain_seconds: d.draining_at.zip(d.drained_at).map(|(a, b)| b - a),
+        terminated_after: d.terminated_at.map(|t| t - d.since),
+        margin_to_deadline: d.deadline.zip(d.terminated_at).map(|(dl, t)| t - dl),
+    }
+}
+
+/// The end-state invariants: no pod lost, no budget violated, every running instance
+/// recorded by a live claim and every live claim's instance running.
+fn problems(w: &World, summary: &Summary) -> Vec<String> {
+    let start = w.started_at();
+    let mut out = Vec::new();
+    if summary.pods_lost > 0 {
+        let mut pods = w.lost_pods();
+        pods.extend(w.orphaned_pods());
+        out.push(format!(
+            "{} pod(s) lost (not drained before their instance went): {}",
+            summary.pods_lost,
+            pods.join(", ")
+        ));
+    }
+    for v in w.budget_violations().iter().take(5) {
+        out.push(format!(
+            "PodDisruptionBudget {} had {} healthy pod(s) too few at {}",
+            v.budget,
+            -v.allowed,
+            clock_time(v.at - start)
+        ));
+    }
+    let mut running: Vec<String> = w
+        .ec2
+        .instances()
+        .into_iter()
+        .filter(|fi| fi.instance.state != "terminated")
+        .map(|fi| fi.instance.id)
+        .collect();
+    running.sort();
+    let mut live: Vec<String> = w
+        .store
+        .claims()
+        .into_iter()
+        .filter(|c| !c.state.is_terminal())
+        .filter_map(|c| c.instance_id)
+        .collect();
+    live.sort();
+    if running != live {
+        let untracked: Vec<&String> = running.iter().filter(|i| !live.contains(i)).collect();
+        let missing: Vec<&String> = live.iter().filter(|i| !running.contains(i)).collect();
+        out.push(format!(
+            "instances ≠ live claims: {} running, {} live claims; running without a claim: {untracked:?}; claims whose instance is gone: {missing:?}",
+            running.len(),
+            live.len()
+        ));
+    }
+    out
+}
+
+/// Reads the world after every step: the timeline (world events and decisions, each
+/// with the nodes and price of that moment) and samples for charts.
+#[derive(Default)]
+struct Recorder {
+    timeline: Vec<TimelineRow>,
+    samples: Vec<Sample>,
+    log_seen: usize,
+    last_decision_at: i64,
+    seen_at_last_decision: usize,
+    peak_nodes: usize,
+}
+
+impl Recorder {
+    async fn record(&mut self, w: &World) {
+        let start = w.started_at();
+        let t = w.now() - start;
+        let (nodes, price) = w.billed_now();
+        self.peak_nodes = self.peak_nodes.max(nodes);
+        let mut added = false;
+        for (at, event) in w.log_since(self.log_seen) {
+            self.log_seen += 1;
+            added = true;
+            self.timeline.push(TimelineRow {
+                t: at - start,
+                event,
+                decision: String::new(),
+                nodes,
+                price_per_hour: price,
+            });
+        }
+        // Decisions are appended in time order: ask for those from the last second
+        // seen on, and skip the ones of that second already taken.
+        if let Ok(decisions) = w.store.decisions(self.last_decision_at).await {
+            let skip = decisions
+                .iter()
+                .take_while(|d| d.at == self.last_decision_at)
+                .count()
+                .min(self.seen_at_last_decision);
+            for d in decisions.into_iter().skip(skip) {
+                if d.at == self.last_decision_at {
+                    self.seen_at_last_decision += 1;
+                } else {
+                    self.last_decision_at = d.at;
+                    self.seen_at_last_decision = 1;
+                }
+                added = true;
+                self.timeline.push(TimelineRow {
+                    t: d.at - start,
+                    event: String::new(),
+                    decision: format!("{}: {}", d.job, d.action),
+                    nodes,
+                    price_per_hour: price,
+                });
+            }
+        }
+        if added {
+            // Rows arrive in step order; decisions carry their own time.
+            self.timeline.sort_by_key(|r| r.t);
+        }
+        let pending = w.pending_pods();
+        let sample = Sample {
+            t,
+            nodes,
+            pending_pods: pending,
+            price_per_hour: price,
+        };
+        let changed = self.samples.last().is_none_or(|last| {
+            last.nodes != nodes
+                || last.pending_pods != pending
+                || (last.price_per_hour - price).abs() > 1e-9
+                || t - last.t >= 60
+        });
+        if changed {
+            self.samples.push(sample);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let p = Percentiles::of(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+        assert_eq!((p.p50, p.p95, p.max), (5.0, 10.0, 10.0));
+        assert_eq!(Percentiles::of(&[]), Percentiles::default());
+    }
+
+    #[test]
+    fn clock_time_counts_hours_past_a_day() {
+        assert_eq!(clock_time(65), "00:01:05");
+        assert_eq!(clock_time(25 * 3600 + 1), "25:00:01");
+    }
+}

@@ -1,0 +1,924 @@
+//! [`World`]: the fakes, plus everything a cluster and EC2 do that no port call does.
+//! [`World::step`] is one instant of it, in this order:
+//!
+//! 1. EC2: instances whose deadline came are taken (`kill_at`: a spot reclaim, a
+//!    retirement), drained or not: the node turns NotReady and its pods are lost;
+//!    a stop ([`World::stop`]) ends in `stopped`. Every change to `stopping`,
+//!    `stopped`, `shutting-down` or `terminated` (nodewright's own terminations
+//!    included) is sent to the interruption queue as an EventBridge state-change
+//!    notification, as the stack's rule does.
+//! 2. Kubelets: a `running` instance registers its node `register_after` its launch,
+//!    with the labels and taints it was launched with; the node turns Ready
+//!    `ready_after` that.
+//! 3. Workload controllers ([`super::workload`]): Deployments to their replica count
+//!    of the moment, a DaemonSet pod on every eligible Ready node; pods bound to a node
+//!    that no longer exists are garbage-collected (the DaemonSet's go quietly, any
+//!    other counts as orphaned).
+//! 4. An observer of the jobs' work: every claim's progress (disrupted, draining,
+//!    drained, terminated), and every launch checked against the capacity there was:
+//!    a launch whose pods all fitted a Ready node, or were already nominated to
+//!    another claim in flight, is recorded as unneeded.
+//! 5. The binder ([`super::binder`]) binds pending pods; the observer records how long
+//!    each waited, and every instant a PodDisruptionBudget had fewer healthy pods than
+//!    it requires without an instance having just died.
+//!
+//! [`World::run`] steps it every `step` of virtual time; the jobs run beside it.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nodewright_core::catalog::{CapacityType, Catalog};
+use nodewright_core::cluster::{DaemonSet, Node, Pod};
+use nodewright_core::nodeclaim::{
+    ClaimState, DisruptionCause, NodeClaim, instance_id_from_provider_id,
+};
+
+use crate::context::Ports;
+use crate::fakes::{FakeCloud, FakeCluster, MemoryStore};
+use crate::ports::{Clock, ClusterState, Instance};
+
+use super::SimClock;
+use super::binder::Binder;
+use super::cloud::Ec2;
+use super::eventbridge::{self, Envelope};
+use super::queue::{QueueConfig, SqsQueue};
+use super::rng::Rng;
+use super::workload::{Deployment, daemonset_pods, scale};
+
+/// How the world behaves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorldConfig {
+    /// From launch to `running` (EC2's `pending`).
+    pub running_after: Duration,
+    /// From launch to the kubelet's Node object (boot, nodeadm, kubelet start).
+    pub register_after: Duration,
+    /// From registration to Ready (CNI up).
+    pub ready_after: Duration,
+    /// From `stopping` to `stopped`.
+    pub stop_after: Duration,
+    /// How often the world acts.
+    pub step: Duration,
+    /// The interruption queue.
+    pub queue: QueueConfig,
+    /// Seeds event ids and duplicate deliveries.
+    pub seed: u64,
+}
+
+impl Default for WorldConfig {
+    fn default() -> Self {
+        WorldConfig {
+            running_after: Duration::from_secs(8),
+            register_after: Duration::from_secs(20),
+            ready_after: Duration::from_secs(10),
+            stop_after: Duration::from_secs(10),
+            step: Duration::from_secs(1),
+            queue: QueueConfig::default(),
+            seed: 1,
+        }
+    }
+}
+
+/// A PodDisruptionBudget found with fewer healthy pods than it requires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetViolation {
+    pub at: i64,
+    pub budget: String,
+    pub allowed: i64,
+}
+
+/// How long one pod waited from pending to bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodWait {
+    pub pod: String,
+    pub since: i64,
+    pub bound_at: i64,
+}
+
+impl PodWait {
+    pub fn seconds(&self) -> i64 {
+        self.bound_at - self.since
+    }
+}
+
+/// One instance from its launch to its end, as billed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lifetime {
+    pub instance: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: CapacityType,
+    pub price_per_hour: f64,
+    pub launched_at: i64,
+    /// When it was seen terminated; `None` while it runs.
+    pub ended_at: Option<i64>,
+}
+
+/// How a disrupted claim went away, as the observer saw it (to the second).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Disrupted {
+    pub claim: String,
+    pub instance: Option<String>,
+    pub cause: DisruptionCause,
+    /// When the claim was disrupted (its `disruption.since`).
+    pub since: i64,
+    pub deadline: Option<i64>,
+    pub draining_at: Option<i64>,
+    /// The node was empty (the claim reached Terminating).
+    pub drained_at: Option<i64>,
+    pub terminated_at: Option<i64>,
+}
+
+/// A launch whose pods had capacity already.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnneededLaunch {
+    pub claim: String,
+    pub at: i64,
+    /// Why: where its pods fitted.
+    pub reason: String,
+}
+
+#[derive(Default)]
+struct Observed {
+    /// Instances whose node registered.
+    registered: HashSet<String>,
+    /// Registered nodes not yet Ready: node → (instance, registered at).
+    booting: HashMap<String, (String, i64)>,
+    /// The last look at the claims found one on its way somewhere.
+    claims_in_motion: bool,
+    pending_since: HashMap<String, i64>,
+    waits: Vec<PodWait>,
+    /// Instance → when EC2 takes it (after a notice).
+    deaths: BTreeMap<String, i64>,
+    /// Instance → when its stop completes.
+    stopping: BTreeMap<String, i64>,
+    died: Vec<String>,
+    violations: Vec<BudgetViolation>,
+    lost_pods: Vec<String>,
+    killed_pods: Vec<String>,
+    /// (instance, when) of every stop without notice.
+    stops: Vec<(String, i64)>,
+    orphaned_pods: Vec<String>,
+    /// Last state seen per instance.
+    states: HashMap<String, String>,
+    lifetimes: BTreeMap<String, Lifetime>,
+    claims_seen: HashSet<String>,
+    disrupted: BTreeMap<String, Disrupted>,
+    unneeded: Vec<UnneededLaunch>,
+    log: Vec<(i64, String)>,
+    /// Replica count last logged per Deployment.
+    replicas: HashMap<String, u32>,
+    /// Instances not terminated, with their states, as of the last step.
+    live: Vec<Instance>,
+    /// (instances, $/h) billed as of the last step.
+    billed: (usize, f64),
+    /// Pods left pending by the last step.
+    pending: usize,
+    next_pod: u64,
+}
+
+pub struct World {
+    pub clock: Arc<SimClock>,
+    /// EC2's API state (what was launched, terminated, reclaimed).
+    pub cloud: Arc<FakeCloud>,
+    /// The same EC2 with instance states over time: what the jobs call.
+    pub ec2: Arc<Ec2>,
+    pub cluster: Arc<FakeCluster>,
+    pub store: Arc<MemoryStore>,
+    /// EventBridge → SQS: the interruption function's input.
+    pub queue: Arc<SqsQueue>,
+    pub config: WorldConfig,
+    region: String,
+    started_at: i64,
+    rng: Mutex<Rng>,
+    deployments: Mutex<Vec<Deployment>>,
+    observed: Mutex<Observed>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn secs(d: Duration) -> i64 {
+    i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
+}
+
+/// Instance id of a node, from its providerID.
+fn instance_of(node: &Node) -> Option<String> {
+    node.provider_id
+        .as_deref()
+        .and_then(instance_id_from_provider_id)
+        .map(str::to_string)
+}
+
+/// EventBridge forwards these state changes to the queue (the stack's rule).
+const REPORTED_STATES: [&str; 4] = ["stopping", "stopped", "shutting-down", "terminated"];
+
+impl World {
+    /// An empty cluster over `catalog` in `zones`, its clock reading `base` now.
+    pub fn new(catalog: Catalog, zones: &[&str], base: i64, config: WorldConfig) -> Arc<World> {
+        let clock = Arc::new(SimClock::new(base));
+        let cloud = Arc::new(FakeCloud::new(catalog.clone(), zones, clock.clone()));
+        let ec2 = Arc::new(Ec2::new(cloud.clone(), clock.clone(), config.running_after));
+        let cluster = Arc::new(FakeCluster::new(Arc::new(catalog)));
+        cluster.recreate_evicted_pods(true);
+        let region = zones
+            .first()
+            .map(|z| {
+                z.trim_end_matches(|c: char| c.is_ascii_lowercase())
+                    .to_string()
+            })
+            .unwrap_or_else(|| "us-east-1".into());
+        Arc::new(World {
+            clock,
+            cloud,
+            ec2,
+            cluster,
+            store: Arc::new(MemoryStore::new()),
+            queue: Arc::new(SqsQueue::new(config.queue.clone(), config.seed ^ 0x5153)),
+            region,
+            started_at: base,
+            rng: Mutex::new(Rng::new(config.seed)),
+            config,
+            deployments: Mutex::new(Vec::new()),
+            observed: Mutex::new(Observed::default()),
+        })
+    }
+
+    /// The ports every job runs over: EC2 with instance states over time, the cluster,
+    /// the store and the virtual clock.
+    pub fn ports(&self) -> Ports {
+        Ports {
+            cloud: self.ec2.clone(),
+            cluster: self.cluster.clone(),
+            store: self.store.clone(),
+            clock: self.clock.clone(),
+        }
+    }
+
+    pub fn now(&self) -> i64 {
+        self.clock.now()
+    }
+
+    /// Seconds since the world began.
+    pub fn elapsed(&self) -> i64 {
+        self.now() - self.started_at
+    }
+
+    pub fn started_at(&self) -> i64 {
+        self.started_at
+    }
+
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+
+    /// Adds a Deployment (and its PodDisruptionBudget); its controller acts from the
+    /// next step.
+    pub fn add_deployment(&self, deployment: Deployment) {
+        if let Some(pdb) = &deployment.budget {
+            let pdb = pdb.clone();
+            self.cluster.with_state(|s| s.pdbs.push(pdb));
+        }
+        lock(&self.deployments).push(deployment);
+    }
+
+    pub fn add_daemonset(&self, daemonset: DaemonSet) {
+        self.cluster.with_state(|s| s.daemonsets.push(daemonset));
+    }
+
+    /// Runs `f` with the world's random number generator (seeded).
+    pub fn with_rng<R>(&self, f: impl FnOnce(&mut Rng) -> R) -> R {
+        f(&mut lock(&self.rng))
+    }
+
+    /// A line for the timeline.
+    pub fn log(&self, message: impl Into<String>) {
+        let now = self.now();
+        lock(&self.observed).log.push((now, message.into()));
+    }
+
+    /// EC2 takes `instance` at `at`, whatever state its drain is in (it was told).
+    pub fn kill_at(&self, instance: &str, at: i64) {
+        lock(&self.observed).deaths.insert(instance.to_string(), at);
+    }
+
+    /// Someone stops `instance` now, without notice: `stopping` at once, `stopped`
+    /// `stop_after` later; its pods die with it.
+    pub fn stop(&self, instance: &str) {
+        self.ec2.set_state(instance, "stopping");
+        let done = self.now() + secs(self.config.stop_after);
+        let killed = self.lose_node_of(instance);
+        let mut o = lock(&self.observed);
+        o.stopping.insert(instance.to_string(), done);
+        o.stops
+            .push((instance.to_string(), done - secs(self.config.stop_after)));
+        o.killed_pods.extend(killed);
+    }
+
+    fn envelope(&self) -> Envelope {
+        Envelope {
+            id: self.with_rng(Rng::uuid),
+            time: self.now(),
+            region: self.region.clone(),
+        }
+    }
+
+    /// EC2 warns that it takes the spot `instance` in two minutes, and will.
+    /// Returns the deadline.
+    pub fn spot_interruption(&self, instance: &str) -> i64 {
+        let e = self.envelope();
+        let deadline = e.time + nodewright_core::interruption::SPOT_NOTICE_SECONDS;
+        self.queue
+            .send(eventbridge::spot_interruption(&e, instance), e.time);
+        self.kill_at(instance, deadline);
+        deadline
+    }
+
+    /// EC2 recommends rebalancing `instance` (it is at elevated risk; nothing is taken).
+    pub fn rebalance_recommendation(&self, instance: &str) {
+        let e = self.envelope();
+        self.queue
+            .send(eventbridge::rebalance_recommendation(&e, instance), e.time);
+    }
+
+    /// AWS Health schedules the retirement of `instances` at `start`, and EC2 retires
+    /// them then.
+    pub fn scheduled_change(&self, instances: &[String], start: i64) {
+        let e = self.envelope();
+        self.queue
+            .send(eventbridge::scheduled_change(&e, instances, start), e.time);
+        for i in instances {
+            self.kill_at(i, start);
+        }
+    }
+
+    /// Steps the world every `config.step` until `until` (Unix seconds).
+    pub async fn run(&self, until: i64) {
+        while self.now() < until {
+            self.step();
+            tokio::time::sleep(self.config.step).await;
+        }
+        self.step();
+    }
+
+    /// One instant of the world (see the module documentation for the order).
+    pub fn step(&self) {
+        let now = self.now();
+        let died_now = self.reclaim_due(now);
+        self.finish_stops(now);
+        let launched = self.report_instance_states(now);
+        self.kubelets(now);
+        let claims = self.claims_to_observe(now, launched);
+        // The controllers, the observer and the binder work on the cluster's state in
+        // place, under its lock, as one instant: nothing else acts in between.
+        self.cluster.with_state(|state| {
+            self.workloads(now, state);
+            if let Some(claims) = &claims {
+                self.observe_claims(now, state, claims);
+            }
+            self.bind(now, state);
+            self.observe_budgets(now, died_now, state);
+        });
+    }
+
+    /// The claims, when they may have changed in a way the observer must see this
+    /// instant: an instance was launched (its launch is checked before the binder
+    /// runs), a claim is on its way somewhere, an interruption event is queued; and
+    /// every ten seconds regardless (a disruption the reconciler starts).
+    fn claims_to_observe(&self, now: i64, launched: bool) -> Option<Vec<NodeClaim>> {
+        let busy = lock(&self.observed).claims_in_motion || self.queue.stats().queued > 0;
+        if !(launched || busy || now % 10 == 0) {
+            return None;
+        }
+        let claims = self.store.claims();
+        lock(&self.observed).claims_in_motion = claims
+            .iter()
+            .any(|c| !c.state.is_terminal() && c.state != ClaimState::Initialized);
+        Some(claims)
+    }
+
+    fn reclaim_due(&self, now: i64) -> bool {
+        let due: Vec<String> = lock(&self.observed)
+            .deaths
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut any = false;
+        for id in due {
+            lock(&self.observed).deaths.remove(&id);
+            if !self.cloud.reclaim(&id) {
+                continue;
+            }
+            any = true;
+            let lost = self.lose_node_of(&id);
+            let mut o = lock(&self.observed);
+            o.died.push(id.clone());
+            o.lost_pods.extend(lost);
+            o.log.push((now, format!("EC2 took {id} at its deadline")));
+        }
+        any
+    }
+
+    /// The node of `instance` turns NotReady and its pods die (their controllers
+    /// recreate them pending). Returns the pods lost, DaemonSet pods aside.
+    fn lose_node_of(&self, instance: &str) -> Vec<String> {
+        let Some(node) = self
+            .cluster
+            .nodes()
+            .into_iter()
+            .find(|n| instance_of(n).as_deref() == Some(instance))
+        else {
+            return Vec::new();
+        };
+        let daemons: HashSet<String> = self
+            .cluster
+            .snapshot()
+            .pods
+            .iter()
+            .filter(|p| p.daemonset_owned)
+            .map(Pod::key)
+            .collect();
+        self.cluster
+            .lose_node(&node.name)
+            .into_iter()
+            .filter(|k| !daemons.contains(k))
+            .collect()
+    }
+
+    fn finish_stops(&self, now: i64) {
+        let done: Vec<String> = lock(&self.observed)
+            .stopping
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in done {
+            lock(&self.observed).stopping.remove(&id);
+            if self
+                .cloud
+                .instance(&id)
+                .is_some_and(|i| i.instance.state != "terminated")
+            {
+                self.ec2.set_state(&id, "stopped");
+            }
+        }
+    }
+
+    /// Sends a state-change notification for every instance whose state changed to one
+    /// the stack's rule forwards, and keeps the billing record of each instance.
+    /// `true` if an instance was launched since the last step.
+    fn report_instance_states(&self, now: i64) -> bool {
+        let mut launched = false;
+        let current = self.ec2.live_instances();
+        let mut sends = Vec::new();
+        let mut o = lock(&self.observed);
+        let live: HashSet<&str> = current.iter().map(|i| i.id.as_str()).collect();
+        // Instances no longer listed were terminated (by nodewright or by EC2).
+        let gone: Vec<String> = o
+            .states
+            .iter()
+            .filter(|(id, state)| state.as_str() != "terminated" && !live.contains(id.as_str()))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in gone {
+            let previous = o.states.insert(id.clone(), "terminated".into());
+            if let Some(l) = o.lifetimes.get_mut(&id) {
+                l.ended_at.get_or_insert(now);
+            }
+            if !o.died.contains(&id) {
+                let what = o
+                    .lifetimes
+                    .get(&id)
+                    .map(|l| l.instance_type.clone())
+                    .unwrap_or_default();
+                o.log.push((now, format!("{id} ({what}) terminated")));
+            }
+            // EC2 passes through shutting-down; the rule forwards both.
+            if previous.as_deref() != Some("shutting-down") {
+                sends.push((id.clone(), "shutting-down"));
+            }
+            sends.push((id, "terminated"));
+        }
+        for i in &current {
+            let previous = o.states.insert(i.id.clone(), i.state.clone());
+            if previous.is_none() {
+                launched = true;
+                let price = self.cloud.instance(&i.id).map_or(0.0, |fi| fi.price);
+                o.lifetimes.insert(
+                    i.id.clone(),
+                    Lifetime {
+                        instance: i.id.clone(),
+                        instance_type: i.instance_type.clone(),
+                        zone: i.zone.clone(),
+                        capacity_type: i.capacity_type,
+                        price_per_hour: price,
+                        launched_at: i.launch_time,
+                        ended_at: None,
+                    },
+                );
+            }
+            if previous.as_deref() != Some(i.state.as_str())
+                && REPORTED_STATES.contains(&i.state.as_str())
+            {
+                sends.push((
+                    i.id.clone(),
+                    if i.state == "stopping" {
+                        "stopping"
+                    } else {
+                        "stopped"
+                    },
+                ));
+            }
+        }
+        o.billed =
+            current
+                .iter()
+                .filter(|i| i.state != "stopped")
+                .fold((0, 0.0), |(n, price), i| {
+                    let p = o.lifetimes.get(&i.id).map_or(0.0, |l| l.price_per_hour);
+                    (n + 1, price + p)
+                });
+        o.live = current;
+        drop(o);
+        for (id, state) in sends {
+            let e = self.envelope();
+            self.queue
+                .send(eventbridge::state_change(&e, &id, state), now);
+        }
+        launched
+    }
+
+    /// Registers the nodes of running instances old enough, and turns registered nodes
+    /// Ready when their time comes (reading the cluster only then).
+    fn kubelets(&self, now: i64) {
+        let register_after = secs(self.config.register_after);
+        let ready_after = secs(self.config.ready_after);
+        let (live, due_ready) = {
+            let o = lock(&self.observed);
+            let due: Vec<(String, String)> = o
+                .booting
+                .iter()
+                .filter(|(_, (_, at))| now - at >= ready_after)
+                .map(|(node, (instance, _))| (node.clone(), instance.clone()))
+                .collect();
+            (o.live.clone(), due)
+        };
+        for i in &live {
+            if i.state != "running"
+                || now - i.launch_time < register_after
+                || lock(&self.observed).registered.contains(&i.id)
+            {
+                continue;
+            }
+            let Some(launched) = self.cloud.instance(&i.id) else {
+                continue;
+            };
+            let name = self
+                .cluster
+                .register(i, &launched.request.labels, &launched.request.taints);
+            let mut o = lock(&self.observed);
+            o.registered.insert(i.id.clone());
+            o.booting.insert(name, (i.id.clone(), now));
+        }
+        for (node, instance) in due_ready {
+            let running = live
+                .iter()
+                .any(|i| i.id == instance && i.state == "running");
+            if running {
+                self.cluster.set_ready(&node);
+            }
+            // A node whose instance went first never turns Ready.
+            lock(&self.observed).booting.remove(&node);
+        }
+    }
+
+    /// Deployments, DaemonSets and the pod garbage collector, on `state` in place.
+    fn workloads(&self, now: i64, state: &mut ClusterState) {
+        let elapsed = now - self.started_at;
+        let deployments = lock(&self.deployments).clone();
+        let mut created: Vec<Pod> = Vec::new();
+        let mut deleted: HashSet<String> = HashSet::new();
+        for d in &deployments {
+            let wanted = d.replicas_at(elapsed);
+            let key = format!("{}/{}", d.namespace, d.name);
+            let logged = lock(&self.observed).replicas.insert(key.clone(), wanted);
+            if logged != Some(wanted) {
+                self.log(format!(
+                    "{key} scaled to {wanted} replicas (from {})",
+                    logged.unwrap_or(0)
+                ));
+            }
+            let scaling = scale(d, state, elapsed, || {
+                let mut o = lock(&self.observed);
+                o.next_pod += 1;
+                pod_suffix(o.next_pod)
+            });
+            created.extend(scaling.created);
+            deleted.extend(scaling.deleted);
+        }
+        let node_names: HashSet<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();
+        for p in &state.pods {
+            let Some(n) = &p.node_name else { continue };
+            if node_names.contains(n.as_str()) {
+                continue;
+            }
+            deleted.insert(p.key());
+            if !p.daemonset_owned && !p.terminal {
+                // A workload's pod comes back pending, as its controller makes it again.
+                let mut again = p.clone();
+                again.node_name = None;
+                let mut o = lock(&self.observed);
+                o.next_pod += 1;
+                let base = p.name.split("-r~").next().unwrap_or(&p.name).to_string();
+                again.name = format!("{base}-r~{}", pod_suffix(o.next_pod));
+                o.orphaned_pods.push(p.key());
+                created.push(again);
+            }
+        }
+        let daemons = daemonset_pods(state);
+        if !deleted.is_empty() {
+            state.pods.retain(|p| !deleted.contains(&p.key()));
+        }
+        state.pods.extend(created);
+        state.pods.extend(daemons);
+    }
+
+    /// Claims' progress, and whether each new launch was needed (before the binder
+    /// runs: what fits a Ready node now would be bound by it this very step).
+    fn observe_claims(&self, now: i64, state: &ClusterState, claims: &[NodeClaim]) {
+        let mut o = lock(&self.observed);
+        let fresh: Vec<&NodeClaim> = claims
+            .iter()
+            .filter(|c| !o.claims_seen.contains(&c.name))
+            .collect();
+        if !fresh.is_empty() {
+            let pending: HashMap<String, &Pod> = state
+                .pods
+                .iter()
+                .filter(|p| p.is_pending())
+                .map(|p| (p.key(), p))
+                .collect();
+            for claim in &fresh {
+                let nominated_elsewhere: HashSet<&String> = claims
+                    .iter()
+                    .filter(|c| {
+                        c.name != claim.name
+                            && c.created_at <= claim.created_at
+                            && matches!(
+                                c.state,
+                                ClaimState::Launching
+                                    | ClaimState::Launched
+                                    | ClaimState::Registered
+                            )
+                    })
+                    .flat_map(|c| c.pods.iter())
+                    .collect();
+                let waiting: Vec<&Pod> = claim
+                    .pods
+                    .iter()
+                    .filter_map(|k| pending.get(k).copied())
+                    .collect();
+                if waiting.is_empty() || claim.state == ClaimState::LaunchFailed {
+                    continue;
+                }
+                let mut binder = Binder::new(state);
+                let mut placed = Vec::new();
+                let all_had_room = waiting.iter().all(|p| {
+                    if nominated_elsewhere.contains(&p.key()) {
+                        placed.push(format!("{} (nominated to another claim)", p.key()));
+                        true
+                    } else if let Some(node) = binder.place(p) {
+                        placed.push(format!("{} → {node}", p.key()));
+                        true
+                    } else {
+                        false
+                    }
+                });
+                if all_had_room {
+                    o.unneeded.push(UnneededLaunch {
+                        claim: claim.name.clone(),
+                        at: claim.created_at,
+                        reason: placed.join(", "),
+                    });
+                }
+            }
+            for claim in fresh {
+                o.claims_seen.insert(claim.name.clone());
+            }
+        }
+        for c in claims {
+            let Some(d) = &c.disruption else { continue };
+            let entry = o
+                .disrupted
+                .entry(c.name.clone())
+                .or_insert_with(|| Disrupted {
+                    claim: c.name.clone(),
+                    instance: c.instance_id.clone(),
+                    cause: d.cause,
+                    since: d.since,
+                    deadline: d.deadline,
+                    draining_at: None,
+                    drained_at: None,
+                    terminated_at: None,
+                });
+            // An escalation changes the cause and deadline of the disruption under way.
+            entry.cause = d.cause;
+            entry.deadline = d.deadline;
+            match c.state {
+                ClaimState::Draining => {
+                    entry.draining_at.get_or_insert(now);
+                }
+                ClaimState::Terminating => {
+                    entry.draining_at.get_or_insert(now);
+                    entry.drained_at.get_or_insert(now);
+                }
+                ClaimState::Terminated => {
+                    entry.draining_at.get_or_insert(c.updated_at);
+                    entry.drained_at.get_or_insert(c.updated_at);
+                    entry.terminated_at.get_or_insert(c.updated_at);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Binds what can be bound.
+    fn bind(&self, now: i64, state: &mut ClusterState) {
+        let mut pending: Vec<usize> = (0..state.pods.len())
+            .filter(|&i| state.pods[i].is_pending())
+            .collect();
+        let mut o = lock(&self.observed);
+        if pending.is_empty() {
+            o.pending_since.clear();
+            o.pending = 0;
+            return;
+        }
+        let live: HashSet<String> = pending.iter().map(|&i| state.pods[i].key()).collect();
+        o.pending_since.retain(|k, _| live.contains(k));
+        for &i in &pending {
+            o.pending_since.entry(state.pods[i].key()).or_insert(now);
+        }
+        // kube-scheduler's queue: first come, first served (equal priorities); pods of
+        // one instant in the order they were created.
+        pending.sort_by_key(|&i| (o.pending_since[&state.pods[i].key()], i));
+        let mut bindings = Vec::new();
+        {
+            let mut binder = Binder::new(state);
+            for &i in &pending {
+                let key = state.pods[i].key();
+                let since = *o.pending_since.entry(key.clone()).or_insert(now);
+                if let Some(node) = binder.place(&state.pods[i]) {
+                    o.pending_since.remove(&key);
+                    o.waits.push(PodWait {
+                        pod: key,
+                        since,
+                        bound_at: now,
+                    });
+                    bindings.push((i, node));
+                }
+            }
+        }
+        o.pending = pending.len() - bindings.len();
+        for (i, node) in bindings {
+            state.pods[i].node_name = Some(node);
+        }
+    }
+
+    fn observe_budgets(&self, now: i64, died_now: bool, state: &ClusterState) {
+        if died_now {
+            return;
+        }
+        for pdb in &state.pdbs {
+            let allowed = pdb.disruptions_allowed(state.pods.iter());
+            if allowed < 0 {
+                lock(&self.observed).violations.push(BudgetViolation {
+                    at: now,
+                    budget: format!("{}/{}", pdb.namespace, pdb.name),
+                    allowed,
+                });
+            }
+        }
+    }
+
+    /// (pod, seconds it waited from pending to bound), in binding order.
+    pub fn waits(&self) -> Vec<(String, i64)> {
+        lock(&self.observed)
+            .waits
+            .iter()
+            .map(|w| (w.pod.clone(), w.seconds()))
+            .collect()
+    }
+
+    /// Every wait from pending to bound, in binding order.
+    pub fn pod_waits(&self) -> Vec<PodWait> {
+        lock(&self.observed).waits.clone()
+    }
+
+    /// Pods pending now, with how long they have waited.
+    pub fn still_pending(&self) -> Vec<(String, i64)> {
+        let now = self.now();
+        let o = lock(&self.observed);
+        let mut out: Vec<(String, i64)> = self
+            .cluster
+            .snapshot()
+            .pods
+            .iter()
+            .filter(|p| p.is_pending())
+            .map(|p| {
+                let key = p.key();
+                let since = o.pending_since.get(&key).copied().unwrap_or(now);
+                (key, now - since)
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    pub fn budget_violations(&self) -> Vec<BudgetViolation> {
+        lock(&self.observed).violations.clone()
+    }
+
+    /// Instances EC2 reclaimed at their deadline (not terminated by nodewright).
+    pub fn reclaimed(&self) -> Vec<String> {
+        lock(&self.observed).died.clone()
+    }
+
+    /// Pods lost with an instance EC2 took at a deadline it had announced (they were
+    /// not drained in time). DaemonSet pods are not counted.
+    pub fn lost_pods(&self) -> Vec<String> {
+        lock(&self.observed).lost_pods.clone()
+    }
+
+    /// Pods that died with an instance stopped without notice (nothing could drain
+    /// them).
+    pub fn killed_pods(&self) -> Vec<String> {
+        lock(&self.observed).killed_pods.clone()
+    }
+
+    /// (instance, when) of every stop without notice.
+    pub fn stops(&self) -> Vec<(String, i64)> {
+        lock(&self.observed).stops.clone()
+    }
+
+    /// Pods found bound to a node that no longer existed (a node deleted under them).
+    pub fn orphaned_pods(&self) -> Vec<String> {
+        lock(&self.observed).orphaned_pods.clone()
+    }
+
+    /// Every instance ever launched, with its price and how long it ran.
+    pub fn lifetimes(&self) -> Vec<Lifetime> {
+        lock(&self.observed).lifetimes.values().cloned().collect()
+    }
+
+    /// Every claim disrupted so far and how far it got.
+    pub fn disruptions(&self) -> Vec<Disrupted> {
+        lock(&self.observed).disrupted.values().cloned().collect()
+    }
+
+    /// Launches whose pods all had capacity when they were made.
+    pub fn unneeded_launches(&self) -> Vec<UnneededLaunch> {
+        lock(&self.observed).unneeded.clone()
+    }
+
+    /// The world's own events (EC2 taking instances, scaling...), in order.
+    pub fn log_entries(&self) -> Vec<(i64, String)> {
+        lock(&self.observed).log.clone()
+    }
+
+    /// The world's events after the first `seen`.
+    pub fn log_since(&self, seen: usize) -> Vec<(i64, String)> {
+        lock(&self.observed)
+            .log
+            .get(seen..)
+            .map(<[_]>::to_vec)
+            .unwrap_or_default()
+    }
+
+    /// How many pods were left pending by the last step.
+    pub fn pending_pods(&self) -> usize {
+        lock(&self.observed).pending
+    }
+
+    /// Instances billed as of the last step (pending, running, stopping: not
+    /// terminated or stopped) and what they cost per hour together.
+    pub fn billed_now(&self) -> (usize, f64) {
+        lock(&self.observed).billed
+    }
+}
+
+/// Five lowercase alphanumerics from a counter, like a ReplicaSet's pod suffix: an
+/// affine map that is one-to-one modulo 36^5 (7,777,777 shares no factor with 36), so
+/// no two pods of a run share a name.
+fn pod_suffix(n: u64) -> String {
+    const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    const SPACE: u64 = 36 * 36 * 36 * 36 * 36;
+    let mut x = (n.wrapping_mul(7_777_777).wrapping_add(12_345)) % SPACE;
+    let mut out = String::with_capacity(5);
+    for _ in 0..5 {
+        out.push(char::from(ALPHABET[(x % 36) as usize]));
+        x /= 36;
+    }
+    out
+}
