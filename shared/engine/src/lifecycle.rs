@@ -477,9 +477,12 @@ async fn collect_leaks(
 ) -> Result<()> {
     let now = ports.clock.now();
     let by_name: HashMap<&str, &NodeClaim> = claims.iter().map(|c| (c.name.as_str(), c)).collect();
+    // `owned` was listed before this pass: an instance a termination of this very pass
+    // just took away still reads running there. It is not a leak.
+    let just_terminated: HashSet<&str> = report.terminated.iter().map(String::as_str).collect();
     let held: HashSet<&str> = claims
         .iter()
-        .filter(|c| !c.state.is_terminal())
+        .filter(|c| !c.state.is_terminal() || just_terminated.contains(c.name.as_str()))
         .filter_map(|c| c.instance_id.as_deref())
         .collect();
     for inst in owned

@@ -48,6 +48,9 @@ use crate::terminate::save;
 /// The lease every provisioner invocation competes for.
 pub const LEASE_NAME: &str = "provisioner";
 
+/// While pods stay pending, the poll plans them again at most this often.
+const RECOUNT_AFTER_SECS: i64 = 15;
+
 /// CreateFleet accepts at most this many overrides per request.
 pub const MAX_OFFERINGS: usize = 60;
 
@@ -136,6 +139,9 @@ pub struct TickReport {
     pub unschedulable: Vec<UnschedulablePod>,
     /// Pending pods counted against claims already launching: (claim, pods).
     pub nominated: Vec<(String, Vec<String>)>,
+    /// Pending pods (pods of nodes being taken away among them) that fit free room on
+    /// Ready nodes: kube-scheduler will place them.
+    pub absorbed: HashSet<String>,
     pub lifecycle: LifecycleReport,
     /// NodePools or node classes that could not be used, with the reason.
     pub invalid: Vec<String>,
@@ -287,8 +293,11 @@ impl Provisioner {
         let mut run = RunReport::default();
         let mut counted: HashSet<String> = HashSet::new();
         let mut retry = true;
+        let mut last_tick = start;
         loop {
-            if retry || self.work_waiting(&counted, &mut run).await {
+            let recount_due = clock.now() - last_tick >= RECOUNT_AFTER_SECS;
+            if retry || self.work_waiting(&counted, recount_due, &mut run).await {
+                last_tick = clock.now();
                 retry = match self.tick().await {
                     Ok(report) => match &report.skipped {
                         Some(why) => {
@@ -317,8 +326,16 @@ impl Provisioner {
         run
     }
 
-    /// The fast poll: is there anything for a tick to do?
-    async fn work_waiting(&self, counted: &HashSet<String>, run: &mut RunReport) -> bool {
+    /// The fast poll: is there anything for a tick to do? A pending pod no tick has
+    /// counted, a claim in motion, or — once `recount_due` — any pod still pending: a pod
+    /// counted against room on a node can lose that room to another pod the scheduler
+    /// put there first, and must not wait for the next invocation to be planned again.
+    async fn work_waiting(
+        &self,
+        counted: &HashSet<String>,
+        recount_due: bool,
+        run: &mut RunReport,
+    ) -> bool {
         let (pods, claims) =
             tokio::join!(self.ports.cluster.pods(), self.ports.store.list_claims());
         let (pods, claims) = match (pods, claims) {
@@ -337,7 +354,7 @@ impl Provisioner {
         claims.iter().any(|c| in_motion(c.state))
             || pods
                 .iter()
-                .any(|p| p.is_pending() && !counted.contains(&p.key()))
+                .any(|p| p.is_pending() && (recount_due || !counted.contains(&p.key())))
     }
 
     async fn dry_run(&self) -> Result<TickReport> {
@@ -424,6 +441,8 @@ impl Provisioner {
         }
 
         self.plan_into(&world, &mut report);
+        self.drain_now_where_pods_have_room(&mut world, &report)
+            .await;
         let mut names: HashSet<String> = world.claims.iter().map(|c| c.name.clone()).collect();
         for planned in report.planned.clone() {
             lease.keep(&self.ports).await?;
@@ -444,6 +463,60 @@ impl Provisioner {
         }
         self.publish_reasons(&world, &report).await;
         Ok(report)
+    }
+
+    /// A replace-then-drain waits for its replacement; but when the plan finds room on
+    /// Ready nodes for every pod of the node being replaced, no replacement comes, and
+    /// waiting out the full delay only keeps a node that is going. Its drain starts now
+    /// (the next poll drives it).
+    async fn drain_now_where_pods_have_room(&self, world: &mut World, report: &TickReport) {
+        let now = self.ports.clock.now();
+        let waiting: Vec<NodeClaim> = world
+            .claims
+            .iter()
+            .filter(|c| {
+                c.state == ClaimState::Disrupting
+                    && c.disruption
+                        .as_ref()
+                        .is_some_and(|d| d.drain_after.is_some_and(|t| t > now))
+            })
+            .cloned()
+            .collect();
+        for claim in waiting {
+            let Some(node) = claim.node_name.as_deref() else {
+                continue;
+            };
+            let pods: Vec<String> = world
+                .state
+                .pods
+                .iter()
+                .filter(|p| {
+                    p.node_name.as_deref() == Some(node)
+                        && !p.daemonset_owned
+                        && !p.terminal
+                        && !p.terminating
+                })
+                .map(|p| p.key())
+                .collect();
+            if !pods.iter().all(|p| report.absorbed.contains(p)) {
+                continue;
+            }
+            let next = claim.amend(now, |c| {
+                if let Some(d) = c.disruption.as_mut() {
+                    d.drain_after = Some(now);
+                }
+            });
+            let Ok(next) = next else { continue };
+            match save(&self.ports, &claim, next).await {
+                Ok(next) => {
+                    info!(claim = %claim.name, pods = pods.len(), "the node's pods fit on Ready nodes: draining without a replacement");
+                    replace(&mut world.claims, next);
+                }
+                Err(e) => {
+                    warn!(claim = %claim.name, error = %e, "could not start the drain early; it starts at its set time")
+                }
+            }
+        }
     }
 
     /// Makes what this tick could not do reach people (see [`crate::reasons`]), and
@@ -732,6 +805,11 @@ impl Provisioner {
         );
         report.planned = plan.node_claims;
         report.unschedulable = plan.unschedulable;
+        report.absorbed = plan
+            .existing_nodes
+            .iter()
+            .flat_map(|a| a.pods.iter().cloned())
+            .collect();
         report.nominated = plan
             .in_flight
             .into_iter()

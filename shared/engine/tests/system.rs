@@ -632,7 +632,9 @@ fn allowed_wait(w: &nodewright_engine::sim::PodWait, report: &Report, config: &W
         .max();
     match shortage_end {
         Some(end) => end + ice_ttl + schedule + launch_boot_poll(config) - w.since,
-        None if report.counted_on_capacity.contains(&w.pod) => schedule + launch_boot_poll(config),
+        // Counted against room that another pod took first: planned again within a
+        // recount interval and a poll, not at the next invocation.
+        None if report.counted_on_capacity.contains(&w.pod) => 20 + launch_boot_poll(config),
         None => launch_boot_poll(config),
     }
 }
@@ -655,6 +657,18 @@ fn assert_scenario_settled(report: &Report) {
     );
     assert_eq!(report.summary.pods_lost, 0);
     assert_eq!(report.summary.pdb_violations, 0);
+    let leaks: Vec<String> = w
+        .store
+        .all_decisions()
+        .into_iter()
+        .filter(|d| d.action.starts_with("terminate leaked instance"))
+        .map(|d| format!("{}: {}", d.action, d.reason))
+        .collect();
+    assert_eq!(
+        leaks,
+        Vec::<String>::new(),
+        "no instance of ours is ever a leak"
+    );
     for c in w.store.claims() {
         if c.disruption.is_some() {
             assert_eq!(c.state, ClaimState::Terminated, "{c:#?}");
@@ -1034,4 +1048,37 @@ async fn a_day_of_diurnal_load_with_random_interruptions_and_shortages_loses_no_
     );
     assert_scenario_settled(&report);
     assert!(summary.interruptions >= 20, "{summary:#?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rebalanced_node_whose_pods_fit_elsewhere_drains_without_waiting_for_a_replacement() {
+    let sys = System::new(m5_pool("spot"));
+    sys.add_pods("web", 6, "1", "1536Mi");
+    sys.run(1).await;
+    let (instance, node) = sys.busiest_instance();
+    // The workload shrinks (no controller brings these back): two pods stay on the
+    // node to be replaced, one on the other, which has room for two more.
+    let (mut here, mut there) = (1, 2);
+    sys.world.cluster.with_state(|s| {
+        s.pods.retain(|p| {
+            let on_it = p.node_name.as_deref() == Some(node.as_str());
+            let quota = if on_it { &mut here } else { &mut there };
+            if *quota > 0 {
+                *quota -= 1;
+                return false;
+            }
+            true
+        })
+    });
+    let since = sys.world.now();
+    tokio::join!(sys.run(3), sys.interrupt(rebalance(&instance)));
+    let claim = sys.claim_of(&instance);
+    assert_eq!(claim.state, ClaimState::Terminated, "{claim:#?}");
+    assert!(
+        claim.updated_at < since + 60,
+        "drained within a minute, not after the 5-minute wait: {}",
+        claim.updated_at - since
+    );
+    assert_eq!(sys.launched(), 2, "no replacement was needed");
+    sys.assert_settled();
 }
