@@ -72,6 +72,9 @@ pub struct Timings {
     pub ready_after: Duration,
     /// How often the kubelets, the controllers and the scheduler act.
     pub period: Duration,
+    /// How often EC2 is asked about the instances (moto is slow, and shared by the
+    /// tests running in parallel).
+    pub ec2_period: Duration,
 }
 
 impl Default for Timings {
@@ -80,6 +83,7 @@ impl Default for Timings {
             register_after: Duration::from_secs(2),
             ready_after: Duration::from_secs(1),
             period: Duration::from_millis(100),
+            ec2_period: Duration::from_millis(500),
         }
     }
 }
@@ -145,9 +149,13 @@ struct Record {
     /// (old pod, its replacement).
     recreated: Vec<(String, String)>,
     violations: Vec<String>,
-    /// Failed calls to moto, with the time: a step was skipped.
+    /// Failed calls to moto: a step was skipped.
     errors: Vec<String>,
     next_pod: u64,
+    /// While set, no node turns Ready ([`ClusterBehaviour::hold_ready`]).
+    hold_ready: bool,
+    /// The last DescribeInstances, and when.
+    described: Option<(Instant, Vec<Ec2Instance>)>,
 }
 
 /// Everything the background task and the accessors share.
@@ -219,6 +227,13 @@ impl ClusterBehaviour {
         self.task.abort();
     }
 
+    /// While `hold` is set, registered nodes stay NotReady (a slow CNI); once released,
+    /// a node whose `ready_after` has passed turns Ready at the next round. Lets a test
+    /// reach a state at a step it chooses.
+    pub fn hold_ready(&self, hold: bool) {
+        self.shared.lock().hold_ready = hold;
+    }
+
     /// EC2 takes `instance_id` back at `at` (TerminateInstances), whatever its state.
     pub fn kill_at(&self, instance_id: &str, at: Instant) {
         self.shared.lock().kills.push((instance_id.to_string(), at));
@@ -255,7 +270,7 @@ impl ClusterBehaviour {
                 .list("Pod", None)
                 .into_iter()
                 .filter(|p| node_name(p).is_none() && !finished(p))
-                .map(|p| pod_key(p))
+                .map(pod_key)
                 .collect()
         })
     }
@@ -343,14 +358,27 @@ impl Shared {
     /// One round of everything. The API server's objects are locked for the whole of
     /// the Kubernetes part, so nodewright sees either none or all of a round's changes.
     async fn step(&self) {
-        self.reclaim_due().await;
-        let instances = match self.describe().await {
-            Ok(i) => i,
-            Err(e) => {
-                self.lock().errors.push(format!("DescribeInstances: {e}"));
-                return;
+        let reclaimed = self.reclaim_due().await;
+        let fresh = self
+            .lock()
+            .described
+            .as_ref()
+            .is_some_and(|(at, _)| at.elapsed() < self.timings.ec2_period);
+        if reclaimed || !fresh {
+            match self.describe().await {
+                Ok(instances) => self.lock().described = Some((Instant::now(), instances)),
+                Err(e) => {
+                    self.lock().errors.push(format!("DescribeInstances: {e}"));
+                    return;
+                }
             }
-        };
+        }
+        let instances = self
+            .lock()
+            .described
+            .as_ref()
+            .map(|(_, i)| i.clone())
+            .unwrap_or_default();
         let now = Instant::now();
         let catalog = Catalog::embedded();
         self.api.with_store(|store| {
@@ -373,8 +401,8 @@ impl Shared {
         });
     }
 
-    /// EC2 reclaims the instances whose time has come.
-    async fn reclaim_due(&self) {
+    /// EC2 reclaims the instances whose time has come. True when it did.
+    async fn reclaim_due(&self) -> bool {
         let now = Instant::now();
         let due: Vec<String> = {
             let mut record = self.lock();
@@ -384,7 +412,7 @@ impl Shared {
             due.into_iter().map(|(id, _)| id).collect()
         };
         if due.is_empty() {
-            return;
+            return false;
         }
         // Only instances still up are reclaimed by EC2; one already terminated by
         // nodewright is not "killed".
@@ -392,7 +420,7 @@ impl Shared {
             Ok(all) => all,
             Err(e) => {
                 self.lock().errors.push(format!("DescribeInstances: {e}"));
-                return;
+                return false;
             }
         };
         let alive: Vec<String> = due
@@ -400,7 +428,7 @@ impl Shared {
             .filter(|id| up.iter().any(|i| &i.id == id && !is_gone(&i.state)))
             .collect();
         if alive.is_empty() {
-            return;
+            return false;
         }
         match self
             .ec2
@@ -418,8 +446,12 @@ impl Shared {
                         .or_insert_with(|| InstanceLife::new(&id, now));
                     life.killed = true;
                 }
+                true
             }
-            Err(e) => self.lock().errors.push(format!("TerminateInstances: {e}")),
+            Err(e) => {
+                self.lock().errors.push(format!("TerminateInstances: {e}"));
+                false
+            }
         }
     }
 
@@ -579,6 +611,7 @@ fn kubelets(
     now: Instant,
 ) -> Vec<String> {
     let mut lost_nodes = Vec::new();
+    let hold_ready = record.hold_ready;
     for instance in instances {
         let life = record
             .instances
@@ -601,7 +634,7 @@ fn kubelets(
                 life.node = Some(register(store, instance, catalog));
                 life.registered_at = Some(now);
             }
-            (Some(at), Some(node), None) if now >= at + timings.ready_after => {
+            (Some(at), Some(node), None) if !hold_ready && now >= at + timings.ready_after => {
                 set_ready(store, node);
                 life.ready_at = Some(now);
             }
