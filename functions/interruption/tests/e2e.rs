@@ -602,9 +602,15 @@ async fn a_retryable_failure_is_retried_alone_and_lands_in_the_dlq_after_max_rec
     let dead = q.receive_from(&q.dlq_url).await;
     assert_eq!(bodies(&dead), vec![rebalance.as_str()]);
 
-    // The claim was disrupted by the failed attempts (cordon pending); no instance touched.
+    // Nothing was taken away: no instance touched, and the claim is at most marked
+    // Disrupting (an engine that cordons before writing the claim leaves it Initialized
+    // when the cordon fails).
     assert_eq!(instance_state(&world).await, "running");
-    assert_eq!(claim(&world).await.state, ClaimState::Disrupting);
+    let state = claim(&world).await.state;
+    assert!(
+        matches!(state, ClaimState::Initialized | ClaimState::Disrupting),
+        "{state:?}"
+    );
     assert_eq!(trigger.0.load(Ordering::SeqCst), 0);
 }
 
@@ -682,11 +688,25 @@ async fn a_spot_warning_and_a_state_change_in_one_batch_lead_to_one_drain() {
         evictions == 0 || pod_deletes == 0,
         "one drain, not two: {mutations:#?}"
     );
-    let node_deletes = mutations
-        .iter()
-        .filter(|m| m.starts_with("DELETE /api/v1/nodes/"))
-        .count();
-    assert!(node_deletes <= 1, "{mutations:#?}");
+    // Each pod goes once, evicted or deleted. (The node may be deleted by both records,
+    // the drain's termination and the state change's clean-up: the second DELETE finds
+    // nothing.)
+    let mut pods_removed: Vec<String> = world
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.status < 300 && matches!(r.method.as_str(), "DELETE" | "POST"))
+        .filter(|r| r.path.contains("/pods/"))
+        .map(|r| r.path.trim_end_matches("/eviction").to_string())
+        .collect();
+    pods_removed.sort();
+    let total = pods_removed.len();
+    pods_removed.dedup();
+    assert_eq!(
+        total,
+        pods_removed.len(),
+        "a pod went twice: {mutations:#?}"
+    );
     let claim = claim(&world).await;
     assert!(claim.disruption.is_some(), "{claim:#?}");
     assert!(
@@ -776,6 +796,7 @@ async fn live_world(prefix: &str, pdb: Option<Value>) -> Live {
     if let Some(pdb) = pdb {
         env.api.put(pdb);
     }
+    let started = Instant::now();
     let cluster = ClusterBehaviour::start(&env, timings()).await;
     cluster.hold_ready(true);
     let provisioner = env.provisioner(&format!("{prefix}-setup")).await;
@@ -811,6 +832,10 @@ async fn live_world(prefix: &str, pdb: Option<Value>) -> Live {
         cluster.placements()
     );
     assert_eq!(claims.len(), 1, "setup: one node for two pods: {claims:#?}");
+    eprintln!(
+        "{prefix}: setup took {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
     let mut pods_per_node: BTreeMap<String, usize> = BTreeMap::new();
     for (_, node, _) in cluster.placements() {
         *pods_per_node.entry(node.expect("bound")).or_default() += 1;
@@ -886,14 +911,35 @@ impl Live {
     }
 
     /// Waits until the claim is Terminated, its node deleted and every pod runs
-    /// elsewhere; false after [`SETTLE`].
+    /// elsewhere; false after [`SETTLE`]. Prints how long it took.
     async fn settled(&self) -> bool {
-        wait_until(SETTLE, || async {
+        let started = Instant::now();
+        let settled = wait_until(SETTLE, || async {
             self.claim().await.state == ClaimState::Terminated
                 && self.api.get("Node", None, &self.node).is_none()
                 && self.running_elsewhere().is_ok()
         })
-        .await
+        .await;
+        let recreated = self.cluster.recreated();
+        let now = Instant::now();
+        let waits: Vec<String> = self
+            .cluster
+            .pods()
+            .iter()
+            .filter(|p| recreated.iter().any(|(_, new)| *new == p.key))
+            .map(|p| format!("{} {:.1}s", p.key, p.pending_for(now).as_secs_f64()))
+            .collect();
+        eprintln!(
+            "{}: {} after {:.1}s; evicted pods recreated and pending for: {waits:?}",
+            self.cluster_name(),
+            if settled { "settled" } else { "not settled" },
+            started.elapsed().as_secs_f64(),
+        );
+        settled
+    }
+
+    fn cluster_name(&self) -> &str {
+        &self.env.cluster
     }
 
     /// The claims made since the scenario began.
@@ -1035,12 +1081,7 @@ async fn a_spot_warning_drains_the_node_to_the_end_and_nodewright_terminates_it_
     .await;
     let poller = Poller::start(&q, &h);
 
-    let settled = live.settled().await;
-    eprintln!(
-        "spot warning → settled={settled} in {}s; pods recreated {:?}",
-        unix_now() - warned,
-        live.cluster.recreated()
-    );
+    live.settled().await;
     assert_eq!(
         live.cluster.violations(),
         Vec::<String>::new(),
@@ -1191,8 +1232,7 @@ async fn a_terminated_notice_after_a_disruption_cleans_up_the_claim_and_the_node
         &live.instance,
     ))
     .await;
-    let settled = live.settled().await;
-    eprintln!("terminated notice → settled={settled}");
+    live.settled().await;
 
     let claim = live.claim().await;
     assert_eq!(
