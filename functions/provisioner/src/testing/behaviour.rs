@@ -218,10 +218,6 @@ impl ClusterBehaviour {
         ClusterBehaviour { shared, task }
     }
 
-    pub fn timings(&self) -> Timings {
-        self.shared.timings
-    }
-
     /// Stops behaving: nothing registers, binds or is recreated any more.
     pub fn stop(&self) {
         self.task.abort();
@@ -841,8 +837,8 @@ fn collect_orphans(store: &mut Store, record: &mut Record, now: Instant) -> Vec<
 
 /// The Deployment controller: each pod that went comes back pending under a new name.
 fn recreate(store: &mut Store, record: &mut Record, gone: &[String], now: Instant) {
-    for uid in gone {
-        let Some(life) = record.pods.get(uid) else {
+    for went in gone {
+        let Some(life) = record.pods.get(went) else {
             continue;
         };
         let template = &life.template;
@@ -868,7 +864,7 @@ fn recreate(store: &mut Store, record: &mut Record, gone: &[String], now: Instan
             "spec": spec,
             "status": {"phase": "Pending"}
         }));
-        let new_uid = uid_of(&stored);
+        let new_uid = uid(&stored).to_string();
         record.recreated.push((old_key, pod_key(&stored)));
         record.pods.insert(
             new_uid.clone(),
@@ -883,10 +879,6 @@ fn recreate(store: &mut Store, record: &mut Record, gone: &[String], now: Instan
             },
         );
     }
-}
-
-fn uid_of(v: &Value) -> String {
-    uid(v).to_string()
 }
 
 /// Counts towards a budget: bound, running, Ready, not being deleted (the disruption
