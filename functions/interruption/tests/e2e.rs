@@ -1,12 +1,23 @@
 //! The interruption Lambda end to end, through its real handler: SQS, DynamoDB and EC2
 //! are moto's server (tests/moto.sh), Kubernetes is the fake API server reached through
-//! `NODEWRIGHT_KUBECONFIG`. The instance is launched by the real provisioner handler;
-//! the test plays the kubelet (registers the node, binds the pods). Events are the real
-//! fixtures, sent to and received from an SQS queue with a DLQ, then handed to the
-//! handler as the Lambda SQS integration would.
+//! `NODEWRIGHT_KUBECONFIG`. Events are the real fixtures, sent to and received from an
+//! SQS queue with a DLQ, then handed to the handler as the Lambda SQS integration would.
+//!
+//! Two worlds:
+//! - step by step (`world`): the instance is launched by the real provisioner handler
+//!   and the test plays the kubelet (registers the node, binds the pods), to check what
+//!   one delivery does;
+//! - over time (`live_world`): a [`ClusterBehaviour`] plays the kubelets, the
+//!   scheduler, the Deployment controller and EC2, the provisioner runs as its
+//!   schedule would, and each scenario is checked where it ends: the interrupted node
+//!   drained, terminated by nodewright (not reclaimed by EC2), its claim Terminated, its
+//!   node deleted, every pod running elsewhere, no PodDisruptionBudget broken, the
+//!   instances equal to the live claims after every invocation, nothing launched twice.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
@@ -24,7 +35,11 @@ use nodewright_engine::{InterruptionConfig, Provisioner, ProvisionerConfig};
 use nodewright_interruption::{Handler, ProvisionerTrigger};
 use nodewright_kube::fake::FakeApiServer;
 use nodewright_lambda::build_ports;
-use nodewright_provisioner::testing::{EmulatedCluster, emulated_cluster};
+use nodewright_provisioner::testing::{
+    ClusterBehaviour, EmulatedCluster, ProvisionerSchedule, Timings, emulated_cluster, invoke_for,
+    lambda_context, pending_pod, wait_until,
+};
+use tokio::task::JoinHandle;
 
 const FIXTURES: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -36,17 +51,25 @@ fn fixture(name: &str) -> String {
     std::fs::read_to_string(format!("{FIXTURES}{name}")).expect("fixture")
 }
 
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
 /// A fixture about `instance` with a fresh event id and, for a spot warning, sent now
 /// (the fixture's own time is in the past: its two-minute deadline would be over).
 fn about(fixture_body: &str, instance: &str) -> String {
+    about_at(fixture_body, instance, unix_now())
+}
+
+/// [`about`], sent at `time` (Unix seconds): a spot warning's deadline is `time` + 2 min.
+fn about_at(fixture_body: &str, instance: &str, time: i64) -> String {
     let mut v: Value =
         serde_json::from_str(&fixture_body.replace(FIXTURE_INSTANCE, instance)).unwrap();
     v["id"] = json!(unique("evt"));
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    v["time"] = json!(format_rfc3339(now));
+    v["time"] = json!(format_rfc3339(time));
     v.to_string()
 }
 
@@ -67,8 +90,8 @@ impl std::ops::Deref for World {
 
 /// A spot instance launched by the provisioner for two pods, its node registered and
 /// Ready, the pods bound and running on it, a PDB allowing one of them to be disrupted.
-async fn world() -> Option<World> {
-    let env = emulated_cluster("int", "spot", 2).await?;
+async fn world() -> World {
+    let env = emulated_cluster("int", "spot", 2).await;
     let (url, table, api, config, cluster) =
         (&env.url, &env.table, &env.api, &env.config, &env.cluster);
 
@@ -139,12 +162,12 @@ async fn world() -> Option<World> {
         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}
     }));
     let claim = claim.name.clone();
-    Some(World {
+    World {
         env,
         instance: id,
         node,
         claim,
-    })
+    }
 }
 
 async fn store_of(url: &str, table: &str) -> DynamoStore {
@@ -166,25 +189,52 @@ impl ProvisionerTrigger for RecordingTrigger {
 }
 
 async fn handler(world: &World, trigger: Arc<RecordingTrigger>) -> Handler {
-    let (ports, _) = build_ports(&world.config).await.expect("ports");
+    interruption_handler(world, RebalanceAction::Replace, trigger).await
+}
+
+/// The interruption handler as its `main` builds it (real config, real adapters).
+async fn interruption_handler(
+    env: &EmulatedCluster,
+    rebalance: RebalanceAction,
+    trigger: Arc<RecordingTrigger>,
+) -> Handler {
+    let (ports, _) = build_ports(&env.config).await.expect("ports");
     Handler {
         ports,
         config: InterruptionConfig::default(),
-        rebalance: RebalanceAction::Replace,
+        rebalance,
         trigger,
         dry_run: false,
     }
 }
 
-/// A queue with a DLQ (maxReceiveCount 2), as template.yaml declares it.
+/// A queue with a DLQ, as template.yaml declares it (`maxReceiveCount` set by the test).
+#[derive(Clone)]
 struct Queue {
     sqs: aws_sdk_sqs::Client,
     url: String,
     dlq_url: String,
 }
 
+/// A queue whose DLQ takes a message after 2 receives.
 async fn queue(world: &World) -> Queue {
-    let sqs = aws_sdk_sqs::Client::new(&sdk_config(&world.url).await);
+    queue_with(&world.url, 2).await
+}
+
+/// template.yaml's `maxReceiveCount` for the interruption queue.
+fn template_max_receive_count() -> u32 {
+    let template =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../template.yaml"))
+            .expect("template.yaml");
+    template
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("maxReceiveCount:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("template.yaml declares a maxReceiveCount")
+}
+
+async fn queue_with(moto: &str, max_receive_count: u32) -> Queue {
+    let sqs = aws_sdk_sqs::Client::new(&sdk_config(moto).await);
     let name = unique("int-q");
     let dlq_url = sqs
         .create_queue()
@@ -209,7 +259,8 @@ async fn queue(world: &World) -> Queue {
         .queue_name(&name)
         .attributes(
             QueueAttributeName::RedrivePolicy,
-            json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "2"}).to_string(),
+            json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count.to_string()})
+                .to_string(),
         )
         .send()
         .await
@@ -264,6 +315,23 @@ impl Queue {
 
     async fn receive(&self) -> Vec<SqsMessage> {
         self.receive_from(&self.url).await
+    }
+
+    /// One poll of Lambda's SQS integration: receive a batch, invoke the handler with
+    /// the function's timeout, settle. `None` when nothing was visible.
+    async fn deliver(&self, h: &Handler, timeout: Duration) -> Option<SqsBatchResponse> {
+        let batch = self.receive().await;
+        if batch.is_empty() {
+            return None;
+        }
+        let mut event = SqsEvent::default();
+        event.records = batch.clone();
+        let response = h
+            .handle(LambdaEvent::new(event, lambda_context(timeout)))
+            .await
+            .expect("interruption handler");
+        self.settle(&batch, &response).await;
+        Some(response)
     }
 
     /// What Lambda does with the response: delete the successes, make the failures
@@ -348,9 +416,10 @@ fn bodies(batch: &[SqsMessage]) -> Vec<&str> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn a_spot_warning_drains_within_the_budget_terminates_the_instance_and_wakes_the_provisioner_once()
  {
-    let Some(world) = world().await else { return };
+    let world = world().await;
     let trigger = Arc::new(RecordingTrigger::default());
     let h = handler(&world, trigger.clone()).await;
     let q = queue(&world).await;
@@ -477,8 +546,9 @@ async fn a_spot_warning_drains_within_the_budget_terminates_the_instance_and_wak
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn a_retryable_failure_is_retried_alone_and_lands_in_the_dlq_after_max_receives() {
-    let Some(world) = world().await else { return };
+    let world = world().await;
     let trigger = Arc::new(RecordingTrigger::default());
     let h = handler(&world, trigger.clone()).await;
     let q = queue(&world).await;
@@ -532,15 +602,22 @@ async fn a_retryable_failure_is_retried_alone_and_lands_in_the_dlq_after_max_rec
     let dead = q.receive_from(&q.dlq_url).await;
     assert_eq!(bodies(&dead), vec![rebalance.as_str()]);
 
-    // The claim was disrupted by the failed attempts (cordon pending); no instance touched.
+    // Nothing was taken away: no instance touched, and the claim is at most marked
+    // Disrupting (an engine that cordons before writing the claim leaves it Initialized
+    // when the cordon fails).
     assert_eq!(instance_state(&world).await, "running");
-    assert_eq!(claim(&world).await.state, ClaimState::Disrupting);
+    let state = claim(&world).await.state;
+    assert!(
+        matches!(state, ClaimState::Initialized | ClaimState::Disrupting),
+        "{state:?}"
+    );
     assert_eq!(trigger.0.load(Ordering::SeqCst), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn in_a_dry_run_a_spot_warning_for_our_instance_is_acknowledged_and_nothing_is_touched() {
-    let Some(world) = world().await else { return };
+    let world = world().await;
     let trigger = Arc::new(RecordingTrigger::default());
     let mut h = handler(&world, trigger.clone()).await;
     h.dry_run = true;
@@ -568,8 +645,9 @@ async fn in_a_dry_run_a_spot_warning_for_our_instance_is_acknowledged_and_nothin
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn a_spot_warning_and_a_state_change_in_one_batch_lead_to_one_drain() {
-    let Some(world) = world().await else { return };
+    let world = world().await;
     let trigger = Arc::new(RecordingTrigger::default());
     let h = handler(&world, trigger.clone()).await;
     let queue = queue(&world).await;
@@ -610,11 +688,25 @@ async fn a_spot_warning_and_a_state_change_in_one_batch_lead_to_one_drain() {
         evictions == 0 || pod_deletes == 0,
         "one drain, not two: {mutations:#?}"
     );
-    let node_deletes = mutations
-        .iter()
-        .filter(|m| m.starts_with("DELETE /api/v1/nodes/"))
-        .count();
-    assert!(node_deletes <= 1, "{mutations:#?}");
+    // Each pod goes once, evicted or deleted. (The node may be deleted by both records,
+    // the drain's termination and the state change's clean-up: the second DELETE finds
+    // nothing.)
+    let mut pods_removed: Vec<String> = world
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.status < 300 && matches!(r.method.as_str(), "DELETE" | "POST"))
+        .filter(|r| r.path.contains("/pods/"))
+        .map(|r| r.path.trim_end_matches("/eviction").to_string())
+        .collect();
+    pods_removed.sort();
+    let total = pods_removed.len();
+    pods_removed.dedup();
+    assert_eq!(
+        total,
+        pods_removed.len(),
+        "a pod went twice: {mutations:#?}"
+    );
     let claim = claim(&world).await;
     assert!(claim.disruption.is_some(), "{claim:#?}");
     assert!(
@@ -631,4 +723,645 @@ async fn a_spot_warning_and_a_state_change_in_one_batch_lead_to_one_drain() {
         trigger.0.load(Ordering::SeqCst) <= 1,
         "the provisioner is woken at most once per batch"
     );
+}
+
+// Over time: a cluster that behaves like one, the provisioner on its schedule, the
+// interruption function fed by SQS. Each scenario is checked where it ends.
+
+/// The interruption function's timeout (template.yaml).
+const FUNCTION_TIMEOUT: Duration = Duration::from_secs(60);
+/// Each scheduled provisioner invocation's budget (shortened from 55 s, so several run).
+const SCHEDULE_BUDGET: Duration = Duration::from_secs(15);
+
+/// A web pod of 1.5 cpu (two fit an m5.xlarge) with 5 s of termination grace, so a drain
+/// nearing its deadline deletes pods only in its last 5 s.
+fn web(name: &str) -> Value {
+    let mut pod = pending_pod(name);
+    pod["spec"]["terminationGracePeriodSeconds"] = json!(5);
+    pod
+}
+
+/// A budget keeping at least `min` web pods available.
+fn budget(min: i64) -> Value {
+    json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"minAvailable": min, "selector": {"matchLabels": {"app": "web"}}}
+    })
+}
+
+/// A node registers 1 s after its instance appears and turns Ready 2 s later.
+fn timings() -> Timings {
+    Timings {
+        register_after: Duration::from_secs(1),
+        ready_after: Duration::from_secs(2),
+        ..Timings::default()
+    }
+}
+
+/// How long a scenario may take to reach its end state. A working engine needs ~20 s
+/// here (a replacement launched and booted, evictions retried), more when the machine
+/// is busy (moto is one Python process for every test); a passing test stops waiting
+/// as soon as it settles, so only a stuck engine pays for the margin.
+const SETTLE: Duration = Duration::from_secs(60);
+
+struct Live {
+    env: EmulatedCluster,
+    cluster: ClusterBehaviour,
+    /// The node the pods run on, its instance and its claim: what the events are about.
+    instance: String,
+    node: String,
+    claim: String,
+    /// The claims that existed before the scenario's first event.
+    before: Vec<String>,
+}
+
+impl std::ops::Deref for Live {
+    type Target = EmulatedCluster;
+    fn deref(&self) -> &EmulatedCluster {
+        &self.env
+    }
+}
+
+/// Two web pods running on one spot node that the provisioner launched, its claim
+/// Initialized, with the cluster behaving, and `pdb` if given.
+///
+/// The provisioner is invoked a tick at a time, and the node is held NotReady until a
+/// tick has registered it: registration and initialization in one tick is the case
+/// where today's provisioner launches a second node (its own tests cover that), and
+/// these scenarios need to start from one node.
+async fn live_world(prefix: &str, pdb: Option<Value>) -> Live {
+    let env = emulated_cluster(prefix, "spot", 0).await;
+    for i in 0..2 {
+        env.api.put(web(&format!("web-{i}")));
+    }
+    if let Some(pdb) = pdb {
+        env.api.put(pdb);
+    }
+    let started = Instant::now();
+    let cluster = ClusterBehaviour::start(&env, timings()).await;
+    cluster.hold_ready(true);
+    let provisioner = env.provisioner(&format!("{prefix}-setup")).await;
+    let launched = invoke_for(&provisioner, Duration::ZERO).await;
+    assert_eq!(
+        launched["launched"].as_array().map(Vec::len),
+        Some(1),
+        "setup: {launched}"
+    );
+    let registered = wait_until(Duration::from_secs(30), || async {
+        let instances = cluster.instances();
+        !instances.is_empty() && instances.iter().all(|i| i.registered_at.is_some())
+    })
+    .await;
+    assert!(registered, "setup: {:?}", cluster.instances());
+    invoke_for(&provisioner, Duration::ZERO).await;
+    cluster.hold_ready(false);
+    let settled = wait_until(Duration::from_secs(30), || async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        invoke_for(&provisioner, Duration::ZERO).await;
+        cluster.pending_pods().is_empty()
+            && env
+                .claims()
+                .await
+                .iter()
+                .all(|c| c.state == ClaimState::Initialized)
+    })
+    .await;
+    let claims = env.claims().await;
+    assert!(
+        settled,
+        "setup: the pods never ran on initialized nodes: {:?} {claims:#?}",
+        cluster.placements()
+    );
+    assert_eq!(claims.len(), 1, "setup: one node for two pods: {claims:#?}");
+    eprintln!(
+        "{prefix}: setup took {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    let mut pods_per_node: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, node, _) in cluster.placements() {
+        *pods_per_node.entry(node.expect("bound")).or_default() += 1;
+    }
+    let node = pods_per_node
+        .into_iter()
+        .max_by_key(|(_, n)| *n)
+        .map(|(node, _)| node)
+        .expect("a node with pods");
+    let instance = cluster
+        .instances()
+        .into_iter()
+        .find(|i| i.node.as_deref() == Some(node.as_str()))
+        .expect("the node's instance")
+        .id;
+    let claim = claims
+        .iter()
+        .find(|c| c.instance_id.as_deref() == Some(instance.as_str()))
+        .expect("the instance's claim")
+        .name
+        .clone();
+    Live {
+        before: claims.iter().map(|c| c.name.clone()).collect(),
+        env,
+        cluster,
+        instance,
+        node,
+        claim,
+    }
+}
+
+impl Live {
+    async fn claim(&self) -> NodeClaim {
+        self.store()
+            .await
+            .get_claim(&self.claim)
+            .await
+            .unwrap()
+            .expect("the claim")
+    }
+
+    async fn handler(&self, rebalance: RebalanceAction) -> Arc<Handler> {
+        let trigger = Arc::new(RecordingTrigger::default());
+        Arc::new(interruption_handler(self, rebalance, trigger).await)
+    }
+
+    async fn queue(&self, max_receive_count: u32) -> Queue {
+        queue_with(&self.url, max_receive_count).await
+    }
+
+    /// Every pod runs on a node that exists and is not the interrupted one; none pending.
+    fn running_elsewhere(&self) -> Result<(), String> {
+        let nodes: Vec<String> = self
+            .cluster
+            .nodes()
+            .iter()
+            .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_string))
+            .collect();
+        let placements = self.cluster.placements();
+        let ok = placements.iter().all(|(_, node, phase)| {
+            node.as_ref()
+                .is_some_and(|n| *n != self.node && nodes.contains(n))
+                && phase == "Running"
+        });
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "not every pod runs on another node: {placements:?} (nodes {nodes:?}, interrupted {})",
+                self.node
+            ))
+        }
+    }
+
+    /// Waits until the claim is Terminated, its node deleted and every pod runs
+    /// elsewhere; false after [`SETTLE`]. Prints how long it took.
+    async fn settled(&self) -> bool {
+        let started = Instant::now();
+        let settled = wait_until(SETTLE, || async {
+            self.claim().await.state == ClaimState::Terminated
+                && self.api.get("Node", None, &self.node).is_none()
+                && self.running_elsewhere().is_ok()
+        })
+        .await;
+        let recreated = self.cluster.recreated();
+        let now = Instant::now();
+        let waits: Vec<String> = self
+            .cluster
+            .pods()
+            .iter()
+            .filter(|p| recreated.iter().any(|(_, new)| *new == p.key))
+            .map(|p| format!("{} {:.1}s", p.key, p.pending_for(now).as_secs_f64()))
+            .collect();
+        eprintln!(
+            "{}: {} after {:.1}s; evicted pods recreated and pending for: {waits:?}",
+            self.cluster_name(),
+            if settled { "settled" } else { "not settled" },
+            started.elapsed().as_secs_f64(),
+        );
+        settled
+    }
+
+    fn cluster_name(&self) -> &str {
+        &self.env.cluster
+    }
+
+    /// The claims made since the scenario began.
+    async fn new_claims(&self) -> Vec<NodeClaim> {
+        self.claims()
+            .await
+            .into_iter()
+            .filter(|c| !self.before.contains(&c.name))
+            .collect()
+    }
+
+    /// The end state of every scenario: the interrupted node taken away by nodewright
+    /// and its pods running elsewhere; at most `replacements` claims launched for them;
+    /// the instances equal to the live claims now, and never one without a live claim
+    /// after any provisioner invocation.
+    async fn assert_taken_away(&self, schedule: &ProvisionerSchedule, replacements: usize) {
+        let claim = self.claim().await;
+        assert_eq!(
+            claim.state,
+            ClaimState::Terminated,
+            "the interrupted claim is still {:?} after {SETTLE:?}: {}; pods {:?}",
+            claim.state,
+            brief(&claim),
+            self.cluster.placements()
+        );
+        let instances = self.live_instances().await;
+        assert!(
+            !self.cluster.killed().contains(&self.instance),
+            "EC2 reclaimed {} at its deadline: nodewright never terminated it",
+            self.instance
+        );
+        assert!(
+            !instances.contains(&self.instance),
+            "the interrupted instance {} still runs: {instances:?}",
+            self.instance
+        );
+        assert!(
+            self.api.get("Node", None, &self.node).is_none(),
+            "the interrupted node {} is still there",
+            self.node
+        );
+        if let Err(e) = self.running_elsewhere() {
+            panic!("{e}");
+        }
+        let claims = self.live_claims().await;
+        let mut claimed: Vec<String> = claims.iter().filter_map(|(_, i)| i.clone()).collect();
+        claimed.sort();
+        assert_eq!(
+            instances, claimed,
+            "the instances are not the live claims' ({claims:?})"
+        );
+        for (n, invocation) in schedule.invocations().iter().enumerate() {
+            assert!(
+                invocation.unclaimed().is_empty(),
+                "after provisioner invocation {}: instances without a live claim {:?} (claims {:?})",
+                n + 1,
+                invocation.unclaimed(),
+                invocation.claims
+            );
+        }
+        let new = self.new_claims().await;
+        assert!(
+            new.len() <= replacements,
+            "{} claims launched for pods that fit {replacements} node(s): {:#?}",
+            new.len(),
+            briefs(&new)
+        );
+    }
+}
+
+/// A claim in one line: name, state, instance, node, disruption.
+fn brief(c: &NodeClaim) -> String {
+    format!(
+        "{} {:?} instance={} node={} disruption={:?}",
+        c.name,
+        c.state,
+        c.instance_id.as_deref().unwrap_or("-"),
+        c.node_name.as_deref().unwrap_or("-"),
+        c.disruption
+    )
+}
+
+fn briefs(claims: &[NodeClaim]) -> Vec<String> {
+    claims.iter().map(brief).collect()
+}
+
+/// Lambda's SQS integration in the background: delivers every visible batch to the
+/// handler (with the function's timeout) and settles it, until dropped.
+struct Poller {
+    responses: Arc<Mutex<Vec<SqsBatchResponse>>>,
+    task: JoinHandle<()>,
+}
+
+impl Poller {
+    fn start(queue: &Queue, handler: &Arc<Handler>) -> Poller {
+        let (queue, handler) = (queue.clone(), handler.clone());
+        let responses: Arc<Mutex<Vec<SqsBatchResponse>>> = Arc::default();
+        let log = responses.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                match queue.deliver(&handler, FUNCTION_TIMEOUT).await {
+                    Some(response) => log.lock().unwrap().push(response),
+                    None => tokio::time::sleep(Duration::from_millis(250)).await,
+                }
+            }
+        });
+        Poller { responses, task }
+    }
+
+    fn responses(&self) -> Vec<SqsBatchResponse> {
+        self.responses.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Poller {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn a_spot_warning_drains_the_node_to_the_end_and_nodewright_terminates_it_before_ec2_does() {
+    // minAvailable 1 of 2: the second eviction is refused until the first pod's
+    // replacement runs on a new node.
+    let live = live_world("int-spot", Some(budget(1))).await;
+    let schedule = ProvisionerSchedule::start(&live, "schedule", SCHEDULE_BUDGET).await;
+    let q = live.queue(template_max_receive_count()).await;
+    let h = live.handler(RebalanceAction::Replace).await;
+
+    let warned = unix_now();
+    live.cluster
+        .kill_at(&live.instance, Instant::now() + Duration::from_secs(120));
+    q.send(&about_at(
+        &fixture("spot-interruption.json"),
+        &live.instance,
+        warned,
+    ))
+    .await;
+    let poller = Poller::start(&q, &h);
+
+    live.settled().await;
+    assert_eq!(
+        live.cluster.violations(),
+        Vec::<String>::new(),
+        "a PodDisruptionBudget was broken"
+    );
+    live.assert_taken_away(&schedule, 1).await;
+    assert!(
+        poller
+            .responses()
+            .iter()
+            .all(|r| r.batch_item_failures.is_empty()),
+        "{:?}",
+        poller.responses()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn a_rebalance_recommendation_replaces_the_node_then_drains_and_terminates_it() {
+    let live = live_world("int-rebalance", Some(budget(1))).await;
+    let schedule = ProvisionerSchedule::start(&live, "schedule", SCHEDULE_BUDGET).await;
+    let q = live.queue(template_max_receive_count()).await;
+    let h = live.handler(RebalanceAction::Replace).await;
+    let on_node: Vec<String> = live
+        .cluster
+        .placements()
+        .into_iter()
+        .filter(|(_, node, _)| node.as_deref() == Some(live.node.as_str()))
+        .map(|(pod, _, _)| pod)
+        .collect();
+
+    q.send(&about(
+        &fixture("rebalance-recommendation.json"),
+        &live.instance,
+    ))
+    .await;
+    let _poller = Poller::start(&q, &h);
+    let settled = live.settled().await;
+
+    let new = live.new_claims().await;
+    assert_eq!(
+        new.len(),
+        1,
+        "one replacement is launched for the node's pods (settled={settled}): {:?}; the claim: {}",
+        briefs(&new),
+        brief(&live.claim().await)
+    );
+    let replacement = new[0].instance_id.clone().unwrap_or_default();
+    let Some(ready) = live.cluster.instance(&replacement).and_then(|i| i.ready_at) else {
+        panic!(
+            "the replacement {} never became a Ready node: {:?}",
+            brief(&new[0]),
+            live.cluster.instance(&replacement)
+        );
+    };
+    let Some(first_left) = live
+        .cluster
+        .pods()
+        .iter()
+        .filter(|p| on_node.contains(&p.key))
+        .filter_map(|p| p.gone.as_ref().map(|(at, _)| *at))
+        .min()
+    else {
+        panic!(
+            "the node was never drained, {:.1}s after its replacement was Ready: {}",
+            ready.elapsed().as_secs_f64(),
+            brief(&live.claim().await)
+        );
+    };
+    assert!(
+        first_left >= ready,
+        "the drain began {:.1}s before the replacement was Ready",
+        (ready - first_left).as_secs_f64()
+    );
+    assert_eq!(
+        live.cluster.violations(),
+        Vec::<String>::new(),
+        "a PodDisruptionBudget was broken"
+    );
+    live.assert_taken_away(&schedule, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn a_spot_warning_after_a_rebalance_still_counts_and_drains_before_ec2_reclaims_the_node() {
+    let live = live_world("int-escalate", Some(budget(1))).await;
+    let schedule = ProvisionerSchedule::start(&live, "schedule", SCHEDULE_BUDGET).await;
+    let q = live.queue(template_max_receive_count()).await;
+    let h = live.handler(RebalanceAction::Replace).await;
+    let _poller = Poller::start(&q, &h);
+
+    q.send(&about(
+        &fixture("rebalance-recommendation.json"),
+        &live.instance,
+    ))
+    .await;
+    let disrupted = wait_until(Duration::from_secs(20), || async {
+        live.claim().await.disruption.is_some()
+    })
+    .await;
+    assert!(disrupted, "the rebalance recommendation was not acted on");
+
+    // The warning was sent 100 s ago (as if delivered late): EC2 takes the instance
+    // back 20 s from now, and the drain must not wait for the rebalance's delay.
+    q.send(&about_at(
+        &fixture("spot-interruption.json"),
+        &live.instance,
+        unix_now() - 100,
+    ))
+    .await;
+    live.cluster
+        .kill_at(&live.instance, Instant::now() + Duration::from_secs(20));
+    let settled = live.settled().await;
+
+    let lost = live.cluster.lost();
+    assert!(
+        lost.is_empty(),
+        "pods lost with the instance (the drain did not start before EC2 took it; settled={settled}): {lost:?}; the claim: {}",
+        brief(&live.claim().await)
+    );
+    live.assert_taken_away(&schedule, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn a_terminated_notice_after_a_disruption_cleans_up_the_claim_and_the_node() {
+    let live = live_world("int-gone", Some(budget(1))).await;
+    let schedule = ProvisionerSchedule::start(&live, "schedule", SCHEDULE_BUDGET).await;
+    let q = live.queue(template_max_receive_count()).await;
+    let h = live.handler(RebalanceAction::Replace).await;
+    let _poller = Poller::start(&q, &h);
+
+    q.send(&about(
+        &fixture("rebalance-recommendation.json"),
+        &live.instance,
+    ))
+    .await;
+    let disrupted = wait_until(Duration::from_secs(20), || async {
+        live.claim().await.disruption.is_some()
+    })
+    .await;
+    assert!(disrupted, "the rebalance recommendation was not acted on");
+
+    // The instance goes anyway (EC2 reclaimed it without a warning, or someone
+    // terminated it), and EC2 says so.
+    live.cluster.kill_at(&live.instance, Instant::now());
+    let gone = wait_until(Duration::from_secs(10), || async {
+        live.cluster
+            .instance(&live.instance)
+            .is_some_and(|i| i.gone_at.is_some())
+    })
+    .await;
+    assert!(gone, "EC2 did not take the instance");
+    q.send(&about(
+        &fixture("state-change-terminated.json"),
+        &live.instance,
+    ))
+    .await;
+    live.settled().await;
+
+    let claim = live.claim().await;
+    assert_eq!(
+        claim.state,
+        ClaimState::Terminated,
+        "the claim of a terminated instance is left {:?}: {}",
+        claim.state,
+        brief(&claim)
+    );
+    assert!(
+        live.api.get("Node", None, &live.node).is_none(),
+        "the node of a terminated instance is left behind"
+    );
+    if let Err(e) = live.running_elsewhere() {
+        panic!("{e}");
+    }
+    let instances = live.live_instances().await;
+    let mut claimed: Vec<String> = live
+        .live_claims()
+        .await
+        .into_iter()
+        .filter_map(|(_, i)| i)
+        .collect();
+    claimed.sort();
+    assert_eq!(instances, claimed, "the instances are not the live claims'");
+    for (n, invocation) in schedule.invocations().iter().enumerate() {
+        assert!(
+            invocation.unclaimed().is_empty(),
+            "after provisioner invocation {}: {:?} without a live claim",
+            n + 1,
+            invocation.unclaimed()
+        );
+    }
+    let new = live.new_claims().await;
+    assert!(
+        new.len() <= 1,
+        "{} claims launched: {:#?}",
+        new.len(),
+        briefs(&new)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn transient_api_errors_on_evictions_do_not_send_a_spot_warning_to_the_dlq() {
+    let live = live_world("int-transient", None).await;
+    let schedule = ProvisionerSchedule::start(&live, "schedule", SCHEDULE_BUDGET).await;
+    let q = live.queue(template_max_receive_count()).await;
+    let h = live.handler(RebalanceAction::Replace).await;
+
+    // The API server answers the first pod's eviction with 500, three times, then
+    // recovers.
+    for _ in 0..3 {
+        live.api.fail_next(
+            "POST",
+            "/api/v1/namespaces/default/pods/web-0/eviction",
+            500,
+        );
+    }
+    q.send(&about(&fixture("spot-interruption.json"), &live.instance))
+        .await;
+    let poller = Poller::start(&q, &h);
+    let settled = live.settled().await;
+
+    let dead = q.receive_from(&q.dlq_url).await;
+    let retried: usize = poller
+        .responses()
+        .iter()
+        .map(|r| r.batch_item_failures.len())
+        .sum();
+    assert!(
+        dead.is_empty(),
+        "the spot warning went to the DLQ after {} deliveries ({retried} returned for retry; settled={settled}); the claim: {}",
+        poller.responses().len(),
+        brief(&live.claim().await)
+    );
+    live.assert_taken_away(&schedule, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn a_duplicate_of_an_event_in_the_same_batch_is_acknowledged() {
+    let live = live_world("int-dup", None).await;
+    let q = live.queue(template_max_receive_count()).await;
+    let h = live.handler(RebalanceAction::Replace).await;
+    let warning = about(&fixture("spot-interruption.json"), &live.instance);
+    // EventBridge delivers at least once: the same event twice.
+    q.send(&warning).await;
+    q.send(&warning).await;
+    let mut batch = q.receive().await;
+    for _ in 0..3 {
+        if batch.len() >= 2 {
+            break;
+        }
+        batch.extend(q.receive().await);
+    }
+    assert_eq!(batch.len(), 2, "both copies in one batch");
+    live.api.clear_requests();
+
+    let mut event = SqsEvent::default();
+    event.records = batch;
+    let response = h
+        .handle(LambdaEvent::new(event, lambda_context(FUNCTION_TIMEOUT)))
+        .await
+        .expect("handler");
+    assert!(
+        response.batch_item_failures.is_empty(),
+        "a duplicate was returned for retry: {:?}",
+        response.batch_item_failures
+    );
+    let mut evicted: Vec<String> = live
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/eviction") && r.status == 201)
+        .map(|r| r.path)
+        .collect();
+    evicted.sort();
+    let mut once = evicted.clone();
+    once.dedup();
+    assert_eq!(evicted, once, "a pod was evicted twice");
 }
