@@ -315,6 +315,12 @@ async fn a_spot_warning_drains_through_a_budget_terminates_before_the_deadline_a
 
     let claim = sys.claim_of(&instance);
     assert_eq!(claim.state, ClaimState::Terminated, "{claim:#?}");
+    eprintln!(
+        "spot drain: terminated {} s after the warning, {} s before the deadline; longest pod wait {} s",
+        claim.updated_at - (deadline - 120),
+        deadline - claim.updated_at,
+        sys.longest_wait()
+    );
     assert!(
         claim.updated_at < deadline,
         "terminated by nodewright before EC2 took it ({} ≥ {deadline})",
