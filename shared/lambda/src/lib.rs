@@ -4,19 +4,16 @@
 //! - [`wire`]: the engine's ports over the real adapters — DynamoDB and EC2 from the
 //!   SDK's standard environment (`AWS_ENDPOINT_URL` points them at an emulator), and
 //!   Kubernetes from EKS (DescribeCluster + IAM token) or, for local runs, a kubeconfig.
-//! - [`init_tracing`]: JSON logs when Lambda asks for them (`AWS_LAMBDA_LOG_FORMAT`).
+//! - [`logging`]: [`init_tracing`], timestamped logs, JSON when Lambda asks for them
+//!   (`AWS_LAMBDA_LOG_FORMAT`).
 
 pub mod config;
+pub mod logging;
 pub mod wire;
 
 pub use config::{Config, ConfigError};
+pub use logging::init_tracing;
 pub use wire::{StartupError, build_ports};
-
-/// Lambda's default subscriber: JSON when the function's log format is JSON, the level
-/// from `AWS_LAMBDA_LOG_LEVEL`.
-pub fn init_tracing() {
-    lambda_runtime::tracing::init_default_subscriber();
-}
 
 /// Who holds a lease: the Lambda execution environment (its log stream is unique to
 /// it), or the host and process for local runs.
