@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use lambda_runtime::{Error, LambdaEvent};
+use lambda_runtime::LambdaEvent;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use nodewright_aws::AwsContext;
@@ -38,6 +38,7 @@ use nodewright_engine::ports::BoxError;
 use nodewright_engine::{
     InterruptionConfig, InterruptionInput, InterruptionMode, InterruptionOutcome, Ports,
 };
+use nodewright_lambda::HandlerError;
 
 pub struct Handler {
     pub ports: Ports,
@@ -133,7 +134,10 @@ pub struct RecordResult {
 
 impl Handler {
     /// Handles one SQS batch; the response names the messages SQS must deliver again.
-    pub async fn handle(&self, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Error> {
+    pub async fn handle(
+        &self,
+        event: LambdaEvent<SqsEvent>,
+    ) -> Result<SqsBatchResponse, HandlerError> {
         let records = event.payload.records;
         let results = futures_util::future::join_all(records.iter().map(|r| {
             let span = info_span!(

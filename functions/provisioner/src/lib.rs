@@ -7,8 +7,9 @@ pub mod testing;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lambda_runtime::{Error, LambdaEvent};
+use lambda_runtime::LambdaEvent;
 use nodewright_engine::{Provisioner, TickReport};
+use nodewright_lambda::HandlerError;
 use serde_json::{Value, json};
 use tracing::info;
 
@@ -25,7 +26,7 @@ pub struct Handler {
 impl Handler {
     /// Handles one invocation. The payload (an EventBridge scheduled event, or any JSON
     /// for a manual "run now") is not needed: the cluster is the input.
-    pub async fn handle(&self, event: LambdaEvent<Value>) -> Result<Value, Error> {
+    pub async fn handle(&self, event: LambdaEvent<Value>) -> Result<Value, HandlerError> {
         let budget = budget_until(event.context.deadline, SystemTime::now());
         info!(request_id = %event.context.request_id, budget_secs = budget.as_secs(), "provisioning");
         let reports = self.provisioner.run_for(budget, self.poll_interval).await?;

@@ -4,15 +4,21 @@
 //! - [`wire`]: the engine's ports over the real adapters — DynamoDB and EC2 from the
 //!   SDK's standard environment (`AWS_ENDPOINT_URL` points them at an emulator), and
 //!   Kubernetes from EKS (DescribeCluster + IAM token) or, for local runs, a kubeconfig.
+//! - [`report`]: failures as Lambda shows them — one line and a stable `errorType`:
+//!   [`run_or_report_init_error`] for the cold start, [`HandlerError`] for invocations.
 //! - [`logging`]: [`init_tracing`], timestamped logs, JSON when Lambda asks for them
 //!   (`AWS_LAMBDA_LOG_FORMAT`).
 
 pub mod config;
 pub mod logging;
+pub mod report;
+#[cfg(any(test, feature = "test-support"))]
+pub mod testing;
 pub mod wire;
 
 pub use config::{Config, ConfigError};
 pub use logging::init_tracing;
+pub use report::{HandlerError, run_or_report_init_error};
 pub use wire::{StartupError, build_ports};
 
 /// Who holds a lease: the Lambda execution environment (its log stream is unique to
