@@ -76,6 +76,39 @@ async fn claims_are_created_once_and_read_back() {
 }
 
 #[tokio::test]
+async fn a_table_that_does_not_exist_is_named_on_one_line_without_raw_http() {
+    let url = moto!();
+    let table = unique("no-such-table");
+    let store = DynamoStore::new(&AwsContext::for_emulator(&url, REGION).await, table.clone());
+    let named =
+        format!("DynamoDB table {table:?} does not exist in {REGION} (NODEWRIGHT_TABLE_NAME)");
+
+    let read = store.list_claims().await.unwrap_err();
+    let write = store.create_claim(&claim("default-a")).await.unwrap_err();
+    let lease = store
+        .acquire_lease("provisioner", "me", 1_000, Duration::from_secs(30))
+        .await
+        .unwrap_err();
+
+    for error in [read, write, lease] {
+        assert_eq!(error.kind, ErrorKind::NotFound, "{error}");
+        let text = error.to_string();
+        assert!(text.contains(&named), "{text}");
+        assert_eq!(text.lines().count(), 1, "{text}");
+        let source = std::error::Error::source(&error).expect("the AWS error is kept");
+        assert!(
+            source.to_string().contains("ResourceNotFoundException"),
+            "{source}"
+        );
+        let debug = format!("{error:?}").to_ascii_lowercase();
+        assert!(
+            !debug.contains("content-type") && !debug.contains("x-amzn-requestid"),
+            "no raw HTTP headers: {debug}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn claim_updates_are_conditional_on_state_and_version() {
     let url = moto!();
     let store = store(&url).await;
@@ -879,6 +912,18 @@ async fn cluster_info_comes_from_describe_cluster() {
         .await
         .unwrap_err();
     assert_eq!(missing.kind, ErrorKind::NotFound);
+    assert_eq!(
+        missing.to_string(),
+        format!(
+            "cluster not found: EKS cluster \"no-such-cluster\" does not exist in {REGION} (NODEWRIGHT_CLUSTER_NAME); DescribeCluster"
+        )
+    );
+    assert!(
+        !format!("{missing:?}")
+            .to_ascii_lowercase()
+            .contains("content-type"),
+        "no raw HTTP headers: {missing:?}"
+    );
 
     // The token source signs with the context's credentials.
     let token = nodewright_aws::TokenSource::new(&ctx, &name)
