@@ -32,13 +32,10 @@ impl Drop for EmulatedCluster {
 
 /// A table, a tagged network with AMIs, an EKS cluster in moto, and an API server
 /// holding an EC2NodeClass and a NodePool of m5.xlarge of `capacity_type`, plus `pods`
-/// pending pods of 1.5 cpu (two fit a node). `None` when there is no moto outside CI.
-pub async fn emulated_cluster(
-    prefix: &str,
-    capacity_type: &str,
-    pods: usize,
-) -> Option<EmulatedCluster> {
-    let url = moto_url()?;
+/// pending pods of 1.5 cpu (two fit a node). Panics without moto: a test calling this
+/// is `#[ignore = "needs moto: run through tests/moto.sh"]`.
+pub async fn emulated_cluster(prefix: &str, capacity_type: &str, pods: usize) -> EmulatedCluster {
+    let url = moto_url();
     let cluster = unique(prefix);
     let table = unique(&format!("{prefix}-table"));
     create_table_from_definition(&url, &table).await;
@@ -105,14 +102,14 @@ pub async fn emulated_cluster(
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
     let config = Config::from_vars(&vars).expect("config");
-    Some(EmulatedCluster {
+    EmulatedCluster {
         url,
         cluster,
         table,
         api,
         config,
         kubeconfig,
-    })
+    }
 }
 
 /// A pending pod of the `web` app requesting 1.5 cpu and 1 GiB.

@@ -29,7 +29,7 @@ use nodewright_provisioner::testing::{EmulatedCluster, emulated_cluster};
 const SCHEDULED_TICK: &str =
     include_str!("../../../shared/core/tests/fixtures/events/scheduled-tick.json");
 
-async fn world(pods: usize) -> Option<EmulatedCluster> {
+async fn world(pods: usize) -> EmulatedCluster {
     emulated_cluster("e2e", "on-demand", pods).await
 }
 
@@ -141,8 +141,9 @@ fn set_ready(world: &EmulatedCluster) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn pending_pods_become_tagged_instances_then_registered_and_initialized_nodes() {
-    let Some(world) = world(4).await else { return };
+    let world = world(4).await;
     let h = handler(&world, "e2e-1").await;
 
     let first = invoke(&h).await;
@@ -219,8 +220,9 @@ async fn pending_pods_become_tagged_instances_then_registered_and_initialized_no
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn two_concurrent_invocations_launch_once() {
-    let Some(world) = world(2).await else { return };
+    let world = world(2).await;
     let (a, b) = (
         handler(&world, "e2e-a").await,
         handler(&world, "e2e-b").await,
@@ -234,8 +236,9 @@ async fn two_concurrent_invocations_launch_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn a_crash_after_the_claim_write_is_finished_with_one_instance() {
-    let Some(world) = world(2).await else { return };
+    let world = world(2).await;
     // A dry run shows what the crashed tick had planned; write that claim as the crash
     // left it: Launching, no instance.
     let h = handler(&world, "e2e-crash").await;
@@ -358,8 +361,9 @@ impl Store for LoseFirstUpdate {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn a_crash_after_the_fleet_was_created_adopts_the_instance_instead_of_launching_again() {
-    let Some(world) = world(2).await else { return };
+    let world = world(2).await;
     let (mut ports, _) = build_ports(&world.config).await.expect("ports");
     ports.store = Arc::new(LoseFirstUpdate {
         inner: ports.store.clone(),

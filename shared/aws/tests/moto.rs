@@ -1,7 +1,8 @@
 //! nodewright-aws against moto's server (one test binary: the SDKs are slow to link).
 //!
-//! Needs `NODEWRIGHT_MOTO_URL` (tests/moto.sh sets it). Without it the tests print
-//! "skipped: no moto" and pass, except under CI (`CI` set), where they fail.
+//! Every test needs moto, so every test is `#[ignore]`d with that reason: run them with
+//! `bash tests/moto.sh cargo test -p nodewright-aws --test moto -- --include-ignored`
+//! (tests/run.sh, and so CI, does). Run without moto, a test fails naming what is missing.
 //! Every test makes its own table / VPC / cluster name, so they run in parallel on
 //! one server without seeing each other.
 
@@ -60,6 +61,7 @@ fn launched(mut c: NodeClaim, instance_id: &str) -> NodeClaim {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn claims_are_created_once_and_read_back() {
     let url = moto!();
     let store = store(&url).await;
@@ -76,6 +78,7 @@ async fn claims_are_created_once_and_read_back() {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn a_table_that_does_not_exist_is_named_on_one_line_without_raw_http() {
     let url = moto!();
     let table = unique("no-such-table");
@@ -109,6 +112,7 @@ async fn a_table_that_does_not_exist_is_named_on_one_line_without_raw_http() {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn claim_updates_are_conditional_on_state_and_version() {
     let url = moto!();
     let store = store(&url).await;
@@ -167,6 +171,7 @@ async fn claim_updates_are_conditional_on_state_and_version() {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn claims_list_across_pages_and_are_found_by_instance() {
     let url = moto!();
     let store = store(&url).await;
@@ -209,6 +214,7 @@ async fn claims_list_across_pages_and_are_found_by_instance() {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn leases_exclude_others_until_they_expire_with_increasing_tokens() {
     let url = moto!();
     let store = store(&url).await;
@@ -293,6 +299,7 @@ async fn leases_exclude_others_until_they_expire_with_increasing_tokens() {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn unavailable_offerings_expire_even_before_ttl_deletion() {
     let url = moto!();
     let store = store(&url).await;
@@ -340,6 +347,7 @@ async fn unavailable_offerings_expire_even_before_ttl_deletion() {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn idempotency_keys_are_claimed_once_until_they_expire() {
     let url = moto!();
     let store = store(&url).await;
@@ -390,6 +398,7 @@ async fn idempotency_keys_are_claimed_once_until_they_expire() {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn decisions_round_trip_in_time_order() {
     let url = moto!();
     let store = store(&url).await;
@@ -509,6 +518,7 @@ fn on_demand(t: &str, zone: &str, price: f64) -> Offering {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn node_classes_resolve_subnets_groups_and_images_by_alias_id_and_tags() {
     let url = moto!();
     let cluster = unique("resolve");
@@ -642,6 +652,7 @@ async fn launch_templates_named_nodewright(url: &str) -> Vec<String> {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn launches_tag_instances_and_reuse_one_launch_template() {
     let url = moto!();
     let cluster = unique("launch");
@@ -782,6 +793,7 @@ async fn launches_tag_instances_and_reuse_one_launch_template() {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn owned_instances_are_only_this_clusters_and_terminate_removes_them() {
     let url = moto!();
     let cluster = unique("owned");
@@ -857,6 +869,7 @@ async fn owned_instances_are_only_this_clusters_and_terminate_removes_them() {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn catalog_comes_from_describe_instance_types_with_embedded_prices() {
     let url = moto!();
     let cluster = unique("catalog");
@@ -878,6 +891,7 @@ async fn catalog_comes_from_describe_instance_types_with_embedded_prices() {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn cluster_info_comes_from_describe_cluster() {
     let url = moto!();
     let config = sdk_config(&url).await;
@@ -935,6 +949,7 @@ async fn cluster_info_comes_from_describe_cluster() {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn the_cheaper_spot_group_launches_first_with_the_image_for_its_architecture() {
     let url = moto!();
     let cluster = unique("spot");
