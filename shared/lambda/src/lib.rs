@@ -9,6 +9,15 @@
 //! - [`logging`]: [`init_tracing`], timestamped logs, JSON when Lambda asks for them
 //!   (`AWS_LAMBDA_LOG_FORMAT`).
 
+// A Lambda function must unwind: lambda_runtime turns a handler's panic into that one
+// invocation's error only if the panic unwinds to it; with panic=abort the process dies
+// with the whole batch. See `[profile.release]` in the workspace Cargo.toml.
+#[cfg(panic = "abort")]
+compile_error!(
+    "nodewright's Lambda functions must be built with panic = \"unwind\" \
+     (cargo lambda adds panic=\"abort\" unless [profile.release] sets panic)"
+);
+
 pub mod config;
 pub mod logging;
 pub mod report;
