@@ -174,6 +174,24 @@ fn the_table_shows_one_row_per_claim_and_monthly_totals() {
 }
 
 #[test]
+fn a_snapshot_with_nothing_pending_costs_zero_not_minus_zero() {
+    let args = [
+        "--nodepools",
+        &example("nodepools.yaml"),
+        "--snapshot",
+        &data("nothing-pending.json"),
+    ];
+    let out = nodewright(&[&["plan"], &args[..]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("Total: $0.0000/hour, $0.00/month"), "{text}");
+    assert!(!text.contains("-0.0"), "{text}");
+    let json = plan_json(&args);
+    assert_eq!(json["nodeClaims"], serde_json::json!([]));
+    assert_eq!(json["totalPricePerHour"].to_string(), "0.0", "{json}");
+}
+
+#[test]
 fn every_karpenter_example_nodepool_validates_and_plans_unchanged() {
     for file in fixture_nodepools() {
         let f = file.display().to_string();

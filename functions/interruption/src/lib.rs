@@ -26,13 +26,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
-use lambda_runtime::{Error, LambdaEvent};
+use lambda_runtime::LambdaEvent;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use nodewright_aws::AwsContext;
 use nodewright_core::interruption::{EventKind, RebalanceAction, action_for, parse_event};
 use nodewright_engine::ports::BoxError;
 use nodewright_engine::{InterruptionConfig, InterruptionOutcome, Ports};
+use nodewright_lambda::HandlerError;
 
 /// The event-to-input mapping lives in the engine, where the simulator uses it too.
 pub use nodewright_engine::interrupt::input_for;
@@ -131,7 +132,10 @@ pub struct RecordResult {
 
 impl Handler {
     /// Handles one SQS batch; the response names the messages SQS must deliver again.
-    pub async fn handle(&self, event: LambdaEvent<SqsEvent>) -> Result<SqsBatchResponse, Error> {
+    pub async fn handle(
+        &self,
+        event: LambdaEvent<SqsEvent>,
+    ) -> Result<SqsBatchResponse, HandlerError> {
         let records = event.payload.records;
         let until = work_until(event.context.deadline, self.ports.clock.now());
         // A second copy of one event in the same batch (SQS delivers at least once) is

@@ -7,8 +7,9 @@ pub mod testing;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lambda_runtime::{Error, LambdaEvent};
+use lambda_runtime::LambdaEvent;
 use nodewright_engine::{Provisioner, RunReport};
+use nodewright_lambda::HandlerError;
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
@@ -30,7 +31,7 @@ impl Handler {
     /// `ProvisionerShortfall` metric, and `"outcome": "incomplete"` in the summary.
     /// It fails (an invocation error, so the function's Errors metric and alarms see
     /// it) only when no tick ran and ticks failed: nothing was done at all.
-    pub async fn handle(&self, event: LambdaEvent<Value>) -> Result<Value, Error> {
+    pub async fn handle(&self, event: LambdaEvent<Value>) -> Result<Value, HandlerError> {
         let budget = budget_until(event.context.deadline, SystemTime::now());
         info!(request_id = %event.context.request_id, budget_secs = budget.as_secs(), "provisioning");
         let run = self.provisioner.run_for(budget, self.poll_interval).await;
@@ -41,7 +42,11 @@ impl Handler {
                 "the invocation could not do all its work");
         }
         if run.ticks.is_empty() && !run.failed_ticks.is_empty() {
-            return Err(shortfalls.join("; ").into());
+            let nothing_done = std::io::Error::other(shortfalls.join("; "));
+            return Err(HandlerError::new(
+                "Provisioner.NoTickCompleted",
+                &nothing_done,
+            ));
         }
         Ok(summary(&run))
     }

@@ -1,22 +1,33 @@
 //! The provisioner Lambda: configuration and ports are built once per cold start; each
-//! scheduled invocation runs `Handler::handle`.
+//! scheduled invocation runs `Handler::handle`. A failed cold start is logged and
+//! reported to Lambda on one line with its `errorType` (`Config.Malformed`...).
 
-use lambda_runtime::{Error, service_fn};
+use std::process::ExitCode;
+
+use lambda_runtime::service_fn;
 use nodewright_engine::{Provisioner, ProvisionerConfig};
-use nodewright_lambda::{Config, build_ports, holder_id, init_tracing};
+use nodewright_lambda::{
+    Config, StartupError, build_ports, holder_id, init_tracing, run_or_report_init_error,
+};
 use nodewright_provisioner::Handler;
 
 #[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), Error> {
+async fn main() -> ExitCode {
     init_tracing();
+    run_or_report_init_error(handler(), |handler| async move {
+        lambda_runtime::run(service_fn(|event| handler.handle(event))).await
+    })
+    .await
+}
+
+async fn handler() -> Result<Handler, StartupError> {
     let config = Config::from_env()?;
     let (ports, _cluster) = build_ports(&config).await?;
     let mut settings = ProvisionerConfig::new(config.cluster_name.clone(), holder_id());
     settings.dry_run = config.dry_run;
     settings.adopt_karpenter_nodes = config.adopt_karpenter_nodes;
-    let handler = Handler {
+    Ok(Handler {
         provisioner: Provisioner::new(ports, settings),
         poll_interval: config.poll_interval,
-    };
-    lambda_runtime::run(service_fn(|event| handler.handle(event))).await
+    })
 }

@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
 use nodewright_aws::testing::{
-    K8S, REGION, create_table_from_definition, network, node_role, sdk_config, unique,
+    K8S, REGION, create_table_from_definition, moto_url, network, node_role, sdk_config, unique,
 };
 use nodewright_aws::{AwsContext, DynamoStore};
 use nodewright_core::nodeclaim::NodeClaim;
@@ -55,18 +55,6 @@ pub struct EmulatedCluster {
 impl Drop for EmulatedCluster {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.kubeconfig);
-    }
-}
-
-/// moto's URL from `NODEWRIGHT_MOTO_URL` (tests/moto.sh sets it). The tests that call
-/// this are `#[ignore]`d, so being run without it is a mistake worth a clear panic.
-pub fn moto_url() -> String {
-    match std::env::var("NODEWRIGHT_MOTO_URL") {
-        Ok(url) if !url.is_empty() => url,
-        _ => panic!(
-            "NODEWRIGHT_MOTO_URL is not set: run the end-to-end tests through tests/moto.sh \
-             (bash tests/moto.sh cargo test -p <crate> --test e2e -- --include-ignored)"
-        ),
     }
 }
 

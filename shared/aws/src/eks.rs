@@ -21,7 +21,7 @@ use base64::Engine;
 use nodewright_engine::ports::{ClusterError, ErrorKind};
 
 use crate::config::AwsContext;
-use crate::error::describe;
+use crate::error::eks_error;
 
 pub const TOKEN_PREFIX: &str = "k8s-aws-v1.";
 /// How long EKS accepts a token after it was signed.
@@ -52,14 +52,7 @@ impl ClusterInfo {
             .name(name)
             .send()
             .await
-            .map_err(|e| {
-                let kind = crate::error::classify(&e);
-                ClusterError::with_source(
-                    kind,
-                    format!("DescribeCluster {name}: {}", describe(&e)),
-                    e,
-                )
-            })?;
+            .map_err(|e| eks_error(name, ctx.region().as_deref(), "DescribeCluster", e))?;
         let cluster = out.cluster.ok_or_else(|| {
             ClusterError::new(
                 ErrorKind::NotFound,

@@ -6,7 +6,7 @@
 
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 
-use nodewright_engine::ports::{CloudError, ErrorKind, StoreError};
+use nodewright_engine::ports::{BoxError, CloudError, ClusterError, ErrorKind, StoreError};
 
 /// The kind an AWS error code stands for, or `None` if the code says nothing we
 /// can act on.
@@ -119,6 +119,20 @@ where
     }
 }
 
+/// The source a port error keeps: for a service error, the service's own error (its
+/// code and message) rather than the `SdkError`, whose `Debug` carries the raw HTTP
+/// response — every header — into any log that prints it.
+fn source_of<E, R>(err: SdkError<E, R>) -> BoxError
+where
+    E: std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    match err {
+        SdkError::ServiceError(service) => Box::new(service.into_err()),
+        other => Box::new(other),
+    }
+}
+
 pub(crate) fn store_error<E, R>(what: impl AsRef<str>, err: SdkError<E, R>) -> StoreError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
@@ -126,7 +140,34 @@ where
 {
     let kind = classify(&err);
     let message = format!("{}: {}", what.as_ref(), describe(&err));
-    StoreError::with_source(kind, message, err)
+    StoreError::with_source(kind, message, source_of(err))
+}
+
+/// A DynamoDB error on `table`. DynamoDB answers `ResourceNotFoundException` only for
+/// a table (or index) that does not exist or is not ACTIVE — a missing item is not an
+/// error — so that kind is said in terms of the table and the setting that names it.
+pub(crate) fn table_error<E, R>(
+    table: &str,
+    region: Option<&str>,
+    what: impl AsRef<str>,
+    err: SdkError<E, R>,
+) -> StoreError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    match classify(&err) {
+        ErrorKind::NotFound => StoreError::with_source(
+            ErrorKind::NotFound,
+            format!(
+                "DynamoDB table {table:?} does not exist in {} (NODEWRIGHT_TABLE_NAME); {}",
+                region.unwrap_or("the configured region"),
+                what.as_ref()
+            ),
+            source_of(err),
+        ),
+        _ => store_error(what, err),
+    }
 }
 
 pub(crate) fn cloud_error<E, R>(what: impl AsRef<str>, err: SdkError<E, R>) -> CloudError
@@ -136,7 +177,31 @@ where
 {
     let kind = classify(&err);
     let message = format!("{}: {}", what.as_ref(), describe(&err));
-    CloudError::with_source(kind, message, err)
+    CloudError::with_source(kind, message, source_of(err))
+}
+
+/// An EKS error about `cluster`; "not found" names the cluster, its region and the
+/// setting that names it.
+pub(crate) fn eks_error<E, R>(
+    cluster: &str,
+    region: Option<&str>,
+    what: impl AsRef<str>,
+    err: SdkError<E, R>,
+) -> ClusterError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let kind = classify(&err);
+    let message = match kind {
+        ErrorKind::NotFound => format!(
+            "EKS cluster {cluster:?} does not exist in {} (NODEWRIGHT_CLUSTER_NAME); {}",
+            region.unwrap_or("the configured region"),
+            what.as_ref()
+        ),
+        _ => format!("{}: {}", what.as_ref(), describe(&err)),
+    };
+    ClusterError::with_source(kind, message, source_of(err))
 }
 
 #[cfg(test)]
@@ -205,6 +270,49 @@ mod tests {
         assert!(
             std::error::Error::source(&store).is_some(),
             "the SDK error is kept as the source"
+        );
+    }
+
+    #[test]
+    fn a_missing_table_is_named_with_its_region_and_setting_and_no_raw_http() {
+        let mut raw = response(400);
+        raw.headers_mut()
+            .insert("x-amzn-requestid", "REQUEST-ID-HEADER");
+        let missing = SdkError::service_error(
+            PutItemError::ResourceNotFoundException(
+                ResourceNotFoundException::builder()
+                    .meta(meta("ResourceNotFoundException"))
+                    .message("Requested resource not found")
+                    .build(),
+            ),
+            raw,
+        );
+        let error = table_error("nw", Some("eu-west-1"), "PutItem claim a", missing);
+        assert_eq!(error.kind, ErrorKind::NotFound);
+        assert_eq!(
+            error.to_string(),
+            "store not found: DynamoDB table \"nw\" does not exist in eu-west-1 (NODEWRIGHT_TABLE_NAME); PutItem claim a"
+        );
+        assert!(
+            !format!("{error:?}").contains("REQUEST-ID-HEADER"),
+            "no raw HTTP response in the error: {error:?}"
+        );
+        let source = std::error::Error::source(&error).expect("the AWS error is kept");
+        assert!(
+            source.to_string().starts_with("ResourceNotFoundException"),
+            "{source}"
+        );
+
+        let throttled = SdkError::service_error(
+            PutItemError::generic(meta("ThrottlingException")),
+            response(400),
+        );
+        let error = table_error("nw", Some("eu-west-1"), "PutItem claim a", throttled);
+        assert_eq!(error.kind, ErrorKind::Throttled);
+        assert!(
+            error
+                .message
+                .starts_with("PutItem claim a: ThrottlingException")
         );
     }
 

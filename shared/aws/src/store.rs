@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use serde::{Deserialize, Serialize};
 use serde_dynamo::aws_sdk_dynamodb_1::{from_item, to_item};
@@ -32,7 +33,7 @@ use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
 use nodewright_engine::ports::{Decision, ErrorKind, Lease, Offering, Store, StoreError};
 
 use crate::config::AwsContext;
-use crate::error::store_error;
+use crate::error::table_error;
 
 /// The GSI over `instanceId` (claims only: the attribute is absent elsewhere).
 pub const INSTANCE_INDEX: &str = "byInstance";
@@ -49,6 +50,8 @@ type Item = HashMap<String, AttributeValue>;
 pub struct DynamoStore {
     client: aws_sdk_dynamodb::Client,
     table: String,
+    /// Named with the table when it does not exist.
+    region: Option<String>,
     seq: AtomicU64,
     /// Distinguishes this process's decision sort keys from other Lambdas'.
     instance_nonce: u64,
@@ -59,6 +62,7 @@ impl DynamoStore {
         Self {
             client: ctx.dynamodb.clone(),
             table: table.into(),
+            region: ctx.region(),
             seq: AtomicU64::new(0),
             instance_nonce: process_nonce(),
         }
@@ -66,6 +70,15 @@ impl DynamoStore {
 
     pub fn table(&self) -> &str {
         &self.table
+    }
+
+    /// An SDK error of a call on this table, saying what was being done.
+    fn error<E, R>(&self, what: impl AsRef<str>, err: SdkError<E, R>) -> StoreError
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+        R: std::fmt::Debug + Send + Sync + 'static,
+    {
+        table_error(&self.table, self.region.as_deref(), what, err)
     }
 
     fn key(pk: &str, sk: &str) -> Item {
@@ -110,7 +123,7 @@ impl DynamoStore {
             let out = q
                 .send()
                 .await
-                .map_err(|e| store_error(format!("Query {pk}"), e))?;
+                .map_err(|e| self.error(format!("Query {pk}"), e))?;
             items.extend(out.items.unwrap_or_default());
             match out.last_evaluated_key {
                 Some(k) if !k.is_empty() => start = Some(k),
@@ -237,7 +250,7 @@ impl Store for DynamoStore {
             .condition_expression("attribute_not_exists(pk)")
             .send()
             .await
-            .map_err(|e| store_error(format!("PutItem claim {} (create)", claim.name), e))?;
+            .map_err(|e| self.error(format!("PutItem claim {} (create)", claim.name), e))?;
         Ok(())
     }
 
@@ -273,7 +286,7 @@ impl Store for DynamoStore {
             .send()
             .await
             .map_err(|e| {
-                store_error(
+                self.error(
                     format!(
                         "PutItem claim {} (expecting {} v{})",
                         claim.name,
@@ -295,7 +308,7 @@ impl Store for DynamoStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| store_error(format!("GetItem claim {name}"), e))?;
+            .map_err(|e| self.error(format!("GetItem claim {name}"), e))?;
         match out.item {
             Some(item) => Ok(Some(Self::from_item::<ClaimItemIn>("claim", item)?.claim)),
             None => Ok(None),
@@ -322,7 +335,7 @@ impl Store for DynamoStore {
             .expression_attribute_values(":id", AttributeValue::S(instance_id.to_string()))
             .send()
             .await
-            .map_err(|e| store_error(format!("Query {INSTANCE_INDEX} {instance_id}"), e))?;
+            .map_err(|e| self.error(format!("Query {INSTANCE_INDEX} {instance_id}"), e))?;
         let mut claims = out
             .items
             .unwrap_or_default()
@@ -364,7 +377,7 @@ impl Store for DynamoStore {
             .return_values(ReturnValue::AllNew)
             .send()
             .await
-            .map_err(|e| store_error(format!("UpdateItem lease {name} (acquire by {holder})"), e));
+            .map_err(|e| self.error(format!("UpdateItem lease {name} (acquire by {holder})"), e));
         match result {
             Ok(out) => Ok(Some(lease_from(name, out.attributes)?)),
             Err(e) if is_conflict(&e) => Ok(None),
@@ -396,7 +409,7 @@ impl Store for DynamoStore {
             .send()
             .await
             .map_err(|e| {
-                store_error(
+                self.error(
                     format!(
                         "UpdateItem lease {} (renew token {})",
                         lease.name, lease.token
@@ -421,7 +434,7 @@ impl Store for DynamoStore {
             .expression_attribute_values(":zero", AttributeValue::N("0".into()))
             .send()
             .await
-            .map_err(|e| store_error(format!("UpdateItem lease {} (release)", lease.name), e));
+            .map_err(|e| self.error(format!("UpdateItem lease {} (release)", lease.name), e));
         match result {
             // Already lost: nothing left to release.
             Err(e) if is_conflict(&e) => Ok(()),
@@ -438,7 +451,7 @@ impl Store for DynamoStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| store_error(format!("GetItem lease {name}"), e))?;
+            .map_err(|e| self.error(format!("GetItem lease {name}"), e))?;
         out.item
             .map(|item| lease_from(name, Some(item)))
             .transpose()
@@ -464,7 +477,7 @@ impl Store for DynamoStore {
             .set_item(Some(Self::to_item("ICE entry", &item)?))
             .send()
             .await
-            .map_err(|e| store_error(format!("PutItem {}", item.sk), e))?;
+            .map_err(|e| self.error(format!("PutItem {}", item.sk), e))?;
         Ok(())
     }
 
@@ -503,7 +516,7 @@ impl Store for DynamoStore {
             .expression_attribute_values(":now", AttributeValue::N(now.to_string()))
             .send()
             .await
-            .map_err(|e| store_error(format!("PutItem idempotency key {key}"), e));
+            .map_err(|e| self.error(format!("PutItem idempotency key {key}"), e));
         match result {
             Ok(_) => Ok(true),
             Err(e) if is_conflict(&e) => Ok(false),
@@ -523,7 +536,7 @@ impl Store for DynamoStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| store_error(format!("GetItem idempotency key {key}"), e))?;
+            .map_err(|e| self.error(format!("GetItem idempotency key {key}"), e))?;
         // TTL deletion lags (up to days; never in emulators): an expired key is absent.
         Ok(out
             .item
@@ -558,7 +571,7 @@ impl Store for DynamoStore {
             .set_item(Some(Self::to_item("decision", &item)?))
             .send()
             .await
-            .map_err(|e| store_error(format!("PutItem decision {} {}", item.pk, item.sk), e))?;
+            .map_err(|e| self.error(format!("PutItem decision {} {}", item.pk, item.sk), e))?;
         Ok(())
     }
 

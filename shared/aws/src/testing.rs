@@ -1,8 +1,13 @@
 //! Test support against moto's server, shared by this crate's tests and the Lambda
-//! end-to-end tests: the emulator URL (a failure under CI, a skip elsewhere), unique
-//! names, SDK clients, the table created from infra/dynamodb-table.json, a tagged
-//! network with AMIs and AL2023 alias parameters under a test prefix, and node roles.
+//! end-to-end tests: the emulator URL, unique names, SDK clients, the table created
+//! from infra/dynamodb-table.json, a tagged network with AMIs and AL2023 alias
+//! parameters under a test prefix, and node roles.
 //! Compiled only with the `test-support` feature; panics are the point here.
+//!
+//! A test that needs moto is marked `#[ignore = "needs moto: run through tests/moto.sh"]`,
+//! so a plain `cargo test` reports it as ignored rather than passed, and
+//! `bash tests/moto.sh cargo test -- --include-ignored` (what tests/run.sh and CI run)
+//! runs it. Without moto, [`moto_url`] fails the test; it never passes having done nothing.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -20,33 +25,25 @@ pub use aws_sdk_ec2::Client as Ec2Client;
 pub use aws_sdk_eks::Client as EksClient;
 pub use aws_sdk_iam::Client as IamClient;
 
-/// `let url = moto!();` — the emulator URL, or return from the test when there is none
-/// outside CI.
+/// `let url = moto!();` — the emulator URL ([`moto_url`]).
 #[macro_export]
 macro_rules! moto {
     () => {
-        match $crate::testing::moto_url() {
-            Some(url) => url,
-            None => return,
-        }
+        $crate::testing::moto_url()
     };
 }
 
 pub const REGION: &str = "us-east-1";
 pub const K8S: &str = "1.33";
 
-pub fn moto_url() -> Option<String> {
+/// moto's URL from `NODEWRIGHT_MOTO_URL` (tests/moto.sh sets it); panics without it.
+pub fn moto_url() -> String {
     match std::env::var("NODEWRIGHT_MOTO_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var_os("CI").is_some() => {
-            panic!(
-                "NODEWRIGHT_MOTO_URL is not set: under CI the AWS adapter tests must run against moto (use tests/moto.sh)"
-            )
-        }
-        _ => {
-            eprintln!("skipped: no moto (set NODEWRIGHT_MOTO_URL or run via tests/moto.sh)");
-            None
-        }
+        Ok(url) if !url.trim().is_empty() => url,
+        _ => panic!(
+            "NODEWRIGHT_MOTO_URL is not set: this test needs moto; run it through tests/moto.sh, \
+             e.g. bash tests/moto.sh cargo test -p <crate> -- --include-ignored"
+        ),
     }
 }
 

@@ -1,7 +1,8 @@
 //! nodewright-aws against moto's server (one test binary: the SDKs are slow to link).
 //!
-//! Needs `NODEWRIGHT_MOTO_URL` (tests/moto.sh sets it). Without it the tests print
-//! "skipped: no moto" and pass, except under CI (`CI` set), where they fail.
+//! Every test needs moto, so every test is `#[ignore]`d with that reason: run them with
+//! `bash tests/moto.sh cargo test -p nodewright-aws --test moto -- --include-ignored`
+//! (tests/run.sh, and so CI, does). Run without moto, a test fails naming what is missing.
 //! Every test makes its own table / VPC / cluster name, so they run in parallel on
 //! one server without seeing each other.
 
@@ -62,6 +63,7 @@ fn launched(mut c: NodeClaim, instance_id: &str) -> NodeClaim {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn claims_are_created_once_and_read_back() {
     let url = moto!();
     let store = store(&url).await;
@@ -78,6 +80,41 @@ async fn claims_are_created_once_and_read_back() {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn a_table_that_does_not_exist_is_named_on_one_line_without_raw_http() {
+    let url = moto!();
+    let table = unique("no-such-table");
+    let store = DynamoStore::new(&AwsContext::for_emulator(&url, REGION).await, table.clone());
+    let named =
+        format!("DynamoDB table {table:?} does not exist in {REGION} (NODEWRIGHT_TABLE_NAME)");
+
+    let read = store.list_claims().await.unwrap_err();
+    let write = store.create_claim(&claim("default-a")).await.unwrap_err();
+    let lease = store
+        .acquire_lease("provisioner", "me", 1_000, Duration::from_secs(30))
+        .await
+        .unwrap_err();
+
+    for error in [read, write, lease] {
+        assert_eq!(error.kind, ErrorKind::NotFound, "{error}");
+        let text = error.to_string();
+        assert!(text.contains(&named), "{text}");
+        assert_eq!(text.lines().count(), 1, "{text}");
+        let source = std::error::Error::source(&error).expect("the AWS error is kept");
+        assert!(
+            source.to_string().contains("ResourceNotFoundException"),
+            "{source}"
+        );
+        let debug = format!("{error:?}").to_ascii_lowercase();
+        assert!(
+            !debug.contains("content-type") && !debug.contains("x-amzn-requestid"),
+            "no raw HTTP headers: {debug}"
+        );
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn claim_updates_are_conditional_on_state_and_version() {
     let url = moto!();
     let store = store(&url).await;
@@ -136,6 +173,7 @@ async fn claim_updates_are_conditional_on_state_and_version() {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn claims_list_across_pages_and_are_found_by_instance() {
     let url = moto!();
     let store = store(&url).await;
@@ -178,6 +216,7 @@ async fn claims_list_across_pages_and_are_found_by_instance() {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn leases_exclude_others_until_they_expire_with_increasing_tokens() {
     let url = moto!();
     let store = store(&url).await;
@@ -262,6 +301,7 @@ async fn leases_exclude_others_until_they_expire_with_increasing_tokens() {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn unavailable_offerings_expire_even_before_ttl_deletion() {
     let url = moto!();
     let store = store(&url).await;
@@ -309,6 +349,7 @@ async fn unavailable_offerings_expire_even_before_ttl_deletion() {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn idempotency_keys_are_claimed_once_until_they_expire() {
     let url = moto!();
     let store = store(&url).await;
@@ -359,6 +400,7 @@ async fn idempotency_keys_are_claimed_once_until_they_expire() {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn decisions_round_trip_in_time_order() {
     let url = moto!();
     let store = store(&url).await;
@@ -488,6 +530,7 @@ fn on_demand(t: &str, zone: &str, price: f64) -> Offering {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn node_classes_resolve_subnets_groups_and_images_by_alias_id_and_tags() {
     let url = moto!();
     let cluster = unique("resolve");
@@ -621,6 +664,7 @@ async fn launch_templates_named_nodewright(url: &str) -> Vec<String> {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn launches_tag_instances_and_reuse_one_launch_template() {
     let url = moto!();
     let cluster = unique("launch");
@@ -761,6 +805,7 @@ async fn launches_tag_instances_and_reuse_one_launch_template() {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn owned_instances_are_only_this_clusters_and_terminate_removes_them() {
     let url = moto!();
     let cluster = unique("owned");
@@ -836,6 +881,7 @@ async fn owned_instances_are_only_this_clusters_and_terminate_removes_them() {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn catalog_comes_from_describe_instance_types_with_embedded_prices() {
     let url = moto!();
     let cluster = unique("catalog");
@@ -857,6 +903,7 @@ async fn catalog_comes_from_describe_instance_types_with_embedded_prices() {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn cluster_info_comes_from_describe_cluster() {
     let url = moto!();
     let config = sdk_config(&url).await;
@@ -891,6 +938,18 @@ async fn cluster_info_comes_from_describe_cluster() {
         .await
         .unwrap_err();
     assert_eq!(missing.kind, ErrorKind::NotFound);
+    assert_eq!(
+        missing.to_string(),
+        format!(
+            "cluster not found: EKS cluster \"no-such-cluster\" does not exist in {REGION} (NODEWRIGHT_CLUSTER_NAME); DescribeCluster"
+        )
+    );
+    assert!(
+        !format!("{missing:?}")
+            .to_ascii_lowercase()
+            .contains("content-type"),
+        "no raw HTTP headers: {missing:?}"
+    );
 
     // The token source signs with the context's credentials.
     let token = nodewright_aws::TokenSource::new(&ctx, &name)
@@ -902,6 +961,7 @@ async fn cluster_info_comes_from_describe_cluster() {
 }
 
 #[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn the_cheaper_spot_group_launches_first_with_the_image_for_its_architecture() {
     let url = moto!();
     let cluster = unique("spot");

@@ -104,7 +104,11 @@ pub fn plan_provisioning(input: &ProvisioningInput<'_>) -> ProvisioningPlan {
             }
         })
         .collect();
-    let total_price_per_hour = node_claims.iter().map(|c| c.price_per_hour).sum();
+    // Not `.sum()`: `Sum for f64` starts at -0.0 (the IEEE identity of addition), so a
+    // plan that launches nothing would cost "-0.0" in logs and `$-0.0000/hour` in `plan`.
+    let total_price_per_hour = node_claims
+        .iter()
+        .fold(0.0, |total, c| total + c.price_per_hour);
     ProvisioningPlan {
         node_claims,
         unschedulable: result

@@ -17,6 +17,10 @@ use nodewright_core::testing::{fuzz_catalog, fuzz_event, fuzz_manifests_with, fu
 /// always planned. `NODEWRIGHT_FUZZ_PLAN_ALL=1` plans every file.
 const PLAN_EVERY: usize = 8;
 
+/// The committed corpora hold hundreds of inputs each; fewer than this means the
+/// directory moved or was emptied, and the replay would pass having tested nothing.
+const MIN_CORPUS: usize = 50;
+
 const TARGETS: [(&str, fn(&[u8], bool)); 4] = [
     ("manifests", fuzz_manifests_with),
     ("snapshot", fuzz_snapshot_with),
@@ -39,6 +43,15 @@ fn inputs(target: &str) -> Vec<PathBuf> {
         }
     }
     files.sort();
+    let corpus = files
+        .iter()
+        .filter(|p| p.starts_with(root.join("fuzz/corpus")))
+        .count();
+    assert!(
+        corpus >= MIN_CORPUS,
+        "{target}: {corpus} inputs in fuzz/corpus/{target}/, expected at least {MIN_CORPUS} \
+         (did the corpus move? this replay must not pass with nothing to replay)"
+    );
     files
 }
 

@@ -8,11 +8,14 @@ use nodewright_engine::context::{Ports, SystemClock};
 use nodewright_engine::ports::{BoxError, ClusterError};
 use nodewright_kube::{KubeCluster, TokenProvider};
 
-use crate::Config;
+use crate::{Config, ConfigError};
 
-/// Why the function could not start; the cold start fails with this message.
+/// Why the function could not start; the cold start fails with this message
+/// (see [`crate::run_or_report_init_error`]).
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     #[error("reading EKS cluster {cluster:?}")]
     Eks {
         cluster: String,
@@ -21,6 +24,19 @@ pub enum StartupError {
     },
     #[error("connecting to the Kubernetes API")]
     Kubernetes(#[source] ClusterError),
+}
+
+impl StartupError {
+    /// The `errorType` Lambda records for a failed cold start: stable, for alarms and
+    /// searches (`Config.Missing`, `Config.Malformed`, `Startup.Eks`, `Startup.Kubernetes`).
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            StartupError::Config(ConfigError::Missing(_)) => "Config.Missing",
+            StartupError::Config(ConfigError::Malformed { .. }) => "Config.Malformed",
+            StartupError::Eks { .. } => "Startup.Eks",
+            StartupError::Kubernetes(_) => "Startup.Kubernetes",
+        }
+    }
 }
 
 /// The IAM bearer token for the Kubernetes API, renewed by `TokenSource` before it expires.

@@ -50,6 +50,17 @@ fn claim_of<'p>(
 }
 
 #[test]
+fn a_plan_that_launches_nothing_costs_positive_zero() {
+    let plan = plan(&snapshot(vec![]), &[general_purpose_pool()]);
+    assert!(plan.node_claims.is_empty());
+    assert!(
+        plan.total_price_per_hour == 0.0 && plan.total_price_per_hour.is_sign_positive(),
+        "{:?} (a sum of nothing printed as -0.0)",
+        plan.total_price_per_hour
+    );
+}
+
+#[test]
 fn ten_inflate_pods_get_claims_that_hold_them_at_the_cheapest_price() {
     let pods = (0..10)
         .map(|i| pod(&format!("inflate-{i}"), "1", "256M"))
