@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole nodewright test suite, on a fresh machine: installs what it needs, then
 # builds everything (warnings are failures), runs every test, and runs the CLI's
-# bundled example as a smoke test. CI runs exactly this (.ci/run).
+# bundled scenario and example as smoke tests. CI runs exactly this (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
@@ -26,6 +26,9 @@ if [ -z "${KUBECONFIG:-}" ]; then
   skip=(--skip "$real_cluster")
 fi
 bash tests/moto.sh cargo test --workspace -- --include-ignored ${skip[@]+"${skip[@]}"} 2>&1
+
+step "smoke: nodewright simulate on the bundled scenario (the README's main command)"
+./target/debug/nodewright simulate
 
 step "smoke: nodewright plan on the bundled example"
 ./target/debug/nodewright plan --nodepools cli/examples/nodepools.yaml --snapshot cli/examples/snapshot.json
