@@ -28,6 +28,32 @@ use nodewright_engine::ports::{
 
 // ----- DynamoDB ------------------------------------------------------------------------
 
+/// One contract, two stores: each test below runs against the in-memory store that the
+/// engine's tests and the simulator rely on (`in_memory`, always) and against
+/// DynamoStore on moto (`dynamodb_on_moto`), so the fake is proven to behave as the
+/// real store does where the engine depends on it.
+macro_rules! store_contract {
+    ($name:ident, |$store:ident| $body:block) => {
+        mod $name {
+            use super::*;
+
+            async fn contract($store: &dyn Store) $body
+
+            #[tokio::test]
+            async fn in_memory() {
+                contract(&nodewright_engine::fakes::MemoryStore::new()).await
+            }
+
+            #[tokio::test]
+            #[ignore = "needs moto: run through tests/moto.sh"]
+            async fn dynamodb_on_moto() {
+                let url = moto!();
+                contract(&store(&url).await).await
+            }
+        }
+    };
+}
+
 async fn store(url: &str) -> DynamoStore {
     let table = unique("nodewright");
     create_table_from_definition(url, &table).await;
@@ -62,11 +88,7 @@ fn launched(mut c: NodeClaim, instance_id: &str) -> NodeClaim {
     c
 }
 
-#[tokio::test]
-#[ignore = "needs moto: run through tests/moto.sh"]
-async fn claims_are_created_once_and_read_back() {
-    let url = moto!();
-    let store = store(&url).await;
+store_contract!(claims_are_created_once_and_read_back, |store| {
     let c = claim("default-abc12");
     store.create_claim(&c).await.unwrap();
     assert_eq!(
@@ -77,7 +99,7 @@ async fn claims_are_created_once_and_read_back() {
 
     let again = store.create_claim(&c).await.unwrap_err();
     assert_eq!(again.kind, ErrorKind::Conflict);
-}
+});
 
 #[tokio::test]
 #[ignore = "needs moto: run through tests/moto.sh"]
@@ -113,297 +135,288 @@ async fn a_table_that_does_not_exist_is_named_on_one_line_without_raw_http() {
     }
 }
 
-#[tokio::test]
-#[ignore = "needs moto: run through tests/moto.sh"]
-async fn claim_updates_are_conditional_on_state_and_version() {
-    let url = moto!();
-    let store = store(&url).await;
-    let c = claim("default-upd01");
-    store.create_claim(&c).await.unwrap();
-
-    let next = launched(c.clone(), "i-0123456789abcdef0");
-    store
-        .update_claim(&next, ClaimState::Launching, 1)
-        .await
-        .unwrap();
-    assert_eq!(store.get_claim(&c.name).await.unwrap(), Some(next.clone()));
-
-    // Someone else already advanced it: stale version.
-    let stale = launched(c.clone(), "i-0fedcba9876543210");
-    let err = store
-        .update_claim(&stale, ClaimState::Launching, 1)
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind, ErrorKind::Conflict, "{err}");
-
-    // Right version, wrong state.
-    let mut wrong_state = next.clone();
-    wrong_state.version = 3;
-    wrong_state.state = ClaimState::Registered;
-    let err = store
-        .update_claim(&wrong_state, ClaimState::Launching, 2)
-        .await
-        .unwrap_err();
-    assert_eq!(err.kind, ErrorKind::Conflict, "{err}");
-
-    // Updating a claim that does not exist is a conflict too.
-    let mut ghost = launched(claim("ghost"), "i-11111111");
-    ghost.version = 2;
-    assert_eq!(
-        store
-            .update_claim(&ghost, ClaimState::Launching, 1)
-            .await
-            .unwrap_err()
-            .kind,
-        ErrorKind::Conflict
-    );
-
-    // The version must step by one.
-    assert_eq!(
-        store
-            .update_claim(&next, ClaimState::Launched, 5)
-            .await
-            .unwrap_err()
-            .kind,
-        ErrorKind::Invalid
-    );
-
-    // Unchanged by the refused writes.
-    assert_eq!(store.get_claim(&c.name).await.unwrap(), Some(next));
-}
-
-#[tokio::test]
-#[ignore = "needs moto: run through tests/moto.sh"]
-async fn claims_list_across_pages_and_are_found_by_instance() {
-    let url = moto!();
-    let store = store(&url).await;
-    // Large claims so the Query needs several 1 MB pages.
-    let mut names = Vec::new();
-    for i in 0..40 {
-        let mut c = claim(&format!("pool-{i:03}"));
-        c.pods = (0..800)
-            .map(|p| format!("namespace-with-a-long-name/pod-with-a-long-name-{p:05}"))
-            .collect();
-        if i == 7 {
-            c = launched(c, "i-0aaaaaaaaaaaaaaa7");
-        }
+store_contract!(
+    claim_updates_are_conditional_on_state_and_version,
+    |store| {
+        let c = claim("default-upd01");
         store.create_claim(&c).await.unwrap();
-        names.push(c.name);
+
+        let next = launched(c.clone(), "i-0123456789abcdef0");
+        store
+            .update_claim(&next, ClaimState::Launching, 1)
+            .await
+            .unwrap();
+        assert_eq!(store.get_claim(&c.name).await.unwrap(), Some(next.clone()));
+
+        // Someone else already advanced it: stale version.
+        let stale = launched(c.clone(), "i-0fedcba9876543210");
+        let err = store
+            .update_claim(&stale, ClaimState::Launching, 1)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Conflict, "{err}");
+
+        // Right version, wrong state.
+        let mut wrong_state = next.clone();
+        wrong_state.version = 3;
+        wrong_state.state = ClaimState::Registered;
+        let err = store
+            .update_claim(&wrong_state, ClaimState::Launching, 2)
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Conflict, "{err}");
+
+        // Updating a claim that does not exist is a conflict too.
+        let mut ghost = launched(claim("ghost"), "i-11111111");
+        ghost.version = 2;
+        assert_eq!(
+            store
+                .update_claim(&ghost, ClaimState::Launching, 1)
+                .await
+                .unwrap_err()
+                .kind,
+            ErrorKind::Conflict
+        );
+
+        // The version must step by one.
+        assert_eq!(
+            store
+                .update_claim(&next, ClaimState::Launched, 5)
+                .await
+                .unwrap_err()
+                .kind,
+            ErrorKind::Invalid
+        );
+
+        // Unchanged by the refused writes.
+        assert_eq!(store.get_claim(&c.name).await.unwrap(), Some(next));
     }
-    let mut listed: Vec<String> = store
-        .list_claims()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|c| c.name)
-        .collect();
-    listed.sort();
-    assert_eq!(listed, names);
+);
 
-    let found = store
-        .claim_by_instance("i-0aaaaaaaaaaaaaaa7")
-        .await
-        .unwrap()
-        .expect("claim by instance");
-    assert_eq!(found.name, "pool-007");
-    assert_eq!(
-        store
-            .claim_by_instance("i-0bbbbbbbbbbbbbbbb")
-            .await
-            .unwrap(),
-        None
-    );
-}
-
-#[tokio::test]
-#[ignore = "needs moto: run through tests/moto.sh"]
-async fn leases_exclude_others_until_they_expire_with_increasing_tokens() {
-    let url = moto!();
-    let store = store(&url).await;
-    let ttl = Duration::from_secs(30);
-
-    let first = store
-        .acquire_lease("provisioner", "a", 1_000, ttl)
-        .await
-        .unwrap()
-        .expect("free lease");
-    assert_eq!(first.holder, "a");
-    assert_eq!(first.expires_at, 1_030);
-
-    // Held: someone else is refused.
-    assert_eq!(
-        store
-            .acquire_lease("provisioner", "b", 1_010, ttl)
-            .await
-            .unwrap(),
-        None
-    );
-    // Other leases are independent.
-    assert!(
-        store
-            .acquire_lease("disruption", "b", 1_010, ttl)
+store_contract!(
+    claims_list_across_pages_and_are_found_by_instance,
+    |store| {
+        // Large claims so the Query needs several 1 MB pages.
+        let mut names = Vec::new();
+        for i in 0..40 {
+            let mut c = claim(&format!("pool-{i:03}"));
+            c.pods = (0..800)
+                .map(|p| format!("namespace-with-a-long-name/pod-with-a-long-name-{p:05}"))
+                .collect();
+            if i == 7 {
+                c = launched(c, "i-0aaaaaaaaaaaaaaa7");
+            }
+            store.create_claim(&c).await.unwrap();
+            names.push(c.name);
+        }
+        let mut listed: Vec<String> = store
+            .list_claims()
             .await
             .unwrap()
-            .is_some()
-    );
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        listed.sort();
+        assert_eq!(listed, names);
 
-    // Renewal by the holder extends it.
-    let renewed = store.renew_lease(&first, 1_020, ttl).await.unwrap();
-    assert_eq!((renewed.token, renewed.expires_at), (first.token, 1_050));
-    assert_eq!(
-        store
-            .acquire_lease("provisioner", "b", 1_049, ttl)
+        let found = store
+            .claim_by_instance("i-0aaaaaaaaaaaaaaa7")
             .await
-            .unwrap(),
-        None
-    );
+            .unwrap()
+            .expect("claim by instance");
+        assert_eq!(found.name, "pool-007");
+        assert_eq!(
+            store
+                .claim_by_instance("i-0bbbbbbbbbbbbbbbb")
+                .await
+                .unwrap(),
+            None
+        );
+    }
+);
 
-    // Expired: b gets it, with a larger fencing token.
-    let second = store
-        .acquire_lease("provisioner", "b", 1_051, ttl)
-        .await
-        .unwrap()
-        .expect("expired lease");
-    assert_eq!(second.holder, "b");
-    assert!(
-        second.token > first.token,
-        "{} > {}",
-        second.token,
-        first.token
-    );
+store_contract!(
+    leases_exclude_others_until_they_expire_with_increasing_tokens,
+    |store| {
+        let ttl = Duration::from_secs(30);
 
-    // a lost it: renewing is a conflict, releasing is a no-op that leaves b's lease alone.
-    assert_eq!(
-        store
-            .renew_lease(&renewed, 1_052, ttl)
+        let first = store
+            .acquire_lease("provisioner", "a", 1_000, ttl)
             .await
-            .unwrap_err()
-            .kind,
-        ErrorKind::Conflict
-    );
-    store.release_lease(&renewed).await.unwrap();
-    assert_eq!(
-        store
-            .acquire_lease("provisioner", "c", 1_053, ttl)
+            .unwrap()
+            .expect("free lease");
+        assert_eq!(first.holder, "a");
+        assert_eq!(first.expires_at, 1_030);
+
+        // Held: someone else is refused.
+        assert_eq!(
+            store
+                .acquire_lease("provisioner", "b", 1_010, ttl)
+                .await
+                .unwrap(),
+            None
+        );
+        // Other leases are independent.
+        assert!(
+            store
+                .acquire_lease("disruption", "b", 1_010, ttl)
+                .await
+                .unwrap()
+                .is_some()
+        );
+
+        // Renewal by the holder extends it.
+        let renewed = store.renew_lease(&first, 1_020, ttl).await.unwrap();
+        assert_eq!((renewed.token, renewed.expires_at), (first.token, 1_050));
+        assert_eq!(
+            store
+                .acquire_lease("provisioner", "b", 1_049, ttl)
+                .await
+                .unwrap(),
+            None
+        );
+
+        // Expired: b gets it, with a larger fencing token.
+        let second = store
+            .acquire_lease("provisioner", "b", 1_051, ttl)
             .await
-            .unwrap(),
-        None
-    );
+            .unwrap()
+            .expect("expired lease");
+        assert_eq!(second.holder, "b");
+        assert!(
+            second.token > first.token,
+            "{} > {}",
+            second.token,
+            first.token
+        );
 
-    // b releases: c may take it at once, and the token still grows.
-    store.release_lease(&second).await.unwrap();
-    let third = store
-        .acquire_lease("provisioner", "c", 1_054, ttl)
-        .await
-        .unwrap()
-        .expect("released lease");
-    assert!(third.token > second.token);
-}
+        // a lost it: renewing is a conflict, releasing is a no-op that leaves b's lease alone.
+        assert_eq!(
+            store
+                .renew_lease(&renewed, 1_052, ttl)
+                .await
+                .unwrap_err()
+                .kind,
+            ErrorKind::Conflict
+        );
+        store.release_lease(&renewed).await.unwrap();
+        assert_eq!(
+            store
+                .acquire_lease("provisioner", "c", 1_053, ttl)
+                .await
+                .unwrap(),
+            None
+        );
 
-#[tokio::test]
-#[ignore = "needs moto: run through tests/moto.sh"]
-async fn unavailable_offerings_expire_even_before_ttl_deletion() {
-    let url = moto!();
-    let store = store(&url).await;
-    let o = |t: &str, ct| Offering {
-        instance_type: t.into(),
-        zone: "us-east-1a".into(),
-        capacity_type: ct,
-        price: 0.1,
-    };
-    store
-        .mark_unavailable(&o("m5.large", CapacityType::Spot), 1_180)
-        .await
-        .unwrap();
-    store
-        .mark_unavailable(&o("c5.large", CapacityType::OnDemand), 1_060)
-        .await
-        .unwrap();
+        // b releases: c may take it at once, and the token still grows.
+        store.release_lease(&second).await.unwrap();
+        let third = store
+            .acquire_lease("provisioner", "c", 1_054, ttl)
+            .await
+            .unwrap()
+            .expect("released lease");
+        assert!(third.token > second.token);
+    }
+);
 
-    let mut now = store.unavailable_offerings(1_000).await.unwrap();
-    now.sort();
-    assert_eq!(
-        now,
-        vec![
-            (
-                "c5.large".to_string(),
-                "us-east-1a".to_string(),
-                CapacityType::OnDemand
-            ),
-            (
+store_contract!(
+    unavailable_offerings_expire_even_before_ttl_deletion,
+    |store| {
+        let o = |t: &str, ct| Offering {
+            instance_type: t.into(),
+            zone: "us-east-1a".into(),
+            capacity_type: ct,
+            price: 0.1,
+        };
+        store
+            .mark_unavailable(&o("m5.large", CapacityType::Spot), 1_180)
+            .await
+            .unwrap();
+        store
+            .mark_unavailable(&o("c5.large", CapacityType::OnDemand), 1_060)
+            .await
+            .unwrap();
+
+        let mut now = store.unavailable_offerings(1_000).await.unwrap();
+        now.sort();
+        assert_eq!(
+            now,
+            vec![
+                (
+                    "c5.large".to_string(),
+                    "us-east-1a".to_string(),
+                    CapacityType::OnDemand
+                ),
+                (
+                    "m5.large".to_string(),
+                    "us-east-1a".to_string(),
+                    CapacityType::Spot
+                ),
+            ]
+        );
+        assert_eq!(
+            store.unavailable_offerings(1_100).await.unwrap(),
+            vec![(
                 "m5.large".to_string(),
                 "us-east-1a".to_string(),
                 CapacityType::Spot
-            ),
-        ]
-    );
-    assert_eq!(
-        store.unavailable_offerings(1_100).await.unwrap(),
-        vec![(
-            "m5.large".to_string(),
-            "us-east-1a".to_string(),
-            CapacityType::Spot
-        )]
-    );
-    assert_eq!(store.unavailable_offerings(1_200).await.unwrap(), vec![]);
-}
+            )]
+        );
+        assert_eq!(store.unavailable_offerings(1_200).await.unwrap(), vec![]);
+    }
+);
 
-#[tokio::test]
-#[ignore = "needs moto: run through tests/moto.sh"]
-async fn idempotency_keys_are_claimed_once_until_they_expire() {
-    let url = moto!();
-    let store = store(&url).await;
-    let day = Duration::from_secs(86_400);
-    assert!(
-        !store
-            .idempotency_key_exists("event-1", 1_000)
-            .await
-            .unwrap()
-    );
-    assert!(
-        store
-            .claim_idempotency_key("event-1", 1_000, day)
-            .await
-            .unwrap()
-    );
-    assert!(
-        store
-            .idempotency_key_exists("event-1", 1_001)
-            .await
-            .unwrap()
-    );
-    assert!(
-        !store
-            .idempotency_key_exists("event-1", 1_000 + 86_401)
-            .await
-            .unwrap(),
-        "expired keys read as absent"
-    );
-    assert!(
-        !store
-            .claim_idempotency_key("event-1", 1_001, day)
-            .await
-            .unwrap()
-    );
-    assert!(
-        store
-            .claim_idempotency_key("event-2", 1_001, day)
-            .await
-            .unwrap()
-    );
-    assert!(
-        store
-            .claim_idempotency_key("event-1", 1_000 + 86_401, day)
-            .await
-            .unwrap()
-    );
-}
+store_contract!(
+    idempotency_keys_are_claimed_once_until_they_expire,
+    |store| {
+        let day = Duration::from_secs(86_400);
+        assert!(
+            !store
+                .idempotency_key_exists("event-1", 1_000)
+                .await
+                .unwrap()
+        );
+        assert!(
+            store
+                .claim_idempotency_key("event-1", 1_000, day)
+                .await
+                .unwrap()
+        );
+        assert!(
+            store
+                .idempotency_key_exists("event-1", 1_001)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .idempotency_key_exists("event-1", 1_000 + 86_401)
+                .await
+                .unwrap(),
+            "expired keys read as absent"
+        );
+        assert!(
+            !store
+                .claim_idempotency_key("event-1", 1_001, day)
+                .await
+                .unwrap()
+        );
+        assert!(
+            store
+                .claim_idempotency_key("event-2", 1_001, day)
+                .await
+                .unwrap()
+        );
+        assert!(
+            store
+                .claim_idempotency_key("event-1", 1_000 + 86_401, day)
+                .await
+                .unwrap()
+        );
+    }
+);
 
-#[tokio::test]
-#[ignore = "needs moto: run through tests/moto.sh"]
-async fn decisions_round_trip_in_time_order() {
-    let url = moto!();
-    let store = store(&url).await;
+store_contract!(decisions_round_trip_in_time_order, |store| {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -432,7 +445,7 @@ async fn decisions_round_trip_in_time_order() {
     assert_eq!(recent[2], d(now - 10, "third"));
 
     assert_eq!(store.decisions(now - 2 * 86_400).await.unwrap().len(), 4);
-}
+});
 
 // ----- EC2 ---------------------------------------------------------------------------
 

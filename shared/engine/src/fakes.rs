@@ -1460,22 +1460,25 @@ impl Store for MemoryStore {
     ) -> Result<(), StoreError> {
         tokio::task::yield_now().await;
         let mut inner = self.record(StoreOp::UpdateClaim, claim.name.clone())?;
-        let Some(current) = inner.claims.get(&claim.name) else {
+        // As DynamoStore: a version that does not step by one is a caller's bug
+        // (Invalid, checked before anything is read); a claim that is not there fails
+        // the condition like any other mismatch (both found by the store contract tests).
+        if claim.version != expected_version + 1 {
             return Err(StoreError::new(
-                ErrorKind::NotFound,
-                format!("claim {} not found", claim.name),
+                ErrorKind::Invalid,
+                format!(
+                    "claim {}: new version {} is not {} + 1",
+                    claim.name, claim.version, expected_version
+                ),
             ));
+        }
+        let Some(current) = inner.claims.get(&claim.name) else {
+            return Err(conflict(format!("claim {} does not exist", claim.name)));
         };
         if current.state != expected_state || current.version != expected_version {
             return Err(conflict(format!(
                 "claim {} is {:?} v{}, expected {:?} v{}",
                 claim.name, current.state, current.version, expected_state, expected_version
-            )));
-        }
-        if claim.version != expected_version + 1 {
-            return Err(conflict(format!(
-                "claim {}: new version {} is not {} + 1",
-                claim.name, claim.version, expected_version
             )));
         }
         if let Some(id) = &claim.instance_id {
@@ -1724,7 +1727,8 @@ mod tests {
                 .await
                 .unwrap_err()
                 .kind,
-            ErrorKind::Conflict
+            ErrorKind::Invalid,
+            "a version that does not step by one is a caller's bug, as in DynamoStore"
         );
         let mut skipped = next.clone();
         skipped.version = 5;
@@ -1734,7 +1738,7 @@ mod tests {
                 .await
                 .unwrap_err()
                 .kind,
-            ErrorKind::Conflict
+            ErrorKind::Invalid
         );
         store
             .update_claim(&next, ClaimState::Launching, 1)
