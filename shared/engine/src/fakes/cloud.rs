@@ -1,0 +1,516 @@
+//! FakeCloud: EC2 in memory.
+
+use super::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CloudOp {
+    Catalog,
+    SpotPrices,
+    ResolveNodeClass,
+    Launch,
+    Terminate,
+    OwnedInstances,
+    KarpenterInstances,
+}
+
+/// An instance the fake cloud holds, with the request that launched it.
+#[derive(Debug, Clone)]
+pub struct FakeInstance {
+    pub instance: Instance,
+    pub price: f64,
+    pub request: LaunchRequest,
+}
+
+struct CloudInner {
+    catalog: Catalog,
+    spot_prices: BTreeMap<(String, String), f64>,
+    subnets: Vec<Subnet>,
+    /// Insertion order kept for stable listings.
+    instances: Vec<FakeInstance>,
+    /// Instance id → position in `instances`.
+    by_id: HashMap<String, usize>,
+    /// ClientToken (claim name) → instance id.
+    tokens: HashMap<String, String>,
+    out_of_capacity: HashSet<(String, String, CapacityType)>,
+    /// Ids of the instances Karpenter launched (`insert_karpenter_instance`): not
+    /// nodewright's, so not in `owned_instances`.
+    karpenter: HashSet<String>,
+    faults: Faults<CloudOp, CloudError>,
+    calls: Vec<Call<CloudOp>>,
+    next_id: u64,
+}
+
+/// EC2 in memory: CreateFleet (instant) with ClientToken idempotency, capacity per
+/// offering, TerminateInstances, owned-instance listing, and instances Karpenter
+/// launched for the cluster.
+pub struct FakeCloud {
+    inner: Mutex<CloudInner>,
+    clock: Arc<dyn Clock>,
+    /// Region of the zones, for the names of managed instance profiles.
+    region: String,
+}
+
+/// The cluster the fakes stand for (the name `node_class` discovers subnets by).
+pub const FAKE_CLUSTER: &str = "test-cluster";
+
+impl FakeCloud {
+    /// A cloud offering `catalog` in `zones`, one subnet per zone, reading launch
+    /// times from `clock`.
+    pub fn new(catalog: Catalog, zones: &[&str], clock: Arc<dyn Clock>) -> Self {
+        let subnets = zones
+            .iter()
+            .enumerate()
+            .map(|(i, z)| Subnet {
+                id: format!("subnet-{:017x}", mix(i as u64) >> 4),
+                zone: z.to_string(),
+                available_ips: 4091,
+            })
+            .collect();
+        Self {
+            inner: Mutex::new(CloudInner {
+                catalog,
+                spot_prices: BTreeMap::new(),
+                subnets,
+                instances: Vec::new(),
+                by_id: HashMap::new(),
+                tokens: HashMap::new(),
+                out_of_capacity: HashSet::new(),
+                karpenter: HashSet::new(),
+                faults: Faults::default(),
+                calls: Vec::new(),
+                next_id: 1,
+            }),
+            clock,
+            region: zones
+                .first()
+                .map(|z| z.trim_end_matches(|c: char| c.is_ascii_lowercase()))
+                .filter(|r| !r.is_empty())
+                .unwrap_or("us-east-1")
+                .to_string(),
+        }
+    }
+
+    /// Replaces the subnets (several per zone, or none in a zone).
+    pub fn set_subnets(&self, subnets: Vec<Subnet>) {
+        lock(&self.inner).subnets = subnets;
+    }
+
+    pub fn set_spot_price(&self, instance_type: &str, zone: &str, price: f64) {
+        lock(&self.inner)
+            .spot_prices
+            .insert((instance_type.to_string(), zone.to_string()), price);
+    }
+
+    /// Marks an offering as having (or not having) capacity.
+    pub fn set_capacity(
+        &self,
+        instance_type: &str,
+        zone: &str,
+        capacity_type: CapacityType,
+        available: bool,
+    ) {
+        let key = (instance_type.to_string(), zone.to_string(), capacity_type);
+        let mut inner = lock(&self.inner);
+        if available {
+            inner.out_of_capacity.remove(&key);
+        } else {
+            inner.out_of_capacity.insert(key);
+        }
+    }
+
+    recording_api!(CloudOp, CloudError, record);
+
+    /// Every instance ever launched, terminated ones included.
+    pub fn instances(&self) -> Vec<FakeInstance> {
+        lock(&self.inner).instances.clone()
+    }
+
+    /// Instances not terminated.
+    pub fn running(&self) -> Vec<Instance> {
+        lock(&self.inner)
+            .instances
+            .iter()
+            .filter(|i| i.instance.state != "terminated")
+            .map(|i| i.instance.clone())
+            .collect()
+    }
+
+    pub fn instance(&self, id: &str) -> Option<FakeInstance> {
+        let inner = lock(&self.inner);
+        inner.by_id.get(id).map(|&at| inner.instances[at].clone())
+    }
+
+    /// Starts an instance outside any launch (another tool's, or a leaked one), tagged
+    /// with `claim_name` if given and launched at `launch_time`.
+    pub fn insert_instance(
+        &self,
+        instance_type: &str,
+        zone: &str,
+        claim_name: Option<&str>,
+        launch_time: i64,
+    ) -> Instance {
+        let mut inner = lock(&self.inner);
+        let id = Self::new_id(&mut inner);
+        let instance = Instance {
+            id,
+            instance_type: instance_type.to_string(),
+            zone: zone.to_string(),
+            capacity_type: CapacityType::OnDemand,
+            state: "running".into(),
+            claim_name: claim_name.map(str::to_string),
+            launch_time,
+        };
+        let request = LaunchRequest {
+            claim_name: claim_name.unwrap_or_default().to_string(),
+            node_pool: String::new(),
+            node_class: node_class("default"),
+            resolved: ResolvedNodeClass {
+                subnets: vec![],
+                security_group_ids: vec![],
+                images: vec![],
+                instance_profile: None,
+            },
+            offerings: vec![],
+            labels: BTreeMap::new(),
+            taints: vec![],
+            kubernetes_version: String::new(),
+        };
+        let at = inner.instances.len();
+        inner.by_id.insert(instance.id.clone(), at);
+        inner.instances.push(FakeInstance {
+            instance: instance.clone(),
+            price: 0.0,
+            request,
+        });
+        instance
+    }
+
+    /// EC2 takes the instance away by itself (a spot reclaim at its deadline, a
+    /// hardware failure): it is terminated, and no call of ours is logged. `false` if
+    /// there is no such running instance.
+    pub fn reclaim(&self, id: &str) -> bool {
+        let mut inner = lock(&self.inner);
+        let Some(&at) = inner.by_id.get(id) else {
+            return false;
+        };
+        let instance = &mut inner.instances[at].instance;
+        if instance.state == "terminated" {
+            return false;
+        }
+        instance.state = "terminated".into();
+        true
+    }
+
+    /// Starts an instance as Karpenter would have launched it for this cluster (tagged
+    /// with `karpenter.sh/nodepool` = `node_pool` and, if given, `karpenter.sh/nodeclaim`
+    /// = `claim_name`; not nodewright's): listed by
+    /// `cluster_instances_launched_by_karpenter`, never by `owned_instances`. Its
+    /// kubelet (`FakeCluster::register_from`) registers with Karpenter's labels.
+    pub fn insert_karpenter_instance(
+        &self,
+        instance_type: &str,
+        zone: &str,
+        capacity_type: CapacityType,
+        node_pool: &str,
+        claim_name: Option<&str>,
+        launch_time: i64,
+    ) -> Instance {
+        let mut inner = lock(&self.inner);
+        let id = Self::new_id(&mut inner);
+        let instance = Instance {
+            id,
+            instance_type: instance_type.to_string(),
+            zone: zone.to_string(),
+            capacity_type,
+            state: "running".into(),
+            claim_name: claim_name.map(str::to_string),
+            launch_time,
+        };
+        let mut labels = BTreeMap::from([
+            (LABEL_NODEPOOL.to_string(), node_pool.to_string()),
+            ("karpenter.sh/registered".to_string(), "true".to_string()),
+            ("karpenter.sh/initialized".to_string(), "true".to_string()),
+        ]);
+        if let Some(claim) = claim_name {
+            labels.insert("karpenter.sh/nodeclaim".into(), claim.to_string());
+        }
+        let request = LaunchRequest {
+            claim_name: claim_name.unwrap_or_default().to_string(),
+            node_pool: node_pool.to_string(),
+            node_class: node_class("default"),
+            resolved: ResolvedNodeClass {
+                subnets: vec![],
+                security_group_ids: vec![],
+                images: vec![],
+                instance_profile: None,
+            },
+            offerings: vec![],
+            labels,
+            taints: vec![],
+            kubernetes_version: String::new(),
+        };
+        let at = inner.instances.len();
+        inner.by_id.insert(instance.id.clone(), at);
+        inner.karpenter.insert(instance.id.clone());
+        inner.instances.push(FakeInstance {
+            instance: instance.clone(),
+            price: 0.0,
+            request,
+        });
+        instance
+    }
+
+    /// Sets an instance's state ("stopped", "shutting-down", ...) as EC2 would change it.
+    pub fn set_state(&self, id: &str, state: &str) -> bool {
+        let mut inner = lock(&self.inner);
+        match inner.by_id.get(id).copied() {
+            Some(at) => {
+                inner.instances[at].instance.state = state.to_string();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn new_id(inner: &mut CloudInner) -> String {
+        let n = inner.next_id;
+        inner.next_id += 1;
+        // "i-" + 17 lowercase hex digits, like current EC2 ids.
+        format!("i-0{:016x}", mix(n))
+    }
+}
+
+#[async_trait]
+impl Cloud for FakeCloud {
+    async fn catalog(&self) -> Result<Catalog, CloudError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(CloudOp::Catalog, "") {
+            return Err(e);
+        }
+        Ok(lock(&self.inner).catalog.clone())
+    }
+
+    async fn spot_prices(&self) -> Result<BTreeMap<(String, String), f64>, CloudError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(CloudOp::SpotPrices, "") {
+            return Err(e);
+        }
+        Ok(lock(&self.inner).spot_prices.clone())
+    }
+
+    async fn resolve_node_class(
+        &self,
+        node_class: &Ec2NodeClass,
+        _kubernetes_version: &str,
+    ) -> Result<ResolvedNodeClass, CloudError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(CloudOp::ResolveNodeClass, node_class.name.clone()) {
+            return Err(e);
+        }
+        let subnets = lock(&self.inner).subnets.clone();
+        Ok(ResolvedNodeClass {
+            subnets,
+            security_group_ids: vec!["sg-0123456789abcdef0".into()],
+            images: vec![
+                Image {
+                    id: "ami-0aaaaaaaaaaaaaaa1".into(),
+                    arch: "amd64".into(),
+                },
+                Image {
+                    id: "ami-0aaaaaaaaaaaaaaa2".into(),
+                    arch: "arm64".into(),
+                },
+            ],
+            // As Ec2Cloud: `instanceProfile` as written, else the managed one for the role.
+            instance_profile: node_class.instance_profile_for(FAKE_CLUSTER, &self.region),
+        })
+    }
+
+    async fn launch(&self, request: &LaunchRequest) -> Result<Launched, LaunchError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(CloudOp::Launch, request.claim_name.clone()) {
+            return Err(LaunchError::Cloud(e));
+        }
+        let now = self.clock.now();
+        let mut inner = lock(&self.inner);
+        // ClientToken: the same token returns the instance it launched the first time.
+        if let Some(id) = inner.tokens.get(&request.claim_name).cloned() {
+            if let Some(existing) = inner.instances.iter().find(|i| i.instance.id == id) {
+                return Ok(Launched {
+                    instance_id: existing.instance.id.clone(),
+                    instance_type: existing.instance.instance_type.clone(),
+                    zone: existing.instance.zone.clone(),
+                    capacity_type: existing.instance.capacity_type,
+                    price: existing.price,
+                    unavailable: vec![],
+                });
+            }
+        }
+        if request.offerings.is_empty() {
+            return Err(LaunchError::Cloud(CloudError::new(
+                ErrorKind::Invalid,
+                format!(
+                    "CreateFleet for {}: no launch template overrides",
+                    request.claim_name
+                ),
+            )));
+        }
+        if let Some(unknown) = request
+            .offerings
+            .iter()
+            .find(|o| inner.catalog.get(&o.instance_type).is_none())
+        {
+            return Err(LaunchError::Cloud(CloudError::new(
+                ErrorKind::Invalid,
+                format!(
+                    "CreateFleet for {}: invalid instance type {}",
+                    request.claim_name, unknown.instance_type
+                ),
+            )));
+        }
+        let subnet_zones: HashSet<&str> = inner.subnets.iter().map(|s| s.zone.as_str()).collect();
+        let mut order: Vec<&Offering> = request.offerings.iter().collect();
+        order.sort_by(|a, b| a.price.total_cmp(&b.price));
+        let mut refused = Vec::new();
+        let mut chosen = None;
+        for o in order {
+            let key = (o.instance_type.clone(), o.zone.clone(), o.capacity_type);
+            if !subnet_zones.contains(o.zone.as_str()) || inner.out_of_capacity.contains(&key) {
+                refused.push(o.clone());
+            } else {
+                chosen = Some(o.clone());
+                break;
+            }
+        }
+        let Some(o) = chosen else {
+            let message = format!(
+                "CreateFleet for {}: InsufficientInstanceCapacity for {}",
+                request.claim_name,
+                refused
+                    .iter()
+                    .map(|o| format!("{}/{}/{}", o.instance_type, o.zone, o.capacity_type))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            return Err(LaunchError::InsufficientCapacity {
+                offerings: refused,
+                message,
+            });
+        };
+        let id = Self::new_id(&mut inner);
+        let instance = Instance {
+            id: id.clone(),
+            instance_type: o.instance_type.clone(),
+            zone: o.zone.clone(),
+            capacity_type: o.capacity_type,
+            state: "running".into(),
+            claim_name: Some(request.claim_name.clone()),
+            launch_time: now,
+        };
+        inner.tokens.insert(request.claim_name.clone(), id.clone());
+        let at = inner.instances.len();
+        inner.by_id.insert(id.clone(), at);
+        inner.instances.push(FakeInstance {
+            instance,
+            price: o.price,
+            request: request.clone(),
+        });
+        Ok(Launched {
+            instance_id: id,
+            instance_type: o.instance_type,
+            zone: o.zone,
+            capacity_type: o.capacity_type,
+            price: o.price,
+            unavailable: refused,
+        })
+    }
+
+    async fn terminate(&self, instance_ids: &[String]) -> Result<(), CloudError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(CloudOp::Terminate, instance_ids.join(",")) {
+            return Err(e);
+        }
+        let mut inner = lock(&self.inner);
+        // TerminateInstances is all-or-nothing on unknown ids.
+        if let Some(unknown) = instance_ids
+            .iter()
+            .find(|id| !inner.by_id.contains_key(*id))
+        {
+            return Err(CloudError::new(
+                ErrorKind::NotFound,
+                format!("TerminateInstances: InvalidInstanceID.NotFound {unknown}"),
+            ));
+        }
+        for id in instance_ids {
+            if let Some(&at) = inner.by_id.get(id) {
+                inner.instances[at].instance.state = "terminated".into();
+            }
+        }
+        Ok(())
+    }
+
+    async fn owned_instances(&self) -> Result<Vec<Instance>, CloudError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(CloudOp::OwnedInstances, "") {
+            return Err(e);
+        }
+        let inner = lock(&self.inner);
+        Ok(inner
+            .instances
+            .iter()
+            .filter(|i| {
+                i.instance.state != "terminated" && !inner.karpenter.contains(&i.instance.id)
+            })
+            .map(|i| i.instance.clone())
+            .collect())
+    }
+
+    async fn cluster_instances_launched_by_karpenter(&self) -> Result<Vec<Instance>, CloudError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(CloudOp::KarpenterInstances, "") {
+            return Err(e);
+        }
+        let inner = lock(&self.inner);
+        Ok(inner
+            .instances
+            .iter()
+            .filter(|i| {
+                inner.karpenter.contains(&i.instance.id)
+                    && matches!(
+                        i.instance.state.as_str(),
+                        "pending" | "running" | "stopping" | "stopped"
+                    )
+            })
+            .map(|i| i.instance.clone())
+            .collect())
+    }
+}
+
+/// A minimal valid EC2NodeClass (al2023@latest, role "KarpenterNodeRole").
+pub fn node_class(name: &str) -> Ec2NodeClass {
+    Ec2NodeClass {
+        name: name.to_string(),
+        ami_selector_terms: vec![nodewright_core::api::model::AmiSelectorTerm::Alias {
+            family: "al2023".into(),
+            version: "latest".into(),
+        }],
+        ami_family: Some("AL2023".into()),
+        subnet_selector_terms: vec![SelectorTerm::Tags(BTreeMap::from([(
+            "karpenter.sh/discovery".to_string(),
+            "test-cluster".to_string(),
+        )]))],
+        security_group_selector_terms: vec![SelectorTerm::Tags(BTreeMap::from([(
+            "karpenter.sh/discovery".to_string(),
+            "test-cluster".to_string(),
+        )]))],
+        role: Some("KarpenterNodeRole".into()),
+        instance_profile: None,
+        user_data: None,
+        block_device_mappings: vec![],
+        metadata_options: MetadataOptions::default(),
+        tags: BTreeMap::new(),
+        kubelet: Default::default(),
+        associate_public_ip_address: None,
+        detailed_monitoring: false,
+    }
+}

@@ -1,0 +1,650 @@
+//! FakeCluster: the Kubernetes API in memory, with a kubelet and a binder for tests.
+
+use super::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ClusterOp {
+    State,
+    Pods,
+    PatchNode,
+    RecordEvent,
+    KubernetesVersion,
+    PodsOnNode,
+    EvictPod,
+    DeletePod,
+    DeleteNode,
+    UpdateStatus,
+}
+
+/// A condition as the fake stores it: what the engine set, and when its status last
+/// changed (Unix seconds, the `now` of the update that changed it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCondition {
+    pub condition: Condition,
+    pub last_transition_time: i64,
+}
+
+/// The `status` of a NodePool or EC2NodeClass as written through `update_status`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ObjectStatus {
+    /// Sorted by type, as Karpenter keeps them.
+    pub conditions: Vec<StoredCondition>,
+    pub fields: serde_json::Map<String, serde_json::Value>,
+}
+
+impl ObjectStatus {
+    pub fn condition(&self, type_: &str) -> Option<&StoredCondition> {
+        self.conditions.iter().find(|c| c.condition.type_ == type_)
+    }
+
+    /// `update` applied at `now` (the port's merge rules); `None` when it changes nothing.
+    fn updated(&self, update: &StatusUpdate, now: i64) -> Option<ObjectStatus> {
+        let mut next = self.clone();
+        for wanted in &update.conditions {
+            match next
+                .conditions
+                .iter_mut()
+                .find(|c| c.condition.type_ == wanted.type_)
+            {
+                Some(stored) => {
+                    if stored.condition.status != wanted.status {
+                        stored.last_transition_time = now;
+                    }
+                    stored.condition = wanted.clone();
+                }
+                None => next.conditions.push(StoredCondition {
+                    condition: wanted.clone(),
+                    last_transition_time: now,
+                }),
+            }
+        }
+        next.conditions
+            .sort_by(|a, b| a.condition.type_.cmp(&b.condition.type_));
+        for (key, value) in &update.fields {
+            if value.is_null() {
+                next.fields.remove(key);
+            } else {
+                next.fields.insert(key.clone(), value.clone());
+            }
+        }
+        (next != *self).then_some(next)
+    }
+}
+
+type PodKey = (String, String);
+
+/// Where each pod sits in `state.pods`, and which pods each node holds: evictions at
+/// the scale of the interruption benchmark (45,000 pods) must not scan the list.
+/// Rebuilt lazily after any change made behind its back (`with_state`, `add_pod`...).
+#[derive(Default)]
+struct PodIndex {
+    by_key: HashMap<PodKey, usize>,
+    by_node: HashMap<String, HashSet<PodKey>>,
+    /// Node name → position in `state.nodes`.
+    nodes: HashMap<String, usize>,
+}
+
+impl PodIndex {
+    fn build(state: &ClusterState) -> Self {
+        let mut index = PodIndex::default();
+        for (i, p) in state.pods.iter().enumerate() {
+            index.insert(p, i);
+        }
+        index.nodes = state
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i))
+            .collect();
+        index
+    }
+    fn insert(&mut self, p: &Pod, i: usize) {
+        let key = (p.namespace.clone(), p.name.clone());
+        if let Some(node) = &p.node_name {
+            self.by_node
+                .entry(node.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        self.by_key.insert(key, i);
+    }
+}
+
+struct ClusterInner {
+    state: ClusterState,
+    events: Vec<ClusterEvent>,
+    statuses: BTreeMap<(ObjectKind, String), ObjectStatus>,
+    faults: Faults<ClusterOp, ClusterError>,
+    calls: Vec<Call<ClusterOp>>,
+    index: Option<PodIndex>,
+    /// Pods deleted through `delete_pod`: (namespace/name, grace period seconds).
+    pod_deletions: Vec<(String, i64)>,
+    /// A workload controller recreates evicted or deleted pods (not DaemonSet pods) as
+    /// pending pods with a new name.
+    recreate: bool,
+    recreated: u64,
+}
+
+impl ClusterInner {
+    fn index(&mut self) -> &mut PodIndex {
+        let state = &self.state;
+        self.index.get_or_insert_with(|| PodIndex::build(state))
+    }
+
+    fn find_node(&mut self, name: &str) -> Option<usize> {
+        self.index().nodes.get(name).copied()
+    }
+
+    fn find_pod(&mut self, namespace: &str, name: &str) -> Option<usize> {
+        self.index()
+            .by_key
+            .get(&(namespace.to_string(), name.to_string()))
+            .copied()
+    }
+
+    /// Removes a pod (order of the others may change: swap-remove), and lets the
+    /// controller recreate it when asked to.
+    fn remove_pod(&mut self, i: usize) -> Pod {
+        self.index();
+        let pod = self.state.pods.swap_remove(i);
+        let key = (pod.namespace.clone(), pod.name.clone());
+        if let Some(index) = self.index.as_mut() {
+            index.by_key.remove(&key);
+            if let Some(node) = &pod.node_name
+                && let Some(set) = index.by_node.get_mut(node)
+            {
+                set.remove(&key);
+            }
+            if let Some(moved) = self.state.pods.get(i) {
+                index
+                    .by_key
+                    .insert((moved.namespace.clone(), moved.name.clone()), i);
+            }
+        }
+        if self.recreate && !pod.daemonset_owned {
+            self.recreated += 1;
+            let base = pod
+                .name
+                .split("-r~")
+                .next()
+                .unwrap_or(&pod.name)
+                .to_string();
+            let replacement = Pod {
+                name: format!("{base}-r~{:05x}", mix(self.recreated) & 0xfffff),
+                node_name: None,
+                terminal: false,
+                terminating: false,
+                ..pod.clone()
+            };
+            let at = self.state.pods.len();
+            if let Some(index) = self.index.as_mut() {
+                index.insert(&replacement, at);
+            }
+            self.state.pods.push(replacement);
+        }
+        pod
+    }
+}
+
+/// The Kubernetes API in memory, plus a simulated kubelet (`register`, `set_ready`)
+/// and binder (`bind_pod`).
+pub struct FakeCluster {
+    inner: Mutex<ClusterInner>,
+    catalog: Arc<Catalog>,
+    version: String,
+}
+
+impl FakeCluster {
+    /// An empty cluster whose kubelets size nodes from `catalog`.
+    pub fn new(catalog: Arc<Catalog>) -> Self {
+        Self {
+            inner: Mutex::new(ClusterInner {
+                state: ClusterState::default(),
+                events: Vec::new(),
+                statuses: BTreeMap::new(),
+                faults: Faults::default(),
+                calls: Vec::new(),
+                index: None,
+                pod_deletions: Vec::new(),
+                recreate: false,
+                recreated: 0,
+            }),
+            catalog,
+            version: "1.33".into(),
+        }
+    }
+
+    /// Reads or edits the whole state (add pools, node classes, DaemonSets...).
+    pub fn with_state<R>(&self, f: impl FnOnce(&mut ClusterState) -> R) -> R {
+        let mut inner = lock(&self.inner);
+        inner.index = None;
+        f(&mut inner.state)
+    }
+
+    /// Evicted and deleted pods (not DaemonSet pods) come back as pending pods named
+    /// `<name>-r~<suffix>`, as their ReplicaSet would recreate them, so the provisioner
+    /// can be seen replacing the capacity. Off by default.
+    pub fn recreate_evicted_pods(&self, on: bool) {
+        lock(&self.inner).recreate = on;
+    }
+
+    /// Pods deleted through `delete_pod`: (namespace/name, grace period seconds), in order.
+    pub fn pod_deletions(&self) -> Vec<(String, i64)> {
+        lock(&self.inner).pod_deletions.clone()
+    }
+
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<Pod> {
+        let mut inner = lock(&self.inner);
+        let i = inner.find_pod(namespace, name)?;
+        Some(inner.state.pods[i].clone())
+    }
+
+    pub fn snapshot(&self) -> ClusterState {
+        lock(&self.inner).state.clone()
+    }
+
+    pub fn add_pod(&self, pod: Pod) {
+        let mut inner = lock(&self.inner);
+        let at = inner.state.pods.len();
+        if let Some(index) = inner.index.as_mut() {
+            index.insert(&pod, at);
+        }
+        inner.state.pods.push(pod);
+    }
+
+    pub fn add_node(&self, node: Node) {
+        let mut inner = lock(&self.inner);
+        let at = inner.state.nodes.len();
+        if let Some(index) = inner.index.as_mut() {
+            index.nodes.insert(node.name.clone(), at);
+        }
+        inner.state.nodes.push(node);
+    }
+
+    /// Removes a node (the order of the others may change); false if there was none.
+    pub fn remove_node(&self, name: &str) -> bool {
+        let mut inner = lock(&self.inner);
+        let Some(i) = inner.find_node(name) else {
+            return false;
+        };
+        inner.state.nodes.swap_remove(i);
+        let moved = inner.state.nodes.get(i).map(|n| n.name.clone());
+        if let Some(index) = inner.index.as_mut() {
+            index.nodes.remove(name);
+            if let Some(moved) = moved {
+                index.nodes.insert(moved, i);
+            }
+        }
+        true
+    }
+
+    /// Binds the pod `namespace/name` to `node`; false if there is no such pod.
+    pub fn bind_pod(&self, pod_key: &str, node: &str) -> bool {
+        let mut inner = lock(&self.inner);
+        inner.index = None;
+        match inner.state.pods.iter_mut().find(|p| p.key() == pod_key) {
+            Some(p) => {
+                p.node_name = Some(node.to_string());
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn node(&self, name: &str) -> Option<Node> {
+        lock(&self.inner)
+            .state
+            .nodes
+            .iter()
+            .find(|n| n.name == name)
+            .cloned()
+    }
+
+    pub fn nodes(&self) -> Vec<Node> {
+        lock(&self.inner).state.nodes.clone()
+    }
+
+    pub fn events(&self) -> Vec<ClusterEvent> {
+        lock(&self.inner).events.clone()
+    }
+
+    /// The status written to a NodePool or EC2NodeClass, if any was.
+    pub fn status(&self, kind: ObjectKind, name: &str) -> Option<ObjectStatus> {
+        lock(&self.inner)
+            .statuses
+            .get(&(kind, name.to_string()))
+            .cloned()
+    }
+
+    /// One condition of a NodePool or EC2NodeClass, if it was set.
+    pub fn condition(&self, kind: ObjectKind, name: &str, type_: &str) -> Option<StoredCondition> {
+        self.status(kind, name)
+            .and_then(|s| s.condition(type_).cloned())
+    }
+
+    /// The kubelet of `instance` joins: a NotReady Node named like EC2's private DNS
+    /// name, with providerID `aws:///<zone>/<id>`, the launch's labels plus the ones the
+    /// kubelet sets itself (instance type, zone, region, capacity type, hostname, arch,
+    /// os), and the launch's taints. Returns the node name.
+    pub fn register(
+        &self,
+        instance: &Instance,
+        labels: &BTreeMap<String, String>,
+        taints: &[Taint],
+    ) -> String {
+        let h = mix(instance
+            .id
+            .bytes()
+            .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(u64::from(b))));
+        let name = format!(
+            "ip-10-{}-{}-{}.ec2.internal",
+            (h >> 16) & 0xff,
+            (h >> 8) & 0xff,
+            h & 0xff
+        );
+        let it = self.catalog.get(&instance.instance_type);
+        let mut node_labels = BTreeMap::new();
+        if let Some(it) = it {
+            for key in ["kubernetes.io/arch", "kubernetes.io/os"] {
+                if let Some(v) = it.labels.get(key) {
+                    node_labels.insert(key.to_string(), v.clone());
+                }
+            }
+        }
+        node_labels.extend(labels.clone());
+        node_labels.insert(LABEL_INSTANCE_TYPE.into(), instance.instance_type.clone());
+        node_labels.insert(LABEL_ZONE.into(), instance.zone.clone());
+        let region = instance
+            .zone
+            .trim_end_matches(|c: char| c.is_ascii_lowercase())
+            .to_string();
+        node_labels.insert(LABEL_REGION.into(), region);
+        node_labels.insert(
+            LABEL_CAPACITY_TYPE.into(),
+            instance.capacity_type.as_str().into(),
+        );
+        node_labels.insert(LABEL_HOSTNAME.into(), name.clone());
+        let node = Node {
+            name: name.clone(),
+            labels: node_labels,
+            taints: taints.to_vec(),
+            allocatable: it.map(|t| t.allocatable.clone()).unwrap_or_default(),
+            capacity: it.map(|t| t.capacity.clone()).unwrap_or_default(),
+            provider_id: Some(format!("aws:///{}/{}", instance.zone, instance.id)),
+            unschedulable: false,
+            ready: false,
+        };
+        let mut inner = lock(&self.inner);
+        inner.index = None;
+        inner.state.nodes.retain(|n| n.name != name);
+        inner.state.nodes.push(node);
+        name
+    }
+
+    /// Every running instance of `cloud` without a node registers, with the labels and
+    /// taints of the request that launched it. Returns the new node names.
+    pub fn register_from(&self, cloud: &FakeCloud) -> Vec<String> {
+        let known: HashSet<String> = self
+            .nodes()
+            .iter()
+            .filter_map(|n| n.provider_id.clone())
+            .collect();
+        let mut out = Vec::new();
+        for fi in cloud.instances() {
+            let i = &fi.instance;
+            if i.state == "terminated" || known.contains(&format!("aws:///{}/{}", i.zone, i.id)) {
+                continue;
+            }
+            out.push(self.register(i, &fi.request.labels, &fi.request.taints));
+        }
+        out
+    }
+
+    /// The node's Ready condition turns True; false if there is no such node.
+    pub fn set_ready(&self, name: &str) -> bool {
+        let mut inner = lock(&self.inner);
+        match inner.state.nodes.iter_mut().find(|n| n.name == name) {
+            Some(n) => {
+                n.ready = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The node's instance is gone: the node turns NotReady and the pods on it are
+    /// lost (their controllers recreate them, when recreation is on). Returns the pods
+    /// lost. The Node object stays until someone deletes it.
+    pub fn lose_node(&self, name: &str) -> Vec<String> {
+        let mut inner = lock(&self.inner);
+        if let Some(i) = inner.find_node(name) {
+            inner.state.nodes[i].ready = false;
+        }
+        let mut lost = Vec::new();
+        while let Some(i) = inner
+            .state
+            .pods
+            .iter()
+            .position(|p| p.node_name.as_deref() == Some(name))
+        {
+            let pod = inner.remove_pod(i);
+            lost.push(pod.key());
+        }
+        lost
+    }
+
+    /// Removes a taint from a node as its owner (a CNI, a device plugin) would.
+    pub fn remove_taint(&self, node: &str, key: &str) {
+        let mut inner = lock(&self.inner);
+        if let Some(n) = inner.state.nodes.iter_mut().find(|n| n.name == node) {
+            n.taints.retain(|t| t.key != key);
+        }
+    }
+
+    recording_api!(ClusterOp, ClusterError, record);
+}
+
+#[async_trait]
+impl Cluster for FakeCluster {
+    async fn state(&self) -> Result<ClusterState, ClusterError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(ClusterOp::State, "") {
+            return Err(e);
+        }
+        Ok(self.snapshot())
+    }
+
+    async fn pods(&self) -> Result<Vec<Pod>, ClusterError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(ClusterOp::Pods, "") {
+            return Err(e);
+        }
+        Ok(lock(&self.inner).state.pods.clone())
+    }
+
+    async fn patch_node(&self, name: &str, patch: &NodePatch) -> Result<(), ClusterError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(ClusterOp::PatchNode, name) {
+            return Err(e);
+        }
+        let mut inner = lock(&self.inner);
+        let Some(i) = inner.find_node(name) else {
+            return Err(ClusterError::new(
+                ErrorKind::NotFound,
+                format!("nodes \"{name}\" not found"),
+            ));
+        };
+        let node = &mut inner.state.nodes[i];
+        node.labels.extend(patch.set_labels.clone());
+        node.taints
+            .retain(|t| !patch.remove_taints.contains(&t.key));
+        for t in &patch.add_taints {
+            if !node
+                .taints
+                .iter()
+                .any(|x| x.key == t.key && x.effect == t.effect)
+            {
+                node.taints.push(t.clone());
+            }
+        }
+        Ok(())
+    }
+
+    async fn record_event(&self, event: &ClusterEvent) -> Result<(), ClusterError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(
+            ClusterOp::RecordEvent,
+            format!("{}/{}", event.reason, event.name),
+        ) {
+            return Err(e);
+        }
+        lock(&self.inner).events.push(event.clone());
+        Ok(())
+    }
+
+    /// As the `/status` subresource: the object must exist (valid, or listed in
+    /// `invalid_objects`); conditions merge by type, keeping `lastTransitionTime`
+    /// unless the status flips. Generations are not modelled.
+    async fn update_status(
+        &self,
+        kind: ObjectKind,
+        name: &str,
+        update: &StatusUpdate,
+        now: i64,
+    ) -> Result<bool, ClusterError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(ClusterOp::UpdateStatus, format!("{kind}/{name}")) {
+            return Err(e);
+        }
+        let mut inner = lock(&self.inner);
+        let state = &inner.state;
+        let exists = match kind {
+            ObjectKind::NodePool => state.node_pools.iter().any(|p| p.name == name),
+            ObjectKind::Ec2NodeClass => state.node_classes.iter().any(|c| c.name == name),
+        } || state
+            .invalid_objects
+            .iter()
+            .any(|o| o.kind == kind && o.name == name);
+        if !exists {
+            return Err(ClusterError::new(
+                ErrorKind::NotFound,
+                format!("{kind} {name:?} not found"),
+            ));
+        }
+        let key = (kind, name.to_string());
+        let current = inner.statuses.get(&key).cloned().unwrap_or_default();
+        match current.updated(update, now) {
+            Some(next) => {
+                inner.statuses.insert(key, next);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    async fn kubernetes_version(&self) -> Result<String, ClusterError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(ClusterOp::KubernetesVersion, "") {
+            return Err(e);
+        }
+        Ok(self.version.clone())
+    }
+
+    async fn pods_on_node(&self, node: &str) -> Result<Vec<Pod>, ClusterError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(ClusterOp::PodsOnNode, node) {
+            return Err(e);
+        }
+        let mut inner = lock(&self.inner);
+        let positions: Vec<usize> = {
+            let index = inner.index();
+            let Some(keys) = index.by_node.get(node) else {
+                return Ok(Vec::new());
+            };
+            keys.iter()
+                .filter_map(|k| index.by_key.get(k).copied())
+                .collect()
+        };
+        let mut pods: Vec<Pod> = positions
+            .into_iter()
+            .map(|i| inner.state.pods[i].clone())
+            .collect();
+        pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        Ok(pods)
+    }
+
+    /// As the eviction subresource: the pod must exist; a running pod selected by a
+    /// budget goes only if every such budget allows a disruption now (computed over
+    /// the pods as they are: see `core::cluster::eviction_allowed`); otherwise
+    /// `DisruptionBudget`. An evicted pod is gone at once (a kubelet would take up to
+    /// its grace period).
+    async fn evict_pod(&self, namespace: &str, name: &str) -> Result<(), ClusterError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(ClusterOp::EvictPod, format!("{namespace}/{name}")) {
+            return Err(e);
+        }
+        let mut inner = lock(&self.inner);
+        let Some(i) = inner.find_pod(namespace, name) else {
+            return Err(ClusterError::new(
+                ErrorKind::NotFound,
+                format!("pods \"{name}\" not found"),
+            ));
+        };
+        let pod = &inner.state.pods[i];
+        if inner.state.pdbs.iter().any(|b| b.selects(pod))
+            && !eviction_allowed(pod, &inner.state.pods, &inner.state.pdbs)
+        {
+            return Err(ClusterError::new(
+                ErrorKind::DisruptionBudget,
+                format!(
+                    "evicting pod {namespace}/{name}: Cannot evict pod as it would violate the pod's disruption budget."
+                ),
+            ));
+        }
+        inner.remove_pod(i);
+        Ok(())
+    }
+
+    /// Deletes the pod at once whatever the grace period (recorded in `pod_deletions`);
+    /// a kubelet would give the containers that long to stop.
+    async fn delete_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        grace_period_seconds: i64,
+    ) -> Result<(), ClusterError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(ClusterOp::DeletePod, format!("{namespace}/{name}")) {
+            return Err(e);
+        }
+        let mut inner = lock(&self.inner);
+        let Some(i) = inner.find_pod(namespace, name) else {
+            return Err(ClusterError::new(
+                ErrorKind::NotFound,
+                format!("pods \"{name}\" not found"),
+            ));
+        };
+        inner
+            .pod_deletions
+            .push((format!("{namespace}/{name}"), grace_period_seconds));
+        inner.remove_pod(i);
+        Ok(())
+    }
+
+    /// Removes the Node object. Pods still bound to it stay (the pod garbage collector
+    /// would remove them later).
+    async fn delete_node(&self, name: &str) -> Result<(), ClusterError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(ClusterOp::DeleteNode, name) {
+            return Err(e);
+        }
+        if self.remove_node(name) {
+            Ok(())
+        } else {
+            Err(ClusterError::new(
+                ErrorKind::NotFound,
+                format!("nodes \"{name}\" not found"),
+            ))
+        }
+    }
+}
