@@ -2,26 +2,11 @@
 //! process with a failure code and one timestamped log line naming the setting, and is
 //! posted to the Runtime API's init-error endpoint with a stable `errorType`.
 
-use std::process::{Command, Output};
+use nodewright_lambda::testing::{RecordedRequest, assert_init_error_reported};
 
-use nodewright_lambda::testing::{RecordedRequest, RuntimeApiStub};
-use serde_json::{Value, json};
-
-/// Runs the binary with only `vars` (and the stand-in Runtime API) in its environment.
-fn cold_start(vars: &[(&str, &str)]) -> (Output, Vec<RecordedRequest>) {
-    let api = RuntimeApiStub::start();
-    let output = Command::new(env!("CARGO_BIN_EXE_interruption"))
-        .env_clear()
-        .env("AWS_LAMBDA_RUNTIME_API", api.address())
-        .envs(vars.iter().copied())
-        .output()
-        .expect("run the interruption binary");
-    (output, api.requests())
-}
-
-fn starts_with_a_timestamp(line: &str) -> bool {
-    let time = line.split(' ').next().unwrap_or("");
-    time.len() >= 20 && time.ends_with('Z') && time.as_bytes()[10] == b'T'
+/// Runs the interruption binary with only `vars` (and the stand-in Runtime API) in its environment.
+fn cold_start(vars: &[(&str, &str)]) -> (std::process::Output, Vec<RecordedRequest>) {
+    nodewright_lambda::testing::cold_start(env!("CARGO_BIN_EXE_interruption"), vars)
 }
 
 #[test]
@@ -31,37 +16,10 @@ fn a_malformed_setting_fails_the_cold_start_with_one_line_naming_it() {
         ("NODEWRIGHT_TABLE_NAME", "nw"),
         ("NODEWRIGHT_REBALANCE_ACTION", "panic"),
     ]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stdout}{stderr}");
-    assert_eq!(stderr, "", "no Debug dump on stderr");
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 1, "{stdout}");
-    let line = lines[0];
-    assert!(starts_with_a_timestamp(line), "{line}");
-    assert!(line.contains("ERROR"), "{line}");
-    assert!(line.contains("Config.Malformed"), "{line}");
-    assert!(
-        line.contains(r#"NODEWRIGHT_REBALANCE_ACTION="panic": ignore, cordon or replace"#),
-        "{line}"
-    );
-
-    assert_eq!(requests.len(), 1, "{requests:?}");
-    let r = &requests[0];
-    assert_eq!(
-        (r.method.as_str(), r.path.as_str()),
-        ("POST", "/2018-06-01/runtime/init/error")
-    );
-    assert_eq!(
-        r.header("Lambda-Runtime-Function-Error-Type"),
-        Some("Config.Malformed")
-    );
-    let body: Value = serde_json::from_str(&r.body).expect("JSON body");
-    assert_eq!(
-        body,
-        json!({
-            "errorType": "Config.Malformed",
-            "errorMessage": r#"NODEWRIGHT_REBALANCE_ACTION="panic": ignore, cordon or replace"#,
-        })
+    assert_init_error_reported(
+        &out,
+        &requests,
+        "Config.Malformed",
+        r#"NODEWRIGHT_REBALANCE_ACTION="panic": ignore, cordon or replace"#,
     );
 }

@@ -103,3 +103,62 @@ fn read_request(stream: &TcpStream) -> RecordedRequest {
         body: String::from_utf8(body).expect("a UTF-8 body"),
     }
 }
+
+/// Runs a function binary (`CARGO_BIN_EXE_<name>`) with only `vars` and a stand-in
+/// Runtime API in its environment: what a cold start prints and what it posted.
+pub fn cold_start(
+    binary: &str,
+    vars: &[(&str, &str)],
+) -> (std::process::Output, Vec<RecordedRequest>) {
+    let api = RuntimeApiStub::start();
+    let output = std::process::Command::new(binary)
+        .env_clear()
+        .env("AWS_LAMBDA_RUNTIME_API", api.address())
+        .envs(vars.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("run {binary}: {e}"));
+    (output, api.requests())
+}
+
+/// `2025-01-01T00:00:00.000000Z ...`: a log line that starts with an RFC 3339 time.
+pub fn starts_with_a_timestamp(line: &str) -> bool {
+    let time = line.split(' ').next().unwrap_or("");
+    time.len() >= 20 && time.ends_with('Z') && time.as_bytes()[10] == b'T'
+}
+
+/// The cold start failed with one timestamped text line naming `error_type` and
+/// `message`, nothing on stderr, and one post to the init-error endpoint with them.
+pub fn assert_init_error_reported(
+    out: &std::process::Output,
+    requests: &[RecordedRequest],
+    error_type: &str,
+    message: &str,
+) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stdout}{stderr}");
+    assert_eq!(stderr, "", "no Debug dump on stderr");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "{stdout}");
+    let line = lines[0];
+    assert!(starts_with_a_timestamp(line), "{line}");
+    assert!(line.contains("ERROR"), "{line}");
+    assert!(line.contains(error_type), "{line}");
+    assert!(line.contains(message), "{line}");
+
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    let r = &requests[0];
+    assert_eq!(
+        (r.method.as_str(), r.path.as_str()),
+        ("POST", "/2018-06-01/runtime/init/error")
+    );
+    assert_eq!(
+        r.header("Lambda-Runtime-Function-Error-Type"),
+        Some(error_type)
+    );
+    let body: serde_json::Value = serde_json::from_str(&r.body).expect("JSON body");
+    assert_eq!(
+        body,
+        serde_json::json!({"errorType": error_type, "errorMessage": message})
+    );
+}
