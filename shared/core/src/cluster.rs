@@ -153,6 +153,43 @@ pub struct Pod {
     pub termination_grace_period_seconds: Option<i64>,
     /// `metadata.deletionTimestamp` is set: the pod is already going away.
     pub terminating: bool,
+    /// Host ports its containers bind (kube-scheduler's NodePorts filter): two pods
+    /// binding the same port never share a node.
+    pub host_ports: Vec<HostPort>,
+    /// The owning DaemonSet's name, when `daemonset_owned`.
+    pub owner_daemonset: Option<String>,
+    /// `spec.schedulerName` when it is not `default-scheduler` (e.g. `fargate-scheduler`).
+    pub scheduler_name: Option<String>,
+    /// `status.nominatedNodeName`: preemption chose a node for it.
+    pub nominated_node_name: Option<String>,
+    /// `PodScheduled=False` with reason `Unschedulable`: kube-scheduler tried every node
+    /// and found none.
+    pub marked_unschedulable: bool,
+}
+
+/// One `hostPort` binding. An empty or `0.0.0.0` host IP binds every address.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct HostPort {
+    pub port: u16,
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+    pub host_ip: String,
+}
+
+impl HostPort {
+    fn binds_every_address(&self) -> bool {
+        self.host_ip.is_empty() || self.host_ip == "0.0.0.0" || self.host_ip == "::"
+    }
+
+    /// Whether two bindings cannot both hold on one node: same port and protocol, and
+    /// the same address or either binding every address (kube-scheduler's rule).
+    pub fn conflicts_with(&self, other: &HostPort) -> bool {
+        self.port == other.port
+            && self.protocol == other.protocol
+            && (self.host_ip == other.host_ip
+                || self.binds_every_address()
+                || other.binds_every_address())
+    }
 }
 
 impl Pod {
