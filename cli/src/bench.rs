@@ -307,6 +307,8 @@ fn spread_on(topology_key: &str, selector: LabelSelector) -> TopologySpreadConst
         when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
         label_selector: Some(selector),
         min_domains: None,
+        honor_node_affinity: true,
+        honor_node_taints: false,
     }
 }
 

@@ -97,6 +97,12 @@ pub struct TopologySpreadConstraint {
     /// `None` when the constraint has no selector: it then counts no pods.
     pub label_selector: Option<LabelSelector>,
     pub min_domains: Option<u32>,
+    /// `nodeAffinityPolicy: Honor` (the default): only nodes matching the pod's
+    /// nodeSelector and required node affinity are domains and count pods.
+    pub honor_node_affinity: bool,
+    /// `nodeTaintsPolicy: Honor` (default Ignore): nodes with taints the pod does not
+    /// tolerate are not domains and do not count.
+    pub honor_node_taints: bool,
 }
 
 /// A required pod (anti-)affinity term.

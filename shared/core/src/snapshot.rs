@@ -961,12 +961,20 @@ fn spread_constraint(
             }
         }
     }
+    let honor = |field: &str, value: &Option<String>, default: bool| match value.as_deref() {
+        None => Ok(default),
+        Some("Honor") => Ok(true),
+        Some("Ignore") => Ok(false),
+        Some(other) => Err(invalid(field, other.to_string(), "one of Honor, Ignore")),
+    };
     Ok(TopologySpreadConstraint {
         max_skew,
         topology_key: c.topology_key.clone(),
         when_unsatisfiable,
         label_selector,
         min_domains,
+        honor_node_affinity: honor("nodeAffinityPolicy", &c.node_affinity_policy, true)?,
+        honor_node_taints: honor("nodeTaintsPolicy", &c.node_taints_policy, false)?,
     })
 }
 
@@ -1875,6 +1883,8 @@ mod tests {
                     when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
                     label_selector: Some(web_selector.clone()),
                     min_domains: Some(3),
+                    honor_node_affinity: true,
+                    honor_node_taints: false,
                 },
                 TopologySpreadConstraint {
                     max_skew: 2,
@@ -1882,6 +1892,8 @@ mod tests {
                     when_unsatisfiable: WhenUnsatisfiable::ScheduleAnyway,
                     label_selector: None,
                     min_domains: None,
+                    honor_node_affinity: true,
+                    honor_node_taints: false,
                 },
             ]
         );

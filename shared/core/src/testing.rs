@@ -116,6 +116,8 @@ pub fn spread(key: &str, app: &str) -> TopologySpreadConstraint {
         when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
         label_selector: Some(selector(app)),
         min_domains: None,
+        honor_node_affinity: true,
+        honor_node_taints: false,
     }
 }
 

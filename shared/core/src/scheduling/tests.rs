@@ -424,15 +424,18 @@ fn required_zone_spread_that_the_pool_cannot_meet_is_unschedulable_with_the_cons
     running.labels.insert("app".into(), "dz".into());
     running.node_name = Some("n-b".into());
     snap.pods.push(running);
-    // 1a has 0, 1b has 1: a second pod in 1a gives skew 1 (fine), a third skew 2.
+    // The domains are 1a (the pool's) and 1b (the node's); 1c counts for nothing, as
+    // no node could be there. n-b has no room for these pods. 1a has 0, 1b has 1: two
+    // pods in 1a give skew 1 (fine), a third skew 2.
     for i in 0..3 {
-        let mut p = pod(&format!("dz-{i}"), "1", "1Gi");
+        let mut p = pod(&format!("dz-{i}"), "2", "1Gi");
         p.topology_spread
             .push(spread("topology.kubernetes.io/zone", "dz"));
         snap.pods.push(p);
     }
     let plan = plan(&snap, &[pool]);
-    assert!(!plan.unschedulable.is_empty());
+    assert_eq!(plan.unschedulable.len(), 1, "{:?}", plan.unschedulable);
+    assert_eq!(plan.node_claims.iter().map(|c| c.pods.len()).sum::<usize>(), 2);
     assert!(
         plan.unschedulable.iter().all(|u| u
             .reason
@@ -510,6 +513,7 @@ fn node_pool_limits_count_existing_nodes_and_stop_new_claims() {
 fn in_flight_claims_absorb_pending_pods_before_new_claims_are_made() {
     let pods = (0..3).map(|i| pod(&format!("w-{i}"), "1", "1Gi")).collect();
     let in_flight = [InFlightClaim {
+        labels: Default::default(),
         name: "general-purpose-abc12".into(),
         node_pool: "general-purpose".into(),
         instance_type: "m5.2xlarge".into(),
@@ -670,6 +674,7 @@ fn pods_nominated_to_an_in_flight_claim_stay_on_it_even_when_repacking_would_dif
         pod("c-1", "1", "256Mi"),
     ];
     let in_flight = [InFlightClaim {
+        labels: Default::default(),
         name: "gp-nomin".into(),
         node_pool: "general-purpose".into(),
         instance_type: "m5.large".into(),
