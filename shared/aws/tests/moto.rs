@@ -63,6 +63,7 @@ async fn store(url: &str) -> DynamoStore {
 fn claim(name: &str) -> NodeClaim {
     NodeClaim::launching(
         ClaimSpec {
+            labels: Default::default(),
             name: name.into(),
             node_pool: "default".into(),
             node_class: "default".into(),

@@ -23,6 +23,10 @@ pub struct PlannedNodeClaim {
     pub price_per_hour: f64,
     /// "namespace/name"
     pub pods: Vec<String>,
+    /// Labels the node must carry beyond its NodePool's and its type's: values the
+    /// plan settled on for a multi-valued key (a pod's selector, a topology pin).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
     /// Zones and capacity types the claim may launch in (the fleet may pick another
     /// offering than the cheapest when capacity is short).
     #[serde(skip)]
@@ -94,6 +98,7 @@ pub fn plan_provisioning(input: &ProvisioningInput<'_>) -> ProvisioningPlan {
                 zone: cheapest.zone.clone(),
                 price_per_hour: cheapest.price,
                 pods: keys(&c.pods),
+                labels: c.labels.clone(),
                 zones: c.zones.clone(),
                 capacity_types: c
                     .capacity_types

@@ -855,6 +855,7 @@ impl Provisioner {
                     zones: zones.clone(),
                     capacity_types: capacity_types.clone(),
                     pods: planned.pods.clone(),
+                    labels: planned.labels.clone(),
                 },
                 now,
             );
@@ -921,6 +922,7 @@ impl Provisioner {
         offerings.sort_by(|a, b| a.price.total_cmp(&b.price));
         offerings.truncate(MAX_OFFERINGS);
         let mut labels: BTreeMap<String, String> = pool.labels.clone();
+        labels.extend(claim.labels.clone());
         labels.insert(LABEL_NODEPOOL.into(), pool.name.clone());
         labels.insert(LABEL_NODECLAIM.into(), claim.name.clone());
         let mut taints = pool.taints.clone();
@@ -1349,6 +1351,7 @@ fn in_flight_claims(claims: &[NodeClaim], snapshot: &ClusterSnapshot) -> Vec<InF
                     .or_else(|| c.capacity_types.first().copied())
                     .unwrap_or(CapacityType::OnDemand),
                 pods: c.pods.clone(),
+                labels: c.labels.clone(),
             })
         })
         .collect()
@@ -1370,6 +1373,7 @@ mod tests {
     fn a_launching_claim_without_an_instance_counts_as_its_first_option() {
         let claim = NodeClaim::launching(
             ClaimSpec {
+                labels: Default::default(),
                 name: "gp-abcde".into(),
                 node_pool: "gp".into(),
                 node_class: "default".into(),

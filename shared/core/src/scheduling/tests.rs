@@ -691,3 +691,48 @@ fn pods_nominated_to_an_in_flight_claim_stay_on_it_even_when_repacking_would_dif
     assert_eq!(plan.node_claims.len(), 1);
     assert_eq!(plan.node_claims[0].pods, vec!["default/c-1".to_string()]);
 }
+
+#[test]
+fn a_pod_follows_its_hostname_affinity_target_to_the_in_flight_claim_that_holds_it() {
+    let mut db = pod("db", "1", "1Gi");
+    db.labels.insert("app".into(), "db".into());
+    let mut web = pod("web", "500m", "512Mi");
+    web.pod_affinity
+        .push(affinity_term("kubernetes.io/hostname", "db"));
+    let in_flight = [InFlightClaim {
+        labels: Default::default(),
+        name: "general-purpose-abc12".into(),
+        node_pool: "general-purpose".into(),
+        instance_type: "m5.2xlarge".into(),
+        zone: "us-east-1a".into(),
+        capacity_type: crate::catalog::CapacityType::OnDemand,
+        pods: vec!["default/db".into()],
+    }];
+    let plan = plan_with(
+        &snapshot(vec![web, db]),
+        &[general_purpose_pool()],
+        &in_flight,
+    );
+    assert!(plan.node_claims.is_empty(), "{:?}", plan.node_claims);
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    assert_eq!(plan.in_flight.len(), 1);
+    let mut pods = plan.in_flight[0].pods.clone();
+    pods.sort();
+    assert_eq!(pods, ["default/db", "default/web"]);
+}
+
+#[test]
+fn a_claim_pinned_to_one_value_of_a_multi_valued_node_pool_label_carries_it() {
+    let mut pool = general_purpose_pool();
+    pool.requirements
+        .push(req("team", Operator::In, &["red", "blue"]));
+    let mut p = pod("red-app", "1", "1Gi");
+    p.node_selector.insert("team".into(), "red".into());
+    let plan = plan(&snapshot(vec![p]), &[pool]);
+    assert_eq!(plan.node_claims.len(), 1);
+    assert_eq!(
+        plan.node_claims[0].labels,
+        BTreeMap::from([("team".to_string(), "red".to_string())]),
+        "kube-scheduler binds the pod only if the node has team=red"
+    );
+}
