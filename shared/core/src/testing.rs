@@ -200,13 +200,16 @@ pub fn violations(
         labels.insert(LABEL_CAPACITY_TYPE.into(), c.capacity_type.clone());
         labels.insert("karpenter.sh/nodepool".into(), pool.name.clone());
         labels.extend(pool.labels.clone());
-        // Keys no instance type carries (custom labels a NodePool requires) are labelled
-        // on the node by Karpenter from the claim's requirements, with any allowed value.
+        // Keys no instance type carries (custom labels a NodePool requires) are on the
+        // node as the claim says.
+        labels.extend(c.labels.clone());
         for (key, set) in c.requirements.iter() {
-            if !labels.contains_key(key) && !type_keys.contains(key) && key != LABEL_HOSTNAME {
-                if let Some(value) = set.any_value() {
-                    labels.insert(key.clone(), value);
-                }
+            if !labels.contains_key(key)
+                && !type_keys.contains(key)
+                && key != LABEL_HOSTNAME
+                && set.any_value().is_some()
+            {
+                out.push(format!("claim {ci}: no value for the label {key} its requirements name"));
             }
         }
         if !Requirements::from_node_requirements(&pool.requirements).matches_labels(&labels) {
@@ -216,6 +219,7 @@ pub fn violations(
             ));
         }
         let mut total = Resources::new();
+        let mut ports: Vec<(crate::cluster::HostPort, String)> = Vec::new();
         for ds in &snapshot.daemonsets {
             // Conservative: DaemonSets that tolerate the pool and match the node's labels.
             let t = &ds.template;
@@ -226,14 +230,25 @@ pub fn violations(
             let sel = t
                 .node_selector
                 .iter()
-                .all(|(k, v)| labels.get(k) == Some(v));
+                .all(|(k, v)| labels.get(k) == Some(v))
+                && (t.required_node_terms.is_empty()
+                    || t.required_node_terms
+                        .iter()
+                        .any(|term| Requirements::from_node_requirements(term).matches_labels(&labels)));
             if tolerated && sel {
                 total.add(&t.requests);
+                ports.extend(t.host_ports.iter().map(|p| (p.clone(), ds.name.clone())));
             }
         }
         for key in &c.pods {
             let Some(p) = by_key.get(key) else { continue };
             total.add(&p.requests);
+            for mine in &p.host_ports {
+                if let Some((_, holder)) = ports.iter().find(|(q, _)| q.conflicts_with(mine)) {
+                    out.push(format!("{key}: host port {} also bound by {holder}", mine.port));
+                }
+            }
+            ports.extend(p.host_ports.iter().map(|q| (q.clone(), key.clone())));
             for (k, v) in &p.node_selector {
                 if labels.get(k) != Some(v) {
                     out.push(format!(

@@ -2207,17 +2207,20 @@ impl<'a> Scheduler<'a> {
                     .is_none_or(|s| s.has(ct.as_str()))
             })
             .collect();
-        // Single values the claim's requirements settled on labels the node would not
-        // otherwise carry (a NodePool's multi-valued custom key narrowed by a pod's
-        // selector or a topology pin): the node must carry them, as Karpenter's do.
+        // Custom labels (keys neither the instance nor Karpenter sets): the value the
+        // requirements settled on (a pod's selector, a topology pin), else any value
+        // they allow, as Karpenter labels its nodes. Without them a pod selecting the
+        // label, or spread over it, would never bind.
         let labels = reqs
             .iter()
             .filter(|(k, _)| {
                 !self.type_keys.contains(k.as_str())
                     && ![LABEL_ZONE, LABEL_REGION, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_HOSTNAME]
                         .contains(&k.as_str())
+                    && !k.starts_with("karpenter.sh/")
+                    && !k.starts_with("karpenter.k8s.aws/")
             })
-            .filter_map(|(k, set)| set.single_value().map(|v| (k.clone(), v.to_string())))
+            .filter_map(|(k, set)| set.any_value().map(|v| (k.clone(), v)))
             .collect();
         NewClaim {
             node_pool: self.input.node_pools[pool].name.clone(),

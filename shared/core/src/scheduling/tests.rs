@@ -636,7 +636,15 @@ fn random_workloads_never_break_a_constraint() {
             let cpu = ["100m", "250m", "500m", "1", "1500m", "3"][next(6) as usize];
             let mem = format!("{}Mi", 100 + next(4000));
             let mut p = pod(&format!("g{}-{i}", next(4)), cpu, &mem);
-            match next(5) {
+            match next(7) {
+                5 => p.host_ports.push(HostPort {
+                    port: 8080 + next(2) as u16,
+                    protocol: "TCP".into(),
+                    host_ip: String::new(),
+                }),
+                6 => {
+                    p.node_selector.insert("team".into(), "blue".into());
+                }
                 0 => p.topology_spread.push(spread(
                     "topology.kubernetes.io/zone",
                     p.labels["app"].as_str(),
@@ -655,9 +663,25 @@ fn random_workloads_never_break_a_constraint() {
         }
         let arm = node_pool(
             "arm",
-            vec![req("kubernetes.io/arch", Operator::In, &["arm64"])],
+            vec![
+                req("kubernetes.io/arch", Operator::In, &["arm64"]),
+                req("team", Operator::In, &["blue", "red"]),
+            ],
         );
-        let plan = plan(&snapshot(pods), &[general_purpose_pool(), arm]);
+        let mut snap = snapshot(pods);
+        let mut agent = pod("agent", "200m", "128Mi");
+        agent.name = "agent".into();
+        agent.host_ports.push(HostPort {
+            port: 9100,
+            protocol: "TCP".into(),
+            host_ip: String::new(),
+        });
+        snap.daemonsets.push(DaemonSet {
+            namespace: "kube-system".into(),
+            name: "agent".into(),
+            template: agent,
+        });
+        let plan = plan(&snap, &[general_purpose_pool(), arm]);
         assert!(
             plan.unschedulable.iter().all(|u| !u.reason.is_empty()),
             "round {round}"
