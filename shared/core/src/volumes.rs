@@ -536,4 +536,55 @@ mod tests {
         apply_volume_topology(&mut pods, &Storage::default());
         assert_eq!(pods[0].volume_problem, None);
     }
+
+    /// Plans a `nodewright plan` test snapshot on a spot pool where us-east-1b costs ten
+    /// times what the other zones do.
+    fn plan_with_1b_dearest(snapshot: &str) -> crate::provisioning::ProvisioningPlan {
+        use crate::catalog::{Catalog, LABEL_CAPACITY_TYPE, Pricing};
+        use crate::provisioning::{ProvisioningInput, plan_provisioning};
+        use crate::testing::{general_purpose_pool, req};
+        let snapshot = crate::snapshot::parse_snapshot(snapshot).unwrap();
+        let catalog = Catalog::embedded();
+        let mut pricing = Pricing::default();
+        for it in &catalog.types {
+            let Some(od) = it.on_demand_price else {
+                continue;
+            };
+            for (zone, fraction) in [
+                ("us-east-1a", 0.3),
+                ("us-east-1b", 3.0),
+                ("us-east-1c", 0.3),
+            ] {
+                pricing
+                    .spot_prices
+                    .insert((it.name.clone(), zone.to_string()), od * fraction);
+            }
+        }
+        let mut pool = general_purpose_pool();
+        pool.requirements.retain(|r| r.key != LABEL_CAPACITY_TYPE);
+        pool.requirements
+            .push(req(LABEL_CAPACITY_TYPE, Operator::In, &["spot"]));
+        plan_provisioning(&ProvisioningInput {
+            snapshot: &snapshot,
+            node_pools: &[pool],
+            catalog,
+            pricing: &pricing,
+            in_flight: &[],
+        })
+    }
+
+    #[test]
+    fn a_pod_bound_to_a_zonal_volume_gets_a_claim_only_in_its_zone_though_others_are_cheaper() {
+        let plan = plan_with_1b_dearest(include_str!(
+            "../../../cli/tests/data/pods-bound-zonal-volume.json"
+        ));
+        assert_eq!(plan.node_claims.len(), 1, "{plan:?}");
+        assert_eq!(plan.node_claims[0].zone, "us-east-1b");
+        assert_eq!(plan.node_claims[0].zones, vec!["us-east-1b".to_string()]);
+
+        // The same pod without its volume goes to a cheaper zone: the volume decided.
+        let free = include_str!("../../../cli/tests/data/pods-marked-unschedulable.json");
+        let plan = plan_with_1b_dearest(free);
+        assert_ne!(plan.node_claims[0].zone, "us-east-1b");
+    }
 }
