@@ -232,22 +232,23 @@ impl KubeCluster {
     }
 
     /// PersistentVolumeClaims, PersistentVolumes and StorageClasses, for volume topology.
-    async fn list_storage(
-        &self,
-    ) -> Result<
-        (
-            Vec<PersistentVolumeClaim>,
-            Vec<PersistentVolume>,
-            Vec<StorageClass>,
-        ),
-        ClusterError,
-    > {
+    /// A volume whose affinity cannot be read is reported in `invalid` and left out: its
+    /// pods then read as bound to a missing volume and wait, rather than being placed
+    /// anywhere.
+    async fn list_storage(&self, invalid: &mut Vec<String>) -> Result<Storage, ClusterError> {
         let (claims, volumes, classes) = tokio::join!(
             self.list_all::<PersistentVolumeClaim>("persistentvolumeclaims"),
             self.list_all::<PersistentVolume>("persistentvolumes"),
             self.list_all::<StorageClass>("storageclasses"),
         );
-        Ok((claims?, volumes?, classes?))
+        Ok(Storage {
+            claims: claims?.iter().map(snapshot::pvc_from_k8s).collect(),
+            volumes: convert(volumes?, snapshot::pv_from_k8s, invalid),
+            classes: classes?
+                .iter()
+                .map(snapshot::storage_class_from_k8s)
+                .collect(),
+        })
     }
 
     fn remember_uids<'a>(&self, kind: &str, metas: impl Iterator<Item = &'a ObjectMeta>) {
@@ -549,6 +550,7 @@ fn parse_version(major: &str, minor: &str, git_version: &str) -> Option<String> 
 #[async_trait]
 impl Cluster for KubeCluster {
     async fn state(&self) -> Result<ClusterState, ClusterError> {
+        let mut storage_invalid = Vec::new();
         let (pools, classes, nodes, pods, daemonsets, pdbs, storage) = tokio::join!(
             self.list_crd(&NODE_POOLS),
             self.list_crd(&NODE_CLASSES),
@@ -556,7 +558,7 @@ impl Cluster for KubeCluster {
             self.list_all::<Pod>("pods"),
             self.list_all::<DaemonSet>("daemonsets"),
             self.list_all::<PodDisruptionBudget>("poddisruptionbudgets"),
-            self.list_storage(),
+            self.list_storage(&mut storage_invalid),
         );
         let mut state = ClusterState::default();
         let invalid = &mut state.invalid;
@@ -587,18 +589,8 @@ impl Cluster for KubeCluster {
             &mut state.invalid,
         );
         state.pdbs = convert(pdbs?, snapshot::pdb_from_k8s, &mut state.invalid);
-        let (claims, volumes, storage_classes) = storage?;
-        let storage = Storage {
-            claims: claims.iter().map(snapshot::pvc_from_k8s).collect(),
-            // A volume whose affinity cannot be read is reported; its pods then read as
-            // bound to a missing volume and wait, rather than being placed anywhere.
-            volumes: convert(volumes, snapshot::pv_from_k8s, &mut state.invalid),
-            classes: storage_classes
-                .iter()
-                .map(snapshot::storage_class_from_k8s)
-                .collect(),
-        };
-        apply_volume_topology(&mut state.pods, &storage);
+        apply_volume_topology(&mut state.pods, &storage?);
+        state.invalid.extend(storage_invalid);
         for problem in &state.invalid {
             warn!(problem = %problem, "skipped an object read from the cluster");
         }
