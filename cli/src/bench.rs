@@ -270,7 +270,8 @@ impl Rng {
 
 const MIB_MILLI: i64 = (1 << 20) * 1000;
 
-/// A pending pod in `default` requesting `cpu_milli` millicores and `mem_mib` MiB.
+/// A pending pod in `default` requesting `cpu_milli` millicores and `mem_mib` MiB, which
+/// kube-scheduler has marked Unschedulable.
 fn pending_pod(
     name: String,
     cpu_milli: i64,
@@ -285,6 +286,7 @@ fn pending_pod(
         name,
         labels,
         requests,
+        marked_unschedulable: true,
         ..Pod::default()
     }
 }

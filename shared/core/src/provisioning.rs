@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::api::model::NodePool;
 use crate::catalog::{Catalog, Pricing};
-use crate::cluster::ClusterSnapshot;
+use crate::cluster::{ClusterSnapshot, NotProvisionable};
 use crate::scheduling::{InFlightClaim, Requirements, SchedulerInput, schedule};
 
 /// One NodeClaim to launch.
@@ -44,6 +44,17 @@ pub struct UnschedulablePod {
     pub reason: String,
 }
 
+/// A pending pod no capacity is launched for, and why (see [`NotProvisionable`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NotProvisionedPod {
+    pub pod: String,
+    pub reason: String,
+    /// The reason as data, for callers that branch on it.
+    #[serde(skip)]
+    pub why: NotProvisionable,
+}
+
 /// Pending pods that already fit somewhere: an existing node or an in-flight claim.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -63,6 +74,10 @@ pub struct ProvisioningPlan {
     pub existing_nodes: Vec<Absorbed>,
     /// Pending pods counted against NodeClaims already launching.
     pub in_flight: Vec<Absorbed>,
+    /// Pending pods that are not nodewright's to launch capacity for: another
+    /// scheduler's, nominated by preemption, not yet marked Unschedulable by
+    /// kube-scheduler, or waiting on a volume claim.
+    pub not_provisioned: Vec<NotProvisionedPod>,
 }
 
 pub struct ProvisioningInput<'a> {
@@ -114,7 +129,20 @@ pub fn plan_provisioning(input: &ProvisioningInput<'_>) -> ProvisioningPlan {
     let total_price_per_hour = node_claims
         .iter()
         .fold(0.0, |total, c| total + c.price_per_hour);
+    let not_provisioned = pods
+        .iter()
+        .filter(|p| p.is_pending())
+        .filter_map(|p| {
+            let why = p.not_provisionable()?;
+            Some(NotProvisionedPod {
+                pod: p.key(),
+                reason: why.to_string(),
+                why,
+            })
+        })
+        .collect();
     ProvisioningPlan {
+        not_provisioned,
         node_claims,
         unschedulable: result
             .unschedulable

@@ -86,7 +86,8 @@ pub fn resources(pairs: &[(&str, &str)]) -> Resources {
     r
 }
 
-/// A pending pod requesting `cpu` and `memory` (plus its pod slot).
+/// A pending pod requesting `cpu` and `memory` (plus its pod slot), which kube-scheduler
+/// has marked Unschedulable (so capacity may be launched for it).
 pub fn pod(name: &str, cpu: &str, memory: &str) -> Pod {
     let mut requests = Resources::one_pod();
     requests.add(&resources(&[("cpu", cpu), ("memory", memory)]));
@@ -98,6 +99,7 @@ pub fn pod(name: &str, cpu: &str, memory: &str) -> Pod {
             name.split('-').next().unwrap_or(name).to_string(),
         )]),
         requests,
+        marked_unschedulable: true,
         ..Pod::default()
     }
 }
@@ -167,6 +169,9 @@ pub fn violations(
     }
     for u in &plan.unschedulable {
         *seen.entry(u.pod.as_str()).or_default() += 1;
+    }
+    for n in &plan.not_provisioned {
+        *seen.entry(n.pod.as_str()).or_default() += 1;
     }
     for a in plan.existing_nodes.iter().chain(plan.in_flight.iter()) {
         for p in &a.pods {

@@ -1138,3 +1138,42 @@ async fn a_rebalanced_node_whose_pods_fit_elsewhere_drains_without_waiting_for_a
     assert_eq!(sys.launched(), 2, "no replacement was needed");
     sys.assert_settled();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_fargate_pod_in_the_simulator_never_causes_a_launch_while_an_ordinary_pending_pod_does() {
+    let sys = System::new(m5_pool("on-demand"));
+    // Both as the API server holds them when created: kube-scheduler has not seen them.
+    let mut fargate = pod("batch-0", "1", "1536Mi");
+    fargate.scheduler_name = Some("fargate-scheduler".into());
+    fargate.marked_unschedulable = false;
+    sys.world.cluster.add_pod(fargate);
+
+    sys.run(3).await;
+
+    assert_eq!(sys.launched(), 0, "{:#?}", sys.claims());
+    let batch = sys.world.cluster.pod("default", "batch-0").unwrap();
+    assert!(
+        batch.node_name.is_none() && !batch.marked_unschedulable,
+        "kube-scheduler leaves another scheduler's pod alone: {batch:?}"
+    );
+
+    let mut web = pod("web-0", "1", "1536Mi");
+    web.marked_unschedulable = false;
+    sys.world.cluster.add_pod(web);
+
+    sys.run(3).await;
+
+    assert_eq!(sys.launched(), 1, "{:#?}", sys.claims());
+    let web = sys.world.cluster.pod("default", "web-0").unwrap();
+    assert!(
+        web.node_name.is_some() && !web.marked_unschedulable,
+        "bound, and the mark gone with binding: {web:?}"
+    );
+    let pending: Vec<String> = sys
+        .world
+        .still_pending()
+        .into_iter()
+        .map(|(pod, _)| pod)
+        .collect();
+    assert_eq!(pending, vec!["default/batch-0".to_string()]);
+}

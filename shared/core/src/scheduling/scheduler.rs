@@ -2036,7 +2036,11 @@ impl<'a> Scheduler<'a> {
 
     fn run(mut self) -> Schedule {
         let pods = self.input.pods;
-        let mut pending: Vec<usize> = (0..pods.len()).filter(|&p| pods[p].is_pending()).collect();
+        // Pods kube-scheduler may still bind, or that are not ours (another scheduler,
+        // a preemption nomination, a claim not ready), get no capacity.
+        let mut pending: Vec<usize> = (0..pods.len())
+            .filter(|&p| pods[p].is_pending() && pods[p].is_provisionable())
+            .collect();
         pending.sort_by(|&a, &b| {
             let (ra, rb) = (&pods[a].requests, &pods[b].requests);
             rb.slot_milli(CPU)
