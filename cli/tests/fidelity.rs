@@ -605,3 +605,18 @@ fn preferred_pod_affinity_and_anti_affinity_never_leave_a_pod_unschedulable() {
     let placed: usize = claims(&plan).iter().map(|c| pods_of(c).len()).sum();
     assert_eq!(placed, 5);
 }
+
+#[test]
+fn a_running_daemonset_pod_sizes_the_overhead_rather_than_the_template() {
+    let agent = || daemonset("agent", "100m", json!({}));
+    let from_template = instance_type_for(GENERAL_PURPOSE, vec![agent()]);
+    // VPA raised the running pods to 2 cpu: a new node must hold that, plus the pod.
+    let mut running = bound_to(pod("agent-x7k2p", "2", "64Mi"), "n1");
+    running["metadata"]["namespace"] = json!("kube-system");
+    running["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1",
+        "kind": "DaemonSet", "name": "agent", "uid": "d1", "controller": true}]);
+    let full_node = node("n1", "us-east-1a", "2", "1Gi");
+    let from_running = instance_type_for(GENERAL_PURPOSE, vec![agent(), full_node, running]);
+    assert_ne!(from_running, from_template);
+    assert!(from_running.ends_with(".xlarge"), "{from_running} holds 1.5 + 2 cpu");
+}

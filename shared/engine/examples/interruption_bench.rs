@@ -86,6 +86,7 @@ async fn fleet() -> Fleet {
             zones: vec![zone.into()],
             capacity_types: vec![CapacityType::Spot],
             pods: vec![],
+            labels: Default::default(),
             created_at: now - 3600,
             updated_at: now - 3500,
             instance_id: Some(instance.id.clone()),
