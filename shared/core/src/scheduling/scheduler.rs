@@ -941,12 +941,13 @@ impl<'a> Scheduler<'a> {
             } else {
                 it.capacity.get_milli(name)
             };
-            let used = self.pools[pool].usage.get_milli(name);
-            if used + add > limit {
+            // Saturating: a limit written as "no limit" sits at the quantity ceiling.
+            let used = self.pools[pool].usage.get_milli(name).saturating_add(add);
+            if used > limit {
                 return Err(format!(
                     "NodePool \"{}\" limits: {name} would reach {} of {}",
                     self.input.node_pools[pool].name,
-                    format_milli(name, used + add),
+                    format_milli(name, used),
                     format_milli(name, limit)
                 ));
             }
