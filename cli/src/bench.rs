@@ -561,6 +561,7 @@ fn synthetic_suite(out: &mut Report, shape: Shape, sizes: &[usize]) {
         let input = ProvisioningInput {
             snapshot: &snapshot,
             node_pools: &pools,
+            node_classes: &[],
             catalog: &catalog,
             pricing: &pricing,
             in_flight: &[],
@@ -734,6 +735,7 @@ fn real_suite(out: &mut Report) {
         let input = ProvisioningInput {
             snapshot: &snapshot,
             node_pools: &pools,
+            node_classes: &[],
             catalog,
             pricing: &pricing,
             in_flight: &[],
@@ -800,6 +802,7 @@ fn memory_child(pods: usize) -> Result<(), String> {
     let plan = plan_provisioning(&ProvisioningInput {
         snapshot: &snapshot,
         node_pools: &pools,
+        node_classes: &[],
         catalog,
         pricing: &pricing,
         in_flight: &[],
@@ -1018,6 +1021,7 @@ pub fn cost_of(workload: &CostWorkload) -> (ClusterSnapshot, ProvisioningPlan, O
     let plan = plan_provisioning(&ProvisioningInput {
         snapshot: &snapshot,
         node_pools: &pools,
+        node_classes: &[],
         catalog,
         pricing: &Pricing::default(),
         in_flight: &[],
@@ -1145,6 +1149,7 @@ mod tests {
             let plan = plan_provisioning(&ProvisioningInput {
                 snapshot: &snapshot,
                 node_pools: &pools,
+                node_classes: &[],
                 catalog: &catalog,
                 pricing: &pricing,
                 in_flight: &[],

@@ -30,7 +30,9 @@
 //! size to compute from: it keeps its allocatable, with only the pod count changed.
 
 use crate::api::model::{Ec2NodeClass, EvictionThreshold, Kubelet};
-use crate::catalog::{Catalog, InstanceType, LABEL_ARCH, LABEL_INSTANCE_CPU, LABEL_INSTANCE_MEMORY};
+use crate::catalog::{
+    Catalog, InstanceType, LABEL_ARCH, LABEL_INSTANCE_CPU, LABEL_INSTANCE_MEMORY,
+};
 use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Resources};
 
 const MIB: i64 = 1 << 20;
@@ -136,7 +138,10 @@ pub fn allocatable(it: &InstanceType, flags: FamilyFlags, kubelet: &Kubelet) -> 
         // ⌈10% of the volume⌉ in bytes, computed as Karpenter does in floating point.
         None => ((storage / 1000) as f64 / 100.0 * 10.0).ceil() as i64 * 1000,
     };
-    for (slot, value) in [(MEMORY, eviction_memory), (EPHEMERAL_STORAGE, eviction_storage)] {
+    for (slot, value) in [
+        (MEMORY, eviction_memory),
+        (EPHEMERAL_STORAGE, eviction_storage),
+    ] {
         let name = crate::resources::WELL_KNOWN[slot];
         total.set_milli(name, total.get_milli(name).saturating_add(value));
     }
@@ -157,7 +162,9 @@ fn vm_memory(memory_mib: i64, arch: Option<&str>) -> i64 {
     };
     let bytes = mib.saturating_mul(MIB);
     let overhead_mib = (bytes as f64 * VM_MEMORY_OVERHEAD / 1024.0 / 1024.0).ceil() as i64;
-    (mib - overhead_mib).saturating_mul(MIB).saturating_mul(1000)
+    (mib - overhead_mib)
+        .saturating_mul(MIB)
+        .saturating_mul(1000)
 }
 
 /// The default kubeReserved cpu for `cpu` milli-cores (Bottlerocket's ranges, which
@@ -198,8 +205,7 @@ fn threshold(t: EvictionThreshold, capacity: i64) -> i64 {
 pub fn class_allocatable(catalog: &Catalog, class: &Ec2NodeClass) -> Option<Vec<Resources>> {
     let flags = FamilyFlags::of(class.ami_family.as_deref());
     // Bottlerocket's pods are the ENI limit too, so under defaults only Windows differs.
-    let same_as_catalog =
-        class.kubelet.is_default_density() && flags.eni_limited_pod_density;
+    let same_as_catalog = class.kubelet.is_default_density() && flags.eni_limited_pod_density;
     if same_as_catalog {
         return None;
     }
@@ -321,8 +327,14 @@ mod tests {
     fn hard_eviction_thresholds_are_quantities_or_percentages_of_capacity() {
         let kubelet = Kubelet {
             eviction_hard: BTreeMap::from([
-                ("memory.available".to_string(), EvictionThreshold::Percent(10.0)),
-                ("nodefs.available".to_string(), EvictionThreshold::Percent(100.0)),
+                (
+                    "memory.available".to_string(),
+                    EvictionThreshold::Percent(10.0),
+                ),
+                (
+                    "nodefs.available".to_string(),
+                    EvictionThreshold::Percent(100.0),
+                ),
             ]),
             ..Kubelet::default()
         };

@@ -438,8 +438,19 @@ mod tests {
     #[test]
     fn malformed_quantities_are_errors_not_guesses() {
         for text in [
-            "", "1.5.3Gi", "abc", "1Gb", "1 Gi", "1e", "1ee3", "--1", "1e1.5", "1K", "1ki",
-            "1e99999999999999999999", "0x10",
+            "",
+            "1.5.3Gi",
+            "abc",
+            "1Gb",
+            "1 Gi",
+            "1e",
+            "1ee3",
+            "--1",
+            "1e1.5",
+            "1K",
+            "1ki",
+            "1e99999999999999999999",
+            "0x10",
         ] {
             assert!(
                 matches!(parse_milli(text), Err(QuantityError::Malformed(_))),
@@ -505,21 +516,33 @@ mod tests {
     #[test]
     fn the_crd_pattern_refuses_what_the_api_server_refuses_for_limits() {
         for text in [
-            "1", "+1", "-1", "1.", ".5", "1.5Gi", "10000000Gi", "1e100", "1E-3", "1e1.5", "500m",
+            "1",
+            "+1",
+            "-1",
+            "1.",
+            ".5",
+            "1.5Gi",
+            "10000000Gi",
+            "1e100",
+            "1E-3",
+            "1e1.5",
+            "500m",
         ] {
             assert!(matches_crd_quantity_pattern(text), "{text} should match");
         }
-        for text in ["", ".", "+", "Gi", "1 Gi", "1ki", "1e", "e3", "1.5.3", "1Gb"] {
-            assert!(!matches_crd_quantity_pattern(text), "{text} should not match");
+        for text in [
+            "", ".", "+", "Gi", "1 Gi", "1ki", "1e", "e3", "1.5.3", "1Gb",
+        ] {
+            assert!(
+                !matches_crd_quantity_pattern(text),
+                "{text} should not match"
+            );
         }
     }
 
     #[test]
     fn a_saturated_quantity_is_shown_as_at_least_the_ceiling() {
-        assert_eq!(
-            format_milli("memory", QUANTITY_CEILING),
-            "at least 8.19Pi"
-        );
+        assert_eq!(format_milli("memory", QUANTITY_CEILING), "at least 8.19Pi");
         assert_eq!(format_milli("memory", 9_007_199_254_740_992_000), "8Pi");
         assert_eq!(
             format_milli("cpu", QUANTITY_CEILING),

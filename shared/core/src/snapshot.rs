@@ -1710,7 +1710,6 @@ mod tests {
         );
     }
 
-
     #[test]
     fn a_negative_overhead_names_the_field() {
         let err = one_pod(json!({"overhead": {"memory": "-1Mi"}})).unwrap_err();

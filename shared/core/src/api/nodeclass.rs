@@ -700,7 +700,8 @@ fn thresholds(
 fn eviction_threshold(text: &str) -> Option<EvictionThreshold> {
     if let Some(number) = text.strip_suffix('%') {
         let p: f64 = number.parse().ok()?;
-        return (p.is_finite() && (0.0..=100.0).contains(&p)).then_some(EvictionThreshold::Percent(p));
+        return (p.is_finite() && (0.0..=100.0).contains(&p))
+            .then_some(EvictionThreshold::Percent(p));
     }
     parse_milli(text)
         .ok()

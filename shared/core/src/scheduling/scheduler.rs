@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::api::model::{NodePool, NodeRequirement, Taint, TaintEffect};
+use crate::api::model::{Ec2NodeClass, NodePool, NodeRequirement, Taint, TaintEffect};
 use crate::catalog::{
     CapacityType, Catalog, InstanceType, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL,
     LABEL_REGION, LABEL_ZONE, Pricing,
@@ -55,6 +55,9 @@ pub struct SchedulerInput<'a> {
     pub nodes: &'a [Node],
     pub daemonsets: &'a [DaemonSet],
     pub node_pools: &'a [NodePool],
+    /// The EC2NodeClasses the pools name: their kubelet settings size new nodes. A pool
+    /// whose class is not here plans with the catalog's allocatable.
+    pub node_classes: &'a [Ec2NodeClass],
     pub catalog: &'a Catalog,
     pub pricing: &'a Pricing,
     pub in_flight: &'a [InFlightClaim],
@@ -200,6 +203,9 @@ struct PoolInfo {
     usage: Resources,
     has_min_values: bool,
     duals: Option<(Vec<usize>, Vec<f64>, Resources)>,
+    /// Allocatable by catalog index under the pool's EC2NodeClass kubelet settings;
+    /// `None` when they leave the catalog's as it is.
+    allocatable: Option<Vec<Resources>>,
 }
 
 struct Scheduler<'a> {
@@ -371,6 +377,11 @@ impl<'a> Scheduler<'a> {
                 }
             }
             let has_min_values = pool.requirements.iter().any(|r| r.min_values.is_some());
+            let allocatable = input
+                .node_classes
+                .iter()
+                .find(|c| c.name == pool.node_class_ref.name)
+                .and_then(|class| crate::density::class_allocatable(input.catalog, class));
             self.pools.push(PoolInfo {
                 reqs,
                 taints: pool.taints.clone(),
@@ -379,6 +390,7 @@ impl<'a> Scheduler<'a> {
                 usage,
                 has_min_values,
                 duals: None,
+                allocatable,
             });
         }
         let mut order: Vec<usize> = (0..input.node_pools.len()).collect();
@@ -462,7 +474,7 @@ impl<'a> Scheduler<'a> {
             );
             let mut reqs = Requirements::from_labels(labels.iter());
             reqs = reqs.intersect(&self.pools[pool_idx].reqs);
-            let mut ceiling = it.allocatable.clone();
+            let mut ceiling = self.allocatable(pool_idx, t).clone();
             ceiling.sub(&self.pools[pool_idx].overhead);
             let zone = self.zones.iter().position(|z| *z == claim.zone);
             self.bins.push(Bin {
@@ -925,8 +937,17 @@ impl<'a> Scheduler<'a> {
         best
     }
 
+    /// What type `t` offers pods in `pool`: the catalog's allocatable, or the one the
+    /// pool's EC2NodeClass kubelet settings give.
+    fn allocatable(&self, pool: usize, t: usize) -> &Resources {
+        match &self.pools[pool].allocatable {
+            Some(per_type) => &per_type[t],
+            None => &self.input.catalog.types[t].allocatable,
+        }
+    }
+
     fn usable(&self, t: usize, pool: usize) -> Resources {
-        let mut r = self.input.catalog.types[t].allocatable.clone();
+        let mut r = self.allocatable(pool, t).clone();
         r.sub(&self.pools[pool].overhead);
         r
     }
@@ -1457,7 +1478,7 @@ impl<'a> Scheduler<'a> {
         let types = std::mem::take(&mut self.eclasses[e].pool_types[pool]);
         for &t in &types {
             let it = &self.input.catalog.types[t];
-            if !need.fits_in(&it.allocatable) {
+            if !need.fits_in(self.allocatable(pool, t)) {
                 if let Some(s) = p.requests.first_shortfall(&self.usable(t, pool)) {
                     if shortfall.as_ref().is_none_or(|b| s.2 > b.2 || b.0 != s.0) {
                         shortfall = Some(s);
@@ -1476,7 +1497,7 @@ impl<'a> Scheduler<'a> {
                 continue;
             }
             let (value, size) = self.value(pool, t, &remaining, &p.requests);
-            if whole.fits_in(&it.allocatable) && whole_best.is_none_or(|w| price < w.0) {
+            if whole.fits_in(self.allocatable(pool, t)) && whole_best.is_none_or(|w| price < w.0) {
                 whole_best = Some((price, t, z, ct));
             }
             let score = if price > 0.0 {
@@ -1540,7 +1561,7 @@ impl<'a> Scheduler<'a> {
             self.min_values_ok(pool, &reqs, &p.requests)?;
         }
         let it = &self.input.catalog.types[t];
-        let mut ceiling = it.allocatable.clone();
+        let mut ceiling = self.allocatable(pool, t).clone();
         ceiling.sub(&self.pools[pool].overhead);
         let capacity = it.capacity.clone();
         self.pools[pool].usage.add(&capacity);
