@@ -98,10 +98,9 @@ pub fn allocatable(it: &InstanceType, flags: FamilyFlags, kubelet: &Kubelet) -> 
         None => 110,
     };
     if let (Some(per_core), Some(cpus), true) = (kubelet.pods_per_core, vcpus, flags.pods_per_core)
+        && per_core > 0
     {
-        if per_core > 0 {
-            pods = pods.min(per_core.saturating_mul(cpus));
-        }
+        pods = pods.min(per_core.saturating_mul(cpus));
     }
     let mut out = it.allocatable.clone();
     out.set_milli("pods", pods.saturating_mul(1000));
@@ -192,7 +191,7 @@ fn threshold(t: EvictionThreshold, capacity: i64) -> i64 {
     match t {
         EvictionThreshold::Quantity(milli) => milli,
         // "100%" disables the threshold (the kubelet's reading).
-        EvictionThreshold::Percent(p) if p == 100.0 => 0,
+        EvictionThreshold::Percent(100.0) => 0,
         // ⌈capacity × p / 100⌉ in whole units, as Karpenter computes it.
         EvictionThreshold::Percent(p) => {
             ((capacity / 1000) as f64 / 100.0 * p).ceil() as i64 * 1000

@@ -1017,6 +1017,79 @@ mod tests {
     }
 
     #[test]
+    fn kubelet_density_settings_are_read_as_quantities_and_thresholds() {
+        let text = format!(
+            "{CLASS}  kubelet:\n    kubeReserved: {{cpu: 200m, memory: 1Gi}}\n    systemReserved: {{ephemeral-storage: 2Gi}}\n    evictionHard: {{memory.available: 5%, nodefs.available: 1Gi}}\n    evictionSoft: {{memory.available: 10%}}\n    evictionSoftGracePeriod: {{memory.available: 1m30s}}\n"
+        );
+        let kubelet = valid(&text).node_classes.remove(0).kubelet;
+        assert_eq!(
+            kubelet.kube_reserved,
+            BTreeMap::from([
+                ("cpu".to_string(), 200),
+                ("memory".to_string(), (1i64 << 30) * 1000)
+            ])
+        );
+        assert_eq!(
+            kubelet.system_reserved,
+            BTreeMap::from([("ephemeral-storage".to_string(), (2i64 << 30) * 1000)])
+        );
+        assert_eq!(
+            kubelet.eviction_hard,
+            BTreeMap::from([
+                (
+                    "memory.available".to_string(),
+                    EvictionThreshold::Percent(5.0)
+                ),
+                (
+                    "nodefs.available".to_string(),
+                    EvictionThreshold::Quantity((1i64 << 30) * 1000)
+                ),
+            ])
+        );
+        assert!(!kubelet.is_default_density());
+    }
+
+    #[test]
+    fn bad_kubelet_density_settings_name_the_field() {
+        let text = format!(
+            "{CLASS}  kubelet:\n    maxPods: 3000000000\n    kubeReserved: {{gpu: \"1\", memory: \"-1Gi\"}}\n    systemReserved: {{cpu: lots}}\n    evictionHard: {{memory.available: 120%, disk.available: 1Gi}}\n    evictionSoft: {{nodefs.available: 10%}}\n    evictionSoftGracePeriod: {{memory.available: soon}}\n"
+        );
+        assert_eq!(
+            problems(&text),
+            vec![
+                r#"EC2NodeClass "default": spec.kubelet.maxPods: must be at most 2147483647, got 3000000000"#,
+                r#"EC2NodeClass "default": spec.kubelet.kubeReserved.gpu: "gpu" cannot be reserved (expected one of cpu, memory, ephemeral-storage, pid)"#,
+                r#"EC2NodeClass "default": spec.kubelet.kubeReserved.memory: must not be negative, got "-1Gi""#,
+                r#"EC2NodeClass "default": spec.kubelet.systemReserved.cpu: quantity "lots" is not a Kubernetes quantity (expected a number with an optional suffix such as 500m, 2, 1.5Gi, 256M, 1e3)"#,
+                r#"EC2NodeClass "default": spec.kubelet.evictionHard.disk.available: unknown eviction signal "disk.available" (expected one of memory.available, nodefs.available, nodefs.inodesFree, imagefs.available, imagefs.inodesFree, pid.available)"#,
+                r#"EC2NodeClass "default": spec.kubelet.evictionHard.memory.available: expected a percentage from 0% to 100% or a non-negative quantity such as 500Mi, got "120%""#,
+                r#"EC2NodeClass "default": spec.kubelet.evictionSoftGracePeriod.memory.available: expected a non-negative duration such as "30s" or "1m30s", got "soon""#,
+                r#"EC2NodeClass "default": spec.kubelet.evictionSoftGracePeriod.memory.available: has no matching evictionSoft threshold"#,
+                r#"EC2NodeClass "default": spec.kubelet.evictionSoft.nodefs.available: has no matching evictionSoftGracePeriod"#,
+            ]
+        );
+        // The kubelet's maps hold strings: a bare number is refused, as Karpenter does.
+        assert_eq!(
+            problems(&format!(
+                "{CLASS}  kubelet:\n    kubeReserved: {{cpu: 1}}\n"
+            )),
+            vec![
+                r#"EC2NodeClass "default": spec.kubelet.kubeReserved.cpu: invalid type: integer `1`, expected a string"#
+            ]
+        );
+    }
+
+    #[test]
+    fn grace_periods_take_go_durations() {
+        for ok in ["0", "30s", "1m30s", "1.5h", "300ms", "2h45m0.5s", "10us"] {
+            assert!(is_go_duration(ok), "{ok}");
+        }
+        for bad in ["", "-1s", "1", "1d", "m", "1.s5", "soon"] {
+            assert!(!is_go_duration(bad), "{bad}");
+        }
+    }
+
+    #[test]
     fn a_kubelet_field_of_the_wrong_type_names_the_path() {
         assert_eq!(
             problems(&format!("{CLASS}  kubelet:\n    maxPods: lots\n")),
