@@ -270,7 +270,8 @@ impl Rng {
 
 const MIB_MILLI: i64 = (1 << 20) * 1000;
 
-/// A pending pod in `default` requesting `cpu_milli` millicores and `mem_mib` MiB.
+/// A pending pod in `default` requesting `cpu_milli` millicores and `mem_mib` MiB, which
+/// kube-scheduler has marked Unschedulable.
 fn pending_pod(
     name: String,
     cpu_milli: i64,
@@ -285,6 +286,7 @@ fn pending_pod(
         name,
         labels,
         requests,
+        marked_unschedulable: true,
         ..Pod::default()
     }
 }
@@ -307,6 +309,8 @@ fn spread_on(topology_key: &str, selector: LabelSelector) -> TopologySpreadConst
         when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
         label_selector: Some(selector),
         min_domains: None,
+        honor_node_affinity: true,
+        honor_node_taints: false,
     }
 }
 

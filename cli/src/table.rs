@@ -1,5 +1,5 @@
-//! The plan as a table for people: one row per NodeClaim, then totals and the pods
-//! that could not be placed.
+//! The plan as a table for people: one row per NodeClaim, then totals, the pods that
+//! could not be placed, and the pending pods no capacity is launched for.
 
 use std::fmt::Write;
 
@@ -63,9 +63,14 @@ pub fn render(plan: &ProvisioningPlan) -> String {
     let placed: usize = plan.node_claims.iter().map(|c| c.pods.len()).sum();
     let existing: usize = plan.existing_nodes.iter().map(|a| a.pods.len()).sum();
     let in_flight: usize = plan.in_flight.iter().map(|a| a.pods.len()).sum();
+    // Said only when there are some, so plans of clusters without such pods read as before.
+    let not_provisioned = match plan.not_provisioned.len() {
+        0 => String::new(),
+        n => format!("; {n} not provisioned"),
+    };
     let _ = writeln!(
         out,
-        "\n{} NodeClaim(s) for {placed} pod(s); {existing} pod(s) fit existing nodes; {in_flight} fit in-flight claims; {} unschedulable",
+        "\n{} NodeClaim(s) for {placed} pod(s); {existing} pod(s) fit existing nodes; {in_flight} fit in-flight claims; {} unschedulable{not_provisioned}",
         plan.node_claims.len(),
         plan.unschedulable.len()
     );
@@ -79,6 +84,15 @@ pub fn render(plan: &ProvisioningPlan) -> String {
         let _ = writeln!(out, "\nUnschedulable:");
         for u in &plan.unschedulable {
             let _ = writeln!(out, "  {}: {}", u.pod, u.reason);
+        }
+    }
+    if !plan.not_provisioned.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nNot provisioned (pending, but no capacity is launched for them):"
+        );
+        for n in &plan.not_provisioned {
+            let _ = writeln!(out, "  {}: {}", n.pod, n.reason);
         }
     }
     out

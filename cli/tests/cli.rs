@@ -796,3 +796,133 @@ fn a_run_that_loses_pods_exits_one_naming_the_broken_invariant() {
         Some(err.lines().count())
     );
 }
+
+// ----- pods that are not ours to provision for, and volume topology --------------------
+
+fn general_purpose_nodepool() -> String {
+    fixture_nodepools()
+        .into_iter()
+        .find(|p| p.ends_with("general-purpose.yaml"))
+        .unwrap()
+        .display()
+        .to_string()
+}
+
+/// The plan for a `pods-*.json` snapshot on the general-purpose NodePool, as JSON and as
+/// the table.
+fn plan_pods(snapshot: &str) -> (Value, String) {
+    let args = [
+        "--nodepools",
+        &general_purpose_nodepool(),
+        "--snapshot",
+        &data(snapshot),
+    ];
+    let json = plan_json(&args);
+    let out = nodewright(&[&["plan"], &args[..]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    (json, String::from_utf8(out.stdout).unwrap())
+}
+
+/// Nothing launched, nothing unschedulable, and exactly `pod` listed apart with `reason`
+/// in the JSON and in the table's own section.
+fn assert_listed_apart(plan: &(Value, String), pod: &str, reason: &str) {
+    let (json, text) = plan;
+    assert_eq!(json["nodeClaims"], serde_json::json!([]), "{json}");
+    assert_eq!(json["unschedulable"], serde_json::json!([]), "{json}");
+    assert_eq!(
+        json["notProvisioned"],
+        serde_json::json!([{"pod": pod, "reason": reason}]),
+        "{json}"
+    );
+    assert!(text.contains("No new NodeClaims needed."), "{text}");
+    assert!(
+        text.contains("0 unschedulable; 1 not provisioned"),
+        "{text}"
+    );
+    let section = text
+        .split("\nNot provisioned (pending, but no capacity is launched for them):\n")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no section for pods not provisioned: {text}"));
+    assert_eq!(section, format!("  {pod}: {reason}\n"), "{text}");
+}
+
+#[test]
+fn a_pod_for_the_fargate_scheduler_launches_nothing_and_is_listed_apart_with_why() {
+    assert_listed_apart(
+        &plan_pods("pods-fargate.json"),
+        "default/batch-fargate",
+        "it is for scheduler \"fargate-scheduler\", not kube-scheduler; that scheduler provides its capacity",
+    );
+}
+
+#[test]
+fn a_pod_nominated_to_a_node_by_preemption_launches_nothing_and_is_listed_apart_with_why() {
+    assert_listed_apart(
+        &plan_pods("pods-nominated.json"),
+        "default/critical-web",
+        "preemption nominated it to node \"ip-192-168-12-34.ec2.internal\"; kube-scheduler binds it there once the pods it preempts are gone",
+    );
+}
+
+#[test]
+fn a_pending_pod_kube_scheduler_has_not_marked_unschedulable_launches_nothing_and_is_listed_apart()
+{
+    assert_listed_apart(
+        &plan_pods("pods-not-yet-marked.json"),
+        "default/fresh-web",
+        "kube-scheduler has not marked it Unschedulable yet; it may still fit a node that exists",
+    );
+}
+
+#[test]
+fn a_pod_kube_scheduler_marked_unschedulable_gets_a_claim() {
+    let (json, text) = plan_pods("pods-marked-unschedulable.json");
+    let claims = json["nodeClaims"].as_array().unwrap();
+    assert_eq!(claims.len(), 1, "{json}");
+    assert_eq!(
+        claims[0]["pods"],
+        serde_json::json!(["default/waiting-web"])
+    );
+    assert_eq!(json["notProvisioned"], serde_json::json!([]), "{json}");
+    assert!(!text.contains("Not provisioned"), "{text}");
+    assert!(!text.contains("not provisioned"), "{text}");
+}
+
+#[test]
+fn a_pod_bound_to_a_volume_in_us_east_1b_gets_a_claim_in_us_east_1b() {
+    let (json, _) = plan_pods("pods-bound-zonal-volume.json");
+    let claims = json["nodeClaims"].as_array().unwrap();
+    assert_eq!(claims.len(), 1, "{json}");
+    assert_eq!(claims[0]["pods"], serde_json::json!(["default/db-0"]));
+    assert_eq!(claims[0]["zone"], "us-east-1b", "{json}");
+    // Zones cost the same here, and the same pod without a volume goes to the first
+    // one: the volume moved it. (That the claim may launch in us-east-1b only, and that
+    // a cheaper zone does not win, is checked in core's volumes tests, which can price
+    // zones apart.)
+    let (free, _) = plan_pods("pods-marked-unschedulable.json");
+    assert_eq!(free["nodeClaims"][0]["zone"], "us-east-1a", "{free}");
+}
+
+#[test]
+fn a_wait_for_first_consumer_class_allowing_only_us_east_1c_puts_the_claim_in_us_east_1c() {
+    let (json, _) = plan_pods("pods-wait-for-first-consumer.json");
+    let claims = json["nodeClaims"].as_array().unwrap();
+    assert_eq!(claims.len(), 1, "{json}");
+    assert_eq!(claims[0]["pods"], serde_json::json!(["default/cache-0"]));
+    assert_eq!(claims[0]["zone"], "us-east-1c", "{json}");
+}
+
+#[test]
+fn pods_whose_claim_is_missing_or_waits_for_immediate_binding_are_listed_apart_with_why() {
+    let (json, text) = plan_pods("pods-claims-not-ready.json");
+    assert_eq!(json["nodeClaims"], serde_json::json!([]), "{json}");
+    assert_eq!(
+        json["notProvisioned"],
+        serde_json::json!([
+            {"pod": "default/logs-0", "reason": "its PersistentVolumeClaim \"default/logs-0\" is not bound yet and StorageClass \"gp2\" binds Immediately: the volume's zone is chosen before the pod is placed, so it waits for the claim to bind"},
+            {"pod": "default/orphan-0", "reason": "its volume \"data\" uses PersistentVolumeClaim \"default/never-created\", which does not exist"},
+        ]),
+        "{json}"
+    );
+    assert!(text.contains("2 not provisioned"), "{text}");
+}

@@ -147,14 +147,15 @@ pub fn pending_pod(name: &str) -> Value {
 }
 
 /// A pending pod of the `web` app (no tolerations, no node selector) with these
-/// requests.
+/// requests, which kube-scheduler has marked Unschedulable.
 pub fn web_pod(name: &str, cpu: &str, memory: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"}},
         "spec": {"containers": [{"name": "app", "image": "nginx",
             "resources": {"requests": {"cpu": cpu, "memory": memory}}}]},
-        "status": {"phase": "Pending"}
+        "status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
     })
 }
 

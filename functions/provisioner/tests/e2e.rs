@@ -261,6 +261,7 @@ async fn a_crash_after_the_claim_write_is_finished_with_one_instance() {
     let p = &planned[0];
     let crashed = NodeClaim::launching(
         ClaimSpec {
+            labels: Default::default(),
             name: "general-purpose-crash".into(),
             node_pool: p.node_pool.clone(),
             node_class: "default".into(),

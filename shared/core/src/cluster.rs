@@ -3,9 +3,11 @@
 //! output; the engine will build them from the Kubernetes API.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use crate::api::model::{NodeRequirement, Taint, TaintEffect};
 use crate::resources::Resources;
+use crate::volumes::{PodClaim, VolumeProblem};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TolerationOperator {
@@ -97,6 +99,12 @@ pub struct TopologySpreadConstraint {
     /// `None` when the constraint has no selector: it then counts no pods.
     pub label_selector: Option<LabelSelector>,
     pub min_domains: Option<u32>,
+    /// `nodeAffinityPolicy: Honor` (the default): only nodes matching the pod's
+    /// nodeSelector and required node affinity are domains and count pods.
+    pub honor_node_affinity: bool,
+    /// `nodeTaintsPolicy: Honor` (default Ignore): nodes with taints the pod does not
+    /// tolerate are not domains and do not count.
+    pub honor_node_taints: bool,
 }
 
 /// A required pod (anti-)affinity term.
@@ -165,6 +173,51 @@ pub struct Pod {
     /// `PodScheduled=False` with reason `Unschedulable`: kube-scheduler tried every node
     /// and found none.
     pub marked_unschedulable: bool,
+    /// The PersistentVolumeClaims its volumes use (`persistentVolumeClaim` and generic
+    /// `ephemeral` volumes), for [`crate::volumes::apply_volume_topology`].
+    pub claims: Vec<PodClaim>,
+    /// Set by [`crate::volumes::apply_volume_topology`] when a claim keeps the pod from
+    /// being planned for (a missing claim, an Immediate claim not yet bound, ...).
+    pub volume_problem: Option<VolumeProblem>,
+}
+
+/// Why a pending pod gets no new capacity: it is not nodewright's to provision for.
+/// Karpenter's `pod.IsProvisionable` and its PersistentVolumeClaim validation, with the
+/// scheduler name made explicit (Karpenter relies on other schedulers never marking a
+/// pod Unschedulable the way kube-scheduler does).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotProvisionable {
+    /// `spec.schedulerName` names another scheduler (e.g. `fargate-scheduler`): that
+    /// scheduler provides its capacity, and kube-scheduler would not bind it to ours.
+    OtherScheduler { scheduler: String },
+    /// Preemption nominated it to a node: kube-scheduler binds it there once the pods
+    /// it preempts are gone, so new capacity would sit empty.
+    Nominated { node: String },
+    /// A claim it uses cannot be planned for yet (see [`VolumeProblem`]).
+    Volume(VolumeProblem),
+    /// kube-scheduler has not marked it Unschedulable: it has not tried every node yet,
+    /// and may still bind it to one that has room.
+    NotMarkedUnschedulable,
+}
+
+impl fmt::Display for NotProvisionable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NotProvisionable::OtherScheduler { scheduler } => write!(
+                f,
+                "it is for scheduler {scheduler:?}, not kube-scheduler; that scheduler provides its capacity"
+            ),
+            NotProvisionable::Nominated { node } => write!(
+                f,
+                "preemption nominated it to node {node:?}; kube-scheduler binds it there once the pods it preempts are gone"
+            ),
+            NotProvisionable::Volume(problem) => write!(f, "{problem}"),
+            NotProvisionable::NotMarkedUnschedulable => write!(
+                f,
+                "kube-scheduler has not marked it Unschedulable yet; it may still fit a node that exists"
+            ),
+        }
+    }
 }
 
 /// One `hostPort` binding. An empty or `0.0.0.0` host IP binds every address.
@@ -215,6 +268,38 @@ impl Pod {
     /// Pending for provisioning: not bound and not finished.
     pub fn is_pending(&self) -> bool {
         self.node_name.is_none() && !self.terminal && !self.daemonset_owned
+    }
+
+    /// Why this pod, if pending, is not one to launch capacity for; `None` when it is.
+    /// Checked in order of what a user can act on: the scheduler, a nomination, its
+    /// volumes, and last kube-scheduler's verdict (a pod with a missing claim is often
+    /// also not marked yet, and the claim is the news).
+    pub fn not_provisionable(&self) -> Option<NotProvisionable> {
+        if let Some(scheduler) = &self.scheduler_name {
+            return Some(NotProvisionable::OtherScheduler {
+                scheduler: scheduler.clone(),
+            });
+        }
+        if let Some(node) = &self.nominated_node_name {
+            return Some(NotProvisionable::Nominated { node: node.clone() });
+        }
+        if let Some(problem) = &self.volume_problem {
+            return Some(NotProvisionable::Volume(problem.clone()));
+        }
+        if !self.marked_unschedulable {
+            return Some(NotProvisionable::NotMarkedUnschedulable);
+        }
+        None
+    }
+
+    /// Whether capacity may be launched for this pod when it is pending.
+    pub fn is_provisionable(&self) -> bool {
+        self.not_provisionable().is_none()
+    }
+
+    /// Pending and ours to provision for: what a provisioning run plans and waits on.
+    pub fn wants_capacity(&self) -> bool {
+        self.is_pending() && self.is_provisionable()
     }
 }
 
@@ -332,6 +417,11 @@ pub struct ClusterSnapshot {
 impl ClusterSnapshot {
     pub fn pending_pods(&self) -> impl Iterator<Item = &Pod> {
         self.pods.iter().filter(|p| p.is_pending())
+    }
+
+    /// The pending pods capacity may be launched for ([`Pod::wants_capacity`]).
+    pub fn provisionable_pods(&self) -> impl Iterator<Item = &Pod> {
+        self.pods.iter().filter(|p| p.wants_capacity())
     }
 }
 

@@ -6,6 +6,7 @@
 //! - [`resources`]: exact Kubernetes quantities and resource vectors.
 //! - [`api`]: Karpenter v1 NodePool / EC2NodeClass, validated, with defaults.
 //! - [`cluster`] and [`snapshot`]: pods, nodes, DaemonSets and PDBs as scheduling sees them.
+//! - [`volumes`]: where pods' PersistentVolumeClaims let them run (volume topology).
 //! - [`catalog`]: instance types, offerings (type × zone × capacity type) and prices.
 //! - [`density`]: a type's allocatable under an EC2NodeClass's kubelet settings.
 //! - [`scheduling`]: requirements algebra, taints, topology, and the bin-packer.
@@ -25,3 +26,4 @@ pub mod scheduling;
 pub mod snapshot;
 #[doc(hidden)]
 pub mod testing;
+pub mod volumes;

@@ -7,6 +7,8 @@
 //! Every store write of a claim is a conditional update on (expected state, version);
 //! `transition` is the only way to produce the next record, so no job can skip a state.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::CapacityType;
@@ -115,6 +117,10 @@ pub struct NodeClaim {
     pub capacity_types: Vec<CapacityType>,
     /// The pods the claim was made for (namespace/name), for explanations.
     pub pods: Vec<String>,
+    /// Labels its node must carry beyond its NodePool's and its type's: values the
+    /// plan settled on for multi-valued keys (a pod's selector, a topology pin).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
     pub created_at: i64,
     pub updated_at: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -250,6 +256,7 @@ pub struct ClaimSpec {
     pub zones: Vec<String>,
     pub capacity_types: Vec<CapacityType>,
     pub pods: Vec<String>,
+    pub labels: BTreeMap<String, String>,
 }
 
 /// An instance that is already a node, to be recorded as a claim by
@@ -283,6 +290,7 @@ impl NodeClaim {
             zones: spec.zones,
             capacity_types: spec.capacity_types,
             pods: spec.pods,
+            labels: spec.labels,
             created_at: now,
             updated_at: now,
             instance_id: None,
@@ -319,6 +327,7 @@ impl NodeClaim {
             zones: vec![instance.zone.clone()],
             capacity_types: vec![instance.capacity_type],
             pods: vec![],
+            labels: BTreeMap::new(),
             created_at: now,
             updated_at: now,
             instance_id: Some(instance.instance_id),
@@ -424,6 +433,7 @@ mod tests {
                 zones: vec!["us-east-1a".into()],
                 capacity_types: vec![CapacityType::OnDemand],
                 pods: vec![],
+                labels: BTreeMap::new(),
             },
             100,
         )

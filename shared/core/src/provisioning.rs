@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::api::model::{Ec2NodeClass, NodePool};
 use crate::catalog::{Catalog, Pricing};
-use crate::cluster::ClusterSnapshot;
+use crate::cluster::{ClusterSnapshot, NotProvisionable};
 use crate::scheduling::{InFlightClaim, Requirements, SchedulerInput, schedule};
 
 /// One NodeClaim to launch.
@@ -23,6 +23,10 @@ pub struct PlannedNodeClaim {
     pub price_per_hour: f64,
     /// "namespace/name"
     pub pods: Vec<String>,
+    /// Labels the node must carry beyond its NodePool's and its type's: values the
+    /// plan settled on for a multi-valued key (a pod's selector, a topology pin).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
     /// Zones and capacity types the claim may launch in (the fleet may pick another
     /// offering than the cheapest when capacity is short).
     #[serde(skip)]
@@ -38,6 +42,17 @@ pub struct PlannedNodeClaim {
 pub struct UnschedulablePod {
     pub pod: String,
     pub reason: String,
+}
+
+/// A pending pod no capacity is launched for, and why (see [`NotProvisionable`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NotProvisionedPod {
+    pub pod: String,
+    pub reason: String,
+    /// The reason as data, for callers that branch on it.
+    #[serde(skip)]
+    pub why: NotProvisionable,
 }
 
 /// Pending pods that already fit somewhere: an existing node or an in-flight claim.
@@ -59,6 +74,10 @@ pub struct ProvisioningPlan {
     pub existing_nodes: Vec<Absorbed>,
     /// Pending pods counted against NodeClaims already launching.
     pub in_flight: Vec<Absorbed>,
+    /// Pending pods that are not nodewright's to launch capacity for: another
+    /// scheduler's, nominated by preemption, not yet marked Unschedulable by
+    /// kube-scheduler, or waiting on a volume claim.
+    pub not_provisioned: Vec<NotProvisionedPod>,
 }
 
 pub struct ProvisioningInput<'a> {
@@ -97,6 +116,7 @@ pub fn plan_provisioning(input: &ProvisioningInput<'_>) -> ProvisioningPlan {
                 zone: cheapest.zone.clone(),
                 price_per_hour: cheapest.price,
                 pods: keys(&c.pods),
+                labels: c.labels.clone(),
                 zones: c.zones.clone(),
                 capacity_types: c
                     .capacity_types
@@ -112,7 +132,20 @@ pub fn plan_provisioning(input: &ProvisioningInput<'_>) -> ProvisioningPlan {
     let total_price_per_hour = node_claims
         .iter()
         .fold(0.0, |total, c| total + c.price_per_hour);
+    let not_provisioned = pods
+        .iter()
+        .filter(|p| p.is_pending())
+        .filter_map(|p| {
+            let why = p.not_provisionable()?;
+            Some(NotProvisionedPod {
+                pod: p.key(),
+                reason: why.to_string(),
+                why,
+            })
+        })
+        .collect();
     ProvisioningPlan {
+        not_provisioned,
         node_claims,
         unschedulable: result
             .unschedulable

@@ -28,6 +28,7 @@ use std::fmt;
 use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1 as policy;
+use k8s_openapi::api::storage::v1 as storage;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -36,12 +37,15 @@ use serde_json::Value;
 
 use crate::api::model::{NodeRequirement, Operator, Taint, TaintEffect};
 use crate::cluster::{
-    ClusterSnapshot, DaemonSet, IntOrPercent, LabelSelector, LabelSelectorOperator,
+    ClusterSnapshot, DaemonSet, HostPort, IntOrPercent, LabelSelector, LabelSelectorOperator,
     LabelSelectorRequirement, Node, Pod, PodAffinityTerm, PodDisruptionBudget, PreferredNodeTerm,
     Toleration, TolerationOperator, TopologySpreadConstraint, WeightedPodAffinityTerm,
     WhenUnsatisfiable,
 };
 use crate::resources::{QuantityError, Resources, parse_milli};
+use crate::volumes::{
+    PersistentVolume, PodClaim, Storage, StorageClass, VolumeClaim, apply_volume_topology,
+};
 
 /// The label a `matchFields` requirement on `metadata.name` is translated to.
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
@@ -185,6 +189,9 @@ enum ItemKind {
     Node,
     DaemonSet,
     Pdb,
+    Pvc,
+    Pv,
+    StorageClass,
 }
 
 impl ItemKind {
@@ -194,6 +201,9 @@ impl ItemKind {
             "Node" => Some(ItemKind::Node),
             "DaemonSet" => Some(ItemKind::DaemonSet),
             "PodDisruptionBudget" => Some(ItemKind::Pdb),
+            "PersistentVolumeClaim" => Some(ItemKind::Pvc),
+            "PersistentVolume" => Some(ItemKind::Pv),
+            "StorageClass" => Some(ItemKind::StorageClass),
             _ => None,
         }
     }
@@ -204,15 +214,22 @@ impl ItemKind {
             ItemKind::Node => "Node",
             ItemKind::DaemonSet => "DaemonSet",
             ItemKind::Pdb => "PodDisruptionBudget",
+            ItemKind::Pvc => "PersistentVolumeClaim",
+            ItemKind::Pv => "PersistentVolume",
+            ItemKind::StorageClass => "StorageClass",
         }
     }
 }
 
-/// Parses `kubectl get pods,nodes,daemonsets,poddisruptionbudgets -A -o json`.
+/// Parses `kubectl get pods,nodes,daemonsets,poddisruptionbudgets,pvc,pv,storageclasses
+/// -A -o json`.
 ///
-/// Accepts a `List` (or a `PodList`/`NodeList`/`DaemonSetList`/`PodDisruptionBudgetList`);
-/// items of kinds other than Pod, Node, DaemonSet and PodDisruptionBudget are skipped.
-/// Objects keep the order of the items.
+/// Accepts a `List` (or a typed list of one of the kinds read, e.g. `PodList`); items of
+/// kinds other than Pod, Node, DaemonSet, PodDisruptionBudget, PersistentVolumeClaim,
+/// PersistentVolume and StorageClass are skipped. Objects keep the order of the items.
+/// The storage objects are not kept: they are applied to the pods
+/// ([`apply_volume_topology`]), so a pending pod's required node terms include where
+/// its volumes let it run, and a pod whose claim cannot be planned for says why.
 pub fn parse_snapshot(text: &str) -> Result<ClusterSnapshot, SnapshotError> {
     let value: Value =
         serde_json::from_str(text).map_err(|source| SnapshotError::NotJson { source })?;
@@ -261,6 +278,7 @@ pub fn parse_snapshot(text: &str) -> Result<ClusterSnapshot, SnapshotError> {
     };
 
     let mut snapshot = ClusterSnapshot::default();
+    let mut storage = Storage::default();
     // Plans name pods "ns/name" and nodes by name: two objects of one kind with the same
     // name would make a plan ambiguous (and the planner would place one pod twice).
     let mut seen: std::collections::HashSet<(&'static str, String)> =
@@ -306,8 +324,31 @@ pub fn parse_snapshot(text: &str) -> Result<ClusterSnapshot, SnapshotError> {
                 )?;
                 snapshot.pdbs.push(pdb);
             }
+            ItemKind::Pvc => {
+                let pvc: core::PersistentVolumeClaim = decode(index, kind, item)?;
+                let pvc = pvc_from_k8s(&pvc);
+                unique(
+                    index,
+                    "PersistentVolumeClaim",
+                    format!("{}/{}", pvc.namespace, pvc.name),
+                )?;
+                storage.claims.push(pvc);
+            }
+            ItemKind::Pv => {
+                let pv: core::PersistentVolume = decode(index, kind, item)?;
+                let pv = pv_from_k8s(&pv)?;
+                unique(index, "PersistentVolume", pv.name.clone())?;
+                storage.volumes.push(pv);
+            }
+            ItemKind::StorageClass => {
+                let sc: storage::StorageClass = decode(index, kind, item)?;
+                let sc = storage_class_from_k8s(&sc);
+                unique(index, "StorageClass", sc.name.clone())?;
+                storage.classes.push(sc);
+            }
         }
     }
+    apply_volume_topology(&mut snapshot.pods, &storage);
     Ok(snapshot)
 }
 
@@ -391,6 +432,20 @@ fn infer_kind(obj: &serde_json::Map<String, Value>) -> Inferred {
         }
         if spec.contains_key("selector") || status_has(&["desiredNumberScheduled", "numberReady"]) {
             return Inferred::Kind(ItemKind::DaemonSet);
+        }
+        return Inferred::Unknown;
+    }
+    if obj.contains_key("provisioner") {
+        return Inferred::Kind(ItemKind::StorageClass);
+    }
+    if spec_has(&["accessModes", "volumeMode"]) {
+        // Both claims and volumes have these; only a volume has a capacity or a
+        // reclaim policy, only a claim a namespace.
+        if spec_has(&["capacity", "persistentVolumeReclaimPolicy", "claimRef"]) {
+            return Inferred::Kind(ItemKind::Pv);
+        }
+        if has_namespace {
+            return Inferred::Kind(ItemKind::Pvc);
         }
         return Inferred::Unknown;
     }
@@ -530,12 +585,46 @@ pub fn pod_from_k8s(pod: &core::Pod) -> Result<Pod, SnapshotError> {
     let default_spec = core::PodSpec::default();
     let spec = pod.spec.as_ref().unwrap_or(&default_spec);
     let mut out = convert_pod_spec(&ctx, spec)?;
-    out.daemonset_owned = pod
+    out.owner_daemonset = pod
         .metadata
         .owner_references
         .iter()
         .flatten()
-        .any(|o| o.kind == "DaemonSet");
+        .find(|o| o.kind == "DaemonSet")
+        .map(|o| o.name.clone());
+    out.daemonset_owned = out.owner_daemonset.is_some();
+    // Pods for kube-scheduler may spell it out or leave it to the API server's default.
+    out.scheduler_name = spec
+        .scheduler_name
+        .clone()
+        .filter(|s| !s.is_empty() && s != "default-scheduler");
+    let status = pod.status.as_ref();
+    out.nominated_node_name = status
+        .and_then(|s| s.nominated_node_name.clone())
+        .filter(|n| !n.is_empty());
+    out.marked_unschedulable = status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+        });
+    for v in spec.volumes.iter().flatten() {
+        let claim = if let Some(pvc) = &v.persistent_volume_claim {
+            pvc.claim_name.clone()
+        } else if v.ephemeral.is_some() {
+            // The ephemeral volume controller names the claim it creates so.
+            format!("{name}-{}", v.name)
+        } else {
+            continue;
+        };
+        out.claims.push(PodClaim {
+            volume: v.name.clone(),
+            claim,
+        });
+    }
     out.terminal = matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
@@ -573,6 +662,8 @@ fn convert_pod_spec(ctx: &PodCtx<'_>, spec: &core::PodSpec) -> Result<Pod> {
         pod.tolerations
             .push(toleration(ctx, &format!("{sp}.tolerations[{i}]"), t)?);
     }
+
+    pod.host_ports = host_ports(ctx, spec)?;
 
     for (i, c) in spec
         .topology_spread_constraints
@@ -654,6 +745,51 @@ fn convert_pod_spec(ctx: &PodCtx<'_>, spec: &core::PodSpec) -> Result<Pod> {
         )?;
     }
     Ok(pod)
+}
+
+/// The host ports a pod binds, as kube-scheduler's NodePorts filter counts them
+/// (`GetHostPorts`): every container's, and the sidecars' (init containers with
+/// `restartPolicy: Always`, which run for the pod's whole life) — classic init
+/// containers have exited before the others start. Protocol defaults to TCP, as the API
+/// server's defaulting does; an empty host IP binds every address.
+fn host_ports(ctx: &PodCtx<'_>, spec: &core::PodSpec) -> Result<Vec<HostPort>> {
+    let sp = ctx.spec_path;
+    let sidecars = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, c)| c.restart_policy.as_deref() == Some("Always"))
+        .map(|(i, c)| (format!("{sp}.initContainers[{i}]"), c));
+    let containers = spec
+        .containers
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (format!("{sp}.containers[{i}]"), c));
+    let mut out = Vec::new();
+    for (path, c) in sidecars.chain(containers) {
+        for (j, p) in c.ports.iter().flatten().enumerate() {
+            let Some(port) = p.host_port.filter(|&port| port > 0) else {
+                continue;
+            };
+            let port = u16::try_from(port).map_err(|_| SnapshotError::InvalidValue {
+                object: ctx.object.clone(),
+                path: format!("{path}.ports[{j}].hostPort"),
+                value: port.to_string(),
+                expected: "a port number from 1 to 65535".to_string(),
+            })?;
+            out.push(HostPort {
+                port,
+                protocol: p
+                    .protocol
+                    .clone()
+                    .filter(|proto| !proto.is_empty())
+                    .unwrap_or_else(|| "TCP".to_string()),
+                host_ip: p.host_ip.clone().unwrap_or_default(),
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// The effective requests of a pod; see [`pod_from_k8s`] for the rule.
@@ -783,7 +919,7 @@ fn node_selector_term(
     let mut out = Vec::new();
     for (i, r) in term.match_expressions.iter().flatten().enumerate() {
         out.push(node_requirement(
-            ctx,
+            &ctx.object,
             &format!("{path}.matchExpressions[{i}]"),
             r,
             &r.key,
@@ -799,13 +935,13 @@ fn node_selector_term(
                 expected: "\"metadata.name\", the only field node selectors support".to_string(),
             });
         }
-        out.push(node_requirement(ctx, &p, r, HOSTNAME_LABEL)?);
+        out.push(node_requirement(&ctx.object, &p, r, HOSTNAME_LABEL)?);
     }
     Ok(out)
 }
 
 fn node_requirement(
-    ctx: &PodCtx<'_>,
+    object: &str,
     path: &str,
     r: &core::NodeSelectorRequirement,
     key: &str,
@@ -819,7 +955,7 @@ fn node_requirement(
         "Lt" => Operator::Lt,
         other => {
             return Err(SnapshotError::UnknownOperator {
-                object: ctx.object.clone(),
+                object: object.to_string(),
                 path: format!("{path}.operator"),
                 operator: other.to_string(),
                 expected: NODE_OPERATORS,
@@ -832,7 +968,7 @@ fn node_requirement(
         let ok = matches!(values.as_slice(), [v] if v.parse::<i64>().is_ok());
         if !ok {
             return Err(SnapshotError::InvalidValue {
-                object: ctx.object.clone(),
+                object: object.to_string(),
                 path: format!("{path}.values"),
                 value: format!("{values:?}"),
                 expected: format!("exactly one integer for operator {}", r.operator),
@@ -941,12 +1077,20 @@ fn spread_constraint(
             }
         }
     }
+    let honor = |field: &str, value: &Option<String>, default: bool| match value.as_deref() {
+        None => Ok(default),
+        Some("Honor") => Ok(true),
+        Some("Ignore") => Ok(false),
+        Some(other) => Err(invalid(field, other.to_string(), "one of Honor, Ignore")),
+    };
     Ok(TopologySpreadConstraint {
         max_skew,
         topology_key: c.topology_key.clone(),
         when_unsatisfiable,
         label_selector,
         min_domains,
+        honor_node_affinity: honor("nodeAffinityPolicy", &c.node_affinity_policy, true)?,
+        honor_node_taints: honor("nodeTaintsPolicy", &c.node_taints_policy, false)?,
     })
 }
 
@@ -1161,6 +1305,97 @@ pub fn pdb_from_k8s(
         }
     }
     Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------
+// Storage
+// ---------------------------------------------------------------------------------------
+
+/// The annotation the PV controller sets once a claim is bound to its volume.
+const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
+
+/// Converts a PersistentVolumeClaim (nothing in it can be malformed for our purposes).
+pub fn pvc_from_k8s(pvc: &core::PersistentVolumeClaim) -> VolumeClaim {
+    let spec = pvc.spec.as_ref();
+    VolumeClaim {
+        namespace: namespace_or_default(&pvc.metadata),
+        name: pvc.metadata.name.clone().unwrap_or_default(),
+        volume_name: spec
+            .and_then(|s| s.volume_name.clone())
+            .filter(|v| !v.is_empty()),
+        storage_class: spec
+            .and_then(|s| s.storage_class_name.clone())
+            .filter(|c| !c.is_empty()),
+        deleting: pvc.metadata.deletion_timestamp.is_some(),
+        lost: pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Lost"),
+        bind_completed: pvc
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(BIND_COMPLETED)),
+    }
+}
+
+/// Converts a PersistentVolume: its required node affinity's `matchExpressions` (what
+/// Karpenter reads; `matchFields` are not used for volumes), with operators checked as
+/// for pods. Errors name the volume and the field.
+pub fn pv_from_k8s(pv: &core::PersistentVolume) -> Result<PersistentVolume, SnapshotError> {
+    let name = pv.metadata.name.clone().unwrap_or_default();
+    let object = format!("PersistentVolume {name:?}");
+    let spec = pv.spec.as_ref();
+    let mut required_terms = Vec::new();
+    let required = spec
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref());
+    for (i, term) in required
+        .map(|r| r.node_selector_terms.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        let mut reqs = Vec::new();
+        for (j, r) in term.match_expressions.iter().flatten().enumerate() {
+            let path =
+                format!("spec.nodeAffinity.required.nodeSelectorTerms[{i}].matchExpressions[{j}]");
+            reqs.push(node_requirement(&object, &path, r, &r.key)?);
+        }
+        if !reqs.is_empty() {
+            required_terms.push(reqs);
+        }
+    }
+    Ok(PersistentVolume {
+        name,
+        required_terms,
+        node_local: spec.is_some_and(|s| s.local.is_some() || s.host_path.is_some()),
+        deleting: pv.metadata.deletion_timestamp.is_some(),
+    })
+}
+
+/// Converts a StorageClass: `allowedTopologies` become `In` requirements.
+pub fn storage_class_from_k8s(sc: &storage::StorageClass) -> StorageClass {
+    let allowed_topologies = sc
+        .allowed_topologies
+        .iter()
+        .flatten()
+        .map(|term| {
+            term.match_label_expressions
+                .iter()
+                .flatten()
+                .map(|e| NodeRequirement {
+                    key: e.key.clone(),
+                    operator: Operator::In,
+                    values: e.values.clone(),
+                    min_values: None,
+                })
+                .collect::<Vec<_>>()
+        })
+        .filter(|term| !term.is_empty())
+        .collect();
+    StorageClass {
+        name: sc.metadata.name.clone().unwrap_or_default(),
+        wait_for_first_consumer: sc.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"),
+        allowed_topologies,
+    }
 }
 
 fn int_or_percent(object: &str, path: &str, v: &IntOrString) -> Result<IntOrPercent> {
@@ -1860,6 +2095,8 @@ mod tests {
                     when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
                     label_selector: Some(web_selector.clone()),
                     min_domains: Some(3),
+                    honor_node_affinity: true,
+                    honor_node_taints: false,
                 },
                 TopologySpreadConstraint {
                     max_skew: 2,
@@ -1867,6 +2104,8 @@ mod tests {
                     when_unsatisfiable: WhenUnsatisfiable::ScheduleAnyway,
                     label_selector: None,
                     min_domains: None,
+                    honor_node_affinity: true,
+                    honor_node_taints: false,
                 },
             ]
         );
@@ -2239,6 +2478,196 @@ mod tests {
         assert_eq!(
             parse_snapshot(&doc.to_string()).unwrap(),
             parse_snapshot(text).unwrap()
+        );
+    }
+
+    #[test]
+    fn host_ports_come_from_containers_and_sidecars_but_not_classic_init_containers() {
+        let ports = |list: Value| json!({"name": "c", "image": "pause", "ports": list});
+        let mut sidecar = ports(json!([{"containerPort": 9000, "hostPort": 9000}]));
+        sidecar["restartPolicy"] = json!("Always");
+        let pod = one_pod(json!({
+            "initContainers": [
+                ports(json!([{"containerPort": 7000, "hostPort": 7000}])),
+                sidecar,
+            ],
+            "containers": [ports(json!([
+                {"containerPort": 80, "hostPort": 8080, "protocol": "UDP", "hostIP": "10.0.0.1"},
+                {"containerPort": 443},
+                {"containerPort": 53, "hostPort": 0},
+            ]))],
+        }))
+        .unwrap();
+        assert_eq!(
+            pod.host_ports,
+            vec![
+                HostPort {
+                    port: 9000,
+                    protocol: "TCP".into(),
+                    host_ip: String::new(),
+                },
+                HostPort {
+                    port: 8080,
+                    protocol: "UDP".into(),
+                    host_ip: "10.0.0.1".into(),
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_host_port_out_of_range_names_the_container_port() {
+        let err = one_pod(json!({"containers": [
+            {"name": "c", "image": "pause", "ports": [{"containerPort": 1, "hostPort": 70000}]}
+        ]}))
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            err,
+            "pod \"default/web-1\": spec.containers[0].ports[0].hostPort: \"70000\" is not valid (expected a port number from 1 to 65535)"
+        );
+    }
+
+    #[test]
+    fn scheduler_nomination_mark_and_owning_daemonset_are_read() {
+        let mut item = pod_json(
+            "default",
+            "agent-x",
+            json!({"schedulerName": "fargate-scheduler"}),
+        );
+        item["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "agent", "uid": "u"}]);
+        item["status"] = json!({
+            "phase": "Pending",
+            "nominatedNodeName": "n1",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+        });
+        let pod = parse_snapshot(&list(vec![item])).unwrap().pods.remove(0);
+        assert_eq!(pod.scheduler_name.as_deref(), Some("fargate-scheduler"));
+        assert_eq!(pod.nominated_node_name.as_deref(), Some("n1"));
+        assert!(pod.marked_unschedulable);
+        assert_eq!(pod.owner_daemonset.as_deref(), Some("agent"));
+        assert!(pod.daemonset_owned);
+
+        // The default scheduler, spelt out, is no scheduler name; other PodScheduled
+        // conditions are no mark.
+        let mut plain = pod_json("default", "web-1", json!({}));
+        plain["status"]["conditions"] =
+            json!([{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]);
+        let pod = parse_snapshot(&list(vec![plain])).unwrap().pods.remove(0);
+        assert_eq!(pod.scheduler_name, None);
+        assert!(!pod.marked_unschedulable);
+        assert_eq!(pod.owner_daemonset, None);
+    }
+
+    fn pvc_json(name: &str, spec: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": "default",
+                "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+            "spec": spec})
+    }
+
+    fn zonal_pv_json(name: &str, zone: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+            "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"],
+                "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-1"},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [zone]}]}]}}}})
+    }
+
+    fn zone_term(zones: &[&str]) -> Vec<NodeRequirement> {
+        vec![NodeRequirement {
+            key: "topology.kubernetes.io/zone".into(),
+            operator: Operator::In,
+            values: zones.iter().map(|z| z.to_string()).collect(),
+            min_values: None,
+        }]
+    }
+
+    #[test]
+    fn claims_volumes_and_storage_classes_limit_the_pods_that_use_them() {
+        let items = vec![
+            pod_json(
+                "default",
+                "db-0",
+                json!({"volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}}]}),
+            ),
+            pod_json(
+                "default",
+                "job-1",
+                json!({"volumes": [
+                {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]}),
+            ),
+            pvc_json(
+                "data-db-0",
+                json!({"volumeName": "pv-1", "storageClassName": "gp3", "accessModes": ["ReadWriteOnce"]}),
+            ),
+            pvc_json(
+                "job-1-scratch",
+                json!({"storageClassName": "late", "accessModes": ["ReadWriteOnce"]}),
+            ),
+            zonal_pv_json("pv-1", "us-east-1b"),
+            json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                "metadata": {"name": "late"}, "provisioner": "ebs.csi.aws.com",
+                "volumeBindingMode": "WaitForFirstConsumer",
+                "allowedTopologies": [{"matchLabelExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "values": ["us-east-1c"]}]}]}),
+        ];
+        let with = parse_snapshot(&list(items.clone())).unwrap();
+        assert_eq!(
+            with.pods[0].required_node_terms,
+            vec![zone_term(&["us-east-1b"])]
+        );
+        assert_eq!(
+            with.pods[1].required_node_terms,
+            vec![zone_term(&["us-east-1c"])]
+        );
+        assert_eq!(with.pods[1].claims[0].claim, "job-1-scratch");
+        // The same without kinds: claims, volumes and classes are told by their shape.
+        let without = parse_snapshot(&list(strip_kinds(items))).unwrap();
+        assert_eq!(with, without);
+    }
+
+    #[test]
+    fn a_pod_whose_claim_is_not_in_the_snapshot_is_not_provisionable_and_says_so() {
+        let mut item = pod_json(
+            "default",
+            "db-0",
+            json!({"volumes": [
+            {"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}}]}),
+        );
+        item["status"]["conditions"] =
+            json!([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]);
+        let pod = parse_snapshot(&list(vec![item])).unwrap().pods.remove(0);
+        assert_eq!(
+            pod.not_provisionable().map(|r| r.to_string()).as_deref(),
+            Some(
+                "its volume \"data\" uses PersistentVolumeClaim \"default/data-db-0\", which does not exist"
+            )
+        );
+    }
+
+    #[test]
+    fn a_volume_with_an_unknown_affinity_operator_is_named() {
+        let mut pv = zonal_pv_json("pv-1", "us-east-1a");
+        pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["operator"] =
+            json!("Near");
+        let err = parse_snapshot(&list(vec![pv])).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "PersistentVolume \"pv-1\": spec.nodeAffinity.required.nodeSelectorTerms[0].matchExpressions[0].operator: unknown operator \"Near\" (expected one of In, NotIn, Exists, DoesNotExist, Gt, Lt)"
+        );
+    }
+
+    #[test]
+    fn two_storage_classes_with_one_name_are_rejected() {
+        let sc = json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": "gp3"}, "provisioner": "ebs.csi.aws.com"});
+        let err = parse_snapshot(&list(vec![sc.clone(), sc])).unwrap_err();
+        assert!(
+            matches!(&err, SnapshotError::Duplicate { index: 1, object } if object == "StorageClass \"gp3\""),
+            "{err:?}"
         );
     }
 }

@@ -86,7 +86,8 @@ pub fn resources(pairs: &[(&str, &str)]) -> Resources {
     r
 }
 
-/// A pending pod requesting `cpu` and `memory` (plus its pod slot).
+/// A pending pod requesting `cpu` and `memory` (plus its pod slot), which kube-scheduler
+/// has marked Unschedulable (so capacity may be launched for it).
 pub fn pod(name: &str, cpu: &str, memory: &str) -> Pod {
     let mut requests = Resources::one_pod();
     requests.add(&resources(&[("cpu", cpu), ("memory", memory)]));
@@ -98,6 +99,7 @@ pub fn pod(name: &str, cpu: &str, memory: &str) -> Pod {
             name.split('-').next().unwrap_or(name).to_string(),
         )]),
         requests,
+        marked_unschedulable: true,
         ..Pod::default()
     }
 }
@@ -116,6 +118,8 @@ pub fn spread(key: &str, app: &str) -> TopologySpreadConstraint {
         when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
         label_selector: Some(selector(app)),
         min_domains: None,
+        honor_node_affinity: true,
+        honor_node_taints: false,
     }
 }
 
@@ -166,6 +170,9 @@ pub fn violations(
     for u in &plan.unschedulable {
         *seen.entry(u.pod.as_str()).or_default() += 1;
     }
+    for n in &plan.not_provisioned {
+        *seen.entry(n.pod.as_str()).or_default() += 1;
+    }
     for a in plan.existing_nodes.iter().chain(plan.in_flight.iter()) {
         for p in &a.pods {
             *seen.entry(p.as_str()).or_default() += 1;
@@ -198,13 +205,16 @@ pub fn violations(
         labels.insert(LABEL_CAPACITY_TYPE.into(), c.capacity_type.clone());
         labels.insert("karpenter.sh/nodepool".into(), pool.name.clone());
         labels.extend(pool.labels.clone());
-        // Keys no instance type carries (custom labels a NodePool requires) are labelled
-        // on the node by Karpenter from the claim's requirements, with any allowed value.
+        // Keys no instance type carries (custom labels a NodePool requires) are on the
+        // node as the claim says.
+        labels.extend(c.labels.clone());
         for (key, set) in c.requirements.iter() {
-            if !labels.contains_key(key) && !type_keys.contains(key) && key != LABEL_HOSTNAME {
-                if let Some(value) = set.any_value() {
-                    labels.insert(key.clone(), value);
-                }
+            if !labels.contains_key(key)
+                && !type_keys.contains(key)
+                && key != LABEL_HOSTNAME
+                && set.any_value().is_some()
+            {
+                out.push(format!("claim {ci}: no value for the label {key} its requirements name"));
             }
         }
         if !Requirements::from_node_requirements(&pool.requirements).matches_labels(&labels) {
@@ -214,6 +224,7 @@ pub fn violations(
             ));
         }
         let mut total = Resources::new();
+        let mut ports: Vec<(crate::cluster::HostPort, String)> = Vec::new();
         for ds in &snapshot.daemonsets {
             // Conservative: DaemonSets that tolerate the pool and match the node's labels.
             let t = &ds.template;
@@ -224,14 +235,25 @@ pub fn violations(
             let sel = t
                 .node_selector
                 .iter()
-                .all(|(k, v)| labels.get(k) == Some(v));
+                .all(|(k, v)| labels.get(k) == Some(v))
+                && (t.required_node_terms.is_empty()
+                    || t.required_node_terms
+                        .iter()
+                        .any(|term| Requirements::from_node_requirements(term).matches_labels(&labels)));
             if tolerated && sel {
                 total.add(&t.requests);
+                ports.extend(t.host_ports.iter().map(|p| (p.clone(), ds.name.clone())));
             }
         }
         for key in &c.pods {
             let Some(p) = by_key.get(key) else { continue };
             total.add(&p.requests);
+            for mine in &p.host_ports {
+                if let Some((_, holder)) = ports.iter().find(|(q, _)| q.conflicts_with(mine)) {
+                    out.push(format!("{key}: host port {} also bound by {holder}", mine.port));
+                }
+            }
+            ports.extend(p.host_ports.iter().map(|q| (q.clone(), key.clone())));
             for (k, v) in &p.node_selector {
                 if labels.get(k) != Some(v) {
                     out.push(format!(

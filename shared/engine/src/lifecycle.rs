@@ -353,6 +353,7 @@ fn registration_patch(
     if let Some(pool) = pool {
         set_labels.extend(pool.labels.clone());
     }
+    set_labels.extend(claim.labels.clone());
     if let Some(ct) = claim.capacity_type {
         set_labels.insert(LABEL_CAPACITY_TYPE.into(), ct.as_str().into());
     }

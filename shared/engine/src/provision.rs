@@ -24,10 +24,10 @@ use tracing::{info, warn};
 
 use nodewright_core::api::model::{Ec2NodeClass, NodePool};
 use nodewright_core::catalog::{CapacityType, Catalog, LABEL_NODEPOOL, Pricing};
-use nodewright_core::cluster::{ClusterSnapshot, Node, Pod};
+use nodewright_core::cluster::{ClusterSnapshot, Node, NotProvisionable, Pod};
 use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim, instance_id_from_provider_id};
 use nodewright_core::provisioning::{
-    PlannedNodeClaim, ProvisioningInput, UnschedulablePod, plan_provisioning,
+    NotProvisionedPod, PlannedNodeClaim, ProvisioningInput, UnschedulablePod, plan_provisioning,
 };
 use nodewright_core::scheduling::InFlightClaim;
 
@@ -123,8 +123,12 @@ pub struct TickReport {
     /// Set when the tick did nothing on purpose ("lease held by ...").
     pub skipped: Option<String>,
     pub dry_run: bool,
-    /// Pending pods seen by the plan ("namespace/name").
+    /// Pending pods the plan launched capacity for or counted elsewhere ("namespace/name"):
+    /// pods that are not ours to provision for are in `not_provisioned` instead.
     pub pending: Vec<String>,
+    /// Pending pods no capacity is launched for, and why (another scheduler's, nominated
+    /// by preemption, not yet marked Unschedulable, waiting on a volume claim).
+    pub not_provisioned: Vec<NotProvisionedPod>,
     /// The plan's new claims (in a dry run: what would have been launched).
     pub planned: Vec<PlannedNodeClaim>,
     pub launched: Vec<LaunchedClaim>,
@@ -307,6 +311,16 @@ impl Provisioner {
                         }
                         None => {
                             counted.extend(report.pending.iter().cloned());
+                            // The fast poll reads pods without their claims, so a pod
+                            // waiting on a volume looks provisionable there: counted, it
+                            // waits for the recount instead of a tick every poll.
+                            counted.extend(
+                                report
+                                    .not_provisioned
+                                    .iter()
+                                    .filter(|n| matches!(n.why, NotProvisionable::Volume(_)))
+                                    .map(|n| n.pod.clone()),
+                            );
                             run.ticks.push(report);
                             false
                         }
@@ -327,7 +341,9 @@ impl Provisioner {
     }
 
     /// The fast poll: is there anything for a tick to do? A pending pod no tick has
-    /// counted, a claim in motion, or — once `recount_due` — any pod still pending: a pod
+    /// counted (only pods capacity may be launched for: another scheduler's pod, or one
+    /// kube-scheduler has not marked Unschedulable yet, is no work until it changes), a
+    /// claim in motion, or — once `recount_due` — any such pod still pending: a pod
     /// counted against room on a node can lose that room to another pod the scheduler
     /// put there first, and must not wait for the next invocation to be planned again.
     async fn work_waiting(
@@ -354,7 +370,7 @@ impl Provisioner {
         claims.iter().any(|c| in_motion(c.state))
             || pods
                 .iter()
-                .any(|p| p.is_pending() && (recount_due || !counted.contains(&p.key())))
+                .any(|p| p.wants_capacity() && (recount_due || !counted.contains(&p.key())))
     }
 
     async fn dry_run(&self) -> Result<TickReport> {
@@ -786,7 +802,7 @@ impl Provisioner {
 
     fn plan_into(&self, world: &World, report: &mut TickReport) {
         let snapshot = snapshot_for_planning(&world.state, &world.claims, &world.pools);
-        report.pending = snapshot.pending_pods().map(|p| p.key()).collect();
+        report.pending = snapshot.provisionable_pods().map(|p| p.key()).collect();
         let in_flight = in_flight_claims(&world.claims, &snapshot);
         let plan = plan_provisioning(&ProvisioningInput {
             snapshot: &snapshot,
@@ -801,9 +817,11 @@ impl Provisioner {
             new_claims = plan.node_claims.len(),
             in_flight = in_flight.len(),
             unschedulable = plan.unschedulable.len(),
+            not_provisioned = plan.not_provisioned.len(),
             price_per_hour = plan.total_price_per_hour,
             "planned"
         );
+        report.not_provisioned = plan.not_provisioned;
         report.planned = plan.node_claims;
         report.unschedulable = plan.unschedulable;
         report.absorbed = plan
@@ -856,6 +874,7 @@ impl Provisioner {
                     zones: zones.clone(),
                     capacity_types: capacity_types.clone(),
                     pods: planned.pods.clone(),
+                    labels: planned.labels.clone(),
                 },
                 now,
             );
@@ -922,6 +941,7 @@ impl Provisioner {
         offerings.sort_by(|a, b| a.price.total_cmp(&b.price));
         offerings.truncate(MAX_OFFERINGS);
         let mut labels: BTreeMap<String, String> = pool.labels.clone();
+        labels.extend(claim.labels.clone());
         labels.insert(LABEL_NODEPOOL.into(), pool.name.clone());
         labels.insert(LABEL_NODECLAIM.into(), claim.name.clone());
         let mut taints = pool.taints.clone();
@@ -1297,8 +1317,12 @@ fn snapshot_for_planning(
         .iter()
         .filter_map(|p| match p.node_name.as_deref() {
             Some(node) if going.contains(node) => {
+                // Room for them is needed before kube-scheduler ever sees them pending
+                // (as Karpenter plans for the pods of disrupted nodes): planned as if
+                // kube-scheduler had already found no node for them.
                 (!p.daemonset_owned && !p.terminal && !p.terminating).then(|| Pod {
                     node_name: None,
+                    marked_unschedulable: true,
                     ..p.clone()
                 })
             }
@@ -1350,6 +1374,7 @@ fn in_flight_claims(claims: &[NodeClaim], snapshot: &ClusterSnapshot) -> Vec<InF
                     .or_else(|| c.capacity_types.first().copied())
                     .unwrap_or(CapacityType::OnDemand),
                 pods: c.pods.clone(),
+                labels: c.labels.clone(),
             })
         })
         .collect()
@@ -1371,6 +1396,7 @@ mod tests {
     fn a_launching_claim_without_an_instance_counts_as_its_first_option() {
         let claim = NodeClaim::launching(
             ClaimSpec {
+                labels: Default::default(),
                 name: "gp-abcde".into(),
                 node_pool: "gp".into(),
                 node_class: "default".into(),

@@ -269,6 +269,7 @@ async fn only_nodes_of_instances_karpenter_launched_for_this_cluster_in_an_exist
     );
     let mut tombstone = NodeClaim::launching(
         ClaimSpec {
+            labels: Default::default(),
             name: "general-purpose-old01".into(),
             node_pool: POOL.into(),
             node_class: "default".into(),
@@ -342,6 +343,7 @@ async fn a_nodeclaim_name_already_used_by_another_instance_falls_back_to_the_nod
     // A nodewright claim that happens to share the name Karpenter generated.
     let mut ours = NodeClaim::launching(
         ClaimSpec {
+            labels: Default::default(),
             name: "general-purpose-ggggg".into(),
             node_pool: POOL.into(),
             node_class: "default".into(),

@@ -87,6 +87,7 @@ impl Env {
             zones: vec![ZONE.into()],
             capacity_types: vec![capacity_type],
             pods: vec![],
+            labels: Default::default(),
             created_at: now - 600,
             updated_at: now - 300,
             instance_id: Some(instance.id.clone()),

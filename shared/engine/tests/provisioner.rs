@@ -85,6 +85,7 @@ impl Env {
 fn launching_claim(name: &str, pods: &[&str], now: i64) -> NodeClaim {
     NodeClaim::launching(
         ClaimSpec {
+            labels: Default::default(),
             name: name.into(),
             node_pool: "general-purpose".into(),
             node_class: "default".into(),

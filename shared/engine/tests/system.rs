@@ -285,6 +285,56 @@ async fn a_node_that_registers_already_ready_between_two_polls_is_not_launched_a
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_spread_over_a_label_two_node_pools_set_runs_one_on_demand_pod_per_four_spot() {
+    // The Karpenter workshop's ratio split: the on-demand pool is domain "1" of
+    // `capacity-spread`, the spot pool domains "2".."5"; the nodes must carry the
+    // domain the plan chose, or the binder would never place the pods.
+    let pool = |name: &str, capacity_type: &str, domains: &[&str]| {
+        node_pool(
+            name,
+            vec![
+                req("node.kubernetes.io/instance-type", &["m5.large", "m5.xlarge"]),
+                req(LABEL_CAPACITY_TYPE, &[capacity_type]),
+                req("capacity-spread", domains),
+            ],
+        )
+    };
+    let sys = System::new(pool("on-demand", "on-demand", &["1"]));
+    sys.world
+        .cluster
+        .with_state(|s| s.node_pools.push(pool("spot", "spot", &["2", "3", "4", "5"])));
+    for i in 0..10 {
+        let mut p = pod(&format!("inflate-{i}"), "500m", "512Mi");
+        p.labels.insert("app".into(), "inflate".into());
+        p.topology_spread
+            .push(nodewright_core::testing::spread("capacity-spread", "inflate"));
+        sys.world.cluster.add_pod(p);
+    }
+
+    sys.run(3).await;
+
+    sys.assert_settled();
+    let state = sys.world.cluster.snapshot();
+    let mut per_domain = std::collections::BTreeMap::<String, usize>::new();
+    let mut on_demand = 0;
+    for p in state.pods.iter().filter(|p| !p.daemonset_owned) {
+        let node = state
+            .nodes
+            .iter()
+            .find(|n| Some(&n.name) == p.node_name.as_ref())
+            .expect("bound");
+        *per_domain
+            .entry(node.labels["capacity-spread"].clone())
+            .or_default() += 1;
+        if node.labels[LABEL_CAPACITY_TYPE] == "on-demand" {
+            on_demand += 1;
+        }
+    }
+    assert_eq!(per_domain.values().copied().collect::<Vec<_>>(), vec![2; 5]);
+    assert_eq!(on_demand, 2);
+}
+
+#[tokio::test(start_paused = true)]
 async fn pods_that_arrive_while_nodes_boot_use_them_and_nothing_is_launched_twice() {
     let sys = System::new(m5_pool("on-demand"));
     sys.add_pods("web", 4, "1", "1536Mi");
@@ -1087,4 +1137,43 @@ async fn a_rebalanced_node_whose_pods_fit_elsewhere_drains_without_waiting_for_a
     );
     assert_eq!(sys.launched(), 2, "no replacement was needed");
     sys.assert_settled();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fargate_pod_in_the_simulator_never_causes_a_launch_while_an_ordinary_pending_pod_does() {
+    let sys = System::new(m5_pool("on-demand"));
+    // Both as the API server holds them when created: kube-scheduler has not seen them.
+    let mut fargate = pod("batch-0", "1", "1536Mi");
+    fargate.scheduler_name = Some("fargate-scheduler".into());
+    fargate.marked_unschedulable = false;
+    sys.world.cluster.add_pod(fargate);
+
+    sys.run(3).await;
+
+    assert_eq!(sys.launched(), 0, "{:#?}", sys.claims());
+    let batch = sys.world.cluster.pod("default", "batch-0").unwrap();
+    assert!(
+        batch.node_name.is_none() && !batch.marked_unschedulable,
+        "kube-scheduler leaves another scheduler's pod alone: {batch:?}"
+    );
+
+    let mut web = pod("web-0", "1", "1536Mi");
+    web.marked_unschedulable = false;
+    sys.world.cluster.add_pod(web);
+
+    sys.run(3).await;
+
+    assert_eq!(sys.launched(), 1, "{:#?}", sys.claims());
+    let web = sys.world.cluster.pod("default", "web-0").unwrap();
+    assert!(
+        web.node_name.is_some() && !web.marked_unschedulable,
+        "bound, and the mark gone with binding: {web:?}"
+    );
+    let pending: Vec<String> = sys
+        .world
+        .still_pending()
+        .into_iter()
+        .map(|(pod, _)| pod)
+        .collect();
+    assert_eq!(pending, vec!["default/batch-0".to_string()]);
 }

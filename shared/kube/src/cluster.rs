@@ -7,8 +7,11 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{
+    Event, EventSource, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{
@@ -24,6 +27,7 @@ use nodewright_core::api::model::Taint;
 use nodewright_core::api::{
     self, Document, NODE_CLASS_API_VERSION, NODE_CLASS_KIND, NODE_POOL_API_VERSION, NODE_POOL_KIND,
 };
+use nodewright_core::volumes::{Storage, apply_volume_topology};
 use nodewright_core::{cluster, snapshot};
 use nodewright_engine::ports::{
     Cluster, ClusterError, ClusterEvent, ClusterState, Condition, ErrorKind, EventType,
@@ -225,6 +229,26 @@ impl KubeCluster {
         let pods = self.list_all::<Pod>("pods").await?;
         self.remember_uids("Pod", pods.iter().map(|p| &p.metadata));
         Ok(convert(pods, snapshot::pod_from_k8s, invalid))
+    }
+
+    /// PersistentVolumeClaims, PersistentVolumes and StorageClasses, for volume topology.
+    /// A volume whose affinity cannot be read is reported in `invalid` and left out: its
+    /// pods then read as bound to a missing volume and wait, rather than being placed
+    /// anywhere.
+    async fn list_storage(&self, invalid: &mut Vec<String>) -> Result<Storage, ClusterError> {
+        let (claims, volumes, classes) = tokio::join!(
+            self.list_all::<PersistentVolumeClaim>("persistentvolumeclaims"),
+            self.list_all::<PersistentVolume>("persistentvolumes"),
+            self.list_all::<StorageClass>("storageclasses"),
+        );
+        Ok(Storage {
+            claims: claims?.iter().map(snapshot::pvc_from_k8s).collect(),
+            volumes: convert(volumes?, snapshot::pv_from_k8s, invalid),
+            classes: classes?
+                .iter()
+                .map(snapshot::storage_class_from_k8s)
+                .collect(),
+        })
     }
 
     fn remember_uids<'a>(&self, kind: &str, metas: impl Iterator<Item = &'a ObjectMeta>) {
@@ -526,13 +550,15 @@ fn parse_version(major: &str, minor: &str, git_version: &str) -> Option<String> 
 #[async_trait]
 impl Cluster for KubeCluster {
     async fn state(&self) -> Result<ClusterState, ClusterError> {
-        let (pools, classes, nodes, pods, daemonsets, pdbs) = tokio::join!(
+        let mut storage_invalid = Vec::new();
+        let (pools, classes, nodes, pods, daemonsets, pdbs, storage) = tokio::join!(
             self.list_crd(&NODE_POOLS),
             self.list_crd(&NODE_CLASSES),
             self.list_all::<Node>("nodes"),
             self.list_all::<Pod>("pods"),
             self.list_all::<DaemonSet>("daemonsets"),
             self.list_all::<PodDisruptionBudget>("poddisruptionbudgets"),
+            self.list_storage(&mut storage_invalid),
         );
         let mut state = ClusterState::default();
         let invalid = &mut state.invalid;
@@ -563,6 +589,8 @@ impl Cluster for KubeCluster {
             &mut state.invalid,
         );
         state.pdbs = convert(pdbs?, snapshot::pdb_from_k8s, &mut state.invalid);
+        apply_volume_topology(&mut state.pods, &storage?);
+        state.invalid.extend(storage_invalid);
         for problem in &state.invalid {
             warn!(problem = %problem, "skipped an object read from the cluster");
         }

@@ -1573,3 +1573,71 @@ async fn invalid_objects_are_named_by_kind_and_say_how_a_pool_is_wrong() {
     );
     assert_eq!(state.invalid.len(), 4, "the messages are still there too");
 }
+
+// ----- volume topology ------------------------------------------------------------------
+
+#[tokio::test]
+async fn state_limits_a_pod_bound_to_a_zonal_volume_to_its_zone_and_names_a_missing_claim() {
+    let (server, cluster) = fake().await;
+    let mut db = pod("default", "db-0", "1");
+    db["spec"]["volumes"] =
+        json!([{"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}}]);
+    db["status"]["conditions"] =
+        json!([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]);
+    server.put(db);
+    let mut orphan = pod("default", "orphan-0", "1");
+    orphan["spec"]["volumes"] =
+        json!([{"name": "data", "persistentVolumeClaim": {"claimName": "never-created"}}]);
+    server.put(orphan);
+    server.put(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data-db-0", "namespace": "default",
+            "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "gp3", "volumeName": "pv-1"},
+    }));
+    server.put(json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": "pv-1"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "20Gi"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1b"]}]}]}}},
+    }));
+    server.put(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": "gp3"}, "provisioner": "ebs.csi.aws.com",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }));
+
+    let state = cluster.state().await.expect("state");
+
+    assert_eq!(state.invalid, Vec::<String>::new());
+    for path in [
+        "/api/v1/persistentvolumeclaims",
+        "/api/v1/persistentvolumes",
+        "/apis/storage.k8s.io/v1/storageclasses",
+    ] {
+        assert_eq!(server.count("GET", path), 1, "{path} listed once");
+    }
+    let db = state.pods.iter().find(|p| p.name == "db-0").unwrap();
+    let zones: Vec<(&str, &[String])> = db
+        .required_node_terms
+        .iter()
+        .flatten()
+        .map(|r| (r.key.as_str(), r.values.as_slice()))
+        .collect();
+    assert_eq!(
+        zones,
+        [(
+            "topology.kubernetes.io/zone",
+            &["us-east-1b".to_string()][..]
+        )]
+    );
+    assert_eq!(db.not_provisionable(), None);
+    let orphan = state.pods.iter().find(|p| p.name == "orphan-0").unwrap();
+    assert_eq!(
+        orphan.not_provisionable().map(|r| r.to_string()).as_deref(),
+        Some(
+            "its volume \"data\" uses PersistentVolumeClaim \"default/never-created\", which does not exist"
+        )
+    );
+}

@@ -1054,7 +1054,44 @@ fn tolerates(toleration: &Value, taint: &Value) -> bool {
     }
 }
 
-/// kube-scheduler: binds every pending pod it can, oldest first.
+/// What kube-scheduler writes on a pod it found no node for, in its first attempt:
+/// PodScheduled=False, reason Unschedulable (written once; the real one updates the
+/// message on later attempts).
+fn mark_unschedulable(store: &mut Store, pod: &Value) {
+    let marked = pod
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "PodScheduled" && c["reason"] == "Unschedulable")
+        });
+    if marked {
+        return;
+    }
+    let namespace = str_at(pod, "/metadata/namespace").to_string();
+    let name = str_at(pod, "/metadata/name").to_string();
+    store.modify("Pod", Some(&namespace), &name, |p| {
+        let condition = json!({
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": "0/0 nodes are available: no node fits the pod."
+        });
+        if !p["status"].is_object() {
+            p["status"] = json!({"phase": "Pending"});
+        }
+        match p["status"]["conditions"].as_array_mut() {
+            Some(conditions) => {
+                conditions.retain(|c| c["type"] != "PodScheduled");
+                conditions.push(condition);
+            }
+            None => p["status"]["conditions"] = json!([condition]),
+        }
+    });
+}
+
+/// kube-scheduler: binds every pending pod it can, oldest first; marks the others
+/// Unschedulable (binding replaces the status, and with it the mark).
 fn schedule(store: &mut Store, record: &mut Record, now: Instant) {
     struct Room {
         name: String,
@@ -1106,7 +1143,13 @@ fn schedule(store: &mut Store, record: &mut Record, now: Instant) {
                     room.pods.1 += 1000;
                 }
             }
-            None if pod.pointer("/metadata/deletionTimestamp").is_none() => {
+            // kube-scheduler only takes the pods that name it (or no scheduler).
+            None if pod.pointer("/metadata/deletionTimestamp").is_none()
+                && matches!(
+                    pod.pointer("/spec/schedulerName").and_then(Value::as_str),
+                    None | Some("") | Some("default-scheduler")
+                ) =>
+            {
                 let first_seen = record.pods.get(uid(pod)).map(|l| l.first_seen);
                 pending.push((first_seen, pod_key(pod), pod.clone()));
             }
@@ -1156,7 +1199,10 @@ fn schedule(store: &mut Store, record: &mut Record, now: Instant) {
                     .total_cmp(&free(b))
                     .then_with(|| b.name.cmp(&a.name))
             });
-        let Some(room) = best else { continue };
+        let Some(room) = best else {
+            mark_unschedulable(store, &pod);
+            continue;
+        };
         room.cpu.1 += cpu;
         room.memory.1 += memory;
         room.pods.1 += 1000;

@@ -26,12 +26,12 @@ use crate::catalog::{
     CapacityType, Catalog, InstanceType, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL,
     LABEL_REGION, LABEL_ZONE, Pricing,
 };
-use crate::cluster::{DaemonSet, Node, Pod, Toleration, WhenUnsatisfiable};
+use crate::cluster::{DaemonSet, HostPort, Node, Pod, Toleration, WhenUnsatisfiable};
 use crate::resources::{CPU, MEMORY, PODS, Resources, WELL_KNOWN, format_milli};
 
 use super::lp;
 use super::requirements::{Requirements, ValueSet};
-use super::topology::{DomainCounts, Group, GroupKind, GroupSpec, TopologyKey};
+use super::topology::{DomainCounts, Group, GroupKind, GroupSpec, NodeFilter, TopologyKey};
 
 /// A NodeClaim that has been launched but whose node has not registered yet: pending
 /// pods that fit it are counted against it instead of launching more.
@@ -46,6 +46,9 @@ pub struct InFlightClaim {
     /// placed on it first (Karpenter's nomination): re-packing them in another order
     /// could leave some over and launch more capacity on every tick.
     pub pods: Vec<String>,
+    /// Labels the claim's node will carry beyond its type's, zone and capacity type
+    /// (NodePool labels, and values a topology constraint pinned it to).
+    pub labels: BTreeMap<String, String>,
 }
 
 pub struct SchedulerInput<'a> {
@@ -85,6 +88,9 @@ pub struct NewClaim {
     /// Zones and capacity types the claim may launch in.
     pub zones: Vec<String>,
     pub capacity_types: Vec<CapacityType>,
+    /// Labels the node must carry beyond its NodePool's and its type's (see
+    /// `InFlightClaim::labels`).
+    pub labels: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -122,10 +128,36 @@ struct Bin {
     used: Resources,
     /// New claims: the type whose size bounds the packing.
     target: Option<usize>,
-    zone: Option<usize>,
-    capacity_type: Option<CapacityType>,
+    /// Per domain key (zone, capacity type, then the others in `Scheduler::keys`): the
+    /// domain the node is in, once known.
+    domains: Vec<Option<usize>>,
+    /// Host ports bound on the node, by its pods and the DaemonSet pods it runs.
+    ports: Vec<HostPort>,
     /// (pod index, effective class)
     pods: Vec<(usize, usize)>,
+}
+
+impl Bin {
+    fn domain(&self, key: usize) -> Option<usize> {
+        self.domains.get(key).copied().flatten()
+    }
+}
+
+/// A label topology constraints count on, and its values (the domains).
+struct DomainKey {
+    label: String,
+    values: Vec<String>,
+    /// A label instance types carry (arch, instance family…): a new claim's value is
+    /// its type's.
+    type_key: bool,
+    /// Per pool: the values a node it launches could have.
+    pool_values: Vec<Vec<bool>>,
+}
+
+impl DomainKey {
+    fn index(&self, value: &str) -> Option<usize> {
+        self.values.iter().position(|v| v == value)
+    }
 }
 
 /// One relaxation state of a class.
@@ -170,8 +202,6 @@ struct EClass {
     spreads: Vec<usize>,
     affinity: Vec<usize>,
     anti: Vec<usize>,
-    /// A constraint this planner cannot evaluate (e.g. an unsupported topology key).
-    unsupported: Option<String>,
     /// Per pool: Ok, or why the class cannot use it.
     pool_fit: Vec<Result<(), String>>,
     /// Per pool: types compatible with pool ∩ class requirements, cheapest first.
@@ -189,15 +219,28 @@ enum Fail {
 
 struct Fit {
     merged: Option<Requirements>,
-    zone: Option<usize>,
-    capacity_type: Option<CapacityType>,
+    /// (domain key, domain) to pin the bin to.
+    pins: Vec<(usize, usize)>,
+}
+
+/// A DaemonSet that would run on a pool's nodes (taints and pool requirements allow
+/// it); whether it runs on a given type depends on that type's labels.
+struct PoolDaemon {
+    reqs: Requirements,
+    requests: Resources,
+    ports: Vec<HostPort>,
+    name: String,
 }
 
 struct PoolInfo {
     reqs: Requirements,
     taints: Vec<Taint>,
-    /// DaemonSet pods that would run on its nodes.
-    overhead: Resources,
+    daemons: Vec<PoolDaemon>,
+    /// Per catalog type (filled for `types`): requests of the DaemonSet pods that would
+    /// run on a node of that type.
+    overhead: Vec<Resources>,
+    /// Per catalog type: indices into `daemons` that would run there and bind host ports.
+    port_daemons: Vec<Vec<usize>>,
     /// Types compatible with the pool's requirements and offered in its zones.
     types: Vec<usize>,
     usage: Resources,
@@ -211,6 +254,8 @@ struct PoolInfo {
 struct Scheduler<'a> {
     input: &'a SchedulerInput<'a>,
     zones: Vec<String>,
+    /// Zone (0), capacity type (1), then every other key a constraint counts on.
+    keys: Vec<DomainKey>,
     well_known: HashSet<String>,
     type_keys: HashSet<String>,
     /// price[type][zone][capacity type]
@@ -310,6 +355,7 @@ impl<'a> Scheduler<'a> {
             well_known,
             type_keys,
             prices,
+            keys: Vec::new(),
             pools: Vec::new(),
             pool_order: Vec::new(),
             bins: Vec::new(),
@@ -324,6 +370,7 @@ impl<'a> Scheduler<'a> {
         };
         s.zone_use = vec![0; s.zones.len()];
         s.build_pools();
+        s.build_domain_keys();
         s.build_existing_bins();
         s.build_in_flight_bins();
         s
@@ -350,17 +397,17 @@ impl<'a> Scheduler<'a> {
                         && self.cheapest_offering(t, &reqs, None, None).is_some()
                 })
                 .collect();
-            let mut overhead = Resources::new();
-            for ds in input.daemonsets {
-                let tpl = &ds.template;
-                let fits_taints = tolerates_all(&tpl.tolerations, &pool.taints, true).is_ok();
-                let ds_reqs = Self::pod_base_requirements(tpl, 0);
-                if fits_taints
-                    && reqs
-                        .compatible_with(&ds_reqs, &|k| self.well_known.contains(k))
-                        .is_ok()
-                {
-                    overhead.add(&tpl.requests);
+            let daemons = self.pool_daemons(pool, &reqs);
+            let mut overhead = vec![Resources::new(); input.catalog.types.len()];
+            let mut port_daemons = vec![Vec::new(); input.catalog.types.len()];
+            for (t, (overhead, ports)) in overhead.iter_mut().zip(&mut port_daemons).enumerate() {
+                for (d, daemon) in daemons.iter().enumerate() {
+                    if self.type_satisfies(t, &daemon.reqs) {
+                        overhead.add(&daemon.requests);
+                        if !daemon.ports.is_empty() {
+                            ports.push(d);
+                        }
+                    }
                 }
             }
             let mut usage = Resources::new();
@@ -385,7 +432,9 @@ impl<'a> Scheduler<'a> {
             self.pools.push(PoolInfo {
                 reqs,
                 taints: pool.taints.clone(),
+                daemons,
                 overhead,
+                port_daemons,
                 types,
                 usage,
                 has_min_values,
@@ -403,15 +452,195 @@ impl<'a> Scheduler<'a> {
         self.pool_order = order;
     }
 
+    /// The DaemonSets whose pods would run on this pool's nodes: they tolerate its
+    /// taints and one of their node-affinity terms is compatible with its requirements.
+    /// Each keeps that term (narrowed by the pool), to be checked against each type's
+    /// labels. A DaemonSet that already runs pods is sized from one of them: their
+    /// requests reflect LimitRange defaults and VPA changes the template does not.
+    fn pool_daemons(&self, pool: &NodePool, pool_reqs: &Requirements) -> Vec<PoolDaemon> {
+        let input = self.input;
+        let mut out = Vec::new();
+        for ds in input.daemonsets {
+            let tpl = &ds.template;
+            if tolerates_all(&tpl.tolerations, &pool.taints, true).is_err() {
+                continue;
+            }
+            let terms = tpl.required_node_terms.len().max(1);
+            let Some(reqs) = (0..terms)
+                .map(|term| Self::pod_base_requirements(tpl, term))
+                .find(|r| {
+                    pool_reqs
+                        .compatible_with(r, &|k| self.well_known.contains(k))
+                        .is_ok()
+                })
+            else {
+                continue;
+            };
+            let running = input.pods.iter().find(|p| {
+                p.owner_daemonset.as_deref() == Some(ds.name.as_str())
+                    && p.namespace == ds.namespace
+                    && p.node_name.is_some()
+                    && !p.terminal
+            });
+            let source = running.unwrap_or(tpl);
+            out.push(PoolDaemon {
+                reqs,
+                requests: source.requests.clone(),
+                ports: source.host_ports.clone(),
+                name: format!("{}/{}", ds.namespace, ds.name),
+            });
+        }
+        out
+    }
+
+    /// Zone and capacity type are always domain keys; their values are the offered
+    /// zones and the two capacity types, usable by a pool where one of its types has
+    /// an offering there.
+    fn build_domain_keys(&mut self) {
+        let zone_values: Vec<Vec<bool>> = self
+            .pools
+            .iter()
+            .map(|pool| {
+                (0..self.zones.len())
+                    .map(|z| {
+                        let mut mask = vec![false; self.zones.len()];
+                        mask[z] = true;
+                        pool.types.iter().any(|&t| {
+                            self.cheapest_offering(t, &pool.reqs, Some(&mask), None)
+                                .is_some()
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        let ct_values: Vec<Vec<bool>> = self
+            .pools
+            .iter()
+            .map(|pool| {
+                CapacityType::ALL
+                    .iter()
+                    .map(|&ct| {
+                        let mut mask = [false; 2];
+                        mask[ct_index(ct)] = true;
+                        pool.types.iter().any(|&t| {
+                            self.cheapest_offering(t, &pool.reqs, None, Some(mask))
+                                .is_some()
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        self.keys.push(DomainKey {
+            label: LABEL_ZONE.to_string(),
+            values: self.zones.clone(),
+            type_key: false,
+            pool_values: zone_values,
+        });
+        self.keys.push(DomainKey {
+            label: LABEL_CAPACITY_TYPE.to_string(),
+            values: CapacityType::ALL
+                .iter()
+                .map(|ct| ct.as_str().to_string())
+                .collect(),
+            type_key: false,
+            pool_values: ct_values,
+        });
+    }
+
+    /// The topology key for a label, registering a new domain key on first use: its
+    /// values are those the NodePools can give a node (their requirements and labels,
+    /// or their types' labels for a label types carry) and those existing nodes have.
+    fn topology_key(&mut self, label: &str) -> TopologyKey {
+        if label == LABEL_HOSTNAME {
+            return TopologyKey::Hostname;
+        }
+        if let Some(k) = self.keys.iter().position(|k| k.label == label) {
+            return TopologyKey::Domain(k);
+        }
+        let catalog = self.input.catalog;
+        let type_key = self.type_keys.contains(label);
+        let mut values: Vec<String> = Vec::new();
+        let mut push = |v: &String| {
+            if !values.contains(v) {
+                values.push(v.clone());
+            }
+        };
+        for pool in &self.pools {
+            if type_key {
+                for &t in &pool.types {
+                    if let Some(v) = catalog.types[t].labels.get(label) {
+                        push(v);
+                    }
+                }
+            } else if let Some(vs) = pool.reqs.get(label).and_then(|s| s.finite_values()) {
+                vs.iter().for_each(&mut push);
+            }
+        }
+        for node in self.input.nodes {
+            if let Some(v) = node.labels.get(label) {
+                push(v);
+            }
+        }
+        for claim in self.input.in_flight {
+            if let Some(v) = claim.labels.get(label) {
+                push(v);
+            }
+        }
+        let pool_values = self
+            .pools
+            .iter()
+            .map(|pool| {
+                values
+                    .iter()
+                    .map(|v| {
+                        if type_key {
+                            pool.types
+                                .iter()
+                                .any(|&t| catalog.types[t].labels.get(label) == Some(v))
+                        } else {
+                            pool.reqs.get(label).is_some_and(|s| s.has(v))
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let k = self.keys.len();
+        self.keys.push(DomainKey {
+            label: label.to_string(),
+            values,
+            type_key,
+            pool_values,
+        });
+        for bin in &mut self.bins {
+            let d = bin
+                .reqs
+                .get(label)
+                .and_then(|s| s.single_value())
+                .and_then(|v| self.keys[k].index(v));
+            if bin.domains.len() <= k {
+                bin.domains.resize(k + 1, None);
+            }
+            bin.domains[k] = d;
+        }
+        TopologyKey::Domain(k)
+    }
+
     fn build_existing_bins(&mut self) {
         let input = self.input;
         let mut used_by_node: HashMap<&str, Resources> = HashMap::new();
+        let mut ports_by_node: HashMap<&str, Vec<HostPort>> = HashMap::new();
         for pod in input.pods {
             if let (Some(node), false) = (&pod.node_name, pod.terminal) {
                 used_by_node
                     .entry(node.as_str())
                     .or_default()
                     .add(&pod.requests);
+                if !pod.host_ports.is_empty() {
+                    ports_by_node
+                        .entry(node.as_str())
+                        .or_default()
+                        .extend(pod.host_ports.iter().cloned());
+                }
             }
         }
         for (i, node) in input.nodes.iter().enumerate() {
@@ -440,8 +669,8 @@ impl<'a> Scheduler<'a> {
                 ceiling,
                 used: Resources::new(),
                 target: None,
-                zone,
-                capacity_type,
+                domains: vec![zone, capacity_type.map(ct_index)],
+                ports: ports_by_node.remove(node.name.as_str()).unwrap_or_default(),
                 pods: Vec::new(),
             });
         }
@@ -467,6 +696,7 @@ impl<'a> Scheduler<'a> {
             };
             let it = &input.catalog.types[t];
             let mut labels = it.labels.clone();
+            labels.extend(claim.labels.clone());
             labels.insert(LABEL_ZONE.into(), claim.zone.clone());
             labels.insert(
                 LABEL_CAPACITY_TYPE.into(),
@@ -474,9 +704,9 @@ impl<'a> Scheduler<'a> {
             );
             let mut reqs = Requirements::from_labels(labels.iter());
             reqs = reqs.intersect(&self.pools[pool_idx].reqs);
-            let mut ceiling = self.allocatable(pool_idx, t).clone();
-            ceiling.sub(&self.pools[pool_idx].overhead);
+            let ceiling = self.usable(t, pool_idx);
             let zone = self.zones.iter().position(|z| *z == claim.zone);
+            let ports = self.daemon_ports(pool_idx, t);
             self.bins.push(Bin {
                 origin: Origin::InFlight(i),
                 reqs,
@@ -485,8 +715,8 @@ impl<'a> Scheduler<'a> {
                 ceiling,
                 used: Resources::new(),
                 target: Some(t),
-                zone,
-                capacity_type: Some(claim.capacity_type),
+                domains: vec![zone, Some(ct_index(claim.capacity_type))],
+                ports,
                 pods: Vec::new(),
             });
         }
@@ -508,14 +738,52 @@ impl<'a> Scheduler<'a> {
         if let Some(&g) = self.group_index.get(&spec) {
             return g;
         }
+        let (domains, universe) = match spec.key {
+            TopologyKey::Hostname => (0, Vec::new()),
+            TopologyKey::Domain(k) => (self.keys[k].values.len(), self.universe(&spec, k)),
+        };
         let g = self.groups.len();
         self.groups.push(Group {
             spec: spec.clone(),
-            counts: DomainCounts::new(self.zones.len()),
-            owners: DomainCounts::new(self.zones.len()),
+            counts: DomainCounts::new(domains),
+            owners: DomainCounts::new(domains),
+            universe,
         });
         self.group_index.insert(spec, g);
         g
+    }
+
+    /// The domains of key `k` a node counted by the group could be in: what the
+    /// NodePools can launch (those whose taints the filter admits) and what existing
+    /// nodes it matches are in.
+    fn universe(&self, spec: &GroupSpec, k: usize) -> Vec<bool> {
+        let key = &self.keys[k];
+        let mut universe = vec![false; key.values.len()];
+        for (p, pool) in self.pools.iter().enumerate() {
+            if spec
+                .filter
+                .as_ref()
+                .is_some_and(|f| !f.tolerates(&pool.taints))
+            {
+                continue;
+            }
+            for (d, ok) in key.pool_values[p].iter().enumerate() {
+                universe[d] |= *ok;
+            }
+        }
+        for node in self.input.nodes {
+            if spec
+                .filter
+                .as_ref()
+                .is_some_and(|f| !f.matches_node(&node.labels, &node.taints))
+            {
+                continue;
+            }
+            if let Some(d) = node.labels.get(&key.label).and_then(|v| key.index(v)) {
+                universe[d] = true;
+            }
+        }
+        universe
     }
 
     /// Groups every pod class could use, and counts of the bound pods in them.
@@ -556,26 +824,27 @@ impl<'a> Scheduler<'a> {
         // Every group any class may use, so counts exist before placement starts.
         for c in 0..self.classes.len() {
             let pod = &pods[self.classes[c].representative];
-            for spec in Self::group_specs(pod, true).into_iter().flatten() {
+            for spec in self.group_specs(pod, true).into_iter().flatten() {
                 self.group(spec);
             }
             let ladder = self.ladder(pod);
             self.classes[c].ladder = ladder;
         }
-        // Anti-affinity of bound pods constrains pending ones too.
+        // Required anti-affinity of bound pods constrains pending ones too.
         let bound: Vec<usize> = (0..pods.len())
             .filter(|&p| pods[p].node_name.is_some() && !pods[p].terminal)
             .collect();
         for &p in &bound {
             for term in &pods[p].pod_anti_affinity {
-                if let Some(key) = TopologyKey::parse(&term.topology_key) {
-                    self.group(GroupSpec {
-                        kind: GroupKind::AntiAffinity,
-                        key,
-                        selector: term.label_selector.clone(),
-                        namespaces: Self::term_namespaces(&pods[p], &term.namespaces),
-                    });
-                }
+                let key = self.topology_key(&term.topology_key);
+                self.group(GroupSpec {
+                    kind: GroupKind::AntiAffinity,
+                    key,
+                    selector: term.label_selector.clone(),
+                    namespaces: Self::term_namespaces(&pods[p], &term.namespaces),
+                    filter: None,
+                    required: true,
+                });
             }
         }
         for c in 0..self.classes.len() {
@@ -606,42 +875,42 @@ impl<'a> Scheduler<'a> {
             let Some(node) = pod.node_name.as_deref().and_then(|n| node_by_name.get(n)) else {
                 continue;
             };
-            let zone = node
-                .labels
-                .get(LABEL_ZONE)
-                .and_then(|z| self.zones.iter().position(|x| x == z));
-            let ct = node
-                .labels
-                .get(LABEL_CAPACITY_TYPE)
-                .and_then(|c| CapacityType::parse(c));
-            // Host counts for nodes that are not bins (not ready) use a private index
-            // past every bin; they can never be chosen, so only their zone counts matter.
+            // Pods on nodes that are not bins (not Ready yet) count as "elsewhere" for
+            // hostname: nothing can be placed next to them now.
             let host = node_bins.get(node.name.as_str()).copied();
             for g in 0..self.groups.len() {
-                let selects = self.groups[g].spec.selects(&pod.namespace, &pod.labels);
-                let owns = self.groups[g].spec.kind == GroupKind::AntiAffinity
+                let spec = &self.groups[g].spec;
+                if spec
+                    .filter
+                    .as_ref()
+                    .is_some_and(|f| !f.matches_node(&node.labels, &node.taints))
+                {
+                    continue;
+                }
+                let domain = match spec.key {
+                    TopologyKey::Hostname => host,
+                    TopologyKey::Domain(k) => node
+                        .labels
+                        .get(&self.keys[k].label)
+                        .and_then(|v| self.keys[k].index(v)),
+                };
+                let selects = spec.selects(&pod.namespace, &pod.labels);
+                let owns = spec.kind == GroupKind::AntiAffinity
+                    && spec.required
                     && pod.pod_anti_affinity.iter().any(|t| {
-                        TopologyKey::parse(&t.topology_key) == Some(self.groups[g].spec.key)
-                            && t.label_selector == self.groups[g].spec.selector
+                        t.topology_key == self.key_label(spec.key)
+                            && t.label_selector == spec.selector
                     });
-                for (hit, counts) in [(selects, 0), (owns, 1)] {
+                let key = spec.key;
+                let group = &mut self.groups[g];
+                for (hit, dc) in [(selects, &mut group.counts), (owns, &mut group.owners)] {
                     if !hit {
                         continue;
                     }
-                    let group = &mut self.groups[g];
-                    let dc = if counts == 0 {
-                        &mut group.counts
-                    } else {
-                        &mut group.owners
-                    };
-                    if let Some(z) = zone {
-                        dc.zone[z] += 1;
-                    }
-                    if let Some(ct) = ct {
-                        dc.capacity_type[ct_index(ct)] += 1;
-                    }
-                    if let Some(h) = host {
-                        dc.add_host(h);
+                    match domain {
+                        Some(d) => dc.bump(key, d),
+                        None if key == TopologyKey::Hostname => dc.other_hosts += 1,
+                        None => {}
                     }
                 }
             }
@@ -657,6 +926,18 @@ impl<'a> Scheduler<'a> {
         }
     }
 
+    fn key_label(&self, key: TopologyKey) -> &str {
+        match key {
+            TopologyKey::Hostname => LABEL_HOSTNAME,
+            TopologyKey::Domain(k) => &self.keys[k].label,
+        }
+    }
+
+    fn describe_group(&self, g: usize) -> String {
+        let spec = &self.groups[g].spec;
+        spec.describe(self.key_label(spec.key))
+    }
+
     fn term_namespaces(pod: &Pod, namespaces: &[String]) -> Vec<String> {
         if namespaces.is_empty() {
             vec![pod.namespace.clone()]
@@ -665,39 +946,59 @@ impl<'a> Scheduler<'a> {
         }
     }
 
+    /// Which nodes a spread constraint of `pod` counts; `None` when every node does.
+    fn spread_filter(
+        pod: &Pod,
+        c: &crate::cluster::TopologySpreadConstraint,
+    ) -> Option<NodeFilter> {
+        let mut filter = NodeFilter::default();
+        if c.honor_node_affinity {
+            filter.node_selector = pod.node_selector.clone();
+            filter.required_terms = pod.required_node_terms.clone();
+        }
+        if c.honor_node_taints {
+            filter.tolerations = Some(pod.tolerations.clone());
+        }
+        (filter != NodeFilter::default()).then_some(filter)
+    }
+
     /// The groups of a pod's constraints: [spreads, affinity, anti-affinity]; with
     /// `all`, preferred terms and ScheduleAnyway spreads included.
-    fn group_specs(pod: &Pod, all: bool) -> [Vec<GroupSpec>; 3] {
+    fn group_specs(&mut self, pod: &Pod, all: bool) -> [Vec<GroupSpec>; 3] {
         let mut spreads = Vec::new();
         for c in &pod.topology_spread {
             if c.when_unsatisfiable == WhenUnsatisfiable::ScheduleAnyway && !all {
                 continue;
             }
-            if let Some(key) = TopologyKey::parse(&c.topology_key) {
-                spreads.push(GroupSpec {
-                    kind: GroupKind::Spread {
-                        max_skew: c.max_skew.max(1),
-                        min_domains: c.min_domains.unwrap_or(1),
-                    },
-                    key,
-                    selector: c.label_selector.clone(),
-                    namespaces: vec![pod.namespace.clone()],
-                });
-            }
+            spreads.push(GroupSpec {
+                kind: GroupKind::Spread {
+                    max_skew: c.max_skew.max(1),
+                    min_domains: c.min_domains.unwrap_or(1),
+                },
+                key: self.topology_key(&c.topology_key),
+                selector: c.label_selector.clone(),
+                namespaces: vec![pod.namespace.clone()],
+                filter: Self::spread_filter(pod, c),
+                required: false,
+            });
         }
-        let terms = |required: &[crate::cluster::PodAffinityTerm],
-                     preferred: &[crate::cluster::WeightedPodAffinityTerm],
-                     kind: GroupKind| {
+        let mut terms = |required: &[crate::cluster::PodAffinityTerm],
+                         preferred: &[crate::cluster::WeightedPodAffinityTerm],
+                         kind: GroupKind| {
+            let preferred = preferred.iter().filter(|_| all).map(|w| (&w.term, false));
             required
                 .iter()
-                .chain(preferred.iter().filter(|_| all).map(|w| &w.term))
-                .filter_map(|t| {
-                    TopologyKey::parse(&t.topology_key).map(|key| GroupSpec {
-                        kind,
-                        key,
-                        selector: t.label_selector.clone(),
-                        namespaces: Self::term_namespaces(pod, &t.namespaces),
-                    })
+                .map(|t| (t, true))
+                .chain(preferred)
+                .map(|(t, required)| GroupSpec {
+                    kind,
+                    key: self.topology_key(&t.topology_key),
+                    selector: t.label_selector.clone(),
+                    namespaces: Self::term_namespaces(pod, &t.namespaces),
+                    filter: None,
+                    // Only anti-affinity tells required from preferred (symmetry);
+                    // affinity groups count the same pods either way.
+                    required: required && kind == GroupKind::AntiAffinity,
                 })
                 .collect::<Vec<_>>()
         };
@@ -767,26 +1068,6 @@ impl<'a> Scheduler<'a> {
         for term in preferred.iter().take(relax.preferred_node_terms) {
             reqs = reqs.intersect(&Requirements::from_node_requirements(&term.requirements));
         }
-        let mut unsupported = None;
-        for c in &pod.topology_spread {
-            if TopologyKey::parse(&c.topology_key).is_none()
-                && (c.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule
-                    || relax.schedule_anyway)
-            {
-                unsupported = Some(format!(
-                    "topology spread on {} is not supported (zone, capacity type and hostname are)",
-                    c.topology_key
-                ));
-            }
-        }
-        for t in pod.pod_affinity.iter().chain(pod.pod_anti_affinity.iter()) {
-            if TopologyKey::parse(&t.topology_key).is_none() {
-                unsupported = Some(format!(
-                    "pod (anti-)affinity on {} is not supported (zone, capacity type and hostname are)",
-                    t.topology_key
-                ));
-            }
-        }
         let mut strict = pod.clone();
         if !relax.schedule_anyway {
             strict
@@ -799,7 +1080,7 @@ impl<'a> Scheduler<'a> {
         if !relax.preferred_pod_anti_affinity {
             strict.preferred_pod_anti_affinity.clear();
         }
-        let [spreads, affinity, anti] = Self::group_specs(&strict, true);
+        let [spreads, affinity, anti] = self.group_specs(&strict, true);
         let spreads = spreads.into_iter().map(|s| self.group(s)).collect();
         let affinity = affinity.into_iter().map(|s| self.group(s)).collect();
         let anti = anti.into_iter().map(|s| self.group(s)).collect();
@@ -846,7 +1127,6 @@ impl<'a> Scheduler<'a> {
             spreads,
             affinity,
             anti,
-            unsupported,
             pool_fit,
             pool_types,
             candidates: Vec::new(),
@@ -948,8 +1228,31 @@ impl<'a> Scheduler<'a> {
 
     fn usable(&self, t: usize, pool: usize) -> Resources {
         let mut r = self.allocatable(pool, t).clone();
-        r.sub(&self.pools[pool].overhead);
+        r.sub(&self.pools[pool].overhead[t]);
         r
+    }
+
+    /// Host ports the DaemonSet pods on a node of type `t` in `pool` bind.
+    fn daemon_ports(&self, pool: usize, t: usize) -> Vec<HostPort> {
+        let pool = &self.pools[pool];
+        pool.port_daemons[t]
+            .iter()
+            .flat_map(|&d| pool.daemons[d].ports.iter().cloned())
+            .collect()
+    }
+
+    /// The first of `pod`'s host ports a DaemonSet on type `t` in `pool` already binds.
+    fn port_held_by_daemon(&self, pool: usize, t: usize, pod: &Pod) -> Option<(HostPort, String)> {
+        let info = &self.pools[pool];
+        for &d in &info.port_daemons[t] {
+            let daemon = &info.daemons[d];
+            for mine in &pod.host_ports {
+                if daemon.ports.iter().any(|p| p.conflicts_with(mine)) {
+                    return Some((mine.clone(), daemon.name.clone()));
+                }
+            }
+        }
+        None
     }
 
     fn within_limits(&self, pool: usize, it: &InstanceType) -> Result<(), String> {
@@ -1013,25 +1316,16 @@ impl<'a> Scheduler<'a> {
 
     // ----- topology ------------------------------------------------------------------
 
-    /// Zones (or capacity types) where the pod may go given its constraints on `key`,
-    /// as a mask; `None` when it has no constraint on that key.
-    fn allowed_domains(
-        &self,
-        e: usize,
-        pod: usize,
-        key: TopologyKey,
-        domain_mask: &[bool],
-    ) -> Option<Vec<bool>> {
+    /// Domains of key `k` where the pod may go given its constraints on that key, as a
+    /// mask; `None` when it has no constraint on it.
+    fn allowed_domains(&self, e: usize, pod: usize, k: usize) -> Option<Vec<bool>> {
         let ec = &self.eclasses[e];
         let p = &self.input.pods[pod];
-        let n = domain_mask.len();
-        let count = |dc: &DomainCounts, d: usize| -> u32 {
-            match key {
-                TopologyKey::Zone => dc.zone[d],
-                TopologyKey::CapacityType => dc.capacity_type[d],
-                TopologyKey::Hostname => 0,
-            }
-        };
+        let key = TopologyKey::Domain(k);
+        let dk = &self.keys[k];
+        let n = dk.values.len();
+        let pod_set = ec.reqs.get(&dk.label);
+        let pod_allows = |d: usize| pod_set.is_none_or(|s| s.has(&dk.values[d]));
         let mut allowed: Option<Vec<bool>> = None;
         let mut restrict = |mask: Vec<bool>| {
             allowed = Some(match allowed.take() {
@@ -1051,20 +1345,31 @@ impl<'a> Scheduler<'a> {
             else {
                 continue;
             };
-            let selects = group.spec.selects(&p.namespace, &p.labels) as u32;
-            let eligible: Vec<usize> = (0..n).filter(|&d| domain_mask[d]).collect();
-            let min = if (eligible.len() as u32) < min_domains {
+            // The domains skew is measured over: those a counted node could be in and,
+            // with nodeAffinityPolicy Honor, those the pod's own affinity allows.
+            let honor_affinity = group
+                .spec
+                .filter
+                .as_ref()
+                .is_some_and(|f| !f.node_selector.is_empty() || !f.required_terms.is_empty());
+            let eligible: Vec<bool> = (0..n)
+                .map(|d| group.universe[d] && (!honor_affinity || pod_allows(d)))
+                .collect();
+            let count = |d: usize| group.counts.get(key, d);
+            let eligible_count = eligible.iter().filter(|e| **e).count() as u32;
+            let min = if eligible_count < min_domains {
                 0
             } else {
-                eligible
-                    .iter()
-                    .map(|&d| count(&group.counts, d))
+                (0..n)
+                    .filter(|&d| eligible[d])
+                    .map(count)
                     .min()
                     .unwrap_or(0)
             };
+            let selects = group.spec.selects(&p.namespace, &p.labels) as u32;
             restrict(
                 (0..n)
-                    .map(|d| domain_mask[d] && count(&group.counts, d) + selects <= min + max_skew)
+                    .map(|d| eligible[d] && count(d) + selects <= min + max_skew)
                     .collect(),
             );
         }
@@ -1073,35 +1378,31 @@ impl<'a> Scheduler<'a> {
             if group.spec.key != key {
                 continue;
             }
-            let any = (0..n).any(|d| count(&group.counts, d) > 0);
-            if !any && group.spec.selects(&p.namespace, &p.labels) {
-                restrict(domain_mask.to_vec());
+            let with_pods: Vec<bool> = (0..n)
+                .map(|d| pod_allows(d) && group.counts.get(key, d) > 0)
+                .collect();
+            if with_pods.iter().any(|x| *x) {
+                restrict(with_pods);
+            } else if group.spec.selects(&p.namespace, &p.labels) {
+                // The first of a group with affinity to itself: anywhere it may go.
+                restrict((0..n).map(pod_allows).collect());
             } else {
-                restrict(
-                    (0..n)
-                        .map(|d| domain_mask[d] && count(&group.counts, d) > 0)
-                        .collect(),
-                );
+                restrict(vec![false; n]);
             }
         }
         for &g in &ec.anti {
             let group = &self.groups[g];
             if group.spec.key == key {
-                restrict(
-                    (0..n)
-                        .map(|d| domain_mask[d] && count(&group.counts, d) == 0)
-                        .collect(),
-                );
+                restrict((0..n).map(|d| group.counts.get(key, d) == 0).collect());
             }
         }
         for &g in &self.classes[ec.class].matched {
             let group = &self.groups[g];
-            if group.spec.key == key && group.spec.kind == GroupKind::AntiAffinity {
-                restrict(
-                    (0..n)
-                        .map(|d| domain_mask[d] && count(&group.owners, d) == 0)
-                        .collect(),
-                );
+            if group.spec.key == key
+                && group.spec.kind == GroupKind::AntiAffinity
+                && group.spec.required
+            {
+                restrict((0..n).map(|d| group.owners.get(key, d) == 0).collect());
             }
         }
         allowed
@@ -1112,42 +1413,30 @@ impl<'a> Scheduler<'a> {
     fn choose_domain(
         &self,
         e: usize,
-        key: TopologyKey,
+        k: usize,
         allowed: &[bool],
         usable: &[bool],
     ) -> Option<usize> {
         let ec = &self.eclasses[e];
+        let key = TopologyKey::Domain(k);
         let g = ec
             .spreads
             .iter()
             .chain(ec.affinity.iter())
             .find(|&&g| self.groups[g].spec.key == key);
-        let count = |d: usize| match (g, key) {
-            (Some(&g), TopologyKey::Zone) => self.groups[g].counts.zone[d],
-            (Some(&g), TopologyKey::CapacityType) => self.groups[g].counts.capacity_type[d],
-            _ => 0,
-        };
+        let count = |d: usize| g.map_or(0, |&g| self.groups[g].counts.get(key, d));
         (0..allowed.len())
             .filter(|&d| allowed[d] && usable[d])
-            .min_by_key(|&d| {
-                (
-                    count(d),
-                    if key == TopologyKey::Zone {
-                        self.zone_use[d]
-                    } else {
-                        0
-                    },
-                    d,
-                )
-            })
+            .min_by_key(|&d| (count(d), if k == 0 { self.zone_use[d] } else { 0 }, d))
     }
 
     fn hostname_ok(&self, e: usize, pod: usize, b: usize) -> Result<(), Fail> {
         let ec = &self.eclasses[e];
         let p = &self.input.pods[pod];
+        let host = TopologyKey::Hostname;
         for &g in &ec.spreads {
             let group = &self.groups[g];
-            if group.spec.key != TopologyKey::Hostname {
+            if group.spec.key != host {
                 continue;
             }
             if let GroupKind::Spread { max_skew, .. } = group.spec.kind {
@@ -1160,14 +1449,15 @@ impl<'a> Scheduler<'a> {
         }
         for &g in &ec.anti {
             let group = &self.groups[g];
-            if group.spec.key == TopologyKey::Hostname && group.counts.host(b) > 0 {
+            if group.spec.key == host && group.counts.host(b) > 0 {
                 return Err(Fail::Permanent);
             }
         }
         for &g in &self.classes[ec.class].matched {
             let group = &self.groups[g];
-            if group.spec.key == TopologyKey::Hostname
+            if group.spec.key == host
                 && group.spec.kind == GroupKind::AntiAffinity
+                && group.spec.required
                 && group.owners.host(b) > 0
             {
                 return Err(Fail::Permanent);
@@ -1175,11 +1465,11 @@ impl<'a> Scheduler<'a> {
         }
         for &g in &ec.affinity {
             let group = &self.groups[g];
-            if group.spec.key != TopologyKey::Hostname || group.counts.host(b) > 0 {
+            if group.spec.key != host || group.counts.host(b) > 0 {
                 continue;
             }
-            let first = group.counts.total(TopologyKey::Hostname) == 0
-                && group.spec.selects(&p.namespace, &p.labels);
+            let first =
+                group.counts.total(host) == 0 && group.spec.selects(&p.namespace, &p.labels);
             if !first {
                 return Err(Fail::Temporary);
             }
@@ -1204,6 +1494,13 @@ impl<'a> Scheduler<'a> {
             } else {
                 Fail::Permanent
             });
+        }
+        // Host ports: every pod of the class binds the same ones.
+        if p.host_ports
+            .iter()
+            .any(|mine| bin.ports.iter().any(|p| p.conflicts_with(mine)))
+        {
+            return Err(Fail::Permanent);
         }
         self.hostname_ok(e, pod, cand.bin)?;
         // Requirements: only new claims narrow; nodes were checked on admission.
@@ -1234,70 +1531,75 @@ impl<'a> Scheduler<'a> {
                 }
             }
         }
-        // Zone and capacity type constraints.
+        // Domain constraints (zone, capacity type, any other label).
         let reqs = merged.as_ref().unwrap_or(&bin.reqs);
-        let zone = self.pin(e, pod, cand.bin, reqs, TopologyKey::Zone)?;
-        let capacity_type = self.pin(e, pod, cand.bin, reqs, TopologyKey::CapacityType)?;
-        Ok(Fit {
-            merged,
-            zone,
-            capacity_type: capacity_type.map(|i| CapacityType::ALL[i]),
-        })
+        let mut pins = Vec::new();
+        for k in 0..self.keys.len() {
+            if let Some(d) = self.pin(e, pod, cand.bin, reqs, k)? {
+                pins.push((k, d));
+            }
+        }
+        Ok(Fit { merged, pins })
     }
 
-    /// For a pod with constraints on `key`: the domain to pin the bin to (or keep).
+    /// Whether a new claim with requirements `reqs` (and its target type) can be in
+    /// domain `d` of key `k`.
+    fn claim_can_be_in(
+        &self,
+        target: Option<usize>,
+        reqs: &Requirements,
+        k: usize,
+        d: usize,
+    ) -> bool {
+        let key = &self.keys[k];
+        match (k, target) {
+            (0, Some(t)) => {
+                let mut m = vec![false; self.zones.len()];
+                m[d] = true;
+                self.cheapest_offering(t, reqs, Some(&m), None).is_some()
+            }
+            (1, Some(t)) => {
+                let mut m = [false; 2];
+                m[d] = true;
+                self.cheapest_offering(t, reqs, None, Some(m)).is_some()
+            }
+            (0 | 1, None) => reqs.get(&key.label).is_none_or(|s| s.has(&key.values[d])),
+            (_, Some(t)) if key.type_key => {
+                self.input.catalog.types[t].labels.get(&key.label) == Some(&key.values[d])
+            }
+            // The node carries the label only when its requirements define it.
+            _ => reqs.get(&key.label).is_some_and(|s| s.has(&key.values[d])),
+        }
+    }
+
+    /// For a pod with constraints on key `k`: the domain to pin the bin to (or keep).
     fn pin(
         &self,
         e: usize,
         pod: usize,
         b: usize,
         reqs: &Requirements,
-        key: TopologyKey,
+        k: usize,
     ) -> Result<Option<usize>, Fail> {
         let bin = &self.bins[b];
-        let n = if key == TopologyKey::Zone {
-            self.zones.len()
-        } else {
-            2
-        };
-        let all = vec![true; n];
-        let Some(allowed) = self.allowed_domains(e, pod, key, &all) else {
+        let Some(allowed) = self.allowed_domains(e, pod, k) else {
             return Ok(None);
         };
-        let current = if key == TopologyKey::Zone {
-            bin.zone
-        } else {
-            bin.capacity_type.map(ct_index)
-        };
-        if let Some(d) = current {
+        if let Some(d) = bin.domain(k) {
             return if allowed[d] {
                 Ok(None)
             } else {
                 Err(Fail::Temporary)
             };
         }
-        // Domains the bin could still be in.
-        let usable: Vec<bool> = (0..n)
-            .map(|d| match (key, bin.target) {
-                (TopologyKey::Zone, Some(t)) => {
-                    let mut m = vec![false; n];
-                    m[d] = true;
-                    self.cheapest_offering(t, reqs, Some(&m), None).is_some()
-                }
-                (TopologyKey::Zone, None) => {
-                    reqs.get(LABEL_ZONE).is_none_or(|s| s.has(&self.zones[d]))
-                }
-                (_, Some(t)) => {
-                    let mut m = [false; 2];
-                    m[d] = true;
-                    self.cheapest_offering(t, reqs, None, Some(m)).is_some()
-                }
-                (_, None) => reqs
-                    .get(LABEL_CAPACITY_TYPE)
-                    .is_none_or(|s| s.has(CapacityType::ALL[d].as_str())),
-            })
+        if !matches!(bin.origin, Origin::New(_)) {
+            // A node without the label is in no domain of it.
+            return Err(Fail::Permanent);
+        }
+        let usable: Vec<bool> = (0..allowed.len())
+            .map(|d| self.claim_can_be_in(bin.target, reqs, k, d))
             .collect();
-        match self.choose_domain(e, key, &allowed, &usable) {
+        match self.choose_domain(e, k, &allowed, &usable) {
             Some(d) => Ok(Some(d)),
             None => Err(Fail::Temporary),
         }
@@ -1308,6 +1610,7 @@ impl<'a> Scheduler<'a> {
         let class = self.eclasses[e].class;
         let bin = &mut self.bins[b];
         bin.used.add(&p.requests);
+        bin.ports.extend(p.host_ports.iter().cloned());
         if let Some(m) = fit.merged {
             if m != bin.reqs {
                 bin.reqs = m;
@@ -1317,18 +1620,14 @@ impl<'a> Scheduler<'a> {
         bin.pods.push((pod, e));
         self.classes[class].remaining.sub(&p.requests);
         // Count this pod in its domains, then pin (which counts earlier pods too).
-        self.count_pod(e, TopologyKey::Hostname, b);
-        if let Some(z) = self.bins[b].zone {
-            self.count_pod(e, TopologyKey::Zone, z);
+        self.count_pod(e, b, TopologyKey::Hostname, b);
+        for k in 0..self.keys.len() {
+            if let Some(d) = self.bins[b].domain(k) {
+                self.count_pod(e, b, TopologyKey::Domain(k), d);
+            }
         }
-        if let Some(ct) = self.bins[b].capacity_type {
-            self.count_pod(e, TopologyKey::CapacityType, ct_index(ct));
-        }
-        if let Some(z) = fit.zone {
-            self.pin_bin(b, TopologyKey::Zone, z);
-        }
-        if let Some(ct) = fit.capacity_type {
-            self.pin_bin(b, TopologyKey::CapacityType, ct_index(ct));
+        for (k, d) in fit.pins {
+            self.pin_bin(b, k, d);
         }
         let version = self.bins[b].version;
         if let Some(c) = self.eclasses[e].candidates.iter_mut().find(|c| c.bin == b) {
@@ -1336,57 +1635,58 @@ impl<'a> Scheduler<'a> {
         }
     }
 
-    /// Counts a pod of class `e` in `domain`: in every group that selects it, and as an
-    /// owner in its own anti-affinity groups.
-    fn count_pod(&mut self, e: usize, key: TopologyKey, domain: usize) {
+    /// Counts a pod of class `e` on bin `b` in `domain`: in every group that selects it
+    /// (and whose node filter admits the bin), and as an owner in its own required
+    /// anti-affinity groups.
+    fn count_pod(&mut self, e: usize, b: usize, key: TopologyKey, domain: usize) {
         let class = self.eclasses[e].class;
         for i in 0..self.classes[class].matched.len() {
             let g = self.classes[class].matched[i];
-            if self.groups[g].spec.key == key {
-                bump(&mut self.groups[g].counts, key, domain);
+            if self.groups[g].spec.key != key {
+                continue;
             }
+            if let Some(filter) = &self.groups[g].spec.filter {
+                let bin = &self.bins[b];
+                let admitted = match bin.origin {
+                    Origin::New(_) => filter.matches_requirements(&bin.reqs, &bin.taints, &|k| {
+                        self.well_known.contains(k)
+                    }),
+                    _ => filter.matches_requirements(&bin.reqs, &bin.taints, &|_| false),
+                };
+                if !admitted {
+                    continue;
+                }
+            }
+            self.groups[g].counts.bump(key, domain);
         }
         for i in 0..self.eclasses[e].anti.len() {
             let g = self.eclasses[e].anti[i];
-            if self.groups[g].spec.key == key {
-                bump(&mut self.groups[g].owners, key, domain);
+            if self.groups[g].spec.key == key && self.groups[g].spec.required {
+                self.groups[g].owners.bump(key, domain);
             }
         }
     }
 
-    fn pin_bin(&mut self, b: usize, key: TopologyKey, domain: usize) {
-        let label = key.label();
-        let value = match key {
-            TopologyKey::Zone => self.zones[domain].clone(),
-            _ => CapacityType::ALL[domain].as_str().to_string(),
-        };
+    fn pin_bin(&mut self, b: usize, k: usize, domain: usize) {
+        let label = self.keys[k].label.clone();
+        let value = self.keys[k].values[domain].clone();
         let bin = &mut self.bins[b];
-        match key {
-            TopologyKey::Zone => {
-                if bin.zone.is_some() {
-                    return;
-                }
-                bin.zone = Some(domain);
-            }
-            _ => {
-                if bin.capacity_type.is_some() {
-                    return;
-                }
-                bin.capacity_type = Some(CapacityType::ALL[domain]);
-            }
+        if bin.domain(k).is_some() {
+            return;
         }
-        bin.reqs.add(label, ValueSet::in_values([value]));
+        if bin.domains.len() <= k {
+            bin.domains.resize(k + 1, None);
+        }
+        bin.domains[k] = Some(domain);
+        bin.reqs.add(&label, ValueSet::in_values([value]));
         bin.version += 1;
         let members = bin.pods.clone();
         for (_, e) in members {
-            self.count_pod(e, key, domain);
+            self.count_pod(e, b, TopologyKey::Domain(k), domain);
         }
     }
 
     fn place(&mut self, e: usize, pod: usize) -> Result<(), String> {
-        if let Some(reason) = &self.eclasses[e].unsupported {
-            return Err(reason.clone());
-        }
         let mut i = 0;
         while i < self.eclasses[e].candidates.len() {
             if self.eclasses[e].candidates[i].dead {
@@ -1436,24 +1736,48 @@ impl<'a> Scheduler<'a> {
         Err(reasons.join("; "))
     }
 
+    /// Why no new claim can satisfy the pod's pod-affinity, if that is so: a required
+    /// (or not yet relaxed preferred) term that only pods already running elsewhere, or
+    /// no pod at all, can satisfy.
+    fn affinity_blocks_new_claims(&self, e: usize, pod: usize) -> Option<String> {
+        let p = &self.input.pods[pod];
+        for &g in &self.eclasses[e].affinity {
+            let group = &self.groups[g];
+            let total = group.counts.total(group.spec.key);
+            let selects_itself = group.spec.selects(&p.namespace, &p.labels);
+            if total == 0 && !selects_itself {
+                return Some(format!(
+                    "{}: no pod matches its selector",
+                    self.describe_group(g)
+                ));
+            }
+            if group.spec.key == TopologyKey::Hostname && total > 0 {
+                return Some(format!(
+                    "{}: no node with a matching pod has room",
+                    self.describe_group(g)
+                ));
+            }
+        }
+        None
+    }
+
     fn open_in_pool(&mut self, e: usize, pod: usize, pool: usize) -> Result<(), String> {
         let p = &self.input.pods[pod];
         let pool_name = &self.input.node_pools[pool].name;
-        // Hostname affinity to pods that already run somewhere: a new node cannot help.
-        for &g in &self.eclasses[e].affinity {
-            let group = &self.groups[g];
-            if group.spec.key == TopologyKey::Hostname
-                && group.counts.total(TopologyKey::Hostname) > 0
-            {
+        if let Some(reason) = self.affinity_blocks_new_claims(e, pod) {
+            return Err(reason);
+        }
+        // A hostname requirement names an existing node: a new one never has it.
+        if let Some(set) = self.eclasses[e].reqs.get(LABEL_HOSTNAME) {
+            if !set.allows_absent() {
                 return Err(format!(
-                    "{}: no node with a matching pod has room",
-                    group.spec.describe()
+                    "{LABEL_HOSTNAME} {set}: only that existing node can take the pod, and it has no room"
                 ));
             }
         }
         let reqs = self.pools[pool].reqs.intersect(&self.eclasses[e].reqs);
-        let zmask = self.allowed_domains(e, pod, TopologyKey::Zone, &vec![true; self.zones.len()]);
-        let cmask = self.allowed_domains(e, pod, TopologyKey::CapacityType, &[true, true]);
+        let zmask = self.allowed_domains(e, pod, 0);
+        let cmask = self.allowed_domains(e, pod, 1);
         let cmask_arr = cmask.as_ref().map(|m| [m[0], m[1]]);
         if zmask.as_ref().is_some_and(|m| !m.iter().any(|x| *x))
             || cmask_arr.is_some_and(|m| !m[0] && !m[1])
@@ -1463,27 +1787,59 @@ impl<'a> Scheduler<'a> {
                 self.topology_description(e)
             ));
         }
+        // Other keys: the domains the pod may go to that this pool can give a node.
+        let mut other_keys: Vec<(usize, Vec<bool>)> = Vec::new();
+        for k in 2..self.keys.len() {
+            let Some(allowed) = self.allowed_domains(e, pod, k) else {
+                continue;
+            };
+            let key = &self.keys[k];
+            let ok: Vec<bool> = (0..allowed.len())
+                .map(|d| {
+                    allowed[d]
+                        && key.pool_values[pool][d]
+                        && reqs.get(&key.label).is_none_or(|s| s.has(&key.values[d]))
+                })
+                .collect();
+            if !ok.iter().any(|x| *x) {
+                return Err(format!(
+                    "{} cannot be satisfied in NodePool \"{pool_name}\"",
+                    self.topology_description(e)
+                ));
+            }
+            other_keys.push((k, ok));
+        }
         self.refresh_duals(pool);
-        let mut need = p.requests.clone();
-        need.add(&self.pools[pool].overhead);
         let remaining = self.compatible_remaining(pool);
         let mut best: Option<(f64, f64, usize, usize, CapacityType, f64)> = None;
         // The cheapest single node that could hold everything still to place.
         let mut whole_best: Option<(f64, usize, usize, CapacityType)> = None;
-        let mut whole = remaining.clone();
-        whole.add(&self.pools[pool].overhead);
         let mut shortfall: Option<(String, i64, i64)> = None;
         let mut limit_reason = None;
         let mut offering_missing = false;
+        let mut port_held: Option<(HostPort, String)> = None;
+        let mut other_key_missing = false;
         let types = std::mem::take(&mut self.eclasses[e].pool_types[pool]);
         for &t in &types {
             let it = &self.input.catalog.types[t];
-            if !need.fits_in(self.allocatable(pool, t)) {
-                if let Some(s) = p.requests.first_shortfall(&self.usable(t, pool)) {
+            let usable = self.usable(t, pool);
+            if !p.requests.fits_in(&usable) {
+                if let Some(s) = p.requests.first_shortfall(&usable) {
                     if shortfall.as_ref().is_none_or(|b| s.2 > b.2 || b.0 != s.0) {
                         shortfall = Some(s);
                     }
                 }
+                continue;
+            }
+            if let Some(held) = self.port_held_by_daemon(pool, t, p) {
+                port_held = Some(held);
+                continue;
+            }
+            if other_keys.iter().any(|(k, ok)| {
+                self.keys[*k].type_key
+                    && !(0..ok.len()).any(|d| ok[d] && self.claim_can_be_in(Some(t), &reqs, *k, d))
+            }) {
+                other_key_missing = true;
                 continue;
             }
             let Some((z, ct, price)) =
@@ -1497,7 +1853,7 @@ impl<'a> Scheduler<'a> {
                 continue;
             }
             let (value, size) = self.value(pool, t, &remaining, &p.requests);
-            if whole.fits_in(self.allocatable(pool, t)) && whole_best.is_none_or(|w| price < w.0) {
+            if remaining.fits_in(&usable) && whole_best.is_none_or(|w| price < w.0) {
                 whole_best = Some((price, t, z, ct));
             }
             let score = if price > 0.0 {
@@ -1535,8 +1891,8 @@ impl<'a> Scheduler<'a> {
             if let Some(r) = limit_reason {
                 return Err(r);
             }
-            if offering_missing {
-                if zmask.is_some() || cmask.is_some() {
+            if offering_missing || other_key_missing {
+                if zmask.is_some() || cmask.is_some() || other_key_missing {
                     return Err(format!(
                         "{} cannot be satisfied in NodePool \"{pool_name}\"",
                         self.topology_description(e)
@@ -1544,6 +1900,12 @@ impl<'a> Scheduler<'a> {
                 }
                 return Err(format!(
                     "NodePool \"{pool_name}\": no offering in an allowed zone and capacity type"
+                ));
+            }
+            if let Some((port, daemon)) = port_held {
+                return Err(format!(
+                    "NodePool \"{pool_name}\": host port {}/{} is held by DaemonSet {daemon} on every instance type that could take the pod",
+                    port.port, port.protocol
                 ));
             }
             if let Some((name, want, have)) = shortfall {
@@ -1561,13 +1923,35 @@ impl<'a> Scheduler<'a> {
             self.min_values_ok(pool, &reqs, &p.requests)?;
         }
         let it = &self.input.catalog.types[t];
-        let mut ceiling = self.allocatable(pool, t).clone();
-        ceiling.sub(&self.pools[pool].overhead);
+        let ceiling = self.usable(t, pool);
         let capacity = it.capacity.clone();
         self.pools[pool].usage.add(&capacity);
         let nodes = self.pools[pool].usage.get_milli("nodes");
         self.pools[pool].usage.set_milli("nodes", nodes + 1000);
         let b = self.bins.len();
+        let domains = (0..self.keys.len())
+            .map(|k| {
+                reqs.get(&self.keys[k].label)
+                    .and_then(|s| s.single_value())
+                    .and_then(|v| self.keys[k].index(v))
+            })
+            .collect();
+        let ports = self.daemon_ports(pool, t);
+        let mut pins = Vec::new();
+        if zmask.is_some() {
+            pins.push((0, z));
+        }
+        if cmask.is_some() {
+            pins.push((1, ct_index(ct)));
+        }
+        for (k, ok) in &other_keys {
+            let usable: Vec<bool> = (0..ok.len())
+                .map(|d| self.claim_can_be_in(Some(t), &reqs, *k, d))
+                .collect();
+            if let Some(d) = self.choose_domain(e, *k, ok, &usable) {
+                pins.push((*k, d));
+            }
+        }
         self.bins.push(Bin {
             origin: Origin::New(pool),
             reqs: reqs.clone(),
@@ -1576,23 +1960,19 @@ impl<'a> Scheduler<'a> {
             ceiling,
             used: Resources::new(),
             target: Some(t),
-            zone: None,
-            capacity_type: None,
+            domains,
+            ports,
             pods: Vec::new(),
         });
         for other in 0..self.eclasses.len() {
             self.admit(other, b);
         }
-        let fit = Fit {
-            merged: None,
-            zone: zmask.map(|_| z),
-            capacity_type: cmask.map(|_| ct),
-        };
+        let fit = Fit { merged: None, pins };
         self.commit(e, pod, b, fit);
         Ok(())
     }
 
-    /// The pod's zone / capacity-type constraints, for reasons.
+    /// The pod's topology constraints on labels other than hostname, for reasons.
     fn topology_description(&self, e: usize) -> String {
         let ec = &self.eclasses[e];
         let own: Vec<String> = ec
@@ -1601,7 +1981,7 @@ impl<'a> Scheduler<'a> {
             .chain(&ec.affinity)
             .chain(&ec.anti)
             .filter(|&&g| self.groups[g].spec.key != TopologyKey::Hostname)
-            .map(|&g| self.groups[g].spec.describe())
+            .map(|&g| self.describe_group(g))
             .collect();
         if own.is_empty() {
             "pod anti-affinity of pods already placed".into()
@@ -1693,7 +2073,11 @@ impl<'a> Scheduler<'a> {
 
     fn run(mut self) -> Schedule {
         let pods = self.input.pods;
-        let mut pending: Vec<usize> = (0..pods.len()).filter(|&p| pods[p].is_pending()).collect();
+        // Pods kube-scheduler may still bind, or that are not ours (another scheduler,
+        // a preemption nomination, a claim not ready), get no capacity.
+        let mut pending: Vec<usize> = (0..pods.len())
+            .filter(|&p| pods[p].is_pending() && pods[p].is_provisionable())
+            .collect();
         pending.sort_by(|&a, &b| {
             let (ra, rb) = (&pods[a].requests, &pods[b].requests);
             rb.slot_milli(CPU)
@@ -1769,8 +2153,7 @@ impl<'a> Scheduler<'a> {
                         b,
                         Fit {
                             merged: None,
-                            zone: None,
-                            capacity_type: None,
+                            pins: Vec::new(),
                         },
                     );
                 }
@@ -1816,9 +2199,20 @@ impl<'a> Scheduler<'a> {
         self.pools[pool].usage.sub(&reserved);
         let nodes = self.pools[pool].usage.get_milli("nodes");
         self.pools[pool].usage.set_milli("nodes", nodes - 1000);
+        let pod_ports: Vec<&HostPort> = pods
+            .iter()
+            .flat_map(|&p| self.input.pods[p].host_ports.iter())
+            .collect();
         let mut options: Vec<(f64, usize, usize, CapacityType)> = Vec::new();
         for &t in &self.pools[pool].types {
             if !used.fits_in(&self.usable(t, pool)) || !self.type_satisfies(t, &reqs) {
+                continue;
+            }
+            let daemon_ports = self.daemon_ports(pool, t);
+            if pod_ports
+                .iter()
+                .any(|mine| daemon_ports.iter().any(|p| p.conflicts_with(mine)))
+            {
                 continue;
             }
             if Some(t) != target
@@ -1854,8 +2248,30 @@ impl<'a> Scheduler<'a> {
                     .is_none_or(|s| s.has(ct.as_str()))
             })
             .collect();
+        // Custom labels (keys neither the instance nor Karpenter sets): the value the
+        // requirements settled on (a pod's selector, a topology pin), else any value
+        // they allow, as Karpenter labels its nodes. Without them a pod selecting the
+        // label, or spread over it, would never bind.
+        let labels = reqs
+            .iter()
+            .filter(|(k, _)| {
+                !self.type_keys.contains(k.as_str())
+                    && ![
+                        LABEL_ZONE,
+                        LABEL_REGION,
+                        LABEL_CAPACITY_TYPE,
+                        LABEL_NODEPOOL,
+                        LABEL_HOSTNAME,
+                    ]
+                    .contains(&k.as_str())
+                    && !k.starts_with("karpenter.sh/")
+                    && !k.starts_with("karpenter.k8s.aws/")
+            })
+            .filter_map(|(k, set)| set.any_value().map(|v| (k.clone(), v)))
+            .collect();
         NewClaim {
             node_pool: self.input.node_pools[pool].name.clone(),
+            labels,
             pods,
             requests: used,
             requirements: reqs,
@@ -1874,14 +2290,6 @@ impl<'a> Scheduler<'a> {
     }
 }
 
-fn bump(dc: &mut DomainCounts, key: TopologyKey, domain: usize) {
-    match key {
-        TopologyKey::Zone => dc.zone[domain] += 1,
-        TopologyKey::CapacityType => dc.capacity_type[domain] += 1,
-        TopologyKey::Hostname => dc.add_host(domain),
-    }
-}
-
 /// What makes two pods interchangeable for scheduling (requests aside).
 #[derive(PartialEq, Eq, Hash)]
 struct ClassKey<'p> {
@@ -1896,6 +2304,7 @@ struct ClassKey<'p> {
     pod_anti_affinity: &'p [crate::cluster::PodAffinityTerm],
     preferred_pod_affinity: &'p [crate::cluster::WeightedPodAffinityTerm],
     preferred_pod_anti_affinity: &'p [crate::cluster::WeightedPodAffinityTerm],
+    host_ports: &'p [HostPort],
 }
 
 impl<'p> ClassKey<'p> {
@@ -1912,6 +2321,7 @@ impl<'p> ClassKey<'p> {
             pod_anti_affinity: &pod.pod_anti_affinity,
             preferred_pod_affinity: &pod.preferred_pod_affinity,
             preferred_pod_anti_affinity: &pod.preferred_pod_anti_affinity,
+            host_ports: &pod.host_ports,
         }
     }
 }

@@ -425,15 +425,18 @@ fn required_zone_spread_that_the_pool_cannot_meet_is_unschedulable_with_the_cons
     running.labels.insert("app".into(), "dz".into());
     running.node_name = Some("n-b".into());
     snap.pods.push(running);
-    // 1a has 0, 1b has 1: a second pod in 1a gives skew 1 (fine), a third skew 2.
+    // The domains are 1a (the pool's) and 1b (the node's); 1c counts for nothing, as
+    // no node could be there. n-b has no room for these pods. 1a has 0, 1b has 1: two
+    // pods in 1a give skew 1 (fine), a third skew 2.
     for i in 0..3 {
-        let mut p = pod(&format!("dz-{i}"), "1", "1Gi");
+        let mut p = pod(&format!("dz-{i}"), "2", "1Gi");
         p.topology_spread
             .push(spread("topology.kubernetes.io/zone", "dz"));
         snap.pods.push(p);
     }
     let plan = plan(&snap, &[pool]);
-    assert!(!plan.unschedulable.is_empty());
+    assert_eq!(plan.unschedulable.len(), 1, "{:?}", plan.unschedulable);
+    assert_eq!(plan.node_claims.iter().map(|c| c.pods.len()).sum::<usize>(), 2);
     assert!(
         plan.unschedulable.iter().all(|u| u
             .reason
@@ -511,6 +514,7 @@ fn node_pool_limits_count_existing_nodes_and_stop_new_claims() {
 fn in_flight_claims_absorb_pending_pods_before_new_claims_are_made() {
     let pods = (0..3).map(|i| pod(&format!("w-{i}"), "1", "1Gi")).collect();
     let in_flight = [InFlightClaim {
+        labels: Default::default(),
         name: "general-purpose-abc12".into(),
         node_pool: "general-purpose".into(),
         instance_type: "m5.2xlarge".into(),
@@ -633,7 +637,15 @@ fn random_workloads_never_break_a_constraint() {
             let cpu = ["100m", "250m", "500m", "1", "1500m", "3"][next(6) as usize];
             let mem = format!("{}Mi", 100 + next(4000));
             let mut p = pod(&format!("g{}-{i}", next(4)), cpu, &mem);
-            match next(5) {
+            match next(7) {
+                5 => p.host_ports.push(HostPort {
+                    port: 8080 + next(2) as u16,
+                    protocol: "TCP".into(),
+                    host_ip: String::new(),
+                }),
+                6 => {
+                    p.node_selector.insert("team".into(), "blue".into());
+                }
                 0 => p.topology_spread.push(spread(
                     "topology.kubernetes.io/zone",
                     p.labels["app"].as_str(),
@@ -652,9 +664,25 @@ fn random_workloads_never_break_a_constraint() {
         }
         let arm = node_pool(
             "arm",
-            vec![req("kubernetes.io/arch", Operator::In, &["arm64"])],
+            vec![
+                req("kubernetes.io/arch", Operator::In, &["arm64"]),
+                req("team", Operator::In, &["blue", "red"]),
+            ],
         );
-        let plan = plan(&snapshot(pods), &[general_purpose_pool(), arm]);
+        let mut snap = snapshot(pods);
+        let mut agent = pod("agent", "200m", "128Mi");
+        agent.name = "agent".into();
+        agent.host_ports.push(HostPort {
+            port: 9100,
+            protocol: "TCP".into(),
+            host_ip: String::new(),
+        });
+        snap.daemonsets.push(DaemonSet {
+            namespace: "kube-system".into(),
+            name: "agent".into(),
+            template: agent,
+        });
+        let plan = plan(&snap, &[general_purpose_pool(), arm]);
         assert!(
             plan.unschedulable.iter().all(|u| !u.reason.is_empty()),
             "round {round}"
@@ -671,6 +699,7 @@ fn pods_nominated_to_an_in_flight_claim_stay_on_it_even_when_repacking_would_dif
         pod("c-1", "1", "256Mi"),
     ];
     let in_flight = [InFlightClaim {
+        labels: Default::default(),
         name: "gp-nomin".into(),
         node_pool: "general-purpose".into(),
         instance_type: "m5.large".into(),
@@ -686,4 +715,49 @@ fn pods_nominated_to_an_in_flight_claim_stay_on_it_even_when_repacking_would_dif
     // Largest-first re-packing would have put b (1500m) and c (1) elsewhere; only c needs a claim.
     assert_eq!(plan.node_claims.len(), 1);
     assert_eq!(plan.node_claims[0].pods, vec!["default/c-1".to_string()]);
+}
+
+#[test]
+fn a_pod_follows_its_hostname_affinity_target_to_the_in_flight_claim_that_holds_it() {
+    let mut db = pod("db", "1", "1Gi");
+    db.labels.insert("app".into(), "db".into());
+    let mut web = pod("web", "500m", "512Mi");
+    web.pod_affinity
+        .push(affinity_term("kubernetes.io/hostname", "db"));
+    let in_flight = [InFlightClaim {
+        labels: Default::default(),
+        name: "general-purpose-abc12".into(),
+        node_pool: "general-purpose".into(),
+        instance_type: "m5.2xlarge".into(),
+        zone: "us-east-1a".into(),
+        capacity_type: crate::catalog::CapacityType::OnDemand,
+        pods: vec!["default/db".into()],
+    }];
+    let plan = plan_with(
+        &snapshot(vec![web, db]),
+        &[general_purpose_pool()],
+        &in_flight,
+    );
+    assert!(plan.node_claims.is_empty(), "{:?}", plan.node_claims);
+    assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
+    assert_eq!(plan.in_flight.len(), 1);
+    let mut pods = plan.in_flight[0].pods.clone();
+    pods.sort();
+    assert_eq!(pods, ["default/db", "default/web"]);
+}
+
+#[test]
+fn a_claim_pinned_to_one_value_of_a_multi_valued_node_pool_label_carries_it() {
+    let mut pool = general_purpose_pool();
+    pool.requirements
+        .push(req("team", Operator::In, &["red", "blue"]));
+    let mut p = pod("red-app", "1", "1Gi");
+    p.node_selector.insert("team".into(), "red".into());
+    let plan = plan(&snapshot(vec![p]), &[pool]);
+    assert_eq!(plan.node_claims.len(), 1);
+    assert_eq!(
+        plan.node_claims[0].labels,
+        BTreeMap::from([("team".to_string(), "red".to_string())]),
+        "kube-scheduler binds the pod only if the node has team=red"
+    );
 }

@@ -1,44 +1,96 @@
 //! Topology groups: pod counts per domain for topology spread, pod affinity and pod
-//! anti-affinity, on zone, capacity type and hostname.
+//! anti-affinity, on any node label (zone, capacity type, hostname, or a label a
+//! NodePool sets such as `capacity-spread`).
 //!
-//! Each distinct (kind, key, selector, namespaces) is one group. A group counts the
-//! pods that *match* it per domain (`counts`), and for anti-affinity also where the
-//! pods that *own* the term are (`owners`), because anti-affinity is symmetric: a pod
-//! may not land next to a pod whose anti-affinity term selects it.
+//! Each distinct (kind, key, selector, namespaces, node filter) is one group. A group
+//! counts the pods that *match* it per domain (`counts`), and for required
+//! anti-affinity also where the pods that *own* the term are (`owners`), because
+//! required anti-affinity is symmetric: a pod may not land next to a pod whose required
+//! anti-affinity term selects it. (Preferred terms are not symmetric: kube-scheduler
+//! only scores them, and Karpenter does not track them either.)
 
-use crate::catalog::{LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_ZONE};
-use crate::cluster::LabelSelector;
+use std::collections::BTreeMap;
 
+use crate::api::model::{NodeRequirement, Taint, TaintEffect};
+use crate::cluster::{LabelSelector, Toleration};
+
+use super::requirements::Requirements;
+
+/// The label a topology constraint counts on. Hostname domains are the bins
+/// themselves; every other key has a list of values (its domains), held by the
+/// scheduler and referred to by index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TopologyKey {
-    Zone,
-    CapacityType,
     Hostname,
+    Domain(usize),
 }
 
-impl TopologyKey {
-    pub fn parse(key: &str) -> Option<Self> {
-        match key {
-            LABEL_ZONE => Some(TopologyKey::Zone),
-            LABEL_CAPACITY_TYPE => Some(TopologyKey::CapacityType),
-            LABEL_HOSTNAME => Some(TopologyKey::Hostname),
-            _ => None,
-        }
-    }
-    pub fn label(self) -> &'static str {
-        match self {
-            TopologyKey::Zone => LABEL_ZONE,
-            TopologyKey::CapacityType => LABEL_CAPACITY_TYPE,
-            TopologyKey::Hostname => LABEL_HOSTNAME,
-        }
-    }
-}
+// `topology.kubernetes.io/zone` is always domain key 0 and `karpenter.sh/capacity-type`
+// key 1: the scheduler's offerings are indexed by both.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GroupKind {
     Spread { max_skew: u32, min_domains: u32 },
     Affinity,
     AntiAffinity,
+}
+
+/// Which nodes a topology spread constraint counts (`nodeAffinityPolicy`,
+/// `nodeTaintsPolicy`): with Honor (the default for affinity), only nodes matching the
+/// pod's nodeSelector and required node affinity; with Honor for taints (default
+/// Ignore), only nodes whose NoSchedule/NoExecute taints the pod tolerates.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct NodeFilter {
+    pub node_selector: BTreeMap<String, String>,
+    /// Terms are ORed; empty means any node.
+    pub required_terms: Vec<Vec<NodeRequirement>>,
+    /// `Some` when taints are honoured.
+    pub tolerations: Option<Vec<Toleration>>,
+}
+
+impl NodeFilter {
+    fn terms(&self) -> Vec<Requirements> {
+        let mut base = Requirements::new();
+        for (k, v) in &self.node_selector {
+            base.add(k, super::requirements::ValueSet::in_values([v.clone()]));
+        }
+        if self.required_terms.is_empty() {
+            return vec![base];
+        }
+        self.required_terms
+            .iter()
+            .map(|t| base.intersect(&Requirements::from_node_requirements(t)))
+            .collect()
+    }
+
+    pub fn tolerates(&self, taints: &[Taint]) -> bool {
+        let Some(tolerations) = &self.tolerations else {
+            return true;
+        };
+        taints
+            .iter()
+            .filter(|t| t.effect != TaintEffect::PreferNoSchedule)
+            .all(|taint| tolerations.iter().any(|t| t.tolerates(taint)))
+    }
+
+    /// Whether a node with these labels and taints counts.
+    pub fn matches_node(&self, labels: &BTreeMap<String, String>, taints: &[Taint]) -> bool {
+        self.tolerates(taints) && self.terms().iter().any(|t| t.matches_labels(labels))
+    }
+
+    /// Whether a node that will satisfy `reqs` (a claim being planned) counts.
+    pub fn matches_requirements(
+        &self,
+        reqs: &Requirements,
+        taints: &[Taint],
+        well_known: &dyn Fn(&str) -> bool,
+    ) -> bool {
+        self.tolerates(taints)
+            && self
+                .terms()
+                .iter()
+                .any(|t| reqs.compatible_with(t, well_known).is_ok())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -48,6 +100,10 @@ pub struct GroupSpec {
     /// `None` selects no pod.
     pub selector: Option<LabelSelector>,
     pub namespaces: Vec<String>,
+    /// Spread constraints only; `None` counts every node.
+    pub filter: Option<NodeFilter>,
+    /// Anti-affinity only: from a required term (then symmetric, see the module).
+    pub required: bool,
 }
 
 impl GroupSpec {
@@ -60,50 +116,59 @@ impl GroupSpec {
             && self.selector.as_ref().is_some_and(|s| s.matches(labels))
     }
 
-    pub fn describe(&self) -> String {
+    /// `label` is the key's label name.
+    pub fn describe(&self, label: &str) -> String {
         match self.kind {
             GroupKind::Spread { max_skew, .. } => {
-                format!(
-                    "topology spread on {} (maxSkew {max_skew})",
-                    self.key.label()
-                )
+                format!("topology spread on {label} (maxSkew {max_skew})")
             }
-            GroupKind::Affinity => format!("pod affinity on {}", self.key.label()),
-            GroupKind::AntiAffinity => format!("pod anti-affinity on {}", self.key.label()),
+            GroupKind::Affinity => format!("pod affinity on {label}"),
+            GroupKind::AntiAffinity => format!("pod anti-affinity on {label}"),
         }
     }
 }
 
-/// Counts per domain: zones and capacity types by index, hosts by bin index.
+/// Counts per domain: domain keys by value index, hosts by bin index. Pods on nodes
+/// that are not bins (not Ready yet) count in `other_hosts`: no pod can be placed
+/// there now, but their existence matters (a self-affinity group is not "first").
 #[derive(Debug, Clone, Default)]
 pub struct DomainCounts {
-    pub zone: Vec<u32>,
-    pub capacity_type: [u32; 2],
+    pub domain: Vec<u32>,
     pub host: Vec<u32>,
+    pub other_hosts: u32,
 }
 
 impl DomainCounts {
-    pub fn new(zones: usize) -> Self {
+    pub fn new(domains: usize) -> Self {
         Self {
-            zone: vec![0; zones],
-            capacity_type: [0; 2],
+            domain: vec![0; domains],
             host: Vec::new(),
+            other_hosts: 0,
         }
     }
     pub fn host(&self, bin: usize) -> u32 {
         self.host.get(bin).copied().unwrap_or(0)
     }
-    pub fn add_host(&mut self, bin: usize) {
-        if self.host.len() <= bin {
-            self.host.resize(bin + 1, 0);
+    pub fn get(&self, key: TopologyKey, domain: usize) -> u32 {
+        match key {
+            TopologyKey::Hostname => self.host(domain),
+            TopologyKey::Domain(_) => self.domain.get(domain).copied().unwrap_or(0),
         }
-        self.host[bin] += 1;
+    }
+    pub fn bump(&mut self, key: TopologyKey, domain: usize) {
+        let counts = match key {
+            TopologyKey::Hostname => &mut self.host,
+            TopologyKey::Domain(_) => &mut self.domain,
+        };
+        if counts.len() <= domain {
+            counts.resize(domain + 1, 0);
+        }
+        counts[domain] += 1;
     }
     pub fn total(&self, key: TopologyKey) -> u32 {
         match key {
-            TopologyKey::Zone => self.zone.iter().sum(),
-            TopologyKey::CapacityType => self.capacity_type.iter().sum(),
-            TopologyKey::Hostname => self.host.iter().sum(),
+            TopologyKey::Domain(_) => self.domain.iter().sum(),
+            TopologyKey::Hostname => self.host.iter().sum::<u32>() + self.other_hosts,
         }
     }
 }
@@ -113,4 +178,9 @@ pub struct Group {
     pub spec: GroupSpec,
     pub counts: DomainCounts,
     pub owners: DomainCounts,
+    /// Domain keys: the values a node the group counts could have (from the NodePools
+    /// whose taints the filter admits, and the existing nodes it matches). Spread skew
+    /// is measured over these only, so a zone no pod could ever use does not hold the
+    /// minimum at zero.
+    pub universe: Vec<bool>,
 }

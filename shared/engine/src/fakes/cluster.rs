@@ -169,11 +169,16 @@ impl ClusterInner {
                 .next()
                 .unwrap_or(&pod.name)
                 .to_string();
+            // This fake has no kube-scheduler loop: the replacement is as kube-scheduler
+            // leaves it after a first attempt found no node (the tests that recreate
+            // pods are about replacing lost capacity).
             let replacement = Pod {
                 name: format!("{base}-r~{:05x}", mix(self.recreated) & 0xfffff),
                 node_name: None,
                 terminal: false,
                 terminating: false,
+                marked_unschedulable: true,
+                nominated_node_name: None,
                 ..pod.clone()
             };
             let at = self.state.pods.len();
@@ -285,6 +290,8 @@ impl FakeCluster {
         match inner.state.pods.iter_mut().find(|p| p.key() == pod_key) {
             Some(p) => {
                 p.node_name = Some(node.to_string());
+                // Binding sets PodScheduled=True: the Unschedulable mark goes.
+                p.marked_unschedulable = false;
                 true
             }
             None => false,

@@ -153,6 +153,7 @@ mod tests {
     fn claim(name: &str) -> NodeClaim {
         NodeClaim::launching(
             ClaimSpec {
+                labels: Default::default(),
                 name: name.into(),
                 node_pool: "default".into(),
                 node_class: "default".into(),

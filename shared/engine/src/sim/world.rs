@@ -744,10 +744,12 @@ impl World {
         }
     }
 
-    /// Binds what can be bound.
+    /// Binds what can be bound, as kube-scheduler: only pods for it (not another
+    /// scheduler's); a pod it finds no node for is marked Unschedulable on that first
+    /// attempt, and the mark goes when it binds.
     fn bind(&self, now: i64, state: &mut ClusterState) {
         let mut pending: Vec<usize> = (0..state.pods.len())
-            .filter(|&i| state.pods[i].is_pending())
+            .filter(|&i| state.pods[i].is_pending() && state.pods[i].scheduler_name.is_none())
             .collect();
         let mut o = lock(&self.observed);
         if pending.is_empty() {
@@ -781,8 +783,12 @@ impl World {
             }
         }
         o.pending = pending.len() - bindings.len();
+        for &i in &pending {
+            state.pods[i].marked_unschedulable = true;
+        }
         for (i, node) in bindings {
             state.pods[i].node_name = Some(node);
+            state.pods[i].marked_unschedulable = false;
         }
     }
 

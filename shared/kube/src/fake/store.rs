@@ -51,8 +51,8 @@ const fn builtin(
         plural,
         namespaced,
         builtin: true,
-        // Every built-in kind here but Event has one.
-        status_subresource: !matches!(kind.as_bytes(), b"Event"),
+        // Every built-in kind here but Event and StorageClass has one.
+        status_subresource: !matches!(kind.as_bytes(), b"Event" | b"StorageClass"),
     }
 }
 
@@ -70,6 +70,21 @@ pub fn default_resource_types() -> Vec<ResourceType> {
             "PodDisruptionBudget",
             "poddisruptionbudgets",
             true,
+        ),
+        builtin(
+            "",
+            "v1",
+            "PersistentVolumeClaim",
+            "persistentvolumeclaims",
+            true,
+        ),
+        builtin("", "v1", "PersistentVolume", "persistentvolumes", false),
+        builtin(
+            "storage.k8s.io",
+            "v1",
+            "StorageClass",
+            "storageclasses",
+            false,
         ),
         ResourceType {
             group: "karpenter.sh",
