@@ -31,7 +31,9 @@ use crate::resources::{CPU, MEMORY, PODS, Resources, WELL_KNOWN, format_milli};
 
 use super::lp;
 use super::requirements::{Requirements, ValueSet};
-use super::topology::{DomainCounts, Group, GroupKind, GroupSpec, NodeFilter, TopologyKey};
+use super::topology::{
+    DomainCounts, Group, GroupKind, GroupSpec, NodeFilter, TopologyKey,
+};
 
 /// A NodeClaim that has been launched but whose node has not registered yet: pending
 /// pods that fit it are counted against it instead of launching more.
@@ -760,11 +762,7 @@ impl<'a> Scheduler<'a> {
         let key = &self.keys[k];
         let mut universe = vec![false; key.values.len()];
         for (p, pool) in self.pools.iter().enumerate() {
-            if spec
-                .filter
-                .as_ref()
-                .is_some_and(|f| !f.tolerates(&pool.taints))
-            {
+            if spec.filter.as_ref().is_some_and(|f| !f.tolerates(&pool.taints)) {
                 continue;
             }
             for (d, ok) in key.pool_values[p].iter().enumerate() {
@@ -1347,11 +1345,9 @@ impl<'a> Scheduler<'a> {
             };
             // The domains skew is measured over: those a counted node could be in and,
             // with nodeAffinityPolicy Honor, those the pod's own affinity allows.
-            let honor_affinity = group
-                .spec
-                .filter
-                .as_ref()
-                .is_some_and(|f| !f.node_selector.is_empty() || !f.required_terms.is_empty());
+            let honor_affinity = group.spec.filter.as_ref().is_some_and(|f| {
+                !f.node_selector.is_empty() || !f.required_terms.is_empty()
+            });
             let eligible: Vec<bool> = (0..n)
                 .map(|d| group.universe[d] && (!honor_affinity || pod_allows(d)))
                 .collect();
@@ -1410,13 +1406,7 @@ impl<'a> Scheduler<'a> {
 
     /// Among allowed domains, the one to pin: the least populated for the first
     /// constraint that counts on this key (keeps spread even), else the first allowed.
-    fn choose_domain(
-        &self,
-        e: usize,
-        k: usize,
-        allowed: &[bool],
-        usable: &[bool],
-    ) -> Option<usize> {
+    fn choose_domain(&self, e: usize, k: usize, allowed: &[bool], usable: &[bool]) -> Option<usize> {
         let ec = &self.eclasses[e];
         let key = TopologyKey::Domain(k);
         let g = ec
@@ -1496,7 +1486,8 @@ impl<'a> Scheduler<'a> {
             });
         }
         // Host ports: every pod of the class binds the same ones.
-        if p.host_ports
+        if p
+            .host_ports
             .iter()
             .any(|mine| bin.ports.iter().any(|p| p.conflicts_with(mine)))
         {
@@ -1544,13 +1535,7 @@ impl<'a> Scheduler<'a> {
 
     /// Whether a new claim with requirements `reqs` (and its target type) can be in
     /// domain `d` of key `k`.
-    fn claim_can_be_in(
-        &self,
-        target: Option<usize>,
-        reqs: &Requirements,
-        k: usize,
-        d: usize,
-    ) -> bool {
+    fn claim_can_be_in(&self, target: Option<usize>, reqs: &Requirements, k: usize, d: usize) -> bool {
         let key = &self.keys[k];
         match (k, target) {
             (0, Some(t)) => {
@@ -2256,14 +2241,8 @@ impl<'a> Scheduler<'a> {
             .iter()
             .filter(|(k, _)| {
                 !self.type_keys.contains(k.as_str())
-                    && ![
-                        LABEL_ZONE,
-                        LABEL_REGION,
-                        LABEL_CAPACITY_TYPE,
-                        LABEL_NODEPOOL,
-                        LABEL_HOSTNAME,
-                    ]
-                    .contains(&k.as_str())
+                    && ![LABEL_ZONE, LABEL_REGION, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_HOSTNAME]
+                        .contains(&k.as_str())
                     && !k.starts_with("karpenter.sh/")
                     && !k.starts_with("karpenter.k8s.aws/")
             })
