@@ -565,6 +565,7 @@ fn synthetic_suite(out: &mut Report, shape: Shape, sizes: &[usize]) {
         let input = ProvisioningInput {
             snapshot: &snapshot,
             node_pools: &pools,
+            node_classes: &[],
             catalog: &catalog,
             pricing: &pricing,
             in_flight: &[],
@@ -738,6 +739,7 @@ fn real_suite(out: &mut Report) {
         let input = ProvisioningInput {
             snapshot: &snapshot,
             node_pools: &pools,
+            node_classes: &[],
             catalog,
             pricing: &pricing,
             in_flight: &[],
@@ -804,6 +806,7 @@ fn memory_child(pods: usize) -> Result<(), String> {
     let plan = plan_provisioning(&ProvisioningInput {
         snapshot: &snapshot,
         node_pools: &pools,
+        node_classes: &[],
         catalog,
         pricing: &pricing,
         in_flight: &[],
@@ -1022,6 +1025,7 @@ pub fn cost_of(workload: &CostWorkload) -> (ClusterSnapshot, ProvisioningPlan, O
     let plan = plan_provisioning(&ProvisioningInput {
         snapshot: &snapshot,
         node_pools: &pools,
+        node_classes: &[],
         catalog,
         pricing: &Pricing::default(),
         in_flight: &[],
@@ -1149,6 +1153,7 @@ mod tests {
             let plan = plan_provisioning(&ProvisioningInput {
                 snapshot: &snapshot,
                 node_pools: &pools,
+                node_classes: &[],
                 catalog: &catalog,
                 pricing: &pricing,
                 in_flight: &[],

@@ -169,6 +169,7 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
     let plan = plan_provisioning(&ProvisioningInput {
         snapshot: &snapshot,
         node_pools: &manifests.node_pools,
+        node_classes: &manifests.node_classes,
         catalog,
         pricing: &pricing,
         in_flight: &[],

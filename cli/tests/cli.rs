@@ -337,6 +337,148 @@ fn a_custom_catalog_and_zone_list_are_what_the_plan_uses() {
     );
 }
 
+fn claims_of(plan: &Value) -> Vec<(String, usize)> {
+    plan["nodeClaims"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["instanceType"].as_str().unwrap().to_string(),
+                c["pods"].as_array().unwrap().len(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn limits_written_as_ten_million_gibibytes_validate_and_plan_as_no_limit() {
+    let pools = data("density-unlimited.yaml");
+    let out = nodewright(&["validate", &pools]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plan = plan_json(&[
+        "--nodepools",
+        &pools,
+        "--snapshot",
+        &data("density-tiny-pods.json"),
+    ]);
+    assert_eq!(
+        claims_of(&plan),
+        vec![("m5.large".to_string(), 20)],
+        "{plan}"
+    );
+    assert_eq!(plan["unschedulable"], serde_json::json!([]));
+}
+
+#[test]
+fn a_pod_requesting_ten_million_gibibytes_is_unschedulable_with_a_reason_not_an_error() {
+    let plan = plan_json(&[
+        "--nodepools",
+        &data("density-unlimited.yaml"),
+        "--snapshot",
+        &data("density-huge-pod.json"),
+    ]);
+    assert_eq!(
+        claims_of(&plan),
+        vec![("m5.large".to_string(), 1)],
+        "{plan}"
+    );
+    let unschedulable = plan["unschedulable"].as_array().unwrap();
+    assert_eq!(unschedulable.len(), 1, "{plan}");
+    assert_eq!(unschedulable[0]["pod"], "default/huge");
+    let reason = unschedulable[0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("no instance type has enough memory (requested at least 8.19Pi"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn limits_kubernetes_refuses_are_errors_naming_the_field() {
+    let out = nodewright(&["validate", &data("density-bad-limits.yaml")]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    for line in [
+        r#"NodePool "bad-limits": spec.limits.cpu: quantity "1e1.5" is not a Kubernetes quantity"#,
+        r#"NodePool "bad-limits": spec.limits.memory: quantity "Gi" is not a Kubernetes quantity"#,
+    ] {
+        assert!(err.lines().any(|l| l.starts_with(line)), "{line} in {err}");
+    }
+}
+
+#[test]
+fn with_max_pods_8_twenty_tiny_pods_on_one_large_type_need_three_nodes_not_one() {
+    let snapshot = data("density-tiny-pods.json");
+    let default = plan_json(&[
+        "--nodepools",
+        &data("density-one-large-type.yaml"),
+        "--snapshot",
+        &snapshot,
+    ]);
+    assert_eq!(claims_of(&default), vec![("m5.4xlarge".to_string(), 20)]);
+    let capped = plan_json(&[
+        "--nodepools",
+        &data("density-max-pods.yaml"),
+        "--snapshot",
+        &snapshot,
+    ]);
+    let claims = claims_of(&capped);
+    assert_eq!(claims.len(), 3, "{capped}");
+    assert!(
+        claims
+            .iter()
+            .all(|(t, pods)| t == "m5.4xlarge" && *pods <= 8),
+        "{claims:?}"
+    );
+    assert_eq!(claims.iter().map(|(_, n)| n).sum::<usize>(), 20);
+}
+
+#[test]
+fn reserved_memory_that_leaves_less_than_the_pod_requests_moves_the_plan_to_the_next_type() {
+    let snapshot = data("density-6gi-pod.json");
+    let default = plan_json(&[
+        "--nodepools",
+        &data("density-unreserved.yaml"),
+        "--snapshot",
+        &snapshot,
+    ]);
+    // 6903Mi on m5.large holds 6Gi.
+    assert_eq!(claims_of(&default), vec![("m5.large".to_string(), 1)]);
+    let reserved = plan_json(&[
+        "--nodepools",
+        &data("density-reserved.yaml"),
+        "--snapshot",
+        &snapshot,
+    ]);
+    // 7577Mi − 1Gi kube − 512Mi system − 100Mi eviction = 5941Mi does not.
+    assert_eq!(
+        claims_of(&reserved),
+        vec![("m5.xlarge".to_string(), 1)],
+        "{reserved}"
+    );
+    assert_eq!(
+        reserved["nodeClaims"][0]["instanceTypeOptions"],
+        serde_json::json!(["m5.xlarge"])
+    );
+}
+
+#[test]
+fn pods_per_core_limits_the_pods_each_node_takes() {
+    let plan = plan_json(&[
+        "--nodepools",
+        &data("density-pods-per-core.yaml"),
+        "--snapshot",
+        &data("density-tiny-pods.json"),
+    ]);
+    // m5.large: 2 vCPUs × 2 pods per core = 4 pods, not its 29.
+    let claims = claims_of(&plan);
+    assert_eq!(claims.len(), 5, "{plan}");
+    assert!(
+        claims.iter().all(|(t, pods)| t == "m5.large" && *pods == 4),
+        "{claims:?}"
+    );
+}
+
 fn event_fixture(name: &str) -> String {
     root()
         .join("../shared/core/tests/fixtures/events")

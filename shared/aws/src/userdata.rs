@@ -233,6 +233,31 @@ mod tests {
     }
 
     #[test]
+    fn the_node_config_gives_the_kubelet_the_density_settings_planning_assumed() {
+        let class = "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: dense}\nspec:\n  role: r\n  amiSelectorTerms: [{alias: al2023@latest}]\n  subnetSelectorTerms: [{tags: {a: b}}]\n  securityGroupSelectorTerms: [{tags: {a: b}}]\n  kubelet:\n    maxPods: 8\n    podsPerCore: 2\n    kubeReserved: {memory: 1Gi, cpu: 200m}\n    systemReserved: {memory: 512Mi}\n    evictionHard: {memory.available: 5%, nodefs.available: 10%}\n    evictionSoft: {memory.available: 10%}\n    evictionSoftGracePeriod: {memory.available: 1m30s}\n    imageGCHighThresholdPercent: 80\n";
+        let kubelet = nodewright_core::api::load(&[("class.yaml".into(), class.into())])
+            .unwrap_or_else(|_| panic!("valid class"))
+            .node_classes
+            .remove(0)
+            .kubelet;
+        let config = node_config(&cluster(), &BTreeMap::new(), &[], &kubelet);
+        let kubelet_config = &config["spec"]["kubelet"]["config"];
+        assert_eq!(
+            kubelet_config,
+            &json!({
+                "maxPods": 8,
+                "podsPerCore": 2,
+                "kubeReserved": {"memory": "1Gi", "cpu": "200m"},
+                "systemReserved": {"memory": "512Mi"},
+                "evictionHard": {"memory.available": "5%", "nodefs.available": "10%"},
+                "evictionSoft": {"memory.available": "10%"},
+                "evictionSoftGracePeriod": {"memory.available": "1m30s"},
+                "imageGCHighThresholdPercent": 80,
+            })
+        );
+    }
+
+    #[test]
     fn custom_user_data_becomes_its_own_part_before_the_node_config() {
         let ud = al2023_user_data(
             &cluster(),

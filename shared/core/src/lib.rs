@@ -8,6 +8,7 @@
 //! - [`cluster`] and [`snapshot`]: pods, nodes, DaemonSets and PDBs as scheduling sees them.
 //! - [`volumes`]: where pods' PersistentVolumeClaims let them run (volume topology).
 //! - [`catalog`]: instance types, offerings (type × zone × capacity type) and prices.
+//! - [`density`]: a type's allocatable under an EC2NodeClass's kubelet settings.
 //! - [`scheduling`]: requirements algebra, taints, topology, and the bin-packer.
 //! - [`nodeclaim`]: the NodeClaim record and its state machine.
 //! - [`provisioning`]: `plan_provisioning`, the entry point the provisioner calls.
@@ -16,6 +17,7 @@
 pub mod api;
 pub mod catalog;
 pub mod cluster;
+pub mod density;
 pub mod interruption;
 pub mod nodeclaim;
 pub mod provisioning;

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use crate::api::model::NodePool;
+use crate::api::model::{Ec2NodeClass, NodePool};
 use crate::catalog::{Catalog, Pricing};
 use crate::cluster::{ClusterSnapshot, NotProvisionable};
 use crate::scheduling::{InFlightClaim, Requirements, SchedulerInput, schedule};
@@ -83,6 +83,8 @@ pub struct ProvisioningPlan {
 pub struct ProvisioningInput<'a> {
     pub snapshot: &'a ClusterSnapshot,
     pub node_pools: &'a [NodePool],
+    /// The EC2NodeClasses the pools name (their kubelet settings size nodes).
+    pub node_classes: &'a [Ec2NodeClass],
     pub catalog: &'a Catalog,
     pub pricing: &'a Pricing,
     pub in_flight: &'a [InFlightClaim],
@@ -95,6 +97,7 @@ pub fn plan_provisioning(input: &ProvisioningInput<'_>) -> ProvisioningPlan {
         nodes: &input.snapshot.nodes,
         daemonsets: &input.snapshot.daemonsets,
         node_pools: input.node_pools,
+        node_classes: input.node_classes,
         catalog: input.catalog,
         pricing: input.pricing,
         in_flight: input.in_flight,

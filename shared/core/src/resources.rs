@@ -15,14 +15,30 @@ pub enum QuantityError {
         "quantity {0:?} is not a Kubernetes quantity (expected a number with an optional suffix such as 500m, 2, 1.5Gi, 256M, 1e3)"
     )]
     Malformed(String),
-    #[error("quantity {0:?} is too large")]
-    Overflow(String),
 }
 
+/// The largest magnitude a quantity holds, in milli-units: `i64::MAX` milli is about
+/// 9.2 million billion cores or 8 PiB of memory, some 250 times the largest EC2
+/// instance (32 TiB). Kubernetes accepts far larger quantities (decimal forms have no
+/// upper bound at all, `1e100` is valid), and people write them to mean "no limit"
+/// (`limits: {memory: 10000000Gi}`). Parsing *saturates* here instead of refusing: a
+/// saturated limit is more than any number of nodes can reach, a saturated request
+/// fits no node, and both keep the exact `i64` compare and add of the packer's hot
+/// loop (`fits_in`, saturating `add`/`sub`). Widening to `i128` would double every
+/// resource vector to be exact only about amounts no node has.
+pub const QUANTITY_CEILING: i64 = i64::MAX;
+
 /// Parses a Kubernetes quantity ("500m", "1.5Gi", "256M", "1e3") into milli-units,
-/// rounding up like `resource.Quantity.MilliValue()`.
+/// exactly as `resource.ParseQuantity` reads it followed by `MilliValue()`: any
+/// fraction below a milli-unit rounds up (away from zero), and a magnitude above
+/// [`QUANTITY_CEILING`] saturates to it.
+///
+/// The grammar is apimachinery's scanner, including its leniencies: a lone sign or
+/// point is zero (`"+"`, `"."`), `"1."` is one, and the decimal exponent is any
+/// integer (`"1e-40"` rounds up to one milli-unit, `"1e40"` saturates).
 pub fn parse_milli(text: &str) -> Result<i64, QuantityError> {
     let malformed = || QuantityError::Malformed(text.to_string());
+    // The API server trims surrounding whitespace when it reads a quantity from JSON.
     let s = text.trim();
     if s.is_empty() {
         return Err(malformed());
@@ -32,65 +48,134 @@ pub fn parse_milli(text: &str) -> Result<i64, QuantityError> {
         b'+' => (false, &s[1..]),
         _ => (false, s),
     };
-    // Split number and suffix at the first byte that is neither digit nor '.'.
-    let number_end = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+    let int_end = rest
+        .find(|c: char| !c.is_ascii_digit())
         .unwrap_or(rest.len());
-    let (number, suffix) = rest.split_at(number_end);
-    let (int_part, frac_part) = match number.split_once('.') {
-        Some((i, f)) => (i, f),
-        None => (number, ""),
+    let (int_part, after_int) = rest.split_at(int_end);
+    let (frac_part, suffix) = match after_int.strip_prefix('.') {
+        Some(after_point) => {
+            let frac_end = after_point
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(after_point.len());
+            after_point.split_at(frac_end)
+        }
+        None => ("", after_int),
     };
-    if (int_part.is_empty() && frac_part.is_empty()) || frac_part.contains('.') {
-        return Err(malformed());
-    }
-    // (multiplier numerator, power of ten) applied to the decimal number, in milli-units.
-    let (mul, pow10): (i128, i32) = match suffix {
-        "" => (1, 3),
-        "n" => (1, -6),
-        "u" => (1, -3),
-        "m" => (1, 0),
-        "k" => (1, 6),
-        "M" => (1, 9),
-        "G" => (1, 12),
-        "T" => (1, 15),
-        "P" => (1, 18),
-        "E" => (1, 21),
-        "Ki" => (1 << 10, 3),
-        "Mi" => (1 << 20, 3),
-        "Gi" => (1 << 30, 3),
-        "Ti" => (1 << 40, 3),
-        "Pi" => (1 << 50, 3),
-        "Ei" => (1 << 60, 3),
-        exp if exp.starts_with(['e', 'E']) => {
-            let e: i32 = exp[1..].parse().map_err(|_| malformed())?;
-            if !(-30..=30).contains(&e) {
-                return Err(QuantityError::Overflow(text.to_string()));
+    // Binary suffixes multiply by 2^shift; every form then scales by 10^exponent.
+    let (shift, exponent): (u32, i64) = match suffix {
+        "" => (0, 0),
+        "n" => (0, -9),
+        "u" => (0, -6),
+        "m" => (0, -3),
+        "k" => (0, 3),
+        "M" => (0, 6),
+        "G" => (0, 9),
+        "T" => (0, 12),
+        "P" => (0, 15),
+        "E" => (0, 18),
+        "Ki" => (10, 0),
+        "Mi" => (20, 0),
+        "Gi" => (30, 0),
+        "Ti" => (40, 0),
+        "Pi" => (50, 0),
+        "Ei" => (60, 0),
+        exp if exp.len() > 1 && exp.starts_with(['e', 'E']) => {
+            let digits = &exp[1..];
+            let unsigned = digits.strip_prefix(['+', '-']).unwrap_or(digits);
+            if unsigned.is_empty() || !unsigned.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(malformed());
             }
-            (1, e + 3)
+            // apimachinery parses the exponent as an int64 and keeps it as an int32
+            // (wrapping); an exponent beyond int64 is refused.
+            let e: i64 = digits.parse().map_err(|_| malformed())?;
+            (0, i64::from(e as i32))
         }
         _ => return Err(malformed()),
     };
-    if int_part.len() + frac_part.len() > 30 {
-        return Err(QuantityError::Overflow(text.to_string()));
+    let magnitude = scaled_milli(int_part, frac_part, shift, exponent + 3);
+    Ok(if negative { -magnitude } else { magnitude })
+}
+
+/// Whether a quantity string matches the pattern CRDs put on `resource.Quantity` fields
+/// (`^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$`),
+/// as on a NodePool's `spec.limits`. The API server checks it before anything parses
+/// the value, so it refuses some strings `parse_milli` reads (`"Gi"`, `"."`, `"+"`); a
+/// string must pass both to be a valid limit.
+pub fn matches_crd_quantity_pattern(text: &str) -> bool {
+    /// `([0-9]+(\.[0-9]*)?)|(\.[0-9]+)` at the start of `s`; the rest after it.
+    fn number(s: &str) -> Option<&str> {
+        let int_len = s.bytes().take_while(u8::is_ascii_digit).count();
+        let rest = &s[int_len..];
+        match rest.strip_prefix('.') {
+            Some(after) => {
+                let frac_len = after.bytes().take_while(u8::is_ascii_digit).count();
+                (int_len > 0 || frac_len > 0).then_some(&after[frac_len..])
+            }
+            None => (int_len > 0).then_some(rest),
+        }
     }
-    let digits: i128 = format!("{int_part}{frac_part}")
-        .parse()
-        .map_err(|_| malformed())?;
-    let pow = pow10 - frac_part.len() as i32;
-    let overflow = || QuantityError::Overflow(text.to_string());
-    let scaled = digits.checked_mul(mul).ok_or_else(overflow)?;
-    let value = if pow >= 0 {
-        scaled
-            .checked_mul(10i128.checked_pow(pow as u32).ok_or_else(overflow)?)
-            .ok_or_else(overflow)?
-    } else {
-        let div = 10i128.checked_pow((-pow) as u32).ok_or_else(overflow)?;
-        // Round away from zero to the next milli-unit, as MilliValue() does.
-        (scaled + div - 1) / div
+    let unsigned = |s: &'_ str| -> Option<()> {
+        let s = s.strip_prefix(['+', '-']).unwrap_or(s);
+        let suffix = number(s)?;
+        let ok = match suffix {
+            "" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" => true,
+            "n" | "u" | "m" | "k" | "M" | "G" | "T" | "P" | "E" => true,
+            exp if exp.starts_with(['e', 'E']) => {
+                let e = &exp[1..];
+                number(e.strip_prefix(['+', '-']).unwrap_or(e)) == Some("")
+            }
+            _ => false,
+        };
+        ok.then_some(())
     };
-    let value = if negative { -value } else { value };
-    i64::try_from(value).map_err(|_| overflow())
+    unsigned(text).is_some()
+}
+
+/// `ceil(digits × 2^shift × 10^(pow10 − frac.len()))`, saturating at
+/// [`QUANTITY_CEILING`]. `digits` is `int_part` followed by `frac_part`, any length.
+fn scaled_milli(int_part: &str, frac_part: &str, shift: u32, pow10: i64) -> i64 {
+    // Decimal digits, most significant first, without leading zeros.
+    let mut digits: Vec<u8> = int_part
+        .bytes()
+        .chain(frac_part.bytes())
+        .map(|b| b - b'0')
+        .skip_while(|d| *d == 0)
+        .collect();
+    if digits.is_empty() {
+        return 0;
+    }
+    // Multiply by 2^shift in decimal, exactly (shift is at most 60).
+    for _ in 0..shift {
+        let mut carry = 0;
+        for d in digits.iter_mut().rev() {
+            let v = *d * 2 + carry;
+            *d = v % 10;
+            carry = v / 10;
+        }
+        if carry > 0 {
+            digits.insert(0, carry);
+        }
+    }
+    // The value is digits × 10^pow: its integer part has `int_len` digits.
+    let pow = pow10 - frac_part.len() as i64;
+    let int_len = digits.len() as i64 + pow;
+    if int_len > 19 {
+        // At least 10^19 > i64::MAX, since the leading digit is not zero.
+        return QUANTITY_CEILING;
+    }
+    if int_len <= 0 {
+        // A non-zero fraction of a milli-unit rounds up to one.
+        return 1;
+    }
+    let int_len = int_len as usize;
+    let mut value: u128 = 0;
+    for i in 0..int_len {
+        value = value * 10 + u128::from(digits.get(i).copied().unwrap_or(0));
+    }
+    if digits.iter().skip(int_len).any(|d| *d != 0) {
+        value += 1;
+    }
+    i64::try_from(value).unwrap_or(QUANTITY_CEILING)
 }
 
 /// Resources a pod requests or a node offers. Well-known resources live in fixed slots
@@ -274,6 +359,15 @@ impl fmt::Debug for Resources {
 /// Renders a milli-value for people: cpu as cores or millicores, byte resources in
 /// binary units, counts as integers.
 pub fn format_milli(name: &str, milli: i64) -> String {
+    if milli == QUANTITY_CEILING {
+        // A saturated quantity was written larger than this: say so rather than
+        // print the ceiling as if it were the amount.
+        return format!("at least {}", format_exact(name, milli));
+    }
+    format_exact(name, milli)
+}
+
+fn format_exact(name: &str, milli: i64) -> String {
     match name {
         "cpu" => {
             if milli % 1000 == 0 {
@@ -285,7 +379,8 @@ pub fn format_milli(name: &str, milli: i64) -> String {
         "memory" | "ephemeral-storage" => {
             let bytes = milli / 1000;
             for (unit, size) in [
-                ("Ti", 1i64 << 40),
+                ("Pi", 1i64 << 50),
+                ("Ti", 1 << 40),
                 ("Gi", 1 << 30),
                 ("Mi", 1 << 20),
                 ("Ki", 1 << 10),
@@ -343,7 +438,19 @@ mod tests {
     #[test]
     fn malformed_quantities_are_errors_not_guesses() {
         for text in [
-            "", "1.5.3Gi", "abc", "1Gb", "1 Gi", "Gi", ".", "1e", "1ee3", "--1",
+            "",
+            "1.5.3Gi",
+            "abc",
+            "1Gb",
+            "1 Gi",
+            "1e",
+            "1ee3",
+            "--1",
+            "1e1.5",
+            "1K",
+            "1ki",
+            "1e99999999999999999999",
+            "0x10",
         ] {
             assert!(
                 matches!(parse_milli(text), Err(QuantityError::Malformed(_))),
@@ -351,10 +458,96 @@ mod tests {
                 parse_milli(text)
             );
         }
-        assert!(matches!(
-            parse_milli("99999999999Ei"),
-            Err(QuantityError::Overflow(_))
-        ));
+    }
+
+    #[test]
+    fn quantities_beyond_the_ceiling_saturate_instead_of_failing() {
+        let cases = [
+            // "No limit" as people write it: 10 million GiB is 1.07e19 milli-bytes.
+            ("10000000Gi", QUANTITY_CEILING),
+            ("99999999999Ei", QUANTITY_CEILING),
+            ("8Ei", QUANTITY_CEILING),
+            ("1e100", QUANTITY_CEILING),
+            ("1E19", QUANTITY_CEILING),
+            ("1E", QUANTITY_CEILING),
+            ("-1e100", -QUANTITY_CEILING),
+            // Exactly the ceiling, and the next milli-unit up.
+            ("9223372036854775.807", QUANTITY_CEILING),
+            ("9223372036854775.8071", QUANTITY_CEILING),
+            ("9223372036854775806m", QUANTITY_CEILING - 1),
+            // Just below: still exact.
+            ("8Pi", 9_007_199_254_740_992_000),
+        ];
+        for (text, milli) in cases {
+            assert_eq!(parse_milli(text), Ok(milli), "{text}");
+        }
+    }
+
+    #[test]
+    fn tiny_and_oddly_written_quantities_read_as_kubernetes_reads_them() {
+        let cases = [
+            // Below a milli-unit rounds up, however far below.
+            ("1e-40", 1),
+            ("0.000000000000000000000000000000000000000001", 1),
+            ("1n", 1),
+            ("0.0000e5", 0),
+            // Many digits, exact.
+            ("1234567890123456.789", 1_234_567_890_123_456_789),
+            ("00000000000000000000000000000000000001.5Ki", 1536 * 1000),
+            ("1.5Ki", 1536 * 1000),
+            ("0.1Ki", 102_400),
+            ("0.001Ki", 1024),
+            // apimachinery's scanner: a lone sign or point is zero, "1." is one.
+            (".", 0),
+            ("+", 0),
+            ("1.", 1000),
+            ("Gi", 0),
+            ("1e+3", 1_000_000),
+            // "E" alone is the exa suffix, not an exponent.
+            ("1P", 1_000_000_000_000_000_000),
+            // The exponent is kept as an int32, wrapping as apimachinery does.
+            ("1e4294967296", 1000),
+        ];
+        for (text, milli) in cases {
+            assert_eq!(parse_milli(text), Ok(milli), "{text}");
+        }
+    }
+
+    #[test]
+    fn the_crd_pattern_refuses_what_the_api_server_refuses_for_limits() {
+        for text in [
+            "1",
+            "+1",
+            "-1",
+            "1.",
+            ".5",
+            "1.5Gi",
+            "10000000Gi",
+            "1e100",
+            "1E-3",
+            "1e1.5",
+            "500m",
+        ] {
+            assert!(matches_crd_quantity_pattern(text), "{text} should match");
+        }
+        for text in [
+            "", ".", "+", "Gi", "1 Gi", "1ki", "1e", "e3", "1.5.3", "1Gb",
+        ] {
+            assert!(
+                !matches_crd_quantity_pattern(text),
+                "{text} should not match"
+            );
+        }
+    }
+
+    #[test]
+    fn a_saturated_quantity_is_shown_as_at_least_the_ceiling() {
+        assert_eq!(format_milli("memory", QUANTITY_CEILING), "at least 8.19Pi");
+        assert_eq!(format_milli("memory", 9_007_199_254_740_992_000), "8Pi");
+        assert_eq!(
+            format_milli("cpu", QUANTITY_CEILING),
+            "at least 9223372036854775807m"
+        );
     }
 
     #[test]

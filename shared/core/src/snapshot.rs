@@ -155,9 +155,6 @@ pub enum SnapshotError {
         quantity: String,
     },
 
-    #[error("{object}: resource {resource:?} adds up to more than can be represented")]
-    TooLarge { object: String, resource: String },
-
     #[error(
         "items[{index}]: {object} appears more than once (a cluster holds one object per kind, namespace and name; was the snapshot put together from several outputs?)"
     )]
@@ -801,7 +798,7 @@ fn pod_requests(ctx: &PodCtx<'_>, spec: &core::PodSpec) -> Result<Resources> {
     let mut total = Resources::new();
     for c in &spec.containers {
         let r = container_requests(object, c, false)?;
-        checked_add(object, &mut total, &r)?;
+        total.add(&r);
     }
     // Sidecars run for the pod's whole life, so they add to the sum; a classic init
     // container runs alone except for the sidecars started before it.
@@ -810,12 +807,12 @@ fn pod_requests(ctx: &PodCtx<'_>, spec: &core::PodSpec) -> Result<Resources> {
     for c in spec.init_containers.iter().flatten() {
         let r = container_requests(object, c, true)?;
         if c.restart_policy.as_deref() == Some("Always") {
-            checked_add(object, &mut total, &r)?;
-            checked_add(object, &mut sidecars, &r)?;
+            total.add(&r);
+            sidecars.add(&r);
             init_peak.max_with(&sidecars);
         } else {
             let mut running = r;
-            checked_add(object, &mut running, &sidecars)?;
+            running.add(&sidecars);
             init_peak.max_with(&running);
         }
     }
@@ -858,8 +855,8 @@ fn pod_requests(ctx: &PodCtx<'_>, spec: &core::PodSpec) -> Result<Resources> {
         let path = format!("{}.overhead.{name}", ctx.spec_path);
         overhead.set_milli(name, quantity(object, None, path, q)?);
     }
-    checked_add(object, &mut total, &overhead)?;
-    checked_add(object, &mut total, &Resources::one_pod())?;
+    total.add(&overhead);
+    total.add(&Resources::one_pod());
     Ok(total)
 }
 
@@ -912,23 +909,6 @@ fn quantity(
             source,
         }),
     }
-}
-
-/// `total += other`, refusing to overflow (quantities up to i64::MAX each are parseable,
-/// and `Resources::add` would wrap or panic on their sum).
-fn checked_add(object: &str, total: &mut Resources, other: &Resources) -> Result<()> {
-    for (name, milli) in other.iter() {
-        let sum =
-            total
-                .get_milli(name)
-                .checked_add(milli)
-                .ok_or_else(|| SnapshotError::TooLarge {
-                    object: object.to_string(),
-                    resource: name.to_string(),
-                })?;
-        total.set_milli(name, sum);
-    }
-    Ok(())
 }
 
 fn node_selector_term(
@@ -1952,12 +1932,17 @@ mod tests {
     }
 
     #[test]
-    fn requests_too_large_to_add_are_an_error_not_a_panic() {
+    fn requests_too_large_to_add_saturate_rather_than_fail() {
+        // Each is a valid quantity; their sum is beyond what nodewright represents,
+        // which only means "more than any node has".
         let big = json!({"requests": {"cpu": "5000000000000000"}});
-        let err =
+        let pod =
             one_pod(json!({"containers": [container("a", big.clone()), container("b", big)]}))
-                .unwrap_err();
-        assert!(matches!(err, SnapshotError::TooLarge { .. }), "{err:?}");
+                .unwrap();
+        assert_eq!(
+            pod.requests.get_milli("cpu"),
+            crate::resources::QUANTITY_CEILING
+        );
     }
 
     #[test]

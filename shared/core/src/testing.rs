@@ -401,6 +401,7 @@ pub fn plan_and_check(snapshot: &ClusterSnapshot, pools: &[NodePool], catalog: &
     let plan = plan_provisioning(&ProvisioningInput {
         snapshot,
         node_pools: pools,
+        node_classes: &[],
         catalog,
         pricing: &pricing,
         in_flight: &[],

@@ -567,6 +567,7 @@ mod tests {
         plan_provisioning(&ProvisioningInput {
             snapshot: &snapshot,
             node_pools: &[pool],
+            node_classes: &[],
             catalog,
             pricing: &pricing,
             in_flight: &[],

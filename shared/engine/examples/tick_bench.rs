@@ -105,6 +105,7 @@ async fn main() {
     let plan = plan_provisioning(&ProvisioningInput {
         snapshot: &snapshot,
         node_pools: &pools,
+        node_classes: &state.node_classes,
         catalog: &catalog,
         pricing: &pricing,
         in_flight: &[],

@@ -807,6 +807,7 @@ impl Provisioner {
         let plan = plan_provisioning(&ProvisioningInput {
             snapshot: &snapshot,
             node_pools: &world.pools,
+            node_classes: &world.state.node_classes,
             catalog: &world.catalog,
             pricing: &world.pricing,
             in_flight: &in_flight,

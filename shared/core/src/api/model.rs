@@ -235,15 +235,46 @@ impl Default for MetadataOptions {
     }
 }
 
-/// The kubelet settings nodewright uses for planning (the rest is passed through to
-/// user data as written).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// The kubelet settings nodewright uses for planning: those that change how many pods
+/// and how much of a node they get (see `crate::density`). The rest is passed through
+/// to user data as written.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Kubelet {
     pub max_pods: Option<i64>,
     pub pods_per_core: Option<i64>,
+    /// `kubeReserved`, milli-units by resource (cpu, memory, ephemeral-storage, pid);
+    /// each key written replaces Karpenter's default for it, the others keep theirs.
+    pub kube_reserved: BTreeMap<String, i64>,
+    /// `systemReserved`, milli-units by resource.
+    pub system_reserved: BTreeMap<String, i64>,
+    /// `evictionHard` by signal (`memory.available`, `nodefs.available`, ...). Only
+    /// hard thresholds reduce allocatable: the kubelet subtracts them, while soft ones
+    /// only start evictions after a grace period (checked at load, carried in `raw`).
+    pub eviction_hard: BTreeMap<String, EvictionThreshold>,
     pub cluster_dns: Vec<String>,
     /// The whole `kubelet` object as written, for user data.
     pub raw: Option<serde_json::Value>,
+}
+
+impl Kubelet {
+    /// True when no setting that changes allocatable is written.
+    pub fn is_default_density(&self) -> bool {
+        self.max_pods.is_none()
+            && self.pods_per_core.is_none_or(|p| p == 0)
+            && self.kube_reserved.is_empty()
+            && self.system_reserved.is_empty()
+            && self.eviction_hard.is_empty()
+    }
+}
+
+/// An eviction threshold: a quantity, or a percentage of the node's capacity of the
+/// signal's resource ("10%"; "100%" disables the threshold, as in the kubelet).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum EvictionThreshold {
+    /// Milli-units.
+    Quantity(i64),
+    /// 0 to 100.
+    Percent(f64),
 }
 
 /// A validated `karpenter.k8s.aws/v1` EC2NodeClass with Karpenter's defaults applied.

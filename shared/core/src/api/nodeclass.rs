@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 
 use super::Document;
 use super::model::{
-    AmiSelectorTerm, BlockDevice, BlockDeviceMapping, Ec2NodeClass, Kubelet, MetadataOptions,
-    SelectorTerm,
+    AmiSelectorTerm, BlockDevice, BlockDeviceMapping, Ec2NodeClass, EvictionThreshold, Kubelet,
+    MetadataOptions, SelectorTerm,
 };
 use super::raw;
 use super::validate::{Report, deserialize_raw, object_name};
@@ -539,11 +539,31 @@ fn tags(tags: BTreeMap<String, String>, report: &mut Report<'_>) -> BTreeMap<Str
     tags
 }
 
+/// Eviction signals the kubelet acts on; any other key would be ignored by it, so
+/// Karpenter refuses it.
+pub const EVICTION_SIGNALS: [&str; 6] = [
+    "memory.available",
+    "nodefs.available",
+    "nodefs.inodesFree",
+    "imagefs.available",
+    "imagefs.inodesFree",
+    "pid.available",
+];
+/// Resources the kubelet can reserve.
+pub const RESERVABLE: [&str; 4] = ["cpu", "memory", "ephemeral-storage", "pid"];
+
+/// `spec.kubelet`, with the rules Karpenter's validation controller applies to it (the
+/// CRD leaves the object open): maps keyed by real signals and resources, eviction
+/// thresholds a percentage in [0, 100] or a non-negative quantity, reservations a
+/// non-negative quantity, soft thresholds and grace periods in matching pairs.
+/// Karpenter's CEL expressions (a string `maxPods`, `"vcpus * 10"` reservations) sit
+/// behind a feature gate that is off by default and are refused here.
 fn kubelet(
     raw: Option<raw::Kubelet>,
     whole: Option<serde_json::Value>,
     report: &mut Report<'_>,
 ) -> Kubelet {
+    const PATH: &str = "spec.kubelet";
     let Some(raw) = raw else {
         return Kubelet::default();
     };
@@ -551,19 +571,175 @@ fn kubelet(
         ("maxPods", raw.max_pods),
         ("podsPerCore", raw.pods_per_core),
     ] {
-        if let Some(v) = value.filter(|v| *v < 0) {
-            report.add(
-                format!("spec.kubelet.{field}"),
+        match value {
+            Some(v) if v < 0 => report.add(
+                format!("{PATH}.{field}"),
                 format!("must not be negative, got {v}"),
+            ),
+            // The kubelet's field is an int32.
+            Some(v) if v > i64::from(i32::MAX) => report.add(
+                format!("{PATH}.{field}"),
+                format!("must be at most {}, got {v}", i32::MAX),
+            ),
+            _ => {}
+        }
+    }
+    let kube_reserved = reserved(raw.kube_reserved, "kubeReserved", report);
+    let system_reserved = reserved(raw.system_reserved, "systemReserved", report);
+    let eviction_hard = thresholds(raw.eviction_hard.as_ref(), "evictionHard", report);
+    thresholds(raw.eviction_soft.as_ref(), "evictionSoft", report);
+    thresholds(
+        raw.eviction_minimum_reclaim.as_ref(),
+        "evictionMinimumReclaim",
+        report,
+    );
+    let soft = raw.eviction_soft.unwrap_or_default();
+    let grace = raw.eviction_soft_grace_period.unwrap_or_default();
+    for (signal, value) in &grace {
+        let path = format!("{PATH}.evictionSoftGracePeriod.{signal}");
+        if !EVICTION_SIGNALS.contains(&signal.as_str()) {
+            report.add(&path, unknown_signal(signal));
+        }
+        if !is_go_duration(value) {
+            report.add(
+                &path,
+                format!(
+                    "expected a non-negative duration such as \"30s\" or \"1m30s\", got {value:?}"
+                ),
             );
         }
+        if !soft.contains_key(signal) {
+            report.add(path, "has no matching evictionSoft threshold");
+        }
+    }
+    // The kubelet ignores a soft threshold without a grace period.
+    for signal in soft.keys().filter(|s| !grace.contains_key(*s)) {
+        report.add(
+            format!("{PATH}.evictionSoft.{signal}"),
+            "has no matching evictionSoftGracePeriod",
+        );
     }
     Kubelet {
         max_pods: raw.max_pods,
         pods_per_core: raw.pods_per_core,
+        kube_reserved,
+        system_reserved,
+        eviction_hard,
         cluster_dns: raw.cluster_dns.unwrap_or_default(),
         raw: whole,
     }
+}
+
+fn unknown_signal(signal: &str) -> String {
+    format!(
+        "unknown eviction signal {signal:?} (expected one of {})",
+        EVICTION_SIGNALS.join(", ")
+    )
+}
+
+/// `kubeReserved` / `systemReserved`: milli-units by resource.
+fn reserved(
+    raw: Option<BTreeMap<String, String>>,
+    field: &str,
+    report: &mut Report<'_>,
+) -> BTreeMap<String, i64> {
+    let mut out = BTreeMap::new();
+    for (name, text) in raw.unwrap_or_default() {
+        let path = format!("spec.kubelet.{field}.{name}");
+        if !RESERVABLE.contains(&name.as_str()) {
+            report.add(
+                &path,
+                format!(
+                    "{name:?} cannot be reserved (expected one of {})",
+                    RESERVABLE.join(", ")
+                ),
+            );
+            continue;
+        }
+        match parse_milli(&text) {
+            Ok(milli) if milli < 0 => {
+                report.add(path, format!("must not be negative, got {text:?}"))
+            }
+            Ok(milli) => {
+                out.insert(name, milli);
+            }
+            Err(e) => report.add(path, e.to_string()),
+        }
+    }
+    out
+}
+
+/// An eviction map: thresholds by signal.
+fn thresholds(
+    raw: Option<&BTreeMap<String, String>>,
+    field: &str,
+    report: &mut Report<'_>,
+) -> BTreeMap<String, EvictionThreshold> {
+    let mut out = BTreeMap::new();
+    for (signal, text) in raw.into_iter().flatten() {
+        let path = format!("spec.kubelet.{field}.{signal}");
+        if !EVICTION_SIGNALS.contains(&signal.as_str()) {
+            report.add(&path, unknown_signal(signal));
+            continue;
+        }
+        match eviction_threshold(text) {
+            Some(t) => {
+                out.insert(signal.clone(), t);
+            }
+            None => report.add(
+                path,
+                format!(
+                    "expected a percentage from 0% to 100% or a non-negative quantity such as 500Mi, got {text:?}"
+                ),
+            ),
+        }
+    }
+    out
+}
+
+fn eviction_threshold(text: &str) -> Option<EvictionThreshold> {
+    if let Some(number) = text.strip_suffix('%') {
+        let p: f64 = number.parse().ok()?;
+        return (p.is_finite() && (0.0..=100.0).contains(&p))
+            .then_some(EvictionThreshold::Percent(p));
+    }
+    parse_milli(text)
+        .ok()
+        .filter(|m| *m >= 0)
+        .map(EvictionThreshold::Quantity)
+}
+
+/// Go's `time.ParseDuration` syntax, non-negative: `0`, or one or more decimal
+/// numbers each with a unit (ns, us, µs, ms, s, m, h), e.g. "1.5h", "2m30s".
+fn is_go_duration(text: &str) -> bool {
+    let s = text.strip_prefix('+').unwrap_or(text);
+    if s == "0" {
+        return true;
+    }
+    let mut rest = s;
+    if rest.is_empty() {
+        return false;
+    }
+    while !rest.is_empty() {
+        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let mut after = &rest[int_len..];
+        let mut frac_len = 0;
+        if let Some(f) = after.strip_prefix('.') {
+            frac_len = f.bytes().take_while(u8::is_ascii_digit).count();
+            after = &f[frac_len..];
+        }
+        if int_len == 0 && frac_len == 0 {
+            return false;
+        }
+        let Some(unit) = ["ns", "us", "µs", "μs", "ms", "s", "m", "h"]
+            .into_iter()
+            .find(|u| after.starts_with(u))
+        else {
+            return false;
+        };
+        rest = &after[unit.len()..];
+    }
+    true
 }
 
 #[cfg(test)]
@@ -838,6 +1014,79 @@ mod tests {
         assert_eq!(class.user_data.as_deref(), Some("echo hi\n"));
         assert_eq!(class.associate_public_ip_address, Some(false));
         assert!(class.detailed_monitoring);
+    }
+
+    #[test]
+    fn kubelet_density_settings_are_read_as_quantities_and_thresholds() {
+        let text = format!(
+            "{CLASS}  kubelet:\n    kubeReserved: {{cpu: 200m, memory: 1Gi}}\n    systemReserved: {{ephemeral-storage: 2Gi}}\n    evictionHard: {{memory.available: 5%, nodefs.available: 1Gi}}\n    evictionSoft: {{memory.available: 10%}}\n    evictionSoftGracePeriod: {{memory.available: 1m30s}}\n"
+        );
+        let kubelet = valid(&text).node_classes.remove(0).kubelet;
+        assert_eq!(
+            kubelet.kube_reserved,
+            BTreeMap::from([
+                ("cpu".to_string(), 200),
+                ("memory".to_string(), (1i64 << 30) * 1000)
+            ])
+        );
+        assert_eq!(
+            kubelet.system_reserved,
+            BTreeMap::from([("ephemeral-storage".to_string(), (2i64 << 30) * 1000)])
+        );
+        assert_eq!(
+            kubelet.eviction_hard,
+            BTreeMap::from([
+                (
+                    "memory.available".to_string(),
+                    EvictionThreshold::Percent(5.0)
+                ),
+                (
+                    "nodefs.available".to_string(),
+                    EvictionThreshold::Quantity((1i64 << 30) * 1000)
+                ),
+            ])
+        );
+        assert!(!kubelet.is_default_density());
+    }
+
+    #[test]
+    fn bad_kubelet_density_settings_name_the_field() {
+        let text = format!(
+            "{CLASS}  kubelet:\n    maxPods: 3000000000\n    kubeReserved: {{gpu: \"1\", memory: \"-1Gi\"}}\n    systemReserved: {{cpu: lots}}\n    evictionHard: {{memory.available: 120%, disk.available: 1Gi}}\n    evictionSoft: {{nodefs.available: 10%}}\n    evictionSoftGracePeriod: {{memory.available: soon}}\n"
+        );
+        assert_eq!(
+            problems(&text),
+            vec![
+                r#"EC2NodeClass "default": spec.kubelet.maxPods: must be at most 2147483647, got 3000000000"#,
+                r#"EC2NodeClass "default": spec.kubelet.kubeReserved.gpu: "gpu" cannot be reserved (expected one of cpu, memory, ephemeral-storage, pid)"#,
+                r#"EC2NodeClass "default": spec.kubelet.kubeReserved.memory: must not be negative, got "-1Gi""#,
+                r#"EC2NodeClass "default": spec.kubelet.systemReserved.cpu: quantity "lots" is not a Kubernetes quantity (expected a number with an optional suffix such as 500m, 2, 1.5Gi, 256M, 1e3)"#,
+                r#"EC2NodeClass "default": spec.kubelet.evictionHard.disk.available: unknown eviction signal "disk.available" (expected one of memory.available, nodefs.available, nodefs.inodesFree, imagefs.available, imagefs.inodesFree, pid.available)"#,
+                r#"EC2NodeClass "default": spec.kubelet.evictionHard.memory.available: expected a percentage from 0% to 100% or a non-negative quantity such as 500Mi, got "120%""#,
+                r#"EC2NodeClass "default": spec.kubelet.evictionSoftGracePeriod.memory.available: expected a non-negative duration such as "30s" or "1m30s", got "soon""#,
+                r#"EC2NodeClass "default": spec.kubelet.evictionSoftGracePeriod.memory.available: has no matching evictionSoft threshold"#,
+                r#"EC2NodeClass "default": spec.kubelet.evictionSoft.nodefs.available: has no matching evictionSoftGracePeriod"#,
+            ]
+        );
+        // The kubelet's maps hold strings: a bare number is refused, as Karpenter does.
+        assert_eq!(
+            problems(&format!(
+                "{CLASS}  kubelet:\n    kubeReserved: {{cpu: 1}}\n"
+            )),
+            vec![
+                r#"EC2NodeClass "default": spec.kubelet.kubeReserved.cpu: invalid type: integer `1`, expected a string"#
+            ]
+        );
+    }
+
+    #[test]
+    fn grace_periods_take_go_durations() {
+        for ok in ["0", "30s", "1m30s", "1.5h", "300ms", "2h45m0.5s", "10us"] {
+            assert!(is_go_duration(ok), "{ok}");
+        }
+        for bad in ["", "-1s", "1", "1d", "m", "1.s5", "soon"] {
+            assert!(!is_go_duration(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -30,7 +30,7 @@ use super::model::{
 };
 use super::raw;
 use super::validate::{Report, check_max_items, deserialize_raw, object_name};
-use crate::resources::{Resources, parse_milli};
+use crate::resources::{QuantityError, Resources, matches_crd_quantity_pattern, parse_milli};
 
 pub const CAPACITY_TYPE_LABEL: &str = "karpenter.sh/capacity-type";
 pub const DEFAULT_EXPIRE_AFTER: Duration = Duration::from_secs(720 * 3600);
@@ -374,6 +374,12 @@ fn limits(raw: BTreeMap<String, raw::Scalar>, report: &mut Report<'_>) -> Resour
     let mut limits = Resources::new();
     for (name, raw::Scalar(text)) in raw {
         let path = format!("spec.limits.{name}");
+        // The CRD's pattern is checked by the API server before Karpenter parses the
+        // value, and refuses a few strings the parser alone would read as zero.
+        if !matches_crd_quantity_pattern(&text) {
+            report.add(path, QuantityError::Malformed(text).to_string());
+            continue;
+        }
         match parse_milli(&text) {
             Ok(milli) if milli < 0 => {
                 report.add(path, format!("must not be negative, got {text:?}"))

@@ -174,6 +174,14 @@ pub(super) struct Kubelet {
     pub pods_per_core: Option<i64>,
     #[serde(rename = "clusterDNS")]
     pub cluster_dns: Option<Vec<String>>,
+    // The kubelet's own types: maps of strings, so `cpu: 1` is refused as Karpenter
+    // refuses it (the kubelet would not read it).
+    pub kube_reserved: Option<BTreeMap<String, String>>,
+    pub system_reserved: Option<BTreeMap<String, String>>,
+    pub eviction_hard: Option<BTreeMap<String, String>>,
+    pub eviction_soft: Option<BTreeMap<String, String>>,
+    pub eviction_soft_grace_period: Option<BTreeMap<String, String>>,
+    pub eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
 }
 
 /// A string that YAML may also have written as a number: `cpu: 100`,

@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::api::model::{NodePool, NodeRequirement, Taint, TaintEffect};
+use crate::api::model::{Ec2NodeClass, NodePool, NodeRequirement, Taint, TaintEffect};
 use crate::catalog::{
     CapacityType, Catalog, InstanceType, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL,
     LABEL_REGION, LABEL_ZONE, Pricing,
@@ -60,6 +60,9 @@ pub struct SchedulerInput<'a> {
     pub nodes: &'a [Node],
     pub daemonsets: &'a [DaemonSet],
     pub node_pools: &'a [NodePool],
+    /// The EC2NodeClasses the pools name: their kubelet settings size new nodes. A pool
+    /// whose class is not here plans with the catalog's allocatable.
+    pub node_classes: &'a [Ec2NodeClass],
     pub catalog: &'a Catalog,
     pub pricing: &'a Pricing,
     pub in_flight: &'a [InFlightClaim],
@@ -245,6 +248,9 @@ struct PoolInfo {
     usage: Resources,
     has_min_values: bool,
     duals: Option<(Vec<usize>, Vec<f64>, Resources)>,
+    /// Allocatable by catalog index under the pool's EC2NodeClass kubelet settings;
+    /// `None` when they leave the catalog's as it is.
+    allocatable: Option<Vec<Resources>>,
 }
 
 struct Scheduler<'a> {
@@ -420,6 +426,11 @@ impl<'a> Scheduler<'a> {
                 }
             }
             let has_min_values = pool.requirements.iter().any(|r| r.min_values.is_some());
+            let allocatable = input
+                .node_classes
+                .iter()
+                .find(|c| c.name == pool.node_class_ref.name)
+                .and_then(|class| crate::density::class_allocatable(input.catalog, class));
             self.pools.push(PoolInfo {
                 reqs,
                 taints: pool.taints.clone(),
@@ -430,6 +441,7 @@ impl<'a> Scheduler<'a> {
                 usage,
                 has_min_values,
                 duals: None,
+                allocatable,
             });
         }
         let mut order: Vec<usize> = (0..input.node_pools.len()).collect();
@@ -1203,8 +1215,17 @@ impl<'a> Scheduler<'a> {
         best
     }
 
+    /// What type `t` offers pods in `pool`: the catalog's allocatable, or the one the
+    /// pool's EC2NodeClass kubelet settings give.
+    fn allocatable(&self, pool: usize, t: usize) -> &Resources {
+        match &self.pools[pool].allocatable {
+            Some(per_type) => &per_type[t],
+            None => &self.input.catalog.types[t].allocatable,
+        }
+    }
+
     fn usable(&self, t: usize, pool: usize) -> Resources {
-        let mut r = self.input.catalog.types[t].allocatable.clone();
+        let mut r = self.allocatable(pool, t).clone();
         r.sub(&self.pools[pool].overhead[t]);
         r
     }
@@ -1242,12 +1263,13 @@ impl<'a> Scheduler<'a> {
             } else {
                 it.capacity.get_milli(name)
             };
-            let used = self.pools[pool].usage.get_milli(name);
-            if used + add > limit {
+            // Saturating: a limit written as "no limit" sits at the quantity ceiling.
+            let used = self.pools[pool].usage.get_milli(name).saturating_add(add);
+            if used > limit {
                 return Err(format!(
                     "NodePool \"{}\" limits: {name} would reach {} of {}",
                     self.input.node_pools[pool].name,
-                    format_milli(name, used + add),
+                    format_milli(name, used),
                     format_milli(name, limit)
                 ));
             }

@@ -23,6 +23,7 @@ fn plan_with(
     let plan = plan_provisioning(&ProvisioningInput {
         snapshot,
         node_pools: pools,
+        node_classes: &[],
         catalog,
         pricing: &pricing,
         in_flight,

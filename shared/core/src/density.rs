@@ -1,0 +1,408 @@
+//! What an instance type leaves for pods under an EC2NodeClass's `kubelet` settings:
+//! Karpenter's arithmetic (`pkg/providers/instancetype/types.go` in
+//! aws/karpenter-provider-aws), so nodewright packs a node exactly as full as Karpenter
+//! would.
+//!
+//! allocatable = capacity − (kubeReserved + systemReserved + hard eviction threshold):
+//!
+//! - **capacity**: cpu from `karpenter.k8s.aws/instance-cpu`; memory from
+//!   `instance-memory` less 64 MiB on arm64 (Graviton's reserved CMA) and less the VM
+//!   overhead, ⌈7.5%⌉ in MiB (Karpenter's `VM_MEMORY_OVERHEAD_PERCENT` default);
+//!   ephemeral-storage the AMI family's default volume (20 GiB; `blockDeviceMappings`
+//!   are not read here); pods from `maxPods`, else
+//!   the ENI limit (AL2, AL2023, Bottlerocket) or 110 (Windows), capped at
+//!   `podsPerCore × vCPUs` where the family honours it. GPUs, EFAs and pod ENIs have
+//!   no overhead and are the catalog's.
+//! - **kubeReserved** defaults: cpu 6% of the first core, 1% of the second, 0.5% of
+//!   the next two and 0.25% of the rest; memory 11 MiB per pod + 255 MiB, where "pods"
+//!   is the ENI limit on families that size it so (AL2, AL2023) however `maxPods` is
+//!   set, and the pod count otherwise; ephemeral-storage 1 GiB. Each key written
+//!   replaces its default, the others stay.
+//! - **eviction**: memory 100 Mi and ephemeral-storage 10% by default;
+//!   `evictionHard` `memory.available` / `nodefs.available` replace them, as a
+//!   quantity or a percentage of capacity. `evictionSoft` does not count: the kubelet
+//!   subtracts only hard thresholds from allocatable, and Karpenter follows it
+//!   (aws/karpenter-provider-aws#8565; older releases took the larger of the two).
+//!
+//! The embedded catalog's allocatable *is* this arithmetic under the default
+//! configuration (its pods being the ENI limit), which the tests check for every type.
+//! A type of a custom catalog without the instance-cpu / instance-memory labels has no
+//! size to compute from: it keeps its allocatable, with only the pod count changed.
+
+use crate::api::model::{Ec2NodeClass, EvictionThreshold, Kubelet};
+use crate::catalog::{
+    Catalog, InstanceType, LABEL_ARCH, LABEL_INSTANCE_CPU, LABEL_INSTANCE_MEMORY,
+};
+use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Resources};
+
+const MIB: i64 = 1 << 20;
+const GIB: i64 = 1 << 30;
+/// Karpenter's `--vm-memory-overhead-percent` default.
+const VM_MEMORY_OVERHEAD: f64 = 0.075;
+
+/// How an AMI family sizes pods and memory (Karpenter's `FeatureFlags`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FamilyFlags {
+    /// kubeReserved memory counts the ENI-limited pods, not the configured pods.
+    pub eni_limited_memory_overhead: bool,
+    pub pods_per_core: bool,
+    /// Without `maxPods`, pods is the ENI limit (else 110).
+    pub eni_limited_pod_density: bool,
+    /// ephemeral-storage without `blockDeviceMappings`: the family's default volume
+    /// for it (Karpenter's `DefaultEBS` 20 GiB; Windows' root volume 50 GiB).
+    pub volume_bytes: i64,
+}
+
+impl FamilyFlags {
+    /// The flags of an `amiFamily` ("AL2023", "Bottlerocket", ...); AL2, AL2023 and
+    /// Custom share the defaults, as in Karpenter.
+    pub fn of(ami_family: Option<&str>) -> Self {
+        match ami_family {
+            Some("Bottlerocket") => Self {
+                eni_limited_memory_overhead: false,
+                pods_per_core: false,
+                eni_limited_pod_density: true,
+                volume_bytes: 20 * GIB,
+            },
+            Some(f) if f.starts_with("Windows") => Self {
+                eni_limited_memory_overhead: false,
+                pods_per_core: true,
+                eni_limited_pod_density: false,
+                volume_bytes: 50 * GIB,
+            },
+            _ => Self {
+                eni_limited_memory_overhead: true,
+                pods_per_core: true,
+                eni_limited_pod_density: true,
+                volume_bytes: 20 * GIB,
+            },
+        }
+    }
+}
+
+/// `it`'s allocatable under `kubelet` on an AMI family with `flags`.
+pub fn allocatable(it: &InstanceType, flags: FamilyFlags, kubelet: &Kubelet) -> Resources {
+    // The catalog's pods is the ENI limit: the kubelet reserves no pods.
+    let eni_pods = it.allocatable.slot_milli(PODS) / 1000;
+    let vcpus = it
+        .labels
+        .get(LABEL_INSTANCE_CPU)
+        .and_then(|v| v.parse::<i64>().ok());
+    let memory_mib = it
+        .labels
+        .get(LABEL_INSTANCE_MEMORY)
+        .and_then(|v| v.parse::<i64>().ok());
+    let mut pods = match kubelet.max_pods {
+        Some(max) => max,
+        None if flags.eni_limited_pod_density => eni_pods,
+        None => 110,
+    };
+    if let (Some(per_core), Some(cpus), true) = (kubelet.pods_per_core, vcpus, flags.pods_per_core)
+        && per_core > 0
+    {
+        pods = pods.min(per_core.saturating_mul(cpus));
+    }
+    let mut out = it.allocatable.clone();
+    out.set_milli("pods", pods.saturating_mul(1000));
+    let (Some(vcpus), Some(memory_mib)) = (vcpus, memory_mib) else {
+        return out;
+    };
+    let cpu = vcpus.saturating_mul(1000);
+    let memory = vm_memory(memory_mib, it.labels.get(LABEL_ARCH).map(String::as_str));
+    let storage = flags.volume_bytes.saturating_mul(1000);
+
+    let memory_pods = if flags.eni_limited_memory_overhead {
+        eni_pods
+    } else {
+        pods
+    };
+    let mut overhead = Resources::new();
+    let mut set = |slot: &str, milli: i64| overhead.set_milli(slot, milli);
+    set("cpu", kube_reserved_cpu(cpu));
+    set("memory", (11 * memory_pods + 255) * MIB * 1000);
+    set("ephemeral-storage", GIB * 1000);
+    for (name, milli) in &kubelet.kube_reserved {
+        set(name, *milli);
+    }
+    let mut total = overhead;
+    for (name, milli) in &kubelet.system_reserved {
+        total.set_milli(name, total.get_milli(name).saturating_add(*milli));
+    }
+    let eviction_memory = match kubelet.eviction_hard.get("memory.available") {
+        Some(t) => threshold(*t, memory),
+        None => 100 * MIB * 1000,
+    };
+    let eviction_storage = match kubelet.eviction_hard.get("nodefs.available") {
+        Some(t) => threshold(*t, storage),
+        // ⌈10% of the volume⌉ in bytes, computed as Karpenter does in floating point.
+        None => ((storage / 1000) as f64 / 100.0 * 10.0).ceil() as i64 * 1000,
+    };
+    for (slot, value) in [
+        (MEMORY, eviction_memory),
+        (EPHEMERAL_STORAGE, eviction_storage),
+    ] {
+        let name = crate::resources::WELL_KNOWN[slot];
+        total.set_milli(name, total.get_milli(name).saturating_add(value));
+    }
+    for (slot, capacity) in [(CPU, cpu), (MEMORY, memory), (EPHEMERAL_STORAGE, storage)] {
+        let name = crate::resources::WELL_KNOWN[slot];
+        out.set_milli(name, capacity.saturating_sub(total.slot_milli(slot)));
+    }
+    out
+}
+
+/// Memory capacity in milli-bytes: the type's MiB, less Graviton's 64 MiB, less the VM
+/// overhead rounded up to a MiB (in floating point, as Karpenter computes it).
+fn vm_memory(memory_mib: i64, arch: Option<&str>) -> i64 {
+    let mib = if arch == Some("arm64") {
+        memory_mib - 64
+    } else {
+        memory_mib
+    };
+    let bytes = mib.saturating_mul(MIB);
+    let overhead_mib = (bytes as f64 * VM_MEMORY_OVERHEAD / 1024.0 / 1024.0).ceil() as i64;
+    (mib - overhead_mib)
+        .saturating_mul(MIB)
+        .saturating_mul(1000)
+}
+
+/// The default kubeReserved cpu for `cpu` milli-cores (Bottlerocket's ranges, which
+/// Karpenter uses for every family).
+fn kube_reserved_cpu(cpu: i64) -> i64 {
+    let ranges: [(i64, i64, f64); 4] = [
+        (0, 1000, 0.06),
+        (1000, 2000, 0.01),
+        (2000, 4000, 0.005),
+        (4000, 1 << 31, 0.0025),
+    ];
+    // Each range reached adds its share, truncated to a milli-core.
+    let mut reserved = 0;
+    for (start, end, share) in ranges {
+        if cpu >= start {
+            let span = if cpu < end { cpu - start } else { end - start };
+            reserved += (span as f64 * share) as i64;
+        }
+    }
+    reserved
+}
+
+/// An eviction threshold in milli-units of a resource whose capacity is `capacity`.
+fn threshold(t: EvictionThreshold, capacity: i64) -> i64 {
+    match t {
+        EvictionThreshold::Quantity(milli) => milli,
+        // "100%" disables the threshold (the kubelet's reading).
+        EvictionThreshold::Percent(100.0) => 0,
+        // ⌈capacity × p / 100⌉ in whole units, as Karpenter computes it.
+        EvictionThreshold::Percent(p) => {
+            ((capacity / 1000) as f64 / 100.0 * p).ceil() as i64 * 1000
+        }
+    }
+}
+
+/// Every catalog type's allocatable under `class`, by catalog index; `None` when the
+/// class changes nothing, so planning reads the catalog's own values.
+pub fn class_allocatable(catalog: &Catalog, class: &Ec2NodeClass) -> Option<Vec<Resources>> {
+    let flags = FamilyFlags::of(class.ami_family.as_deref());
+    // Bottlerocket's pods are the ENI limit too, so under defaults only Windows differs.
+    let same_as_catalog = class.kubelet.is_default_density() && flags.eni_limited_pod_density;
+    if same_as_catalog {
+        return None;
+    }
+    Some(
+        catalog
+            .types
+            .iter()
+            .map(|it| allocatable(it, flags, &class.kubelet))
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::resources::format_milli;
+
+    fn al2023() -> FamilyFlags {
+        FamilyFlags::of(Some("AL2023"))
+    }
+
+    fn m5_large() -> &'static InstanceType {
+        Catalog::embedded().get("m5.large").expect("m5.large")
+    }
+
+    fn mib(n: i64) -> i64 {
+        n * MIB * 1000
+    }
+
+    #[test]
+    fn the_default_configuration_reproduces_the_catalog_allocatable_of_every_type() {
+        let catalog = Catalog::embedded();
+        let mut wrong = Vec::new();
+        for it in &catalog.types {
+            let computed = allocatable(it, al2023(), &Kubelet::default());
+            if computed != it.allocatable {
+                wrong.push(format!(
+                    "{}: catalog {:?}, computed {:?}",
+                    it.name, it.allocatable, computed
+                ));
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "{} of {} types differ, e.g. {:?}",
+            wrong.len(),
+            catalog.types.len(),
+            &wrong[..wrong.len().min(3)]
+        );
+        // Bottlerocket sizes pods and memory the same way when nothing is set.
+        let rocket = FamilyFlags::of(Some("Bottlerocket"));
+        assert_eq!(
+            allocatable(m5_large(), rocket, &Kubelet::default()),
+            m5_large().allocatable
+        );
+    }
+
+    #[test]
+    fn max_pods_replaces_the_eni_limit_but_al2023_still_reserves_memory_for_the_eni_limit() {
+        let kubelet = Kubelet {
+            max_pods: Some(8),
+            ..Kubelet::default()
+        };
+        let a = allocatable(m5_large(), al2023(), &kubelet);
+        assert_eq!(a.get_milli("pods"), 8000);
+        assert_eq!(a.get_milli("memory"), mib(6903));
+        // Bottlerocket reserves for the pods it runs: 11 × 8 + 255 MiB instead of
+        // 11 × 29 + 255 MiB.
+        let rocket = allocatable(m5_large(), FamilyFlags::of(Some("Bottlerocket")), &kubelet);
+        assert_eq!(rocket.get_milli("memory"), mib(7577 - 343 - 100));
+    }
+
+    #[test]
+    fn pods_per_core_caps_pods_where_the_family_honours_it() {
+        let kubelet = Kubelet {
+            pods_per_core: Some(2),
+            ..Kubelet::default()
+        };
+        assert_eq!(
+            allocatable(m5_large(), al2023(), &kubelet).get_milli("pods"),
+            4000
+        );
+        let with_max = Kubelet {
+            max_pods: Some(3),
+            ..kubelet.clone()
+        };
+        assert_eq!(
+            allocatable(m5_large(), al2023(), &with_max).get_milli("pods"),
+            3000
+        );
+        let rocket = FamilyFlags::of(Some("Bottlerocket"));
+        assert_eq!(
+            allocatable(m5_large(), rocket, &kubelet).get_milli("pods"),
+            29_000
+        );
+    }
+
+    #[test]
+    fn kube_reserved_keys_replace_their_default_and_system_reserved_adds() {
+        let kubelet = Kubelet {
+            kube_reserved: BTreeMap::from([("memory".to_string(), mib(1024))]),
+            system_reserved: BTreeMap::from([
+                ("memory".to_string(), mib(512)),
+                ("cpu".to_string(), 100),
+            ]),
+            ..Kubelet::default()
+        };
+        let a = allocatable(m5_large(), al2023(), &kubelet);
+        // 7577 MiB after the VM overhead, less 1 GiB, 512 MiB and the 100 MiB eviction.
+        assert_eq!(a.get_milli("memory"), mib(7577 - 1024 - 512 - 100));
+        // The default kube-reserved cpu (60m + 10m) stays, system-reserved adds 100m.
+        assert_eq!(a.get_milli("cpu"), 2000 - 70 - 100);
+        assert_eq!(a.get_milli("ephemeral-storage"), 17 * GIB * 1000);
+    }
+
+    #[test]
+    fn hard_eviction_thresholds_are_quantities_or_percentages_of_capacity() {
+        let kubelet = Kubelet {
+            eviction_hard: BTreeMap::from([
+                (
+                    "memory.available".to_string(),
+                    EvictionThreshold::Percent(10.0),
+                ),
+                (
+                    "nodefs.available".to_string(),
+                    EvictionThreshold::Percent(100.0),
+                ),
+            ]),
+            ..Kubelet::default()
+        };
+        let a = allocatable(m5_large(), al2023(), &kubelet);
+        // ⌈10% of 7577 MiB⌉ = ⌈794506035.2⌉ bytes.
+        assert_eq!(
+            a.get_milli("memory"),
+            mib(7577 - 574) - 794_506_036 * 1000,
+            "{}",
+            format_milli("memory", a.get_milli("memory"))
+        );
+        // 100% disables the threshold: only the 1 GiB kube-reserved is left out.
+        assert_eq!(a.get_milli("ephemeral-storage"), 19 * GIB * 1000);
+        let by_quantity = Kubelet {
+            eviction_hard: BTreeMap::from([(
+                "memory.available".to_string(),
+                EvictionThreshold::Quantity(mib(500)),
+            )]),
+            ..Kubelet::default()
+        };
+        assert_eq!(
+            allocatable(m5_large(), al2023(), &by_quantity).get_milli("memory"),
+            mib(7577 - 574 - 500)
+        );
+    }
+
+    #[test]
+    fn graviton_types_lose_64_mib_before_the_vm_overhead() {
+        let a1 = Catalog::embedded().get("a1.medium").unwrap();
+        let kubelet = Kubelet {
+            system_reserved: BTreeMap::from([("memory".to_string(), mib(100))]),
+            ..Kubelet::default()
+        };
+        // 2048 − 64 = 1984 MiB, less ⌈148.8⌉ MiB, less 11 × 8 + 255 MiB and 100 MiB.
+        assert_eq!(
+            allocatable(a1, al2023(), &kubelet).get_milli("memory"),
+            mib(1984 - 149 - 343 - 100 - 100)
+        );
+    }
+
+    #[test]
+    fn a_type_without_size_labels_keeps_its_allocatable_but_takes_max_pods() {
+        let catalog = Catalog::from_json(
+            r#"{"instanceTypes":[{"name":"small.x","labels":{},"allocatable":{"cpu":"2","memory":"4Gi","pods":"20"},"onDemandPricePerHour":0.05}]}"#,
+        )
+        .unwrap();
+        let it = &catalog.types[0];
+        let kubelet = Kubelet {
+            max_pods: Some(8),
+            kube_reserved: BTreeMap::from([("memory".to_string(), mib(1024))]),
+            ..Kubelet::default()
+        };
+        let a = allocatable(it, al2023(), &kubelet);
+        assert_eq!(a.get_milli("pods"), 8000);
+        assert_eq!(a.get_milli("memory"), it.allocatable.get_milli("memory"));
+    }
+
+    #[test]
+    fn only_a_class_that_changes_density_gets_its_own_allocatable() {
+        let text = "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: default}\nspec:\n  role: r\n  amiSelectorTerms: [{alias: al2023@latest}]\n  subnetSelectorTerms: [{tags: {a: b}}]\n  securityGroupSelectorTerms: [{tags: {a: b}}]\n  kubelet:\n    evictionSoft: {memory.available: 5%}\n    evictionSoftGracePeriod: {memory.available: 1m30s}\n";
+        let mut class = crate::api::load(&[("class.yaml".to_string(), text.to_string())])
+            .unwrap_or_else(|_| panic!("valid class"))
+            .node_classes
+            .remove(0);
+        // A soft threshold alone changes nothing: the kubelet does not subtract it.
+        assert_eq!(class_allocatable(Catalog::embedded(), &class), None);
+        class.kubelet.max_pods = Some(8);
+        let per_type = class_allocatable(Catalog::embedded(), &class).expect("computed");
+        assert_eq!(per_type.len(), Catalog::embedded().types.len());
+        assert!(per_type.iter().all(|r| r.get_milli("pods") <= 8000));
+    }
+}
