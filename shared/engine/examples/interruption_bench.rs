@@ -80,7 +80,6 @@ async fn fleet() -> Fleet {
             name: name.clone(),
             node_pool: "spot".into(),
             node_class: "default".into(),
-            labels: Default::default(),
             state: ClaimState::Initialized,
             version: 4,
             instance_type_options: vec!["m5.large".into()],
