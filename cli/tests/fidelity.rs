@@ -246,7 +246,11 @@ fn a_pod_cannot_join_an_existing_node_whose_pod_binds_its_host_port() {
             with_host_port(pod("new", "100m", "128Mi"), 8080),
         ],
     );
-    assert!(plan["existingNodes"].as_array().unwrap().is_empty(), "{}", summary(&plan));
+    assert!(
+        plan["existingNodes"].as_array().unwrap().is_empty(),
+        "{}",
+        summary(&plan)
+    );
     assert_eq!(claims(&plan).len(), 1, "{}", summary(&plan));
 }
 
@@ -311,7 +315,10 @@ fn a_daemonset_counts_only_on_the_instance_types_its_affinity_selects() {
                  "values": ["t4"]}]}]}}}}),
     );
     let with_agent = instance_type_for(GENERAL_PURPOSE, vec![not_gpu]);
-    assert_ne!(with_agent, alone, "1.5 cpu + 1 cpu agent needs a bigger type");
+    assert_ne!(
+        with_agent, alone,
+        "1.5 cpu + 1 cpu agent needs a bigger type"
+    );
     assert!(with_agent.ends_with(".xlarge"), "{with_agent}");
 }
 
@@ -335,12 +342,21 @@ fn a_pod_that_requires_a_hostname_only_goes_to_that_node() {
     assert_eq!(
         plan["existingNodes"],
         json!([{"target": "n1", "pods": ["default/pinned"]}]),
-        "{}", summary(&plan)
+        "{}",
+        summary(&plan)
     );
-    assert!(claims(&plan).is_empty(), "a new node never has that name: {}", summary(&plan));
+    assert!(
+        claims(&plan).is_empty(),
+        "a new node never has that name: {}",
+        summary(&plan)
+    );
     let stuck = unschedulable(&plan);
     assert_eq!(stuck.len(), 1);
-    assert!(stuck[0].1.contains("kubernetes.io/hostname"), "{}", stuck[0].1);
+    assert!(
+        stuck[0].1.contains("kubernetes.io/hostname"),
+        "{}",
+        stuck[0].1
+    );
 }
 
 // ----- topology spread domains ------------------------------------------------------------
@@ -360,11 +376,16 @@ fn zone_spread_counts_only_the_zones_the_node_pool_allows() {
         })
         .collect();
     let plan = plan(&pools, pods);
-    assert!(unschedulable(&plan).is_empty(), "us-east-1c is no domain: {}", summary(&plan));
+    assert!(
+        unschedulable(&plan).is_empty(),
+        "us-east-1c is no domain: {}",
+        summary(&plan)
+    );
     let mut per_zone = std::collections::BTreeMap::new();
     for c in claims(&plan) {
-        *per_zone.entry(c["zone"].as_str().unwrap().to_string()).or_insert(0) +=
-            pods_of(c).len();
+        *per_zone
+            .entry(c["zone"].as_str().unwrap().to_string())
+            .or_insert(0) += pods_of(c).len();
     }
     assert_eq!(
         per_zone,
@@ -463,7 +484,8 @@ spec:
     assert_eq!(
         per_domain,
         (1..=5).map(|d| (d.to_string(), 2)).collect(),
-        "{}", summary(&plan)
+        "{}",
+        summary(&plan)
     );
     assert_eq!(on_demand_pods, 2, "a 1:4 on-demand/spot ratio");
 }
@@ -490,7 +512,8 @@ fn a_pod_follows_its_hostname_affinity_target_to_the_existing_node() {
     assert_eq!(
         plan["existingNodes"],
         json!([{"target": "n2", "pods": ["default/web"]}]),
-        "{}", summary(&plan)
+        "{}",
+        summary(&plan)
     );
 }
 
@@ -560,7 +583,10 @@ fn a_pod_whose_required_affinity_matches_no_pod_is_unschedulable_saying_so() {
     let stuck = unschedulable(&plan);
     assert_eq!(stuck.len(), 2, "{}", summary(&plan));
     for (pod, reason) in stuck {
-        assert!(reason.contains("no pod matches its selector"), "{pod}: {reason}");
+        assert!(
+            reason.contains("no pod matches its selector"),
+            "{pod}: {reason}"
+        );
     }
 }
 
@@ -618,5 +644,8 @@ fn a_running_daemonset_pod_sizes_the_overhead_rather_than_the_template() {
     let full_node = node("n1", "us-east-1a", "2", "1Gi");
     let from_running = instance_type_for(GENERAL_PURPOSE, vec![agent(), full_node, running]);
     assert_ne!(from_running, from_template);
-    assert!(from_running.ends_with(".xlarge"), "{from_running} holds 1.5 + 2 cpu");
+    assert!(
+        from_running.ends_with(".xlarge"),
+        "{from_running} holds 1.5 + 2 cpu"
+    );
 }

@@ -20,6 +20,7 @@ pub mod cluster;
 pub mod density;
 pub mod interruption;
 pub mod nodeclaim;
+pub mod planning_view;
 pub mod provisioning;
 pub mod resources;
 pub mod scheduling;

@@ -214,7 +214,9 @@ pub fn violations(
                 && key != LABEL_HOSTNAME
                 && set.any_value().is_some()
             {
-                out.push(format!("claim {ci}: no value for the label {key} its requirements name"));
+                out.push(format!(
+                    "claim {ci}: no value for the label {key} its requirements name"
+                ));
             }
         }
         if !Requirements::from_node_requirements(&pool.requirements).matches_labels(&labels) {
@@ -237,9 +239,9 @@ pub fn violations(
                 .iter()
                 .all(|(k, v)| labels.get(k) == Some(v))
                 && (t.required_node_terms.is_empty()
-                    || t.required_node_terms
-                        .iter()
-                        .any(|term| Requirements::from_node_requirements(term).matches_labels(&labels)));
+                    || t.required_node_terms.iter().any(|term| {
+                        Requirements::from_node_requirements(term).matches_labels(&labels)
+                    }));
             if tolerated && sel {
                 total.add(&t.requests);
                 ports.extend(t.host_ports.iter().map(|p| (p.clone(), ds.name.clone())));
@@ -250,7 +252,10 @@ pub fn violations(
             total.add(&p.requests);
             for mine in &p.host_ports {
                 if let Some((_, holder)) = ports.iter().find(|(q, _)| q.conflicts_with(mine)) {
-                    out.push(format!("{key}: host port {} also bound by {holder}", mine.port));
+                    out.push(format!(
+                        "{key}: host port {} also bound by {holder}",
+                        mine.port
+                    ));
                 }
             }
             ports.extend(p.host_ports.iter().map(|q| (q.clone(), key.clone())));

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use nodewright_core::api::model::{NodePool, Taint, TaintEffect};
+use nodewright_core::api::model::NodePool;
 use nodewright_core::catalog::{Catalog, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL};
 use nodewright_core::cluster::Node;
 use nodewright_core::nodeclaim::{
@@ -44,16 +44,7 @@ use crate::terminate;
 pub const LABEL_NODECLAIM: &str = "karpenter.sh/nodeclaim";
 pub const LABEL_REGISTERED: &str = "karpenter.sh/registered";
 pub const LABEL_INITIALIZED: &str = "karpenter.sh/initialized";
-pub const TAINT_UNREGISTERED: &str = "karpenter.sh/unregistered";
-
-/// The taint every launch registers with and registration removes.
-pub fn unregistered_taint() -> Taint {
-    Taint {
-        key: TAINT_UNREGISTERED.into(),
-        value: None,
-        effect: TaintEffect::NoExecute,
-    }
-}
+pub use nodewright_core::planning_view::{TAINT_UNREGISTERED, unregistered_taint};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LifecycleConfig {

@@ -24,20 +24,18 @@ use tracing::{info, warn};
 
 use nodewright_core::api::model::{Ec2NodeClass, NodePool};
 use nodewright_core::catalog::{CapacityType, Catalog, LABEL_NODEPOOL, Pricing};
-use nodewright_core::cluster::{ClusterSnapshot, Node, NotProvisionable, Pod};
-use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim, instance_id_from_provider_id};
+use nodewright_core::cluster::NotProvisionable;
+use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim};
+use nodewright_core::planning_view::{ClusterView, in_flight_claims, in_motion, planning_snapshot};
 use nodewright_core::provisioning::{
     NotProvisionedPod, PlannedNodeClaim, ProvisioningInput, UnschedulablePod, plan_provisioning,
 };
-use nodewright_core::scheduling::InFlightClaim;
 
 use crate::adopt::adopt_karpenter_nodes;
 use crate::context::Ports;
 use crate::error::{EngineError, Result};
 use crate::lease::{Acquired, LeaseKeeper};
-use crate::lifecycle::{
-    self, LABEL_NODECLAIM, LifecycleConfig, LifecycleReport, TAINT_UNREGISTERED,
-};
+use crate::lifecycle::{self, LABEL_NODECLAIM, LifecycleConfig, LifecycleReport};
 use crate::ports::{
     ClusterEvent, ClusterState, Decision, ErrorKind, EventType, Instance, LaunchError,
     LaunchRequest, Launched, ObjectKind, Offering, ResolvedNodeClass,
@@ -801,7 +799,13 @@ impl Provisioner {
     }
 
     fn plan_into(&self, world: &World, report: &mut TickReport) {
-        let snapshot = snapshot_for_planning(&world.state, &world.claims, &world.pools);
+        let view = ClusterView {
+            nodes: &world.state.nodes,
+            pods: &world.state.pods,
+            daemonsets: &world.state.daemonsets,
+            pdbs: &world.state.pdbs,
+        };
+        let snapshot = planning_snapshot(view, &world.claims, &world.pools);
         report.pending = snapshot.provisionable_pods().map(|p| p.key()).collect();
         let in_flight = in_flight_claims(&world.claims, &snapshot);
         let plan = plan_provisioning(&ProvisioningInput {
@@ -1256,130 +1260,6 @@ fn terms_summary(terms: &[nodewright_core::api::model::SelectorTerm]) -> String 
         .join("; ")
 }
 
-/// A claim between its launch and a steady state, or on its way out: the provisioner's
-/// poll keeps ticking while one exists, so every step follows within a poll.
-fn in_motion(state: ClaimState) -> bool {
-    matches!(
-        state,
-        ClaimState::Launching | ClaimState::Launched | ClaimState::Registered
-    ) || state.is_being_taken_away()
-}
-
-/// The snapshot the planner sees:
-/// - nodes of live claims lose the unregistered and startup taints: those go away
-///   (Karpenter treats them as ephemeral when scheduling), and a view read before the
-///   reconciler removed them must not make a Ready node look unusable;
-/// - nodes of claims being taken away are gone, and their pods (not DaemonSet pods, not
-///   pods already terminating, whose replacements come as new pods) are pending again:
-///   the replacement capacity is launched now, nominated for them, while the old node
-///   drains (Karpenter's reschedulable pods).
-fn snapshot_for_planning(
-    state: &ClusterState,
-    claims: &[NodeClaim],
-    pools: &[NodePool],
-) -> ClusterSnapshot {
-    let by_instance: HashMap<&str, &NodeClaim> = claims
-        .iter()
-        .filter(|c| !c.state.is_terminal())
-        .filter_map(|c| Some((c.instance_id.as_deref()?, c)))
-        .collect();
-    let claim_of = |n: &Node| {
-        n.provider_id
-            .as_deref()
-            .and_then(instance_id_from_provider_id)
-            .and_then(|id| by_instance.get(id).copied())
-    };
-    let mut going: HashSet<&str> = HashSet::new();
-    let mut nodes = Vec::with_capacity(state.nodes.len());
-    for n in &state.nodes {
-        match claim_of(n) {
-            Some(c) if c.state.is_being_taken_away() => {
-                going.insert(n.name.as_str());
-            }
-            Some(c) if c.state.is_live_capacity() => {
-                let startup: HashSet<&str> = pools
-                    .iter()
-                    .find(|p| p.name == c.node_pool)
-                    .map(|p| p.startup_taints.iter().map(|t| t.key.as_str()).collect())
-                    .unwrap_or_default();
-                let mut n = n.clone();
-                if c.state != ClaimState::Initialized {
-                    n.taints.retain(|t| !startup.contains(t.key.as_str()));
-                }
-                n.taints.retain(|t| t.key != TAINT_UNREGISTERED);
-                nodes.push(n);
-            }
-            _ => nodes.push(n.clone()),
-        }
-    }
-    let pods = state
-        .pods
-        .iter()
-        .filter_map(|p| match p.node_name.as_deref() {
-            Some(node) if going.contains(node) => {
-                // Room for them is needed before kube-scheduler ever sees them pending
-                // (as Karpenter plans for the pods of disrupted nodes): planned as if
-                // kube-scheduler had already found no node for them.
-                (!p.daemonset_owned && !p.terminal && !p.terminating).then(|| Pod {
-                    node_name: None,
-                    marked_unschedulable: true,
-                    ..p.clone()
-                })
-            }
-            _ => Some(p.clone()),
-        })
-        .collect();
-    ClusterSnapshot {
-        pods,
-        nodes,
-        daemonsets: state.daemonsets.clone(),
-        pdbs: state.pdbs.clone(),
-    }
-}
-
-/// Claims whose capacity is coming, each counted once: as a node when its node is in
-/// the planning snapshot, Ready and schedulable, otherwise as in flight — `Launching`
-/// and `Launched` ones, `Registered` ones whose node is not Ready yet, and `Initialized`
-/// ones whose node is briefly NotReady (a claim is never counted neither as a node nor
-/// in flight: that launched a second node for the same pods).
-fn in_flight_claims(claims: &[NodeClaim], snapshot: &ClusterSnapshot) -> Vec<InFlightClaim> {
-    let nodes: HashMap<&str, &Node> = snapshot
-        .nodes
-        .iter()
-        .filter_map(|n| Some((instance_id_from_provider_id(n.provider_id.as_deref()?)?, n)))
-        .collect();
-    claims
-        .iter()
-        .filter(|c| {
-            let node = c.instance_id.as_deref().and_then(|id| nodes.get(id));
-            let usable = node.is_some_and(|n| n.ready && !n.unschedulable);
-            match c.state {
-                ClaimState::Launching | ClaimState::Launched | ClaimState::Registered => !usable,
-                // Gone from the cluster, or cordoned by someone: not capacity.
-                ClaimState::Initialized => node.is_some_and(|n| !n.ready && !n.unschedulable),
-                _ => false,
-            }
-        })
-        .filter_map(|c| {
-            Some(InFlightClaim {
-                name: c.name.clone(),
-                node_pool: c.node_pool.clone(),
-                instance_type: c
-                    .instance_type
-                    .clone()
-                    .or_else(|| c.instance_type_options.first().cloned())?,
-                zone: c.zone.clone().or_else(|| c.zones.first().cloned())?,
-                capacity_type: c
-                    .capacity_type
-                    .or_else(|| c.capacity_types.first().copied())
-                    .unwrap_or(CapacityType::OnDemand),
-                pods: c.pods.clone(),
-                labels: c.labels.clone(),
-            })
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1390,29 +1270,5 @@ mod tests {
         let r = pods_reason(&pods);
         assert!(r.starts_with("7 pending pod(s): default/web-0, "), "{r}");
         assert!(r.ends_with("+2 more"), "{r}");
-    }
-
-    #[test]
-    fn a_launching_claim_without_an_instance_counts_as_its_first_option() {
-        let claim = NodeClaim::launching(
-            ClaimSpec {
-                labels: Default::default(),
-                name: "gp-abcde".into(),
-                node_pool: "gp".into(),
-                node_class: "default".into(),
-                instance_type_options: vec!["m5.large".into(), "m5.xlarge".into()],
-                zones: vec!["us-east-1b".into(), "us-east-1a".into()],
-                capacity_types: vec![CapacityType::Spot],
-                pods: vec![],
-            },
-            0,
-        );
-        let f = in_flight_claims(&[claim], &ClusterSnapshot::default());
-        assert_eq!(f.len(), 1);
-        assert_eq!(
-            (f[0].instance_type.as_str(), f[0].zone.as_str()),
-            ("m5.large", "us-east-1b")
-        );
-        assert_eq!(f[0].capacity_type, CapacityType::Spot);
     }
 }

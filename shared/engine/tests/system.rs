@@ -293,21 +293,27 @@ async fn a_spread_over_a_label_two_node_pools_set_runs_one_on_demand_pod_per_fou
         node_pool(
             name,
             vec![
-                req("node.kubernetes.io/instance-type", &["m5.large", "m5.xlarge"]),
+                req(
+                    "node.kubernetes.io/instance-type",
+                    &["m5.large", "m5.xlarge"],
+                ),
                 req(LABEL_CAPACITY_TYPE, &[capacity_type]),
                 req("capacity-spread", domains),
             ],
         )
     };
     let sys = System::new(pool("on-demand", "on-demand", &["1"]));
-    sys.world
-        .cluster
-        .with_state(|s| s.node_pools.push(pool("spot", "spot", &["2", "3", "4", "5"])));
+    sys.world.cluster.with_state(|s| {
+        s.node_pools
+            .push(pool("spot", "spot", &["2", "3", "4", "5"]))
+    });
     for i in 0..10 {
         let mut p = pod(&format!("inflate-{i}"), "500m", "512Mi");
         p.labels.insert("app".into(), "inflate".into());
-        p.topology_spread
-            .push(nodewright_core::testing::spread("capacity-spread", "inflate"));
+        p.topology_spread.push(nodewright_core::testing::spread(
+            "capacity-spread",
+            "inflate",
+        ));
         sys.world.cluster.add_pod(p);
     }
 

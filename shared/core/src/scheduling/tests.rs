@@ -436,7 +436,10 @@ fn required_zone_spread_that_the_pool_cannot_meet_is_unschedulable_with_the_cons
     }
     let plan = plan(&snap, &[pool]);
     assert_eq!(plan.unschedulable.len(), 1, "{:?}", plan.unschedulable);
-    assert_eq!(plan.node_claims.iter().map(|c| c.pods.len()).sum::<usize>(), 2);
+    assert_eq!(
+        plan.node_claims.iter().map(|c| c.pods.len()).sum::<usize>(),
+        2
+    );
     assert!(
         plan.unschedulable.iter().all(|u| u
             .reason

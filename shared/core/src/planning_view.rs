@@ -1,0 +1,185 @@
+//! The cluster as planning sees it while NodeClaims are in motion: which taints go
+//! away on their own, which capacity is going and which is coming. The provisioner
+//! plans on this view; the disruption decisions need the same one.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::api::model::{NodePool, Taint, TaintEffect};
+use crate::catalog::CapacityType;
+use crate::cluster::{ClusterSnapshot, DaemonSet, Node, Pod, PodDisruptionBudget};
+use crate::nodeclaim::{ClaimState, NodeClaim, instance_id_from_provider_id};
+use crate::scheduling::InFlightClaim;
+
+/// The taint every launched node registers with; registration removes it.
+pub const TAINT_UNREGISTERED: &str = "karpenter.sh/unregistered";
+
+/// The taint every launch registers with and registration removes.
+pub fn unregistered_taint() -> Taint {
+    Taint {
+        key: TAINT_UNREGISTERED.into(),
+        value: None,
+        effect: TaintEffect::NoExecute,
+    }
+}
+
+/// The cluster as read, before planning's adjustments.
+#[derive(Debug, Clone, Copy)]
+pub struct ClusterView<'a> {
+    pub nodes: &'a [Node],
+    pub pods: &'a [Pod],
+    pub daemonsets: &'a [DaemonSet],
+    pub pdbs: &'a [PodDisruptionBudget],
+}
+
+/// A claim between its launch and a steady state, or on its way out: while one exists
+/// the provisioner keeps ticking every poll, so every step follows within a poll.
+pub fn in_motion(state: ClaimState) -> bool {
+    matches!(
+        state,
+        ClaimState::Launching | ClaimState::Launched | ClaimState::Registered
+    ) || state.is_being_taken_away()
+}
+
+/// The snapshot the planner sees:
+/// - nodes of live claims lose the unregistered and (until Initialized) startup
+///   taints: those go away on their own (Karpenter treats them as ephemeral when
+///   scheduling), and a view read before the reconciler removed them must not make a
+///   Ready node look unusable;
+/// - nodes of claims being taken away are gone, and their pods (not DaemonSet pods, not
+///   pods already terminating, whose replacements come as new pods) are pending again,
+///   planned as if kube-scheduler had already found no node for them: the replacement
+///   capacity is launched now, nominated for them, while the old node drains
+///   (Karpenter's reschedulable pods).
+pub fn planning_snapshot(
+    view: ClusterView<'_>,
+    claims: &[NodeClaim],
+    pools: &[NodePool],
+) -> ClusterSnapshot {
+    let by_instance: HashMap<&str, &NodeClaim> = claims
+        .iter()
+        .filter(|c| !c.state.is_terminal())
+        .filter_map(|c| Some((c.instance_id.as_deref()?, c)))
+        .collect();
+    let claim_of = |n: &Node| {
+        n.provider_id
+            .as_deref()
+            .and_then(instance_id_from_provider_id)
+            .and_then(|id| by_instance.get(id).copied())
+    };
+    let mut going: HashSet<&str> = HashSet::new();
+    let mut nodes = Vec::with_capacity(view.nodes.len());
+    for n in view.nodes {
+        match claim_of(n) {
+            Some(c) if c.state.is_being_taken_away() => {
+                going.insert(n.name.as_str());
+            }
+            Some(c) if c.state.is_live_capacity() => {
+                let startup: HashSet<&str> = pools
+                    .iter()
+                    .find(|p| p.name == c.node_pool)
+                    .map(|p| p.startup_taints.iter().map(|t| t.key.as_str()).collect())
+                    .unwrap_or_default();
+                let mut n = n.clone();
+                if c.state != ClaimState::Initialized {
+                    n.taints.retain(|t| !startup.contains(t.key.as_str()));
+                }
+                n.taints.retain(|t| t.key != TAINT_UNREGISTERED);
+                nodes.push(n);
+            }
+            _ => nodes.push(n.clone()),
+        }
+    }
+    let pods = view
+        .pods
+        .iter()
+        .filter_map(|p| match p.node_name.as_deref() {
+            Some(node) if going.contains(node) => {
+                (!p.daemonset_owned && !p.terminal && !p.terminating).then(|| Pod {
+                    node_name: None,
+                    marked_unschedulable: true,
+                    ..p.clone()
+                })
+            }
+            _ => Some(p.clone()),
+        })
+        .collect();
+    ClusterSnapshot {
+        pods,
+        nodes,
+        daemonsets: view.daemonsets.to_vec(),
+        pdbs: view.pdbs.to_vec(),
+    }
+}
+
+/// Claims whose capacity is coming, each counted once: as a node when its node is in
+/// the planning snapshot, Ready and schedulable, otherwise as in flight — `Launching`
+/// and `Launched` ones, `Registered` ones whose node is not Ready yet, and `Initialized`
+/// ones whose node is briefly NotReady (a claim is never counted neither as a node nor
+/// in flight: that launched a second node for the same pods).
+pub fn in_flight_claims(claims: &[NodeClaim], snapshot: &ClusterSnapshot) -> Vec<InFlightClaim> {
+    let nodes: HashMap<&str, &Node> = snapshot
+        .nodes
+        .iter()
+        .filter_map(|n| Some((instance_id_from_provider_id(n.provider_id.as_deref()?)?, n)))
+        .collect();
+    claims
+        .iter()
+        .filter(|c| {
+            let node = c.instance_id.as_deref().and_then(|id| nodes.get(id));
+            let usable = node.is_some_and(|n| n.ready && !n.unschedulable);
+            match c.state {
+                ClaimState::Launching | ClaimState::Launched | ClaimState::Registered => !usable,
+                // Gone from the cluster, or cordoned by someone: not capacity.
+                ClaimState::Initialized => node.is_some_and(|n| !n.ready && !n.unschedulable),
+                _ => false,
+            }
+        })
+        .filter_map(|c| {
+            Some(InFlightClaim {
+                name: c.name.clone(),
+                node_pool: c.node_pool.clone(),
+                instance_type: c
+                    .instance_type
+                    .clone()
+                    .or_else(|| c.instance_type_options.first().cloned())?,
+                zone: c.zone.clone().or_else(|| c.zones.first().cloned())?,
+                capacity_type: c
+                    .capacity_type
+                    .or_else(|| c.capacity_types.first().copied())
+                    .unwrap_or(CapacityType::OnDemand),
+                pods: c.pods.clone(),
+                labels: c.labels.clone(),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nodeclaim::ClaimSpec;
+
+    #[test]
+    fn a_launching_claim_without_an_instance_counts_as_its_first_option() {
+        let claim = NodeClaim::launching(
+            ClaimSpec {
+                name: "gp-abcde".into(),
+                node_pool: "gp".into(),
+                node_class: "default".into(),
+                instance_type_options: vec!["m5.large".into(), "m5.xlarge".into()],
+                zones: vec!["us-east-1b".into(), "us-east-1a".into()],
+                capacity_types: vec![CapacityType::Spot],
+                pods: vec![],
+                labels: Default::default(),
+            },
+            0,
+        );
+        let f = in_flight_claims(&[claim], &ClusterSnapshot::default());
+        assert_eq!(f.len(), 1);
+        assert_eq!(
+            (f[0].instance_type.as_str(), f[0].zone.as_str()),
+            ("m5.large", "us-east-1b")
+        );
+        assert_eq!(f[0].capacity_type, CapacityType::Spot);
+    }
+}
