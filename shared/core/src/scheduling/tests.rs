@@ -764,3 +764,79 @@ fn a_claim_pinned_to_one_value_of_a_multi_valued_node_pool_label_carries_it() {
         "kube-scheduler binds the pod only if the node has team=red"
     );
 }
+
+/// Karpenter's "should balance pods across a label (NodeTaintsPolicy=ignore|honor)":
+/// two tainted nodes hold domains foo and bar of a label the NodePool sets to baz.
+fn spread_over_tainted_domains(honor_taints: bool) -> usize {
+    let catalog = Catalog::embedded();
+    let mut pool = general_purpose_pool();
+    pool.labels.insert("fake-label".into(), "baz".into());
+    let mut snap = snapshot(vec![]);
+    for (name, value) in [("n-foo", "foo"), ("n-bar", "bar")] {
+        let mut n = node(name, "m5.large", "us-east-1a", "other", catalog);
+        n.labels.insert("fake-label".into(), value.into());
+        n.taints.push(Taint {
+            key: "taintname".into(),
+            value: Some("taintvalue".into()),
+            effect: TaintEffect::NoSchedule,
+        });
+        snap.nodes.push(n);
+    }
+    for i in 0..5 {
+        let mut p = pod(&format!("s-{i}"), "1", "256Mi");
+        p.labels.insert("app".into(), "s".into());
+        let mut c = spread("fake-label", "s");
+        c.honor_node_taints = honor_taints;
+        p.topology_spread.push(c);
+        snap.pods.push(p);
+    }
+    let plan = plan(&snap, &[pool]);
+    plan.node_claims.iter().map(|c| c.pods.len()).sum()
+}
+
+#[test]
+fn tainted_nodes_are_spread_domains_unless_the_taints_policy_honours_them() {
+    assert_eq!(
+        spread_over_tainted_domains(false),
+        1,
+        "foo and bar count at zero: one pod in baz"
+    );
+    assert_eq!(
+        spread_over_tainted_domains(true),
+        5,
+        "the tainted nodes are no domains: all in baz"
+    );
+}
+
+/// Karpenter's "should balance pods across a label (NodeAffinityPolicy=ignore|honor)":
+/// nodes in domains foo and bar do not match the pods' nodeSelector.
+fn spread_over_unselected_domains(honor_affinity: bool) -> usize {
+    let catalog = Catalog::embedded();
+    let mut pool = general_purpose_pool();
+    pool.labels.insert("fake-label".into(), "baz".into());
+    pool.labels.insert("selector".into(), "value".into());
+    let mut snap = snapshot(vec![]);
+    for (name, value) in [("n-foo", "foo"), ("n-bar", "bar")] {
+        let mut n = node(name, "m5.large", "us-east-1a", "other", catalog);
+        n.labels.insert("fake-label".into(), value.into());
+        n.labels.insert("selector".into(), "mismatch".into());
+        snap.nodes.push(n);
+    }
+    for i in 0..5 {
+        let mut p = pod(&format!("s-{i}"), "1", "256Mi");
+        p.labels.insert("app".into(), "s".into());
+        p.node_selector.insert("selector".into(), "value".into());
+        let mut c = spread("fake-label", "s");
+        c.honor_node_affinity = honor_affinity;
+        p.topology_spread.push(c);
+        snap.pods.push(p);
+    }
+    let plan = plan(&snap, &[pool]);
+    plan.node_claims.iter().map(|c| c.pods.len()).sum()
+}
+
+#[test]
+fn nodes_the_pod_cannot_select_are_spread_domains_only_when_the_affinity_policy_ignores_it() {
+    assert_eq!(spread_over_unselected_domains(false), 1);
+    assert_eq!(spread_over_unselected_domains(true), 5);
+}
