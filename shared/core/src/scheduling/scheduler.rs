@@ -32,7 +32,7 @@ use crate::resources::{CPU, MEMORY, PODS, Resources, WELL_KNOWN, format_milli};
 use super::lp;
 use super::requirements::{Requirements, ValueSet};
 use super::topology::{
-    DomainCounts, Group, GroupKind, GroupSpec, NodeFilter, TopologyKey,
+    CompiledFilter, DomainCounts, Group, GroupKind, GroupSpec, NodeFilter, TopologyKey,
 };
 
 /// A NodeClaim that has been launched but whose node has not registered yet: pending
@@ -740,12 +740,14 @@ impl<'a> Scheduler<'a> {
         if let Some(&g) = self.group_index.get(&spec) {
             return g;
         }
+        let filter = spec.filter.as_ref().map(CompiledFilter::new);
         let (domains, universe) = match spec.key {
             TopologyKey::Hostname => (0, Vec::new()),
-            TopologyKey::Domain(k) => (self.keys[k].values.len(), self.universe(&spec, k)),
+            TopologyKey::Domain(k) => (self.keys[k].values.len(), self.universe(filter.as_ref(), k)),
         };
         let g = self.groups.len();
         self.groups.push(Group {
+            filter,
             spec: spec.clone(),
             counts: DomainCounts::new(domains),
             owners: DomainCounts::new(domains),
@@ -758,11 +760,11 @@ impl<'a> Scheduler<'a> {
     /// The domains of key `k` a node counted by the group could be in: what the
     /// NodePools can launch (those whose taints the filter admits) and what existing
     /// nodes it matches are in.
-    fn universe(&self, spec: &GroupSpec, k: usize) -> Vec<bool> {
+    fn universe(&self, filter: Option<&CompiledFilter>, k: usize) -> Vec<bool> {
         let key = &self.keys[k];
         let mut universe = vec![false; key.values.len()];
         for (p, pool) in self.pools.iter().enumerate() {
-            if spec.filter.as_ref().is_some_and(|f| !f.tolerates(&pool.taints)) {
+            if filter.is_some_and(|f| !f.tolerates(&pool.taints)) {
                 continue;
             }
             for (d, ok) in key.pool_values[p].iter().enumerate() {
@@ -770,11 +772,7 @@ impl<'a> Scheduler<'a> {
             }
         }
         for node in self.input.nodes {
-            if spec
-                .filter
-                .as_ref()
-                .is_some_and(|f| !f.matches_node(&node.labels, &node.taints))
-            {
+            if filter.is_some_and(|f| !f.matches_node(&node.labels, &node.taints)) {
                 continue;
             }
             if let Some(d) = node.labels.get(&key.label).and_then(|v| key.index(v)) {
@@ -878,7 +876,7 @@ impl<'a> Scheduler<'a> {
             let host = node_bins.get(node.name.as_str()).copied();
             for g in 0..self.groups.len() {
                 let spec = &self.groups[g].spec;
-                if spec
+                if self.groups[g]
                     .filter
                     .as_ref()
                     .is_some_and(|f| !f.matches_node(&node.labels, &node.taints))
@@ -1345,9 +1343,7 @@ impl<'a> Scheduler<'a> {
             };
             // The domains skew is measured over: those a counted node could be in and,
             // with nodeAffinityPolicy Honor, those the pod's own affinity allows.
-            let honor_affinity = group.spec.filter.as_ref().is_some_and(|f| {
-                !f.node_selector.is_empty() || !f.required_terms.is_empty()
-            });
+            let honor_affinity = group.filter.as_ref().is_some_and(|f| f.honours_affinity());
             let eligible: Vec<bool> = (0..n)
                 .map(|d| group.universe[d] && (!honor_affinity || pod_allows(d)))
                 .collect();
@@ -1630,7 +1626,7 @@ impl<'a> Scheduler<'a> {
             if self.groups[g].spec.key != key {
                 continue;
             }
-            if let Some(filter) = &self.groups[g].spec.filter {
+            if let Some(filter) = &self.groups[g].filter {
                 let bin = &self.bins[b];
                 let admitted = match bin.origin {
                     Origin::New(_) => filter.matches_requirements(&bin.reqs, &bin.taints, &|k| {

@@ -49,7 +49,8 @@ pub struct NodeFilter {
 }
 
 impl NodeFilter {
-    fn terms(&self) -> Vec<Requirements> {
+    /// The filter's node-affinity terms as requirements (nodeSelector in each).
+    pub fn terms(&self) -> Vec<Requirements> {
         let mut base = Requirements::new();
         for (k, v) in &self.node_selector {
             base.add(k, super::requirements::ValueSet::in_values([v.clone()]));
@@ -73,9 +74,30 @@ impl NodeFilter {
             .all(|taint| tolerations.iter().any(|t| t.tolerates(taint)))
     }
 
+}
+
+/// A [`NodeFilter`] ready to apply: its terms built once, not per node asked about.
+#[derive(Debug, Clone)]
+pub struct CompiledFilter {
+    filter: NodeFilter,
+    terms: Vec<Requirements>,
+}
+
+impl CompiledFilter {
+    pub fn new(filter: &NodeFilter) -> Self {
+        Self {
+            terms: filter.terms(),
+            filter: filter.clone(),
+        }
+    }
+
+    pub fn tolerates(&self, taints: &[Taint]) -> bool {
+        self.filter.tolerates(taints)
+    }
+
     /// Whether a node with these labels and taints counts.
     pub fn matches_node(&self, labels: &BTreeMap<String, String>, taints: &[Taint]) -> bool {
-        self.tolerates(taints) && self.terms().iter().any(|t| t.matches_labels(labels))
+        self.tolerates(taints) && self.terms.iter().any(|t| t.matches_labels(labels))
     }
 
     /// Whether a node that will satisfy `reqs` (a claim being planned) counts.
@@ -87,9 +109,14 @@ impl NodeFilter {
     ) -> bool {
         self.tolerates(taints)
             && self
-                .terms()
+                .terms
                 .iter()
                 .any(|t| reqs.compatible_with(t, well_known).is_ok())
+    }
+
+    /// With nodeAffinityPolicy Honor and a pod that constrains nodes at all.
+    pub fn honours_affinity(&self) -> bool {
+        !self.filter.node_selector.is_empty() || !self.filter.required_terms.is_empty()
     }
 }
 
@@ -183,4 +210,6 @@ pub struct Group {
     /// is measured over these only, so a zone no pod could ever use does not hold the
     /// minimum at zero.
     pub universe: Vec<bool>,
+    /// `spec.filter`, compiled.
+    pub filter: Option<CompiledFilter>,
 }
