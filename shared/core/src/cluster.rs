@@ -173,6 +173,8 @@ pub struct Pod {
     /// `PodScheduled=False` with reason `Unschedulable`: kube-scheduler tried every node
     /// and found none.
     pub marked_unschedulable: bool,
+    /// A static pod's mirror (`kubernetes.io/config.mirror`): it stays with its node.
+    pub mirror: bool,
     /// The PersistentVolumeClaims its volumes use (`persistentVolumeClaim` and generic
     /// `ephemeral` volumes), for [`crate::volumes::apply_volume_topology`].
     pub claims: Vec<PodClaim>,

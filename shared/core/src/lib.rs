@@ -15,9 +15,11 @@
 //! - [`interruption`]: EventBridge interruption events parsed, and the action each calls for.
 
 pub mod api;
+pub mod calendar;
 pub mod catalog;
 pub mod cluster;
 pub mod density;
+pub mod disruption;
 pub mod interruption;
 pub mod nodeclaim;
 pub mod planning_view;

@@ -593,6 +593,12 @@ pub fn pod_from_k8s(pod: &core::Pod) -> Result<Pod, SnapshotError> {
         .find(|o| o.kind == "DaemonSet")
         .map(|o| o.name.clone());
     out.daemonset_owned = out.owner_daemonset.is_some();
+    // A static pod's mirror: the kubelet owns it and recreates it on its node.
+    out.mirror = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
     // Pods for kube-scheduler may spell it out or leave it to the API server's default.
     out.scheduler_name = spec
         .scheduler_name
@@ -2558,6 +2564,15 @@ mod tests {
         assert_eq!(pod.scheduler_name, None);
         assert!(!pod.marked_unschedulable);
         assert_eq!(pod.owner_daemonset, None);
+        assert!(!pod.mirror);
+    }
+
+    #[test]
+    fn a_static_pods_mirror_is_known_by_its_annotation() {
+        let mut item = pod_json("kube-system", "kube-proxy-n1", json!({}));
+        item["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "abc123"});
+        let pod = parse_snapshot(&list(vec![item])).unwrap().pods.remove(0);
+        assert!(pod.mirror);
     }
 
     fn pvc_json(name: &str, spec: Value) -> Value {

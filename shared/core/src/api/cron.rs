@@ -110,6 +110,43 @@ impl CronSchedule {
     }
 }
 
+impl CronSchedule {
+    fn matches_day(&self, day_of_month: u32, month: u32, day_of_week: u32) -> bool {
+        let dom = has(self.days_of_month, day_of_month);
+        let dow = has(self.days_of_week, day_of_week);
+        let day = if self.dom_star || self.dow_star {
+            dom && dow
+        } else {
+            dom || dow
+        };
+        day && has(self.months, month)
+    }
+
+    /// Whether the schedule fires at some minute `t` (Unix seconds, UTC) with
+    /// `after < t <= until`. Whole days and hours that cannot match are skipped, so a
+    /// window of weeks costs a few thousand steps at most.
+    pub fn fires_between(&self, after: i64, until: i64) -> bool {
+        // The first whole minute strictly after `after`.
+        let mut t = after.div_euclid(60) * 60 + 60;
+        while t <= until {
+            let (minute, hour, dom, month, dow) = crate::calendar::cron_fields(t);
+            if !self.matches_day(dom, month, dow) {
+                t = t.div_euclid(86_400) * 86_400 + 86_400;
+                continue;
+            }
+            if !has(self.hours, hour) {
+                t = t.div_euclid(3600) * 3600 + 3600;
+                continue;
+            }
+            if has(self.minutes, minute) {
+                return true;
+            }
+            t += 60;
+        }
+        false
+    }
+}
+
 impl super::model::Budget {
     /// The budget's schedule, parsed. `None` for an always-active budget. A validated
     /// budget's schedule always parses, so `None` never hides an error there.
