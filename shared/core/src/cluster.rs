@@ -175,6 +175,11 @@ pub struct Pod {
     pub marked_unschedulable: bool,
     /// A static pod's mirror (`kubernetes.io/config.mirror`): it stays with its node.
     pub mirror: bool,
+    /// `karpenter.sh/do-not-disrupt: "true"`: voluntary disruption must leave its node.
+    pub do_not_disrupt: bool,
+    /// `metadata.creationTimestamp` and `status.startTime` (Unix seconds), when known.
+    pub created_at: Option<i64>,
+    pub started_at: Option<i64>,
     /// The PersistentVolumeClaims its volumes use (`persistentVolumeClaim` and generic
     /// `ephemeral` volumes), for [`crate::volumes::apply_volume_topology`].
     pub claims: Vec<PodClaim>,
@@ -316,6 +321,18 @@ pub struct Node {
     pub unschedulable: bool,
     /// The Ready condition is True.
     pub ready: bool,
+    /// `metadata.creationTimestamp` (Unix seconds), when known.
+    pub created_at: Option<i64>,
+    /// When the Ready condition last turned True, while it is True.
+    pub ready_since: Option<i64>,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// `karpenter.sh/do-not-disrupt: "true"` on the node.
+    pub do_not_disrupt: bool,
+    /// The NodePool and EC2NodeClass hashes the node was launched with
+    /// (`karpenter.sh/nodepool-hash`, `karpenter.k8s.aws/ec2nodeclass-hash`), for drift.
+    pub nodepool_hash: Option<String>,
+    pub nodeclass_hash: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -354,6 +371,8 @@ pub struct PodDisruptionBudget {
     pub selector: Option<LabelSelector>,
     pub min_available: Option<IntOrPercent>,
     pub max_unavailable: Option<IntOrPercent>,
+    /// `status.disruptionsAllowed` as the disruption controller last wrote it.
+    pub status_disruptions_allowed: Option<i64>,
 }
 
 impl PodDisruptionBudget {
@@ -451,6 +470,7 @@ mod budget_tests {
             }),
             min_available: min,
             max_unavailable: max,
+            status_disruptions_allowed: None,
         }
     }
 

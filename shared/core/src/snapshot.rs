@@ -594,11 +594,15 @@ pub fn pod_from_k8s(pod: &core::Pod) -> Result<Pod, SnapshotError> {
         .map(|o| o.name.clone());
     out.daemonset_owned = out.owner_daemonset.is_some();
     // A static pod's mirror: the kubelet owns it and recreates it on its node.
-    out.mirror = pod
-        .metadata
-        .annotations
+    let annotations = pod.metadata.annotations.as_ref();
+    out.mirror = annotations.is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
+    out.do_not_disrupt = annotations.is_some_and(do_not_disrupt);
+    out.created_at = pod.metadata.creation_timestamp.as_ref().map(unix);
+    out.started_at = pod
+        .status
         .as_ref()
-        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
+        .and_then(|s| s.start_time.as_ref())
+        .map(unix);
     // Pods for kube-scheduler may spell it out or leave it to the API server's default.
     out.scheduler_name = spec
         .scheduler_name
@@ -1228,14 +1232,39 @@ pub fn node_from_k8s(node: &core::Node) -> Result<Node, SnapshotError> {
         out.allocatable =
             resource_list(&object, "status.allocatable", status.allocatable.as_ref())?;
         out.capacity = resource_list(&object, "status.capacity", status.capacity.as_ref())?;
-        out.ready = status
+        let ready = status
             .conditions
             .iter()
             .flatten()
-            .any(|c| c.type_ == "Ready" && c.status == "True");
+            .find(|c| c.type_ == "Ready" && c.status == "True");
+        out.ready = ready.is_some();
+        out.ready_since = ready
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(unix);
+    }
+    let meta = &node.metadata;
+    out.created_at = meta.creation_timestamp.as_ref().map(unix);
+    out.deleting = meta.deletion_timestamp.is_some();
+    if let Some(annotations) = &meta.annotations {
+        out.do_not_disrupt = do_not_disrupt(annotations);
+        out.nodepool_hash = annotations.get("karpenter.sh/nodepool-hash").cloned();
+        out.nodeclass_hash = annotations
+            .get("karpenter.k8s.aws/ec2nodeclass-hash")
+            .cloned();
     }
     out.name = name;
     Ok(out)
+}
+
+fn unix(t: &meta::Time) -> i64 {
+    t.0.as_second()
+}
+
+/// `karpenter.sh/do-not-disrupt: "true"`.
+fn do_not_disrupt(annotations: &BTreeMap<String, String>) -> bool {
+    annotations
+        .get("karpenter.sh/do-not-disrupt")
+        .is_some_and(|v| v == "true")
 }
 
 fn resource_list(
@@ -1298,6 +1327,7 @@ pub fn pdb_from_k8s(
         selector: None,
         min_available: None,
         max_unavailable: None,
+        status_disruptions_allowed: pdb.status.as_ref().map(|s| i64::from(s.disruptions_allowed)),
     };
     if let Some(spec) = &pdb.spec {
         if let Some(s) = &spec.selector {
@@ -2565,6 +2595,40 @@ mod tests {
         assert!(!pod.marked_unschedulable);
         assert_eq!(pod.owner_daemonset, None);
         assert!(!pod.mirror);
+    }
+
+    #[test]
+    fn times_do_not_disrupt_hashes_and_budget_status_are_read_for_disruption() {
+        let mut node = node_json("n1", "True");
+        node["metadata"]["creationTimestamp"] = json!("2026-11-20T08:00:00Z");
+        node["metadata"]["annotations"] = json!({
+            "karpenter.sh/do-not-disrupt": "true",
+            "karpenter.sh/nodepool-hash": "123",
+            "karpenter.k8s.aws/ec2nodeclass-hash": "456",
+        });
+        node["status"]["conditions"] = json!([{"type": "Ready", "status": "True",
+            "lastTransitionTime": "2026-11-20T08:01:30Z"}]);
+        let mut pod = pod_json("default", "web-1", json!({}));
+        pod["metadata"]["creationTimestamp"] = json!("2026-11-21T00:00:00Z");
+        pod["metadata"]["annotations"] = json!({"karpenter.sh/do-not-disrupt": "true"});
+        pod["status"]["startTime"] = json!("2026-11-21T00:00:05Z");
+        let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+            "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1,
+                       "expectedPods": 1}});
+        let s = parse_snapshot(&list(vec![node, pod, pdb])).unwrap();
+        let day = |d: i64| crate::calendar::days_from_civil(2026, 11, d) * 86_400;
+        let n = &s.nodes[0];
+        assert_eq!(n.created_at, Some(day(20) + 8 * 3600));
+        assert_eq!(n.ready_since, Some(day(20) + 8 * 3600 + 90));
+        assert!(n.do_not_disrupt && !n.deleting);
+        assert_eq!(n.nodepool_hash.as_deref(), Some("123"));
+        assert_eq!(n.nodeclass_hash.as_deref(), Some("456"));
+        let p = &s.pods[0];
+        assert!(p.do_not_disrupt);
+        assert_eq!((p.created_at, p.started_at), (Some(day(21)), Some(day(21) + 5)));
+        assert_eq!(s.pdbs[0].status_disruptions_allowed, Some(0));
     }
 
     #[test]

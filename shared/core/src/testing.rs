@@ -149,6 +149,7 @@ pub fn node(name: &str, instance_type: &str, zone: &str, pool: &str, catalog: &C
         provider_id: Some(format!("aws:///{zone}/i-0123456789abcdef0")),
         unschedulable: false,
         ready: true,
+        ..Node::default()
     }
 }
 

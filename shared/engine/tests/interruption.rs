@@ -214,6 +214,7 @@ fn web_budget(min_available: i32) -> PodDisruptionBudget {
         }),
         min_available: Some(IntOrPercent::Int(min_available)),
         max_unavailable: None,
+        status_disruptions_allowed: None,
     }
 }
 

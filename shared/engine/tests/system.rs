@@ -92,6 +92,7 @@ impl System {
                 selector: Some(selector(app)),
                 min_available: Some(IntOrPercent::Int(min_available)),
                 max_unavailable: None,
+                status_disruptions_allowed: None,
             })
         });
     }
@@ -615,6 +616,7 @@ fn with_budget(mut d: Deployment, min_available: i32) -> Deployment {
         selector: Some(selector(&d.name)),
         min_available: Some(IntOrPercent::Int(min_available)),
         max_unavailable: None,
+        status_disruptions_allowed: None,
     });
     d
 }

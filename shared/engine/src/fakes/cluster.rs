@@ -380,6 +380,7 @@ impl FakeCluster {
             provider_id: Some(format!("aws:///{}/{}", instance.zone, instance.id)),
             unschedulable: false,
             ready: false,
+            ..Node::default()
         };
         let mut inner = lock(&self.inner);
         inner.index = None;
