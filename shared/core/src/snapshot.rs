@@ -1327,7 +1327,10 @@ pub fn pdb_from_k8s(
         selector: None,
         min_available: None,
         max_unavailable: None,
-        status_disruptions_allowed: pdb.status.as_ref().map(|s| i64::from(s.disruptions_allowed)),
+        status_disruptions_allowed: pdb
+            .status
+            .as_ref()
+            .map(|s| i64::from(s.disruptions_allowed)),
     };
     if let Some(spec) = &pdb.spec {
         if let Some(s) = &spec.selector {
@@ -2627,7 +2630,10 @@ mod tests {
         assert_eq!(n.nodeclass_hash.as_deref(), Some("456"));
         let p = &s.pods[0];
         assert!(p.do_not_disrupt);
-        assert_eq!((p.created_at, p.started_at), (Some(day(21)), Some(day(21) + 5)));
+        assert_eq!(
+            (p.created_at, p.started_at),
+            (Some(day(21)), Some(day(21) + 5))
+        );
         assert_eq!(s.pdbs[0].status_disruptions_allowed, Some(0));
     }
 

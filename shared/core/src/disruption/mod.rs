@@ -7,6 +7,7 @@
 //! carries. Consolidation (which needs speculative solves of the scheduler) builds on it.
 
 pub mod budget;
+pub mod candidates;
 pub mod rules;
 
 use serde::Serialize;
