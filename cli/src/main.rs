@@ -174,12 +174,21 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
         in_flight: &[],
     });
     match args.output {
-        Output::Json => println!("{}", render_json(&plan)),
-        Output::Table => print!("{}", table::render(&plan)),
+        Output::Json => write_json(&plan),
+        Output::Table => {
+            print!("{}", table::render(&plan));
+            Ok(())
+        }
     }
-    Ok(())
 }
 
-fn render_json(plan: &ProvisioningPlan) -> String {
-    serde_json::to_string_pretty(plan).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+/// Streams the plan to a buffered stdout: a plan of thousands of claims is never held
+/// as one string next to the plan itself.
+fn write_json(plan: &ProvisioningPlan) -> Result<(), Failure> {
+    use std::io::Write as _;
+    let failed = |e: &dyn std::fmt::Display| Failure::Unusable(format!("cannot write the plan to stdout: {e}"));
+    let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
+    serde_json::to_writer_pretty(&mut out, plan).map_err(|e| failed(&e))?;
+    out.write_all(b"\n").map_err(|e| failed(&e))?;
+    out.flush().map_err(|e| failed(&e))
 }
