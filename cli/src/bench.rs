@@ -73,6 +73,10 @@ pub enum Suite {
     /// Internal: plan the real workload once and print VmRSS/VmHWM (used by `memory`).
     #[value(hide = true)]
     MemoryChild,
+    /// Internal: run the command after `--` and print its wall time and peak RSS (used
+    /// by `command`, so the measured child is spawned by a small process).
+    #[value(hide = true)]
+    RunChild,
 }
 
 /// Pod mix of the synthetic suite.
@@ -107,6 +111,9 @@ pub struct BenchArgs {
     /// Runs of each whole-command case (`--suite command`): best wall, highest peak RSS.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
+    /// Internal: the command `run-child` runs.
+    #[arg(last = true, hide = true)]
+    pub command: Vec<String>,
     /// Pod count for the memory child process.
     #[arg(long, hide = true, default_value_t = MEMORY_PODS)]
     pub pods: usize,
@@ -115,6 +122,9 @@ pub struct BenchArgs {
 pub fn run(args: &BenchArgs) -> Result<(), String> {
     if args.suite == Suite::MemoryChild {
         return memory_child(args.pods);
+    }
+    if args.suite == Suite::RunChild {
+        return command::run_child(&args.command);
     }
     let mut out = Report {
         json: args.json,

@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use nodewright_core::api::{self, LoadError, Manifests};
 use nodewright_core::catalog::{Catalog, Pricing};
 use nodewright_core::provisioning::{ProvisioningInput, ProvisioningPlan, plan_provisioning};
-use nodewright_core::snapshot::parse_snapshot;
+use nodewright_core::snapshot::parse_snapshot_reader;
 
 mod bench;
 mod chart;
@@ -142,8 +142,12 @@ fn validate(files: &[PathBuf]) -> Result<(), Failure> {
 
 fn plan(args: &PlanArgs) -> Result<(), Failure> {
     let manifests = load_manifests(&args.nodepools)?;
-    let snapshot_text = read(&args.snapshot)?;
-    let snapshot = parse_snapshot(&snapshot_text)
+    // Read as a stream: the snapshot's text is never held whole (a large cluster's is
+    // hundreds of megabytes, more than what planning keeps from it).
+    let file = std::fs::File::open(&args.snapshot).map_err(|e| {
+        Failure::Unusable(format!("{}: cannot read: {e}", args.snapshot.display()))
+    })?;
+    let snapshot = parse_snapshot_reader(std::io::BufReader::with_capacity(256 * 1024, file))
         .map_err(|e| Failure::Unusable(format!("{}: {e}", args.snapshot.display())))?;
     let custom;
     let catalog = match &args.catalog {

@@ -83,6 +83,21 @@ pub(super) fn command_suite(out: &mut Report, runs: usize) {
     let result = (|| -> Result<(), String> {
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let exe =
+            std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+        let idle = Command::new(&exe)
+            .args(["bench", "--suite", "run-child", "--"])
+            .arg(&exe)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+        if let Some((_, kib)) = parse_run_child(&String::from_utf8_lossy(&idle.stderr)) {
+            out.line(&format!(
+                "for scale: `nodewright --version` measured the same way peaks at {:.1} MB",
+                kib as f64 * 1024.0 / 1e6
+            ));
+        }
         out.line(&format!(
             "{:<44} {:>8} {:>10} {:>8} {:>10} {:>8} {:>9} {:>12}",
             "case", "pods", "snapshot", "wall ms", "pods/s", "peak MB", "output", "claims"
@@ -231,46 +246,46 @@ fn cases(dir: &Path) -> Result<Vec<Case>, String> {
     Ok(cases)
 }
 
-/// Runs `plan` on a case `runs` times.
+/// Runs `plan` on a case `runs` times, each through `bench --suite run-child`.
+///
+/// Why the extra process: Linux counts the memory of the process that spawns a child in
+/// the child's `ru_maxrss` (at exec, the high-water mark of the address space it leaves
+/// is kept), and this process holds the generated workloads. `run-child` is a fresh,
+/// small process, so what it reports is the plan's own peak.
 fn measure(case: &Case, dir: &Path, runs: usize) -> Result<Measured, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
     let output = dir.join("plan.json");
     let mut best_wall = Duration::MAX;
     let mut peak_kib = 0;
     for _ in 0..runs.max(1) {
-        let stdout = File::create(&output)
-            .map_err(|e| format!("cannot create {}: {e}", output.display()))?;
         let mut command = Command::new(&exe);
         command
+            .args(["bench", "--suite", "run-child", "--"])
+            .arg(&exe)
             .arg("plan")
             .arg("--nodepools")
             .arg(&case.nodepools)
             .arg("--snapshot")
             .arg(&case.snapshot)
-            .args(["--zones", &case.zones, "--output", "json"])
-            .stdout(Stdio::from(stdout))
-            .stderr(Stdio::piped());
+            .args(["--zones", &case.zones, "--output", "json"]);
         if let Some(catalog) = &case.catalog {
             command.arg("--catalog").arg(catalog);
         }
-        let started = Instant::now();
-        let child = command
-            .spawn()
+        let stdout = File::create(&output)
+            .map_err(|e| format!("cannot create {}: {e}", output.display()))?;
+        let result = command
+            .stdout(Stdio::from(stdout))
+            .stderr(Stdio::piped())
+            .output()
             .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
-        let (status, maxrss_kib) = wait_with_rusage(child.id())?;
-        best_wall = best_wall.min(started.elapsed());
-        peak_kib = peak_kib.max(maxrss_kib);
-        if status != 0 {
-            let mut err = String::new();
-            if let Some(mut e) = child.stderr {
-                let _ = std::io::Read::read_to_string(&mut e, &mut err);
-            }
-            return Err(format!(
-                "{}: plan exited with status {status}: {}",
-                case.name,
-                err.trim()
-            ));
+        let stderr = String::from_utf8_lossy(&result.stderr);
+        if !result.status.success() {
+            return Err(format!("{}: plan failed: {}", case.name, stderr.trim()));
         }
+        let (wall, kib) = parse_run_child(&stderr)
+            .ok_or_else(|| format!("{}: run-child printed no figures: {stderr}", case.name))?;
+        best_wall = best_wall.min(wall);
+        peak_kib = peak_kib.max(kib);
     }
     let text = std::fs::read(&output)
         .map_err(|e| format!("cannot read {}: {e}", output.display()))?;
@@ -289,6 +304,47 @@ fn measure(case: &Case, dir: &Path, runs: usize) -> Result<Measured, String> {
             .max()
             .unwrap_or(0),
     })
+}
+
+const RUN_CHILD_PREFIX: &str = "run-child:";
+
+fn parse_run_child(stderr: &str) -> Option<(Duration, u64)> {
+    let line = stderr.lines().find_map(|l| l.strip_prefix(RUN_CHILD_PREFIX))?;
+    let mut wall = None;
+    let mut kib = None;
+    for (k, v) in line.split_whitespace().filter_map(|kv| kv.split_once('=')) {
+        match k {
+            "wall_ns" => wall = v.parse().ok().map(Duration::from_nanos),
+            "maxrss_kib" => kib = v.parse().ok(),
+            _ => {}
+        }
+    }
+    Some((wall?, kib?))
+}
+
+/// `bench --suite run-child -- PROGRAM ARGS...`: runs the program with this process's
+/// stdin/stdout, its stderr passed through, and prints one `run-child:` line to stderr
+/// with its wall time and peak RSS. Fails when the program does.
+pub(super) fn run_child(command: &[String]) -> Result<(), String> {
+    let (program, args) = command
+        .split_first()
+        .ok_or("run-child: no command given after --")?;
+    let started = Instant::now();
+    let child = Command::new(program)
+        .args(args)
+        .spawn()
+        .map_err(|e| format!("cannot run {program}: {e}"))?;
+    let (status, maxrss_kib) = wait_with_rusage(child.id())?;
+    let wall = started.elapsed();
+    eprintln!(
+        "{RUN_CHILD_PREFIX} status={status} wall_ns={} maxrss_kib={maxrss_kib}",
+        wall.as_nanos()
+    );
+    if status == 0 {
+        Ok(())
+    } else {
+        Err(format!("{program} exited with status {status}"))
+    }
 }
 
 /// Waits for the child `pid` and returns its exit status and peak RSS in KiB (Linux
