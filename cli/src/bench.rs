@@ -111,6 +111,10 @@ pub struct BenchArgs {
     /// Runs of each whole-command case (`--suite command`): best wall, highest peak RSS.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
+    /// `--suite command`: write the snapshot, NodePool and catalog files here and keep
+    /// them (default: a temporary directory, removed afterwards).
+    #[arg(long)]
+    pub dir: Option<std::path::PathBuf>,
     /// Internal: the command `run-child` runs.
     #[arg(last = true, hide = true)]
     pub command: Vec<String>,
@@ -152,7 +156,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         cost_suite(&mut out);
     }
     if all || args.suite == Suite::Command {
-        command::command_suite(&mut out, args.runs);
+        command::command_suite(&mut out, args.runs, args.dir.as_deref());
     }
     out.line(&format!(
         "\nbench finished in {:.1} s",

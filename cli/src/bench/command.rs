@@ -68,7 +68,7 @@ struct Measured {
     most_options: usize,
 }
 
-pub(super) fn command_suite(out: &mut Report, runs: usize) {
+pub(super) fn command_suite(out: &mut Report, runs: usize, keep_in: Option<&Path>) {
     out.header(
         "command: `nodewright plan --output json > plan.json` on snapshot files, as a child process",
         &format!(
@@ -79,7 +79,10 @@ pub(super) fn command_suite(out: &mut Report, runs: usize) {
     out.line(&format!(
         "wall: spawn to exit, best of {runs}; peak RSS: the child's ru_maxrss (wait4), highest of the runs; output: bytes of JSON written"
     ));
-    let dir = std::env::temp_dir().join(format!("nodewright-bench-{}", std::process::id()));
+    let dir = keep_in.map_or_else(
+        || std::env::temp_dir().join(format!("nodewright-bench-{}", std::process::id())),
+        Path::to_path_buf,
+    );
     let result = (|| -> Result<(), String> {
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -175,7 +178,9 @@ pub(super) fn command_suite(out: &mut Report, runs: usize) {
         }
         Ok(())
     })();
-    let _ = std::fs::remove_dir_all(&dir);
+    if keep_in.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     if let Err(e) = result {
         out.line(&format!("  !! command suite failed: {e}"));
         out.failures.push(format!("command: {e}"));
