@@ -1896,6 +1896,62 @@ mod tests {
         assert_eq!(s.pods.len(), 1);
     }
 
+    /// `{"kind": ..., "items": [...]}` with `kind` written before or after `items` (the
+    /// API server writes it first, kubectl after).
+    fn list_text(kind: &str, items: &[Value], kind_first: bool) -> String {
+        let items: Vec<String> = items.iter().map(Value::to_string).collect();
+        let items = items.join(",");
+        if kind_first {
+            format!(r#"{{"kind":"{kind}","apiVersion":"v1","items":[{items}]}}"#)
+        } else {
+            format!(r#"{{"apiVersion":"v1","items":[{items}],"kind":"{kind}"}}"#)
+        }
+    }
+
+    #[test]
+    fn the_lists_kind_before_or_after_its_items_and_text_or_stream_read_the_same() {
+        let kinded = mixed_items();
+        let kindless = strip_kinds(vec![
+            pod_json("default", "web-2", json!({})),
+            pod_json("default", "web-3", json!({})),
+        ]);
+        let mut items = kinded.clone();
+        items.extend(kindless.clone());
+        let expected = parse_snapshot(&list_text("List", &items, true)).unwrap();
+        assert_eq!(expected.pods.len(), 3);
+        assert_eq!((expected.nodes.len(), expected.daemonsets.len(), expected.pdbs.len()), (1, 1, 1));
+        for kind_first in [true, false] {
+            let text = list_text("List", &items, kind_first);
+            let read = parse_snapshot(&text).unwrap();
+            assert_eq!(read.pods, expected.pods, "kind first: {kind_first}");
+            assert_eq!(read.nodes, expected.nodes);
+            assert_eq!(read.daemonsets, expected.daemonsets);
+            let streamed = parse_snapshot_reader(text.as_bytes()).unwrap();
+            assert_eq!(streamed.pods, expected.pods, "kind first: {kind_first}");
+            assert_eq!(streamed.nodes, expected.nodes);
+            // A typed list names the kind of items that have none.
+            let typed = parse_snapshot_reader(list_text("PodList", &kindless, kind_first).as_bytes()).unwrap();
+            assert_eq!(typed.pods.len(), 2);
+        }
+    }
+
+    #[test]
+    fn a_top_level_that_is_not_a_list_wins_over_a_bad_item_read_before_it() {
+        let bad = pod_json("default", "web-1", json!({"containers": "not a list"}));
+        for kind_first in [true, false] {
+            let text = list_text("DeploymentList", std::slice::from_ref(&bad), kind_first);
+            let err = parse_snapshot_reader(text.as_bytes()).unwrap_err();
+            assert!(matches!(err, SnapshotError::NotAList { .. }), "{err}");
+            let text = list_text("List", std::slice::from_ref(&bad), kind_first);
+            let err = parse_snapshot_reader(text.as_bytes()).unwrap_err();
+            assert!(err.to_string().starts_with("items[0] (Pod \"default/web-1\"): spec.containers"), "{err}");
+            // Broken JSON after the bad item wins over both.
+            let broken = format!("{}{{", &text[..text.len() - 1]);
+            let err = parse_snapshot_reader(broken.as_bytes()).unwrap_err();
+            assert!(matches!(err, SnapshotError::NotJson { .. }), "{err}");
+        }
+    }
+
     #[test]
     fn an_item_whose_kind_cannot_be_told_is_an_error_naming_its_index() {
         let items = vec![
