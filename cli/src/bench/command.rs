@@ -36,10 +36,11 @@ use super::{
 /// Peak RSS targets of `plan` on Karpenter's shape, in MB (10^6 bytes).
 pub const TARGET_RSS_10K_MB: f64 = 128.0;
 pub const TARGET_RSS_20K_MB: f64 = 256.0;
-/// The provisioner function's memory in template.yaml (`MemorySize`), in MiB: a cluster
-/// of 1,000 nodes must plan well inside it (at most half, leaving room for the engine's
-/// own state, the SDK clients and the API responses). A test keeps it equal to the template.
-pub const PROVISIONER_MEMORY_MIB: f64 = 256.0;
+/// The provisioner function's default memory in template.yaml (`ProvisionerMemorySize`),
+/// in MB as Lambda counts them (MiB): a cluster of 1,000 nodes must plan well inside it
+/// (at most half, leaving room for the listed API objects, the SDK clients and the
+/// engine's state). A test keeps it equal to the template's default.
+pub const PROVISIONER_MEMORY_MIB: f64 = 512.0;
 
 const CLUSTER_ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 /// Workload and DaemonSet pods per node in the cluster cases.
@@ -707,17 +708,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_provisioner_memory_constant_is_the_templates() {
+    fn the_provisioner_memory_constant_is_the_templates_default() {
         let template = include_str!("../../../template.yaml");
-        let provisioner = template
-            .split("ProvisionerFunction:")
+        let parameter = template
+            .split("\n  ProvisionerMemorySize:")
             .nth(1)
-            .expect("template.yaml has a ProvisionerFunction");
-        let size = provisioner
+            .expect("template.yaml has a ProvisionerMemorySize parameter");
+        let default = parameter
             .lines()
-            .find_map(|l| l.trim().strip_prefix("MemorySize:"))
-            .expect("the provisioner has a MemorySize");
-        assert_eq!(size.trim().parse::<f64>().ok(), Some(PROVISIONER_MEMORY_MIB));
+            .find_map(|l| l.trim().strip_prefix("Default:"))
+            .expect("the parameter has a Default");
+        assert_eq!(default.trim().parse::<f64>().ok(), Some(PROVISIONER_MEMORY_MIB));
+        assert!(template.contains("MemorySize: !Ref ProvisionerMemorySize"));
     }
 
     #[test]
