@@ -105,7 +105,10 @@ fn the_claim(test: &str, types: usize, requirement: &str, cpu: &str) -> Value {
     let dir = Scratch::new(test);
     let out = Command::new(env!("CARGO_BIN_EXE_nodewright"))
         .args(["plan", "--output", "json", "--zones", "us-east-1a"])
-        .args(["--nodepools", &dir.write("pools.yaml", &nodepool(requirement))])
+        .args([
+            "--nodepools",
+            &dir.write("pools.yaml", &nodepool(requirement)),
+        ])
         .args(["--snapshot", &dir.write("snapshot.json", &snapshot(cpu))])
         .args(["--catalog", &dir.write("catalog.json", &catalog(types))])
         .output()

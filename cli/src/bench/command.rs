@@ -195,11 +195,10 @@ fn file_mb(path: &Path) -> f64 {
 fn cases(dir: &Path) -> Result<Vec<Case>, String> {
     let mut cases = Vec::new();
     let synthetic_pools = dir.join("synthetic-nodepools.yaml");
-    write_text(&synthetic_pools, &nodepools_yaml(&[(
-        LABEL_CAPACITY_TYPE,
-        "In",
-        &["spot", "on-demand"],
-    )]))?;
+    write_text(
+        &synthetic_pools,
+        &nodepools_yaml(&[(LABEL_CAPACITY_TYPE, "In", &["spot", "on-demand"])]),
+    )?;
     let catalog = dir.join("synthetic-catalog.json");
     write_json(&catalog, &synthetic_catalog_json(SYNTHETIC_TYPES))?;
     for pending in [10_000, 20_000] {
@@ -225,13 +224,20 @@ fn cases(dir: &Path) -> Result<Vec<Case>, String> {
         });
     }
     let real_pools = dir.join("real-nodepools.yaml");
-    write_text(&real_pools, &nodepools_yaml(&[
-        (LABEL_ARCH, "In", &["amd64"]),
-        (LABEL_OS, "In", &["linux"]),
-        (LABEL_CAPACITY_TYPE, "In", &["on-demand"]),
-        ("karpenter.k8s.aws/instance-category", "In", &["c", "m", "r"]),
-        ("karpenter.k8s.aws/instance-generation", "Gt", &["4"]),
-    ]))?;
+    write_text(
+        &real_pools,
+        &nodepools_yaml(&[
+            (LABEL_ARCH, "In", &["amd64"]),
+            (LABEL_OS, "In", &["linux"]),
+            (LABEL_CAPACITY_TYPE, "In", &["on-demand"]),
+            (
+                "karpenter.k8s.aws/instance-category",
+                "In",
+                &["c", "m", "r"],
+            ),
+            ("karpenter.k8s.aws/instance-generation", "Gt", &["4"]),
+        ]),
+    )?;
     for nodes in [1_000, 5_000] {
         let snapshot = dir.join(format!("cluster-{nodes}.json"));
         let pods = write_cluster(&snapshot, nodes)?;
@@ -293,8 +299,8 @@ fn measure(case: &Case, dir: &Path, runs: usize) -> Result<Measured, String> {
         best_wall = best_wall.min(wall);
         peak_kib = peak_kib.max(kib);
     }
-    let text = std::fs::read(&output)
-        .map_err(|e| format!("cannot read {}: {e}", output.display()))?;
+    let text =
+        std::fs::read(&output).map_err(|e| format!("cannot read {}: {e}", output.display()))?;
     let plan: Value = serde_json::from_slice(&text)
         .map_err(|e| format!("{}: plan printed no JSON: {e}", case.name))?;
     let claims = plan["nodeClaims"].as_array().map_or(&[][..], Vec::as_slice);
@@ -315,7 +321,9 @@ fn measure(case: &Case, dir: &Path, runs: usize) -> Result<Measured, String> {
 const RUN_CHILD_PREFIX: &str = "run-child:";
 
 fn parse_run_child(stderr: &str) -> Option<(Duration, u64)> {
-    let line = stderr.lines().find_map(|l| l.strip_prefix(RUN_CHILD_PREFIX))?;
+    let line = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix(RUN_CHILD_PREFIX))?;
     let mut wall = None;
     let mut kib = None;
     for (k, v) in line.split_whitespace().filter_map(|kv| kv.split_once('=')) {
@@ -456,7 +464,12 @@ fn write_cluster(path: &Path, nodes: usize) -> Result<usize, String> {
                 .get(CLUSTER_NODE_TYPES[n % CLUSTER_NODE_TYPES.len()])
                 .ok_or("a cluster node type is missing from the embedded catalog")?;
             let zone = CLUSTER_ZONES[n % CLUSTER_ZONES.len()];
-            let name = format!("ip-10-{}-{}-{}.ec2.internal", n / 65_536, n / 256 % 256, n % 256);
+            let name = format!(
+                "ip-10-{}-{}-{}.ec2.internal",
+                n / 65_536,
+                n / 256 % 256,
+                n % 256
+            );
             w.item(&node_object(&name, it, zone, n))?;
             for ds in &daemonsets {
                 let mut p = ds.template.clone();
@@ -532,12 +545,27 @@ fn pod_object(p: &Pod, i: usize) -> Value {
         .iter()
         .map(|_| json!({"operator": "Exists"}))
         .collect();
-    for key in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ] {
         tolerations.push(json!({"effect": "NoExecute", "key": key, "operator": "Exists", "tolerationSeconds": 300}));
     }
     let (owner_kind, owner) = match (&p.owner_daemonset, p.daemonset_owned) {
-        (_, true) => ("DaemonSet", p.name.rsplit_once('-').map_or(&*p.name, |(d, _)| d).to_string()),
-        _ => ("ReplicaSet", format!("{}-7d9c8b6f5", p.labels.values().next().map_or("app", String::as_str))),
+        (_, true) => (
+            "DaemonSet",
+            p.name
+                .rsplit_once('-')
+                .map_or(&*p.name, |(d, _)| d)
+                .to_string(),
+        ),
+        _ => (
+            "ReplicaSet",
+            format!(
+                "{}-7d9c8b6f5",
+                p.labels.values().next().map_or("app", String::as_str)
+            ),
+        ),
     };
     let mut spec = json!({
         "containers": [{
@@ -718,13 +746,17 @@ mod tests {
             .lines()
             .find_map(|l| l.trim().strip_prefix("Default:"))
             .expect("the parameter has a Default");
-        assert_eq!(default.trim().parse::<f64>().ok(), Some(PROVISIONER_MEMORY_MIB));
+        assert_eq!(
+            default.trim().parse::<f64>().ok(),
+            Some(PROVISIONER_MEMORY_MIB)
+        );
         assert!(template.contains("MemorySize: !Ref ProvisionerMemorySize"));
     }
 
     #[test]
     fn written_snapshots_read_back_as_the_generated_cluster() {
-        let dir = std::env::temp_dir().join(format!("nodewright-bench-test-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("nodewright-bench-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("pending.json");
         let pods = synthetic_pods(50, Shape::Five, SEED);
@@ -738,7 +770,11 @@ mod tests {
         let read = parse_snapshot(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(read.pods.len(), 50);
         for (mine, theirs) in pods.iter().zip(&read.pods) {
-            assert!(theirs.wants_capacity(), "{} is not provisionable", theirs.key());
+            assert!(
+                theirs.wants_capacity(),
+                "{} is not provisionable",
+                theirs.key()
+            );
             assert_eq!(mine.requests, theirs.requests, "{}", mine.key());
             assert_eq!(mine.labels, theirs.labels);
             assert_eq!(mine.topology_spread, theirs.topology_spread);
