@@ -16,6 +16,9 @@
 //!   (this executable re-invoked as `bench --suite memory-child`).
 //! - `cost`: plan cost divided by the cheapest *fractional* fleet (an LP lower bound) on
 //!   workloads of plain resource requests.
+//! - `command`: what a user sees: snapshot files written as kubectl prints them, and this
+//!   executable's `plan` run on each as a child process; wall time, the child's peak RSS
+//!   and the size of its JSON output (see `bench/command.rs`).
 //!
 //! The table goes to stdout; with `--json` it goes to stderr and stdout carries one JSON
 //! object per figure, so `nodewright bench --json > bench.jsonl` keeps both readable.
@@ -40,6 +43,8 @@ use nodewright_core::scheduling::lp::cheapest_fractional_fleet;
 use nodewright_core::testing::{node_pool, req, violations};
 use serde_json::{Value, json};
 
+mod command;
+
 /// Pods per second the planner must sustain on the synthetic suite at 5,000 and 20,000 pods.
 pub const TARGET_PODS_PER_SEC: f64 = 20_000.0;
 /// Peak RSS of a process planning 10,000 real-workload pods, in MB (10^6 bytes).
@@ -62,10 +67,16 @@ pub enum Suite {
     Real,
     Cost,
     Memory,
+    /// Whole-command figures: `nodewright plan` run as a user runs it, on snapshot files.
+    Command,
     All,
     /// Internal: plan the real workload once and print VmRSS/VmHWM (used by `memory`).
     #[value(hide = true)]
     MemoryChild,
+    /// Internal: run the command after `--` and print its wall time and peak RSS (used
+    /// by `command`, so the measured child is spawned by a small process).
+    #[value(hide = true)]
+    RunChild,
 }
 
 /// Pod mix of the synthetic suite.
@@ -97,6 +108,16 @@ pub struct BenchArgs {
     /// Also print one JSON object per figure on stdout (the table then goes to stderr).
     #[arg(long)]
     pub json: bool,
+    /// Runs of each whole-command case (`--suite command`): best wall, highest peak RSS.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// `--suite command`: write the snapshot, NodePool and catalog files here and keep
+    /// them (default: a temporary directory, removed afterwards).
+    #[arg(long)]
+    pub dir: Option<std::path::PathBuf>,
+    /// Internal: the command `run-child` runs.
+    #[arg(last = true, hide = true)]
+    pub command: Vec<String>,
     /// Pod count for the memory child process.
     #[arg(long, hide = true, default_value_t = MEMORY_PODS)]
     pub pods: usize,
@@ -105,6 +126,9 @@ pub struct BenchArgs {
 pub fn run(args: &BenchArgs) -> Result<(), String> {
     if args.suite == Suite::MemoryChild {
         return memory_child(args.pods);
+    }
+    if args.suite == Suite::RunChild {
+        return command::run_child(&args.command);
     }
     let mut out = Report {
         json: args.json,
@@ -130,6 +154,9 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     }
     if all || args.suite == Suite::Cost {
         cost_suite(&mut out);
+    }
+    if all || args.suite == Suite::Command {
+        command::command_suite(&mut out, args.runs, args.dir.as_deref());
     }
     out.line(&format!(
         "\nbench finished in {:.1} s",
@@ -348,6 +375,12 @@ fn runs_for(pods: usize) -> usize {
 /// Karpenter's `fake.InstanceTypes(400)`: type i has i+1 vCPU, 2(i+1) GiB and 10(i+1)
 /// pods; its price is Karpenter's `PriceFromResources`: 0.1 per vCPU + 0.1 per 10^9 bytes.
 pub fn synthetic_catalog(types: usize) -> Catalog {
+    let text = synthetic_catalog_json(types).to_string();
+    Catalog::from_json(&text).expect("the synthetic catalog is well formed")
+}
+
+/// [`synthetic_catalog`] in the `--catalog` file format.
+pub fn synthetic_catalog_json(types: usize) -> Value {
     let instance_types: Vec<Value> = (0..types)
         .map(|i| {
             let n = (i + 1) as u64;
@@ -366,8 +399,7 @@ pub fn synthetic_catalog(types: usize) -> Catalog {
             })
         })
         .collect();
-    let text = json!({ "instanceTypes": instance_types }).to_string();
-    Catalog::from_json(&text).expect("the synthetic catalog is well formed")
+    json!({ "instanceTypes": instance_types })
 }
 
 /// Karpenter's fake offerings: every type in every zone, spot and on-demand at one price.

@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use nodewright_core::api::{self, LoadError, Manifests};
 use nodewright_core::catalog::{Catalog, Pricing};
 use nodewright_core::provisioning::{ProvisioningInput, ProvisioningPlan, plan_provisioning};
-use nodewright_core::snapshot::parse_snapshot;
+use nodewright_core::snapshot::parse_snapshot_reader;
 
 mod bench;
 mod chart;
@@ -142,8 +142,12 @@ fn validate(files: &[PathBuf]) -> Result<(), Failure> {
 
 fn plan(args: &PlanArgs) -> Result<(), Failure> {
     let manifests = load_manifests(&args.nodepools)?;
-    let snapshot_text = read(&args.snapshot)?;
-    let snapshot = parse_snapshot(&snapshot_text)
+    // Read as a stream: the snapshot's text is never held whole (a large cluster's is
+    // hundreds of megabytes, more than what planning keeps from it).
+    let file = std::fs::File::open(&args.snapshot).map_err(|e| {
+        Failure::Unusable(format!("{}: cannot read: {e}", args.snapshot.display()))
+    })?;
+    let snapshot = parse_snapshot_reader(std::io::BufReader::with_capacity(256 * 1024, file))
         .map_err(|e| Failure::Unusable(format!("{}: {e}", args.snapshot.display())))?;
     let custom;
     let catalog = match &args.catalog {
@@ -175,12 +179,21 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
         in_flight: &[],
     });
     match args.output {
-        Output::Json => println!("{}", render_json(&plan)),
-        Output::Table => print!("{}", table::render(&plan)),
+        Output::Json => write_json(&plan),
+        Output::Table => {
+            print!("{}", table::render(&plan));
+            Ok(())
+        }
     }
-    Ok(())
 }
 
-fn render_json(plan: &ProvisioningPlan) -> String {
-    serde_json::to_string_pretty(plan).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+/// Streams the plan to a buffered stdout: a plan of thousands of claims is never held
+/// as one string next to the plan itself.
+fn write_json(plan: &ProvisioningPlan) -> Result<(), Failure> {
+    use std::io::Write as _;
+    let failed = |e: &dyn std::fmt::Display| Failure::Unusable(format!("cannot write the plan to stdout: {e}"));
+    let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
+    serde_json::to_writer_pretty(&mut out, plan).map_err(|e| failed(&e))?;
+    out.write_all(b"\n").map_err(|e| failed(&e))?;
+    out.flush().map_err(|e| failed(&e))
 }

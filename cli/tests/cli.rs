@@ -97,6 +97,7 @@ fn the_example_plan_places_every_pending_pod_exactly_once_in_the_documented_shap
             fields,
             [
                 "capacityType",
+                "compatibleInstanceTypes",
                 "instanceType",
                 "instanceTypeOptions",
                 "nodePool",
@@ -106,6 +107,9 @@ fn the_example_plan_places_every_pending_pod_exactly_once_in_the_documented_shap
             ]
         );
         assert_eq!(c["instanceTypeOptions"][0], c["instanceType"]);
+        let listed = c["instanceTypeOptions"].as_array().unwrap().len() as u64;
+        assert!(listed <= 60, "{listed} options");
+        assert!(c["compatibleInstanceTypes"].as_u64().unwrap() >= listed);
         total += c["pricePerHour"].as_f64().unwrap();
         pods.extend(
             c["pods"]

@@ -16,8 +16,13 @@ pub struct PlannedNodeClaim {
     pub node_pool: String,
     /// The cheapest type that fits all the claim's pods.
     pub instance_type: String,
-    /// Every compatible type that fits, cheapest first (the fleet request's overrides).
+    /// The cheapest compatible types that fit, cheapest first (the fleet request's
+    /// overrides): at most [`MAX_INSTANCE_TYPE_OPTIONS`](crate::scheduling::MAX_INSTANCE_TYPE_OPTIONS) (60, what one CreateFleet takes),
+    /// more only when the NodePool's minValues needs them; they satisfy its minValues.
     pub instance_type_options: Vec<String>,
+    /// How many compatible types fit in all: more than `instance_type_options` lists
+    /// when the list was capped.
+    pub compatible_instance_types: usize,
     pub capacity_type: String,
     pub zone: String,
     pub price_per_hour: f64,
@@ -112,6 +117,7 @@ pub fn plan_provisioning(input: &ProvisioningInput<'_>) -> ProvisioningPlan {
                 node_pool: c.node_pool.clone(),
                 instance_type: cheapest.instance_type.clone(),
                 instance_type_options: c.options.iter().map(|o| o.instance_type.clone()).collect(),
+                compatible_instance_types: c.compatible_types,
                 capacity_type: cheapest.capacity_type.as_str().to_string(),
                 zone: cheapest.zone.clone(),
                 price_per_hour: cheapest.price,

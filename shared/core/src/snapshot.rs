@@ -32,6 +32,7 @@ use k8s_openapi::api::storage::v1 as storage;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::Deserialize as _;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -109,6 +110,12 @@ pub enum SnapshotError {
         "the snapshot is not JSON: {source} (expected the output of `kubectl get pods,nodes,daemonsets,poddisruptionbudgets -A -o json`)"
     )]
     NotJson {
+        #[source]
+        source: serde_json::Error,
+    },
+
+    #[error("cannot read the snapshot: {source}")]
+    Unreadable {
         #[source]
         source: serde_json::Error,
     },
@@ -231,18 +238,80 @@ impl ItemKind {
 /// ([`apply_volume_topology`]), so a pending pod's required node terms include where
 /// its volumes let it run, and a pod whose claim cannot be planned for says why.
 pub fn parse_snapshot(text: &str) -> Result<ClusterSnapshot, SnapshotError> {
-    let value: Value =
-        serde_json::from_str(text).map_err(|source| SnapshotError::NotJson { source })?;
-    let Value::Object(mut top) = value else {
+    read_list(serde_json::Deserializer::from_str(text))
+}
+
+/// [`parse_snapshot`] over a byte stream (a file, a pipe), read once from start to end:
+/// only one item at a time is held as JSON, so a snapshot of any size takes the memory
+/// of what planning keeps from it, not of its text.
+pub fn parse_snapshot_reader<R: std::io::Read>(reader: R) -> Result<ClusterSnapshot, SnapshotError> {
+    read_list(serde_json::Deserializer::from_reader(reader))
+}
+
+/// One pass over the List. Each item is read as a JSON value, converted and dropped
+/// before the next is read. The outcome is the same as checking the whole document
+/// first: broken JSON anywhere wins over everything, then a top level that is not a
+/// List, then the first item that cannot be read.
+fn read_list<'de, R: serde_json::de::Read<'de>>(
+    mut de: serde_json::Deserializer<R>,
+) -> Result<ClusterSnapshot, SnapshotError> {
+    let not_json = |source: serde_json::Error| {
+        if source.is_io() {
+            SnapshotError::Unreadable { source }
+        } else {
+            SnapshotError::NotJson { source }
+        }
+    };
+    let mut list = ListReader::default();
+    let top = serde::Deserializer::deserialize_any(&mut de, TopVisitor { list: &mut list })
+        .map_err(not_json)?;
+    de.end().map_err(not_json)?;
+    let Some(top) = top else {
         return Err(SnapshotError::NotAList {
-            found: describe_value(&value),
+            found: describe_value(&list.other_top),
         });
     };
+    let list_item_kind = list_item_kind(&top)?;
+    match std::mem::replace(&mut list.items, ItemsFound::Missing) {
+        ItemsFound::Array | ItemsFound::Null => {}
+        ItemsFound::Other(other) => {
+            return Err(SnapshotError::NotAList {
+                found: format!("a List whose items is {}", describe_value(&other)),
+            });
+        }
+        ItemsFound::Missing => {
+            return Err(SnapshotError::NotAList {
+                found: "a List without an items array".to_string(),
+            });
+        }
+    }
+    if let Some(error) = list.error.take() {
+        return Err(error);
+    }
+    // Items read before the List said its kind, from the first one without a kind of
+    // its own on: their kind may come from the List's.
+    list.list_kind = ListKind::Known(list_item_kind);
+    let mut index = list.deferred_from;
+    for item in std::mem::take(&mut list.deferred) {
+        list.convert(index, item)?;
+        index += 1;
+    }
+    let ListReader {
+        mut snapshot,
+        storage,
+        ..
+    } = list;
+    apply_volume_topology(&mut snapshot.pods, &storage);
+    Ok(snapshot)
+}
+
+/// The kind every item has when the list is a typed one (the API server's own lists);
+/// an error when the top level is not a list we read.
+fn list_item_kind(top: &serde_json::Map<String, Value>) -> Result<Option<ItemKind>> {
     let not_a_list = |top: &serde_json::Map<String, Value>| SnapshotError::NotAList {
         found: describe_object(top),
     };
-    // The kind every item has when the list is a typed one (the API server's own lists).
-    let list_item_kind = match top.get("kind").and_then(Value::as_str) {
+    match top.get("kind").and_then(Value::as_str) {
         Some("List") => {
             match top.get("apiVersion") {
                 None => {}
@@ -253,103 +322,312 @@ pub fn parse_snapshot(text: &str) -> Result<ClusterSnapshot, SnapshotError> {
                     });
                 }
             }
-            None
+            Ok(None)
         }
         Some(kind) => match kind.strip_suffix("List").and_then(ItemKind::from_kind) {
-            Some(item_kind) => Some(item_kind),
-            None => return Err(not_a_list(&top)),
+            Some(item_kind) => Ok(Some(item_kind)),
+            None => Err(not_a_list(top)),
         },
-        None => return Err(not_a_list(&top)),
-    };
-    let items = match top.remove("items") {
-        Some(Value::Array(items)) => items,
-        // Go marshals an empty slice that was never allocated as null.
-        Some(Value::Null) => Vec::new(),
-        Some(other) => {
-            return Err(SnapshotError::NotAList {
-                found: format!("a List whose items is {}", describe_value(&other)),
-            });
-        }
-        None => {
-            return Err(SnapshotError::NotAList {
-                found: "a List without an items array".to_string(),
-            });
-        }
-    };
+        None => Err(not_a_list(top)),
+    }
+}
 
-    let mut snapshot = ClusterSnapshot::default();
-    let mut storage = Storage::default();
-    // Plans name pods "ns/name" and nodes by name: two objects of one kind with the same
-    // name would make a plan ambiguous (and the planner would place one pod twice).
-    let mut seen: std::collections::HashSet<(&'static str, String)> =
-        std::collections::HashSet::new();
-    let mut unique = |index: usize, kind: &'static str, key: String| {
-        let object = format!("{kind} {key:?}");
-        if seen.insert((kind, key)) {
-            Ok(())
-        } else {
-            Err(SnapshotError::Duplicate { index, object })
+/// What the List's kind says about its items, as far as it has been read.
+#[derive(Default)]
+enum ListKind {
+    /// `kind` comes after `items` (kubectl prints keys in order: apiVersion, items, kind).
+    #[default]
+    NotYetRead,
+    /// A List or a typed list: `Some` gives kindless items their kind.
+    Known(Option<ItemKind>),
+    /// Not a list we read: its items are skipped unread, the error is the top level's.
+    NotAList,
+}
+
+#[derive(Default)]
+enum ItemsFound {
+    #[default]
+    Missing,
+    Array,
+    /// Go marshals an empty slice that was never allocated as null.
+    Null,
+    Other(Value),
+}
+
+#[derive(Default)]
+struct ListReader {
+    snapshot: ClusterSnapshot,
+    storage: Storage,
+    /// Plans name pods "ns/name" and nodes by name: two objects of one kind with the same
+    /// name would make a plan ambiguous (and the planner would place one pod twice).
+    seen: std::collections::HashSet<(&'static str, String)>,
+    list_kind: ListKind,
+    items: ItemsFound,
+    /// Index of the next item.
+    next_index: usize,
+    /// The first item that could not be read; later items are skipped.
+    error: Option<SnapshotError>,
+    /// Items kept whole until the List's kind is read (see [`ListKind::NotYetRead`]).
+    deferred: Vec<Value>,
+    deferred_from: usize,
+    /// The top level when it is not an object.
+    other_top: Value,
+}
+
+impl ListReader {
+    fn item(&mut self, item: Value) {
+        let index = self.next_index;
+        self.next_index += 1;
+        if self.error.is_some() {
+            return;
         }
-    };
-    for (index, item) in items.into_iter().enumerate() {
+        if !self.deferred.is_empty() {
+            self.deferred.push(item);
+            return;
+        }
+        if let ListKind::NotYetRead = self.list_kind {
+            let kindless = match item.get("kind") {
+                None | Some(Value::Null) => true,
+                Some(Value::String(kind)) => kind.is_empty(),
+                Some(_) => false,
+            };
+            if kindless && item.is_object() {
+                self.deferred_from = index;
+                self.deferred.push(item);
+                return;
+            }
+        }
+        if let Err(e) = self.convert(index, item) {
+            self.error = Some(e);
+        }
+    }
+
+    fn convert(&mut self, index: usize, item: Value) -> Result<()> {
+        let list_item_kind = match self.list_kind {
+            ListKind::Known(kind) => kind,
+            _ => None,
+        };
         let Some(kind) = classify(index, &item, list_item_kind)? else {
-            continue;
+            return Ok(());
         };
         match kind {
             ItemKind::Pod => {
                 let pod: core::Pod = decode(index, kind, item)?;
                 let pod = pod_from_k8s(&pod)?;
-                unique(index, "pod", pod.key())?;
-                snapshot.pods.push(pod);
+                self.unique(index, "pod", pod.key())?;
+                self.snapshot.pods.push(pod);
             }
             ItemKind::Node => {
                 let node: core::Node = decode(index, kind, item)?;
                 let node = node_from_k8s(&node)?;
-                unique(index, "node", node.name.clone())?;
-                snapshot.nodes.push(node);
+                self.unique(index, "node", node.name.clone())?;
+                self.snapshot.nodes.push(node);
             }
             ItemKind::DaemonSet => {
                 let ds: apps::DaemonSet = decode(index, kind, item)?;
                 let ds = daemonset_from_k8s(&ds)?;
-                unique(index, "DaemonSet", format!("{}/{}", ds.namespace, ds.name))?;
-                snapshot.daemonsets.push(ds);
+                self.unique(index, "DaemonSet", format!("{}/{}", ds.namespace, ds.name))?;
+                self.snapshot.daemonsets.push(ds);
             }
             ItemKind::Pdb => {
                 let pdb: policy::PodDisruptionBudget = decode(index, kind, item)?;
                 let pdb = pdb_from_k8s(&pdb)?;
-                unique(
+                self.unique(
                     index,
                     "PodDisruptionBudget",
                     format!("{}/{}", pdb.namespace, pdb.name),
                 )?;
-                snapshot.pdbs.push(pdb);
+                self.snapshot.pdbs.push(pdb);
             }
             ItemKind::Pvc => {
                 let pvc: core::PersistentVolumeClaim = decode(index, kind, item)?;
                 let pvc = pvc_from_k8s(&pvc);
-                unique(
+                self.unique(
                     index,
                     "PersistentVolumeClaim",
                     format!("{}/{}", pvc.namespace, pvc.name),
                 )?;
-                storage.claims.push(pvc);
+                self.storage.claims.push(pvc);
             }
             ItemKind::Pv => {
                 let pv: core::PersistentVolume = decode(index, kind, item)?;
                 let pv = pv_from_k8s(&pv)?;
-                unique(index, "PersistentVolume", pv.name.clone())?;
-                storage.volumes.push(pv);
+                self.unique(index, "PersistentVolume", pv.name.clone())?;
+                self.storage.volumes.push(pv);
             }
             ItemKind::StorageClass => {
                 let sc: storage::StorageClass = decode(index, kind, item)?;
                 let sc = storage_class_from_k8s(&sc);
-                unique(index, "StorageClass", sc.name.clone())?;
-                storage.classes.push(sc);
+                self.unique(index, "StorageClass", sc.name.clone())?;
+                self.storage.classes.push(sc);
             }
         }
+        Ok(())
     }
-    apply_volume_topology(&mut snapshot.pods, &storage);
-    Ok(snapshot)
+
+    fn unique(&mut self, index: usize, kind: &'static str, key: String) -> Result<()> {
+        let object = format!("{kind} {key:?}");
+        if self.seen.insert((kind, key)) {
+            Ok(())
+        } else {
+            Err(SnapshotError::Duplicate { index, object })
+        }
+    }
+}
+
+/// The top level: an object gives every key but `items` as JSON values (`None` is
+/// returned for anything else, kept in `other_top`); `items` is streamed.
+struct TopVisitor<'l> {
+    list: &'l mut ListReader,
+}
+
+impl TopVisitor<'_> {
+    fn other<E>(self, value: Value) -> std::result::Result<Option<serde_json::Map<String, Value>>, E> {
+        self.list.other_top = value;
+        Ok(None)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for TopVisitor<'_> {
+    type Value = Option<serde_json::Map<String, Value>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let mut top = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "items" {
+                self.list.list_kind = match top.get("kind") {
+                    None => ListKind::NotYetRead,
+                    Some(_) => match list_item_kind(&top) {
+                        Ok(kind) => ListKind::Known(kind),
+                        Err(_) => ListKind::NotAList,
+                    },
+                };
+                map.next_value_seed(ItemsSeed { list: self.list })?;
+            } else {
+                let value: Value = map.next_value()?;
+                top.insert(key, value);
+            }
+        }
+        Ok(Some(top))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        seq: A,
+    ) -> std::result::Result<Self::Value, A::Error> {
+        let value = Value::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))?;
+        self.other(value)
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> std::result::Result<Self::Value, E> {
+        self.other(Value::Bool(v))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<Self::Value, E> {
+        self.other(Value::from(v))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<Self::Value, E> {
+        self.other(Value::from(v))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> std::result::Result<Self::Value, E> {
+        self.other(Value::from(v))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<Self::Value, E> {
+        self.other(Value::from(v))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> std::result::Result<Self::Value, E> {
+        self.other(Value::Null)
+    }
+}
+
+/// `items`: an array is read one element at a time; anything else is kept to be named.
+struct ItemsSeed<'l> {
+    list: &'l mut ListReader,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for ItemsSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(
+        self,
+        deserializer: D,
+    ) -> std::result::Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl ItemsSeed<'_> {
+    fn other<E>(self, value: Value) -> std::result::Result<(), E> {
+        self.list.items = ItemsFound::Other(value);
+        Ok(())
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ItemsSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> std::result::Result<(), A::Error> {
+        self.list.items = ItemsFound::Array;
+        if let ListKind::NotAList = self.list.list_kind {
+            while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+            return Ok(());
+        }
+        while let Some(item) = seq.next_element::<Value>()? {
+            self.list.item(item);
+        }
+        Ok(())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        map: A,
+    ) -> std::result::Result<(), A::Error> {
+        let value = Value::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+        self.other(value)
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> std::result::Result<(), E> {
+        self.list.items = ItemsFound::Null;
+        Ok(())
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> std::result::Result<(), E> {
+        self.other(Value::Bool(v))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<(), E> {
+        self.other(Value::from(v))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<(), E> {
+        self.other(Value::from(v))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> std::result::Result<(), E> {
+        self.other(Value::from(v))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<(), E> {
+        self.other(Value::from(v))
+    }
 }
 
 /// `Some(kind)` for an item to read, `None` for one to skip.
@@ -1635,6 +1913,62 @@ mod tests {
             .to_string();
         let s = parse_snapshot(&text).unwrap();
         assert_eq!(s.pods.len(), 1);
+    }
+
+    /// `{"kind": ..., "items": [...]}` with `kind` written before or after `items` (the
+    /// API server writes it first, kubectl after).
+    fn list_text(kind: &str, items: &[Value], kind_first: bool) -> String {
+        let items: Vec<String> = items.iter().map(Value::to_string).collect();
+        let items = items.join(",");
+        if kind_first {
+            format!(r#"{{"kind":"{kind}","apiVersion":"v1","items":[{items}]}}"#)
+        } else {
+            format!(r#"{{"apiVersion":"v1","items":[{items}],"kind":"{kind}"}}"#)
+        }
+    }
+
+    #[test]
+    fn the_lists_kind_before_or_after_its_items_and_text_or_stream_read_the_same() {
+        let kinded = mixed_items();
+        let kindless = strip_kinds(vec![
+            pod_json("default", "web-2", json!({})),
+            pod_json("default", "web-3", json!({})),
+        ]);
+        let mut items = kinded.clone();
+        items.extend(kindless.clone());
+        let expected = parse_snapshot(&list_text("List", &items, true)).unwrap();
+        assert_eq!(expected.pods.len(), 3);
+        assert_eq!((expected.nodes.len(), expected.daemonsets.len(), expected.pdbs.len()), (1, 1, 1));
+        for kind_first in [true, false] {
+            let text = list_text("List", &items, kind_first);
+            let read = parse_snapshot(&text).unwrap();
+            assert_eq!(read.pods, expected.pods, "kind first: {kind_first}");
+            assert_eq!(read.nodes, expected.nodes);
+            assert_eq!(read.daemonsets, expected.daemonsets);
+            let streamed = parse_snapshot_reader(text.as_bytes()).unwrap();
+            assert_eq!(streamed.pods, expected.pods, "kind first: {kind_first}");
+            assert_eq!(streamed.nodes, expected.nodes);
+            // A typed list names the kind of items that have none.
+            let typed = parse_snapshot_reader(list_text("PodList", &kindless, kind_first).as_bytes()).unwrap();
+            assert_eq!(typed.pods.len(), 2);
+        }
+    }
+
+    #[test]
+    fn a_top_level_that_is_not_a_list_wins_over_a_bad_item_read_before_it() {
+        let bad = pod_json("default", "web-1", json!({"containers": "not a list"}));
+        for kind_first in [true, false] {
+            let text = list_text("DeploymentList", std::slice::from_ref(&bad), kind_first);
+            let err = parse_snapshot_reader(text.as_bytes()).unwrap_err();
+            assert!(matches!(err, SnapshotError::NotAList { .. }), "{err}");
+            let text = list_text("List", std::slice::from_ref(&bad), kind_first);
+            let err = parse_snapshot_reader(text.as_bytes()).unwrap_err();
+            assert!(err.to_string().starts_with("items[0] (Pod \"default/web-1\"): spec.containers"), "{err}");
+            // Broken JSON after the bad item wins over both.
+            let broken = format!("{}{{", &text[..text.len() - 1]);
+            let err = parse_snapshot_reader(broken.as_bytes()).unwrap_err();
+            assert!(matches!(err, SnapshotError::NotJson { .. }), "{err}");
+        }
     }
 
     #[test]

@@ -201,6 +201,39 @@ pub fn violations(
         if c.instance_type_options.first() != Some(&c.instance_type) {
             out.push(format!("claim {ci}: instanceType is not the first option"));
         }
+        if c.compatible_instance_types < c.instance_type_options.len() {
+            out.push(format!(
+                "claim {ci}: {} options but only {} compatible types",
+                c.instance_type_options.len(),
+                c.compatible_instance_types
+            ));
+        }
+        // minValues holds over the options the launch may use, and only minValues may
+        // take the list past the cap.
+        let mut needed = 1;
+        for (key, set) in c.requirements.iter() {
+            let Some(min) = set.min_values else { continue };
+            let values: std::collections::BTreeSet<&str> = c
+                .instance_type_options
+                .iter()
+                .filter_map(|t| catalog.get(t)?.labels.get(key).map(String::as_str))
+                .collect();
+            if values.len() < min as usize {
+                out.push(format!(
+                    "claim {ci}: options give {} distinct {key}, minValues is {min}",
+                    values.len()
+                ));
+            }
+            needed += min as usize;
+        }
+        if c.instance_type_options.len() > crate::scheduling::MAX_INSTANCE_TYPE_OPTIONS.max(needed)
+        {
+            out.push(format!(
+                "claim {ci}: {} options, more than the cap of {}",
+                c.instance_type_options.len(),
+                crate::scheduling::MAX_INSTANCE_TYPE_OPTIONS
+            ));
+        }
         let mut labels = it.labels.clone();
         labels.insert(LABEL_ZONE.into(), c.zone.clone());
         labels.insert(LABEL_CAPACITY_TYPE.into(), c.capacity_type.clone());

@@ -7,7 +7,10 @@ pub mod scheduler;
 pub mod topology;
 
 pub use requirements::{Requirements, ValueSet};
-pub use scheduler::{ClaimOption, InFlightClaim, NewClaim, Schedule, SchedulerInput, schedule};
+pub use scheduler::{
+    ClaimOption, InFlightClaim, MAX_INSTANCE_TYPE_OPTIONS, NewClaim, Schedule, SchedulerInput,
+    schedule,
+};
 
 #[cfg(test)]
 mod tests;

@@ -68,6 +68,11 @@ pub struct SchedulerInput<'a> {
     pub in_flight: &'a [InFlightClaim],
 }
 
+/// At most this many instance types are kept as a new claim's options: what one launch
+/// can use (CreateFleet takes at most 60 overrides), as Karpenter truncates its NodeClaims'
+/// instance types to 60. More are kept only when a NodePool's minValues needs them.
+pub const MAX_INSTANCE_TYPE_OPTIONS: usize = 60;
+
 /// One instance type a new claim may launch as, with its cheapest allowed offering.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClaimOption {
@@ -85,8 +90,12 @@ pub struct NewClaim {
     pub requests: Resources,
     /// The claim's requirements: the NodePool's, narrowed by its pods'.
     pub requirements: Requirements,
-    /// Every compatible type that fits the pods, cheapest first; never empty.
+    /// The cheapest compatible types that fit the pods, cheapest first; never empty. At
+    /// most [`MAX_INSTANCE_TYPE_OPTIONS`], unless minValues needs more; the kept types
+    /// still satisfy every minValues of the claim's requirements.
     pub options: Vec<ClaimOption>,
+    /// How many compatible types fit the pods before the cap (`options.len()` or more).
+    pub compatible_types: usize,
     /// Zones and capacity types the claim may launch in.
     pub zones: Vec<String>,
     pub capacity_types: Vec<CapacityType>,
@@ -2208,6 +2217,10 @@ impl<'a> Scheduler<'a> {
             }
         }
         options.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let compatible_types = options.len();
+        if options.len() > MAX_INSTANCE_TYPE_OPTIONS {
+            options = self.cap_options(options, &reqs);
+        }
         let chosen = options.first().map(|o| o.1).or(target).unwrap_or(0);
         let chosen_capacity = self.input.catalog.types[chosen].capacity.clone();
         self.pools[pool].usage.add(&chosen_capacity);
@@ -2259,9 +2272,56 @@ impl<'a> Scheduler<'a> {
                     price,
                 })
                 .collect(),
+            compatible_types,
             zones,
             capacity_types,
         }
+    }
+
+    /// The options a launch would use, from `options` sorted cheapest first: for each
+    /// minValues key of `reqs`, the cheapest type of each distinct value until the minimum
+    /// is reached (so the kept list satisfies minValues, as Karpenter's truncation
+    /// requires), then the cheapest of the rest up to [`MAX_INSTANCE_TYPE_OPTIONS`].
+    /// Price order is kept.
+    fn cap_options(
+        &self,
+        options: Vec<(f64, usize, usize, CapacityType)>,
+        reqs: &Requirements,
+    ) -> Vec<(f64, usize, usize, CapacityType)> {
+        let mut keep = vec![false; options.len()];
+        // The cheapest is the claim's instance type: always kept.
+        keep[0] = true;
+        let mut kept = 1;
+        for (key, set) in reqs.iter() {
+            let Some(min) = set.min_values else { continue };
+            let mut seen: HashSet<&str> = HashSet::new();
+            for (i, &(_, t, _, _)) in options.iter().enumerate() {
+                if seen.len() >= min as usize {
+                    break;
+                }
+                let Some(value) = self.input.catalog.types[t].labels.get(key) else {
+                    continue;
+                };
+                if seen.insert(value) && !keep[i] {
+                    keep[i] = true;
+                    kept += 1;
+                }
+            }
+        }
+        for k in keep.iter_mut() {
+            if kept >= MAX_INSTANCE_TYPE_OPTIONS {
+                break;
+            }
+            if !*k {
+                *k = true;
+                kept += 1;
+            }
+        }
+        options
+            .into_iter()
+            .zip(keep)
+            .filter_map(|(o, k)| k.then_some(o))
+            .collect()
     }
 }
 
