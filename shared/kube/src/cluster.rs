@@ -146,22 +146,11 @@ impl KubeCluster {
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
     {
-        self.list_where(what, None).await
-    }
-
-    /// As `list_all`, only the objects a field selector (`spec.nodeName=x`) picks.
-    async fn list_where<K>(&self, what: &str, fields: Option<&str>) -> Result<Vec<K>, ClusterError>
-    where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
-    {
         let api: Api<K> = Api::all(self.client.clone());
         let mut items = Vec::new();
         let mut continue_token: Option<String> = None;
         loop {
             let mut params = ListParams::default().limit(self.page_size);
-            if let Some(fields) = fields {
-                params = params.fields(fields);
-            }
             if let Some(token) = &continue_token {
                 params = params.continue_token(token);
             }
@@ -226,9 +215,59 @@ impl KubeCluster {
         &self,
         invalid: &mut Vec<String>,
     ) -> Result<Vec<cluster::Pod>, ClusterError> {
-        let pods = self.list_all::<Pod>("pods").await?;
-        self.remember_uids("Pod", pods.iter().map(|p| &p.metadata));
-        Ok(convert(pods, snapshot::pod_from_k8s, invalid))
+        self.list_converted::<Pod, _, _>("pods", None, Some("Pod"), snapshot::pod_from_k8s, invalid)
+            .await
+    }
+
+    /// Every object of a built-in kind (only those a field selector picks, with
+    /// `fields`), converted page by page as the pages arrive: one page of whole k8s
+    /// objects (with their managedFields and status) is the most held at once, not the
+    /// whole cluster's. With `uid_kind`, the objects' uids are remembered for events.
+    async fn list_converted<K, T, E: std::fmt::Display>(
+        &self,
+        what: &str,
+        fields: Option<&str>,
+        uid_kind: Option<&str>,
+        from_k8s: impl Fn(&K) -> Result<T, E>,
+        invalid: &mut Vec<String>,
+    ) -> Result<Vec<T>, ClusterError>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    {
+        let api: Api<K> = Api::all(self.client.clone());
+        let mut out = Vec::new();
+        let mut uids = Vec::new();
+        let mut continue_token: Option<String> = None;
+        loop {
+            let mut params = ListParams::default().limit(self.page_size);
+            if let Some(fields) = fields {
+                params = params.fields(fields);
+            }
+            if let Some(token) = &continue_token {
+                params = params.continue_token(token);
+            }
+            let page = api
+                .list(&params)
+                .await
+                .map_err(|e| cluster_error(format!("listing {what}"), e))?;
+            for object in &page.items {
+                if uid_kind.is_some() {
+                    uids.extend(uid_entry(object.meta()));
+                }
+                match from_k8s(object) {
+                    Ok(converted) => out.push(converted),
+                    Err(e) => invalid.push(e.to_string()),
+                }
+            }
+            match page.metadata.continue_ {
+                Some(token) if !token.is_empty() => continue_token = Some(token),
+                _ => break,
+            }
+        }
+        if let Some(kind) = uid_kind {
+            self.replace_uids(kind, uids);
+        }
+        Ok(out)
     }
 
     /// PersistentVolumeClaims, PersistentVolumes and StorageClasses, for volume topology.
@@ -252,16 +291,15 @@ impl KubeCluster {
     }
 
     fn remember_uids<'a>(&self, kind: &str, metas: impl Iterator<Item = &'a ObjectMeta>) {
+        self.replace_uids(kind, metas.filter_map(uid_entry).collect());
+    }
+
+    /// The uids of `kind` become these ("namespace/name" or "name", uid).
+    fn replace_uids(&self, kind: &str, entries: Vec<(String, String)>) {
         let mut uids = self.uids.lock().unwrap_or_else(|e| e.into_inner());
         uids.retain(|(k, _), _| k != kind);
-        for meta in metas {
-            if let (Some(name), Some(uid)) = (&meta.name, &meta.uid) {
-                let key = match &meta.namespace {
-                    Some(ns) => format!("{ns}/{name}"),
-                    None => name.clone(),
-                };
-                uids.insert((kind.to_string(), key), uid.clone());
-            }
+        for (key, uid) in entries {
+            uids.insert((kind.to_string(), key), uid);
         }
     }
 
@@ -307,6 +345,16 @@ impl KubeCluster {
 }
 
 /// Converts each object; one that fails is reported in `invalid` and skipped.
+/// ("namespace/name" or "name", uid) of an object that has both.
+fn uid_entry(meta: &ObjectMeta) -> Option<(String, String)> {
+    let (name, uid) = (meta.name.as_ref()?, meta.uid.as_ref()?);
+    let key = match &meta.namespace {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.clone(),
+    };
+    Some((key, uid.clone()))
+}
+
 fn convert<K, T, E: std::fmt::Display>(
     objects: Vec<K>,
     from_k8s: impl Fn(&K) -> Result<T, E>,
@@ -551,13 +599,39 @@ fn parse_version(major: &str, minor: &str, git_version: &str) -> Option<String> 
 impl Cluster for KubeCluster {
     async fn state(&self) -> Result<ClusterState, ClusterError> {
         let mut storage_invalid = Vec::new();
+        let (mut nodes_invalid, mut pods_invalid, mut ds_invalid, mut pdbs_invalid) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let (pools, classes, nodes, pods, daemonsets, pdbs, storage) = tokio::join!(
             self.list_crd(&NODE_POOLS),
             self.list_crd(&NODE_CLASSES),
-            self.list_all::<Node>("nodes"),
-            self.list_all::<Pod>("pods"),
-            self.list_all::<DaemonSet>("daemonsets"),
-            self.list_all::<PodDisruptionBudget>("poddisruptionbudgets"),
+            self.list_converted::<Node, _, _>(
+                "nodes",
+                None,
+                Some("Node"),
+                snapshot::node_from_k8s,
+                &mut nodes_invalid
+            ),
+            self.list_converted::<Pod, _, _>(
+                "pods",
+                None,
+                Some("Pod"),
+                snapshot::pod_from_k8s,
+                &mut pods_invalid
+            ),
+            self.list_converted::<DaemonSet, _, _>(
+                "daemonsets",
+                None,
+                None,
+                snapshot::daemonset_from_k8s,
+                &mut ds_invalid
+            ),
+            self.list_converted::<PodDisruptionBudget, _, _>(
+                "poddisruptionbudgets",
+                None,
+                None,
+                snapshot::pdb_from_k8s,
+                &mut pdbs_invalid
+            ),
             self.list_storage(&mut storage_invalid),
         );
         let mut state = ClusterState::default();
@@ -577,18 +651,13 @@ impl Cluster for KubeCluster {
         state.node_pools = manifests.node_pools;
         state.node_classes = manifests.node_classes;
 
-        let nodes = nodes?;
-        self.remember_uids("Node", nodes.iter().map(|n| &n.metadata));
-        state.nodes = convert(nodes, snapshot::node_from_k8s, &mut state.invalid);
-        let pods = pods?;
-        self.remember_uids("Pod", pods.iter().map(|p| &p.metadata));
-        state.pods = convert(pods, snapshot::pod_from_k8s, &mut state.invalid);
-        state.daemonsets = convert(
-            daemonsets?,
-            snapshot::daemonset_from_k8s,
-            &mut state.invalid,
-        );
-        state.pdbs = convert(pdbs?, snapshot::pdb_from_k8s, &mut state.invalid);
+        state.nodes = nodes?;
+        state.pods = pods?;
+        state.daemonsets = daemonsets?;
+        state.pdbs = pdbs?;
+        for problems in [nodes_invalid, pods_invalid, ds_invalid, pdbs_invalid] {
+            state.invalid.extend(problems);
+        }
         apply_volume_topology(&mut state.pods, &storage?);
         state.invalid.extend(storage_invalid);
         for problem in &state.invalid {
@@ -806,14 +875,16 @@ impl Cluster for KubeCluster {
     }
 
     async fn pods_on_node(&self, node: &str) -> Result<Vec<cluster::Pod>, ClusterError> {
+        let mut invalid = Vec::new();
         let pods = self
-            .list_where::<Pod>(
+            .list_converted::<Pod, _, _>(
                 &format!("pods on node {node:?}"),
                 Some(&format!("spec.nodeName={node}")),
+                None,
+                snapshot::pod_from_k8s,
+                &mut invalid,
             )
             .await?;
-        let mut invalid = Vec::new();
-        let pods = convert(pods, snapshot::pod_from_k8s, &mut invalid);
         for problem in &invalid {
             warn!(problem = %problem, "skipped a pod read from the cluster");
         }
