@@ -146,24 +146,9 @@ impl KubeCluster {
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
     {
-        let api: Api<K> = Api::all(self.client.clone());
-        let mut items = Vec::new();
-        let mut continue_token: Option<String> = None;
-        loop {
-            let mut params = ListParams::default().limit(self.page_size);
-            if let Some(token) = &continue_token {
-                params = params.continue_token(token);
-            }
-            let page = api
-                .list(&params)
-                .await
-                .map_err(|e| cluster_error(format!("listing {what}"), e))?;
-            items.extend(page.items);
-            match page.metadata.continue_ {
-                Some(token) if !token.is_empty() => continue_token = Some(token),
-                _ => return Ok(items),
-            }
-        }
+        let whole = |k: &K| Ok::<K, std::convert::Infallible>(k.clone());
+        self.list_converted(what, None, None, whole, &mut Vec::new())
+            .await
     }
 
     /// Every object of a Karpenter kind as JSON with `apiVersion` and `kind` set (a

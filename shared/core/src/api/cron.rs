@@ -99,18 +99,14 @@ impl CronSchedule {
         month: u32,
         day_of_week: u32,
     ) -> bool {
-        let dom = has(self.days_of_month, day_of_month);
-        let dow = has(self.days_of_week, day_of_week);
-        let day = if self.dom_star || self.dow_star {
-            dom && dow
-        } else {
-            dom || dow
-        };
-        has(self.minutes, minute) && has(self.hours, hour) && has(self.months, month) && day
+        has(self.minutes, minute)
+            && has(self.hours, hour)
+            && self.matches_day(day_of_month, month, day_of_week)
     }
 }
 
 impl CronSchedule {
+    /// Whether the schedule fires on this day (month included).
     fn matches_day(&self, day_of_month: u32, month: u32, day_of_week: u32) -> bool {
         let dom = has(self.days_of_month, day_of_month);
         let dow = has(self.days_of_week, day_of_week);
