@@ -16,8 +16,8 @@
 //! - once one node could hold everything left and the fractional fleet needs at most
 //!   one node's worth, a small search compares that
 //!   single node with splits over up to [`TAIL_DEPTH`] nodes, each split taking off a
-//!   node of one of the [`TAIL_BRANCHES`] dearest types still cheaper than what it
-//!   replaces (the cheapest whole-node plans of small workloads are of this kind: a
+//!   node of one of the [`TAIL_BRANCHES`] types whose fill takes the most of what is
+//!   left per dollar (the cheapest whole-node plans of small workloads are of this kind: a
 //!   2xlarge and an xlarge, not a 4xlarge).
 //!
 //! The caller keeps the result only when it is cheaper than what it had. Work is
@@ -306,32 +306,38 @@ impl Packer<'_> {
                 floor = floor.min(p);
             }
         }
-        // The dearest types still cheaper than that node less the rest's floor: they
-        // take the most pods off it. A few per level keep the search small.
-        let split: Vec<usize> = self
-            .frontier
-            .iter()
-            .rev()
-            .copied()
-            .filter(|&t| self.types[t].price + floor < best.0 - 1e-12)
-            .take(TAIL_BRANCHES)
-            .collect();
-        for t in split {
+        // Types cheaper than that node less the rest's floor, ranked by how much of
+        // what is left their greedy fill takes per dollar (the largest share over the
+        // dimensions); the best few are tried at each level.
+        let mut ranked: Vec<(f64, usize, Vec<(usize, usize)>)> = Vec::new();
+        for t in self.frontier.clone() {
             if self.types[t].price + floor >= best.0 - 1e-12 {
-                continue;
+                break; // cheapest first
             }
             let take = self.fill(t, counts)?;
             if take.is_empty() {
                 continue;
             }
+            let share = (0..self.dims)
+                .filter(|&d| demand[d] > 0)
+                .map(|d| {
+                    let got: i64 = take.iter().map(|&(s, n)| self.demands[s][d] * n as i64).sum();
+                    got as f64 / demand[d] as f64
+                })
+                .fold(0.0, f64::max);
+            ranked.push((share / self.types[t].price.max(1e-12), t, take));
+        }
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        ranked.truncate(TAIL_BRANCHES);
+        for (_, t, take) in ranked {
             let mut rest = counts.to_vec();
             for &(s, n) in &take {
                 rest[s] -= n;
             }
             if rest.iter().all(|&c| c == 0) {
-                // Cheaper than `single` yet holds everything: only if `single` was not
-                // the cheapest holder, which cannot happen; keep it anyway.
-                best = (self.types[t].price, vec![PackedNode { ty: t, take }]);
+                if self.types[t].price < best.0 - 1e-12 {
+                    best = (self.types[t].price, vec![PackedNode { ty: t, take }]);
+                }
                 continue;
             }
             let (cost, mut nodes) = self.tail(&rest, depth - 1)?;
