@@ -2,6 +2,7 @@
 //! fractional-fleet LP and the bin-packer that places pods on nodes and NodeClaims.
 
 pub mod lp;
+mod repack;
 pub mod requirements;
 pub mod scheduler;
 pub mod topology;
