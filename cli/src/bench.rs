@@ -985,12 +985,22 @@ pub fn cost_workloads() -> Vec<CostWorkload> {
         mixed("mixed seed 4 ×500".into(), 500, 4, real_pool()),
     ];
     for seed in [1, 2, 3] {
-        out.push(mixed(format!("mixed seed {seed} ×1000"), 1000, seed, real_pool()));
+        out.push(mixed(
+            format!("mixed seed {seed} ×1000"),
+            1000,
+            seed,
+            real_pool(),
+        ));
     }
     out.push(mixed("mixed seed 5 ×3000".into(), 3000, 5, real_pool()));
     out.push(uniform("memory-heavy 500m/8Gi ×300", 300, 500, 8192));
     out.push(uniform("cpu-heavy 4/2Gi ×300", 300, 4000, 2048));
-    out.push(mixed("arm64 mixed seed 6 ×1000".into(), 1000, 6, real_arm_pool()));
+    out.push(mixed(
+        "arm64 mixed seed 6 ×1000".into(),
+        1000,
+        6,
+        real_arm_pool(),
+    ));
     out
 }
 
@@ -1239,7 +1249,9 @@ fn cost_suite(out: &mut Report) {
     }
     let worst = ratios.iter().cloned().fold(f64::MIN, f64::max);
     let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
-    out.line(&format!("  ≥ 100 pods: worst ratio {worst:.4}, mean {mean:.4}"));
+    out.line(&format!(
+        "  ≥ 100 pods: worst ratio {worst:.4}, mean {mean:.4}"
+    ));
     out.target(
         "cost",
         "every workload meets its target (n/a: the whole-node optimum itself is above it)",

@@ -144,9 +144,8 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
     let manifests = load_manifests(&args.nodepools)?;
     // Read as a stream: the snapshot's text is never held whole (a large cluster's is
     // hundreds of megabytes, more than what planning keeps from it).
-    let file = std::fs::File::open(&args.snapshot).map_err(|e| {
-        Failure::Unusable(format!("{}: cannot read: {e}", args.snapshot.display()))
-    })?;
+    let file = std::fs::File::open(&args.snapshot)
+        .map_err(|e| Failure::Unusable(format!("{}: cannot read: {e}", args.snapshot.display())))?;
     let snapshot = parse_snapshot_reader(std::io::BufReader::with_capacity(256 * 1024, file))
         .map_err(|e| Failure::Unusable(format!("{}: {e}", args.snapshot.display())))?;
     let custom;
@@ -191,7 +190,9 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
 /// as one string next to the plan itself.
 fn write_json(plan: &ProvisioningPlan) -> Result<(), Failure> {
     use std::io::Write as _;
-    let failed = |e: &dyn std::fmt::Display| Failure::Unusable(format!("cannot write the plan to stdout: {e}"));
+    let failed = |e: &dyn std::fmt::Display| {
+        Failure::Unusable(format!("cannot write the plan to stdout: {e}"))
+    };
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
     serde_json::to_writer_pretty(&mut out, plan).map_err(|e| failed(&e))?;
     out.write_all(b"\n").map_err(|e| failed(&e))?;

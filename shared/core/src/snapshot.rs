@@ -244,7 +244,9 @@ pub fn parse_snapshot(text: &str) -> Result<ClusterSnapshot, SnapshotError> {
 /// [`parse_snapshot`] over a byte stream (a file, a pipe), read once from start to end:
 /// only one item at a time is held as JSON, so a snapshot of any size takes the memory
 /// of what planning keeps from it, not of its text.
-pub fn parse_snapshot_reader<R: std::io::Read>(reader: R) -> Result<ClusterSnapshot, SnapshotError> {
+pub fn parse_snapshot_reader<R: std::io::Read>(
+    reader: R,
+) -> Result<ClusterSnapshot, SnapshotError> {
     read_list(serde_json::Deserializer::from_reader(reader))
 }
 
@@ -482,7 +484,10 @@ struct TopVisitor<'l> {
 }
 
 impl TopVisitor<'_> {
-    fn other<E>(self, value: Value) -> std::result::Result<Option<serde_json::Map<String, Value>>, E> {
+    fn other<E>(
+        self,
+        value: Value,
+    ) -> std::result::Result<Option<serde_json::Map<String, Value>>, E> {
         self.list.other_top = value;
         Ok(None)
     }
@@ -596,10 +601,7 @@ impl<'de> serde::de::Visitor<'de> for ItemsSeed<'_> {
         Ok(())
     }
 
-    fn visit_map<A: serde::de::MapAccess<'de>>(
-        self,
-        map: A,
-    ) -> std::result::Result<(), A::Error> {
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> std::result::Result<(), A::Error> {
         let value = Value::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
         self.other(value)
     }
@@ -1938,7 +1940,14 @@ mod tests {
         items.extend(kindless.clone());
         let expected = parse_snapshot(&list_text("List", &items, true)).unwrap();
         assert_eq!(expected.pods.len(), 3);
-        assert_eq!((expected.nodes.len(), expected.daemonsets.len(), expected.pdbs.len()), (1, 1, 1));
+        assert_eq!(
+            (
+                expected.nodes.len(),
+                expected.daemonsets.len(),
+                expected.pdbs.len()
+            ),
+            (1, 1, 1)
+        );
         for kind_first in [true, false] {
             let text = list_text("List", &items, kind_first);
             let read = parse_snapshot(&text).unwrap();
@@ -1949,7 +1958,9 @@ mod tests {
             assert_eq!(streamed.pods, expected.pods, "kind first: {kind_first}");
             assert_eq!(streamed.nodes, expected.nodes);
             // A typed list names the kind of items that have none.
-            let typed = parse_snapshot_reader(list_text("PodList", &kindless, kind_first).as_bytes()).unwrap();
+            let typed =
+                parse_snapshot_reader(list_text("PodList", &kindless, kind_first).as_bytes())
+                    .unwrap();
             assert_eq!(typed.pods.len(), 2);
         }
     }
@@ -1963,7 +1974,11 @@ mod tests {
             assert!(matches!(err, SnapshotError::NotAList { .. }), "{err}");
             let text = list_text("List", std::slice::from_ref(&bad), kind_first);
             let err = parse_snapshot_reader(text.as_bytes()).unwrap_err();
-            assert!(err.to_string().starts_with("items[0] (Pod \"default/web-1\"): spec.containers"), "{err}");
+            assert!(
+                err.to_string()
+                    .starts_with("items[0] (Pod \"default/web-1\"): spec.containers"),
+                "{err}"
+            );
             // Broken JSON after the bad item wins over both.
             let broken = format!("{}{{", &text[..text.len() - 1]);
             let err = parse_snapshot_reader(broken.as_bytes()).unwrap_err();

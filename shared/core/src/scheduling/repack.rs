@@ -98,11 +98,7 @@ pub(crate) fn pack(
             nodes.extend(tail);
             break;
         };
-        let possible = take
-            .iter()
-            .map(|&(s, n)| counts[s] / n)
-            .min()
-            .unwrap_or(1);
+        let possible = take.iter().map(|&(s, n)| counts[s] / n).min().unwrap_or(1);
         let reps = (possible / 2).max(1);
         for _ in 0..reps {
             for &(s, n) in &take {
@@ -136,7 +132,10 @@ impl Packer<'_> {
     }
 
     fn cheapest_holding(&self, demand: &[i64]) -> Option<usize> {
-        self.frontier.iter().copied().find(|&t| self.fits(demand, t))
+        self.frontier
+            .iter()
+            .copied()
+            .find(|&t| self.fits(demand, t))
     }
 
     /// Fills one node of type `t` from `counts`: repeatedly the shape whose requests
@@ -265,7 +264,11 @@ impl Packer<'_> {
                 })
                 .sum();
             let price = self.types[t].price;
-            let eff = if price > 0.0 { value / price } else { f64::INFINITY };
+            let eff = if price > 0.0 {
+                value / price
+            } else {
+                f64::INFINITY
+            };
             let better = best.as_ref().is_none_or(|(be, bv, ..)| {
                 eff > be * (1.0 + 1e-9) || (eff >= be * (1.0 - 1e-9) && value > *bv)
             });
@@ -302,7 +305,9 @@ impl Packer<'_> {
         for (s, &c) in counts.iter().enumerate() {
             if c > 0 {
                 let one = &self.demands[s];
-                let p = self.cheapest_holding(one).map_or(f64::INFINITY, |t| self.types[t].price);
+                let p = self
+                    .cheapest_holding(one)
+                    .map_or(f64::INFINITY, |t| self.types[t].price);
                 floor = floor.min(p);
             }
         }
@@ -321,7 +326,10 @@ impl Packer<'_> {
             let share = (0..self.dims)
                 .filter(|&d| demand[d] > 0)
                 .map(|d| {
-                    let got: i64 = take.iter().map(|&(s, n)| self.demands[s][d] * n as i64).sum();
+                    let got: i64 = take
+                        .iter()
+                        .map(|&(s, n)| self.demands[s][d] * n as i64)
+                        .sum();
                     got as f64 / demand[d] as f64
                 })
                 .fold(0.0, f64::max);
@@ -383,7 +391,11 @@ mod tests {
     #[test]
     fn ten_one_cpu_pods_go_on_a_seven_pod_node_and_a_three_pod_node_not_one_big_one() {
         // xlarge 3.9 cpu, 2xlarge 7.9, 4xlarge 15.9, prices linear in size.
-        let types = [ty(3_900, 100, 1.0), ty(7_900, 100, 2.0), ty(15_900, 100, 4.0)];
+        let types = [
+            ty(3_900, 100, 1.0),
+            ty(7_900, 100, 2.0),
+            ty(15_900, 100, 4.0),
+        ];
         let demands = [vec![1_000, 1]];
         let (cost, nodes) = pack(&demands, &[10], &types, 1_000_000).unwrap();
         check(&demands, &[10], &types, &nodes);

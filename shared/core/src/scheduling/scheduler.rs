@@ -753,7 +753,9 @@ impl<'a> Scheduler<'a> {
         let filter = spec.filter.as_ref().map(CompiledFilter::new);
         let (domains, universe) = match spec.key {
             TopologyKey::Hostname => (0, Vec::new()),
-            TopologyKey::Domain(k) => (self.keys[k].values.len(), self.universe(filter.as_ref(), k)),
+            TopologyKey::Domain(k) => {
+                (self.keys[k].values.len(), self.universe(filter.as_ref(), k))
+            }
         };
         let g = self.groups.len();
         self.groups.push(Group {
@@ -1412,7 +1414,13 @@ impl<'a> Scheduler<'a> {
 
     /// Among allowed domains, the one to pin: the least populated for the first
     /// constraint that counts on this key (keeps spread even), else the first allowed.
-    fn choose_domain(&self, e: usize, k: usize, allowed: &[bool], usable: &[bool]) -> Option<usize> {
+    fn choose_domain(
+        &self,
+        e: usize,
+        k: usize,
+        allowed: &[bool],
+        usable: &[bool],
+    ) -> Option<usize> {
         let ec = &self.eclasses[e];
         let key = TopologyKey::Domain(k);
         let g = ec
@@ -1492,8 +1500,7 @@ impl<'a> Scheduler<'a> {
             });
         }
         // Host ports: every pod of the class binds the same ones.
-        if p
-            .host_ports
+        if p.host_ports
             .iter()
             .any(|mine| bin.ports.iter().any(|p| p.conflicts_with(mine)))
         {
@@ -1541,7 +1548,13 @@ impl<'a> Scheduler<'a> {
 
     /// Whether a new claim with requirements `reqs` (and its target type) can be in
     /// domain `d` of key `k`.
-    fn claim_can_be_in(&self, target: Option<usize>, reqs: &Requirements, k: usize, d: usize) -> bool {
+    fn claim_can_be_in(
+        &self,
+        target: Option<usize>,
+        reqs: &Requirements,
+        k: usize,
+        d: usize,
+    ) -> bool {
         let key = &self.keys[k];
         match (k, target) {
             (0, Some(t)) => {
@@ -2192,7 +2205,9 @@ impl<'a> Scheduler<'a> {
             && p.preferred_pod_anti_affinity.is_empty()
             && p.host_ports.is_empty()
             && self.classes[self.pod_class[pod]].matched.is_empty()
-            && p.requests.iter().all(|(name, _)| WELL_KNOWN.contains(&name))
+            && p.requests
+                .iter()
+                .all(|(name, _)| WELL_KNOWN.contains(&name))
     }
 
     /// Re-packs, per NodePool and set of requirements, the new claims that hold only
@@ -2203,7 +2218,9 @@ impl<'a> Scheduler<'a> {
     fn repack_free_claims(&mut self) {
         let mut groups: Vec<(usize, Requirements, Vec<usize>)> = Vec::new();
         for b in 0..self.bins.len() {
-            let Origin::New(pool) = self.bins[b].origin else { continue };
+            let Origin::New(pool) = self.bins[b].origin else {
+                continue;
+            };
             let bin = &self.bins[b];
             if bin.pods.is_empty()
                 || self.pools[pool].has_min_values
@@ -2239,7 +2256,9 @@ impl<'a> Scheduler<'a> {
             let usable = self.usable(t, pool);
             types.push(t);
             node_types.push(repack::NodeType {
-                cap: (0..WELL_KNOWN.len()).map(|d| usable.slot_milli(d)).collect(),
+                cap: (0..WELL_KNOWN.len())
+                    .map(|d| usable.slot_milli(d))
+                    .collect(),
                 price,
             });
         }
@@ -2431,8 +2450,14 @@ impl<'a> Scheduler<'a> {
             .iter()
             .filter(|(k, _)| {
                 !self.type_keys.contains(k.as_str())
-                    && ![LABEL_ZONE, LABEL_REGION, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_HOSTNAME]
-                        .contains(&k.as_str())
+                    && ![
+                        LABEL_ZONE,
+                        LABEL_REGION,
+                        LABEL_CAPACITY_TYPE,
+                        LABEL_NODEPOOL,
+                        LABEL_HOSTNAME,
+                    ]
+                    .contains(&k.as_str())
                     && !k.starts_with("karpenter.sh/")
                     && !k.starts_with("karpenter.k8s.aws/")
             })

@@ -852,7 +852,10 @@ fn allowed_on_demand(pool: &NodePool) -> Vec<(crate::resources::Resources, f64)>
         .filter_map(|t| {
             let price = t.on_demand_price?;
             let mut l = t.labels.clone();
-            l.insert(crate::catalog::LABEL_CAPACITY_TYPE.into(), "on-demand".into());
+            l.insert(
+                crate::catalog::LABEL_CAPACITY_TYPE.into(),
+                "on-demand".into(),
+            );
             l.insert(crate::catalog::LABEL_NODEPOOL.into(), pool.name.clone());
             Pricing::default()
                 .zones
@@ -867,7 +870,11 @@ fn allowed_on_demand(pool: &NodePool) -> Vec<(crate::resources::Resources, f64)>
 }
 
 /// The cheapest plan of whole nodes for `n` identical pods, exactly (cover DP).
-fn cheapest_whole_node_plan(n: usize, request: &crate::resources::Resources, pool: &NodePool) -> f64 {
+fn cheapest_whole_node_plan(
+    n: usize,
+    request: &crate::resources::Resources,
+    pool: &NodePool,
+) -> f64 {
     let per_node: Vec<(usize, f64)> = allowed_on_demand(pool)
         .into_iter()
         .filter_map(|(alloc, price)| {
@@ -891,7 +898,9 @@ fn cheapest_whole_node_plan(n: usize, request: &crate::resources::Resources, poo
 
 #[test]
 fn ten_uniform_pods_get_the_cheapest_whole_node_plan_not_one_big_node() {
-    let pods: Vec<Pod> = (0..10).map(|i| pod(&format!("u-{i}"), "1", "2Gi")).collect();
+    let pods: Vec<Pod> = (0..10)
+        .map(|i| pod(&format!("u-{i}"), "1", "2Gi"))
+        .collect();
     let request = pods[0].requests.clone();
     let pool = general_purpose_pool();
     let plan = plan(&snapshot(pods), std::slice::from_ref(&pool));
@@ -911,7 +920,12 @@ fn ten_uniform_pods_get_the_cheapest_whole_node_plan_not_one_big_node() {
 #[test]
 fn small_uniform_workloads_are_within_two_percent_of_the_cheapest_whole_node_plan() {
     let pool = general_purpose_pool();
-    for (n, cpu, mem) in [(3, "500m", "1Gi"), (17, "1", "1Gi"), (30, "2", "4Gi"), (50, "250m", "3Gi")] {
+    for (n, cpu, mem) in [
+        (3, "500m", "1Gi"),
+        (17, "1", "1Gi"),
+        (30, "2", "4Gi"),
+        (50, "250m", "3Gi"),
+    ] {
         let pods: Vec<Pod> = (0..n).map(|i| pod(&format!("s-{i}"), cpu, mem)).collect();
         let request = pods[0].requests.clone();
         let plan = plan(&snapshot(pods), std::slice::from_ref(&pool));
@@ -934,7 +948,9 @@ fn a_mixed_workload_costs_within_five_percent_of_its_fractional_lower_bound() {
         (seed % n) as usize
     };
     let cpus = ["100m", "250m", "500m", "1", "2", "4"];
-    let mems = ["128Mi", "256Mi", "512Mi", "1Gi", "2Gi", "4Gi", "8Gi", "16Gi"];
+    let mems = [
+        "128Mi", "256Mi", "512Mi", "1Gi", "2Gi", "4Gi", "8Gi", "16Gi",
+    ];
     let pods: Vec<Pod> = (0..600)
         .map(|i| pod(&format!("m-{i}"), cpus[next(6)], mems[next(8)]))
         .collect();
@@ -961,12 +977,17 @@ fn a_mixed_workload_costs_within_five_percent_of_its_fractional_lower_bound() {
     let plan = plan(&snapshot(pods), std::slice::from_ref(&pool));
     assert!(plan.unschedulable.is_empty(), "{:?}", plan.unschedulable);
     let ratio = plan.total_price_per_hour / bound;
-    assert!((1.0 - 1e-9..=1.05).contains(&ratio), "plan / bound = {ratio}");
+    assert!(
+        (1.0 - 1e-9..=1.05).contains(&ratio),
+        "plan / bound = {ratio}"
+    );
 }
 
 #[test]
 fn repacking_unconstrained_pods_leaves_anti_affinity_and_spread_pods_their_guarantees() {
-    let mut pods: Vec<Pod> = (0..40).map(|i| pod(&format!("free-{i}"), "1", "3Gi")).collect();
+    let mut pods: Vec<Pod> = (0..40)
+        .map(|i| pod(&format!("free-{i}"), "1", "3Gi"))
+        .collect();
     for i in 0..4 {
         let mut p = pod(&format!("solo-{i}"), "500m", "512Mi");
         p.labels.insert("app".into(), "solo".into());
@@ -987,5 +1008,9 @@ fn repacking_unconstrained_pods_leaves_anti_affinity_and_spread_pods_their_guara
     let solo_claims: std::collections::HashSet<String> = (0..4)
         .map(|i| claim_of(&plan, &format!("default/solo-{i}")).pods.join(","))
         .collect();
-    assert_eq!(solo_claims.len(), 4, "each anti-affinity pod on its own node");
+    assert_eq!(
+        solo_claims.len(),
+        4,
+        "each anti-affinity pod on its own node"
+    );
 }

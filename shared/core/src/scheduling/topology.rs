@@ -73,7 +73,6 @@ impl NodeFilter {
             .filter(|t| t.effect != TaintEffect::PreferNoSchedule)
             .all(|taint| tolerations.iter().any(|t| t.tolerates(taint)))
     }
-
 }
 
 /// A [`NodeFilter`] ready to apply: its terms built once, not per node asked about.
