@@ -765,33 +765,49 @@ fn a_claim_pinned_to_one_value_of_a_multi_valued_node_pool_label_carries_it() {
     );
 }
 
-/// Karpenter's "should balance pods across a label (NodeTaintsPolicy=ignore|honor)":
-/// two tainted nodes hold domains foo and bar of a label the NodePool sets to baz.
-fn spread_over_tainted_domains(honor_taints: bool) -> usize {
+/// Karpenter's "should balance pods across a label" cases: the NodePool labels its nodes
+/// `fake-label: baz`, two existing nodes hold domains foo and bar, and five 1-cpu pods
+/// spread over the label with maxSkew 1. Returns how many pods get new claims.
+fn pods_placed_over_fake_label(
+    pool: NodePool,
+    edit_node: impl Fn(&mut Node),
+    edit_pod: impl Fn(&mut Pod),
+) -> usize {
     let catalog = Catalog::embedded();
-    let mut pool = general_purpose_pool();
-    pool.labels.insert("fake-label".into(), "baz".into());
     let mut snap = snapshot(vec![]);
     for (name, value) in [("n-foo", "foo"), ("n-bar", "bar")] {
         let mut n = node(name, "m5.large", "us-east-1a", "other", catalog);
         n.labels.insert("fake-label".into(), value.into());
-        n.taints.push(Taint {
-            key: "taintname".into(),
-            value: Some("taintvalue".into()),
-            effect: TaintEffect::NoSchedule,
-        });
+        edit_node(&mut n);
         snap.nodes.push(n);
     }
     for i in 0..5 {
         let mut p = pod(&format!("s-{i}"), "1", "256Mi");
         p.labels.insert("app".into(), "s".into());
-        let mut c = spread("fake-label", "s");
-        c.honor_node_taints = honor_taints;
-        p.topology_spread.push(c);
+        p.topology_spread.push(spread("fake-label", "s"));
+        edit_pod(&mut p);
         snap.pods.push(p);
     }
     let plan = plan(&snap, &[pool]);
     plan.node_claims.iter().map(|c| c.pods.len()).sum()
+}
+
+/// NodeTaintsPolicy=ignore|honor: the nodes in foo and bar carry a taint the pods do
+/// not tolerate.
+fn spread_over_tainted_domains(honor_taints: bool) -> usize {
+    let mut pool = general_purpose_pool();
+    pool.labels.insert("fake-label".into(), "baz".into());
+    pods_placed_over_fake_label(
+        pool,
+        |n| {
+            n.taints.push(Taint {
+                key: "taintname".into(),
+                value: Some("taintvalue".into()),
+                effect: TaintEffect::NoSchedule,
+            })
+        },
+        |p| p.topology_spread[0].honor_node_taints = honor_taints,
+    )
 }
 
 #[test]
@@ -808,31 +824,22 @@ fn tainted_nodes_are_spread_domains_unless_the_taints_policy_honours_them() {
     );
 }
 
-/// Karpenter's "should balance pods across a label (NodeAffinityPolicy=ignore|honor)":
-/// nodes in domains foo and bar do not match the pods' nodeSelector.
+/// NodeAffinityPolicy=ignore|honor: the nodes in foo and bar do not match the pods'
+/// nodeSelector.
 fn spread_over_unselected_domains(honor_affinity: bool) -> usize {
-    let catalog = Catalog::embedded();
     let mut pool = general_purpose_pool();
     pool.labels.insert("fake-label".into(), "baz".into());
     pool.labels.insert("selector".into(), "value".into());
-    let mut snap = snapshot(vec![]);
-    for (name, value) in [("n-foo", "foo"), ("n-bar", "bar")] {
-        let mut n = node(name, "m5.large", "us-east-1a", "other", catalog);
-        n.labels.insert("fake-label".into(), value.into());
-        n.labels.insert("selector".into(), "mismatch".into());
-        snap.nodes.push(n);
-    }
-    for i in 0..5 {
-        let mut p = pod(&format!("s-{i}"), "1", "256Mi");
-        p.labels.insert("app".into(), "s".into());
-        p.node_selector.insert("selector".into(), "value".into());
-        let mut c = spread("fake-label", "s");
-        c.honor_node_affinity = honor_affinity;
-        p.topology_spread.push(c);
-        snap.pods.push(p);
-    }
-    let plan = plan(&snap, &[pool]);
-    plan.node_claims.iter().map(|c| c.pods.len()).sum()
+    pods_placed_over_fake_label(
+        pool,
+        |n| {
+            n.labels.insert("selector".into(), "mismatch".into());
+        },
+        |p| {
+            p.node_selector.insert("selector".into(), "value".into());
+            p.topology_spread[0].honor_node_affinity = honor_affinity;
+        },
+    )
 }
 
 #[test]
