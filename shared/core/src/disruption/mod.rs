@@ -8,6 +8,7 @@
 
 pub mod budget;
 pub mod candidates;
+pub mod command;
 pub mod rules;
 
 use serde::Serialize;

@@ -1,0 +1,95 @@
+//! What a disruption decision produces: commands that can run now, together, within
+//! budgets, and a typed rejection for every managed node that is in none of them.
+//! `nodewright disrupt --output json` prints [`Decision`] as it is; the disruption
+//! function executes its commands.
+
+use serde::Serialize;
+
+use crate::api::model::{Ec2NodeClass, NodePool};
+use crate::catalog::{Catalog, Pricing};
+use crate::cluster::ClusterSnapshot;
+use crate::provisioning::PlannedNodeClaim;
+use crate::scheduling::InFlightClaim;
+
+use super::{Reason, RejectCode};
+
+/// How a command was found, in the order the methods run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    Expiration,
+    Drift,
+    Emptiness,
+    MultiNode,
+    SingleNode,
+}
+
+/// Pods that move to a node that stays (or an in-flight claim, by its name).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Move {
+    pub target: String,
+    /// "namespace/name"
+    pub pods: Vec<String>,
+}
+
+/// Disrupt `nodes`; their pods go to `moves` and `replacements`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Command {
+    pub method: Method,
+    pub reason: Reason,
+    pub nodes: Vec<String>,
+    pub moves: Vec<Move>,
+    /// New NodeClaims to launch before the nodes drain: their options are those
+    /// cheaper than what they replace (for spot-to-spot, the 15 cheapest spot types).
+    pub replacements: Vec<PlannedNodeClaim>,
+    pub price_per_hour_before: f64,
+    pub price_per_hour_after: f64,
+    pub savings_per_hour: f64,
+}
+
+/// A managed node in no command, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RejectedNode {
+    pub node: String,
+    pub code: RejectCode,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
+pub struct PriceBeforeAfter {
+    pub before: f64,
+    pub after: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    pub commands: Vec<Command>,
+    pub rejected: Vec<RejectedNode>,
+    /// All managed nodes' price; after every command has run.
+    pub price_per_hour: PriceBeforeAfter,
+}
+
+/// Everything a decision reads. Pure: the caller gathers it and passes the clock.
+pub struct DisruptionInput<'a> {
+    pub snapshot: &'a ClusterSnapshot,
+    pub node_pools: &'a [NodePool],
+    pub node_classes: &'a [Ec2NodeClass],
+    pub catalog: &'a Catalog,
+    pub pricing: &'a Pricing,
+    /// Claims launched whose nodes have not registered: destinations for moving pods.
+    pub in_flight: &'a [InFlightClaim],
+    /// Unix seconds: the clock for consolidateAfter, expireAfter and budget schedules.
+    pub now: i64,
+    /// Allow replacing spot nodes by spot nodes (Karpenter's SpotToSpotConsolidation).
+    pub spot_to_spot: bool,
+    /// Drift the caller resolved and core cannot see (node name, why): an AMI, subnet
+    /// or security group the node's EC2NodeClass no longer selects.
+    pub external_drift: &'a [(String, String)],
+    /// Nodes already being disrupted by earlier commands: they count against budgets,
+    /// are not candidates and are not destinations.
+    pub disrupting: &'a [String],
+}
