@@ -9,9 +9,14 @@
 pub mod budget;
 pub mod candidates;
 pub mod command;
+pub mod decide;
 pub mod rules;
+pub mod speculate;
 
 use serde::Serialize;
+
+pub use command::{Command, Decision, DisruptionInput, Method, Move, RejectedNode};
+pub use decide::decide;
 
 use crate::api::model::DisruptionReason;
 
