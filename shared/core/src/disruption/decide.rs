@@ -677,3 +677,250 @@ fn node_price(input: &DisruptionInput<'_>, node: &crate::cluster::Node) -> Resul
 fn round(v: f64) -> f64 {
     (v * 1e6).round() / 1e6
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::model::{Budget, BudgetNodes};
+    use crate::catalog::{Catalog, Pricing};
+    use crate::cluster::{ClusterSnapshot, Node, Pod};
+    use crate::disruption::candidates::LABEL_INITIALIZED;
+    use crate::testing::{general_purpose_pool, node, pod};
+
+    const NOW: i64 = 2_000_000_000;
+
+    fn managed(name: &str, instance_type: &str) -> Node {
+        let mut n = node(
+            name,
+            instance_type,
+            "us-east-1a",
+            "general-purpose",
+            Catalog::embedded(),
+        );
+        n.labels.insert(LABEL_INITIALIZED.into(), "true".into());
+        n.created_at = Some(NOW - 3600);
+        n.ready_since = Some(NOW - 3500);
+        n
+    }
+
+    fn on(node: &str, name: &str, cpu: &str) -> Pod {
+        let mut p = pod(name, cpu, "512Mi");
+        p.node_name = Some(node.into());
+        p.marked_unschedulable = false;
+        p.created_at = Some(NOW - 600);
+        p
+    }
+
+    fn pool(budget_percent: u32) -> NodePool {
+        let mut pool = general_purpose_pool();
+        pool.disruption.budgets = vec![Budget {
+            nodes: BudgetNodes::Percent(budget_percent),
+            schedule: None,
+            duration: None,
+            reasons: vec![],
+        }];
+        pool
+    }
+
+    struct Case {
+        snapshot: ClusterSnapshot,
+        pools: Vec<NodePool>,
+        disrupting: Vec<String>,
+        external_drift: Vec<(String, String)>,
+    }
+
+    impl Case {
+        fn new(nodes: Vec<Node>, pods: Vec<Pod>) -> Self {
+            Self {
+                snapshot: ClusterSnapshot {
+                    nodes,
+                    pods,
+                    ..Default::default()
+                },
+                pools: vec![pool(100)],
+                disrupting: vec![],
+                external_drift: vec![],
+            }
+        }
+
+        fn decide(&self) -> Decision {
+            let pricing = Pricing::for_zones(vec!["us-east-1a".into()]);
+            decide(&DisruptionInput {
+                snapshot: &self.snapshot,
+                node_pools: &self.pools,
+                node_classes: &[],
+                catalog: Catalog::embedded(),
+                pricing: &pricing,
+                in_flight: &[],
+                now: NOW,
+                spot_to_spot: false,
+                external_drift: &self.external_drift,
+                disrupting: &self.disrupting,
+            })
+        }
+    }
+
+    fn methods(d: &Decision) -> Vec<(Method, Vec<String>)> {
+        d.commands
+            .iter()
+            .map(|c| (c.method, c.nodes.clone()))
+            .collect()
+    }
+
+    fn codes(d: &Decision) -> Vec<(String, RejectCode)> {
+        d.rejected
+            .iter()
+            .map(|r| (r.node.clone(), r.code))
+            .collect()
+    }
+
+    #[test]
+    fn methods_run_in_order_expiration_emptiness_drift_then_consolidation() {
+        let mut old = managed("old", "m5.large");
+        old.created_at = Some(NOW - 800 * 3600);
+        let empty = managed("empty", "m5.large");
+        let drifted = managed("drifted", "m5.large");
+        let busy = managed("busy", "m5.xlarge");
+        let mut case = Case::new(
+            vec![old, empty, drifted, busy],
+            vec![
+                on("old", "a", "1"),
+                on("drifted", "b", "1"),
+                on("busy", "c", "3"),
+            ],
+        );
+        case.external_drift = vec![("drifted".into(), "AMI ami-old is no longer selected".into())];
+        let d = case.decide();
+        let order: Vec<Method> = d.commands.iter().map(|c| c.method).collect();
+        assert_eq!(
+            &order[..3],
+            [Method::Expiration, Method::Emptiness, Method::Drift],
+            "{d:#?}"
+        );
+        assert_eq!(d.commands[2].nodes, ["drifted"]);
+        assert_eq!(d.commands[2].reason, Reason::Drifted);
+    }
+
+    #[test]
+    fn nodes_already_disrupting_count_against_the_budget_and_are_not_candidates() {
+        // 50% of 4 nodes is 2; one is already being disrupted, so one more may go.
+        let nodes: Vec<Node> = (1..=4)
+            .map(|i| managed(&format!("n{i}"), "m5.large"))
+            .collect();
+        let mut case = Case::new(nodes, vec![]);
+        case.pools = vec![pool(50)];
+        case.disrupting = vec!["n1".into()];
+        let d = case.decide();
+        let taken: usize = d.commands.iter().map(|c| c.nodes.len()).sum();
+        assert_eq!(taken, 1, "{d:#?}");
+        assert!(!d.rejected.iter().any(|r| r.node == "n1"));
+        assert!(
+            !d.commands
+                .iter()
+                .any(|c| c.nodes.contains(&"n1".to_string()))
+        );
+        assert_eq!(
+            codes(&d)
+                .iter()
+                .filter(|(_, c)| *c == RejectCode::DisruptionBudget)
+                .count(),
+            2
+        );
+    }
+
+    #[test]
+    fn candidates_are_never_destinations_of_their_own_command() {
+        // Two half-full m5.large: either may take the other's pod, never both go with
+        // their pods on each other.
+        let case = Case::new(
+            vec![managed("a", "m5.large"), managed("b", "m5.large")],
+            vec![on("a", "p1", "700m"), on("b", "p2", "700m")],
+        );
+        let d = case.decide();
+        for c in &d.commands {
+            for m in &c.moves {
+                assert!(!c.nodes.contains(&m.target), "{d:#?}");
+            }
+        }
+        assert!(d.price_per_hour.after < d.price_per_hour.before, "{d:#?}");
+    }
+
+    #[test]
+    fn a_command_is_computed_on_the_cluster_the_commands_before_it_leave() {
+        // Three m5.large with 1.2 CPU each: one may take a second pod (1.93 CPU
+        // allocatable)... no: 1.2 + 1.2 > 1.93. Only a replacement helps. With one
+        // cheaper node for two pods, a later command must not count the space the
+        // first one used.
+        let nodes: Vec<Node> = (1..=3)
+            .map(|i| managed(&format!("n{i}"), "m5.xlarge"))
+            .collect();
+        let pods = (1..=3)
+            .map(|i| on(&format!("n{i}"), &format!("p{i}"), "1500m"))
+            .collect();
+        let case = Case::new(nodes, pods);
+        let d = case.decide();
+        let mut load: HashMap<String, usize> = HashMap::new();
+        for c in &d.commands {
+            for m in &c.moves {
+                *load.entry(m.target.clone()).or_default() += m.pods.len();
+            }
+        }
+        // An m5.xlarge (3.92 CPU) holds at most two 1.5-CPU pods: its own and one more.
+        assert!(load.values().all(|&n| n <= 1), "{d:#?}");
+        assert!(d.price_per_hour.after < d.price_per_hour.before);
+    }
+
+    #[test]
+    fn a_pod_that_fits_nowhere_keeps_its_node_with_pods_do_not_fit_naming_it() {
+        let mut big = on("n1", "big", "3");
+        big.node_selector
+            .insert("example.com/special".into(), "yes".into());
+        let case = Case::new(vec![managed("n1", "m5.xlarge")], vec![big]);
+        let d = case.decide();
+        assert_eq!(codes(&d), [("n1".to_string(), RejectCode::PodsDoNotFit)]);
+        assert!(
+            d.rejected[0].reason.contains("default/big"),
+            "{}",
+            d.rejected[0].reason
+        );
+    }
+
+    #[test]
+    fn a_node_already_the_cheapest_for_its_pods_is_not_cheaper_to_replace() {
+        // 1.5 CPU and 6 GiB: nothing allowed is cheaper than an m5a.large.
+        let mut p = on("n1", "p", "1500m");
+        p.requests
+            .add(&crate::testing::resources(&[("memory", "5632Mi")]));
+        let case = Case::new(vec![managed("n1", "m5a.large")], vec![p]);
+        let d = case.decide();
+        assert!(d.commands.is_empty(), "{:#?}", d.commands);
+        assert_eq!(codes(&d), [("n1".to_string(), RejectCode::NotCheaper)]);
+    }
+
+    #[test]
+    fn daemonset_and_mirror_pods_do_not_keep_a_node_from_being_empty() {
+        let mut ds = on("n1", "agent", "100m");
+        ds.daemonset_owned = true;
+        let mut mirror = on("n1", "static", "100m");
+        mirror.mirror = true;
+        let case = Case::new(vec![managed("n1", "m5.large")], vec![ds, mirror]);
+        let d = case.decide();
+        assert_eq!(methods(&d), [(Method::Emptiness, vec!["n1".to_string()])]);
+    }
+
+    #[test]
+    fn prices_before_and_after_cover_every_managed_node() {
+        let case = Case::new(
+            vec![managed("n1", "m5.large"), managed("n2", "m5.large")],
+            vec![on("n1", "p", "500m")],
+        );
+        let d = case.decide();
+        assert!((d.price_per_hour.before - 0.192).abs() < 1e-9, "{d:#?}");
+        let saved: f64 = d.commands.iter().map(|c| c.savings_per_hour).sum();
+        assert!(saved >= 0.096, "the empty node at least: {d:#?}");
+        assert!(
+            (d.price_per_hour.after - (0.192 - saved)).abs() < 1e-6,
+            "{d:#?}"
+        );
+    }
+}
