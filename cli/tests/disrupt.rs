@@ -120,7 +120,18 @@ fn decide(pools: &str, items: Vec<Value>, extra: &[&str]) -> Value {
 /// pods; no node is in two commands or both in a command and rejected.
 fn check_contract(d: &Value) {
     let mut seen = BTreeSet::new();
+    let mut moved_ever = BTreeSet::new();
+    let mut targets = BTreeSet::new();
     for c in d["commands"].as_array().unwrap() {
+        for n in c["nodes"].as_array().unwrap() {
+            assert!(
+                !targets.contains(n.as_str().unwrap()),
+                "{n} received pods earlier, then is disrupted: {d:#}"
+            );
+        }
+        for m in c["moves"].as_array().unwrap() {
+            targets.insert(m["target"].as_str().unwrap().to_string());
+        }
         for n in c["nodes"].as_array().unwrap() {
             assert!(
                 seen.insert(n.as_str().unwrap().to_string()),
@@ -131,6 +142,10 @@ fn check_contract(d: &Value) {
         for m in c["moves"].as_array().unwrap() {
             for p in m["pods"].as_array().unwrap() {
                 assert!(pods.insert(p.to_string()), "{p} moves twice");
+                assert!(
+                    moved_ever.insert(p.to_string()),
+                    "{p} moves in two commands"
+                );
             }
         }
         for r in c["replacements"].as_array().unwrap() {

@@ -167,6 +167,7 @@ pub fn decide(input: &DisruptionInput<'_>) -> Decision {
         decision,
         budgets,
         taken: HashSet::new(),
+        receiving: HashSet::new(),
         rejected: BTreeMap::new(),
     };
 
@@ -218,6 +219,8 @@ struct Run<'i, 'a> {
     budgets: Budgets<'a>,
     /// Nodes in a command.
     taken: HashSet<String>,
+    /// Nodes a command moves pods to.
+    receiving: HashSet<String>,
     /// The latest reason a method left each node alone.
     rejected: BTreeMap<String, Rejection>,
 }
@@ -237,7 +240,24 @@ impl Run<'_, '_> {
         placement: Placement,
     ) {
         let names: Vec<&str> = nodes.iter().map(|c| c.name()).collect();
-        world.commit(&names, &placement);
+        world.commit(&names, &placement, self.decision.commands.len() + 1);
+        // A node that receives pods is not disrupted in the same decision: those pods
+        // would move twice, and the node has just changed (consolidateAfter restarts).
+        for m in &placement.moves {
+            if self.receiving.insert(m.target.clone()) {
+                self.reject(
+                    &m.target,
+                    Rejection::new(
+                        RejectCode::ConsolidateAfter,
+                        format!(
+                            "it receives pods from {} in this decision (command {})",
+                            names.join(", "),
+                            self.decision.commands.len() + 1
+                        ),
+                    ),
+                );
+            }
+        }
         let mut per_pool: HashMap<&str, usize> = HashMap::new();
         for c in nodes {
             *per_pool.entry(c.pool().name.as_str()).or_default() += 1;
@@ -261,11 +281,18 @@ impl Run<'_, '_> {
         });
     }
 
-    fn open<'c, 'a>(&self, c: &'c Candidate<'a>) -> bool {
-        !self.taken.contains(c.name())
+    fn open(&self, c: &Candidate<'_>) -> bool {
+        !self.taken.contains(c.name()) && !self.receiving.contains(c.name())
     }
 
     fn expiration(&mut self, candidates: &[Candidate<'_>], world: &mut Speculator<'_>) {
+        // Every expired node goes: none is a destination for another's pods.
+        world.close(
+            candidates
+                .iter()
+                .filter(|c| c.verdict.expired)
+                .map(|c| c.name().to_string()),
+        );
         for c in candidates
             .iter()
             .filter(|c| c.verdict.expired && !c.verdict.node.deleting)
@@ -451,44 +478,48 @@ impl Run<'_, '_> {
         Ok(placement)
     }
 
+    /// Multi-node consolidation in windows of at most [`MULTI_NODE_MAX_CANDIDATES`]:
+    /// the longest valid prefix of the window is taken, then the next window of the
+    /// candidates left, until a window has no valid prefix of two or more.
     fn multi_node(&mut self, candidates: &[Candidate<'_>], world: &mut Speculator<'_>) {
-        let pool_candidates = self.consolidation_candidates(candidates);
-        // Within each pool's Underutilized budget, in order.
-        let mut room: HashMap<&str, usize> = HashMap::new();
-        let mut set: Vec<&Candidate<'_>> = Vec::new();
-        for c in pool_candidates {
-            let pool = c.pool().name.as_str();
-            let left = *room
-                .entry(pool)
-                .or_insert_with(|| self.budgets.room(pool, Reason::Underutilized).unwrap_or(0));
-            if left == 0 {
-                continue;
-            }
-            room.insert(pool, left - 1);
-            set.push(c);
-            if set.len() == MULTI_NODE_MAX_CANDIDATES {
-                break;
-            }
-        }
-        if set.len() < 2 {
-            return;
-        }
-        // The longest valid prefix, by binary search as Karpenter (validity is not
-        // strictly monotone in the prefix, so this finds a good one, not always the
-        // longest).
-        let (mut lo, mut hi) = (2usize, set.len());
-        let mut best: Option<(usize, Placement)> = None;
-        while lo <= hi {
-            let mid = (lo + hi) / 2;
-            match self.try_consolidate(&set[..mid], world) {
-                Ok(placement) => {
-                    best = Some((mid, placement));
-                    lo = mid + 1;
+        loop {
+            let mut room: HashMap<&str, usize> = HashMap::new();
+            let mut set: Vec<&Candidate<'_>> = Vec::new();
+            for c in self.consolidation_candidates(candidates) {
+                let pool = c.pool().name.as_str();
+                let left = *room
+                    .entry(pool)
+                    .or_insert_with(|| self.budgets.room(pool, Reason::Underutilized).unwrap_or(0));
+                if left == 0 {
+                    continue;
                 }
-                Err(_) => hi = mid - 1,
+                room.insert(pool, left - 1);
+                set.push(c);
+                if set.len() == MULTI_NODE_MAX_CANDIDATES {
+                    break;
+                }
             }
-        }
-        if let Some((n, placement)) = best {
+            if set.len() < 2 {
+                return;
+            }
+            // The longest valid prefix, by binary search as Karpenter (validity is not
+            // strictly monotone in the prefix, so this finds a good one, not always
+            // the longest).
+            let (mut lo, mut hi) = (2usize, set.len());
+            let mut best: Option<(usize, Placement)> = None;
+            while lo <= hi {
+                let mid = (lo + hi) / 2;
+                match self.try_consolidate(&set[..mid], world) {
+                    Ok(placement) => {
+                        best = Some((mid, placement));
+                        lo = mid + 1;
+                    }
+                    Err(_) => hi = mid - 1,
+                }
+            }
+            let Some((n, placement)) = best else {
+                return;
+            };
             let nodes: Vec<&Candidate<'_>> = set[..n].to_vec();
             self.take(
                 world,
@@ -776,7 +807,8 @@ mod tests {
 
     #[test]
     fn methods_run_in_order_expiration_emptiness_drift_then_consolidation() {
-        let mut old = managed("old", "m5.large");
+        // The expired node's pod fits on no other node, so nothing moves onto "empty".
+        let mut old = managed("old", "m5.xlarge");
         old.created_at = Some(NOW - 800 * 3600);
         let empty = managed("empty", "m5.large");
         let drifted = managed("drifted", "m5.large");
@@ -784,7 +816,7 @@ mod tests {
         let mut case = Case::new(
             vec![old, empty, drifted, busy],
             vec![
-                on("old", "a", "1"),
+                on("old", "a", "3"),
                 on("drifted", "b", "1"),
                 on("busy", "c", "3"),
             ],

@@ -59,7 +59,6 @@ pub struct Speculator<'a> {
     in_flight: Vec<InFlightClaim>,
     /// Nodes that are never destinations (being disrupted, or gone).
     closed: HashSet<String>,
-    replacements: usize,
 }
 
 impl<'a> Speculator<'a> {
@@ -95,12 +94,16 @@ impl<'a> Speculator<'a> {
             pricing,
             in_flight: in_flight.to_vec(),
             closed: closed.into_iter().collect(),
-            replacements: 0,
         }
     }
 
     pub fn snapshot(&self) -> &ClusterSnapshot {
         self.snapshot
+    }
+
+    /// These nodes stay but take no pods (they are being disrupted).
+    pub fn close(&mut self, nodes: impl IntoIterator<Item = String>) {
+        self.closed.extend(nodes);
     }
 
     /// Where the moving pods of `removed` (node names) would go.
@@ -188,8 +191,9 @@ impl<'a> Speculator<'a> {
     }
 
     /// The command is taken: `removed` is gone, its pods are where `placement` put
-    /// them, and its new claims are in flight.
-    pub fn commit(&mut self, removed: &[&str], placement: &Placement) {
+    /// them, and its new claims are in flight, named `command-<command>-replacement-<k>`
+    /// (later commands' moves may target them by that name).
+    pub fn commit(&mut self, removed: &[&str], placement: &Placement, command: usize) {
         let removed: HashSet<&str> = removed.iter().copied().collect();
         let mut moved_to: std::collections::HashMap<&str, &str> = Default::default();
         for m in &placement.moves {
@@ -231,13 +235,12 @@ impl<'a> Speculator<'a> {
                 claim.pods.extend(m.pods.iter().cloned());
             }
         }
-        for c in &placement.new_claims {
-            self.replacements += 1;
+        for (k, c) in placement.new_claims.iter().enumerate() {
             let Some(capacity_type) = crate::catalog::CapacityType::parse(&c.capacity_type) else {
                 continue;
             };
             self.in_flight.push(InFlightClaim {
-                name: format!("replacement-{}", self.replacements),
+                name: format!("command-{command}-replacement-{}", k + 1),
                 node_pool: c.node_pool.clone(),
                 instance_type: c.instance_type.clone(),
                 zone: c.zone.clone(),
