@@ -299,7 +299,7 @@ impl Run<'_, '_> {
         {
             // Forceful: pods that fit nowhere go pending; the node goes anyway.
             let placement = world
-                .solve(&[c.name()], Limits::default())
+                .solve(&[c.name()], &[], Limits::default())
                 .unwrap_or_default();
             self.take(world, Method::Expiration, Reason::Expired, &[c], placement);
         }
@@ -378,7 +378,7 @@ impl Run<'_, '_> {
             if !self.within_budget(c, Reason::Drifted) {
                 continue;
             }
-            match world.solve(&[c.name()], Limits::default()) {
+            match world.solve(&[c.name()], &[], Limits::default()) {
                 Ok(placement) => self.take(world, Method::Drift, Reason::Drifted, &[c], placement),
                 Err(stop) => {
                     let why = stop_rejection(&stop, c);
@@ -434,6 +434,7 @@ impl Run<'_, '_> {
     fn try_consolidate(
         &self,
         set: &[&Candidate<'_>],
+        excluded: &[&str],
         world: &Speculator<'_>,
     ) -> Result<Placement, Rejection> {
         let names: Vec<&str> = set.iter().map(|c| c.name()).collect();
@@ -450,7 +451,7 @@ impl Run<'_, '_> {
             },
             max_price: Some(price),
         };
-        let mut placement = world.solve(&names, limits).map_err(|stop| match stop {
+        let mut placement = world.solve(&names, excluded, limits).map_err(|stop| match stop {
             Stop::TooManyClaims if all_spot => Rejection::new(
                 RejectCode::SpotToSpot,
                 if self.input.spot_to_spot {
@@ -485,7 +486,8 @@ impl Run<'_, '_> {
         loop {
             let mut room: HashMap<&str, usize> = HashMap::new();
             let mut set: Vec<&Candidate<'_>> = Vec::new();
-            for c in self.consolidation_candidates(candidates) {
+            let all = self.consolidation_candidates(candidates);
+            for &c in &all {
                 let pool = c.pool().name.as_str();
                 let left = *room
                     .entry(pool)
@@ -505,11 +507,21 @@ impl Run<'_, '_> {
             // The longest valid prefix, by binary search as Karpenter (validity is not
             // strictly monotone in the prefix, so this finds a good one, not always
             // the longest).
+            //
+            // The other candidates take none of the prefix's pods: a node that
+            // received pods could not go in this decision (they would move twice), so
+            // the prefix's pods go to new claims and nodes that are no candidates, and
+            // the next window still has every other candidate to work with.
             let (mut lo, mut hi) = (2usize, set.len());
             let mut best: Option<(usize, Placement)> = None;
             while lo <= hi {
                 let mid = (lo + hi) / 2;
-                match self.try_consolidate(&set[..mid], world) {
+                let excluded: Vec<&str> = all
+                    .iter()
+                    .map(|c| c.name())
+                    .filter(|n| !set[..mid].iter().any(|c| c.name() == *n))
+                    .collect();
+                match self.try_consolidate(&set[..mid], &excluded, world) {
                     Ok(placement) => {
                         best = Some((mid, placement));
                         lo = mid + 1;
@@ -536,7 +548,7 @@ impl Run<'_, '_> {
             if !self.within_budget(c, Reason::Underutilized) {
                 continue;
             }
-            match self.try_consolidate(&[c], world) {
+            match self.try_consolidate(&[c], &[], world) {
                 Ok(placement) => self.take(
                     world,
                     Method::SingleNode,

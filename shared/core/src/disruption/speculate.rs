@@ -106,9 +106,16 @@ impl<'a> Speculator<'a> {
         self.closed.extend(nodes);
     }
 
-    /// Where the moving pods of `removed` (node names) would go.
-    pub fn solve(&self, removed: &[&str], limits: Limits) -> Result<Placement, Stop> {
+    /// Where the moving pods of `removed` (node names) would go; `excluded` nodes stay
+    /// but take none of them.
+    pub fn solve(
+        &self,
+        removed: &[&str],
+        excluded: &[&str],
+        limits: Limits,
+    ) -> Result<Placement, Stop> {
         let removed: HashSet<&str> = removed.iter().copied().collect();
+        let excluded: HashSet<&str> = excluded.iter().copied().collect();
         let mut pods = Vec::with_capacity(self.pods.len());
         let mut moving = 0usize;
         for pod in &self.pods {
@@ -135,7 +142,7 @@ impl<'a> Speculator<'a> {
             .filter(|n| !removed.contains(n.name.as_str()))
             .map(|n| {
                 let mut n = n.clone();
-                if self.closed.contains(&n.name) {
+                if self.closed.contains(&n.name) || excluded.contains(n.name.as_str()) {
                     n.unschedulable = true;
                 }
                 n
