@@ -117,7 +117,16 @@ pub fn decide(input: &DisruptionInput<'_>) -> Decision {
     let mut candidates: Vec<Candidate<'_>> = Vec::new();
     for mut verdict in verdicts {
         let node = verdict.node;
-        if let Some(entry) = budgets.pools.get_mut(verdict.pool.name.as_str()) {
+        // As Karpenter: only initialized nodes count towards a pool's total (a
+        // replacement still starting must not raise a percentage), and those NotReady
+        // or being deleted use budget.
+        let initialized = node
+            .labels
+            .get(super::candidates::LABEL_INITIALIZED)
+            .is_some_and(|v| v == "true");
+        if let Some(entry) = budgets.pools.get_mut(verdict.pool.name.as_str())
+            && initialized
+        {
             entry.1 += 1;
             if already.contains(node.name.as_str()) || node.deleting || !node.ready {
                 entry.2 += 1;
@@ -372,7 +381,7 @@ impl Run<'_, '_> {
             if !self.open(c) {
                 continue;
             }
-            if c.verdict.drifted.is_none() || c.verdict.blocked.is_some() {
+            if c.verdict.drifted.is_none() || !drift_may_take(c) {
                 continue;
             }
             if !self.within_budget(c, Reason::Drifted) {
@@ -419,11 +428,10 @@ impl Run<'_, '_> {
             }
             out.push(c);
         }
+        let now = self.input.now;
         out.sort_by(|a, b| {
-            a.verdict
-                .moving
-                .len()
-                .cmp(&b.verdict.moving.len())
+            disruption_cost(a, now)
+                .total_cmp(&disruption_cost(b, now))
                 .then(b.price.total_cmp(&a.price))
                 .then(a.name().cmp(b.name()))
         });
@@ -560,6 +568,37 @@ impl Run<'_, '_> {
             }
         }
     }
+}
+
+/// Drift is eventual disruption: with a terminationGracePeriod on the NodePool the
+/// drain ends by then anyway, so a pod's do-not-disrupt or PodDisruptionBudget does not
+/// keep the node from being a drift candidate (Karpenter's
+/// `IgnorePodBlockEvictionError` for the eventual class). The node's own blockers do.
+fn drift_may_take(c: &Candidate<'_>) -> bool {
+    let Some(blocked) = &c.verdict.blocked else {
+        return true;
+    };
+    let pod_level = match blocked.code {
+        RejectCode::PodDisruptionBudget => true,
+        RejectCode::DoNotDisrupt => !c.verdict.node.do_not_disrupt,
+        _ => false,
+    };
+    pod_level && c.pool().termination_grace_period.is_some()
+}
+
+/// Karpenter's disruption cost, without pod priority and deletion cost (not read from
+/// the snapshot): each pod that would move costs 1, scaled by the fraction of the
+/// node's lifetime left before it expires (a node near expiry is cheap to disrupt).
+fn disruption_cost(c: &Candidate<'_>, now: i64) -> f64 {
+    let pods = c.verdict.moving.len() as f64;
+    let lifetime = match (c.pool().expire_after, c.verdict.node.created_at) {
+        (Some(after), Some(created)) if after.as_secs() > 0 => {
+            let total = after.as_secs_f64();
+            ((total - (now - created) as f64) / total).clamp(0.0, 1.0)
+        }
+        _ => 1.0,
+    };
+    pods * lifetime
 }
 
 fn stop_rejection(stop: &Stop, c: &Candidate<'_>) -> Rejection {
@@ -966,5 +1005,38 @@ mod tests {
             (d.price_per_hour.after - (0.192 - saved)).abs() < 1e-6,
             "{d:#?}"
         );
+    }
+
+    #[test]
+    fn a_pod_blocker_stops_drift_unless_the_pool_bounds_the_drain_with_a_grace_period() {
+        let mut blocker = on("n1", "batch", "3");
+        blocker.do_not_disrupt = true;
+        let mut case = Case::new(vec![managed("n1", "m5.xlarge")], vec![blocker]);
+        case.external_drift = vec![("n1".into(), "AMI no longer selected".into())];
+        let d = case.decide();
+        assert_eq!(codes(&d), [("n1".to_string(), RejectCode::DoNotDisrupt)]);
+        case.pools[0].termination_grace_period = Some(std::time::Duration::from_secs(3600));
+        let d = case.decide();
+        assert_eq!(methods(&d), [(Method::Drift, vec!["n1".to_string()])]);
+        // The node's own do-not-disrupt still blocks.
+        case.snapshot.nodes[0].do_not_disrupt = true;
+        let d = case.decide();
+        assert_eq!(codes(&d), [("n1".to_string(), RejectCode::DoNotDisrupt)]);
+    }
+
+    #[test]
+    fn nodes_nearer_expiry_are_consolidated_first() {
+        let mut young = managed("a-young", "m5.xlarge");
+        young.created_at = Some(NOW - 3600);
+        let mut aged = managed("z-aged", "m5.xlarge");
+        aged.created_at = Some(NOW - 700 * 3600);
+        let mut case = Case::new(
+            vec![young, aged],
+            vec![on("a-young", "a", "1"), on("z-aged", "b", "1")],
+        );
+        case.pools = vec![pool(50)];
+        let d = case.decide();
+        assert_eq!(d.commands.len(), 1, "{d:#?}");
+        assert_eq!(d.commands[0].nodes, ["z-aged"]);
     }
 }
