@@ -1039,4 +1039,147 @@ mod tests {
         assert_eq!(d.commands.len(), 1, "{d:#?}");
         assert_eq!(d.commands[0].nodes, ["z-aged"]);
     }
+
+    /// Random fragmented clusters: whatever the decision, applying every command leaves
+    /// each pod on a node (or replacement) its requests fit, no two pods of an
+    /// anti-affine app on one node, every managed node accounted for once, and every
+    /// consolidation cheaper.
+    #[test]
+    fn applying_any_decision_leaves_every_pod_fitting_and_every_node_accounted_for() {
+        use crate::testing::affinity_term;
+        let catalog = Catalog::embedded();
+        let types = [
+            "m5.large",
+            "m5.xlarge",
+            "m5.2xlarge",
+            "c5.xlarge",
+            "r5.large",
+        ];
+        let mut seed: u64 = 0x5eed;
+        let mut next = |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        for round in 0..15 {
+            let mut nodes = Vec::new();
+            let mut pods = Vec::new();
+            for i in 0..(2 + next(9)) {
+                let name = format!("n{i}");
+                let it = types[next(types.len() as u64) as usize];
+                let node = managed(&name, it);
+                let mut free = node.allocatable.get_milli("cpu");
+                for k in 0..next(6) {
+                    let cpu = 100 * (1 + next(12)) as i64;
+                    if cpu > free {
+                        break;
+                    }
+                    free -= cpu;
+                    let mut p = on(&name, &format!("p{i}x{k}"), &format!("{cpu}m"));
+                    if next(4) == 0 {
+                        p.labels.insert("app".into(), "solo".into());
+                        p.pod_anti_affinity =
+                            vec![affinity_term(crate::catalog::LABEL_HOSTNAME, "solo")];
+                        if pods.iter().any(|q: &Pod| {
+                            q.node_name == p.node_name
+                                && q.labels.get("app").map(String::as_str) == Some("solo")
+                        }) {
+                            continue;
+                        }
+                    }
+                    pods.push(p);
+                }
+                nodes.push(node);
+            }
+            let case = Case::new(nodes, pods);
+            let d = case.decide();
+            let by_key: HashMap<String, &Pod> =
+                case.snapshot.pods.iter().map(|p| (p.key(), p)).collect();
+            // Every managed node once.
+            let mut seen: HashSet<&str> = HashSet::new();
+            for n in d
+                .commands
+                .iter()
+                .flat_map(|c| &c.nodes)
+                .chain(d.rejected.iter().map(|r| &r.node))
+            {
+                assert!(seen.insert(n), "round {round}: {n} twice: {d:#?}");
+            }
+            assert_eq!(seen.len(), case.snapshot.nodes.len(), "round {round}");
+            // Where every pod ends up.
+            let mut home: HashMap<String, String> = case
+                .snapshot
+                .pods
+                .iter()
+                .map(|p| (p.key(), p.node_name.clone().unwrap()))
+                .collect();
+            let mut capacity: HashMap<String, i64> = case
+                .snapshot
+                .nodes
+                .iter()
+                .map(|n| (n.name.clone(), n.allocatable.get_milli("cpu")))
+                .collect();
+            for (ci, c) in d.commands.iter().enumerate() {
+                let mut moved: Vec<&String> = c.moves.iter().flat_map(|m| &m.pods).collect();
+                for m in &c.moves {
+                    for p in &m.pods {
+                        home.insert(p.clone(), m.target.clone());
+                    }
+                }
+                for (k, r) in c.replacements.iter().enumerate() {
+                    let name = format!("command-{}-replacement-{}", ci + 1, k + 1);
+                    let cpu = catalog
+                        .get(&r.instance_type)
+                        .unwrap()
+                        .allocatable
+                        .get_milli("cpu");
+                    capacity.insert(name.clone(), cpu);
+                    for p in &r.pods {
+                        home.insert(p.clone(), name.clone());
+                        moved.push(p);
+                    }
+                }
+                let mut expected: Vec<String> = case
+                    .snapshot
+                    .pods
+                    .iter()
+                    .filter(|p| c.nodes.contains(p.node_name.as_ref().unwrap()))
+                    .map(Pod::key)
+                    .collect();
+                expected.sort();
+                let mut moved: Vec<String> = moved.into_iter().cloned().collect();
+                moved.sort();
+                assert_eq!(
+                    moved,
+                    expected,
+                    "round {round}: command {} moves exactly its nodes' pods",
+                    ci + 1
+                );
+                if c.reason == Reason::Underutilized || c.reason == Reason::Empty {
+                    assert!(c.savings_per_hour > 0.0, "round {round}: {c:#?}");
+                }
+                for n in &c.nodes {
+                    capacity.remove(n);
+                }
+            }
+            let mut used: HashMap<&str, i64> = HashMap::new();
+            let mut solo: HashSet<&str> = HashSet::new();
+            for (key, node) in &home {
+                let Some(cap) = capacity.get(node) else {
+                    panic!("round {round}: {key} is left on removed node {node}: {d:#?}");
+                };
+                let pod = by_key[key];
+                let u = used.entry(node).or_default();
+                *u += pod.requests.get_milli("cpu");
+                assert!(*u <= *cap, "round {round}: {node} over its cpu: {d:#?}");
+                if pod.labels.get("app").map(String::as_str) == Some("solo") {
+                    assert!(
+                        solo.insert(node),
+                        "round {round}: two solo pods on {node}: {d:#?}"
+                    );
+                }
+            }
+        }
+    }
 }
