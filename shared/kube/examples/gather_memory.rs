@@ -1,0 +1,134 @@
+//! Peak memory of what a provisioner or disruption tick holds: the cluster gathered
+//! through the Kubernetes API (the same `KubeCluster::state()` the Lambda functions
+//! call, pages converted as they arrive) and a provisioning plan over it. The API is
+//! the fake API server in this process, loaded from a snapshot file; the gather runs in
+//! a child process, whose peak RSS (VmHWM) is the figure.
+//!
+//! ```sh
+//! nodewright bench --suite command --runs 1 --dir /tmp/nw-bench   # writes cluster-1000.json, cluster-5000.json
+//! cargo run --release -p nodewright-kube --features fake --example gather_memory -- \
+//!     /tmp/nw-bench/cluster-1000.json /tmp/nw-bench/real-nodepools.yaml
+//! ```
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use nodewright_core::catalog::{Catalog, Pricing};
+use nodewright_core::cluster::ClusterSnapshot;
+use nodewright_core::provisioning::{ProvisioningInput, plan_provisioning};
+use nodewright_engine::ports::Cluster;
+use nodewright_kube::fake::FakeApiServer;
+use nodewright_kube::{KubeCluster, StaticToken};
+use serde_json::Value;
+
+fn main() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.as_slice() {
+        [flag, url] if flag == "--child" => child(url),
+        [snapshot, pools] => parent(snapshot, pools),
+        _ => Err("usage: gather_memory SNAPSHOT.json NODEPOOLS.yaml".into()),
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+fn parent(snapshot: &str, pools: &str) -> Result<(), String> {
+    let text = std::fs::read_to_string(snapshot).map_err(|e| format!("{snapshot}: {e}"))?;
+    let list: Value = serde_json::from_str(&text).map_err(|e| format!("{snapshot}: {e}"))?;
+    drop(text);
+    let pools_text = std::fs::read_to_string(pools).map_err(|e| format!("{pools}: {e}"))?;
+    let rt = runtime()?;
+    rt.block_on(async {
+        let server = FakeApiServer::start().await.map_err(|e| e.to_string())?;
+        let mut counts = (0usize, 0usize);
+        for item in list["items"].as_array().into_iter().flatten() {
+            match item["kind"].as_str() {
+                Some("Node") => counts.0 += 1,
+                Some("Pod") => counts.1 += 1,
+                _ => {}
+            }
+            server.put(item.clone());
+        }
+        for doc in serde_yaml_ng::Deserializer::from_str(&pools_text) {
+            let object: Value = serde::Deserialize::deserialize(doc).map_err(|e| format!("{pools}: {e}"))?;
+            if !object.is_null() {
+                server.put(object);
+            }
+        }
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let url = server.url();
+        // The server answers from this runtime's other worker while this one waits.
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(exe).arg("--child").arg(url).output()
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            return Err(format!("the gather failed: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+        println!(
+            "{} nodes, {} pods through the Kubernetes API: {}",
+            counts.0,
+            counts.1,
+            stdout.trim()
+        );
+        Ok(())
+    })
+}
+
+/// One tick's worth: gather, plan, then report the high-water mark.
+fn child(url: &str) -> Result<(), String> {
+    let rt = runtime()?;
+    rt.block_on(async {
+        let baseline = vm_hwm_mb();
+        let cluster = KubeCluster::from_endpoint(url, None, Arc::new(StaticToken("bench".into())))
+            .map_err(|e| e.to_string())?;
+        let started = Instant::now();
+        let state = cluster.state().await.map_err(|e| e.to_string())?;
+        let gathered = started.elapsed();
+        let gather_peak = vm_hwm_mb();
+        let snapshot = ClusterSnapshot {
+            nodes: state.nodes,
+            pods: state.pods,
+            daemonsets: state.daemonsets,
+            pdbs: state.pdbs,
+            ..Default::default()
+        };
+        let pricing = Pricing::default();
+        let plan = plan_provisioning(&ProvisioningInput {
+            snapshot: &snapshot,
+            node_pools: &state.node_pools,
+            node_classes: &state.node_classes,
+            catalog: Catalog::embedded(),
+            pricing: &pricing,
+            in_flight: &[],
+        });
+        println!(
+            "gather {:.2} s; peak RSS {:.1} MB after the gather, {:.1} MB after planning ({} claims); {:.1} MB before anything",
+            gathered.as_secs_f64(),
+            gather_peak,
+            vm_hwm_mb(),
+            plan.node_claims.len(),
+            baseline
+        );
+        Ok(())
+    })
+}
+
+/// VmHWM of this process in MB (10^6 bytes); 0 off Linux.
+fn vm_hwm_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kib| kib * 1024.0 / 1e6)
+}
