@@ -19,6 +19,8 @@
 //! - `command`: what a user sees: snapshot files written as kubectl prints them, and this
 //!   executable's `plan` run on each as a child process; wall time, the child's peak RSS
 //!   and the size of its JSON output (see `bench/command.rs`).
+//! - `prepared`: the scheduler prepared once and solved many times, as consolidation
+//!   uses it, on 1,000 nodes / 30,000 bound pods (see `bench/prepared.rs`).
 //!
 //! The table goes to stdout; with `--json` it goes to stderr and stdout carries one JSON
 //! object per figure, so `nodewright bench --json > bench.jsonl` keeps both readable.
@@ -44,6 +46,7 @@ use nodewright_core::testing::{node_pool, req, violations};
 use serde_json::{Value, json};
 
 mod command;
+mod prepared;
 
 /// Pods per second the planner must sustain on the synthetic suite at 5,000 and 20,000 pods.
 pub const TARGET_PODS_PER_SEC: f64 = 20_000.0;
@@ -69,6 +72,9 @@ pub enum Suite {
     Memory,
     /// Whole-command figures: `nodewright plan` run as a user runs it, on snapshot files.
     Command,
+    /// The scheduler prepared once and solved many times (consolidation's speculative
+    /// solves) on 1,000 nodes / 30,000 bound pods.
+    Prepared,
     All,
     /// Internal: plan the real workload once and print VmRSS/VmHWM (used by `memory`).
     #[value(hide = true)]
@@ -157,6 +163,9 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     }
     if all || args.suite == Suite::Command {
         command::command_suite(&mut out, args.runs, args.dir.as_deref());
+    }
+    if all || args.suite == Suite::Prepared {
+        prepared::prepared_suite(&mut out);
     }
     out.line(&format!(
         "\nbench finished in {:.1} s",

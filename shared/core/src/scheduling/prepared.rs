@@ -33,6 +33,7 @@ use crate::catalog::{LABEL_INSTANCE_TYPE, LABEL_NODEPOOL};
 use crate::disruption::rules::moving_pods;
 use crate::resources::{Resources, WELL_KNOWN};
 
+use super::fast_hash::FastMap;
 use super::requirements::ValueSet;
 use super::scheduler::{
     Class, ClassKey, Origin, Schedule, Scheduler, SchedulerInput, Undo, ct_index, largest_first,
@@ -204,6 +205,22 @@ fn is_moving(input: &SchedulerInput<'_>, p: usize) -> bool {
         .is_some()
 }
 
+impl Scheduler<'_> {
+    /// `count_on_node`, with the groups of the pod's class when it has one.
+    fn count_pod_on_node(&mut self, p: usize, n: usize, delta: i32, from_group: usize) {
+        let c = self.pod_class[p];
+        if c >= self.classes.len() {
+            return self.count_on_node(p, n, delta, from_group);
+        }
+        // Lent out and back: counting changes groups, never classes.
+        let selecting = std::mem::take(&mut self.classes[c].matched);
+        let owned = std::mem::take(&mut self.classes[c].owned);
+        self.count_listed(n, delta, &selecting, &owned, from_group);
+        self.classes[c].matched = selecting;
+        self.classes[c].owned = owned;
+    }
+}
+
 impl<'a> Solver<'a> {
     /// The solve state, from the prepared provisioning state: classes and topology
     /// groups for the bound pods that may move, the nominated pods on their in-flight
@@ -215,7 +232,7 @@ impl<'a> Solver<'a> {
         let mut node_pods: Vec<Vec<usize>> = vec![Vec::new(); input.nodes.len()];
         let first_class = s.classes.len();
         let first_group = s.groups.len();
-        let mut index: HashMap<ClassKey<'_>, usize> = HashMap::new();
+        let mut index: FastMap<ClassKey<'_>, usize> = FastMap::default();
         for (p, pod) in pods.iter().enumerate() {
             if pod.terminal {
                 continue;
@@ -235,6 +252,7 @@ impl<'a> Solver<'a> {
                     min_request: pod.requests.clone(),
                     remaining: Resources::new(),
                     pools_ok: Vec::new(),
+                    owned: Vec::new(),
                 });
                 s.classes.len() - 1
             });
@@ -253,16 +271,17 @@ impl<'a> Solver<'a> {
             }
             s.classes[c].ladder = s.ladder(pod);
         }
-        if s.groups.len() > first_group {
-            for (n, on_node) in node_pods.iter().enumerate() {
-                for &p in on_node {
-                    s.count_on_node(p, n, 1, first_group);
-                }
-            }
-        }
         for c in 0..s.classes.len() {
             let pod = &pods[s.classes[c].representative];
             s.classes[c].matched = s.groups_selecting(pod);
+            s.classes[c].owned = s.groups_owned(pod);
+        }
+        if s.groups.len() > first_group {
+            for (n, on_node) in node_pods.iter().enumerate() {
+                for &p in on_node {
+                    s.count_pod_on_node(p, n, 1, first_group);
+                }
+            }
         }
         let pending = s.pending.clone();
         s.place_nominated(pending);
@@ -322,7 +341,7 @@ impl<'a> Solver<'a> {
         let mut moving = Vec::new();
         for &n in &removed {
             for &p in &self.node_pods[n] {
-                s.count_on_node(p, n, -1, 0);
+                s.count_pod_on_node(p, n, -1, 0);
                 if is_moving(input, p) {
                     moving.push(p);
                 }

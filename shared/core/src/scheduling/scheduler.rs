@@ -32,6 +32,7 @@ use crate::cluster::{
 };
 use crate::resources::{CPU, MEMORY, PODS, Resources, WELL_KNOWN, format_milli};
 
+use super::fast_hash::FastMap;
 use super::lp;
 use super::prepared::PreparedScheduler;
 use super::repack;
@@ -204,6 +205,8 @@ pub(super) struct Class {
     pub(super) remaining: Resources,
     /// NodePools that can take the class at its strictest level.
     pub(super) pools_ok: Vec<bool>,
+    /// Required anti-affinity groups the members own (filled for solves).
+    pub(super) owned: Vec<usize>,
 }
 
 #[derive(Clone)]
@@ -290,29 +293,29 @@ pub(super) struct Scheduler<'a> {
     pub(super) pool_order: Vec<usize>,
     pub(super) bins: Vec<Bin>,
     pub(super) groups: Vec<Group>,
-    pub(super) group_index: HashMap<GroupSpec, usize>,
+    pub(super) group_index: FastMap<GroupSpec, usize>,
     pub(super) classes: Vec<Class>,
     pub(super) pod_class: Vec<usize>,
     pub(super) eclasses: Vec<EClass>,
-    pub(super) eclass_index: HashMap<(usize, usize), usize>,
+    pub(super) eclass_index: FastMap<(usize, usize), usize>,
     pub(super) any_prefer_no_schedule: bool,
     pub(super) zone_use: Vec<u32>,
     /// The pods provisioning places, largest first (set by `prepare`).
     pub(super) pending: Vec<usize>,
     /// Per input node: its bin, when it is one (Ready and schedulable).
     pub(super) node_bin: Vec<Option<usize>>,
-    pub(super) node_index: HashMap<&'a str, usize>,
+    pub(super) node_index: FastMap<&'a str, usize>,
     /// Groups by the first `matchLabels` entry of their selector (label, value), so
     /// counting a pod looks at the groups that could select it, not at all of them.
-    pub(super) select_index: HashMap<String, HashMap<String, Vec<usize>>>,
+    pub(super) select_index: FastMap<String, FastMap<String, Vec<usize>>>,
     /// Groups whose selector has only expressions: checked against every pod.
     pub(super) select_scan: Vec<usize>,
     /// Required anti-affinity groups by (topology key label, selector): the groups a pod
     /// owns through its own required terms.
-    pub(super) owner_index: HashMap<(String, Option<LabelSelector>), Vec<usize>>,
+    pub(super) owner_index: FastMap<(String, Option<LabelSelector>), Vec<usize>>,
     /// Compiled node-side constraints shared by every class with the same ones.
     pub(super) shapes: Vec<NodeShape>,
-    pub(super) shape_index: HashMap<(Requirements, Vec<Toleration>, bool), usize>,
+    pub(super) shape_index: FastMap<(Requirements, Vec<Toleration>, bool), usize>,
     /// Present while a speculative solve runs: how to put everything back.
     pub(super) undo: Option<Undo>,
     /// Bins no pod may be placed on (nodes a solve removes, or keeps out of reach).
@@ -320,6 +323,9 @@ pub(super) struct Scheduler<'a> {
     /// Per bin: the stamp of the solve that last saved it in `undo`.
     pub(super) bin_stamp: Vec<u32>,
     pub(super) stamp: u32,
+    /// `universe` by node filter and key: many groups share one (a deployment's spread
+    /// each), and computing it looks at every node.
+    pub(super) universe_cache: FastMap<(Option<NodeFilter>, usize), Vec<bool>>,
 }
 
 /// The node-side part of a compiled class (requirements at one relaxation level,
@@ -462,11 +468,11 @@ impl<'a> Scheduler<'a> {
             pool_order: Vec::new(),
             bins: Vec::new(),
             groups: Vec::new(),
-            group_index: HashMap::new(),
+            group_index: FastMap::default(),
             classes: Vec::new(),
             pod_class: vec![usize::MAX; input.pods.len()],
             eclasses: Vec::new(),
-            eclass_index: HashMap::new(),
+            eclass_index: FastMap::default(),
             any_prefer_no_schedule,
             zone_use: Vec::new(),
             pending: Vec::new(),
@@ -477,15 +483,16 @@ impl<'a> Scheduler<'a> {
                 .enumerate()
                 .map(|(i, n)| (n.name.as_str(), i))
                 .collect(),
-            select_index: HashMap::new(),
+            select_index: FastMap::default(),
             select_scan: Vec::new(),
-            owner_index: HashMap::new(),
+            owner_index: FastMap::default(),
             shapes: Vec::new(),
-            shape_index: HashMap::new(),
+            shape_index: FastMap::default(),
             undo: None,
             blocked: Vec::new(),
             bin_stamp: Vec::new(),
             stamp: 0,
+            universe_cache: FastMap::default(),
         };
         s.zone_use = vec![0; s.zones.len()];
         s.build_pools();
@@ -750,8 +757,8 @@ impl<'a> Scheduler<'a> {
 
     pub(super) fn build_existing_bins(&mut self) {
         let input = self.input;
-        let mut used_by_node: HashMap<&str, Resources> = HashMap::new();
-        let mut ports_by_node: HashMap<&str, Vec<HostPort>> = HashMap::new();
+        let mut used_by_node: FastMap<&str, Resources> = FastMap::default();
+        let mut ports_by_node: FastMap<&str, Vec<HostPort>> = FastMap::default();
         for pod in input.pods {
             if let (Some(node), false) = (&pod.node_name, pod.terminal) {
                 used_by_node
@@ -866,7 +873,16 @@ impl<'a> Scheduler<'a> {
         let (domains, universe) = match spec.key {
             TopologyKey::Hostname => (0, Vec::new()),
             TopologyKey::Domain(k) => {
-                (self.keys[k].values.len(), self.universe(filter.as_ref(), k))
+                let cache_key = (spec.filter.clone(), k);
+                let universe = match self.universe_cache.get(&cache_key) {
+                    Some(u) => u.clone(),
+                    None => {
+                        let u = self.universe(filter.as_ref(), k);
+                        self.universe_cache.insert(cache_key, u.clone());
+                        u
+                    }
+                };
+                (self.keys[k].values.len(), universe)
             }
         };
         let g = self.groups.len();
@@ -944,13 +960,25 @@ impl<'a> Scheduler<'a> {
     /// next to them now.
     pub(super) fn count_on_node(&mut self, p: usize, n: usize, delta: i32, from_group: usize) {
         let pod = &self.input.pods[p];
-        let node = &self.input.nodes[n];
-        let host = self.node_bin[n];
         let selecting = self.groups_selecting(pod);
         let owned = self.groups_owned(pod);
+        self.count_listed(n, delta, &selecting, &owned, from_group);
+    }
+
+    /// `count_on_node` for a pod whose selecting and owned groups are known (sorted).
+    pub(super) fn count_listed(
+        &mut self,
+        n: usize,
+        delta: i32,
+        selecting: &[usize],
+        owned: &[usize],
+        from_group: usize,
+    ) {
+        let node = &self.input.nodes[n];
+        let host = self.node_bin[n];
         let mut gs: Vec<usize> = selecting
             .iter()
-            .chain(&owned)
+            .chain(owned)
             .copied()
             .filter(|&g| g >= from_group)
             .collect();
@@ -1050,7 +1078,7 @@ impl<'a> Scheduler<'a> {
     /// Groups every pod class could use, and counts of the bound pods in them.
     pub(super) fn build_classes(&mut self, pending: &[usize]) {
         let pods = self.input.pods;
-        let mut index: HashMap<ClassKey<'_>, usize> = HashMap::new();
+        let mut index: FastMap<ClassKey<'_>, usize> = FastMap::default();
         for &p in pending {
             let key = ClassKey::of(&pods[p]);
             let c = match index.get(&key) {
@@ -1065,6 +1093,7 @@ impl<'a> Scheduler<'a> {
                         min_request: pods[p].requests.clone(),
                         remaining: Resources::new(),
                         pools_ok: Vec::new(),
+                        owned: Vec::new(),
                     });
                     c
                 }
