@@ -19,6 +19,8 @@
 //! - `command`: what a user sees: snapshot files written as kubectl prints them, and this
 //!   executable's `plan` run on each as a child process; wall time, the child's peak RSS
 //!   and the size of its JSON output (see `bench/command.rs`).
+//! - `prepared`: the scheduler prepared once and solved many times, as consolidation
+//!   uses it, on 1,000 nodes / 30,000 bound pods (see `bench/prepared.rs`).
 //!
 //! The table goes to stdout; with `--json` it goes to stderr and stdout carries one JSON
 //! object per figure, so `nodewright bench --json > bench.jsonl` keeps both readable.
@@ -45,6 +47,7 @@ use serde_json::{Value, json};
 
 mod command;
 mod disrupt;
+mod prepared;
 
 /// Pods per second the planner must sustain on the synthetic suite at 5,000 and 20,000 pods.
 pub const TARGET_PODS_PER_SEC: f64 = 20_000.0;
@@ -72,6 +75,9 @@ pub enum Suite {
     Command,
     /// Whole-command figures of `nodewright disrupt` on fragmented clusters.
     Disrupt,
+    /// The scheduler prepared once and solved many times (consolidation's speculative
+    /// solves) on 1,000 nodes / 30,000 bound pods.
+    Prepared,
     All,
     /// Internal: plan the real workload once and print VmRSS/VmHWM (used by `memory`).
     #[value(hide = true)]
@@ -167,6 +173,8 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     // Not in `all`: at 5,000 nodes it writes and decides a 150,000-pod cluster.
     if args.suite == Suite::Disrupt {
         disrupt::disrupt_suite(&mut out, args.nodes.as_deref());
+    if all || args.suite == Suite::Prepared {
+        prepared::prepared_suite(&mut out);
     }
     out.line(&format!(
         "\nbench finished in {:.1} s",

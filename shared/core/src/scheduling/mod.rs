@@ -1,17 +1,22 @@
 //! Scheduling simulation: the requirements algebra, topology bookkeeping, the
 //! fractional-fleet LP and the bin-packer that places pods on nodes and NodeClaims.
 
+mod fast_hash;
 pub mod lp;
+mod prepared;
 mod repack;
 pub mod requirements;
 pub mod scheduler;
 pub mod topology;
 
+pub use prepared::{Placed, PreparedScheduler, Removal, Solve, SolveLimits, Stop};
 pub use requirements::{Requirements, ValueSet};
 pub use scheduler::{
     ClaimOption, InFlightClaim, MAX_INSTANCE_TYPE_OPTIONS, NewClaim, Schedule, SchedulerInput,
     schedule,
 };
 
+#[cfg(test)]
+mod prepared_tests;
 #[cfg(test)]
 mod tests;

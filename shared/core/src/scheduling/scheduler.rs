@@ -20,16 +20,21 @@
 //! PreferNoSchedule taints.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use crate::api::model::{Ec2NodeClass, NodePool, NodeRequirement, Taint, TaintEffect};
 use crate::catalog::{
     CapacityType, Catalog, InstanceType, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL,
     LABEL_REGION, LABEL_ZONE, Pricing,
 };
-use crate::cluster::{DaemonSet, HostPort, Node, Pod, Toleration, WhenUnsatisfiable};
+use crate::cluster::{
+    DaemonSet, HostPort, LabelSelector, Node, Pod, Toleration, WhenUnsatisfiable,
+};
 use crate::resources::{CPU, MEMORY, PODS, Resources, WELL_KNOWN, format_milli};
 
+use super::fast_hash::FastMap;
 use super::lp;
+use super::prepared::PreparedScheduler;
 use super::repack;
 use super::requirements::{Requirements, ValueSet};
 use super::topology::{
@@ -116,37 +121,40 @@ pub struct Schedule {
     pub unschedulable: Vec<(usize, String)>,
 }
 
+/// Plans the pending pods: [`PreparedScheduler::provision`] on a scheduler prepared for
+/// this one call (without the state speculative solves need).
 pub fn schedule(input: &SchedulerInput<'_>) -> Schedule {
-    Scheduler::new(input).run()
+    PreparedScheduler::for_provisioning(input).provision_once()
 }
 
 // ---------------------------------------------------------------------------------
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Origin {
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Origin {
     Existing(usize),
     InFlight(usize),
     New(usize),
 }
 
-struct Bin {
-    origin: Origin,
-    reqs: Requirements,
+#[derive(Clone)]
+pub(super) struct Bin {
+    pub(super) origin: Origin,
+    pub(super) reqs: Requirements,
     /// Bumped whenever `reqs` narrows.
-    version: u32,
-    taints: Vec<Taint>,
+    pub(super) version: u32,
+    pub(super) taints: Vec<Taint>,
     /// What pods may use in total (allocatable minus DaemonSets and bound pods).
-    ceiling: Resources,
-    used: Resources,
+    pub(super) ceiling: Resources,
+    pub(super) used: Resources,
     /// New claims: the type whose size bounds the packing.
-    target: Option<usize>,
+    pub(super) target: Option<usize>,
     /// Per domain key (zone, capacity type, then the others in `Scheduler::keys`): the
     /// domain the node is in, once known.
-    domains: Vec<Option<usize>>,
+    pub(super) domains: Vec<Option<usize>>,
     /// Host ports bound on the node, by its pods and the DaemonSet pods it runs.
-    ports: Vec<HostPort>,
+    pub(super) ports: Vec<HostPort>,
     /// (pod index, effective class)
-    pods: Vec<(usize, usize)>,
+    pub(super) pods: Vec<(usize, usize)>,
 }
 
 impl Bin {
@@ -156,14 +164,15 @@ impl Bin {
 }
 
 /// A label topology constraints count on, and its values (the domains).
-struct DomainKey {
-    label: String,
-    values: Vec<String>,
+#[derive(Clone)]
+pub(super) struct DomainKey {
+    pub(super) label: String,
+    pub(super) values: Vec<String>,
     /// A label instance types carry (arch, instance family…): a new claim's value is
     /// its type's.
-    type_key: bool,
+    pub(super) type_key: bool,
     /// Per pool: the values a node it launches could have.
-    pool_values: Vec<Vec<bool>>,
+    pub(super) pool_values: Vec<Vec<bool>>,
 }
 
 impl DomainKey {
@@ -174,7 +183,7 @@ impl DomainKey {
 
 /// One relaxation state of a class.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-struct Relax {
+pub(super) struct Relax {
     term: usize,
     preferred_pod_affinity: bool,
     preferred_pod_anti_affinity: bool,
@@ -184,108 +193,195 @@ struct Relax {
 }
 
 /// Pods with the same scheduling constraints.
-struct Class {
-    representative: usize,
-    ladder: Vec<Relax>,
+#[derive(Clone)]
+pub(super) struct Class {
+    pub(super) representative: usize,
+    pub(super) ladder: Vec<Relax>,
     /// Groups selecting this class's pods.
-    matched: Vec<usize>,
+    pub(super) matched: Vec<usize>,
     /// Element-wise minimum of the members' requests.
-    min_request: Resources,
+    pub(super) min_request: Resources,
     /// Requests of members not yet placed.
-    remaining: Resources,
+    pub(super) remaining: Resources,
     /// NodePools that can take the class at its strictest level.
-    pools_ok: Vec<bool>,
+    pub(super) pools_ok: Vec<bool>,
+    /// Required anti-affinity groups the members own (filled for solves).
+    pub(super) owned: Vec<usize>,
 }
 
-struct Candidate {
-    bin: usize,
+#[derive(Clone)]
+pub(super) struct Candidate {
+    pub(super) bin: usize,
     /// The bin version at which a pod of this class last joined it: while unchanged,
     /// the bin's requirements already include the class's.
-    absorbed: u32,
-    dead: bool,
+    pub(super) absorbed: u32,
+    pub(super) dead: bool,
 }
 
 /// A class at one relaxation level, compiled.
-struct EClass {
-    class: usize,
-    reqs: Requirements,
-    tolerations: Vec<Toleration>,
-    tolerate_prefer_no_schedule: bool,
-    spreads: Vec<usize>,
-    affinity: Vec<usize>,
-    anti: Vec<usize>,
+#[derive(Clone)]
+pub(super) struct EClass {
+    pub(super) class: usize,
+    pub(super) reqs: Requirements,
+    pub(super) tolerations: Vec<Toleration>,
+    pub(super) tolerate_prefer_no_schedule: bool,
+    pub(super) spreads: Vec<usize>,
+    pub(super) affinity: Vec<usize>,
+    pub(super) anti: Vec<usize>,
     /// Per pool: Ok, or why the class cannot use it.
-    pool_fit: Vec<Result<(), String>>,
+    pub(super) pool_fit: Arc<Vec<Result<(), String>>>,
     /// Per pool: types compatible with pool ∩ class requirements, cheapest first.
-    pool_types: Vec<Vec<usize>>,
-    candidates: Vec<Candidate>,
-    dead: usize,
+    pub(super) pool_types: Arc<Vec<Vec<usize>>>,
+    pub(super) candidates: Vec<Candidate>,
+    pub(super) dead: usize,
 }
 
-enum Fail {
+pub(super) enum Fail {
     /// The bin can never take a pod of this class.
     Permanent,
     /// Not this pod, maybe a smaller one.
     Temporary,
 }
 
-struct Fit {
-    merged: Option<Requirements>,
+pub(super) struct Fit {
+    pub(super) merged: Option<Requirements>,
     /// (domain key, domain) to pin the bin to.
-    pins: Vec<(usize, usize)>,
+    pub(super) pins: Vec<(usize, usize)>,
 }
 
 /// A DaemonSet that would run on a pool's nodes (taints and pool requirements allow
 /// it); whether it runs on a given type depends on that type's labels.
-struct PoolDaemon {
-    reqs: Requirements,
-    requests: Resources,
-    ports: Vec<HostPort>,
-    name: String,
+#[derive(Clone)]
+pub(super) struct PoolDaemon {
+    pub(super) reqs: Requirements,
+    pub(super) requests: Resources,
+    pub(super) ports: Vec<HostPort>,
+    pub(super) name: String,
 }
 
-struct PoolInfo {
-    reqs: Requirements,
-    taints: Vec<Taint>,
-    daemons: Vec<PoolDaemon>,
+#[derive(Clone)]
+pub(super) struct PoolInfo {
+    pub(super) reqs: Requirements,
+    pub(super) taints: Vec<Taint>,
+    pub(super) daemons: Vec<PoolDaemon>,
     /// Per catalog type (filled for `types`): requests of the DaemonSet pods that would
     /// run on a node of that type.
-    overhead: Vec<Resources>,
+    pub(super) overhead: Vec<Resources>,
     /// Per catalog type: indices into `daemons` that would run there and bind host ports.
-    port_daemons: Vec<Vec<usize>>,
+    pub(super) port_daemons: Vec<Vec<usize>>,
     /// Types compatible with the pool's requirements and offered in its zones.
-    types: Vec<usize>,
-    usage: Resources,
-    has_min_values: bool,
-    duals: Option<(Vec<usize>, Vec<f64>, Resources)>,
+    pub(super) types: Vec<usize>,
+    pub(super) usage: Resources,
+    pub(super) has_min_values: bool,
+    pub(super) duals: Option<(Vec<usize>, Vec<f64>, Resources)>,
     /// Allocatable by catalog index under the pool's EC2NodeClass kubelet settings;
     /// `None` when they leave the catalog's as it is.
-    allocatable: Option<Vec<Resources>>,
+    pub(super) allocatable: Option<Vec<Resources>>,
 }
 
-struct Scheduler<'a> {
-    input: &'a SchedulerInput<'a>,
-    zones: Vec<String>,
+#[derive(Clone)]
+pub(super) struct Scheduler<'a> {
+    pub(super) input: &'a SchedulerInput<'a>,
+    pub(super) zones: Vec<String>,
     /// Zone (0), capacity type (1), then every other key a constraint counts on.
-    keys: Vec<DomainKey>,
-    well_known: HashSet<String>,
-    type_keys: HashSet<String>,
+    pub(super) keys: Vec<DomainKey>,
+    pub(super) well_known: HashSet<String>,
+    pub(super) type_keys: HashSet<String>,
     /// price[type][zone][capacity type]
-    prices: Vec<Vec<[Option<f64>; 2]>>,
-    pools: Vec<PoolInfo>,
-    pool_order: Vec<usize>,
-    bins: Vec<Bin>,
-    groups: Vec<Group>,
-    group_index: HashMap<GroupSpec, usize>,
-    classes: Vec<Class>,
-    pod_class: Vec<usize>,
-    eclasses: Vec<EClass>,
-    eclass_index: HashMap<(usize, usize), usize>,
-    any_prefer_no_schedule: bool,
-    zone_use: Vec<u32>,
+    pub(super) prices: Vec<Vec<[Option<f64>; 2]>>,
+    pub(super) pools: Vec<PoolInfo>,
+    pub(super) pool_order: Vec<usize>,
+    pub(super) bins: Vec<Bin>,
+    pub(super) groups: Vec<Group>,
+    pub(super) group_index: FastMap<GroupSpec, usize>,
+    pub(super) classes: Vec<Class>,
+    pub(super) pod_class: Vec<usize>,
+    pub(super) eclasses: Vec<EClass>,
+    pub(super) eclass_index: FastMap<(usize, usize), usize>,
+    pub(super) any_prefer_no_schedule: bool,
+    pub(super) zone_use: Vec<u32>,
+    /// The pods provisioning places, largest first (set by `prepare`).
+    pub(super) pending: Vec<usize>,
+    /// Per input node: its bin, when it is one (Ready and schedulable).
+    pub(super) node_bin: Vec<Option<usize>>,
+    pub(super) node_index: FastMap<&'a str, usize>,
+    /// Groups by the first `matchLabels` entry of their selector (label, value), so
+    /// counting a pod looks at the groups that could select it, not at all of them.
+    pub(super) select_index: FastMap<String, FastMap<String, Vec<usize>>>,
+    /// Groups whose selector has only expressions: checked against every pod.
+    pub(super) select_scan: Vec<usize>,
+    /// Required anti-affinity groups by (topology key label, selector): the groups a pod
+    /// owns through its own required terms.
+    pub(super) owner_index: FastMap<(String, Option<LabelSelector>), Vec<usize>>,
+    /// Compiled node-side constraints shared by every class with the same ones.
+    pub(super) shapes: Vec<NodeShape>,
+    pub(super) shape_index: FastMap<(Requirements, Vec<Toleration>, bool), usize>,
+    /// Present while a speculative solve runs: how to put everything back.
+    pub(super) undo: Option<Undo>,
+    /// Bins no pod may be placed on (nodes a solve removes, or keeps out of reach).
+    pub(super) blocked: Vec<bool>,
+    /// Per bin: the stamp of the solve that last saved it in `undo`.
+    pub(super) bin_stamp: Vec<u32>,
+    pub(super) stamp: u32,
+    /// `universe` by node filter and key: many groups share one (a deployment's spread
+    /// each), and computing it looks at every node.
+    pub(super) universe_cache: FastMap<(Option<NodeFilter>, usize), Vec<bool>>,
 }
 
-fn ct_index(ct: CapacityType) -> usize {
+/// The node-side part of a compiled class (requirements at one relaxation level,
+/// tolerations): which pools it may use, their types cheapest first, and which of the
+/// permanent bins it may use. Many classes share one.
+#[derive(Clone)]
+pub(super) struct NodeShape {
+    pub(super) pool_fit: Arc<Vec<Result<(), String>>>,
+    pub(super) pool_types: Arc<Vec<Vec<usize>>>,
+    /// Bins below `admitted_upto` that pass `admit`.
+    pub(super) admitted: Vec<usize>,
+    pub(super) admitted_upto: usize,
+}
+
+/// One topology count change, to be reversed.
+#[derive(Clone, Copy)]
+pub(super) struct CountChange {
+    pub(super) group: usize,
+    pub(super) owners: bool,
+    pub(super) key: TopologyKey,
+    /// `None`: a hostname count on a node that is not a bin (`other_hosts`).
+    pub(super) domain: Option<usize>,
+    pub(super) delta: i32,
+}
+
+/// What a speculative solve changed, so it can be undone: it touches a few bins and
+/// counts, never the whole cluster.
+#[derive(Default)]
+pub(super) struct Undo {
+    /// Bins at or past this index were opened by the solve.
+    pub(super) base_bins: usize,
+    /// Bins as they were before the solve first changed them.
+    pub(super) bins: Vec<(usize, Bin)>,
+    pub(super) counts: Vec<CountChange>,
+    /// (eclass, candidate position) marked dead.
+    pub(super) dead: Vec<(usize, usize)>,
+    /// (eclass, candidate position, previous `absorbed`).
+    pub(super) absorbed: Vec<(usize, usize, u32)>,
+    /// Eclasses that were given candidates for bins the solve opened.
+    pub(super) pushed: Vec<usize>,
+    pub(super) pools: Vec<(Resources, Option<(Vec<usize>, Vec<f64>, Resources)>)>,
+    pub(super) zone_use: Vec<u32>,
+    pub(super) blocked: Vec<usize>,
+    /// The pods being re-placed, and whether each is placed yet (for the remaining
+    /// demand new claims are sized against).
+    pub(super) moving: Vec<(usize, bool)>,
+}
+
+impl Clone for Undo {
+    fn clone(&self) -> Self {
+        // A scheduler is only cloned between solves.
+        Undo::default()
+    }
+}
+
+pub(super) fn ct_index(ct: CapacityType) -> usize {
     match ct {
         CapacityType::Spot => 0,
         CapacityType::OnDemand => 1,
@@ -319,7 +415,7 @@ fn tolerates_all(
 }
 
 impl<'a> Scheduler<'a> {
-    fn new(input: &'a SchedulerInput<'a>) -> Self {
+    pub(super) fn new(input: &'a SchedulerInput<'a>) -> Self {
         let catalog = input.catalog;
         let mut zones = input.pricing.zones.clone();
         for node in input.nodes {
@@ -372,13 +468,31 @@ impl<'a> Scheduler<'a> {
             pool_order: Vec::new(),
             bins: Vec::new(),
             groups: Vec::new(),
-            group_index: HashMap::new(),
+            group_index: FastMap::default(),
             classes: Vec::new(),
             pod_class: vec![usize::MAX; input.pods.len()],
             eclasses: Vec::new(),
-            eclass_index: HashMap::new(),
+            eclass_index: FastMap::default(),
             any_prefer_no_schedule,
             zone_use: Vec::new(),
+            pending: Vec::new(),
+            node_bin: vec![None; input.nodes.len()],
+            node_index: input
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name.as_str(), i))
+                .collect(),
+            select_index: FastMap::default(),
+            select_scan: Vec::new(),
+            owner_index: FastMap::default(),
+            shapes: Vec::new(),
+            shape_index: FastMap::default(),
+            undo: None,
+            blocked: Vec::new(),
+            bin_stamp: Vec::new(),
+            stamp: 0,
+            universe_cache: FastMap::default(),
         };
         s.zone_use = vec![0; s.zones.len()];
         s.build_pools();
@@ -390,7 +504,7 @@ impl<'a> Scheduler<'a> {
 
     // ----- setup -----------------------------------------------------------------
 
-    fn pool_requirements(pool: &NodePool) -> Requirements {
+    pub(super) fn pool_requirements(pool: &NodePool) -> Requirements {
         let mut reqs = Requirements::from_node_requirements(&pool.requirements);
         for (k, v) in &pool.labels {
             reqs.add(k, ValueSet::in_values([v.clone()]));
@@ -399,7 +513,7 @@ impl<'a> Scheduler<'a> {
         reqs
     }
 
-    fn build_pools(&mut self) {
+    pub(super) fn build_pools(&mut self) {
         let input = self.input;
         for pool in input.node_pools {
             let reqs = Self::pool_requirements(pool);
@@ -469,7 +583,11 @@ impl<'a> Scheduler<'a> {
     /// Each keeps that term (narrowed by the pool), to be checked against each type's
     /// labels. A DaemonSet that already runs pods is sized from one of them: their
     /// requests reflect LimitRange defaults and VPA changes the template does not.
-    fn pool_daemons(&self, pool: &NodePool, pool_reqs: &Requirements) -> Vec<PoolDaemon> {
+    pub(super) fn pool_daemons(
+        &self,
+        pool: &NodePool,
+        pool_reqs: &Requirements,
+    ) -> Vec<PoolDaemon> {
         let input = self.input;
         let mut out = Vec::new();
         for ds in input.daemonsets {
@@ -508,7 +626,7 @@ impl<'a> Scheduler<'a> {
     /// Zone and capacity type are always domain keys; their values are the offered
     /// zones and the two capacity types, usable by a pool where one of its types has
     /// an offering there.
-    fn build_domain_keys(&mut self) {
+    pub(super) fn build_domain_keys(&mut self) {
         let zone_values: Vec<Vec<bool>> = self
             .pools
             .iter()
@@ -562,7 +680,7 @@ impl<'a> Scheduler<'a> {
     /// The topology key for a label, registering a new domain key on first use: its
     /// values are those the NodePools can give a node (their requirements and labels,
     /// or their types' labels for a label types carry) and those existing nodes have.
-    fn topology_key(&mut self, label: &str) -> TopologyKey {
+    pub(super) fn topology_key(&mut self, label: &str) -> TopologyKey {
         if label == LABEL_HOSTNAME {
             return TopologyKey::Hostname;
         }
@@ -637,10 +755,10 @@ impl<'a> Scheduler<'a> {
         TopologyKey::Domain(k)
     }
 
-    fn build_existing_bins(&mut self) {
+    pub(super) fn build_existing_bins(&mut self) {
         let input = self.input;
-        let mut used_by_node: HashMap<&str, Resources> = HashMap::new();
-        let mut ports_by_node: HashMap<&str, Vec<HostPort>> = HashMap::new();
+        let mut used_by_node: FastMap<&str, Resources> = FastMap::default();
+        let mut ports_by_node: FastMap<&str, Vec<HostPort>> = FastMap::default();
         for pod in input.pods {
             if let (Some(node), false) = (&pod.node_name, pod.terminal) {
                 used_by_node
@@ -673,6 +791,7 @@ impl<'a> Scheduler<'a> {
             let capacity_type = labels
                 .get(LABEL_CAPACITY_TYPE)
                 .and_then(|c| CapacityType::parse(c));
+            self.node_bin[i] = Some(self.bins.len());
             self.bins.push(Bin {
                 origin: Origin::Existing(i),
                 reqs: Requirements::from_labels(labels.iter()),
@@ -688,7 +807,7 @@ impl<'a> Scheduler<'a> {
         }
     }
 
-    fn build_in_flight_bins(&mut self) {
+    pub(super) fn build_in_flight_bins(&mut self) {
         let input = self.input;
         for (i, claim) in input.in_flight.iter().enumerate() {
             let Some(pool_idx) = input
@@ -735,7 +854,7 @@ impl<'a> Scheduler<'a> {
     }
 
     /// nodeSelector ∧ the chosen required node-affinity term.
-    fn pod_base_requirements(pod: &Pod, term: usize) -> Requirements {
+    pub(super) fn pod_base_requirements(pod: &Pod, term: usize) -> Requirements {
         let mut reqs = Requirements::new();
         for (k, v) in &pod.node_selector {
             reqs.add(k, ValueSet::in_values([v.clone()]));
@@ -746,7 +865,7 @@ impl<'a> Scheduler<'a> {
         reqs
     }
 
-    fn group(&mut self, spec: GroupSpec) -> usize {
+    pub(super) fn group(&mut self, spec: GroupSpec) -> usize {
         if let Some(&g) = self.group_index.get(&spec) {
             return g;
         }
@@ -754,7 +873,16 @@ impl<'a> Scheduler<'a> {
         let (domains, universe) = match spec.key {
             TopologyKey::Hostname => (0, Vec::new()),
             TopologyKey::Domain(k) => {
-                (self.keys[k].values.len(), self.universe(filter.as_ref(), k))
+                let cache_key = (spec.filter.clone(), k);
+                let universe = match self.universe_cache.get(&cache_key) {
+                    Some(u) => u.clone(),
+                    None => {
+                        let u = self.universe(filter.as_ref(), k);
+                        self.universe_cache.insert(cache_key, u.clone());
+                        u
+                    }
+                };
+                (self.keys[k].values.len(), universe)
             }
         };
         let g = self.groups.len();
@@ -766,13 +894,166 @@ impl<'a> Scheduler<'a> {
             universe,
         });
         self.group_index.insert(spec, g);
+        self.index_group(g);
         g
+    }
+
+    /// Files group `g` in the selection and ownership indexes.
+    pub(super) fn index_group(&mut self, g: usize) {
+        let spec = &self.groups[g].spec;
+        if let Some(selector) = &spec.selector {
+            match selector.match_labels.iter().next() {
+                Some((k, v)) => self
+                    .select_index
+                    .entry(k.clone())
+                    .or_default()
+                    .entry(v.clone())
+                    .or_default()
+                    .push(g),
+                None => self.select_scan.push(g),
+            }
+        }
+        if spec.kind == GroupKind::AntiAffinity && spec.required {
+            let key = (self.key_label(spec.key).to_string(), spec.selector.clone());
+            self.owner_index.entry(key).or_default().push(g);
+        }
+    }
+
+    /// The groups that select `pod`, in index order.
+    pub(super) fn groups_selecting(&self, pod: &Pod) -> Vec<usize> {
+        let mut gs: Vec<usize> = self.select_scan.clone();
+        for (k, v) in &pod.labels {
+            if let Some(list) = self
+                .select_index
+                .get(k.as_str())
+                .and_then(|m| m.get(v.as_str()))
+            {
+                gs.extend_from_slice(list);
+            }
+        }
+        gs.retain(|&g| self.groups[g].spec.selects(&pod.namespace, &pod.labels));
+        gs.sort_unstable();
+        gs.dedup();
+        gs
+    }
+
+    /// The required anti-affinity groups `pod` owns through its own terms (same key and
+    /// selector), in index order.
+    pub(super) fn groups_owned(&self, pod: &Pod) -> Vec<usize> {
+        let mut gs: Vec<usize> = Vec::new();
+        for t in &pod.pod_anti_affinity {
+            if let Some(list) = self
+                .owner_index
+                .get(&(t.topology_key.clone(), t.label_selector.clone()))
+            {
+                gs.extend_from_slice(list);
+            }
+        }
+        gs.sort_unstable();
+        gs.dedup();
+        gs
+    }
+
+    /// Counts pod `p`, bound to input node `n`, in the groups from `from_group` on that
+    /// select it or that it owns (`delta` -1 takes it out again). Pods on nodes that are
+    /// not bins (not Ready yet) count as "elsewhere" for hostname: nothing can be placed
+    /// next to them now.
+    pub(super) fn count_on_node(&mut self, p: usize, n: usize, delta: i32, from_group: usize) {
+        let pod = &self.input.pods[p];
+        let selecting = self.groups_selecting(pod);
+        let owned = self.groups_owned(pod);
+        self.count_listed(n, delta, &selecting, &owned, from_group);
+    }
+
+    /// `count_on_node` for a pod whose selecting and owned groups are known (sorted).
+    pub(super) fn count_listed(
+        &mut self,
+        n: usize,
+        delta: i32,
+        selecting: &[usize],
+        owned: &[usize],
+        from_group: usize,
+    ) {
+        let node = &self.input.nodes[n];
+        let host = self.node_bin[n];
+        let mut gs: Vec<usize> = selecting
+            .iter()
+            .chain(owned)
+            .copied()
+            .filter(|&g| g >= from_group)
+            .collect();
+        gs.sort_unstable();
+        gs.dedup();
+        for g in gs {
+            if self.groups[g]
+                .filter
+                .as_ref()
+                .is_some_and(|f| !f.matches_node(&node.labels, &node.taints))
+            {
+                continue;
+            }
+            let key = self.groups[g].spec.key;
+            let domain = match key {
+                TopologyKey::Hostname => host,
+                TopologyKey::Domain(k) => node
+                    .labels
+                    .get(&self.keys[k].label)
+                    .and_then(|v| self.keys[k].index(v)),
+            };
+            let selects = selecting.binary_search(&g).is_ok();
+            let owns = owned.binary_search(&g).is_ok();
+            for (hit, owners) in [(selects, false), (owns, true)] {
+                if !hit {
+                    continue;
+                }
+                match domain {
+                    Some(d) => self.add_count(g, owners, key, Some(d), delta),
+                    None if key == TopologyKey::Hostname => {
+                        self.add_count(g, owners, key, None, delta)
+                    }
+                    None => {}
+                }
+            }
+        }
+    }
+
+    /// Changes one count (logged while a solve runs, so it can be undone).
+    pub(super) fn add_count(
+        &mut self,
+        group: usize,
+        owners: bool,
+        key: TopologyKey,
+        domain: Option<usize>,
+        delta: i32,
+    ) {
+        let group_ref = &mut self.groups[group];
+        let dc = if owners {
+            &mut group_ref.owners
+        } else {
+            &mut group_ref.counts
+        };
+        match domain {
+            Some(d) => dc.add(key, d, delta),
+            None => {
+                debug_assert!(delta > 0 || dc.other_hosts > 0);
+                dc.other_hosts = dc.other_hosts.saturating_add_signed(delta);
+            }
+        }
+        if let Some(u) = &mut self.undo {
+            u.counts.push(CountChange {
+                group,
+                owners,
+                key,
+                domain,
+                delta,
+            });
+        }
     }
 
     /// The domains of key `k` a node counted by the group could be in: what the
     /// NodePools can launch (those whose taints the filter admits) and what existing
     /// nodes it matches are in.
-    fn universe(&self, filter: Option<&CompiledFilter>, k: usize) -> Vec<bool> {
+    pub(super) fn universe(&self, filter: Option<&CompiledFilter>, k: usize) -> Vec<bool> {
         let key = &self.keys[k];
         let mut universe = vec![false; key.values.len()];
         for (p, pool) in self.pools.iter().enumerate() {
@@ -795,9 +1076,9 @@ impl<'a> Scheduler<'a> {
     }
 
     /// Groups every pod class could use, and counts of the bound pods in them.
-    fn build_classes(&mut self, pending: &[usize]) {
+    pub(super) fn build_classes(&mut self, pending: &[usize]) {
         let pods = self.input.pods;
-        let mut index: HashMap<ClassKey<'_>, usize> = HashMap::new();
+        let mut index: FastMap<ClassKey<'_>, usize> = FastMap::default();
         for &p in pending {
             let key = ClassKey::of(&pods[p]);
             let c = match index.get(&key) {
@@ -812,6 +1093,7 @@ impl<'a> Scheduler<'a> {
                         min_request: pods[p].requests.clone(),
                         remaining: Resources::new(),
                         pools_ok: Vec::new(),
+                        owned: Vec::new(),
                     });
                     c
                 }
@@ -857,70 +1139,13 @@ impl<'a> Scheduler<'a> {
         }
         for c in 0..self.classes.len() {
             let pod = &pods[self.classes[c].representative];
-            let matched: Vec<usize> = (0..self.groups.len())
-                .filter(|&g| self.groups[g].spec.selects(&pod.namespace, &pod.labels))
-                .collect();
-            self.classes[c].matched = matched;
+            self.classes[c].matched = self.groups_selecting(pod);
         }
         // Count bound pods where they run.
-        let node_bins: HashMap<&str, usize> = self
-            .bins
-            .iter()
-            .enumerate()
-            .filter_map(|(b, bin)| match bin.origin {
-                Origin::Existing(n) => Some((self.input.nodes[n].name.as_str(), b)),
-                _ => None,
-            })
-            .collect();
-        let node_by_name: HashMap<&str, &Node> = self
-            .input
-            .nodes
-            .iter()
-            .map(|n| (n.name.as_str(), n))
-            .collect();
         for &p in &bound {
-            let pod = &pods[p];
-            let Some(node) = pod.node_name.as_deref().and_then(|n| node_by_name.get(n)) else {
-                continue;
-            };
-            // Pods on nodes that are not bins (not Ready yet) count as "elsewhere" for
-            // hostname: nothing can be placed next to them now.
-            let host = node_bins.get(node.name.as_str()).copied();
-            for g in 0..self.groups.len() {
-                let spec = &self.groups[g].spec;
-                if self.groups[g]
-                    .filter
-                    .as_ref()
-                    .is_some_and(|f| !f.matches_node(&node.labels, &node.taints))
-                {
-                    continue;
-                }
-                let domain = match spec.key {
-                    TopologyKey::Hostname => host,
-                    TopologyKey::Domain(k) => node
-                        .labels
-                        .get(&self.keys[k].label)
-                        .and_then(|v| self.keys[k].index(v)),
-                };
-                let selects = spec.selects(&pod.namespace, &pod.labels);
-                let owns = spec.kind == GroupKind::AntiAffinity
-                    && spec.required
-                    && pod.pod_anti_affinity.iter().any(|t| {
-                        t.topology_key == self.key_label(spec.key)
-                            && t.label_selector == spec.selector
-                    });
-                let key = spec.key;
-                let group = &mut self.groups[g];
-                for (hit, dc) in [(selects, &mut group.counts), (owns, &mut group.owners)] {
-                    if !hit {
-                        continue;
-                    }
-                    match domain {
-                        Some(d) => dc.bump(key, d),
-                        None if key == TopologyKey::Hostname => dc.other_hosts += 1,
-                        None => {}
-                    }
-                }
+            let node = pods[p].node_name.as_deref();
+            if let Some(&n) = node.and_then(|n| self.node_index.get(n)) {
+                self.count_on_node(p, n, 1, 0);
             }
         }
         for c in 0..self.classes.len() {
@@ -934,19 +1159,19 @@ impl<'a> Scheduler<'a> {
         }
     }
 
-    fn key_label(&self, key: TopologyKey) -> &str {
+    pub(super) fn key_label(&self, key: TopologyKey) -> &str {
         match key {
             TopologyKey::Hostname => LABEL_HOSTNAME,
             TopologyKey::Domain(k) => &self.keys[k].label,
         }
     }
 
-    fn describe_group(&self, g: usize) -> String {
+    pub(super) fn describe_group(&self, g: usize) -> String {
         let spec = &self.groups[g].spec;
         spec.describe(self.key_label(spec.key))
     }
 
-    fn term_namespaces(pod: &Pod, namespaces: &[String]) -> Vec<String> {
+    pub(super) fn term_namespaces(pod: &Pod, namespaces: &[String]) -> Vec<String> {
         if namespaces.is_empty() {
             vec![pod.namespace.clone()]
         } else {
@@ -955,7 +1180,7 @@ impl<'a> Scheduler<'a> {
     }
 
     /// Which nodes a spread constraint of `pod` counts; `None` when every node does.
-    fn spread_filter(
+    pub(super) fn spread_filter(
         pod: &Pod,
         c: &crate::cluster::TopologySpreadConstraint,
     ) -> Option<NodeFilter> {
@@ -972,7 +1197,7 @@ impl<'a> Scheduler<'a> {
 
     /// The groups of a pod's constraints: [spreads, affinity, anti-affinity]; with
     /// `all`, preferred terms and ScheduleAnyway spreads included.
-    fn group_specs(&mut self, pod: &Pod, all: bool) -> [Vec<GroupSpec>; 3] {
+    pub(super) fn group_specs(&mut self, pod: &Pod, all: bool) -> [Vec<GroupSpec>; 3] {
         let mut spreads = Vec::new();
         for c in &pod.topology_spread {
             if c.when_unsatisfiable == WhenUnsatisfiable::ScheduleAnyway && !all {
@@ -1023,7 +1248,7 @@ impl<'a> Scheduler<'a> {
         [spreads, affinity, anti]
     }
 
-    fn ladder(&self, pod: &Pod) -> Vec<Relax> {
+    pub(super) fn ladder(&self, pod: &Pod) -> Vec<Relax> {
         let mut state = Relax {
             term: 0,
             preferred_pod_affinity: !pod.preferred_pod_affinity.is_empty(),
@@ -1064,7 +1289,7 @@ impl<'a> Scheduler<'a> {
     }
 
     /// The compiled class `c` at relaxation `level`, built on first use.
-    fn eclass(&mut self, c: usize, level: usize) -> usize {
+    pub(super) fn eclass(&mut self, c: usize, level: usize) -> usize {
         if let Some(&e) = self.eclass_index.get(&(c, level)) {
             return e;
         }
@@ -1093,21 +1318,73 @@ impl<'a> Scheduler<'a> {
         let affinity = affinity.into_iter().map(|s| self.group(s)).collect();
         let anti = anti.into_iter().map(|s| self.group(s)).collect();
 
+        let shape = self.node_shape(&reqs, &pod.tolerations, relax.tolerate_prefer_no_schedule);
+        let e = self.eclasses.len();
+        let candidates = self.shapes[shape]
+            .admitted
+            .iter()
+            .map(|&bin| Candidate {
+                bin,
+                absorbed: u32::MAX,
+                dead: false,
+            })
+            .collect();
+        self.eclasses.push(EClass {
+            class: c,
+            reqs,
+            tolerations: pod.tolerations.clone(),
+            tolerate_prefer_no_schedule: relax.tolerate_prefer_no_schedule,
+            spreads,
+            affinity,
+            anti,
+            pool_fit: Arc::clone(&self.shapes[shape].pool_fit),
+            pool_types: Arc::clone(&self.shapes[shape].pool_types),
+            candidates,
+            dead: 0,
+        });
+        self.eclass_index.insert((c, level), e);
+        let upto = self.shapes[shape].admitted_upto;
+        for b in upto..self.bins.len() {
+            self.admit(e, b);
+        }
+        // Bins a solve opened are not kept: the shape remembers the permanent ones.
+        let permanent = self.undo.as_ref().map_or(self.bins.len(), |u| u.base_bins);
+        if permanent > upto {
+            let newly: Vec<usize> = self.eclasses[e]
+                .candidates
+                .iter()
+                .map(|c| c.bin)
+                .filter(|&b| b >= upto && b < permanent)
+                .collect();
+            let shape = &mut self.shapes[shape];
+            shape.admitted.extend(newly);
+            shape.admitted_upto = permanent;
+        }
+        e
+    }
+
+    /// The shared node-side compilation of requirements `reqs` with `tolerations`.
+    pub(super) fn node_shape(
+        &mut self,
+        reqs: &Requirements,
+        tolerations: &[Toleration],
+        prefer_ok: bool,
+    ) -> usize {
+        let key = (reqs.clone(), tolerations.to_vec(), prefer_ok);
+        if let Some(&s) = self.shape_index.get(&key) {
+            return s;
+        }
         let mut pool_fit = Vec::with_capacity(self.pools.len());
         let mut pool_types = Vec::with_capacity(self.pools.len());
         for (pi, pool) in self.pools.iter().enumerate() {
-            let fit = tolerates_all(
-                &pod.tolerations,
-                &pool.taints,
-                relax.tolerate_prefer_no_schedule,
-            )
-            .and_then(|_| {
-                pool.reqs
-                    .compatible_with(&reqs, &|k| self.well_known.contains(k))
-            })
-            .map_err(|e| format!("NodePool \"{}\": {e}", self.input.node_pools[pi].name));
+            let fit = tolerates_all(tolerations, &pool.taints, prefer_ok)
+                .and_then(|_| {
+                    pool.reqs
+                        .compatible_with(reqs, &|k| self.well_known.contains(k))
+                })
+                .map_err(|e| format!("NodePool \"{}\": {e}", self.input.node_pools[pi].name));
             let types = if fit.is_ok() {
-                let merged = pool.reqs.intersect(&reqs);
+                let merged = pool.reqs.intersect(reqs);
                 let mut ts: Vec<(f64, usize)> = pool
                     .types
                     .iter()
@@ -1126,29 +1403,19 @@ impl<'a> Scheduler<'a> {
             pool_fit.push(fit);
             pool_types.push(types);
         }
-        let e = self.eclasses.len();
-        self.eclasses.push(EClass {
-            class: c,
-            reqs,
-            tolerations: pod.tolerations.clone(),
-            tolerate_prefer_no_schedule: relax.tolerate_prefer_no_schedule,
-            spreads,
-            affinity,
-            anti,
-            pool_fit,
-            pool_types,
-            candidates: Vec::new(),
-            dead: 0,
+        let s = self.shapes.len();
+        self.shapes.push(NodeShape {
+            pool_fit: Arc::new(pool_fit),
+            pool_types: Arc::new(pool_types),
+            admitted: Vec::new(),
+            admitted_upto: 0,
         });
-        self.eclass_index.insert((c, level), e);
-        for b in 0..self.bins.len() {
-            self.admit(e, b);
-        }
-        e
+        self.shape_index.insert(key, s);
+        s
     }
 
     /// Adds bin `b` to class `e`'s candidates if nothing static rules it out.
-    fn admit(&mut self, e: usize, b: usize) {
+    pub(super) fn admit(&mut self, e: usize, b: usize) {
         let ec = &self.eclasses[e];
         let bin = &self.bins[b];
         if tolerates_all(&ec.tolerations, &bin.taints, ec.tolerate_prefer_no_schedule).is_err() {
@@ -1167,13 +1434,18 @@ impl<'a> Scheduler<'a> {
                 absorbed: u32::MAX,
                 dead: false,
             });
+            if let Some(u) = &mut self.undo {
+                if b >= u.base_bins {
+                    u.pushed.push(e);
+                }
+            }
         }
     }
 
     // ----- instance types and offerings -------------------------------------------
 
     /// Whether type `t`'s labels satisfy every requirement on a key instance types carry.
-    fn type_satisfies(&self, t: usize, reqs: &Requirements) -> bool {
+    pub(super) fn type_satisfies(&self, t: usize, reqs: &Requirements) -> bool {
         let it = &self.input.catalog.types[t];
         reqs.iter().all(|(k, set)| {
             if !self.type_keys.contains(k) {
@@ -1188,7 +1460,7 @@ impl<'a> Scheduler<'a> {
 
     /// Cheapest (zone, capacity type, price) of type `t` allowed by `reqs`, optionally
     /// restricted further to zone set `zones` / capacity types `cts` (bit masks).
-    fn cheapest_offering(
+    pub(super) fn cheapest_offering(
         &self,
         t: usize,
         reqs: &Requirements,
@@ -1227,21 +1499,21 @@ impl<'a> Scheduler<'a> {
 
     /// What type `t` offers pods in `pool`: the catalog's allocatable, or the one the
     /// pool's EC2NodeClass kubelet settings give.
-    fn allocatable(&self, pool: usize, t: usize) -> &Resources {
+    pub(super) fn allocatable(&self, pool: usize, t: usize) -> &Resources {
         match &self.pools[pool].allocatable {
             Some(per_type) => &per_type[t],
             None => &self.input.catalog.types[t].allocatable,
         }
     }
 
-    fn usable(&self, t: usize, pool: usize) -> Resources {
+    pub(super) fn usable(&self, t: usize, pool: usize) -> Resources {
         let mut r = self.allocatable(pool, t).clone();
         r.sub(&self.pools[pool].overhead[t]);
         r
     }
 
     /// Host ports the DaemonSet pods on a node of type `t` in `pool` bind.
-    fn daemon_ports(&self, pool: usize, t: usize) -> Vec<HostPort> {
+    pub(super) fn daemon_ports(&self, pool: usize, t: usize) -> Vec<HostPort> {
         let pool = &self.pools[pool];
         pool.port_daemons[t]
             .iter()
@@ -1250,7 +1522,12 @@ impl<'a> Scheduler<'a> {
     }
 
     /// The first of `pod`'s host ports a DaemonSet on type `t` in `pool` already binds.
-    fn port_held_by_daemon(&self, pool: usize, t: usize, pod: &Pod) -> Option<(HostPort, String)> {
+    pub(super) fn port_held_by_daemon(
+        &self,
+        pool: usize,
+        t: usize,
+        pod: &Pod,
+    ) -> Option<(HostPort, String)> {
         let info = &self.pools[pool];
         for &d in &info.port_daemons[t] {
             let daemon = &info.daemons[d];
@@ -1263,7 +1540,7 @@ impl<'a> Scheduler<'a> {
         None
     }
 
-    fn within_limits(&self, pool: usize, it: &InstanceType) -> Result<(), String> {
+    pub(super) fn within_limits(&self, pool: usize, it: &InstanceType) -> Result<(), String> {
         let Some(limits) = &self.input.node_pools[pool].limits else {
             return Ok(());
         };
@@ -1288,7 +1565,7 @@ impl<'a> Scheduler<'a> {
     }
 
     /// Distinct values of each minValues key among types fitting `requests` under `reqs`.
-    fn min_values_ok(
+    pub(super) fn min_values_ok(
         &self,
         pool: usize,
         reqs: &Requirements,
@@ -1326,7 +1603,7 @@ impl<'a> Scheduler<'a> {
 
     /// Domains of key `k` where the pod may go given its constraints on that key, as a
     /// mask; `None` when it has no constraint on it.
-    fn allowed_domains(&self, e: usize, pod: usize, k: usize) -> Option<Vec<bool>> {
+    pub(super) fn allowed_domains(&self, e: usize, pod: usize, k: usize) -> Option<Vec<bool>> {
         let ec = &self.eclasses[e];
         let p = &self.input.pods[pod];
         let key = TopologyKey::Domain(k);
@@ -1414,7 +1691,7 @@ impl<'a> Scheduler<'a> {
 
     /// Among allowed domains, the one to pin: the least populated for the first
     /// constraint that counts on this key (keeps spread even), else the first allowed.
-    fn choose_domain(
+    pub(super) fn choose_domain(
         &self,
         e: usize,
         k: usize,
@@ -1434,7 +1711,7 @@ impl<'a> Scheduler<'a> {
             .min_by_key(|&d| (count(d), if k == 0 { self.zone_use[d] } else { 0 }, d))
     }
 
-    fn hostname_ok(&self, e: usize, pod: usize, b: usize) -> Result<(), Fail> {
+    pub(super) fn hostname_ok(&self, e: usize, pod: usize, b: usize) -> Result<(), Fail> {
         let ec = &self.eclasses[e];
         let p = &self.input.pods[pod];
         let host = TopologyKey::Hostname;
@@ -1483,7 +1760,7 @@ impl<'a> Scheduler<'a> {
 
     // ----- placement -----------------------------------------------------------------
 
-    fn try_bin(&self, e: usize, pod: usize, cand: &Candidate) -> Result<Fit, Fail> {
+    pub(super) fn try_bin(&self, e: usize, pod: usize, cand: &Candidate) -> Result<Fit, Fail> {
         let ec = &self.eclasses[e];
         let bin = &self.bins[cand.bin];
         let p = &self.input.pods[pod];
@@ -1548,7 +1825,7 @@ impl<'a> Scheduler<'a> {
 
     /// Whether a new claim with requirements `reqs` (and its target type) can be in
     /// domain `d` of key `k`.
-    fn claim_can_be_in(
+    pub(super) fn claim_can_be_in(
         &self,
         target: Option<usize>,
         reqs: &Requirements,
@@ -1577,7 +1854,7 @@ impl<'a> Scheduler<'a> {
     }
 
     /// For a pod with constraints on key `k`: the domain to pin the bin to (or keep).
-    fn pin(
+    pub(super) fn pin(
         &self,
         e: usize,
         pod: usize,
@@ -1609,7 +1886,8 @@ impl<'a> Scheduler<'a> {
         }
     }
 
-    fn commit(&mut self, e: usize, pod: usize, b: usize, fit: Fit) {
+    pub(super) fn commit(&mut self, e: usize, pod: usize, b: usize, fit: Fit) {
+        self.save_bin(b);
         let p = &self.input.pods[pod];
         let class = self.eclasses[e].class;
         let bin = &mut self.bins[b];
@@ -1622,7 +1900,14 @@ impl<'a> Scheduler<'a> {
             }
         }
         bin.pods.push((pod, e));
-        self.classes[class].remaining.sub(&p.requests);
+        match &mut self.undo {
+            None => self.classes[class].remaining.sub(&p.requests),
+            Some(u) => {
+                if let Some(m) = u.moving.iter_mut().find(|m| m.0 == pod) {
+                    m.1 = true;
+                }
+            }
+        }
         // Count this pod in its domains, then pin (which counts earlier pods too).
         self.count_pod(e, b, TopologyKey::Hostname, b);
         for k in 0..self.keys.len() {
@@ -1634,15 +1919,19 @@ impl<'a> Scheduler<'a> {
             self.pin_bin(b, k, d);
         }
         let version = self.bins[b].version;
-        if let Some(c) = self.eclasses[e].candidates.iter_mut().find(|c| c.bin == b) {
-            c.absorbed = version;
+        let candidates = &mut self.eclasses[e].candidates;
+        if let Some(i) = candidates.iter().position(|c| c.bin == b) {
+            if let Some(u) = &mut self.undo {
+                u.absorbed.push((e, i, candidates[i].absorbed));
+            }
+            candidates[i].absorbed = version;
         }
     }
 
     /// Counts a pod of class `e` on bin `b` in `domain`: in every group that selects it
     /// (and whose node filter admits the bin), and as an owner in its own required
     /// anti-affinity groups.
-    fn count_pod(&mut self, e: usize, b: usize, key: TopologyKey, domain: usize) {
+    pub(super) fn count_pod(&mut self, e: usize, b: usize, key: TopologyKey, domain: usize) {
         let class = self.eclasses[e].class;
         for i in 0..self.classes[class].matched.len() {
             let g = self.classes[class].matched[i];
@@ -1661,17 +1950,27 @@ impl<'a> Scheduler<'a> {
                     continue;
                 }
             }
-            self.groups[g].counts.bump(key, domain);
+            self.add_count(g, false, key, Some(domain), 1);
         }
         for i in 0..self.eclasses[e].anti.len() {
             let g = self.eclasses[e].anti[i];
             if self.groups[g].spec.key == key && self.groups[g].spec.required {
-                self.groups[g].owners.bump(key, domain);
+                self.add_count(g, true, key, Some(domain), 1);
             }
         }
     }
 
-    fn pin_bin(&mut self, b: usize, k: usize, domain: usize) {
+    /// Saves bin `b` in the undo log the first time a solve changes it.
+    pub(super) fn save_bin(&mut self, b: usize) {
+        let Some(u) = &mut self.undo else { return };
+        if b >= u.base_bins || self.bin_stamp[b] == self.stamp {
+            return;
+        }
+        self.bin_stamp[b] = self.stamp;
+        u.bins.push((b, self.bins[b].clone()));
+    }
+
+    pub(super) fn pin_bin(&mut self, b: usize, k: usize, domain: usize) {
         let label = self.keys[k].label.clone();
         let value = self.keys[k].values[domain].clone();
         let bin = &mut self.bins[b];
@@ -1690,7 +1989,7 @@ impl<'a> Scheduler<'a> {
         }
     }
 
-    fn place(&mut self, e: usize, pod: usize) -> Result<(), String> {
+    pub(super) fn place(&mut self, e: usize, pod: usize) -> Result<(), String> {
         let mut i = 0;
         while i < self.eclasses[e].candidates.len() {
             if self.eclasses[e].candidates[i].dead {
@@ -1698,6 +1997,10 @@ impl<'a> Scheduler<'a> {
                 continue;
             }
             let cand = &self.eclasses[e].candidates[i];
+            if self.blocked.get(cand.bin).copied().unwrap_or(false) {
+                i += 1;
+                continue;
+            }
             match self.try_bin(e, pod, cand) {
                 Ok(fit) => {
                     let b = cand.bin;
@@ -1708,20 +2011,24 @@ impl<'a> Scheduler<'a> {
                     let ec = &mut self.eclasses[e];
                     ec.candidates[i].dead = true;
                     ec.dead += 1;
+                    if let Some(u) = &mut self.undo {
+                        u.dead.push((e, i));
+                    }
                 }
                 Err(Fail::Temporary) => {}
             }
             i += 1;
         }
         let ec = &mut self.eclasses[e];
-        if ec.dead > 64 && ec.dead * 2 > ec.candidates.len() {
+        // A solve's undo log refers to candidates by position: no compaction then.
+        if self.undo.is_none() && ec.dead > 64 && ec.dead * 2 > ec.candidates.len() {
             ec.candidates.retain(|c| !c.dead);
             ec.dead = 0;
         }
         self.open_claim(e, pod)
     }
 
-    fn open_claim(&mut self, e: usize, pod: usize) -> Result<(), String> {
+    pub(super) fn open_claim(&mut self, e: usize, pod: usize) -> Result<(), String> {
         let mut reasons: Vec<String> = Vec::new();
         for oi in 0..self.pool_order.len() {
             let pool = self.pool_order[oi];
@@ -1743,7 +2050,7 @@ impl<'a> Scheduler<'a> {
     /// Why no new claim can satisfy the pod's pod-affinity, if that is so: a required
     /// (or not yet relaxed preferred) term that only pods already running elsewhere, or
     /// no pod at all, can satisfy.
-    fn affinity_blocks_new_claims(&self, e: usize, pod: usize) -> Option<String> {
+    pub(super) fn affinity_blocks_new_claims(&self, e: usize, pod: usize) -> Option<String> {
         let p = &self.input.pods[pod];
         for &g in &self.eclasses[e].affinity {
             let group = &self.groups[g];
@@ -1765,7 +2072,7 @@ impl<'a> Scheduler<'a> {
         None
     }
 
-    fn open_in_pool(&mut self, e: usize, pod: usize, pool: usize) -> Result<(), String> {
+    pub(super) fn open_in_pool(&mut self, e: usize, pod: usize, pool: usize) -> Result<(), String> {
         let p = &self.input.pods[pod];
         let pool_name = &self.input.node_pools[pool].name;
         if let Some(reason) = self.affinity_blocks_new_claims(e, pod) {
@@ -1823,8 +2130,8 @@ impl<'a> Scheduler<'a> {
         let mut offering_missing = false;
         let mut port_held: Option<(HostPort, String)> = None;
         let mut other_key_missing = false;
-        let types = std::mem::take(&mut self.eclasses[e].pool_types[pool]);
-        for &t in &types {
+        let types = Arc::clone(&self.eclasses[e].pool_types);
+        for &t in &types[pool] {
             let it = &self.input.catalog.types[t];
             let usable = self.usable(t, pool);
             if !p.requests.fits_in(&usable) {
@@ -1875,7 +2182,6 @@ impl<'a> Scheduler<'a> {
                 best = Some((score, size, t, z, ct, price));
             }
         }
-        self.eclasses[e].pool_types[pool] = types;
         // The tail: one node for everything that remains, when that is cheaper than
         // the whole nodes of the most efficient type it would otherwise take.
         if let (Some((whole_price, wt, wz, wct)), Some((_, _, bt, _, _, bprice))) =
@@ -1977,7 +2283,7 @@ impl<'a> Scheduler<'a> {
     }
 
     /// The pod's topology constraints on labels other than hostname, for reasons.
-    fn topology_description(&self, e: usize) -> String {
+    pub(super) fn topology_description(&self, e: usize) -> String {
         let ec = &self.eclasses[e];
         let own: Vec<String> = ec
             .spreads
@@ -1995,8 +2301,18 @@ impl<'a> Scheduler<'a> {
     }
 
     /// Remaining requests of unplaced pods that could use this pool.
-    fn compatible_remaining(&self, pool: usize) -> Resources {
+    pub(super) fn compatible_remaining(&self, pool: usize) -> Resources {
         let mut r = Resources::new();
+        if let Some(u) = &self.undo {
+            // A solve places only the pods it moves.
+            for &(p, placed) in &u.moving {
+                let class = &self.classes[self.pod_class[p]];
+                if !placed && class.pools_ok.get(pool).copied().unwrap_or(false) {
+                    r.add(&self.input.pods[p].requests);
+                }
+            }
+            return r;
+        }
         for c in &self.classes {
             if c.pools_ok.get(pool).copied().unwrap_or(false) {
                 r.add(&c.remaining);
@@ -2006,7 +2322,13 @@ impl<'a> Scheduler<'a> {
     }
 
     /// Dual value of what type `t` would hold for the remaining demand, and its raw size.
-    fn value(&self, pool: usize, t: usize, remaining: &Resources, pod: &Resources) -> (f64, f64) {
+    pub(super) fn value(
+        &self,
+        pool: usize,
+        t: usize,
+        remaining: &Resources,
+        pod: &Resources,
+    ) -> (f64, f64) {
         let usable = self.usable(t, pool);
         let Some((dims, duals, _)) = &self.pools[pool].duals else {
             return (1.0, 0.0);
@@ -2023,7 +2345,7 @@ impl<'a> Scheduler<'a> {
     }
 
     /// Recomputes the pool's dual prices when the remaining demand moved by >10%.
-    fn refresh_duals(&mut self, pool: usize) {
+    pub(super) fn refresh_duals(&mut self, pool: usize) {
         let remaining = self.compatible_remaining(pool);
         if let Some((_, _, at)) = &self.pools[pool].duals {
             let drift = [CPU, MEMORY, PODS].iter().any(|&d| {
@@ -2075,21 +2397,25 @@ impl<'a> Scheduler<'a> {
 
     // ----- the run ---------------------------------------------------------------------
 
-    fn run(mut self) -> Schedule {
-        let pods = self.input.pods;
+    /// Everything but placement: setup, the pending pods in order, their classes, and
+    /// the bound pods counted in topology.
+    pub(super) fn prepare(input: &'a SchedulerInput<'a>) -> Self {
+        let mut s = Scheduler::new(input);
+        let pods = input.pods;
         // Pods kube-scheduler may still bind, or that are not ours (another scheduler,
         // a preemption nomination, a claim not ready), get no capacity.
         let mut pending: Vec<usize> = (0..pods.len())
             .filter(|&p| pods[p].is_pending() && pods[p].is_provisionable())
             .collect();
-        pending.sort_by(|&a, &b| {
-            let (ra, rb) = (&pods[a].requests, &pods[b].requests);
-            rb.slot_milli(CPU)
-                .cmp(&ra.slot_milli(CPU))
-                .then(rb.slot_milli(MEMORY).cmp(&ra.slot_milli(MEMORY)))
-                .then(a.cmp(&b))
-        });
-        self.build_classes(&pending);
+        pending.sort_by(|&a, &b| largest_first(pods, a, b));
+        s.build_classes(&pending);
+        s.pending = pending;
+        s
+    }
+
+    pub(super) fn run(mut self) -> Schedule {
+        let pods = self.input.pods;
+        let pending = std::mem::take(&mut self.pending);
         let mut queue = self.place_nominated(pending);
         let mut level = vec![0usize; pods.len()];
         // As Karpenter does, pods that fail are retried while placements still happen:
@@ -2133,7 +2459,7 @@ impl<'a> Scheduler<'a> {
     /// Puts each in-flight claim's still-pending pods on it, and returns the others.
     /// They were packed onto it when it was planned; its capacity is the type's, so
     /// they are placed without a fresh fit check that a different order might fail.
-    fn place_nominated(&mut self, pending: Vec<usize>) -> Vec<usize> {
+    pub(super) fn place_nominated(&mut self, pending: Vec<usize>) -> Vec<usize> {
         let pods = self.input.pods;
         let mut nominated: HashMap<String, usize> = HashMap::new();
         for b in 0..self.bins.len() {
@@ -2167,7 +2493,7 @@ impl<'a> Scheduler<'a> {
         rest
     }
 
-    fn finish(mut self, mut unschedulable: Vec<(usize, String)>) -> Schedule {
+    pub(super) fn finish(mut self, mut unschedulable: Vec<(usize, String)>) -> Schedule {
         self.repack_free_claims();
         let input = self.input;
         let mut out = Schedule::default();
@@ -2196,7 +2522,7 @@ impl<'a> Scheduler<'a> {
     /// A pod the repack pass may move between new claims: no topology spread, no pod
     /// (anti-)affinity, required or preferred, no group of another pod counts it, no
     /// host ports, and only well-known resources.
-    fn movable(&self, pod: usize) -> bool {
+    pub(super) fn movable(&self, pod: usize) -> bool {
         let p = &self.input.pods[pod];
         p.topology_spread.is_empty()
             && p.pod_affinity.is_empty()
@@ -2215,7 +2541,7 @@ impl<'a> Scheduler<'a> {
     /// claims keep their requirements, so every pod's node constraints still hold;
     /// no topology group counts these pods, so moving them changes no count. Pools
     /// with limits or minValues are left as packed (the pass does not track them).
-    fn repack_free_claims(&mut self) {
+    pub(super) fn repack_free_claims(&mut self) {
         let mut groups: Vec<(usize, Requirements, Vec<usize>)> = Vec::new();
         for b in 0..self.bins.len() {
             let Origin::New(pool) = self.bins[b].origin else {
@@ -2242,7 +2568,7 @@ impl<'a> Scheduler<'a> {
         }
     }
 
-    fn repack_group(&mut self, pool: usize, reqs: &Requirements, bins: &[usize]) {
+    pub(super) fn repack_group(&mut self, pool: usize, reqs: &Requirements, bins: &[usize]) {
         // Types the claims could launch as, with their price and room for pods.
         let mut types: Vec<usize> = Vec::new();
         let mut node_types: Vec<repack::NodeType> = Vec::new();
@@ -2353,7 +2679,7 @@ impl<'a> Scheduler<'a> {
 
     /// Moves a new claim's reservation in its pool's usage from its old target type to
     /// `t` (none: the claim is gone), and sizes it for `t`.
-    fn retarget(&mut self, pool: usize, b: usize, t: Option<usize>) {
+    pub(super) fn retarget(&mut self, pool: usize, b: usize, t: Option<usize>) {
         let catalog = self.input.catalog;
         let usage = &mut self.pools[pool].usage;
         if let Some(old) = self.bins[b].target {
@@ -2376,7 +2702,7 @@ impl<'a> Scheduler<'a> {
         bin.ports = ports;
     }
 
-    fn finalize_claim(&mut self, b: usize, pool: usize, pods: Vec<usize>) -> NewClaim {
+    pub(super) fn finalize_claim(&mut self, b: usize, pool: usize, pods: Vec<usize>) -> NewClaim {
         let bin = &self.bins[b];
         let reqs = bin.reqs.clone();
         let used = bin.used.clone();
@@ -2489,7 +2815,7 @@ impl<'a> Scheduler<'a> {
     /// is reached (so the kept list satisfies minValues, as Karpenter's truncation
     /// requires), then the cheapest of the rest up to [`MAX_INSTANCE_TYPE_OPTIONS`].
     /// Price order is kept.
-    fn cap_options(
+    pub(super) fn cap_options(
         &self,
         options: Vec<(f64, usize, usize, CapacityType)>,
         reqs: &Requirements,
@@ -2531,9 +2857,18 @@ impl<'a> Scheduler<'a> {
     }
 }
 
+/// Placement order: most CPU first, then most memory, then input order.
+pub(super) fn largest_first(pods: &[Pod], a: usize, b: usize) -> std::cmp::Ordering {
+    let (ra, rb) = (&pods[a].requests, &pods[b].requests);
+    rb.slot_milli(CPU)
+        .cmp(&ra.slot_milli(CPU))
+        .then(rb.slot_milli(MEMORY).cmp(&ra.slot_milli(MEMORY)))
+        .then(a.cmp(&b))
+}
+
 /// What makes two pods interchangeable for scheduling (requests aside).
 #[derive(PartialEq, Eq, Hash)]
-struct ClassKey<'p> {
+pub(super) struct ClassKey<'p> {
     namespace: &'p str,
     labels: &'p BTreeMap<String, String>,
     node_selector: &'p BTreeMap<String, String>,
@@ -2549,7 +2884,7 @@ struct ClassKey<'p> {
 }
 
 impl<'p> ClassKey<'p> {
-    fn of(pod: &'p Pod) -> Self {
+    pub(super) fn of(pod: &'p Pod) -> Self {
         ClassKey {
             namespace: &pod.namespace,
             labels: &pod.labels,

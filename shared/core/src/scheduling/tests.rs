@@ -6,7 +6,9 @@ use crate::api::model::*;
 use crate::catalog::{Catalog, Pricing};
 use crate::cluster::*;
 use crate::provisioning::{ProvisioningInput, ProvisioningPlan, plan_provisioning};
-use crate::scheduling::InFlightClaim;
+use crate::scheduling::{
+    InFlightClaim, PreparedScheduler, Removal, SchedulerInput, SolveLimits, schedule,
+};
 use crate::testing::*;
 
 fn plan(snapshot: &ClusterSnapshot, pools: &[NodePool]) -> ProvisioningPlan {
@@ -30,7 +32,41 @@ fn plan_with(
     });
     let broken = violations(&plan, snapshot, pools, catalog);
     assert!(broken.is_empty(), "plan breaks constraints: {broken:#?}");
+    provision_is_schedule(snapshot, pools, in_flight, &pricing);
     plan
+}
+
+/// Every test input doubles as a check that the prepared scheduler's provisioning gives
+/// what `schedule` gives, also after speculative solves (which must leave it untouched).
+fn provision_is_schedule(
+    snapshot: &ClusterSnapshot,
+    pools: &[NodePool],
+    in_flight: &[InFlightClaim],
+    pricing: &Pricing,
+) {
+    let input = SchedulerInput {
+        pods: &snapshot.pods,
+        nodes: &snapshot.nodes,
+        daemonsets: &snapshot.daemonsets,
+        node_pools: pools,
+        node_classes: &[],
+        catalog: Catalog::embedded(),
+        pricing,
+        in_flight,
+    };
+    let expected = schedule(&input);
+    let prepared = PreparedScheduler::new(&input);
+    assert_eq!(prepared.provision(), expected);
+    for n in 0..snapshot.nodes.len().min(8) {
+        let _ = prepared.solve(
+            &Removal {
+                nodes: &[n],
+                not_destinations: &[],
+            },
+            &SolveLimits::default(),
+        );
+    }
+    assert_eq!(prepared.provision(), expected, "after solves");
 }
 
 fn snapshot(pods: Vec<Pod>) -> ClusterSnapshot {

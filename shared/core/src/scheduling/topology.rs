@@ -182,6 +182,10 @@ impl DomainCounts {
         }
     }
     pub fn bump(&mut self, key: TopologyKey, domain: usize) {
+        self.add(key, domain, 1);
+    }
+    /// Adds `delta` (negative: a pod leaves) to a domain's count.
+    pub fn add(&mut self, key: TopologyKey, domain: usize, delta: i32) {
         let counts = match key {
             TopologyKey::Hostname => &mut self.host,
             TopologyKey::Domain(_) => &mut self.domain,
@@ -189,7 +193,8 @@ impl DomainCounts {
         if counts.len() <= domain {
             counts.resize(domain + 1, 0);
         }
-        counts[domain] += 1;
+        debug_assert!(delta > 0 || counts[domain] > 0, "a count below zero");
+        counts[domain] = counts[domain].saturating_add_signed(delta);
     }
     pub fn total(&self, key: TopologyKey) -> u32 {
         match key {

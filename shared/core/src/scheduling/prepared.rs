@@ -1,0 +1,610 @@
+//! A scheduler prepared once per tick and solved many times: provisioning places the
+//! pending pods; consolidation asks, for many candidate sets of nodes, "take these away —
+//! where do their pods go, with how many new claims, at what price?".
+//!
+//! Preparing does everything that depends on the cluster alone, once: prices, pool type
+//! lists, DaemonSet overhead, node ceilings, the bound pods counted in topology, and pod
+//! classes for the bound pods (their compiled forms are built on first use and cached;
+//! classes with the same node constraints share their pool types and candidate nodes).
+//! A solve then changes only what its moved pods touch — the bins they land on, the
+//! counts they leave and join, the claims they open — and logs each change so it can be
+//! undone when the solve returns. Its cost grows with the pods moved, not the cluster.
+//!
+//! Deviations from the API first sketched for consolidation:
+//! - `Solve::Placed` carries a [`Placed`] (the schedule and a private commit token)
+//!   rather than a bare `Schedule`; `Placed` derefs to its `Schedule`.
+//! - [`PreparedScheduler::commit`] takes that `Placed`, and returns `Err(stop)` if the
+//!   removal no longer places on the current state (only possible when another solve was
+//!   committed after this one was made: commits re-run the solve, which is deterministic).
+//! - Claims made permanent by `commit` appear in later solves' `in_flight` destinations
+//!   under the names `committed-0`, `committed-1`… (in commit order).
+//! - A solve does not run provisioning's re-packing pass over its new claims, nor its
+//!   retry of failed pods after other placements: it stops at the first pod that fits
+//!   nowhere.
+//! - Pending pods nominated to in-flight claims are counted on those claims (capacity and
+//!   topology) for every solve: that room is taken.
+//! - A removed node's capacity leaves its NodePool's usage for the solve (limits).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ops::Deref;
+
+use crate::catalog::{LABEL_INSTANCE_TYPE, LABEL_NODEPOOL};
+use crate::disruption::rules::moving_pods;
+use crate::resources::{Resources, WELL_KNOWN};
+
+use super::fast_hash::FastMap;
+use super::requirements::ValueSet;
+use super::scheduler::{
+    Class, ClassKey, Origin, Schedule, Scheduler, SchedulerInput, Undo, ct_index, largest_first,
+};
+
+/// Nodes a speculative solve takes away (indices into `SchedulerInput::nodes`), and nodes
+/// it must not place pods on (they stay, but are not destinations: e.g. other candidates).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Removal<'r> {
+    pub nodes: &'r [usize],
+    pub not_destinations: &'r [usize],
+}
+
+/// When a solve stops early. `None`: no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SolveLimits {
+    /// At most this many new claims.
+    pub max_new_claims: Option<usize>,
+    /// The new claims' cheapest options must cost strictly less than this, per hour.
+    pub max_price: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Solve {
+    Placed(Placed),
+    Stopped(Stop),
+}
+
+/// Why a solve stopped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stop {
+    /// A moving pod (index into `SchedulerInput::pods`) fits nowhere, for `reason`.
+    PodDoesNotFit { pod: usize, reason: String },
+    /// More new claims than `SolveLimits::max_new_claims` would be needed.
+    TooManyClaims,
+    /// The new claims would cost `SolveLimits::max_price` or more.
+    TooExpensive,
+}
+
+/// A solve that placed every moving pod: where they go (`existing_nodes`, `in_flight`,
+/// `new_claims`; `unschedulable` is empty), and what [`PreparedScheduler::commit`] needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placed {
+    pub schedule: Schedule,
+    token: CommitToken,
+}
+
+impl Deref for Placed {
+    type Target = Schedule;
+    fn deref(&self) -> &Schedule {
+        &self.schedule
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct CommitToken {
+    nodes: Vec<usize>,
+    not_destinations: Vec<usize>,
+    generation: u64,
+}
+
+/// The scheduling simulation, prepared once for a cluster (see the module).
+pub struct PreparedScheduler<'a> {
+    input: &'a SchedulerInput<'a>,
+    /// As provisioning starts: cloned by each `provision`.
+    base: Scheduler<'a>,
+    /// The solve state; `None` when prepared for provisioning only.
+    solver: Option<RefCell<Solver<'a>>>,
+}
+
+struct Solver<'a> {
+    s: Scheduler<'a>,
+    /// Per input node: the pods on it now, whose topology counts leave with it (bound
+    /// there, or moved there by a commit; not terminal).
+    node_pods: Vec<Vec<usize>>,
+    /// Nodes a commit took away.
+    removed: Vec<bool>,
+    /// Bins of claims made permanent by commits, by name.
+    committed: HashMap<usize, String>,
+    generation: u64,
+}
+
+impl<'a> PreparedScheduler<'a> {
+    /// Prepares provisioning and speculative solves for the cluster in `input`.
+    pub fn new(input: &'a SchedulerInput<'a>) -> Self {
+        let base = Scheduler::prepare(input);
+        let solver = Solver::new(&base);
+        Self {
+            input,
+            base,
+            solver: Some(RefCell::new(solver)),
+        }
+    }
+
+    /// Prepared for one provisioning run only (what [`super::schedule`] uses).
+    pub(super) fn for_provisioning(input: &'a SchedulerInput<'a>) -> Self {
+        Self {
+            input,
+            base: Scheduler::prepare(input),
+            solver: None,
+        }
+    }
+
+    /// Provisioning, consuming the prepared state instead of copying it.
+    pub(super) fn provision_once(self) -> Schedule {
+        self.base.run()
+    }
+
+    /// Provisioning: places the pending pods, exactly as [`super::schedule`] does. It
+    /// starts from the cluster as prepared; commits do not change it.
+    pub fn provision(&self) -> Schedule {
+        self.base.clone().run()
+    }
+
+    /// A speculative solve: the nodes `removal.nodes` go away and their moving pods
+    /// (bound there, not DaemonSet-owned, mirror or terminal) are placed on what remains
+    /// (never on a removed node or one of `removal.not_destinations`) and on new claims,
+    /// under every constraint provisioning honours; the removed nodes' pods leave the
+    /// topology counts. Stops at the first pod that fits nowhere, or as soon as a limit
+    /// is crossed. The prepared state is left as it was.
+    pub fn solve(&self, removal: &Removal<'_>, limits: &SolveLimits) -> Solve {
+        let mut solver = self.solver().borrow_mut();
+        let generation = solver.generation;
+        match solver.solve(self.input, removal, limits, false) {
+            Ok(schedule) => Solve::Placed(Placed {
+                schedule,
+                token: CommitToken {
+                    nodes: removal.nodes.to_vec(),
+                    not_destinations: removal.not_destinations.to_vec(),
+                    generation,
+                },
+            }),
+            Err(stop) => Solve::Stopped(stop),
+        }
+    }
+
+    /// Makes a placed solve permanent (its command will run): its removed nodes are
+    /// gone, its moved pods count where they went, and its new claims become bins later
+    /// solves may use (as `committed-N`, at their cheapest option's type, zone and
+    /// capacity type). Re-runs the solve on the current state, which gives the same
+    /// placements unless another solve was committed since this one was made.
+    pub fn commit(&mut self, placed: &Placed) -> Result<(), Stop> {
+        let input = self.input;
+        let solver = self
+            .solver
+            .as_mut()
+            .expect("prepared with PreparedScheduler::new")
+            .get_mut();
+        let removal = Removal {
+            nodes: &placed.token.nodes,
+            not_destinations: &placed.token.not_destinations,
+        };
+        solver
+            .solve(input, &removal, &SolveLimits::default(), true)
+            .map(|_| ())
+    }
+
+    fn solver(&self) -> &RefCell<Solver<'a>> {
+        self.solver
+            .as_ref()
+            .expect("prepared with PreparedScheduler::new")
+    }
+}
+
+/// Whether pod `p` is re-placed when its node goes (see `disruption::rules`).
+fn is_moving(input: &SchedulerInput<'_>, p: usize) -> bool {
+    moving_pods(std::iter::once(&input.pods[p]))
+        .next()
+        .is_some()
+}
+
+impl Scheduler<'_> {
+    /// `count_on_node`, with the groups of the pod's class when it has one.
+    fn count_pod_on_node(&mut self, p: usize, n: usize, delta: i32, from_group: usize) {
+        let c = self.pod_class[p];
+        if c >= self.classes.len() {
+            return self.count_on_node(p, n, delta, from_group);
+        }
+        // Lent out and back: counting changes groups, never classes.
+        let selecting = std::mem::take(&mut self.classes[c].matched);
+        let owned = std::mem::take(&mut self.classes[c].owned);
+        self.count_listed(n, delta, &selecting, &owned, from_group);
+        self.classes[c].matched = selecting;
+        self.classes[c].owned = owned;
+    }
+}
+
+impl<'a> Solver<'a> {
+    /// The solve state, from the prepared provisioning state: classes and topology
+    /// groups for the bound pods that may move, the nominated pods on their in-flight
+    /// claims, and no pending demand (solves place only what they move).
+    fn new(base: &Scheduler<'a>) -> Self {
+        let mut s = base.clone();
+        let input = s.input;
+        let pods = input.pods;
+        let mut node_pods: Vec<Vec<usize>> = vec![Vec::new(); input.nodes.len()];
+        let first_class = s.classes.len();
+        let first_group = s.groups.len();
+        let mut index: FastMap<ClassKey<'_>, usize> = FastMap::default();
+        for (p, pod) in pods.iter().enumerate() {
+            if pod.terminal {
+                continue;
+            }
+            let Some(&n) = pod.node_name.as_deref().and_then(|n| s.node_index.get(n)) else {
+                continue;
+            };
+            node_pods[n].push(p);
+            if !is_moving(input, p) {
+                continue;
+            }
+            let c = *index.entry(ClassKey::of(pod)).or_insert_with(|| {
+                s.classes.push(Class {
+                    representative: p,
+                    ladder: Vec::new(),
+                    matched: Vec::new(),
+                    min_request: pod.requests.clone(),
+                    remaining: Resources::new(),
+                    pools_ok: Vec::new(),
+                    owned: Vec::new(),
+                });
+                s.classes.len() - 1
+            });
+            s.pod_class[p] = c;
+            let class = &mut s.classes[c];
+            let mut min = class.min_request.clone();
+            for (i, name) in WELL_KNOWN.iter().enumerate() {
+                min.set_milli(name, pod.requests.slot_milli(i).min(min.slot_milli(i)));
+            }
+            class.min_request = min;
+        }
+        for c in first_class..s.classes.len() {
+            let pod = &pods[s.classes[c].representative];
+            for spec in s.group_specs(pod, true).into_iter().flatten() {
+                s.group(spec);
+            }
+            s.classes[c].ladder = s.ladder(pod);
+        }
+        for c in 0..s.classes.len() {
+            let pod = &pods[s.classes[c].representative];
+            s.classes[c].matched = s.groups_selecting(pod);
+            s.classes[c].owned = s.groups_owned(pod);
+        }
+        if s.groups.len() > first_group {
+            for (n, on_node) in node_pods.iter().enumerate() {
+                for &p in on_node {
+                    s.count_pod_on_node(p, n, 1, first_group);
+                }
+            }
+        }
+        let pending = s.pending.clone();
+        s.place_nominated(pending);
+        for class in &mut s.classes {
+            class.remaining = Resources::new();
+        }
+        s.blocked = vec![false; s.bins.len()];
+        s.bin_stamp = vec![0; s.bins.len()];
+        Solver {
+            s,
+            node_pods,
+            removed: vec![false; input.nodes.len()],
+            committed: HashMap::new(),
+            generation: 0,
+        }
+    }
+
+    fn solve(
+        &mut self,
+        input: &SchedulerInput<'_>,
+        removal: &Removal<'_>,
+        limits: &SolveLimits,
+        keep: bool,
+    ) -> Result<Schedule, Stop> {
+        let s = &mut self.s;
+        s.stamp += 1;
+        let base_bins = s.bins.len();
+        s.blocked.resize(base_bins, false);
+        s.bin_stamp.resize(base_bins, 0);
+        s.undo = Some(Undo {
+            base_bins,
+            pools: s
+                .pools
+                .iter()
+                .map(|p| (p.usage.clone(), p.duals.clone()))
+                .collect(),
+            zone_use: s.zone_use.clone(),
+            ..Undo::default()
+        });
+        let mut removed: Vec<usize> = removal
+            .nodes
+            .iter()
+            .copied()
+            .filter(|&n| n < input.nodes.len() && !self.removed[n])
+            .collect();
+        removed.sort_unstable();
+        removed.dedup();
+        for &n in removed.iter().chain(removal.not_destinations) {
+            if let Some(b) = s.node_bin.get(n).copied().flatten() {
+                if !s.blocked[b] {
+                    s.blocked[b] = true;
+                    s.undo.as_mut().expect("solving").blocked.push(b);
+                }
+            }
+        }
+        // The removed nodes' pods leave the topology counts, their capacity the pools.
+        let mut moving = Vec::new();
+        for &n in &removed {
+            for &p in &self.node_pods[n] {
+                s.count_pod_on_node(p, n, -1, 0);
+                if is_moving(input, p) {
+                    moving.push(p);
+                }
+            }
+            let node = &input.nodes[n];
+            let pool = node
+                .labels
+                .get(LABEL_NODEPOOL)
+                .and_then(|name| input.node_pools.iter().position(|p| p.name == *name));
+            if let Some(pool) = pool {
+                let usage = &mut s.pools[pool].usage;
+                usage.sub(&node.capacity);
+                let nodes = usage.get_milli("nodes");
+                usage.set_milli("nodes", nodes - 1000);
+            }
+        }
+        moving.sort_by(|&a, &b| largest_first(input.pods, a, b));
+        for &p in &moving {
+            let c = s.pod_class[p];
+            if s.classes[c].pools_ok.is_empty() {
+                let e = s.eclass(c, 0);
+                s.classes[c].pools_ok = s.eclasses[e].pool_fit.iter().map(|r| r.is_ok()).collect();
+            }
+        }
+        s.undo.as_mut().expect("solving").moving = moving.iter().map(|&p| (p, false)).collect();
+
+        let result = Self::place_moving(s, input, &moving, limits, base_bins)
+            .and_then(|()| self.schedule(input, base_bins, limits));
+        match (&result, keep) {
+            (Ok(schedule), true) => self.keep(schedule, &removed, base_bins),
+            _ => self.rollback(),
+        }
+        result
+    }
+
+    fn place_moving(
+        s: &mut Scheduler<'_>,
+        input: &SchedulerInput<'_>,
+        moving: &[usize],
+        limits: &SolveLimits,
+        base_bins: usize,
+    ) -> Result<(), Stop> {
+        let mut price_floor = 0.0;
+        for &p in moving {
+            let c = s.pod_class[p];
+            let mut level = 0;
+            loop {
+                let e = s.eclass(c, level);
+                let before = s.bins.len();
+                match s.place(e, p) {
+                    Ok(()) => {
+                        if s.bins.len() > before {
+                            let claims = s.bins.len() - base_bins;
+                            if limits.max_new_claims.is_some_and(|k| claims > k) {
+                                return Err(Stop::TooManyClaims);
+                            }
+                            price_floor += Self::price_floor(s, input, e, p, before);
+                            if limits.max_price.is_some_and(|m| price_floor >= m) {
+                                return Err(Stop::TooExpensive);
+                            }
+                        }
+                        break;
+                    }
+                    Err(reason) => {
+                        if level + 1 < s.classes[c].ladder.len() {
+                            level += 1;
+                        } else {
+                            return Err(Stop::PodDoesNotFit { pod: p, reason });
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A lower bound on the price of the claim `b` just opened for pod `p`: its pool's
+    /// cheapest type that takes the pod under the class's requirements. More pods and
+    /// narrower requirements only raise it.
+    fn price_floor(
+        s: &Scheduler<'_>,
+        input: &SchedulerInput<'_>,
+        e: usize,
+        p: usize,
+        b: usize,
+    ) -> f64 {
+        let Origin::New(pool) = s.bins[b].origin else {
+            return 0.0;
+        };
+        let ec = &s.eclasses[e];
+        let merged = s.pools[pool].reqs.intersect(&ec.reqs);
+        let requests = &input.pods[p].requests;
+        ec.pool_types[pool]
+            .iter()
+            .find(|&&t| requests.fits_in(&s.usable(t, pool)))
+            .and_then(|&t| s.cheapest_offering(t, &merged, None, None))
+            .map_or(0.0, |(_, _, price)| price)
+    }
+
+    /// The solve's placements: the bins it changed, with the pods it added, and its new
+    /// claims with their options.
+    fn schedule(
+        &mut self,
+        input: &SchedulerInput<'_>,
+        base_bins: usize,
+        limits: &SolveLimits,
+    ) -> Result<Schedule, Stop> {
+        let s = &mut self.s;
+        let mut out = Schedule::default();
+        let undo = s.undo.as_ref().expect("solving");
+        let mut touched: Vec<(usize, usize)> = undo
+            .bins
+            .iter()
+            .map(|(b, saved)| (*b, saved.pods.len()))
+            .collect();
+        touched.sort_unstable();
+        for (b, before) in touched {
+            let mut pods: Vec<usize> = s.bins[b].pods[before..].iter().map(|(p, _)| *p).collect();
+            if pods.is_empty() {
+                continue;
+            }
+            pods.sort_unstable();
+            match s.bins[b].origin {
+                Origin::Existing(n) => out.existing_nodes.push((input.nodes[n].name.clone(), pods)),
+                Origin::InFlight(i) => out.in_flight.push((input.in_flight[i].name.clone(), pods)),
+                Origin::New(_) => {
+                    let name = self.committed.get(&b).cloned().unwrap_or_default();
+                    out.in_flight.push((name, pods));
+                }
+            }
+        }
+        let mut price = 0.0;
+        for b in base_bins..s.bins.len() {
+            let Origin::New(pool) = s.bins[b].origin else {
+                continue;
+            };
+            let mut pods: Vec<usize> = s.bins[b].pods.iter().map(|(p, _)| *p).collect();
+            pods.sort_unstable();
+            let claim = s.finalize_claim(b, pool, pods);
+            price += claim.options.first().map_or(0.0, |o| o.price);
+            out.new_claims.push(claim);
+        }
+        if limits.max_price.is_some_and(|m| price >= m) {
+            return Err(Stop::TooExpensive);
+        }
+        Ok(out)
+    }
+
+    /// Puts everything the solve changed back.
+    fn rollback(&mut self) {
+        let s = &mut self.s;
+        let u = s.undo.take().expect("solving");
+        for c in u.counts.iter().rev() {
+            s.add_count(c.group, c.owners, c.key, c.domain, -c.delta);
+        }
+        for (b, bin) in u.bins.into_iter().rev() {
+            s.bins[b] = bin;
+        }
+        s.bins.truncate(u.base_bins);
+        Self::restore_caches(s, &u.dead, &u.absorbed);
+        for &e in &u.pushed {
+            let candidates = &mut s.eclasses[e].candidates;
+            while candidates.last().is_some_and(|c| c.bin >= u.base_bins) {
+                candidates.pop();
+            }
+        }
+        for (pool, (usage, duals)) in s.pools.iter_mut().zip(u.pools) {
+            pool.usage = usage;
+            pool.duals = duals;
+        }
+        s.zone_use = u.zone_use;
+        for b in u.blocked {
+            s.blocked[b] = false;
+        }
+    }
+
+    /// Dead marks and absorbed versions are caches that depend on counts later removals
+    /// change: they go back as they were even when a solve is kept.
+    fn restore_caches(
+        s: &mut Scheduler<'_>,
+        dead: &[(usize, usize)],
+        absorbed: &[(usize, usize, u32)],
+    ) {
+        for &(e, i) in dead {
+            let ec = &mut s.eclasses[e];
+            ec.candidates[i].dead = false;
+            ec.dead -= 1;
+        }
+        for &(e, i, old) in absorbed.iter().rev() {
+            s.eclasses[e].candidates[i].absorbed = old;
+        }
+    }
+
+    /// Makes the solve just run permanent (see `PreparedScheduler::commit`).
+    fn keep(&mut self, schedule: &Schedule, removed: &[usize], base_bins: usize) {
+        let s = &mut self.s;
+        let input = s.input;
+        let u = s.undo.take().expect("solving");
+        Self::restore_caches(s, &u.dead, &u.absorbed);
+        for (pool, (_, duals)) in s.pools.iter_mut().zip(u.pools) {
+            pool.duals = duals;
+        }
+        for b in u.blocked {
+            s.blocked[b] = false;
+        }
+        for &n in removed {
+            self.removed[n] = true;
+            self.node_pods[n].clear();
+            if let Some(b) = s.node_bin[n] {
+                s.blocked[b] = true;
+            }
+        }
+        for (name, pods) in &schedule.existing_nodes {
+            if let Some(&n) = s.node_index.get(name.as_str()) {
+                self.node_pods[n].extend(pods);
+            }
+        }
+        // New claims become bins of their cheapest option.
+        let new_bins =
+            (base_bins..s.bins.len()).filter(|&b| matches!(s.bins[b].origin, Origin::New(_)));
+        for (b, claim) in new_bins
+            .collect::<Vec<_>>()
+            .into_iter()
+            .zip(&schedule.new_claims)
+        {
+            let Origin::New(pool) = s.bins[b].origin else {
+                continue;
+            };
+            let Some(option) = claim.options.first() else {
+                continue;
+            };
+            let Some(t) = input
+                .catalog
+                .types
+                .iter()
+                .position(|t| t.name == option.instance_type)
+            else {
+                continue;
+            };
+            let ceiling = s.usable(t, pool);
+            let mut ports = s.daemon_ports(pool, t);
+            ports.extend(
+                s.bins[b]
+                    .pods
+                    .iter()
+                    .flat_map(|&(p, _)| input.pods[p].host_ports.iter().cloned()),
+            );
+            let bin = &mut s.bins[b];
+            bin.target = Some(t);
+            bin.ceiling = ceiling;
+            bin.ports = ports;
+            bin.reqs.add(
+                LABEL_INSTANCE_TYPE,
+                ValueSet::in_values([option.instance_type.clone()]),
+            );
+            bin.version += 1;
+            if let Some(z) = s.zones.iter().position(|z| *z == option.zone) {
+                s.pin_bin(b, 0, z);
+            }
+            s.pin_bin(b, 1, ct_index(option.capacity_type));
+            let name = format!("committed-{}", self.committed.len());
+            self.committed.insert(b, name);
+        }
+        self.generation += 1;
+    }
+}
