@@ -48,6 +48,8 @@ use crate::volumes::{
     PersistentVolume, PodClaim, Storage, StorageClass, VolumeClaim, apply_volume_topology,
 };
 
+mod fast;
+
 /// The label a `matchFields` requirement on `metadata.name` is translated to.
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
@@ -238,6 +240,17 @@ impl ItemKind {
 /// ([`apply_volume_topology`]), so a pending pod's required node terms include where
 /// its volumes let it run, and a pod whose claim cannot be planned for says why.
 pub fn parse_snapshot(text: &str) -> Result<ClusterSnapshot, SnapshotError> {
+    // The fast pass, and the original one over the text when the fast one stopped
+    // anywhere but after the items (so messages are the text reader's, not the stream's).
+    let stop = fast::run(fast::Window::new(text.as_bytes()));
+    if let fast::Stop::Resume {
+        state: fast::Resume::AfterItems,
+        ..
+    } = stop
+        && let Ok((list, top)) = resume(stop)
+    {
+        return finish(list, top);
+    }
     read_list(serde_json::Deserializer::from_str(text))
 }
 
@@ -247,7 +260,20 @@ pub fn parse_snapshot(text: &str) -> Result<ClusterSnapshot, SnapshotError> {
 pub fn parse_snapshot_reader<R: std::io::Read>(
     reader: R,
 ) -> Result<ClusterSnapshot, SnapshotError> {
-    read_list(serde_json::Deserializer::from_reader(reader))
+    let (list, top) = resume(fast::run(fast::Window::new(reader)))?;
+    finish(list, top)
+}
+
+/// The original pass over what the fast one left (see [`fast`]).
+fn resume<R: std::io::Read>(
+    stop: fast::Stop<R>,
+) -> Result<(ListReader, Option<serde_json::Map<String, Value>>), SnapshotError> {
+    let (so_far, input) = stop.into_input();
+    let de = serde_json::Deserializer::from_reader(input);
+    match so_far {
+        Some((list, top)) => read_top(de, list, top, true),
+        None => read_top(de, ListReader::default(), serde_json::Map::new(), false),
+    }
 }
 
 /// One pass over the List. Each item is read as a JSON value, converted and dropped
@@ -255,8 +281,21 @@ pub fn parse_snapshot_reader<R: std::io::Read>(
 /// first: broken JSON anywhere wins over everything, then a top level that is not a
 /// List, then the first item that cannot be read.
 fn read_list<'de, R: serde_json::de::Read<'de>>(
-    mut de: serde_json::Deserializer<R>,
+    de: serde_json::Deserializer<R>,
 ) -> Result<ClusterSnapshot, SnapshotError> {
+    let (list, top) = read_top(de, ListReader::default(), serde_json::Map::new(), false)?;
+    finish(list, top)
+}
+
+/// The top level read by serde visitors, items streamed into `list`. `resuming`: the
+/// input's first `items` array stands in for what the fast pass read (see [`fast`]); the
+/// keys it read before the items are in `top`.
+fn read_top<'de, R: serde_json::de::Read<'de>>(
+    mut de: serde_json::Deserializer<R>,
+    mut list: ListReader,
+    top: serde_json::Map<String, Value>,
+    resuming: bool,
+) -> Result<(ListReader, Option<serde_json::Map<String, Value>>), SnapshotError> {
     let not_json = |source: serde_json::Error| {
         if source.is_io() {
             SnapshotError::Unreadable { source }
@@ -264,10 +303,22 @@ fn read_list<'de, R: serde_json::de::Read<'de>>(
             SnapshotError::NotJson { source }
         }
     };
-    let mut list = ListReader::default();
-    let top = serde::Deserializer::deserialize_any(&mut de, TopVisitor { list: &mut list })
-        .map_err(not_json)?;
+    let visitor = TopVisitor {
+        list: &mut list,
+        top,
+        resuming,
+    };
+    let top = serde::Deserializer::deserialize_any(&mut de, visitor).map_err(not_json)?;
     de.end().map_err(not_json)?;
+    Ok((list, top))
+}
+
+/// What the List says once read whole: the first error in the order of
+/// [`read_list`]'s comment, or the snapshot.
+fn finish(
+    mut list: ListReader,
+    top: Option<serde_json::Map<String, Value>>,
+) -> Result<ClusterSnapshot, SnapshotError> {
     let Some(top) = top else {
         return Err(SnapshotError::NotAList {
             found: describe_value(&list.other_top),
@@ -374,10 +425,15 @@ struct ListReader {
     deferred_from: usize,
     /// The top level when it is not an object.
     other_top: Value,
+    /// The next item is a stand-in for one already read (see [`fast::Resume`]).
+    skip_one: bool,
 }
 
 impl ListReader {
     fn item(&mut self, item: Value) {
+        if std::mem::take(&mut self.skip_one) {
+            return;
+        }
         let index = self.next_index;
         self.next_index += 1;
         if self.error.is_some() {
@@ -415,9 +471,7 @@ impl ListReader {
         match kind {
             ItemKind::Pod => {
                 let pod: core::Pod = decode(index, kind, item)?;
-                let pod = pod_from_k8s(&pod)?;
-                self.unique(index, "pod", pod.key())?;
-                self.snapshot.pods.push(pod);
+                self.pod(index, &pod)?;
             }
             ItemKind::Node => {
                 let node: core::Node = decode(index, kind, item)?;
@@ -467,6 +521,26 @@ impl ListReader {
         Ok(())
     }
 
+    fn pod(&mut self, index: usize, pod: &core::Pod) -> Result<()> {
+        let pod = pod_from_k8s(pod)?;
+        self.unique(index, "pod", pod.key())?;
+        self.snapshot.pods.push(pod);
+        Ok(())
+    }
+
+    /// An item the fast pass decoded as a pod (with kind "Pod"): what [`Self::item`]
+    /// does with it.
+    fn decoded_pod(&mut self, pod: &core::Pod) {
+        let index = self.next_index;
+        self.next_index += 1;
+        if self.error.is_some() {
+            return;
+        }
+        if let Err(e) = self.pod(index, pod) {
+            self.error = Some(e);
+        }
+    }
+
     fn unique(&mut self, index: usize, kind: &'static str, key: String) -> Result<()> {
         let object = format!("{kind} {key:?}");
         if self.seen.insert((kind, key)) {
@@ -481,6 +555,9 @@ impl ListReader {
 /// returned for anything else, kept in `other_top`); `items` is streamed.
 struct TopVisitor<'l> {
     list: &'l mut ListReader,
+    /// Keys read before (when resuming).
+    top: serde_json::Map<String, Value>,
+    resuming: bool,
 }
 
 impl TopVisitor<'_> {
@@ -504,9 +581,12 @@ impl<'de> serde::de::Visitor<'de> for TopVisitor<'_> {
         self,
         mut map: A,
     ) -> std::result::Result<Self::Value, A::Error> {
-        let mut top = serde_json::Map::new();
+        let mut top = self.top;
+        let mut resuming = self.resuming;
         while let Some(key) = map.next_key::<String>()? {
-            if key == "items" {
+            if key == "items" && std::mem::take(&mut resuming) {
+                map.next_value_seed(ItemsSeed { list: self.list })?;
+            } else if key == "items" {
                 self.list.list_kind = match top.get("kind") {
                     None => ListKind::NotYetRead,
                     Some(_) => match list_item_kind(&top) {
