@@ -9,6 +9,7 @@
 pub mod budget;
 pub mod candidates;
 pub mod command;
+pub mod hash;
 pub mod rules;
 
 use serde::Serialize;
