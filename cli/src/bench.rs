@@ -44,6 +44,7 @@ use nodewright_core::testing::{node_pool, req, violations};
 use serde_json::{Value, json};
 
 mod command;
+mod disrupt;
 
 /// Pods per second the planner must sustain on the synthetic suite at 5,000 and 20,000 pods.
 pub const TARGET_PODS_PER_SEC: f64 = 20_000.0;
@@ -69,6 +70,8 @@ pub enum Suite {
     Memory,
     /// Whole-command figures: `nodewright plan` run as a user runs it, on snapshot files.
     Command,
+    /// Whole-command figures of `nodewright disrupt` on fragmented clusters.
+    Disrupt,
     All,
     /// Internal: plan the real workload once and print VmRSS/VmHWM (used by `memory`).
     #[value(hide = true)]
@@ -115,6 +118,9 @@ pub struct BenchArgs {
     /// them (default: a temporary directory, removed afterwards).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
+    /// Cluster sizes in nodes for `--suite disrupt` (comma separated; default 100,1000,5000).
+    #[arg(long, value_delimiter = ',')]
+    pub nodes: Option<Vec<usize>>,
     /// Internal: the command `run-child` runs.
     #[arg(last = true, hide = true)]
     pub command: Vec<String>,
@@ -157,6 +163,10 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     }
     if all || args.suite == Suite::Command {
         command::command_suite(&mut out, args.runs, args.dir.as_deref());
+    }
+    // Not in `all`: at 5,000 nodes it writes and decides a 150,000-pod cluster.
+    if args.suite == Suite::Disrupt {
+        disrupt::disrupt_suite(&mut out, args.nodes.as_deref());
     }
     out.line(&format!(
         "\nbench finished in {:.1} s",

@@ -12,11 +12,13 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use nodewright_core::api::{self, LoadError, Manifests};
 use nodewright_core::catalog::{Catalog, Pricing};
-use nodewright_core::provisioning::{ProvisioningInput, ProvisioningPlan, plan_provisioning};
+use nodewright_core::cluster::ClusterSnapshot;
+use nodewright_core::provisioning::{ProvisioningInput, plan_provisioning};
 use nodewright_core::snapshot::parse_snapshot_reader;
 
 mod bench;
 mod chart;
+mod disrupt;
 mod event;
 mod scenario;
 mod simulate;
@@ -40,6 +42,9 @@ enum Command {
     Simulate(simulate::SimulateArgs),
     /// Plan the NodeClaims for a cluster snapshot's pending pods.
     Plan(PlanArgs),
+    /// Decide, dry run, which managed nodes expiration, drift, emptiness and
+    /// consolidation would disrupt now, and why every other one stays.
+    Disrupt(disrupt::DisruptArgs),
     /// Validate NodePool and EC2NodeClass manifests.
     Validate {
         /// YAML or JSON files holding karpenter.sh/v1 NodePools and karpenter.k8s.aws/v1 EC2NodeClasses.
@@ -53,7 +58,7 @@ enum Command {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-enum Output {
+pub(crate) enum Output {
     Table,
     Json,
 }
@@ -93,6 +98,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Simulate(args) => simulate::run(&args),
         Command::Plan(args) => plan(&args),
+        Command::Disrupt(args) => disrupt::run(&args),
         Command::Validate { files } => validate(&files),
         Command::Bench(args) => bench::run(&args).map_err(Failure::Unusable),
         Command::Event(args) => event::run(&args).map_err(|e| Failure::Unusable(e.to_string())),
@@ -112,12 +118,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn read(path: &Path) -> Result<String, Failure> {
+pub(crate) fn read(path: &Path) -> Result<String, Failure> {
     std::fs::read_to_string(path)
         .map_err(|e| Failure::Unusable(format!("{}: cannot read: {e}", path.display())))
 }
 
-fn load_manifests(files: &[PathBuf]) -> Result<Manifests, Failure> {
+pub(crate) fn load_manifests(files: &[PathBuf]) -> Result<Manifests, Failure> {
     let mut sources = Vec::with_capacity(files.len());
     for f in files {
         sources.push((f.display().to_string(), read(f)?));
@@ -140,25 +146,27 @@ fn validate(files: &[PathBuf]) -> Result<(), Failure> {
     Ok(())
 }
 
-fn plan(args: &PlanArgs) -> Result<(), Failure> {
-    let manifests = load_manifests(&args.nodepools)?;
-    // Read as a stream: the snapshot's text is never held whole (a large cluster's is
-    // hundreds of megabytes, more than what planning keeps from it).
-    let file = std::fs::File::open(&args.snapshot)
-        .map_err(|e| Failure::Unusable(format!("{}: cannot read: {e}", args.snapshot.display())))?;
-    let snapshot = parse_snapshot_reader(std::io::BufReader::with_capacity(256 * 1024, file))
-        .map_err(|e| Failure::Unusable(format!("{}: {e}", args.snapshot.display())))?;
-    let custom;
-    let catalog = match &args.catalog {
-        Some(path) => {
-            custom = Catalog::from_json(&read(path)?)
-                .map_err(|e| Failure::Unusable(format!("{}: {e}", path.display())))?;
-            &custom
-        }
-        None => Catalog::embedded(),
-    };
+/// Reads a snapshot as a stream: the text is never held whole (a large cluster's is
+/// hundreds of megabytes, more than what planning keeps from it).
+pub(crate) fn load_snapshot(path: &Path) -> Result<ClusterSnapshot, Failure> {
+    let file = std::fs::File::open(path)
+        .map_err(|e| Failure::Unusable(format!("{}: cannot read: {e}", path.display())))?;
+    parse_snapshot_reader(std::io::BufReader::with_capacity(256 * 1024, file))
+        .map_err(|e| Failure::Unusable(format!("{}: {e}", path.display())))
+}
+
+/// `--catalog`: `None` means the embedded one.
+pub(crate) fn load_catalog(path: Option<&Path>) -> Result<Option<Catalog>, Failure> {
+    path.map(|path| {
+        Catalog::from_json(&read(path)?)
+            .map_err(|e| Failure::Unusable(format!("{}: {e}", path.display())))
+    })
+    .transpose()
+}
+
+/// `--zones`, trimmed; at least one.
+pub(crate) fn zones(args: &[String]) -> Result<Vec<String>, Failure> {
     let zones: Vec<String> = args
-        .zones
         .iter()
         .map(|z| z.trim().to_string())
         .filter(|z| !z.is_empty())
@@ -168,6 +176,15 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
             "--zones: at least one zone is required".into(),
         ));
     }
+    Ok(zones)
+}
+
+fn plan(args: &PlanArgs) -> Result<(), Failure> {
+    let manifests = load_manifests(&args.nodepools)?;
+    let snapshot = load_snapshot(&args.snapshot)?;
+    let custom = load_catalog(args.catalog.as_deref())?;
+    let catalog = custom.as_ref().unwrap_or_else(|| Catalog::embedded());
+    let zones = zones(&args.zones)?;
     let pricing = Pricing::for_zones(zones);
     let plan = plan_provisioning(&ProvisioningInput {
         snapshot: &snapshot,
@@ -188,11 +205,10 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
 
 /// Streams the plan to a buffered stdout: a plan of thousands of claims is never held
 /// as one string next to the plan itself.
-fn write_json(plan: &ProvisioningPlan) -> Result<(), Failure> {
+pub(crate) fn write_json(plan: &impl serde::Serialize) -> Result<(), Failure> {
     use std::io::Write as _;
-    let failed = |e: &dyn std::fmt::Display| {
-        Failure::Unusable(format!("cannot write the plan to stdout: {e}"))
-    };
+    let failed =
+        |e: &dyn std::fmt::Display| Failure::Unusable(format!("cannot write to stdout: {e}"));
     let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
     serde_json::to_writer_pretty(&mut out, plan).map_err(|e| failed(&e))?;
     out.write_all(b"\n").map_err(|e| failed(&e))?;

@@ -320,7 +320,7 @@ fn measure(case: &Case, dir: &Path, runs: usize) -> Result<Measured, String> {
 
 const RUN_CHILD_PREFIX: &str = "run-child:";
 
-fn parse_run_child(stderr: &str) -> Option<(Duration, u64)> {
+pub(super) fn parse_run_child(stderr: &str) -> Option<(Duration, u64)> {
     let line = stderr
         .lines()
         .find_map(|l| l.strip_prefix(RUN_CHILD_PREFIX))?;
@@ -389,7 +389,7 @@ fn wait_with_rusage(pid: u32) -> Result<(i32, u64), String> {
 
 // ----- writing files ---------------------------------------------------------------
 
-fn write_text(path: &Path, text: &str) -> Result<(), String> {
+pub(super) fn write_text(path: &Path, text: &str) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
@@ -398,7 +398,7 @@ fn write_json(path: &Path, value: &Value) -> Result<(), String> {
 }
 
 /// One NodePool `default` with these requirements, and its EC2NodeClass.
-fn nodepools_yaml(requirements: &[(&str, &str, &[&str])]) -> String {
+pub(super) fn nodepools_yaml(requirements: &[(&str, &str, &[&str])]) -> String {
     let mut reqs = String::new();
     for (key, op, values) in requirements {
         let values: Vec<String> = values.iter().map(|v| format!("{v:?}")).collect();
@@ -413,13 +413,13 @@ fn nodepools_yaml(requirements: &[(&str, &str, &[&str])]) -> String {
 }
 
 /// A `List` written item by item, indented as kubectl indents (4 spaces).
-struct ListWriter {
+pub(super) struct ListWriter {
     out: BufWriter<File>,
     first: bool,
 }
 
 impl ListWriter {
-    fn item(&mut self, value: &Value) -> Result<(), String> {
+    pub(super) fn item(&mut self, value: &Value) -> Result<(), String> {
         let sep: &[u8] = if self.first { b"\n" } else { b",\n" };
         self.first = false;
         self.out.write_all(sep).map_err(|e| e.to_string())?;
@@ -429,7 +429,7 @@ impl ListWriter {
     }
 }
 
-fn write_list(
+pub(super) fn write_list(
     path: &Path,
     items: impl FnOnce(&mut ListWriter) -> Result<(), String>,
 ) -> Result<(), String> {
@@ -526,7 +526,7 @@ fn quantity_mi(milli_bytes: i64) -> String {
 /// affinity, plus the fields every pod carries (defaults, the service account volume,
 /// the default tolerations). Pending pods carry kube-scheduler's `PodScheduled=False`
 /// (`Unschedulable`) mark; bound ones are Running.
-fn pod_object(p: &Pod, i: usize) -> Value {
+pub(super) fn pod_object(p: &Pod, i: usize) -> Value {
     let mut affinity = Map::new();
     if !p.pod_affinity.is_empty() {
         affinity.insert(
@@ -656,7 +656,7 @@ fn pod_object(p: &Pod, i: usize) -> Value {
     })
 }
 
-fn daemonset_object(name: &str, template: &Pod) -> Value {
+pub(super) fn daemonset_object(name: &str, template: &Pod) -> Value {
     json!({
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -678,7 +678,7 @@ fn daemonset_object(name: &str, template: &Pod) -> Value {
     })
 }
 
-fn node_object(
+pub(super) fn node_object(
     name: &str,
     it: &nodewright_core::catalog::InstanceType,
     zone: &str,

@@ -6,8 +6,8 @@ use serde::Serialize;
 
 use crate::api::model::{Ec2NodeClass, NodePool};
 use crate::catalog::{Catalog, Pricing};
-use crate::cluster::{ClusterSnapshot, NotProvisionable};
-use crate::scheduling::{InFlightClaim, Requirements, SchedulerInput, schedule};
+use crate::cluster::{ClusterSnapshot, NotProvisionable, Pod};
+use crate::scheduling::{InFlightClaim, NewClaim, Requirements, SchedulerInput, schedule};
 
 /// One NodeClaim to launch.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -95,6 +95,30 @@ pub struct ProvisioningInput<'a> {
     pub in_flight: &'a [InFlightClaim],
 }
 
+/// A new claim of the scheduler as the NodeClaim to launch (`pods` is the input the
+/// claim's pod indices refer to): its cheapest option is the type it names.
+pub fn planned_claim(c: &NewClaim, pods: &[Pod]) -> PlannedNodeClaim {
+    let cheapest = &c.options[0];
+    PlannedNodeClaim {
+        node_pool: c.node_pool.clone(),
+        instance_type: cheapest.instance_type.clone(),
+        instance_type_options: c.options.iter().map(|o| o.instance_type.clone()).collect(),
+        compatible_instance_types: c.compatible_types,
+        capacity_type: cheapest.capacity_type.as_str().to_string(),
+        zone: cheapest.zone.clone(),
+        price_per_hour: cheapest.price,
+        pods: c.pods.iter().map(|&p| pods[p].key()).collect(),
+        labels: c.labels.clone(),
+        zones: c.zones.clone(),
+        capacity_types: c
+            .capacity_types
+            .iter()
+            .map(|ct| ct.as_str().to_string())
+            .collect(),
+        requirements: c.requirements.clone(),
+    }
+}
+
 pub fn plan_provisioning(input: &ProvisioningInput<'_>) -> ProvisioningPlan {
     let pods = &input.snapshot.pods;
     let result = schedule(&SchedulerInput {
@@ -111,27 +135,7 @@ pub fn plan_provisioning(input: &ProvisioningInput<'_>) -> ProvisioningPlan {
     let node_claims: Vec<PlannedNodeClaim> = result
         .new_claims
         .iter()
-        .map(|c| {
-            let cheapest = &c.options[0];
-            PlannedNodeClaim {
-                node_pool: c.node_pool.clone(),
-                instance_type: cheapest.instance_type.clone(),
-                instance_type_options: c.options.iter().map(|o| o.instance_type.clone()).collect(),
-                compatible_instance_types: c.compatible_types,
-                capacity_type: cheapest.capacity_type.as_str().to_string(),
-                zone: cheapest.zone.clone(),
-                price_per_hour: cheapest.price,
-                pods: keys(&c.pods),
-                labels: c.labels.clone(),
-                zones: c.zones.clone(),
-                capacity_types: c
-                    .capacity_types
-                    .iter()
-                    .map(|ct| ct.as_str().to_string())
-                    .collect(),
-                requirements: c.requirements.clone(),
-            }
-        })
+        .map(|c| planned_claim(c, pods))
         .collect();
     // Not `.sum()`: `Sum for f64` starts at -0.0 (the IEEE identity of addition), so a
     // plan that launches nothing would cost "-0.0" in logs and `$-0.0000/hour` in `plan`.

@@ -65,11 +65,8 @@ const JOB: &str = "disruption";
 pub type Decider = Arc<dyn Fn(&DisruptionInput<'_>) -> CoreDecision + Send + Sync>;
 
 /// Core's `decide`.
-// TODO(lead): `nodewright_core::disruption::decide` is not on main yet; until it is,
-// the default decides nothing (no command is started, and a command found in flight is
-// abandoned at validation). Swap in `Arc::new(nodewright_core::disruption::decide)`.
 pub fn default_decider() -> Decider {
-    Arc::new(|_: &DisruptionInput<'_>| CoreDecision::default())
+    Arc::new(|input: &DisruptionInput<'_>| nodewright_core::disruption::decide(input))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -260,6 +257,9 @@ impl Disrupter {
     /// Every command and every rejection, in the decision log.
     async fn record(&self, decision: &CoreDecision, now: i64, dry_run: bool) {
         let suffix = if dry_run { " [dry run]" } else { "" };
+        for problem in &decision.problems {
+            warn!(problem = %problem, "a managed node could not be considered for disruption");
+        }
         for c in &decision.commands {
             info!(method = ?c.method, reason = ?c.reason, nodes = ?c.nodes, replacements = c.replacements.len(),
                 savings_per_hour = c.savings_per_hour, dry_run, "disruption decided");

@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nodewright_core::api::model::{NodePool, NodeRequirement, Operator};
+use nodewright_core::api::model::{Budget, BudgetNodes, NodePool, NodeRequirement, Operator};
 use nodewright_core::catalog::{Catalog, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL};
 use nodewright_core::cluster::Pod;
 use nodewright_core::disruption::command::{
@@ -22,6 +22,7 @@ use nodewright_core::disruption::{Reason, RejectCode};
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
 use nodewright_core::provisioning::PlannedNodeClaim;
 use nodewright_core::testing::{node_pool, pod};
+use nodewright_engine::disrupt::default_decider;
 use nodewright_engine::fakes::{CloudOp, StoreOp, node_class};
 use nodewright_engine::ports::{CloudError, ErrorKind, StoreError};
 use nodewright_engine::sim::{World, WorldConfig};
@@ -148,7 +149,18 @@ struct System {
 }
 
 impl System {
+    /// Decisions by [`test_decider`].
     fn new() -> System {
+        let expire = Arc::new(Mutex::new(HashSet::new()));
+        System::with(m5_pool(), test_decider(expire.clone()), expire)
+    }
+
+    /// Decisions by core's `decide`, over `pool`.
+    fn deciding_with_core(pool: NodePool) -> System {
+        System::with(pool, default_decider(), Arc::default())
+    }
+
+    fn with(pool: NodePool, decider: Decider, expire: Arc<Mutex<HashSet<String>>>) -> System {
         let world = World::new(
             Catalog::embedded().clone(),
             &ZONES,
@@ -156,11 +168,9 @@ impl System {
             WorldConfig::default(),
         );
         world.cluster.with_state(|s| {
-            s.node_pools.push(m5_pool());
+            s.node_pools.push(pool);
             s.node_classes.push(node_class("default"));
         });
-        let expire = Arc::new(Mutex::new(HashSet::new()));
-        let decider = test_decider(expire.clone());
         let provisioner = Provisioner::new(
             world.ports(),
             ProvisionerConfig::new("test-cluster", "provisioner-1"),
@@ -317,7 +327,10 @@ async fn sleep_until(world: &World, at: i64) {
 
 /// Two nodes, three 1-cpu pods each.
 async fn two_full_nodes() -> System {
-    let sys = System::new();
+    two_full_nodes_of(System::new()).await
+}
+
+async fn two_full_nodes_of(sys: System) -> System {
     sys.add_pods("web", 6);
     sys.provision(2).await;
     assert_eq!(sys.live_nodes().len(), 2, "{:#?}", sys.claims());
@@ -612,5 +625,149 @@ async fn the_provisioner_and_disruption_running_together_through_a_scale_down_la
         sys.world.unneeded_launches(),
         vec![],
         "nothing launched twice"
+    );
+}
+
+// ----- with core's decisions -------------------------------------------------------------
+
+fn pool_with_budget(nodes: BudgetNodes) -> NodePool {
+    let mut pool = m5_pool();
+    pool.disruption.budgets = vec![Budget {
+        nodes,
+        schedule: None,
+        duration: None,
+        reasons: vec![],
+    }];
+    pool
+}
+
+/// Leaves one pod on the first node and two on the second: one node's worth.
+fn scale_down(sys: &System, nodes: &[String]) {
+    let mut keep = std::collections::HashMap::new();
+    sys.world.cluster.with_state(|s| {
+        s.pods.retain(|p| {
+            let Some(node) = p.node_name.as_deref() else {
+                return true;
+            };
+            let quota = if node == nodes[0] { 1 } else { 2 };
+            let n = keep.entry(node.to_string()).or_insert(0);
+            *n += 1;
+            *n <= quota
+        })
+    });
+}
+
+#[tokio::test(start_paused = true)]
+async fn core_consolidates_a_scale_down_to_one_node_with_every_pod_running() {
+    let sys = two_full_nodes_of(System::deciding_with_core(m5_pool())).await;
+    let nodes = sys.live_nodes();
+    scale_down(&sys, &nodes);
+
+    sys.run(4).await;
+
+    let left = sys.live_nodes();
+    assert_eq!(
+        left.len(),
+        1,
+        "{:#?}\n{:#?}",
+        sys.decisions("disruption"),
+        sys.runs.lock().unwrap()
+    );
+    assert_eq!(sys.pods_on(&left[0]), 3);
+    assert_eq!(sys.world.cloud.instances().len(), 2, "nothing launched");
+    sys.assert_settled();
+    assert!(
+        sys.decisions("disruption")
+            .iter()
+            .any(|d| d.contains("saves 0.1920/h")),
+        "{:#?}",
+        sys.decisions("disruption")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn core_consolidates_nothing_under_a_budget_of_zero() {
+    let sys = two_full_nodes_of(System::deciding_with_core(pool_with_budget(
+        BudgetNodes::Count(0),
+    )))
+    .await;
+    let nodes = sys.live_nodes();
+    scale_down(&sys, &nodes);
+
+    sys.run(3).await;
+
+    assert_eq!(sys.live_nodes(), nodes);
+    sys.assert_settled();
+    assert!(
+        sys.decisions("disruption")
+            .iter()
+            .any(|d| d.contains("DisruptionBudget")),
+        "{:#?}",
+        sys.decisions("disruption")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn core_replaces_an_expired_node_despite_a_budget_of_zero() {
+    let mut pool = pool_with_budget(BudgetNodes::Count(0));
+    pool.expire_after = Some(Duration::from_secs(5 * 60));
+    let sys = System::deciding_with_core(pool);
+    sys.add_pods("web", 3);
+    sys.provision(2).await;
+    let old = sys.live_nodes();
+    assert_eq!(old.len(), 1);
+
+    sys.run(6).await;
+
+    let nodes = sys.live_nodes();
+    assert_eq!(
+        nodes.len(),
+        1,
+        "{:#?}\n{:#?}",
+        sys.decisions("disruption"),
+        sys.claims()
+    );
+    assert_ne!(
+        nodes,
+        old,
+        "replaced: {:#?}\n{:#?}",
+        sys.decisions("disruption"),
+        sys.world.cluster.nodes()
+    );
+    assert_eq!(sys.pods_on(&nodes[0]), 3);
+    assert_eq!(sys.world.cloud.instances().len(), 2, "one replacement");
+    let expired = sys
+        .claims()
+        .into_iter()
+        .find(|c| c.node_name.as_deref() == Some(old[0].as_str()))
+        .unwrap();
+    assert_eq!(
+        expired.disruption.map(|d| d.cause),
+        Some(DisruptionCause::Expired)
+    );
+    sys.assert_settled();
+}
+
+#[tokio::test(start_paused = true)]
+async fn core_keeps_an_empty_node_that_runs_a_do_not_disrupt_pod() {
+    let sys = two_full_nodes_of(System::deciding_with_core(m5_pool())).await;
+    let nodes = sys.live_nodes();
+    delete_pods_on(&sys, &nodes[0]);
+    let mut p = pod("batch-0", "100m", "128Mi");
+    p.do_not_disrupt = true;
+    p.node_name = Some(nodes[0].clone());
+    sys.world.cluster.add_pod(p);
+
+    sys.run(3).await;
+
+    // The other node may well be consolidated onto it; this one stays.
+    assert!(sys.live_nodes().contains(&nodes[0]));
+    sys.assert_settled();
+    assert!(
+        sys.decisions("disruption")
+            .iter()
+            .any(|d| d.starts_with(&format!("keep {} (DoNotDisrupt)", nodes[0]))),
+        "{:#?}",
+        sys.decisions("disruption")
     );
 }

@@ -71,6 +71,10 @@ pub struct Decision {
     pub rejected: Vec<RejectedNode>,
     /// All managed nodes' price; after every command has run.
     pub price_per_hour: PriceBeforeAfter,
+    /// Managed nodes that could not be considered, one sentence each naming the node
+    /// and field at fault (no instance-type label, a type the catalog lacks).
+    #[serde(skip)]
+    pub problems: Vec<String>,
 }
 
 /// Everything a decision reads. Pure: the caller gathers it and passes the clock.

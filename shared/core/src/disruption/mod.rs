@@ -9,10 +9,15 @@
 pub mod budget;
 pub mod candidates;
 pub mod command;
+pub mod decide;
 pub mod hash;
 pub mod rules;
+pub mod speculate;
 
 use serde::Serialize;
+
+pub use command::{Command, Decision, DisruptionInput, Method, Move, RejectedNode};
+pub use decide::decide;
 
 use crate::api::model::DisruptionReason;
 

@@ -1,0 +1,235 @@
+//! `bench --suite disrupt`: `nodewright disrupt --output json` on fragmented clusters,
+//! as a child process (wall and peak RSS, as a user sees them), and the consolidation
+//! quality: the cluster's price once every command has run, against the cheapest
+//! fractional fleet for the pods that remain.
+//!
+//! The cluster: m5.2xlarge nodes each running the two DaemonSets' pods and 30 small
+//! pods (20–40% used, what a scale-in leaves behind), all on-demand, consolidateAfter
+//! elapsed, budgets at 100%: nothing blocks, so every node is a candidate.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use nodewright_core::catalog::Catalog;
+use nodewright_core::cluster::Pod;
+use serde_json::Value;
+
+use super::command::{
+    daemonset_object, node_object, nodepools_yaml, parse_run_child, pod_object, write_list,
+    write_text,
+};
+use super::{Report, Rng, cost_lower_bound, labels, pending_pod, real_daemonsets, thousands};
+
+/// Decision time at 1,000 nodes / 30,000 pods, all candidates evaluated.
+pub const TARGET_DECISION_SECS: f64 = 10.0;
+/// Price after all commands ÷ the fractional lower bound, nothing blocking.
+pub const TARGET_QUALITY: f64 = 1.05;
+/// Peak RSS at 1,000 nodes / 30,000 pods.
+pub const TARGET_RSS_MB: f64 = 256.0;
+
+const PODS_PER_NODE: usize = 30;
+const NODE_TYPE: &str = "m5.2xlarge";
+const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
+const NOW: &str = "2026-11-23T10:00:00Z";
+const DEFAULT_SIZES: [usize; 3] = [100, 1_000, 5_000];
+
+pub(super) fn disrupt_suite(out: &mut Report, sizes: Option<&[usize]>) {
+    out.header(
+        "disrupt: `nodewright disrupt --output json` on a fragmented cluster, as a child process",
+        &format!(
+            "≤ {TARGET_DECISION_SECS:.0} s and ≤ {TARGET_RSS_MB:.0} MB at 1,000 nodes / 30,000 pods, every candidate evaluated; price after ≤ {TARGET_QUALITY}× the lower bound"
+        ),
+    );
+    out.line("bound: cheapest fractional fleet of allowed types for the remaining pods' requests (DaemonSets not in it)");
+    out.line(&format!(
+        "{:<10} {:>8} {:>9} {:>8} {:>10} {:>12} {:>10} {:>8} {:>36}",
+        "nodes",
+        "pods",
+        "wall s",
+        "peak MB",
+        "$/h before",
+        "$/h after",
+        "bound $/h",
+        "÷bound",
+        "nodes removed by method"
+    ));
+    let dir = std::env::temp_dir().join(format!("nodewright-bench-disrupt-{}", std::process::id()));
+    let result = (|| -> Result<(), String> {
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let pools = dir.join("nodepools.yaml");
+        write_text(&pools, &fragmented_pools())?;
+        for &nodes in sizes.unwrap_or(&DEFAULT_SIZES) {
+            let snapshot = dir.join(format!("fragmented-{nodes}.json"));
+            let pods = write_fragmented(&snapshot, nodes)?;
+            let output = dir.join("decision.json");
+            let (wall, kib) = measure(&pools, &snapshot, &output)?;
+            let text = std::fs::read(&output).map_err(|e| e.to_string())?;
+            let decision: Value = serde_json::from_slice(&text)
+                .map_err(|e| format!("disrupt printed no JSON: {e}"))?;
+            let before = decision["pricePerHour"]["before"].as_f64().unwrap_or(0.0);
+            let after = decision["pricePerHour"]["after"].as_f64().unwrap_or(0.0);
+            let bound = cost_lower_bound(&pods, &super::real_pool(), Catalog::embedded());
+            let ratio = bound.map(|b| after / b);
+            let mut by_method: std::collections::BTreeMap<String, usize> = Default::default();
+            for c in decision["commands"].as_array().into_iter().flatten() {
+                *by_method
+                    .entry(c["method"].as_str().unwrap_or("?").to_string())
+                    .or_default() += c["nodes"].as_array().map_or(0, Vec::len);
+            }
+            let methods = by_method
+                .iter()
+                .map(|(m, n)| format!("{m} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let secs = wall.as_secs_f64();
+            let rss = kib as f64 * 1024.0 / 1e6;
+            out.line(&format!(
+                "{:<10} {:>8} {:>9.2} {:>8.1} {:>10.2} {:>12.2} {:>10} {:>8} {:>36}",
+                thousands(nodes as f64),
+                thousands((nodes * PODS_PER_NODE) as f64),
+                secs,
+                rss,
+                before,
+                after,
+                bound.map_or("-".into(), |b| format!("{b:.2}")),
+                ratio.map_or("-".into(), |r| format!("{r:.3}")),
+                methods,
+            ));
+            out.record(serde_json::json!({
+                "suite": "disrupt", "nodes": nodes, "pods": nodes * PODS_PER_NODE, "wall_s": secs,
+                "peak_rss_mb": rss, "before_per_hour": before, "after_per_hour": after,
+                "bound_per_hour": bound, "removed_by_method": by_method,
+            }));
+            if nodes == 1_000 {
+                out.target(
+                    "disrupt",
+                    "decision ≤ 10 s at 1,000 nodes / 30,000 pods",
+                    secs,
+                    secs <= TARGET_DECISION_SECS,
+                    format!("{secs:.2} s"),
+                );
+                out.target(
+                    "disrupt",
+                    "peak RSS ≤ 256 MB at 1,000 nodes / 30,000 pods",
+                    rss,
+                    rss <= TARGET_RSS_MB,
+                    format!("{rss:.1} MB"),
+                );
+            }
+            if let Some(r) = ratio {
+                out.target(
+                    "disrupt",
+                    &format!(
+                        "price after ≤ {TARGET_QUALITY}× bound at {} nodes",
+                        thousands(nodes as f64)
+                    ),
+                    r,
+                    r <= TARGET_QUALITY,
+                    format!("{r:.3}×"),
+                );
+            }
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = result {
+        out.line(&format!("  !! disrupt suite failed: {e}"));
+        out.failures.push(format!("disrupt: {e}"));
+    }
+}
+
+fn fragmented_pools() -> String {
+    nodepools_yaml(&[
+        ("kubernetes.io/arch", "In", &["amd64"]),
+        ("kubernetes.io/os", "In", &["linux"]),
+        ("karpenter.sh/capacity-type", "In", &["on-demand"]),
+        ("karpenter.k8s.aws/instance-category", "In", &["c", "m", "r"]),
+        ("karpenter.k8s.aws/instance-generation", "Gt", &["4"]),
+    ])
+    .replacen(
+        "  template:\n",
+        "  disruption:\n    consolidationPolicy: WhenEmptyOrUnderutilized\n    consolidateAfter: 30s\n    budgets:\n      - nodes: \"100%\"\n  template:\n",
+        1,
+    )
+}
+
+/// Writes the cluster; returns its non-DaemonSet pods (what the bound covers).
+fn write_fragmented(path: &Path, nodes: usize) -> Result<Vec<Pod>, String> {
+    let catalog = Catalog::embedded();
+    let it = catalog
+        .get(NODE_TYPE)
+        .ok_or("m5.2xlarge is not in the embedded catalog")?;
+    let daemonsets = real_daemonsets();
+    let mut rng = Rng::new(7);
+    let mut workload = Vec::with_capacity(nodes * PODS_PER_NODE);
+    let mut index = 0;
+    write_list(path, |w| {
+        for ds in &daemonsets {
+            w.item(&daemonset_object(&ds.name, &ds.template))?;
+        }
+        for n in 0..nodes {
+            let name = format!(
+                "ip-10-{}-{}-{}.ec2.internal",
+                n / 65_536,
+                n / 256 % 256,
+                n % 256
+            );
+            w.item(&node_object(&name, it, ZONES[n % ZONES.len()], n))?;
+            for ds in &daemonsets {
+                let mut p = ds.template.clone();
+                p.name = format!("{}-{n:05x}", ds.name);
+                p.node_name = Some(name.clone());
+                w.item(&pod_object(&p, index))?;
+                index += 1;
+            }
+            for k in 0..PODS_PER_NODE {
+                let app = format!("svc-{}", (n * PODS_PER_NODE + k) / 10);
+                let mut p = pending_pod(
+                    format!("{app}-{n:05x}-{k}"),
+                    rng.pick(&[50, 75, 100, 125]),
+                    rng.pick(&[128, 256, 384]),
+                    labels("app", &app),
+                );
+                p.node_name = Some(name.clone());
+                p.marked_unschedulable = false;
+                w.item(&pod_object(&p, index))?;
+                index += 1;
+                workload.push(p);
+            }
+        }
+        Ok(())
+    })?;
+    Ok(workload)
+}
+
+fn measure(pools: &Path, snapshot: &Path, output: &Path) -> Result<(Duration, u64), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+    let stdout = std::fs::File::create(output).map_err(|e| e.to_string())?;
+    let result = Command::new(&exe)
+        .args(["bench", "--suite", "run-child", "--"])
+        .arg(&exe)
+        .arg("disrupt")
+        .arg("--nodepools")
+        .arg(pools)
+        .arg("--snapshot")
+        .arg(snapshot)
+        .args([
+            "--zones",
+            &ZONES.join(","),
+            "--now",
+            NOW,
+            "--output",
+            "json",
+        ])
+        .stdout(Stdio::from(stdout))
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    if !result.status.success() {
+        return Err(format!("disrupt failed: {}", stderr.trim()));
+    }
+    parse_run_child(&stderr).ok_or_else(|| format!("run-child printed no figures: {stderr}"))
+}
