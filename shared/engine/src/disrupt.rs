@@ -150,6 +150,10 @@ pub struct DisruptionReport {
 pub struct Disrupter {
     provisioner: Provisioner,
     config: DisruptionConfig,
+    /// The rejection last recorded per node (code and reason), for as long as the warm
+    /// Lambda lives: a node kept for the same reason minute after minute is recorded
+    /// once, not 1,440 times a day (a DynamoDB write each).
+    recorded: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl Disrupter {
@@ -160,6 +164,7 @@ impl Disrupter {
         Self {
             provisioner: Provisioner::new(ports, pc),
             config,
+            recorded: Default::default(),
         }
     }
 
@@ -254,7 +259,8 @@ impl Disrupter {
         })
     }
 
-    /// Every command and every rejection, in the decision log.
+    /// Every command, and every rejection that is new or changed since this warm
+    /// Lambda last recorded the node's, in the decision log.
     async fn record(&self, decision: &CoreDecision, now: i64, dry_run: bool) {
         let suffix = if dry_run { " [dry run]" } else { "" };
         for problem in &decision.problems {
@@ -282,7 +288,25 @@ impl Disrupter {
                 })
                 .await;
         }
+        let fresh: Vec<&RejectedNode> = {
+            let mut recorded = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
+            let fresh = decision
+                .rejected
+                .iter()
+                .filter(|r| {
+                    let key = format!("{:?}: {}", r.code, r.reason);
+                    recorded.insert(r.node.clone(), key.clone()) != Some(key)
+                })
+                .collect();
+            // Nodes gone or now in a command: a later rejection is news again.
+            let kept: HashSet<&str> = decision.rejected.iter().map(|r| r.node.as_str()).collect();
+            recorded.retain(|n, _| kept.contains(n.as_str()));
+            fresh
+        };
         for r in &decision.rejected {
+            tracing::debug!(node = %r.node, code = ?r.code, reason = %r.reason, "kept");
+        }
+        for r in fresh {
             self.ports()
                 .decide(Decision {
                     at: now,
@@ -740,7 +764,8 @@ async fn advance_command(
 }
 
 /// Every candidate still held by `cmd` is told the command is validated: the
-/// reconciler drains it from the next step on.
+/// reconciler drains it from the next step on, within its NodePool's
+/// terminationGracePeriod.
 async fn mark_validated(ports: &Ports, world: &mut World, cmd: &DisruptionCommand) -> Result<()> {
     let now = ports.clock.now();
     for name in &cmd.candidates {
@@ -750,9 +775,20 @@ async fn mark_validated(ports: &Ports, world: &mut World, cmd: &DisruptionComman
         if !(held(&c) && command_of(&c).is_some_and(|x| x.id == cmd.id)) {
             continue;
         }
+        // The drain starts now: the NodePool's terminationGracePeriod bounds it (pods a
+        // PDB still protects are deleted from `deadline − their grace` on).
+        let grace = world
+            .pools
+            .iter()
+            .find(|p| p.name == c.node_pool)
+            .and_then(|p| p.termination_grace_period)
+            .map(|d| now.saturating_add(i64::try_from(d.as_secs()).unwrap_or(i64::MAX)));
         let next = c.amend(now, |n| {
-            if let Some(x) = n.disruption.as_mut().and_then(|d| d.command.as_mut()) {
-                x.validated = true;
+            if let Some(d) = n.disruption.as_mut() {
+                d.deadline = d.deadline.or(grace);
+                if let Some(x) = d.command.as_mut() {
+                    x.validated = true;
+                }
             }
         })?;
         replace(&mut world.claims, save(ports, &c, next).await?);

@@ -771,3 +771,41 @@ async fn core_keeps_an_empty_node_that_runs_a_do_not_disrupt_pod() {
         sys.decisions("disruption")
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_a_budget_refuses_forever_ends_at_the_node_pools_termination_grace_period() {
+    let mut pool = m5_pool();
+    pool.termination_grace_period = Some(Duration::from_secs(90));
+    let expire = Arc::new(Mutex::new(HashSet::new()));
+    let sys = System::with(pool, test_decider(expire.clone()), expire);
+    sys.add_pods("web", 3);
+    // More than can ever be available: every eviction is refused.
+    sys.world.cluster.with_state(|s| {
+        s.pdbs.push(nodewright_core::cluster::PodDisruptionBudget {
+            namespace: "default".into(),
+            name: "web".into(),
+            selector: Some(nodewright_core::testing::selector("web")),
+            min_available: Some(nodewright_core::cluster::IntOrPercent::Int(10)),
+            max_unavailable: None,
+            status_disruptions_allowed: None,
+        })
+    });
+    sys.provision(2).await;
+    let old = sys.live_nodes();
+    sys.expire.lock().unwrap().insert(old[0].clone());
+
+    sys.run(5).await;
+
+    let nodes = sys.live_nodes();
+    assert_eq!(nodes.len(), 1, "{:#?}", sys.claims());
+    assert_ne!(nodes, old, "the old node went at its grace period");
+    assert_eq!(sys.pods_on(&nodes[0]), 3, "its pods run on the replacement");
+    let gone = sys
+        .claims()
+        .into_iter()
+        .find(|c| c.node_name.as_deref() == Some(old[0].as_str()))
+        .unwrap();
+    assert_eq!(gone.state, ClaimState::Terminated);
+    let d = gone.disruption.unwrap();
+    assert!(d.deadline.is_some_and(|t| t - d.since <= 90 + 60), "{d:?}");
+}
