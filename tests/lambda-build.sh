@@ -15,7 +15,7 @@ fi
 rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup target add aarch64-unknown-linux-gnu
 export PATH="$PWD/$venv/bin:$PATH"
 
-functions=(provisioner interruption)
+functions=(provisioner interruption disruption)
 packages=()
 for f in "${functions[@]}"; do
   [ -d "functions/$f" ] && packages+=(-p "nodewright-$f")

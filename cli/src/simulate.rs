@@ -50,9 +50,26 @@ fn duration(text: &str) -> Result<Duration, String> {
     parse_duration(text).ok_or_else(|| format!("{text:?} is not a duration like 2h, 90m or 1h30m"))
 }
 
-/// What the summary says about consolidation until the disruption function exists.
-const CONSOLIDATION: &str =
-    "not simulated: the disruption function does not exist yet, so nodes stay after a scale-down";
+/// What the disruption function did, in one sentence.
+fn consolidation(s: &nodewright_engine::sim::run::Summary) -> String {
+    if s.disruption_invocations == 0 {
+        return "not simulated (the scenario turns the disruption function off)".into();
+    }
+    if s.disruption_commands == 0 {
+        return format!(
+            "nothing to remove: {} disruption invocation(s) found no command that held",
+            s.disruption_invocations
+        );
+    }
+    format!(
+        "{} node(s) removed by {} command(s) ({} replacement(s) launched), saving ${:.4}/h (${:.2}/month)",
+        s.nodes_disrupted,
+        s.disruption_commands,
+        s.replacements_launched,
+        s.savings_per_hour,
+        s.savings_per_hour * 730.0
+    )
+}
 
 pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
     let mut scenario =
@@ -171,7 +188,14 @@ pub fn render_json(report: &Report) -> String {
             "deadLettered": s.dead_lettered,
             "provisionerInvocations": s.provisioner_invocations,
             "interruptionInvocations": s.interruption_invocations,
-            "consolidation": CONSOLIDATION,
+            "disruptionInvocations": s.disruption_invocations,
+            "consolidation": {
+                "commands": s.disruption_commands,
+                "nodesRemoved": s.nodes_disrupted,
+                "replacementsLaunched": s.replacements_launched,
+                "savingsPerHour": round(s.savings_per_hour),
+                "summary": consolidation(s),
+            },
         },
         "interruptions": report.drains.iter().map(drain_json).collect::<Vec<_>>(),
         "timeline": report.timeline.iter().map(|r| json!({
@@ -311,6 +335,6 @@ pub fn render_table(report: &Report, wall: Duration) -> String {
         );
     }
     row(&mut out, "PDB violations", s.pdb_violations.to_string());
-    row(&mut out, "consolidation", CONSOLIDATION.to_string());
+    row(&mut out, "consolidation", consolidation(s));
     out
 }

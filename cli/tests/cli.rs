@@ -696,6 +696,22 @@ fn simulate_runs_the_bundled_scenario_to_exit_zero_in_the_documented_json_shape_
     );
     assert!(summary["drainSeconds"]["max"].is_f64());
     assert_eq!(summary["virtualSeconds"], 45 * 60);
+    // The scale-down at 30m is consolidated by the disruption function, and says so.
+    let consolidation = &summary["consolidation"];
+    assert!(
+        consolidation["nodesRemoved"].as_u64().unwrap() > 0,
+        "{consolidation}"
+    );
+    assert!(
+        consolidation["savingsPerHour"].as_f64().unwrap() > 0.0,
+        "{consolidation}"
+    );
+    assert!(
+        consolidation["summary"]
+            .as_str()
+            .is_some_and(|s| s.contains("saving $")),
+        "{consolidation}"
+    );
     let timeline = doc["timeline"].as_array().expect("timeline");
     assert!(!timeline.is_empty());
     for row in timeline {

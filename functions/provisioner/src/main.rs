@@ -26,6 +26,7 @@ async fn handler() -> Result<Handler, StartupError> {
     let mut settings = ProvisionerConfig::new(config.cluster_name.clone(), holder_id());
     settings.dry_run = config.dry_run;
     settings.adopt_karpenter_nodes = config.adopt_karpenter_nodes;
+    settings.spot_to_spot = config.spot_to_spot;
     Ok(Handler {
         provisioner: Provisioner::new(ports, settings),
         poll_interval: config.poll_interval,

@@ -4,6 +4,8 @@
 //! Launching → Launched → Registered → Initialized → Disrupting{reason} → Draining → Terminating → Terminated
 //!     ↘ LaunchFailed (terminal)        ↑ Launched and Registered may also go to Disrupting (liveness, interruption)
 //! ```
+//! A disruption command's candidate that was never validated goes back
+//! `Disrupting → Initialized` when the command is abandoned (its node was only cordoned).
 //! Every store write of a claim is a conditional update on (expected state, version);
 //! `transition` is the only way to produce the next record, so no job can skip a state.
 
@@ -78,6 +80,7 @@ impl ClaimState {
                 | (Registered, Initialized)
                 | (Registered, Disrupting)
                 | (Initialized, Disrupting)
+                | (Disrupting, Initialized)
                 | (Disrupting, Draining)
                 | (Draining, Terminating)
                 | (Terminating, Terminated)
@@ -155,6 +158,12 @@ pub struct NodeClaim {
     /// carries Karpenter's tags, not nodewright's, and is listed with them.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub adopted: bool,
+    /// The NodePool and EC2NodeClass drift hashes the claim was launched with
+    /// (`crate::disruption::hash`), written on its node at registration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodepool_hash: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodeclass_hash: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -173,6 +182,28 @@ pub struct Disruption {
     /// of the same event resumes it, another event leaves it to its owner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event: Option<String>,
+    /// The disruption command this claim is a candidate of (the disruption job's):
+    /// the whole command rides on each of its candidates, so any one of them is
+    /// enough to resume it after a crash. Such a claim does not drain until the
+    /// command is validated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<DisruptionCommand>,
+}
+
+/// A disruption command in flight (see `Disruption::command`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DisruptionCommand {
+    /// Stable across retries: replacement claim names derive from it.
+    pub id: String,
+    /// Every candidate claim of the command, this one among them.
+    pub candidates: Vec<String>,
+    /// The claims launched before any candidate drains (names fixed up front, so a
+    /// retry finds the claim it created instead of launching another).
+    pub replacements: Vec<ClaimSpec>,
+    /// Validation passed: the candidates may drain.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub validated: bool,
 }
 
 impl DisruptionCause {
@@ -224,6 +255,7 @@ impl Disruption {
             since: self.since,
             drain_after,
             event: self.event.clone(),
+            command: self.command.clone(),
         };
         if next.cause == self.cause
             && next.deadline == self.deadline
@@ -231,8 +263,11 @@ impl Disruption {
         {
             return None;
         }
+        // A more urgent event takes the claim out of any disruption command: it drains
+        // now, and the command (which waits to validate) is abandoned for the rest.
         Some(Disruption {
             event: incoming.event.clone().or(next.event),
+            command: None,
             ..next
         })
     }
@@ -247,7 +282,8 @@ pub struct TransitionError {
 }
 
 /// What a new claim is made of: the plan's decision, before anything is launched.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ClaimSpec {
     pub name: String,
     pub node_pool: String,
@@ -306,6 +342,8 @@ impl NodeClaim {
             failure: None,
             expires_at: None,
             adopted: false,
+            nodepool_hash: None,
+            nodeclass_hash: None,
         }
     }
 
@@ -343,6 +381,8 @@ impl NodeClaim {
             failure: None,
             expires_at: None,
             adopted: true,
+            nodepool_hash: None,
+            nodeclass_hash: None,
         }
     }
 
@@ -481,6 +521,7 @@ mod tests {
             since: 10,
             drain_after,
             event: Some(format!("{cause:?}")),
+            command: None,
         }
     }
 

@@ -102,6 +102,8 @@ async fn fleet() -> Fleet {
             failure: None,
             expires_at: None,
             adopted: false,
+            nodepool_hash: None,
+            nodeclass_hash: None,
         };
         store.create_claim(&claim).await.expect("claim");
         instances.push(instance.id);

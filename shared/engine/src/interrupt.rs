@@ -542,6 +542,7 @@ fn disruption_for(config: &InterruptionConfig, input: &InterruptionInput, now: i
         since: now,
         drain_after,
         event: Some(input.event_id.clone()),
+        command: None,
     }
 }
 

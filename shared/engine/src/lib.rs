@@ -5,6 +5,9 @@
 //! - [`context`]: [`Ports`], the four ports shared by every job; [`SystemClock`].
 //! - [`provision`]: one provisioning tick ([`Provisioner::tick`]) and the
 //!   minute-long polling loop ([`Provisioner::run_for`]).
+//! - [`disrupt`]: the disruption job ([`Disrupter::tick`]): decide with core once per
+//!   run, execute each command as a state machine persisted on its claims (mark,
+//!   replace, validate or abandon, drain), advanced by every provisioner poll.
 //! - [`lifecycle`]: matching nodes to claims: Registered, Initialized, registration
 //!   timeouts, leaked instances.
 //! - [`terminate`]: the steps that take a claim away (cordon, drain with PDB-aware
@@ -23,6 +26,7 @@
 //! - [`error`]: [`EngineError`], the crate's one error type.
 pub mod adopt;
 pub mod context;
+pub mod disrupt;
 pub mod error;
 #[cfg(feature = "sim")]
 pub mod fakes;
@@ -38,6 +42,9 @@ pub mod terminate;
 
 pub use adopt::adopt_karpenter_nodes;
 pub use context::{Ports, SystemClock};
+pub use disrupt::{
+    CommandsReport, Decider, Disrupter, DisruptionConfig, DisruptionReport, StartedCommand,
+};
 pub use error::{EngineError, Result};
 pub use interrupt::{
     InstanceAction, InstanceOutcome, InterruptionConfig, InterruptionInput, InterruptionMode,

@@ -29,6 +29,7 @@ use tracing::{info, warn};
 use nodewright_core::api::model::NodePool;
 use nodewright_core::catalog::{Catalog, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL};
 use nodewright_core::cluster::Node;
+use nodewright_core::disruption::hash;
 use nodewright_core::nodeclaim::{
     ClaimState, DisruptionCause, NodeClaim, instance_id_from_provider_id,
 };
@@ -365,8 +366,26 @@ fn registration_patch(
                 .collect()
         })
         .unwrap_or_default();
+    // The drift hashes the claim was launched with, under nodewright's scheme version
+    // (a node Karpenter launched carries its own version and is never compared).
+    let mut set_annotations = BTreeMap::new();
+    if let Some(h) = &claim.nodepool_hash {
+        set_annotations.insert(hash::ANNOTATION_NODEPOOL_HASH.to_string(), h.clone());
+        set_annotations.insert(
+            hash::ANNOTATION_NODEPOOL_HASH_VERSION.to_string(),
+            hash::HASH_VERSION.to_string(),
+        );
+    }
+    if let Some(h) = &claim.nodeclass_hash {
+        set_annotations.insert(hash::ANNOTATION_NODECLASS_HASH.to_string(), h.clone());
+        set_annotations.insert(
+            hash::ANNOTATION_NODECLASS_HASH_VERSION.to_string(),
+            hash::HASH_VERSION.to_string(),
+        );
+    }
     NodePatch {
         set_labels,
+        set_annotations,
         add_taints,
         remove_taints: vec![TAINT_UNREGISTERED.into()],
     }

@@ -440,6 +440,8 @@ pub enum Invalidity {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodePatch {
     pub set_labels: BTreeMap<String, String>,
+    /// Annotations to set (the drift hashes and their version, at registration).
+    pub set_annotations: BTreeMap<String, String>,
     pub add_taints: Vec<Taint>,
     /// Taint keys to remove (all effects).
     pub remove_taints: Vec<String>,

@@ -31,8 +31,11 @@ use nodewright_core::provisioning::{
     NotProvisionedPod, PlannedNodeClaim, ProvisioningInput, UnschedulablePod, plan_provisioning,
 };
 
+use nodewright_core::disruption::hash;
+
 use crate::adopt::adopt_karpenter_nodes;
 use crate::context::Ports;
+use crate::disrupt::{self, CommandsReport, Decider, default_decider};
 use crate::error::{EngineError, Result};
 use crate::lease::{Acquired, LeaseKeeper};
 use crate::lifecycle::{self, LABEL_NODECLAIM, LifecycleConfig, LifecycleReport};
@@ -76,6 +79,9 @@ pub struct ProvisionerConfig {
     /// Record the nodes Karpenter launched for this cluster as claims
     /// (`NODEWRIGHT_ADOPT_KARPENTER_NODES`; see [`crate::adopt`]).
     pub adopt_karpenter_nodes: bool,
+    /// Spot-to-spot consolidation (`NODEWRIGHT_SPOT_TO_SPOT`): the provisioner's polls
+    /// validate disruption commands, and must re-decide them as they were decided.
+    pub spot_to_spot: bool,
 }
 
 impl ProvisionerConfig {
@@ -91,6 +97,7 @@ impl ProvisionerConfig {
             launch_attempts: 4,
             backoff: Duration::from_millis(500),
             adopt_karpenter_nodes: false,
+            spot_to_spot: false,
         }
     }
 
@@ -145,6 +152,8 @@ pub struct TickReport {
     /// Ready nodes: kube-scheduler will place them.
     pub absorbed: HashSet<String>,
     pub lifecycle: LifecycleReport,
+    /// Disruption commands advanced on this poll (see [`crate::disrupt`]).
+    pub commands: CommandsReport,
     /// NodePools or node classes that could not be used, with the reason.
     pub invalid: Vec<String>,
 }
@@ -196,21 +205,22 @@ impl RunReport {
     }
 }
 
-/// Everything a tick reads before deciding.
-struct World {
-    state: ClusterState,
-    claims: Vec<NodeClaim>,
-    catalog: Catalog,
-    pricing: Pricing,
-    owned: Vec<Instance>,
+/// Everything a tick reads before deciding: the provisioner's and the disruption
+/// job's (one gathering, so both see the cluster the same way).
+pub(crate) struct World {
+    pub(crate) state: ClusterState,
+    pub(crate) claims: Vec<NodeClaim>,
+    pub(crate) catalog: Catalog,
+    pub(crate) pricing: Pricing,
+    pub(crate) owned: Vec<Instance>,
     /// Instances Karpenter launched for this cluster: listed when adopting, or while
     /// adopted claims live (to tell whether their instances still exist).
-    karpenter_instances: Vec<Instance>,
-    kubernetes_version: String,
-    classes: HashMap<String, (Ec2NodeClass, ResolvedNodeClass)>,
+    pub(crate) karpenter_instances: Vec<Instance>,
+    pub(crate) kubernetes_version: String,
+    pub(crate) classes: HashMap<String, (Ec2NodeClass, ResolvedNodeClass)>,
     /// Pools whose node class resolved.
-    pools: Vec<NodePool>,
-    invalid: Vec<String>,
+    pub(crate) pools: Vec<NodePool>,
+    pub(crate) invalid: Vec<String>,
     /// Why NodePools or EC2NodeClasses cannot be used, for `Reasons::publish`.
     problems: Vec<Problem>,
     /// EC2NodeClasses that resolved, and the instance profile each uses.
@@ -226,6 +236,8 @@ enum LaunchOutcome {
 pub struct Provisioner {
     ports: Ports,
     config: ProvisionerConfig,
+    /// Re-decides disruption commands at validation (core's `decide` by default).
+    decider: Decider,
     /// What could not be done, published once per finding per window (the memory
     /// lives as long as the warm Lambda).
     reasons: Reasons,
@@ -238,9 +250,21 @@ impl Provisioner {
         Self {
             ports,
             config,
+            decider: default_decider(),
             reasons: Reasons::new(),
             seq: AtomicU64::new(0),
         }
+    }
+
+    /// The same provisioner validating disruption commands with `decider` (tests and
+    /// the simulator inject decisions; production uses core's).
+    pub fn with_decider(mut self, decider: Decider) -> Self {
+        self.decider = decider;
+        self
+    }
+
+    pub(crate) fn decider(&self) -> &Decider {
+        &self.decider
     }
 
     pub fn config(&self) -> &ProvisionerConfig {
@@ -453,6 +477,13 @@ impl Provisioner {
             world.state.pdbs = fresh.pdbs;
             world.state.daemonsets = fresh.daemonsets;
         }
+        // Commands advance on every poll: a replacement initialized, a validation due.
+        report.commands = disrupt::advance_commands(self, &mut world, Some(lease)).await?;
+        if report.commands.changed_cluster() {
+            let fresh = self.ports.cluster.state().await?;
+            world.state.nodes = fresh.nodes;
+            world.state.pods = fresh.pods;
+        }
 
         self.plan_into(&world, &mut report);
         self.drain_now_where_pods_have_room(&mut world, &report)
@@ -469,7 +500,7 @@ impl Provisioner {
                 continue;
             };
             let claim = self
-                .create_claim(&planned, &pool, lease.lease().token, &mut names)
+                .create_claim(&planned, &pool, &world, lease.lease().token, &mut names)
                 .await?;
             info!(claim = %claim.name, nodepool = %pool.name, pods = claim.pods.len(), "claim written; launching");
             self.launch_and_record(claim, &pool, &mut world, &mut report)
@@ -596,7 +627,7 @@ impl Provisioner {
             .await;
     }
 
-    async fn gather(&self, now: i64) -> Result<World> {
+    pub(crate) async fn gather(&self, now: i64) -> Result<World> {
         let p = &self.ports;
         let (state, claims, unavailable, catalog, spot, owned, kubernetes_version) = tokio::try_join!(
             async { p.cluster.state().await.map_err(EngineError::from) },
@@ -805,9 +836,12 @@ impl Provisioner {
             daemonsets: &world.state.daemonsets,
             pdbs: &world.state.pdbs,
         };
-        let snapshot = planning_snapshot(view, &world.claims, &world.pools);
+        // A disruption command's candidates stay capacity (cordoned, pods still there)
+        // until the command is validated; only then are their pods planned elsewhere.
+        let claims = disrupt::planning_claims(&world.claims);
+        let snapshot = planning_snapshot(view, &claims, &world.pools);
         report.pending = snapshot.provisionable_pods().map(|p| p.key()).collect();
-        let in_flight = in_flight_claims(&world.claims, &snapshot);
+        let in_flight = in_flight_claims(&claims, &snapshot);
         let plan = plan_provisioning(&ProvisioningInput {
             snapshot: &snapshot,
             node_pools: &world.pools,
@@ -845,43 +879,18 @@ impl Provisioner {
         &self,
         planned: &PlannedNodeClaim,
         pool: &NodePool,
+        world: &World,
         token: u64,
         names: &mut HashSet<String>,
     ) -> Result<NodeClaim> {
         const ATTEMPTS: u32 = 16;
         let now = self.ports.clock.now();
-        let mut capacity_types: Vec<CapacityType> = planned
-            .capacity_types
-            .iter()
-            .filter_map(|c| CapacityType::parse(c))
-            .collect();
-        if capacity_types.is_empty() {
-            capacity_types = CapacityType::parse(&planned.capacity_type)
-                .into_iter()
-                .collect();
-        }
-        let mut zones = planned.zones.clone();
-        if zones.is_empty() {
-            zones.push(planned.zone.clone());
-        }
         for _ in 0..ATTEMPTS {
             let name = self.claim_name(&pool.name, token, now);
             if !names.insert(name.clone()) {
                 continue;
             }
-            let claim = NodeClaim::launching(
-                ClaimSpec {
-                    name,
-                    node_pool: pool.name.clone(),
-                    node_class: pool.node_class_ref.name.clone(),
-                    instance_type_options: planned.instance_type_options.clone(),
-                    zones: zones.clone(),
-                    capacity_types: capacity_types.clone(),
-                    pods: planned.pods.clone(),
-                    labels: planned.labels.clone(),
-                },
-                now,
-            );
+            let claim = self.new_claim(claim_spec(planned, pool, name), pool, world, now);
             match self.ports.store.create_claim(&claim).await {
                 Ok(()) => return Ok(claim),
                 Err(e) if e.kind == ErrorKind::Conflict => continue,
@@ -892,6 +901,24 @@ impl Provisioner {
             pool: pool.name.clone(),
             attempts: ATTEMPTS,
         })
+    }
+
+    /// A `Launching` claim for `spec`, carrying the drift hashes of its NodePool and
+    /// EC2NodeClass as they are now (written on its node at registration).
+    pub(crate) fn new_claim(
+        &self,
+        spec: ClaimSpec,
+        pool: &NodePool,
+        world: &World,
+        now: i64,
+    ) -> NodeClaim {
+        let mut claim = NodeClaim::launching(spec, now);
+        claim.nodepool_hash = Some(hash::nodepool_hash(pool));
+        claim.nodeclass_hash = world
+            .classes
+            .get(&pool.node_class_ref.name)
+            .map(|(class, _)| hash::nodeclass_hash(class));
+        claim
     }
 
     /// `<pool>-<5 lowercase alphanumerics>` from a hash of (pool, holder, lease token,
@@ -965,7 +992,7 @@ impl Provisioner {
 
     /// Launches one claim and records the outcome in the store, the report, the
     /// decision log and the cluster's events.
-    async fn launch_and_record(
+    pub(crate) async fn launch_and_record(
         &self,
         claim: NodeClaim,
         pool: &NodePool,
@@ -1181,7 +1208,36 @@ impl Provisioner {
     }
 }
 
-fn replace(claims: &mut Vec<NodeClaim>, next: NodeClaim) {
+/// What a planned claim becomes in the store (the plan's options, zones and capacity
+/// types; a single zone or capacity type when the plan narrowed it to one).
+pub(crate) fn claim_spec(planned: &PlannedNodeClaim, pool: &NodePool, name: String) -> ClaimSpec {
+    let mut capacity_types: Vec<CapacityType> = planned
+        .capacity_types
+        .iter()
+        .filter_map(|c| CapacityType::parse(c))
+        .collect();
+    if capacity_types.is_empty() {
+        capacity_types = CapacityType::parse(&planned.capacity_type)
+            .into_iter()
+            .collect();
+    }
+    let mut zones = planned.zones.clone();
+    if zones.is_empty() {
+        zones.push(planned.zone.clone());
+    }
+    ClaimSpec {
+        name,
+        node_pool: pool.name.clone(),
+        node_class: pool.node_class_ref.name.clone(),
+        instance_type_options: planned.instance_type_options.clone(),
+        zones,
+        capacity_types,
+        pods: planned.pods.clone(),
+        labels: planned.labels.clone(),
+    }
+}
+
+pub(crate) fn replace(claims: &mut Vec<NodeClaim>, next: NodeClaim) {
     match claims.iter_mut().find(|c| c.name == next.name) {
         Some(c) => *c = next,
         None => claims.push(next),

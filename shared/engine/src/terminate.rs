@@ -116,6 +116,7 @@ pub async fn disrupt(
             since: now,
             drain_after: None,
             event: None,
+            command: None,
         },
     )
     .await
@@ -203,13 +204,20 @@ pub async fn start_draining(ports: &Ports, claim: &NodeClaim) -> Result<NodeClai
     Ok(next)
 }
 
-/// Whether a Disrupting claim may start draining now: no `drain_after`, its time has
+/// Whether a Disrupting claim may start draining now: never while a disruption
+/// command holds it unvalidated; otherwise no `drain_after`, its time has
 /// come, or a replacement is up — a claim Initialized since the disruption began that
 /// was made for one of the pods on this node (`NodeClaim::pods`).
 pub async fn ready_to_drain(ports: &Ports, claim: &NodeClaim) -> Result<bool> {
     let Some(d) = &claim.disruption else {
         return Ok(true);
     };
+    if d.command.as_ref().is_some_and(|c| !c.validated) {
+        // A disruption command's candidate drains only once the command is validated
+        // (its replacements up, the decision re-checked): until then it may be
+        // abandoned and the node given back (`crate::disrupt`).
+        return Ok(false);
+    }
     let Some(after) = d.drain_after else {
         return Ok(true);
     };

@@ -103,6 +103,8 @@ impl Env {
             failure: None,
             expires_at: None,
             adopted: false,
+            nodepool_hash: None,
+            nodeclass_hash: None,
         };
         self.store.create_claim(&claim).await.unwrap();
         Owned {

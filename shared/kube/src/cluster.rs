@@ -665,11 +665,14 @@ impl Cluster for KubeCluster {
         let params = PatchParams::default();
         let doing = |what: &str| format!("{what} node {name:?}");
         if patch.add_taints.is_empty() && patch.remove_taints.is_empty() {
-            if patch.set_labels.is_empty() {
+            if patch.set_labels.is_empty() && patch.set_annotations.is_empty() {
                 return Ok(());
             }
-            // Labels alone: a merge patch touches only the keys it names.
-            let body = json!({ "metadata": { "labels": patch.set_labels } });
+            // Labels and annotations alone: a merge patch touches only the keys it names.
+            let mut body = json!({ "metadata": { "labels": patch.set_labels } });
+            if !patch.set_annotations.is_empty() {
+                body["metadata"]["annotations"] = json!(patch.set_annotations);
+            }
             api.patch(name, &params, &Patch::Merge(&body))
                 .await
                 .map_err(|e| cluster_error(doing("labelling"), e))?;
@@ -703,12 +706,21 @@ impl Cluster for KubeCluster {
                 .iter()
                 .filter(|(k, v)| labels.get(*k) != Some(*v))
                 .collect();
-            if taints == current && labels_to_set.is_empty() {
+            let annotations = node.metadata.annotations.clone().unwrap_or_default();
+            let annotations_to_set: BTreeMap<&String, &String> = patch
+                .set_annotations
+                .iter()
+                .filter(|(k, v)| annotations.get(*k) != Some(*v))
+                .collect();
+            if taints == current && labels_to_set.is_empty() && annotations_to_set.is_empty() {
                 return Ok(());
             }
             let mut body = json!({
                 "metadata": { "resourceVersion": node.metadata.resource_version },
             });
+            if !annotations_to_set.is_empty() {
+                body["metadata"]["annotations"] = json!(annotations_to_set);
+            }
             if !labels_to_set.is_empty() {
                 body["metadata"]["labels"] = json!(labels_to_set);
             }

@@ -158,6 +158,11 @@ fn taint_keys(node: &Value) -> Vec<String> {
 fn registration_patch() -> NodePatch {
     NodePatch {
         set_labels: [("karpenter.sh/registered".to_string(), "true".to_string())].into(),
+        set_annotations: [(
+            "karpenter.sh/nodepool-hash".to_string(),
+            "7271df6171be70a1".to_string(),
+        )]
+        .into(),
         add_taints: vec![taint("dedicated", Some("gpu"), TaintEffect::NoSchedule)],
         remove_taints: vec![UNREGISTERED.into()],
     }
@@ -443,6 +448,10 @@ async fn patch_node_sets_labels_removes_the_unregistered_taint_and_adds_a_taint(
     assert_eq!(
         node["metadata"]["labels"]["kubernetes.io/hostname"], "node-a",
         "other labels kept"
+    );
+    assert_eq!(
+        node["metadata"]["annotations"]["karpenter.sh/nodepool-hash"], "7271df6171be70a1",
+        "the drift hash is written with the labels"
     );
     assert_eq!(
         taint_keys(&node),

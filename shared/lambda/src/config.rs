@@ -33,6 +33,10 @@ pub struct Config {
     /// launched for this cluster as claims, so consolidation, drift, expiry and
     /// interruptions cover them after a migration. Turn on once Karpenter is gone.
     pub adopt_karpenter_nodes: bool,
+    /// `NODEWRIGHT_SPOT_TO_SPOT` (default false): consolidation may replace spot nodes
+    /// by cheaper spot nodes (Karpenter's SpotToSpotConsolidation). Read by the
+    /// disruption function, and by the provisioner, whose polls validate its commands.
+    pub spot_to_spot: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -84,6 +88,7 @@ impl Config {
         };
         let dry_run = flag("NODEWRIGHT_DRY_RUN")?;
         let adopt_karpenter_nodes = flag("NODEWRIGHT_ADOPT_KARPENTER_NODES")?;
+        let spot_to_spot = flag("NODEWRIGHT_SPOT_TO_SPOT")?;
         let ssm_public_prefix =
             get("NODEWRIGHT_SSM_PUBLIC_PREFIX").unwrap_or_else(|| "/aws/service".into());
         if !ssm_public_prefix.starts_with('/') {
@@ -111,6 +116,7 @@ impl Config {
             rebalance_action,
             provisioner_function: get("NODEWRIGHT_PROVISIONER_FUNCTION"),
             adopt_karpenter_nodes,
+            spot_to_spot,
         })
     }
 }
@@ -135,6 +141,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.poll_interval, Duration::from_secs(5));
         assert!(!c.dry_run);
+        assert!(!c.spot_to_spot);
         assert_eq!(c.kubeconfig, None);
         assert_eq!(c.ssm_public_prefix, "/aws/service");
         assert_eq!(c.rebalance_action, RebalanceAction::Replace);

@@ -1,6 +1,7 @@
 //! FakeCluster: the Kubernetes API in memory, with a kubelet and a binder for tests.
 
 use super::*;
+use nodewright_core::disruption::hash;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ClusterOp {
@@ -484,6 +485,14 @@ impl Cluster for FakeCluster {
         };
         let node = &mut inner.state.nodes[i];
         node.labels.extend(patch.set_labels.clone());
+        // The core Node keeps only the annotations planning reads.
+        for (k, v) in &patch.set_annotations {
+            match k.as_str() {
+                hash::ANNOTATION_NODEPOOL_HASH => node.nodepool_hash = Some(v.clone()),
+                hash::ANNOTATION_NODECLASS_HASH => node.nodeclass_hash = Some(v.clone()),
+                _ => {}
+            }
+        }
         node.taints
             .retain(|t| !patch.remove_taints.contains(&t.key));
         for t in &patch.add_taints {

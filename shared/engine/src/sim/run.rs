@@ -11,6 +11,10 @@
 //!   batches of up to ten messages to concurrent invocations
 //!   ([`super::queue::InterruptionFunction`], 150 s timeout); acknowledged messages are
 //!   deleted, the others come back after the visibility timeout.
+//! - Disruption function: an invocation every minute, half a minute after the
+//!   provisioner's, that decides once and exits ([`crate::Disrupter::tick`]); the
+//!   commands it starts advance on the provisioner's polls. Off with
+//!   [`Scenario::disruption`] = false.
 //! - Disturbances: spot interruptions and rebalance recommendations (on spot
 //!   instances), AWS Health scheduled changes, stops without notice, capacity shortages
 //!   per offering for a while. A target ([`Target`]) is chosen when the disturbance
@@ -32,6 +36,7 @@ use nodewright_core::cluster::DaemonSet;
 use nodewright_core::interruption::RebalanceAction;
 use nodewright_core::nodeclaim::DisruptionCause;
 
+use crate::disrupt::{Disrupter, DisruptionConfig};
 use crate::interrupt::InterruptionConfig;
 use crate::ports::Store;
 use crate::provision::{Provisioner, ProvisionerConfig};
@@ -121,6 +126,8 @@ pub struct Scenario {
     pub world: WorldConfig,
     /// Unix seconds at the start.
     pub start: i64,
+    /// Run the disruption function (consolidation, drift, expiration).
+    pub disruption: bool,
 }
 
 impl Scenario {
@@ -144,6 +151,7 @@ impl Scenario {
             rebalance: RebalanceAction::Replace,
             world: WorldConfig::default(),
             start: DEFAULT_START,
+            disruption: true,
         }
     }
 }
@@ -254,6 +262,14 @@ pub struct Summary {
     pub dead_lettered: usize,
     pub provisioner_invocations: usize,
     pub interruption_invocations: usize,
+    pub disruption_invocations: usize,
+    /// Disruption commands that ran to the end (their nodes terminated).
+    pub disruption_commands: usize,
+    /// Nodes those commands took away, and replacements they launched.
+    pub nodes_disrupted: usize,
+    pub replacements_launched: usize,
+    /// What those commands saved, per hour, as decided (price before − after).
+    pub savings_per_hour: f64,
 }
 
 /// What a simulation did.
@@ -293,6 +309,8 @@ struct Run<'a> {
     shortages: Mutex<Vec<Shortage>>,
     invocations: Mutex<(usize, usize)>,
     first_planning: Mutex<FirstPlanning>,
+    /// Disruption invocations, and the commands they started.
+    disruption: Mutex<(usize, Vec<crate::disrupt::StartedCommand>)>,
 }
 
 /// What the first provisioning tick that saw each pod pending made of it.
@@ -341,10 +359,16 @@ impl Scenario {
             shortages: Mutex::new(Vec::new()),
             invocations: Mutex::new((0, 0)),
             first_planning: Mutex::new(FirstPlanning::default()),
+            disruption: Mutex::new((0, Vec::new())),
         };
         let mut recorder = Recorder::default();
         let jobs = async {
-            tokio::join!(run.disturbances(), run.provisioner(), run.interruptions());
+            tokio::join!(
+                run.disturbances(),
+                run.provisioner(),
+                run.interruptions(),
+                run.disruption()
+            );
         };
         let world_loop = async {
             loop {
@@ -659,6 +683,38 @@ impl Run<'_> {
         }
     }
 
+    /// The disruption function: its schedule, offset by half a minute from the
+    /// provisioner's; each invocation decides once and exits.
+    async fn disruption(&self) {
+        if !self.scenario.disruption {
+            return;
+        }
+        let w = &self.world;
+        let mut next = w.now() + secs(SCHEDULE) / 2;
+        let mut invocation = 0usize;
+        // One warm execution environment serves every run (a schedule a minute keeps it
+        // warm), as in Lambda: built once, like the function's cold start.
+        let disrupter = Disrupter::new(
+            w.ports(),
+            DisruptionConfig::new("simulated", "disruption-1"),
+        );
+        loop {
+            self.sleep_until(next).await;
+            if w.now() >= self.until {
+                return;
+            }
+            next += secs(SCHEDULE);
+            invocation += 1;
+            let report = disrupter.tick().await;
+            let mut d = lock(&self.disruption);
+            d.0 += 1;
+            match report {
+                Ok(r) => d.1.extend(r.started),
+                Err(e) => w.log(format!("disruption invocation {invocation} failed: {e}")),
+            }
+        }
+    }
+
     /// The SQS event source and the interruption function's invocations.
     async fn interruptions(&self) {
         let w = &self.world;
@@ -747,6 +803,20 @@ impl Run<'_> {
         let (billed, price) = w.billed_now();
         let lost = w.lost_pods().len() + w.orphaned_pods().len();
         let (provisioner_invocations, interruption_invocations) = *lock(&self.invocations);
+        // A command counts once every node it named is gone (Terminated claims).
+        let (disruption_invocations, started) = lock(&self.disruption).clone();
+        let claims = w.store.claims();
+        let done: Vec<&crate::disrupt::StartedCommand> = started
+            .iter()
+            .filter(|c| {
+                c.nodes.iter().all(|n| {
+                    claims.iter().any(|k| {
+                        k.node_name.as_deref() == Some(n.as_str())
+                            && k.state == nodewright_core::nodeclaim::ClaimState::Terminated
+                    })
+                })
+            })
+            .collect();
         let summary = Summary {
             duration_seconds: now - start,
             pods_lost: lost,
@@ -769,6 +839,11 @@ impl Run<'_> {
             dead_lettered: queue.dead_lettered,
             provisioner_invocations,
             interruption_invocations,
+            disruption_invocations,
+            disruption_commands: done.len(),
+            nodes_disrupted: done.iter().map(|c| c.nodes.len()).sum(),
+            replacements_launched: done.iter().map(|c| c.replacements.len()).sum(),
+            savings_per_hour: done.iter().map(|c| c.savings_per_hour).sum(),
         };
         let problems = problems(&w, &summary);
         Report {

@@ -578,6 +578,12 @@ impl World {
             let name = self
                 .cluster
                 .register(i, &launched.request.labels, &launched.request.taints);
+            // The API server stamps the object: expiry (expireAfter) counts from it.
+            self.cluster.with_state(|s| {
+                if let Some(n) = s.nodes.iter_mut().find(|n| n.name == name) {
+                    n.created_at = Some(now);
+                }
+            });
             let mut o = lock(&self.observed);
             o.registered.insert(i.id.clone());
             o.booting.insert(name, (i.id.clone(), now));
@@ -588,6 +594,12 @@ impl World {
                 .any(|i| i.id == instance && i.state == "running");
             if running {
                 self.cluster.set_ready(&node);
+                // The Ready transition: consolidateAfter counts from it.
+                self.cluster.with_state(|s| {
+                    if let Some(n) = s.nodes.iter_mut().find(|n| n.name == node) {
+                        n.ready_since = Some(now);
+                    }
+                });
             }
             // A node whose instance went first never turns Ready.
             lock(&self.observed).booting.remove(&node);

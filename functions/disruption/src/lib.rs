@@ -1,0 +1,88 @@
+//! The disruption function's handler: one scheduled invocation runs one disruption
+//! run ([`Disrupter::tick`]) — advance the commands in flight one step, decide when
+//! none is, start the commands decided — and exits. The commands go on advancing on
+//! every poll of the provisioner, so this function costs one short invocation a minute.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use lambda_runtime::LambdaEvent;
+use nodewright_engine::{Disrupter, DisruptionReport};
+use nodewright_lambda::HandlerError;
+use nodewright_lambda::report::engine_error_type;
+use serde_json::{Value, json};
+use tracing::{info, warn};
+
+pub struct Handler {
+    pub disrupter: Disrupter,
+}
+
+impl Handler {
+    /// Handles one invocation. The payload (an EventBridge scheduled event, or any
+    /// JSON for a manual run) is not needed: the cluster is the input. A run that
+    /// failed is an invocation error (`errorType` names the port and kind), so the
+    /// function's Errors metric sees it; the next schedule starts over.
+    pub async fn handle(&self, event: LambdaEvent<Value>) -> Result<Value, HandlerError> {
+        info!(request_id = %event.context.request_id, "disruption run");
+        match self.disrupter.tick().await {
+            Ok(report) => {
+                emit_metrics(&report);
+                Ok(summary(&report))
+            }
+            Err(e) => {
+                warn!(request_id = %event.context.request_id, error = %e, kind = ?e.kind(), "disruption run failed");
+                Err(HandlerError::new(engine_error_type(&e), &e))
+            }
+        }
+    }
+}
+
+/// CloudWatch metrics in the Embedded Metric Format (one JSON line on stdout).
+fn emit_metrics(report: &DisruptionReport) {
+    let timestamp = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let line = json!({
+        "_aws": {
+            "Timestamp": timestamp,
+            "CloudWatchMetrics": [{
+                "Namespace": "nodewright",
+                "Dimensions": [["Function"]],
+                "Metrics": [
+                    {"Name": "DisruptionCommandsStarted", "Unit": "Count"},
+                    {"Name": "DisruptionCommandsAbandoned", "Unit": "Count"},
+                    {"Name": "DisruptionSavingsPerHour", "Unit": "None"}
+                ]
+            }]
+        },
+        "Function": "disruption",
+        "DisruptionCommandsStarted": report.started.len(),
+        "DisruptionCommandsAbandoned": report.progress.abandoned.len(),
+        "DisruptionSavingsPerHour": report.started.iter().map(|c| c.savings_per_hour).sum::<f64>(),
+    });
+    println!("{line}");
+}
+
+/// What the run did, returned to Lambda (and so visible in the console).
+pub fn summary(report: &DisruptionReport) -> Value {
+    json!({
+        "skipped": report.skipped,
+        "dryRun": report.dry_run,
+        "decided": report.decided,
+        "started": report.started.iter().map(|c| json!({
+            "command": c.id,
+            "method": c.method,
+            "reason": format!("{:?}", c.reason),
+            "nodes": c.nodes,
+            "replacements": c.replacements,
+            "savingsPerHour": c.savings_per_hour,
+        })).collect::<Vec<_>>(),
+        "rejected": report.rejected.len(),
+        "pricePerHour": {"before": report.price_per_hour.before, "after": report.price_per_hour.after},
+        "marked": report.progress.marked,
+        "validated": report.progress.validated,
+        "abandoned": report.progress.abandoned.iter().map(|(c, why)| json!({"command": c, "reason": why})).collect::<Vec<_>>(),
+        "waiting": report.progress.waiting,
+        "errors": report.progress.errors.iter().map(|(c, e)| json!({"command": c, "error": e})).collect::<Vec<_>>(),
+    })
+}

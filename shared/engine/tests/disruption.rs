@@ -1,0 +1,811 @@
+//! The disruption job with the provisioner, over time, in the simulated world
+//! (`nodewright_engine::sim`): the provisioner runs as its schedule runs it (an
+//! invocation a minute, polling every 5 s, advancing commands on every poll); the
+//! disruption function once a minute, half a minute later, deciding and exiting.
+//!
+//! Decisions are hand-built here (a decider that finds empty nodes, one that expires
+//! named nodes) so these tests pin the execution: marking, replacements, validation,
+//! abandonment, draining, termination, crashes. Core's `decide` has its own tests.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nodewright_core::api::model::{Budget, BudgetNodes, NodePool, NodeRequirement, Operator};
+use nodewright_core::catalog::{Catalog, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL};
+use nodewright_core::cluster::Pod;
+use nodewright_core::disruption::command::{
+    Command, Decision, DisruptionInput, Method, RejectedNode,
+};
+use nodewright_core::disruption::hash::{self, HASH_VERSION};
+use nodewright_core::disruption::{Reason, RejectCode};
+use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
+use nodewright_core::provisioning::PlannedNodeClaim;
+use nodewright_core::testing::{node_pool, pod};
+use nodewright_engine::disrupt::default_decider;
+use nodewright_engine::fakes::{CloudOp, StoreOp, node_class};
+use nodewright_engine::ports::{CloudError, ErrorKind, StoreError};
+use nodewright_engine::sim::{World, WorldConfig};
+use nodewright_engine::terminate::TAINT_DISRUPTED;
+use nodewright_engine::{
+    Decider, Disrupter, DisruptionConfig, DisruptionReport, Provisioner, ProvisionerConfig,
+};
+
+const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
+/// 2025-01-01T00:00:00Z.
+const START: i64 = 1_735_689_600;
+const POLL: Duration = Duration::from_secs(5);
+
+fn m5_pool() -> NodePool {
+    node_pool(
+        "general-purpose",
+        vec![
+            NodeRequirement {
+                key: "node.kubernetes.io/instance-type".into(),
+                operator: Operator::In,
+                values: vec!["m5.xlarge".into()],
+                min_values: None,
+            },
+            NodeRequirement {
+                key: LABEL_CAPACITY_TYPE.into(),
+                operator: Operator::In,
+                values: vec!["on-demand".into()],
+                min_values: None,
+            },
+        ],
+    )
+}
+
+/// Pods that leave with their node (all but DaemonSet, mirror and terminal pods).
+fn moving<'a>(pods: &'a [Pod], node: &str) -> Vec<&'a Pod> {
+    pods.iter()
+        .filter(|p| p.node_name.as_deref() == Some(node))
+        .filter(|p| !p.daemonset_owned && !p.mirror && !p.terminal)
+        .collect()
+}
+
+/// A stand-in for core's decision: every managed node in `expire` is Expired (forceful,
+/// replaced by an m5.xlarge for its pods, no budget); every other managed node with no
+/// pod to move is Empty unless a pod or the node says do-not-disrupt. Nodes already being
+/// disrupted are left alone.
+fn test_decider(expire: Arc<Mutex<HashSet<String>>>) -> Decider {
+    Arc::new(move |input: &DisruptionInput<'_>| {
+        let expire = expire.lock().unwrap().clone();
+        let mut d = Decision::default();
+        for n in &input.snapshot.nodes {
+            let Some(pool) = n.labels.get(LABEL_NODEPOOL) else {
+                continue;
+            };
+            if input.disrupting.contains(&n.name) {
+                continue;
+            }
+            let pods = moving(&input.snapshot.pods, &n.name);
+            if expire.contains(&n.name) {
+                let zone = n.labels["topology.kubernetes.io/zone"].clone();
+                d.commands.push(Command {
+                    method: Method::Expiration,
+                    reason: Reason::Expired,
+                    nodes: vec![n.name.clone()],
+                    moves: vec![],
+                    replacements: vec![PlannedNodeClaim {
+                        node_pool: pool.clone(),
+                        instance_type: "m5.xlarge".into(),
+                        instance_type_options: vec!["m5.xlarge".into()],
+                        compatible_instance_types: 1,
+                        capacity_type: "on-demand".into(),
+                        zone: zone.clone(),
+                        price_per_hour: 0.192,
+                        pods: pods.iter().map(|p| p.key()).collect(),
+                        labels: Default::default(),
+                        zones: vec![zone],
+                        capacity_types: vec!["on-demand".into()],
+                        requirements: Default::default(),
+                    }],
+                    price_per_hour_before: 0.192,
+                    price_per_hour_after: 0.192,
+                    savings_per_hour: 0.0,
+                });
+                continue;
+            }
+            let blocked = n.do_not_disrupt || pods.iter().any(|p| p.do_not_disrupt);
+            if pods.is_empty() && !blocked {
+                d.commands.push(Command {
+                    method: Method::Emptiness,
+                    reason: Reason::Empty,
+                    nodes: vec![n.name.clone()],
+                    moves: vec![],
+                    replacements: vec![],
+                    price_per_hour_before: 0.192,
+                    price_per_hour_after: 0.0,
+                    savings_per_hour: 0.192,
+                });
+            } else {
+                let (code, reason) = if blocked {
+                    (
+                        RejectCode::DoNotDisrupt,
+                        "a pod has karpenter.sh/do-not-disrupt",
+                    )
+                } else {
+                    (RejectCode::NotCheaper, "not empty")
+                };
+                d.rejected.push(RejectedNode {
+                    node: n.name.clone(),
+                    code,
+                    reason: reason.into(),
+                });
+            }
+        }
+        d
+    })
+}
+
+struct System {
+    world: Arc<World>,
+    provisioner: Provisioner,
+    disrupter: Disrupter,
+    expire: Arc<Mutex<HashSet<String>>>,
+    /// Reports of the disruption runs so far.
+    runs: Mutex<Vec<DisruptionReport>>,
+}
+
+impl System {
+    /// Decisions by [`test_decider`].
+    fn new() -> System {
+        let expire = Arc::new(Mutex::new(HashSet::new()));
+        System::with(m5_pool(), test_decider(expire.clone()), expire)
+    }
+
+    /// Decisions by core's `decide`, over `pool`.
+    fn deciding_with_core(pool: NodePool) -> System {
+        System::with(pool, default_decider(), Arc::default())
+    }
+
+    fn with(pool: NodePool, decider: Decider, expire: Arc<Mutex<HashSet<String>>>) -> System {
+        let world = World::new(
+            Catalog::embedded().clone(),
+            &ZONES,
+            START,
+            WorldConfig::default(),
+        );
+        world.cluster.with_state(|s| {
+            s.node_pools.push(pool);
+            s.node_classes.push(node_class("default"));
+        });
+        let provisioner = Provisioner::new(
+            world.ports(),
+            ProvisionerConfig::new("test-cluster", "provisioner-1"),
+        )
+        .with_decider(decider.clone());
+        let disrupter = Disrupter::new(
+            world.ports(),
+            DisruptionConfig::new("test-cluster", "disruption-1"),
+        )
+        .with_decider(decider);
+        System {
+            world,
+            provisioner,
+            disrupter,
+            expire,
+            runs: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn add_pods(&self, app: &str, n: usize) {
+        for i in 0..n {
+            let mut p = pod(&format!("{app}-{i}"), "1", "1536Mi");
+            p.labels.insert("app".into(), app.into());
+            self.world.cluster.add_pod(p);
+        }
+    }
+
+    /// Only the provisioner, for `minutes`.
+    async fn provision(&self, minutes: i64) {
+        let until = self.world.now() + minutes * 60;
+        tokio::join!(self.world.run(until), self.provisioner_schedule(until));
+    }
+
+    /// The provisioner and the disruption function on their schedules, for `minutes`.
+    async fn run(&self, minutes: i64) {
+        let until = self.world.now() + minutes * 60;
+        tokio::join!(
+            self.world.run(until),
+            self.provisioner_schedule(until),
+            self.disruption_schedule(until)
+        );
+    }
+
+    async fn provisioner_schedule(&self, until: i64) {
+        while self.world.now() + 60 <= until {
+            let started = self.world.now();
+            // A failed tick (an injected crash) is retried at the next poll, as in Lambda.
+            self.provisioner
+                .run_for(Duration::from_secs(55), POLL)
+                .await;
+            sleep_until(&self.world, started + 60).await;
+        }
+    }
+
+    async fn disruption_schedule(&self, until: i64) {
+        sleep_until(&self.world, self.world.now() + 30).await;
+        while self.world.now() + 30 <= until {
+            let started = self.world.now();
+            if let Ok(report) = self.disrupter.tick().await {
+                self.runs.lock().unwrap().push(report);
+            }
+            sleep_until(&self.world, started + 60).await;
+        }
+    }
+
+    fn claims(&self) -> Vec<NodeClaim> {
+        self.world.store.claims()
+    }
+
+    fn live_nodes(&self) -> Vec<String> {
+        let mut n: Vec<String> = self
+            .world
+            .cluster
+            .nodes()
+            .into_iter()
+            .map(|n| n.name)
+            .collect();
+        n.sort();
+        n
+    }
+
+    fn pods_on(&self, node: &str) -> usize {
+        let state = self.world.cluster.snapshot();
+        moving(&state.pods, node).len()
+    }
+
+    /// Instances = live claims, every claim a disruption touched Terminated or back to
+    /// Initialized (or a replacement that could not launch, LaunchFailed), no pod pending, no PDB violated, nothing launched twice for a claim,
+    /// every terminated instance terminated by its own claim.
+    fn assert_settled(&self) {
+        let mut running: Vec<String> = self
+            .world
+            .cloud
+            .running()
+            .into_iter()
+            .map(|i| i.id)
+            .collect();
+        running.sort();
+        let mut live: Vec<String> = self
+            .claims()
+            .into_iter()
+            .filter(|c| !c.state.is_terminal())
+            .filter_map(|c| c.instance_id)
+            .collect();
+        live.sort();
+        assert_eq!(running, live, "instances = live claims");
+        for c in self.claims() {
+            assert!(
+                matches!(
+                    c.state,
+                    ClaimState::Initialized | ClaimState::Terminated | ClaimState::LaunchFailed
+                ),
+                "{c:#?}"
+            );
+        }
+        assert_eq!(self.world.still_pending(), vec![], "no pod left pending");
+        assert_eq!(self.world.budget_violations(), vec![], "no PDB violated");
+        assert_eq!(self.live_nodes().len(), live.len(), "a node per live claim");
+        let mut tokens: Vec<String> = self
+            .world
+            .cloud
+            .instances()
+            .into_iter()
+            .filter_map(|i| i.instance.claim_name)
+            .collect();
+        let n = tokens.len();
+        tokens.sort();
+        tokens.dedup();
+        assert_eq!(tokens.len(), n, "one instance per claim");
+        for node in self.live_nodes() {
+            let n = self.world.cluster.node(&node).unwrap();
+            assert!(
+                !n.taints.iter().any(|t| t.key == TAINT_DISRUPTED),
+                "no live node left cordoned: {node}"
+            );
+        }
+    }
+
+    fn decisions(&self, job: &str) -> Vec<String> {
+        self.world
+            .store
+            .all_decisions()
+            .into_iter()
+            .filter(|d| d.job == job)
+            .map(|d| format!("{}: {}", d.action, d.reason))
+            .collect()
+    }
+}
+
+async fn sleep_until(world: &World, at: i64) {
+    let wait = (at - world.now()).max(0);
+    tokio::time::sleep(Duration::from_secs(wait as u64)).await;
+}
+
+/// Two nodes, three 1-cpu pods each.
+async fn two_full_nodes() -> System {
+    two_full_nodes_of(System::new()).await
+}
+
+async fn two_full_nodes_of(sys: System) -> System {
+    sys.add_pods("web", 6);
+    sys.provision(2).await;
+    assert_eq!(sys.live_nodes().len(), 2, "{:#?}", sys.claims());
+    sys
+}
+
+fn delete_pods_on(sys: &System, node: &str) {
+    sys.world
+        .cluster
+        .with_state(|s| s.pods.retain(|p| p.node_name.as_deref() != Some(node)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_empty_node_is_validated_drained_and_terminated_and_the_other_stays() {
+    let sys = two_full_nodes().await;
+    let nodes = sys.live_nodes();
+    delete_pods_on(&sys, &nodes[0]);
+
+    sys.run(3).await;
+
+    assert_eq!(
+        sys.live_nodes(),
+        vec![nodes[1].clone()],
+        "{:#?}\n{:#?}\n{:#?}",
+        sys.decisions("disruption"),
+        sys.runs.lock().unwrap(),
+        sys.claims()
+    );
+    let gone = sys
+        .claims()
+        .into_iter()
+        .find(|c| c.node_name.as_deref() == Some(nodes[0].as_str()))
+        .unwrap();
+    assert_eq!(gone.state, ClaimState::Terminated);
+    assert_eq!(
+        gone.disruption.as_ref().map(|d| d.cause),
+        Some(DisruptionCause::Empty)
+    );
+    assert_eq!(sys.world.cloud.instances().len(), 2, "nothing launched");
+    sys.assert_settled();
+    let log = sys.decisions("disruption");
+    assert!(log.iter().any(|d| d.starts_with("disrupt ")), "{log:#?}");
+    assert!(log.iter().any(|d| d.starts_with("validated ")), "{log:#?}");
+    assert!(
+        log.iter()
+            .any(|d| d.starts_with(&format!("keep {}", nodes[1]))),
+        "rejections recorded: {log:#?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_expired_node_is_replaced_first_and_its_pods_move_without_a_second_launch() {
+    // The decider expires the node whatever the budget says (expiration is forceful);
+    // the execution must launch exactly one replacement, nominated for the node's pods,
+    // and the provisioner, polling through it all, must launch nothing for them.
+    let sys = System::new();
+    sys.add_pods("web", 3);
+    sys.provision(2).await;
+    let old = sys.live_nodes();
+    assert_eq!(old.len(), 1);
+    sys.expire.lock().unwrap().insert(old[0].clone());
+
+    sys.run(4).await;
+
+    let nodes = sys.live_nodes();
+    assert_eq!(nodes.len(), 1, "{:#?}", sys.claims());
+    assert_ne!(nodes[0], old[0], "replaced");
+    assert_eq!(sys.pods_on(&nodes[0]), 3, "the pods run on the replacement");
+    assert_eq!(
+        sys.world.cloud.instances().len(),
+        2,
+        "one original, one replacement: {:#?}",
+        sys.claims()
+    );
+    sys.assert_settled();
+    let replacement = sys
+        .claims()
+        .into_iter()
+        .find(|c| c.node_name.as_deref() == Some(nodes[0].as_str()))
+        .unwrap();
+    assert_eq!(replacement.pods.len(), 3, "nominated for the moving pods");
+    // The node was launched with nodewright's drift hashes, and they match.
+    let node = sys.world.cluster.node(&nodes[0]).unwrap();
+    assert_eq!(
+        node.nodepool_hash.as_deref(),
+        Some(hash::nodepool_hash(&m5_pool()).as_str())
+    );
+    let class = node_class("default");
+    assert_eq!(
+        hash::hash_drift(
+            &m5_pool(),
+            Some(&class),
+            &node,
+            Some(HASH_VERSION),
+            Some(HASH_VERSION)
+        ),
+        None
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn do_not_disrupt_pods_keep_an_otherwise_empty_node() {
+    let sys = two_full_nodes().await;
+    let nodes = sys.live_nodes();
+    delete_pods_on(&sys, &nodes[0]);
+    let mut p = pod("batch-0", "100m", "128Mi");
+    p.do_not_disrupt = true;
+    p.node_name = Some(nodes[0].clone());
+    sys.world.cluster.add_pod(p);
+
+    sys.run(3).await;
+
+    assert_eq!(sys.live_nodes(), nodes, "both nodes stay");
+    assert_eq!(sys.world.cloud.instances().len(), 2);
+    sys.assert_settled();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_arriving_during_the_validation_delay_abandons_the_command_and_uncordons() {
+    let sys = two_full_nodes().await;
+    let nodes = sys.live_nodes();
+    delete_pods_on(&sys, &nodes[0]);
+    // The disruption run decides and marks; the provisioner is not polling yet.
+    let world = sys.world.clone();
+    let until = world.now() + 31;
+    let (_, report) = tokio::join!(world.run(until), async {
+        sleep_until(&sys.world, sys.world.now() + 30).await;
+        sys.disrupter.tick().await.unwrap()
+    });
+    assert_eq!(report.started.len(), 1, "{report:#?}");
+    let tainted = sys.world.cluster.node(&nodes[0]).unwrap();
+    assert!(tainted.taints.iter().any(|t| t.key == TAINT_DISRUPTED));
+    // A pod lands on it before the 15 s are up (bound directly: the taint keeps the
+    // scheduler off, not a pod that names its node).
+    let mut p = pod("late-0", "500m", "512Mi");
+    p.node_name = Some(nodes[0].clone());
+    sys.world.cluster.add_pod(p);
+
+    sys.provision(2).await;
+
+    assert_eq!(sys.live_nodes(), nodes, "the node stays");
+    let back = sys
+        .claims()
+        .into_iter()
+        .find(|c| c.node_name.as_deref() == Some(nodes[0].as_str()))
+        .unwrap();
+    assert_eq!(back.state, ClaimState::Initialized);
+    assert_eq!(back.disruption, None);
+    sys.assert_settled();
+    let log = sys.decisions("disruption");
+    assert!(
+        log.iter()
+            .any(|d| d.starts_with("abandoned ") && d.contains("no longer qualifies")),
+        "{log:#?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replacement_that_cannot_launch_abandons_the_command_and_the_node_stays() {
+    let sys = System::new();
+    sys.add_pods("web", 3);
+    sys.provision(2).await;
+    let old = sys.live_nodes();
+    sys.expire.lock().unwrap().insert(old[0].clone());
+    // No capacity for the replacement anywhere.
+    for z in ZONES {
+        sys.world.cloud.set_capacity(
+            "m5.xlarge",
+            z,
+            nodewright_core::catalog::CapacityType::OnDemand,
+            false,
+        );
+    }
+    let world = sys.world.clone();
+    let until = world.now() + 31;
+    let (_, report) = tokio::join!(world.run(until), async {
+        sleep_until(&sys.world, sys.world.now() + 30).await;
+        sys.disrupter.tick().await.unwrap()
+    });
+    assert_eq!(
+        report.progress.abandoned.len(),
+        1,
+        "abandoned in the same run: {report:#?}"
+    );
+    assert!(report.progress.abandoned[0].1.contains("failed to launch"));
+    assert_eq!(sys.live_nodes(), old);
+    sys.expire.lock().unwrap().clear();
+    sys.provision(1).await;
+    sys.assert_settled();
+}
+
+/// A run of the expiry scenario with one fault injected, to the end.
+async fn expiry_with(fault: impl FnOnce(&World)) -> System {
+    let sys = System::new();
+    sys.add_pods("web", 3);
+    sys.provision(2).await;
+    let old = sys.live_nodes();
+    sys.expire.lock().unwrap().insert(old[0].clone());
+    sys.world.store.clear_calls();
+    sys.world.cloud.clear_calls();
+    fault(&sys.world);
+    sys.run(5).await;
+    sys
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crash_at_any_write_or_launch_of_a_command_is_resumed_with_no_leak_and_one_termination() {
+    // A clean run says how many times each step is taken.
+    let clean = expiry_with(|_| {}).await;
+    clean.assert_settled();
+    let store_counts = clean.world.store.call_counts();
+    let cloud_counts = clean.world.cloud.call_counts();
+    let mut faults: Vec<(String, Box<dyn Fn(&World)>)> = Vec::new();
+    for op in [StoreOp::CreateClaim, StoreOp::UpdateClaim] {
+        for k in 0..store_counts.get(&op).copied().unwrap_or(0) {
+            faults.push((
+                format!("{op:?} #{k}"),
+                Box::new(move |w: &World| {
+                    w.store
+                        .fail_after(op, k, StoreError::new(ErrorKind::Unavailable, "crash"))
+                }),
+            ));
+        }
+    }
+    for op in [CloudOp::Launch, CloudOp::Terminate] {
+        for k in 0..cloud_counts.get(&op).copied().unwrap_or(0) {
+            faults.push((
+                format!("{op:?} #{k}"),
+                Box::new(move |w: &World| {
+                    w.cloud
+                        .fail_after(op, k, CloudError::new(ErrorKind::Unavailable, "crash"))
+                }),
+            ));
+        }
+    }
+    assert!(faults.len() >= 8, "{store_counts:?} {cloud_counts:?}");
+    for (what, fault) in faults {
+        let sys = expiry_with(fault).await;
+        let nodes = sys.live_nodes();
+        assert_eq!(nodes.len(), 1, "{what}: {:#?}", sys.claims());
+        assert_eq!(sys.pods_on(&nodes[0]), 3, "{what}");
+        assert_eq!(
+            sys.world.cloud.instances().len(),
+            2,
+            "{what}: one replacement, launched once: {:#?}",
+            sys.claims()
+        );
+        // Each instance is terminated only by its own claim, and the replacement never.
+        let live: Vec<String> = sys
+            .claims()
+            .into_iter()
+            .filter(|c| !c.state.is_terminal())
+            .filter_map(|c| c.instance_id)
+            .collect();
+        let terminated: Vec<String> = sys
+            .world
+            .cloud
+            .calls()
+            .into_iter()
+            .filter(|c| c.op == CloudOp::Terminate)
+            .map(|c| c.key)
+            .collect();
+        assert!(
+            terminated
+                .iter()
+                .all(|id| !live.iter().any(|l| id.contains(l.as_str()))),
+            "{what}: a live instance was terminated: {terminated:?}"
+        );
+        sys.assert_settled();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_provisioner_and_disruption_running_together_through_a_scale_down_launch_nothing_twice()
+{
+    // Pods come and go while both jobs run: every launch is for pods no other claim
+    // was made for, and the cluster ends with no empty node.
+    let sys = two_full_nodes().await;
+    let nodes = sys.live_nodes();
+    sys.world.cluster.with_state(|s| {
+        s.pods
+            .retain(|p| p.node_name.as_deref() != Some(nodes[0].as_str()))
+    });
+    sys.add_pods("api", 2);
+    sys.run(4).await;
+
+    sys.assert_settled();
+    for n in sys.live_nodes() {
+        assert!(sys.pods_on(&n) > 0, "no empty node left: {n}");
+    }
+    assert_eq!(
+        sys.world.unneeded_launches(),
+        vec![],
+        "nothing launched twice"
+    );
+}
+
+// ----- with core's decisions -------------------------------------------------------------
+
+fn pool_with_budget(nodes: BudgetNodes) -> NodePool {
+    let mut pool = m5_pool();
+    pool.disruption.budgets = vec![Budget {
+        nodes,
+        schedule: None,
+        duration: None,
+        reasons: vec![],
+    }];
+    pool
+}
+
+/// Leaves one pod on the first node and two on the second: one node's worth.
+fn scale_down(sys: &System, nodes: &[String]) {
+    let mut keep = std::collections::HashMap::new();
+    sys.world.cluster.with_state(|s| {
+        s.pods.retain(|p| {
+            let Some(node) = p.node_name.as_deref() else {
+                return true;
+            };
+            let quota = if node == nodes[0] { 1 } else { 2 };
+            let n = keep.entry(node.to_string()).or_insert(0);
+            *n += 1;
+            *n <= quota
+        })
+    });
+}
+
+#[tokio::test(start_paused = true)]
+async fn core_consolidates_a_scale_down_to_one_node_with_every_pod_running() {
+    let sys = two_full_nodes_of(System::deciding_with_core(m5_pool())).await;
+    let nodes = sys.live_nodes();
+    scale_down(&sys, &nodes);
+
+    sys.run(4).await;
+
+    let left = sys.live_nodes();
+    assert_eq!(
+        left.len(),
+        1,
+        "{:#?}\n{:#?}",
+        sys.decisions("disruption"),
+        sys.runs.lock().unwrap()
+    );
+    assert_eq!(sys.pods_on(&left[0]), 3);
+    assert_eq!(sys.world.cloud.instances().len(), 2, "nothing launched");
+    sys.assert_settled();
+    assert!(
+        sys.decisions("disruption")
+            .iter()
+            .any(|d| d.contains("saves 0.1920/h")),
+        "{:#?}",
+        sys.decisions("disruption")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn core_consolidates_nothing_under_a_budget_of_zero() {
+    let sys = two_full_nodes_of(System::deciding_with_core(pool_with_budget(
+        BudgetNodes::Count(0),
+    )))
+    .await;
+    let nodes = sys.live_nodes();
+    scale_down(&sys, &nodes);
+
+    sys.run(3).await;
+
+    assert_eq!(sys.live_nodes(), nodes);
+    sys.assert_settled();
+    assert!(
+        sys.decisions("disruption")
+            .iter()
+            .any(|d| d.contains("DisruptionBudget")),
+        "{:#?}",
+        sys.decisions("disruption")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn core_replaces_an_expired_node_despite_a_budget_of_zero() {
+    let mut pool = pool_with_budget(BudgetNodes::Count(0));
+    pool.expire_after = Some(Duration::from_secs(5 * 60));
+    let sys = System::deciding_with_core(pool);
+    sys.add_pods("web", 3);
+    sys.provision(2).await;
+    let old = sys.live_nodes();
+    assert_eq!(old.len(), 1);
+
+    sys.run(6).await;
+
+    let nodes = sys.live_nodes();
+    assert_eq!(
+        nodes.len(),
+        1,
+        "{:#?}\n{:#?}",
+        sys.decisions("disruption"),
+        sys.claims()
+    );
+    assert_ne!(
+        nodes,
+        old,
+        "replaced: {:#?}\n{:#?}",
+        sys.decisions("disruption"),
+        sys.world.cluster.nodes()
+    );
+    assert_eq!(sys.pods_on(&nodes[0]), 3);
+    assert_eq!(sys.world.cloud.instances().len(), 2, "one replacement");
+    let expired = sys
+        .claims()
+        .into_iter()
+        .find(|c| c.node_name.as_deref() == Some(old[0].as_str()))
+        .unwrap();
+    assert_eq!(
+        expired.disruption.map(|d| d.cause),
+        Some(DisruptionCause::Expired)
+    );
+    sys.assert_settled();
+}
+
+#[tokio::test(start_paused = true)]
+async fn core_keeps_an_empty_node_that_runs_a_do_not_disrupt_pod() {
+    let sys = two_full_nodes_of(System::deciding_with_core(m5_pool())).await;
+    let nodes = sys.live_nodes();
+    delete_pods_on(&sys, &nodes[0]);
+    let mut p = pod("batch-0", "100m", "128Mi");
+    p.do_not_disrupt = true;
+    p.node_name = Some(nodes[0].clone());
+    sys.world.cluster.add_pod(p);
+
+    sys.run(3).await;
+
+    // The other node may well be consolidated onto it; this one stays.
+    assert!(sys.live_nodes().contains(&nodes[0]));
+    sys.assert_settled();
+    assert!(
+        sys.decisions("disruption")
+            .iter()
+            .any(|d| d.starts_with(&format!("keep {} (DoNotDisrupt)", nodes[0]))),
+        "{:#?}",
+        sys.decisions("disruption")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_a_budget_refuses_forever_ends_at_the_node_pools_termination_grace_period() {
+    let mut pool = m5_pool();
+    pool.termination_grace_period = Some(Duration::from_secs(90));
+    let expire = Arc::new(Mutex::new(HashSet::new()));
+    let sys = System::with(pool, test_decider(expire.clone()), expire);
+    sys.add_pods("web", 3);
+    // More than can ever be available: every eviction is refused.
+    sys.world.cluster.with_state(|s| {
+        s.pdbs.push(nodewright_core::cluster::PodDisruptionBudget {
+            namespace: "default".into(),
+            name: "web".into(),
+            selector: Some(nodewright_core::testing::selector("web")),
+            min_available: Some(nodewright_core::cluster::IntOrPercent::Int(10)),
+            max_unavailable: None,
+            status_disruptions_allowed: None,
+        })
+    });
+    sys.provision(2).await;
+    let old = sys.live_nodes();
+    sys.expire.lock().unwrap().insert(old[0].clone());
+
+    sys.run(5).await;
+
+    let nodes = sys.live_nodes();
+    assert_eq!(nodes.len(), 1, "{:#?}", sys.claims());
+    assert_ne!(nodes, old, "the old node went at its grace period");
+    assert_eq!(sys.pods_on(&nodes[0]), 3, "its pods run on the replacement");
+    let gone = sys
+        .claims()
+        .into_iter()
+        .find(|c| c.node_name.as_deref() == Some(old[0].as_str()))
+        .unwrap();
+    assert_eq!(gone.state, ClaimState::Terminated);
+    let d = gone.disruption.unwrap();
+    assert!(d.deadline.is_some_and(|t| t - d.since <= 90 + 60), "{d:?}");
+}
