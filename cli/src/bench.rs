@@ -173,6 +173,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     // Not in `all`: at 5,000 nodes it writes and decides a 150,000-pod cluster.
     if args.suite == Suite::Disrupt {
         disrupt::disrupt_suite(&mut out, args.nodes.as_deref());
+    }
     if all || args.suite == Suite::Prepared {
         prepared::prepared_suite(&mut out);
     }

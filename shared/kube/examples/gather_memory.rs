@@ -56,7 +56,8 @@ fn parent(snapshot: &str, pools: &str) -> Result<(), String> {
             server.put(item.clone());
         }
         for doc in serde_yaml_ng::Deserializer::from_str(&pools_text) {
-            let object: Value = serde::Deserialize::deserialize(doc).map_err(|e| format!("{pools}: {e}"))?;
+            let object: Value =
+                serde::Deserialize::deserialize(doc).map_err(|e| format!("{pools}: {e}"))?;
             if !object.is_null() {
                 server.put(object);
             }
@@ -65,14 +66,20 @@ fn parent(snapshot: &str, pools: &str) -> Result<(), String> {
         let url = server.url();
         // The server answers from this runtime's other worker while this one waits.
         let out = tokio::task::spawn_blocking(move || {
-            std::process::Command::new(exe).arg("--child").arg(url).output()
+            std::process::Command::new(exe)
+                .arg("--child")
+                .arg(url)
+                .output()
         })
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
-            return Err(format!("the gather failed: {}", String::from_utf8_lossy(&out.stderr)));
+            return Err(format!(
+                "the gather failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
         }
         println!(
             "{} nodes, {} pods through the Kubernetes API: {}",

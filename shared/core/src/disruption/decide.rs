@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use crate::api::model::NodePool;
 use crate::catalog::{CapacityType, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE};
 use crate::provisioning::PlannedNodeClaim;
+use crate::scheduling::SchedulerInput;
 
 use super::budget::allowance;
 use super::candidates::{NodeVerdict, evaluate};
@@ -162,15 +163,17 @@ pub fn decide(input: &DisruptionInput<'_>) -> Decision {
             .filter(|c| c.verdict.node.deleting)
             .map(|c| c.name().to_string()),
     );
-    let mut world = Speculator::new(
-        snapshot,
-        input.node_pools,
-        input.node_classes,
-        input.catalog,
-        input.pricing,
-        input.in_flight,
-        closed,
-    );
+    let scheduler_input = SchedulerInput {
+        pods: &snapshot.pods,
+        nodes: &snapshot.nodes,
+        daemonsets: &snapshot.daemonsets,
+        node_pools: input.node_pools,
+        node_classes: input.node_classes,
+        catalog: input.catalog,
+        pricing: input.pricing,
+        in_flight: input.in_flight,
+    };
+    let mut world = Speculator::new(&scheduler_input, closed);
     let mut run = Run {
         input,
         decision,
@@ -366,13 +369,12 @@ impl Run<'_, '_> {
             empty.push(c);
         }
         if !empty.is_empty() {
-            self.take(
-                world,
-                Method::Emptiness,
-                Reason::Empty,
-                &empty,
-                Placement::default(),
-            );
+            // Nothing moves; the solve only takes the nodes out of later solves.
+            let names: Vec<&str> = empty.iter().map(|c| c.name()).collect();
+            let placement = world
+                .solve(&names, &[], Limits::default())
+                .unwrap_or_default();
+            self.take(world, Method::Emptiness, Reason::Empty, &empty, placement);
         }
     }
 

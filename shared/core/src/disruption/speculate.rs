@@ -1,18 +1,17 @@
 //! Speculative scheduling for disruption: "take these nodes away: where do their pods
 //! go, with how many new claims, at what price?", and making an answer permanent once
 //! its command is taken, so the next question sees the cluster the commands before it
-//! leave.
+//! leave. Over the scheduler prepared once per decision ([`PreparedScheduler`]): a
+//! solve costs what its moved pods cost, not the cluster.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
-use crate::api::model::{Ec2NodeClass, NodePool};
-use crate::catalog::{Catalog, Pricing};
-use crate::cluster::{ClusterSnapshot, Node, Pod};
 use crate::provisioning::{PlannedNodeClaim, planned_claim};
-use crate::scheduling::{InFlightClaim, SchedulerInput, schedule};
+use crate::scheduling::{
+    Placed, PreparedScheduler, Removal, SchedulerInput, Solve, SolveLimits, Stop as SolveStop,
+};
 
 use super::command::Move;
-use super::rules::moving_pods;
 
 /// When a speculative solve gives up.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,6 +29,9 @@ pub enum Stop {
 pub struct Placement {
     pub moves: Vec<Move>,
     pub new_claims: Vec<PlannedNodeClaim>,
+    /// What makes the placement permanent; `None` for a placement not solved (an
+    /// expired node whose pods fit nowhere).
+    placed: Option<Placed>,
 }
 
 impl Placement {
@@ -49,61 +51,53 @@ pub struct Limits {
 
 /// The cluster as the commands taken so far leave it.
 pub struct Speculator<'a> {
-    pods: Vec<Pod>,
-    nodes: Vec<Node>,
-    snapshot: &'a ClusterSnapshot,
-    node_pools: &'a [NodePool],
-    node_classes: &'a [Ec2NodeClass],
-    catalog: &'a Catalog,
-    pricing: &'a Pricing,
-    in_flight: Vec<InFlightClaim>,
-    /// Nodes that are never destinations (being disrupted, or gone).
-    closed: HashSet<String>,
+    input: &'a SchedulerInput<'a>,
+    prepared: PreparedScheduler<'a>,
+    index: HashMap<&'a str, usize>,
+    /// Nodes that are never destinations (being disrupted).
+    closed: HashSet<usize>,
+    /// The names commands give the claims committed so far, in commit order (the
+    /// prepared scheduler calls them `committed-<i>`).
+    committed: Vec<String>,
 }
 
 impl<'a> Speculator<'a> {
-    pub fn new(
-        snapshot: &'a ClusterSnapshot,
-        node_pools: &'a [NodePool],
-        node_classes: &'a [Ec2NodeClass],
-        catalog: &'a Catalog,
-        pricing: &'a Pricing,
-        in_flight: &[InFlightClaim],
-        closed: impl IntoIterator<Item = String>,
-    ) -> Self {
-        // Pods already pending are the provisioner's: a removal's pods must not take
-        // their place, and they do not take the removal's. Only those nominated to an
-        // in-flight claim stay, so the claim's capacity counts as used.
-        let nominated: HashSet<&str> = in_flight
+    /// `input.pods` are all the cluster's pods (pending ones are the provisioner's and
+    /// are not placed by a solve); `closed` nodes take no pods.
+    pub fn new(input: &'a SchedulerInput<'a>, closed: impl IntoIterator<Item = String>) -> Self {
+        let index: HashMap<&str, usize> = input
+            .nodes
             .iter()
-            .flat_map(|c| c.pods.iter().map(String::as_str))
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), i))
             .collect();
-        let pods = snapshot
-            .pods
-            .iter()
-            .filter(|p| p.node_name.is_some() || nominated.contains(p.key().as_str()))
-            .cloned()
+        let closed = closed
+            .into_iter()
+            .filter_map(|n| index.get(n.as_str()).copied())
             .collect();
         Self {
-            pods,
-            nodes: snapshot.nodes.clone(),
-            snapshot,
-            node_pools,
-            node_classes,
-            catalog,
-            pricing,
-            in_flight: in_flight.to_vec(),
-            closed: closed.into_iter().collect(),
+            input,
+            prepared: PreparedScheduler::new(input),
+            index,
+            closed,
+            committed: Vec::new(),
         }
-    }
-
-    pub fn snapshot(&self) -> &ClusterSnapshot {
-        self.snapshot
     }
 
     /// These nodes stay but take no pods (they are being disrupted).
     pub fn close(&mut self, nodes: impl IntoIterator<Item = String>) {
-        self.closed.extend(nodes);
+        for n in nodes {
+            if let Some(&i) = self.index.get(n.as_str()) {
+                self.closed.insert(i);
+            }
+        }
+    }
+
+    fn indices(&self, names: &[&str]) -> Vec<usize> {
+        names
+            .iter()
+            .filter_map(|n| self.index.get(n).copied())
+            .collect()
     }
 
     /// Where the moving pods of `removed` (node names) would go; `excluded` nodes stay
@@ -114,149 +108,83 @@ impl<'a> Speculator<'a> {
         excluded: &[&str],
         limits: Limits,
     ) -> Result<Placement, Stop> {
-        let removed: HashSet<&str> = removed.iter().copied().collect();
-        let excluded: HashSet<&str> = excluded.iter().copied().collect();
-        let mut pods = Vec::with_capacity(self.pods.len());
-        let mut moving = 0usize;
-        for pod in &self.pods {
-            match pod.node_name.as_deref() {
-                Some(node) if removed.contains(node) => {
-                    if moving_pods([pod]).next().is_some() {
-                        let mut p = pod.clone();
-                        p.node_name = None;
-                        p.nominated_node_name = None;
-                        p.marked_unschedulable = true;
-                        pods.push(p);
-                        moving += 1;
-                    }
-                }
-                _ => pods.push(pod.clone()),
+        let nodes = self.indices(removed);
+        let mut not_destinations: Vec<usize> = self.closed.iter().copied().collect();
+        not_destinations.extend(self.indices(excluded));
+        not_destinations.sort_unstable();
+        not_destinations.dedup();
+        let solve = self.prepared.solve(
+            &Removal {
+                nodes: &nodes,
+                not_destinations: &not_destinations,
+            },
+            &SolveLimits {
+                max_new_claims: limits.max_new_claims,
+                max_price: limits.max_price,
+            },
+        );
+        let placed = match solve {
+            Solve::Placed(placed) => placed,
+            Solve::Stopped(SolveStop::PodDoesNotFit { pod, reason }) => {
+                return Err(Stop::PodDoesNotFit {
+                    pod: self.input.pods[pod].key(),
+                    reason,
+                });
             }
-        }
-        if moving == 0 {
-            return Ok(Placement::default());
-        }
-        let nodes: Vec<Node> = self
-            .nodes
+            Solve::Stopped(SolveStop::TooManyClaims) => return Err(Stop::TooManyClaims),
+            Solve::Stopped(SolveStop::TooExpensive) => return Err(Stop::TooExpensive),
+        };
+        let pods = self.input.pods;
+        let moves = placed
+            .existing_nodes
             .iter()
-            .filter(|n| !removed.contains(n.name.as_str()))
-            .map(|n| {
-                let mut n = n.clone();
-                if self.closed.contains(&n.name) || excluded.contains(n.name.as_str()) {
-                    n.unschedulable = true;
-                }
-                n
+            .chain(&placed.in_flight)
+            .filter(|(_, idx)| !idx.is_empty())
+            .map(|(target, idx)| Move {
+                target: self.destination_name(target),
+                pods: idx.iter().map(|&p| pods[p].key()).collect(),
             })
             .collect();
-        let result = schedule(&SchedulerInput {
-            pods: &pods,
-            nodes: &nodes,
-            daemonsets: &self.snapshot.daemonsets,
-            node_pools: self.node_pools,
-            node_classes: self.node_classes,
-            catalog: self.catalog,
-            pricing: self.pricing,
-            in_flight: &self.in_flight,
-        });
-        if let Some((p, reason)) = result.unschedulable.first() {
-            return Err(Stop::PodDoesNotFit {
-                pod: pods[*p].key(),
-                reason: reason.clone(),
-            });
-        }
-        if limits
-            .max_new_claims
-            .is_some_and(|max| result.new_claims.len() > max)
-        {
-            return Err(Stop::TooManyClaims);
-        }
-        let new_claims: Vec<PlannedNodeClaim> = result
+        let new_claims: Vec<PlannedNodeClaim> = placed
             .new_claims
             .iter()
-            .map(|c| planned_claim(c, &pods))
+            .map(|c| planned_claim(c, pods))
             .collect();
-        let placement = Placement {
-            moves: result
-                .existing_nodes
-                .iter()
-                .chain(&result.in_flight)
-                .map(|(target, idx)| Move {
-                    target: target.clone(),
-                    pods: idx.iter().map(|&p| pods[p].key()).collect(),
-                })
-                .filter(|m| !m.pods.is_empty())
-                .collect(),
+        Ok(Placement {
+            moves,
             new_claims,
-        };
-        if limits
-            .max_price
-            .is_some_and(|cap| placement.new_claims_price() >= cap)
-        {
-            return Err(Stop::TooExpensive);
-        }
-        Ok(placement)
+            placed: Some(placed),
+        })
+    }
+
+    /// `committed-<i>` as the command that made it named it.
+    fn destination_name(&self, target: &str) -> String {
+        target
+            .strip_prefix("committed-")
+            .and_then(|i| i.parse::<usize>().ok())
+            .and_then(|i| self.committed.get(i))
+            .cloned()
+            .unwrap_or_else(|| target.to_string())
     }
 
     /// The command is taken: `removed` is gone, its pods are where `placement` put
     /// them, and its new claims are in flight, named `command-<command>-replacement-<k>`
     /// (later commands' moves may target them by that name).
     pub fn commit(&mut self, removed: &[&str], placement: &Placement, command: usize) {
-        let removed: HashSet<&str> = removed.iter().copied().collect();
-        let mut moved_to: std::collections::HashMap<&str, &str> = Default::default();
-        for m in &placement.moves {
-            for p in &m.pods {
-                moved_to.insert(p, &m.target);
+        let committed = placement
+            .placed
+            .as_ref()
+            .is_some_and(|placed| self.prepared.commit(placed).is_ok());
+        if committed {
+            for k in 0..placement.new_claims.len() {
+                self.committed
+                    .push(format!("command-{command}-replacement-{}", k + 1));
             }
+        } else {
+            // Not solved (pods that fit nowhere go pending): the nodes still go, so at
+            // least nothing may move onto them.
+            let names: Vec<String> = removed.iter().map(|n| n.to_string()).collect();
+            self.close(names);
         }
-        let in_flight: HashSet<&str> = self.in_flight.iter().map(|c| c.name.as_str()).collect();
-        let mut replacement_pods: HashSet<&str> = HashSet::new();
-        for c in &placement.new_claims {
-            replacement_pods.extend(c.pods.iter().map(String::as_str));
-        }
-        self.pods.retain_mut(|pod| {
-            let Some(node) = pod.node_name.as_deref() else {
-                return true;
-            };
-            if !removed.contains(node) {
-                return true;
-            }
-            let key = pod.key();
-            if let Some(target) = moved_to.get(key.as_str()) {
-                if in_flight.contains(target) {
-                    pod.node_name = None;
-                    pod.marked_unschedulable = true;
-                } else {
-                    pod.node_name = Some(target.to_string());
-                }
-                return true;
-            }
-            if replacement_pods.contains(key.as_str()) {
-                pod.node_name = None;
-                pod.marked_unschedulable = true;
-                return true;
-            }
-            false
-        });
-        for m in &placement.moves {
-            if let Some(claim) = self.in_flight.iter_mut().find(|c| c.name == m.target) {
-                claim.pods.extend(m.pods.iter().cloned());
-            }
-        }
-        for (k, c) in placement.new_claims.iter().enumerate() {
-            let Some(capacity_type) = crate::catalog::CapacityType::parse(&c.capacity_type) else {
-                continue;
-            };
-            self.in_flight.push(InFlightClaim {
-                name: format!("command-{command}-replacement-{}", k + 1),
-                node_pool: c.node_pool.clone(),
-                instance_type: c.instance_type.clone(),
-                zone: c.zone.clone(),
-                capacity_type,
-                pods: c.pods.clone(),
-                labels: c.labels.clone(),
-            });
-        }
-        self.nodes.retain(|n| !removed.contains(n.name.as_str()));
-        self.closed.extend(removed.iter().map(|n| n.to_string()));
     }
 }
