@@ -565,3 +565,27 @@ fn nodes_of_other_node_pools_and_unmanaged_nodes_are_never_candidates() {
     let d = decide(&pools(UNDERUTILIZED, ""), items, &[]);
     assert!(!d.to_string().contains("\"foreign\""), "{d:#}");
 }
+
+#[test]
+fn a_node_whose_node_pool_hash_nodewright_wrote_differs_is_drifted_and_karpenters_is_not_compared()
+{
+    let mut items = vec![
+        node("hashed", "m5.xlarge", "on-demand"),
+        pod_on("web", "hashed", "3"),
+    ];
+    items[0]["metadata"]["annotations"] = json!({
+        "karpenter.sh/nodepool-hash": "0",
+        "karpenter.sh/nodepool-hash-version": "nodewright-v1"});
+    let d = decide(&pools(UNDERUTILIZED, ""), items.clone(), &[]);
+    assert_eq!(d["commands"][0]["method"], "drift", "{d:#}");
+    items[0]["metadata"]["annotations"]["karpenter.sh/nodepool-hash-version"] = json!("v3");
+    let d = decide(&pools(UNDERUTILIZED, ""), items, &[]);
+    assert!(
+        d["commands"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["method"] != "drift"),
+        "{d:#}"
+    );
+}

@@ -329,8 +329,9 @@ pub struct Node {
     pub deleting: bool,
     /// `karpenter.sh/do-not-disrupt: "true"` on the node.
     pub do_not_disrupt: bool,
-    /// The NodePool and EC2NodeClass hashes the node was launched with
-    /// (`karpenter.sh/nodepool-hash`, `karpenter.k8s.aws/ec2nodeclass-hash`), for drift.
+    /// The NodePool and EC2NodeClass hashes nodewright launched the node with
+    /// (`karpenter.sh/nodepool-hash`, `karpenter.k8s.aws/ec2nodeclass-hash`), for drift;
+    /// only when their `*-hash-version` annotation is nodewright's (`hash::HASH_VERSION`).
     pub nodepool_hash: Option<String>,
     pub nodeclass_hash: Option<String>,
 }

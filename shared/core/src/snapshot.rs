@@ -1607,10 +1607,18 @@ pub fn node_from_k8s(node: &core::Node) -> Result<Node, SnapshotError> {
     out.deleting = meta.deletion_timestamp.is_some();
     if let Some(annotations) = &meta.annotations {
         out.do_not_disrupt = do_not_disrupt(annotations);
-        out.nodepool_hash = annotations.get("karpenter.sh/nodepool-hash").cloned();
-        out.nodeclass_hash = annotations
-            .get("karpenter.k8s.aws/ec2nodeclass-hash")
-            .cloned();
+        // Only hashes nodewright wrote are comparable: Karpenter's (another version)
+        // hash other fields another way.
+        use crate::disruption::hash;
+        let ours = |version: &str| {
+            annotations.get(version).map(String::as_str) == Some(hash::HASH_VERSION)
+        };
+        if ours(hash::ANNOTATION_NODEPOOL_HASH_VERSION) {
+            out.nodepool_hash = annotations.get(hash::ANNOTATION_NODEPOOL_HASH).cloned();
+        }
+        if ours(hash::ANNOTATION_NODECLASS_HASH_VERSION) {
+            out.nodeclass_hash = annotations.get(hash::ANNOTATION_NODECLASS_HASH).cloned();
+        }
     }
     out.name = name;
     Ok(out)
@@ -3036,7 +3044,9 @@ mod tests {
         node["metadata"]["annotations"] = json!({
             "karpenter.sh/do-not-disrupt": "true",
             "karpenter.sh/nodepool-hash": "123",
+            "karpenter.sh/nodepool-hash-version": "nodewright-v1",
             "karpenter.k8s.aws/ec2nodeclass-hash": "456",
+            "karpenter.k8s.aws/ec2nodeclass-hash-version": "v4",
         });
         node["status"]["conditions"] = json!([{"type": "Ready", "status": "True",
             "lastTransitionTime": "2026-11-20T08:01:30Z"}]);
@@ -3056,7 +3066,8 @@ mod tests {
         assert_eq!(n.ready_since, Some(day(20) + 8 * 3600 + 90));
         assert!(n.do_not_disrupt && !n.deleting);
         assert_eq!(n.nodepool_hash.as_deref(), Some("123"));
-        assert_eq!(n.nodeclass_hash.as_deref(), Some("456"));
+        // Karpenter's version ("v4"): not comparable with nodewright's hash.
+        assert_eq!(n.nodeclass_hash, None);
         let p = &s.pods[0];
         assert!(p.do_not_disrupt);
         assert_eq!(

@@ -144,10 +144,14 @@ pub fn decide(input: &DisruptionInput<'_>) -> Decision {
             }
         };
         decision.price_per_hour.before += price;
-        if verdict.drifted.is_none()
-            && let Some(why) = external.get(node.name.as_str())
-        {
-            verdict.drifted = Some(why.to_string());
+        if verdict.drifted.is_none() {
+            let class = input
+                .node_classes
+                .iter()
+                .find(|c| c.name == verdict.pool.node_class_ref.name);
+            let ours = Some(super::hash::HASH_VERSION);
+            verdict.drifted = super::hash::hash_drift(verdict.pool, class, node, ours, ours)
+                .or_else(|| external.get(node.name.as_str()).map(|why| why.to_string()));
         }
         let spot = node.labels.get(LABEL_CAPACITY_TYPE).map(String::as_str) == Some("spot");
         candidates.push(Candidate {
