@@ -40,7 +40,7 @@ pub const TARGET_RSS_20K_MB: f64 = 256.0;
 /// in MB as Lambda counts them (MiB): a cluster of 1,000 nodes must plan well inside it
 /// (at most half, leaving room for the listed API objects, the SDK clients and the
 /// engine's state). A test keeps it equal to the template's default.
-pub const PROVISIONER_MEMORY_MIB: f64 = 512.0;
+pub const PROVISIONER_MEMORY_MIB: f64 = 256.0;
 
 const CLUSTER_ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 /// Workload and DaemonSet pods per node in the cluster cases.
