@@ -473,11 +473,17 @@ impl<'a> Solver<'a> {
                 }
             }
         }
+        // Provisioning's re-packing pass over the solve's own claims (those of pods
+        // without topology constraints): replacements as cheap as a plan's.
+        s.repack_free_claims_from(base_bins);
         let mut price = 0.0;
         for b in base_bins..s.bins.len() {
             let Origin::New(pool) = s.bins[b].origin else {
                 continue;
             };
+            if s.bins[b].pods.is_empty() {
+                continue;
+            }
             let mut pods: Vec<usize> = s.bins[b].pods.iter().map(|(p, _)| *p).collect();
             pods.sort_unstable();
             let claim = s.finalize_claim(b, pool, pods);
@@ -559,9 +565,16 @@ impl<'a> Solver<'a> {
                 self.node_pods[n].extend(pods);
             }
         }
+        // A claim the re-packing pass emptied is no claim: it never takes pods.
+        s.blocked.resize(s.bins.len(), false);
+        for b in base_bins..s.bins.len() {
+            if matches!(s.bins[b].origin, Origin::New(_)) && s.bins[b].pods.is_empty() {
+                s.blocked[b] = true;
+            }
+        }
         // New claims become bins of their cheapest option.
-        let new_bins =
-            (base_bins..s.bins.len()).filter(|&b| matches!(s.bins[b].origin, Origin::New(_)));
+        let new_bins = (base_bins..s.bins.len())
+            .filter(|&b| matches!(s.bins[b].origin, Origin::New(_)) && !s.bins[b].pods.is_empty());
         for (b, claim) in new_bins
             .collect::<Vec<_>>()
             .into_iter()

@@ -2542,8 +2542,14 @@ impl<'a> Scheduler<'a> {
     /// no topology group counts these pods, so moving them changes no count. Pools
     /// with limits or minValues are left as packed (the pass does not track them).
     pub(super) fn repack_free_claims(&mut self) {
+        self.repack_free_claims_from(0);
+    }
+
+    /// As [`Self::repack_free_claims`], over the new claims from bin `first` on only (a
+    /// speculative solve's own claims, not those committed before it).
+    pub(super) fn repack_free_claims_from(&mut self, first: usize) {
         let mut groups: Vec<(usize, Requirements, Vec<usize>)> = Vec::new();
-        for b in 0..self.bins.len() {
+        for b in first..self.bins.len() {
             let Origin::New(pool) = self.bins[b].origin else {
                 continue;
             };
