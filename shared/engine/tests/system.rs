@@ -1006,14 +1006,17 @@ async fn every_event_delivered_twice_still_drains_each_node_once_and_launches_ea
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_scale_down_leaves_the_nodes_running_until_consolidation_exists() {
+async fn a_scale_down_is_consolidated_onto_one_node_with_both_pods_running() {
     let mut s = scenario(m5_pool("on-demand"), 20);
     s.deployments
         .push(deployment("web", "1", "1536Mi", vec![(0, 9), (10, 2)]));
     let report = simulate(&s).await;
     assert_scenario_settled(&report);
     assert_eq!(report.summary.instances_launched, 3);
-    assert_eq!(report.summary.nodes_at_end, 3, "no consolidation yet");
+    assert_eq!(
+        report.summary.nodes_at_end, 1,
+        "the disruption function consolidates the two idle nodes away"
+    );
     let pods = report
         .world
         .cluster
