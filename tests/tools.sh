@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs every tool the suite needs that cargo does not build, all from PyPI into
+# target/tools/venv, plus the Rust std for aarch64 from rustup: cfn-lint and
+# aws-sam-cli (tests/lint.sh), moto[server] (tests/moto.sh), cargo-lambda and ziglang
+# (tests/lambda-build.sh). Each of those scripts installs what it lacks on first use;
+# this installs them all up front, so tests/run.sh can do it while cargo builds.
+# Installs run one after another (the same order the scripts would) because they
+# share the venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+venv=target/tools/venv
+pip() { "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$@"; }
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+[[ -x $venv/bin/cfn-lint && -x $venv/bin/sam ]] || pip cfn-lint aws-sam-cli
+[ -x "$venv/bin/moto_server" ] || pip 'moto[server]'
+if [ ! -x "$venv/bin/cargo-lambda" ] || ! "$venv/bin/python" -c 'import ziglang' 2>/dev/null; then
+  pip cargo-lambda ziglang
+fi
+rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup target add aarch64-unknown-linux-gnu
+echo "tools.sh: cfn-lint, sam, moto, cargo-lambda, zig and the aarch64 std are installed"
