@@ -1,0 +1,272 @@
+//! Opening a new claim for a pod no bin can take: the first NodePool (by weight) that
+//! can launch a node for it, at a target type chosen by the dual prices of the
+//! remaining demand (see `duals`) and pinned to the domains its topology needs. When no
+//! pool can, the reasons of each are what the pod reports as unschedulable.
+
+use std::sync::Arc;
+
+use crate::catalog::{CapacityType, LABEL_HOSTNAME};
+use crate::cluster::HostPort;
+use crate::resources::{Resources, WELL_KNOWN, format_milli};
+use crate::scheduling::topology::TopologyKey;
+
+use super::Scheduler;
+use super::bins::{Bin, Origin};
+use super::offerings::ct_index;
+use super::placement::Fit;
+
+impl Scheduler<'_> {
+    pub(super) fn open_claim(&mut self, e: usize, pod: usize) -> Result<(), String> {
+        let mut reasons: Vec<String> = Vec::new();
+        for oi in 0..self.pool_order.len() {
+            let pool = self.pool_order[oi];
+            if let Err(r) = &self.eclasses[e].pool_fit[pool] {
+                reasons.push(r.clone());
+                continue;
+            }
+            match self.open_in_pool(e, pod, pool) {
+                Ok(()) => return Ok(()),
+                Err(r) => reasons.push(r),
+            }
+        }
+        if reasons.is_empty() {
+            reasons.push("no NodePool is defined".into());
+        }
+        Err(reasons.join("; "))
+    }
+
+    /// Why no new claim can satisfy the pod's pod-affinity, if that is so: a required
+    /// (or not yet relaxed preferred) term that only pods already running elsewhere, or
+    /// no pod at all, can satisfy.
+    pub(super) fn affinity_blocks_new_claims(&self, e: usize, pod: usize) -> Option<String> {
+        let p = &self.input.pods[pod];
+        for &g in &self.eclasses[e].affinity {
+            let group = &self.groups[g];
+            let total = group.counts.total(group.spec.key);
+            let selects_itself = group.spec.selects(&p.namespace, &p.labels);
+            if total == 0 && !selects_itself {
+                return Some(format!(
+                    "{}: no pod matches its selector",
+                    self.describe_group(g)
+                ));
+            }
+            if group.spec.key == TopologyKey::Hostname && total > 0 {
+                return Some(format!(
+                    "{}: no node with a matching pod has room",
+                    self.describe_group(g)
+                ));
+            }
+        }
+        None
+    }
+
+    pub(super) fn open_in_pool(&mut self, e: usize, pod: usize, pool: usize) -> Result<(), String> {
+        let p = &self.input.pods[pod];
+        let pool_name = &self.input.node_pools[pool].name;
+        if let Some(reason) = self.affinity_blocks_new_claims(e, pod) {
+            return Err(reason);
+        }
+        // A hostname requirement names an existing node: a new one never has it.
+        if let Some(set) = self.eclasses[e].reqs.get(LABEL_HOSTNAME) {
+            if !set.allows_absent() {
+                return Err(format!(
+                    "{LABEL_HOSTNAME} {set}: only that existing node can take the pod, and it has no room"
+                ));
+            }
+        }
+        let reqs = self.pools[pool].reqs.intersect(&self.eclasses[e].reqs);
+        let zmask = self.allowed_domains(e, pod, 0);
+        let cmask = self.allowed_domains(e, pod, 1);
+        let cmask_arr = cmask.as_ref().map(|m| [m[0], m[1]]);
+        if zmask.as_ref().is_some_and(|m| !m.iter().any(|x| *x))
+            || cmask_arr.is_some_and(|m| !m[0] && !m[1])
+        {
+            return Err(format!(
+                "{} cannot be satisfied",
+                self.topology_description(e)
+            ));
+        }
+        // Other keys: the domains the pod may go to that this pool can give a node.
+        let mut other_keys: Vec<(usize, Vec<bool>)> = Vec::new();
+        for k in 2..self.keys.len() {
+            let Some(allowed) = self.allowed_domains(e, pod, k) else {
+                continue;
+            };
+            let key = &self.keys[k];
+            let ok: Vec<bool> = (0..allowed.len())
+                .map(|d| {
+                    allowed[d]
+                        && key.pool_values[pool][d]
+                        && reqs.get(&key.label).is_none_or(|s| s.has(&key.values[d]))
+                })
+                .collect();
+            if !ok.iter().any(|x| *x) {
+                return Err(format!(
+                    "{} cannot be satisfied in NodePool \"{pool_name}\"",
+                    self.topology_description(e)
+                ));
+            }
+            other_keys.push((k, ok));
+        }
+        self.refresh_duals(pool);
+        let remaining = self.compatible_remaining(pool);
+        let mut best: Option<(f64, f64, usize, usize, CapacityType, f64)> = None;
+        // The cheapest single node that could hold everything still to place.
+        let mut whole_best: Option<(f64, usize, usize, CapacityType)> = None;
+        let mut shortfall: Option<(String, i64, i64)> = None;
+        let mut limit_reason = None;
+        let mut offering_missing = false;
+        let mut port_held: Option<(HostPort, String)> = None;
+        let mut other_key_missing = false;
+        let types = Arc::clone(&self.eclasses[e].pool_types);
+        for &t in &types[pool] {
+            let it = &self.input.catalog.types[t];
+            let usable = self.usable(t, pool);
+            if !p.requests.fits_in(&usable) {
+                if let Some(s) = p.requests.first_shortfall(&usable) {
+                    if shortfall.as_ref().is_none_or(|b| s.2 > b.2 || b.0 != s.0) {
+                        shortfall = Some(s);
+                    }
+                }
+                continue;
+            }
+            if let Some(held) = self.port_held_by_daemon(pool, t, p) {
+                port_held = Some(held);
+                continue;
+            }
+            if other_keys.iter().any(|(k, ok)| {
+                self.keys[*k].type_key
+                    && !(0..ok.len()).any(|d| ok[d] && self.claim_can_be_in(Some(t), &reqs, *k, d))
+            }) {
+                other_key_missing = true;
+                continue;
+            }
+            let Some((z, ct, price)) =
+                self.cheapest_offering(t, &reqs, zmask.as_deref(), cmask_arr)
+            else {
+                offering_missing = true;
+                continue;
+            };
+            if let Err(r) = self.within_limits(pool, it) {
+                limit_reason = Some(r);
+                continue;
+            }
+            let (value, size) = self.value(pool, t, &remaining, &p.requests);
+            if remaining.fits_in(&usable) && whole_best.is_none_or(|w| price < w.0) {
+                whole_best = Some((price, t, z, ct));
+            }
+            let score = if price > 0.0 {
+                value / price
+            } else {
+                f64::INFINITY
+            };
+            let better = match best {
+                None => true,
+                Some((bs, bsize, ..)) => {
+                    score > bs * (1.0 + 1e-9) || (score >= bs * (1.0 - 1e-9) && size > bsize)
+                }
+            };
+            if better {
+                best = Some((score, size, t, z, ct, price));
+            }
+        }
+        // The tail: one node for everything that remains, when that is cheaper than
+        // the whole nodes of the most efficient type it would otherwise take.
+        if let (Some((whole_price, wt, wz, wct)), Some((_, _, bt, _, _, bprice))) =
+            (whole_best, best)
+        {
+            let usable = self.usable(bt, pool);
+            let nodes = (0..WELL_KNOWN.len())
+                .filter(|&d| remaining.slot_milli(d) > 0)
+                .map(|d| remaining.slot_milli(d) as f64 / usable.slot_milli(d).max(1) as f64)
+                .fold(1.0f64, f64::max)
+                .ceil();
+            if whole_price <= nodes * bprice {
+                best = Some((0.0, 0.0, wt, wz, wct, whole_price));
+            }
+        }
+        let Some((_, _, t, z, ct, _)) = best else {
+            if let Some(r) = limit_reason {
+                return Err(r);
+            }
+            if offering_missing || other_key_missing {
+                if zmask.is_some() || cmask.is_some() || other_key_missing {
+                    return Err(format!(
+                        "{} cannot be satisfied in NodePool \"{pool_name}\"",
+                        self.topology_description(e)
+                    ));
+                }
+                return Err(format!(
+                    "NodePool \"{pool_name}\": no offering in an allowed zone and capacity type"
+                ));
+            }
+            if let Some((port, daemon)) = port_held {
+                return Err(format!(
+                    "NodePool \"{pool_name}\": host port {}/{} is held by DaemonSet {daemon} on every instance type that could take the pod",
+                    port.port, port.protocol
+                ));
+            }
+            if let Some((name, want, have)) = shortfall {
+                return Err(format!(
+                    "NodePool \"{pool_name}\": no instance type has enough {name} (requested {}, largest allocatable after DaemonSets {})",
+                    format_milli(&name, want),
+                    format_milli(&name, have.max(0))
+                ));
+            }
+            return Err(format!(
+                "NodePool \"{pool_name}\": no instance type matches the pod's requirements"
+            ));
+        };
+        if self.pools[pool].has_min_values {
+            self.min_values_ok(pool, &reqs, &p.requests)?;
+        }
+        let it = &self.input.catalog.types[t];
+        let ceiling = self.usable(t, pool);
+        let capacity = it.capacity.clone();
+        self.pools[pool].usage.add(&capacity);
+        let nodes = self.pools[pool].usage.get_milli("nodes");
+        self.pools[pool].usage.set_milli("nodes", nodes + 1000);
+        let b = self.bins.len();
+        let domains = (0..self.keys.len())
+            .map(|k| {
+                reqs.get(&self.keys[k].label)
+                    .and_then(|s| s.single_value())
+                    .and_then(|v| self.keys[k].index(v))
+            })
+            .collect();
+        let ports = self.daemon_ports(pool, t);
+        let mut pins = Vec::new();
+        if zmask.is_some() {
+            pins.push((0, z));
+        }
+        if cmask.is_some() {
+            pins.push((1, ct_index(ct)));
+        }
+        for (k, ok) in &other_keys {
+            let usable: Vec<bool> = (0..ok.len())
+                .map(|d| self.claim_can_be_in(Some(t), &reqs, *k, d))
+                .collect();
+            if let Some(d) = self.choose_domain(e, *k, ok, &usable) {
+                pins.push((*k, d));
+            }
+        }
+        self.bins.push(Bin {
+            origin: Origin::New(pool),
+            reqs: reqs.clone(),
+            version: 0,
+            taints: self.pools[pool].taints.clone(),
+            ceiling,
+            used: Resources::new(),
+            target: Some(t),
+            domains,
+            ports,
+            pods: Vec::new(),
+        });
+        for other in 0..self.eclasses.len() {
+            self.admit(other, b);
+        }
+        let fit = Fit { merged: None, pins };
+        self.commit(e, pod, b, fit);
+        Ok(())
+    }
+}

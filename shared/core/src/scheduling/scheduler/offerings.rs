@@ -1,0 +1,115 @@
+//! Instance types and their offerings: whether a type's labels meet requirements, its
+//! cheapest allowed (zone, capacity type, price), and what a node of the type leaves
+//! pods once a pool's kubelet settings and DaemonSets have taken their share.
+
+use crate::catalog::{CapacityType, LABEL_CAPACITY_TYPE, LABEL_ZONE};
+use crate::cluster::{HostPort, Pod};
+use crate::resources::Resources;
+use crate::scheduling::requirements::Requirements;
+
+use super::Scheduler;
+
+pub(crate) fn ct_index(ct: CapacityType) -> usize {
+    match ct {
+        CapacityType::Spot => 0,
+        CapacityType::OnDemand => 1,
+    }
+}
+
+impl Scheduler<'_> {
+    /// Whether type `t`'s labels satisfy every requirement on a key instance types carry.
+    pub(super) fn type_satisfies(&self, t: usize, reqs: &Requirements) -> bool {
+        let it = &self.input.catalog.types[t];
+        reqs.iter().all(|(k, set)| {
+            if !self.type_keys.contains(k) {
+                return true;
+            }
+            match it.labels.get(k) {
+                Some(v) => set.has(v),
+                None => set.allows_absent(),
+            }
+        })
+    }
+
+    /// Cheapest (zone, capacity type, price) of type `t` allowed by `reqs`, optionally
+    /// restricted further to zone set `zones` / capacity types `cts` (bit masks).
+    pub(crate) fn cheapest_offering(
+        &self,
+        t: usize,
+        reqs: &Requirements,
+        zones: Option<&[bool]>,
+        cts: Option<[bool; 2]>,
+    ) -> Option<(usize, CapacityType, f64)> {
+        let zone_set = reqs.get(LABEL_ZONE);
+        let ct_set = reqs.get(LABEL_CAPACITY_TYPE);
+        let mut best: Option<(usize, CapacityType, f64)> = None;
+        for (z, by_ct) in self.prices[t].iter().enumerate() {
+            if zones.is_some_and(|m| !m[z]) || zone_set.is_some_and(|s| !s.has(&self.zones[z])) {
+                continue;
+            }
+            for ct in CapacityType::ALL {
+                if cts.is_some_and(|m| !m[ct_index(ct)])
+                    || ct_set.is_some_and(|s| !s.has(ct.as_str()))
+                {
+                    continue;
+                }
+                if let Some(p) = by_ct[ct_index(ct)] {
+                    let better = match best {
+                        None => true,
+                        Some((bz, _, bp)) => {
+                            p < bp - 1e-12
+                                || (p <= bp + 1e-12 && self.zone_use[z] < self.zone_use[bz])
+                        }
+                    };
+                    if better {
+                        best = Some((z, ct, p));
+                    }
+                }
+            }
+        }
+        best
+    }
+
+    /// What type `t` offers pods in `pool`: the catalog's allocatable, or the one the
+    /// pool's EC2NodeClass kubelet settings give.
+    pub(super) fn allocatable(&self, pool: usize, t: usize) -> &Resources {
+        match &self.pools[pool].allocatable {
+            Some(per_type) => &per_type[t],
+            None => &self.input.catalog.types[t].allocatable,
+        }
+    }
+
+    pub(crate) fn usable(&self, t: usize, pool: usize) -> Resources {
+        let mut r = self.allocatable(pool, t).clone();
+        r.sub(&self.pools[pool].overhead[t]);
+        r
+    }
+
+    /// Host ports the DaemonSet pods on a node of type `t` in `pool` bind.
+    pub(crate) fn daemon_ports(&self, pool: usize, t: usize) -> Vec<HostPort> {
+        let pool = &self.pools[pool];
+        pool.port_daemons[t]
+            .iter()
+            .flat_map(|&d| pool.daemons[d].ports.iter().cloned())
+            .collect()
+    }
+
+    /// The first of `pod`'s host ports a DaemonSet on type `t` in `pool` already binds.
+    pub(super) fn port_held_by_daemon(
+        &self,
+        pool: usize,
+        t: usize,
+        pod: &Pod,
+    ) -> Option<(HostPort, String)> {
+        let info = &self.pools[pool];
+        for &d in &info.port_daemons[t] {
+            let daemon = &info.daemons[d];
+            for mine in &pod.host_ports {
+                if daemon.ports.iter().any(|p| p.conflicts_with(mine)) {
+                    return Some((mine.clone(), daemon.name.clone()));
+                }
+            }
+        }
+        None
+    }
+}
