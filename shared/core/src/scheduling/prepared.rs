@@ -38,6 +38,7 @@ use super::requirements::ValueSet;
 use super::scheduler::{
     Class, ClassKey, Origin, Schedule, Scheduler, SchedulerInput, Undo, ct_index, largest_first,
 };
+use super::unschedulable::Unschedulable;
 
 /// Nodes a speculative solve takes away (indices into `SchedulerInput::nodes`), and nodes
 /// it must not place pods on (they stay, but are not destinations: e.g. other candidates).
@@ -66,7 +67,7 @@ pub enum Solve {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Stop {
     /// A moving pod (index into `SchedulerInput::pods`) fits nowhere, for `reason`.
-    PodDoesNotFit { pod: usize, reason: String },
+    PodDoesNotFit { pod: usize, reason: Unschedulable },
     /// More new claims than `SolveLimits::max_new_claims` would be needed.
     TooManyClaims,
     /// The new claims would cost `SolveLimits::max_price` or more.

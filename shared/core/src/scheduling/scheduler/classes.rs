@@ -14,10 +14,11 @@ use crate::resources::{Resources, WELL_KNOWN};
 use crate::scheduling::fast_hash::FastMap;
 use crate::scheduling::requirements::{Requirements, ValueSet};
 use crate::scheduling::topology::{GroupKind, GroupSpec};
+use crate::scheduling::unschedulable::Refusal;
 
 use super::Scheduler;
 use super::bins::Origin;
-use super::pools::tolerates_all;
+use super::pools::untolerated_taint;
 use super::preferences::Relax;
 
 /// Pods with the same scheduling constraints.
@@ -57,7 +58,7 @@ pub(crate) struct EClass {
     pub(crate) affinity: Vec<usize>,
     pub(crate) anti: Vec<usize>,
     /// Per pool: Ok, or why the class cannot use it.
-    pub(crate) pool_fit: Arc<Vec<Result<(), String>>>,
+    pub(crate) pool_fit: Arc<Vec<Result<(), Refusal>>>,
     /// Per pool: types compatible with pool ∩ class requirements, cheapest first.
     pub(crate) pool_types: Arc<Vec<Vec<usize>>>,
     pub(crate) candidates: Vec<Candidate>,
@@ -69,7 +70,7 @@ pub(crate) struct EClass {
 /// permanent bins it may use. Many classes share one.
 #[derive(Clone)]
 pub(crate) struct NodeShape {
-    pub(crate) pool_fit: Arc<Vec<Result<(), String>>>,
+    pub(crate) pool_fit: Arc<Vec<Result<(), Refusal>>>,
     pub(crate) pool_types: Arc<Vec<Vec<usize>>>,
     /// Bins below `admitted_upto` that pass `admit`.
     pub(crate) admitted: Vec<usize>,
@@ -297,13 +298,14 @@ impl Scheduler<'_> {
         }
         let mut pool_fit = Vec::with_capacity(self.pools.len());
         let mut pool_types = Vec::with_capacity(self.pools.len());
-        for (pi, pool) in self.pools.iter().enumerate() {
-            let fit = tolerates_all(tolerations, &pool.taints, prefer_ok)
-                .and_then(|_| {
-                    pool.reqs
-                        .compatible_with(reqs, &|k| self.well_known.contains(k))
-                })
-                .map_err(|e| format!("NodePool \"{}\": {e}", self.input.node_pools[pi].name));
+        for pool in &self.pools {
+            let fit = match untolerated_taint(tolerations, &pool.taints, prefer_ok) {
+                Some(taint) => Err(Refusal::TaintNotTolerated(taint.clone())),
+                None => pool
+                    .reqs
+                    .compatible_with(reqs, &|k| self.well_known.contains(k))
+                    .map_err(Refusal::Incompatible),
+            };
             let types = if fit.is_ok() {
                 let merged = pool.reqs.intersect(reqs);
                 let mut ts: Vec<(f64, usize)> = pool
@@ -339,13 +341,14 @@ impl Scheduler<'_> {
     pub(super) fn admit(&mut self, e: usize, b: usize) {
         let ec = &self.eclasses[e];
         let bin = &self.bins[b];
-        if tolerates_all(&ec.tolerations, &bin.taints, ec.tolerate_prefer_no_schedule).is_err() {
+        if untolerated_taint(&ec.tolerations, &bin.taints, ec.tolerate_prefer_no_schedule).is_some()
+        {
             return;
         }
         let ok = match bin.origin {
             Origin::Existing(_) | Origin::InFlight(_) => {
                 // A node's labels are final: every requirement must hold on them.
-                bin.reqs.compatible_with(&ec.reqs, &|_| false).is_ok()
+                bin.reqs.is_compatible_with(&ec.reqs, &|_| false)
             }
             Origin::New(pool) => ec.pool_fit[pool].is_ok(),
         };

@@ -4,7 +4,7 @@
 //! (which counts its pods there).
 
 use crate::scheduling::requirements::{Requirements, ValueSet};
-use crate::scheduling::topology::{GroupKind, TopologyKey};
+use crate::scheduling::topology::{GroupKind, TopologyConstraint, TopologyKey};
 
 use super::Scheduler;
 use super::bins::Origin;
@@ -250,21 +250,16 @@ impl Scheduler<'_> {
         }
     }
 
-    /// The pod's topology constraints on labels other than hostname, for reasons.
-    pub(super) fn topology_description(&self, e: usize) -> String {
+    /// The pod's topology constraints on labels other than hostname, for reasons (none:
+    /// only the anti-affinity of pods already placed constrains it there).
+    pub(super) fn topology_constraints(&self, e: usize) -> Vec<TopologyConstraint> {
         let ec = &self.eclasses[e];
-        let own: Vec<String> = ec
-            .spreads
+        ec.spreads
             .iter()
             .chain(&ec.affinity)
             .chain(&ec.anti)
             .filter(|&&g| self.groups[g].spec.key != TopologyKey::Hostname)
-            .map(|&g| self.describe_group(g))
-            .collect();
-        if own.is_empty() {
-            "pod anti-affinity of pods already placed".into()
-        } else {
-            own.join(", ")
-        }
+            .map(|&g| self.group_constraint(g))
+            .collect()
     }
 }

@@ -6,7 +6,8 @@
 
 use crate::cluster::{Pod, WhenUnsatisfiable};
 use crate::scheduling::topology::{
-    CompiledFilter, DomainCounts, Group, GroupKind, GroupSpec, NodeFilter, TopologyKey,
+    CompiledFilter, DomainCounts, Group, GroupKind, GroupSpec, NodeFilter, TopologyConstraint,
+    TopologyKey,
 };
 
 use super::Scheduler;
@@ -256,9 +257,10 @@ impl Scheduler<'_> {
         universe
     }
 
-    pub(super) fn describe_group(&self, g: usize) -> String {
+    /// Group `g`'s constraint as reasons name it.
+    pub(super) fn group_constraint(&self, g: usize) -> TopologyConstraint {
         let spec = &self.groups[g].spec;
-        spec.describe(self.key_label(spec.key))
+        spec.constraint(self.key_label(spec.key))
     }
 
     pub(super) fn term_namespaces(pod: &Pod, namespaces: &[String]) -> Vec<String> {

@@ -70,6 +70,7 @@ use super::fast_hash::FastMap;
 use super::prepared::PreparedScheduler;
 use super::requirements::Requirements;
 use super::topology::{Group, GroupSpec, NodeFilter};
+use super::unschedulable::Unschedulable;
 
 pub(super) use bins::{Bin, Origin};
 pub(super) use classes::{Class, ClassKey, EClass, NodeShape};
@@ -156,7 +157,7 @@ pub struct Schedule {
     /// Pods absorbed by in-flight claims: (claim name, pod indices).
     pub in_flight: Vec<(String, Vec<usize>)>,
     /// Pods that cannot be placed, with the constraint that stops them.
-    pub unschedulable: Vec<(usize, String)>,
+    pub unschedulable: Vec<(usize, Unschedulable)>,
 }
 
 /// Plans the pending pods: [`PreparedScheduler::provision`] on a scheduler prepared for

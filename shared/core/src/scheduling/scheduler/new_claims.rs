@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use crate::catalog::{CapacityType, LABEL_HOSTNAME};
 use crate::cluster::HostPort;
-use crate::resources::{Resources, WELL_KNOWN, format_milli};
+use crate::resources::{Resources, WELL_KNOWN};
 use crate::scheduling::topology::TopologyKey;
+use crate::scheduling::unschedulable::{PoolRefusal, Refusal, Unschedulable};
 
 use super::Scheduler;
 use super::bins::{Bin, Origin};
@@ -16,62 +17,61 @@ use super::offerings::ct_index;
 use super::placement::Fit;
 
 impl Scheduler<'_> {
-    pub(super) fn open_claim(&mut self, e: usize, pod: usize) -> Result<(), String> {
-        let mut reasons: Vec<String> = Vec::new();
+    pub(super) fn open_claim(&mut self, e: usize, pod: usize) -> Result<(), Unschedulable> {
+        let mut refusals: Vec<PoolRefusal> = Vec::new();
         for oi in 0..self.pool_order.len() {
             let pool = self.pool_order[oi];
-            if let Err(r) = &self.eclasses[e].pool_fit[pool] {
-                reasons.push(r.clone());
-                continue;
-            }
-            match self.open_in_pool(e, pod, pool) {
-                Ok(()) => return Ok(()),
-                Err(r) => reasons.push(r),
-            }
+            let refused = match &self.eclasses[e].pool_fit[pool] {
+                Err(reason) => reason.clone(),
+                Ok(()) => match self.open_in_pool(e, pod, pool) {
+                    Ok(()) => return Ok(()),
+                    Err(reason) => reason,
+                },
+            };
+            refusals.push(PoolRefusal {
+                node_pool: self.input.node_pools[pool].name.clone(),
+                reason: refused,
+            });
         }
-        if reasons.is_empty() {
-            reasons.push("no NodePool is defined".into());
+        if refusals.is_empty() {
+            return Err(Unschedulable::NoNodePool);
         }
-        Err(reasons.join("; "))
+        Err(Unschedulable::Refused(refusals))
     }
 
     /// Why no new claim can satisfy the pod's pod-affinity, if that is so: a required
     /// (or not yet relaxed preferred) term that only pods already running elsewhere, or
     /// no pod at all, can satisfy.
-    pub(super) fn affinity_blocks_new_claims(&self, e: usize, pod: usize) -> Option<String> {
+    pub(super) fn affinity_blocks_new_claims(&self, e: usize, pod: usize) -> Option<Refusal> {
         let p = &self.input.pods[pod];
         for &g in &self.eclasses[e].affinity {
             let group = &self.groups[g];
             let total = group.counts.total(group.spec.key);
             let selects_itself = group.spec.selects(&p.namespace, &p.labels);
             if total == 0 && !selects_itself {
-                return Some(format!(
-                    "{}: no pod matches its selector",
-                    self.describe_group(g)
-                ));
+                return Some(Refusal::NoAffinityMatch(self.group_constraint(g)));
             }
             if group.spec.key == TopologyKey::Hostname && total > 0 {
-                return Some(format!(
-                    "{}: no node with a matching pod has room",
-                    self.describe_group(g)
-                ));
+                return Some(Refusal::NoRoomNextToAffinityMatch(self.group_constraint(g)));
             }
         }
         None
     }
 
-    pub(super) fn open_in_pool(&mut self, e: usize, pod: usize, pool: usize) -> Result<(), String> {
+    pub(super) fn open_in_pool(
+        &mut self,
+        e: usize,
+        pod: usize,
+        pool: usize,
+    ) -> Result<(), Refusal> {
         let p = &self.input.pods[pod];
-        let pool_name = &self.input.node_pools[pool].name;
         if let Some(reason) = self.affinity_blocks_new_claims(e, pod) {
             return Err(reason);
         }
         // A hostname requirement names an existing node: a new one never has it.
         if let Some(set) = self.eclasses[e].reqs.get(LABEL_HOSTNAME) {
             if !set.allows_absent() {
-                return Err(format!(
-                    "{LABEL_HOSTNAME} {set}: only that existing node can take the pod, and it has no room"
-                ));
+                return Err(Refusal::HostnameFull(set.clone()));
             }
         }
         let reqs = self.pools[pool].reqs.intersect(&self.eclasses[e].reqs);
@@ -81,10 +81,7 @@ impl Scheduler<'_> {
         if zmask.as_ref().is_some_and(|m| !m.iter().any(|x| *x))
             || cmask_arr.is_some_and(|m| !m[0] && !m[1])
         {
-            return Err(format!(
-                "{} cannot be satisfied",
-                self.topology_description(e)
-            ));
+            return Err(Refusal::TopologyUnsatisfiable(self.topology_constraints(e)));
         }
         // Other keys: the domains the pod may go to that this pool can give a node.
         let mut other_keys: Vec<(usize, Vec<bool>)> = Vec::new();
@@ -101,9 +98,8 @@ impl Scheduler<'_> {
                 })
                 .collect();
             if !ok.iter().any(|x| *x) {
-                return Err(format!(
-                    "{} cannot be satisfied in NodePool \"{pool_name}\"",
-                    self.topology_description(e)
+                return Err(Refusal::TopologyUnsatisfiableInPool(
+                    self.topology_constraints(e),
                 ));
             }
             other_keys.push((k, ok));
@@ -191,31 +187,23 @@ impl Scheduler<'_> {
             }
             if offering_missing || other_key_missing {
                 if zmask.is_some() || cmask.is_some() || other_key_missing {
-                    return Err(format!(
-                        "{} cannot be satisfied in NodePool \"{pool_name}\"",
-                        self.topology_description(e)
+                    return Err(Refusal::TopologyUnsatisfiableInPool(
+                        self.topology_constraints(e),
                     ));
                 }
-                return Err(format!(
-                    "NodePool \"{pool_name}\": no offering in an allowed zone and capacity type"
-                ));
+                return Err(Refusal::NoOffering);
             }
-            if let Some((port, daemon)) = port_held {
-                return Err(format!(
-                    "NodePool \"{pool_name}\": host port {}/{} is held by DaemonSet {daemon} on every instance type that could take the pod",
-                    port.port, port.protocol
-                ));
+            if let Some((port, daemonset)) = port_held {
+                return Err(Refusal::HostPortHeldByDaemonSet { port, daemonset });
             }
-            if let Some((name, want, have)) = shortfall {
-                return Err(format!(
-                    "NodePool \"{pool_name}\": no instance type has enough {name} (requested {}, largest allocatable after DaemonSets {})",
-                    format_milli(&name, want),
-                    format_milli(&name, have.max(0))
-                ));
+            if let Some((resource, requested, largest)) = shortfall {
+                return Err(Refusal::TooLarge {
+                    resource,
+                    requested,
+                    largest: largest.max(0),
+                });
             }
-            return Err(format!(
-                "NodePool \"{pool_name}\": no instance type matches the pod's requirements"
-            ));
+            return Err(Refusal::NoMatchingType);
         };
         if self.pools[pool].has_min_values {
             self.min_values_ok(pool, &reqs, &p.requests)?;

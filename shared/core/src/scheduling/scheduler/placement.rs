@@ -6,6 +6,8 @@
 use crate::scheduling::requirements::Requirements;
 use crate::scheduling::topology::TopologyKey;
 
+use crate::scheduling::unschedulable::Unschedulable;
+
 use super::Scheduler;
 use super::bins::Origin;
 use super::classes::Candidate;
@@ -24,7 +26,7 @@ pub(crate) struct Fit {
 }
 
 impl Scheduler<'_> {
-    pub(crate) fn place(&mut self, e: usize, pod: usize) -> Result<(), String> {
+    pub(crate) fn place(&mut self, e: usize, pod: usize) -> Result<(), Unschedulable> {
         let mut i = 0;
         while i < self.eclasses[e].candidates.len() {
             if self.eclasses[e].candidates[i].dead {
@@ -91,10 +93,9 @@ impl Scheduler<'_> {
         let mut merged = None;
         if let Origin::New(pool) = bin.origin {
             if cand.absorbed != bin.version {
-                if bin
+                if !bin
                     .reqs
-                    .compatible_with(&ec.reqs, &|k| self.well_known.contains(k))
-                    .is_err()
+                    .is_compatible_with(&ec.reqs, &|k| self.well_known.contains(k))
                 {
                     return Err(Fail::Permanent);
                 }

@@ -8,8 +8,9 @@ use std::collections::HashSet;
 use crate::api::model::{NodePool, Taint, TaintEffect};
 use crate::catalog::{InstanceType, LABEL_NODEPOOL};
 use crate::cluster::{HostPort, Toleration};
-use crate::resources::{Resources, format_milli};
+use crate::resources::Resources;
 use crate::scheduling::requirements::{Requirements, ValueSet};
+use crate::scheduling::unschedulable::Refusal;
 
 use super::Scheduler;
 
@@ -43,30 +44,17 @@ pub(crate) struct PoolInfo {
     pub(crate) allocatable: Option<Vec<Resources>>,
 }
 
-pub(super) fn tolerates_all(
+/// The first of `taints` that `tolerations` do not tolerate (PreferNoSchedule ones are
+/// skipped when `prefer_ok`).
+pub(super) fn untolerated_taint<'t>(
     tolerations: &[Toleration],
-    taints: &[Taint],
+    taints: &'t [Taint],
     prefer_ok: bool,
-) -> Result<(), String> {
-    for taint in taints {
-        if taint.effect == TaintEffect::PreferNoSchedule && prefer_ok {
-            continue;
-        }
-        if !tolerations.iter().any(|t| t.tolerates(taint)) {
-            let value = taint
-                .value
-                .as_deref()
-                .map(|v| format!("={v}"))
-                .unwrap_or_default();
-            return Err(format!(
-                "taint {}{}:{} not tolerated",
-                taint.key,
-                value,
-                taint.effect.as_str()
-            ));
-        }
-    }
-    Ok(())
+) -> Option<&'t Taint> {
+    taints.iter().find(|taint| {
+        !(taint.effect == TaintEffect::PreferNoSchedule && prefer_ok)
+            && !tolerations.iter().any(|t| t.tolerates(taint))
+    })
 }
 
 impl Scheduler<'_> {
@@ -158,17 +146,13 @@ impl Scheduler<'_> {
         let mut out = Vec::new();
         for ds in input.daemonsets {
             let tpl = &ds.template;
-            if tolerates_all(&tpl.tolerations, &pool.taints, true).is_err() {
+            if untolerated_taint(&tpl.tolerations, &pool.taints, true).is_some() {
                 continue;
             }
             let terms = tpl.required_node_terms.len().max(1);
             let Some(reqs) = (0..terms)
                 .map(|term| Self::pod_base_requirements(tpl, term))
-                .find(|r| {
-                    pool_reqs
-                        .compatible_with(r, &|k| self.well_known.contains(k))
-                        .is_ok()
-                })
+                .find(|r| pool_reqs.is_compatible_with(r, &|k| self.well_known.contains(k)))
             else {
                 continue;
             };
@@ -189,7 +173,7 @@ impl Scheduler<'_> {
         out
     }
 
-    pub(super) fn within_limits(&self, pool: usize, it: &InstanceType) -> Result<(), String> {
+    pub(super) fn within_limits(&self, pool: usize, it: &InstanceType) -> Result<(), Refusal> {
         let Some(limits) = &self.input.node_pools[pool].limits else {
             return Ok(());
         };
@@ -202,12 +186,11 @@ impl Scheduler<'_> {
             // Saturating: a limit written as "no limit" sits at the quantity ceiling.
             let used = self.pools[pool].usage.get_milli(name).saturating_add(add);
             if used > limit {
-                return Err(format!(
-                    "NodePool \"{}\" limits: {name} would reach {} of {}",
-                    self.input.node_pools[pool].name,
-                    format_milli(name, used),
-                    format_milli(name, limit)
-                ));
+                return Err(Refusal::LimitReached {
+                    resource: name.to_string(),
+                    would_reach: used,
+                    limit,
+                });
             }
         }
         Ok(())
@@ -219,7 +202,7 @@ impl Scheduler<'_> {
         pool: usize,
         reqs: &Requirements,
         requests: &Resources,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         for (key, set) in reqs.iter() {
             let Some(min) = set.min_values else { continue };
             let mut seen: HashSet<&str> = HashSet::new();
@@ -238,11 +221,11 @@ impl Scheduler<'_> {
                 }
             }
             if seen.len() < min as usize {
-                return Err(format!(
-                    "NodePool \"{}\": minValues {min} for {key} cannot be met (only {} distinct values fit)",
-                    self.input.node_pools[pool].name,
-                    seen.len()
-                ));
+                return Err(Refusal::MinValues {
+                    key: key.clone(),
+                    min,
+                    distinct: seen.len(),
+                });
             }
         }
         Ok(())

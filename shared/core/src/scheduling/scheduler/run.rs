@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use super::bins::Origin;
 use super::placement::Fit;
 use super::{Schedule, Scheduler};
+use crate::scheduling::unschedulable::Unschedulable;
 
 impl Scheduler<'_> {
     pub(crate) fn run(mut self) -> Schedule {
@@ -18,7 +19,7 @@ impl Scheduler<'_> {
         // As Karpenter does, pods that fail are retried while placements still happen:
         // a pod with affinity to pods placed later in the same batch can then follow them.
         loop {
-            let mut failed: Vec<(usize, String)> = Vec::new();
+            let mut failed: Vec<(usize, Unschedulable)> = Vec::new();
             let mut placed_any = false;
             loop {
                 let mut retry = Vec::new();
@@ -90,7 +91,7 @@ impl Scheduler<'_> {
         rest
     }
 
-    pub(super) fn finish(mut self, mut unschedulable: Vec<(usize, String)>) -> Schedule {
+    pub(super) fn finish(mut self, mut unschedulable: Vec<(usize, Unschedulable)>) -> Schedule {
         self.repack_free_claims();
         let input = self.input;
         let mut out = Schedule::default();
