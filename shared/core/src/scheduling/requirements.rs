@@ -356,12 +356,12 @@ impl Requirements {
             None => Ok(()),
             Some((key, wanted, None)) => Err(Conflict::MissingLabel {
                 key: key.clone(),
-                wanted: wanted.clone(),
+                wanted: Box::new(wanted.clone()),
             }),
             Some((key, wanted, Some(have))) => Err(Conflict::Disjoint {
                 key: key.clone(),
-                wanted: wanted.clone(),
-                have: have.clone(),
+                wanted: Box::new(wanted.clone()),
+                have: Box::new(have.clone()),
             }),
         }
     }
@@ -401,17 +401,18 @@ impl Requirements {
 }
 
 /// Why incoming requirements cannot hold on a node (see [`Requirements::compatible_with`]).
+/// The sets are boxed to keep the error, and every `Result` carrying it, small.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Conflict {
     /// Both sides name `key`, and no value is in both sets.
     Disjoint {
         key: String,
-        wanted: ValueSet,
-        have: ValueSet,
+        wanted: Box<ValueSet>,
+        have: Box<ValueSet>,
     },
     /// Only the incoming side names `key`: the node would not carry it, and the
     /// incoming set needs it.
-    MissingLabel { key: String, wanted: ValueSet },
+    MissingLabel { key: String, wanted: Box<ValueSet> },
 }
 
 impl fmt::Display for Conflict {

@@ -225,7 +225,7 @@ mod tests {
             (
                 Refusal::Incompatible(Conflict::MissingLabel {
                     key: "team".into(),
-                    wanted: ValueSet::in_values(["blue"]),
+                    wanted: Box::new(ValueSet::in_values(["blue"])),
                 }),
                 r#"NodePool "p": team In [blue] is not a label this node would have"#,
             ),

@@ -11,13 +11,14 @@ use crate::scheduling::fast_hash::FastMap;
 use crate::scheduling::requirements::Requirements;
 
 use super::Scheduler;
+use super::ids::{EClassId, InstanceTypeId, PoolId};
 use super::offerings::ct_index;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Origin {
     Existing(usize),
     InFlight(usize),
-    New(usize),
+    New(PoolId),
 }
 
 #[derive(Clone)]
@@ -31,14 +32,22 @@ pub(crate) struct Bin {
     pub(crate) ceiling: Resources,
     pub(crate) used: Resources,
     /// New claims: the type whose size bounds the packing.
-    pub(crate) target: Option<usize>,
+    pub(crate) target: Option<InstanceTypeId>,
     /// Per domain key (zone, capacity type, then the others in `Scheduler::keys`): the
     /// domain the node is in, once known.
     pub(crate) domains: Vec<Option<usize>>,
     /// Host ports bound on the node, by its pods and the DaemonSet pods it runs.
     pub(crate) ports: Vec<HostPort>,
     /// (pod index, effective class)
-    pub(crate) pods: Vec<(usize, usize)>,
+    pub(crate) pods: Vec<BinPod>,
+}
+
+/// A pod placed on a bin, and the compiled class it was placed as.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BinPod {
+    /// Index into `SchedulerInput::pods`.
+    pub(crate) pod: usize,
+    pub(crate) eclass: EClassId,
 }
 
 impl Bin {
@@ -84,7 +93,7 @@ impl Scheduler<'_> {
             let capacity_type = labels
                 .get(LABEL_CAPACITY_TYPE)
                 .and_then(|c| CapacityType::parse(c));
-            self.node_bin[i] = Some(self.bins.len());
+            self.node_bin[i] = Some(self.bins.next_id());
             self.bins.push(Bin {
                 origin: Origin::Existing(i),
                 reqs: Requirements::from_labels(labels.iter()),
@@ -103,22 +112,13 @@ impl Scheduler<'_> {
     pub(super) fn build_in_flight_bins(&mut self) {
         let input = self.input;
         for (i, claim) in input.in_flight.iter().enumerate() {
-            let Some(pool_idx) = input
-                .node_pools
-                .iter()
-                .position(|p| p.name == claim.node_pool)
-            else {
+            let Some(pool) = self.pool_named(&claim.node_pool) else {
                 continue;
             };
-            let Some(t) = input
-                .catalog
-                .types
-                .iter()
-                .position(|t| t.name == claim.instance_type)
-            else {
+            let Some(t) = self.instance_type_named(&claim.instance_type) else {
                 continue;
             };
-            let it = &input.catalog.types[t];
+            let it = self.instance_type(t);
             let mut labels = it.labels.clone();
             labels.extend(claim.labels.clone());
             labels.insert(LABEL_ZONE.into(), claim.zone.clone());
@@ -127,15 +127,15 @@ impl Scheduler<'_> {
                 claim.capacity_type.as_str().into(),
             );
             let mut reqs = Requirements::from_labels(labels.iter());
-            reqs = reqs.intersect(&self.pools[pool_idx].reqs);
-            let ceiling = self.usable(t, pool_idx);
+            reqs = reqs.intersect(&self.pools[pool].reqs);
+            let ceiling = self.usable(pool, t);
             let zone = self.zones.iter().position(|z| *z == claim.zone);
-            let ports = self.daemon_ports(pool_idx, t);
+            let ports = self.daemon_ports(pool, t);
             self.bins.push(Bin {
                 origin: Origin::InFlight(i),
                 reqs,
                 version: 0,
-                taints: self.pools[pool_idx].taints.clone(),
+                taints: self.pools[pool].taints.clone(),
                 ceiling,
                 used: Resources::new(),
                 target: Some(t),

@@ -11,17 +11,25 @@ use crate::cluster::HostPort;
 use crate::resources::Resources;
 use crate::scheduling::requirements::Requirements;
 
+use super::ids::{BinId, InstanceTypeId, PoolId};
+use super::offerings::Offering;
 use super::{ClaimOption, MAX_INSTANCE_TYPE_OPTIONS, NewClaim, Scheduler};
 
+/// A type a finished claim could launch as, with its cheapest offering.
+struct LaunchOption {
+    instance_type: InstanceTypeId,
+    offering: Offering,
+}
+
 impl Scheduler<'_> {
-    pub(crate) fn finalize_claim(&mut self, b: usize, pool: usize, pods: Vec<usize>) -> NewClaim {
+    pub(crate) fn finalize_claim(&mut self, b: BinId, pool: PoolId, pods: Vec<usize>) -> NewClaim {
         let bin = &self.bins[b];
         let reqs = bin.reqs.clone();
         let used = bin.used.clone();
         let target = bin.target;
         let mut reserved = Resources::new();
         if let Some(t) = target {
-            reserved = self.input.catalog.types[t].capacity.clone();
+            reserved = self.instance_type(t).capacity.clone();
         }
         // Limits are checked against usage without this claim's own reservation.
         self.pools[pool].usage.sub(&reserved);
@@ -31,9 +39,9 @@ impl Scheduler<'_> {
             .iter()
             .flat_map(|&p| self.input.pods[p].host_ports.iter())
             .collect();
-        let mut options: Vec<(f64, usize, usize, CapacityType)> = Vec::new();
+        let mut options: Vec<LaunchOption> = Vec::new();
         for &t in &self.pools[pool].types {
-            if !used.fits_in(&self.usable(t, pool)) || !self.type_satisfies(t, &reqs) {
+            if !used.fits_in(&self.usable(pool, t)) || !self.type_satisfies(t, &reqs) {
                 continue;
             }
             let daemon_ports = self.daemon_ports(pool, t);
@@ -43,28 +51,35 @@ impl Scheduler<'_> {
             {
                 continue;
             }
-            if Some(t) != target
-                && self
-                    .within_limits(pool, &self.input.catalog.types[t])
-                    .is_err()
-            {
+            if Some(t) != target && self.within_limits(pool, self.instance_type(t)).is_err() {
                 continue;
             }
-            if let Some((z, ct, price)) = self.cheapest_offering(t, &reqs, None, None) {
-                options.push((price, t, z, ct));
+            if let Some(offering) = self.cheapest_offering(t, &reqs, None, None) {
+                options.push(LaunchOption {
+                    instance_type: t,
+                    offering,
+                });
             }
         }
-        options.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        options.sort_by(|a, b| {
+            (a.offering.price)
+                .total_cmp(&b.offering.price)
+                .then(a.instance_type.cmp(&b.instance_type))
+        });
         let compatible_types = options.len();
         if options.len() > MAX_INSTANCE_TYPE_OPTIONS {
             options = self.cap_options(options, &reqs);
         }
-        let chosen = options.first().map(|o| o.1).or(target).unwrap_or(0);
-        let chosen_capacity = self.input.catalog.types[chosen].capacity.clone();
+        let chosen = options
+            .first()
+            .map(|o| o.instance_type)
+            .or(target)
+            .unwrap_or(InstanceTypeId::from_index(0));
+        let chosen_capacity = self.instance_type(chosen).capacity.clone();
         self.pools[pool].usage.add(&chosen_capacity);
         self.pools[pool].usage.set_milli("nodes", nodes);
-        if let Some(&(_, _, z, _)) = options.first() {
-            self.zone_use[z] += 1;
+        if let Some(o) = options.first() {
+            self.zone_use[o.offering.zone] += 1;
         }
         let zones = self
             .zones
@@ -102,18 +117,18 @@ impl Scheduler<'_> {
             .filter_map(|(k, set)| set.any_value().map(|v| (k.clone(), v)))
             .collect();
         NewClaim {
-            node_pool: self.input.node_pools[pool].name.clone(),
+            node_pool: self.node_pool(pool).name.clone(),
             labels,
             pods,
             requests: used,
             requirements: reqs,
             options: options
                 .into_iter()
-                .map(|(price, t, z, ct)| ClaimOption {
-                    instance_type: self.input.catalog.types[t].name.clone(),
-                    zone: self.zones[z].clone(),
-                    capacity_type: ct,
-                    price,
+                .map(|o| ClaimOption {
+                    instance_type: self.instance_type(o.instance_type).name.clone(),
+                    zone: self.zones[o.offering.zone].clone(),
+                    capacity_type: o.offering.capacity_type,
+                    price: o.offering.price,
                 })
                 .collect(),
             compatible_types,
@@ -127,11 +142,7 @@ impl Scheduler<'_> {
     /// is reached (so the kept list satisfies minValues, as Karpenter's truncation
     /// requires), then the cheapest of the rest up to [`MAX_INSTANCE_TYPE_OPTIONS`].
     /// Price order is kept.
-    pub(super) fn cap_options(
-        &self,
-        options: Vec<(f64, usize, usize, CapacityType)>,
-        reqs: &Requirements,
-    ) -> Vec<(f64, usize, usize, CapacityType)> {
+    fn cap_options(&self, options: Vec<LaunchOption>, reqs: &Requirements) -> Vec<LaunchOption> {
         let mut keep = vec![false; options.len()];
         // The cheapest is the claim's instance type: always kept.
         keep[0] = true;
@@ -139,11 +150,11 @@ impl Scheduler<'_> {
         for (key, set) in reqs.iter() {
             let Some(min) = set.min_values else { continue };
             let mut seen: HashSet<&str> = HashSet::new();
-            for (i, &(_, t, _, _)) in options.iter().enumerate() {
+            for (i, option) in options.iter().enumerate() {
                 if seen.len() >= min as usize {
                     break;
                 }
-                let Some(value) = self.input.catalog.types[t].labels.get(key) else {
+                let Some(value) = self.instance_type(option.instance_type).labels.get(key) else {
                     continue;
                 };
                 if seen.insert(value) && !keep[i] {

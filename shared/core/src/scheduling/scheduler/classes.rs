@@ -18,6 +18,7 @@ use crate::scheduling::unschedulable::Refusal;
 
 use super::Scheduler;
 use super::bins::Origin;
+use super::ids::{BinId, ClassId, EClassId, GroupId, IdVec, InstanceTypeId, PoolId};
 use super::pools::untolerated_taint;
 use super::preferences::Relax;
 
@@ -27,20 +28,35 @@ pub(crate) struct Class {
     pub(crate) representative: usize,
     pub(crate) ladder: Vec<Relax>,
     /// Groups selecting this class's pods.
-    pub(crate) matched: Vec<usize>,
+    pub(crate) matched: Vec<GroupId>,
     /// Element-wise minimum of the members' requests.
     pub(crate) min_request: Resources,
     /// Requests of members not yet placed.
     pub(crate) remaining: Resources,
     /// NodePools that can take the class at its strictest level.
-    pub(crate) pools_ok: Vec<bool>,
+    pub(crate) pools_ok: IdVec<PoolId, bool>,
     /// Required anti-affinity groups the members own (filled for solves).
-    pub(crate) owned: Vec<usize>,
+    pub(crate) owned: Vec<GroupId>,
+}
+
+impl Class {
+    /// A class of one pod so far, `representative` (its index in the input).
+    pub(crate) fn of(representative: usize, pod: &Pod) -> Self {
+        Class {
+            representative,
+            ladder: Vec::new(),
+            matched: Vec::new(),
+            min_request: pod.requests.clone(),
+            remaining: Resources::new(),
+            pools_ok: IdVec::new(),
+            owned: Vec::new(),
+        }
+    }
 }
 
 #[derive(Clone)]
 pub(crate) struct Candidate {
-    pub(crate) bin: usize,
+    pub(crate) bin: BinId,
     /// The bin version at which a pod of this class last joined it: while unchanged,
     /// the bin's requirements already include the class's.
     pub(crate) absorbed: u32,
@@ -50,17 +66,17 @@ pub(crate) struct Candidate {
 /// A class at one relaxation level, compiled.
 #[derive(Clone)]
 pub(crate) struct EClass {
-    pub(crate) class: usize,
+    pub(crate) class: ClassId,
     pub(crate) reqs: Requirements,
     pub(crate) tolerations: Vec<Toleration>,
     pub(crate) tolerate_prefer_no_schedule: bool,
-    pub(crate) spreads: Vec<usize>,
-    pub(crate) affinity: Vec<usize>,
-    pub(crate) anti: Vec<usize>,
+    pub(crate) spreads: Vec<GroupId>,
+    pub(crate) affinity: Vec<GroupId>,
+    pub(crate) anti: Vec<GroupId>,
     /// Per pool: Ok, or why the class cannot use it.
-    pub(crate) pool_fit: Arc<Vec<Result<(), Refusal>>>,
+    pub(crate) pool_fit: Arc<IdVec<PoolId, Result<(), Refusal>>>,
     /// Per pool: types compatible with pool ∩ class requirements, cheapest first.
-    pub(crate) pool_types: Arc<Vec<Vec<usize>>>,
+    pub(crate) pool_types: Arc<IdVec<PoolId, Vec<InstanceTypeId>>>,
     pub(crate) candidates: Vec<Candidate>,
     pub(crate) dead: usize,
 }
@@ -70,11 +86,11 @@ pub(crate) struct EClass {
 /// permanent bins it may use. Many classes share one.
 #[derive(Clone)]
 pub(crate) struct NodeShape {
-    pub(crate) pool_fit: Arc<Vec<Result<(), Refusal>>>,
-    pub(crate) pool_types: Arc<Vec<Vec<usize>>>,
+    pub(crate) pool_fit: Arc<IdVec<PoolId, Result<(), Refusal>>>,
+    pub(crate) pool_types: Arc<IdVec<PoolId, Vec<InstanceTypeId>>>,
     /// Bins below `admitted_upto` that pass `admit`.
-    pub(crate) admitted: Vec<usize>,
-    pub(crate) admitted_upto: usize,
+    pub(crate) admitted: Vec<BinId>,
+    pub(crate) admitted_upto: BinId,
 }
 
 /// What makes two pods interchangeable for scheduling (requests aside).
@@ -129,27 +145,18 @@ impl Scheduler<'_> {
     /// Groups every pod class could use, and counts of the bound pods in them.
     pub(super) fn build_classes(&mut self, pending: &[usize]) {
         let pods = self.input.pods;
-        let mut index: FastMap<ClassKey<'_>, usize> = FastMap::default();
+        let mut index: FastMap<ClassKey<'_>, ClassId> = FastMap::default();
         for &p in pending {
             let key = ClassKey::of(&pods[p]);
             let c = match index.get(&key) {
                 Some(&c) => c,
                 None => {
-                    let c = self.classes.len();
+                    let c = self.classes.push(Class::of(p, &pods[p]));
                     index.insert(key, c);
-                    self.classes.push(Class {
-                        representative: p,
-                        ladder: Vec::new(),
-                        matched: Vec::new(),
-                        min_request: pods[p].requests.clone(),
-                        remaining: Resources::new(),
-                        pools_ok: Vec::new(),
-                        owned: Vec::new(),
-                    });
                     c
                 }
             };
-            self.pod_class[p] = c;
+            self.pod_class[p] = Some(c);
             let class = &mut self.classes[c];
             class.remaining.add(&pods[p].requests);
             let mut min = class.min_request.clone();
@@ -163,7 +170,7 @@ impl Scheduler<'_> {
             class.min_request = min;
         }
         // Every group any class may use, so counts exist before placement starts.
-        for c in 0..self.classes.len() {
+        for c in self.classes.ids() {
             let pod = &pods[self.classes[c].representative];
             for spec in self.group_specs(pod, true).into_iter().flatten() {
                 self.group(spec);
@@ -188,7 +195,7 @@ impl Scheduler<'_> {
                 });
             }
         }
-        for c in 0..self.classes.len() {
+        for c in self.classes.ids() {
             let pod = &pods[self.classes[c].representative];
             self.classes[c].matched = self.groups_selecting(pod);
         }
@@ -196,12 +203,12 @@ impl Scheduler<'_> {
         for &p in &bound {
             let node = pods[p].node_name.as_deref();
             if let Some(&n) = node.and_then(|n| self.node_index.get(n)) {
-                self.count_on_node(p, n, 1, 0);
+                self.count_on_node(p, n, 1, GroupId::from_index(0));
             }
         }
-        for c in 0..self.classes.len() {
+        for c in self.classes.ids() {
             let e = self.eclass(c, 0);
-            let ok: Vec<bool> = self.eclasses[e]
+            let ok = self.eclasses[e]
                 .pool_fit
                 .iter()
                 .map(|r| r.is_ok())
@@ -210,8 +217,13 @@ impl Scheduler<'_> {
         }
     }
 
+    /// The class of pod `p`, which is placed (pending, or moved by a solve).
+    pub(crate) fn class_of(&self, p: usize) -> ClassId {
+        self.pod_class[p].expect("a pod being placed has a class")
+    }
+
     /// The compiled class `c` at relaxation `level`, built on first use.
-    pub(crate) fn eclass(&mut self, c: usize, level: usize) -> usize {
+    pub(crate) fn eclass(&mut self, c: ClassId, level: usize) -> EClassId {
         if let Some(&e) = self.eclass_index.get(&(c, level)) {
             return e;
         }
@@ -241,7 +253,6 @@ impl Scheduler<'_> {
         let anti = anti.into_iter().map(|s| self.group(s)).collect();
 
         let shape = self.node_shape(&reqs, &pod.tolerations, relax.tolerate_prefer_no_schedule);
-        let e = self.eclasses.len();
         let candidates = self.shapes[shape]
             .admitted
             .iter()
@@ -251,7 +262,7 @@ impl Scheduler<'_> {
                 dead: false,
             })
             .collect();
-        self.eclasses.push(EClass {
+        let e = self.eclasses.push(EClass {
             class: c,
             reqs,
             tolerations: pod.tolerations.clone(),
@@ -266,13 +277,16 @@ impl Scheduler<'_> {
         });
         self.eclass_index.insert((c, level), e);
         let upto = self.shapes[shape].admitted_upto;
-        for b in upto..self.bins.len() {
+        for b in self.bins.ids_from(upto) {
             self.admit(e, b);
         }
         // Bins a solve opened are not kept: the shape remembers the permanent ones.
-        let permanent = self.undo.as_ref().map_or(self.bins.len(), |u| u.base_bins);
+        let permanent = self
+            .undo
+            .as_ref()
+            .map_or(self.bins.next_id(), |u| u.base_bins);
         if permanent > upto {
-            let newly: Vec<usize> = self.eclasses[e]
+            let newly: Vec<BinId> = self.eclasses[e]
                 .candidates
                 .iter()
                 .map(|c| c.bin)
@@ -296,8 +310,8 @@ impl Scheduler<'_> {
         if let Some(&s) = self.shape_index.get(&key) {
             return s;
         }
-        let mut pool_fit = Vec::with_capacity(self.pools.len());
-        let mut pool_types = Vec::with_capacity(self.pools.len());
+        let mut pool_fit = IdVec::new();
+        let mut pool_types = IdVec::new();
         for pool in &self.pools {
             let fit = match untolerated_taint(tolerations, &pool.taints, prefer_ok) {
                 Some(taint) => Err(Refusal::TaintNotTolerated(taint.clone())),
@@ -308,14 +322,14 @@ impl Scheduler<'_> {
             };
             let types = if fit.is_ok() {
                 let merged = pool.reqs.intersect(reqs);
-                let mut ts: Vec<(f64, usize)> = pool
+                let mut ts: Vec<(f64, InstanceTypeId)> = pool
                     .types
                     .iter()
                     .copied()
                     .filter(|&t| self.type_satisfies(t, &merged))
                     .filter_map(|t| {
                         self.cheapest_offering(t, &merged, None, None)
-                            .map(|(_, _, p)| (p, t))
+                            .map(|o| (o.price, t))
                     })
                     .collect();
                 ts.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
@@ -331,14 +345,14 @@ impl Scheduler<'_> {
             pool_fit: Arc::new(pool_fit),
             pool_types: Arc::new(pool_types),
             admitted: Vec::new(),
-            admitted_upto: 0,
+            admitted_upto: BinId::from_index(0),
         });
         self.shape_index.insert(key, s);
         s
     }
 
     /// Adds bin `b` to class `e`'s candidates if nothing static rules it out.
-    pub(super) fn admit(&mut self, e: usize, b: usize) {
+    pub(super) fn admit(&mut self, e: EClassId, b: BinId) {
         let ec = &self.eclasses[e];
         let bin = &self.bins[b];
         if untolerated_taint(&ec.tolerations, &bin.taints, ec.tolerate_prefer_no_schedule).is_some()

@@ -7,6 +7,7 @@ use crate::catalog::{CapacityType, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_ZO
 use crate::scheduling::topology::TopologyKey;
 
 use super::Scheduler;
+use super::ids::{IdVec, PoolId};
 use super::offerings::ct_index;
 
 /// A label topology constraints count on, and its values (the domains).
@@ -18,7 +19,7 @@ pub(crate) struct DomainKey {
     /// its type's.
     pub(crate) type_key: bool,
     /// Per pool: the values a node it launches could have.
-    pub(crate) pool_values: Vec<Vec<bool>>,
+    pub(crate) pool_values: IdVec<PoolId, Vec<bool>>,
 }
 
 impl DomainKey {
@@ -32,7 +33,7 @@ impl Scheduler<'_> {
     /// zones and the two capacity types, usable by a pool where one of its types has
     /// an offering there.
     pub(super) fn build_domain_keys(&mut self) {
-        let zone_values: Vec<Vec<bool>> = self
+        let zone_values: IdVec<PoolId, Vec<bool>> = self
             .pools
             .iter()
             .map(|pool| {
@@ -48,7 +49,7 @@ impl Scheduler<'_> {
                     .collect()
             })
             .collect();
-        let ct_values: Vec<Vec<bool>> = self
+        let ct_values: IdVec<PoolId, Vec<bool>> = self
             .pools
             .iter()
             .map(|pool| {
@@ -92,7 +93,6 @@ impl Scheduler<'_> {
         if let Some(k) = self.keys.iter().position(|k| k.label == label) {
             return TopologyKey::Domain(k);
         }
-        let catalog = self.input.catalog;
         let type_key = self.type_keys.contains(label);
         let mut values: Vec<String> = Vec::new();
         let mut push = |v: &String| {
@@ -103,7 +103,7 @@ impl Scheduler<'_> {
         for pool in &self.pools {
             if type_key {
                 for &t in &pool.types {
-                    if let Some(v) = catalog.types[t].labels.get(label) {
+                    if let Some(v) = self.instance_type(t).labels.get(label) {
                         push(v);
                     }
                 }
@@ -131,7 +131,7 @@ impl Scheduler<'_> {
                         if type_key {
                             pool.types
                                 .iter()
-                                .any(|&t| catalog.types[t].labels.get(label) == Some(v))
+                                .any(|&t| self.instance_type(t).labels.get(label) == Some(v))
                         } else {
                             pool.reqs.get(label).is_some_and(|s| s.has(v))
                         }

@@ -8,12 +8,13 @@ use crate::scheduling::topology::{GroupKind, TopologyConstraint, TopologyKey};
 
 use super::Scheduler;
 use super::bins::Origin;
+use super::ids::{BinId, EClassId, InstanceTypeId};
 use super::placement::Fail;
 
 impl Scheduler<'_> {
     /// Domains of key `k` where the pod may go given its constraints on that key, as a
     /// mask; `None` when it has no constraint on it.
-    pub(super) fn allowed_domains(&self, e: usize, pod: usize, k: usize) -> Option<Vec<bool>> {
+    pub(super) fn allowed_domains(&self, e: EClassId, pod: usize, k: usize) -> Option<Vec<bool>> {
         let ec = &self.eclasses[e];
         let p = &self.input.pods[pod];
         let key = TopologyKey::Domain(k);
@@ -103,7 +104,7 @@ impl Scheduler<'_> {
     /// constraint that counts on this key (keeps spread even), else the first allowed.
     pub(super) fn choose_domain(
         &self,
-        e: usize,
+        e: EClassId,
         k: usize,
         allowed: &[bool],
         usable: &[bool],
@@ -121,7 +122,7 @@ impl Scheduler<'_> {
             .min_by_key(|&d| (count(d), if k == 0 { self.zone_use[d] } else { 0 }, d))
     }
 
-    pub(super) fn hostname_ok(&self, e: usize, pod: usize, b: usize) -> Result<(), Fail> {
+    pub(super) fn hostname_ok(&self, e: EClassId, pod: usize, b: BinId) -> Result<(), Fail> {
         let ec = &self.eclasses[e];
         let p = &self.input.pods[pod];
         let host = TopologyKey::Hostname;
@@ -133,14 +134,14 @@ impl Scheduler<'_> {
             if let GroupKind::Spread { max_skew, .. } = group.spec.kind {
                 // A new node could always be launched, so the global minimum is 0.
                 let selects = group.spec.selects(&p.namespace, &p.labels) as u32;
-                if group.counts.host(b) + selects > max_skew {
+                if group.counts.host(b.index()) + selects > max_skew {
                     return Err(Fail::Permanent);
                 }
             }
         }
         for &g in &ec.anti {
             let group = &self.groups[g];
-            if group.spec.key == host && group.counts.host(b) > 0 {
+            if group.spec.key == host && group.counts.host(b.index()) > 0 {
                 return Err(Fail::Permanent);
             }
         }
@@ -149,14 +150,14 @@ impl Scheduler<'_> {
             if group.spec.key == host
                 && group.spec.kind == GroupKind::AntiAffinity
                 && group.spec.required
-                && group.owners.host(b) > 0
+                && group.owners.host(b.index()) > 0
             {
                 return Err(Fail::Permanent);
             }
         }
         for &g in &ec.affinity {
             let group = &self.groups[g];
-            if group.spec.key != host || group.counts.host(b) > 0 {
+            if group.spec.key != host || group.counts.host(b.index()) > 0 {
                 continue;
             }
             let first =
@@ -172,7 +173,7 @@ impl Scheduler<'_> {
     /// domain `d` of key `k`.
     pub(super) fn claim_can_be_in(
         &self,
-        target: Option<usize>,
+        target: Option<InstanceTypeId>,
         reqs: &Requirements,
         k: usize,
         d: usize,
@@ -191,7 +192,7 @@ impl Scheduler<'_> {
             }
             (0 | 1, None) => reqs.get(&key.label).is_none_or(|s| s.has(&key.values[d])),
             (_, Some(t)) if key.type_key => {
-                self.input.catalog.types[t].labels.get(&key.label) == Some(&key.values[d])
+                self.instance_type(t).labels.get(&key.label) == Some(&key.values[d])
             }
             // The node carries the label only when its requirements define it.
             _ => reqs.get(&key.label).is_some_and(|s| s.has(&key.values[d])),
@@ -201,9 +202,9 @@ impl Scheduler<'_> {
     /// For a pod with constraints on key `k`: the domain to pin the bin to (or keep).
     pub(super) fn pin(
         &self,
-        e: usize,
+        e: EClassId,
         pod: usize,
-        b: usize,
+        b: BinId,
         reqs: &Requirements,
         k: usize,
     ) -> Result<Option<usize>, Fail> {
@@ -231,7 +232,7 @@ impl Scheduler<'_> {
         }
     }
 
-    pub(crate) fn pin_bin(&mut self, b: usize, k: usize, domain: usize) {
+    pub(crate) fn pin_bin(&mut self, b: BinId, k: usize, domain: usize) {
         let label = self.keys[k].label.clone();
         let value = self.keys[k].values[domain].clone();
         let bin = &mut self.bins[b];
@@ -245,14 +246,14 @@ impl Scheduler<'_> {
         bin.reqs.add(&label, ValueSet::in_values([value]));
         bin.version += 1;
         let members = bin.pods.clone();
-        for (_, e) in members {
-            self.count_pod(e, b, TopologyKey::Domain(k), domain);
+        for member in members {
+            self.count_pod(member.eclass, b, TopologyKey::Domain(k), domain);
         }
     }
 
     /// The pod's topology constraints on labels other than hostname, for reasons (none:
     /// only the anti-affinity of pods already placed constrains it there).
-    pub(super) fn topology_constraints(&self, e: usize) -> Vec<TopologyConstraint> {
+    pub(super) fn topology_constraints(&self, e: EClassId) -> Vec<TopologyConstraint> {
         let ec = &self.eclasses[e];
         ec.spreads
             .iter()

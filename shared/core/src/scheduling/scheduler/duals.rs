@@ -8,17 +8,36 @@ use crate::resources::{CPU, MEMORY, PODS, Resources, WELL_KNOWN};
 use crate::scheduling::lp;
 
 use super::Scheduler;
+use super::ids::{InstanceTypeId, PoolId};
+use super::offerings::Offering;
+
+/// The dual prices of one pool's remaining demand.
+#[derive(Clone, Debug)]
+pub(crate) struct DualPrices {
+    /// The resource slots priced (those with demand), and each one's price per milli-unit.
+    pub(crate) dims: Vec<usize>,
+    pub(crate) prices: Vec<f64>,
+    /// The demand they were computed for: they are recomputed when it drifts.
+    pub(crate) demand: Resources,
+}
+
+/// What a type would hold of the remaining demand, at the dual prices (`value`), and
+/// what all of it would be worth (`size`).
+pub(super) struct Worth {
+    pub(super) value: f64,
+    pub(super) size: f64,
+}
 
 impl Scheduler<'_> {
     /// Remaining requests of unplaced pods that could use this pool.
-    pub(super) fn compatible_remaining(&self, pool: usize) -> Resources {
+    pub(super) fn compatible_remaining(&self, pool: PoolId) -> Resources {
         let mut r = Resources::new();
         if let Some(u) = &self.undo {
             // A solve places only the pods it moves.
-            for &(p, placed) in &u.moving {
-                let class = &self.classes[self.pod_class[p]];
-                if !placed && class.pools_ok.get(pool).copied().unwrap_or(false) {
-                    r.add(&self.input.pods[p].requests);
+            for m in &u.moving {
+                let class = &self.classes[self.class_of(m.pod)];
+                if !m.placed && class.pools_ok.get(pool).copied().unwrap_or(false) {
+                    r.add(&self.input.pods[m.pod].requests);
                 }
             }
             return r;
@@ -31,17 +50,26 @@ impl Scheduler<'_> {
         r
     }
 
-    /// Dual value of what type `t` would hold for the remaining demand, and its raw size.
+    /// What type `t` is worth to the remaining demand (see [`Worth`]); without dual
+    /// prices every type is worth the same.
     pub(super) fn value(
         &self,
-        pool: usize,
-        t: usize,
+        pool: PoolId,
+        t: InstanceTypeId,
         remaining: &Resources,
         pod: &Resources,
-    ) -> (f64, f64) {
-        let usable = self.usable(t, pool);
-        let Some((dims, duals, _)) = &self.pools[pool].duals else {
-            return (1.0, 0.0);
+    ) -> Worth {
+        let usable = self.usable(pool, t);
+        let Some(DualPrices {
+            dims,
+            prices: duals,
+            ..
+        }) = &self.pools[pool].duals
+        else {
+            return Worth {
+                value: 1.0,
+                size: 0.0,
+            };
         };
         let mut value = 0.0;
         let mut size = 0.0;
@@ -51,13 +79,13 @@ impl Scheduler<'_> {
             value += duals[i] * cap.min(want);
             size += duals[i] * cap;
         }
-        (value, size)
+        Worth { value, size }
     }
 
     /// Recomputes the pool's dual prices when the remaining demand moved by >10%.
-    pub(super) fn refresh_duals(&mut self, pool: usize) {
+    pub(super) fn refresh_duals(&mut self, pool: PoolId) {
         let remaining = self.compatible_remaining(pool);
-        if let Some((_, _, at)) = &self.pools[pool].duals {
+        if let Some(DualPrices { demand: at, .. }) = &self.pools[pool].duals {
             let drift = [CPU, MEMORY, PODS].iter().any(|&d| {
                 let (a, b) = (at.slot_milli(d) as f64, remaining.slot_milli(d) as f64);
                 (a - b).abs() > 0.1 * a.max(1.0)
@@ -84,10 +112,10 @@ impl Scheduler<'_> {
         let mut caps = Vec::new();
         let mut prices = Vec::new();
         for &t in &self.pools[pool].types {
-            let Some((_, _, price)) = self.cheapest_offering(t, &reqs, None, None) else {
+            let Some(Offering { price, .. }) = self.cheapest_offering(t, &reqs, None, None) else {
                 continue;
             };
-            let usable = self.usable(t, pool);
+            let usable = self.usable(pool, t);
             caps.push(
                 dims.iter()
                     .map(|&d| usable.slot_milli(d).max(0) as f64 / scale(d))
@@ -102,6 +130,10 @@ impl Scheduler<'_> {
                 .map(|(y, &d)| y / scale(d))
                 .collect()
         });
-        self.pools[pool].duals = duals.map(|y| (dims, y, remaining));
+        self.pools[pool].duals = duals.map(|prices| DualPrices {
+            dims,
+            prices,
+            demand: remaining,
+        });
     }
 }

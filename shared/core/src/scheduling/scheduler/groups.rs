@@ -12,10 +12,11 @@ use crate::scheduling::topology::{
 
 use super::Scheduler;
 use super::bins::Origin;
+use super::ids::{BinId, EClassId, GroupId};
 use super::undo::CountChange;
 
 impl Scheduler<'_> {
-    pub(crate) fn group(&mut self, spec: GroupSpec) -> usize {
+    pub(crate) fn group(&mut self, spec: GroupSpec) -> GroupId {
         if let Some(&g) = self.group_index.get(&spec) {
             return g;
         }
@@ -35,8 +36,7 @@ impl Scheduler<'_> {
                 (self.keys[k].values.len(), universe)
             }
         };
-        let g = self.groups.len();
-        self.groups.push(Group {
+        let g = self.groups.push(Group {
             filter,
             spec: spec.clone(),
             counts: DomainCounts::new(domains),
@@ -49,7 +49,7 @@ impl Scheduler<'_> {
     }
 
     /// Files group `g` in the selection and ownership indexes.
-    pub(super) fn index_group(&mut self, g: usize) {
+    pub(super) fn index_group(&mut self, g: GroupId) {
         let spec = &self.groups[g].spec;
         if let Some(selector) = &spec.selector {
             match selector.match_labels.iter().next() {
@@ -70,8 +70,8 @@ impl Scheduler<'_> {
     }
 
     /// The groups that select `pod`, in index order.
-    pub(crate) fn groups_selecting(&self, pod: &Pod) -> Vec<usize> {
-        let mut gs: Vec<usize> = self.select_scan.clone();
+    pub(crate) fn groups_selecting(&self, pod: &Pod) -> Vec<GroupId> {
+        let mut gs: Vec<GroupId> = self.select_scan.clone();
         for (k, v) in &pod.labels {
             if let Some(list) = self
                 .select_index
@@ -89,8 +89,8 @@ impl Scheduler<'_> {
 
     /// The required anti-affinity groups `pod` owns through its own terms (same key and
     /// selector), in index order.
-    pub(crate) fn groups_owned(&self, pod: &Pod) -> Vec<usize> {
-        let mut gs: Vec<usize> = Vec::new();
+    pub(crate) fn groups_owned(&self, pod: &Pod) -> Vec<GroupId> {
+        let mut gs: Vec<GroupId> = Vec::new();
         for t in &pod.pod_anti_affinity {
             if let Some(list) = self
                 .owner_index
@@ -108,7 +108,7 @@ impl Scheduler<'_> {
     /// select it or that it owns (`delta` -1 takes it out again). Pods on nodes that are
     /// not bins (not Ready yet) count as "elsewhere" for hostname: nothing can be placed
     /// next to them now.
-    pub(crate) fn count_on_node(&mut self, p: usize, n: usize, delta: i32, from_group: usize) {
+    pub(crate) fn count_on_node(&mut self, p: usize, n: usize, delta: i32, from_group: GroupId) {
         let pod = &self.input.pods[p];
         let selecting = self.groups_selecting(pod);
         let owned = self.groups_owned(pod);
@@ -120,13 +120,14 @@ impl Scheduler<'_> {
         &mut self,
         n: usize,
         delta: i32,
-        selecting: &[usize],
-        owned: &[usize],
-        from_group: usize,
+        selecting: &[GroupId],
+        owned: &[GroupId],
+        from_group: GroupId,
     ) {
         let node = &self.input.nodes[n];
-        let host = self.node_bin[n];
-        let mut gs: Vec<usize> = selecting
+        // Hostname domains are bins.
+        let host = self.node_bin[n].map(BinId::index);
+        let mut gs: Vec<GroupId> = selecting
             .iter()
             .chain(owned)
             .copied()
@@ -170,7 +171,7 @@ impl Scheduler<'_> {
     /// Counts a pod of class `e` on bin `b` in `domain`: in every group that selects it
     /// (and whose node filter admits the bin), and as an owner in its own required
     /// anti-affinity groups.
-    pub(super) fn count_pod(&mut self, e: usize, b: usize, key: TopologyKey, domain: usize) {
+    pub(super) fn count_pod(&mut self, e: EClassId, b: BinId, key: TopologyKey, domain: usize) {
         let class = self.eclasses[e].class;
         for i in 0..self.classes[class].matched.len() {
             let g = self.classes[class].matched[i];
@@ -202,7 +203,7 @@ impl Scheduler<'_> {
     /// Changes one count (logged while a solve runs, so it can be undone).
     pub(crate) fn add_count(
         &mut self,
-        group: usize,
+        group: GroupId,
         owners: bool,
         key: TopologyKey,
         domain: Option<usize>,
@@ -238,7 +239,7 @@ impl Scheduler<'_> {
     pub(super) fn universe(&self, filter: Option<&CompiledFilter>, k: usize) -> Vec<bool> {
         let key = &self.keys[k];
         let mut universe = vec![false; key.values.len()];
-        for (p, pool) in self.pools.iter().enumerate() {
+        for (p, pool) in self.pools.enumerate() {
             if filter.is_some_and(|f| !f.tolerates(&pool.taints)) {
                 continue;
             }
@@ -258,7 +259,7 @@ impl Scheduler<'_> {
     }
 
     /// Group `g`'s constraint as reasons name it.
-    pub(super) fn group_constraint(&self, g: usize) -> TopologyConstraint {
+    pub(super) fn group_constraint(&self, g: GroupId) -> TopologyConstraint {
         let spec = &self.groups[g].spec;
         spec.constraint(self.key_label(spec.key))
     }

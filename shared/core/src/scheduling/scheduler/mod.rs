@@ -22,6 +22,8 @@
 //!
 //! One file per concept, each an `impl Scheduler` block over the state below:
 //!
+//! - `ids`: typed indices (`BinId`, `PoolId`, `InstanceTypeId`, `ClassId`, `EClassId`,
+//!   `GroupId`) and the `IdVec` tables they index;
 //! - `setup`: the state built once per cluster (prices, well-known keys) and the
 //!   pending pods in placement order;
 //! - `pools`: NodePools as the scheduler sees them — requirements, taints, the
@@ -49,6 +51,7 @@ mod domain_keys;
 mod domains;
 mod duals;
 mod groups;
+mod ids;
 mod new_claims;
 mod offerings;
 mod placement;
@@ -75,10 +78,11 @@ use super::unschedulable::Unschedulable;
 pub(super) use bins::{Bin, Origin};
 pub(super) use classes::{Class, ClassKey, EClass, NodeShape};
 pub(super) use domain_keys::DomainKey;
+pub(super) use ids::{BinId, ClassId, EClassId, GroupId, IdVec, InstanceTypeId, PoolId};
 pub(super) use offerings::ct_index;
 pub(super) use pools::PoolInfo;
 pub(super) use setup::largest_first;
-pub(super) use undo::Undo;
+pub(super) use undo::{CandidateRef, MovingPod, PoolState, Undo};
 
 /// A NodeClaim that has been launched but whose node has not registered yet: pending
 /// pods that fit it are counted against it instead of launching more.
@@ -178,40 +182,43 @@ pub(super) struct Scheduler<'a> {
     pub(super) well_known: HashSet<String>,
     pub(super) type_keys: HashSet<String>,
     /// price[type][zone][capacity type]
-    pub(super) prices: Vec<Vec<[Option<f64>; 2]>>,
-    pub(super) pools: Vec<PoolInfo>,
-    pub(super) pool_order: Vec<usize>,
-    pub(super) bins: Vec<Bin>,
-    pub(super) groups: Vec<Group>,
-    pub(super) group_index: FastMap<GroupSpec, usize>,
-    pub(super) classes: Vec<Class>,
-    pub(super) pod_class: Vec<usize>,
-    pub(super) eclasses: Vec<EClass>,
-    pub(super) eclass_index: FastMap<(usize, usize), usize>,
+    pub(super) prices: IdVec<InstanceTypeId, Vec<[Option<f64>; 2]>>,
+    pub(super) pools: IdVec<PoolId, PoolInfo>,
+    /// The pools in the order new claims try them: by weight, then name.
+    pub(super) pool_order: Vec<PoolId>,
+    pub(super) bins: IdVec<BinId, Bin>,
+    pub(super) groups: IdVec<GroupId, Group>,
+    pub(super) group_index: FastMap<GroupSpec, GroupId>,
+    pub(super) classes: IdVec<ClassId, Class>,
+    /// Per input pod: its class, when it is placed (pending, or moved by a solve).
+    pub(super) pod_class: Vec<Option<ClassId>>,
+    pub(super) eclasses: IdVec<EClassId, EClass>,
+    /// (class, relaxation level) → its compiled form.
+    pub(super) eclass_index: FastMap<(ClassId, usize), EClassId>,
     pub(super) any_prefer_no_schedule: bool,
     pub(super) zone_use: Vec<u32>,
     /// The pods provisioning places, largest first (set by `prepare`).
     pub(super) pending: Vec<usize>,
     /// Per input node: its bin, when it is one (Ready and schedulable).
-    pub(super) node_bin: Vec<Option<usize>>,
+    pub(super) node_bin: Vec<Option<BinId>>,
     pub(super) node_index: FastMap<&'a str, usize>,
     /// Groups by the first `matchLabels` entry of their selector (label, value), so
     /// counting a pod looks at the groups that could select it, not at all of them.
-    pub(super) select_index: FastMap<String, FastMap<String, Vec<usize>>>,
+    pub(super) select_index: FastMap<String, FastMap<String, Vec<GroupId>>>,
     /// Groups whose selector has only expressions: checked against every pod.
-    pub(super) select_scan: Vec<usize>,
+    pub(super) select_scan: Vec<GroupId>,
     /// Required anti-affinity groups by (topology key label, selector): the groups a pod
     /// owns through its own required terms.
-    pub(super) owner_index: FastMap<(String, Option<LabelSelector>), Vec<usize>>,
+    pub(super) owner_index: FastMap<(String, Option<LabelSelector>), Vec<GroupId>>,
     /// Compiled node-side constraints shared by every class with the same ones.
     pub(super) shapes: Vec<NodeShape>,
     pub(super) shape_index: FastMap<(Requirements, Vec<Toleration>, bool), usize>,
     /// Present while a speculative solve runs: how to put everything back.
     pub(super) undo: Option<Undo>,
     /// Bins no pod may be placed on (nodes a solve removes, or keeps out of reach).
-    pub(super) blocked: Vec<bool>,
+    pub(super) blocked: IdVec<BinId, bool>,
     /// Per bin: the stamp of the solve that last saved it in `undo`.
-    pub(super) bin_stamp: Vec<u32>,
+    pub(super) bin_stamp: IdVec<BinId, u32>,
     pub(super) stamp: u32,
     /// `universe` by node filter and key: many groups share one (a deployment's spread
     /// each), and computing it looks at every node.

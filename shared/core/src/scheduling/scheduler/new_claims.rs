@@ -5,19 +5,28 @@
 
 use std::sync::Arc;
 
-use crate::catalog::{CapacityType, LABEL_HOSTNAME};
-use crate::cluster::HostPort;
+use crate::catalog::LABEL_HOSTNAME;
 use crate::resources::{Resources, WELL_KNOWN};
 use crate::scheduling::topology::TopologyKey;
 use crate::scheduling::unschedulable::{PoolRefusal, Refusal, Unschedulable};
 
 use super::Scheduler;
 use super::bins::{Bin, Origin};
-use super::offerings::ct_index;
-use super::placement::Fit;
+use super::ids::{EClassId, InstanceTypeId, PoolId};
+use super::offerings::{Offering, ct_index};
+use super::placement::{Fit, Pin};
+
+/// The type a new claim is sized by, with its offering: the one worth most per dollar
+/// for what is still to place (`score`), larger `size` breaking ties.
+struct Target {
+    score: f64,
+    size: f64,
+    instance_type: InstanceTypeId,
+    offering: Offering,
+}
 
 impl Scheduler<'_> {
-    pub(super) fn open_claim(&mut self, e: usize, pod: usize) -> Result<(), Unschedulable> {
+    pub(super) fn open_claim(&mut self, e: EClassId, pod: usize) -> Result<(), Unschedulable> {
         let mut refusals: Vec<PoolRefusal> = Vec::new();
         for oi in 0..self.pool_order.len() {
             let pool = self.pool_order[oi];
@@ -29,7 +38,7 @@ impl Scheduler<'_> {
                 },
             };
             refusals.push(PoolRefusal {
-                node_pool: self.input.node_pools[pool].name.clone(),
+                node_pool: self.node_pool(pool).name.clone(),
                 reason: refused,
             });
         }
@@ -42,7 +51,7 @@ impl Scheduler<'_> {
     /// Why no new claim can satisfy the pod's pod-affinity, if that is so: a required
     /// (or not yet relaxed preferred) term that only pods already running elsewhere, or
     /// no pod at all, can satisfy.
-    pub(super) fn affinity_blocks_new_claims(&self, e: usize, pod: usize) -> Option<Refusal> {
+    pub(super) fn affinity_blocks_new_claims(&self, e: EClassId, pod: usize) -> Option<Refusal> {
         let p = &self.input.pods[pod];
         for &g in &self.eclasses[e].affinity {
             let group = &self.groups[g];
@@ -60,9 +69,9 @@ impl Scheduler<'_> {
 
     pub(super) fn open_in_pool(
         &mut self,
-        e: usize,
+        e: EClassId,
         pod: usize,
-        pool: usize,
+        pool: PoolId,
     ) -> Result<(), Refusal> {
         let p = &self.input.pods[pod];
         if let Some(reason) = self.affinity_blocks_new_claims(e, pod) {
@@ -106,18 +115,18 @@ impl Scheduler<'_> {
         }
         self.refresh_duals(pool);
         let remaining = self.compatible_remaining(pool);
-        let mut best: Option<(f64, f64, usize, usize, CapacityType, f64)> = None;
+        let mut best: Option<Target> = None;
         // The cheapest single node that could hold everything still to place.
-        let mut whole_best: Option<(f64, usize, usize, CapacityType)> = None;
+        let mut whole_best: Option<(InstanceTypeId, Offering)> = None;
         let mut shortfall: Option<(String, i64, i64)> = None;
         let mut limit_reason = None;
         let mut offering_missing = false;
-        let mut port_held: Option<(HostPort, String)> = None;
+        let mut port_held: Option<Refusal> = None;
         let mut other_key_missing = false;
         let types = Arc::clone(&self.eclasses[e].pool_types);
         for &t in &types[pool] {
-            let it = &self.input.catalog.types[t];
-            let usable = self.usable(t, pool);
+            let it = self.instance_type(t);
+            let usable = self.usable(pool, t);
             if !p.requests.fits_in(&usable) {
                 if let Some(s) = p.requests.first_shortfall(&usable) {
                     if shortfall.as_ref().is_none_or(|b| s.2 > b.2 || b.0 != s.0) {
@@ -137,8 +146,7 @@ impl Scheduler<'_> {
                 other_key_missing = true;
                 continue;
             }
-            let Some((z, ct, price)) =
-                self.cheapest_offering(t, &reqs, zmask.as_deref(), cmask_arr)
+            let Some(offering) = self.cheapest_offering(t, &reqs, zmask.as_deref(), cmask_arr)
             else {
                 offering_missing = true;
                 continue;
@@ -147,41 +155,56 @@ impl Scheduler<'_> {
                 limit_reason = Some(r);
                 continue;
             }
-            let (value, size) = self.value(pool, t, &remaining, &p.requests);
-            if remaining.fits_in(&usable) && whole_best.is_none_or(|w| price < w.0) {
-                whole_best = Some((price, t, z, ct));
+            let price = offering.price;
+            let worth = self.value(pool, t, &remaining, &p.requests);
+            if remaining.fits_in(&usable) && whole_best.is_none_or(|(_, w)| price < w.price) {
+                whole_best = Some((t, offering));
             }
             let score = if price > 0.0 {
-                value / price
+                worth.value / price
             } else {
                 f64::INFINITY
             };
-            let better = match best {
+            let better = match &best {
                 None => true,
-                Some((bs, bsize, ..)) => {
-                    score > bs * (1.0 + 1e-9) || (score >= bs * (1.0 - 1e-9) && size > bsize)
+                Some(b) => {
+                    score > b.score * (1.0 + 1e-9)
+                        || (score >= b.score * (1.0 - 1e-9) && worth.size > b.size)
                 }
             };
             if better {
-                best = Some((score, size, t, z, ct, price));
+                best = Some(Target {
+                    score,
+                    size: worth.size,
+                    instance_type: t,
+                    offering,
+                });
             }
         }
         // The tail: one node for everything that remains, when that is cheaper than
         // the whole nodes of the most efficient type it would otherwise take.
-        if let (Some((whole_price, wt, wz, wct)), Some((_, _, bt, _, _, bprice))) =
-            (whole_best, best)
-        {
-            let usable = self.usable(bt, pool);
+        if let (Some((whole_type, whole)), Some(b)) = (whole_best, &best) {
+            let usable = self.usable(pool, b.instance_type);
             let nodes = (0..WELL_KNOWN.len())
                 .filter(|&d| remaining.slot_milli(d) > 0)
                 .map(|d| remaining.slot_milli(d) as f64 / usable.slot_milli(d).max(1) as f64)
                 .fold(1.0f64, f64::max)
                 .ceil();
-            if whole_price <= nodes * bprice {
-                best = Some((0.0, 0.0, wt, wz, wct, whole_price));
+            if whole.price <= nodes * b.offering.price {
+                best = Some(Target {
+                    score: 0.0,
+                    size: 0.0,
+                    instance_type: whole_type,
+                    offering: whole,
+                });
             }
         }
-        let Some((_, _, t, z, ct, _)) = best else {
+        let Some(Target {
+            instance_type: t,
+            offering,
+            ..
+        }) = best
+        else {
             if let Some(r) = limit_reason {
                 return Err(r);
             }
@@ -193,8 +216,8 @@ impl Scheduler<'_> {
                 }
                 return Err(Refusal::NoOffering);
             }
-            if let Some((port, daemonset)) = port_held {
-                return Err(Refusal::HostPortHeldByDaemonSet { port, daemonset });
+            if let Some(refusal) = port_held {
+                return Err(refusal);
             }
             if let Some((resource, requested, largest)) = shortfall {
                 return Err(Refusal::TooLarge {
@@ -208,13 +231,12 @@ impl Scheduler<'_> {
         if self.pools[pool].has_min_values {
             self.min_values_ok(pool, &reqs, &p.requests)?;
         }
-        let it = &self.input.catalog.types[t];
-        let ceiling = self.usable(t, pool);
+        let it = self.instance_type(t);
+        let ceiling = self.usable(pool, t);
         let capacity = it.capacity.clone();
         self.pools[pool].usage.add(&capacity);
         let nodes = self.pools[pool].usage.get_milli("nodes");
         self.pools[pool].usage.set_milli("nodes", nodes + 1000);
-        let b = self.bins.len();
         let domains = (0..self.keys.len())
             .map(|k| {
                 reqs.get(&self.keys[k].label)
@@ -225,20 +247,26 @@ impl Scheduler<'_> {
         let ports = self.daemon_ports(pool, t);
         let mut pins = Vec::new();
         if zmask.is_some() {
-            pins.push((0, z));
+            pins.push(Pin {
+                key: 0,
+                domain: offering.zone,
+            });
         }
         if cmask.is_some() {
-            pins.push((1, ct_index(ct)));
+            pins.push(Pin {
+                key: 1,
+                domain: ct_index(offering.capacity_type),
+            });
         }
         for (k, ok) in &other_keys {
             let usable: Vec<bool> = (0..ok.len())
                 .map(|d| self.claim_can_be_in(Some(t), &reqs, *k, d))
                 .collect();
-            if let Some(d) = self.choose_domain(e, *k, ok, &usable) {
-                pins.push((*k, d));
+            if let Some(domain) = self.choose_domain(e, *k, ok, &usable) {
+                pins.push(Pin { key: *k, domain });
             }
         }
-        self.bins.push(Bin {
+        let b = self.bins.push(Bin {
             origin: Origin::New(pool),
             reqs: reqs.clone(),
             version: 0,
@@ -250,7 +278,7 @@ impl Scheduler<'_> {
             ports,
             pods: Vec::new(),
         });
-        for other in 0..self.eclasses.len() {
+        for other in self.eclasses.ids() {
             self.admit(other, b);
         }
         let fit = Fit { merged: None, pins };

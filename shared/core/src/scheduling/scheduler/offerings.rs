@@ -2,12 +2,23 @@
 //! cheapest allowed (zone, capacity type, price), and what a node of the type leaves
 //! pods once a pool's kubelet settings and DaemonSets have taken their share.
 
-use crate::catalog::{CapacityType, LABEL_CAPACITY_TYPE, LABEL_ZONE};
+use crate::catalog::{CapacityType, InstanceType, LABEL_CAPACITY_TYPE, LABEL_ZONE};
 use crate::cluster::{HostPort, Pod};
 use crate::resources::Resources;
 use crate::scheduling::requirements::Requirements;
+use crate::scheduling::unschedulable::Refusal;
 
 use super::Scheduler;
+use super::ids::{InstanceTypeId, PoolId};
+
+/// Where and how a type can be launched, at what price.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Offering {
+    /// Index into `Scheduler::zones`.
+    pub(crate) zone: usize,
+    pub(crate) capacity_type: CapacityType,
+    pub(crate) price: f64,
+}
 
 pub(crate) fn ct_index(ct: CapacityType) -> usize {
     match ct {
@@ -16,10 +27,22 @@ pub(crate) fn ct_index(ct: CapacityType) -> usize {
     }
 }
 
-impl Scheduler<'_> {
+impl<'a> Scheduler<'a> {
+    pub(super) fn instance_type(&self, t: InstanceTypeId) -> &'a InstanceType {
+        &self.input.catalog.types[t.index()]
+    }
+
+    pub(crate) fn instance_type_named(&self, name: &str) -> Option<InstanceTypeId> {
+        let types = &self.input.catalog.types;
+        types
+            .iter()
+            .position(|t| t.name == name)
+            .map(InstanceTypeId::from_index)
+    }
+
     /// Whether type `t`'s labels satisfy every requirement on a key instance types carry.
-    pub(super) fn type_satisfies(&self, t: usize, reqs: &Requirements) -> bool {
-        let it = &self.input.catalog.types[t];
+    pub(super) fn type_satisfies(&self, t: InstanceTypeId, reqs: &Requirements) -> bool {
+        let it = self.instance_type(t);
         reqs.iter().all(|(k, set)| {
             if !self.type_keys.contains(k) {
                 return true;
@@ -31,18 +54,19 @@ impl Scheduler<'_> {
         })
     }
 
-    /// Cheapest (zone, capacity type, price) of type `t` allowed by `reqs`, optionally
+    /// The cheapest offering of type `t` allowed by `reqs` (the least used zone among
+    /// equal prices), optionally
     /// restricted further to zone set `zones` / capacity types `cts` (bit masks).
     pub(crate) fn cheapest_offering(
         &self,
-        t: usize,
+        t: InstanceTypeId,
         reqs: &Requirements,
         zones: Option<&[bool]>,
         cts: Option<[bool; 2]>,
-    ) -> Option<(usize, CapacityType, f64)> {
+    ) -> Option<Offering> {
         let zone_set = reqs.get(LABEL_ZONE);
         let ct_set = reqs.get(LABEL_CAPACITY_TYPE);
-        let mut best: Option<(usize, CapacityType, f64)> = None;
+        let mut best: Option<Offering> = None;
         for (z, by_ct) in self.prices[t].iter().enumerate() {
             if zones.is_some_and(|m| !m[z]) || zone_set.is_some_and(|s| !s.has(&self.zones[z])) {
                 continue;
@@ -56,13 +80,18 @@ impl Scheduler<'_> {
                 if let Some(p) = by_ct[ct_index(ct)] {
                     let better = match best {
                         None => true,
-                        Some((bz, _, bp)) => {
-                            p < bp - 1e-12
-                                || (p <= bp + 1e-12 && self.zone_use[z] < self.zone_use[bz])
+                        Some(b) => {
+                            p < b.price - 1e-12
+                                || (p <= b.price + 1e-12
+                                    && self.zone_use[z] < self.zone_use[b.zone])
                         }
                     };
                     if better {
-                        best = Some((z, ct, p));
+                        best = Some(Offering {
+                            zone: z,
+                            capacity_type: ct,
+                            price: p,
+                        });
                     }
                 }
             }
@@ -72,21 +101,21 @@ impl Scheduler<'_> {
 
     /// What type `t` offers pods in `pool`: the catalog's allocatable, or the one the
     /// pool's EC2NodeClass kubelet settings give.
-    pub(super) fn allocatable(&self, pool: usize, t: usize) -> &Resources {
+    pub(super) fn allocatable(&self, pool: PoolId, t: InstanceTypeId) -> &Resources {
         match &self.pools[pool].allocatable {
             Some(per_type) => &per_type[t],
-            None => &self.input.catalog.types[t].allocatable,
+            None => &self.instance_type(t).allocatable,
         }
     }
 
-    pub(crate) fn usable(&self, t: usize, pool: usize) -> Resources {
+    pub(crate) fn usable(&self, pool: PoolId, t: InstanceTypeId) -> Resources {
         let mut r = self.allocatable(pool, t).clone();
         r.sub(&self.pools[pool].overhead[t]);
         r
     }
 
     /// Host ports the DaemonSet pods on a node of type `t` in `pool` bind.
-    pub(crate) fn daemon_ports(&self, pool: usize, t: usize) -> Vec<HostPort> {
+    pub(crate) fn daemon_ports(&self, pool: PoolId, t: InstanceTypeId) -> Vec<HostPort> {
         let pool = &self.pools[pool];
         pool.port_daemons[t]
             .iter()
@@ -94,19 +123,23 @@ impl Scheduler<'_> {
             .collect()
     }
 
-    /// The first of `pod`'s host ports a DaemonSet on type `t` in `pool` already binds.
+    /// Whether a DaemonSet on type `t` in `pool` already binds one of `pod`'s host ports
+    /// (the first such port).
     pub(super) fn port_held_by_daemon(
         &self,
-        pool: usize,
-        t: usize,
+        pool: PoolId,
+        t: InstanceTypeId,
         pod: &Pod,
-    ) -> Option<(HostPort, String)> {
+    ) -> Option<Refusal> {
         let info = &self.pools[pool];
         for &d in &info.port_daemons[t] {
             let daemon = &info.daemons[d];
             for mine in &pod.host_ports {
                 if daemon.ports.iter().any(|p| p.conflicts_with(mine)) {
-                    return Some((mine.clone(), daemon.name.clone()));
+                    return Some(Refusal::HostPortHeldByDaemonSet {
+                        port: mine.clone(),
+                        daemonset: daemon.name.clone(),
+                    });
                 }
             }
         }

@@ -5,12 +5,13 @@
 
 use crate::scheduling::requirements::Requirements;
 use crate::scheduling::topology::TopologyKey;
-
 use crate::scheduling::unschedulable::Unschedulable;
 
 use super::Scheduler;
-use super::bins::Origin;
+use super::bins::{BinPod, Origin};
 use super::classes::Candidate;
+use super::ids::{BinId, EClassId};
+use super::undo::CandidateRef;
 
 pub(crate) enum Fail {
     /// The bin can never take a pod of this class.
@@ -19,14 +20,21 @@ pub(crate) enum Fail {
     Temporary,
 }
 
+/// How a pod fits a bin: the bin's requirements narrowed by the pod's (new claims,
+/// when they narrow), and the domains to pin it to.
 pub(crate) struct Fit {
     pub(crate) merged: Option<Requirements>,
-    /// (domain key, domain) to pin the bin to.
-    pub(crate) pins: Vec<(usize, usize)>,
+    pub(crate) pins: Vec<Pin>,
+}
+
+/// A domain of a domain key (both by index) a bin is to be pinned to.
+pub(crate) struct Pin {
+    pub(crate) key: usize,
+    pub(crate) domain: usize,
 }
 
 impl Scheduler<'_> {
-    pub(crate) fn place(&mut self, e: usize, pod: usize) -> Result<(), Unschedulable> {
+    pub(crate) fn place(&mut self, e: EClassId, pod: usize) -> Result<(), Unschedulable> {
         let mut i = 0;
         while i < self.eclasses[e].candidates.len() {
             if self.eclasses[e].candidates[i].dead {
@@ -49,7 +57,10 @@ impl Scheduler<'_> {
                     ec.candidates[i].dead = true;
                     ec.dead += 1;
                     if let Some(u) = &mut self.undo {
-                        u.dead.push((e, i));
+                        u.dead.push(CandidateRef {
+                            eclass: e,
+                            position: i,
+                        });
                     }
                 }
                 Err(Fail::Temporary) => {}
@@ -65,7 +76,7 @@ impl Scheduler<'_> {
         self.open_claim(e, pod)
     }
 
-    pub(super) fn try_bin(&self, e: usize, pod: usize, cand: &Candidate) -> Result<Fit, Fail> {
+    pub(super) fn try_bin(&self, e: EClassId, pod: usize, cand: &Candidate) -> Result<Fit, Fail> {
         let ec = &self.eclasses[e];
         let bin = &self.bins[cand.bin];
         let p = &self.input.pods[pod];
@@ -120,14 +131,14 @@ impl Scheduler<'_> {
         let reqs = merged.as_ref().unwrap_or(&bin.reqs);
         let mut pins = Vec::new();
         for k in 0..self.keys.len() {
-            if let Some(d) = self.pin(e, pod, cand.bin, reqs, k)? {
-                pins.push((k, d));
+            if let Some(domain) = self.pin(e, pod, cand.bin, reqs, k)? {
+                pins.push(Pin { key: k, domain });
             }
         }
         Ok(Fit { merged, pins })
     }
 
-    pub(super) fn commit(&mut self, e: usize, pod: usize, b: usize, fit: Fit) {
+    pub(super) fn commit(&mut self, e: EClassId, pod: usize, b: BinId, fit: Fit) {
         self.save_bin(b);
         let p = &self.input.pods[pod];
         let class = self.eclasses[e].class;
@@ -140,30 +151,34 @@ impl Scheduler<'_> {
                 bin.version += 1;
             }
         }
-        bin.pods.push((pod, e));
+        bin.pods.push(BinPod { pod, eclass: e });
         match &mut self.undo {
             None => self.classes[class].remaining.sub(&p.requests),
             Some(u) => {
-                if let Some(m) = u.moving.iter_mut().find(|m| m.0 == pod) {
-                    m.1 = true;
+                if let Some(m) = u.moving.iter_mut().find(|m| m.pod == pod) {
+                    m.placed = true;
                 }
             }
         }
         // Count this pod in its domains, then pin (which counts earlier pods too).
-        self.count_pod(e, b, TopologyKey::Hostname, b);
+        self.count_pod(e, b, TopologyKey::Hostname, b.index());
         for k in 0..self.keys.len() {
             if let Some(d) = self.bins[b].domain(k) {
                 self.count_pod(e, b, TopologyKey::Domain(k), d);
             }
         }
-        for (k, d) in fit.pins {
-            self.pin_bin(b, k, d);
+        for pin in fit.pins {
+            self.pin_bin(b, pin.key, pin.domain);
         }
         let version = self.bins[b].version;
         let candidates = &mut self.eclasses[e].candidates;
         if let Some(i) = candidates.iter().position(|c| c.bin == b) {
             if let Some(u) = &mut self.undo {
-                u.absorbed.push((e, i, candidates[i].absorbed));
+                let candidate = CandidateRef {
+                    eclass: e,
+                    position: i,
+                };
+                u.absorbed.push((candidate, candidates[i].absorbed));
             }
             candidates[i].absorbed = version;
         }

@@ -13,6 +13,8 @@ use crate::scheduling::requirements::{Requirements, ValueSet};
 use crate::scheduling::unschedulable::Refusal;
 
 use super::Scheduler;
+use super::duals::DualPrices;
+use super::ids::{IdVec, InstanceTypeId, PoolId};
 
 /// A DaemonSet that would run on a pool's nodes (taints and pool requirements allow
 /// it); whether it runs on a given type depends on that type's labels.
@@ -31,17 +33,17 @@ pub(crate) struct PoolInfo {
     pub(crate) daemons: Vec<PoolDaemon>,
     /// Per catalog type (filled for `types`): requests of the DaemonSet pods that would
     /// run on a node of that type.
-    pub(crate) overhead: Vec<Resources>,
+    pub(crate) overhead: IdVec<InstanceTypeId, Resources>,
     /// Per catalog type: indices into `daemons` that would run there and bind host ports.
-    pub(crate) port_daemons: Vec<Vec<usize>>,
+    pub(crate) port_daemons: IdVec<InstanceTypeId, Vec<usize>>,
     /// Types compatible with the pool's requirements and offered in its zones.
-    pub(crate) types: Vec<usize>,
+    pub(crate) types: Vec<InstanceTypeId>,
     pub(crate) usage: Resources,
     pub(crate) has_min_values: bool,
-    pub(crate) duals: Option<(Vec<usize>, Vec<f64>, Resources)>,
+    pub(crate) duals: Option<DualPrices>,
     /// Allocatable by catalog index under the pool's EC2NodeClass kubelet settings;
     /// `None` when they leave the catalog's as it is.
-    pub(crate) allocatable: Option<Vec<Resources>>,
+    pub(crate) allocatable: Option<IdVec<InstanceTypeId, Resources>>,
 }
 
 /// The first of `taints` that `tolerations` do not tolerate (PreferNoSchedule ones are
@@ -57,7 +59,19 @@ pub(super) fn untolerated_taint<'t>(
     })
 }
 
-impl Scheduler<'_> {
+impl<'a> Scheduler<'a> {
+    pub(super) fn node_pool(&self, pool: PoolId) -> &'a NodePool {
+        &self.input.node_pools[pool.index()]
+    }
+
+    pub(crate) fn pool_named(&self, name: &str) -> Option<PoolId> {
+        let pools = self.input.node_pools;
+        pools
+            .iter()
+            .position(|p| p.name == name)
+            .map(PoolId::from_index)
+    }
+
     pub(super) fn pool_requirements(pool: &NodePool) -> Requirements {
         let mut reqs = Requirements::from_node_requirements(&pool.requirements);
         for (k, v) in &pool.labels {
@@ -71,21 +85,23 @@ impl Scheduler<'_> {
         let input = self.input;
         for pool in input.node_pools {
             let reqs = Self::pool_requirements(pool);
-            let types: Vec<usize> = (0..input.catalog.types.len())
+            let types: Vec<InstanceTypeId> = self
+                .prices
+                .ids()
                 .filter(|&t| {
                     self.type_satisfies(t, &reqs)
                         && self.cheapest_offering(t, &reqs, None, None).is_some()
                 })
                 .collect();
             let daemons = self.pool_daemons(pool, &reqs);
-            let mut overhead = vec![Resources::new(); input.catalog.types.len()];
-            let mut port_daemons = vec![Vec::new(); input.catalog.types.len()];
-            for (t, (overhead, ports)) in overhead.iter_mut().zip(&mut port_daemons).enumerate() {
+            let mut overhead = IdVec::filled(Resources::new(), self.prices.len());
+            let mut port_daemons = IdVec::filled(Vec::new(), self.prices.len());
+            for t in self.prices.ids() {
                 for (d, daemon) in daemons.iter().enumerate() {
                     if self.type_satisfies(t, &daemon.reqs) {
-                        overhead.add(&daemon.requests);
+                        overhead[t].add(&daemon.requests);
                         if !daemon.ports.is_empty() {
-                            ports.push(d);
+                            port_daemons[t].push(d);
                         }
                     }
                 }
@@ -108,7 +124,8 @@ impl Scheduler<'_> {
                 .node_classes
                 .iter()
                 .find(|c| c.name == pool.node_class_ref.name)
-                .and_then(|class| crate::density::class_allocatable(input.catalog, class));
+                .and_then(|class| crate::density::class_allocatable(input.catalog, class))
+                .map(IdVec::from);
             self.pools.push(PoolInfo {
                 reqs,
                 taints: pool.taints.clone(),
@@ -122,9 +139,9 @@ impl Scheduler<'_> {
                 allocatable,
             });
         }
-        let mut order: Vec<usize> = (0..input.node_pools.len()).collect();
+        let mut order: Vec<PoolId> = self.pools.ids().collect();
         order.sort_by(|&a, &b| {
-            let (pa, pb) = (&input.node_pools[a], &input.node_pools[b]);
+            let (pa, pb) = (self.node_pool(a), self.node_pool(b));
             pb.weight
                 .cmp(&pa.weight)
                 .then_with(|| pa.name.cmp(&pb.name))
@@ -173,8 +190,8 @@ impl Scheduler<'_> {
         out
     }
 
-    pub(super) fn within_limits(&self, pool: usize, it: &InstanceType) -> Result<(), Refusal> {
-        let Some(limits) = &self.input.node_pools[pool].limits else {
+    pub(super) fn within_limits(&self, pool: PoolId, it: &InstanceType) -> Result<(), Refusal> {
+        let Some(limits) = &self.node_pool(pool).limits else {
             return Ok(());
         };
         for (name, limit) in limits.iter() {
@@ -199,7 +216,7 @@ impl Scheduler<'_> {
     /// Distinct values of each minValues key among types fitting `requests` under `reqs`.
     pub(super) fn min_values_ok(
         &self,
-        pool: usize,
+        pool: PoolId,
         reqs: &Requirements,
         requests: &Resources,
     ) -> Result<(), Refusal> {
@@ -207,13 +224,13 @@ impl Scheduler<'_> {
             let Some(min) = set.min_values else { continue };
             let mut seen: HashSet<&str> = HashSet::new();
             for &t in &self.pools[pool].types {
-                if !requests.fits_in(&self.usable(t, pool)) || !self.type_satisfies(t, reqs) {
+                if !requests.fits_in(&self.usable(pool, t)) || !self.type_satisfies(t, reqs) {
                     continue;
                 }
                 if self.cheapest_offering(t, reqs, None, None).is_none() {
                     continue;
                 }
-                if let Some(v) = self.input.catalog.types[t].labels.get(key) {
+                if let Some(v) = self.instance_type(t).labels.get(key) {
                     seen.insert(v);
                 }
                 if seen.len() >= min as usize {

@@ -9,7 +9,16 @@ use crate::scheduling::repack;
 use crate::scheduling::requirements::Requirements;
 
 use super::Scheduler;
-use super::bins::{Bin, Origin};
+use super::bins::{Bin, BinPod, Origin};
+use super::ids::{BinId, InstanceTypeId, PoolId};
+use super::offerings::Offering;
+
+/// New claims of one pool with the same requirements: their pods can trade places.
+struct ClaimGroup {
+    pool: PoolId,
+    reqs: Requirements,
+    bins: Vec<BinId>,
+}
 
 impl Scheduler<'_> {
     /// A pod the repack pass may move between new claims: no topology spread, no pod
@@ -23,7 +32,7 @@ impl Scheduler<'_> {
             && p.preferred_pod_affinity.is_empty()
             && p.preferred_pod_anti_affinity.is_empty()
             && p.host_ports.is_empty()
-            && self.classes[self.pod_class[pod]].matched.is_empty()
+            && self.classes[self.class_of(pod)].matched.is_empty()
             && p.requests
                 .iter()
                 .all(|(name, _)| WELL_KNOWN.contains(&name))
@@ -35,50 +44,54 @@ impl Scheduler<'_> {
     /// no topology group counts these pods, so moving them changes no count. Pools
     /// with limits or minValues are left as packed (the pass does not track them).
     pub(super) fn repack_free_claims(&mut self) {
-        self.repack_free_claims_from(0);
+        self.repack_free_claims_from(BinId::from_index(0));
     }
 
     /// As [`Self::repack_free_claims`], over the new claims from bin `first` on only (a
     /// speculative solve's own claims, not those committed before it).
-    pub(crate) fn repack_free_claims_from(&mut self, first: usize) {
-        let mut groups: Vec<(usize, Requirements, Vec<usize>)> = Vec::new();
-        for b in first..self.bins.len() {
+    pub(crate) fn repack_free_claims_from(&mut self, first: BinId) {
+        let mut groups: Vec<ClaimGroup> = Vec::new();
+        for b in self.bins.ids_from(first) {
             let Origin::New(pool) = self.bins[b].origin else {
                 continue;
             };
             let bin = &self.bins[b];
             if bin.pods.is_empty()
                 || self.pools[pool].has_min_values
-                || self.input.node_pools[pool].limits.is_some()
-                || !bin.pods.iter().all(|&(p, _)| self.movable(p))
+                || self.node_pool(pool).limits.is_some()
+                || !bin.pods.iter().all(|m| self.movable(m.pod))
             {
                 continue;
             }
             match groups
                 .iter_mut()
-                .find(|(gp, reqs, _)| *gp == pool && *reqs == bin.reqs)
+                .find(|g| g.pool == pool && g.reqs == bin.reqs)
             {
-                Some(g) => g.2.push(b),
-                None => groups.push((pool, bin.reqs.clone(), vec![b])),
+                Some(g) => g.bins.push(b),
+                None => groups.push(ClaimGroup {
+                    pool,
+                    reqs: bin.reqs.clone(),
+                    bins: vec![b],
+                }),
             }
         }
-        for (pool, reqs, bins) in groups {
-            self.repack_group(pool, &reqs, &bins);
+        for g in groups {
+            self.repack_group(g.pool, &g.reqs, &g.bins);
         }
     }
 
-    pub(super) fn repack_group(&mut self, pool: usize, reqs: &Requirements, bins: &[usize]) {
+    pub(super) fn repack_group(&mut self, pool: PoolId, reqs: &Requirements, bins: &[BinId]) {
         // Types the claims could launch as, with their price and room for pods.
-        let mut types: Vec<usize> = Vec::new();
+        let mut types: Vec<InstanceTypeId> = Vec::new();
         let mut node_types: Vec<repack::NodeType> = Vec::new();
         for &t in &self.pools[pool].types {
             if !self.type_satisfies(t, reqs) {
                 continue;
             }
-            let Some((_, _, price)) = self.cheapest_offering(t, reqs, None, None) else {
+            let Some(Offering { price, .. }) = self.cheapest_offering(t, reqs, None, None) else {
                 continue;
             };
-            let usable = self.usable(t, pool);
+            let usable = self.usable(pool, t);
             types.push(t);
             node_types.push(repack::NodeType {
                 cap: (0..WELL_KNOWN.len())
@@ -102,17 +115,17 @@ impl Scheduler<'_> {
         // Shapes: pods with identical requests.
         let mut shape_of: HashMap<Vec<i64>, usize> = HashMap::new();
         let mut demands: Vec<Vec<i64>> = Vec::new();
-        let mut members: Vec<Vec<(usize, usize)>> = Vec::new();
+        let mut members: Vec<Vec<BinPod>> = Vec::new();
         for &b in bins {
-            for &(p, e) in &self.bins[b].pods {
-                let r = &self.input.pods[p].requests;
+            for &member in &self.bins[b].pods {
+                let r = &self.input.pods[member.pod].requests;
                 let v: Vec<i64> = (0..WELL_KNOWN.len()).map(|d| r.slot_milli(d)).collect();
                 let s = *shape_of.entry(v.clone()).or_insert_with(|| {
                     demands.push(v);
                     members.push(Vec::new());
                     demands.len() - 1
                 });
-                members[s].push((p, e));
+                members[s].push(member);
             }
         }
         let counts: Vec<usize> = members.iter().map(|m| m.len()).collect();
@@ -130,7 +143,7 @@ impl Scheduler<'_> {
             m.reverse(); // pop() then hands pods out in their original order
         }
         let template = bins[0];
-        let mut slots: Vec<usize> = bins.to_vec();
+        let mut slots: Vec<BinId> = bins.to_vec();
         for (i, node) in nodes.iter().enumerate() {
             let t = types[node.ty];
             let b = if i < slots.len() {
@@ -149,17 +162,17 @@ impl Scheduler<'_> {
                     ports: Vec::new(),
                     pods: Vec::new(),
                 };
-                self.bins.push(bin);
-                slots.push(self.bins.len() - 1);
-                self.bins.len() - 1
+                let b = self.bins.push(bin);
+                slots.push(b);
+                b
             };
             let mut pods = Vec::new();
             let mut used = Resources::new();
             for &(s, n) in &node.take {
                 for _ in 0..n {
-                    let (p, e) = members[s].pop().expect("the packing places each pod once");
-                    used.add(&self.input.pods[p].requests);
-                    pods.push((p, e));
+                    let member = members[s].pop().expect("the packing places each pod once");
+                    used.add(&self.input.pods[member.pod].requests);
+                    pods.push(member);
                 }
             }
             self.retarget(pool, b, Some(t));
@@ -178,21 +191,22 @@ impl Scheduler<'_> {
 
     /// Moves a new claim's reservation in its pool's usage from its old target type to
     /// `t` (none: the claim is gone), and sizes it for `t`.
-    pub(super) fn retarget(&mut self, pool: usize, b: usize, t: Option<usize>) {
-        let catalog = self.input.catalog;
+    pub(super) fn retarget(&mut self, pool: PoolId, b: BinId, t: Option<InstanceTypeId>) {
+        let old = self.bins[b].target.map(|old| self.instance_type(old));
+        let new = t.map(|new| self.instance_type(new));
         let usage = &mut self.pools[pool].usage;
-        if let Some(old) = self.bins[b].target {
-            usage.sub(&catalog.types[old].capacity);
+        if let Some(old) = old {
+            usage.sub(&old.capacity);
             let n = usage.get_milli("nodes");
             usage.set_milli("nodes", n - 1000);
         }
-        if let Some(new) = t {
-            usage.add(&catalog.types[new].capacity);
+        if let Some(new) = new {
+            usage.add(&new.capacity);
             let n = usage.get_milli("nodes");
             usage.set_milli("nodes", n + 1000);
         }
         let (ceiling, ports) = match t {
-            Some(t) => (self.usable(t, pool), self.daemon_ports(pool, t)),
+            Some(t) => (self.usable(pool, t), self.daemon_ports(pool, t)),
             None => (Resources::new(), Vec::new()),
         };
         let bin = &mut self.bins[b];

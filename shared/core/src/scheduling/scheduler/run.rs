@@ -5,10 +5,12 @@
 
 use std::collections::HashMap;
 
+use crate::scheduling::unschedulable::Unschedulable;
+
 use super::bins::Origin;
+use super::ids::BinId;
 use super::placement::Fit;
 use super::{Schedule, Scheduler};
-use crate::scheduling::unschedulable::Unschedulable;
 
 impl Scheduler<'_> {
     pub(crate) fn run(mut self) -> Schedule {
@@ -24,7 +26,7 @@ impl Scheduler<'_> {
             loop {
                 let mut retry = Vec::new();
                 for &p in &queue {
-                    let c = self.pod_class[p];
+                    let c = self.class_of(p);
                     let e = self.eclass(c, level[p]);
                     match self.place(e, p) {
                         Ok(()) => placed_any = true,
@@ -59,8 +61,8 @@ impl Scheduler<'_> {
     /// they are placed without a fresh fit check that a different order might fail.
     pub(crate) fn place_nominated(&mut self, pending: Vec<usize>) -> Vec<usize> {
         let pods = self.input.pods;
-        let mut nominated: HashMap<String, usize> = HashMap::new();
-        for b in 0..self.bins.len() {
+        let mut nominated: HashMap<String, BinId> = HashMap::new();
+        for b in self.bins.ids() {
             if let Origin::InFlight(i) = self.bins[b].origin {
                 for key in &self.input.in_flight[i].pods {
                     nominated.insert(key.clone(), b);
@@ -74,7 +76,7 @@ impl Scheduler<'_> {
         for p in pending {
             match nominated.get(&pods[p].key()) {
                 Some(&b) => {
-                    let e = self.eclass(self.pod_class[p], 0);
+                    let e = self.eclass(self.class_of(p), 0);
                     self.commit(
                         e,
                         p,
@@ -97,11 +99,11 @@ impl Scheduler<'_> {
         let mut out = Schedule::default();
         unschedulable.sort_by_key(|(p, _)| *p);
         out.unschedulable = unschedulable;
-        for b in 0..self.bins.len() {
+        for b in self.bins.ids() {
             if self.bins[b].pods.is_empty() {
                 continue;
             }
-            let mut pods: Vec<usize> = self.bins[b].pods.iter().map(|(p, _)| *p).collect();
+            let mut pods: Vec<usize> = self.bins[b].pods.iter().map(|m| m.pod).collect();
             pods.sort();
             match self.bins[b].origin {
                 Origin::Existing(n) => out.existing_nodes.push((input.nodes[n].name.clone(), pods)),

@@ -12,6 +12,7 @@ use crate::cluster::Pod;
 use crate::resources::{CPU, MEMORY};
 use crate::scheduling::fast_hash::FastMap;
 
+use super::ids::{IdVec, InstanceTypeId};
 use super::{Scheduler, SchedulerInput};
 
 /// Placement order: most CPU first, then most memory, then input order.
@@ -35,7 +36,7 @@ impl<'a> Scheduler<'a> {
             }
         }
         let offered_zones = input.pricing.zones.len();
-        let prices: Vec<Vec<[Option<f64>; 2]>> = catalog
+        let prices: IdVec<InstanceTypeId, Vec<[Option<f64>; 2]>> = catalog
             .types
             .iter()
             .map(|t| {
@@ -73,14 +74,14 @@ impl<'a> Scheduler<'a> {
             type_keys,
             prices,
             keys: Vec::new(),
-            pools: Vec::new(),
+            pools: IdVec::new(),
             pool_order: Vec::new(),
-            bins: Vec::new(),
-            groups: Vec::new(),
+            bins: IdVec::new(),
+            groups: IdVec::new(),
             group_index: FastMap::default(),
-            classes: Vec::new(),
-            pod_class: vec![usize::MAX; input.pods.len()],
-            eclasses: Vec::new(),
+            classes: IdVec::new(),
+            pod_class: vec![None; input.pods.len()],
+            eclasses: IdVec::new(),
             eclass_index: FastMap::default(),
             any_prefer_no_schedule,
             zone_use: Vec::new(),
@@ -98,8 +99,8 @@ impl<'a> Scheduler<'a> {
             shapes: Vec::new(),
             shape_index: FastMap::default(),
             undo: None,
-            blocked: Vec::new(),
-            bin_stamp: Vec::new(),
+            blocked: IdVec::new(),
+            bin_stamp: IdVec::new(),
             stamp: 0,
             universe_cache: FastMap::default(),
         };

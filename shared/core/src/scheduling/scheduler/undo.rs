@@ -7,11 +7,13 @@ use crate::scheduling::topology::TopologyKey;
 
 use super::Scheduler;
 use super::bins::Bin;
+use super::duals::DualPrices;
+use super::ids::{BinId, EClassId, GroupId};
 
 /// One topology count change, to be reversed.
 #[derive(Clone, Copy)]
 pub(crate) struct CountChange {
-    pub(crate) group: usize,
+    pub(crate) group: GroupId,
     pub(crate) owners: bool,
     pub(crate) key: TopologyKey,
     /// `None`: a hostname count on a node that is not a bin (`other_hosts`).
@@ -24,22 +26,41 @@ pub(crate) struct CountChange {
 #[derive(Default)]
 pub(crate) struct Undo {
     /// Bins at or past this index were opened by the solve.
-    pub(crate) base_bins: usize,
+    pub(crate) base_bins: BinId,
     /// Bins as they were before the solve first changed them.
-    pub(crate) bins: Vec<(usize, Bin)>,
+    pub(crate) bins: Vec<(BinId, Bin)>,
     pub(crate) counts: Vec<CountChange>,
-    /// (eclass, candidate position) marked dead.
-    pub(crate) dead: Vec<(usize, usize)>,
-    /// (eclass, candidate position, previous `absorbed`).
-    pub(crate) absorbed: Vec<(usize, usize, u32)>,
+    /// Candidates marked dead.
+    pub(crate) dead: Vec<CandidateRef>,
+    /// Candidates whose `absorbed` version changed, with the one before.
+    pub(crate) absorbed: Vec<(CandidateRef, u32)>,
     /// Eclasses that were given candidates for bins the solve opened.
-    pub(crate) pushed: Vec<usize>,
-    pub(crate) pools: Vec<(Resources, Option<(Vec<usize>, Vec<f64>, Resources)>)>,
+    pub(crate) pushed: Vec<EClassId>,
+    /// Each pool's usage and dual prices before the solve.
+    pub(crate) pools: Vec<PoolState>,
     pub(crate) zone_use: Vec<u32>,
-    pub(crate) blocked: Vec<usize>,
-    /// The pods being re-placed, and whether each is placed yet (for the remaining
-    /// demand new claims are sized against).
-    pub(crate) moving: Vec<(usize, bool)>,
+    pub(crate) blocked: Vec<BinId>,
+    /// The pods being re-placed (for the remaining demand new claims are sized against).
+    pub(crate) moving: Vec<MovingPod>,
+}
+
+/// A class's candidate, by its position in the list (a solve does not compact it).
+#[derive(Clone, Copy)]
+pub(crate) struct CandidateRef {
+    pub(crate) eclass: EClassId,
+    pub(crate) position: usize,
+}
+
+/// What a solve changes in a pool.
+pub(crate) struct PoolState {
+    pub(crate) usage: Resources,
+    pub(crate) duals: Option<DualPrices>,
+}
+
+/// A pod a solve re-places, and whether it is placed yet.
+pub(crate) struct MovingPod {
+    pub(crate) pod: usize,
+    pub(crate) placed: bool,
 }
 
 impl Clone for Undo {
@@ -51,7 +72,7 @@ impl Clone for Undo {
 
 impl Scheduler<'_> {
     /// Saves bin `b` in the undo log the first time a solve changes it.
-    pub(super) fn save_bin(&mut self, b: usize) {
+    pub(super) fn save_bin(&mut self, b: BinId) {
         let Some(u) = &mut self.undo else { return };
         if b >= u.base_bins || self.bin_stamp[b] == self.stamp {
             return;
