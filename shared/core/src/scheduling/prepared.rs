@@ -325,11 +325,11 @@ impl<'a> Solver<'a> {
         removed.sort_unstable();
         removed.dedup();
         for &n in removed.iter().chain(removal.not_destinations) {
-            if let Some(b) = s.node_bin.get(n).copied().flatten() {
-                if !s.blocked[b] {
-                    s.blocked[b] = true;
-                    s.undo.as_mut().expect("solving").blocked.push(b);
-                }
+            if let Some(b) = s.node_bin.get(n).copied().flatten()
+                && !s.blocked[b]
+            {
+                s.blocked[b] = true;
+                s.undo.as_mut().expect("solving").blocked.push(b);
             }
         }
         // The removed nodes' pods leave the topology counts, their capacity the pools.

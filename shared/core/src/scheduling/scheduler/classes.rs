@@ -231,7 +231,7 @@ impl Scheduler<'_> {
         let relax = self.classes[c].ladder[level];
         let mut reqs = Self::pod_base_requirements(pod, relax.term);
         let mut preferred = pod.preferred_node_terms.clone();
-        preferred.sort_by(|a, b| b.weight.cmp(&a.weight));
+        preferred.sort_by_key(|term| std::cmp::Reverse(term.weight));
         for term in preferred.iter().take(relax.preferred_node_terms) {
             reqs = reqs.intersect(&Requirements::from_node_requirements(&term.requirements));
         }
@@ -372,10 +372,10 @@ impl Scheduler<'_> {
                 absorbed: u32::MAX,
                 dead: false,
             });
-            if let Some(u) = &mut self.undo {
-                if b >= u.base_bins {
-                    u.pushed.push(e);
-                }
+            if let Some(u) = &mut self.undo
+                && b >= u.base_bins
+            {
+                u.pushed.push(e);
             }
         }
     }

@@ -78,10 +78,10 @@ impl Scheduler<'_> {
             return Err(reason);
         }
         // A hostname requirement names an existing node: a new one never has it.
-        if let Some(set) = self.eclasses[e].reqs.get(LABEL_HOSTNAME) {
-            if !set.allows_absent() {
-                return Err(Refusal::HostnameFull(set.clone()));
-            }
+        if let Some(set) = self.eclasses[e].reqs.get(LABEL_HOSTNAME)
+            && !set.allows_absent()
+        {
+            return Err(Refusal::HostnameFull(set.clone()));
         }
         let reqs = self.pools[pool].reqs.intersect(&self.eclasses[e].reqs);
         let zmask = self.allowed_domains(e, pod, 0);
@@ -128,10 +128,10 @@ impl Scheduler<'_> {
             let it = self.instance_type(t);
             let usable = self.usable(pool, t);
             if !p.requests.fits_in(&usable) {
-                if let Some(s) = p.requests.first_shortfall(&usable) {
-                    if shortfall.as_ref().is_none_or(|b| s.2 > b.2 || b.0 != s.0) {
-                        shortfall = Some(s);
-                    }
+                if let Some(s) = p.requests.first_shortfall(&usable)
+                    && shortfall.as_ref().is_none_or(|b| s.2 > b.2 || b.0 != s.0)
+                {
+                    shortfall = Some(s);
                 }
                 continue;
             }

@@ -111,12 +111,11 @@ impl Scheduler<'_> {
                     return Err(Fail::Permanent);
                 }
                 let m = bin.reqs.intersect(&ec.reqs);
-                if let Some(t) = bin.target {
-                    if !self.type_satisfies(t, &m)
-                        || self.cheapest_offering(t, &m, None, None).is_none()
-                    {
-                        return Err(Fail::Permanent);
-                    }
+                if let Some(t) = bin.target
+                    && (!self.type_satisfies(t, &m)
+                        || self.cheapest_offering(t, &m, None, None).is_none())
+                {
+                    return Err(Fail::Permanent);
                 }
                 merged = Some(m);
             }
@@ -145,11 +144,11 @@ impl Scheduler<'_> {
         let bin = &mut self.bins[b];
         bin.used.add(&p.requests);
         bin.ports.extend(p.host_ports.iter().cloned());
-        if let Some(m) = fit.merged {
-            if m != bin.reqs {
-                bin.reqs = m;
-                bin.version += 1;
-            }
+        if let Some(m) = fit.merged
+            && m != bin.reqs
+        {
+            bin.reqs = m;
+            bin.version += 1;
         }
         bin.pods.push(BinPod { pod, eclass: e });
         match &mut self.undo {

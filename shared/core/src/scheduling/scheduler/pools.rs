@@ -54,7 +54,7 @@ pub(super) fn untolerated_taint<'t>(
     prefer_ok: bool,
 ) -> Option<&'t Taint> {
     taints.iter().find(|taint| {
-        !(taint.effect == TaintEffect::PreferNoSchedule && prefer_ok)
+        (taint.effect != TaintEffect::PreferNoSchedule || !prefer_ok)
             && !tolerations.iter().any(|t| t.tolerates(taint))
     })
 }

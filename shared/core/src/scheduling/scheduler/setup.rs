@@ -29,10 +29,10 @@ impl<'a> Scheduler<'a> {
         let catalog = input.catalog;
         let mut zones = input.pricing.zones.clone();
         for node in input.nodes {
-            if let Some(z) = node.labels.get(LABEL_ZONE) {
-                if !zones.contains(z) {
-                    zones.push(z.clone());
-                }
+            if let Some(z) = node.labels.get(LABEL_ZONE)
+                && !zones.contains(z)
+            {
+                zones.push(z.clone());
             }
         }
         let offered_zones = input.pricing.zones.len();
