@@ -174,16 +174,14 @@ impl Catalog {
                     message: "duplicate instance type name".into(),
                 });
             }
-            if let Some(p) = t.on_demand_price_per_hour {
-                if !(p.is_finite() && p >= 0.0) {
-                    return Err(CatalogError::Invalid {
-                        index,
-                        name: t.name,
-                        message: format!(
-                            "onDemandPricePerHour must be a non-negative number, got {p}"
-                        ),
-                    });
-                }
+            if let Some(p) = t.on_demand_price_per_hour
+                && !(p.is_finite() && p >= 0.0)
+            {
+                return Err(CatalogError::Invalid {
+                    index,
+                    name: t.name,
+                    message: format!("onDemandPricePerHour must be a non-negative number, got {p}"),
+                });
             }
             let mut allocatable = Resources::new();
             for (resource, q) in &t.allocatable {

@@ -27,10 +27,10 @@ pub struct Toleration {
 
 impl Toleration {
     pub fn tolerates(&self, taint: &Taint) -> bool {
-        if let Some(effect) = self.effect {
-            if effect != taint.effect {
-                return false;
-            }
+        if let Some(effect) = self.effect
+            && effect != taint.effect
+        {
+            return false;
         }
         if self.key.is_empty() {
             return self.operator == TolerationOperator::Exists;

@@ -162,7 +162,7 @@ pub fn plan_provisioning(input: &ProvisioningInput<'_>) -> ProvisioningPlan {
             .iter()
             .map(|(p, reason)| UnschedulablePod {
                 pod: pods[*p].key(),
-                reason: reason.clone(),
+                reason: reason.to_string(),
             })
             .collect(),
         total_price_per_hour,

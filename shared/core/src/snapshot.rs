@@ -344,10 +344,9 @@ fn finish(
     // Items read before the List said its kind, from the first one without a kind of
     // its own on: their kind may come from the List's.
     list.list_kind = ListKind::Known(list_item_kind);
-    let mut index = list.deferred_from;
-    for item in std::mem::take(&mut list.deferred) {
+    let deferred = std::mem::take(&mut list.deferred);
+    for (index, item) in (list.deferred_from..).zip(deferred) {
         list.convert(index, item)?;
-        index += 1;
     }
     let ListReader {
         mut snapshot,

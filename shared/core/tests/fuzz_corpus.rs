@@ -21,7 +21,11 @@ const PLAN_EVERY: usize = 8;
 /// directory moved or was emptied, and the replay would pass having tested nothing.
 const MIN_CORPUS: usize = 50;
 
-const TARGETS: [(&str, fn(&[u8], bool)); 4] = [
+/// A fuzz target: its corpus directory, and the function that replays one input
+/// (planning only when asked).
+type Target = (&'static str, fn(&[u8], bool));
+
+const TARGETS: [Target; 4] = [
     ("manifests", fuzz_manifests_with),
     ("snapshot", fuzz_snapshot_with),
     ("catalog", |d, _| fuzz_catalog(d)),

@@ -128,7 +128,7 @@ impl<'a> Speculator<'a> {
             Solve::Stopped(SolveStop::PodDoesNotFit { pod, reason }) => {
                 return Err(Stop::PodDoesNotFit {
                     pod: self.input.pods[pod].key(),
-                    reason,
+                    reason: reason.to_string(),
                 });
             }
             Solve::Stopped(SolveStop::TooManyClaims) => return Err(Stop::TooManyClaims),

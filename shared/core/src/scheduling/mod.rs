@@ -8,6 +8,7 @@ mod repack;
 pub mod requirements;
 pub mod scheduler;
 pub mod topology;
+mod unschedulable;
 
 pub use prepared::{Placed, PreparedScheduler, Removal, Solve, SolveLimits, Stop};
 pub use requirements::{Requirements, ValueSet};
@@ -15,6 +16,7 @@ pub use scheduler::{
     ClaimOption, InFlightClaim, MAX_INSTANCE_TYPE_OPTIONS, NewClaim, Schedule, SchedulerInput,
     schedule,
 };
+pub use unschedulable::{PoolRefusal, Refusal, Unschedulable};
 
 #[cfg(test)]
 mod prepared_tests;

@@ -36,8 +36,10 @@ use crate::resources::{Resources, WELL_KNOWN};
 use super::fast_hash::FastMap;
 use super::requirements::ValueSet;
 use super::scheduler::{
-    Class, ClassKey, Origin, Schedule, Scheduler, SchedulerInput, Undo, ct_index, largest_first,
+    BinId, CandidateRef, Class, ClassId, ClassKey, EClassId, GroupId, IdVec, MovingPod, Origin,
+    PoolState, Schedule, Scheduler, SchedulerInput, Undo, ct_index, largest_first,
 };
+use super::unschedulable::Unschedulable;
 
 /// Nodes a speculative solve takes away (indices into `SchedulerInput::nodes`), and nodes
 /// it must not place pods on (they stay, but are not destinations: e.g. other candidates).
@@ -66,7 +68,7 @@ pub enum Solve {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Stop {
     /// A moving pod (index into `SchedulerInput::pods`) fits nowhere, for `reason`.
-    PodDoesNotFit { pod: usize, reason: String },
+    PodDoesNotFit { pod: usize, reason: Unschedulable },
     /// More new claims than `SolveLimits::max_new_claims` would be needed.
     TooManyClaims,
     /// The new claims would cost `SolveLimits::max_price` or more.
@@ -112,7 +114,7 @@ struct Solver<'a> {
     /// Nodes a commit took away.
     removed: Vec<bool>,
     /// Bins of claims made permanent by commits, by name.
-    committed: HashMap<usize, String>,
+    committed: HashMap<BinId, String>,
     generation: u64,
 }
 
@@ -207,11 +209,10 @@ fn is_moving(input: &SchedulerInput<'_>, p: usize) -> bool {
 
 impl Scheduler<'_> {
     /// `count_on_node`, with the groups of the pod's class when it has one.
-    fn count_pod_on_node(&mut self, p: usize, n: usize, delta: i32, from_group: usize) {
-        let c = self.pod_class[p];
-        if c >= self.classes.len() {
+    fn count_pod_on_node(&mut self, p: usize, n: usize, delta: i32, from_group: GroupId) {
+        let Some(c) = self.pod_class[p] else {
             return self.count_on_node(p, n, delta, from_group);
-        }
+        };
         // Lent out and back: counting changes groups, never classes.
         let selecting = std::mem::take(&mut self.classes[c].matched);
         let owned = std::mem::take(&mut self.classes[c].owned);
@@ -230,9 +231,9 @@ impl<'a> Solver<'a> {
         let input = s.input;
         let pods = input.pods;
         let mut node_pods: Vec<Vec<usize>> = vec![Vec::new(); input.nodes.len()];
-        let first_class = s.classes.len();
-        let first_group = s.groups.len();
-        let mut index: FastMap<ClassKey<'_>, usize> = FastMap::default();
+        let first_class = s.classes.next_id();
+        let first_group = s.groups.next_id();
+        let mut index: FastMap<ClassKey<'_>, ClassId> = FastMap::default();
         for (p, pod) in pods.iter().enumerate() {
             if pod.terminal {
                 continue;
@@ -244,19 +245,10 @@ impl<'a> Solver<'a> {
             if !is_moving(input, p) {
                 continue;
             }
-            let c = *index.entry(ClassKey::of(pod)).or_insert_with(|| {
-                s.classes.push(Class {
-                    representative: p,
-                    ladder: Vec::new(),
-                    matched: Vec::new(),
-                    min_request: pod.requests.clone(),
-                    remaining: Resources::new(),
-                    pools_ok: Vec::new(),
-                    owned: Vec::new(),
-                });
-                s.classes.len() - 1
-            });
-            s.pod_class[p] = c;
+            let c = *index
+                .entry(ClassKey::of(pod))
+                .or_insert_with(|| s.classes.push(Class::of(p, pod)));
+            s.pod_class[p] = Some(c);
             let class = &mut s.classes[c];
             let mut min = class.min_request.clone();
             for (i, name) in WELL_KNOWN.iter().enumerate() {
@@ -264,19 +256,19 @@ impl<'a> Solver<'a> {
             }
             class.min_request = min;
         }
-        for c in first_class..s.classes.len() {
+        for c in s.classes.ids_from(first_class) {
             let pod = &pods[s.classes[c].representative];
             for spec in s.group_specs(pod, true).into_iter().flatten() {
                 s.group(spec);
             }
             s.classes[c].ladder = s.ladder(pod);
         }
-        for c in 0..s.classes.len() {
+        for c in s.classes.ids() {
             let pod = &pods[s.classes[c].representative];
             s.classes[c].matched = s.groups_selecting(pod);
             s.classes[c].owned = s.groups_owned(pod);
         }
-        if s.groups.len() > first_group {
+        if s.groups.next_id() > first_group {
             for (n, on_node) in node_pods.iter().enumerate() {
                 for &p in on_node {
                     s.count_pod_on_node(p, n, 1, first_group);
@@ -288,8 +280,8 @@ impl<'a> Solver<'a> {
         for class in &mut s.classes {
             class.remaining = Resources::new();
         }
-        s.blocked = vec![false; s.bins.len()];
-        s.bin_stamp = vec![0; s.bins.len()];
+        s.blocked = IdVec::filled(false, s.bins.len());
+        s.bin_stamp = IdVec::filled(0, s.bins.len());
         Solver {
             s,
             node_pods,
@@ -308,15 +300,18 @@ impl<'a> Solver<'a> {
     ) -> Result<Schedule, Stop> {
         let s = &mut self.s;
         s.stamp += 1;
-        let base_bins = s.bins.len();
-        s.blocked.resize(base_bins, false);
-        s.bin_stamp.resize(base_bins, 0);
+        let base_bins = s.bins.next_id();
+        s.blocked.resize(s.bins.len(), false);
+        s.bin_stamp.resize(s.bins.len(), 0);
         s.undo = Some(Undo {
             base_bins,
             pools: s
                 .pools
                 .iter()
-                .map(|p| (p.usage.clone(), p.duals.clone()))
+                .map(|p| PoolState {
+                    usage: p.usage.clone(),
+                    duals: p.duals.clone(),
+                })
                 .collect(),
             zone_use: s.zone_use.clone(),
             ..Undo::default()
@@ -330,18 +325,18 @@ impl<'a> Solver<'a> {
         removed.sort_unstable();
         removed.dedup();
         for &n in removed.iter().chain(removal.not_destinations) {
-            if let Some(b) = s.node_bin.get(n).copied().flatten() {
-                if !s.blocked[b] {
-                    s.blocked[b] = true;
-                    s.undo.as_mut().expect("solving").blocked.push(b);
-                }
+            if let Some(b) = s.node_bin.get(n).copied().flatten()
+                && !s.blocked[b]
+            {
+                s.blocked[b] = true;
+                s.undo.as_mut().expect("solving").blocked.push(b);
             }
         }
         // The removed nodes' pods leave the topology counts, their capacity the pools.
         let mut moving = Vec::new();
         for &n in &removed {
             for &p in &self.node_pods[n] {
-                s.count_pod_on_node(p, n, -1, 0);
+                s.count_pod_on_node(p, n, -1, GroupId::from_index(0));
                 if is_moving(input, p) {
                     moving.push(p);
                 }
@@ -350,7 +345,7 @@ impl<'a> Solver<'a> {
             let pool = node
                 .labels
                 .get(LABEL_NODEPOOL)
-                .and_then(|name| input.node_pools.iter().position(|p| p.name == *name));
+                .and_then(|name| s.pool_named(name));
             if let Some(pool) = pool {
                 let usage = &mut s.pools[pool].usage;
                 usage.sub(&node.capacity);
@@ -360,13 +355,16 @@ impl<'a> Solver<'a> {
         }
         moving.sort_by(|&a, &b| largest_first(input.pods, a, b));
         for &p in &moving {
-            let c = s.pod_class[p];
+            let c = s.class_of(p);
             if s.classes[c].pools_ok.is_empty() {
                 let e = s.eclass(c, 0);
                 s.classes[c].pools_ok = s.eclasses[e].pool_fit.iter().map(|r| r.is_ok()).collect();
             }
         }
-        s.undo.as_mut().expect("solving").moving = moving.iter().map(|&p| (p, false)).collect();
+        s.undo.as_mut().expect("solving").moving = moving
+            .iter()
+            .map(|&pod| MovingPod { pod, placed: false })
+            .collect();
 
         let result = Self::place_moving(s, input, &moving, limits, base_bins)
             .and_then(|()| self.schedule(input, base_bins, limits));
@@ -382,19 +380,19 @@ impl<'a> Solver<'a> {
         input: &SchedulerInput<'_>,
         moving: &[usize],
         limits: &SolveLimits,
-        base_bins: usize,
+        base_bins: BinId,
     ) -> Result<(), Stop> {
         let mut price_floor = 0.0;
         for &p in moving {
-            let c = s.pod_class[p];
+            let c = s.class_of(p);
             let mut level = 0;
             loop {
                 let e = s.eclass(c, level);
-                let before = s.bins.len();
+                let before = s.bins.next_id();
                 match s.place(e, p) {
                     Ok(()) => {
-                        if s.bins.len() > before {
-                            let claims = s.bins.len() - base_bins;
+                        if s.bins.next_id() > before {
+                            let claims = s.bins.len() - base_bins.index();
                             if limits.max_new_claims.is_some_and(|k| claims > k) {
                                 return Err(Stop::TooManyClaims);
                             }
@@ -424,9 +422,9 @@ impl<'a> Solver<'a> {
     fn price_floor(
         s: &Scheduler<'_>,
         input: &SchedulerInput<'_>,
-        e: usize,
+        e: EClassId,
         p: usize,
-        b: usize,
+        b: BinId,
     ) -> f64 {
         let Origin::New(pool) = s.bins[b].origin else {
             return 0.0;
@@ -436,9 +434,9 @@ impl<'a> Solver<'a> {
         let requests = &input.pods[p].requests;
         ec.pool_types[pool]
             .iter()
-            .find(|&&t| requests.fits_in(&s.usable(t, pool)))
+            .find(|&&t| requests.fits_in(&s.usable(pool, t)))
             .and_then(|&t| s.cheapest_offering(t, &merged, None, None))
-            .map_or(0.0, |(_, _, price)| price)
+            .map_or(0.0, |o| o.price)
     }
 
     /// The solve's placements: the bins it changed, with the pods it added, and its new
@@ -446,20 +444,21 @@ impl<'a> Solver<'a> {
     fn schedule(
         &mut self,
         input: &SchedulerInput<'_>,
-        base_bins: usize,
+        base_bins: BinId,
         limits: &SolveLimits,
     ) -> Result<Schedule, Stop> {
         let s = &mut self.s;
         let mut out = Schedule::default();
         let undo = s.undo.as_ref().expect("solving");
-        let mut touched: Vec<(usize, usize)> = undo
+        // The bins the solve changed, with how many pods each had before it.
+        let mut touched: Vec<(BinId, usize)> = undo
             .bins
             .iter()
             .map(|(b, saved)| (*b, saved.pods.len()))
             .collect();
         touched.sort_unstable();
         for (b, before) in touched {
-            let mut pods: Vec<usize> = s.bins[b].pods[before..].iter().map(|(p, _)| *p).collect();
+            let mut pods: Vec<usize> = s.bins[b].pods[before..].iter().map(|m| m.pod).collect();
             if pods.is_empty() {
                 continue;
             }
@@ -477,14 +476,14 @@ impl<'a> Solver<'a> {
         // without topology constraints): replacements as cheap as a plan's.
         s.repack_free_claims_from(base_bins);
         let mut price = 0.0;
-        for b in base_bins..s.bins.len() {
+        for b in s.bins.ids_from(base_bins) {
             let Origin::New(pool) = s.bins[b].origin else {
                 continue;
             };
             if s.bins[b].pods.is_empty() {
                 continue;
             }
-            let mut pods: Vec<usize> = s.bins[b].pods.iter().map(|(p, _)| *p).collect();
+            let mut pods: Vec<usize> = s.bins[b].pods.iter().map(|m| m.pod).collect();
             pods.sort_unstable();
             let claim = s.finalize_claim(b, pool, pods);
             price += claim.options.first().map_or(0.0, |o| o.price);
@@ -514,9 +513,9 @@ impl<'a> Solver<'a> {
                 candidates.pop();
             }
         }
-        for (pool, (usage, duals)) in s.pools.iter_mut().zip(u.pools) {
-            pool.usage = usage;
-            pool.duals = duals;
+        for (pool, before) in s.pools.iter_mut().zip(u.pools) {
+            pool.usage = before.usage;
+            pool.duals = before.duals;
         }
         s.zone_use = u.zone_use;
         for b in u.blocked {
@@ -528,27 +527,27 @@ impl<'a> Solver<'a> {
     /// change: they go back as they were even when a solve is kept.
     fn restore_caches(
         s: &mut Scheduler<'_>,
-        dead: &[(usize, usize)],
-        absorbed: &[(usize, usize, u32)],
+        dead: &[CandidateRef],
+        absorbed: &[(CandidateRef, u32)],
     ) {
-        for &(e, i) in dead {
-            let ec = &mut s.eclasses[e];
-            ec.candidates[i].dead = false;
+        for c in dead {
+            let ec = &mut s.eclasses[c.eclass];
+            ec.candidates[c.position].dead = false;
             ec.dead -= 1;
         }
-        for &(e, i, old) in absorbed.iter().rev() {
-            s.eclasses[e].candidates[i].absorbed = old;
+        for &(c, old) in absorbed.iter().rev() {
+            s.eclasses[c.eclass].candidates[c.position].absorbed = old;
         }
     }
 
     /// Makes the solve just run permanent (see `PreparedScheduler::commit`).
-    fn keep(&mut self, schedule: &Schedule, removed: &[usize], base_bins: usize) {
+    fn keep(&mut self, schedule: &Schedule, removed: &[usize], base_bins: BinId) {
         let s = &mut self.s;
         let input = s.input;
         let u = s.undo.take().expect("solving");
         Self::restore_caches(s, &u.dead, &u.absorbed);
-        for (pool, (_, duals)) in s.pools.iter_mut().zip(u.pools) {
-            pool.duals = duals;
+        for (pool, before) in s.pools.iter_mut().zip(u.pools) {
+            pool.duals = before.duals;
         }
         for b in u.blocked {
             s.blocked[b] = false;
@@ -567,13 +566,15 @@ impl<'a> Solver<'a> {
         }
         // A claim the re-packing pass emptied is no claim: it never takes pods.
         s.blocked.resize(s.bins.len(), false);
-        for b in base_bins..s.bins.len() {
+        for b in s.bins.ids_from(base_bins) {
             if matches!(s.bins[b].origin, Origin::New(_)) && s.bins[b].pods.is_empty() {
                 s.blocked[b] = true;
             }
         }
         // New claims become bins of their cheapest option.
-        let new_bins = (base_bins..s.bins.len())
+        let new_bins = s
+            .bins
+            .ids_from(base_bins)
             .filter(|&b| matches!(s.bins[b].origin, Origin::New(_)) && !s.bins[b].pods.is_empty());
         for (b, claim) in new_bins
             .collect::<Vec<_>>()
@@ -586,21 +587,16 @@ impl<'a> Solver<'a> {
             let Some(option) = claim.options.first() else {
                 continue;
             };
-            let Some(t) = input
-                .catalog
-                .types
-                .iter()
-                .position(|t| t.name == option.instance_type)
-            else {
+            let Some(t) = s.instance_type_named(&option.instance_type) else {
                 continue;
             };
-            let ceiling = s.usable(t, pool);
+            let ceiling = s.usable(pool, t);
             let mut ports = s.daemon_ports(pool, t);
             ports.extend(
                 s.bins[b]
                     .pods
                     .iter()
-                    .flat_map(|&(p, _)| input.pods[p].host_ports.iter().cloned()),
+                    .flat_map(|m| input.pods[m.pod].host_ports.iter().cloned()),
             );
             let bin = &mut s.bins[b];
             bin.target = Some(t);

@@ -172,7 +172,10 @@ fn removing_a_node_whose_pod_fits_nowhere_stops_naming_that_pod() {
     match stopped(prepared.solve(&remove(&[a]), &NO_LIMITS)) {
         Stop::PodDoesNotFit { pod, reason } => {
             assert_eq!(pod, pinned);
-            assert!(reason.contains("kubernetes.io/hostname"), "{reason}");
+            assert!(
+                reason.to_string().contains("kubernetes.io/hostname"),
+                "{reason}"
+            );
         }
         other => panic!("{other:?}"),
     }

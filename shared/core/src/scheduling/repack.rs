@@ -314,7 +314,8 @@ impl Packer<'_> {
         // Types cheaper than that node less the rest's floor, ranked by how much of
         // what is left their greedy fill takes per dollar (the largest share over the
         // dimensions); the best few are tried at each level.
-        let mut ranked: Vec<(f64, usize, Vec<(usize, usize)>)> = Vec::new();
+        // (share per dollar, the node that takes it)
+        let mut ranked: Vec<(f64, PackedNode)> = Vec::new();
         for t in self.frontier.clone() {
             if self.types[t].price + floor >= best.0 - 1e-12 {
                 break; // cheapest first
@@ -333,11 +334,12 @@ impl Packer<'_> {
                     got as f64 / demand[d] as f64
                 })
                 .fold(0.0, f64::max);
-            ranked.push((share / self.types[t].price.max(1e-12), t, take));
+            let per_dollar = share / self.types[t].price.max(1e-12);
+            ranked.push((per_dollar, PackedNode { ty: t, take }));
         }
-        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.ty.cmp(&b.1.ty)));
         ranked.truncate(TAIL_BRANCHES);
-        for (_, t, take) in ranked {
+        for (_, PackedNode { ty: t, take }) in ranked {
             let mut rest = counts.to_vec();
             for &(s, n) in &take {
                 rest[s] -= n;

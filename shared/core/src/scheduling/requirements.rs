@@ -346,27 +346,85 @@ impl Requirements {
     /// Karpenter's compatibility of incoming (pod) requirements with these (node or
     /// NodePool) requirements: every shared key intersects; a key only the incoming side
     /// names must be well-known (the node will get it from its instance type, zone, ...)
-    /// or be satisfiable by the label's absence. Returns the first conflict, described.
+    /// or be satisfiable by the label's absence. Returns the first conflict.
     pub fn compatible_with(
         &self,
         incoming: &Requirements,
         well_known: &dyn Fn(&str) -> bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), Conflict> {
+        match self.first_conflict(incoming, well_known) {
+            None => Ok(()),
+            Some((key, wanted, None)) => Err(Conflict::MissingLabel {
+                key: key.clone(),
+                wanted: Box::new(wanted.clone()),
+            }),
+            Some((key, wanted, Some(have))) => Err(Conflict::Disjoint {
+                key: key.clone(),
+                wanted: Box::new(wanted.clone()),
+                have: Box::new(have.clone()),
+            }),
+        }
+    }
+
+    /// [`Self::compatible_with`] without the conflict: placement asks this often and
+    /// needs only the answer.
+    pub fn is_compatible_with(
+        &self,
+        incoming: &Requirements,
+        well_known: &dyn Fn(&str) -> bool,
+    ) -> bool {
+        self.first_conflict(incoming, well_known).is_none()
+    }
+
+    /// The first incoming key that cannot hold: its wanted set, and ours if we name it.
+    fn first_conflict<'s>(
+        &'s self,
+        incoming: &'s Requirements,
+        well_known: &dyn Fn(&str) -> bool,
+    ) -> Option<(&'s String, &'s ValueSet, Option<&'s ValueSet>)> {
         for (key, want) in &incoming.map {
             match self.map.get(key) {
                 Some(have) => {
                     if !have.intersects(want) {
-                        return Err(format!("{key} {want} conflicts with {key} {have}"));
+                        return Some((key, want, Some(have)));
                     }
                 }
                 None => {
                     if !want.allows_absent() && !well_known(key) {
-                        return Err(format!("{key} {want} is not a label this node would have"));
+                        return Some((key, want, None));
                     }
                 }
             }
         }
-        Ok(())
+        None
+    }
+}
+
+/// Why incoming requirements cannot hold on a node (see [`Requirements::compatible_with`]).
+/// The sets are boxed to keep the error, and every `Result` carrying it, small.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Conflict {
+    /// Both sides name `key`, and no value is in both sets.
+    Disjoint {
+        key: String,
+        wanted: Box<ValueSet>,
+        have: Box<ValueSet>,
+    },
+    /// Only the incoming side names `key`: the node would not carry it, and the
+    /// incoming set needs it.
+    MissingLabel { key: String, wanted: Box<ValueSet> },
+}
+
+impl fmt::Display for Conflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Conflict::Disjoint { key, wanted, have } => {
+                write!(f, "{key} {wanted} conflicts with {key} {have}")
+            }
+            Conflict::MissingLabel { key, wanted } => {
+                write!(f, "{key} {wanted} is not a label this node would have")
+            }
+        }
     }
 }
 
@@ -428,16 +486,20 @@ mod tests {
         let err = pool
             .compatible_with(&pod, &|k| k == "kubernetes.io/arch")
             .unwrap_err();
-        assert!(err.contains("team In [a]"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "team In [a] is not a label this node would have"
+        );
         let well_known_pod = Requirements::from_node_requirements(&[req(
             "kubernetes.io/arch",
             Operator::In,
             &["arm64"],
         )]);
-        assert!(
+        assert_eq!(
             pool.compatible_with(&well_known_pod, &|_| true)
                 .unwrap_err()
-                .contains("conflicts")
+                .to_string(),
+            "kubernetes.io/arch In [arm64] conflicts with kubernetes.io/arch In [amd64]"
         );
         let not_in = Requirements::from_node_requirements(&[req("team", Operator::NotIn, &["b"])]);
         assert!(pool.compatible_with(&not_in, &|_| false).is_ok());

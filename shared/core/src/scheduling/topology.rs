@@ -10,6 +10,7 @@
 //! only scores them, and Karpenter does not track them either.)
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use crate::api::model::{NodeRequirement, Taint, TaintEffect};
 use crate::cluster::{LabelSelector, Toleration};
@@ -110,7 +111,7 @@ impl CompiledFilter {
             && self
                 .terms
                 .iter()
-                .any(|t| reqs.compatible_with(t, well_known).is_ok())
+                .any(|t| reqs.is_compatible_with(t, well_known))
     }
 
     /// With nodeAffinityPolicy Honor and a pod that constrains nodes at all.
@@ -142,14 +143,31 @@ impl GroupSpec {
             && self.selector.as_ref().is_some_and(|s| s.matches(labels))
     }
 
-    /// `label` is the key's label name.
-    pub fn describe(&self, label: &str) -> String {
+    /// The constraint as reasons name it; `label` is the key's label name.
+    pub fn constraint(&self, label: &str) -> TopologyConstraint {
+        TopologyConstraint {
+            kind: self.kind,
+            topology_key: label.to_string(),
+        }
+    }
+}
+
+/// A topology constraint as reasons name it: its kind and the label it counts on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopologyConstraint {
+    pub kind: GroupKind,
+    pub topology_key: String,
+}
+
+impl fmt::Display for TopologyConstraint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let key = &self.topology_key;
         match self.kind {
             GroupKind::Spread { max_skew, .. } => {
-                format!("topology spread on {label} (maxSkew {max_skew})")
+                write!(f, "topology spread on {key} (maxSkew {max_skew})")
             }
-            GroupKind::Affinity => format!("pod affinity on {label}"),
-            GroupKind::AntiAffinity => format!("pod anti-affinity on {label}"),
+            GroupKind::Affinity => write!(f, "pod affinity on {key}"),
+            GroupKind::AntiAffinity => write!(f, "pod anti-affinity on {key}"),
         }
     }
 }

@@ -144,6 +144,7 @@ impl<R: Read> Read for Tail<R> {
 
 /// Where the original pass takes over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(clippy::enum_variant_names)] // each says what the pass resumes after
 pub(super) enum Resume {
     /// At an item (or the end) right after the items array's `[`.
     AfterOpen,
@@ -168,6 +169,8 @@ impl Resume {
     }
 }
 
+// One per parse, moved once: the large variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Stop<R> {
     /// Read the whole input again from its first byte, which the window still holds.
     Restart(Window<R>),
@@ -764,6 +767,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::useless_format)] // one form for every text, interpolated or not
     fn odd_tops_and_items_read_the_same() {
         let pods = Value::Array(items()).to_string();
         let kindless = {

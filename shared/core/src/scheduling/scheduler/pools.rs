@@ -1,0 +1,250 @@
+//! NodePools as the scheduler sees them: their requirements and taints, the DaemonSets
+//! their nodes would run (and what those take from each type), the types they may
+//! launch, the capacity they already use, and the limits and minValues a new claim must
+//! respect.
+
+use std::collections::HashSet;
+
+use crate::api::model::{NodePool, Taint, TaintEffect};
+use crate::catalog::{InstanceType, LABEL_NODEPOOL};
+use crate::cluster::{HostPort, Toleration};
+use crate::resources::Resources;
+use crate::scheduling::requirements::{Requirements, ValueSet};
+use crate::scheduling::unschedulable::Refusal;
+
+use super::Scheduler;
+use super::duals::DualPrices;
+use super::ids::{IdVec, InstanceTypeId, PoolId};
+
+/// A DaemonSet that would run on a pool's nodes (taints and pool requirements allow
+/// it); whether it runs on a given type depends on that type's labels.
+#[derive(Clone)]
+pub(crate) struct PoolDaemon {
+    pub(crate) reqs: Requirements,
+    pub(crate) requests: Resources,
+    pub(crate) ports: Vec<HostPort>,
+    pub(crate) name: String,
+}
+
+#[derive(Clone)]
+pub(crate) struct PoolInfo {
+    pub(crate) reqs: Requirements,
+    pub(crate) taints: Vec<Taint>,
+    pub(crate) daemons: Vec<PoolDaemon>,
+    /// Per catalog type (filled for `types`): requests of the DaemonSet pods that would
+    /// run on a node of that type.
+    pub(crate) overhead: IdVec<InstanceTypeId, Resources>,
+    /// Per catalog type: indices into `daemons` that would run there and bind host ports.
+    pub(crate) port_daemons: IdVec<InstanceTypeId, Vec<usize>>,
+    /// Types compatible with the pool's requirements and offered in its zones.
+    pub(crate) types: Vec<InstanceTypeId>,
+    pub(crate) usage: Resources,
+    pub(crate) has_min_values: bool,
+    pub(crate) duals: Option<DualPrices>,
+    /// Allocatable by catalog index under the pool's EC2NodeClass kubelet settings;
+    /// `None` when they leave the catalog's as it is.
+    pub(crate) allocatable: Option<IdVec<InstanceTypeId, Resources>>,
+}
+
+/// The first of `taints` that `tolerations` do not tolerate (PreferNoSchedule ones are
+/// skipped when `prefer_ok`).
+pub(super) fn untolerated_taint<'t>(
+    tolerations: &[Toleration],
+    taints: &'t [Taint],
+    prefer_ok: bool,
+) -> Option<&'t Taint> {
+    taints.iter().find(|taint| {
+        (taint.effect != TaintEffect::PreferNoSchedule || !prefer_ok)
+            && !tolerations.iter().any(|t| t.tolerates(taint))
+    })
+}
+
+impl<'a> Scheduler<'a> {
+    pub(super) fn node_pool(&self, pool: PoolId) -> &'a NodePool {
+        &self.input.node_pools[pool.index()]
+    }
+
+    pub(crate) fn pool_named(&self, name: &str) -> Option<PoolId> {
+        let pools = self.input.node_pools;
+        pools
+            .iter()
+            .position(|p| p.name == name)
+            .map(PoolId::from_index)
+    }
+
+    pub(super) fn pool_requirements(pool: &NodePool) -> Requirements {
+        let mut reqs = Requirements::from_node_requirements(&pool.requirements);
+        for (k, v) in &pool.labels {
+            reqs.add(k, ValueSet::in_values([v.clone()]));
+        }
+        reqs.add(LABEL_NODEPOOL, ValueSet::in_values([pool.name.clone()]));
+        reqs
+    }
+
+    pub(super) fn build_pools(&mut self) {
+        let input = self.input;
+        for pool in input.node_pools {
+            let reqs = Self::pool_requirements(pool);
+            let types: Vec<InstanceTypeId> = self
+                .prices
+                .ids()
+                .filter(|&t| {
+                    self.type_satisfies(t, &reqs)
+                        && self.cheapest_offering(t, &reqs, None, None).is_some()
+                })
+                .collect();
+            let daemons = self.pool_daemons(pool, &reqs);
+            let mut overhead = IdVec::filled(Resources::new(), self.prices.len());
+            let mut port_daemons = IdVec::filled(Vec::new(), self.prices.len());
+            for t in self.prices.ids() {
+                for (d, daemon) in daemons.iter().enumerate() {
+                    if self.type_satisfies(t, &daemon.reqs) {
+                        overhead[t].add(&daemon.requests);
+                        if !daemon.ports.is_empty() {
+                            port_daemons[t].push(d);
+                        }
+                    }
+                }
+            }
+            let mut usage = Resources::new();
+            for node in input.nodes {
+                if node.labels.get(LABEL_NODEPOOL) == Some(&pool.name) {
+                    usage.add(&node.capacity);
+                    usage.set_milli("nodes", usage.get_milli("nodes") + 1000);
+                }
+            }
+            for c in input.in_flight.iter().filter(|c| c.node_pool == pool.name) {
+                if let Some(t) = input.catalog.get(&c.instance_type) {
+                    usage.add(&t.capacity);
+                    usage.set_milli("nodes", usage.get_milli("nodes") + 1000);
+                }
+            }
+            let has_min_values = pool.requirements.iter().any(|r| r.min_values.is_some());
+            let allocatable = input
+                .node_classes
+                .iter()
+                .find(|c| c.name == pool.node_class_ref.name)
+                .and_then(|class| crate::density::class_allocatable(input.catalog, class))
+                .map(IdVec::from);
+            self.pools.push(PoolInfo {
+                reqs,
+                taints: pool.taints.clone(),
+                daemons,
+                overhead,
+                port_daemons,
+                types,
+                usage,
+                has_min_values,
+                duals: None,
+                allocatable,
+            });
+        }
+        let mut order: Vec<PoolId> = self.pools.ids().collect();
+        order.sort_by(|&a, &b| {
+            let (pa, pb) = (self.node_pool(a), self.node_pool(b));
+            pb.weight
+                .cmp(&pa.weight)
+                .then_with(|| pa.name.cmp(&pb.name))
+        });
+        self.pool_order = order;
+    }
+
+    /// The DaemonSets whose pods would run on this pool's nodes: they tolerate its
+    /// taints and one of their node-affinity terms is compatible with its requirements.
+    /// Each keeps that term (narrowed by the pool), to be checked against each type's
+    /// labels. A DaemonSet that already runs pods is sized from one of them: their
+    /// requests reflect LimitRange defaults and VPA changes the template does not.
+    pub(super) fn pool_daemons(
+        &self,
+        pool: &NodePool,
+        pool_reqs: &Requirements,
+    ) -> Vec<PoolDaemon> {
+        let input = self.input;
+        let mut out = Vec::new();
+        for ds in input.daemonsets {
+            let tpl = &ds.template;
+            if untolerated_taint(&tpl.tolerations, &pool.taints, true).is_some() {
+                continue;
+            }
+            let terms = tpl.required_node_terms.len().max(1);
+            let Some(reqs) = (0..terms)
+                .map(|term| Self::pod_base_requirements(tpl, term))
+                .find(|r| pool_reqs.is_compatible_with(r, &|k| self.well_known.contains(k)))
+            else {
+                continue;
+            };
+            let running = input.pods.iter().find(|p| {
+                p.owner_daemonset.as_deref() == Some(ds.name.as_str())
+                    && p.namespace == ds.namespace
+                    && p.node_name.is_some()
+                    && !p.terminal
+            });
+            let source = running.unwrap_or(tpl);
+            out.push(PoolDaemon {
+                reqs,
+                requests: source.requests.clone(),
+                ports: source.host_ports.clone(),
+                name: format!("{}/{}", ds.namespace, ds.name),
+            });
+        }
+        out
+    }
+
+    pub(super) fn within_limits(&self, pool: PoolId, it: &InstanceType) -> Result<(), Refusal> {
+        let Some(limits) = &self.node_pool(pool).limits else {
+            return Ok(());
+        };
+        for (name, limit) in limits.iter() {
+            let add = if name == "nodes" {
+                1000
+            } else {
+                it.capacity.get_milli(name)
+            };
+            // Saturating: a limit written as "no limit" sits at the quantity ceiling.
+            let used = self.pools[pool].usage.get_milli(name).saturating_add(add);
+            if used > limit {
+                return Err(Refusal::LimitReached {
+                    resource: name.to_string(),
+                    would_reach: used,
+                    limit,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Distinct values of each minValues key among types fitting `requests` under `reqs`.
+    pub(super) fn min_values_ok(
+        &self,
+        pool: PoolId,
+        reqs: &Requirements,
+        requests: &Resources,
+    ) -> Result<(), Refusal> {
+        for (key, set) in reqs.iter() {
+            let Some(min) = set.min_values else { continue };
+            let mut seen: HashSet<&str> = HashSet::new();
+            for &t in &self.pools[pool].types {
+                if !requests.fits_in(&self.usable(pool, t)) || !self.type_satisfies(t, reqs) {
+                    continue;
+                }
+                if self.cheapest_offering(t, reqs, None, None).is_none() {
+                    continue;
+                }
+                if let Some(v) = self.instance_type(t).labels.get(key) {
+                    seen.insert(v);
+                }
+                if seen.len() >= min as usize {
+                    break;
+                }
+            }
+            if seen.len() < min as usize {
+                return Err(Refusal::MinValues {
+                    key: key.clone(),
+                    min,
+                    distinct: seen.len(),
+                });
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,130 @@
+//! Building the scheduler for one cluster: prices by type, zone and capacity type, the
+//! keys a node gets from its type, the pools, domain keys and bins — and, in
+//! [`Scheduler::prepare`], the pending pods in placement order with their classes.
+//! Everything here depends on the cluster alone, so it is done once and then cloned or
+//! shared by every solve.
+
+use crate::api::model::TaintEffect;
+use crate::catalog::{
+    CapacityType, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL, LABEL_REGION, LABEL_ZONE,
+};
+use crate::cluster::Pod;
+use crate::resources::{CPU, MEMORY};
+use crate::scheduling::fast_hash::FastMap;
+
+use super::ids::{IdVec, InstanceTypeId};
+use super::{Scheduler, SchedulerInput};
+
+/// Placement order: most CPU first, then most memory, then input order.
+pub(crate) fn largest_first(pods: &[Pod], a: usize, b: usize) -> std::cmp::Ordering {
+    let (ra, rb) = (&pods[a].requests, &pods[b].requests);
+    rb.slot_milli(CPU)
+        .cmp(&ra.slot_milli(CPU))
+        .then(rb.slot_milli(MEMORY).cmp(&ra.slot_milli(MEMORY)))
+        .then(a.cmp(&b))
+}
+
+impl<'a> Scheduler<'a> {
+    pub(super) fn new(input: &'a SchedulerInput<'a>) -> Self {
+        let catalog = input.catalog;
+        let mut zones = input.pricing.zones.clone();
+        for node in input.nodes {
+            if let Some(z) = node.labels.get(LABEL_ZONE)
+                && !zones.contains(z)
+            {
+                zones.push(z.clone());
+            }
+        }
+        let offered_zones = input.pricing.zones.len();
+        let prices: IdVec<InstanceTypeId, Vec<[Option<f64>; 2]>> = catalog
+            .types
+            .iter()
+            .map(|t| {
+                (0..zones.len())
+                    .map(|z| {
+                        if z >= offered_zones {
+                            return [None, None];
+                        }
+                        CapacityType::ALL.map(|ct| input.pricing.price(t, &zones[z], ct))
+                    })
+                    .collect()
+            })
+            .collect();
+        let type_keys = catalog.label_keys();
+        let mut well_known = type_keys.clone();
+        for k in [
+            LABEL_ZONE,
+            LABEL_REGION,
+            LABEL_CAPACITY_TYPE,
+            LABEL_NODEPOOL,
+            LABEL_HOSTNAME,
+        ] {
+            well_known.insert(k.to_string());
+        }
+        let any_prefer_no_schedule = input
+            .node_pools
+            .iter()
+            .flat_map(|p| p.taints.iter())
+            .chain(input.nodes.iter().flat_map(|n| n.taints.iter()))
+            .any(|t| t.effect == TaintEffect::PreferNoSchedule);
+        let mut s = Scheduler {
+            input,
+            zones,
+            well_known,
+            type_keys,
+            prices,
+            keys: Vec::new(),
+            pools: IdVec::new(),
+            pool_order: Vec::new(),
+            bins: IdVec::new(),
+            groups: IdVec::new(),
+            group_index: FastMap::default(),
+            classes: IdVec::new(),
+            pod_class: vec![None; input.pods.len()],
+            eclasses: IdVec::new(),
+            eclass_index: FastMap::default(),
+            any_prefer_no_schedule,
+            zone_use: Vec::new(),
+            pending: Vec::new(),
+            node_bin: vec![None; input.nodes.len()],
+            node_index: input
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name.as_str(), i))
+                .collect(),
+            select_index: FastMap::default(),
+            select_scan: Vec::new(),
+            owner_index: FastMap::default(),
+            shapes: Vec::new(),
+            shape_index: FastMap::default(),
+            undo: None,
+            blocked: IdVec::new(),
+            bin_stamp: IdVec::new(),
+            stamp: 0,
+            universe_cache: FastMap::default(),
+        };
+        s.zone_use = vec![0; s.zones.len()];
+        s.build_pools();
+        s.build_domain_keys();
+        s.build_existing_bins();
+        s.build_in_flight_bins();
+        s
+    }
+
+    /// Everything but placement: setup, the pending pods in order, their classes, and
+    /// the bound pods counted in topology.
+    pub(crate) fn prepare(input: &'a SchedulerInput<'a>) -> Self {
+        let mut s = Scheduler::new(input);
+        let pods = input.pods;
+        // Pods kube-scheduler may still bind, or that are not ours (another scheduler,
+        // a preemption nomination, a claim not ready), get no capacity.
+        let mut pending: Vec<usize> = (0..pods.len())
+            .filter(|&p| pods[p].is_pending() && pods[p].is_provisionable())
+            .collect();
+        pending.sort_by(|&a, &b| largest_first(pods, a, b));
+        s.build_classes(&pending);
+        s.pending = pending;
+        s
+    }
+}

@@ -1,0 +1,83 @@
+//! The undo log of a speculative solve: the bins it changed (as they were), the count
+//! changes it made and the candidate caches it touched, so that the prepared state can
+//! be restored in time proportional to what the solve did, not to the cluster.
+
+use crate::resources::Resources;
+use crate::scheduling::topology::TopologyKey;
+
+use super::Scheduler;
+use super::bins::Bin;
+use super::duals::DualPrices;
+use super::ids::{BinId, EClassId, GroupId};
+
+/// One topology count change, to be reversed.
+#[derive(Clone, Copy)]
+pub(crate) struct CountChange {
+    pub(crate) group: GroupId,
+    pub(crate) owners: bool,
+    pub(crate) key: TopologyKey,
+    /// `None`: a hostname count on a node that is not a bin (`other_hosts`).
+    pub(crate) domain: Option<usize>,
+    pub(crate) delta: i32,
+}
+
+/// What a speculative solve changed, so it can be undone: it touches a few bins and
+/// counts, never the whole cluster.
+#[derive(Default)]
+pub(crate) struct Undo {
+    /// Bins at or past this index were opened by the solve.
+    pub(crate) base_bins: BinId,
+    /// Bins as they were before the solve first changed them.
+    pub(crate) bins: Vec<(BinId, Bin)>,
+    pub(crate) counts: Vec<CountChange>,
+    /// Candidates marked dead.
+    pub(crate) dead: Vec<CandidateRef>,
+    /// Candidates whose `absorbed` version changed, with the one before.
+    pub(crate) absorbed: Vec<(CandidateRef, u32)>,
+    /// Eclasses that were given candidates for bins the solve opened.
+    pub(crate) pushed: Vec<EClassId>,
+    /// Each pool's usage and dual prices before the solve.
+    pub(crate) pools: Vec<PoolState>,
+    pub(crate) zone_use: Vec<u32>,
+    pub(crate) blocked: Vec<BinId>,
+    /// The pods being re-placed (for the remaining demand new claims are sized against).
+    pub(crate) moving: Vec<MovingPod>,
+}
+
+/// A class's candidate, by its position in the list (a solve does not compact it).
+#[derive(Clone, Copy)]
+pub(crate) struct CandidateRef {
+    pub(crate) eclass: EClassId,
+    pub(crate) position: usize,
+}
+
+/// What a solve changes in a pool.
+pub(crate) struct PoolState {
+    pub(crate) usage: Resources,
+    pub(crate) duals: Option<DualPrices>,
+}
+
+/// A pod a solve re-places, and whether it is placed yet.
+pub(crate) struct MovingPod {
+    pub(crate) pod: usize,
+    pub(crate) placed: bool,
+}
+
+impl Clone for Undo {
+    fn clone(&self) -> Self {
+        // A scheduler is only cloned between solves.
+        Undo::default()
+    }
+}
+
+impl Scheduler<'_> {
+    /// Saves bin `b` in the undo log the first time a solve changes it.
+    pub(super) fn save_bin(&mut self, b: BinId) {
+        let Some(u) = &mut self.undo else { return };
+        if b >= u.base_bins || self.bin_stamp[b] == self.stamp {
+            return;
+        }
+        self.bin_stamp[b] = self.stamp;
+        u.bins.push((b, self.bins[b].clone()));
+    }
+}
