@@ -1434,6 +1434,14 @@ impl Ec2Cloud {
                             .unwrap_or_default(),
                         claim_name: tags.get(TAG_NODECLAIM).cloned(),
                         launch_time: i.launch_time.map(|t| t.secs()).unwrap_or(0),
+                        image_id: i.image_id.filter(|s| !s.is_empty()),
+                        subnet_id: i.subnet_id.filter(|s| !s.is_empty()),
+                        security_group_ids: i
+                            .security_groups
+                            .unwrap_or_default()
+                            .into_iter()
+                            .filter_map(|g| g.group_id)
+                            .collect(),
                     };
                     instances.push((instance, tags));
                 }

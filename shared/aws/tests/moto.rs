@@ -871,6 +871,10 @@ async fn owned_instances_are_only_this_clusters_and_terminate_removes_them() {
     assert_eq!(i.claim_name.as_deref(), Some("default-o1"));
     assert!(i.state == "running" || i.state == "pending", "{}", i.state);
     assert!(i.launch_time > 0);
+    // What drift compares with what the class selects (moto's CreateFleet drops the
+    // launch template's security groups: see the next test for those).
+    assert_eq!(i.image_id.as_deref(), Some(net.ami_amd64.as_str()));
+    assert_eq!(i.subnet_id.as_deref(), Some(net.subnet_a.as_str()));
 
     let err = cloud
         .terminate(&["i-not-an-id".to_string()])
@@ -892,6 +896,47 @@ async fn owned_instances_are_only_this_clusters_and_terminate_removes_them() {
         matches!(state.as_str(), "shutting-down" | "terminated"),
         "{state}"
     );
+}
+
+#[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn owned_instances_carry_the_image_subnet_and_security_groups_ec2_describes() {
+    // Started with RunInstances: moto 5.2.5's CreateFleet does not apply the launch
+    // template's security groups, RunInstances does.
+    let url = moto!();
+    let cluster = unique("drift");
+    let net = network(&url, &cluster).await;
+    let cloud = cloud(&url, &cluster, &net).await;
+    let ec2 = aws_sdk_ec2::Client::new(&sdk_config(&url).await);
+    let cluster_tag = format!("kubernetes.io/cluster/{cluster}");
+    let started = ec2
+        .run_instances()
+        .image_id(&net.ami_arm64)
+        .instance_type(aws_sdk_ec2::types::InstanceType::M6gLarge)
+        .min_count(1)
+        .max_count(1)
+        .subnet_id(&net.subnet_b)
+        .security_group_ids(&net.security_group)
+        .tag_specifications(tag_spec(
+            ResourceType::Instance,
+            &[
+                (cluster_tag.as_str(), "owned"),
+                ("nodewright.io/managed-by", "nodewright"),
+                ("karpenter.sh/nodeclaim", "default-d1"),
+            ],
+        ))
+        .send()
+        .await
+        .unwrap();
+    let id = started.instances()[0].instance_id().unwrap().to_string();
+
+    let owned = cloud.owned_instances().await.unwrap();
+    assert_eq!(owned.len(), 1, "{owned:?}");
+    let i = &owned[0];
+    assert_eq!(i.id, id);
+    assert_eq!(i.image_id.as_deref(), Some(net.ami_arm64.as_str()));
+    assert_eq!(i.subnet_id.as_deref(), Some(net.subnet_b.as_str()));
+    assert_eq!(i.security_group_ids, vec![net.security_group.clone()]);
 }
 
 #[tokio::test]

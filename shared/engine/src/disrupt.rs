@@ -31,27 +31,32 @@
 //! planning ([`planning_claims`]): their pods still run there, so nothing is launched
 //! for them except the command's own replacements.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::{info, warn};
 
-use nodewright_core::cluster::{ClusterSnapshot, Pod};
+use nodewright_core::catalog::{LABEL_ARCH, LABEL_NODEPOOL};
+use nodewright_core::cluster::{ClusterSnapshot, Node, Pod};
 use nodewright_core::disruption::Reason;
 use nodewright_core::disruption::command::{
     Command, Decision as CoreDecision, DisruptionInput, PriceBeforeAfter, RejectedNode,
 };
+use nodewright_core::disruption::drift::{LaunchedWith, SelectedImage, Selection, external_drift};
 use nodewright_core::nodeclaim::{
     ClaimState, Disruption, DisruptionCause, DisruptionCommand, NodeClaim,
+    instance_id_from_provider_id,
 };
 use nodewright_core::planning_view::{ClusterView, in_flight_claims, planning_snapshot};
 
 use crate::context::Ports;
 use crate::error::{EngineError, Result};
 use crate::lease::{Acquired, LeaseKeeper};
-use crate::ports::{Decision, ErrorKind, NodePatch};
-use crate::provision::{Provisioner, ProvisionerConfig, TickReport, World, claim_spec, replace};
+use crate::ports::{Decision, ErrorKind, Instance, NodePatch};
+use crate::provision::{
+    Provisioner, ProvisionerConfig, TickReport, Unresolved, World, claim_spec, replace,
+};
 use crate::terminate::{self, TAINT_DISRUPTED, save};
 
 /// The lease every disruption invocation competes for.
@@ -211,7 +216,7 @@ impl Disrupter {
     async fn tick_with_lease(&self, lease: &LeaseKeeper) -> Result<DisruptionReport> {
         let p = &self.provisioner;
         let now = self.ports().clock.now();
-        let mut world = p.gather(now).await?;
+        let mut world = p.gather_with(now, Unresolved::Skip).await?;
         let mut report = DisruptionReport {
             progress: advance_commands(p, &mut world, Some(lease)).await?,
             ..DisruptionReport::default()
@@ -247,7 +252,7 @@ impl Disrupter {
 
     async fn dry_run(&self) -> Result<DisruptionReport> {
         let now = self.ports().clock.now();
-        let world = self.provisioner.gather(now).await?;
+        let world = self.provisioner.gather_with(now, Unresolved::Skip).await?;
         let decision = decide(&self.provisioner, &world, now, None);
         self.record(&decision, now, true).await;
         Ok(DisruptionReport {
@@ -421,6 +426,7 @@ fn decide(
     };
     let snapshot: ClusterSnapshot = planning_snapshot(view, &claims, &world.pools);
     let in_flight = in_flight_claims(&claims, &snapshot);
+    let external_drift = resource_drift(world, &nodes);
     // Nodes already on their way out, and candidates of other commands: budgets count
     // them, and they are neither candidates nor destinations.
     let disrupting: Vec<String> = world
@@ -438,12 +444,76 @@ fn decide(
         in_flight: &in_flight,
         now,
         spot_to_spot: p.config().spot_to_spot,
-        // TODO: AMI, subnet and security group drift: the instances' images and
-        // subnets are not read yet (Cloud::owned_instances does not return them).
-        external_drift: &[],
+        external_drift: &external_drift,
         disrupting: &disrupting,
     };
     (p.decider())(&input)
+}
+
+/// (node, why) for each managed node whose instance runs an AMI, sits in a subnet or
+/// has security groups its NodePool's EC2NodeClass no longer selects, as resolved by
+/// this tick's gather. A node whose class did not resolve, or whose instance is not
+/// listed (or EC2 did not say), is not drifted this way.
+fn resource_drift(world: &World, nodes: &[Node]) -> Vec<(String, String)> {
+    let selections: HashMap<&str, Selection<'_>> = world
+        .classes
+        .iter()
+        .map(|(name, (_, resolved))| {
+            let selection = Selection {
+                node_class: name.as_str(),
+                images: resolved
+                    .images
+                    .iter()
+                    .map(|i| SelectedImage {
+                        id: &i.id,
+                        arch: &i.arch,
+                    })
+                    .collect(),
+                subnets: resolved.subnets.iter().map(|s| s.id.as_str()).collect(),
+                security_groups: resolved
+                    .security_group_ids
+                    .iter()
+                    .map(String::as_str)
+                    .collect(),
+            };
+            (name.as_str(), selection)
+        })
+        .collect();
+    let instances: HashMap<&str, &Instance> = world
+        .owned
+        .iter()
+        .chain(&world.karpenter_instances)
+        .map(|i| (i.id.as_str(), i))
+        .collect();
+    let launched = nodes.iter().filter_map(|node| {
+        let pool = node.labels.get(LABEL_NODEPOOL)?;
+        let pool = world.pools.iter().find(|p| &p.name == pool)?;
+        let class = selections.get(pool.node_class_ref.name.as_str())?;
+        let id = node
+            .provider_id
+            .as_deref()
+            .and_then(instance_id_from_provider_id)?;
+        let instance = instances.get(id)?;
+        let arch = node.labels.get(LABEL_ARCH).or_else(|| {
+            world
+                .catalog
+                .get(&instance.instance_type)
+                .and_then(|t| t.labels.get(LABEL_ARCH))
+        });
+        let with = LaunchedWith {
+            node: &node.name,
+            arch: arch.map(String::as_str),
+            image: instance.image_id.as_deref(),
+            subnet: instance.subnet_id.as_deref(),
+            security_groups: &instance.security_group_ids,
+        };
+        Some((with, class))
+    });
+    let drifted = external_drift(launched);
+    for (node, why) in &drifted {
+        tracing::debug!(node = %node, reason = %why, "drifted from what its EC2NodeClass selects");
+    }
+    drifted
 }
 
 /// A short stable id for a command: FNV-1a over its nodes and the time it was decided.

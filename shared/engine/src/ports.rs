@@ -208,6 +208,13 @@ pub struct Instance {
     /// The `karpenter.sh/nodeclaim` tag.
     pub claim_name: Option<String>,
     pub launch_time: i64,
+    /// The AMI it runs (`ImageId`); `None` when not known. With the subnet and the
+    /// security groups, compared against what its EC2NodeClass selects now (drift).
+    pub image_id: Option<String>,
+    /// `SubnetId`; `None` when not known.
+    pub subnet_id: Option<String>,
+    /// `SecurityGroups[].GroupId`; empty when not known.
+    pub security_group_ids: Vec<String>,
 }
 
 #[async_trait]

@@ -227,6 +227,16 @@ pub(crate) struct World {
     healthy_classes: Vec<(String, Option<String>)>,
 }
 
+/// What [`Provisioner::gather_with`] does when an EC2NodeClass fails to resolve for a
+/// transient reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unresolved {
+    /// The gather fails (the tick is retried).
+    Fail,
+    /// The class and its NodePools are left out, logged with the error.
+    Skip,
+}
+
 enum LaunchOutcome {
     Launched(NodeClaim, Launched),
     Failed(String),
@@ -628,6 +638,14 @@ impl Provisioner {
     }
 
     pub(crate) async fn gather(&self, now: i64) -> Result<World> {
+        self.gather_with(now, Unresolved::Fail).await
+    }
+
+    /// [`Self::gather`], saying what a transient failure to resolve an EC2NodeClass
+    /// (throttled, unavailable) does: fail the tick (the provisioner: planning without
+    /// a NodePool would call its pods unschedulable), or leave the class's NodePools
+    /// out of this tick (the disruption job: their nodes sit one run out).
+    pub(crate) async fn gather_with(&self, now: i64, unresolved: Unresolved) -> Result<World> {
         let p = &self.ports;
         let (state, claims, unavailable, catalog, spot, owned, kubernetes_version) = tokio::try_join!(
             async { p.cluster.state().await.map_err(EngineError::from) },
@@ -691,6 +709,11 @@ impl Provisioner {
                 }
                 Err(e) if matches!(e.kind, ErrorKind::Invalid | ErrorKind::NotFound) => {
                     Some(Problem::unresolved(&class.name, e.to_string()))
+                }
+                Err(e) if unresolved == Unresolved::Skip => {
+                    warn!(node_class = %class.name, error = %e, kind = ?e.kind,
+                        "could not resolve the EC2NodeClass; its NodePools sit this run out (no drift, no disruption)");
+                    None
                 }
                 Err(e) => return Err(e.into()),
             };

@@ -160,7 +160,22 @@ impl System {
         System::with(pool, default_decider(), Arc::default())
     }
 
+    /// Decisions by core's `decide`, over `pool`, with spot-to-spot consolidation on
+    /// (for both jobs: the provisioner's polls validate the commands).
+    fn deciding_with_core_spot_to_spot(pool: NodePool) -> System {
+        System::with_settings(pool, default_decider(), Arc::default(), true)
+    }
+
     fn with(pool: NodePool, decider: Decider, expire: Arc<Mutex<HashSet<String>>>) -> System {
+        System::with_settings(pool, decider, expire, false)
+    }
+
+    fn with_settings(
+        pool: NodePool,
+        decider: Decider,
+        expire: Arc<Mutex<HashSet<String>>>,
+        spot_to_spot: bool,
+    ) -> System {
         let world = World::new(
             Catalog::embedded().clone(),
             &ZONES,
@@ -171,16 +186,13 @@ impl System {
             s.node_pools.push(pool);
             s.node_classes.push(node_class("default"));
         });
-        let provisioner = Provisioner::new(
-            world.ports(),
-            ProvisionerConfig::new("test-cluster", "provisioner-1"),
-        )
-        .with_decider(decider.clone());
-        let disrupter = Disrupter::new(
-            world.ports(),
-            DisruptionConfig::new("test-cluster", "disruption-1"),
-        )
-        .with_decider(decider);
+        let mut provisioner_config = ProvisionerConfig::new("test-cluster", "provisioner-1");
+        provisioner_config.spot_to_spot = spot_to_spot;
+        let provisioner =
+            Provisioner::new(world.ports(), provisioner_config).with_decider(decider.clone());
+        let mut disruption_config = DisruptionConfig::new("test-cluster", "disruption-1");
+        disruption_config.spot_to_spot = spot_to_spot;
+        let disrupter = Disrupter::new(world.ports(), disruption_config).with_decider(decider);
         System {
             world,
             provisioner,
@@ -808,4 +820,423 @@ async fn a_drain_a_budget_refuses_forever_ends_at_the_node_pools_termination_gra
     assert_eq!(gone.state, ClaimState::Terminated);
     let d = gone.disruption.unwrap();
     assert!(d.deadline.is_some_and(|t| t - d.since <= 90 + 60), "{d:?}");
+}
+
+// ----- issue 13: drift, spot-to-spot, M → N, budget windows, PDBs -----------------------
+
+impl System {
+    /// The instance behind a node (by its providerID), as EC2 holds it.
+    fn instance_of(&self, node: &str) -> nodewright_engine::fakes::FakeInstance {
+        let n = self.world.cluster.node(node).expect("node");
+        let id = n
+            .provider_id
+            .as_deref()
+            .and_then(nodewright_core::nodeclaim::instance_id_from_provider_id)
+            .expect("providerID");
+        self.world.cloud.instance(id).expect("instance")
+    }
+
+    fn claim_of(&self, node: &str) -> NodeClaim {
+        self.claims()
+            .into_iter()
+            .find(|c| c.node_name.as_deref() == Some(node))
+            .expect("claim")
+    }
+
+    /// Every pod that went pending after `since` was bound again within `secs`: it
+    /// was moved onto capacity already there, never left waiting for a launch.
+    fn assert_pods_moved_within(&self, since: i64, secs: i64) {
+        let slow: Vec<_> = self
+            .world
+            .pod_waits()
+            .into_iter()
+            .filter(|w| w.since >= since && w.seconds() > secs)
+            .collect();
+        assert_eq!(slow, vec![], "pods waited for capacity");
+    }
+}
+
+fn web_pdb(max_unavailable: i32) -> nodewright_core::cluster::PodDisruptionBudget {
+    nodewright_core::cluster::PodDisruptionBudget {
+        namespace: "default".into(),
+        name: "web".into(),
+        selector: Some(nodewright_core::testing::selector("web")),
+        min_available: None,
+        max_unavailable: Some(nodewright_core::cluster::IntOrPercent::Int(max_unavailable)),
+        status_disruptions_allowed: None,
+    }
+}
+
+/// Keeps `quota[i]` pods on the i-th node (in name order) and deletes the rest.
+fn keep_on_nodes(sys: &System, nodes: &[String], quota: &[usize]) {
+    let mut kept = std::collections::HashMap::new();
+    sys.world.cluster.with_state(|s| {
+        s.pods.retain(|p| {
+            let Some(node) = p.node_name.as_deref() else {
+                return true;
+            };
+            let Some(i) = nodes.iter().position(|n| n == node) else {
+                return true;
+            };
+            let n = kept.entry(node.to_string()).or_insert(0);
+            *n += 1;
+            *n <= quota[i]
+        })
+    });
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drifted_ami_is_replaced_and_the_new_node_runs_the_new_image() {
+    use nodewright_engine::ports::Image;
+    let sys = System::deciding_with_core(m5_pool());
+    sys.add_pods("web", 3);
+    sys.provision(2).await;
+    let old = sys.live_nodes();
+    assert_eq!(old.len(), 1);
+    let before = sys.instance_of(&old[0]).instance;
+    assert_eq!(before.image_id.as_deref(), Some("ami-0aaaaaaaaaaaaaaa1"));
+    assert!(before.subnet_id.is_some() && !before.security_group_ids.is_empty());
+    // Settled: a minute of both jobs disrupts nothing.
+    sys.run(1).await;
+    assert_eq!(sys.live_nodes(), old);
+
+    // The alias now resolves to a new AMI.
+    sys.world.cloud.set_images(vec![
+        Image {
+            id: "ami-0bbbbbbbbbbbbbbb1".into(),
+            arch: "amd64".into(),
+        },
+        Image {
+            id: "ami-0bbbbbbbbbbbbbbb2".into(),
+            arch: "arm64".into(),
+        },
+    ]);
+    let t0 = sys.world.now();
+    sys.run(4).await;
+
+    let nodes = sys.live_nodes();
+    assert_eq!(
+        nodes.len(),
+        1,
+        "{:#?}\n{:#?}",
+        sys.decisions("disruption"),
+        sys.claims()
+    );
+    assert_ne!(nodes, old, "replaced: {:#?}", sys.decisions("disruption"));
+    assert_eq!(
+        sys.instance_of(&nodes[0]).instance.image_id.as_deref(),
+        Some("ami-0bbbbbbbbbbbbbbb1"),
+        "the replacement runs the new image"
+    );
+    assert_eq!(sys.pods_on(&nodes[0]), 3, "the pods moved");
+    let gone = sys.claim_of(&old[0]);
+    assert_eq!(gone.state, ClaimState::Terminated);
+    assert_eq!(
+        gone.disruption.map(|d| d.cause),
+        Some(DisruptionCause::Drifted)
+    );
+    assert_eq!(sys.world.cloud.instances().len(), 2, "one replacement");
+    assert_eq!(
+        sys.world.cloud.instance(&before.id).unwrap().instance.state,
+        "terminated"
+    );
+    sys.assert_pods_moved_within(t0, 5);
+    sys.assert_settled();
+    assert!(
+        sys.decisions("disruption")
+            .iter()
+            .any(|d| d.contains("(Drift, Drifted)")),
+        "{:#?}",
+        sys.decisions("disruption")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_class_that_fails_to_resolve_drifts_nothing_that_run_and_fails_no_run() {
+    use nodewright_engine::ports::Image;
+    let sys = System::deciding_with_core(m5_pool());
+    sys.add_pods("web", 3);
+    sys.provision(2).await;
+    let old = sys.live_nodes();
+    sys.world.cloud.set_images(vec![Image {
+        id: "ami-0bbbbbbbbbbbbbbb1".into(),
+        arch: "amd64".into(),
+    }]);
+    sys.world.cloud.fail_after(
+        CloudOp::ResolveNodeClass,
+        0,
+        CloudError::new(ErrorKind::Throttled, "Rate exceeded"),
+    );
+
+    let report = sys.disrupter.tick().await.expect("not a failed run");
+    assert!(report.decided && report.started.is_empty(), "{report:#?}");
+    assert_eq!(sys.live_nodes(), old);
+
+    // The next runs resolve it, and the node is replaced.
+    sys.run(4).await;
+    let nodes = sys.live_nodes();
+    assert_eq!(nodes.len(), 1);
+    assert_ne!(nodes, old, "{:#?}", sys.decisions("disruption"));
+    sys.assert_settled();
+}
+
+/// Spot, amd64, c/m/r of generation 5 or later: far more than 15 types are cheaper than
+/// the 8-vCPU node six pods need, once one pod is left.
+fn spot_pool() -> NodePool {
+    let req = |key: &str, operator: Operator, values: &[&str]| NodeRequirement {
+        key: key.into(),
+        operator,
+        values: values.iter().map(|v| v.to_string()).collect(),
+        min_values: None,
+    };
+    let mut pool = node_pool(
+        "spot",
+        vec![
+            req(LABEL_CAPACITY_TYPE, Operator::In, &["spot"]),
+            req("kubernetes.io/arch", Operator::In, &["amd64"]),
+            req(
+                "karpenter.k8s.aws/instance-category",
+                Operator::In,
+                &["c", "m", "r"],
+            ),
+            req(
+                "karpenter.k8s.aws/instance-generation",
+                Operator::Gt,
+                &["4"],
+            ),
+        ],
+    );
+    pool.disruption.budgets[0].nodes = BudgetNodes::Percent(100);
+    pool
+}
+
+/// One spot node for six pods, then five of them gone: the node is far too big.
+async fn one_oversized_spot_node(sys: System) -> (System, String, f64) {
+    sys.add_pods("web", 6);
+    sys.provision(2).await;
+    let nodes = sys.live_nodes();
+    assert_eq!(nodes.len(), 1, "{:#?}", sys.claims());
+    keep_on_nodes(&sys, &nodes, &[1]);
+    let spot = sys.instance_of(&nodes[0]);
+    assert_eq!(
+        spot.instance.capacity_type,
+        nodewright_core::catalog::CapacityType::Spot
+    );
+    let price = spot.price;
+    (sys, nodes[0].clone(), price)
+}
+
+#[tokio::test(start_paused = true)]
+async fn spot_to_spot_consolidation_happens_only_with_the_setting() {
+    // Without the setting: the pod has nowhere else to go, and a spot node is only
+    // ever deleted, never replaced.
+    let (sys, node, _) = one_oversized_spot_node(System::deciding_with_core(spot_pool())).await;
+    sys.run(4).await;
+    assert_eq!(sys.live_nodes(), vec![node.clone()]);
+    assert_eq!(sys.world.cloud.instances().len(), 1, "nothing launched");
+    sys.assert_settled();
+    assert!(
+        sys.decisions("disruption")
+            .iter()
+            .any(|d| d.starts_with(&format!("keep {node} (SpotToSpot)"))),
+        "{:#?}",
+        sys.decisions("disruption")
+    );
+
+    // With it: replaced by a cheaper spot node, chosen among at least 15 types.
+    let (sys, node, price) =
+        one_oversized_spot_node(System::deciding_with_core_spot_to_spot(spot_pool())).await;
+    let t0 = sys.world.now();
+    sys.run(4).await;
+    let nodes = sys.live_nodes();
+    assert_eq!(
+        nodes.len(),
+        1,
+        "{:#?}\n{:#?}",
+        sys.decisions("disruption"),
+        sys.claims()
+    );
+    assert_ne!(nodes[0], node, "{:#?}", sys.decisions("disruption"));
+    let replacement = sys.instance_of(&nodes[0]);
+    assert_eq!(
+        replacement.instance.capacity_type,
+        nodewright_core::catalog::CapacityType::Spot
+    );
+    assert!(
+        replacement.price < price,
+        "{} at {} is not cheaper than {price}",
+        replacement.instance.instance_type,
+        replacement.price
+    );
+    assert_eq!(
+        replacement.request.offerings.len(),
+        nodewright_core::disruption::decide::SPOT_TO_SPOT_MIN_TYPES * 3,
+        "the 15 cheapest spot types, in each zone: {:?}",
+        replacement.request.offerings
+    );
+    assert_eq!(sys.pods_on(&nodes[0]), 1);
+    assert_eq!(
+        sys.claim_of(&node).disruption.map(|d| d.cause),
+        Some(DisruptionCause::Underutilized)
+    );
+    assert_eq!(sys.world.cloud.instances().len(), 2, "one replacement");
+    sys.assert_pods_moved_within(t0, 5);
+    sys.assert_settled();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_multi_node_consolidation_replaces_several_nodes_with_one() {
+    // m5.large or m5.xlarge. A 3-CPU batch pod needs an m5.xlarge each, and a 500m web
+    // pod fits beside each; when the batch pods are done, the three web pods fit one
+    // m5.large: three nodes become one (not one m5.xlarge: keeping one of the three
+    // would do as well).
+    let mut pool = pool_with_budget(BudgetNodes::Percent(100));
+    pool.requirements[0].values = vec!["m5.large".into(), "m5.xlarge".into()];
+    let sys = System::deciding_with_core(pool);
+    for i in 0..3 {
+        sys.world
+            .cluster
+            .add_pod(pod(&format!("batch-{i}"), "3", "4Gi"));
+    }
+    sys.provision(2).await;
+    let old = sys.live_nodes();
+    assert_eq!(old.len(), 3, "{:#?}", sys.claims());
+    // Each node has room for one web pod beside its batch pod (0.92 CPU left).
+    for i in 0..3 {
+        sys.world
+            .cluster
+            .add_pod(pod(&format!("web-{i}"), "500m", "1Gi"));
+    }
+    sys.provision(1).await;
+    for n in &old {
+        assert_eq!(sys.pods_on(n), 2, "a batch and a web pod on {n}");
+    }
+    assert_eq!(sys.world.cloud.instances().len(), 3);
+    sys.world
+        .cluster
+        .with_state(|s| s.pods.retain(|p| !p.name.starts_with("batch-")));
+
+    let t0 = sys.world.now();
+    sys.run(4).await;
+
+    let nodes = sys.live_nodes();
+    assert_eq!(
+        nodes.len(),
+        1,
+        "{:#?}\n{:#?}",
+        sys.decisions("disruption"),
+        sys.claims()
+    );
+    assert!(!old.contains(&nodes[0]), "a replacement, not a survivor");
+    assert_eq!(sys.pods_on(&nodes[0]), 3);
+    assert_eq!(
+        sys.instance_of(&nodes[0]).instance.instance_type,
+        "m5.large"
+    );
+    for n in &old {
+        let c = sys.claim_of(n);
+        assert_eq!(c.state, ClaimState::Terminated, "{n}");
+        assert_eq!(
+            c.disruption.map(|d| d.cause),
+            Some(DisruptionCause::Underutilized)
+        );
+    }
+    assert_eq!(
+        sys.world.cloud.instances().len(),
+        4,
+        "three nodes, one replacement"
+    );
+    let log = sys.decisions("disruption");
+    assert_eq!(
+        log.iter()
+            .filter(|d| d.starts_with("disrupt ")
+                && d.contains("(MultiNode, Underutilized), 1 replacement(s)"))
+            .count(),
+        1,
+        "{log:#?}"
+    );
+    sys.assert_pods_moved_within(t0, 5);
+    sys.assert_settled();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_budget_of_zero_stops_consolidation_only_inside_its_schedule_window() {
+    // Closed for the first 10 minutes of every day (UTC); the test starts at midnight.
+    let mut pool = m5_pool();
+    pool.disruption.budgets = vec![Budget {
+        nodes: BudgetNodes::Count(0),
+        schedule: Some("0 0 * * *".into()),
+        duration: Some(Duration::from_secs(10 * 60)),
+        reasons: vec![],
+    }];
+    let sys = two_full_nodes_of(System::deciding_with_core(pool)).await;
+    let nodes = sys.live_nodes();
+    scale_down(&sys, &nodes);
+
+    // Until 00:09: inside the window.
+    sys.run(7).await;
+    assert!(sys.world.now() < START + 10 * 60);
+    assert_eq!(
+        sys.live_nodes(),
+        nodes,
+        "nothing consolidated in the window"
+    );
+    assert_eq!(sys.world.cloud.instances().len(), 2);
+    assert!(
+        sys.decisions("disruption")
+            .iter()
+            .any(|d| d.contains("(DisruptionBudget)")),
+        "{:#?}",
+        sys.decisions("disruption")
+    );
+
+    // After 00:10 the budget no longer applies.
+    sys.run(4).await;
+    let left = sys.live_nodes();
+    assert_eq!(left.len(), 1, "{:#?}", sys.decisions("disruption"));
+    assert_eq!(sys.pods_on(&left[0]), 3);
+    assert_eq!(sys.world.cloud.instances().len(), 2, "nothing launched");
+    let consolidated_at = sys
+        .world
+        .store
+        .all_decisions()
+        .into_iter()
+        .find(|d| d.job == "disruption" && d.action.starts_with("disrupt "))
+        .map(|d| d.at)
+        .unwrap();
+    assert!(consolidated_at >= START + 10 * 60, "{consolidated_at}");
+    sys.assert_settled();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fragmented_cluster_consolidates_to_fewer_cheaper_nodes_with_a_pdb_respected() {
+    let sys = System::deciding_with_core(pool_with_budget(BudgetNodes::Percent(100)));
+    sys.world.cluster.with_state(|s| s.pdbs.push(web_pdb(1)));
+    sys.add_pods("web", 12);
+    sys.provision(2).await;
+    let old = sys.live_nodes();
+    assert_eq!(old.len(), 4, "{:#?}", sys.claims());
+    // Five pods over four nodes: two nodes' worth.
+    keep_on_nodes(&sys, &old, &[1, 1, 1, 2]);
+    let before: f64 = sys.world.billed_now().1;
+
+    let t0 = sys.world.now();
+    sys.run(6).await;
+
+    let nodes = sys.live_nodes();
+    assert_eq!(
+        nodes.len(),
+        2,
+        "{:#?}\n{:#?}",
+        sys.decisions("disruption"),
+        sys.claims()
+    );
+    let mut pods: Vec<usize> = nodes.iter().map(|n| sys.pods_on(n)).collect();
+    pods.sort();
+    assert_eq!(pods.iter().sum::<usize>(), 5, "{pods:?}");
+    let after = sys.world.billed_now().1;
+    assert!(after < before, "{after} < {before}");
+    assert_eq!(sys.world.budget_violations(), vec![], "the PDB held");
+    sys.assert_pods_moved_within(t0, 5);
+    sys.assert_settled();
 }

@@ -91,7 +91,8 @@ pub struct DisruptionInput<'a> {
     /// Allow replacing spot nodes by spot nodes (Karpenter's SpotToSpotConsolidation).
     pub spot_to_spot: bool,
     /// Drift the caller resolved and core cannot see (node name, why): an AMI, subnet
-    /// or security group the node's EC2NodeClass no longer selects.
+    /// or security group the node's EC2NodeClass no longer selects
+    /// ([`super::drift::external_drift`] compares them).
     pub external_drift: &'a [(String, String)],
     /// Nodes already being disrupted by earlier commands: they count against budgets,
     /// are not candidates and are not destinations.

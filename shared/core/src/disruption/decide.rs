@@ -481,6 +481,9 @@ impl Run<'_, '_> {
         } else {
             cheaper_options_only(&mut placement.new_claims, price, self.input);
         }
+        if set.len() > 1 {
+            no_type_of_their_own(&mut placement.new_claims, set, self.input)?;
+        }
         if placement.new_claims_price() >= price {
             return Err(Rejection::new(
                 RejectCode::NotCheaper,
@@ -647,6 +650,58 @@ fn cheaper_options_only(claims: &mut [PlannedNodeClaim], cap: f64, input: &Disru
                 .push(claim.instance_type.clone());
         }
     }
+}
+
+/// Several nodes replaced by a claim that may launch as one of their own types, at no
+/// less than that node costs, are no better than keeping that node and deleting the
+/// others (which moves fewer pods): such options go (Karpenter's
+/// `filterOutSameInstanceType`), and a claim left with none rejects the command —
+/// single-node consolidation then deletes nodes instead. Two m5.xlarge with a pod each
+/// become one of them, not a new m5.xlarge.
+fn no_type_of_their_own(
+    claims: &mut [PlannedNodeClaim],
+    set: &[&Candidate<'_>],
+    input: &DisruptionInput<'_>,
+) -> Result<(), Rejection> {
+    let mut own: HashMap<&str, f64> = HashMap::new();
+    for c in set {
+        if let Some(t) = c.verdict.node.labels.get(LABEL_INSTANCE_TYPE) {
+            let p = own.entry(t.as_str()).or_insert(c.price);
+            *p = p.min(c.price);
+        }
+    }
+    for claim in claims.iter_mut() {
+        let cap = claim
+            .instance_type_options
+            .iter()
+            .filter_map(|t| own.get(t.as_str()).copied())
+            .fold(f64::INFINITY, f64::min);
+        if cap.is_infinite() {
+            continue;
+        }
+        let kept: Vec<(String, f64)> = claim
+            .instance_type_options
+            .iter()
+            .filter_map(|name| {
+                let p = cheapest_offering(input, name, claim)?;
+                (p < cap).then(|| (name.clone(), p))
+            })
+            .collect();
+        let Some(cheapest) = kept.iter().min_by(|a, b| a.1.total_cmp(&b.1)).cloned() else {
+            return Err(Rejection::new(
+                RejectCode::NotCheaper,
+                format!(
+                    "their pods need a {}, which one of them already is: keeping it costs no more",
+                    claim.instance_type
+                ),
+            ));
+        };
+        claim.instance_type_options = kept.into_iter().map(|(name, _)| name).collect();
+        if !claim.instance_type_options.contains(&claim.instance_type) {
+            (claim.instance_type, claim.price_per_hour) = cheapest;
+        }
+    }
+    Ok(())
 }
 
 /// The price the claim's offerings give type `name` (its cheapest allowed zone and
@@ -957,6 +1012,60 @@ mod tests {
         // An m5.xlarge (3.92 CPU) holds at most two 1.5-CPU pods: its own and one more.
         assert!(load.values().all(|&n| n <= 1), "{d:#?}");
         assert!(d.price_per_hour.after < d.price_per_hour.before);
+    }
+
+    fn pool_of_types(types: &[&str]) -> NodePool {
+        let mut pool = pool(100);
+        pool.requirements.retain(|r| {
+            r.key != LABEL_INSTANCE_TYPE && r.key != "karpenter.k8s.aws/instance-category"
+        });
+        pool.requirements.push(crate::api::model::NodeRequirement {
+            key: LABEL_INSTANCE_TYPE.into(),
+            operator: crate::api::model::Operator::In,
+            values: types.iter().map(|t| t.to_string()).collect(),
+            min_values: None,
+        });
+        pool
+    }
+
+    #[test]
+    fn several_nodes_are_replaced_by_one_cheaper_node() {
+        let nodes: Vec<Node> = (1..=3)
+            .map(|i| managed(&format!("n{i}"), "m5.xlarge"))
+            .collect();
+        let pods = (1..=3)
+            .map(|i| on(&format!("n{i}"), &format!("p{i}"), "500m"))
+            .collect();
+        let mut case = Case::new(nodes, pods);
+        case.pools = vec![pool_of_types(&["m5.large", "m5.xlarge"])];
+        let d = case.decide();
+        assert_eq!(
+            methods(&d),
+            [(
+                Method::MultiNode,
+                vec!["n1".to_string(), "n2".into(), "n3".into()]
+            )],
+            "{d:#?}"
+        );
+        let replacements = &d.commands[0].replacements;
+        assert_eq!(replacements.len(), 1, "{d:#?}");
+        assert_eq!(replacements[0].instance_type_options, ["m5.large"]);
+    }
+
+    #[test]
+    fn several_nodes_are_never_replaced_by_one_of_their_own_type() {
+        // One m5.xlarge takes both pods: a new one is no better than keeping either,
+        // so one node goes and its pod moves to the other; nothing is launched.
+        let mut case = Case::new(
+            vec![managed("n1", "m5.xlarge"), managed("n2", "m5.xlarge")],
+            vec![on("n1", "p1", "1"), on("n2", "p2", "1")],
+        );
+        case.pools = vec![pool_of_types(&["m5.xlarge"])];
+        let d = case.decide();
+        assert_eq!(d.commands.len(), 1, "{d:#?}");
+        assert_eq!(d.commands[0].method, Method::SingleNode, "{d:#?}");
+        assert_eq!(d.commands[0].replacements, vec![], "{d:#?}");
+        assert_eq!(d.commands[0].moves.len(), 1, "{d:#?}");
     }
 
     #[test]

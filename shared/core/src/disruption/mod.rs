@@ -10,6 +10,7 @@ pub mod budget;
 pub mod candidates;
 pub mod command;
 pub mod decide;
+pub mod drift;
 pub mod hash;
 pub mod rules;
 pub mod speculate;

@@ -25,6 +25,9 @@ struct CloudInner {
     catalog: Catalog,
     spot_prices: BTreeMap<(String, String), f64>,
     subnets: Vec<Subnet>,
+    /// What every EC2NodeClass resolves to (`set_images`, `set_security_groups`).
+    images: Vec<Image>,
+    security_group_ids: Vec<String>,
     /// Insertion order kept for stable listings.
     instances: Vec<FakeInstance>,
     /// Instance id → position in `instances`.
@@ -71,6 +74,17 @@ impl FakeCloud {
                 catalog,
                 spot_prices: BTreeMap::new(),
                 subnets,
+                images: vec![
+                    Image {
+                        id: "ami-0aaaaaaaaaaaaaaa1".into(),
+                        arch: "amd64".into(),
+                    },
+                    Image {
+                        id: "ami-0aaaaaaaaaaaaaaa2".into(),
+                        arch: "arm64".into(),
+                    },
+                ],
+                security_group_ids: vec!["sg-0123456789abcdef0".into()],
                 instances: Vec::new(),
                 by_id: HashMap::new(),
                 tokens: HashMap::new(),
@@ -93,6 +107,17 @@ impl FakeCloud {
     /// Replaces the subnets (several per zone, or none in a zone).
     pub fn set_subnets(&self, subnets: Vec<Subnet>) {
         lock(&self.inner).subnets = subnets;
+    }
+
+    /// Replaces the images every EC2NodeClass selects (a new AMI published under
+    /// its alias): instances launched before run the old ones.
+    pub fn set_images(&self, images: Vec<Image>) {
+        lock(&self.inner).images = images;
+    }
+
+    /// Replaces the security groups every EC2NodeClass selects.
+    pub fn set_security_groups(&self, ids: Vec<String>) {
+        lock(&self.inner).security_group_ids = ids;
     }
 
     pub fn set_spot_price(&self, instance_type: &str, zone: &str, price: f64) {
@@ -159,6 +184,9 @@ impl FakeCloud {
             state: "running".into(),
             claim_name: claim_name.map(str::to_string),
             launch_time,
+            image_id: None,
+            subnet_id: None,
+            security_group_ids: vec![],
         };
         let request = LaunchRequest {
             claim_name: claim_name.unwrap_or_default().to_string(),
@@ -225,6 +253,9 @@ impl FakeCloud {
             state: "running".into(),
             claim_name: claim_name.map(str::to_string),
             launch_time,
+            image_id: None,
+            subnet_id: None,
+            security_group_ids: vec![],
         };
         let mut labels = BTreeMap::from([
             (LABEL_NODEPOOL.to_string(), node_pool.to_string()),
@@ -307,20 +338,11 @@ impl Cloud for FakeCloud {
         if let Some(e) = self.record(CloudOp::ResolveNodeClass, node_class.name.clone()) {
             return Err(e);
         }
-        let subnets = lock(&self.inner).subnets.clone();
+        let inner = lock(&self.inner);
         Ok(ResolvedNodeClass {
-            subnets,
-            security_group_ids: vec!["sg-0123456789abcdef0".into()],
-            images: vec![
-                Image {
-                    id: "ami-0aaaaaaaaaaaaaaa1".into(),
-                    arch: "amd64".into(),
-                },
-                Image {
-                    id: "ami-0aaaaaaaaaaaaaaa2".into(),
-                    arch: "arm64".into(),
-                },
-            ],
+            subnets: inner.subnets.clone(),
+            security_group_ids: inner.security_group_ids.clone(),
+            images: inner.images.clone(),
             // As Ec2Cloud: `instanceProfile` as written, else the managed one for the role.
             instance_profile: node_class.instance_profile_for(FAKE_CLUSTER, &self.region),
         })
@@ -398,6 +420,31 @@ impl Cloud for FakeCloud {
             });
         };
         let id = Self::new_id(&mut inner);
+        // As Ec2Cloud launches: the request's image for the type's architecture, the
+        // subnet with the most free addresses in the zone, every security group.
+        let arch = inner
+            .catalog
+            .get(&o.instance_type)
+            .and_then(|t| t.labels.get(LABEL_ARCH).cloned());
+        let image_id = request
+            .resolved
+            .images
+            .iter()
+            .find(|i| arch.as_deref().is_none_or(|a| a == i.arch))
+            .map(|i| i.id.clone());
+        let subnet_id = request
+            .resolved
+            .subnets
+            .iter()
+            .filter(|s| s.zone == o.zone)
+            .reduce(|best, s| {
+                if s.available_ips > best.available_ips {
+                    s
+                } else {
+                    best
+                }
+            })
+            .map(|s| s.id.clone());
         let instance = Instance {
             id: id.clone(),
             instance_type: o.instance_type.clone(),
@@ -406,6 +453,9 @@ impl Cloud for FakeCloud {
             state: "running".into(),
             claim_name: Some(request.claim_name.clone()),
             launch_time: now,
+            image_id,
+            subnet_id,
+            security_group_ids: request.resolved.security_group_ids.clone(),
         };
         inner.tokens.insert(request.claim_name.clone(), id.clone());
         let at = inner.instances.len();

@@ -20,7 +20,7 @@ use async_trait::async_trait;
 
 use nodewright_core::api::model::{Ec2NodeClass, MetadataOptions, SelectorTerm, Taint};
 use nodewright_core::catalog::{
-    CapacityType, Catalog, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE,
+    CapacityType, Catalog, LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE,
     LABEL_NODEPOOL, LABEL_REGION, LABEL_ZONE,
 };
 use nodewright_core::cluster::{Node, Pod, eviction_allowed};
