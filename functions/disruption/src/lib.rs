@@ -6,9 +6,9 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use lambda_runtime::LambdaEvent;
-use nodewright_engine::{Disrupter, DisruptionReport};
-use nodewright_lambda::HandlerError;
+use nodewright_engine::{Disrupter, DisruptionConfig, DisruptionReport};
 use nodewright_lambda::report::engine_error_type;
+use nodewright_lambda::{Config, HandlerError, StartupError, build_ports};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
@@ -17,6 +17,22 @@ pub struct Handler {
 }
 
 impl Handler {
+    /// The handler as a cold start builds it from `config` (ports once, reused by
+    /// every invocation), competing for the lease as `holder`. `main` and the
+    /// end-to-end tests build it here, so they cannot drift apart.
+    pub async fn from_config(
+        config: &Config,
+        holder: impl Into<String>,
+    ) -> Result<Handler, StartupError> {
+        let (ports, _cluster) = build_ports(config).await?;
+        let mut settings = DisruptionConfig::new(config.cluster_name.clone(), holder);
+        settings.dry_run = config.dry_run;
+        settings.spot_to_spot = config.spot_to_spot;
+        Ok(Handler {
+            disrupter: Disrupter::new(ports, settings),
+        })
+    }
+
     /// Handles one invocation. The payload (an EventBridge scheduled event, or any
     /// JSON for a manual run) is not needed: the cluster is the input. A run that
     /// failed is an invocation error (`errorType` names the port and kind), so the

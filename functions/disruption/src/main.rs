@@ -6,10 +6,7 @@ use std::process::ExitCode;
 
 use lambda_runtime::service_fn;
 use nodewright_disruption::Handler;
-use nodewright_engine::{Disrupter, DisruptionConfig};
-use nodewright_lambda::{
-    Config, StartupError, build_ports, holder_id, init_tracing, run_or_report_init_error,
-};
+use nodewright_lambda::{Config, StartupError, holder_id, init_tracing, run_or_report_init_error};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
@@ -21,12 +18,5 @@ async fn main() -> ExitCode {
 }
 
 async fn handler() -> Result<Handler, StartupError> {
-    let config = Config::from_env()?;
-    let (ports, _cluster) = build_ports(&config).await?;
-    let mut settings = DisruptionConfig::new(config.cluster_name.clone(), holder_id());
-    settings.dry_run = config.dry_run;
-    settings.spot_to_spot = config.spot_to_spot;
-    Ok(Handler {
-        disrupter: Disrupter::new(ports, settings),
-    })
+    Handler::from_config(&Config::from_env()?, holder_id()).await
 }

@@ -35,7 +35,9 @@
 //!   at once (phase Running, Ready), which the real kubelet takes a few seconds for.
 //! - **Deployment controller** — every pod that goes (evicted, deleted, lost) is
 //!   recreated pending under a new name with the same labels and spec, so the replica
-//!   count stays.
+//!   count stays. [`ClusterBehaviour::scale_down`] lowers the replica count instead:
+//!   the ReplicaSet controller deletes the pods it names (at once; the real pods
+//!   terminate over their grace period) and nothing recreates them.
 //! - **PodDisruptionBudgets** — the fake API server refuses evictions the budgets do not
 //!   allow; here every pod that goes is recorded and each budget is checked after it:
 //!   fewer healthy pods than the budget requires is a violation (see [`check_budgets`]).
@@ -108,6 +110,9 @@ pub struct InstanceLife {
 pub enum GoneBy {
     /// Evicted or deleted through the API (by nodewright).
     Api,
+    /// Deleted by the ReplicaSet controller when its Deployment was scaled down
+    /// ([`ClusterBehaviour::scale_down`]): not recreated, not a disruption.
+    ScaledDown,
     /// Its instance shut down or was terminated under it.
     InstanceLost(String),
     /// Its Node was deleted while it was bound there (pod GC).
@@ -334,10 +339,47 @@ impl ClusterBehaviour {
         self.pods()
             .into_iter()
             .filter_map(|p| match p.gone {
-                Some((_, by)) if by != GoneBy::Api => Some((p.key, by)),
+                Some((_, by @ (GoneBy::InstanceLost(_) | GoneBy::NodeDeleted(_)))) => {
+                    Some((p.key, by))
+                }
                 _ => None,
             })
             .collect()
+    }
+
+    /// Their Deployment is scaled down by these pods ("namespace/name"): the
+    /// ReplicaSet controller deletes them through the API and the Deployment
+    /// controller does not recreate them, now or later. Budgets do not govern a
+    /// scale-down (it is no eviction), so it is no violation either. Panics on a pod
+    /// that is not in the API server.
+    pub fn scale_down(&self, pods: &[&str]) {
+        let now = Instant::now();
+        self.shared.api.with_store(|store| {
+            // Store first, then the record (as a round): deleted and recorded at once,
+            // so the next round never sees these pods go and recreates them.
+            let mut record = self.shared.lock();
+            for key in pods {
+                let (namespace, name) = key
+                    .split_once('/')
+                    .unwrap_or_else(|| panic!("{key}: not namespace/name"));
+                let pod = store
+                    .remove("Pod", Some(namespace), name)
+                    .unwrap_or_else(|| panic!("scale down: no pod {key}"));
+                let life = record
+                    .pods
+                    .entry(uid(&pod).to_string())
+                    .or_insert_with(|| PodLife {
+                        key: pod_key(&pod),
+                        uid: uid(&pod).to_string(),
+                        first_seen: now,
+                        bound_at: None,
+                        node: node_name(&pod).map(str::to_string),
+                        gone: None,
+                        template: pod.clone(),
+                    });
+                life.gone = Some((now, GoneBy::ScaledDown));
+            }
+        });
     }
 
     /// Calls to moto that failed (the step was skipped): to explain a test that stalls.
@@ -926,6 +968,7 @@ fn check_budgets(store: &Store, record: &mut Record, gone: &[String]) {
             .map(|l| {
                 let why = match &l.gone {
                     Some((_, GoneBy::Api)) => "evicted or deleted".to_string(),
+                    Some((_, GoneBy::ScaledDown)) => "scaled down".to_string(),
                     Some((_, GoneBy::InstanceLost(i))) => format!("lost with instance {i}"),
                     Some((_, GoneBy::NodeDeleted(n))) => format!("lost with node {n}"),
                     None => String::new(),

@@ -1,0 +1,699 @@
+//! The disruption Lambda end to end, through its real handler: DynamoDB and EC2 are
+//! moto's server (tests/moto.sh), Kubernetes is the fake API server reached through
+//! `NODEWRIGHT_KUBECONFIG`, as the provisioner's and the interruption function's
+//! end-to-end tests.
+//!
+//! A [`ClusterBehaviour`] plays the kubelets, kube-scheduler, the Deployment controller
+//! and PodDisruptionBudgets; the provisioner runs on its schedule in the background
+//! (its polls carry a disruption command on once the disruption function started it).
+//! Each scenario starts from the web Deployment running on nodes the provisioner
+//! launched, then scales it down, invokes the disruption function as its schedule
+//! would, and checks where the cluster ends:
+//! - a node left half empty on each side is deleted, its pod moved to the other (a
+//!   delete consolidation): one node left, its instance terminated by nodewright,
+//!   nothing launched, no pod lost, no budget broken;
+//! - a dry run decides and records the same, and touches nothing;
+//! - a node left mostly empty is replaced by a cheaper one (a replace consolidation):
+//!   the replacement is launched once, the pod moves there, the old node goes.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use lambda_runtime::LambdaEvent;
+use serde_json::{Value, json};
+
+use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
+use nodewright_disruption::Handler;
+use nodewright_engine::disrupt::VALIDATION_DELAY;
+use nodewright_engine::ports::Store;
+use nodewright_lambda::Config;
+use nodewright_provisioner::testing::{
+    ClusterBehaviour, EmulatedCluster, GoneBy, ProvisionerSchedule, Timings, emulated_cluster,
+    lambda_context, wait_until, web_pod,
+};
+
+/// Each scheduled provisioner invocation's budget (shortened from 55 s, so several run).
+const SCHEDULE_BUDGET: Duration = Duration::from_secs(15);
+/// The disruption function's timeout (template.yaml).
+const FUNCTION_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the nodes may take to come up and run the Deployment, and a command to
+/// reach its end. A working engine needs about 25 s for a command (15 s of it the
+/// validation delay), more on a busy machine (moto is one Python process for every
+/// test); a passing test stops waiting as soon as it settles.
+const SETTLE: Duration = Duration::from_secs(90);
+/// The disruption schedule, shortened: how long between two invocations while none
+/// has started a command yet, and how many are tried.
+const DISRUPTION_EVERY: Duration = Duration::from_secs(3);
+const DISRUPTION_TRIES: usize = 10;
+
+const TAINT_DISRUPTED: &str = "karpenter.sh/disrupted";
+
+/// A node registers 1 s after its instance appears and turns Ready 2 s later.
+fn timings() -> Timings {
+    Timings {
+        register_after: Duration::from_secs(1),
+        ready_after: Duration::from_secs(2),
+        ..Timings::default()
+    }
+}
+
+/// At most one web pod unavailable at a time: a drain evicts one pod, then waits for
+/// its replacement to run before the next.
+fn budget() -> Value {
+    json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}
+    })
+}
+
+/// The cluster of a scenario, running: the Deployment's pods on the nodes the
+/// provisioner launched for them, every claim Initialized.
+struct Live {
+    env: EmulatedCluster,
+    cluster: ClusterBehaviour,
+    schedule: ProvisionerSchedule,
+    /// The claims launched for the Deployment, before any disruption.
+    launched: Vec<NodeClaim>,
+}
+
+impl std::ops::Deref for Live {
+    type Target = EmulatedCluster;
+    fn deref(&self) -> &EmulatedCluster {
+        &self.env
+    }
+}
+
+/// Starts `env` behaving, with the budget and the provisioner on its schedule, and
+/// waits until every pod runs on `nodes` Initialized nodes.
+async fn live(env: EmulatedCluster, nodes: usize) -> Live {
+    env.api.put(budget());
+    let started = Instant::now();
+    let cluster = ClusterBehaviour::start(&env, timings()).await;
+    let schedule = ProvisionerSchedule::start(&env, "schedule", SCHEDULE_BUDGET).await;
+    let running = wait_until(SETTLE, || async {
+        let claims = env.claims().await;
+        cluster.pending_pods().is_empty()
+            && cluster.placements().iter().all(|(_, _, p)| p == "Running")
+            && !claims.is_empty()
+            && claims.iter().all(|c| c.state == ClaimState::Initialized)
+    })
+    .await;
+    let launched = env.claims().await;
+    assert!(
+        running,
+        "setup: the Deployment never ran on Initialized nodes: {}",
+        story(&cluster, &launched)
+    );
+    assert_eq!(
+        launched.len(),
+        nodes,
+        "setup: {nodes} node(s) for the Deployment: {}",
+        story(&cluster, &launched)
+    );
+    eprintln!(
+        "{}: the Deployment runs on {nodes} node(s) after {:.1}s",
+        env.cluster,
+        started.elapsed().as_secs_f64()
+    );
+    Live {
+        env,
+        cluster,
+        schedule,
+        launched,
+    }
+}
+
+/// Four web pods of 1.5 cpu on two m5.xlarge (two fit a node), then the Deployment
+/// scaled down by one pod on each node: two half-empty nodes whose pods fit on one.
+async fn scaled_down_across_two_nodes(prefix: &str) -> Live {
+    let live = live(emulated_cluster(prefix, "on-demand", 4).await, 2).await;
+    let mut by_node: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (pod, node, _) in live.cluster.placements() {
+        by_node.entry(node.expect("bound")).or_default().push(pod);
+    }
+    let scaled: Vec<&str> = by_node
+        .values_mut()
+        .map(|pods| {
+            pods.sort();
+            pods[0].as_str()
+        })
+        .collect();
+    assert_eq!(scaled.len(), 2, "setup: two pods a node: {by_node:?}");
+    live.cluster.scale_down(&scaled);
+    live
+}
+
+/// The disruption function's handler as its `main` builds it, from the cluster's
+/// configuration (`dry_run` as `NODEWRIGHT_DRY_RUN`).
+async fn disruption(live: &Live, dry_run: bool) -> Handler {
+    let config = Config {
+        dry_run,
+        ..live.config.clone()
+    };
+    Handler::from_config(&config, "disruption-e2e")
+        .await
+        .expect("the disruption function's cold start")
+}
+
+/// One scheduled invocation of the disruption function.
+async fn invoke(handler: &Handler) -> Result<Value, String> {
+    let event = LambdaEvent::new(
+        json!({"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}),
+        lambda_context(FUNCTION_TIMEOUT),
+    );
+    handler.handle(event).await.map_err(|e| format!("{e:?}"))
+}
+
+/// The disruption function on its (shortened) schedule until an invocation starts a
+/// command: its summary, and every summary before it. Panics after
+/// [`DISRUPTION_TRIES`] invocations.
+async fn until_started(live: &Live, handler: &Handler) -> (Value, Vec<String>) {
+    let mut before = Vec::new();
+    for _ in 0..DISRUPTION_TRIES {
+        match invoke(handler).await {
+            Ok(summary) if summary["started"].as_array().is_some_and(|s| !s.is_empty()) => {
+                return (summary, before);
+            }
+            Ok(summary) => before.push(summary.to_string()),
+            Err(e) => before.push(e),
+        }
+        tokio::time::sleep(DISRUPTION_EVERY).await;
+    }
+    panic!(
+        "no disruption command started in {DISRUPTION_TRIES} invocations: {before:#?}; {}",
+        story(&live.cluster, &live.claims().await)
+    );
+}
+
+/// The claim of `node` among `claims`.
+fn claim_of<'a>(claims: &'a [NodeClaim], node: &str) -> &'a NodeClaim {
+    claims
+        .iter()
+        .find(|c| c.node_name.as_deref() == Some(node))
+        .unwrap_or_else(|| panic!("no claim for node {node}: {:#?}", briefs(claims)))
+}
+
+/// The id of the disruption command `claim` carries (its tombstone keeps it).
+fn command_on(claim: &NodeClaim) -> Option<&str> {
+    claim
+        .disruption
+        .as_ref()?
+        .command
+        .as_ref()
+        .map(|c| c.id.as_str())
+}
+
+/// A claim in one line: name, state, type, instance, node, disruption.
+fn brief(c: &NodeClaim) -> String {
+    format!(
+        "{} {:?} {} instance={} node={} disruption={:?}",
+        c.name,
+        c.state,
+        c.instance_type.as_deref().unwrap_or("-"),
+        c.instance_id.as_deref().unwrap_or("-"),
+        c.node_name.as_deref().unwrap_or("-"),
+        c.disruption
+    )
+}
+
+fn briefs(claims: &[NodeClaim]) -> Vec<String> {
+    claims.iter().map(brief).collect()
+}
+
+/// The nodes (with their taints), the pods and the claims, for a failure message.
+fn story(cluster: &ClusterBehaviour, claims: &[NodeClaim]) -> String {
+    let nodes: Vec<String> = cluster
+        .nodes()
+        .iter()
+        .map(|n| {
+            format!(
+                "{} ready={} taints={:?}",
+                n["metadata"]["name"].as_str().unwrap_or(""),
+                n["status"]["conditions"][0]["status"]
+                    .as_str()
+                    .unwrap_or(""),
+                taints(n)
+            )
+        })
+        .collect();
+    format!(
+        "nodes {nodes:#?}; pods {:?}; claims {:#?}; behaviour errors {:?}",
+        cluster.placements(),
+        briefs(claims),
+        cluster.errors()
+    )
+}
+
+fn taints(node: &Value) -> Vec<String> {
+    node["spec"]["taints"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .filter_map(|t| t["key"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Live {
+    /// Waits until `candidate` is Terminated, its Node deleted, its instance gone,
+    /// and every pod runs on another node; false after [`SETTLE`].
+    async fn settled(&self, candidate: &NodeClaim) -> bool {
+        let node = candidate.node_name.clone().expect("the candidate's node");
+        let instance = candidate
+            .instance_id
+            .clone()
+            .expect("the candidate's instance");
+        let started = Instant::now();
+        let settled = wait_until(SETTLE, || async {
+            let claim = self
+                .store()
+                .await
+                .get_claim(&candidate.name)
+                .await
+                .expect("get claim");
+            claim.is_some_and(|c| c.state == ClaimState::Terminated)
+                && self.api.get("Node", None, &node).is_none()
+                && !self.live_instances().await.contains(&instance)
+                && self.cluster.pending_pods().is_empty()
+                && self.cluster.placements().iter().all(|(_, n, phase)| {
+                    n.as_ref().is_some_and(|n| *n != node) && phase == "Running"
+                })
+        })
+        .await;
+        eprintln!(
+            "{}: {} {:.1}s after the command started",
+            self.env.cluster,
+            if settled { "settled" } else { "not settled" },
+            started.elapsed().as_secs_f64()
+        );
+        settled
+    }
+
+    /// The end state every scenario shares: the instances are exactly the live
+    /// claims' now and were after every provisioner invocation; no pod was lost with
+    /// its instance or node; no budget was broken; `pods` web pods run.
+    async fn assert_consistent(&self, pods: usize) {
+        let instances = self.live_instances().await;
+        let claims = self.live_claims().await;
+        let mut claimed: Vec<String> = claims.iter().filter_map(|(_, i)| i.clone()).collect();
+        claimed.sort();
+        assert_eq!(
+            instances, claimed,
+            "the instances are not the live claims' ({claims:?})"
+        );
+        for (n, invocation) in self.schedule.invocations().iter().enumerate() {
+            assert!(
+                invocation.unclaimed().is_empty(),
+                "after provisioner invocation {}: instances without a live claim {:?} (claims {:?})",
+                n + 1,
+                invocation.unclaimed(),
+                invocation.claims
+            );
+        }
+        assert_eq!(
+            self.cluster.lost(),
+            Vec::<(String, GoneBy)>::new(),
+            "pods lost with their instance or node"
+        );
+        assert_eq!(
+            self.cluster.violations(),
+            Vec::<String>::new(),
+            "a PodDisruptionBudget was broken"
+        );
+        let placements = self.cluster.placements();
+        assert_eq!(
+            placements.len(),
+            pods,
+            "the Deployment has {pods} replicas: {placements:?}"
+        );
+        assert!(
+            placements
+                .iter()
+                .all(|(_, node, phase)| node.is_some() && phase == "Running"),
+            "every pod runs: {placements:?}"
+        );
+    }
+
+    /// The pods that left `node` through the API, each evicted (an eviction the API
+    /// server accepted), never deleted: a drain respects the budgets.
+    fn assert_evicted_off(&self, node: &str) {
+        let moved: Vec<String> = self
+            .cluster
+            .pods()
+            .into_iter()
+            .filter(|p| p.node.as_deref() == Some(node))
+            .filter(|p| matches!(p.gone, Some((_, GoneBy::Api))))
+            .map(|p| p.key)
+            .collect();
+        assert!(!moved.is_empty(), "no pod left {node} through the API");
+        let requests = self.api.requests();
+        for pod in &moved {
+            let (namespace, name) = pod.split_once('/').expect("namespace/name");
+            let path = format!("/api/v1/namespaces/{namespace}/pods/{name}");
+            assert!(
+                requests.iter().any(|r| r.method == "POST"
+                    && r.path == format!("{path}/eviction")
+                    && r.status < 300),
+                "{pod} left {node} without an accepted eviction"
+            );
+            assert!(
+                !requests
+                    .iter()
+                    .any(|r| r.method == "DELETE" && r.path == path),
+                "{pod} was deleted, not evicted"
+            );
+        }
+    }
+
+    /// Instances the cluster saw go (shutting down or terminated).
+    fn gone_instances(&self) -> Vec<String> {
+        self.cluster
+            .instances()
+            .into_iter()
+            .filter(|i| i.gone_at.is_some())
+            .map(|i| i.id)
+            .collect()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn a_scaled_down_deployment_is_consolidated_and_the_cluster_shrinks() {
+    let live = scaled_down_across_two_nodes("dis-delete").await;
+    let h = disruption(&live, false).await;
+
+    let (summary, before) = until_started(&live, &h).await;
+    let started = &summary["started"];
+    assert_eq!(
+        started.as_array().map(Vec::len),
+        Some(1),
+        "one command (budget: 10% of 2 nodes is 1): {summary}"
+    );
+    let command = &started[0];
+    assert_eq!(command["method"], "SingleNode", "{summary}");
+    assert_eq!(command["reason"], "Underutilized", "{summary}");
+    assert_eq!(
+        command["replacements"],
+        json!([]),
+        "the pod fits on the other node: deleted, not replaced: {summary}"
+    );
+    let node = command["nodes"][0].as_str().expect("a node").to_string();
+    assert_eq!(command["nodes"], json!([node]), "{summary}");
+    let candidate = claim_of(&live.launched, &node).clone();
+    let instance = candidate.instance_id.clone().expect("an instance");
+    let other = live
+        .launched
+        .iter()
+        .find(|c| c.name != candidate.name)
+        .expect("the other claim")
+        .clone();
+
+    let settled = live.settled(&candidate).await;
+    let claims = live.claims().await;
+    assert!(
+        settled,
+        "the command never finished (summaries before it started: {before:?}): {}",
+        story(&live.cluster, &claims)
+    );
+
+    // One node left: the other one, untouched.
+    let instances = live.live_instances().await;
+    assert_eq!(
+        instances,
+        vec![other.instance_id.clone().expect("an instance")],
+        "{}",
+        story(&live.cluster, &claims)
+    );
+    assert_eq!(
+        live.gone_instances(),
+        vec![instance.clone()],
+        "exactly the candidate's recorded instance was terminated"
+    );
+    assert!(
+        live.cluster.killed().is_empty(),
+        "nodewright terminated it, not EC2"
+    );
+    let disrupted = claims
+        .iter()
+        .find(|c| c.name == candidate.name)
+        .expect("the candidate's claim");
+    assert_eq!(
+        disrupted.state,
+        ClaimState::Terminated,
+        "{}",
+        brief(disrupted)
+    );
+    assert_eq!(
+        disrupted.instance_id.as_deref(),
+        Some(instance.as_str()),
+        "{}",
+        brief(disrupted)
+    );
+    assert_eq!(
+        command_on(disrupted),
+        command["command"].as_str(),
+        "the summary names the command the claim carried: {summary}"
+    );
+    // Nothing launched: the store holds the two claims of the setup, and no provisioner
+    // invocation launched after it.
+    assert_eq!(
+        claims.len(),
+        2,
+        "a delete consolidation launches nothing: {:#?}",
+        briefs(&claims)
+    );
+    let launches: usize = live
+        .schedule
+        .invocations()
+        .iter()
+        .map(|i| i.launched())
+        .sum();
+    assert_eq!(
+        launches, 2,
+        "the provisioner launched only the setup's nodes"
+    );
+    assert_eq!(
+        live.cluster.instances().len(),
+        2,
+        "{:?}",
+        live.cluster.instances()
+    );
+    let kept = live.cluster.nodes();
+    assert_eq!(kept.len(), 1, "{}", story(&live.cluster, &claims));
+    assert!(
+        !taints(&kept[0]).iter().any(|t| t == TAINT_DISRUPTED),
+        "the node that stays is not cordoned: {}",
+        kept[0]
+    );
+    live.assert_evicted_off(&node);
+    live.assert_consistent(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn a_dry_run_decides_and_touches_nothing() {
+    let live = scaled_down_across_two_nodes("dis-dry").await;
+    let h = disruption(&live, true).await;
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+        - 1;
+    live.api.clear_requests();
+
+    let summary = invoke(&h).await.expect("the dry run");
+    assert_eq!(summary["dryRun"], true, "{summary}");
+    assert_eq!(summary["decided"], true, "{summary}");
+    assert_eq!(summary["started"], json!([]), "nothing started: {summary}");
+    let (before, after) = (
+        summary["pricePerHour"]["before"].as_f64().unwrap_or(0.0),
+        summary["pricePerHour"]["after"].as_f64().unwrap_or(0.0),
+    );
+    assert!(
+        after > 0.0 && after < before,
+        "the decision halves the price (one m5.xlarge of two): {summary}"
+    );
+    // The decision is in the decision log, marked as a dry run.
+    let decisions = live
+        .store()
+        .await
+        .decisions(since)
+        .await
+        .expect("decision log");
+    let decided: Vec<&str> = decisions
+        .iter()
+        .filter(|d| d.job == "disruption")
+        .map(|d| d.action.as_str())
+        .collect();
+    assert!(
+        decided.iter().any(|a| a.starts_with("disrupt ")
+            && a.contains("SingleNode")
+            && a.contains("Underutilized")
+            && a.ends_with("[dry run]")),
+        "{decided:#?}"
+    );
+
+    // Long enough for a command to have been validated and drained by the provisioner's
+    // polls, had the dry run started one.
+    tokio::time::sleep(VALIDATION_DELAY + Duration::from_secs(5)).await;
+    let claims = live.claims().await;
+    for before in &live.launched {
+        let now = claims
+            .iter()
+            .find(|c| c.name == before.name)
+            .expect("the claim");
+        assert_eq!(
+            (now.state, &now.disruption),
+            (ClaimState::Initialized, &None),
+            "{}",
+            brief(now)
+        );
+    }
+    assert_eq!(claims.len(), 2, "{:#?}", briefs(&claims));
+    for node in live.cluster.nodes() {
+        assert!(
+            !taints(&node).iter().any(|t| t == TAINT_DISRUPTED),
+            "a dry run tainted {node}"
+        );
+    }
+    assert_eq!(live.gone_instances(), Vec::<String>::new());
+    let removed: Vec<String> = live
+        .api
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.contains("/pods/") && matches!(r.method.as_str(), "POST" | "DELETE"))
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert_eq!(removed, Vec::<String>::new(), "no pod evicted or deleted");
+    assert_eq!(live.live_instances().await.len(), 2);
+    live.assert_consistent(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn a_mostly_empty_node_is_replaced_by_a_cheaper_one_and_its_pod_moves_there() {
+    // Three pods of 1.2 cpu: one m5.xlarge ($0.192/h) takes them all, where three
+    // m5.large would cost $0.288/h. Scaled down to one pod, an m5.large ($0.096/h,
+    // 1.93 cpu allocatable) is enough.
+    let env = emulated_cluster("dis-replace", "on-demand", 0).await;
+    env.api.modify("NodePool", None, "general-purpose", |pool| {
+        let requirements = pool["spec"]["template"]["spec"]["requirements"]
+            .as_array_mut()
+            .expect("requirements");
+        for r in requirements.iter_mut() {
+            if r["key"] == "node.kubernetes.io/instance-type" {
+                r["values"] = json!(["m5.large", "m5.xlarge"]);
+            }
+        }
+    });
+    for i in 0..3 {
+        env.api.put(web_pod(&format!("web-{i}"), "1200m", "1Gi"));
+    }
+    let live = live(env, 1).await;
+    let old = live.launched[0].clone();
+    assert_eq!(
+        old.instance_type.as_deref(),
+        Some("m5.xlarge"),
+        "{}",
+        brief(&old)
+    );
+    live.cluster.scale_down(&["default/web-0", "default/web-1"]);
+    let h = disruption(&live, false).await;
+
+    let (summary, before) = until_started(&live, &h).await;
+    let command = &summary["started"][0];
+    assert_eq!(command["method"], "SingleNode", "{summary}");
+    assert_eq!(command["reason"], "Underutilized", "{summary}");
+    assert_eq!(
+        command["nodes"],
+        json!([old.node_name.clone().expect("a node")]),
+        "{summary}"
+    );
+    let replacements: Vec<String> = command["replacements"]
+        .as_array()
+        .map(|r| {
+            r.iter()
+                .filter_map(|n| n.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(replacements.len(), 1, "one cheaper node: {summary}");
+
+    let settled = live.settled(&old).await;
+    let claims = live.claims().await;
+    assert!(
+        settled,
+        "the command never finished (summaries before it started: {before:?}): {}",
+        story(&live.cluster, &claims)
+    );
+    assert_eq!(
+        claims.len(),
+        2,
+        "the old claim and its one replacement, launched once: {:#?}",
+        briefs(&claims)
+    );
+    let replacement = claims
+        .iter()
+        .find(|c| c.name == replacements[0])
+        .expect("the replacement's claim");
+    assert_eq!(
+        replacement.state,
+        ClaimState::Initialized,
+        "{}",
+        brief(replacement)
+    );
+    assert_eq!(
+        replacement.instance_type.as_deref(),
+        Some("m5.large"),
+        "{}",
+        brief(replacement)
+    );
+    let new_instance = replacement.instance_id.clone().expect("an instance");
+    assert_eq!(live.live_instances().await, vec![new_instance]);
+    assert_eq!(
+        live.gone_instances(),
+        vec![old.instance_id.clone().expect("an instance")],
+        "exactly the old node's instance was terminated"
+    );
+    assert!(live.cluster.killed().is_empty());
+    let disrupted = claims
+        .iter()
+        .find(|c| c.name == old.name)
+        .expect("old claim");
+    assert_eq!(
+        disrupted.state,
+        ClaimState::Terminated,
+        "{}",
+        brief(disrupted)
+    );
+    assert_eq!(
+        command_on(disrupted),
+        command["command"].as_str(),
+        "{summary}"
+    );
+    let new_node = replacement
+        .node_name
+        .clone()
+        .expect("the replacement's node");
+    let placements = live.cluster.placements();
+    assert!(
+        placements
+            .iter()
+            .all(|(_, node, _)| node.as_deref() == Some(new_node.as_str())),
+        "the pod moved to the replacement: {placements:?}"
+    );
+    let launches: usize = live
+        .schedule
+        .invocations()
+        .iter()
+        .map(|i| i.launched())
+        .sum();
+    assert_eq!(
+        launches, 1,
+        "the provisioner launched the setup's node only; the replacement is the command's"
+    );
+    live.assert_evicted_off(old.node_name.as_deref().expect("a node"));
+    live.assert_consistent(1).await;
+}
