@@ -24,7 +24,8 @@ fi
 
 port=$("$venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
 log=$(mktemp -t moto.XXXXXX.log)
-"$venv/bin/moto_server" -H 127.0.0.1 -p "$port" >"$log" 2>&1 &
+# moto_server, with DynamoDB's conditional writes made atomic (see tests/moto_server.py).
+"$venv/bin/python" tests/moto_server.py -H 127.0.0.1 -p "$port" >"$log" 2>&1 &
 moto_pid=$!
 cleanup() {
   kill "$moto_pid" 2>/dev/null || true

@@ -64,6 +64,7 @@ pub fn run(args: &DisruptArgs) -> Result<(), Failure> {
         spot_to_spot: args.spot_to_spot,
         external_drift: &[],
         disrupting: &[],
+        validating: None,
     });
     if !decision.problems.is_empty() {
         return Err(Failure::Invalid(

@@ -257,8 +257,9 @@ fn taints(node: &Value) -> Vec<String> {
 }
 
 impl Live {
-    /// Waits until `candidate` is Terminated, its Node deleted, its instance gone,
-    /// and every pod runs on another node; false after [`SETTLE`].
+    /// Waits until `candidate` is Terminated, its Node deleted, its instance gone (in
+    /// EC2 and as the cluster saw it), and every pod runs on another node; false after
+    /// [`SETTLE`].
     async fn settled(&self, candidate: &NodeClaim) -> bool {
         let node = candidate.node_name.clone().expect("the candidate's node");
         let instance = candidate
@@ -276,6 +277,8 @@ impl Live {
             claim.is_some_and(|c| c.state == ClaimState::Terminated)
                 && self.api.get("Node", None, &node).is_none()
                 && !self.live_instances().await.contains(&instance)
+                // and the cluster's EC2 poll (every 500 ms) has seen it go too
+                && self.gone_instances().contains(&instance)
                 && self.cluster.pending_pods().is_empty()
                 && self.cluster.placements().iter().all(|(_, n, phase)| {
                     n.as_ref().is_some_and(|n| *n != node) && phase == "Running"
@@ -489,6 +492,19 @@ async fn a_scaled_down_deployment_is_consolidated_and_the_cluster_shrinks() {
     );
     live.assert_evicted_off(&node);
     live.assert_consistent(2).await;
+
+    // Settled, the function goes back to what it does every minute: gather, decide
+    // nothing, exit. Those warm invocations are its idle bill (README, idle cost).
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        let summary = invoke(&h).await.expect("an idle invocation");
+        eprintln!(
+            "idle disruption invocation (warm, nothing to do): {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
+        assert_eq!(summary["started"], json!([]), "nothing left to do: {summary}");
+    }
+    assert_eq!(live.live_instances().await.len(), 1, "and the cluster stays shrunk");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

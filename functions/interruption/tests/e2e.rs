@@ -674,20 +674,10 @@ async fn a_spot_warning_and_a_state_change_in_one_batch_lead_to_one_drain() {
         response.batch_item_failures
     );
     // The records run concurrently; the conditional write to Disrupting lets one of
-    // them proceed. A drain evicts; a clean-up deletes pods without evicting: never both.
+    // them start the drain, and the other escalates it (the instance is gone): pods the
+    // budget still protects are then deleted instead of evicted. Both may act, but on
+    // each pod at most once.
     let mutations = mutations(&world.api);
-    let evictions = mutations
-        .iter()
-        .filter(|m| m.ends_with("/eviction"))
-        .count();
-    let pod_deletes = mutations
-        .iter()
-        .filter(|m| m.starts_with("DELETE /api/v1/namespaces/"))
-        .count();
-    assert!(
-        evictions == 0 || pod_deletes == 0,
-        "one drain, not two: {mutations:#?}"
-    );
     // Each pod goes once, evicted or deleted. (The node may be deleted by both records,
     // the drain's termination and the state change's clean-up: the second DELETE finds
     // nothing.)

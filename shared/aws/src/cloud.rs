@@ -14,7 +14,7 @@
 //!   role ([`crate::instance_profile`]). The name is what `ResolvedNodeClass` reports.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -75,6 +75,10 @@ pub struct Ec2CloudConfig {
     pub ssm_public_prefix: String,
     /// How long a warm Lambda reuses the instance-type catalog.
     pub catalog_ttl: Duration,
+    /// How long a warm Lambda reuses the spot prices. DescribeSpotPriceHistory is
+    /// several paginated calls (seconds) and spot prices move a few times a day at
+    /// most; without this every tick of every function paid for them.
+    pub spot_prices_ttl: Duration,
     /// Create or adopt the instance profile of an EC2NodeClass `role` while resolving
     /// the class. False in a dry run: the profile's name is reported and IAM is not
     /// called.
@@ -86,6 +90,7 @@ impl Default for Ec2CloudConfig {
         Self {
             ssm_public_prefix: "/aws/service".into(),
             catalog_ttl: Duration::from_secs(3600),
+            spot_prices_ttl: Duration::from_secs(300),
             manage_instance_profiles: true,
         }
     }
@@ -95,12 +100,72 @@ impl Default for Ec2CloudConfig {
 /// invalid is taken for IAM's propagation delay (retried later) rather than a mistake.
 pub const PROFILE_PROPAGATION: Duration = Duration::from_secs(120);
 
+/// A value a warm Lambda reuses until it is `ttl` old (read again after that; a failed
+/// read keeps nothing, so the next call tries again).
+struct Reused<T> {
+    value: Mutex<Option<(Instant, T)>>,
+}
+
+impl<T> Default for Reused<T> {
+    fn default() -> Self {
+        Self {
+            value: Mutex::new(None),
+        }
+    }
+}
+
+impl<T: Clone> Reused<T> {
+    fn get(&self, now: Instant, ttl: Duration) -> Option<T> {
+        let value = self.value.lock().expect("reused value lock");
+        value
+            .as_ref()
+            .filter(|(at, _)| now.saturating_duration_since(*at) < ttl)
+            .map(|(_, v)| v.clone())
+    }
+
+    /// Reads the last value whatever its age (for facts that do not go stale, such as
+    /// an instance type's architecture).
+    fn peek<R>(&self, read: impl FnOnce(&T) -> Option<R>) -> Option<R> {
+        let value = self.value.lock().expect("reused value lock");
+        value.as_ref().and_then(|(_, v)| read(v))
+    }
+
+    fn put(&self, now: Instant, value: T) {
+        *self.value.lock().expect("reused value lock") = Some((now, value));
+    }
+}
+
+/// What EC2 says the same to every caller in a region: the catalog and spot prices.
+/// Kept per process, not per `Ec2Cloud`: a Lambda container builds one anyway, and a
+/// test binary that builds one per scenario reads them once (moto takes seconds to
+/// answer DescribeInstanceTypes and DescribeSpotPriceHistory).
+#[derive(Default)]
+struct ReadOnce {
+    catalog: Reused<Catalog>,
+    spot_prices: Reused<BTreeMap<(String, String), f64>>,
+}
+
+impl ReadOnce {
+    fn for_endpoint(endpoint: &str, region: &str) -> Arc<ReadOnce> {
+        static BY_ENDPOINT: LazyLock<Mutex<HashMap<String, Arc<ReadOnce>>>> =
+            LazyLock::new(Mutex::default);
+        BY_ENDPOINT
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(format!("{endpoint} {region}"))
+            .or_default()
+            .clone()
+    }
+}
+
 pub struct Ec2Cloud {
     ec2: aws_sdk_ec2::Client,
     ssm: aws_sdk_ssm::Client,
     config: Ec2CloudConfig,
     cluster: ClusterInfo,
-    catalog: Mutex<Option<(Instant, Catalog)>>,
+    /// The catalog and spot prices, shared by every `Ec2Cloud` of this process for the
+    /// same endpoint and region.
+    read: Arc<ReadOnce>,
     /// Launch template names known to exist (per warm Lambda).
     templates: Mutex<HashSet<String>>,
     profiles: InstanceProfiles,
@@ -110,6 +175,10 @@ pub struct Ec2Cloud {
 impl Ec2Cloud {
     pub fn new(ctx: &AwsContext, config: Ec2CloudConfig, cluster: ClusterInfo) -> Self {
         let region = ctx.region();
+        let read = ReadOnce::for_endpoint(
+            ctx.config.endpoint_url().unwrap_or_default(),
+            region.as_deref().unwrap_or_default(),
+        );
         Self {
             ec2: ctx.ec2.clone(),
             ssm: ctx.ssm.clone(),
@@ -121,7 +190,7 @@ impl Ec2Cloud {
             region,
             config,
             cluster,
-            catalog: Mutex::new(None),
+            read,
             templates: Mutex::new(HashSet::new()),
         }
     }
@@ -498,15 +567,10 @@ impl Ec2Cloud {
     /// Architecture of an instance type: the cached catalog, the embedded one, or the
     /// naming convention (a `g` after the generation digit means Graviton).
     fn arch_of(&self, instance_type: &str) -> String {
-        let cached = self
-            .catalog
-            .lock()
-            .expect("catalog lock")
-            .as_ref()
-            .and_then(|(_, c)| {
-                c.get(instance_type)
-                    .and_then(|t| t.labels.get(catalog::LABEL_ARCH).cloned())
-            });
+        let cached = self.read.catalog.peek(|c| {
+            c.get(instance_type)
+                .and_then(|t| t.labels.get(catalog::LABEL_ARCH).cloned())
+        });
         cached
             .or_else(|| {
                 Catalog::embedded()
@@ -1026,10 +1090,8 @@ fn instance_type_from_api(name: &str, arch: &str, vcpus: i64, memory_mib: i64) -
 #[async_trait]
 impl Cloud for Ec2Cloud {
     async fn catalog(&self) -> Result<Catalog, CloudError> {
-        if let Some((at, catalog)) = self.catalog.lock().expect("catalog lock").as_ref()
-            && at.elapsed() < self.config.catalog_ttl
-        {
-            return Ok(catalog.clone());
+        if let Some(catalog) = self.read.catalog.get(Instant::now(), self.config.catalog_ttl) {
+            return Ok(catalog);
         }
         // Which types are offered in at least one zone of the region.
         let mut offered: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -1123,11 +1185,18 @@ impl Cloud for Ec2Cloud {
             ));
         }
         let catalog = Catalog { types };
-        *self.catalog.lock().expect("catalog lock") = Some((Instant::now(), catalog.clone()));
+        self.read.catalog.put(Instant::now(), catalog.clone());
         Ok(catalog)
     }
 
     async fn spot_prices(&self) -> Result<BTreeMap<(String, String), f64>, CloudError> {
+        if let Some(prices) = self
+            .read
+            .spot_prices
+            .get(Instant::now(), self.config.spot_prices_ttl)
+        {
+            return Ok(prices);
+        }
         let mut latest: BTreeMap<(String, String), (i64, f64)> = BTreeMap::new();
         let mut next: Option<String> = None;
         let now = std::time::SystemTime::now();
@@ -1161,7 +1230,10 @@ impl Cloud for Ec2Cloud {
                 _ => break,
             }
         }
-        Ok(latest.into_iter().map(|(k, (_, p))| (k, p)).collect())
+        let prices: BTreeMap<(String, String), f64> =
+            latest.into_iter().map(|(k, (_, p))| (k, p)).collect();
+        self.read.spot_prices.put(Instant::now(), prices.clone());
+        Ok(prices)
     }
 
     async fn resolve_node_class(
@@ -1474,6 +1546,20 @@ fn propagation_kind(kind: ErrorKind, profile_is_fresh: bool) -> ErrorKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reused_value_is_served_until_its_ttl_then_read_again() {
+        let reused: Reused<u32> = Reused::default();
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(300);
+        assert_eq!(reused.get(t0, ttl), None, "nothing read yet");
+        reused.put(t0, 7);
+        assert_eq!(reused.get(t0 + Duration::from_secs(299), ttl), Some(7));
+        assert_eq!(reused.get(t0 + ttl, ttl), None, "stale at the ttl");
+        reused.put(t0 + ttl, 8);
+        assert_eq!(reused.get(t0 + ttl, ttl), Some(8));
+        assert_eq!(reused.get(t0, Duration::ZERO), None, "a zero ttl never reuses");
+    }
 
     #[test]
     fn an_invalid_launch_is_retried_only_while_a_new_instance_profile_propagates() {

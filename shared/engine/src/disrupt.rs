@@ -367,7 +367,9 @@ fn cause_of(reason: Reason) -> DisruptionCause {
 
 /// Asks core on the provisioner's view of the cluster. At validation, `revalidate` is
 /// the command being checked: its replacements' nodes are left out (their pods, if
-/// any, are pending in the view) and its own candidates are not "already disrupting".
+/// any, are pending in the view), its own candidates are not "already disrupting", and
+/// core decides on those candidates alone (a fresh decision over the whole cluster may
+/// pick another set of nodes, and would abandon a command that still holds).
 fn decide(
     p: &Provisioner,
     world: &World,
@@ -435,6 +437,14 @@ fn decide(
         .filter(|c| c.state.is_being_taken_away() && !own.contains(c.name.as_str()))
         .filter_map(|c| c.node_name.clone())
         .collect();
+    let validating: Option<Vec<String>> = revalidate.map(|_| {
+        world
+            .claims
+            .iter()
+            .filter(|c| own.contains(c.name.as_str()))
+            .filter_map(|c| c.node_name.clone())
+            .collect()
+    });
     let input = DisruptionInput {
         snapshot: &snapshot,
         node_pools: &world.pools,
@@ -446,6 +456,7 @@ fn decide(
         spot_to_spot: p.config().spot_to_spot,
         external_drift: &external_drift,
         disrupting: &disrupting,
+        validating: validating.as_deref(),
     };
     (p.decider())(&input)
 }

@@ -7,7 +7,8 @@
 //!   │  cordon: taint karpenter.sh/disrupted:NoSchedule (also while a drain waits)
 //!   ▼  start_draining (Event "Draining")                    ── waits while drain_after > now,
 //! Draining                                                      unless a replacement is up
-//!   │  drain: evict non-critical pods, then critical ones; DaemonSet pods stay.
+//!   │  drain: evict non-critical pods, then critical ones; DaemonSet pods stay;
+//!   │  do-not-disrupt pods are never evicted: the drain waits for them.
 //!   │  A budget's refusal is retried on the next step; from `deadline − grace` the pod
 //!   │  is deleted instead (grace = min(time left, its own)). Instance gone/going
 //!   │  (InstanceStopped/Terminated): pods are deleted at once, nothing waited for.
@@ -27,7 +28,8 @@
 //! advancing the same claim at once are kept apart by the conditional writes: the loser
 //! gets `Conflict` and stops.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, LazyLock, Mutex as StdMutex, Weak};
 use std::time::Duration;
 
 use tracing::{debug, info, warn};
@@ -59,6 +61,9 @@ pub struct Progress {
     pub deleted: Vec<String>,
     /// Pods a disruption budget kept this time; tried again on the next step.
     pub blocked: Vec<String>,
+    /// `karpenter.sh/do-not-disrupt` pods the drain waits for (never evicted; deleted
+    /// once the deadline is near, when there is one).
+    pub do_not_disrupt: Vec<String>,
     /// The drain is waiting (replace-then-drain) until this time.
     pub waiting_until: Option<i64>,
     /// This call terminated the instance (sent TerminateInstances).
@@ -75,6 +80,7 @@ impl Progress {
             evicted: Vec::new(),
             deleted: Vec::new(),
             blocked: Vec::new(),
+            do_not_disrupt: Vec::new(),
             waiting_until: None,
             terminated_instance: false,
             retry: Vec::new(),
@@ -252,6 +258,8 @@ pub async fn drain(ports: &Ports, claim: &NodeClaim, progress: &mut Progress) ->
     let Some(node) = &claim.node_name else {
         return Ok(true);
     };
+    let lock = pass_lock(&claim.name);
+    let _one_pass_at_a_time = lock.lock().await;
     let (gone, deadline) = match &claim.disruption {
         Some(d) => (d.cause.instance_gone(), d.deadline),
         None => (false, None),
@@ -287,6 +295,14 @@ pub async fn drain(ports: &Ports, claim: &NodeClaim, progress: &mut Progress) ->
                     .filter(|d| now >= d - grace)
                     .map(|d| (d - now).clamp(0, grace))
             };
+            if pod.do_not_disrupt && delete_with.is_none() {
+                // As Karpenter: a do-not-disrupt pod is never evicted. The drain waits
+                // until it ends by itself, or until the deadline (the NodePool's
+                // terminationGracePeriod, a spot notice) has it deleted.
+                progress.do_not_disrupt.push(pod.key());
+                done = false;
+                continue;
+            }
             let result = match delete_with {
                 Some(grace) => {
                     ports
@@ -327,6 +343,23 @@ pub async fn drain(ports: &Ports, claim: &NodeClaim, progress: &mut Progress) ->
         }
     }
     Ok(false)
+}
+
+/// The lock of one claim's drain passes in this process. Two records of one batch (a
+/// spot warning and a state change for the same instance) may both drive the claim; a
+/// pass that listed the pods before the other's evictions went through would delete
+/// the pods just evicted. One pass at a time, the second sees them terminating.
+fn pass_lock(claim: &str) -> Arc<tokio::sync::Mutex<()>> {
+    static PASSES: LazyLock<StdMutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>> =
+        LazyLock::new(StdMutex::default);
+    let mut passes = PASSES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(lock) = passes.get(claim).and_then(Weak::upgrade) {
+        return lock;
+    }
+    passes.retain(|_, l| l.strong_count() > 0);
+    let lock = Arc::new(tokio::sync::Mutex::new(()));
+    passes.insert(claim.to_string(), Arc::downgrade(&lock));
+    lock
 }
 
 /// Step 3: the node is empty (or never existed): the instance may go.
@@ -516,6 +549,7 @@ impl Progress {
         self.evicted.extend(later.evicted);
         self.deleted.extend(later.deleted);
         self.blocked = later.blocked;
+        self.do_not_disrupt = later.do_not_disrupt;
         self.retry = later.retry;
         self.waiting_until = later.waiting_until;
         self.terminated_instance |= later.terminated_instance;

@@ -23,7 +23,7 @@ use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
 use nodewright_core::provisioning::PlannedNodeClaim;
 use nodewright_core::testing::{node_pool, pod};
 use nodewright_engine::disrupt::default_decider;
-use nodewright_engine::fakes::{CloudOp, StoreOp, node_class};
+use nodewright_engine::fakes::{CloudOp, ClusterOp, StoreOp, node_class};
 use nodewright_engine::ports::{CloudError, ErrorKind, StoreError};
 use nodewright_engine::sim::{World, WorldConfig};
 use nodewright_engine::terminate::TAINT_DISRUPTED;
@@ -441,6 +441,59 @@ async fn an_expired_node_is_replaced_first_and_its_pods_move_without_a_second_la
         ),
         None
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_never_evicts_a_do_not_disrupt_pod_and_waits_until_it_ends() {
+    // Expiration is forceful: a do-not-disrupt pod does not keep the node from being
+    // chosen, and its replacement launches. The drain moves the other pods and then
+    // waits (Karpenter never evicts such a pod; no terminationGracePeriod here).
+    let sys = System::new();
+    sys.add_pods("web", 3);
+    sys.world.cluster.with_state(|s| {
+        let p = s.pods.iter_mut().find(|p| p.name == "web-0").unwrap();
+        p.do_not_disrupt = true;
+    });
+    sys.provision(2).await;
+    let old = sys.live_nodes();
+    assert_eq!(old.len(), 1);
+    sys.expire.lock().unwrap().insert(old[0].clone());
+
+    sys.run(5).await;
+
+    let claim_of_old = |sys: &System| {
+        sys.claims()
+            .into_iter()
+            .find(|c| c.node_name.as_deref() == Some(old[0].as_str()))
+            .unwrap()
+    };
+    assert_eq!(claim_of_old(&sys).state, ClaimState::Draining, "{:#?}", sys.claims());
+    let state = sys.world.cluster.snapshot();
+    let on_old: Vec<&str> = moving(&state.pods, &old[0])
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(on_old, ["web-0"], "only the do-not-disrupt pod is left");
+    assert!(
+        !sys.world
+            .cluster
+            .calls()
+            .iter()
+            .any(|c| c.op == ClusterOp::EvictPod && c.key.ends_with("/web-0")),
+        "web-0 was never evicted"
+    );
+    assert_eq!(sys.live_nodes().len(), 2, "the old node waits for it");
+
+    // Its job ends: the node goes on the next polls.
+    sys.world
+        .cluster
+        .with_state(|s| s.pods.retain(|p| p.name != "web-0"));
+    sys.run(2).await;
+
+    assert_eq!(claim_of_old(&sys).state, ClaimState::Terminated);
+    assert_eq!(sys.live_nodes().len(), 1);
+    assert_eq!(sys.world.cloud.instances().len(), 2, "one replacement only");
+    sys.assert_settled();
 }
 
 #[tokio::test(start_paused = true)]

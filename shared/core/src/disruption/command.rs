@@ -97,4 +97,8 @@ pub struct DisruptionInput<'a> {
     /// Nodes already being disrupted by earlier commands: they count against budgets,
     /// are not candidates and are not destinations.
     pub disrupting: &'a [String],
+    /// Validation of one command already under way: only these nodes (its candidates)
+    /// are considered, and consolidation tries them as one set first. Everything else
+    /// still counts: budgets, the nodes pods may move to, other commands' nodes.
+    pub validating: Option<&'a [String]>,
 }

@@ -161,6 +161,11 @@ pub fn decide(input: &DisruptionInput<'_>) -> Decision {
         });
     }
 
+    if let Some(only) = input.validating {
+        // Budgets and prices above counted every node; only the command's are decided.
+        candidates.retain(|c| only.iter().any(|n| n == c.name()));
+    }
+
     let closed = input.disrupting.iter().cloned().chain(
         candidates
             .iter()
@@ -510,6 +515,17 @@ impl Run<'_, '_> {
                     .entry(pool)
                     .or_insert_with(|| self.budgets.room(pool, Reason::Underutilized).unwrap_or(0));
                 if left == 0 {
+                    let why = self
+                        .budgets
+                        .room(pool, Reason::Underutilized)
+                        .err()
+                        .unwrap_or_else(|| {
+                            Rejection::new(
+                                RejectCode::DisruptionBudget,
+                                format!("NodePool \"{pool}\" budget for Underutilized is used by this window's other nodes"),
+                            )
+                        });
+                    self.reject(c.name(), why);
                     continue;
                 }
                 room.insert(pool, left - 1);
@@ -531,6 +547,19 @@ impl Run<'_, '_> {
             // the next window still has every other candidate to work with.
             let (mut lo, mut hi) = (2usize, set.len());
             let mut best: Option<(usize, Placement)> = None;
+            if self.input.validating.is_some() {
+                // A command under validation holds as the set it was decided as, or
+                // not at all: try that set before any prefix of it.
+                let excluded: Vec<&str> = all
+                    .iter()
+                    .map(|c| c.name())
+                    .filter(|n| !set.iter().any(|c| c.name() == *n))
+                    .collect();
+                if let Ok(placement) = self.try_consolidate(&set, &excluded, world) {
+                    lo = hi + 1;
+                    best = Some((set.len(), placement));
+                }
+            }
             while lo <= hi {
                 let mid = (lo + hi) / 2;
                 let excluded: Vec<&str> = all
@@ -870,6 +899,7 @@ mod tests {
         pools: Vec<NodePool>,
         disrupting: Vec<String>,
         external_drift: Vec<(String, String)>,
+        validating: Option<Vec<String>>,
     }
 
     impl Case {
@@ -883,6 +913,7 @@ mod tests {
                 pools: vec![pool(100)],
                 disrupting: vec![],
                 external_drift: vec![],
+                validating: None,
             }
         }
 
@@ -899,6 +930,7 @@ mod tests {
                 spot_to_spot: false,
                 external_drift: &self.external_drift,
                 disrupting: &self.disrupting,
+                validating: self.validating.as_deref(),
             })
         }
     }
@@ -1050,6 +1082,41 @@ mod tests {
         let replacements = &d.commands[0].replacements;
         assert_eq!(replacements.len(), 1, "{d:#?}");
         assert_eq!(replacements[0].instance_type_options, ["m5.large"]);
+    }
+
+    #[test]
+    fn a_command_under_validation_is_decided_as_its_own_set_not_the_first_the_budget_allows() {
+        // Four alike half-empty nodes and room for two: a fresh decision takes n1 and n2
+        // (name order); the command being validated took n3 and n4 and still holds.
+        let nodes: Vec<Node> = (1..=4)
+            .map(|i| managed(&format!("n{i}"), "m5.xlarge"))
+            .collect();
+        let pods = (1..=4)
+            .map(|i| on(&format!("n{i}"), &format!("p{i}"), "500m"))
+            .collect();
+        let mut case = Case::new(nodes, pods);
+        let mut pool = pool_of_types(&["m5.large", "m5.xlarge"]);
+        pool.disruption.budgets[0].nodes = BudgetNodes::Count(2);
+        case.pools = vec![pool];
+        let fresh = case.decide();
+        assert_eq!(
+            methods(&fresh),
+            [(Method::MultiNode, vec!["n1".to_string(), "n2".to_string()])],
+            "{fresh:#?}"
+        );
+        assert!(
+            codes(&fresh).contains(&("n3".to_string(), RejectCode::DisruptionBudget)),
+            "{fresh:#?}"
+        );
+
+        case.validating = Some(vec!["n3".into(), "n4".into()]);
+        let validated = case.decide();
+        assert_eq!(
+            methods(&validated),
+            [(Method::MultiNode, vec!["n3".to_string(), "n4".to_string()])],
+            "{validated:#?}"
+        );
+        assert!(validated.rejected.is_empty(), "{validated:#?}");
     }
 
     #[test]
