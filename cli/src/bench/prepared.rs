@@ -122,8 +122,8 @@ impl Outcomes {
             Solve::Placed(p) => {
                 self.placed += 1;
                 self.new_claims += p.new_claims.len();
-                self.moved += p.existing_nodes.iter().map(|(_, v)| v.len()).sum::<usize>()
-                    + p.in_flight.iter().map(|(_, v)| v.len()).sum::<usize>()
+                self.moved += p.existing_nodes.iter().map(|a| a.pods.len()).sum::<usize>()
+                    + p.in_flight.iter().map(|a| a.pods.len()).sum::<usize>()
                     + p.new_claims.iter().map(|c| c.pods.len()).sum::<usize>();
             }
             Solve::Stopped(Stop::PodDoesNotFit { .. }) => self.no_fit += 1,

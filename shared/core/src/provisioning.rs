@@ -160,26 +160,26 @@ pub fn plan_provisioning(input: &ProvisioningInput<'_>) -> ProvisioningPlan {
         unschedulable: result
             .unschedulable
             .iter()
-            .map(|(p, reason)| UnschedulablePod {
-                pod: pods[*p].key(),
-                reason: reason.to_string(),
+            .map(|u| UnschedulablePod {
+                pod: pods[u.pod].key(),
+                reason: u.reason.to_string(),
             })
             .collect(),
         total_price_per_hour,
         existing_nodes: result
             .existing_nodes
             .iter()
-            .map(|(n, p)| Absorbed {
-                target: n.clone(),
-                pods: keys(p),
+            .map(|a| Absorbed {
+                target: a.node.clone(),
+                pods: keys(&a.pods),
             })
             .collect(),
         in_flight: result
             .in_flight
             .iter()
-            .map(|(n, p)| Absorbed {
-                target: n.clone(),
-                pods: keys(p),
+            .map(|a| Absorbed {
+                target: a.claim.clone(),
+                pods: keys(&a.pods),
             })
             .collect(),
     }

@@ -135,15 +135,22 @@ impl<'a> Speculator<'a> {
             Solve::Stopped(SolveStop::TooExpensive) => return Err(Stop::TooExpensive),
         };
         let pods = self.input.pods;
-        let moves = placed
-            .existing_nodes
-            .iter()
-            .chain(&placed.in_flight)
-            .filter(|(_, idx)| !idx.is_empty())
-            .map(|(target, idx)| Move {
+        let move_to = |target: &str, idx: &[usize]| {
+            (!idx.is_empty()).then(|| Move {
                 target: self.destination_name(target),
                 pods: idx.iter().map(|&p| pods[p].key()).collect(),
             })
+        };
+        let moves = placed
+            .existing_nodes
+            .iter()
+            .filter_map(|a| move_to(&a.node, &a.pods))
+            .chain(
+                placed
+                    .in_flight
+                    .iter()
+                    .filter_map(|a| move_to(&a.claim, &a.pods)),
+            )
             .collect();
         let new_claims: Vec<PlannedNodeClaim> = placed
             .new_claims

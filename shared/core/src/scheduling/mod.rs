@@ -13,8 +13,8 @@ mod unschedulable;
 pub use prepared::{Placed, PreparedScheduler, Removal, Solve, SolveLimits, Stop};
 pub use requirements::{Requirements, ValueSet};
 pub use scheduler::{
-    ClaimOption, InFlightClaim, MAX_INSTANCE_TYPE_OPTIONS, NewClaim, Schedule, SchedulerInput,
-    schedule,
+    ClaimOption, InFlightClaim, InFlightPlacement, MAX_INSTANCE_TYPE_OPTIONS, NewClaim,
+    NodePlacement, Schedule, SchedulerInput, UnplacedPod, schedule,
 };
 pub use unschedulable::{PoolRefusal, Refusal, Unschedulable};
 

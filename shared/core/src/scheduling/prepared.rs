@@ -36,8 +36,9 @@ use crate::resources::{Resources, WELL_KNOWN};
 use super::fast_hash::FastMap;
 use super::requirements::ValueSet;
 use super::scheduler::{
-    BinId, CandidateRef, Class, ClassId, ClassKey, EClassId, GroupId, IdVec, MovingPod, Origin,
-    PoolState, Schedule, Scheduler, SchedulerInput, Undo, ct_index, largest_first,
+    BinId, CandidateRef, Class, ClassId, ClassKey, EClassId, GroupId, IdVec, InFlightPlacement,
+    MovingPod, NodePlacement, Origin, PoolState, Schedule, Scheduler, SchedulerInput, Undo,
+    ct_index, largest_first,
 };
 use super::unschedulable::Unschedulable;
 
@@ -464,11 +465,19 @@ impl<'a> Solver<'a> {
             }
             pods.sort_unstable();
             match s.bins[b].origin {
-                Origin::Existing(n) => out.existing_nodes.push((input.nodes[n].name.clone(), pods)),
-                Origin::InFlight(i) => out.in_flight.push((input.in_flight[i].name.clone(), pods)),
+                Origin::Existing(n) => out.existing_nodes.push(NodePlacement {
+                    node: input.nodes[n].name.clone(),
+                    pods,
+                }),
+                Origin::InFlight(i) => out.in_flight.push(InFlightPlacement {
+                    claim: input.in_flight[i].name.clone(),
+                    pods,
+                }),
+                // A claim an earlier commit made: it is launching, as far as later
+                // solves know.
                 Origin::New(_) => {
-                    let name = self.committed.get(&b).cloned().unwrap_or_default();
-                    out.in_flight.push((name, pods));
+                    let claim = self.committed.get(&b).cloned().unwrap_or_default();
+                    out.in_flight.push(InFlightPlacement { claim, pods });
                 }
             }
         }
@@ -559,9 +568,9 @@ impl<'a> Solver<'a> {
                 s.blocked[b] = true;
             }
         }
-        for (name, pods) in &schedule.existing_nodes {
-            if let Some(&n) = s.node_index.get(name.as_str()) {
-                self.node_pods[n].extend(pods);
+        for placement in &schedule.existing_nodes {
+            if let Some(&n) = s.node_index.get(placement.node.as_str()) {
+                self.node_pods[n].extend(&placement.pods);
             }
         }
         // A claim the re-packing pass emptied is no claim: it never takes pods.

@@ -5,8 +5,8 @@ use crate::api::model::*;
 use crate::catalog::{Catalog, Pricing};
 use crate::cluster::*;
 use crate::scheduling::{
-    InFlightClaim, Placed, PreparedScheduler, Removal, Schedule, SchedulerInput, Solve,
-    SolveLimits, Stop, schedule,
+    InFlightClaim, InFlightPlacement, Placed, PreparedScheduler, Removal, Schedule, SchedulerInput,
+    Solve, SolveLimits, Stop, schedule,
 };
 use crate::testing::*;
 
@@ -96,7 +96,7 @@ fn stopped(solve: Solve) -> Stop {
 fn on_nodes(s: &Schedule) -> Vec<(&str, Vec<usize>)> {
     s.existing_nodes
         .iter()
-        .map(|(n, pods)| (n.as_str(), pods.clone()))
+        .map(|a| (a.node.as_str(), a.pods.clone()))
         .collect()
 }
 
@@ -354,9 +354,9 @@ fn after_a_commit_later_solves_see_the_moved_pods_and_the_removed_node() {
     let input = c.input();
     let mut prepared = PreparedScheduler::new(&input);
     let first = placed(prepared.solve(&remove(&[a]), &NO_LIMITS));
-    let (target, moved) = &first.existing_nodes[0];
-    assert_eq!(moved, &vec![a1, a2]);
-    assert_eq!(target, "d");
+    let to_d = &first.existing_nodes[0];
+    assert_eq!(to_d.pods, [a1, a2]);
+    assert_eq!(to_d.node, "d");
     prepared.commit(&first).unwrap();
     // d now holds web-1 and web-2: api-1 (from b) no longer fits there, and a is gone.
     let second = placed(prepared.solve(&remove(&[b]), &NO_LIMITS));
@@ -372,12 +372,12 @@ fn after_a_commit_later_solves_see_the_moved_pods_and_the_removed_node() {
     let moved: Vec<usize> = third
         .existing_nodes
         .iter()
-        .flat_map(|(_, p)| p.clone())
+        .flat_map(|a| a.pods.clone())
         .chain(third.new_claims.iter().flat_map(|c| c.pods.clone()))
         .collect();
     assert_eq!(moved.len(), 2);
     assert!(moved.contains(&a1) && moved.contains(&a2));
-    assert!(third.existing_nodes.iter().all(|(n, _)| n != "a"));
+    assert!(third.existing_nodes.iter().all(|a| a.node != "a"));
 }
 
 #[test]
@@ -397,7 +397,13 @@ fn a_committed_new_claim_takes_pods_in_later_solves() {
         max_price: None,
     };
     let second = placed(prepared.solve(&remove(&[b]), &none));
-    assert_eq!(second.in_flight, [("committed-0".to_string(), vec![small])]);
+    assert_eq!(
+        second.in_flight,
+        [InFlightPlacement {
+            claim: "committed-0".to_string(),
+            pods: vec![small],
+        }]
+    );
 }
 
 #[test]

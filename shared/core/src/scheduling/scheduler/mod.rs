@@ -153,15 +153,43 @@ pub struct NewClaim {
     pub labels: BTreeMap<String, String>,
 }
 
+/// Pods placed on the free capacity of an existing node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodePlacement {
+    /// The node's name.
+    pub node: String,
+    /// Indices into `SchedulerInput::pods`, ascending.
+    pub pods: Vec<usize>,
+}
+
+/// Pods counted against a claim already launching, whose node has not registered yet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InFlightPlacement {
+    /// The NodeClaim's name; `committed-N` for a claim an earlier speculative solve's
+    /// commit made (see `PreparedScheduler::commit`).
+    pub claim: String,
+    /// Indices into `SchedulerInput::pods`, ascending.
+    pub pods: Vec<usize>,
+}
+
+/// A pending pod that fits nowhere.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnplacedPod {
+    /// Index into `SchedulerInput::pods`.
+    pub pod: usize,
+    /// The constraint that stops it, with its preferences relaxed as far as they go.
+    pub reason: Unschedulable,
+}
+
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Schedule {
     pub new_claims: Vec<NewClaim>,
-    /// Pods that fit existing nodes: (node name, pod indices).
-    pub existing_nodes: Vec<(String, Vec<usize>)>,
-    /// Pods absorbed by in-flight claims: (claim name, pod indices).
-    pub in_flight: Vec<(String, Vec<usize>)>,
-    /// Pods that cannot be placed, with the constraint that stops them.
-    pub unschedulable: Vec<(usize, Unschedulable)>,
+    /// Pods that fit existing nodes.
+    pub existing_nodes: Vec<NodePlacement>,
+    /// Pods absorbed by in-flight claims.
+    pub in_flight: Vec<InFlightPlacement>,
+    /// Pods that cannot be placed, by pod index.
+    pub unschedulable: Vec<UnplacedPod>,
 }
 
 /// Plans the pending pods: [`PreparedScheduler::provision`] on a scheduler prepared for

@@ -5,12 +5,10 @@
 
 use std::collections::HashMap;
 
-use crate::scheduling::unschedulable::Unschedulable;
-
 use super::bins::Origin;
 use super::ids::BinId;
 use super::placement::Fit;
-use super::{Schedule, Scheduler};
+use super::{InFlightPlacement, NodePlacement, Schedule, Scheduler, UnplacedPod};
 
 impl Scheduler<'_> {
     pub(crate) fn run(mut self) -> Schedule {
@@ -21,7 +19,7 @@ impl Scheduler<'_> {
         // As Karpenter does, pods that fail are retried while placements still happen:
         // a pod with affinity to pods placed later in the same batch can then follow them.
         loop {
-            let mut failed: Vec<(usize, Unschedulable)> = Vec::new();
+            let mut failed: Vec<UnplacedPod> = Vec::new();
             let mut placed_any = false;
             loop {
                 let mut retry = Vec::new();
@@ -35,7 +33,7 @@ impl Scheduler<'_> {
                                 level[p] += 1;
                                 retry.push(p);
                             } else {
-                                failed.push((p, reason));
+                                failed.push(UnplacedPod { pod: p, reason });
                             }
                         }
                     }
@@ -49,7 +47,7 @@ impl Scheduler<'_> {
                 return self.finish(failed);
             }
             // Retry the failures from their strictest level again.
-            queue = failed.iter().map(|(p, _)| *p).collect();
+            queue = failed.iter().map(|u| u.pod).collect();
             for &p in &queue {
                 level[p] = 0;
             }
@@ -93,11 +91,11 @@ impl Scheduler<'_> {
         rest
     }
 
-    pub(super) fn finish(mut self, mut unschedulable: Vec<(usize, Unschedulable)>) -> Schedule {
+    pub(super) fn finish(mut self, mut unschedulable: Vec<UnplacedPod>) -> Schedule {
         self.repack_free_claims();
         let input = self.input;
         let mut out = Schedule::default();
-        unschedulable.sort_by_key(|(p, _)| *p);
+        unschedulable.sort_by_key(|u| u.pod);
         out.unschedulable = unschedulable;
         for b in self.bins.ids() {
             if self.bins[b].pods.is_empty() {
@@ -106,8 +104,14 @@ impl Scheduler<'_> {
             let mut pods: Vec<usize> = self.bins[b].pods.iter().map(|m| m.pod).collect();
             pods.sort();
             match self.bins[b].origin {
-                Origin::Existing(n) => out.existing_nodes.push((input.nodes[n].name.clone(), pods)),
-                Origin::InFlight(i) => out.in_flight.push((input.in_flight[i].name.clone(), pods)),
+                Origin::Existing(n) => out.existing_nodes.push(NodePlacement {
+                    node: input.nodes[n].name.clone(),
+                    pods,
+                }),
+                Origin::InFlight(i) => out.in_flight.push(InFlightPlacement {
+                    claim: input.in_flight[i].name.clone(),
+                    pods,
+                }),
                 Origin::New(pool) => {
                     let claim = self.finalize_claim(b, pool, pods);
                     out.new_claims.push(claim);
