@@ -502,9 +502,17 @@ async fn a_scaled_down_deployment_is_consolidated_and_the_cluster_shrinks() {
             "idle disruption invocation (warm, nothing to do): {:.2} s",
             started.elapsed().as_secs_f64()
         );
-        assert_eq!(summary["started"], json!([]), "nothing left to do: {summary}");
+        assert_eq!(
+            summary["started"],
+            json!([]),
+            "nothing left to do: {summary}"
+        );
     }
-    assert_eq!(live.live_instances().await.len(), 1, "and the cluster stays shrunk");
+    assert_eq!(
+        live.live_instances().await.len(),
+        1,
+        "and the cluster stays shrunk"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1090,7 +1090,11 @@ fn instance_type_from_api(name: &str, arch: &str, vcpus: i64, memory_mib: i64) -
 #[async_trait]
 impl Cloud for Ec2Cloud {
     async fn catalog(&self) -> Result<Catalog, CloudError> {
-        if let Some(catalog) = self.read.catalog.get(Instant::now(), self.config.catalog_ttl) {
+        if let Some(catalog) = self
+            .read
+            .catalog
+            .get(Instant::now(), self.config.catalog_ttl)
+        {
             return Ok(catalog);
         }
         // Which types are offered in at least one zone of the region.
@@ -1558,7 +1562,11 @@ mod tests {
         assert_eq!(reused.get(t0 + ttl, ttl), None, "stale at the ttl");
         reused.put(t0 + ttl, 8);
         assert_eq!(reused.get(t0 + ttl, ttl), Some(8));
-        assert_eq!(reused.get(t0, Duration::ZERO), None, "a zero ttl never reuses");
+        assert_eq!(
+            reused.get(t0, Duration::ZERO),
+            None,
+            "a zero ttl never reuses"
+        );
     }
 
     #[test]

@@ -467,7 +467,12 @@ async fn a_drain_never_evicts_a_do_not_disrupt_pod_and_waits_until_it_ends() {
             .find(|c| c.node_name.as_deref() == Some(old[0].as_str()))
             .unwrap()
     };
-    assert_eq!(claim_of_old(&sys).state, ClaimState::Draining, "{:#?}", sys.claims());
+    assert_eq!(
+        claim_of_old(&sys).state,
+        ClaimState::Draining,
+        "{:#?}",
+        sys.claims()
+    );
     let state = sys.world.cluster.snapshot();
     let on_old: Vec<&str> = moving(&state.pods, &old[0])
         .iter()
