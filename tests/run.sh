@@ -14,7 +14,7 @@ if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 # The tools come from PyPI and rustup (network, little CPU), and linting the template
 # takes seconds of one core: both run while cargo builds, their output kept for after.
 # The arm64 Lambda build is not overlapped with anything: beside the debug build it
-# made both slower (21 min together on two cores, more than one after the other),
+# made both slower (21 min together on two cores; 10 + 9 one after the other),
 # and beside the tests it pushed those that measure reaction times on a clock that
 # really runs over their bounds.
 tools_log=$(mktemp)
