@@ -599,7 +599,7 @@ impl<'a> Solver<'a> {
             let Some(t) = s.instance_type_named(&option.instance_type) else {
                 continue;
             };
-            let ceiling = s.usable(pool, t);
+            let ceiling = s.usable(pool, t).clone();
             let mut ports = s.daemon_ports(pool, t);
             ports.extend(
                 s.bins[b]

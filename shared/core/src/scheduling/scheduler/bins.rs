@@ -128,7 +128,7 @@ impl Scheduler<'_> {
             );
             let mut reqs = Requirements::from_labels(labels.iter());
             reqs = reqs.intersect(&self.pools[pool].reqs);
-            let ceiling = self.usable(pool, t);
+            let ceiling = self.usable(pool, t).clone();
             let zone = self.zones.iter().position(|z| *z == claim.zone);
             let ports = self.daemon_ports(pool, t);
             self.bins.push(Bin {

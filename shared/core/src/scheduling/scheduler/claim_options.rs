@@ -40,8 +40,10 @@ impl Scheduler<'_> {
             .flat_map(|&p| self.input.pods[p].host_ports.iter())
             .collect();
         let mut options: Vec<LaunchOption> = Vec::new();
+        let type_reqs = self.type_requirements(&reqs);
+        let offerings = self.offering_filter(&reqs, None, None);
         for &t in &self.pools[pool].types {
-            if !used.fits_in(&self.usable(pool, t)) || !self.type_satisfies(t, &reqs) {
+            if !used.fits_in(self.usable(pool, t)) || !self.type_meets(t, &type_reqs) {
                 continue;
             }
             let daemon_ports = self.daemon_ports(pool, t);
@@ -54,7 +56,7 @@ impl Scheduler<'_> {
             if Some(t) != target && self.within_limits(pool, self.instance_type(t)).is_err() {
                 continue;
             }
-            if let Some(offering) = self.cheapest_offering(t, &reqs, None, None) {
+            if let Some(offering) = self.cheapest_allowed(t, &offerings) {
                 options.push(LaunchOption {
                     instance_type: t,
                     offering,

@@ -124,6 +124,7 @@ impl Scheduler<'_> {
         let mut port_held: Option<Refusal> = None;
         let mut other_key_missing = false;
         let types = Arc::clone(&self.eclasses[e].pool_types);
+        let offerings = self.offering_filter(&reqs, zmask.as_deref(), cmask_arr);
         for &t in &types[pool] {
             let it = self.instance_type(t);
             let usable = self.usable(pool, t);
@@ -146,8 +147,7 @@ impl Scheduler<'_> {
                 other_key_missing = true;
                 continue;
             }
-            let Some(offering) = self.cheapest_offering(t, &reqs, zmask.as_deref(), cmask_arr)
-            else {
+            let Some(offering) = self.cheapest_allowed(t, &offerings) else {
                 offering_missing = true;
                 continue;
             };
@@ -232,7 +232,7 @@ impl Scheduler<'_> {
             self.min_values_ok(pool, &reqs, &p.requests)?;
         }
         let it = self.instance_type(t);
-        let ceiling = self.usable(pool, t);
+        let ceiling = self.usable(pool, t).clone();
         let capacity = it.capacity.clone();
         self.pools[pool].usage.add(&capacity);
         let nodes = self.pools[pool].usage.get_milli("nodes");

@@ -5,11 +5,28 @@
 use crate::catalog::{CapacityType, InstanceType, LABEL_CAPACITY_TYPE, LABEL_ZONE};
 use crate::cluster::{HostPort, Pod};
 use crate::resources::Resources;
-use crate::scheduling::requirements::Requirements;
+use crate::scheduling::requirements::{Requirements, ValueSet};
 use crate::scheduling::unschedulable::Refusal;
 
 use super::Scheduler;
 use super::ids::{InstanceTypeId, PoolId};
+
+/// The zones (by index into `Scheduler::zones`) and capacity types (by [`ct_index`])
+/// an offering may be in.
+pub(crate) struct OfferingFilter {
+    zones: Vec<bool>,
+    capacity_types: [bool; 2],
+}
+
+/// Requirements on keys instance types carry (see [`Scheduler::type_requirements`]).
+pub(super) struct TypeRequirements<'r>(Vec<(&'r str, &'r ValueSet)>);
+
+fn type_label_meets(it: &InstanceType, key: &str, set: &ValueSet) -> bool {
+    match it.labels.get(key) {
+        Some(v) => set.has(v),
+        None => set.allows_absent(),
+    }
+}
 
 /// Where and how a type can be launched, at what price.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -47,16 +64,31 @@ impl<'a> Scheduler<'a> {
             if !self.type_keys.contains(k) {
                 return true;
             }
-            match it.labels.get(k) {
-                Some(v) => set.has(v),
-                None => set.allows_absent(),
-            }
+            type_label_meets(it, k, set)
         })
     }
 
+    /// The requirements of `reqs` on keys instance types carry, picked out once for a
+    /// loop over many types (see [`Self::type_meets`]).
+    pub(super) fn type_requirements<'r>(&self, reqs: &'r Requirements) -> TypeRequirements<'r> {
+        TypeRequirements(
+            reqs.iter()
+                .filter(|(k, _)| self.type_keys.contains(*k))
+                .map(|(k, set)| (k.as_str(), set))
+                .collect(),
+        )
+    }
+
+    /// [`Self::type_satisfies`] with the type keys' requirements picked out already.
+    pub(super) fn type_meets(&self, t: InstanceTypeId, reqs: &TypeRequirements) -> bool {
+        let it = self.instance_type(t);
+        reqs.0.iter().all(|(k, set)| type_label_meets(it, k, set))
+    }
+
     /// The cheapest offering of type `t` allowed by `reqs` (the least used zone among
-    /// equal prices), optionally
-    /// restricted further to zone set `zones` / capacity types `cts` (bit masks).
+    /// equal prices), optionally restricted further to zone set `zones` / capacity
+    /// types `cts` (bit masks). Loops over many types build the [`OfferingFilter`] once
+    /// and call [`Self::cheapest_allowed`].
     pub(crate) fn cheapest_offering(
         &self,
         t: InstanceTypeId,
@@ -64,17 +96,45 @@ impl<'a> Scheduler<'a> {
         zones: Option<&[bool]>,
         cts: Option<[bool; 2]>,
     ) -> Option<Offering> {
+        self.cheapest_allowed(t, &self.offering_filter(reqs, zones, cts))
+    }
+
+    /// The zones and capacity types `reqs` (and the optional masks) allow, read from
+    /// the requirements once rather than once per type.
+    pub(crate) fn offering_filter(
+        &self,
+        reqs: &Requirements,
+        zones: Option<&[bool]>,
+        cts: Option<[bool; 2]>,
+    ) -> OfferingFilter {
         let zone_set = reqs.get(LABEL_ZONE);
         let ct_set = reqs.get(LABEL_CAPACITY_TYPE);
+        OfferingFilter {
+            zones: (0..self.zones.len())
+                .map(|z| {
+                    zones.is_none_or(|m| m[z]) && zone_set.is_none_or(|s| s.has(&self.zones[z]))
+                })
+                .collect(),
+            capacity_types: CapacityType::ALL.map(|ct| {
+                cts.is_none_or(|m| m[ct_index(ct)]) && ct_set.is_none_or(|s| s.has(ct.as_str()))
+            }),
+        }
+    }
+
+    /// The cheapest offering of type `t` that `filter` allows (the least used zone
+    /// among equal prices).
+    pub(crate) fn cheapest_allowed(
+        &self,
+        t: InstanceTypeId,
+        filter: &OfferingFilter,
+    ) -> Option<Offering> {
         let mut best: Option<Offering> = None;
         for (z, by_ct) in self.prices[t].iter().enumerate() {
-            if zones.is_some_and(|m| !m[z]) || zone_set.is_some_and(|s| !s.has(&self.zones[z])) {
+            if !filter.zones[z] {
                 continue;
             }
             for ct in CapacityType::ALL {
-                if cts.is_some_and(|m| !m[ct_index(ct)])
-                    || ct_set.is_some_and(|s| !s.has(ct.as_str()))
-                {
+                if !filter.capacity_types[ct_index(ct)] {
                     continue;
                 }
                 if let Some(p) = by_ct[ct_index(ct)] {
@@ -99,19 +159,10 @@ impl<'a> Scheduler<'a> {
         best
     }
 
-    /// What type `t` offers pods in `pool`: the catalog's allocatable, or the one the
-    /// pool's EC2NodeClass kubelet settings give.
-    pub(super) fn allocatable(&self, pool: PoolId, t: InstanceTypeId) -> &Resources {
-        match &self.pools[pool].allocatable {
-            Some(per_type) => &per_type[t],
-            None => &self.instance_type(t).allocatable,
-        }
-    }
-
-    pub(crate) fn usable(&self, pool: PoolId, t: InstanceTypeId) -> Resources {
-        let mut r = self.allocatable(pool, t).clone();
-        r.sub(&self.pools[pool].overhead[t]);
-        r
+    /// What a node of type `t` in `pool` leaves pods: its allocatable (under the pool's
+    /// EC2NodeClass kubelet settings) less the DaemonSet pods that would run there.
+    pub(crate) fn usable(&self, pool: PoolId, t: InstanceTypeId) -> &Resources {
+        &self.pools[pool].usable[t]
     }
 
     /// Host ports the DaemonSet pods on a node of type `t` in `pool` bind.

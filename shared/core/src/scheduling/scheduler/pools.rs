@@ -31,9 +31,10 @@ pub(crate) struct PoolInfo {
     pub(crate) reqs: Requirements,
     pub(crate) taints: Vec<Taint>,
     pub(crate) daemons: Vec<PoolDaemon>,
-    /// Per catalog type (filled for `types`): requests of the DaemonSet pods that would
-    /// run on a node of that type.
-    pub(crate) overhead: IdVec<InstanceTypeId, Resources>,
+    /// Per catalog type: what a node of that type leaves pods, its allocatable (the
+    /// catalog's, or the one the pool's EC2NodeClass kubelet settings give) less the
+    /// requests of the DaemonSet pods that would run there.
+    pub(crate) usable: IdVec<InstanceTypeId, Resources>,
     /// Per catalog type: indices into `daemons` that would run there and bind host ports.
     pub(crate) port_daemons: IdVec<InstanceTypeId, Vec<usize>>,
     /// Types compatible with the pool's requirements and offered in its zones.
@@ -41,9 +42,6 @@ pub(crate) struct PoolInfo {
     pub(crate) usage: Resources,
     pub(crate) has_min_values: bool,
     pub(crate) duals: Option<DualPrices>,
-    /// Allocatable by catalog index under the pool's EC2NodeClass kubelet settings;
-    /// `None` when they leave the catalog's as it is.
-    pub(crate) allocatable: Option<IdVec<InstanceTypeId, Resources>>,
 }
 
 /// The first of `taints` that `tolerations` do not tolerate (PreferNoSchedule ones are
@@ -120,23 +118,35 @@ impl<'a> Scheduler<'a> {
                 }
             }
             let has_min_values = pool.requirements.iter().any(|r| r.min_values.is_some());
-            let allocatable = input
+            // Allocatable by catalog index under the pool's EC2NodeClass kubelet
+            // settings; `None` when they leave the catalog's as it is.
+            let class_allocatable = input
                 .node_classes
                 .iter()
                 .find(|c| c.name == pool.node_class_ref.name)
-                .and_then(|class| crate::density::class_allocatable(input.catalog, class))
-                .map(IdVec::from);
+                .and_then(|class| crate::density::class_allocatable(input.catalog, class));
+            let usable = self
+                .prices
+                .ids()
+                .map(|t| {
+                    let mut r = match &class_allocatable {
+                        Some(per_type) => per_type[t.index()].clone(),
+                        None => self.instance_type(t).allocatable.clone(),
+                    };
+                    r.sub(&overhead[t]);
+                    r
+                })
+                .collect();
             self.pools.push(PoolInfo {
                 reqs,
                 taints: pool.taints.clone(),
                 daemons,
-                overhead,
+                usable,
                 port_daemons,
                 types,
                 usage,
                 has_min_values,
                 duals: None,
-                allocatable,
             });
         }
         let mut order: Vec<PoolId> = self.pools.ids().collect();

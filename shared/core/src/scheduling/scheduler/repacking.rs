@@ -206,7 +206,7 @@ impl Scheduler<'_> {
             usage.set_milli("nodes", n + 1000);
         }
         let (ceiling, ports) = match t {
-            Some(t) => (self.usable(pool, t), self.daemon_ports(pool, t)),
+            Some(t) => (self.usable(pool, t).clone(), self.daemon_ports(pool, t)),
             None => (Resources::new(), Vec::new()),
         };
         let bin = &mut self.bins[b];
