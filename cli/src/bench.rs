@@ -1252,15 +1252,15 @@ fn cost_suite(out: &mut Report) {
                 w.name
             )),
         }
-        if let Some((best, _)) = &whole {
-            if plan.total_price_per_hour < best - 1e-9 {
-                let m = format!(
-                    "cost {}: plan {:.4} beats the exact whole-node optimum {best:.4} (bug)",
-                    w.name, plan.total_price_per_hour
-                );
-                out.line(&format!("  !! {m}"));
-                out.failures.push(m);
-            }
+        if let Some((best, _)) = &whole
+            && plan.total_price_per_hour < best - 1e-9
+        {
+            let m = format!(
+                "cost {}: plan {:.4} beats the exact whole-node optimum {best:.4} (bug)",
+                w.name, plan.total_price_per_hour
+            );
+            out.line(&format!("  !! {m}"));
+            out.failures.push(m);
         }
     }
     if ratios.is_empty() {

@@ -356,17 +356,17 @@ impl Cloud for FakeCloud {
         let now = self.clock.now();
         let mut inner = lock(&self.inner);
         // ClientToken: the same token returns the instance it launched the first time.
-        if let Some(id) = inner.tokens.get(&request.claim_name).cloned() {
-            if let Some(existing) = inner.instances.iter().find(|i| i.instance.id == id) {
-                return Ok(Launched {
-                    instance_id: existing.instance.id.clone(),
-                    instance_type: existing.instance.instance_type.clone(),
-                    zone: existing.instance.zone.clone(),
-                    capacity_type: existing.instance.capacity_type,
-                    price: existing.price,
-                    unavailable: vec![],
-                });
-            }
+        if let Some(id) = inner.tokens.get(&request.claim_name).cloned()
+            && let Some(existing) = inner.instances.iter().find(|i| i.instance.id == id)
+        {
+            return Ok(Launched {
+                instance_id: existing.instance.id.clone(),
+                instance_type: existing.instance.instance_type.clone(),
+                zone: existing.instance.zone.clone(),
+                capacity_type: existing.instance.capacity_type,
+                price: existing.price,
+                unavailable: vec![],
+            });
         }
         if request.offerings.is_empty() {
             return Err(LaunchError::Cloud(CloudError::new(

@@ -177,10 +177,11 @@ impl Store for MemoryStore {
     ) -> Result<Option<Lease>, StoreError> {
         tokio::task::yield_now().await;
         let mut inner = self.record(StoreOp::AcquireLease, format!("{name}:{holder}"))?;
-        if let Some(l) = inner.leases.get(name) {
-            if l.holder != holder && l.expires_at > now {
-                return Ok(None);
-            }
+        if let Some(l) = inner.leases.get(name)
+            && l.holder != holder
+            && l.expires_at > now
+        {
+            return Ok(None);
         }
         let token = inner.tokens.get(name).copied().unwrap_or(0) + 1;
         inner.tokens.insert(name.to_string(), token);

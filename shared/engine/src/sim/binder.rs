@@ -78,10 +78,10 @@ impl Binder {
         let mut bound = pod.clone();
         bound.node_name = Some(self.nodes[best].name.clone());
         self.pods[best].push(bound);
-        if !pod.pod_anti_affinity.is_empty() {
-            if let Err(at) = self.repelling.binary_search(&best) {
-                self.repelling.insert(at, best);
-            }
+        if !pod.pod_anti_affinity.is_empty()
+            && let Err(at) = self.repelling.binary_search(&best)
+        {
+            self.repelling.insert(at, best);
         }
         Some(self.nodes[best].name.clone())
     }
