@@ -36,9 +36,9 @@ use crate::resources::{Resources, WELL_KNOWN};
 use super::fast_hash::FastMap;
 use super::requirements::ValueSet;
 use super::scheduler::{
-    BinId, CandidateRef, Class, ClassId, ClassKey, EClassId, GroupId, IdVec, InFlightPlacement,
-    MovingPod, NodePlacement, Origin, PoolState, Schedule, Scheduler, SchedulerInput, Undo,
-    ct_index, largest_first,
+    AbsorbedBefore, BinId, CandidateRef, Class, ClassId, ClassKey, DomainKeyId, EClassId, GroupId,
+    IdVec, InFlightPlacement, MovingPod, Origin, PodId, PoolState, Schedule, Scheduler,
+    SchedulerInput, Undo, ct_domain, largest_first,
 };
 use super::unschedulable::Unschedulable;
 
@@ -111,7 +111,7 @@ struct Solver<'a> {
     s: Scheduler<'a>,
     /// Per input node: the pods on it now, whose topology counts leave with it (bound
     /// there, or moved there by a commit; not terminal).
-    node_pods: Vec<Vec<usize>>,
+    node_pods: Vec<Vec<PodId>>,
     /// Nodes a commit took away.
     removed: Vec<bool>,
     /// Bins of claims made permanent by commits, by name.
@@ -202,15 +202,15 @@ impl<'a> PreparedScheduler<'a> {
 }
 
 /// Whether pod `p` is re-placed when its node goes (see `disruption::rules`).
-fn is_moving(input: &SchedulerInput<'_>, p: usize) -> bool {
-    moving_pods(std::iter::once(&input.pods[p]))
+fn is_moving(input: &SchedulerInput<'_>, p: PodId) -> bool {
+    moving_pods(std::iter::once(&input.pods[p.index()]))
         .next()
         .is_some()
 }
 
 impl Scheduler<'_> {
     /// `count_on_node`, with the groups of the pod's class when it has one.
-    fn count_pod_on_node(&mut self, p: usize, n: usize, delta: i32, from_group: GroupId) {
+    fn count_pod_on_node(&mut self, p: PodId, n: usize, delta: i32, from_group: GroupId) {
         let Some(c) = self.pod_class[p] else {
             return self.count_on_node(p, n, delta, from_group);
         };
@@ -230,12 +230,12 @@ impl<'a> Solver<'a> {
     fn new(base: &Scheduler<'a>) -> Self {
         let mut s = base.clone();
         let input = s.input;
-        let pods = input.pods;
-        let mut node_pods: Vec<Vec<usize>> = vec![Vec::new(); input.nodes.len()];
+        let mut node_pods: Vec<Vec<PodId>> = vec![Vec::new(); input.nodes.len()];
         let first_class = s.classes.next_id();
         let first_group = s.groups.next_id();
         let mut index: FastMap<ClassKey<'_>, ClassId> = FastMap::default();
-        for (p, pod) in pods.iter().enumerate() {
+        for p in s.pod_ids() {
+            let pod = s.pod(p);
             if pod.terminal {
                 continue;
             }
@@ -258,14 +258,14 @@ impl<'a> Solver<'a> {
             class.min_request = min;
         }
         for c in s.classes.ids_from(first_class) {
-            let pod = &pods[s.classes[c].representative];
+            let pod = s.pod(s.classes[c].representative);
             for spec in s.group_specs(pod, true).into_iter().flatten() {
                 s.group(spec);
             }
             s.classes[c].ladder = s.ladder(pod);
         }
         for c in s.classes.ids() {
-            let pod = &pods[s.classes[c].representative];
+            let pod = s.pod(s.classes[c].representative);
             s.classes[c].matched = s.groups_selecting(pod);
             s.classes[c].owned = s.groups_owned(pod);
         }
@@ -367,7 +367,7 @@ impl<'a> Solver<'a> {
             .map(|&pod| MovingPod { pod, placed: false })
             .collect();
 
-        let result = Self::place_moving(s, input, &moving, limits, base_bins)
+        let result = Self::place_moving(s, &moving, limits, base_bins)
             .and_then(|()| self.schedule(input, base_bins, limits));
         match (&result, keep) {
             (Ok(schedule), true) => self.keep(schedule, &removed, base_bins),
@@ -378,8 +378,7 @@ impl<'a> Solver<'a> {
 
     fn place_moving(
         s: &mut Scheduler<'_>,
-        input: &SchedulerInput<'_>,
-        moving: &[usize],
+        moving: &[PodId],
         limits: &SolveLimits,
         base_bins: BinId,
     ) -> Result<(), Stop> {
@@ -397,7 +396,7 @@ impl<'a> Solver<'a> {
                             if limits.max_new_claims.is_some_and(|k| claims > k) {
                                 return Err(Stop::TooManyClaims);
                             }
-                            price_floor += Self::price_floor(s, input, e, p, before);
+                            price_floor += Self::price_floor(s, e, p, before);
                             if limits.max_price.is_some_and(|m| price_floor >= m) {
                                 return Err(Stop::TooExpensive);
                             }
@@ -408,7 +407,10 @@ impl<'a> Solver<'a> {
                         if level + 1 < s.classes[c].ladder.len() {
                             level += 1;
                         } else {
-                            return Err(Stop::PodDoesNotFit { pod: p, reason });
+                            return Err(Stop::PodDoesNotFit {
+                                pod: p.index(),
+                                reason,
+                            });
                         }
                     }
                 }
@@ -420,19 +422,13 @@ impl<'a> Solver<'a> {
     /// A lower bound on the price of the claim `b` just opened for pod `p`: its pool's
     /// cheapest type that takes the pod under the class's requirements. More pods and
     /// narrower requirements only raise it.
-    fn price_floor(
-        s: &Scheduler<'_>,
-        input: &SchedulerInput<'_>,
-        e: EClassId,
-        p: usize,
-        b: BinId,
-    ) -> f64 {
+    fn price_floor(s: &Scheduler<'_>, e: EClassId, p: PodId, b: BinId) -> f64 {
         let Origin::New(pool) = s.bins[b].origin else {
             return 0.0;
         };
         let ec = &s.eclasses[e];
         let merged = s.pools[pool].reqs.intersect(&ec.reqs);
-        let requests = &input.pods[p].requests;
+        let requests = &s.pod(p).requests;
         ec.pool_types[pool]
             .iter()
             .find(|&&t| requests.fits_in(&s.usable(pool, t)))
@@ -455,30 +451,19 @@ impl<'a> Solver<'a> {
         let mut touched: Vec<(BinId, usize)> = undo
             .bins
             .iter()
-            .map(|(b, saved)| (*b, saved.pods.len()))
+            .map(|saved| (saved.id, saved.bin.pods.len()))
             .collect();
         touched.sort_unstable();
         for (b, before) in touched {
-            let mut pods: Vec<usize> = s.bins[b].pods[before..].iter().map(|m| m.pod).collect();
+            let pods = s.bins[b].placed_pods(before);
             if pods.is_empty() {
                 continue;
             }
-            pods.sort_unstable();
-            match s.bins[b].origin {
-                Origin::Existing(n) => out.existing_nodes.push(NodePlacement {
-                    node: input.nodes[n].name.clone(),
-                    pods,
-                }),
-                Origin::InFlight(i) => out.in_flight.push(InFlightPlacement {
-                    claim: input.in_flight[i].name.clone(),
-                    pods,
-                }),
-                // A claim an earlier commit made: it is launching, as far as later
-                // solves know.
-                Origin::New(_) => {
-                    let claim = self.committed.get(&b).cloned().unwrap_or_default();
-                    out.in_flight.push(InFlightPlacement { claim, pods });
-                }
+            // A new claim here is one an earlier commit made: it is launching, as far as
+            // later solves know.
+            if let Some(pods) = out.place_on(input, s.bins[b].origin, pods) {
+                let claim = self.committed.get(&b).cloned().unwrap_or_default();
+                out.in_flight.push(InFlightPlacement { claim, pods });
             }
         }
         // Provisioning's re-packing pass over the solve's own claims (those of pods
@@ -492,8 +477,7 @@ impl<'a> Solver<'a> {
             if s.bins[b].pods.is_empty() {
                 continue;
             }
-            let mut pods: Vec<usize> = s.bins[b].pods.iter().map(|m| m.pod).collect();
-            pods.sort_unstable();
+            let pods = s.bins[b].placed_pods(0);
             let claim = s.finalize_claim(b, pool, pods);
             price += claim.options.first().map_or(0.0, |o| o.price);
             out.new_claims.push(claim);
@@ -511,8 +495,8 @@ impl<'a> Solver<'a> {
         for c in u.counts.iter().rev() {
             s.add_count(c.group, c.owners, c.key, c.domain, -c.delta);
         }
-        for (b, bin) in u.bins.into_iter().rev() {
-            s.bins[b] = bin;
+        for saved in u.bins.into_iter().rev() {
+            s.bins[saved.id] = saved.bin;
         }
         s.bins.truncate(u.base_bins);
         Self::restore_caches(s, &u.dead, &u.absorbed);
@@ -534,25 +518,21 @@ impl<'a> Solver<'a> {
 
     /// Dead marks and absorbed versions are caches that depend on counts later removals
     /// change: they go back as they were even when a solve is kept.
-    fn restore_caches(
-        s: &mut Scheduler<'_>,
-        dead: &[CandidateRef],
-        absorbed: &[(CandidateRef, u32)],
-    ) {
+    fn restore_caches(s: &mut Scheduler<'_>, dead: &[CandidateRef], absorbed: &[AbsorbedBefore]) {
         for c in dead {
             let ec = &mut s.eclasses[c.eclass];
             ec.candidates[c.position].dead = false;
             ec.dead -= 1;
         }
-        for &(c, old) in absorbed.iter().rev() {
-            s.eclasses[c.eclass].candidates[c.position].absorbed = old;
+        for a in absorbed.iter().rev() {
+            let c = a.candidate;
+            s.eclasses[c.eclass].candidates[c.position].absorbed = a.version;
         }
     }
 
     /// Makes the solve just run permanent (see `PreparedScheduler::commit`).
     fn keep(&mut self, schedule: &Schedule, removed: &[usize], base_bins: BinId) {
         let s = &mut self.s;
-        let input = s.input;
         let u = s.undo.take().expect("solving");
         Self::restore_caches(s, &u.dead, &u.absorbed);
         for (pool, before) in s.pools.iter_mut().zip(u.pools) {
@@ -570,7 +550,7 @@ impl<'a> Solver<'a> {
         }
         for placement in &schedule.existing_nodes {
             if let Some(&n) = s.node_index.get(placement.node.as_str()) {
-                self.node_pods[n].extend(&placement.pods);
+                self.node_pods[n].extend(placement.pods.iter().map(|&p| PodId::from_index(p)));
             }
         }
         // A claim the re-packing pass emptied is no claim: it never takes pods.
@@ -605,7 +585,7 @@ impl<'a> Solver<'a> {
                 s.bins[b]
                     .pods
                     .iter()
-                    .flat_map(|m| input.pods[m.pod].host_ports.iter().cloned()),
+                    .flat_map(|m| s.pod(m.pod).host_ports.iter().cloned()),
             );
             let bin = &mut s.bins[b];
             bin.target = Some(t);
@@ -616,10 +596,14 @@ impl<'a> Solver<'a> {
                 ValueSet::in_values([option.instance_type.clone()]),
             );
             bin.version += 1;
-            if let Some(z) = s.zones.iter().position(|z| *z == option.zone) {
-                s.pin_bin(b, 0, z);
+            if let Some(z) = s.zones.position(|z| *z == option.zone) {
+                s.pin_bin(b, DomainKeyId::ZONE, z);
             }
-            s.pin_bin(b, 1, ct_index(option.capacity_type));
+            s.pin_bin(
+                b,
+                DomainKeyId::CAPACITY_TYPE,
+                ct_domain(option.capacity_type),
+            );
             let name = format!("committed-{}", self.committed.len());
             self.committed.insert(b, name);
         }

@@ -11,8 +11,8 @@ use crate::scheduling::fast_hash::FastMap;
 use crate::scheduling::requirements::Requirements;
 
 use super::Scheduler;
-use super::ids::{EClassId, InstanceTypeId, PoolId};
-use super::offerings::ct_index;
+use super::ids::{DomainId, DomainKeyId, EClassId, IdVec, InstanceTypeId, PodId, PoolId};
+use super::offerings::ct_domain;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Origin {
@@ -35,24 +35,31 @@ pub(crate) struct Bin {
     pub(crate) target: Option<InstanceTypeId>,
     /// Per domain key (zone, capacity type, then the others in `Scheduler::keys`): the
     /// domain the node is in, once known.
-    pub(crate) domains: Vec<Option<usize>>,
+    pub(crate) domains: IdVec<DomainKeyId, Option<DomainId>>,
     /// Host ports bound on the node, by its pods and the DaemonSet pods it runs.
     pub(crate) ports: Vec<HostPort>,
-    /// (pod index, effective class)
+    /// Its pods, in the order they were placed.
     pub(crate) pods: Vec<BinPod>,
 }
 
 /// A pod placed on a bin, and the compiled class it was placed as.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct BinPod {
-    /// Index into `SchedulerInput::pods`.
-    pub(crate) pod: usize,
+    pub(crate) pod: PodId,
     pub(crate) eclass: EClassId,
 }
 
 impl Bin {
-    pub(super) fn domain(&self, key: usize) -> Option<usize> {
+    pub(super) fn domain(&self, key: DomainKeyId) -> Option<DomainId> {
         self.domains.get(key).copied().flatten()
+    }
+
+    /// Its pods from the `first`-th placed on, as indices into `SchedulerInput::pods`,
+    /// ascending: as the placements of a [`super::Schedule`] list them.
+    pub(crate) fn placed_pods(&self, first: usize) -> Vec<usize> {
+        let mut pods: Vec<usize> = self.pods[first..].iter().map(|m| m.pod.index()).collect();
+        pods.sort_unstable();
+        pods
     }
 }
 
@@ -89,7 +96,7 @@ impl Scheduler<'_> {
                 .or_insert_with(|| node.name.clone());
             let zone = labels
                 .get(LABEL_ZONE)
-                .and_then(|z| self.zones.iter().position(|x| x == z));
+                .and_then(|z| self.zones.position(|x| x == z));
             let capacity_type = labels
                 .get(LABEL_CAPACITY_TYPE)
                 .and_then(|c| CapacityType::parse(c));
@@ -102,7 +109,7 @@ impl Scheduler<'_> {
                 ceiling,
                 used: Resources::new(),
                 target: None,
-                domains: vec![zone, capacity_type.map(ct_index)],
+                domains: IdVec::from(vec![zone, capacity_type.map(ct_domain)]),
                 ports: ports_by_node.remove(node.name.as_str()).unwrap_or_default(),
                 pods: Vec::new(),
             });
@@ -129,7 +136,7 @@ impl Scheduler<'_> {
             let mut reqs = Requirements::from_labels(labels.iter());
             reqs = reqs.intersect(&self.pools[pool].reqs);
             let ceiling = self.usable(pool, t).clone();
-            let zone = self.zones.iter().position(|z| *z == claim.zone);
+            let zone = self.zones.position(|z| *z == claim.zone);
             let ports = self.daemon_ports(pool, t);
             self.bins.push(Bin {
                 origin: Origin::InFlight(i),
@@ -139,7 +146,7 @@ impl Scheduler<'_> {
                 ceiling,
                 used: Resources::new(),
                 target: Some(t),
-                domains: vec![zone, Some(ct_index(claim.capacity_type))],
+                domains: IdVec::from(vec![zone, Some(ct_domain(claim.capacity_type))]),
                 ports,
                 pods: Vec::new(),
             });

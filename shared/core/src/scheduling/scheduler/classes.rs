@@ -18,14 +18,14 @@ use crate::scheduling::unschedulable::Refusal;
 
 use super::Scheduler;
 use super::bins::Origin;
-use super::ids::{BinId, ClassId, EClassId, GroupId, IdVec, InstanceTypeId, PoolId};
+use super::ids::{BinId, ClassId, EClassId, GroupId, IdVec, InstanceTypeId, PodId, PoolId};
 use super::pools::untolerated_taint;
 use super::preferences::Relax;
 
 /// Pods with the same scheduling constraints.
 #[derive(Clone)]
 pub(crate) struct Class {
-    pub(crate) representative: usize,
+    pub(crate) representative: PodId,
     pub(crate) ladder: Vec<Relax>,
     /// Groups selecting this class's pods.
     pub(crate) matched: Vec<GroupId>,
@@ -40,8 +40,8 @@ pub(crate) struct Class {
 }
 
 impl Class {
-    /// A class of one pod so far, `representative` (its index in the input).
-    pub(crate) fn of(representative: usize, pod: &Pod) -> Self {
+    /// A class of one pod so far, `representative`.
+    pub(crate) fn of(representative: PodId, pod: &Pod) -> Self {
         Class {
             representative,
             ladder: Vec::new(),
@@ -143,25 +143,25 @@ impl Scheduler<'_> {
     }
 
     /// Groups every pod class could use, and counts of the bound pods in them.
-    pub(super) fn build_classes(&mut self, pending: &[usize]) {
-        let pods = self.input.pods;
+    pub(super) fn build_classes(&mut self, pending: &[PodId]) {
         let mut index: FastMap<ClassKey<'_>, ClassId> = FastMap::default();
         for &p in pending {
-            let key = ClassKey::of(&pods[p]);
+            let pod = self.pod(p);
+            let key = ClassKey::of(pod);
             let c = match index.get(&key) {
                 Some(&c) => c,
                 None => {
-                    let c = self.classes.push(Class::of(p, &pods[p]));
+                    let c = self.classes.push(Class::of(p, pod));
                     index.insert(key, c);
                     c
                 }
             };
             self.pod_class[p] = Some(c);
             let class = &mut self.classes[c];
-            class.remaining.add(&pods[p].requests);
+            class.remaining.add(&pod.requests);
             let mut min = class.min_request.clone();
             for (i, name) in WELL_KNOWN.iter().enumerate() {
-                let v = pods[p]
+                let v = pod
                     .requests
                     .slot_milli(i)
                     .min(class.min_request.slot_milli(i));
@@ -171,7 +171,7 @@ impl Scheduler<'_> {
         }
         // Every group any class may use, so counts exist before placement starts.
         for c in self.classes.ids() {
-            let pod = &pods[self.classes[c].representative];
+            let pod = self.pod(self.classes[c].representative);
             for spec in self.group_specs(pod, true).into_iter().flatten() {
                 self.group(spec);
             }
@@ -179,29 +179,31 @@ impl Scheduler<'_> {
             self.classes[c].ladder = ladder;
         }
         // Required anti-affinity of bound pods constrains pending ones too.
-        let bound: Vec<usize> = (0..pods.len())
-            .filter(|&p| pods[p].node_name.is_some() && !pods[p].terminal)
+        let bound: Vec<PodId> = self
+            .pod_ids()
+            .filter(|&p| self.pod(p).node_name.is_some() && !self.pod(p).terminal)
             .collect();
         for &p in &bound {
-            for term in &pods[p].pod_anti_affinity {
+            let pod = self.pod(p);
+            for term in &pod.pod_anti_affinity {
                 let key = self.topology_key(&term.topology_key);
                 self.group(GroupSpec {
                     kind: GroupKind::AntiAffinity,
                     key,
                     selector: term.label_selector.clone(),
-                    namespaces: Self::term_namespaces(&pods[p], &term.namespaces),
+                    namespaces: Self::term_namespaces(pod, &term.namespaces),
                     filter: None,
                     required: true,
                 });
             }
         }
         for c in self.classes.ids() {
-            let pod = &pods[self.classes[c].representative];
+            let pod = self.pod(self.classes[c].representative);
             self.classes[c].matched = self.groups_selecting(pod);
         }
         // Count bound pods where they run.
         for &p in &bound {
-            let node = pods[p].node_name.as_deref();
+            let node = self.pod(p).node_name.as_deref();
             if let Some(&n) = node.and_then(|n| self.node_index.get(n)) {
                 self.count_on_node(p, n, 1, GroupId::from_index(0));
             }
@@ -218,7 +220,7 @@ impl Scheduler<'_> {
     }
 
     /// The class of pod `p`, which is placed (pending, or moved by a solve).
-    pub(crate) fn class_of(&self, p: usize) -> ClassId {
+    pub(crate) fn class_of(&self, p: PodId) -> ClassId {
         self.pod_class[p].expect("a pod being placed has a class")
     }
 
@@ -227,7 +229,7 @@ impl Scheduler<'_> {
         if let Some(&e) = self.eclass_index.get(&(c, level)) {
             return e;
         }
-        let pod = &self.input.pods[self.classes[c].representative];
+        let pod = self.pod(self.classes[c].representative);
         let relax = self.classes[c].ladder[level];
         let mut reqs = Self::pod_base_requirements(pod, relax.term);
         let mut preferred = pod.preferred_node_terms.clone();

@@ -7,24 +7,41 @@ use crate::catalog::{CapacityType, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_ZO
 use crate::scheduling::topology::TopologyKey;
 
 use super::Scheduler;
-use super::ids::{IdVec, PoolId};
+use super::ids::{DomainId, DomainKeyId, IdVec, PoolId};
 use super::offerings::ct_index;
 
 /// A label topology constraints count on, and its values (the domains).
 #[derive(Clone)]
 pub(crate) struct DomainKey {
     pub(crate) label: String,
-    pub(crate) values: Vec<String>,
+    pub(crate) values: IdVec<DomainId, String>,
     /// A label instance types carry (arch, instance family…): a new claim's value is
     /// its type's.
     pub(crate) type_key: bool,
     /// Per pool: the values a node it launches could have.
-    pub(crate) pool_values: IdVec<PoolId, Vec<bool>>,
+    pub(crate) pool_values: IdVec<PoolId, IdVec<DomainId, bool>>,
 }
 
 impl DomainKey {
-    pub(super) fn index(&self, value: &str) -> Option<usize> {
-        self.values.iter().position(|v| v == value)
+    /// The domain of `value`, if it is one of the key's values.
+    pub(super) fn domain(&self, value: &str) -> Option<DomainId> {
+        self.values.position(|v| v == value)
+    }
+}
+
+/// The domain key a topology key counts on (`None`: hostname, whose domains are bins).
+/// [`TopologyKey`] is public and names its key by plain index.
+pub(crate) fn domain_key(key: TopologyKey) -> Option<DomainKeyId> {
+    match key {
+        TopologyKey::Hostname => None,
+        TopologyKey::Domain(k) => Some(DomainKeyId::from_index(k)),
+    }
+}
+
+impl DomainKeyId {
+    /// The topology key counting on this domain key.
+    pub(crate) fn topology(self) -> TopologyKey {
+        TopologyKey::Domain(self.index())
     }
 }
 
@@ -33,13 +50,14 @@ impl Scheduler<'_> {
     /// zones and the two capacity types, usable by a pool where one of its types has
     /// an offering there.
     pub(super) fn build_domain_keys(&mut self) {
-        let zone_values: IdVec<PoolId, Vec<bool>> = self
+        let zone_values: IdVec<PoolId, IdVec<DomainId, bool>> = self
             .pools
             .iter()
             .map(|pool| {
-                (0..self.zones.len())
+                self.zones
+                    .ids()
                     .map(|z| {
-                        let mut mask = vec![false; self.zones.len()];
+                        let mut mask = IdVec::filled(false, self.zones.len());
                         mask[z] = true;
                         pool.types.iter().any(|&t| {
                             self.cheapest_offering(t, &pool.reqs, Some(&mask), None)
@@ -49,7 +67,7 @@ impl Scheduler<'_> {
                     .collect()
             })
             .collect();
-        let ct_values: IdVec<PoolId, Vec<bool>> = self
+        let ct_values: IdVec<PoolId, IdVec<DomainId, bool>> = self
             .pools
             .iter()
             .map(|pool| {
@@ -66,13 +84,13 @@ impl Scheduler<'_> {
                     .collect()
             })
             .collect();
-        self.keys.push(DomainKey {
+        let zone = self.keys.push(DomainKey {
             label: LABEL_ZONE.to_string(),
             values: self.zones.clone(),
             type_key: false,
             pool_values: zone_values,
         });
-        self.keys.push(DomainKey {
+        let capacity_type = self.keys.push(DomainKey {
             label: LABEL_CAPACITY_TYPE.to_string(),
             values: CapacityType::ALL
                 .iter()
@@ -81,6 +99,10 @@ impl Scheduler<'_> {
             type_key: false,
             pool_values: ct_values,
         });
+        debug_assert_eq!(
+            (zone, capacity_type),
+            (DomainKeyId::ZONE, DomainKeyId::CAPACITY_TYPE)
+        );
     }
 
     /// The topology key for a label, registering a new domain key on first use: its
@@ -90,13 +112,13 @@ impl Scheduler<'_> {
         if label == LABEL_HOSTNAME {
             return TopologyKey::Hostname;
         }
-        if let Some(k) = self.keys.iter().position(|k| k.label == label) {
-            return TopologyKey::Domain(k);
+        if let Some(k) = self.keys.position(|k| k.label == label) {
+            return k.topology();
         }
         let type_key = self.type_keys.contains(label);
-        let mut values: Vec<String> = Vec::new();
+        let mut values: IdVec<DomainId, String> = IdVec::new();
         let mut push = |v: &String| {
-            if !values.contains(v) {
+            if !values.iter().any(|x| x == v) {
                 values.push(v.clone());
             }
         };
@@ -139,8 +161,7 @@ impl Scheduler<'_> {
                     .collect()
             })
             .collect();
-        let k = self.keys.len();
-        self.keys.push(DomainKey {
+        let k = self.keys.push(DomainKey {
             label: label.to_string(),
             values,
             type_key,
@@ -151,19 +172,19 @@ impl Scheduler<'_> {
                 .reqs
                 .get(label)
                 .and_then(|s| s.single_value())
-                .and_then(|v| self.keys[k].index(v));
-            if bin.domains.len() <= k {
-                bin.domains.resize(k + 1, None);
+                .and_then(|v| self.keys[k].domain(v));
+            if bin.domains.len() <= k.index() {
+                bin.domains.resize(k.index() + 1, None);
             }
             bin.domains[k] = d;
         }
-        TopologyKey::Domain(k)
+        k.topology()
     }
 
     pub(super) fn key_label(&self, key: TopologyKey) -> &str {
-        match key {
-            TopologyKey::Hostname => LABEL_HOSTNAME,
-            TopologyKey::Domain(k) => &self.keys[k].label,
+        match domain_key(key) {
+            None => LABEL_HOSTNAME,
+            Some(k) => &self.keys[k].label,
         }
     }
 }

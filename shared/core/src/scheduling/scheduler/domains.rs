@@ -8,25 +8,30 @@ use crate::scheduling::topology::{GroupKind, TopologyConstraint, TopologyKey};
 
 use super::Scheduler;
 use super::bins::Origin;
-use super::ids::{BinId, EClassId, InstanceTypeId};
+use super::ids::{BinId, DomainId, DomainKeyId, EClassId, IdVec, InstanceTypeId, PodId};
 use super::placement::Fail;
 
 impl Scheduler<'_> {
     /// Domains of key `k` where the pod may go given its constraints on that key, as a
     /// mask; `None` when it has no constraint on it.
-    pub(super) fn allowed_domains(&self, e: EClassId, pod: usize, k: usize) -> Option<Vec<bool>> {
+    pub(super) fn allowed_domains(
+        &self,
+        e: EClassId,
+        pod: PodId,
+        k: DomainKeyId,
+    ) -> Option<IdVec<DomainId, bool>> {
         let ec = &self.eclasses[e];
-        let p = &self.input.pods[pod];
-        let key = TopologyKey::Domain(k);
+        let p = self.pod(pod);
+        let key = k.topology();
         let dk = &self.keys[k];
-        let n = dk.values.len();
+        let domains = || dk.values.ids();
         let pod_set = ec.reqs.get(&dk.label);
-        let pod_allows = |d: usize| pod_set.is_none_or(|s| s.has(&dk.values[d]));
-        let mut allowed: Option<Vec<bool>> = None;
-        let mut restrict = |mask: Vec<bool>| {
+        let pod_allows = |d: DomainId| pod_set.is_none_or(|s| s.has(&dk.values[d]));
+        let mut allowed: Option<IdVec<DomainId, bool>> = None;
+        let mut restrict = |mask: IdVec<DomainId, bool>| {
             allowed = Some(match allowed.take() {
                 None => mask,
-                Some(a) => a.iter().zip(mask).map(|(x, y)| *x && y).collect(),
+                Some(a) => a.iter().zip(mask.iter()).map(|(x, y)| *x && *y).collect(),
             });
         };
         for &g in &ec.spreads {
@@ -44,15 +49,15 @@ impl Scheduler<'_> {
             // The domains skew is measured over: those a counted node could be in and,
             // with nodeAffinityPolicy Honor, those the pod's own affinity allows.
             let honor_affinity = group.filter.as_ref().is_some_and(|f| f.honours_affinity());
-            let eligible: Vec<bool> = (0..n)
-                .map(|d| group.universe[d] && (!honor_affinity || pod_allows(d)))
+            let eligible: IdVec<DomainId, bool> = domains()
+                .map(|d| group.universe[d.index()] && (!honor_affinity || pod_allows(d)))
                 .collect();
-            let count = |d: usize| group.counts.get(key, d);
+            let count = |d: DomainId| group.counts.get(key, d.index());
             let eligible_count = eligible.iter().filter(|e| **e).count() as u32;
             let min = if eligible_count < min_domains {
                 0
             } else {
-                (0..n)
+                domains()
                     .filter(|&d| eligible[d])
                     .map(count)
                     .min()
@@ -60,7 +65,7 @@ impl Scheduler<'_> {
             };
             let selects = group.spec.selects(&p.namespace, &p.labels) as u32;
             restrict(
-                (0..n)
+                domains()
                     .map(|d| eligible[d] && count(d) + selects <= min + max_skew)
                     .collect(),
             );
@@ -70,22 +75,26 @@ impl Scheduler<'_> {
             if group.spec.key != key {
                 continue;
             }
-            let with_pods: Vec<bool> = (0..n)
-                .map(|d| pod_allows(d) && group.counts.get(key, d) > 0)
+            let with_pods: IdVec<DomainId, bool> = domains()
+                .map(|d| pod_allows(d) && group.counts.get(key, d.index()) > 0)
                 .collect();
             if with_pods.iter().any(|x| *x) {
                 restrict(with_pods);
             } else if group.spec.selects(&p.namespace, &p.labels) {
                 // The first of a group with affinity to itself: anywhere it may go.
-                restrict((0..n).map(pod_allows).collect());
+                restrict(domains().map(pod_allows).collect());
             } else {
-                restrict(vec![false; n]);
+                restrict(IdVec::filled(false, dk.values.len()));
             }
         }
         for &g in &ec.anti {
             let group = &self.groups[g];
             if group.spec.key == key {
-                restrict((0..n).map(|d| group.counts.get(key, d) == 0).collect());
+                restrict(
+                    domains()
+                        .map(|d| group.counts.get(key, d.index()) == 0)
+                        .collect(),
+                );
             }
         }
         for &g in &self.classes[ec.class].matched {
@@ -94,7 +103,11 @@ impl Scheduler<'_> {
                 && group.spec.kind == GroupKind::AntiAffinity
                 && group.spec.required
             {
-                restrict((0..n).map(|d| group.owners.get(key, d) == 0).collect());
+                restrict(
+                    domains()
+                        .map(|d| group.owners.get(key, d.index()) == 0)
+                        .collect(),
+                );
             }
         }
         allowed
@@ -105,26 +118,34 @@ impl Scheduler<'_> {
     pub(super) fn choose_domain(
         &self,
         e: EClassId,
-        k: usize,
-        allowed: &[bool],
-        usable: &[bool],
-    ) -> Option<usize> {
+        k: DomainKeyId,
+        allowed: &IdVec<DomainId, bool>,
+        usable: &IdVec<DomainId, bool>,
+    ) -> Option<DomainId> {
         let ec = &self.eclasses[e];
-        let key = TopologyKey::Domain(k);
+        let key = k.topology();
         let g = ec
             .spreads
             .iter()
             .chain(ec.affinity.iter())
             .find(|&&g| self.groups[g].spec.key == key);
-        let count = |d: usize| g.map_or(0, |&g| self.groups[g].counts.get(key, d));
-        (0..allowed.len())
+        let count = |d: DomainId| g.map_or(0, |&g| self.groups[g].counts.get(key, d.index()));
+        let zone_use = |d: DomainId| {
+            if k == DomainKeyId::ZONE {
+                self.zone_use[d]
+            } else {
+                0
+            }
+        };
+        allowed
+            .ids()
             .filter(|&d| allowed[d] && usable[d])
-            .min_by_key(|&d| (count(d), if k == 0 { self.zone_use[d] } else { 0 }, d))
+            .min_by_key(|&d| (count(d), zone_use(d), d))
     }
 
-    pub(super) fn hostname_ok(&self, e: EClassId, pod: usize, b: BinId) -> Result<(), Fail> {
+    pub(super) fn hostname_ok(&self, e: EClassId, pod: PodId, b: BinId) -> Result<(), Fail> {
         let ec = &self.eclasses[e];
-        let p = &self.input.pods[pod];
+        let p = self.pod(pod);
         let host = TopologyKey::Hostname;
         for &g in &ec.spreads {
             let group = &self.groups[g];
@@ -175,22 +196,24 @@ impl Scheduler<'_> {
         &self,
         target: Option<InstanceTypeId>,
         reqs: &Requirements,
-        k: usize,
-        d: usize,
+        k: DomainKeyId,
+        d: DomainId,
     ) -> bool {
         let key = &self.keys[k];
         match (k, target) {
-            (0, Some(t)) => {
-                let mut m = vec![false; self.zones.len()];
+            (DomainKeyId::ZONE, Some(t)) => {
+                let mut m = IdVec::filled(false, self.zones.len());
                 m[d] = true;
                 self.cheapest_offering(t, reqs, Some(&m), None).is_some()
             }
-            (1, Some(t)) => {
+            (DomainKeyId::CAPACITY_TYPE, Some(t)) => {
                 let mut m = [false; 2];
-                m[d] = true;
+                m[d.index()] = true;
                 self.cheapest_offering(t, reqs, None, Some(m)).is_some()
             }
-            (0 | 1, None) => reqs.get(&key.label).is_none_or(|s| s.has(&key.values[d])),
+            (DomainKeyId::ZONE | DomainKeyId::CAPACITY_TYPE, None) => {
+                reqs.get(&key.label).is_none_or(|s| s.has(&key.values[d]))
+            }
             (_, Some(t)) if key.type_key => {
                 self.instance_type(t).labels.get(&key.label) == Some(&key.values[d])
             }
@@ -203,11 +226,11 @@ impl Scheduler<'_> {
     pub(super) fn pin(
         &self,
         e: EClassId,
-        pod: usize,
+        pod: PodId,
         b: BinId,
         reqs: &Requirements,
-        k: usize,
-    ) -> Result<Option<usize>, Fail> {
+        k: DomainKeyId,
+    ) -> Result<Option<DomainId>, Fail> {
         let bin = &self.bins[b];
         let Some(allowed) = self.allowed_domains(e, pod, k) else {
             return Ok(None);
@@ -223,7 +246,8 @@ impl Scheduler<'_> {
             // A node without the label is in no domain of it.
             return Err(Fail::Permanent);
         }
-        let usable: Vec<bool> = (0..allowed.len())
+        let usable: IdVec<DomainId, bool> = allowed
+            .ids()
             .map(|d| self.claim_can_be_in(bin.target, reqs, k, d))
             .collect();
         match self.choose_domain(e, k, &allowed, &usable) {
@@ -232,22 +256,22 @@ impl Scheduler<'_> {
         }
     }
 
-    pub(crate) fn pin_bin(&mut self, b: BinId, k: usize, domain: usize) {
+    pub(crate) fn pin_bin(&mut self, b: BinId, k: DomainKeyId, domain: DomainId) {
         let label = self.keys[k].label.clone();
         let value = self.keys[k].values[domain].clone();
         let bin = &mut self.bins[b];
         if bin.domain(k).is_some() {
             return;
         }
-        if bin.domains.len() <= k {
-            bin.domains.resize(k + 1, None);
+        if bin.domains.len() <= k.index() {
+            bin.domains.resize(k.index() + 1, None);
         }
         bin.domains[k] = Some(domain);
         bin.reqs.add(&label, ValueSet::in_values([value]));
         bin.version += 1;
         let members = bin.pods.clone();
         for member in members {
-            self.count_pod(member.eclass, b, TopologyKey::Domain(k), domain);
+            self.count_pod(member.eclass, b, k.topology(), domain.index());
         }
     }
 

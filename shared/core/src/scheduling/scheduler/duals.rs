@@ -37,7 +37,7 @@ impl Scheduler<'_> {
             for m in &u.moving {
                 let class = &self.classes[self.class_of(m.pod)];
                 if !m.placed && class.pools_ok.get(pool).copied().unwrap_or(false) {
-                    r.add(&self.input.pods[m.pod].requests);
+                    r.add(&self.pod(m.pod).requests);
                 }
             }
             return r;

@@ -12,7 +12,8 @@ use crate::scheduling::topology::{
 
 use super::Scheduler;
 use super::bins::Origin;
-use super::ids::{BinId, EClassId, GroupId};
+use super::domain_keys::domain_key;
+use super::ids::{BinId, DomainKeyId, EClassId, GroupId, PodId};
 use super::undo::CountChange;
 
 impl Scheduler<'_> {
@@ -21,9 +22,9 @@ impl Scheduler<'_> {
             return g;
         }
         let filter = spec.filter.as_ref().map(CompiledFilter::new);
-        let (domains, universe) = match spec.key {
-            TopologyKey::Hostname => (0, Vec::new()),
-            TopologyKey::Domain(k) => {
+        let (domains, universe) = match domain_key(spec.key) {
+            None => (0, Vec::new()),
+            Some(k) => {
                 let cache_key = (spec.filter.clone(), k);
                 let universe = match self.universe_cache.get(&cache_key) {
                     Some(u) => u.clone(),
@@ -108,8 +109,8 @@ impl Scheduler<'_> {
     /// select it or that it owns (`delta` -1 takes it out again). Pods on nodes that are
     /// not bins (not Ready yet) count as "elsewhere" for hostname: nothing can be placed
     /// next to them now.
-    pub(crate) fn count_on_node(&mut self, p: usize, n: usize, delta: i32, from_group: GroupId) {
-        let pod = &self.input.pods[p];
+    pub(crate) fn count_on_node(&mut self, p: PodId, n: usize, delta: i32, from_group: GroupId) {
+        let pod = self.pod(p);
         let selecting = self.groups_selecting(pod);
         let owned = self.groups_owned(pod);
         self.count_listed(n, delta, &selecting, &owned, from_group);
@@ -144,12 +145,13 @@ impl Scheduler<'_> {
                 continue;
             }
             let key = self.groups[g].spec.key;
-            let domain = match key {
-                TopologyKey::Hostname => host,
-                TopologyKey::Domain(k) => node
+            let domain = match domain_key(key) {
+                None => host,
+                Some(k) => node
                     .labels
                     .get(&self.keys[k].label)
-                    .and_then(|v| self.keys[k].index(v)),
+                    .and_then(|v| self.keys[k].domain(v))
+                    .map(|d| d.index()),
             };
             let selects = selecting.binary_search(&g).is_ok();
             let owns = owned.binary_search(&g).is_ok();
@@ -168,9 +170,10 @@ impl Scheduler<'_> {
         }
     }
 
-    /// Counts a pod of class `e` on bin `b` in `domain`: in every group that selects it
-    /// (and whose node filter admits the bin), and as an owner in its own required
-    /// anti-affinity groups.
+    /// Counts a pod of class `e` on bin `b` in `domain` of `key` (the bin's index for
+    /// hostname, as [`DomainCounts`] takes it): in every group that selects it (and whose
+    /// node filter admits the bin), and as an owner in its own required anti-affinity
+    /// groups.
     pub(super) fn count_pod(&mut self, e: EClassId, b: BinId, key: TopologyKey, domain: usize) {
         let class = self.eclasses[e].class;
         for i in 0..self.classes[class].matched.len() {
@@ -236,23 +239,23 @@ impl Scheduler<'_> {
     /// The domains of key `k` a node counted by the group could be in: what the
     /// NodePools can launch (those whose taints the filter admits) and what existing
     /// nodes it matches are in.
-    pub(super) fn universe(&self, filter: Option<&CompiledFilter>, k: usize) -> Vec<bool> {
+    pub(super) fn universe(&self, filter: Option<&CompiledFilter>, k: DomainKeyId) -> Vec<bool> {
         let key = &self.keys[k];
         let mut universe = vec![false; key.values.len()];
         for (p, pool) in self.pools.enumerate() {
             if filter.is_some_and(|f| !f.tolerates(&pool.taints)) {
                 continue;
             }
-            for (d, ok) in key.pool_values[p].iter().enumerate() {
-                universe[d] |= *ok;
+            for (d, ok) in key.pool_values[p].enumerate() {
+                universe[d.index()] |= *ok;
             }
         }
         for node in self.input.nodes {
             if filter.is_some_and(|f| !f.matches_node(&node.labels, &node.taints)) {
                 continue;
             }
-            if let Some(d) = node.labels.get(&key.label).and_then(|v| key.index(v)) {
-                universe[d] = true;
+            if let Some(d) = node.labels.get(&key.label).and_then(|v| key.domain(v)) {
+                universe[d.index()] = true;
             }
         }
         universe

@@ -70,6 +70,29 @@ id!(
     /// A topology group (`Scheduler::groups`).
     GroupId
 );
+id!(
+    /// A domain key: a label topology constraints count on (`Scheduler::keys`).
+    DomainKeyId
+);
+id!(
+    /// A domain: one value of a domain key (`DomainKey::values`). The zone key's domains
+    /// are `Scheduler::zones`, the capacity type key's are the `ct_index` slots.
+    DomainId
+);
+id!(
+    /// A pod: its place in `SchedulerInput::pods`. The public results (`Schedule`,
+    /// `Stop`) keep plain indices; this id is the scheduler's own.
+    PodId
+);
+
+impl DomainKeyId {
+    /// `topology.kubernetes.io/zone`: always key 0, its domains `Scheduler::zones`.
+    pub(crate) const ZONE: Self = Self(0);
+    /// `karpenter.sh/capacity-type`: always key 1, its domains by `ct_index`.
+    pub(crate) const CAPACITY_TYPE: Self = Self(1);
+    /// The first key a constraint named (neither zone nor capacity type).
+    pub(crate) const FIRST_OTHER: Self = Self(2);
+}
 
 /// A `Vec` indexed by one kind of id.
 pub(crate) struct IdVec<I, T> {
@@ -108,6 +131,11 @@ impl<I: Id, T> IdVec<I, T> {
 
     pub(crate) fn get(&self, id: I) -> Option<&T> {
         self.items.get(id.index())
+    }
+
+    /// The id of the first item that satisfies `pred`.
+    pub(crate) fn position(&self, pred: impl FnMut(&T) -> bool) -> Option<I> {
+        self.items.iter().position(pred).map(I::from_index)
     }
 
     pub(crate) fn iter(&self) -> std::slice::Iter<'_, T> {

@@ -23,7 +23,7 @@
 //! One file per concept, each an `impl Scheduler` block over the state below:
 //!
 //! - `ids`: typed indices (`BinId`, `PoolId`, `InstanceTypeId`, `ClassId`, `EClassId`,
-//!   `GroupId`) and the `IdVec` tables they index;
+//!   `GroupId`, `DomainKeyId`, `DomainId`, `PodId`) and the `IdVec` tables they index;
 //! - `setup`: the state built once per cluster (prices, well-known keys) and the
 //!   pending pods in placement order;
 //! - `pools`: NodePools as the scheduler sees them — requirements, taints, the
@@ -78,11 +78,13 @@ use super::unschedulable::Unschedulable;
 pub(super) use bins::{Bin, Origin};
 pub(super) use classes::{Class, ClassKey, EClass, NodeShape};
 pub(super) use domain_keys::DomainKey;
-pub(super) use ids::{BinId, ClassId, EClassId, GroupId, IdVec, InstanceTypeId, PoolId};
-pub(super) use offerings::ct_index;
+pub(super) use ids::{
+    BinId, ClassId, DomainId, DomainKeyId, EClassId, GroupId, IdVec, InstanceTypeId, PodId, PoolId,
+};
+pub(super) use offerings::ct_domain;
 pub(super) use pools::PoolInfo;
 pub(super) use setup::largest_first;
-pub(super) use undo::{CandidateRef, MovingPod, PoolState, Undo};
+pub(super) use undo::{AbsorbedBefore, CandidateRef, MovingPod, PoolState, Undo};
 
 /// A NodeClaim that has been launched but whose node has not registered yet: pending
 /// pods that fit it are counted against it instead of launching more.
@@ -204,13 +206,14 @@ pub fn schedule(input: &SchedulerInput<'_>) -> Schedule {
 #[derive(Clone)]
 pub(super) struct Scheduler<'a> {
     pub(super) input: &'a SchedulerInput<'a>,
-    pub(super) zones: Vec<String>,
-    /// Zone (0), capacity type (1), then every other key a constraint counts on.
-    pub(super) keys: Vec<DomainKey>,
+    /// The zone key's domains (`DomainKeyId::ZONE`).
+    pub(super) zones: IdVec<DomainId, String>,
+    /// Zone, capacity type, then every other key a constraint counts on.
+    pub(super) keys: IdVec<DomainKeyId, DomainKey>,
     pub(super) well_known: HashSet<String>,
     pub(super) type_keys: HashSet<String>,
     /// price[type][zone][capacity type]
-    pub(super) prices: IdVec<InstanceTypeId, Vec<[Option<f64>; 2]>>,
+    pub(super) prices: IdVec<InstanceTypeId, IdVec<DomainId, [Option<f64>; 2]>>,
     pub(super) pools: IdVec<PoolId, PoolInfo>,
     /// The pools in the order new claims try them: by weight, then name.
     pub(super) pool_order: Vec<PoolId>,
@@ -219,14 +222,16 @@ pub(super) struct Scheduler<'a> {
     pub(super) group_index: FastMap<GroupSpec, GroupId>,
     pub(super) classes: IdVec<ClassId, Class>,
     /// Per input pod: its class, when it is placed (pending, or moved by a solve).
-    pub(super) pod_class: Vec<Option<ClassId>>,
+    pub(super) pod_class: IdVec<PodId, Option<ClassId>>,
     pub(super) eclasses: IdVec<EClassId, EClass>,
     /// (class, relaxation level) → its compiled form.
     pub(super) eclass_index: FastMap<(ClassId, usize), EClassId>,
     pub(super) any_prefer_no_schedule: bool,
-    pub(super) zone_use: Vec<u32>,
+    /// Per zone: how many finished new claims have their cheapest option there (equal
+    /// prices go to the least used zone).
+    pub(super) zone_use: IdVec<DomainId, u32>,
     /// The pods provisioning places, largest first (set by `prepare`).
-    pub(super) pending: Vec<usize>,
+    pub(super) pending: Vec<PodId>,
     /// Per input node: its bin, when it is one (Ready and schedulable).
     pub(super) node_bin: Vec<Option<BinId>>,
     pub(super) node_index: FastMap<&'a str, usize>,
@@ -250,5 +255,5 @@ pub(super) struct Scheduler<'a> {
     pub(super) stamp: u32,
     /// `universe` by node filter and key: many groups share one (a deployment's spread
     /// each), and computing it looks at every node.
-    pub(super) universe_cache: FastMap<(Option<NodeFilter>, usize), Vec<bool>>,
+    pub(super) universe_cache: FastMap<(Option<NodeFilter>, DomainKeyId), Vec<bool>>,
 }

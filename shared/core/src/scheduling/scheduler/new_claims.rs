@@ -5,15 +5,15 @@
 
 use std::sync::Arc;
 
-use crate::catalog::LABEL_HOSTNAME;
+use crate::catalog::{CapacityType, LABEL_HOSTNAME};
 use crate::resources::{Resources, WELL_KNOWN};
 use crate::scheduling::topology::TopologyKey;
 use crate::scheduling::unschedulable::{PoolRefusal, Refusal, Unschedulable};
 
 use super::Scheduler;
 use super::bins::{Bin, Origin};
-use super::ids::{EClassId, InstanceTypeId, PoolId};
-use super::offerings::{Offering, ct_index};
+use super::ids::{DomainId, DomainKeyId, EClassId, IdVec, InstanceTypeId, PodId, PoolId};
+use super::offerings::{Offering, ct_domain};
 use super::placement::{Fit, Pin};
 
 /// The type a new claim is sized by, with its offering: the one worth most per dollar
@@ -25,8 +25,15 @@ struct Target {
     offering: Offering,
 }
 
+/// A domain key other than zone and capacity type that a pod constrains, and the
+/// domains of it a new claim for the pod may be pinned to.
+struct OtherKey {
+    key: DomainKeyId,
+    ok: IdVec<DomainId, bool>,
+}
+
 impl Scheduler<'_> {
-    pub(super) fn open_claim(&mut self, e: EClassId, pod: usize) -> Result<(), Unschedulable> {
+    pub(super) fn open_claim(&mut self, e: EClassId, pod: PodId) -> Result<(), Unschedulable> {
         let mut refusals: Vec<PoolRefusal> = Vec::new();
         for oi in 0..self.pool_order.len() {
             let pool = self.pool_order[oi];
@@ -51,8 +58,8 @@ impl Scheduler<'_> {
     /// Why no new claim can satisfy the pod's pod-affinity, if that is so: a required
     /// (or not yet relaxed preferred) term that only pods already running elsewhere, or
     /// no pod at all, can satisfy.
-    pub(super) fn affinity_blocks_new_claims(&self, e: EClassId, pod: usize) -> Option<Refusal> {
-        let p = &self.input.pods[pod];
+    pub(super) fn affinity_blocks_new_claims(&self, e: EClassId, pod: PodId) -> Option<Refusal> {
+        let p = self.pod(pod);
         for &g in &self.eclasses[e].affinity {
             let group = &self.groups[g];
             let total = group.counts.total(group.spec.key);
@@ -70,10 +77,10 @@ impl Scheduler<'_> {
     pub(super) fn open_in_pool(
         &mut self,
         e: EClassId,
-        pod: usize,
+        pod: PodId,
         pool: PoolId,
     ) -> Result<(), Refusal> {
-        let p = &self.input.pods[pod];
+        let p = self.pod(pod);
         if let Some(reason) = self.affinity_blocks_new_claims(e, pod) {
             return Err(reason);
         }
@@ -84,22 +91,25 @@ impl Scheduler<'_> {
             return Err(Refusal::HostnameFull(set.clone()));
         }
         let reqs = self.pools[pool].reqs.intersect(&self.eclasses[e].reqs);
-        let zmask = self.allowed_domains(e, pod, 0);
-        let cmask = self.allowed_domains(e, pod, 1);
-        let cmask_arr = cmask.as_ref().map(|m| [m[0], m[1]]);
+        let zmask = self.allowed_domains(e, pod, DomainKeyId::ZONE);
+        let cmask = self.allowed_domains(e, pod, DomainKeyId::CAPACITY_TYPE);
+        let cmask_arr = cmask
+            .as_ref()
+            .map(|m| CapacityType::ALL.map(|ct| m[ct_domain(ct)]));
         if zmask.as_ref().is_some_and(|m| !m.iter().any(|x| *x))
             || cmask_arr.is_some_and(|m| !m[0] && !m[1])
         {
             return Err(Refusal::TopologyUnsatisfiable(self.topology_constraints(e)));
         }
         // Other keys: the domains the pod may go to that this pool can give a node.
-        let mut other_keys: Vec<(usize, Vec<bool>)> = Vec::new();
-        for k in 2..self.keys.len() {
+        let mut other_keys: Vec<OtherKey> = Vec::new();
+        for k in self.keys.ids_from(DomainKeyId::FIRST_OTHER) {
             let Some(allowed) = self.allowed_domains(e, pod, k) else {
                 continue;
             };
             let key = &self.keys[k];
-            let ok: Vec<bool> = (0..allowed.len())
+            let ok: IdVec<DomainId, bool> = allowed
+                .ids()
                 .map(|d| {
                     allowed[d]
                         && key.pool_values[pool][d]
@@ -111,20 +121,21 @@ impl Scheduler<'_> {
                     self.topology_constraints(e),
                 ));
             }
-            other_keys.push((k, ok));
+            other_keys.push(OtherKey { key: k, ok });
         }
         self.refresh_duals(pool);
         let remaining = self.compatible_remaining(pool);
         let mut best: Option<Target> = None;
-        // The cheapest single node that could hold everything still to place.
-        let mut whole_best: Option<(InstanceTypeId, Offering)> = None;
+        // The cheapest single node that could hold everything still to place (as a
+        // target it has no score or size: see the tail below).
+        let mut whole_best: Option<Target> = None;
         let mut shortfall: Option<(String, i64, i64)> = None;
         let mut limit_reason = None;
         let mut offering_missing = false;
         let mut port_held: Option<Refusal> = None;
         let mut other_key_missing = false;
         let types = Arc::clone(&self.eclasses[e].pool_types);
-        let offerings = self.offering_filter(&reqs, zmask.as_deref(), cmask_arr);
+        let offerings = self.offering_filter(&reqs, zmask.as_ref(), cmask_arr);
         for &t in &types[pool] {
             let it = self.instance_type(t);
             let usable = self.usable(pool, t);
@@ -140,9 +151,12 @@ impl Scheduler<'_> {
                 port_held = Some(held);
                 continue;
             }
-            if other_keys.iter().any(|(k, ok)| {
-                self.keys[*k].type_key
-                    && !(0..ok.len()).any(|d| ok[d] && self.claim_can_be_in(Some(t), &reqs, *k, d))
+            if other_keys.iter().any(|other| {
+                self.keys[other.key].type_key
+                    && !other
+                        .ok
+                        .ids()
+                        .any(|d| other.ok[d] && self.claim_can_be_in(Some(t), &reqs, other.key, d))
             }) {
                 other_key_missing = true;
                 continue;
@@ -157,8 +171,15 @@ impl Scheduler<'_> {
             }
             let price = offering.price;
             let worth = self.value(pool, t, &remaining, &p.requests);
-            if remaining.fits_in(&usable) && whole_best.is_none_or(|(_, w)| price < w.price) {
-                whole_best = Some((t, offering));
+            if remaining.fits_in(&usable)
+                && whole_best.as_ref().is_none_or(|w| price < w.offering.price)
+            {
+                whole_best = Some(Target {
+                    score: 0.0,
+                    size: 0.0,
+                    instance_type: t,
+                    offering,
+                });
             }
             let score = if price > 0.0 {
                 worth.value / price
@@ -183,20 +204,15 @@ impl Scheduler<'_> {
         }
         // The tail: one node for everything that remains, when that is cheaper than
         // the whole nodes of the most efficient type it would otherwise take.
-        if let (Some((whole_type, whole)), Some(b)) = (whole_best, &best) {
+        if let (Some(whole), Some(b)) = (whole_best, &best) {
             let usable = self.usable(pool, b.instance_type);
             let nodes = (0..WELL_KNOWN.len())
                 .filter(|&d| remaining.slot_milli(d) > 0)
                 .map(|d| remaining.slot_milli(d) as f64 / usable.slot_milli(d).max(1) as f64)
                 .fold(1.0f64, f64::max)
                 .ceil();
-            if whole.price <= nodes * b.offering.price {
-                best = Some(Target {
-                    score: 0.0,
-                    size: 0.0,
-                    instance_type: whole_type,
-                    offering: whole,
-                });
+            if whole.offering.price <= nodes * b.offering.price {
+                best = Some(whole);
             }
         }
         let Some(Target {
@@ -237,33 +253,40 @@ impl Scheduler<'_> {
         self.pools[pool].usage.add(&capacity);
         let nodes = self.pools[pool].usage.get_milli("nodes");
         self.pools[pool].usage.set_milli("nodes", nodes + 1000);
-        let domains = (0..self.keys.len())
-            .map(|k| {
-                reqs.get(&self.keys[k].label)
+        let domains = self
+            .keys
+            .iter()
+            .map(|key| {
+                reqs.get(&key.label)
                     .and_then(|s| s.single_value())
-                    .and_then(|v| self.keys[k].index(v))
+                    .and_then(|v| key.domain(v))
             })
             .collect();
         let ports = self.daemon_ports(pool, t);
         let mut pins = Vec::new();
         if zmask.is_some() {
             pins.push(Pin {
-                key: 0,
+                key: DomainKeyId::ZONE,
                 domain: offering.zone,
             });
         }
         if cmask.is_some() {
             pins.push(Pin {
-                key: 1,
-                domain: ct_index(offering.capacity_type),
+                key: DomainKeyId::CAPACITY_TYPE,
+                domain: ct_domain(offering.capacity_type),
             });
         }
-        for (k, ok) in &other_keys {
-            let usable: Vec<bool> = (0..ok.len())
-                .map(|d| self.claim_can_be_in(Some(t), &reqs, *k, d))
+        for other in &other_keys {
+            let usable: IdVec<DomainId, bool> = other
+                .ok
+                .ids()
+                .map(|d| self.claim_can_be_in(Some(t), &reqs, other.key, d))
                 .collect();
-            if let Some(domain) = self.choose_domain(e, *k, ok, &usable) {
-                pins.push(Pin { key: *k, domain });
+            if let Some(domain) = self.choose_domain(e, other.key, &other.ok, &usable) {
+                pins.push(Pin {
+                    key: other.key,
+                    domain,
+                });
             }
         }
         let b = self.bins.push(Bin {

@@ -9,12 +9,12 @@ use crate::scheduling::requirements::{Requirements, ValueSet};
 use crate::scheduling::unschedulable::Refusal;
 
 use super::Scheduler;
-use super::ids::{InstanceTypeId, PoolId};
+use super::ids::{DomainId, IdVec, InstanceTypeId, PoolId};
 
-/// The zones (by index into `Scheduler::zones`) and capacity types (by [`ct_index`])
-/// an offering may be in.
+/// The zones (`Scheduler::zones`) and capacity types (by [`ct_index`]) an offering may
+/// be in.
 pub(crate) struct OfferingFilter {
-    zones: Vec<bool>,
+    zones: IdVec<DomainId, bool>,
     capacity_types: [bool; 2],
 }
 
@@ -31,8 +31,8 @@ fn type_label_meets(it: &InstanceType, key: &str, set: &ValueSet) -> bool {
 /// Where and how a type can be launched, at what price.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Offering {
-    /// Index into `Scheduler::zones`.
-    pub(crate) zone: usize,
+    /// Its zone, one of `Scheduler::zones`.
+    pub(crate) zone: DomainId,
     pub(crate) capacity_type: CapacityType,
     pub(crate) price: f64,
 }
@@ -42,6 +42,11 @@ pub(crate) fn ct_index(ct: CapacityType) -> usize {
         CapacityType::Spot => 0,
         CapacityType::OnDemand => 1,
     }
+}
+
+/// A capacity type as a domain of `DomainKeyId::CAPACITY_TYPE`.
+pub(crate) fn ct_domain(ct: CapacityType) -> DomainId {
+    DomainId::from_index(ct_index(ct))
 }
 
 impl<'a> Scheduler<'a> {
@@ -93,7 +98,7 @@ impl<'a> Scheduler<'a> {
         &self,
         t: InstanceTypeId,
         reqs: &Requirements,
-        zones: Option<&[bool]>,
+        zones: Option<&IdVec<DomainId, bool>>,
         cts: Option<[bool; 2]>,
     ) -> Option<Offering> {
         self.cheapest_allowed(t, &self.offering_filter(reqs, zones, cts))
@@ -104,16 +109,16 @@ impl<'a> Scheduler<'a> {
     pub(crate) fn offering_filter(
         &self,
         reqs: &Requirements,
-        zones: Option<&[bool]>,
+        zones: Option<&IdVec<DomainId, bool>>,
         cts: Option<[bool; 2]>,
     ) -> OfferingFilter {
         let zone_set = reqs.get(LABEL_ZONE);
         let ct_set = reqs.get(LABEL_CAPACITY_TYPE);
         OfferingFilter {
-            zones: (0..self.zones.len())
-                .map(|z| {
-                    zones.is_none_or(|m| m[z]) && zone_set.is_none_or(|s| s.has(&self.zones[z]))
-                })
+            zones: self
+                .zones
+                .enumerate()
+                .map(|(z, name)| zones.is_none_or(|m| m[z]) && zone_set.is_none_or(|s| s.has(name)))
                 .collect(),
             capacity_types: CapacityType::ALL.map(|ct| {
                 cts.is_none_or(|m| m[ct_index(ct)]) && ct_set.is_none_or(|s| s.has(ct.as_str()))
@@ -129,7 +134,7 @@ impl<'a> Scheduler<'a> {
         filter: &OfferingFilter,
     ) -> Option<Offering> {
         let mut best: Option<Offering> = None;
-        for (z, by_ct) in self.prices[t].iter().enumerate() {
+        for (z, by_ct) in self.prices[t].enumerate() {
             if !filter.zones[z] {
                 continue;
             }

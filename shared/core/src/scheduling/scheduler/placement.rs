@@ -10,8 +10,8 @@ use crate::scheduling::unschedulable::Unschedulable;
 use super::Scheduler;
 use super::bins::{BinPod, Origin};
 use super::classes::Candidate;
-use super::ids::{BinId, EClassId};
-use super::undo::CandidateRef;
+use super::ids::{BinId, DomainId, DomainKeyId, EClassId, PodId};
+use super::undo::{AbsorbedBefore, CandidateRef};
 
 pub(crate) enum Fail {
     /// The bin can never take a pod of this class.
@@ -27,14 +27,14 @@ pub(crate) struct Fit {
     pub(crate) pins: Vec<Pin>,
 }
 
-/// A domain of a domain key (both by index) a bin is to be pinned to.
+/// A domain of a domain key a bin is to be pinned to.
 pub(crate) struct Pin {
-    pub(crate) key: usize,
-    pub(crate) domain: usize,
+    pub(crate) key: DomainKeyId,
+    pub(crate) domain: DomainId,
 }
 
 impl Scheduler<'_> {
-    pub(crate) fn place(&mut self, e: EClassId, pod: usize) -> Result<(), Unschedulable> {
+    pub(crate) fn place(&mut self, e: EClassId, pod: PodId) -> Result<(), Unschedulable> {
         let mut i = 0;
         while i < self.eclasses[e].candidates.len() {
             if self.eclasses[e].candidates[i].dead {
@@ -76,10 +76,10 @@ impl Scheduler<'_> {
         self.open_claim(e, pod)
     }
 
-    pub(super) fn try_bin(&self, e: EClassId, pod: usize, cand: &Candidate) -> Result<Fit, Fail> {
+    pub(super) fn try_bin(&self, e: EClassId, pod: PodId, cand: &Candidate) -> Result<Fit, Fail> {
         let ec = &self.eclasses[e];
         let bin = &self.bins[cand.bin];
-        let p = &self.input.pods[pod];
+        let p = self.pod(pod);
         // Capacity.
         let mut total = bin.used.clone();
         total.add(&p.requests);
@@ -129,7 +129,7 @@ impl Scheduler<'_> {
         // Domain constraints (zone, capacity type, any other label).
         let reqs = merged.as_ref().unwrap_or(&bin.reqs);
         let mut pins = Vec::new();
-        for k in 0..self.keys.len() {
+        for k in self.keys.ids() {
             if let Some(domain) = self.pin(e, pod, cand.bin, reqs, k)? {
                 pins.push(Pin { key: k, domain });
             }
@@ -137,9 +137,9 @@ impl Scheduler<'_> {
         Ok(Fit { merged, pins })
     }
 
-    pub(super) fn commit(&mut self, e: EClassId, pod: usize, b: BinId, fit: Fit) {
+    pub(super) fn commit(&mut self, e: EClassId, pod: PodId, b: BinId, fit: Fit) {
         self.save_bin(b);
-        let p = &self.input.pods[pod];
+        let p = self.pod(pod);
         let class = self.eclasses[e].class;
         let bin = &mut self.bins[b];
         bin.used.add(&p.requests);
@@ -161,9 +161,9 @@ impl Scheduler<'_> {
         }
         // Count this pod in its domains, then pin (which counts earlier pods too).
         self.count_pod(e, b, TopologyKey::Hostname, b.index());
-        for k in 0..self.keys.len() {
+        for k in self.keys.ids() {
             if let Some(d) = self.bins[b].domain(k) {
-                self.count_pod(e, b, TopologyKey::Domain(k), d);
+                self.count_pod(e, b, k.topology(), d.index());
             }
         }
         for pin in fit.pins {
@@ -177,7 +177,10 @@ impl Scheduler<'_> {
                     eclass: e,
                     position: i,
                 };
-                u.absorbed.push((candidate, candidates[i].absorbed));
+                u.absorbed.push(AbsorbedBefore {
+                    candidate,
+                    version: candidates[i].absorbed,
+                });
             }
             candidates[i].absorbed = version;
         }

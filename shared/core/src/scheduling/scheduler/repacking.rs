@@ -10,7 +10,7 @@ use crate::scheduling::requirements::Requirements;
 
 use super::Scheduler;
 use super::bins::{Bin, BinPod, Origin};
-use super::ids::{BinId, InstanceTypeId, PoolId};
+use super::ids::{BinId, InstanceTypeId, PodId, PoolId};
 use super::offerings::Offering;
 
 /// New claims of one pool with the same requirements: their pods can trade places.
@@ -24,8 +24,8 @@ impl Scheduler<'_> {
     /// A pod the repack pass may move between new claims: no topology spread, no pod
     /// (anti-)affinity, required or preferred, no group of another pod counts it, no
     /// host ports, and only well-known resources.
-    pub(super) fn movable(&self, pod: usize) -> bool {
-        let p = &self.input.pods[pod];
+    pub(super) fn movable(&self, pod: PodId) -> bool {
+        let p = self.pod(pod);
         p.topology_spread.is_empty()
             && p.pod_affinity.is_empty()
             && p.pod_anti_affinity.is_empty()
@@ -118,7 +118,7 @@ impl Scheduler<'_> {
         let mut members: Vec<Vec<BinPod>> = Vec::new();
         for &b in bins {
             for &member in &self.bins[b].pods {
-                let r = &self.input.pods[member.pod].requests;
+                let r = &self.pod(member.pod).requests;
                 let v: Vec<i64> = (0..WELL_KNOWN.len()).map(|d| r.slot_milli(d)).collect();
                 let s = *shape_of.entry(v.clone()).or_insert_with(|| {
                     demands.push(v);
@@ -171,7 +171,7 @@ impl Scheduler<'_> {
             for &(s, n) in &node.take {
                 for _ in 0..n {
                     let member = members[s].pop().expect("the packing places each pod once");
-                    used.add(&self.input.pods[member.pod].requests);
+                    used.add(&self.pod(member.pod).requests);
                     pods.push(member);
                 }
             }

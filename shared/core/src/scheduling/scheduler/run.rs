@@ -5,21 +5,28 @@
 
 use std::collections::HashMap;
 
+use crate::scheduling::unschedulable::Unschedulable;
+
 use super::bins::Origin;
-use super::ids::BinId;
+use super::ids::{BinId, IdVec, PodId};
 use super::placement::Fit;
-use super::{InFlightPlacement, NodePlacement, Schedule, Scheduler, UnplacedPod};
+use super::{InFlightPlacement, NodePlacement, Schedule, Scheduler, SchedulerInput, UnplacedPod};
+
+/// A pod that fits nowhere (yet), and why.
+struct Failed {
+    pod: PodId,
+    reason: Unschedulable,
+}
 
 impl Scheduler<'_> {
     pub(crate) fn run(mut self) -> Schedule {
-        let pods = self.input.pods;
         let pending = std::mem::take(&mut self.pending);
         let mut queue = self.place_nominated(pending);
-        let mut level = vec![0usize; pods.len()];
+        let mut level: IdVec<PodId, usize> = IdVec::filled(0, self.input.pods.len());
         // As Karpenter does, pods that fail are retried while placements still happen:
         // a pod with affinity to pods placed later in the same batch can then follow them.
         loop {
-            let mut failed: Vec<UnplacedPod> = Vec::new();
+            let mut failed: Vec<Failed> = Vec::new();
             let mut placed_any = false;
             loop {
                 let mut retry = Vec::new();
@@ -33,7 +40,7 @@ impl Scheduler<'_> {
                                 level[p] += 1;
                                 retry.push(p);
                             } else {
-                                failed.push(UnplacedPod { pod: p, reason });
+                                failed.push(Failed { pod: p, reason });
                             }
                         }
                     }
@@ -57,8 +64,7 @@ impl Scheduler<'_> {
     /// Puts each in-flight claim's still-pending pods on it, and returns the others.
     /// They were packed onto it when it was planned; its capacity is the type's, so
     /// they are placed without a fresh fit check that a different order might fail.
-    pub(crate) fn place_nominated(&mut self, pending: Vec<usize>) -> Vec<usize> {
-        let pods = self.input.pods;
+    pub(crate) fn place_nominated(&mut self, pending: Vec<PodId>) -> Vec<PodId> {
         let mut nominated: HashMap<String, BinId> = HashMap::new();
         for b in self.bins.ids() {
             if let Origin::InFlight(i) = self.bins[b].origin {
@@ -72,7 +78,7 @@ impl Scheduler<'_> {
         }
         let mut rest = Vec::with_capacity(pending.len());
         for p in pending {
-            match nominated.get(&pods[p].key()) {
+            match nominated.get(&self.pod(p).key()) {
                 Some(&b) => {
                     let e = self.eclass(self.class_of(p), 0);
                     self.commit(
@@ -91,33 +97,58 @@ impl Scheduler<'_> {
         rest
     }
 
-    pub(super) fn finish(mut self, mut unschedulable: Vec<UnplacedPod>) -> Schedule {
+    fn finish(mut self, failed: Vec<Failed>) -> Schedule {
         self.repack_free_claims();
         let input = self.input;
-        let mut out = Schedule::default();
+        let mut unschedulable: Vec<UnplacedPod> = failed
+            .into_iter()
+            .map(|f| UnplacedPod {
+                pod: f.pod.index(),
+                reason: f.reason,
+            })
+            .collect();
         unschedulable.sort_by_key(|u| u.pod);
-        out.unschedulable = unschedulable;
+        let mut out = Schedule {
+            unschedulable,
+            ..Schedule::default()
+        };
         for b in self.bins.ids() {
             if self.bins[b].pods.is_empty() {
                 continue;
             }
-            let mut pods: Vec<usize> = self.bins[b].pods.iter().map(|m| m.pod).collect();
-            pods.sort();
-            match self.bins[b].origin {
-                Origin::Existing(n) => out.existing_nodes.push(NodePlacement {
-                    node: input.nodes[n].name.clone(),
-                    pods,
-                }),
-                Origin::InFlight(i) => out.in_flight.push(InFlightPlacement {
-                    claim: input.in_flight[i].name.clone(),
-                    pods,
-                }),
-                Origin::New(pool) => {
-                    let claim = self.finalize_claim(b, pool, pods);
-                    out.new_claims.push(claim);
-                }
+            let origin = self.bins[b].origin;
+            let pods = self.bins[b].placed_pods(0);
+            if let (Some(pods), Origin::New(pool)) = (out.place_on(input, origin, pods), origin) {
+                let claim = self.finalize_claim(b, pool, pods);
+                out.new_claims.push(claim);
             }
         }
         out
+    }
+}
+
+impl Schedule {
+    /// Lists `pods` (indices into `SchedulerInput::pods`, ascending) as placed on the
+    /// existing node or in-flight claim of `origin`. A new claim's pods are handed back:
+    /// what the claim becomes is the caller's to say (a finished claim for provisioning,
+    /// a claim launching for a solve over a commit's claims).
+    pub(crate) fn place_on(
+        &mut self,
+        input: &SchedulerInput<'_>,
+        origin: Origin,
+        pods: Vec<usize>,
+    ) -> Option<Vec<usize>> {
+        match origin {
+            Origin::Existing(n) => self.existing_nodes.push(NodePlacement {
+                node: input.nodes[n].name.clone(),
+                pods,
+            }),
+            Origin::InFlight(i) => self.in_flight.push(InFlightPlacement {
+                claim: input.in_flight[i].name.clone(),
+                pods,
+            }),
+            Origin::New(_) => return Some(pods),
+        }
+        None
     }
 }

@@ -12,12 +12,12 @@ use crate::cluster::Pod;
 use crate::resources::{CPU, MEMORY};
 use crate::scheduling::fast_hash::FastMap;
 
-use super::ids::{IdVec, InstanceTypeId};
+use super::ids::{DomainId, IdVec, InstanceTypeId, PodId};
 use super::{Scheduler, SchedulerInput};
 
 /// Placement order: most CPU first, then most memory, then input order.
-pub(crate) fn largest_first(pods: &[Pod], a: usize, b: usize) -> std::cmp::Ordering {
-    let (ra, rb) = (&pods[a].requests, &pods[b].requests);
+pub(crate) fn largest_first(pods: &[Pod], a: PodId, b: PodId) -> std::cmp::Ordering {
+    let (ra, rb) = (&pods[a.index()].requests, &pods[b.index()].requests);
     rb.slot_milli(CPU)
         .cmp(&ra.slot_milli(CPU))
         .then(rb.slot_milli(MEMORY).cmp(&ra.slot_milli(MEMORY)))
@@ -27,25 +27,26 @@ pub(crate) fn largest_first(pods: &[Pod], a: usize, b: usize) -> std::cmp::Order
 impl<'a> Scheduler<'a> {
     pub(super) fn new(input: &'a SchedulerInput<'a>) -> Self {
         let catalog = input.catalog;
-        let mut zones = input.pricing.zones.clone();
+        let mut zones: IdVec<DomainId, String> = IdVec::from(input.pricing.zones.clone());
         for node in input.nodes {
             if let Some(z) = node.labels.get(LABEL_ZONE)
-                && !zones.contains(z)
+                && !zones.iter().any(|x| x == z)
             {
                 zones.push(z.clone());
             }
         }
         let offered_zones = input.pricing.zones.len();
-        let prices: IdVec<InstanceTypeId, Vec<[Option<f64>; 2]>> = catalog
+        let prices: IdVec<InstanceTypeId, IdVec<DomainId, [Option<f64>; 2]>> = catalog
             .types
             .iter()
             .map(|t| {
-                (0..zones.len())
-                    .map(|z| {
-                        if z >= offered_zones {
+                zones
+                    .enumerate()
+                    .map(|(z, zone)| {
+                        if z.index() >= offered_zones {
                             return [None, None];
                         }
-                        CapacityType::ALL.map(|ct| input.pricing.price(t, &zones[z], ct))
+                        CapacityType::ALL.map(|ct| input.pricing.price(t, zone, ct))
                     })
                     .collect()
             })
@@ -73,18 +74,18 @@ impl<'a> Scheduler<'a> {
             well_known,
             type_keys,
             prices,
-            keys: Vec::new(),
+            keys: IdVec::new(),
             pools: IdVec::new(),
             pool_order: Vec::new(),
             bins: IdVec::new(),
             groups: IdVec::new(),
             group_index: FastMap::default(),
             classes: IdVec::new(),
-            pod_class: vec![None; input.pods.len()],
+            pod_class: IdVec::filled(None, input.pods.len()),
             eclasses: IdVec::new(),
             eclass_index: FastMap::default(),
             any_prefer_no_schedule,
-            zone_use: Vec::new(),
+            zone_use: IdVec::new(),
             pending: Vec::new(),
             node_bin: vec![None; input.nodes.len()],
             node_index: input
@@ -104,7 +105,7 @@ impl<'a> Scheduler<'a> {
             stamp: 0,
             universe_cache: FastMap::default(),
         };
-        s.zone_use = vec![0; s.zones.len()];
+        s.zone_use = IdVec::filled(0, s.zones.len());
         s.build_pools();
         s.build_domain_keys();
         s.build_existing_bins();
@@ -116,15 +117,27 @@ impl<'a> Scheduler<'a> {
     /// the bound pods counted in topology.
     pub(crate) fn prepare(input: &'a SchedulerInput<'a>) -> Self {
         let mut s = Scheduler::new(input);
-        let pods = input.pods;
         // Pods kube-scheduler may still bind, or that are not ours (another scheduler,
         // a preemption nomination, a claim not ready), get no capacity.
-        let mut pending: Vec<usize> = (0..pods.len())
-            .filter(|&p| pods[p].is_pending() && pods[p].is_provisionable())
+        let mut pending: Vec<PodId> = s
+            .pod_ids()
+            .filter(|&p| s.pod(p).is_pending() && s.pod(p).is_provisionable())
             .collect();
-        pending.sort_by(|&a, &b| largest_first(pods, a, b));
+        pending.sort_by(|&a, &b| largest_first(input.pods, a, b));
         s.build_classes(&pending);
         s.pending = pending;
         s
+    }
+}
+
+impl<'a> Scheduler<'a> {
+    /// Input pod `p`.
+    pub(crate) fn pod(&self, p: PodId) -> &'a Pod {
+        &self.input.pods[p.index()]
+    }
+
+    /// Every input pod's id, in input order.
+    pub(crate) fn pod_ids(&self) -> impl Iterator<Item = PodId> + use<> {
+        (0..self.input.pods.len()).map(PodId::from_index)
     }
 }

@@ -8,7 +8,7 @@ use crate::scheduling::topology::TopologyKey;
 use super::Scheduler;
 use super::bins::Bin;
 use super::duals::DualPrices;
-use super::ids::{BinId, EClassId, GroupId};
+use super::ids::{BinId, DomainId, EClassId, GroupId, IdVec, PodId};
 
 /// One topology count change, to be reversed.
 #[derive(Clone, Copy)]
@@ -16,6 +16,7 @@ pub(crate) struct CountChange {
     pub(crate) group: GroupId,
     pub(crate) owners: bool,
     pub(crate) key: TopologyKey,
+    /// The domain of `key` (a bin's index for hostname, as `DomainCounts` takes it);
     /// `None`: a hostname count on a node that is not a bin (`other_hosts`).
     pub(crate) domain: Option<usize>,
     pub(crate) delta: i32,
@@ -28,17 +29,17 @@ pub(crate) struct Undo {
     /// Bins at or past this index were opened by the solve.
     pub(crate) base_bins: BinId,
     /// Bins as they were before the solve first changed them.
-    pub(crate) bins: Vec<(BinId, Bin)>,
+    pub(crate) bins: Vec<SavedBin>,
     pub(crate) counts: Vec<CountChange>,
     /// Candidates marked dead.
     pub(crate) dead: Vec<CandidateRef>,
     /// Candidates whose `absorbed` version changed, with the one before.
-    pub(crate) absorbed: Vec<(CandidateRef, u32)>,
+    pub(crate) absorbed: Vec<AbsorbedBefore>,
     /// Eclasses that were given candidates for bins the solve opened.
     pub(crate) pushed: Vec<EClassId>,
     /// Each pool's usage and dual prices before the solve.
     pub(crate) pools: Vec<PoolState>,
-    pub(crate) zone_use: Vec<u32>,
+    pub(crate) zone_use: IdVec<DomainId, u32>,
     pub(crate) blocked: Vec<BinId>,
     /// The pods being re-placed (for the remaining demand new claims are sized against).
     pub(crate) moving: Vec<MovingPod>,
@@ -51,6 +52,19 @@ pub(crate) struct CandidateRef {
     pub(crate) position: usize,
 }
 
+/// A bin as it was before a solve first changed it.
+pub(crate) struct SavedBin {
+    pub(crate) id: BinId,
+    pub(crate) bin: Bin,
+}
+
+/// A candidate's `absorbed` version before a solve changed it.
+#[derive(Clone, Copy)]
+pub(crate) struct AbsorbedBefore {
+    pub(crate) candidate: CandidateRef,
+    pub(crate) version: u32,
+}
+
 /// What a solve changes in a pool.
 pub(crate) struct PoolState {
     pub(crate) usage: Resources,
@@ -59,7 +73,7 @@ pub(crate) struct PoolState {
 
 /// A pod a solve re-places, and whether it is placed yet.
 pub(crate) struct MovingPod {
-    pub(crate) pod: usize,
+    pub(crate) pod: PodId,
     pub(crate) placed: bool,
 }
 
@@ -78,6 +92,9 @@ impl Scheduler<'_> {
             return;
         }
         self.bin_stamp[b] = self.stamp;
-        u.bins.push((b, self.bins[b].clone()));
+        u.bins.push(SavedBin {
+            id: b,
+            bin: self.bins[b].clone(),
+        });
     }
 }
