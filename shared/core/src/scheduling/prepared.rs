@@ -431,7 +431,7 @@ impl<'a> Solver<'a> {
         let requests = &s.pod(p).requests;
         ec.pool_types[pool]
             .iter()
-            .find(|&&t| requests.fits_in(&s.usable(pool, t)))
+            .find(|&&t| requests.fits_in(s.usable(pool, t)))
             .and_then(|&t| s.cheapest_offering(t, &merged, None, None))
             .map_or(0.0, |o| o.price)
     }

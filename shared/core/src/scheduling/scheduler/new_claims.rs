@@ -139,8 +139,8 @@ impl Scheduler<'_> {
         for &t in &types[pool] {
             let it = self.instance_type(t);
             let usable = self.usable(pool, t);
-            if !p.requests.fits_in(&usable) {
-                if let Some(s) = p.requests.first_shortfall(&usable)
+            if !p.requests.fits_in(usable) {
+                if let Some(s) = p.requests.first_shortfall(usable)
                     && shortfall.as_ref().is_none_or(|b| s.2 > b.2 || b.0 != s.0)
                 {
                     shortfall = Some(s);
@@ -171,7 +171,7 @@ impl Scheduler<'_> {
             }
             let price = offering.price;
             let worth = self.value(pool, t, &remaining, &p.requests);
-            if remaining.fits_in(&usable)
+            if remaining.fits_in(usable)
                 && whole_best.as_ref().is_none_or(|w| price < w.offering.price)
             {
                 whole_best = Some(Target {

@@ -234,7 +234,7 @@ impl<'a> Scheduler<'a> {
             let Some(min) = set.min_values else { continue };
             let mut seen: HashSet<&str> = HashSet::new();
             for &t in &self.pools[pool].types {
-                if !requests.fits_in(&self.usable(pool, t)) || !self.type_satisfies(t, reqs) {
+                if !requests.fits_in(self.usable(pool, t)) || !self.type_satisfies(t, reqs) {
                     continue;
                 }
                 if self.cheapest_offering(t, reqs, None, None).is_none() {
