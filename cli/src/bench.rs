@@ -120,8 +120,9 @@ pub struct BenchArgs {
     /// Runs of each whole-command case (`--suite command`): best wall, highest peak RSS.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
-    /// `--suite command`: write the snapshot, NodePool and catalog files here and keep
-    /// them (default: a temporary directory, removed afterwards).
+    /// `--suite command` and `--suite disrupt`: write the snapshot, NodePool, catalog and
+    /// decision files here and keep them (default: a temporary directory, removed
+    /// afterwards).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
     /// Cluster sizes in nodes for `--suite disrupt` (comma separated; default 100,1000,5000).
@@ -172,7 +173,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     }
     // Not in `all`: at 5,000 nodes it writes and decides a 150,000-pod cluster.
     if args.suite == Suite::Disrupt {
-        disrupt::disrupt_suite(&mut out, args.nodes.as_deref());
+        disrupt::disrupt_suite(&mut out, args.nodes.as_deref(), args.dir.as_deref());
     }
     if all || args.suite == Suite::Prepared {
         prepared::prepared_suite(&mut out);

@@ -34,7 +34,9 @@ const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 const NOW: &str = "2026-11-23T10:00:00Z";
 const DEFAULT_SIZES: [usize; 3] = [100, 1_000, 5_000];
 
-pub(super) fn disrupt_suite(out: &mut Report, sizes: Option<&[usize]>) {
+/// `keep_in`: write the files there and keep them (the snapshot and the decision of each
+/// size, as `fragmented-N.json` and `decision-N.json`); else a temporary directory.
+pub(super) fn disrupt_suite(out: &mut Report, sizes: Option<&[usize]>, keep_in: Option<&Path>) {
     out.header(
         "disrupt: `nodewright disrupt --output json` on a fragmented cluster, as a child process",
         &format!(
@@ -54,7 +56,9 @@ pub(super) fn disrupt_suite(out: &mut Report, sizes: Option<&[usize]>) {
         "÷bound",
         "nodes removed by method"
     ));
-    let dir = std::env::temp_dir().join(format!("nodewright-bench-disrupt-{}", std::process::id()));
+    let dir = keep_in.map(Path::to_path_buf).unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("nodewright-bench-disrupt-{}", std::process::id()))
+    });
     let result = (|| -> Result<(), String> {
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -63,7 +67,7 @@ pub(super) fn disrupt_suite(out: &mut Report, sizes: Option<&[usize]>) {
         for &nodes in sizes.unwrap_or(&DEFAULT_SIZES) {
             let snapshot = dir.join(format!("fragmented-{nodes}.json"));
             let pods = write_fragmented(&snapshot, nodes)?;
-            let output = dir.join("decision.json");
+            let output = dir.join(format!("decision-{nodes}.json"));
             let (wall, kib) = measure(&pools, &snapshot, &output)?;
             let text = std::fs::read(&output).map_err(|e| e.to_string())?;
             let decision: Value = serde_json::from_slice(&text)
@@ -133,7 +137,9 @@ pub(super) fn disrupt_suite(out: &mut Report, sizes: Option<&[usize]>) {
         }
         Ok(())
     })();
-    let _ = std::fs::remove_dir_all(&dir);
+    if keep_in.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     if let Err(e) = result {
         out.line(&format!("  !! disrupt suite failed: {e}"));
         out.failures.push(format!("disrupt: {e}"));
