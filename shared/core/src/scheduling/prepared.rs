@@ -233,7 +233,8 @@ impl<'a> Solver<'a> {
         let mut node_pods: Vec<Vec<PodId>> = vec![Vec::new(); input.nodes.len()];
         let first_class = s.classes.next_id();
         let first_group = s.groups.next_id();
-        let mut index: FastMap<ClassKey<'_>, ClassId> = FastMap::default();
+        let mut moving: Vec<PodId> = Vec::new();
+        let mut constrained_alike: FastMap<ClassKey<'_>, PodId> = FastMap::default();
         for p in s.pod_ids() {
             let pod = s.pod(p);
             if pod.terminal {
@@ -246,8 +247,30 @@ impl<'a> Solver<'a> {
             if !is_moving(input, p) {
                 continue;
             }
+            moving.push(p);
+            constrained_alike
+                .entry(ClassKey::constraints_of(pod))
+                .or_insert(p);
+        }
+        // The groups of the moving pods' constraints, made from the first pod of each
+        // set of constraints (so in the order the pods come).
+        let mut makers: Vec<PodId> = constrained_alike.into_values().collect();
+        makers.sort_unstable();
+        for p in makers {
+            for spec in s.group_specs(s.pod(p), true).into_iter().flatten() {
+                s.group(spec);
+            }
+        }
+        // Classes: the same constraints and selected by the same groups. Keyed by
+        // labels instead, every app would be a class of its own, each with a candidate
+        // list as long as the cluster has nodes (classes × nodes was most of the memory
+        // at 5,000 nodes), while pods no group tells apart are placed alike.
+        let mut index: FastMap<(ClassKey<'_>, Vec<GroupId>), ClassId> = FastMap::default();
+        for p in moving {
+            let pod = s.pod(p);
+            let key = (ClassKey::constraints_of(pod), s.groups_selecting(pod));
             let c = *index
-                .entry(ClassKey::of(pod))
+                .entry(key)
                 .or_insert_with(|| s.classes.push(Class::of(p, pod)));
             s.pod_class[p] = Some(c);
             let class = &mut s.classes[c];
@@ -258,11 +281,8 @@ impl<'a> Solver<'a> {
             class.min_request = min;
         }
         for c in s.classes.ids_from(first_class) {
-            let pod = s.pod(s.classes[c].representative);
-            for spec in s.group_specs(pod, true).into_iter().flatten() {
-                s.group(spec);
-            }
-            s.classes[c].ladder = s.ladder(pod);
+            let ladder = s.ladder(s.pod(s.classes[c].representative));
+            s.classes[c].ladder = ladder;
         }
         for c in s.classes.ids() {
             let pod = s.pod(s.classes[c].representative);

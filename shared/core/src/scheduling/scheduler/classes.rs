@@ -97,7 +97,8 @@ pub(crate) struct NodeShape {
 #[derive(PartialEq, Eq, Hash)]
 pub(crate) struct ClassKey<'p> {
     namespace: &'p str,
-    labels: &'p BTreeMap<String, String>,
+    /// `None` in a key of the constraints alone ([`ClassKey::constraints_of`]).
+    labels: Option<&'p BTreeMap<String, String>>,
     node_selector: &'p BTreeMap<String, String>,
     required_node_terms: &'p [Vec<NodeRequirement>],
     preferred_node_terms: &'p [crate::cluster::PreferredNodeTerm],
@@ -113,8 +114,18 @@ pub(crate) struct ClassKey<'p> {
 impl<'p> ClassKey<'p> {
     pub(crate) fn of(pod: &'p Pod) -> Self {
         ClassKey {
+            labels: Some(&pod.labels),
+            ..Self::constraints_of(pod)
+        }
+    }
+
+    /// The pod's own constraints, its labels left out: pods with equal keys make the
+    /// same topology groups, and their labels matter only through the groups that
+    /// select them.
+    pub(crate) fn constraints_of(pod: &'p Pod) -> Self {
+        ClassKey {
             namespace: &pod.namespace,
-            labels: &pod.labels,
+            labels: None,
             node_selector: &pod.node_selector,
             required_node_terms: &pod.required_node_terms,
             preferred_node_terms: &pod.preferred_node_terms,

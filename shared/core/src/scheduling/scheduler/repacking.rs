@@ -163,6 +163,12 @@ impl Scheduler<'_> {
                     pods: Vec::new(),
                 };
                 let b = self.bins.push(bin);
+                // Classes compiled before see it too (a speculative solve's claims may be
+                // kept, and later solves place pods on them); only the classes compiled
+                // after would, otherwise.
+                for e in self.eclasses.ids() {
+                    self.admit(e, b);
+                }
                 slots.push(b);
                 b
             };
