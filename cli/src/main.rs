@@ -18,7 +18,9 @@ use nodewright_core::snapshot::parse_snapshot_reader;
 
 // Planning a big snapshot allocates and frees millions of small strings and vectors;
 // glibc's allocator was a fifth of `plan`'s time at 20,000 pods (consolidating and
-// unlinking free chunks). mimalloc's thread-local free lists are cheaper.
+// unlinking free chunks). mimalloc's thread-local free lists are cheaper. Its v2: v3
+// returns freed pages only after a second, so a sub-second command peaked higher.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

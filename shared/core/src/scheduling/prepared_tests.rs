@@ -542,3 +542,77 @@ fn random_clusters() -> Vec<Cluster> {
     }
     out
 }
+
+#[test]
+fn a_claim_the_repacking_pass_added_takes_pods_of_classes_compiled_before_it() {
+    // Nine pods leave `a` for new claims (one goes to `b`): placement opens one, the
+    // re-packing pass splits them into a 2xlarge (the claim it reuses) and an xlarge (a
+    // claim it adds). The class of the `web` pods was compiled before that pass, when
+    // the first of them was placed.
+    let mut c = Cluster::new();
+    let a = c.node("a", "m5.4xlarge", "us-east-1a");
+    let b = c.node("b", "m5.large", "us-east-1a");
+    for i in 0..10 {
+        c.bound(&format!("web-{i}"), "1", "1Gi", "a");
+    }
+    c.bound("web-b", "100m", "128Mi", "b");
+    let input = c.input();
+    let mut prepared = PreparedScheduler::new(&input);
+    let first = placed(prepared.solve(&remove(&[a]), &NO_LIMITS));
+    let types: Vec<&str> = first
+        .new_claims
+        .iter()
+        .map(|claim| claim.options[0].instance_type.as_str())
+        .collect();
+    assert_eq!(
+        types,
+        ["c6a.2xlarge", "c6a.xlarge"],
+        "the layout this test needs"
+    );
+    prepared.commit(&first).unwrap();
+    // `web-0` went to `b`; with `b` gone too, only the added xlarge has a CPU left for
+    // it (the 2xlarge holds seven).
+    let none = SolveLimits {
+        max_new_claims: Some(0),
+        max_price: None,
+    };
+    let second = placed(prepared.solve(&remove(&[b]), &none));
+    assert!(
+        second
+            .in_flight
+            .iter()
+            .any(|p| p.claim == "committed-1" && p.pods.contains(&0)),
+        "{:?}",
+        second.in_flight
+    );
+}
+
+#[test]
+fn moving_pods_alike_but_for_a_label_an_anti_affinity_term_reads_are_still_told_apart() {
+    // `api` and `web` pods leave `a` with the same requests and constraints; a guard on
+    // `b` repels `web` pods by hostname. Pods whose labels no group reads share a class,
+    // but these two are selected differently: `api` may join the guard, `web` may not.
+    let mut c = Cluster::new();
+    let a = c.node("a", "m5.xlarge", "us-east-1a");
+    c.node("b", "m5.xlarge", "us-east-1a");
+    c.node("d", "m5.xlarge", "us-east-1a");
+    let web = c.bound("web-1", "500m", "512Mi", "a");
+    let api = c.bound("api-1", "500m", "512Mi", "a");
+    let mut guard = pod("guard-1", "500m", "512Mi");
+    guard
+        .pod_anti_affinity
+        .push(affinity_term("kubernetes.io/hostname", "web"));
+    c.bind(guard, "b");
+    let input = c.input();
+    let prepared = PreparedScheduler::new(&input);
+    let solved = placed(prepared.solve(&remove(&[a]), &NO_LIMITS));
+    let placed_on = |p: usize| {
+        solved
+            .existing_nodes
+            .iter()
+            .find(|n| n.pods.contains(&p))
+            .map(|n| n.node.as_str())
+    };
+    assert_eq!(placed_on(web), Some("d"), "{:?}", solved.existing_nodes);
+    assert_eq!(placed_on(api), Some("b"), "{:?}", solved.existing_nodes);
+}
