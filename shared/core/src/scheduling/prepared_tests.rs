@@ -78,6 +78,12 @@ const NO_LIMITS: SolveLimits = SolveLimits {
     max_price: None,
 };
 
+/// Only what remaining nodes and committed claims can take.
+const NO_NEW_CLAIMS: SolveLimits = SolveLimits {
+    max_new_claims: Some(0),
+    max_price: None,
+};
+
 fn placed(solve: Solve) -> Placed {
     match solve {
         Solve::Placed(p) => p,
@@ -195,12 +201,8 @@ fn a_pod_that_fits_no_remaining_node_gets_a_new_claim_unless_none_is_allowed() {
     let options = &solved.new_claims[0].options;
     assert!(options.windows(2).all(|w| w[0].price <= w[1].price));
 
-    let none = SolveLimits {
-        max_new_claims: Some(0),
-        max_price: None,
-    };
     assert_eq!(
-        stopped(prepared.solve(&remove(&[a]), &none)),
+        stopped(prepared.solve(&remove(&[a]), &NO_NEW_CLAIMS)),
         Stop::TooManyClaims
     );
     let one = SolveLimits {
@@ -392,11 +394,7 @@ fn a_committed_new_claim_takes_pods_in_later_solves() {
     let first = placed(prepared.solve(&remove(&[a]), &NO_LIMITS));
     assert_eq!(first.new_claims.len(), 1);
     prepared.commit(&first).unwrap();
-    let none = SolveLimits {
-        max_new_claims: Some(0),
-        max_price: None,
-    };
-    let second = placed(prepared.solve(&remove(&[b]), &none));
+    let second = placed(prepared.solve(&remove(&[b]), &NO_NEW_CLAIMS));
     assert_eq!(
         second.in_flight,
         [InFlightPlacement {
@@ -428,13 +426,7 @@ fn two_solves_in_a_row_without_a_commit_are_independent() {
     let other = prepared.solve(&remove(&[b]), &NO_LIMITS);
     let fresh = PreparedScheduler::new(&input).solve(&remove(&[b]), &NO_LIMITS);
     assert_eq!(other, fresh);
-    let stopped_early = prepared.solve(
-        &remove(&[a, b]),
-        &SolveLimits {
-            max_new_claims: Some(0),
-            max_price: None,
-        },
-    );
+    let stopped_early = prepared.solve(&remove(&[a, b]), &NO_NEW_CLAIMS);
     assert!(matches!(stopped_early, Solve::Stopped(_)));
     assert_eq!(prepared.solve(&remove(&[a]), &NO_LIMITS), first);
 }
@@ -572,11 +564,7 @@ fn a_claim_the_repacking_pass_added_takes_pods_of_classes_compiled_before_it() {
     prepared.commit(&first).unwrap();
     // `web-0` went to `b`; with `b` gone too, only the added xlarge has a CPU left for
     // it (the 2xlarge holds seven).
-    let none = SolveLimits {
-        max_new_claims: Some(0),
-        max_price: None,
-    };
-    let second = placed(prepared.solve(&remove(&[b]), &none));
+    let second = placed(prepared.solve(&remove(&[b]), &NO_NEW_CLAIMS));
     assert!(
         second
             .in_flight
