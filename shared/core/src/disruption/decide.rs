@@ -1023,17 +1023,10 @@ mod tests {
 
     #[test]
     fn a_command_is_computed_on_the_cluster_the_commands_before_it_leave() {
-        // Three m5.large with 1.2 CPU each: one may take a second pod (1.93 CPU
-        // allocatable)... no: 1.2 + 1.2 > 1.93. Only a replacement helps. With one
-        // cheaper node for two pods, a later command must not count the space the
-        // first one used.
-        let nodes: Vec<Node> = (1..=3)
-            .map(|i| managed(&format!("n{i}"), "m5.xlarge"))
-            .collect();
-        let pods = (1..=3)
-            .map(|i| on(&format!("n{i}"), &format!("p{i}"), "1500m"))
-            .collect();
-        let case = Case::new(nodes, pods);
+        // Three m5.xlarge with one 1.5-CPU pod each: a node has room for one more pod
+        // (3.92 CPU allocatable), so commands move pods onto the others. A later
+        // command must not count the space an earlier one's moves used.
+        let case = xlarges_with_one_pod_each(3, "1500m");
         let d = case.decide();
         let mut load: HashMap<String, usize> = HashMap::new();
         for c in &d.commands {
@@ -1044,6 +1037,17 @@ mod tests {
         // An m5.xlarge (3.92 CPU) holds at most two 1.5-CPU pods: its own and one more.
         assert!(load.values().all(|&n| n <= 1), "{d:#?}");
         assert!(d.price_per_hour.after < d.price_per_hour.before);
+    }
+
+    /// Nodes `n1..=count`, each an m5.xlarge running one pod `pI` of `cpu`.
+    fn xlarges_with_one_pod_each(count: usize, cpu: &str) -> Case {
+        let nodes = (1..=count)
+            .map(|i| managed(&format!("n{i}"), "m5.xlarge"))
+            .collect();
+        let pods = (1..=count)
+            .map(|i| on(&format!("n{i}"), &format!("p{i}"), cpu))
+            .collect();
+        Case::new(nodes, pods)
     }
 
     fn pool_of_types(types: &[&str]) -> NodePool {
@@ -1062,13 +1066,7 @@ mod tests {
 
     #[test]
     fn several_nodes_are_replaced_by_one_cheaper_node() {
-        let nodes: Vec<Node> = (1..=3)
-            .map(|i| managed(&format!("n{i}"), "m5.xlarge"))
-            .collect();
-        let pods = (1..=3)
-            .map(|i| on(&format!("n{i}"), &format!("p{i}"), "500m"))
-            .collect();
-        let mut case = Case::new(nodes, pods);
+        let mut case = xlarges_with_one_pod_each(3, "500m");
         case.pools = vec![pool_of_types(&["m5.large", "m5.xlarge"])];
         let d = case.decide();
         assert_eq!(
@@ -1088,13 +1086,7 @@ mod tests {
     fn a_command_under_validation_is_decided_as_its_own_set_not_the_first_the_budget_allows() {
         // Four alike half-empty nodes and room for two: a fresh decision takes n1 and n2
         // (name order); the command being validated took n3 and n4 and still holds.
-        let nodes: Vec<Node> = (1..=4)
-            .map(|i| managed(&format!("n{i}"), "m5.xlarge"))
-            .collect();
-        let pods = (1..=4)
-            .map(|i| on(&format!("n{i}"), &format!("p{i}"), "500m"))
-            .collect();
-        let mut case = Case::new(nodes, pods);
+        let mut case = xlarges_with_one_pod_each(4, "500m");
         let mut pool = pool_of_types(&["m5.large", "m5.xlarge"]);
         pool.disruption.budgets[0].nodes = BudgetNodes::Count(2);
         case.pools = vec![pool];
