@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use nodewright_core::catalog::CapacityType;
 use nodewright_engine::ports::{Decision, ErrorKind, Lease, Offering, Store, StoreError};
-use nodewright_engine::{Provisioner, ProvisionerConfig};
+use nodewright_engine::{ClaimCache, Provisioner, ProvisionerConfig};
 use nodewright_lambda::build_ports;
 use nodewright_provisioner::Handler;
 use nodewright_provisioner::testing::{
@@ -641,5 +641,103 @@ async fn pods_run_within_a_poll_of_their_node_becoming_ready_not_a_schedule_peri
         max.as_secs_f64(),
         bound.as_secs_f64(),
         story(&cluster)
+    );
+}
+
+/// LIST requests (GETs of a collection without `watch`) the API server got per path.
+fn lists_by_path(world: &EmulatedCluster) -> std::collections::BTreeMap<String, usize> {
+    let mut out = std::collections::BTreeMap::new();
+    for r in world.api.requests() {
+        let collection = r.path.starts_with("/api/v1/")
+            && !r.path.contains("/namespaces/")
+            && r.path.matches('/').count() == 3
+            || r.path.starts_with("/apis/") && r.path.matches('/').count() == 4;
+        let watch = r
+            .query
+            .split('&')
+            .any(|p| p == "watch=true" || p == "watch=1");
+        if r.method == "GET" && collection && !watch {
+            *out.entry(r.path.clone()).or_insert(0) += 1;
+        }
+    }
+    out
+}
+
+fn watches(world: &EmulatedCluster) -> usize {
+    world
+        .api
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.method == "GET"
+                && r.query
+                    .split('&')
+                    .any(|p| p == "watch=true" || p == "watch=1")
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn a_quiet_invocation_lists_each_kind_once_then_watches_and_queries_the_claims_once() {
+    let world = scale_out().await;
+    let cluster = ClusterBehaviour::start(&world, Timings::default()).await;
+    let h = world.provisioner("settle").await;
+    for budget in [20, 10].map(Duration::from_secs) {
+        invoke_for(&h, budget).await;
+    }
+    assert!(cluster.pending_pods().is_empty(), "{}", story(&cluster));
+
+    // A new process (a cold start) over the settled cluster, its store counted.
+    let (mut ports, _) = build_ports(&world.config).await.expect("ports");
+    let table = Arc::new(store(&world).await);
+    ports.store = Arc::new(ClaimCache::new(table.clone(), ports.clock.clone()));
+    let quiet = Handler {
+        provisioner: Provisioner::new(
+            ports,
+            ProvisionerConfig::new(world.cluster.clone(), "quiet"),
+        ),
+        poll_interval: world.config.poll_interval,
+    };
+    world.api.clear_requests();
+    let budget = Duration::from_secs(12);
+    let polls = budget.as_secs() / world.config.poll_interval.as_secs();
+    let summary = invoke_for(&quiet, budget).await;
+    assert_eq!(
+        summary["launched"].as_array().map(Vec::len),
+        Some(0),
+        "{summary}"
+    );
+    let cold = lists_by_path(&world);
+    assert!(
+        cold.values().all(|&n| n == 1),
+        "the cold invocation lists each kind once over {polls} polls: {cold:?}"
+    );
+    assert!(
+        cold.contains_key("/api/v1/pods") && cold.contains_key("/api/v1/nodes"),
+        "{cold:?}"
+    );
+    assert!(
+        watches(&world) >= cold.len(),
+        "then it watches every kind it listed"
+    );
+    let cold_queries = table.queries();
+    assert!(
+        cold_queries <= 3,
+        "claims read once (plus the tick's ICE query), not per poll: {cold_queries} Query requests over {polls} polls"
+    );
+
+    // The same process again (a warm invocation): nothing is listed.
+    world.api.clear_requests();
+    invoke_for(&quiet, budget).await;
+    assert_eq!(
+        lists_by_path(&world),
+        Default::default(),
+        "a warm invocation lists nothing"
+    );
+    let warm_queries = table.queries() - cold_queries;
+    assert!(
+        warm_queries <= 2,
+        "{warm_queries} Query requests in a warm quiet invocation"
     );
 }

@@ -6,6 +6,7 @@
 //! | item        | pk                     | sk                      |
 //! |-------------|------------------------|-------------------------|
 //! | claim       | `CLAIMS`               | `CLAIM#<name>`          |
+//! | generation  | `GENERATION`           | `CLAIMS`                |
 //! | lease       | `LEASE#<name>`         | `LEASE`                 |
 //! | ICE entry   | `ICE`                  | `ICE#<type>#<zone>#<ct>`|
 //! | idempotency | `IDEMPOTENCY#<key>`    | `IDEMPOTENCY`           |
@@ -15,6 +16,10 @@
 //! strongly consistent Query (a Scan would read every decision and idempotency key
 //! too, and a GSI is only eventually consistent: a claim written a moment ago must
 //! not be missing when the lifecycle garbage-collects instances without a claim).
+//! The generation item counts successful claim writes (`ADD`, after each write): a
+//! reader checks it with one small consistent read instead of listing every claim
+//! (`nodewright_engine::ClaimCache`). It lives outside the `CLAIMS` partition, so a
+//! claim listing never reads it.
 //! Items are mapped with serde_dynamo; the claim itself is a nested map `claim`,
 //! with `state` and `version` copied to the top level for the conditions.
 
@@ -43,6 +48,8 @@ pub const CLAIM_TOMBSTONE_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 pub const DECISION_TTL: Duration = Duration::from_secs(14 * 24 * 3600);
 
 const CLAIMS_PK: &str = "CLAIMS";
+const GENERATION_PK: &str = "GENERATION";
+const CLAIMS_GENERATION_SK: &str = "CLAIMS";
 const ICE_PK: &str = "ICE";
 
 type Item = HashMap<String, AttributeValue>;
@@ -55,6 +62,9 @@ pub struct DynamoStore {
     seq: AtomicU64,
     /// Distinguishes this process's decision sort keys from other Lambdas'.
     instance_nonce: u64,
+    /// Query requests sent (each page counts): listing claims is the table's costly
+    /// read, and tests and benchmarks check how often it happens.
+    queries: AtomicU64,
 }
 
 impl DynamoStore {
@@ -65,7 +75,13 @@ impl DynamoStore {
             region: ctx.region(),
             seq: AtomicU64::new(0),
             instance_nonce: process_nonce(),
+            queries: AtomicU64::new(0),
         }
+    }
+
+    /// Query requests this store has sent so far (each page counts).
+    pub fn queries(&self) -> u64 {
+        self.queries.load(Ordering::Relaxed)
     }
 
     pub fn table(&self) -> &str {
@@ -120,6 +136,7 @@ impl DynamoStore {
                     .expression_attribute_values(":from", AttributeValue::S(from.to_string())),
                 None => q.key_condition_expression("pk = :pk"),
             };
+            self.queries.fetch_add(1, Ordering::Relaxed);
             let out = q
                 .send()
                 .await
@@ -240,6 +257,28 @@ fn ttl_secs(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX / 2)
 }
 
+impl DynamoStore {
+    /// Moves the claims generation on after a claim write that succeeded. A failure is
+    /// logged and not returned: the write itself stands, and a reader whose count no
+    /// longer matches the generation simply reads the claims again.
+    async fn bump_claims_generation(&self, claim: &str) {
+        let bumped = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(GENERATION_PK, CLAIMS_GENERATION_SK)))
+            .update_expression("ADD #g :one")
+            .expression_attribute_names("#g", "generation")
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .send()
+            .await;
+        if let Err(e) = bumped {
+            let e = self.error("UpdateItem claims generation", e);
+            tracing::warn!(claim, error = %e, kind = ?e.kind(), "could not move the claims generation on; readers will list the claims again");
+        }
+    }
+}
+
 #[async_trait]
 impl Store for DynamoStore {
     async fn create_claim(&self, claim: &NodeClaim) -> Result<(), StoreError> {
@@ -251,6 +290,7 @@ impl Store for DynamoStore {
             .send()
             .await
             .map_err(|e| self.error(format!("PutItem claim {} (create)", claim.name), e))?;
+        self.bump_claims_generation(&claim.name).await;
         Ok(())
     }
 
@@ -296,6 +336,7 @@ impl Store for DynamoStore {
                     e,
                 )
             })?;
+        self.bump_claims_generation(&claim.name).await;
         Ok(())
     }
 
@@ -321,6 +362,37 @@ impl Store for DynamoStore {
             .into_iter()
             .map(|item| Self::from_item::<ClaimItemIn>("claim", item).map(|c| c.claim))
             .collect()
+    }
+
+    async fn claims_generation(&self) -> Result<Option<u64>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(Self::key(GENERATION_PK, CLAIMS_GENERATION_SK)))
+            .consistent_read(true)
+            .projection_expression("#g")
+            .expression_attribute_names("#g", "generation")
+            .send()
+            .await
+            .map_err(|e| self.error("GetItem claims generation", e))?;
+        let generation = match out.item.as_ref().and_then(|i| i.get("generation")) {
+            None => 0,
+            Some(AttributeValue::N(n)) => n.parse().map_err(|e| {
+                StoreError::with_source(
+                    ErrorKind::Other,
+                    format!("decoding the claims generation {n:?}"),
+                    e,
+                )
+            })?,
+            Some(other) => {
+                return Err(StoreError::new(
+                    ErrorKind::Other,
+                    format!("the claims generation is not a number: {other:?}"),
+                ));
+            }
+        };
+        Ok(Some(generation))
     }
 
     async fn claim_by_instance(&self, instance_id: &str) -> Result<Option<NodeClaim>, StoreError> {

@@ -50,6 +50,8 @@ use crate::volumes::{
 
 mod fast;
 
+pub use fast::LeanPod;
+
 /// The label a `matchFields` requirement on `metadata.name` is translated to.
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 

@@ -23,8 +23,12 @@
 //!   EC2NodeClasses) and the objects' status conditions ([`Reasons::publish`]).
 //! - [`adopt`]: recording the nodes Karpenter launched as claims, after a migration
 //!   ([`adopt_karpenter_nodes`]; opt-in).
+//! - [`claim_cache`]: the claims read once and kept by this process's own writes, with
+//!   a one-item check for other writers ([`ClaimCache`], wrapped around the store by the
+//!   Lambda functions).
 //! - [`error`]: [`EngineError`], the crate's one error type.
 pub mod adopt;
+pub mod claim_cache;
 pub mod context;
 pub mod disrupt;
 pub mod error;
@@ -41,6 +45,7 @@ pub mod sim;
 pub mod terminate;
 
 pub use adopt::adopt_karpenter_nodes;
+pub use claim_cache::ClaimCache;
 pub use context::{Ports, SystemClock};
 pub use disrupt::{
     CommandsReport, Decider, Disrupter, DisruptionConfig, DisruptionReport, StartedCommand,

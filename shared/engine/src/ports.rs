@@ -474,8 +474,19 @@ pub trait Cluster: Send + Sync {
     /// NodePools, EC2NodeClasses (validated with core::api; invalid ones are reported,
     /// not fatal), nodes, pods, DaemonSets and PDBs.
     async fn state(&self) -> Result<ClusterState, ClusterError>;
-    /// Pods only (the provisioner's fast poll).
+    /// Pods only.
     async fn pods(&self) -> Result<Vec<Pod>, ClusterError>;
+    /// Pods not bound to a node: the provisioner's poll, every few seconds. The default
+    /// filters `pods()`; an adapter that keeps a watched view answers from memory
+    /// without copying the cluster's bound pods.
+    async fn unbound_pods(&self) -> Result<Vec<Pod>, ClusterError> {
+        Ok(self
+            .pods()
+            .await?
+            .into_iter()
+            .filter(|p| p.node_name.is_none())
+            .collect())
+    }
     async fn patch_node(&self, name: &str, patch: &NodePatch) -> Result<(), ClusterError>;
     async fn record_event(&self, event: &ClusterEvent) -> Result<(), ClusterError>;
     /// Writes status conditions and fields of a NodePool or EC2NodeClass through its
@@ -562,6 +573,13 @@ pub trait Store: Send + Sync {
     async fn get_claim(&self, name: &str) -> Result<Option<NodeClaim>, StoreError>;
     /// Every claim not yet expired from the store (terminal ones included).
     async fn list_claims(&self) -> Result<Vec<NodeClaim>, StoreError>;
+    /// A counter that every successful `create_claim`/`update_claim` moves on by one
+    /// (read consistently), so a reader can tell whether the claims changed since it
+    /// last listed them without listing them ([`crate::claim_cache`]). `None`: this
+    /// store keeps none, and a reader must list.
+    async fn claims_generation(&self) -> Result<Option<u64>, StoreError> {
+        Ok(None)
+    }
     /// The claim recorded for an instance id (GSI), if any.
     async fn claim_by_instance(&self, instance_id: &str) -> Result<Option<NodeClaim>, StoreError>;
 

@@ -331,6 +331,7 @@ impl Provisioner {
         let mut retry = true;
         let mut last_tick = start;
         loop {
+            let poll_started = clock.now();
             let recount_due = clock.now() - last_tick >= RECOUNT_AFTER_SECS;
             if retry || self.work_waiting(&counted, recount_due, &mut run).await {
                 last_tick = clock.now();
@@ -367,7 +368,13 @@ impl Provisioner {
             if clock.now() - start + poll_secs > budget_secs {
                 break;
             }
-            clock.sleep(poll_interval).await;
+            // Polls start every interval, not an interval after the work: a tick that
+            // took 3 s of a 5-s interval is followed by the next poll 2 s later.
+            let spent = u64::try_from(clock.now() - poll_started).unwrap_or(0);
+            let rest = poll_interval.saturating_sub(Duration::from_secs(spent));
+            if !rest.is_zero() {
+                clock.sleep(rest).await;
+            }
         }
         run
     }
@@ -384,8 +391,10 @@ impl Provisioner {
         recount_due: bool,
         run: &mut RunReport,
     ) -> bool {
-        let (pods, claims) =
-            tokio::join!(self.ports.cluster.pods(), self.ports.store.list_claims());
+        let (pods, claims) = tokio::join!(
+            self.ports.cluster.unbound_pods(),
+            self.ports.store.list_claims()
+        );
         let (pods, claims) = match (pods, claims) {
             (Ok(p), Ok(c)) => (p, c),
             (Err(e), _) => {

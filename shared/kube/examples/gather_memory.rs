@@ -1,8 +1,11 @@
-//! Peak memory of what a provisioner or disruption tick holds: the cluster gathered
-//! through the Kubernetes API (the same `KubeCluster::state()` the Lambda functions
-//! call, pages converted as they arrive) and a provisioning plan over it. The API is
-//! the fake API server in this process, loaded from a snapshot file; the gather runs in
-//! a child process, whose peak RSS (VmHWM) is the figure.
+//! Peak memory and CPU of what a provisioner or disruption tick holds: the cluster
+//! gathered through the Kubernetes API (the same `KubeCluster::state()` the Lambda
+//! functions call: the first call lists every kind and starts the watches, later ones
+//! read the watched view) and a provisioning plan over it. The API is the fake API
+//! server in this process, loaded from a snapshot file; the gather runs in a child
+//! process, whose peak RSS (VmHWM) and CPU time (getrusage) are the figures: the first
+//! read (what a cold start pays), a tick's read of the view, and a poll
+//! (`unbound_pods`, every 5 s), each in CPU-seconds.
 //!
 //! ```sh
 //! nodewright bench --suite command --runs 1 --dir /tmp/nw-bench   # writes cluster-1000.json, cluster-5000.json
@@ -18,7 +21,7 @@ use nodewright_core::cluster::ClusterSnapshot;
 use nodewright_core::provisioning::{ProvisioningInput, plan_provisioning};
 use nodewright_engine::ports::Cluster;
 use nodewright_kube::fake::FakeApiServer;
-use nodewright_kube::{KubeCluster, StaticToken};
+use nodewright_kube::{ApiRate, KubeCluster, StaticToken};
 use serde_json::Value;
 
 fn main() -> Result<(), String> {
@@ -96,12 +99,34 @@ fn child(url: &str) -> Result<(), String> {
     let rt = runtime()?;
     rt.block_on(async {
         let baseline = vm_hwm_mb();
-        let cluster = KubeCluster::from_endpoint(url, None, Arc::new(StaticToken("bench".into())))
+        let cluster = KubeCluster::from_endpoint(
+            url,
+            None,
+            Arc::new(StaticToken("bench".into())),
+            ApiRate::default(),
+        )
             .map_err(|e| e.to_string())?;
         let started = Instant::now();
+        let cpu_before = cpu_seconds();
         let state = cluster.state().await.map_err(|e| e.to_string())?;
         let gathered = started.elapsed();
+        let first_cpu = cpu_seconds() - cpu_before;
         let gather_peak = vm_hwm_mb();
+        // What a warm process pays: a tick's read, and polls, from the watched view.
+        const READS: u32 = 5;
+        let cpu_before = cpu_seconds();
+        for _ in 0..READS {
+            let again = cluster.state().await.map_err(|e| e.to_string())?;
+            std::hint::black_box(again);
+        }
+        let tick_read_cpu = (cpu_seconds() - cpu_before) / f64::from(READS);
+        const POLLS: u32 = 20;
+        let cpu_before = cpu_seconds();
+        for _ in 0..POLLS {
+            let pending = cluster.unbound_pods().await.map_err(|e| e.to_string())?;
+            std::hint::black_box(pending);
+        }
+        let poll_cpu = (cpu_seconds() - cpu_before) / f64::from(POLLS);
         let snapshot = ClusterSnapshot {
             nodes: state.nodes,
             pods: state.pods,
@@ -119,8 +144,11 @@ fn child(url: &str) -> Result<(), String> {
             in_flight: &[],
         });
         println!(
-            "gather {:.2} s; peak RSS {:.1} MB after the gather, {:.1} MB after planning ({} claims); {:.1} MB before anything",
+            "gather {:.2} s ({:.3} CPU-s: the first read, listing every kind); a tick's read of the watched view {:.3} CPU-s; a poll {:.4} CPU-s; peak RSS {:.1} MB after the gather, {:.1} MB after planning ({} claims); {:.1} MB before anything",
             gathered.as_secs_f64(),
+            first_cpu,
+            tick_read_cpu,
+            poll_cpu,
             gather_peak,
             vm_hwm_mb(),
             plan.node_claims.len(),
@@ -128,6 +156,18 @@ fn child(url: &str) -> Result<(), String> {
         );
         Ok(())
     })
+}
+
+/// User + system CPU time of this process so far (every thread), in seconds.
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes into the struct it is given and reads nothing else.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
 /// VmHWM of this process in MB (10^6 bytes); 0 off Linux.

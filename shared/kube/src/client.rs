@@ -17,11 +17,20 @@
 //!   Lambda; the provider caches and renews (a lookup per request is a read of a
 //!   cached string). Rebuilding the client whenever the token changes would also work,
 //!   but drops the connection pool every 14 minutes and needs a lock around the client.
+//! - **A rate it keeps.** API Priority and Fairness gives each flow (here: the
+//!   functions' Kubernetes group) a share of the server's seats; a client that bursts
+//!   past it is queued and then refused with 429 for everyone in its priority level.
+//!   Requests leave at most [`ApiRate::qps`] per second on average with bursts of
+//!   [`ApiRate::burst`] (a token bucket, as client-go's; a watch counts once, when it
+//!   starts), so a drain of a hundred pods or a tick's node patches queue here, in
+//!   the function, rather than at the API server.
+//! - **Who it is.** Every request says `User-Agent: nodewright/<version>`, so audit logs
+//!   and a FlowSchema can tell it apart (see `infra/flowschema.yaml`).
 
 use std::future::{Future, poll_fn};
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex as StdMutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -42,6 +51,28 @@ use tower::{Layer, Service};
 pub const RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long to wait for a TCP (and TLS) connection.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// `User-Agent` of every request.
+pub const USER_AGENT: &str = concat!("nodewright/", env!("CARGO_PKG_VERSION"));
+
+/// How fast the client may send requests: a token bucket of `burst` tokens refilled at
+/// `qps` per second.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ApiRate {
+    pub qps: f64,
+    pub burst: u32,
+}
+
+impl Default for ApiRate {
+    /// 20 requests per second, bursts of 40: a quiet minute sends a handful (the view
+    /// is watched), a tick's patches and events fit a burst, and a drain's evictions
+    /// go out at a pace the API server's default priority levels grant one flow.
+    fn default() -> Self {
+        ApiRate {
+            qps: 20.0,
+            burst: 40,
+        }
+    }
+}
 
 /// Where the bearer token for the Kubernetes API comes from. Called before every
 /// request: implementations cache the token and renew it before it expires (the EKS
@@ -75,6 +106,7 @@ pub fn client_for_endpoint(
     endpoint: &str,
     ca_pem: Option<&[u8]>,
     tokens: Arc<dyn TokenProvider>,
+    rate: ApiRate,
 ) -> Result<Client, ClusterError> {
     let url: http::Uri = endpoint.parse().map_err(|e| {
         ClusterError::with_source(
@@ -87,12 +119,12 @@ pub fn client_for_endpoint(
     if let Some(pem) = ca_pem {
         config.root_cert = Some(parse_ca(pem)?);
     }
-    build(config, Some(tokens))
+    build(config, Some(tokens), rate)
 }
 
 /// A client configured from a kubeconfig file (its current context), for local runs.
 /// Exec credential plugins (`aws eks get-token`) are supported by kube-rs itself.
-pub async fn client_for_kubeconfig(path: &Path) -> Result<Client, ClusterError> {
+pub async fn client_for_kubeconfig(path: &Path, rate: ApiRate) -> Result<Client, ClusterError> {
     let invalid = |e: kube::config::KubeconfigError| {
         ClusterError::with_source(
             ErrorKind::Invalid,
@@ -104,7 +136,7 @@ pub async fn client_for_kubeconfig(path: &Path) -> Result<Client, ClusterError> 
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(invalid)?;
-    build(config, None)
+    build(config, None, rate)
 }
 
 fn parse_ca(pem: &[u8]) -> Result<Vec<Vec<u8>>, ClusterError> {
@@ -122,8 +154,13 @@ fn parse_ca(pem: &[u8]) -> Result<Vec<Vec<u8>>, ClusterError> {
 fn build(
     mut config: Config,
     tokens: Option<Arc<dyn TokenProvider>>,
+    rate: ApiRate,
 ) -> Result<Client, ClusterError> {
     config.default_retry = false;
+    config.headers.push((
+        http::header::USER_AGENT,
+        HeaderValue::from_static(USER_AGENT),
+    ));
     config.connect_timeout = Some(CONNECT_TIMEOUT);
     config.read_timeout = Some(RESPONSE_TIMEOUT);
     // Count the read timeout from when a request is written, not from when its pooled
@@ -133,10 +170,49 @@ fn build(
     let builder = ClientBuilder::try_from(config).map_err(|e| {
         ClusterError::with_source(ErrorKind::Invalid, "building the Kubernetes client", e)
     })?;
-    Ok(match tokens {
-        Some(tokens) => builder.with_layer(&BearerLayer { tokens }).build(),
-        None => builder.build(),
-    })
+    Ok(builder
+        .with_layer(&BearerLayer {
+            tokens,
+            bucket: Arc::new(StdMutex::new(Bucket::new(rate))),
+        })
+        .build())
+}
+
+/// client-go's token bucket: `burst` tokens, refilled at `qps` per second. A request
+/// takes a token, or reserves the next one and waits for it (tokens go negative, so
+/// waiters leave in order, each 1/qps after the one before).
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: tokio::time::Instant,
+    rate: ApiRate,
+}
+
+impl Bucket {
+    fn new(rate: ApiRate) -> Self {
+        let rate = ApiRate {
+            qps: if rate.qps > 0.0 { rate.qps } else { f64::MAX },
+            burst: rate.burst.max(1),
+        };
+        Bucket {
+            tokens: f64::from(rate.burst),
+            at: tokio::time::Instant::now(),
+            rate,
+        }
+    }
+
+    /// Takes a token at `now`: how long to wait before sending.
+    fn take(&mut self, now: tokio::time::Instant) -> Duration {
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.at = now;
+        self.tokens = (self.tokens + elapsed * self.rate.qps).min(f64::from(self.rate.burst));
+        self.tokens -= 1.0;
+        if self.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.tokens / self.rate.qps)
+        }
+    }
 }
 
 /// rustls needs a process-wide crypto provider when more than one is compiled in
@@ -149,10 +225,13 @@ fn install_crypto_provider() {
     }
 }
 
-/// Sets `Authorization: Bearer <token>` from a [`TokenProvider`] on every request.
+/// Paces every request through the token bucket, then sets `Authorization: Bearer
+/// <token>` from a [`TokenProvider`] when there is one (a kubeconfig's own auth
+/// otherwise).
 #[derive(Clone)]
 struct BearerLayer {
-    tokens: Arc<dyn TokenProvider>,
+    tokens: Option<Arc<dyn TokenProvider>>,
+    bucket: Arc<StdMutex<Bucket>>,
 }
 
 impl<S> Layer<S> for BearerLayer {
@@ -164,13 +243,15 @@ impl<S> Layer<S> for BearerLayer {
             // the request is dispatched, never while its response is awaited.
             inner: Arc::new(Mutex::new(inner)),
             tokens: self.tokens.clone(),
+            bucket: self.bucket.clone(),
         }
     }
 }
 
 struct Bearer<S> {
     inner: Arc<Mutex<S>>,
-    tokens: Arc<dyn TokenProvider>,
+    tokens: Option<Arc<dyn TokenProvider>>,
+    bucket: Arc<StdMutex<Bucket>>,
 }
 
 impl<S, B> Service<Request<B>> for Bearer<S>
@@ -192,12 +273,22 @@ where
     fn call(&mut self, mut request: Request<B>) -> Self::Future {
         let inner = self.inner.clone();
         let tokens = self.tokens.clone();
+        let wait = self
+            .bucket
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take(tokio::time::Instant::now());
         Box::pin(async move {
-            let token = tokens.token().await.map_err(TokenError)?;
-            let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
-                .map_err(|e| TokenError(Box::new(e)))?;
-            value.set_sensitive(true);
-            request.headers_mut().insert(AUTHORIZATION, value);
+            if !wait.is_zero() {
+                tokio::time::sleep(wait).await;
+            }
+            if let Some(tokens) = tokens {
+                let token = tokens.token().await.map_err(TokenError)?;
+                let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
+                    .map_err(|e| TokenError(Box::new(e)))?;
+                value.set_sensitive(true);
+                request.headers_mut().insert(AUTHORIZATION, value);
+            }
             let response = {
                 let mut service = inner.lock().await;
                 poll_fn(|cx| service.poll_ready(cx))
@@ -215,6 +306,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_burst_goes_at_once_and_the_rest_at_the_configured_rate() {
+        let start = tokio::time::Instant::now();
+        let mut bucket = Bucket::new(ApiRate {
+            qps: 10.0,
+            burst: 3,
+        });
+        let waits: Vec<Duration> = (0..6).map(|_| bucket.take(start)).collect();
+        let ms: Vec<u128> = waits.iter().map(Duration::as_millis).collect();
+        assert_eq!(ms, [0, 0, 0, 100, 200, 300]);
+        // A second later the bucket has refilled (3 owed, 10 earned, capped at 3).
+        let later = start + Duration::from_secs(1);
+        let ms: Vec<u128> = (0..4).map(|_| bucket.take(later).as_millis()).collect();
+        assert_eq!(ms, [0, 0, 0, 100]);
+    }
+
+    #[test]
     fn a_ca_that_is_not_pem_is_invalid() {
         let error = parse_ca(b"not a certificate").unwrap_err();
         assert_eq!(error.kind(), ErrorKind::Invalid);
@@ -222,9 +329,14 @@ mod tests {
 
     #[test]
     fn an_endpoint_that_is_not_a_url_is_invalid() {
-        let error = client_for_endpoint("not a url", None, Arc::new(StaticToken("t".into())))
-            .err()
-            .expect("an error");
+        let error = client_for_endpoint(
+            "not a url",
+            None,
+            Arc::new(StaticToken("t".into())),
+            ApiRate::default(),
+        )
+        .err()
+        .expect("an error");
         assert_eq!(error.kind(), ErrorKind::Invalid);
     }
 }

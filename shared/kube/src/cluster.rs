@@ -1,23 +1,15 @@
 //! [`KubeCluster`]: the engine's [`Cluster`] port over the Kubernetes API.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{
-    Event, EventSource, Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
-};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
-    PatchParams, PostParams,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -34,8 +26,10 @@ use nodewright_engine::ports::{
     InvalidObject, Invalidity, NodePatch, ObjectKind, StatusUpdate,
 };
 
-use crate::client::{self, TokenProvider};
+use crate::client::{self, ApiRate, TokenProvider};
 use crate::error::{classify, cluster_error};
+use crate::view::{self, ClusterView, Crd};
+use crate::watch::{Key, Read};
 
 /// Objects per page when listing (`limit`); the API server's own cap is 500 by default
 /// for kubectl and unbounded for clients, large lists are cheaper for it in pages.
@@ -49,16 +43,7 @@ pub const COMPONENT: &str = "nodewright";
 /// Where events about cluster-scoped objects (nodes) go, as the kubelet does.
 const CLUSTER_SCOPED_EVENT_NAMESPACE: &str = "default";
 
-/// A Karpenter custom resource nodewright lists.
-struct Crd {
-    group: &'static str,
-    version: &'static str,
-    kind: &'static str,
-    plural: &'static str,
-    api_version: &'static str,
-}
-
-const NODE_POOLS: Crd = Crd {
+pub(crate) const NODE_POOLS: Crd = Crd {
     group: "karpenter.sh",
     version: "v1",
     kind: NODE_POOL_KIND,
@@ -66,7 +51,7 @@ const NODE_POOLS: Crd = Crd {
     api_version: NODE_POOL_API_VERSION,
 };
 
-const NODE_CLASSES: Crd = Crd {
+pub(crate) const NODE_CLASSES: Crd = Crd {
     group: "karpenter.k8s.aws",
     version: "v1",
     kind: NODE_CLASS_KIND,
@@ -94,9 +79,9 @@ fn cluster_scoped(kind: &str) -> bool {
 pub struct KubeCluster {
     client: Client,
     page_size: u32,
-    /// UIDs of nodes and pods seen in the last listing, so events carry the
-    /// `involvedObject.uid` that `kubectl describe` searches by.
-    uids: Arc<Mutex<HashMap<(String, String), String>>>,
+    /// Every kind a tick reads, listed once and then watched (see `watch`): started by
+    /// the first read, shared by the clones, its watches stopped with the last clone.
+    view: Arc<tokio::sync::OnceCell<ClusterView>>,
 }
 
 impl KubeCluster {
@@ -106,28 +91,32 @@ impl KubeCluster {
         KubeCluster {
             client,
             page_size: PAGE_SIZE,
-            uids: Arc::default(),
+            view: Arc::default(),
         }
     }
 
     /// For an EKS cluster (endpoint and CA from DescribeCluster, `ca_pem` already
-    /// base64-decoded) with a token that the provider renews. Must be called inside a
-    /// tokio runtime.
+    /// base64-decoded) with a token that the provider renews, sending at most `rate`.
+    /// Must be called inside a tokio runtime.
     pub fn from_endpoint(
         endpoint: &str,
         ca_pem: Option<&[u8]>,
         tokens: Arc<dyn TokenProvider>,
+        rate: ApiRate,
     ) -> Result<Self, ClusterError> {
         Ok(Self::new(client::client_for_endpoint(
-            endpoint, ca_pem, tokens,
+            endpoint, ca_pem, tokens, rate,
         )?))
     }
 
     /// From a kubeconfig file (its current context), for local runs of the CLI
     /// (`NODEWRIGHT_KUBECONFIG`).
-    pub async fn from_kubeconfig(path: impl AsRef<Path>) -> Result<Self, ClusterError> {
+    pub async fn from_kubeconfig(
+        path: impl AsRef<Path>,
+        rate: ApiRate,
+    ) -> Result<Self, ClusterError> {
         Ok(Self::new(
-            client::client_for_kubeconfig(path.as_ref()).await?,
+            client::client_for_kubeconfig(path.as_ref(), rate).await?,
         ))
     }
 
@@ -141,78 +130,44 @@ impl KubeCluster {
         &self.client
     }
 
-    /// Every object of a built-in kind, across namespaces, page by page.
-    async fn list_all<K>(&self, what: &str) -> Result<Vec<K>, ClusterError>
-    where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
-    {
-        let whole = |k: &K| Ok::<K, std::convert::Infallible>(k.clone());
-        self.list_converted(what, None, None, whole, &mut Vec::new())
+    /// The watched view, started on first use (inside the tokio runtime that serves
+    /// the reads; a Lambda's runtime lives as long as its process).
+    async fn view(&self) -> &ClusterView {
+        self.view
+            .get_or_init(|| async {
+                ClusterView::start(&self.client, self.page_size, &NODE_POOLS, &NODE_CLASSES)
+            })
             .await
     }
 
-    /// Every object of a Karpenter kind as JSON with `apiVersion` and `kind` set (a
-    /// list's items may lack them). `None` when the CRD is not installed.
     fn crd_api(&self, crd: &Crd) -> Api<DynamicObject> {
-        let gvk = GroupVersionKind::gvk(crd.group, crd.version, crd.kind);
-        let resource = ApiResource::from_gvk_with_plural(&gvk, crd.plural);
-        Api::all_with(self.client.clone(), &resource)
+        crd.api(self.client.clone())
     }
 
-    async fn list_crd(&self, crd: &Crd) -> Result<Option<Vec<Value>>, ClusterError> {
-        let api = self.crd_api(crd);
-        let mut values = Vec::new();
-        let mut continue_token: Option<String> = None;
-        loop {
-            let mut params = ListParams::default().limit(self.page_size);
-            if let Some(token) = &continue_token {
-                params = params.continue_token(token);
-            }
-            let page = match api.list(&params).await {
-                Ok(page) => page,
-                Err(e) if classify(&e) == ErrorKind::NotFound && continue_token.is_none() => {
-                    return Ok(None);
-                }
-                Err(e) => return Err(cluster_error(format!("listing {}", crd.plural), e)),
-            };
-            for item in page.items {
-                let mut value = serde_json::to_value(&item).map_err(|e| {
-                    ClusterError::with_source(
-                        ErrorKind::Other,
-                        format!("re-serializing a listed {}", crd.kind),
-                        e,
-                    )
-                })?;
-                if let Value::Object(map) = &mut value {
-                    map.insert("apiVersion".into(), crd.api_version.into());
-                    map.insert("kind".into(), crd.kind.into());
-                }
-                values.push(value);
-            }
-            match page.metadata.continue_ {
-                Some(token) if !token.is_empty() => continue_token = Some(token),
-                _ => return Ok(Some(values)),
-            }
+    /// The API server accepted a change to a node: the view holds its answer now, so
+    /// the same tick plans on the node as changed (a taint removed, labels set).
+    fn wrote_node(&self, node: &Node) {
+        if let Some(view) = self.view.get() {
+            view.nodes.view.wrote(node, view::node);
         }
     }
 
-    async fn list_pods(
-        &self,
-        invalid: &mut Vec<String>,
-    ) -> Result<Vec<cluster::Pod>, ClusterError> {
-        self.list_converted::<Pod, _, _>("pods", None, Some("Pod"), snapshot::pod_from_k8s, invalid)
-            .await
+    /// An eviction or delete of a pod was accepted: the pod is terminating now, as its
+    /// next version will say (the watch delivers that, and later its deletion).
+    fn pod_going(&self, namespace: &str, name: &str) {
+        if let Some(view) = self.view.get() {
+            let key: Key = (namespace.to_string(), name.to_string());
+            view.pods.view.amend(&key, |pod| pod.terminating = true);
+        }
     }
 
-    /// Every object of a built-in kind (only those a field selector picks, with
-    /// `fields`), converted page by page as the pages arrive: one page of whole k8s
-    /// objects (with their managedFields and status) is the most held at once, not the
-    /// whole cluster's. With `uid_kind`, the objects' uids are remembered for events.
+    /// Every object of a built-in kind that a field selector picks, converted page by
+    /// page as the pages arrive: one page of whole k8s objects (with their
+    /// managedFields and status) is the most held at once.
     async fn list_converted<K, T, E: std::fmt::Display>(
         &self,
         what: &str,
-        fields: Option<&str>,
-        uid_kind: Option<&str>,
+        fields: &str,
         from_k8s: impl Fn(&K) -> Result<T, E>,
         invalid: &mut Vec<String>,
     ) -> Result<Vec<T>, ClusterError>
@@ -221,13 +176,9 @@ impl KubeCluster {
     {
         let api: Api<K> = Api::all(self.client.clone());
         let mut out = Vec::new();
-        let mut uids = Vec::new();
         let mut continue_token: Option<String> = None;
         loop {
-            let mut params = ListParams::default().limit(self.page_size);
-            if let Some(fields) = fields {
-                params = params.fields(fields);
-            }
+            let mut params = ListParams::default().limit(self.page_size).fields(fields);
             if let Some(token) = &continue_token {
                 params = params.continue_token(token);
             }
@@ -236,9 +187,6 @@ impl KubeCluster {
                 .await
                 .map_err(|e| cluster_error(format!("listing {what}"), e))?;
             for object in &page.items {
-                if uid_kind.is_some() {
-                    uids.extend(uid_entry(object.meta()));
-                }
                 match from_k8s(object) {
                     Ok(converted) => out.push(converted),
                     Err(e) => invalid.push(e.to_string()),
@@ -246,62 +194,31 @@ impl KubeCluster {
             }
             match page.metadata.continue_ {
                 Some(token) if !token.is_empty() => continue_token = Some(token),
-                _ => break,
+                _ => return Ok(out),
             }
         }
-        if let Some(kind) = uid_kind {
-            self.replace_uids(kind, uids);
+    }
+
+    /// The pods as the view holds them (read afresh if it cannot be vouched for),
+    /// without their volume topology (that needs the storage kinds: `state`).
+    async fn view_pods(
+        &self,
+        keep: impl Fn(&cluster::Pod) -> bool,
+    ) -> Result<Vec<cluster::Pod>, ClusterError> {
+        let view = self.view().await;
+        view.catch_up().await;
+        if let Some(pods) = view.pods.view.select(&keep) {
+            return Ok(pods);
         }
-        Ok(out)
+        let read = view.pods.read().await?;
+        warn_invalid(&read.invalid, "pod");
+        Ok(read.objects.into_iter().filter(|p| keep(p)).collect())
     }
 
-    /// PersistentVolumeClaims, PersistentVolumes and StorageClasses, for volume topology.
-    /// A volume whose affinity cannot be read is reported in `invalid` and left out: its
-    /// pods then read as bound to a missing volume and wait, rather than being placed
-    /// anywhere.
-    async fn list_storage(&self, invalid: &mut Vec<String>) -> Result<Storage, ClusterError> {
-        let (claims, volumes, classes) = tokio::join!(
-            self.list_all::<PersistentVolumeClaim>("persistentvolumeclaims"),
-            self.list_all::<PersistentVolume>("persistentvolumes"),
-            self.list_all::<StorageClass>("storageclasses"),
-        );
-        Ok(Storage {
-            claims: claims?.iter().map(snapshot::pvc_from_k8s).collect(),
-            volumes: convert(volumes?, snapshot::pv_from_k8s, invalid),
-            classes: classes?
-                .iter()
-                .map(snapshot::storage_class_from_k8s)
-                .collect(),
-        })
-    }
-
-    fn remember_uids<'a>(&self, kind: &str, metas: impl Iterator<Item = &'a ObjectMeta>) {
-        self.replace_uids(kind, metas.filter_map(uid_entry).collect());
-    }
-
-    /// The uids of `kind` become these ("namespace/name" or "name", uid).
-    fn replace_uids(&self, kind: &str, entries: Vec<(String, String)>) {
-        let mut uids = self.uids.lock().unwrap_or_else(|e| e.into_inner());
-        uids.retain(|(k, _), _| k != kind);
-        for (key, uid) in entries {
-            uids.insert((kind.to_string(), key), uid);
-        }
-    }
-
-    /// As `remember_uids`, for objects read as JSON (the Karpenter kinds).
-    fn remember_value_uids(&self, kind: &str, objects: &[Value]) {
-        let metas: Vec<ObjectMeta> = objects
-            .iter()
-            .filter_map(|o| o.get("metadata"))
-            .filter_map(|m| serde_json::from_value(m.clone()).ok())
-            .collect();
-        self.remember_uids(kind, metas.iter());
-    }
-
-    /// The uid for an event's `involvedObject`: from the last listing; for a node not
-    /// seen yet, the kubelet's convention of uid = name (describe searches by both);
-    /// for a NodePool or EC2NodeClass not seen yet, read from the object (best effort:
-    /// an event without a uid is still an event).
+    /// The uid for an event's `involvedObject`: from the view; for a node not seen
+    /// yet, the kubelet's convention of uid = name (describe searches by both); for a
+    /// NodePool or EC2NodeClass not seen yet, read from the object (best effort: an
+    /// event without a uid is still an event).
     async fn uid_for_event(&self, event: &ClusterEvent, namespace: Option<&str>) -> Option<String> {
         if let Some(uid) = self.known_uid(&event.kind, namespace, &event.name) {
             return Some(uid);
@@ -320,39 +237,28 @@ impl KubeCluster {
     }
 
     fn known_uid(&self, kind: &str, namespace: Option<&str>, name: &str) -> Option<String> {
-        let key = match namespace {
-            Some(ns) => format!("{ns}/{name}"),
-            None => name.to_string(),
-        };
-        let uids = self.uids.lock().unwrap_or_else(|e| e.into_inner());
-        uids.get(&(kind.to_string(), key)).cloned()
-    }
-}
-
-/// Converts each object; one that fails is reported in `invalid` and skipped.
-/// ("namespace/name" or "name", uid) of an object that has both.
-fn uid_entry(meta: &ObjectMeta) -> Option<(String, String)> {
-    let (name, uid) = (meta.name.as_ref()?, meta.uid.as_ref()?);
-    let key = match &meta.namespace {
-        Some(ns) => format!("{ns}/{name}"),
-        None => name.clone(),
-    };
-    Some((key, uid.clone()))
-}
-
-fn convert<K, T, E: std::fmt::Display>(
-    objects: Vec<K>,
-    from_k8s: impl Fn(&K) -> Result<T, E>,
-    invalid: &mut Vec<String>,
-) -> Vec<T> {
-    let mut out = Vec::with_capacity(objects.len());
-    for object in &objects {
-        match from_k8s(object) {
-            Ok(converted) => out.push(converted),
-            Err(e) => invalid.push(e.to_string()),
+        let view = self.view.get()?;
+        let key: Key = (namespace.unwrap_or_default().to_string(), name.to_string());
+        match kind {
+            "Pod" => view.pods.view.uid(&key),
+            "Node" => view.nodes.view.uid(&key),
+            NODE_POOL_KIND => view.node_pools.view.uid(&key),
+            NODE_CLASS_KIND => view.node_classes.view.uid(&key),
+            _ => None,
         }
     }
-    out
+}
+
+/// A kind's objects, its problems added to `invalid`.
+fn take<T>(read: Read<T>, invalid: &mut Vec<String>) -> Vec<T> {
+    invalid.extend(read.invalid);
+    read.objects
+}
+
+fn warn_invalid(problems: &[String], what: &str) {
+    for problem in problems {
+        warn!(problem = %problem, "skipped a {what} read from the cluster");
+    }
 }
 
 /// Validates NodePools and EC2NodeClasses so that one bad object costs only itself:
@@ -582,69 +488,51 @@ fn parse_version(major: &str, minor: &str, git_version: &str) -> Option<String> 
 
 #[async_trait]
 impl Cluster for KubeCluster {
+    /// From the watched view (see `watch`): the first call lists every kind, later
+    /// ones read memory, after letting the watches apply what has arrived.
     async fn state(&self) -> Result<ClusterState, ClusterError> {
-        let mut storage_invalid = Vec::new();
-        let (mut nodes_invalid, mut pods_invalid, mut ds_invalid, mut pdbs_invalid) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let (pools, classes, nodes, pods, daemonsets, pdbs, storage) = tokio::join!(
-            self.list_crd(&NODE_POOLS),
-            self.list_crd(&NODE_CLASSES),
-            self.list_converted::<Node, _, _>(
-                "nodes",
-                None,
-                Some("Node"),
-                snapshot::node_from_k8s,
-                &mut nodes_invalid
-            ),
-            self.list_converted::<Pod, _, _>(
-                "pods",
-                None,
-                Some("Pod"),
-                snapshot::pod_from_k8s,
-                &mut pods_invalid
-            ),
-            self.list_converted::<DaemonSet, _, _>(
-                "daemonsets",
-                None,
-                None,
-                snapshot::daemonset_from_k8s,
-                &mut ds_invalid
-            ),
-            self.list_converted::<PodDisruptionBudget, _, _>(
-                "poddisruptionbudgets",
-                None,
-                None,
-                snapshot::pdb_from_k8s,
-                &mut pdbs_invalid
-            ),
-            self.list_storage(&mut storage_invalid),
+        let view = self.view().await;
+        view.catch_up().await;
+        let (pools, classes, nodes, pods, daemonsets, pdbs, claims, volumes, classes_of_storage) = tokio::join!(
+            view.node_pools.read(),
+            view.node_classes.read(),
+            view.nodes.read(),
+            view.pods.read(),
+            view.daemonsets.read(),
+            view.pdbs.read(),
+            view.volume_claims.read(),
+            view.volumes.read(),
+            view.storage_classes.read(),
         );
         let mut state = ClusterState::default();
         let invalid = &mut state.invalid;
 
-        let pools = pools?.unwrap_or_else(|| {
-            invalid.push(crd_missing(&NODE_POOLS));
-            Vec::new()
-        });
-        let classes = classes?.unwrap_or_else(|| {
-            invalid.push(crd_missing(&NODE_CLASSES));
-            Vec::new()
-        });
-        self.remember_value_uids(NODE_POOL_KIND, &pools);
-        self.remember_value_uids(NODE_CLASS_KIND, &classes);
+        let karpenter = |read: Read<Value>, crd: &Crd, invalid: &mut Vec<String>| {
+            if read.missing {
+                invalid.push(crd_missing(crd));
+            }
+            invalid.extend(read.invalid);
+            read.objects
+        };
+        let pools = karpenter(pools?, &NODE_POOLS, invalid);
+        let classes = karpenter(classes?, &NODE_CLASSES, invalid);
         let manifests = validate_karpenter(pools, classes, invalid, &mut state.invalid_objects);
         state.node_pools = manifests.node_pools;
         state.node_classes = manifests.node_classes;
 
-        state.nodes = nodes?;
-        state.pods = pods?;
-        state.daemonsets = daemonsets?;
-        state.pdbs = pdbs?;
-        for problems in [nodes_invalid, pods_invalid, ds_invalid, pdbs_invalid] {
-            state.invalid.extend(problems);
-        }
-        apply_volume_topology(&mut state.pods, &storage?);
-        state.invalid.extend(storage_invalid);
+        state.nodes = take(nodes?, &mut state.invalid);
+        state.pods = take(pods?, &mut state.invalid);
+        state.daemonsets = take(daemonsets?, &mut state.invalid);
+        state.pdbs = take(pdbs?, &mut state.invalid);
+        // A volume whose affinity cannot be read is reported and left out: its pods
+        // then read as bound to a missing volume and wait, rather than being placed
+        // anywhere.
+        let storage = Storage {
+            claims: claims?.objects,
+            volumes: take(volumes?, &mut state.invalid),
+            classes: classes_of_storage?.objects,
+        };
+        apply_volume_topology(&mut state.pods, &storage);
         for problem in &state.invalid {
             warn!(problem = %problem, "skipped an object read from the cluster");
         }
@@ -652,12 +540,12 @@ impl Cluster for KubeCluster {
     }
 
     async fn pods(&self) -> Result<Vec<cluster::Pod>, ClusterError> {
-        let mut invalid = Vec::new();
-        let pods = self.list_pods(&mut invalid).await?;
-        for problem in &invalid {
-            warn!(problem = %problem, "skipped a pod read from the cluster");
-        }
-        Ok(pods)
+        self.view_pods(|_| true).await
+    }
+
+    /// From the view, without cloning the bound pods: the provisioner's poll.
+    async fn unbound_pods(&self) -> Result<Vec<cluster::Pod>, ClusterError> {
+        self.view_pods(|p| p.node_name.is_none()).await
     }
 
     async fn patch_node(&self, name: &str, patch: &NodePatch) -> Result<(), ClusterError> {
@@ -673,9 +561,11 @@ impl Cluster for KubeCluster {
             if !patch.set_annotations.is_empty() {
                 body["metadata"]["annotations"] = json!(patch.set_annotations);
             }
-            api.patch(name, &params, &Patch::Merge(&body))
+            let node = api
+                .patch(name, &params, &Patch::Merge(&body))
                 .await
                 .map_err(|e| cluster_error(doing("labelling"), e))?;
+            self.wrote_node(&node);
             return Ok(());
         }
         // Taints are a list: a merge patch replaces it whole. Read, compute, and write
@@ -728,7 +618,10 @@ impl Cluster for KubeCluster {
                 body["spec"] = json!({ "taints": taints });
             }
             match api.patch(name, &params, &Patch::Merge(&body)).await {
-                Ok(_) => return Ok(()),
+                Ok(node) => {
+                    self.wrote_node(&node);
+                    return Ok(());
+                }
                 Err(e) if classify(&e) == ErrorKind::Conflict && attempt < TAINT_ATTEMPTS => {
                     debug!(
                         node = name,
@@ -871,20 +764,20 @@ impl Cluster for KubeCluster {
         }
     }
 
+    /// A fresh LIST (`fieldSelector=spec.nodeName=<node>`, served from the API
+    /// server's index), not the view: a drain decides from it that a node is empty and
+    /// its instance may go, and a pod the view has not seen yet must still stop that.
     async fn pods_on_node(&self, node: &str) -> Result<Vec<cluster::Pod>, ClusterError> {
         let mut invalid = Vec::new();
         let pods = self
             .list_converted::<Pod, _, _>(
                 &format!("pods on node {node:?}"),
-                Some(&format!("spec.nodeName={node}")),
-                None,
+                &format!("spec.nodeName={node}"),
                 snapshot::pod_from_k8s,
                 &mut invalid,
             )
             .await?;
-        for problem in &invalid {
-            warn!(problem = %problem, "skipped a pod read from the cluster");
-        }
+        warn_invalid(&invalid, "pod");
         Ok(pods)
     }
 
@@ -908,7 +801,10 @@ impl Cluster for KubeCluster {
             .create_subresource::<Value, Value>("eviction", name, &PostParams::default(), &eviction)
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.pod_going(namespace, name);
+                Ok(())
+            }
             Err(e) => {
                 let doing = format!("evicting pod {namespace}/{name}");
                 match &e {
@@ -939,6 +835,7 @@ impl Cluster for KubeCluster {
         api.delete(name, &DeleteParams::default().grace_period(grace))
             .await
             .map_err(|e| cluster_error(format!("deleting pod {namespace}/{name}"), e))?;
+        self.pod_going(namespace, name);
         Ok(())
     }
 
@@ -947,6 +844,9 @@ impl Cluster for KubeCluster {
         api.delete(name, &DeleteParams::default())
             .await
             .map_err(|e| cluster_error(format!("deleting node {name:?}"), e))?;
+        if let Some(view) = self.view.get() {
+            view.nodes.view.deleted(&(String::new(), name.to_string()));
+        }
         Ok(())
     }
 

@@ -1,9 +1,11 @@
 //! nodewright-kube: the engine's [`Cluster`](nodewright_engine::ports::Cluster) port over
 //! the Kubernetes API, with kube-rs. A tour:
 //!
-//! - [`KubeCluster`] (in `cluster`): lists NodePools/EC2NodeClasses (validated with
+//! - [`KubeCluster`] (in `cluster`): reads NodePools/EC2NodeClasses (validated with
 //!   `nodewright_core::api`, bad objects reported rather than fatal), nodes, pods,
-//!   DaemonSets and PDBs; labels and taints nodes under optimistic concurrency; records
+//!   DaemonSets, PDBs and volumes from a view that is listed once and then watched
+//!   (`watch`: the machinery; `view`: the kinds and their conversions), applying its own
+//!   writes to that view; labels and taints nodes under optimistic concurrency; records
 //!   Events (on nodes, pods, NodePools and EC2NodeClasses); writes NodePool and
 //!   EC2NodeClass status conditions through `/status`; reads the server version.
 //! - [`client`]: how the kube-rs client is built: no automatic retries (a 429 comes back
@@ -18,6 +20,8 @@ mod cluster;
 pub mod error;
 #[cfg(feature = "fake")]
 pub mod fake;
+mod view;
+mod watch;
 
-pub use client::{StaticToken, TokenError, TokenProvider};
+pub use client::{ApiRate, StaticToken, TokenError, TokenProvider};
 pub use cluster::{COMPONENT, KubeCluster, PAGE_SIZE, STATUS_ATTEMPTS, TAINT_ATTEMPTS};

@@ -14,7 +14,9 @@ use nodewright_engine::ports::{
     ObjectKind, StatusUpdate,
 };
 use nodewright_kube::fake::{FakeApiServer, Version};
-use nodewright_kube::{KubeCluster, STATUS_ATTEMPTS, StaticToken, TAINT_ATTEMPTS, TokenProvider};
+use nodewright_kube::{
+    ApiRate, KubeCluster, STATUS_ATTEMPTS, StaticToken, TAINT_ATTEMPTS, TokenProvider,
+};
 use serde_json::{Value, json};
 
 const EXAMPLES: [(&str, &str); 5] = [
@@ -52,6 +54,7 @@ async fn fake() -> (FakeApiServer, KubeCluster) {
         &server.url(),
         None,
         Arc::new(StaticToken("test-token".into())),
+        ApiRate::default(),
     )
     .expect("a client for the fake");
     (server, cluster)
@@ -242,7 +245,7 @@ async fn state_reads_nodes_pods_daemonsets_and_pdbs_page_by_page() {
     let pod_pages: Vec<String> = server
         .requests()
         .into_iter()
-        .filter(|r| r.path == "/api/v1/pods")
+        .filter(|r| r.path == "/api/v1/pods" && !r.watch)
         .map(|r| r.query)
         .collect();
     assert_eq!(pod_pages.len(), 3, "5 pods in pages of 2: {pod_pages:?}");
@@ -370,7 +373,7 @@ async fn pods_lists_pods_in_every_namespace() {
         .map(|p| format!("{}/{}", p.namespace, p.name))
         .collect();
     assert_eq!(names, ["default/web-1", "kube-system/coredns"]);
-    assert_eq!(server.count("GET", "/api/v1/pods"), 1);
+    assert_eq!(server.count_lists("/api/v1/pods"), 1);
 }
 
 // ----- errors --------------------------------------------------------------------------
@@ -389,11 +392,7 @@ async fn throttling_comes_back_as_throttled_at_once_without_retries() {
         "took {:?}",
         started.elapsed()
     );
-    assert_eq!(
-        server.count("GET", "/api/v1/pods"),
-        1,
-        "no retry of the 429"
-    );
+    assert_eq!(server.count_lists("/api/v1/pods"), 1, "no retry of the 429");
     assert!(
         std::error::Error::source(&error).is_some(),
         "the kube error is kept"
@@ -403,17 +402,24 @@ async fn throttling_comes_back_as_throttled_at_once_without_retries() {
 #[tokio::test]
 async fn a_server_error_is_unavailable_and_forbidden_is_unauthorized() {
     let (server, cluster) = fake().await;
-    server.fail_next("GET", "/api/v1/nodes", 500);
+    server.fail_next_list("/api/v1/nodes", 500);
     assert_eq!(
         cluster.state().await.expect_err("500").kind(),
         ErrorKind::Unavailable
     );
-    server.fail_next("GET", "/apis/policy/v1/poddisruptionbudgets", 403);
+    let (server, other) = fake().await;
+    server.fail_next_list("/apis/policy/v1/poddisruptionbudgets", 403);
     assert_eq!(
-        cluster.state().await.expect_err("403").kind(),
+        other.state().await.expect_err("403").kind(),
         ErrorKind::Unauthorized
     );
-    assert!(cluster.state().await.is_ok(), "the failures were one-shot");
+    // The failures were one-shot: the watcher lists again (after its backoff), and the
+    // next reads are served.
+    let until = Instant::now() + Duration::from_secs(10);
+    while other.state().await.is_err() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(other.state().await.is_ok(), "the failures were one-shot");
 }
 
 #[tokio::test]
@@ -687,6 +693,7 @@ async fn every_request_carries_the_token_the_provider_gives_now() {
         &server.url(),
         None,
         Arc::new(RotatingToken(AtomicUsize::new(0))),
+        ApiRate::default(),
     )
     .unwrap();
 
@@ -719,7 +726,13 @@ impl TokenProvider for NoCredentials {
 #[tokio::test]
 async fn a_token_provider_that_fails_is_unauthorized_and_sends_nothing() {
     let server = FakeApiServer::start().await.unwrap();
-    let cluster = KubeCluster::from_endpoint(&server.url(), None, Arc::new(NoCredentials)).unwrap();
+    let cluster = KubeCluster::from_endpoint(
+        &server.url(),
+        None,
+        Arc::new(NoCredentials),
+        ApiRate::default(),
+    )
+    .unwrap();
 
     let error = cluster.pods().await.expect_err("no token");
 
@@ -736,7 +749,7 @@ async fn state_and_version_read_a_real_cluster_when_kubeconfig_is_set() {
     let path = std::env::var_os("KUBECONFIG")
         .filter(|p| !p.is_empty())
         .expect("KUBECONFIG is not set: this test reads a real cluster");
-    let cluster = KubeCluster::from_kubeconfig(&path)
+    let cluster = KubeCluster::from_kubeconfig(&path, ApiRate::default())
         .await
         .expect("a client from KUBECONFIG");
     let version = cluster.kubernetes_version().await.expect("version");
@@ -1625,7 +1638,7 @@ async fn state_limits_a_pod_bound_to_a_zonal_volume_to_its_zone_and_names_a_miss
         "/api/v1/persistentvolumes",
         "/apis/storage.k8s.io/v1/storageclasses",
     ] {
-        assert_eq!(server.count("GET", path), 1, "{path} listed once");
+        assert_eq!(server.count_lists(path), 1, "{path} listed once");
     }
     let db = state.pods.iter().find(|p| p.name == "db-0").unwrap();
     let zones: Vec<(&str, &[String])> = db
@@ -1648,5 +1661,177 @@ async fn state_limits_a_pod_bound_to_a_zonal_volume_to_its_zone_and_names_a_miss
         Some(
             "its volume \"data\" uses PersistentVolumeClaim \"default/never-created\", which does not exist"
         )
+    );
+}
+
+// ----- the watched view ------------------------------------------------------------------
+
+/// LISTs and WATCHes of `path`.
+fn lists_and_watches(server: &FakeApiServer, path: &str) -> (usize, usize) {
+    (server.count_lists(path), server.count_watches(path))
+}
+
+/// Waits until every kind the view reads is watched (the watches start in the
+/// background after their lists), or 5 s.
+async fn watching(server: &FakeApiServer) {
+    const KINDS: usize = 9;
+    let until = Instant::now() + Duration::from_secs(5);
+    while server.open_watches() < KINDS && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(server.open_watches(), KINDS, "every kind is watched");
+}
+
+/// Reads pods until `name` is there (or 5 s, one provisioner poll, have passed).
+async fn sees_pod(cluster: &KubeCluster, name: &str) -> bool {
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        let pods = cluster.unbound_pods().await.expect("pods");
+        if pods.iter().any(|p| p.name == name) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn a_pod_created_after_the_first_list_is_seen_within_a_poll_without_a_second_list() {
+    let (server, cluster) = fake().await;
+    server.put(pod("default", "web-1", "500m"));
+    assert_eq!(cluster.pods().await.expect("pods").len(), 1);
+
+    server.put(pod("default", "web-2", "500m"));
+
+    assert!(sees_pod(&cluster, "web-2").await, "the new pod is seen");
+    let (lists, watches) = lists_and_watches(&server, "/api/v1/pods");
+    assert_eq!(lists, 1, "one LIST, then the watch");
+    assert!(watches >= 1);
+    let state = cluster.state().await.expect("state");
+    assert_eq!(state.pods.len(), 2);
+    assert_eq!(
+        lists_and_watches(&server, "/api/v1/pods").0,
+        1,
+        "a tick's read lists nothing"
+    );
+}
+
+#[tokio::test]
+async fn a_watch_that_expired_lists_again_once() {
+    let (server, cluster) = fake().await;
+    server.put(pod("default", "web-1", "500m"));
+    cluster.state().await.expect("state");
+    server.put(pod("default", "web-2", "500m"));
+    assert!(sees_pod(&cluster, "web-2").await);
+
+    // The stream breaks, and resuming it answers 410 Gone (the server forgot the
+    // version): the watcher lists again.
+    watching(&server).await;
+    server.fail_next_watch("/api/v1/pods", 410);
+    server.drop_watches();
+    server.put(pod("default", "web-3", "500m"));
+
+    assert!(sees_pod(&cluster, "web-3").await, "seen after the new list");
+    let (lists, _) = lists_and_watches(&server, "/api/v1/pods");
+    assert_eq!(lists, 2, "one list at the start, one after 410 Gone");
+}
+
+#[tokio::test]
+async fn a_dropped_stream_resumes_from_its_resource_version_without_listing() {
+    let (server, cluster) = fake().await;
+    server.put(pod("default", "web-1", "500m"));
+    cluster.state().await.expect("state");
+    watching(&server).await;
+    let listed_at = server.requests().len();
+
+    server.drop_watches();
+    server.put(pod("default", "web-2", "500m"));
+
+    assert!(
+        sees_pod(&cluster, "web-2").await,
+        "the change made while it was down is seen"
+    );
+    let (lists, watches) = lists_and_watches(&server, "/api/v1/pods");
+    assert_eq!(lists, 1, "no second list");
+    assert!(watches >= 2, "the watch was made again");
+    let resumed = server.requests()[listed_at..]
+        .iter()
+        .filter(|r| r.path == "/api/v1/pods" && r.watch)
+        .any(|r| {
+            r.query
+                .split('&')
+                .any(|p| p.starts_with("resourceVersion=") && p != "resourceVersion=0")
+        });
+    assert!(
+        resumed,
+        "it resumed from a resourceVersion: {:?}",
+        server.requests()
+    );
+}
+
+#[tokio::test]
+async fn a_watch_that_cannot_be_restarted_is_read_afresh_at_the_next_read() {
+    let (server, cluster) = fake().await;
+    server.put(pod("default", "web-1", "500m"));
+    cluster.state().await.expect("state");
+
+    // The watch breaks and the server refuses to restart it (RBAC without "watch"):
+    // the next read cannot vouch for the view, and lists.
+    watching(&server).await;
+    server.fail_next_watch("/api/v1/pods", 403);
+    server.drop_watches();
+    server.put(pod("default", "web-2", "500m"));
+    let until = Instant::now() + Duration::from_secs(5);
+    while lists_and_watches(&server, "/api/v1/pods").1 < 2 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let pods = cluster.pods().await.expect("pods");
+    assert_eq!(pods.len(), 2, "read afresh: {pods:?}");
+    let (lists, _) = lists_and_watches(&server, "/api/v1/pods");
+    assert_eq!(
+        lists, 2,
+        "one list at the start, one after the refused watch"
+    );
+}
+
+#[tokio::test]
+async fn a_node_this_process_patched_reads_patched_in_the_same_tick() {
+    let (server, cluster) = fake().await;
+    server.put(node("node-a"));
+    cluster.state().await.expect("state");
+
+    cluster
+        .patch_node("node-a", &registration_patch())
+        .await
+        .expect("patched");
+    // Read at once, before the watch could deliver the change: the view holds the
+    // API server's answer to the patch.
+    let state = cluster.state().await.expect("state");
+
+    let node = state.nodes.iter().find(|n| n.name == "node-a").unwrap();
+    assert!(
+        node.taints
+            .iter()
+            .all(|t| t.key != "karpenter.sh/unregistered"),
+        "{:?}",
+        node.taints
+    );
+    assert_eq!(
+        node.labels
+            .get("karpenter.sh/registered")
+            .map(String::as_str),
+        Some("true")
+    );
+}
+
+#[tokio::test]
+async fn requests_say_who_sends_them() {
+    let (server, cluster) = fake().await;
+    cluster.kubernetes_version().await.expect("version");
+    let requests = server.requests();
+    assert_eq!(
+        requests[0].user_agent.as_deref(),
+        Some(concat!("nodewright/", env!("CARGO_PKG_VERSION")))
     );
 }

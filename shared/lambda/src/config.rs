@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use nodewright_core::api::duration::parse_duration;
 use nodewright_core::interruption::RebalanceAction;
+use nodewright_kube::ApiRate;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -37,6 +38,10 @@ pub struct Config {
     /// by cheaper spot nodes (Karpenter's SpotToSpotConsolidation). Read by the
     /// disruption function, and by the provisioner, whose polls validate its commands.
     pub spot_to_spot: bool,
+    /// `NODEWRIGHT_KUBE_QPS` (default 20) and `NODEWRIGHT_KUBE_BURST` (default 40): the
+    /// most requests per second the function sends the Kubernetes API on average, and
+    /// at once (client-go's QPS and burst; see `nodewright_kube::client`).
+    pub api_rate: ApiRate,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -106,6 +111,33 @@ impl Config {
                 expected: "ignore, cordon or replace",
             })?,
         };
+        let default_rate = ApiRate::default();
+        let qps = match get("NODEWRIGHT_KUBE_QPS") {
+            None => default_rate.qps,
+            Some(v) => match v.parse::<f64>() {
+                Ok(q) if q > 0.0 && q <= 1000.0 => q,
+                _ => {
+                    return Err(ConfigError::Malformed {
+                        name: "NODEWRIGHT_KUBE_QPS",
+                        value: v,
+                        expected: "requests per second, a number above 0 and at most 1000",
+                    });
+                }
+            },
+        };
+        let burst = match get("NODEWRIGHT_KUBE_BURST") {
+            None => default_rate.burst,
+            Some(v) => match v.parse::<u32>() {
+                Ok(b) if (1..=10_000).contains(&b) => b,
+                _ => {
+                    return Err(ConfigError::Malformed {
+                        name: "NODEWRIGHT_KUBE_BURST",
+                        value: v,
+                        expected: "a whole number of requests from 1 to 10000",
+                    });
+                }
+            },
+        };
         Ok(Config {
             cluster_name: required("NODEWRIGHT_CLUSTER_NAME")?,
             table_name: required("NODEWRIGHT_TABLE_NAME")?,
@@ -117,6 +149,7 @@ impl Config {
             provisioner_function: get("NODEWRIGHT_PROVISIONER_FUNCTION"),
             adopt_karpenter_nodes,
             spot_to_spot,
+            api_rate: ApiRate { qps, burst },
         })
     }
 }
@@ -199,6 +232,14 @@ mod tests {
         assert_eq!(
             with("NODEWRIGHT_REBALANCE_ACTION", "panic"),
             "NODEWRIGHT_REBALANCE_ACTION=\"panic\": ignore, cordon or replace"
+        );
+        assert_eq!(
+            with("NODEWRIGHT_KUBE_QPS", "fast"),
+            "NODEWRIGHT_KUBE_QPS=\"fast\": requests per second, a number above 0 and at most 1000"
+        );
+        assert_eq!(
+            with("NODEWRIGHT_KUBE_BURST", "0"),
+            "NODEWRIGHT_KUBE_BURST=\"0\": a whole number of requests from 1 to 10000"
         );
     }
 }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use nodewright_aws::{AwsContext, ClusterInfo, DynamoStore, Ec2Cloud, Ec2CloudConfig, TokenSource};
+use nodewright_engine::ClaimCache;
 use nodewright_engine::context::{Ports, SystemClock};
 use nodewright_engine::ports::{BoxError, ClusterError};
 use nodewright_kube::{KubeCluster, TokenProvider};
@@ -59,7 +60,7 @@ pub async fn build_ports(config: &Config) -> Result<(Ports, ClusterInfo), Startu
             source,
         })?;
     let cluster = match &config.kubeconfig {
-        Some(path) => KubeCluster::from_kubeconfig(path)
+        Some(path) => KubeCluster::from_kubeconfig(path, config.api_rate)
             .await
             .map_err(StartupError::Kubernetes)?,
         None => {
@@ -73,6 +74,7 @@ pub async fn build_ports(config: &Config) -> Result<(Ports, ClusterInfo), Startu
                 &info.endpoint,
                 Some(&info.ca_pem),
                 Arc::new(EksToken(tokens)),
+                config.api_rate,
             )
             .map_err(StartupError::Kubernetes)?
         }
@@ -87,11 +89,18 @@ pub async fn build_ports(config: &Config) -> Result<(Ports, ClusterInfo), Startu
         },
         info.clone(),
     );
+    let clock: Arc<SystemClock> = Arc::new(SystemClock);
+    // Claims are read once a minute and kept by the function's own writes; the table's
+    // claims generation says when another function wrote (see `ClaimCache`).
+    let store = ClaimCache::new(
+        Arc::new(DynamoStore::new(&aws, config.table_name.clone())),
+        clock.clone(),
+    );
     let ports = Ports {
         cloud: Arc::new(cloud),
         cluster: Arc::new(cluster),
-        store: Arc::new(DynamoStore::new(&aws, config.table_name.clone())),
-        clock: Arc::new(SystemClock),
+        store: Arc::new(store),
+        clock,
     };
     Ok((ports, info))
 }

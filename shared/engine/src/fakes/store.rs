@@ -8,6 +8,7 @@ pub enum StoreOp {
     UpdateClaim,
     GetClaim,
     ListClaims,
+    ClaimsGeneration,
     ClaimByInstance,
     AcquireLease,
     RenewLease,
@@ -23,6 +24,8 @@ pub enum StoreOp {
 #[derive(Default)]
 struct StoreInner {
     claims: BTreeMap<String, NodeClaim>,
+    /// Bumped by every successful claim write, as DynamoStore's generation item.
+    claims_generation: u64,
     leases: HashMap<String, Lease>,
     /// Last fencing token handed out per lease name: survives release.
     tokens: HashMap<String, u64>,
@@ -106,6 +109,7 @@ impl Store for MemoryStore {
             inner.by_instance.insert(id.clone(), claim.name.clone());
         }
         inner.claims.insert(claim.name.clone(), claim.clone());
+        inner.claims_generation += 1;
         Ok(())
     }
 
@@ -142,6 +146,7 @@ impl Store for MemoryStore {
             inner.by_instance.insert(id.clone(), claim.name.clone());
         }
         inner.claims.insert(claim.name.clone(), claim.clone());
+        inner.claims_generation += 1;
         Ok(())
     }
 
@@ -155,6 +160,12 @@ impl Store for MemoryStore {
         tokio::task::yield_now().await;
         let inner = self.record(StoreOp::ListClaims, "")?;
         Ok(inner.claims.values().cloned().collect())
+    }
+
+    async fn claims_generation(&self) -> Result<Option<u64>, StoreError> {
+        tokio::task::yield_now().await;
+        let inner = self.record(StoreOp::ClaimsGeneration, "")?;
+        Ok(Some(inner.claims_generation))
     }
 
     async fn claim_by_instance(&self, instance_id: &str) -> Result<Option<NodeClaim>, StoreError> {

@@ -2,18 +2,45 @@
 //! to it exactly as to a cluster (no kube-apiserver can be installed on the build
 //! machines; see DESIGN "Testing").
 //!
-//! It serves, for the kinds in [`store::default_resource_types`]:
+//! It serves, for the kinds in [`store::default_resource_types`] (built-in kinds and
+//! CRDs alike):
 //! - list (`GET /api/v1/nodes`, `/api/v1/pods`, `/api/v1/namespaces/{ns}/pods`,
 //!   `/apis/{group}/{version}/...`) with `limit`/`continue` and the list's
-//!   `metadata.resourceVersion`; items of built-in kinds have no `apiVersion`/`kind`;
+//!   `metadata.resourceVersion`; items of built-in kinds have no `apiVersion`/`kind`.
+//!   Always from the current state: `resourceVersion=0` and `NotOlderThan` as a real
+//!   server's watch cache would (and `limit` pages even with `resourceVersion=0`), an
+//!   `Exact` resourceVersion too — but one older than the history reaches (compacted)
+//!   is answered 410 Expired, as etcd's compaction makes a real server answer;
+//! - list and watch selectors: `fieldSelector` of equality terms (`spec.nodeName=x`,
+//!   `a!=b`, ANDed) and `labelSelector` (`a=b`, `a!=b`, `a in (x,y)`, `a notin (x)`,
+//!   `a`, `!a`, ANDed; 400 when it does not parse) — see `selector`;
+//! - watch (`GET <any list path>?watch=true`, or `watch=1`), as a real server streams it
+//!   (see `watch`): a 200 `application/json` chunked body, one event per line,
+//!   `{"type":"ADDED"|"MODIFIED"|"DELETED"|"BOOKMARK"|"ERROR","object":{...}}`, whose
+//!   objects carry `apiVersion` and `kind`. `resourceVersion` "" or "0" (or absent)
+//!   starts with an ADDED event per current object; `resourceVersion=R` replays the
+//!   changes after R from the history, then streams the new ones; an R older than the
+//!   history is answered one ERROR event (`410 Expired`, "too old resource version:
+//!   R (S)") in a 200, and the stream ends. A DELETED event carries the object as last
+//!   stored with the deletion's resourceVersion; with a selector, an object that stops
+//!   matching is DELETED and one that starts is ADDED, as the watch cache sends them.
+//!   `allowWatchBookmarks=true` gets a BOOKMARK at the current revision every
+//!   [`FakeApiServer::set_bookmark_interval`] (1 s by default; a real server: ~1 min)
+//!   and on [`FakeApiServer::bookmark_now`]; `timeoutSeconds` ends the stream cleanly
+//!   after that long (no timeout without it). `sendInitialEvents=true` sends the
+//!   current objects then a BOOKMARK annotated `k8s.io/initial-events-end` (kube-rs's
+//!   streaming list); a resourceVersion newer than the store's is not refused (the
+//!   watch waits for it), where a real server would answer "too large resource
+//!   version" after a few seconds;
+//! - the history: every change to the store (every write a request makes, and a test's
+//!   `put`/`modify`/`remove`, hooks, `with_store`) has its revision and is kept, the
+//!   last [`DEFAULT_HISTORY_LIMIT`] of them ([`FakeApiServer::set_history_limit`]);
+//!   [`FakeApiServer::compact`] forgets all of it, as an etcd compaction does, so any
+//!   older resourceVersion gets 410. Writers never wait for a watch: each has an
+//!   unbounded queue of shared events;
 //! - get, create (`POST`, 409 AlreadyExists), replace (`PUT`, 409 Conflict when
 //!   `metadata.resourceVersion` is stale), patch (merge, strategic merge, JSON patch;
 //!   a `metadata.resourceVersion` in a merge or strategic patch is a precondition);
-//! - `GET /version`; 404 with a `Status` body for anything else (an uninstalled CRD);
-//! - one-shot injected errors per path ([`FakeApiServer::fail_next`]), hooks that run
-//!   after a request ([`FakeApiServer::after_next`], e.g. a concurrent writer), and a
-//!   log of every request.
-//!
 //! - delete (`DELETE`): the object goes at once — a pod's `gracePeriodSeconds` is
 //!   recorded in the request log but not waited for (a real kubelet would take up to
 //!   that long to stop the containers, and the pod would linger with a
@@ -23,31 +50,55 @@
 //!   disruption controller's arithmetic over the pods stored now): 201 and the pod is
 //!   gone, or 429 TooManyRequests with the real server's `Status` and a
 //!   `DisruptionBudget` cause;
-//! - list `fieldSelector`s of equality terms (`spec.nodeName=x`, `a!=b`, ANDed);
 //! - the `/status` subresource (get, replace, patch) of the kinds that have one: a
 //!   status write changes only `.status`, a write to the object itself leaves `.status`
 //!   alone, and custom resources get `metadata.generation` (bumped by spec changes
-//!   only), so `observedGeneration` can be tested.
+//!   only), so `observedGeneration` can be tested;
+//! - `GET /version`; 404 with a `Status` body for anything else (an uninstalled CRD:
+//!   uninstalling deletes its objects, DELETED events and all, and ends its watches).
+//!
+//! And for tests:
+//! - one-shot injected errors per path ([`FakeApiServer::fail_next`], which fails
+//!   watches too: 410 as the real ERROR event, to force a re-list;
+//!   [`FakeApiServer::fail_next_list`] and [`FakeApiServer::fail_next_watch`] for
+//!   one of the two, as a client's background watch would take the failure meant for
+//!   its list), hooks that run
+//!   after a request ([`FakeApiServer::after_next`], e.g. a concurrent writer; after a
+//!   watch request, the hook's writes are streamed to it), and a log of every request
+//!   ([`RecordedRequest::watch`] tells watches; logged when they start);
+//! - watch controls: [`FakeApiServer::drop_watches`] (breaks every stream mid-body, as
+//!   a network failure would), [`FakeApiServer::open_watches`],
+//!   [`FakeApiServer::count_lists`], [`FakeApiServer::count_watches`];
+//! - [`FakeApiServer::bytes_served`]: every response body byte sent, for benchmarks.
 //!
 //! Requests are routed to [`Route`] (resource type, namespace, name, subresource) and
-//! then to a handler by method.
+//! then to a handler by method. The state is behind one std mutex, held only while a
+//! request is handled — never while a watch streams.
 //!
 //! hyper 1 + hyper-util rather than axum: kube-rs already builds hyper and hyper-util,
 //! so the server costs two features, not a framework; and the API paths are one regular
 //! grammar that a 30-line parser routes more exactly than a table of axum routes.
 
+mod events;
 mod patch;
+mod selector;
 pub mod store;
+mod watch;
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use http_body_util::BodyExt;
+use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -55,9 +106,12 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+pub use events::DEFAULT_HISTORY_LIMIT;
 pub use store::{ResourceType, Store};
 
+use selector::Selectors;
 use store::{ObjectKey, key};
+use watch::WatchBody;
 
 /// What the fake answers on `/version`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,10 +141,15 @@ pub struct RecordedRequest {
     pub query: String,
     pub content_type: Option<String>,
     pub authorization: Option<String>,
+    /// The `User-Agent` header.
+    pub user_agent: Option<String>,
     /// The body, when it was JSON.
     pub body: Option<Value>,
-    /// The status answered.
+    /// The status answered (200 for a watch that started streaming, logged when it
+    /// started).
     pub status: u16,
+    /// A GET with `watch=true` (or `1`): a WATCH rather than a LIST or a GET.
+    pub watch: bool,
 }
 
 type Hook = Box<dyn FnOnce(&mut Store) + Send>;
@@ -99,6 +158,16 @@ struct Injected {
     method: Option<Method>,
     path: String,
     status: u16,
+    /// `Some(true)`: watches only; `Some(false)`: anything but watches.
+    watch: Option<bool>,
+}
+
+impl Injected {
+    fn applies_to(&self, method: &Method, path: &str, watch: bool) -> bool {
+        self.path == path
+            && self.method.as_ref().is_none_or(|m| m == method)
+            && self.watch.is_none_or(|w| w == watch)
+    }
 }
 
 struct AfterHook {
@@ -107,25 +176,59 @@ struct AfterHook {
     hook: Hook,
 }
 
-#[derive(Default)]
+/// How often a watch that allows bookmarks gets one unless told otherwise. A real
+/// server sends one about every minute; a second keeps tests short.
+pub const DEFAULT_BOOKMARK_INTERVAL: Duration = Duration::from_secs(1);
+
 struct State {
     store: Store,
     version: Version,
     failures: VecDeque<Injected>,
     hooks: Vec<AfterHook>,
     log: Vec<RecordedRequest>,
+    bookmark_interval: Duration,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            store: Store::default(),
+            version: Version::default(),
+            failures: VecDeque::new(),
+            hooks: Vec::new(),
+            log: Vec::new(),
+            bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
+        }
+    }
+}
+
+/// What the server's tasks share: the state behind one lock (only ever held briefly,
+/// never across an await or while a watch streams), and the byte count outside it.
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    bytes_served: AtomicU64,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// A fake Kubernetes API server on `127.0.0.1:<ephemeral port>`, stopped on drop.
 pub struct FakeApiServer {
     addr: SocketAddr,
-    state: Arc<Mutex<State>>,
+    shared: Arc<Shared>,
     accept: JoinHandle<()>,
 }
 
 impl Drop for FakeApiServer {
+    /// Stops accepting, and breaks the open watches as a server going away would
+    /// (their connections would otherwise outlive the server).
     fn drop(&mut self) {
         self.accept.abort();
+        self.drop_watches();
     }
 }
 
@@ -135,18 +238,18 @@ impl FakeApiServer {
     pub async fn start() -> std::io::Result<FakeApiServer> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
-        let state = Arc::new(Mutex::new(State::default()));
-        let shared = state.clone();
+        let shared = Arc::new(Shared::default());
+        let accepting = shared.clone();
         let accept = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
-                let state = shared.clone();
+                let shared = accepting.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |request| {
-                        let state = state.clone();
-                        async move { Ok::<_, Infallible>(serve(&state, request).await) }
+                        let shared = shared.clone();
+                        async move { Ok::<_, Infallible>(serve(&shared, request).await) }
                     });
                     // A client hanging up mid-request is not the fake's problem.
                     let _ = http1::Builder::new()
@@ -157,7 +260,7 @@ impl FakeApiServer {
         });
         Ok(FakeApiServer {
             addr,
-            state,
+            shared,
             accept,
         })
     }
@@ -168,7 +271,7 @@ impl FakeApiServer {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.shared.state()
     }
 
     /// Runs `f` on the objects (for anything the methods below do not cover).
@@ -225,12 +328,35 @@ impl FakeApiServer {
     /// The next request for `path` (exact, without query) with `method` ("*" for any)
     /// answers `status` (429 with `Retry-After: 1`, 409, 500...) instead of being served.
     /// Several calls queue several failures.
+    ///
+    /// A GET to a collection fails whether it is a list or a watch. A watch fails with
+    /// the status as its HTTP answer, except 410: a watch that fails with 410 gets what a
+    /// real server sends for a compacted resourceVersion — a 200 with one ERROR event
+    /// carrying a `410 Expired` Status, then the end of the stream — which is how a
+    /// test makes a client list again. (A list that fails with 410 gets an HTTP 410.)
     pub fn fail_next(&self, method: &str, path: &str, status: u16) {
         let method = (method != "*").then(|| method.parse().expect("an HTTP method"));
+        self.inject(method, path, status, None);
+    }
+
+    /// Like [`FakeApiServer::fail_next`] for the next LIST of the collection `path`
+    /// only: a watch a client opens in the background does not take the failure.
+    pub fn fail_next_list(&self, path: &str, status: u16) {
+        self.inject(Some(Method::GET), path, status, Some(false));
+    }
+
+    /// Like [`FakeApiServer::fail_next`] for the next WATCH of the collection `path`
+    /// only (410: the ERROR event a compacted resourceVersion gets).
+    pub fn fail_next_watch(&self, path: &str, status: u16) {
+        self.inject(Some(Method::GET), path, status, Some(true));
+    }
+
+    fn inject(&self, method: Option<Method>, path: &str, status: u16, watch: Option<bool>) {
         self.state().failures.push_back(Injected {
             method,
             path: path.into(),
             status,
+            watch,
         });
     }
 
@@ -255,27 +381,187 @@ impl FakeApiServer {
         self.state().log.clone()
     }
 
-    /// How many `method` requests went to `path`.
+    /// How many `method` requests went to `path` (lists and watches alike for a GET).
     pub fn count(&self, method: &str, path: &str) -> usize {
-        self.state()
-            .log
-            .iter()
-            .filter(|r| r.method == method && r.path == path)
-            .count()
+        self.count_where(|r| r.method == method && r.path == path)
+    }
+
+    /// How many LISTs (GETs without `watch`) went to the collection `path`.
+    pub fn count_lists(&self, path: &str) -> usize {
+        self.count_where(|r| r.method == "GET" && r.path == path && !r.watch)
+    }
+
+    /// How many WATCHes (GETs with `watch=true`) went to the collection `path`,
+    /// whatever they were answered.
+    pub fn count_watches(&self, path: &str) -> usize {
+        self.count_where(|r| r.method == "GET" && r.path == path && r.watch)
+    }
+
+    fn count_where(&self, counted: impl Fn(&RecordedRequest) -> bool) -> usize {
+        self.state().log.iter().filter(|r| counted(r)).count()
     }
 
     pub fn clear_requests(&self) {
         self.state().log.clear();
     }
+
+    /// The store's revision: the resourceVersion a list would answer now.
+    pub fn revision(&self) -> u64 {
+        self.state().store.revision()
+    }
+
+    /// Forgets the history up to the current revision, as an etcd compaction does: a
+    /// watch from an older resourceVersion gets a 410 Expired ERROR event, and a list
+    /// with `resourceVersionMatch=Exact` at an older one an HTTP 410.
+    pub fn compact(&self) {
+        self.state().store.compact();
+    }
+
+    /// Keeps only the last `limit` changes ([`DEFAULT_HISTORY_LIMIT`] unless set); the
+    /// older ones are forgotten as by [`FakeApiServer::compact`].
+    pub fn set_history_limit(&self, limit: usize) {
+        self.state().store.set_history_limit(limit);
+    }
+
+    /// How often a watch that allows bookmarks gets one (watches opened from now on;
+    /// [`DEFAULT_BOOKMARK_INTERVAL`] unless set). `Duration::ZERO`: only on
+    /// [`FakeApiServer::bookmark_now`].
+    pub fn set_bookmark_interval(&self, interval: Duration) {
+        self.state().bookmark_interval = interval;
+    }
+
+    /// Sends every open watch that allows bookmarks a bookmark at the current revision
+    /// now (behind the changes it has yet to send).
+    pub fn bookmark_now(&self) {
+        let mut state = self.state();
+        let revision = state.store.revision();
+        state.store.watchers.bookmark_all(revision);
+    }
+
+    /// Ends every open watch abruptly: its connection is cut mid-stream (no last chunk),
+    /// what it had queued is not sent, and the client reads a broken stream — so it
+    /// resumes from the last resourceVersion it saw, as after a network failure.
+    pub fn drop_watches(&self) {
+        self.state().store.watchers.drop_all();
+    }
+
+    /// How many watches are streaming now.
+    pub fn open_watches(&self) -> usize {
+        self.state().store.watchers.len()
+    }
+
+    /// Every response body byte sent so far (lists, watches, everything; without HTTP
+    /// headers and chunk framing): what a client costs the API server, for benchmarks.
+    pub fn bytes_served(&self) -> u64 {
+        self.shared.bytes_served.load(Ordering::Relaxed)
+    }
 }
 
-type Answer = Response<Full<Bytes>>;
+/// A whole answer (anything but a watch stream).
+type Answer = Response<Bytes>;
 
-async fn serve(state: &Mutex<State>, request: Request<Incoming>) -> Answer {
+/// What a request is answered: a whole answer, or a watch to stream.
+enum Served {
+    Answer(Answer),
+    Watch(watch::Opened),
+}
+
+impl Served {
+    fn status(&self) -> u16 {
+        match self {
+            Served::Answer(answer) => answer.status().as_u16(),
+            Served::Watch(_) => 200,
+        }
+    }
+
+    fn into_response(self, shared: &Arc<Shared>) -> Response<Body> {
+        match self {
+            Served::Answer(answer) => {
+                answer.map(|bytes| Body::new(shared, Content::Whole(Some(bytes))))
+            }
+            Served::Watch(opened) => {
+                let stream = Box::new(WatchBody::new(opened, shared.clone()));
+                let mut response = Response::new(Body::new(shared, Content::Stream(stream)));
+                response.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("application/json"),
+                );
+                response
+            }
+        }
+    }
+}
+
+/// Every response body: counts what it sends for [`FakeApiServer::bytes_served`].
+struct Body {
+    shared: Arc<Shared>,
+    content: Content,
+}
+
+enum Content {
+    /// Sent in one frame, with a Content-Length.
+    Whole(Option<Bytes>),
+    /// Chunked, as long as the watch lasts.
+    Stream(Box<WatchBody>),
+}
+
+impl Body {
+    fn new(shared: &Arc<Shared>, content: Content) -> Body {
+        Body {
+            shared: shared.clone(),
+            content,
+        }
+    }
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
+        let this = self.get_mut();
+        let polled = match &mut this.content {
+            Content::Whole(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            Content::Stream(stream) => Pin::new(stream.as_mut()).poll_frame(cx),
+        };
+        if let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(data) = frame.data_ref()
+        {
+            this.shared
+                .bytes_served
+                .fetch_add(data.len() as u64, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.content {
+            Content::Whole(bytes) => bytes.is_none(),
+            Content::Stream(stream) => stream.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.content {
+            Content::Whole(bytes) => {
+                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
+            }
+            Content::Stream(_) => SizeHint::default(),
+        }
+    }
+}
+
+async fn serve(shared: &Arc<Shared>, request: Request<Incoming>) -> Response<Body> {
     let (parts, body) = request.into_parts();
     let bytes = match body.collect().await {
         Ok(collected) => collected.to_bytes(),
-        Err(e) => return status_answer(400, "BadRequest", &format!("reading the body: {e}"), None),
+        Err(e) => {
+            let answer = status_answer(400, "BadRequest", &format!("reading the body: {e}"), None);
+            return Served::Answer(answer).into_response(shared);
+        }
     };
     let header = |name: http::header::HeaderName| {
         parts
@@ -288,15 +574,20 @@ async fn serve(state: &Mutex<State>, request: Request<Incoming>) -> Answer {
     let query = parts.uri.query().unwrap_or("").to_string();
     let body: Option<Value> = serde_json::from_slice(&bytes).ok();
     let content_type = header(http::header::CONTENT_TYPE);
+    let watch = watch::requested(&parts.method, &query);
 
-    let mut state = state.lock().unwrap_or_else(|e| e.into_inner());
+    // The lock is released before the answer is sent: a watch streams without it.
+    let mut state = shared.state();
     let injected = state
         .failures
         .iter()
-        .position(|f| f.path == path && f.method.as_ref().is_none_or(|m| *m == parts.method))
+        .position(|f| f.applies_to(&parts.method, &path, watch))
         .and_then(|i| state.failures.remove(i));
-    let answer = match injected {
-        Some(failure) => injected_answer(failure.status),
+    let served = match injected {
+        Some(failure) if watch && failure.status == 410 => {
+            Served::Answer(watch::expired("injected 410 (Expired)"))
+        }
+        Some(failure) => Served::Answer(injected_answer(failure.status)),
         None => {
             let call = Call {
                 method: &parts.method,
@@ -304,6 +595,7 @@ async fn serve(state: &Mutex<State>, request: Request<Incoming>) -> Answer {
                 query: &query,
                 content_type: content_type.as_deref(),
                 body: body.as_ref(),
+                watch,
             };
             handle(&mut state, &call)
         }
@@ -322,10 +614,13 @@ async fn serve(state: &Mutex<State>, request: Request<Incoming>) -> Answer {
         query,
         content_type,
         authorization: header(http::header::AUTHORIZATION),
+        user_agent: header(http::header::USER_AGENT),
         body,
-        status: answer.status().as_u16(),
+        status: served.status(),
+        watch,
     });
-    answer
+    drop(state);
+    served.into_response(shared)
 }
 
 /// A request as the handlers see it.
@@ -335,6 +630,8 @@ struct Call<'a> {
     query: &'a str,
     content_type: Option<&'a str>,
     body: Option<&'a Value>,
+    /// A GET with `watch=true`.
+    watch: bool,
 }
 
 /// Where a request goes: `/api/v1/[namespaces/{ns}/]{plural}[/{name}[/{subresource}]]`
@@ -388,48 +685,63 @@ fn route(store: &Store, path: &str) -> Routed {
     })
 }
 
-fn handle(state: &mut State, call: &Call) -> Answer {
+fn handle(state: &mut State, call: &Call) -> Served {
     let route = match route(&state.store, call.path) {
-        Routed::Version if call.method == Method::GET => return version_answer(&state.version),
+        Routed::Version if call.method == Method::GET => {
+            return Served::Answer(version_answer(&state.version));
+        }
         Routed::Resource(route) => route,
         Routed::Version | Routed::NotFound => {
-            return status_answer(
+            return Served::Answer(status_answer(
                 404,
                 "NotFound",
                 "the server could not find the requested resource",
                 None,
-            );
+            ));
         }
     };
-    let store = &mut state.store;
+    // `watch` on one object's path is not a watch: the server answers a GET.
+    if call.watch && route.name.is_none() {
+        return watch::open(
+            &mut state.store,
+            &route,
+            call.query,
+            state.bookmark_interval,
+        );
+    }
+    Served::Answer(handle_resource(&mut state.store, &route, call))
+}
+
+/// A request to a resource, but a watch.
+fn handle_resource(store: &mut Store, route: &Route, call: &Call) -> Answer {
     match (call.method, &route.name, route.subresource.as_deref()) {
-        (&Method::GET, None, None) => list(store, &route, call.query),
-        (&Method::GET, Some(name), None) => get(store, &route, name),
-        (&Method::POST, None, None) => create(store, &route, call.body),
-        (&Method::PUT, Some(name), None) => replace(store, &route, name, call.body),
+        (&Method::GET, None, None) => list(store, route, call.query),
+        (&Method::GET, Some(name), None) => get(store, route, name),
+        (&Method::POST, None, None) => create(store, route, call.body),
+        (&Method::PUT, Some(name), None) => replace(store, route, name, call.body),
         (&Method::PATCH, Some(name), None) => patch(
             store,
-            &route,
+            route,
             name,
             call.content_type,
             call.body,
             Part::Object,
         ),
         (&Method::GET, Some(name), Some("status")) if route.resource.status_subresource => {
-            get(store, &route, name)
+            get(store, route, name)
         }
         (&Method::PUT, Some(name), Some("status")) if route.resource.status_subresource => {
-            replace_status(store, &route, name, call.body)
+            replace_status(store, route, name, call.body)
         }
         (&Method::PATCH, Some(name), Some("status")) if route.resource.status_subresource => patch(
             store,
-            &route,
+            route,
             name,
             call.content_type,
             call.body,
             Part::Status,
         ),
-        (&Method::DELETE, Some(name), None) => delete(store, &route, name),
+        (&Method::DELETE, Some(name), None) => delete(store, route, name),
         (&Method::POST, Some(name), Some("eviction")) if route.resource.kind == "Pod" => match call
             .body
             .and_then(|b| b.pointer("/metadata/name"))
@@ -441,7 +753,7 @@ fn handle(state: &mut State, call: &Call) -> Answer {
                 "name in URL does not match name in Eviction object",
                 None,
             ),
-            _ => evict(store, &route, name),
+            _ => evict(store, route, name),
         },
         _ => status_answer(
             405,
@@ -507,13 +819,15 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Continue tokens are opaque to clients; here, the last key served, hex-encoded.
-fn encode_continue(key: &ObjectKey) -> String {
-    let raw = format!("{}\u{0}{}\u{0}{}", key.0, key.1, key.2);
+/// Continue tokens are opaque to clients; here, the revision of the list's first page
+/// (every page answers it, as a real server's pages are one snapshot) and the last key
+/// served, hex-encoded.
+fn encode_continue(revision: u64, key: &ObjectKey) -> String {
+    let raw = format!("{revision}\u{0}{}\u{0}{}\u{0}{}", key.0, key.1, key.2);
     raw.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
-fn decode_continue(token: &str) -> Option<ObjectKey> {
+fn decode_continue(token: &str) -> Option<(u64, ObjectKey)> {
     if !token.len().is_multiple_of(2) {
         return None;
     }
@@ -523,51 +837,77 @@ fn decode_continue(token: &str) -> Option<ObjectKey> {
         .collect();
     let raw = String::from_utf8(bytes?).ok()?;
     let mut parts = raw.split('\u{0}');
-    Some((
+    let revision = parts.next()?.parse().ok()?;
+    let key = (
         parts.next()?.into(),
         parts.next()?.into(),
         parts.next()?.into(),
-    ))
+    );
+    Some((revision, key))
 }
 
+/// LIST, from the current state whatever `resourceVersion` asks (a real server serves
+/// `resourceVersion=0` and `NotOlderThan` from its watch cache, as current as the fake;
+/// an `Exact` one it reads from etcd at that revision — which the fake does not keep —
+/// or answers 410 Expired when etcd compacted it, as the fake does). `limit` pages
+/// whatever the resourceVersion (an older server ignores it with `resourceVersion=0`).
+///
+/// Every page of a list answers the first page's resourceVersion, as a real server's
+/// do: a client that watches from it is replayed whatever changed while it paged (a
+/// later page may already show some of those changes — the fake does not keep old
+/// versions to serve a snapshot — which the replay repeats, harmlessly). A continue
+/// token whose revision was compacted since is answered 410 Expired, as a real
+/// server's is.
 fn list(store: &Store, route: &Route, query: &str) -> Answer {
+    if let Some(answer) = compacted_list(store, query) {
+        return answer;
+    }
+    let selectors = match Selectors::parse(
+        query_param(query, "fieldSelector"),
+        query_param(query, "labelSelector"),
+    ) {
+        Ok(selectors) => selectors,
+        Err(why) => return status_answer(400, "BadRequest", &why, None),
+    };
     let resource = &route.resource;
-    let after = match query_param(query, "continue").filter(|t| !t.is_empty()) {
+    let (revision, after) = match query_param(query, "continue").filter(|t| !t.is_empty()) {
         Some(token) => match decode_continue(&token) {
-            Some(key) => Some(key),
+            Some((revision, _)) if revision < store.compacted_revision() => {
+                return expired_continue();
+            }
+            Some((revision, key)) => (revision, Some(key)),
             None => return status_answer(400, "BadRequest", "continue key is not valid", None),
         },
-        None => None,
+        None => (store.revision(), None),
     };
     let limit = query_param(query, "limit")
         .and_then(|l| l.parse::<usize>().ok())
-        .filter(|l| *l > 0);
-    let fields = query_param(query, "fieldSelector").unwrap_or_default();
-    let candidates: Vec<_> = store
+        .filter(|l| *l > 0)
+        .unwrap_or(usize::MAX);
+    let mut matching = store
         .page(resource.kind, route.namespace.as_deref(), after.as_ref())
-        .into_iter()
-        .filter(|(_, item)| field_selector_matches(&fields, item))
-        .collect();
-    let take = limit.unwrap_or(candidates.len()).min(candidates.len());
-    let remaining = candidates.len() - take;
-    let mut metadata = json!({ "resourceVersion": store.revision().to_string() });
-    if remaining > 0 {
-        metadata["continue"] = encode_continue(&candidates[take - 1].0).into();
+        .filter(|(_, item)| selectors.matches(item));
+    let mut items = Vec::new();
+    let mut last = None;
+    for (key, item) in matching.by_ref().take(limit) {
+        let mut item = item.clone();
+        if resource.builtin
+            && let Value::Object(map) = &mut item
+        {
+            map.remove("apiVersion");
+            map.remove("kind");
+        }
+        items.push(item);
+        last = Some(key);
+    }
+    let remaining = matching.count();
+    let mut metadata = json!({ "resourceVersion": revision.to_string() });
+    if remaining > 0
+        && let Some(last) = last
+    {
+        metadata["continue"] = encode_continue(revision, last).into();
         metadata["remainingItemCount"] = remaining.into();
     }
-    let items: Vec<Value> = candidates
-        .into_iter()
-        .take(take)
-        .map(|(_, mut item)| {
-            if resource.builtin
-                && let Value::Object(map) = &mut item
-            {
-                map.remove("apiVersion");
-                map.remove("kind");
-            }
-            item
-        })
-        .collect();
     json_answer(
         200,
         &json!({
@@ -579,22 +919,30 @@ fn list(store: &Store, route: &Route, query: &str) -> Answer {
     )
 }
 
-/// `spec.nodeName=x,metadata.namespace!=y`: every term must hold; a missing field is "".
-fn field_selector_matches(selector: &str, object: &Value) -> bool {
-    selector.split(',').filter(|t| !t.is_empty()).all(|term| {
-        let (path, want, equal) = match term.split_once("!=") {
-            Some((p, v)) => (p, v, false),
-            None => match term.split_once("==").or_else(|| term.split_once('=')) {
-                Some((p, v)) => (p, v, true),
-                None => return false,
-            },
-        };
-        let pointer = format!("/{}", path.replace('.', "/"));
-        let got = object
-            .pointer(&pointer)
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        (got == want) == equal
+/// The real server's answer to a continue token older than its compaction.
+fn expired_continue() -> Answer {
+    status_answer(
+        410,
+        "Expired",
+        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+        None,
+    )
+}
+
+/// A LIST at an `Exact` resourceVersion the history no longer reaches: the real
+/// server's 410 (etcd compacted that revision).
+fn compacted_list(store: &Store, query: &str) -> Option<Answer> {
+    if query_param(query, "resourceVersionMatch").as_deref() != Some("Exact") {
+        return None;
+    }
+    let rv = query_param(query, "resourceVersion")?.parse::<u64>().ok()?;
+    (rv < store.compacted_revision()).then(|| {
+        status_answer(
+            410,
+            "Expired",
+            "The resourceVersion for the provided list is too old.",
+            None,
+        )
     })
 }
 
@@ -990,6 +1338,12 @@ fn injected_answer(status: u16) -> Answer {
 
 /// A `metav1.Status` failure, as the API server answers errors.
 fn status_answer(code: u16, reason: &str, message: &str, details: Option<Value>) -> Answer {
+    json_answer(code, &status_value(code, reason, message, details))
+}
+
+/// A `metav1.Status` failure: the body of an error answer, or the object of a watch's
+/// ERROR event.
+fn status_value(code: u16, reason: &str, message: &str, details: Option<Value>) -> Value {
     let mut status = json!({
         "kind": "Status",
         "apiVersion": "v1",
@@ -1002,11 +1356,11 @@ fn status_answer(code: u16, reason: &str, message: &str, details: Option<Value>)
     if let Some(details) = details {
         status["details"] = details;
     }
-    json_answer(code, &status)
+    status
 }
 
 fn json_answer(code: u16, body: &Value) -> Answer {
-    let mut answer = Response::new(Full::new(Bytes::from(body.to_string())));
+    let mut answer = Response::new(Bytes::from(body.to_string()));
     *answer.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     answer.headers_mut().insert(
         http::header::CONTENT_TYPE,
@@ -1026,7 +1380,7 @@ mod tests {
             "kube-system".to_string(),
             "coredns-1".to_string(),
         );
-        assert_eq!(decode_continue(&encode_continue(&key)), Some(key));
+        assert_eq!(decode_continue(&encode_continue(42, &key)), Some((42, key)));
         assert_eq!(decode_continue("zz"), None);
     }
 

@@ -1,11 +1,16 @@
 //! The fake's objects: JSON values keyed by (kind, namespace, name), with the
 //! bookkeeping a real API server does on write (resourceVersion, uid,
-//! creationTimestamp) and the resource types it serves.
+//! creationTimestamp), the resource types it serves, and what watches need: every
+//! change recorded in a bounded history and sent to the open watches (see `events`).
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
 
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
+
+use super::events::{Event, EventType, History, Watchers};
 
 /// A resource type the fake serves, as discovery would describe it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,22 +116,31 @@ pub fn default_resource_types() -> Vec<ResourceType> {
 pub type ObjectKey = (String, String, String);
 
 /// The objects and the resource types of a fake API server.
+///
+/// Every change (whatever makes it: a request, a test's `put`, a hook) is recorded in
+/// the history and sent to the open watches, so a watch sees the back door's writes too.
 #[derive(Debug)]
 pub struct Store {
     types: Vec<ResourceType>,
-    objects: BTreeMap<ObjectKey, Value>,
+    /// Shared with the history's events (an unchanged object is held once).
+    objects: BTreeMap<ObjectKey, Arc<Value>>,
     /// Like etcd's revision: bumped by every write, the list's resourceVersion.
     revision: u64,
     uids: u64,
+    pub(crate) history: History,
+    pub(crate) watchers: Watchers,
 }
 
 impl Default for Store {
     fn default() -> Self {
+        let revision = 1;
         Store {
             types: default_resource_types(),
             objects: BTreeMap::new(),
-            revision: 1,
+            revision,
             uids: 0,
+            history: History::new(revision),
+            watchers: Watchers::default(),
         }
     }
 }
@@ -152,10 +166,21 @@ impl Store {
     }
 
     /// Stops serving a kind (as when its CRD is not installed): its paths answer 404.
-    /// Its objects are deleted, as deleting a CRD does.
+    /// Its objects are deleted, as deleting a CRD does: its watches are sent a DELETED
+    /// event for each, then end (cleanly).
     pub fn uninstall(&mut self, kind: &str) {
+        let doomed: Vec<ObjectKey> = self
+            .objects
+            .keys()
+            .filter(|(k, _, _)| k == kind)
+            .cloned()
+            .collect();
+        for (kind, namespace, name) in doomed {
+            // `key` spells "no namespace" as "" too.
+            self.remove(&kind, Some(&namespace), &name);
+        }
+        self.watchers.close_kind(kind);
         self.types.retain(|t| t.kind != kind);
-        self.objects.retain(|(k, _, _), _| k != kind);
     }
 
     /// Serves a kind again (or a new one).
@@ -165,31 +190,50 @@ impl Store {
     }
 
     pub fn get(&self, kind: &str, namespace: Option<&str>, name: &str) -> Option<&Value> {
-        self.objects.get(&key(kind, namespace, name))
+        self.objects
+            .get(&key(kind, namespace, name))
+            .map(Arc::as_ref)
     }
 
     /// Objects of a kind, in (namespace, name) order; `namespace` filters.
     pub fn list(&self, kind: &str, namespace: Option<&str>) -> Vec<&Value> {
-        self.objects
-            .iter()
-            .filter(|((k, ns, _), _)| k == kind && namespace.is_none_or(|n| n == ns))
-            .map(|(_, v)| v)
-            .collect()
+        self.shared(kind, namespace).map(Arc::as_ref).collect()
     }
 
-    /// Keys and objects of a kind after `after` (exclusive), for paging.
-    pub(crate) fn page(
-        &self,
+    /// Like [`Store::list`], without copying an object (a watch's initial events).
+    pub(crate) fn shared<'s, 'q>(
+        &'s self,
+        kind: &'q str,
+        namespace: Option<&'q str>,
+    ) -> impl Iterator<Item = &'s Arc<Value>> + use<'s, 'q> {
+        self.objects
+            .iter()
+            .filter(move |((k, ns, _), _)| k == kind && namespace.is_none_or(|n| n == ns))
+            .map(|(_, v)| v)
+    }
+
+    /// Keys and objects of a kind after `after` (exclusive), in key order, for paging:
+    /// a seek, not a scan, so that paging through a big kind costs each page its size.
+    pub(crate) fn page<'s>(
+        &'s self,
         kind: &str,
         namespace: Option<&str>,
         after: Option<&ObjectKey>,
-    ) -> Vec<(ObjectKey, Value)> {
+    ) -> impl Iterator<Item = (&'s ObjectKey, &'s Value)> + use<'s> {
+        // Keys sort by (kind, namespace, name): the first of the page's range has the
+        // empty name ("" namespace too for a cluster-wide list).
+        let first = key(kind, namespace, "");
+        let lower = match after {
+            Some(after) if *after >= first => Bound::Excluded(after.clone()),
+            _ => Bound::Included(first),
+        };
+        let (kind, namespace) = (kind.to_string(), namespace.map(str::to_string));
         self.objects
-            .iter()
-            .filter(|((k, ns, _), _)| k == kind && namespace.is_none_or(|n| n == ns))
-            .filter(|(key, _)| after.is_none_or(|a| *key > a))
-            .map(|(key, v)| (key.clone(), v.clone()))
-            .collect()
+            .range((lower, Bound::Unbounded))
+            .take_while(move |((k, ns, _), _)| {
+                *k == kind && namespace.as_ref().is_none_or(|n| n == ns)
+            })
+            .map(|(key, v)| (key, v.as_ref()))
     }
 
     /// Creates or replaces an object (the test's back door: no precondition). The
@@ -201,7 +245,7 @@ impl Store {
             .unwrap_or_else(|e| panic!("FakeApiServer::put: {e}"));
         let key = key(&kind, namespace.as_deref(), &name);
         let previous = self.objects.get(&key).cloned();
-        self.write(key, object, previous.as_ref())
+        self.write(key, object, previous.as_deref())
     }
 
     /// Changes an object in place (bumping its resourceVersion), as a concurrent
@@ -215,17 +259,62 @@ impl Store {
     ) -> Option<Value> {
         let key = key(kind, namespace, name);
         let previous = self.objects.get(&key)?.clone();
-        let mut object = previous.clone();
+        let mut object = Value::clone(&previous);
         change(&mut object);
         Some(self.write(key, object, Some(&previous)))
     }
 
+    /// Deletes an object; returns it as it was stored. Its watches get a DELETED event
+    /// with the object as last stored and the deletion's resourceVersion.
     pub fn remove(&mut self, kind: &str, namespace: Option<&str>, name: &str) -> Option<Value> {
-        let removed = self.objects.remove(&key(kind, namespace, name));
-        if removed.is_some() {
-            self.revision += 1;
-        }
-        removed
+        let key = key(kind, namespace, name);
+        let removed = self.objects.remove(&key)?;
+        self.revision += 1;
+        let mut last = Value::clone(&removed);
+        last["metadata"]["resourceVersion"] = self.revision.to_string().into();
+        self.record(
+            key,
+            EventType::Deleted,
+            Arc::new(last),
+            Some(removed.clone()),
+        );
+        Some(Arc::unwrap_or_clone(removed))
+    }
+
+    /// Forgets the history up to the current revision, as an etcd compaction does: a
+    /// watch from an older resourceVersion is answered 410 Gone.
+    pub fn compact(&mut self) {
+        self.history.compact(self.revision);
+    }
+
+    /// Keeps the last `limit` changes (the oldest are forgotten, as by a compaction).
+    pub fn set_history_limit(&mut self, limit: usize) {
+        self.history.set_limit(limit);
+    }
+
+    /// The oldest resourceVersion a watch can start from (older ones are compacted).
+    pub fn compacted_revision(&self) -> u64 {
+        self.history.compacted()
+    }
+
+    /// Records a change (the store's current revision) and sends it to the open
+    /// watches.
+    fn record(
+        &mut self,
+        key: ObjectKey,
+        event_type: EventType,
+        object: Arc<Value>,
+        previous: Option<Arc<Value>>,
+    ) {
+        let event = Arc::new(Event {
+            revision: self.revision,
+            key,
+            event_type,
+            object,
+            previous,
+        });
+        self.watchers.dispatch(&event);
+        self.history.push(event);
     }
 
     /// Stores `object` under `key` as the API server would: identity fields kept from
@@ -288,8 +377,14 @@ impl Store {
         }
         let metadata = &mut object["metadata"];
         metadata["resourceVersion"] = self.revision.to_string().into();
-        self.objects.insert(key, object.clone());
-        object
+        let stored = Arc::new(object);
+        let replaced = self.objects.insert(key.clone(), stored.clone());
+        let event_type = match replaced {
+            Some(_) => EventType::Modified,
+            None => EventType::Added,
+        };
+        self.record(key, event_type, stored.clone(), replaced);
+        Value::clone(&stored)
     }
 
     /// (kind, namespace, name) of an object given by a test; the namespace defaults to

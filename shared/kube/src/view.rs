@@ -1,0 +1,195 @@
+//! Which kinds nodewright watches, and how each becomes a domain object (see `watch`
+//! for how a kind is watched and kept).
+
+use std::borrow::Cow;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ObjectMeta};
+use kube::{Client, Resource};
+use serde::Deserialize;
+use serde_json::Value;
+
+use nodewright_core::snapshot::{self, LeanPod};
+use nodewright_core::{cluster, volumes};
+
+use crate::watch::{Watched, catch_up};
+
+/// A Karpenter custom resource nodewright reads.
+pub(crate) struct Crd {
+    pub(crate) group: &'static str,
+    pub(crate) version: &'static str,
+    pub(crate) kind: &'static str,
+    pub(crate) plural: &'static str,
+    pub(crate) api_version: &'static str,
+}
+
+impl Crd {
+    pub(crate) fn api(&self, client: Client) -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk(self.group, self.version, self.kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, self.plural);
+        Api::all_with(client, &resource)
+    }
+}
+
+/// A pod decoded with only what decisions read ([`LeanPod`]), as kube-rs's watcher
+/// needs it: a `Resource` with Pod's group, version and kind.
+#[derive(Debug, Clone)]
+pub(crate) struct WatchedPod(pub(crate) Pod);
+
+impl<'de> Deserialize<'de> for WatchedPod {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(WatchedPod(LeanPod::deserialize(d)?.0))
+    }
+}
+
+impl Resource for WatchedPod {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        Pod::kind(&())
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        Pod::group(&())
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        Pod::version(&())
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        Pod::plural(&())
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.0.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.0.metadata
+    }
+}
+
+/// Every kind a tick reads, watched.
+pub(crate) struct ClusterView {
+    pub(crate) node_pools: Watched<DynamicObject, Value>,
+    pub(crate) node_classes: Watched<DynamicObject, Value>,
+    pub(crate) nodes: Watched<Node, cluster::Node>,
+    pub(crate) pods: Watched<WatchedPod, cluster::Pod>,
+    pub(crate) daemonsets: Watched<DaemonSet, cluster::DaemonSet>,
+    pub(crate) pdbs: Watched<PodDisruptionBudget, cluster::PodDisruptionBudget>,
+    pub(crate) volume_claims: Watched<PersistentVolumeClaim, volumes::VolumeClaim>,
+    pub(crate) volumes: Watched<PersistentVolume, volumes::PersistentVolume>,
+    pub(crate) storage_classes: Watched<StorageClass, volumes::StorageClass>,
+}
+
+impl ClusterView {
+    /// Starts every watch (each lists first) on the current tokio runtime.
+    pub(crate) fn start(
+        client: &Client,
+        page_size: u32,
+        node_pools: &'static Crd,
+        node_classes: &'static Crd,
+    ) -> Self {
+        let c = || client.clone();
+        ClusterView {
+            node_pools: Watched::start(
+                node_pools.plural,
+                true,
+                node_pools.api(c()),
+                as_nodepool_json,
+                page_size,
+            ),
+            node_classes: Watched::start(
+                node_classes.plural,
+                true,
+                node_classes.api(c()),
+                as_nodeclass_json,
+                page_size,
+            ),
+            nodes: Watched::start("nodes", false, Api::all(c()), node, page_size),
+            pods: Watched::start("pods", false, Api::all(c()), pod, page_size),
+            daemonsets: Watched::start(
+                "daemonsets",
+                false,
+                Api::all(c()),
+                |d| snapshot::daemonset_from_k8s(d).map_err(|e| e.to_string()),
+                page_size,
+            ),
+            pdbs: Watched::start(
+                "poddisruptionbudgets",
+                false,
+                Api::all(c()),
+                |p| snapshot::pdb_from_k8s(p).map_err(|e| e.to_string()),
+                page_size,
+            ),
+            volume_claims: Watched::start(
+                "persistentvolumeclaims",
+                false,
+                Api::all(c()),
+                |c| Ok(snapshot::pvc_from_k8s(c)),
+                page_size,
+            ),
+            volumes: Watched::start(
+                "persistentvolumes",
+                false,
+                Api::all(c()),
+                |v| snapshot::pv_from_k8s(v).map_err(|e| e.to_string()),
+                page_size,
+            ),
+            storage_classes: Watched::start(
+                "storageclasses",
+                false,
+                Api::all(c()),
+                |s| Ok(snapshot::storage_class_from_k8s(s)),
+                page_size,
+            ),
+        }
+    }
+
+    /// Events applied by every watch so far.
+    fn progress(&self) -> u64 {
+        self.node_pools.view.applied()
+            + self.node_classes.view.applied()
+            + self.nodes.view.applied()
+            + self.pods.view.applied()
+            + self.daemonsets.view.applied()
+            + self.pdbs.view.applied()
+            + self.volume_claims.view.applied()
+            + self.volumes.view.applied()
+            + self.storage_classes.view.applied()
+    }
+
+    /// Lets the watches apply what has already arrived (see [`catch_up`]).
+    pub(crate) async fn catch_up(&self) {
+        catch_up(|| self.progress()).await;
+    }
+}
+
+pub(crate) fn node(node: &Node) -> Result<cluster::Node, String> {
+    snapshot::node_from_k8s(node).map_err(|e| e.to_string())
+}
+
+pub(crate) fn pod(pod: &WatchedPod) -> Result<cluster::Pod, String> {
+    snapshot::pod_from_k8s(&pod.0).map_err(|e| e.to_string())
+}
+
+fn as_nodepool_json(object: &DynamicObject) -> Result<Value, String> {
+    as_json(object, &crate::cluster::NODE_POOLS)
+}
+
+fn as_nodeclass_json(object: &DynamicObject) -> Result<Value, String> {
+    as_json(object, &crate::cluster::NODE_CLASSES)
+}
+
+/// The object as JSON with `apiVersion` and `kind` set (a list's items may lack them),
+/// as validation reads manifests.
+fn as_json(object: &DynamicObject, crd: &Crd) -> Result<Value, String> {
+    let mut value = serde_json::to_value(object)
+        .map_err(|e| format!("re-serializing a listed {}: {e}", crd.kind))?;
+    if let Value::Object(map) = &mut value {
+        map.insert("apiVersion".into(), crd.api_version.into());
+        map.insert("kind".into(), crd.kind.into());
+    }
+    Ok(value)
+}
