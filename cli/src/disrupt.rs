@@ -4,9 +4,10 @@
 //! managed node, the typed reason it stays.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use nodewright_core::catalog::{Catalog, Pricing};
-use nodewright_core::disruption::{Decision, DisruptionInput, decide};
+use nodewright_core::disruption::{Decision, DisruptionInput, decide_observed};
 
 use crate::{Failure, Output, load_catalog, load_manifests, load_snapshot, zones};
 
@@ -38,6 +39,10 @@ pub struct DisruptArgs {
     spot_to_spot: bool,
     #[arg(long, value_enum, default_value = "table")]
     output: Output,
+    /// Print to stderr how long each step took, wall and CPU time, with the peak RSS
+    /// so far: reading the snapshot, each phase of the decision, writing the output.
+    #[arg(long)]
+    timings: bool,
 }
 
 pub fn run(args: &DisruptArgs) -> Result<(), Failure> {
@@ -48,12 +53,14 @@ pub fn run(args: &DisruptArgs) -> Result<(), Failure> {
             .map(|d| d.as_secs() as i64)
             .unwrap_or_default(),
     };
+    let mut timings = Timings::start();
     let manifests = load_manifests(&args.nodepools)?;
     let snapshot = load_snapshot(&args.snapshot)?;
     let custom = load_catalog(args.catalog.as_deref())?;
     let catalog = custom.as_ref().unwrap_or_else(|| Catalog::embedded());
     let pricing = Pricing::for_zones(zones(&args.zones)?);
-    let decision = decide(&DisruptionInput {
+    timings.step("read snapshot and manifests");
+    let input = DisruptionInput {
         snapshot: &snapshot,
         node_pools: &manifests.node_pools,
         node_classes: &manifests.node_classes,
@@ -65,7 +72,9 @@ pub fn run(args: &DisruptArgs) -> Result<(), Failure> {
         external_drift: &[],
         disrupting: &[],
         validating: None,
-    });
+    };
+    let decision = decide_observed(&input, &mut |phase| timings.step(phase.as_str()));
+    timings.step("rest of the decision");
     if !decision.problems.is_empty() {
         return Err(Failure::Invalid(
             decision
@@ -76,12 +85,91 @@ pub fn run(args: &DisruptArgs) -> Result<(), Failure> {
         ));
     }
     match args.output {
-        Output::Json => crate::write_json(&decision),
-        Output::Table => {
-            print!("{}", render(&decision));
-            Ok(())
+        Output::Json => crate::write_json(&decision)?,
+        Output::Table => print!("{}", render(&decision)),
+    }
+    if args.timings {
+        timings.step("write output");
+        eprint!("{}", timings.render());
+    }
+    Ok(())
+}
+
+/// `--timings`: each step's wall and CPU time (user + system, from `getrusage`), and
+/// the process's peak RSS when it ended.
+struct Timings {
+    started: Instant,
+    last: (Instant, Duration),
+    steps: Vec<(String, Duration, Duration, u64)>,
+}
+
+impl Timings {
+    fn start() -> Self {
+        let now = Instant::now();
+        Timings {
+            started: now,
+            last: (now, usage().0),
+            steps: Vec::new(),
         }
     }
+
+    /// The step `name` ended now.
+    fn step(&mut self, name: &str) {
+        let now = Instant::now();
+        let (cpu, peak_kib) = usage();
+        self.steps.push((
+            name.to_string(),
+            now - self.last.0,
+            cpu.saturating_sub(self.last.1),
+            peak_kib,
+        ));
+        self.last = (now, cpu);
+    }
+
+    fn render(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = format!(
+            "{:<30} {:>9} {:>9} {:>9}\n",
+            "step", "wall s", "cpu s", "peak MB"
+        );
+        let mb = |kib: u64| kib as f64 * 1024.0 / 1e6;
+        for (name, wall, cpu, peak) in &self.steps {
+            let _ = writeln!(
+                out,
+                "{name:<30} {:>9.3} {:>9.3} {:>9.1}",
+                wall.as_secs_f64(),
+                cpu.as_secs_f64(),
+                mb(*peak)
+            );
+        }
+        let (cpu, peak) = usage();
+        let _ = writeln!(
+            out,
+            "{:<30} {:>9.3} {:>9.3} {:>9.1}",
+            "total",
+            self.started.elapsed().as_secs_f64(),
+            cpu.as_secs_f64(),
+            mb(peak)
+        );
+        out
+    }
+}
+
+/// This process's CPU time so far (user + system) and its peak RSS in KiB.
+fn usage() -> (Duration, u64) {
+    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is valid for writes for the duration of the call.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return (Duration::ZERO, 0);
+    }
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+    };
+    (
+        time(u.ru_utime) + time(u.ru_stime),
+        u.ru_maxrss.max(0) as u64,
+    )
 }
 
 /// `--now`: an RFC 3339 time.

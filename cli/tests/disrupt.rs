@@ -589,3 +589,36 @@ fn a_node_whose_node_pool_hash_nodewright_wrote_differs_is_drifted_and_karpenter
         "{d:#}"
     );
 }
+
+#[test]
+fn timings_go_to_stderr_and_leave_the_decision_as_it_is() {
+    let pools = pools(ALL_AT_ONCE, "");
+    let (code, plain, _) = run(&pools, fragmented(), &["--output", "json"]);
+    assert_eq!(code, 0);
+    let (code, timed, stderr) = run(&pools, fragmented(), &["--output", "json", "--timings"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(timed, plain, "--timings changes nothing on stdout");
+    // One line per step, in the order they run (the figures are the machine's).
+    let steps: Vec<&str> = stderr
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split("  ").next())
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "read snapshot and manifests",
+            "candidates",
+            "prepare",
+            "expiration",
+            "emptiness",
+            "drift",
+            "multi-node",
+            "single-node",
+            "rest of the decision",
+            "write output",
+            "total",
+        ],
+        "{stderr}"
+    );
+}

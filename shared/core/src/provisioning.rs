@@ -98,6 +98,15 @@ pub struct ProvisioningInput<'a> {
 /// A new claim of the scheduler as the NodeClaim to launch (`pods` is the input the
 /// claim's pod indices refer to): its cheapest option is the type it names.
 pub fn planned_claim(c: &NewClaim, pods: &[Pod]) -> PlannedNodeClaim {
+    PlannedNodeClaim {
+        pods: c.pods.iter().map(|&p| pods[p].key()).collect(),
+        ..planned_claim_unnamed(c)
+    }
+}
+
+/// [`planned_claim`] with `pods` left empty, for callers that name them later or not
+/// at all (a speculative solve that is only priced).
+pub fn planned_claim_unnamed(c: &NewClaim) -> PlannedNodeClaim {
     let cheapest = &c.options[0];
     PlannedNodeClaim {
         node_pool: c.node_pool.clone(),
@@ -107,7 +116,7 @@ pub fn planned_claim(c: &NewClaim, pods: &[Pod]) -> PlannedNodeClaim {
         capacity_type: cheapest.capacity_type.as_str().to_string(),
         zone: cheapest.zone.clone(),
         price_per_hour: cheapest.price,
-        pods: c.pods.iter().map(|&p| pods[p].key()).collect(),
+        pods: Vec::new(),
         labels: c.labels.clone(),
         zones: c.zones.clone(),
         capacity_types: c

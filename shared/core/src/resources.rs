@@ -340,6 +340,11 @@ impl Resources {
             )
     }
 
+    /// Whether every entry is a well-known resource (no custom extended ones).
+    pub fn only_well_known(&self) -> bool {
+        self.other.as_ref().is_none_or(|m| m.is_empty())
+    }
+
     pub fn any_negative(&self) -> Option<(&str, i64)> {
         self.iter().find(|(_, v)| *v < 0)
     }

@@ -543,11 +543,13 @@ impl ListReader {
     }
 
     fn unique(&mut self, index: usize, kind: &'static str, key: String) -> Result<()> {
-        let object = format!("{kind} {key:?}");
-        if self.seen.insert((kind, key)) {
-            Ok(())
-        } else {
-            Err(SnapshotError::Duplicate { index, object })
+        // The message is written only for a duplicate, not for each of 100,000s of pods.
+        match self.seen.replace((kind, key)) {
+            None => Ok(()),
+            Some((_, key)) => Err(SnapshotError::Duplicate {
+                index,
+                object: format!("{kind} {key:?}"),
+            }),
         }
     }
 }

@@ -22,9 +22,12 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::api::model::NodePool;
-use crate::catalog::{CapacityType, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE};
+use crate::catalog::{
+    CapacityType, Catalog, InstanceType, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE,
+};
 use crate::provisioning::PlannedNodeClaim;
 use crate::scheduling::SchedulerInput;
+use crate::scheduling::fast_hash::FastMap;
 
 use super::budget::allowance;
 use super::candidates::{NodeVerdict, evaluate};
@@ -38,6 +41,25 @@ pub const SPOT_TO_SPOT_MIN_TYPES: usize = 15;
 /// Multi-node consolidation considers at most this many candidates at once, as
 /// Karpenter: larger sets are rarely valid and each try costs a solve.
 pub const MULTI_NODE_MAX_CANDIDATES: usize = 100;
+
+/// The catalog's instance types by name. `Catalog::get` searches the list, and every
+/// solve prices each option of each replacement by name (some 60 per claim).
+struct Types<'a>(FastMap<&'a str, &'a InstanceType>);
+
+impl<'a> Types<'a> {
+    fn new(catalog: &'a Catalog) -> Self {
+        let mut by_name = FastMap::default();
+        for it in &catalog.types {
+            // The first of a name, as `Catalog::get` finds it.
+            by_name.entry(it.name.as_str()).or_insert(it);
+        }
+        Types(by_name)
+    }
+
+    fn get(&self, name: &str) -> Option<&'a InstanceType> {
+        self.0.get(name).copied()
+    }
+}
 
 struct Candidate<'a> {
     verdict: NodeVerdict<'a>,
@@ -93,9 +115,46 @@ impl<'a> Budgets<'a> {
     }
 }
 
+/// The steps of [`decide`], in the order they run: what [`decide_observed`] reports as
+/// each one ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Which nodes are candidates, their blockers, prices and drift.
+    Candidates,
+    /// The scheduler prepared for speculative solves (prices, pools, bins, classes,
+    /// topology counts).
+    Prepare,
+    Expiration,
+    Emptiness,
+    Drift,
+    MultiNode,
+    SingleNode,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Candidates => "candidates",
+            Phase::Prepare => "prepare",
+            Phase::Expiration => "expiration",
+            Phase::Emptiness => "emptiness",
+            Phase::Drift => "drift",
+            Phase::MultiNode => "multi-node",
+            Phase::SingleNode => "single-node",
+        }
+    }
+}
+
 pub fn decide(input: &DisruptionInput<'_>) -> Decision {
+    decide_observed(input, &mut |_| {})
+}
+
+/// [`decide`], calling `ended` as each [`Phase`] ends (the caller may time them: this
+/// code reads no clock).
+pub fn decide_observed(input: &DisruptionInput<'_>, ended: &mut dyn FnMut(Phase)) -> Decision {
     let snapshot = input.snapshot;
     let well_known = input.catalog.label_keys();
+    let types = Types::new(input.catalog);
     let verdicts = evaluate(snapshot, input.node_pools, input.now, &|k| {
         well_known.contains(k)
     });
@@ -136,7 +195,7 @@ pub fn decide(input: &DisruptionInput<'_>) -> Decision {
         if already.contains(node.name.as_str()) {
             continue;
         }
-        let price = match node_price(input, node) {
+        let price = match node_price(input, &types, node) {
             Ok(price) => price,
             Err(problem) => {
                 decision.problems.push(problem);
@@ -182,9 +241,12 @@ pub fn decide(input: &DisruptionInput<'_>) -> Decision {
         pricing: input.pricing,
         in_flight: input.in_flight,
     };
+    ended(Phase::Candidates);
     let mut world = Speculator::new(&scheduler_input, closed);
+    ended(Phase::Prepare);
     let mut run = Run {
         input,
+        types,
         decision,
         budgets,
         taken: HashSet::new(),
@@ -193,10 +255,15 @@ pub fn decide(input: &DisruptionInput<'_>) -> Decision {
     };
 
     run.expiration(&candidates, &mut world);
+    ended(Phase::Expiration);
     run.emptiness(&candidates, &mut world);
+    ended(Phase::Emptiness);
     run.drift(&candidates, &mut world);
+    ended(Phase::Drift);
     run.multi_node(&candidates, &mut world);
+    ended(Phase::MultiNode);
     run.single_node(&candidates, &mut world);
+    ended(Phase::SingleNode);
 
     let Run {
         mut decision,
@@ -236,6 +303,7 @@ pub fn decide(input: &DisruptionInput<'_>) -> Decision {
 
 struct Run<'i, 'a> {
     input: &'i DisruptionInput<'a>,
+    types: Types<'a>,
     decision: Decision,
     budgets: Budgets<'a>,
     /// Nodes in a command.
@@ -258,9 +326,10 @@ impl Run<'_, '_> {
         method: Method,
         reason: Reason,
         nodes: &[&Candidate<'_>],
-        placement: Placement,
+        mut placement: Placement,
     ) {
         let names: Vec<&str> = nodes.iter().map(|c| c.name()).collect();
+        world.name_pods(&mut placement);
         world.commit(&names, &placement, self.decision.commands.len() + 1);
         // A node that receives pods is not disrupted in the same decision: those pods
         // would move twice, and the node has just changed (consolidateAfter restarts).
@@ -482,12 +551,12 @@ impl Run<'_, '_> {
             other => stop_rejection(&other, set[0]),
         })?;
         if spot_to_spot && !placement.new_claims.is_empty() {
-            spot_replacement(&mut placement, price, self.input)?;
+            spot_replacement(&mut placement, price, self.input, &self.types)?;
         } else {
-            cheaper_options_only(&mut placement.new_claims, price, self.input);
+            cheaper_options_only(&mut placement.new_claims, price, self.input, &self.types);
         }
         if set.len() > 1 {
-            no_type_of_their_own(&mut placement.new_claims, set, self.input)?;
+            no_type_of_their_own(&mut placement.new_claims, set, self.input, &self.types)?;
         }
         if placement.new_claims_price() >= price {
             return Err(Rejection::new(
@@ -508,8 +577,10 @@ impl Run<'_, '_> {
         loop {
             let mut room: HashMap<&str, usize> = HashMap::new();
             let mut set: Vec<&Candidate<'_>> = Vec::new();
+            // Where each of `set` is in `all`.
+            let mut at: Vec<usize> = Vec::new();
             let all = self.consolidation_candidates(candidates);
-            for &c in &all {
+            for (i, &c) in all.iter().enumerate() {
                 let pool = c.pool().name.as_str();
                 let left = *room
                     .entry(pool)
@@ -530,6 +601,7 @@ impl Run<'_, '_> {
                 }
                 room.insert(pool, left - 1);
                 set.push(c);
+                at.push(i);
                 if set.len() == MULTI_NODE_MAX_CANDIDATES {
                     break;
                 }
@@ -550,11 +622,7 @@ impl Run<'_, '_> {
             if self.input.validating.is_some() {
                 // A command under validation holds as the set it was decided as, or
                 // not at all: try that set before any prefix of it.
-                let excluded: Vec<&str> = all
-                    .iter()
-                    .map(|c| c.name())
-                    .filter(|n| !set.iter().any(|c| c.name() == *n))
-                    .collect();
+                let excluded = all_but(&all, &at);
                 if let Ok(placement) = self.try_consolidate(&set, &excluded, world) {
                     lo = hi + 1;
                     best = Some((set.len(), placement));
@@ -562,11 +630,7 @@ impl Run<'_, '_> {
             }
             while lo <= hi {
                 let mid = (lo + hi) / 2;
-                let excluded: Vec<&str> = all
-                    .iter()
-                    .map(|c| c.name())
-                    .filter(|n| !set[..mid].iter().any(|c| c.name() == *n))
-                    .collect();
+                let excluded = all_but(&all, &at[..mid]);
                 match self.try_consolidate(&set[..mid], &excluded, world) {
                     Ok(placement) => {
                         best = Some((mid, placement));
@@ -606,6 +670,20 @@ impl Run<'_, '_> {
             }
         }
     }
+}
+
+/// The names of `all` but those at positions `taken`: with thousands of candidates and
+/// a window of 100, matching names against the window for each solve was measurable.
+fn all_but<'c>(all: &[&'c Candidate<'_>], taken: &[usize]) -> Vec<&'c str> {
+    let mut out = vec![true; all.len()];
+    for &i in taken {
+        out[i] = false;
+    }
+    all.iter()
+        .zip(out)
+        .filter(|&(_, keep)| keep)
+        .map(|(c, _)| c.name())
+        .collect()
 }
 
 /// Drift is eventual disruption: with a terminationGracePeriod on the NodePool the
@@ -662,14 +740,19 @@ fn stop_rejection(stop: &Stop, c: &Candidate<'_>) -> Rejection {
 /// Keeps, for each replacement, only the options that still make the command cheaper
 /// with the other replacements at their cheapest (Karpenter filters the replacement's
 /// types to those cheaper than the candidates).
-fn cheaper_options_only(claims: &mut [PlannedNodeClaim], cap: f64, input: &DisruptionInput<'_>) {
+fn cheaper_options_only(
+    claims: &mut [PlannedNodeClaim],
+    cap: f64,
+    input: &DisruptionInput<'_>,
+    types: &Types<'_>,
+) {
     let total = claims.iter().fold(0.0, |t, c| t + c.price_per_hour);
     for claim in claims.iter_mut() {
         let room = cap - (total - claim.price_per_hour);
         let kept: Vec<String> = claim
             .instance_type_options
             .iter()
-            .filter(|name| cheapest_offering(input, name, claim).is_some_and(|p| p < room))
+            .filter(|name| cheapest_offering(input, types, name, claim).is_some_and(|p| p < room))
             .cloned()
             .collect();
         claim.instance_type_options = kept;
@@ -691,6 +774,7 @@ fn no_type_of_their_own(
     claims: &mut [PlannedNodeClaim],
     set: &[&Candidate<'_>],
     input: &DisruptionInput<'_>,
+    types: &Types<'_>,
 ) -> Result<(), Rejection> {
     let mut own: HashMap<&str, f64> = HashMap::new();
     for c in set {
@@ -712,7 +796,7 @@ fn no_type_of_their_own(
             .instance_type_options
             .iter()
             .filter_map(|name| {
-                let p = cheapest_offering(input, name, claim)?;
+                let p = cheapest_offering(input, types, name, claim)?;
                 (p < cap).then(|| (name.clone(), p))
             })
             .collect();
@@ -737,10 +821,11 @@ fn no_type_of_their_own(
 /// capacity type).
 fn cheapest_offering(
     input: &DisruptionInput<'_>,
+    types: &Types<'_>,
     name: &str,
     claim: &PlannedNodeClaim,
 ) -> Option<f64> {
-    let it = input.catalog.get(name)?;
+    let it = types.get(name)?;
     let mut best: Option<f64> = None;
     for zone in &claim.zones {
         for ct in &claim.capacity_types {
@@ -761,6 +846,7 @@ fn spot_replacement(
     placement: &mut Placement,
     price: f64,
     input: &DisruptionInput<'_>,
+    types: &Types<'_>,
 ) -> Result<(), Rejection> {
     let [claim] = placement.new_claims.as_mut_slice() else {
         return Err(Rejection::new(
@@ -780,7 +866,7 @@ fn spot_replacement(
         .instance_type_options
         .iter()
         .filter_map(|name| {
-            let it = input.catalog.get(name)?;
+            let it = types.get(name)?;
             let spot = claim
                 .zones
                 .iter()
@@ -812,7 +898,11 @@ fn spot_replacement(
 }
 
 /// The node's hourly price: its type, zone and capacity type from its labels.
-fn node_price(input: &DisruptionInput<'_>, node: &crate::cluster::Node) -> Result<f64, String> {
+fn node_price(
+    input: &DisruptionInput<'_>,
+    types: &Types<'_>,
+    node: &crate::cluster::Node,
+) -> Result<f64, String> {
     let label = |key: &str| node.labels.get(key).map(String::as_str);
     let Some(type_name) = label(LABEL_INSTANCE_TYPE) else {
         return Err(format!(
@@ -820,7 +910,7 @@ fn node_price(input: &DisruptionInput<'_>, node: &crate::cluster::Node) -> Resul
             node.name
         ));
     };
-    let Some(it) = input.catalog.get(type_name) else {
+    let Some(it) = types.get(type_name) else {
         return Err(format!(
             "node {}: metadata.labels[{LABEL_INSTANCE_TYPE}]: instance type \"{type_name}\" is not in the catalog",
             node.name

@@ -4,9 +4,10 @@
 //! leave. Over the scheduler prepared once per decision ([`PreparedScheduler`]): a
 //! solve costs what its moved pods cost, not the cluster.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
-use crate::provisioning::{PlannedNodeClaim, planned_claim};
+use crate::provisioning::{PlannedNodeClaim, planned_claim_unnamed};
+use crate::scheduling::fast_hash::FastMap;
 use crate::scheduling::{
     Placed, PreparedScheduler, Removal, SchedulerInput, Solve, SolveLimits, Stop as SolveStop,
 };
@@ -24,7 +25,10 @@ pub enum Stop {
     TooExpensive,
 }
 
-/// Where a removal's pods go.
+/// Where a removal's pods go. A solve leaves `moves` empty and the new claims' `pods`
+/// unnamed: most solves are only priced, and naming their pods ("namespace/name", for
+/// thousands of pods per solve) was a tenth of a decision. [`Speculator::name_pods`]
+/// fills both in for the placement a command takes.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Placement {
     pub moves: Vec<Move>,
@@ -53,7 +57,7 @@ pub struct Limits {
 pub struct Speculator<'a> {
     input: &'a SchedulerInput<'a>,
     prepared: PreparedScheduler<'a>,
-    index: HashMap<&'a str, usize>,
+    index: FastMap<&'a str, usize>,
     /// Nodes that are never destinations (being disrupted).
     closed: HashSet<usize>,
     /// The names commands give the claims committed so far, in commit order (the
@@ -65,7 +69,7 @@ impl<'a> Speculator<'a> {
     /// `input.pods` are all the cluster's pods (pending ones are the provisioner's and
     /// are not placed by a solve); `closed` nodes take no pods.
     pub fn new(input: &'a SchedulerInput<'a>, closed: impl IntoIterator<Item = String>) -> Self {
-        let index: HashMap<&str, usize> = input
+        let index: FastMap<&str, usize> = input
             .nodes
             .iter()
             .enumerate()
@@ -134,6 +138,25 @@ impl<'a> Speculator<'a> {
             Solve::Stopped(SolveStop::TooManyClaims) => return Err(Stop::TooManyClaims),
             Solve::Stopped(SolveStop::TooExpensive) => return Err(Stop::TooExpensive),
         };
+        let new_claims: Vec<PlannedNodeClaim> = placed
+            .new_claims
+            .iter()
+            .map(planned_claim_unnamed)
+            .collect();
+        Ok(Placement {
+            moves: Vec::new(),
+            new_claims,
+            placed: Some(placed),
+        })
+    }
+
+    /// Names the placement's pods: its moves to nodes and claims already there, and the
+    /// pods of each new claim (see [`Placement`]). Before the placement is committed:
+    /// moves name the claims of earlier commands as those commands did.
+    pub fn name_pods(&self, placement: &mut Placement) {
+        let Some(placed) = &placement.placed else {
+            return;
+        };
         let pods = self.input.pods;
         let move_to = |target: &str, idx: &[usize]| {
             (!idx.is_empty()).then(|| Move {
@@ -141,7 +164,7 @@ impl<'a> Speculator<'a> {
                 pods: idx.iter().map(|&p| pods[p].key()).collect(),
             })
         };
-        let moves = placed
+        placement.moves = placed
             .existing_nodes
             .iter()
             .filter_map(|a| move_to(&a.node, &a.pods))
@@ -152,16 +175,9 @@ impl<'a> Speculator<'a> {
                     .filter_map(|a| move_to(&a.claim, &a.pods)),
             )
             .collect();
-        let new_claims: Vec<PlannedNodeClaim> = placed
-            .new_claims
-            .iter()
-            .map(|c| planned_claim(c, pods))
-            .collect();
-        Ok(Placement {
-            moves,
-            new_claims,
-            placed: Some(placed),
-        })
+        for (claim, solved) in placement.new_claims.iter_mut().zip(&placed.new_claims) {
+            claim.pods = solved.pods.iter().map(|&p| pods[p].key()).collect();
+        }
     }
 
     /// `committed-<i>` as the command that made it named it.

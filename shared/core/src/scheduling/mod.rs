@@ -1,7 +1,7 @@
 //! Scheduling simulation: the requirements algebra, topology bookkeeping, the
 //! fractional-fleet LP and the bin-packer that places pods on nodes and NodeClaims.
 
-mod fast_hash;
+pub(crate) mod fast_hash;
 pub mod lp;
 mod prepared;
 mod repack;

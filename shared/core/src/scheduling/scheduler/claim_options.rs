@@ -40,10 +40,9 @@ impl Scheduler<'_> {
             .flat_map(|&p| self.input.pods[p].host_ports.iter())
             .collect();
         let mut options: Vec<LaunchOption> = Vec::new();
-        let type_reqs = self.type_requirements(&reqs);
         let offerings = self.offering_filter(&reqs, None, None);
-        for &t in &self.pools[pool].types {
-            if !used.fits_in(self.usable(pool, t)) || !self.type_meets(t, &type_reqs) {
+        for &t in self.types_meeting(pool, &reqs).iter() {
+            if !used.fits_in(self.usable(pool, t)) {
                 continue;
             }
             let daemon_ports = self.daemon_ports(pool, t);

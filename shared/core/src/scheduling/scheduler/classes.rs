@@ -380,6 +380,12 @@ impl Scheduler<'_> {
             Origin::New(pool) => ec.pool_fit[pool].is_ok(),
         };
         if ok {
+            // Bins are admitted in the order they are made, so candidates stay in bin
+            // order (`commit` looks them up by binary search).
+            debug_assert!(
+                self.eclasses[e].candidates.last().is_none_or(|c| c.bin < b),
+                "candidates in bin order"
+            );
             self.eclasses[e].candidates.push(Candidate {
                 bin: b,
                 absorbed: u32::MAX,

@@ -63,6 +63,7 @@ mod setup;
 mod undo;
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use crate::api::model::{Ec2NodeClass, NodePool};
 use crate::catalog::{CapacityType, Catalog, Pricing};
@@ -256,4 +257,7 @@ pub(super) struct Scheduler<'a> {
     /// `universe` by node filter and key: many groups share one (a deployment's spread
     /// each), and computing it looks at every node.
     pub(super) universe_cache: FastMap<(Option<NodeFilter>, DomainKeyId), Vec<bool>>,
+    /// Per pool: its types whose labels meet a set of requirements, by the
+    /// requirements (see `types_meeting`).
+    pub(super) meeting_cache: IdVec<PoolId, FastMap<Requirements, Arc<[InstanceTypeId]>>>,
 }

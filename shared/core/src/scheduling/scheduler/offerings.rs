@@ -2,9 +2,12 @@
 //! cheapest allowed (zone, capacity type, price), and what a node of the type leaves
 //! pods once a pool's kubelet settings and DaemonSets have taken their share.
 
+use std::sync::Arc;
+
 use crate::catalog::{CapacityType, InstanceType, LABEL_CAPACITY_TYPE, LABEL_ZONE};
 use crate::cluster::{HostPort, Pod};
 use crate::resources::Resources;
+use crate::scheduling::fast_hash::FastMap;
 use crate::scheduling::requirements::{Requirements, ValueSet};
 use crate::scheduling::unschedulable::Refusal;
 
@@ -71,6 +74,40 @@ impl<'a> Scheduler<'a> {
             }
             type_label_meets(it, k, set)
         })
+    }
+
+    /// The types of `pool` whose labels satisfy `reqs` ([`Self::type_satisfies`]), in the
+    /// pool's order. Cached: every finished claim and every re-packed group asks, in
+    /// solves by the thousand, and their requirements are few (a pool's, narrowed by
+    /// the pods' and pinned to a zone); asking each of hundreds of types by its labels
+    /// was most of finishing a claim.
+    pub(super) fn types_meeting(
+        &mut self,
+        pool: PoolId,
+        reqs: &Requirements,
+    ) -> Arc<[InstanceTypeId]> {
+        if self.meeting_cache.len() <= pool.index() {
+            self.meeting_cache
+                .resize(pool.index() + 1, FastMap::default());
+        }
+        if let Some(types) = self.meeting_cache[pool].get(reqs) {
+            return Arc::clone(types);
+        }
+        let type_reqs = self.type_requirements(reqs);
+        let types: Arc<[InstanceTypeId]> = self.pools[pool]
+            .types
+            .iter()
+            .copied()
+            .filter(|&t| self.type_meets(t, &type_reqs))
+            .collect();
+        // A bound on a cache that unusual clusters (requirements unlike from claim to
+        // claim) could otherwise grow without end.
+        let cache = &mut self.meeting_cache[pool];
+        if cache.len() >= 4096 {
+            cache.clear();
+        }
+        cache.insert(reqs.clone(), Arc::clone(&types));
+        types
     }
 
     /// The requirements of `reqs` on keys instance types carry, picked out once for a

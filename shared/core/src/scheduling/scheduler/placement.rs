@@ -11,7 +11,7 @@ use super::Scheduler;
 use super::bins::{BinPod, Origin};
 use super::classes::Candidate;
 use super::ids::{BinId, DomainId, DomainKeyId, EClassId, PodId};
-use super::undo::{AbsorbedBefore, CandidateRef};
+use super::undo::{AbsorbedBefore, CandidateRef, Scan};
 
 pub(crate) enum Fail {
     /// The bin can never take a pod of this class.
@@ -35,45 +35,95 @@ pub(crate) struct Pin {
 
 impl Scheduler<'_> {
     pub(crate) fn place(&mut self, e: EClassId, pod: PodId) -> Result<(), Unschedulable> {
+        if self.undo.is_some() {
+            return match self.place_in_solve(e, pod) {
+                true => Ok(()),
+                false => self.open_claim(e, pod),
+            };
+        }
         let mut i = 0;
         while i < self.eclasses[e].candidates.len() {
-            if self.eclasses[e].candidates[i].dead {
-                i += 1;
-                continue;
-            }
             let cand = &self.eclasses[e].candidates[i];
-            if self.blocked.get(cand.bin).copied().unwrap_or(false) {
-                i += 1;
-                continue;
-            }
-            match self.try_bin(e, pod, cand) {
-                Ok(fit) => {
-                    let b = cand.bin;
-                    self.commit(e, pod, b, fit);
-                    return Ok(());
-                }
-                Err(Fail::Permanent) => {
-                    let ec = &mut self.eclasses[e];
-                    ec.candidates[i].dead = true;
-                    ec.dead += 1;
-                    if let Some(u) = &mut self.undo {
-                        u.dead.push(CandidateRef {
-                            eclass: e,
-                            position: i,
-                        });
-                    }
-                }
-                Err(Fail::Temporary) => {}
+            let skip = cand.dead || self.blocked.get(cand.bin).copied().unwrap_or(false);
+            if !skip && self.try_candidate(e, pod, i) {
+                return Ok(());
             }
             i += 1;
         }
+        // Compacted only outside solves: a solve's undo log refers to candidates by
+        // position.
         let ec = &mut self.eclasses[e];
-        // A solve's undo log refers to candidates by position: no compaction then.
-        if self.undo.is_none() && ec.dead > 64 && ec.dead * 2 > ec.candidates.len() {
+        if ec.dead > 64 && ec.dead * 2 > ec.candidates.len() {
             ec.candidates.retain(|c| !c.dead);
             ec.dead = 0;
         }
         self.open_claim(e, pod)
+    }
+
+    /// `place` during a speculative solve, up to opening a claim: whether a candidate
+    /// took the pod. The class's candidates are tried through its [`Scan`], which leaves
+    /// out what the solve blocks and what it found dead: with every other candidate
+    /// of a consolidation window kept out of reach, nearly all of a class's candidates
+    /// are blocked, and walking past them was most of a solve's time.
+    fn place_in_solve(&mut self, e: EClassId, pod: PodId) -> bool {
+        let mut scan = self.take_scan(e);
+        let mut k = scan.start;
+        let mut placed = false;
+        while k < scan.positions.len() {
+            let i = scan.positions[k] as usize;
+            if !self.eclasses[e].candidates[i].dead && self.try_candidate(e, pod, i) {
+                placed = true;
+                break;
+            }
+            k += 1;
+        }
+        scan.drop_dead(k, &self.eclasses[e].candidates);
+        self.undo.as_mut().expect("solving").scans[e.index()] = Some(scan);
+        placed
+    }
+
+    /// Class `e`'s scan for this solve, taken out of the undo log (put it back): built
+    /// on first use, and extended with the candidates admitted since.
+    fn take_scan(&mut self, e: EClassId) -> Scan {
+        let u = self.undo.as_mut().expect("solving");
+        if u.scans.len() <= e.index() {
+            u.scans.resize_with(e.index() + 1, || None);
+        }
+        let mut scan = u.scans[e.index()].take().unwrap_or_default();
+        let candidates = &self.eclasses[e].candidates;
+        for (i, c) in candidates.iter().enumerate().skip(scan.upto) {
+            if !c.dead && !self.blocked.get(c.bin).copied().unwrap_or(false) {
+                scan.positions.push(i as u32);
+            }
+        }
+        scan.upto = candidates.len();
+        scan
+    }
+
+    /// Tries candidate `i` of class `e` for the pod: placed there (true), or marked
+    /// dead when it can never take the class.
+    fn try_candidate(&mut self, e: EClassId, pod: PodId, i: usize) -> bool {
+        let cand = &self.eclasses[e].candidates[i];
+        match self.try_bin(e, pod, cand) {
+            Ok(fit) => {
+                let b = cand.bin;
+                self.commit(e, pod, b, fit);
+                true
+            }
+            Err(Fail::Permanent) => {
+                let ec = &mut self.eclasses[e];
+                ec.candidates[i].dead = true;
+                ec.dead += 1;
+                if let Some(u) = &mut self.undo {
+                    u.dead.push(CandidateRef {
+                        eclass: e,
+                        position: i,
+                    });
+                }
+                false
+            }
+            Err(Fail::Temporary) => false,
+        }
     }
 
     pub(super) fn try_bin(&self, e: EClassId, pod: PodId, cand: &Candidate) -> Result<Fit, Fail> {
@@ -153,11 +203,7 @@ impl Scheduler<'_> {
         bin.pods.push(BinPod { pod, eclass: e });
         match &mut self.undo {
             None => self.classes[class].remaining.sub(&p.requests),
-            Some(u) => {
-                if let Some(m) = u.moving.iter_mut().find(|m| m.pod == pod) {
-                    m.placed = true;
-                }
-            }
+            Some(u) => u.mark_placed(pod),
         }
         // Count this pod in its domains, then pin (which counts earlier pods too).
         self.count_pod(e, b, TopologyKey::Hostname, b.index());
@@ -171,7 +217,9 @@ impl Scheduler<'_> {
         }
         let version = self.bins[b].version;
         let candidates = &mut self.eclasses[e].candidates;
-        if let Some(i) = candidates.iter().position(|c| c.bin == b) {
+        // Candidates are in bin order (see `admit`).
+        let i = candidates.partition_point(|c| c.bin < b);
+        if candidates.get(i).is_some_and(|c| c.bin == b) {
             if let Some(u) = &mut self.undo {
                 let candidate = CandidateRef {
                     eclass: e,

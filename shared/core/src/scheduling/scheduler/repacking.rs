@@ -33,9 +33,7 @@ impl Scheduler<'_> {
             && p.preferred_pod_anti_affinity.is_empty()
             && p.host_ports.is_empty()
             && self.classes[self.class_of(pod)].matched.is_empty()
-            && p.requests
-                .iter()
-                .all(|(name, _)| WELL_KNOWN.contains(&name))
+            && p.requests.only_well_known()
     }
 
     /// Re-packs, per NodePool and set of requirements, the new claims that hold only
@@ -84,11 +82,9 @@ impl Scheduler<'_> {
         // Types the claims could launch as, with their price and room for pods.
         let mut types: Vec<InstanceTypeId> = Vec::new();
         let mut node_types: Vec<repack::NodeType> = Vec::new();
-        for &t in &self.pools[pool].types {
-            if !self.type_satisfies(t, reqs) {
-                continue;
-            }
-            let Some(Offering { price, .. }) = self.cheapest_offering(t, reqs, None, None) else {
+        let offerings = self.offering_filter(reqs, None, None);
+        for &t in self.types_meeting(pool, reqs).iter() {
+            let Some(Offering { price, .. }) = self.cheapest_allowed(t, &offerings) else {
                 continue;
             };
             let usable = self.usable(pool, t);

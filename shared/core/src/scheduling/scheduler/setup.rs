@@ -104,6 +104,7 @@ impl<'a> Scheduler<'a> {
             bin_stamp: IdVec::new(),
             stamp: 0,
             universe_cache: FastMap::default(),
+            meeting_cache: IdVec::new(),
         };
         s.zone_use = IdVec::filled(0, s.zones.len());
         s.build_pools();

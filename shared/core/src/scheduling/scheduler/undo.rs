@@ -7,6 +7,7 @@ use crate::scheduling::topology::TopologyKey;
 
 use super::Scheduler;
 use super::bins::Bin;
+use super::classes::Candidate;
 use super::duals::DualPrices;
 use super::ids::{BinId, DomainId, EClassId, GroupId, IdVec, PodId};
 
@@ -43,6 +44,41 @@ pub(crate) struct Undo {
     pub(crate) blocked: Vec<BinId>,
     /// The pods being re-placed (for the remaining demand new claims are sized against).
     pub(crate) moving: Vec<MovingPod>,
+    /// How many of `moving` are placed.
+    pub(crate) placed: usize,
+    /// Per compiled class placed in the solve (by index): the candidates still worth
+    /// trying (see `Scheduler::place`).
+    pub(crate) scans: Vec<Option<Scan>>,
+}
+
+/// The candidates of a compiled class that a solve's pods may still be tried on:
+/// positions in `EClass::candidates`, ascending, without the bins the solve blocks, and
+/// without those found dead once a pod has walked past them. The solve fixes which
+/// bins are blocked and only ever marks candidates dead, so what a scan leaves out
+/// would be skipped anyway: the order candidates are tried in is the list's.
+#[derive(Default)]
+pub(crate) struct Scan {
+    pub(crate) positions: Vec<u32>,
+    /// The list is `positions[start..]`: what is before it was dropped.
+    pub(crate) start: usize,
+    /// Candidates below this position are listed (or left out).
+    pub(crate) upto: usize,
+}
+
+impl Scan {
+    /// Drops the dead among `positions[start..end]` (those a pod just walked past),
+    /// keeping the others in order.
+    pub(crate) fn drop_dead(&mut self, end: usize, candidates: &[Candidate]) {
+        let mut kept = end;
+        for k in (self.start..end).rev() {
+            let i = self.positions[k];
+            if !candidates[i as usize].dead {
+                kept -= 1;
+                self.positions[kept] = i;
+            }
+        }
+        self.start = kept;
+    }
 }
 
 /// A class's candidate, by its position in the list (a solve does not compact it).
@@ -81,6 +117,25 @@ impl Clone for Undo {
     fn clone(&self) -> Self {
         // A scheduler is only cloned between solves.
         Undo::default()
+    }
+}
+
+impl Undo {
+    /// Records that the moving pod `pod` is placed. Pods are placed in the order
+    /// `moving` lists them, so it is nearly always the next one: no search then.
+    pub(crate) fn mark_placed(&mut self, pod: PodId) {
+        let next = self
+            .moving
+            .get(self.placed)
+            .filter(|m| m.pod == pod)
+            .map(|_| self.placed);
+        let at = next.or_else(|| self.moving.iter().position(|m| m.pod == pod));
+        if let Some(m) = at.map(|i| &mut self.moving[i])
+            && !m.placed
+        {
+            m.placed = true;
+            self.placed += 1;
+        }
     }
 }
 
