@@ -1,0 +1,491 @@
+//! Counting HTTP/1.1 proxies on 127.0.0.1 between the function and its servers, so
+//! the figures are what crossed the wire, whatever the function does:
+//!
+//! - [`Upstream::Kubernetes`]: requests by verb (LIST, WATCH, GET, POST, PUT, PATCH,
+//!   DELETE) and resource, and the response bytes. Bodies are streamed through (a
+//!   WATCH stays open for minutes), and bytes are counted as they pass.
+//! - [`Upstream::Aws`]: requests by service and operation (`X-Amz-Target`, or the
+//!   query protocol's `Action`), request and response bytes, DynamoDB read and write
+//!   units ([`super::dynamo_units`]), and when each CreateFleet arrived. moto answers
+//!   whole, so bodies are read whole and inspected. One request is changed on its way:
+//!   a DescribeInstances that EC2 would answer in one page gets moto to do the same
+//!   ([`as_ec2_pages`]); without it, moto's paging (not the function) set the pace of
+//!   every tick from a few hundred instances up.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode, Uri};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::Value;
+use tokio::net::TcpListener;
+
+use super::dynamo_units;
+
+/// What one kind of call added up to.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Tally {
+    pub requests: u64,
+    /// Answers other than 2xx.
+    pub errors: u64,
+    /// LIST only: lists begun (first pages); `requests` counts every page.
+    pub lists: u64,
+    pub request_bytes: u64,
+    pub response_bytes: u64,
+    pub read_units: f64,
+    pub write_units: f64,
+}
+
+impl Tally {
+    fn add(&mut self, other: &Tally) {
+        self.requests += other.requests;
+        self.errors += other.errors;
+        self.lists += other.lists;
+        self.request_bytes += other.request_bytes;
+        self.response_bytes += other.response_bytes;
+        self.read_units += other.read_units;
+        self.write_units += other.write_units;
+    }
+}
+
+/// The traffic since the last [`Proxy::take`]: (verb or service, resource or
+/// operation) → tally.
+#[derive(Debug, Clone, Default)]
+pub struct Traffic {
+    pub calls: BTreeMap<(String, String), Tally>,
+    /// When each EC2 CreateFleet request arrived.
+    pub create_fleet_at: Vec<Instant>,
+}
+
+impl Traffic {
+    /// The sum of the calls `keep` selects by (verb or service, resource or operation).
+    pub fn total(&self, keep: impl Fn(&str, &str) -> bool) -> Tally {
+        let mut sum = Tally::default();
+        for ((group, name), tally) in &self.calls {
+            if keep(group, name) {
+                sum.add(tally);
+            }
+        }
+        sum
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upstream {
+    Kubernetes,
+    Aws,
+}
+
+/// A proxy serving in the background on the current tokio runtime.
+pub struct Proxy {
+    addr: SocketAddr,
+    traffic: Arc<Mutex<Traffic>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+type Body = BoxBody<Bytes, hyper::Error>;
+
+struct Forwarder {
+    kind: Upstream,
+    upstream: Uri,
+    client: Client<HttpConnector, Full<Bytes>>,
+    traffic: Arc<Mutex<Traffic>>,
+}
+
+impl Proxy {
+    /// Listens on a free 127.0.0.1 port and forwards every request to `upstream`
+    /// (`http://127.0.0.1:port`).
+    pub async fn start(kind: Upstream, upstream: &str) -> std::io::Result<Proxy> {
+        let upstream: Uri = upstream
+            .parse()
+            .map_err(|e| std::io::Error::other(format!("upstream {upstream:?}: {e}")))?;
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let traffic = Arc::new(Mutex::new(Traffic::default()));
+        let forwarder = Arc::new(Forwarder {
+            kind,
+            upstream,
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            traffic: traffic.clone(),
+        });
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let forwarder = forwarder.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |request| {
+                        let forwarder = forwarder.clone();
+                        async move { Ok::<_, Infallible>(forwarder.forward(request).await) }
+                    });
+                    // The function hanging up (or being killed) is not the proxy's problem.
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(Proxy {
+            addr,
+            traffic,
+            accept,
+        })
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The traffic since the last call, and start counting afresh.
+    pub fn take(&self) -> Traffic {
+        std::mem::take(&mut *self.traffic.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+impl Forwarder {
+    async fn forward(&self, request: Request<Incoming>) -> Response<Body> {
+        let (parts, body) = request.into_parts();
+        let body = match body.collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) => return failure(StatusCode::BAD_REQUEST, &format!("reading the body: {e}")),
+        };
+        let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let uri = match Uri::builder()
+            .scheme("http")
+            .authority(
+                self.upstream
+                    .authority()
+                    .map_or("127.0.0.1", |a| a.as_str()),
+            )
+            .path_and_query(path_and_query)
+            .build()
+        {
+            Ok(uri) => uri,
+            Err(e) => return failure(StatusCode::BAD_REQUEST, &format!("the path: {e}")),
+        };
+        let arrived = Instant::now();
+        let key = match self.kind {
+            Upstream::Kubernetes => kube_call(&parts.method, parts.uri.path(), parts.uri.query()),
+            Upstream::Aws => aws_call(&parts.headers, parts.uri.path(), &parts.method, &body),
+        };
+        let forwarded = match self.kind {
+            Upstream::Aws => as_ec2_pages(&key, &body),
+            Upstream::Kubernetes => None,
+        };
+        let mut upstream = Request::builder().method(parts.method.clone()).uri(uri);
+        for (name, value) in &parts.headers {
+            // The client sets Host for the upstream it connects to, and the length
+            // of a body the proxy changed.
+            let changed_length = forwarded.is_some() && name == http::header::CONTENT_LENGTH;
+            if name != http::header::HOST && !changed_length {
+                upstream = upstream.header(name, value);
+            }
+        }
+        let upstream = match upstream.body(Full::new(forwarded.unwrap_or_else(|| body.clone()))) {
+            Ok(request) => request,
+            Err(e) => return failure(StatusCode::BAD_REQUEST, &e.to_string()),
+        };
+        let response = match self.client.request(upstream).await {
+            Ok(response) => response,
+            Err(e) => return failure(StatusCode::BAD_GATEWAY, &format!("upstream: {e}")),
+        };
+        let status = response.status();
+        {
+            let mut traffic = self.traffic();
+            let tally = traffic.calls.entry(key.clone()).or_default();
+            tally.requests += 1;
+            tally.errors += u64::from(!status.is_success());
+            tally.request_bytes += body.len() as u64;
+            if key.0 == "LIST"
+                && !parts
+                    .uri
+                    .query()
+                    .is_some_and(|q| q.split('&').any(|p| p.starts_with("continue=")))
+            {
+                tally.lists += 1;
+            }
+            if key == ("ec2".to_string(), "CreateFleet".to_string()) {
+                traffic.create_fleet_at.push(arrived);
+            }
+        }
+        match self.kind {
+            Upstream::Kubernetes => {
+                let traffic = self.traffic.clone();
+                response.map(move |body| {
+                    body.map_frame(move |frame: Frame<Bytes>| {
+                        if let Some(data) = frame.data_ref() {
+                            let mut traffic = traffic.lock().unwrap_or_else(|e| e.into_inner());
+                            traffic.calls.entry(key.clone()).or_default().response_bytes +=
+                                data.len() as u64;
+                        }
+                        frame
+                    })
+                    .boxed()
+                })
+            }
+            Upstream::Aws => {
+                let (parts_out, answer) = response.into_parts();
+                let answer = match answer.collect().await {
+                    Ok(collected) => collected.to_bytes(),
+                    Err(e) => {
+                        return failure(StatusCode::BAD_GATEWAY, &format!("upstream body: {e}"));
+                    }
+                };
+                self.count_answer(&key, status, &body, &answer);
+                Response::from_parts(parts_out, Full::new(answer).map_err(|e| match e {}).boxed())
+            }
+        }
+    }
+
+    fn traffic(&self) -> std::sync::MutexGuard<'_, Traffic> {
+        self.traffic.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn count_answer(
+        &self,
+        key: &(String, String),
+        status: StatusCode,
+        request: &[u8],
+        answer: &[u8],
+    ) {
+        let units = (key.0 == "dynamodb").then(|| {
+            let request: Value = serde_json::from_slice(request).unwrap_or(Value::Null);
+            let response: Option<Value> = status
+                .is_success()
+                .then(|| serde_json::from_slice(answer).ok())
+                .flatten();
+            let is_write = matches!(
+                key.1.as_str(),
+                "PutItem" | "UpdateItem" | "DeleteItem" | "BatchWriteItem" | "TransactWriteItems"
+            );
+            // A failed conditional write still consumes write units; a failed read
+            // returned nothing.
+            (status.is_success() || is_write)
+                .then(|| dynamo_units::estimate(&key.1, &request, response.as_ref()))
+                .unwrap_or_default()
+        });
+        let mut traffic = self.traffic();
+        let tally = traffic.calls.entry(key.clone()).or_default();
+        tally.response_bytes += answer.len() as u64;
+        if let Some(units) = units {
+            tally.read_units += units.read;
+            tally.write_units += units.write;
+        }
+    }
+}
+
+/// What EC2 would page, asked of moto so that it pages the same: a DescribeInstances
+/// without `MaxResults` is answered whole by EC2, but moto pages it by 100 and filters
+/// every instance again for each page (27 s for 1,000 instances on the 2-core
+/// machine, where one page takes 7 s). The function reads the same instances either
+/// way. `None`: forward the body as it is.
+fn as_ec2_pages(key: &(String, String), body: &[u8]) -> Option<Bytes> {
+    if key.0 != "ec2" || key.1 != "DescribeInstances" {
+        return None;
+    }
+    let form = std::str::from_utf8(body).ok()?;
+    let paged = form
+        .split('&')
+        .any(|p| p.starts_with("MaxResults=") || p.starts_with("NextToken="));
+    (!paged).then(|| Bytes::from(format!("{form}&MaxResults={WHOLE}")))
+}
+
+/// A page size no cluster reaches: the whole answer.
+const WHOLE: u32 = 1_000_000;
+
+fn failure(status: StatusCode, message: &str) -> Response<Body> {
+    let mut response = Response::new(
+        Full::new(Bytes::from(format!("nodewright-bench proxy: {message}")))
+            .map_err(|e| match e {})
+            .boxed(),
+    );
+    *response.status_mut() = status;
+    response
+}
+
+/// (verb, resource) of a Kubernetes API request: `("LIST", "pods")`,
+/// `("PATCH", "nodes/status")`, `("GET", "version")`.
+pub fn kube_call(method: &http::Method, path: &str, query: Option<&str>) -> (String, String) {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let rest = match segments.as_slice() {
+        ["api", _version, rest @ ..] => rest,
+        ["apis", _group, _version, rest @ ..] => rest,
+        _ => return (method.to_string(), path.trim_matches('/').to_string()),
+    };
+    let rest = match rest {
+        ["namespaces", _ns, rest @ ..] if !rest.is_empty() => rest,
+        rest => rest,
+    };
+    let (resource, named, subresource) = match rest {
+        [plural] => (*plural, false, None),
+        [plural, _name] => (*plural, true, None),
+        [plural, _name, sub, ..] => (*plural, true, Some(*sub)),
+        [] => ("", false, None),
+    };
+    let resource = match subresource {
+        Some(sub) => format!("{resource}/{sub}"),
+        None => resource.to_string(),
+    };
+    let watching =
+        query.is_some_and(|q| q.split('&').any(|p| matches!(p, "watch=true" | "watch=1")));
+    let verb = match (method.as_str(), named) {
+        ("GET", false) if watching => "WATCH",
+        ("GET", false) => "LIST",
+        (m, _) => m,
+    };
+    (verb.to_string(), resource)
+}
+
+/// (service, operation) of an AWS request: the service from SigV4's credential scope,
+/// the operation from `X-Amz-Target` (JSON protocols), `Action` (query protocol), or
+/// the method and first path segment (REST, as EKS).
+pub fn aws_call(
+    headers: &HeaderMap,
+    path: &str,
+    method: &http::Method,
+    body: &[u8],
+) -> (String, String) {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let service = header("authorization")
+        .and_then(|auth| auth.split("Credential=").nth(1))
+        .and_then(|scope| scope.split('/').nth(3))
+        .unwrap_or("unknown")
+        .to_string();
+    if let Some(target) = header("x-amz-target") {
+        let operation = target.rsplit('.').next().unwrap_or(target);
+        return (service, operation.to_string());
+    }
+    let form = std::str::from_utf8(body).unwrap_or("");
+    if let Some(action) = form
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("Action="))
+    {
+        return (service, action.to_string());
+    }
+    let first = path.trim_matches('/').split('/').next().unwrap_or("");
+    (service, format!("{method} /{first}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use http::Method;
+
+    use super::*;
+
+    #[test]
+    fn kubernetes_requests_are_named_by_verb_and_resource() {
+        let call = |m: Method, p: &str, q: Option<&str>| kube_call(&m, p, q);
+        let named = |v: &str, r: &str| (v.to_string(), r.to_string());
+        assert_eq!(
+            call(Method::GET, "/api/v1/pods", Some("limit=500")),
+            named("LIST", "pods")
+        );
+        assert_eq!(
+            call(
+                Method::GET,
+                "/api/v1/pods",
+                Some("watch=true&resourceVersion=7&allowWatchBookmarks=true")
+            ),
+            named("WATCH", "pods")
+        );
+        assert_eq!(
+            call(Method::GET, "/apis/karpenter.sh/v1/nodepools", None),
+            named("LIST", "nodepools")
+        );
+        assert_eq!(
+            call(
+                Method::PATCH,
+                "/apis/karpenter.k8s.aws/v1/ec2nodeclasses/default/status",
+                None
+            ),
+            named("PATCH", "ec2nodeclasses/status")
+        );
+        assert_eq!(
+            call(Method::POST, "/api/v1/namespaces/default/events", None),
+            named("POST", "events")
+        );
+        assert_eq!(
+            call(Method::GET, "/api/v1/namespaces/default/pods/web-1", None),
+            named("GET", "pods")
+        );
+        assert_eq!(
+            call(Method::GET, "/api/v1/namespaces/default", None),
+            named("GET", "namespaces")
+        );
+        assert_eq!(call(Method::GET, "/version", None), named("GET", "version"));
+    }
+
+    #[test]
+    fn moto_is_asked_for_describe_instances_whole_unless_the_caller_pages() {
+        let describe = ("ec2".to_string(), "DescribeInstances".to_string());
+        assert_eq!(
+            as_ec2_pages(&describe, b"Action=DescribeInstances&Version=2016-11-15").as_deref(),
+            Some(&b"Action=DescribeInstances&Version=2016-11-15&MaxResults=1000000"[..])
+        );
+        assert_eq!(
+            as_ec2_pages(&describe, b"Action=DescribeInstances&MaxResults=5"),
+            None
+        );
+        assert_eq!(
+            as_ec2_pages(&describe, b"Action=DescribeInstances&NextToken=abc"),
+            None
+        );
+        let other = ("ec2".to_string(), "DescribeSubnets".to_string());
+        assert_eq!(as_ec2_pages(&other, b"Action=DescribeSubnets"), None);
+    }
+
+    #[test]
+    fn aws_requests_are_named_by_service_and_operation() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "authorization",
+            "AWS4-HMAC-SHA256 Credential=test/20261120/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=0"
+                .parse()
+                .unwrap(),
+        );
+        headers.insert("x-amz-target", "DynamoDB_20120810.Query".parse().unwrap());
+        assert_eq!(
+            aws_call(&headers, "/", &Method::POST, b"{}"),
+            ("dynamodb".to_string(), "Query".to_string())
+        );
+        headers.remove("x-amz-target");
+        headers.insert(
+            "authorization",
+            "AWS4-HMAC-SHA256 Credential=test/20261120/us-east-1/ec2/aws4_request"
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(
+            aws_call(
+                &headers,
+                "/",
+                &Method::POST,
+                b"Action=DescribeInstances&Version=2016-11-15"
+            ),
+            ("ec2".to_string(), "DescribeInstances".to_string())
+        );
+        assert_eq!(
+            aws_call(&headers, "/clusters/prod", &Method::GET, b""),
+            ("ec2".to_string(), "GET /clusters".to_string())
+        );
+    }
+}

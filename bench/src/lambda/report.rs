@@ -1,0 +1,480 @@
+//! The figures: one table per function and cluster size with every invocation's
+//! measurements, then what the measured (warm) invocations' CPU time comes to at each
+//! memory size. Lambda gives a function CPU in proportion to its memory, 1 vCPU at
+//! 1,769 MB; the functions run one thread (tokio's current-thread runtime), so more
+//! than one vCPU does not make them faster: wall ≈ CPU-s ÷ min(M / 1769, 1).
+
+use serde_json::{Value, json};
+
+use super::proxy::{Tally, Traffic};
+
+/// Lambda's memory size that gives one full vCPU.
+pub const MB_PER_VCPU: f64 = 1769.0;
+/// The schedule fires once a minute: the CPU a minute's invocation may use at a share.
+const MINUTE_S: f64 = 60.0;
+
+/// One invocation (or the cold start's init phase, label `init`).
+#[derive(Debug, Clone, Default)]
+pub struct Measured {
+    /// `init`, `cold`, then `1`, `2`... for the measured ones.
+    pub label: String,
+    pub cpu_s: f64,
+    /// Event handed over → response posted (init: exec → first `next`).
+    pub wall_s: f64,
+    /// The process's peak resident set during this invocation (init: since exec).
+    pub peak_rss_bytes: u64,
+    pub kube: Traffic,
+    /// Response body bytes the fake API server counted itself (`bytes_served`): the
+    /// proxy's Kubernetes bytes less HTTP framing, a cross-check.
+    pub fake_bytes_served: u64,
+    pub aws: Traffic,
+    /// What the function returned.
+    pub response: Option<Value>,
+    /// Its error body, when it failed.
+    pub error: Option<String>,
+    /// Event handed over → first CreateFleet request, when there was one.
+    pub first_launch_s: Option<f64>,
+    /// Pending pods created just before this invocation.
+    pub burst_pods: usize,
+}
+
+impl Measured {
+    fn measured(&self) -> bool {
+        self.label.parse::<usize>().is_ok()
+    }
+
+    fn kube_group(&self, group: &str) -> Tally {
+        self.kube.total(|verb, _| kube_group(verb) == group)
+    }
+
+    /// Lists of every pod begun: one per tick's gather, one per poll of the
+    /// provisioner's loop (as long as it re-lists).
+    fn pod_lists(&self) -> u64 {
+        self.kube
+            .total(|verb, resource| verb == "LIST" && resource == "pods")
+            .lists
+    }
+
+    fn kube_all(&self) -> Tally {
+        self.kube.total(|_, _| true)
+    }
+
+    fn service(&self, service: &str) -> Tally {
+        self.aws.total(|s, _| s == service)
+    }
+
+    fn other_aws(&self) -> Tally {
+        self.aws.total(|s, _| s != "dynamodb" && s != "ec2")
+    }
+
+    /// What the function said it did, in a few words.
+    fn result(&self) -> String {
+        if let Some(error) = &self.error {
+            let error_type = serde_json::from_str::<Value>(error)
+                .ok()
+                .and_then(|e| e["errorType"].as_str().map(str::to_string))
+                .unwrap_or_else(|| "error".into());
+            return format!("FAILED {error_type}");
+        }
+        let Some(r) = &self.response else {
+            return String::new();
+        };
+        let count = |field: &str| r[field].as_array().map_or(0, Vec::len);
+        if r.get("ticks").is_some() {
+            // The provisioner's summary.
+            format!(
+                "{} ticks, {} launched, {}",
+                r["ticks"].as_u64().unwrap_or(0),
+                count("launched"),
+                r["outcome"].as_str().unwrap_or("?")
+            )
+        } else if r.get("started").is_some() {
+            // The disruption function's.
+            match r["skipped"].as_str() {
+                Some(why) => format!("skipped: {why}"),
+                None => format!(
+                    "{} started, {} rejected",
+                    count("started"),
+                    r["rejected"].as_u64().unwrap_or(0)
+                ),
+            }
+        } else {
+            "responded".into()
+        }
+    }
+}
+
+/// One function at one cluster size.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub function: String,
+    pub nodes: usize,
+    pub pods: usize,
+    pub scenario: String,
+    pub poll_interval: String,
+    pub gap_s: f64,
+    pub binary: String,
+    /// `AWS_LAMBDA_FUNCTION_MEMORY_SIZE` given to the process (nothing reads it for
+    /// sizing; the CPU share is computed).
+    pub function_memory_mb: u32,
+    pub log: String,
+    pub invocations: Vec<Measured>,
+}
+
+impl Run {
+    fn measured(&self) -> impl Iterator<Item = &Measured> {
+        self.invocations.iter().filter(|m| m.measured())
+    }
+
+    fn mean_cpu_s(&self) -> f64 {
+        mean(self.measured().map(|m| m.cpu_s))
+    }
+
+    fn max_cpu_s(&self) -> f64 {
+        self.measured().map(|m| m.cpu_s).fold(0.0, f64::max)
+    }
+
+    fn peak_rss_bytes(&self) -> u64 {
+        self.invocations
+            .iter()
+            .map(|m| m.peak_rss_bytes)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The invocation's wall budget: the provisioner keeps polling for 55 s of its
+    /// minute (`MAX_BUDGET`); the disruption function has its 60 s timeout.
+    fn wall_budget_s(&self) -> f64 {
+        if self.function == "provisioner" {
+            55.0
+        } else {
+            60.0
+        }
+    }
+}
+
+fn kube_group(verb: &str) -> &'static str {
+    match verb {
+        "LIST" => "LIST",
+        "WATCH" => "WATCH",
+        _ => "other",
+    }
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> f64 {
+    let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    if n == 0 { 0.0 } else { sum / n as f64 }
+}
+
+fn vcpu(memory_mb: u32) -> f64 {
+    f64::from(memory_mb) / MB_PER_VCPU
+}
+
+/// Wall seconds `cpu_s` takes at `memory_mb` (one thread: at most one vCPU counts).
+pub fn wall_at(cpu_s: f64, memory_mb: u32) -> f64 {
+    cpu_s / vcpu(memory_mb).min(1.0)
+}
+
+/// The share of a minute's CPU at `memory_mb` that `cpu_s` uses, in percent.
+pub fn minute_budget_pct(cpu_s: f64, memory_mb: u32) -> f64 {
+    100.0 * cpu_s / (MINUTE_S * vcpu(memory_mb).min(1.0))
+}
+
+fn mb(bytes: u64) -> f64 {
+    bytes as f64 / 1e6
+}
+
+/// One line per invocation while the bench runs (stderr).
+pub fn progress_line(m: &Measured) -> String {
+    format!(
+        "invocation {}: {:.2} CPU-s, {:.1} s wall, {:.0} MB peak; {}",
+        m.label,
+        m.cpu_s,
+        m.wall_s,
+        mb(m.peak_rss_bytes),
+        m.result()
+    )
+}
+
+/// The tables for one run.
+pub fn tables(run: &Run, memory: &[u32]) -> String {
+    let mut out = String::new();
+    let line = |out: &mut String, s: String| {
+        out.push_str(&s);
+        out.push('\n');
+    };
+    line(
+        &mut out,
+        format!(
+            "\n{} — {} nodes, {} pods, scenario {}, poll {}, frozen {:.0} s between invocations",
+            run.function, run.nodes, run.pods, run.scenario, run.poll_interval, run.gap_s
+        ),
+    );
+    line(&mut out, format!("binary {} (log {})", run.binary, run.log));
+    line(
+        &mut out,
+        format!(
+            "{:<5} {:>7} {:>7} {:>7} {:>9} {:>13} {:>5} {:>5} {:>8} {:>6} {:>7} {:>7} {:>5} {:>5} {:>7}  {}",
+            "inv",
+            "CPU-s",
+            "wall s",
+            "RSS MB",
+            "pod lists",
+            "k8s LIST/lists",
+            "WATCH",
+            "other",
+            "k8s MB",
+            "DDB",
+            "RCU",
+            "WCU",
+            "EC2",
+            "AWS+",
+            "launch",
+            "result"
+        ),
+    );
+    for m in &run.invocations {
+        let list = m.kube_group("LIST");
+        let ddb = m.service("dynamodb");
+        line(
+            &mut out,
+            format!(
+                "{:<5} {:>7.2} {:>7.1} {:>7.0} {:>9} {:>13} {:>5} {:>5} {:>8.2} {:>6} {:>7.1} {:>7.1} {:>5} {:>5} {:>7}  {}",
+                m.label,
+                m.cpu_s,
+                m.wall_s,
+                mb(m.peak_rss_bytes),
+                m.pod_lists(),
+                format!("{}/{}", list.requests, list.lists),
+                m.kube_group("WATCH").requests,
+                m.kube_group("other").requests,
+                mb(m.kube_all().response_bytes),
+                ddb.requests,
+                ddb.read_units,
+                ddb.write_units,
+                m.service("ec2").requests,
+                m.other_aws().requests,
+                m.first_launch_s
+                    .map_or("-".to_string(), |s| format!("{s:.1}s")),
+                m.result()
+            ),
+        );
+    }
+    let mean_cpu = run.mean_cpu_s();
+    line(
+        &mut out,
+        format!(
+            "measured invocations: mean {mean_cpu:.2} CPU-s, max {:.2}; one invocation per scheduled minute, so CPU-s per minute = CPU-s per invocation",
+            run.max_cpu_s()
+        ),
+    );
+    line(
+        &mut out,
+        format!(
+            "{:>8} {:>6} {:>13} {:>13} {:>16} {:>14}",
+            "memory", "vCPU", "wall (mean)", "wall (max)", "% of minute CPU", "peak RSS fits"
+        ),
+    );
+    let budget = run.wall_budget_s();
+    for &m in memory {
+        let wall = wall_at(mean_cpu, m);
+        let rss_fits = mb(run.peak_rss_bytes()) <= f64::from(m) * 1.048_576;
+        line(
+            &mut out,
+            format!(
+                "{:>5} MB {:>6.3} {:>12.1}s {:>12.1}s {:>15.1}% {:>14}{}",
+                m,
+                vcpu(m),
+                wall,
+                wall_at(run.max_cpu_s(), m),
+                minute_budget_pct(mean_cpu, m),
+                if rss_fits { "yes" } else { "NO" },
+                if wall > budget {
+                    format!("  (over the {budget:.0} s the invocation has)")
+                } else {
+                    String::new()
+                }
+            ),
+        );
+    }
+    let aws: Vec<String> = calls_by_count(&run.measured().collect::<Vec<_>>(), Side::Aws)
+        .into_iter()
+        .take(12)
+        .collect();
+    line(
+        &mut out,
+        format!(
+            "AWS calls in the measured invocations (total): {}",
+            aws.join(", ")
+        ),
+    );
+    let kube: Vec<String> = calls_by_count(&run.measured().collect::<Vec<_>>(), Side::Kube)
+        .into_iter()
+        .take(12)
+        .collect();
+    line(
+        &mut out,
+        format!(
+            "Kubernetes requests in the measured invocations (total): {}",
+            kube.join(", ")
+        ),
+    );
+    out
+}
+
+#[derive(Clone, Copy)]
+enum Side {
+    Kube,
+    Aws,
+}
+
+/// `"dynamodb Query 12 (4.5 RCU)"`... summed over `invocations`, most requests first.
+fn calls_by_count(invocations: &[&Measured], side: Side) -> Vec<String> {
+    let mut sums: std::collections::BTreeMap<(String, String), Tally> = Default::default();
+    for m in invocations {
+        let traffic = match side {
+            Side::Kube => &m.kube,
+            Side::Aws => &m.aws,
+        };
+        for (key, tally) in &traffic.calls {
+            let sum = sums.entry(key.clone()).or_default();
+            sum.requests += tally.requests;
+            sum.response_bytes += tally.response_bytes;
+            sum.read_units += tally.read_units;
+            sum.write_units += tally.write_units;
+        }
+    }
+    let mut sums: Vec<_> = sums.into_iter().collect();
+    sums.sort_by(|a, b| b.1.requests.cmp(&a.1.requests).then(a.0.cmp(&b.0)));
+    sums.into_iter()
+        .map(|((group, name), t)| {
+            let units = if t.read_units + t.write_units > 0.0 {
+                format!(" ({:.1} RCU, {:.1} WCU)", t.read_units, t.write_units)
+            } else {
+                String::new()
+            };
+            format!(
+                "{group} {name} {} [{:.2} MB]{units}",
+                t.requests,
+                mb(t.response_bytes)
+            )
+        })
+        .collect()
+}
+
+fn tally_json(t: &Tally) -> Value {
+    json!({
+        "requests": t.requests,
+        "errors": t.errors,
+        "lists": t.lists,
+        "request_bytes": t.request_bytes,
+        "response_bytes": t.response_bytes,
+        "read_units": t.read_units,
+        "write_units": t.write_units,
+    })
+}
+
+fn traffic_json(traffic: &Traffic) -> Value {
+    traffic
+        .calls
+        .iter()
+        .map(|((group, name), t)| {
+            let mut v = tally_json(t);
+            v["group"] = json!(group);
+            v["name"] = json!(name);
+            v
+        })
+        .collect()
+}
+
+/// Every figure of every run, for pasting into tables.
+pub fn json(runs: &[Run], memory: &[u32]) -> Value {
+    let runs: Vec<Value> = runs
+        .iter()
+        .map(|run| {
+            let invocations: Vec<Value> = run
+                .invocations
+                .iter()
+                .map(|m| {
+                    json!({
+                        "label": m.label,
+                        "measured": m.measured(),
+                        "cpu_s": m.cpu_s,
+                        "wall_s": m.wall_s,
+                        "peak_rss_mb": mb(m.peak_rss_bytes),
+                        "burst_pods": m.burst_pods,
+                        "first_create_fleet_s": m.first_launch_s,
+                        "kubernetes": {
+                            "pod_lists": m.pod_lists(),
+                            "list": tally_json(&m.kube_group("LIST")),
+                            "watch": tally_json(&m.kube_group("WATCH")),
+                            "other": tally_json(&m.kube_group("other")),
+                            "calls": traffic_json(&m.kube),
+                            "fake_bytes_served": m.fake_bytes_served,
+                        },
+                        "dynamodb": tally_json(&m.service("dynamodb")),
+                        "ec2": tally_json(&m.service("ec2")),
+                        "other_aws": tally_json(&m.other_aws()),
+                        "aws_calls": traffic_json(&m.aws),
+                        "result": m.result(),
+                        "response": m.response,
+                        "error": m.error,
+                    })
+                })
+                .collect();
+            let mean_cpu = run.mean_cpu_s();
+            let at_memory: Vec<Value> = memory
+                .iter()
+                .map(|&m| {
+                    json!({
+                        "memory_mb": m,
+                        "vcpu": vcpu(m),
+                        "wall_s_mean": wall_at(mean_cpu, m),
+                        "wall_s_max": wall_at(run.max_cpu_s(), m),
+                        "minute_cpu_pct": minute_budget_pct(mean_cpu, m),
+                        "peak_rss_fits": mb(run.peak_rss_bytes()) <= f64::from(m) * 1.048_576,
+                    })
+                })
+                .collect();
+            json!({
+                "function": run.function,
+                "nodes": run.nodes,
+                "pods": run.pods,
+                "scenario": run.scenario,
+                "poll_interval": run.poll_interval,
+                "frozen_gap_s": run.gap_s,
+                "binary": run.binary,
+                "function_memory_mb": run.function_memory_mb,
+                "log": run.log,
+                "cpu_s_mean": mean_cpu,
+                "cpu_s_max": run.max_cpu_s(),
+                "peak_rss_mb": mb(run.peak_rss_bytes()),
+                "invocations": invocations,
+                "at_memory": at_memory,
+            })
+        })
+        .collect();
+    json!({
+        "mb_per_vcpu": MB_PER_VCPU,
+        "dynamodb_units": "estimated from request and response JSON with DynamoDB's item-size rules",
+        "runs": runs,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_time_becomes_wall_time_at_lambdas_share() {
+        assert!((wall_at(1.0, 1769) - 1.0).abs() < 1e-9);
+        assert!((wall_at(1.0, 256) - 1769.0 / 256.0).abs() < 1e-9);
+        assert_eq!(
+            wall_at(2.0, 3538),
+            2.0,
+            "one thread: no faster past one vCPU"
+        );
+        // 256 MB: 0.1447 vCPU → 8.68 CPU-s a minute.
+        assert!((minute_budget_pct(8.68, 256) - 100.0).abs() < 0.1);
+    }
+}
