@@ -31,6 +31,10 @@ if grep -qE '^warning' "$build_log"; then
   exit 1
 fi
 
+step "format and lints: cargo fmt --check, cargo clippy (warnings are errors)"
+cargo fmt --all --check
+cargo clippy --workspace --all-targets -- -D warnings
+
 step "tools (PyPI, rustup), then template.yaml: cfn-lint, sam validate --lint, IAM and queue checks"
 tools_status=0
 wait "$tools_pid" || tools_status=$?

@@ -46,6 +46,8 @@ use world::World;
 /// The functions' `Timeout` in template.yaml: the deadline each invocation is given.
 const PROVISIONER_TIMEOUT: Duration = Duration::from_secs(70);
 const DISRUPTION_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often a long invocation is reported on stderr while the bench waits.
+const PROGRESS_EVERY: Duration = Duration::from_secs(60);
 /// A cold start that has not asked for its first event by then has failed.
 const INIT_TIMEOUT: Duration = Duration::from_secs(600);
 /// A scheduled event as EventBridge delivers it (the functions do not read it).
@@ -106,6 +108,14 @@ pub struct LambdaArgs {
     /// Pending pods created at the start of the first measured invocation (burst).
     #[arg(long, default_value_t = 200)]
     pub burst_pods: usize,
+    /// Seconds to wait for an invocation to end before giving up (Lambda would have
+    /// stopped it at its timeout; the table marks an invocation that ran past it).
+    #[arg(long, default_value_t = 900.0)]
+    pub max_wait: f64,
+    /// Ask moto every DescribeInstances, however slow, instead of giving its earlier
+    /// identical answer again while no EC2 write happened (see the AWS proxy).
+    #[arg(long)]
+    pub no_replay: bool,
     /// `NODEWRIGHT_POLL_INTERVAL` (template.yaml's default).
     #[arg(long, default_value = "5s")]
     pub poll_interval: String,
@@ -183,10 +193,7 @@ pub fn run(args: &LambdaArgs) -> Result<(), String> {
 }
 
 fn default_binary(function: Function) -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    target.join("release").join(function.binary_name())
+    crate::child::release_binary(function.binary_name())
 }
 
 /// One cluster size: a fresh world (moto reset first, so earlier sizes' instances do
@@ -203,9 +210,14 @@ async fn measure_size(
     let kube = Proxy::start(Upstream::Kubernetes, &world.api.url())
         .await
         .map_err(|e| format!("Kubernetes proxy: {e}"))?;
-    let aws = Proxy::start(Upstream::Aws, moto)
-        .await
-        .map_err(|e| format!("AWS proxy: {e}"))?;
+    let aws = Proxy::start(
+        Upstream::Aws {
+            replay: !args.no_replay,
+        },
+        moto,
+    )
+    .await
+    .map_err(|e| format!("AWS proxy: {e}"))?;
     let mut api = RuntimeApi::start()
         .await
         .map_err(|e| format!("Runtime API: {e}"))?;
@@ -270,9 +282,12 @@ async fn measure_size(
             timeout: args.function.timeout(),
             function_arn: function_arn.clone(),
         });
-        let deadline = args.function.timeout() + Duration::from_secs(60);
+        // Lambda would stop an invocation at its timeout; the bench lets it run on, so
+        // that what a tick costs is measured even where the emulators are too slow
+        // for it (the report marks it).
+        let max_wait = Duration::from_secs_f64(args.max_wait.max(1.0));
         let (ended, response, error) =
-            wait_outcome(&mut api, &mut child, deadline, &request_id).await?;
+            wait_outcome(&mut api, &mut child, max_wait, &request_id).await?;
         match wait_idle(&mut api, &mut child, Duration::from_secs(60)).await? {
             Idle::Waiting(_) => {}
             Idle::InitError(why) => return Err(why),
@@ -306,6 +321,7 @@ async fn measure_size(
         pods: world.pods,
         scenario: format!("{:?}", args.scenario).to_lowercase(),
         poll_interval: args.poll_interval.clone(),
+        timeout_s: args.function.timeout().as_secs_f64(),
         gap_s: args.gap,
         binary: binary.display().to_string(),
         function_memory_mb: memory,
@@ -423,7 +439,9 @@ async fn wait_outcome(
     timeout: Duration,
     request_id: &str,
 ) -> Result<(Instant, Option<Value>, Option<String>), String> {
-    let end = Instant::now() + timeout;
+    let started = Instant::now();
+    let end = started + timeout;
+    let mut next_note = started + PROGRESS_EVERY;
     loop {
         let signal = tokio::time::timeout(Duration::from_millis(250), api.signal()).await;
         match signal {
@@ -453,6 +471,14 @@ async fn wait_outcome(
             return Err(format!(
                 "the function exited during invocation {request_id} ({status})"
             ));
+        }
+        if Instant::now() > next_note {
+            next_note += PROGRESS_EVERY;
+            eprintln!(
+                "  invocation {request_id} still running after {:.0} s ({:.1} CPU-s so far in the process)",
+                started.elapsed().as_secs_f64(),
+                child.cpu_seconds().unwrap_or(0.0)
+            );
         }
         if Instant::now() > end {
             return Err(format!(

@@ -1,5 +1,6 @@
 //! `nodewright`: simulate the whole autoscaler on a virtual clock, plan provisioning
-//! offline, validate manifests, read interruption events, run benchmarks.
+//! and decide disruption offline, validate manifests, read interruption events. (The
+//! benchmarks are the dev-only `nodewright-bench`, not shipped.)
 //!
 //! Exit codes: 0 success; 1 the input was read but is invalid (one line per problem),
 //! or a simulation broke an end-state invariant (one line each); 2 an input could not
@@ -24,7 +25,6 @@ use nodewright_core::snapshot::parse_snapshot_reader;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-mod bench;
 mod chart;
 mod disrupt;
 mod event;
@@ -59,8 +59,6 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
-    /// Measure planning speed, memory and cost quality (prints figures).
-    Bench(bench::BenchArgs),
     /// Show how nodewright reads an EventBridge interruption event: kind, instances, action.
     Event(event::EventArgs),
 }
@@ -108,7 +106,6 @@ fn main() -> ExitCode {
         Command::Plan(args) => plan(&args),
         Command::Disrupt(args) => disrupt::run(&args),
         Command::Validate { files } => validate(&files),
-        Command::Bench(args) => bench::run(&args).map_err(Failure::Unusable),
         Command::Event(args) => event::run(&args).map_err(|e| Failure::Unusable(e.to_string())),
     };
     match result {

@@ -1,8 +1,8 @@
 //! The Kubernetes side of a steady cluster, as the API server returns it: N Ready
 //! nodes of one type (NodePool `default`, registered and initialized as nodewright
 //! leaves them), each running 25 pods — the two DaemonSets' (aws-node, kube-proxy)
-//! and 23 workload pods of the shapes `nodewright bench` uses for its real workload
-//! (web 40%: 250m–1 cpu, 256Mi–1Gi, zone spread; worker 25%: 1–2 cpu, 2–4Gi; cache
+//! and 23 workload pods of the simulator's mixed workload
+//! (`sim::workload::mixed_deployment`: web 40%: 250m–1 cpu, 256Mi–1Gi, zone spread; worker 25%: 1–2 cpu, 2–4Gi; cache
 //! 15%: 500m, 4–8Gi, hostname anti-affinity; batch 20%: 2–4 cpu, 1–2Gi), spread over
 //! many Deployments, some of them behind PodDisruptionBudgets.
 //!
@@ -16,6 +16,10 @@
 use nodewright_core::catalog::{
     Catalog, InstanceType, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE,
     LABEL_NODEPOOL, LABEL_REGION, LABEL_ZONE,
+};
+use nodewright_engine::sim::rng::Rng;
+use nodewright_engine::sim::workload::{
+    MIXED_MIN_CPU_MILLI, MIXED_MIN_MEMORY_MIB, mixed_deployment,
 };
 use serde_json::{Map, Value, json};
 
@@ -32,8 +36,8 @@ pub const PODS_PER_NODE: usize = 25;
 const LABEL_NODECLAIM: &str = "karpenter.sh/nodeclaim";
 const DAEMONSETS: [(&str, i64, i64); 2] = [("aws-node", 25, 40), ("kube-proxy", 100, 50)];
 /// The smallest workload pod: what the filler on every node is at least.
-const MIN_CPU: i64 = 250;
-const MIN_MEM_MIB: i64 = 256;
+const MIN_CPU: i64 = MIXED_MIN_CPU_MILLI;
+const MIN_MEM_MIB: i64 = MIXED_MIN_MEMORY_MIB;
 /// Replicas per Deployment on average (Deployments = workload pods / this).
 const REPLICAS: usize = 10;
 /// One Deployment in this many has a PodDisruptionBudget.
@@ -71,32 +75,6 @@ pub fn node_type() -> Result<&'static InstanceType, String> {
         .ok_or_else(|| format!("{NODE_TYPE} is not in the embedded catalog"))
 }
 
-/// xorshift64*: the same cluster on every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())]
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Web,
@@ -123,35 +101,19 @@ fn deployments(count: usize, rng: &mut Rng) -> Vec<Deployment> {
         mem_mib: MIN_MEM_MIB,
     }];
     for d in 1..count.max(1) {
-        let (kind, cpu, mem_mib) = match rng.below(100) {
-            0..40 => (
-                Kind::Web,
-                rng.pick(&[250, 500, 750, 1000]),
-                rng.pick(&[256, 512, 768, 1024]),
-            ),
-            40..65 => (
-                Kind::Worker,
-                rng.pick(&[1000, 1500, 2000]),
-                rng.pick(&[2048, 3072, 4096]),
-            ),
-            65..80 => (Kind::Cache, 500, rng.pick(&[4096, 6144, 8192])),
-            _ => (
-                Kind::Batch,
-                rng.pick(&[2000, 3000, 4000]),
-                rng.pick(&[1024, 1536, 2048]),
-            ),
+        let drawn = mixed_deployment(rng, d);
+        let kind = match drawn.name.split_once('-').map(|(kind, _)| kind) {
+            Some("web") => Kind::Web,
+            Some("worker") => Kind::Worker,
+            Some("cache") => Kind::Cache,
+            _ => Kind::Batch,
         };
-        let name = match kind {
-            Kind::Web => "web",
-            Kind::Worker => "worker",
-            Kind::Cache => "cache",
-            Kind::Batch => "batch",
-        };
+        let requests = &drawn.template.requests;
         out.push(Deployment {
-            app: format!("{name}-{d}"),
             kind,
-            cpu,
-            mem_mib,
+            cpu: requests.get_milli("cpu"),
+            mem_mib: requests.get_milli("memory") / 1000 / (1 << 20),
+            app: drawn.name,
         });
     }
     out
@@ -255,9 +217,9 @@ pub fn pending_pods(count: usize) -> Vec<Value> {
     (0..count)
         .map(|i| {
             let (kind, cpu, mem) = match i % 3 {
-                0 => (Kind::Web, rng.pick(&[250, 500, 1000]), 512),
-                1 => (Kind::Worker, rng.pick(&[1000, 2000]), 2048),
-                _ => (Kind::Batch, rng.pick(&[2000, 4000]), 1024),
+                0 => (Kind::Web, rng.one_of([250, 500, 1000]), 512),
+                1 => (Kind::Worker, rng.one_of([1000, 2000]), 2048),
+                _ => (Kind::Batch, rng.one_of([2000, 4000]), 1024),
             };
             let app = format!("burst-{}", i % 3);
             PodShape {

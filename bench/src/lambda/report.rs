@@ -43,6 +43,11 @@ impl Measured {
         self.label.parse::<usize>().is_ok()
     }
 
+    /// An invocation (not the init phase).
+    fn measured_or_cold(&self) -> bool {
+        self.label != "init"
+    }
+
     fn kube_group(&self, group: &str) -> Tally {
         self.kube.total(|verb, _| kube_group(verb) == group)
     }
@@ -112,6 +117,8 @@ pub struct Run {
     pub pods: usize,
     pub scenario: String,
     pub poll_interval: String,
+    /// The function's timeout (template.yaml): Lambda stops an invocation then.
+    pub timeout_s: f64,
     pub gap_s: f64,
     pub binary: String,
     /// `AWS_LAMBDA_FUNCTION_MEMORY_SIZE` given to the process (nothing reads it for
@@ -256,7 +263,15 @@ pub fn tables(run: &Run, memory: &[u32]) -> String {
                 m.other_aws().requests,
                 m.first_launch_s
                     .map_or("-".to_string(), |s| format!("{s:.1}s")),
-                m.result()
+                if m.measured_or_cold() && m.wall_s > run.timeout_s {
+                    format!(
+                        "{} — ran past the {:.0} s timeout: Lambda would have stopped it",
+                        m.result(),
+                        run.timeout_s
+                    )
+                } else {
+                    m.result()
+                }
             ),
         );
     }
@@ -342,6 +357,7 @@ fn calls_by_count(invocations: &[&Measured], side: Side) -> Vec<String> {
             sum.response_bytes += tally.response_bytes;
             sum.read_units += tally.read_units;
             sum.write_units += tally.write_units;
+            sum.replayed += tally.replayed;
         }
     }
     let mut sums: Vec<_> = sums.into_iter().collect();
@@ -353,8 +369,13 @@ fn calls_by_count(invocations: &[&Measured], side: Side) -> Vec<String> {
             } else {
                 String::new()
             };
+            let replayed = if t.replayed > 0 {
+                format!(" ({} replayed)", t.replayed)
+            } else {
+                String::new()
+            };
             format!(
-                "{group} {name} {} [{:.2} MB]{units}",
+                "{group} {name} {} [{:.2} MB]{units}{replayed}",
                 t.requests,
                 mb(t.response_bytes)
             )
@@ -371,6 +392,7 @@ fn tally_json(t: &Tally) -> Value {
         "response_bytes": t.response_bytes,
         "read_units": t.read_units,
         "write_units": t.write_units,
+        "replayed": t.replayed,
     })
 }
 
@@ -401,6 +423,7 @@ pub fn json(runs: &[Run], memory: &[u32]) -> Value {
                         "measured": m.measured(),
                         "cpu_s": m.cpu_s,
                         "wall_s": m.wall_s,
+                        "past_timeout": m.measured_or_cold() && m.wall_s > run.timeout_s,
                         "peak_rss_mb": mb(m.peak_rss_bytes),
                         "burst_pods": m.burst_pods,
                         "first_create_fleet_s": m.first_launch_s,
@@ -442,6 +465,7 @@ pub fn json(runs: &[Run], memory: &[u32]) -> Value {
                 "pods": run.pods,
                 "scenario": run.scenario,
                 "poll_interval": run.poll_interval,
+                "timeout_s": run.timeout_s,
                 "frozen_gap_s": run.gap_s,
                 "binary": run.binary,
                 "function_memory_mb": run.function_memory_mb,

@@ -17,6 +17,7 @@
 //!   the replacement is launched once, the pod moves there, the old node goes.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lambda_runtime::LambdaEvent;
@@ -26,10 +27,12 @@ use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
 use nodewright_disruption::Handler;
 use nodewright_engine::disrupt::VALIDATION_DELAY;
 use nodewright_engine::ports::Store;
-use nodewright_lambda::Config;
-use nodewright_provisioner::testing::{
+use nodewright_engine::{Provisioner, ProvisionerConfig};
+use nodewright_lambda::{Config, build_ports};
+use nodewright_provisioner::DEADLINE_MARGIN;
+use nodewright_testkit::{
     ClusterBehaviour, EmulatedCluster, GoneBy, ProvisionerSchedule, Timings, emulated_cluster,
-    lambda_context, wait_until, web_pod,
+    lambda_context, scheduled_event, wait_until, web_pod,
 };
 
 /// Each scheduled provisioner invocation's budget (shortened from 55 s, so several run).
@@ -67,6 +70,28 @@ fn budget() -> Value {
     })
 }
 
+/// The real provisioner handler (as its `main` builds it) invoked back to back in the
+/// background, each invocation with `budget` (as the one-minute schedule does with
+/// 55 s), until dropped.
+async fn provisioner_schedule(
+    env: &EmulatedCluster,
+    holder: &str,
+    budget: Duration,
+) -> ProvisionerSchedule {
+    let (ports, _) = build_ports(&env.config).await.expect("ports");
+    let handler = Arc::new(nodewright_provisioner::Handler {
+        provisioner: Provisioner::new(ports, ProvisionerConfig::new(env.cluster.clone(), holder)),
+        poll_interval: env.config.poll_interval,
+    });
+    ProvisionerSchedule::start(env, move || {
+        let handler = handler.clone();
+        async move {
+            let event = scheduled_event(budget + DEADLINE_MARGIN);
+            handler.handle(event).await.map_err(|e| e.to_string())
+        }
+    })
+}
+
 /// The cluster of a scenario, running: the Deployment's pods on the nodes the
 /// provisioner launched for them, every claim Initialized.
 struct Live {
@@ -90,7 +115,7 @@ async fn live(env: EmulatedCluster, nodes: usize) -> Live {
     env.api.put(budget());
     let started = Instant::now();
     let cluster = ClusterBehaviour::start(&env, timings()).await;
-    let schedule = ProvisionerSchedule::start(&env, "schedule", SCHEDULE_BUDGET).await;
+    let schedule = provisioner_schedule(&env, "schedule", SCHEDULE_BUDGET).await;
     let running = wait_until(SETTLE, || async {
         let claims = env.claims().await;
         cluster.pending_pods().is_empty()

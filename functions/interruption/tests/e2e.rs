@@ -35,9 +35,10 @@ use nodewright_engine::{InterruptionConfig, Provisioner, ProvisionerConfig};
 use nodewright_interruption::{Handler, ProvisionerTrigger};
 use nodewright_kube::fake::FakeApiServer;
 use nodewright_lambda::build_ports;
-use nodewright_provisioner::testing::{
-    ClusterBehaviour, EmulatedCluster, ProvisionerSchedule, Timings, emulated_cluster, invoke_for,
-    lambda_context, pending_pod, wait_until,
+use nodewright_provisioner::DEADLINE_MARGIN;
+use nodewright_testkit::{
+    ClusterBehaviour, EmulatedCluster, ProvisionerSchedule, Timings, emulated_cluster,
+    lambda_context, pending_pod, scheduled_event, wait_until,
 };
 use tokio::task::JoinHandle;
 
@@ -723,6 +724,40 @@ const FUNCTION_TIMEOUT: Duration = Duration::from_secs(60);
 /// Each scheduled provisioner invocation's budget (shortened from 55 s, so several run).
 const SCHEDULE_BUDGET: Duration = Duration::from_secs(15);
 
+/// The provisioner's handler as its `main` builds it (real config, real adapters).
+async fn provisioner(env: &EmulatedCluster, holder: &str) -> nodewright_provisioner::Handler {
+    let (ports, _) = build_ports(&env.config).await.expect("ports");
+    nodewright_provisioner::Handler {
+        provisioner: Provisioner::new(ports, ProvisionerConfig::new(env.cluster.clone(), holder)),
+        poll_interval: env.config.poll_interval,
+    }
+}
+
+/// One scheduled provisioner invocation that may keep ticking for `budget` (its
+/// deadline is `budget` + the margin the handler keeps; `Duration::ZERO` gives a
+/// single tick).
+async fn invoke_for(handler: &nodewright_provisioner::Handler, budget: Duration) -> Value {
+    let event = scheduled_event(budget + DEADLINE_MARGIN);
+    handler.handle(event).await.expect("provisioner handler")
+}
+
+/// The provisioner invoked back to back in the background, each invocation with
+/// `budget` (as the one-minute schedule does with 55 s), until dropped.
+async fn provisioner_schedule(
+    env: &EmulatedCluster,
+    holder: &str,
+    budget: Duration,
+) -> ProvisionerSchedule {
+    let handler = Arc::new(provisioner(env, holder).await);
+    ProvisionerSchedule::start(env, move || {
+        let handler = handler.clone();
+        async move {
+            let event = scheduled_event(budget + DEADLINE_MARGIN);
+            handler.handle(event).await.map_err(|e| e.to_string())
+        }
+    })
+}
+
 /// A web pod of 1.5 cpu (two fit an m5.xlarge) with 5 s of termination grace, so a drain
 /// nearing its deadline deletes pods only in its last 5 s.
 fn web(name: &str) -> Value {
@@ -791,7 +826,7 @@ async fn live_world(prefix: &str, pdb: Option<Value>) -> Live {
     let started = Instant::now();
     let cluster = ClusterBehaviour::start(&env, timings()).await;
     cluster.hold_ready(true);
-    let provisioner = env.provisioner(&format!("{prefix}-setup")).await;
+    let provisioner = provisioner(&env, &format!("{prefix}-setup")).await;
     let launched = invoke_for(&provisioner, Duration::ZERO).await;
     assert_eq!(
         launched["launched"].as_array().map(Vec::len),
@@ -1058,7 +1093,7 @@ async fn a_spot_warning_drains_the_node_to_the_end_and_nodewright_terminates_it_
     // minAvailable 1 of 2: the second eviction is refused until the first pod's
     // replacement runs on a new node.
     let live = live_world("int-spot", Some(budget(1))).await;
-    let schedule = ProvisionerSchedule::start(&live, "schedule", SCHEDULE_BUDGET).await;
+    let schedule = provisioner_schedule(&live, "schedule", SCHEDULE_BUDGET).await;
     let q = live.queue(template_max_receive_count()).await;
     let h = live.handler(RebalanceAction::Replace).await;
 
@@ -1094,7 +1129,7 @@ async fn a_spot_warning_drains_the_node_to_the_end_and_nodewright_terminates_it_
 #[ignore = "needs moto: run through tests/moto.sh"]
 async fn a_rebalance_recommendation_replaces_the_node_then_drains_and_terminates_it() {
     let live = live_world("int-rebalance", Some(budget(1))).await;
-    let schedule = ProvisionerSchedule::start(&live, "schedule", SCHEDULE_BUDGET).await;
+    let schedule = provisioner_schedule(&live, "schedule", SCHEDULE_BUDGET).await;
     let q = live.queue(template_max_receive_count()).await;
     let h = live.handler(RebalanceAction::Replace).await;
     let on_node: Vec<String> = live
@@ -1160,7 +1195,7 @@ async fn a_rebalance_recommendation_replaces_the_node_then_drains_and_terminates
 #[ignore = "needs moto: run through tests/moto.sh"]
 async fn a_spot_warning_after_a_rebalance_still_counts_and_drains_before_ec2_reclaims_the_node() {
     let live = live_world("int-escalate", Some(budget(1))).await;
-    let schedule = ProvisionerSchedule::start(&live, "schedule", SCHEDULE_BUDGET).await;
+    let schedule = provisioner_schedule(&live, "schedule", SCHEDULE_BUDGET).await;
     let q = live.queue(template_max_receive_count()).await;
     let h = live.handler(RebalanceAction::Replace).await;
     let _poller = Poller::start(&q, &h);
@@ -1201,7 +1236,7 @@ async fn a_spot_warning_after_a_rebalance_still_counts_and_drains_before_ec2_rec
 #[ignore = "needs moto: run through tests/moto.sh"]
 async fn a_terminated_notice_after_a_disruption_cleans_up_the_claim_and_the_node() {
     let live = live_world("int-gone", Some(budget(1))).await;
-    let schedule = ProvisionerSchedule::start(&live, "schedule", SCHEDULE_BUDGET).await;
+    let schedule = provisioner_schedule(&live, "schedule", SCHEDULE_BUDGET).await;
     let q = live.queue(template_max_receive_count()).await;
     let h = live.handler(RebalanceAction::Replace).await;
     let _poller = Poller::start(&q, &h);
@@ -1279,7 +1314,7 @@ async fn a_terminated_notice_after_a_disruption_cleans_up_the_claim_and_the_node
 #[ignore = "needs moto: run through tests/moto.sh"]
 async fn transient_api_errors_on_evictions_do_not_send_a_spot_warning_to_the_dlq() {
     let live = live_world("int-transient", None).await;
-    let schedule = ProvisionerSchedule::start(&live, "schedule", SCHEDULE_BUDGET).await;
+    let schedule = provisioner_schedule(&live, "schedule", SCHEDULE_BUDGET).await;
     let q = live.queue(template_max_receive_count()).await;
     let h = live.handler(RebalanceAction::Replace).await;
 

@@ -2,9 +2,6 @@
 //! most of its minute (polling pending pods every `NODEWRIGHT_POLL_INTERVAL`), so a
 //! pending pod is acted on within seconds rather than at the next schedule.
 
-#[cfg(feature = "test-support")]
-pub mod testing;
-
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lambda_runtime::LambdaEvent;

@@ -29,9 +29,10 @@ use nodewright_core::catalog::CapacityType;
 use nodewright_engine::ports::{Decision, ErrorKind, Lease, Offering, Store, StoreError};
 use nodewright_engine::{ClaimCache, Provisioner, ProvisionerConfig};
 use nodewright_lambda::build_ports;
-use nodewright_provisioner::Handler;
-use nodewright_provisioner::testing::{
-    ClusterBehaviour, EmulatedCluster, Timings, emulated_cluster, invoke_for, wait_until, web_pod,
+use nodewright_provisioner::{DEADLINE_MARGIN, Handler};
+use nodewright_testkit::{
+    ClusterBehaviour, EmulatedCluster, Timings, emulated_cluster, scheduled_event, wait_until,
+    web_pod,
 };
 
 const SCHEDULED_TICK: &str =
@@ -48,6 +49,13 @@ async fn handler(world: &EmulatedCluster, holder: &str) -> Handler {
         provisioner: Provisioner::new(ports, ProvisionerConfig::new(world.cluster.clone(), holder)),
         poll_interval: world.config.poll_interval,
     }
+}
+
+/// One scheduled invocation that may keep ticking for `budget` (its deadline is
+/// `budget` + the margin the handler keeps; `Duration::ZERO` gives a single tick).
+async fn invoke_for(handler: &Handler, budget: Duration) -> Value {
+    let event = scheduled_event(budget + DEADLINE_MARGIN);
+    handler.handle(event).await.expect("provisioner handler")
 }
 
 /// One scheduled invocation; an unknown deadline gives a single tick.
@@ -501,7 +509,7 @@ fn story(cluster: &ClusterBehaviour) -> String {
 async fn a_scale_out_launches_the_nodes_it_needs_once_and_every_pod_runs() {
     let world = scale_out().await;
     let cluster = ClusterBehaviour::start(&world, Timings::default()).await;
-    let h = world.provisioner("scale").await;
+    let h = handler(&world, "scale").await;
 
     // As the schedule runs it: one invocation after another, each with its budget. The
     // nodes register and become Ready a few seconds into the first.
@@ -527,7 +535,7 @@ async fn a_scale_out_launches_the_nodes_it_needs_once_and_every_pod_runs() {
 async fn a_node_that_became_ready_between_two_invocations_is_used_and_not_launched_again() {
     let world = scale_out().await;
     let cluster = ClusterBehaviour::start(&world, Timings::default()).await;
-    let h = world.provisioner("between").await;
+    let h = handler(&world, "between").await;
 
     // A single tick launches, then the invocation ends.
     let first = invoke_for(&h, Duration::ZERO).await;
@@ -568,7 +576,7 @@ async fn pods_run_within_a_poll_of_their_node_becoming_ready_not_a_schedule_peri
     let world = scale_out().await;
     let timings = Timings::default();
     let cluster = ClusterBehaviour::start(&world, timings).await;
-    let h = world.provisioner("reaction").await;
+    let h = handler(&world, "reaction").await;
     let created = Instant::now();
 
     // One invocation, well longer than launch + boot + a poll + slack even on a loaded
@@ -682,7 +690,7 @@ fn watches(world: &EmulatedCluster) -> usize {
 async fn a_quiet_invocation_lists_each_kind_once_then_watches_and_queries_the_claims_once() {
     let world = scale_out().await;
     let cluster = ClusterBehaviour::start(&world, Timings::default()).await;
-    let h = world.provisioner("settle").await;
+    let h = handler(&world, "settle").await;
     for budget in [20, 10].map(Duration::from_secs) {
         invoke_for(&h, budget).await;
     }

@@ -87,7 +87,7 @@ async fn main() {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
-            seed % 3 != 0
+            !seed.is_multiple_of(3)
         })
     });
     let pods_left = world.cluster.snapshot().pods.len();

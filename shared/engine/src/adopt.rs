@@ -102,7 +102,7 @@ pub async fn adopt_karpenter_nodes(
             info!(claim = %claim.name, node = %node.name, instance = %instance.id,
                 nodepool = %pool.name, "adopted a node Karpenter launched");
             ports
-                .decide(Decision {
+                .record_decision(Decision {
                     at: now,
                     job: "adopt".into(),
                     action: format!(

@@ -14,6 +14,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tracing::warn;
 
+use nodewright_core::nodeclaim::NodeClaim;
+
+use crate::error::Result;
 use crate::ports::{Clock, Cloud, Cluster, ClusterEvent, Decision, Store};
 
 #[derive(Clone)]
@@ -33,10 +36,22 @@ impl Ports {
     }
 
     /// Decisions are an audit log: a failed write is logged, never undoes the action.
-    pub(crate) async fn decide(&self, decision: Decision) {
+    pub(crate) async fn record_decision(&self, decision: Decision) {
         if let Err(e) = self.store.record_decision(&decision).await {
             warn!(job = %decision.job, action = %decision.action, error = %e, "could not record decision");
         }
+    }
+}
+
+impl Ports {
+    /// Writes `next` over `prev` conditionally on `prev`'s state and version: every
+    /// step of every claim machine is one such write, so two drivers of one claim
+    /// never both win (the loser gets `Conflict`).
+    pub(crate) async fn save_claim(&self, prev: &NodeClaim, next: NodeClaim) -> Result<NodeClaim> {
+        self.store
+            .update_claim(&next, prev.state, prev.version)
+            .await?;
+        Ok(next)
     }
 }
 

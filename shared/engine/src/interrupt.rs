@@ -427,7 +427,7 @@ async fn start(
     match terminate::disrupt_with(ports, claim, disruption).await {
         Ok(disrupted) => {
             ports
-                .decide(Decision {
+                .record_decision(Decision {
                     at: now,
                     job: "interrupt".into(),
                     action: format!(
@@ -489,7 +489,7 @@ async fn resume_or_escalate(
         match terminate::escalate(ports, &claim, &incoming).await {
             Ok(Some(escalated)) => {
                 ports
-                    .decide(Decision {
+                    .record_decision(Decision {
                         at: ports.clock.now(),
                         job: "interrupt".into(),
                         action: format!(

@@ -1,40 +1,51 @@
 //! nodewright-engine: the ports nodewright's jobs run over, the jobs themselves, and
 //! in-memory fakes of the ports.
 //!
-//! - [`ports`]: Cloud, Cluster, Store, Clock — domain types only, classified errors.
-//! - [`context`]: [`Ports`], the four ports shared by every job; [`SystemClock`].
-//! - [`provision`]: one provisioning tick ([`Provisioner::tick`]) and the
-//!   minute-long polling loop ([`Provisioner::run_for`]).
-//! - [`disrupt`]: the disruption job ([`Disrupter::tick`]): decide with core once per
-//!   run, execute each command as a state machine persisted on its claims (mark,
-//!   replace, validate or abandon, drain), advanced by every provisioner poll.
-//! - [`lifecycle`]: matching nodes to claims: Registered, Initialized, registration
-//!   timeouts, leaked instances.
-//! - [`terminate`]: the steps that take a claim away (cordon, drain with PDB-aware
-//!   evictions, terminate, tombstone), one function per step, and `advance`/`drive`.
-//! - [`interrupt`]: the interruption job over decided inputs ([`handle_interruption`]).
-//! - [`fakes`] (feature `sim`, default): FakeCloud, FakeCluster (with a kubelet),
-//!   MemoryStore, ManualClock.
-//! - [`sim`] (feature `sim`): a world that behaves like a cluster over virtual time,
-//!   scenarios run on it with every job as its Lambda runs it, and their reports.
-//! - [`lease`]: a job's lease, short and renewed at checkpoints ([`lease::LeaseKeeper`]).
-//! - [`reasons`]: what a tick could not do, published where people look: warn logs,
-//!   decisions, Kubernetes Events (`FailedScheduling` on pods, warnings on NodePools and
-//!   EC2NodeClasses) and the objects' status conditions ([`Reasons::publish`]).
-//! - [`adopt`]: recording the nodes Karpenter launched as claims, after a migration
-//!   ([`adopt_karpenter_nodes`]; opt-in).
-//! - [`claim_cache`]: the claims read once and kept by this process's own writes, with
-//!   a one-item check for other writers ([`ClaimCache`], wrapped around the store by the
-//!   Lambda functions).
-//! - [`error`]: [`EngineError`], the crate's one error type.
+//! # Who owns what, in the order a provisioner tick runs
+//!
+//! 1. [`lease`]: the job's lease, short and renewed at every checkpoint
+//!    ([`lease::LeaseKeeper`]); someone else holds it → the tick is skipped.
+//! 2. [`gather`]: the one read a tick starts from — cluster, claims, catalog, prices,
+//!    instances, every EC2NodeClass resolved.
+//! 3. [`launch`]: claims left `Launching` by a crash are adopted or launched again.
+//! 4. [`adopt`]: nodes Karpenter launched recorded as claims (opt-in, after a
+//!    migration: [`adopt_karpenter_nodes`]).
+//! 5. [`lifecycle`]: nodes matched to claims — Registered, Initialized, registration
+//!    timeouts, leaked instances; claims being taken away advanced through
+//!    [`terminate`] (cordon, PDB-aware drain, TerminateInstances, tombstone).
+//! 6. [`command`]: the disruption commands in flight advanced one step (mark,
+//!    replace, validate or abandon); validation re-asks core through [`decide`].
+//! 7. the plan (core's `plan_provisioning`), then [`launch`] for each new claim:
+//!    `Launching` written before CreateFleet, ICE fallback, backoff.
+//! 8. [`reasons`]: what could not be done, published where people look (Events,
+//!    status conditions, the decision log).
+//!
+//! The jobs are [`provision`] (the tick above, and [`Provisioner::run_for`], the
+//! minute-long polling loop), [`disrupt`] (once a minute: gather, advance commands,
+//! decide through [`decide`] when none is in flight, start commands) and [`interrupt`]
+//! (one EC2 or AWS Health event: drain, replace, clean up, through [`terminate`]).
+//! The jobs never import each other: what two of them share — [`gather`], [`launch`],
+//! [`command`], [`decide`], [`terminate`] — lives in modules of its own.
+//!
+//! Around them: [`ports`] (Cloud, Cluster, Store, Clock — domain types only,
+//! classified errors), [`context`] ([`Ports`], the four shared; [`SystemClock`]),
+//! [`claim_cache`] (the claims read once and kept by this process's writes,
+//! [`ClaimCache`]), [`error`] ([`EngineError`]), and under feature `sim` (default, never
+//! in the Lambda binaries) [`fakes`] (FakeCloud, FakeCluster, MemoryStore,
+//! ManualClock) and [`sim`] (a world that behaves like a cluster over virtual time,
+//! scenarios run on it with every job as its Lambda runs it).
 pub mod adopt;
 pub mod claim_cache;
+pub mod command;
 pub mod context;
+pub mod decide;
 pub mod disrupt;
 pub mod error;
 #[cfg(feature = "sim")]
 pub mod fakes;
+pub mod gather;
 pub mod interrupt;
+pub mod launch;
 pub mod lease;
 pub mod lifecycle;
 pub mod ports;
@@ -46,14 +57,15 @@ pub mod terminate;
 
 pub use adopt::adopt_karpenter_nodes;
 pub use claim_cache::ClaimCache;
+pub use command::{CommandsReport, StartedCommand, VALIDATION_DELAY};
 pub use context::{Ports, SystemClock};
-pub use disrupt::{
-    CommandsReport, Decider, Disrupter, DisruptionConfig, DisruptionReport, StartedCommand,
-};
+pub use decide::{Decider, default_decider};
+pub use disrupt::{Disrupter, DisruptionConfig, DisruptionReport};
 pub use error::{EngineError, Result};
 pub use interrupt::{
     InstanceAction, InstanceOutcome, InterruptionConfig, InterruptionInput, InterruptionMode,
     InterruptionOutcome, handle_interruption, handle_interruption_until, input_for,
 };
+pub use launch::{LaunchConfig, LaunchedClaim};
 pub use provision::{Provisioner, ProvisionerConfig, RunReport, TickReport};
 pub use reasons::{ClaimPods, Problem, PublishReport, Reasons, ReasonsInput, StatusFields};

@@ -108,6 +108,9 @@ fn secs(d: Duration) -> i64 {
 
 /// One lifecycle pass. `claims` is updated in place with what was written, so the
 /// caller plans against the current states.
+// The gathered pieces a pass reads are passed one by one: the interruption job calls
+// it on what it read itself, with no gather of its own.
+#[allow(clippy::too_many_arguments)]
 pub async fn reconcile(
     ports: &Ports,
     config: &LifecycleConfig,
@@ -202,7 +205,7 @@ async fn clean_up_vanished(
     let disrupted =
         terminate::disrupt(ports, claim, DisruptionCause::InstanceTerminated, None).await?;
     ports
-        .decide(Decision {
+        .record_decision(Decision {
             at: ports.clock.now(),
             job: "lifecycle".into(),
             action: format!("clean up {}", claim.name),
@@ -273,7 +276,7 @@ async fn step(
                 })
                 .await;
             ports
-                .decide(Decision {
+                .record_decision(Decision {
                     at: now,
                     job: "lifecycle".into(),
                     action: format!(
@@ -422,7 +425,7 @@ async fn register(
         c.node_name = Some(node.name.clone());
         c.registered_at = Some(now);
     })?;
-    let next = terminate::save(ports, claim, next).await?;
+    let next = ports.save_claim(claim, next).await?;
     info!(claim = %claim.name, node = %node.name, "registered");
     ports
         .emit(ClusterEvent {
@@ -464,7 +467,7 @@ async fn initialize_if_ready(
         c.initialized_at = Some(now);
         c.node_name.get_or_insert_with(|| node.name.clone());
     })?;
-    let next = terminate::save(ports, claim, next).await?;
+    let next = ports.save_claim(claim, next).await?;
     info!(claim = %claim.name, node = %node.name, "initialized");
     ports
         .emit(ClusterEvent {
@@ -510,7 +513,7 @@ async fn collect_leaks(
         let Some(claim) = claim else {
             info!(instance = %inst.id, tag = ?inst.claim_name, "ignored foreign instance: no claim in the store");
             ports
-                .decide(Decision {
+                .record_decision(Decision {
                     at: now,
                     job: "lifecycle".into(),
                     action: format!("ignored foreign instance {}", inst.id),
@@ -538,7 +541,7 @@ async fn collect_leaks(
             Err(e) => return Err(e.into()),
         }
         ports
-            .decide(Decision {
+            .record_decision(Decision {
                 at: now,
                 job: "lifecycle".into(),
                 action: format!("terminate leaked instance {}", inst.id),

@@ -1,59 +1,52 @@
-//! One provisioning tick (DESIGN.md, "Data flow of one provisioning tick"):
+//! The provisioner job: one provisioning tick (docs/architecture.md, "Data flow of one
+//! provisioning tick"):
 //!
 //! 1. take the `provisioner` lease (someone else holds it → skip, launch nothing);
 //! 2. gather: cluster state, claims, ICE cache, catalog, spot prices, owned instances,
 //!    resolved node classes — read concurrently;
-//! 3. recover claims left `Launching` by a crash: adopt the instance tagged with the
-//!    claim's name, or launch again with the same ClientToken (never twice);
+//! 3. recover claims left `Launching` by a crash ([`crate::launch`]): adopt the
+//!    instance tagged with the claim's name, or launch again with the same ClientToken;
 //! 4. lifecycle (`crate::lifecycle`);
 //! 5. plan with `core::plan_provisioning`, pods counted against in-flight claims;
-//! 6. act: write each claim `Launching` *before* CreateFleet, fall back across
-//!    offerings on insufficient capacity (recording them in the ICE cache), back off on
-//!    throttling, write `Launched` or `LaunchFailed`; renew the lease between launches;
-//!    record a decision per launch and per failure.
+//! 6. advance the disruption commands in flight ([`crate::command`]);
+//! 7. act: launch each planned claim through the launch path ([`crate::launch`]),
+//!    renewing the lease between launches; publish what could not be done
+//!    ([`crate::reasons`]).
 //!
 //! `run_for` keeps a Lambda invocation alive for most of its minute, re-reading pods
 //! every few seconds and ticking again when new pending pods appear.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashSet;
 use std::time::Duration;
 
 use tracing::{info, warn};
 
-use nodewright_core::api::model::{Ec2NodeClass, NodePool};
-use nodewright_core::catalog::{CapacityType, Catalog, LABEL_NODEPOOL, Pricing};
 use nodewright_core::cluster::NotProvisionable;
-use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim};
+use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
 use nodewright_core::planning_view::{ClusterView, in_flight_claims, in_motion, planning_snapshot};
 use nodewright_core::provisioning::{
     NotProvisionedPod, PlannedNodeClaim, ProvisioningInput, UnschedulablePod, plan_provisioning,
 };
 
-use nodewright_core::disruption::hash;
-
 use crate::adopt::adopt_karpenter_nodes;
+use crate::command::{CommandMachine, CommandsReport, advance_commands, planning_claims};
 use crate::context::Ports;
-use crate::disrupt::{self, CommandsReport, Decider, default_decider};
-use crate::error::{EngineError, Result};
+use crate::decide::{Decider, default_decider};
+use crate::error::Result;
+use crate::gather::{Gathered, Unresolved, gather};
+use crate::launch::{LaunchConfig, LaunchLog, Launcher, pods_reason};
 use crate::lease::{Acquired, LeaseKeeper};
-use crate::lifecycle::{self, LABEL_NODECLAIM, LifecycleConfig, LifecycleReport};
-use crate::ports::{
-    ClusterEvent, ClusterState, Decision, ErrorKind, EventType, Instance, LaunchError,
-    LaunchRequest, Launched, ObjectKind, Offering, ResolvedNodeClass,
-};
-use crate::reasons::{ClaimPods, Problem, Reasons, ReasonsInput, StatusFields};
-use crate::terminate::save;
+use crate::lifecycle::{self, LifecycleConfig, LifecycleReport};
+use crate::ports::{Decision, ObjectKind};
+use crate::reasons::{ClaimPods, Reasons, ReasonsInput, StatusFields};
+
+pub use crate::launch::LaunchedClaim;
 
 /// The lease every provisioner invocation competes for.
 pub const LEASE_NAME: &str = "provisioner";
 
 /// While pods stay pending, the poll plans them again at most this often.
 const RECOUNT_AFTER_SECS: i64 = 15;
-
-/// CreateFleet accepts at most this many overrides per request.
-pub const MAX_OFFERINGS: usize = 60;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProvisionerConfig {
@@ -86,18 +79,28 @@ pub struct ProvisionerConfig {
 
 impl ProvisionerConfig {
     pub fn new(cluster_name: impl Into<String>, holder: impl Into<String>) -> Self {
+        let launch = LaunchConfig::new(holder);
         Self {
             cluster_name: cluster_name.into(),
             dry_run: false,
             registration_ttl: Duration::from_secs(15 * 60),
             orphan_grace: Duration::from_secs(5 * 60),
-            ice_ttl: Duration::from_secs(3 * 60),
+            ice_ttl: launch.ice_ttl,
             lease_ttl: Duration::from_secs(15),
-            holder: holder.into(),
-            launch_attempts: 4,
-            backoff: Duration::from_millis(500),
+            holder: launch.holder,
+            launch_attempts: launch.launch_attempts,
+            backoff: launch.backoff,
             adopt_karpenter_nodes: false,
             spot_to_spot: false,
+        }
+    }
+
+    pub fn launch(&self) -> LaunchConfig {
+        LaunchConfig {
+            holder: self.holder.clone(),
+            ice_ttl: self.ice_ttl,
+            launch_attempts: self.launch_attempts,
+            backoff: self.backoff,
         }
     }
 
@@ -107,19 +110,6 @@ impl ProvisionerConfig {
             orphan_grace: self.orphan_grace,
         }
     }
-}
-
-/// One claim launched (or adopted) this tick.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LaunchedClaim {
-    pub name: String,
-    pub node_pool: String,
-    pub instance_id: String,
-    pub instance_type: String,
-    pub zone: String,
-    pub capacity_type: CapacityType,
-    pub price_per_hour: f64,
-    pub pods: usize,
 }
 
 /// What one tick did. Unschedulable pods are data, not errors.
@@ -205,64 +195,26 @@ impl RunReport {
     }
 }
 
-/// Everything a tick reads before deciding: the provisioner's and the disruption
-/// job's (one gathering, so both see the cluster the same way).
-pub(crate) struct World {
-    pub(crate) state: ClusterState,
-    pub(crate) claims: Vec<NodeClaim>,
-    pub(crate) catalog: Catalog,
-    pub(crate) pricing: Pricing,
-    pub(crate) owned: Vec<Instance>,
-    /// Instances Karpenter launched for this cluster: listed when adopting, or while
-    /// adopted claims live (to tell whether their instances still exist).
-    pub(crate) karpenter_instances: Vec<Instance>,
-    pub(crate) kubernetes_version: String,
-    pub(crate) classes: HashMap<String, (Ec2NodeClass, ResolvedNodeClass)>,
-    /// Pools whose node class resolved.
-    pub(crate) pools: Vec<NodePool>,
-    pub(crate) invalid: Vec<String>,
-    /// Why NodePools or EC2NodeClasses cannot be used, for `Reasons::publish`.
-    problems: Vec<Problem>,
-    /// EC2NodeClasses that resolved, and the instance profile each uses.
-    healthy_classes: Vec<(String, Option<String>)>,
-}
-
-/// What [`Provisioner::gather_with`] does when an EC2NodeClass fails to resolve for a
-/// transient reason.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Unresolved {
-    /// The gather fails (the tick is retried).
-    Fail,
-    /// The class and its NodePools are left out, logged with the error.
-    Skip,
-}
-
-enum LaunchOutcome {
-    Launched(NodeClaim, Launched),
-    Failed(String),
-    Deferred(String),
-}
-
 pub struct Provisioner {
     ports: Ports,
     config: ProvisionerConfig,
+    /// The launch path, for this job's claims.
+    launcher: Launcher,
     /// Re-decides disruption commands at validation (core's `decide` by default).
     decider: Decider,
     /// What could not be done, published once per finding per window (the memory
     /// lives as long as the warm Lambda).
     reasons: Reasons,
-    /// Feeds claim names; with the lease token and time it makes them unique.
-    seq: AtomicU64,
 }
 
 impl Provisioner {
     pub fn new(ports: Ports, config: ProvisionerConfig) -> Self {
         Self {
+            launcher: Launcher::new(ports.clone(), config.launch()),
             ports,
             config,
             decider: default_decider(),
             reasons: Reasons::new(),
-            seq: AtomicU64::new(0),
         }
     }
 
@@ -273,16 +225,20 @@ impl Provisioner {
         self
     }
 
-    pub(crate) fn decider(&self) -> &Decider {
-        &self.decider
-    }
-
     pub fn config(&self) -> &ProvisionerConfig {
         &self.config
     }
 
     pub fn ports(&self) -> &Ports {
         &self.ports
+    }
+
+    fn commands(&self) -> CommandMachine<'_> {
+        CommandMachine {
+            launcher: &self.launcher,
+            decider: &self.decider,
+            spot_to_spot: self.config.spot_to_spot,
+        }
     }
 
     /// One provisioning tick: lease, gather, reconcile every claim, plan, launch.
@@ -425,7 +381,7 @@ impl Provisioner {
         self.plan_into(&world, &mut report);
         for c in &report.planned {
             self.ports
-                .decide(Decision {
+                .record_decision(Decision {
                     at: now,
                     job: "provision".into(),
                     action: format!(
@@ -449,7 +405,10 @@ impl Provisioner {
         };
         lease.keep(&self.ports).await?;
 
-        self.recover(&mut world, &mut report).await?;
+        let mut launches = LaunchLog::default();
+        self.launcher
+            .recover_launching(&mut world, &mut launches)
+            .await?;
         if self.config.adopt_karpenter_nodes {
             let adopted = adopt_karpenter_nodes(
                 &self.ports,
@@ -467,7 +426,7 @@ impl Provisioner {
             world.claims.extend(adopted);
         }
         lease.keep(&self.ports).await?;
-        let World {
+        let Gathered {
             state,
             claims,
             catalog,
@@ -497,7 +456,7 @@ impl Provisioner {
             world.state.daemonsets = fresh.daemonsets;
         }
         // Commands advance on every poll: a replacement initialized, a validation due.
-        report.commands = disrupt::advance_commands(self, &mut world, Some(lease)).await?;
+        report.commands = advance_commands(&self.commands(), &mut world, Some(lease)).await?;
         if report.commands.changed_cluster() {
             let fresh = self.ports.cluster.state().await?;
             world.state.nodes = fresh.nodes;
@@ -519,12 +478,18 @@ impl Provisioner {
                 continue;
             };
             let claim = self
+                .launcher
                 .create_claim(&planned, &pool, &world, lease.lease().token, &mut names)
                 .await?;
             info!(claim = %claim.name, nodepool = %pool.name, pods = claim.pods.len(), "claim written; launching");
-            self.launch_and_record(claim, &pool, &mut world, &mut report)
+            self.launcher
+                .launch_and_record(claim, &pool, &mut world, &mut launches)
                 .await?;
         }
+        report.adopted = launches.adopted;
+        report.launched = launches.launched;
+        report.failed = launches.failed;
+        report.deferred = launches.deferred;
         self.publish_reasons(&world, &report).await;
         Ok(report)
     }
@@ -533,7 +498,7 @@ impl Provisioner {
     /// Ready nodes for every pod of the node being replaced, no replacement comes, and
     /// waiting out the full delay only keeps a node that is going. Its drain starts now
     /// (the next poll drives it).
-    async fn drain_now_where_pods_have_room(&self, world: &mut World, report: &TickReport) {
+    async fn drain_now_where_pods_have_room(&self, world: &mut Gathered, report: &TickReport) {
         let now = self.ports.clock.now();
         let waiting: Vec<NodeClaim> = world
             .claims
@@ -571,10 +536,10 @@ impl Provisioner {
                 }
             });
             let Ok(next) = next else { continue };
-            match save(&self.ports, &claim, next).await {
+            match self.ports.save_claim(&claim, next).await {
                 Ok(next) => {
                     info!(claim = %claim.name, pods = pods.len(), "the node's pods fit on Ready nodes: draining without a replacement");
-                    replace(&mut world.claims, next);
+                    world.put_claim(next);
                 }
                 Err(e) => {
                     warn!(claim = %claim.name, error = %e, "could not start the drain early; it starts at its set time")
@@ -585,7 +550,7 @@ impl Provisioner {
 
     /// Makes what this tick could not do reach people (see [`crate::reasons`]), and
     /// tells the pods of each launch and nomination where they will run. Best effort.
-    async fn publish_reasons(&self, world: &World, report: &TickReport) {
+    async fn publish_reasons(&self, world: &Gathered, report: &TickReport) {
         let invalid_pools: HashSet<&str> = world
             .problems
             .iter()
@@ -646,222 +611,18 @@ impl Provisioner {
             .await;
     }
 
-    pub(crate) async fn gather(&self, now: i64) -> Result<World> {
-        self.gather_with(now, Unresolved::Fail).await
+    /// The gather of a provisioning tick: a class that cannot be resolved for now
+    /// fails the tick (see [`Unresolved::Fail`]).
+    async fn gather(&self, now: i64) -> Result<Gathered> {
+        gather(
+            &self.ports,
+            now,
+            Unresolved::Fail,
+            self.config.adopt_karpenter_nodes,
+        )
+        .await
     }
-
-    /// [`Self::gather`], saying what a transient failure to resolve an EC2NodeClass
-    /// (throttled, unavailable) does: fail the tick (the provisioner: planning without
-    /// a NodePool would call its pods unschedulable), or leave the class's NodePools
-    /// out of this tick (the disruption job: their nodes sit one run out).
-    pub(crate) async fn gather_with(&self, now: i64, unresolved: Unresolved) -> Result<World> {
-        let p = &self.ports;
-        let (state, claims, unavailable, catalog, spot, owned, kubernetes_version) = tokio::try_join!(
-            async { p.cluster.state().await.map_err(EngineError::from) },
-            async { p.store.list_claims().await.map_err(EngineError::from) },
-            async {
-                p.store
-                    .unavailable_offerings(now)
-                    .await
-                    .map_err(EngineError::from)
-            },
-            async { p.cloud.catalog().await.map_err(EngineError::from) },
-            async { p.cloud.spot_prices().await.map_err(EngineError::from) },
-            async { p.cloud.owned_instances().await.map_err(EngineError::from) },
-            async {
-                p.cluster
-                    .kubernetes_version()
-                    .await
-                    .map_err(EngineError::from)
-            },
-        )?;
-        let adopted_live = claims.iter().any(|c| c.adopted && !c.state.is_terminal());
-        let karpenter_instances = if self.config.adopt_karpenter_nodes || adopted_live {
-            p.cloud.cluster_instances_launched_by_karpenter().await?
-        } else {
-            Vec::new()
-        };
-        let mut invalid = state.invalid.clone();
-        let mut problems: Vec<Problem> = state
-            .invalid_objects
-            .iter()
-            .map(Problem::from_invalid)
-            .collect();
-        let mut classes = HashMap::new();
-        let wanted: HashSet<&str> = state
-            .node_pools
-            .iter()
-            .map(|p| p.node_class_ref.name.as_str())
-            .collect();
-        let mut unusable: HashMap<String, Problem> = HashMap::new();
-        for class in state
-            .node_classes
-            .iter()
-            .filter(|c| wanted.contains(c.name.as_str()))
-        {
-            let problem = match p.cloud.resolve_node_class(class, &kubernetes_version).await {
-                Ok(r) if r.subnets.is_empty() => Some(Problem::no_subnets(
-                    &class.name,
-                    &terms_summary(&class.subnet_selector_terms),
-                )),
-                Ok(r) if r.security_group_ids.is_empty() => Some(Problem::no_security_groups(
-                    &class.name,
-                    &terms_summary(&class.security_group_selector_terms),
-                )),
-                Ok(r) if r.images.is_empty() => Some(Problem::no_images(
-                    &class.name,
-                    &format!("{} term(s)", class.ami_selector_terms.len()),
-                )),
-                Ok(r) => {
-                    classes.insert(class.name.clone(), (class.clone(), r));
-                    None
-                }
-                Err(e) if matches!(e.kind, ErrorKind::Invalid | ErrorKind::NotFound) => {
-                    Some(Problem::unresolved(&class.name, e.to_string()))
-                }
-                Err(e) if unresolved == Unresolved::Skip => {
-                    warn!(node_class = %class.name, error = %e, kind = ?e.kind,
-                        "could not resolve the EC2NodeClass; its NodePools sit this run out (no drift, no disruption)");
-                    None
-                }
-                Err(e) => return Err(e.into()),
-            };
-            if let Some(problem) = problem {
-                invalid.push(format!(
-                    "EC2NodeClass {:?}: {}",
-                    class.name, problem.message
-                ));
-                unusable.insert(class.name.clone(), problem.clone());
-                problems.push(problem);
-            }
-        }
-        let mut pools = Vec::new();
-        for pool in &state.node_pools {
-            let class = &pool.node_class_ref.name;
-            if classes.contains_key(class) {
-                pools.push(pool.clone());
-            } else if let Some(why) = unusable.get(class) {
-                problems.push(Problem::node_class_not_ready(
-                    &pool.name,
-                    class,
-                    &why.reason,
-                    &why.message,
-                ));
-            } else if !state.node_classes.iter().any(|c| &c.name == class) {
-                invalid.push(format!(
-                    "NodePool {:?}: EC2NodeClass {:?} does not exist",
-                    pool.name, class
-                ));
-                if !problems
-                    .iter()
-                    .any(|p| p.kind == ObjectKind::NodePool && p.name == pool.name)
-                {
-                    problems.push(Problem::node_class_missing(&pool.name, class));
-                }
-            }
-        }
-        let healthy_classes = classes
-            .iter()
-            .map(|(name, (_, r))| (name.clone(), r.instance_profile.clone()))
-            .collect();
-        let mut zones: Vec<String> = classes
-            .values()
-            .flat_map(|(_, r)| r.subnets.iter().map(|s| s.zone.clone()))
-            .collect();
-        zones.sort();
-        zones.dedup();
-        let mut pricing = Pricing::for_zones(zones);
-        pricing.spot_prices = spot.into_iter().collect();
-        pricing.unavailable = unavailable.into_iter().collect();
-        Ok(World {
-            state,
-            claims,
-            catalog,
-            pricing,
-            owned,
-            karpenter_instances,
-            kubernetes_version,
-            classes,
-            pools,
-            invalid,
-            problems,
-            healthy_classes,
-        })
-    }
-
-    /// Claims found `Launching` at tick start: a previous tick wrote them and then
-    /// crashed, or left them after retryable errors.
-    async fn recover(&self, world: &mut World, report: &mut TickReport) -> Result<()> {
-        let launching: Vec<NodeClaim> = world
-            .claims
-            .iter()
-            .filter(|c| c.state == ClaimState::Launching)
-            .cloned()
-            .collect();
-        for claim in launching {
-            let found = world
-                .owned
-                .iter()
-                .find(|i| {
-                    i.claim_name.as_deref() == Some(claim.name.as_str()) && i.state != "terminated"
-                })
-                .cloned();
-            if let Some(inst) = found {
-                let price = world
-                    .catalog
-                    .get(&inst.instance_type)
-                    .and_then(|it| world.pricing.price(it, &inst.zone, inst.capacity_type))
-                    .or_else(|| {
-                        world
-                            .catalog
-                            .get(&inst.instance_type)
-                            .and_then(|it| it.on_demand_price)
-                    })
-                    .unwrap_or(0.0);
-                let launched = Launched {
-                    instance_id: inst.id.clone(),
-                    instance_type: inst.instance_type.clone(),
-                    zone: inst.zone.clone(),
-                    capacity_type: inst.capacity_type,
-                    price,
-                    unavailable: vec![],
-                };
-                match self
-                    .mark_launched(&claim, &launched, inst.launch_time)
-                    .await
-                {
-                    Ok(next) => {
-                        info!(claim = %claim.name, instance = %inst.id, "adopted the instance of a claim left Launching");
-                        replace(&mut world.claims, next);
-                        report.adopted.push(claim.name.clone());
-                    }
-                    Err(EngineError::Store(e)) if e.kind == ErrorKind::Conflict => {
-                        warn!(claim = %claim.name, error = %e, "claim changed while adopting; next tick");
-                    }
-                    Err(e) => return Err(e),
-                }
-                continue;
-            }
-            let Some(pool) = world
-                .pools
-                .iter()
-                .find(|p| p.name == claim.node_pool)
-                .cloned()
-            else {
-                let why = format!(
-                    "NodePool {:?} no longer exists or its EC2NodeClass cannot be used",
-                    claim.node_pool
-                );
-                self.fail(&claim, &why, world, report).await?;
-                continue;
-            };
-            info!(claim = %claim.name, "claim left Launching with no instance; launching again with the same client token");
-            self.launch_and_record(claim, &pool, world, report).await?;
-        }
-        Ok(())
-    }
-
-    fn plan_into(&self, world: &World, report: &mut TickReport) {
+    fn plan_into(&self, world: &Gathered, report: &mut TickReport) {
         let view = ClusterView {
             nodes: &world.state.nodes,
             pods: &world.state.pods,
@@ -870,7 +631,7 @@ impl Provisioner {
         };
         // A disruption command's candidates stay capacity (cordoned, pods still there)
         // until the command is validated; only then are their pods planned elsewhere.
-        let claims = disrupt::planning_claims(&world.claims);
+        let claims = planning_claims(&world.claims);
         let snapshot = planning_snapshot(view, &claims, &world.pools);
         report.pending = snapshot.provisionable_pods().map(|p| p.key()).collect();
         let in_flight = in_flight_claims(&claims, &snapshot);
@@ -904,459 +665,5 @@ impl Provisioner {
             .into_iter()
             .map(|a| (a.target, a.pods))
             .collect();
-    }
-
-    /// Writes a new `Launching` claim under a fresh name (retrying on a name clash).
-    async fn create_claim(
-        &self,
-        planned: &PlannedNodeClaim,
-        pool: &NodePool,
-        world: &World,
-        token: u64,
-        names: &mut HashSet<String>,
-    ) -> Result<NodeClaim> {
-        const ATTEMPTS: u32 = 16;
-        let now = self.ports.clock.now();
-        for _ in 0..ATTEMPTS {
-            let name = self.claim_name(&pool.name, token, now);
-            if !names.insert(name.clone()) {
-                continue;
-            }
-            let claim = self.new_claim(claim_spec(planned, pool, name), pool, world, now);
-            match self.ports.store.create_claim(&claim).await {
-                Ok(()) => return Ok(claim),
-                Err(e) if e.kind == ErrorKind::Conflict => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(EngineError::NoFreeName {
-            pool: pool.name.clone(),
-            attempts: ATTEMPTS,
-        })
-    }
-
-    /// A `Launching` claim for `spec`, carrying the drift hashes of its NodePool and
-    /// EC2NodeClass as they are now (written on its node at registration).
-    pub(crate) fn new_claim(
-        &self,
-        spec: ClaimSpec,
-        pool: &NodePool,
-        world: &World,
-        now: i64,
-    ) -> NodeClaim {
-        let mut claim = NodeClaim::launching(spec, now);
-        claim.nodepool_hash = Some(hash::nodepool_hash(pool));
-        claim.nodeclass_hash = world
-            .classes
-            .get(&pool.node_class_ref.name)
-            .map(|(class, _)| hash::nodeclass_hash(class));
-        claim
-    }
-
-    /// `<pool>-<5 lowercase alphanumerics>` from a hash of (pool, holder, lease token,
-    /// time, sequence number): no two invocations share a token, no two calls a number.
-    fn claim_name(&self, pool: &str, token: u64, now: i64) -> String {
-        const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-        let n = self.seq.fetch_add(1, Ordering::Relaxed);
-        let mut h = DefaultHasher::new();
-        (pool, &self.config.holder, token, now, n).hash(&mut h);
-        let mut x = h.finish();
-        let mut suffix = String::with_capacity(5);
-        for _ in 0..5 {
-            suffix.push(char::from(ALPHABET[(x % 36) as usize]));
-            x /= 36;
-        }
-        format!("{pool}-{suffix}")
-    }
-
-    fn launch_request(
-        &self,
-        claim: &NodeClaim,
-        pool: &NodePool,
-        world: &World,
-    ) -> Option<LaunchRequest> {
-        let (node_class, resolved) = world.classes.get(&claim.node_class)?;
-        let subnet_zones: HashSet<&str> =
-            resolved.subnets.iter().map(|s| s.zone.as_str()).collect();
-        let mut offerings = Vec::new();
-        for t in &claim.instance_type_options {
-            let Some(it) = world.catalog.get(t) else {
-                continue;
-            };
-            for zone in claim
-                .zones
-                .iter()
-                .filter(|z| subnet_zones.contains(z.as_str()))
-            {
-                for &ct in &claim.capacity_types {
-                    if let Some(price) = world.pricing.price(it, zone, ct) {
-                        offerings.push(Offering {
-                            instance_type: t.clone(),
-                            zone: zone.clone(),
-                            capacity_type: ct,
-                            price,
-                        });
-                    }
-                }
-            }
-        }
-        // Stable: equal prices keep the planner's order.
-        offerings.sort_by(|a, b| a.price.total_cmp(&b.price));
-        offerings.truncate(MAX_OFFERINGS);
-        let mut labels: BTreeMap<String, String> = pool.labels.clone();
-        labels.extend(claim.labels.clone());
-        labels.insert(LABEL_NODEPOOL.into(), pool.name.clone());
-        labels.insert(LABEL_NODECLAIM.into(), claim.name.clone());
-        let mut taints = pool.taints.clone();
-        taints.extend(pool.startup_taints.iter().cloned());
-        taints.push(lifecycle::unregistered_taint());
-        Some(LaunchRequest {
-            claim_name: claim.name.clone(),
-            node_pool: pool.name.clone(),
-            node_class: node_class.clone(),
-            resolved: resolved.clone(),
-            offerings,
-            labels,
-            taints,
-            kubernetes_version: world.kubernetes_version.clone(),
-        })
-    }
-
-    /// Launches one claim and records the outcome in the store, the report, the
-    /// decision log and the cluster's events.
-    pub(crate) async fn launch_and_record(
-        &self,
-        claim: NodeClaim,
-        pool: &NodePool,
-        world: &mut World,
-        report: &mut TickReport,
-    ) -> Result<()> {
-        let Some(request) = self.launch_request(&claim, pool, world) else {
-            let why = format!("EC2NodeClass {:?} cannot be used", claim.node_class);
-            return self.fail(&claim, &why, world, report).await;
-        };
-        match self.launch(&claim, request, world).await? {
-            LaunchOutcome::Launched(next, l) => {
-                info!(
-                    claim = %next.name,
-                    instance = %l.instance_id,
-                    instance_type = %l.instance_type,
-                    zone = %l.zone,
-                    capacity_type = %l.capacity_type,
-                    price_per_hour = l.price,
-                    pods = next.pods.len(),
-                    "launched"
-                );
-                let now = self.ports.clock.now();
-                self.ports
-                    .decide(Decision {
-                        at: now,
-                        job: "provision".into(),
-                        action: format!(
-                            "launch {} as {} in {} ({}, {})",
-                            next.name, l.instance_type, l.zone, l.capacity_type, l.instance_id
-                        ),
-                        reason: pods_reason(&next.pods),
-                        price_per_hour: Some(l.price),
-                    })
-                    .await;
-                report.launched.push(LaunchedClaim {
-                    name: next.name.clone(),
-                    node_pool: next.node_pool.clone(),
-                    instance_id: l.instance_id,
-                    instance_type: l.instance_type,
-                    zone: l.zone,
-                    capacity_type: l.capacity_type,
-                    price_per_hour: l.price,
-                    pods: next.pods.len(),
-                });
-                replace(&mut world.claims, next);
-            }
-            LaunchOutcome::Failed(why) => self.fail(&claim, &why, world, report).await?,
-            LaunchOutcome::Deferred(why) => {
-                warn!(claim = %claim.name, reason = %why, "launch deferred to the next tick");
-                replace(&mut world.claims, claim.clone());
-                report.deferred.push(claim.name.clone());
-            }
-        }
-        Ok(())
-    }
-
-    /// CreateFleet with fallback and backoff. Store errors other than a lost
-    /// conditional write abort the tick (the claim stays `Launching`; the next tick
-    /// adopts or relaunches it).
-    async fn launch(
-        &self,
-        claim: &NodeClaim,
-        mut request: LaunchRequest,
-        world: &mut World,
-    ) -> Result<LaunchOutcome> {
-        let mut retries = 0u32;
-        let mut last_ice = String::new();
-        loop {
-            if request.offerings.is_empty() {
-                let why = if last_ice.is_empty() {
-                    format!(
-                        "no offering available for {} in zones {:?} ({})",
-                        claim.instance_type_options.join(", "),
-                        claim.zones,
-                        "all known to be out of capacity or not offered"
-                    )
-                } else {
-                    last_ice
-                };
-                return Ok(LaunchOutcome::Failed(why));
-            }
-            match self.ports.cloud.launch(&request).await {
-                Ok(l) => {
-                    self.remember_unavailable(claim, &l.unavailable, world)
-                        .await?;
-                    let now = self.ports.clock.now();
-                    return match self.mark_launched(claim, &l, now).await {
-                        Ok(next) => Ok(LaunchOutcome::Launched(next, l)),
-                        Err(EngineError::Store(e)) if e.kind == ErrorKind::Conflict => Ok(
-                            LaunchOutcome::Deferred(format!("claim changed while launching: {e}")),
-                        ),
-                        Err(e) => Err(e),
-                    };
-                }
-                Err(LaunchError::InsufficientCapacity { offerings, message }) => {
-                    let refused = self.remember_unavailable(claim, &offerings, world).await?;
-                    request.offerings.retain(|o| {
-                        !refused.contains(&(
-                            o.instance_type.clone(),
-                            o.zone.clone(),
-                            o.capacity_type,
-                        ))
-                    });
-                    if offerings.is_empty() {
-                        // Nothing named: do not loop forever on the same request.
-                        return Ok(LaunchOutcome::Failed(message));
-                    }
-                    last_ice = message;
-                }
-                Err(LaunchError::Cloud(e))
-                    if matches!(e.kind, ErrorKind::Throttled | ErrorKind::Unavailable) =>
-                {
-                    retries += 1;
-                    if retries >= self.config.launch_attempts {
-                        return Ok(LaunchOutcome::Deferred(e.to_string()));
-                    }
-                    let delay = self
-                        .config
-                        .backoff
-                        .saturating_mul(1 << (retries - 1).min(16));
-                    warn!(claim = %claim.name, error = %e, delay_ms = delay.as_millis() as u64, "launch throttled; backing off");
-                    self.ports.clock.sleep(delay).await;
-                }
-                Err(LaunchError::Cloud(e)) => return Ok(LaunchOutcome::Failed(e.to_string())),
-            }
-        }
-    }
-
-    /// Records offerings found out of capacity for `ice_ttl`, in the store and in this
-    /// tick's pricing. Returns them as keys.
-    async fn remember_unavailable(
-        &self,
-        claim: &NodeClaim,
-        offerings: &[Offering],
-        world: &mut World,
-    ) -> Result<HashSet<(String, String, CapacityType)>> {
-        let until = self.ports.clock.now()
-            + i64::try_from(self.config.ice_ttl.as_secs()).unwrap_or(i64::MAX);
-        let mut refused = HashSet::new();
-        for o in offerings {
-            self.ports.store.mark_unavailable(o, until).await?;
-            warn!(
-                claim = %claim.name,
-                instance_type = %o.instance_type,
-                zone = %o.zone,
-                capacity_type = %o.capacity_type,
-                "insufficient capacity; offering marked unavailable"
-            );
-            refused.insert((o.instance_type.clone(), o.zone.clone(), o.capacity_type));
-        }
-        world.pricing.unavailable.extend(refused.iter().cloned());
-        Ok(refused)
-    }
-
-    async fn mark_launched(
-        &self,
-        claim: &NodeClaim,
-        l: &Launched,
-        launched_at: i64,
-    ) -> Result<NodeClaim> {
-        let now = self.ports.clock.now();
-        let next = claim.transition(ClaimState::Launched, now, |c| {
-            c.instance_id = Some(l.instance_id.clone());
-            c.instance_type = Some(l.instance_type.clone());
-            c.zone = Some(l.zone.clone());
-            c.capacity_type = Some(l.capacity_type);
-            c.price_per_hour = Some(l.price);
-            c.launched_at = Some(launched_at);
-        })?;
-        save(&self.ports, claim, next).await
-    }
-
-    async fn fail(
-        &self,
-        claim: &NodeClaim,
-        why: &str,
-        world: &mut World,
-        report: &mut TickReport,
-    ) -> Result<()> {
-        let now = self.ports.clock.now();
-        let next = claim.transition(ClaimState::LaunchFailed, now, |c| {
-            c.failure = Some(why.to_string())
-        })?;
-        match save(&self.ports, claim, next).await {
-            Ok(next) => replace(&mut world.claims, next),
-            Err(EngineError::Store(e)) if e.kind == ErrorKind::Conflict => {
-                warn!(claim = %claim.name, error = %e, "claim changed while recording its failure");
-                return Ok(());
-            }
-            Err(e) => return Err(e),
-        }
-        warn!(claim = %claim.name, reason = %why, "launch failed");
-        self.ports
-            .decide(Decision {
-                at: now,
-                job: "provision".into(),
-                action: format!("launch of {} failed", claim.name),
-                reason: format!("{why}; {}", pods_reason(&claim.pods)),
-                price_per_hour: None,
-            })
-            .await;
-        self.ports
-            .emit(pod_event(
-                claim,
-                EventType::Warning,
-                "LaunchFailed",
-                format!("NodeClaim {}: {why}", claim.name),
-            ))
-            .await;
-        report.failed.push((claim.name.clone(), why.to_string()));
-        Ok(())
-    }
-}
-
-/// What a planned claim becomes in the store (the plan's options, zones and capacity
-/// types; a single zone or capacity type when the plan narrowed it to one).
-pub(crate) fn claim_spec(planned: &PlannedNodeClaim, pool: &NodePool, name: String) -> ClaimSpec {
-    let mut capacity_types: Vec<CapacityType> = planned
-        .capacity_types
-        .iter()
-        .filter_map(|c| CapacityType::parse(c))
-        .collect();
-    if capacity_types.is_empty() {
-        capacity_types = CapacityType::parse(&planned.capacity_type)
-            .into_iter()
-            .collect();
-    }
-    let mut zones = planned.zones.clone();
-    if zones.is_empty() {
-        zones.push(planned.zone.clone());
-    }
-    ClaimSpec {
-        name,
-        node_pool: pool.name.clone(),
-        node_class: pool.node_class_ref.name.clone(),
-        instance_type_options: planned.instance_type_options.clone(),
-        zones,
-        capacity_types,
-        pods: planned.pods.clone(),
-        labels: planned.labels.clone(),
-    }
-}
-
-pub(crate) fn replace(claims: &mut Vec<NodeClaim>, next: NodeClaim) {
-    match claims.iter_mut().find(|c| c.name == next.name) {
-        Some(c) => *c = next,
-        None => claims.push(next),
-    }
-}
-
-/// Events about a claim go to the first pod it was made for (Karpenter's
-/// "Nominated"): claims are not Kubernetes objects here.
-fn pod_event(
-    claim: &NodeClaim,
-    event_type: EventType,
-    reason: &str,
-    message: String,
-) -> ClusterEvent {
-    let (namespace, name) = claim
-        .pods
-        .first()
-        .and_then(|k| k.split_once('/'))
-        .map(|(ns, n)| (Some(ns.to_string()), n.to_string()))
-        .unwrap_or((None, claim.name.clone()));
-    ClusterEvent {
-        kind: if namespace.is_some() {
-            "Pod".into()
-        } else {
-            "Node".into()
-        },
-        namespace,
-        name,
-        event_type,
-        reason: reason.into(),
-        message,
-    }
-}
-
-fn pods_reason(pods: &[String]) -> String {
-    const SHOWN: usize = 5;
-    let mut s = format!(
-        "{} pending pod(s): {}",
-        pods.len(),
-        pods.iter()
-            .take(SHOWN)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    if pods.len() > SHOWN {
-        s.push_str(&format!(", +{} more", pods.len() - SHOWN));
-    }
-    s
-}
-
-/// A selector's terms for people: `tags karpenter.sh/discovery=prod; id subnet-0abc`.
-fn terms_summary(terms: &[nodewright_core::api::model::SelectorTerm]) -> String {
-    use nodewright_core::api::model::SelectorTerm;
-    if terms.is_empty() {
-        return "no terms".into();
-    }
-    terms
-        .iter()
-        .map(|t| match t {
-            SelectorTerm::Id(id) => format!("id {id}"),
-            SelectorTerm::Name(name) => format!("name {name}"),
-            SelectorTerm::Tags(tags) => format!(
-                "tags {}",
-                tags.iter()
-                    .map(|(k, v)| if v == "*" || v.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{k}={v}")
-                    })
-                    .collect::<Vec<_>>()
-                    .join(",")
-            ),
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_claims_reason_names_the_first_pods_and_counts_the_rest() {
-        let pods: Vec<String> = (0..7).map(|i| format!("default/web-{i}")).collect();
-        let r = pods_reason(&pods);
-        assert!(r.starts_with("7 pending pod(s): default/web-0, "), "{r}");
-        assert!(r.ends_with("+2 more"), "{r}");
     }
 }

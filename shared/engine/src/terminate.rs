@@ -88,15 +88,6 @@ impl Progress {
     }
 }
 
-/// Writes `next` over `prev` conditionally on `prev`'s state and version.
-pub(crate) async fn save(ports: &Ports, prev: &NodeClaim, next: NodeClaim) -> Result<NodeClaim> {
-    ports
-        .store
-        .update_claim(&next, prev.state, prev.version)
-        .await?;
-    Ok(next)
-}
-
 fn disrupted_taint() -> Taint {
     Taint {
         key: TAINT_DISRUPTED.into(),
@@ -139,7 +130,7 @@ pub async fn disrupt_with(
     let next = claim.transition(ClaimState::Disrupting, ports.clock.now(), |c| {
         c.disruption = Some(disruption)
     })?;
-    let next = save(ports, claim, next).await?;
+    let next = ports.save_claim(claim, next).await?;
     info!(claim = %claim.name, cause = ?cause, "disrupting");
     Ok(next)
 }
@@ -165,7 +156,7 @@ pub async fn escalate(
     };
     let cause = escalated.cause;
     let next = claim.amend(ports.clock.now(), |c| c.disruption = Some(escalated))?;
-    let next = save(ports, claim, next).await?;
+    let next = ports.save_claim(claim, next).await?;
     info!(claim = %claim.name, cause = ?cause, deadline = ?next.disruption.as_ref().and_then(|d| d.deadline), "disruption escalated");
     Ok(Some(next))
 }
@@ -197,7 +188,7 @@ pub async fn start_draining(ports: &Ports, claim: &NodeClaim) -> Result<NodeClai
         cordon(ports, claim).await?;
     }
     let next = claim.transition(ClaimState::Draining, ports.clock.now(), |_| {})?;
-    let next = save(ports, claim, next).await?;
+    let next = ports.save_claim(claim, next).await?;
     if let Some(node) = &claim.node_name {
         ports
             .emit(node_event(
@@ -365,7 +356,7 @@ fn pass_lock(claim: &str) -> Arc<tokio::sync::Mutex<()>> {
 /// Step 3: the node is empty (or never existed): the instance may go.
 pub async fn finish_draining(ports: &Ports, claim: &NodeClaim) -> Result<NodeClaim> {
     let next = claim.transition(ClaimState::Terminating, ports.clock.now(), |_| {})?;
-    let next = save(ports, claim, next).await?;
+    let next = ports.save_claim(claim, next).await?;
     let name = claim
         .node_name
         .clone()
@@ -445,7 +436,7 @@ async fn terminate_step(
     let next = claim.transition(ClaimState::Terminated, now, |c| {
         c.expires_at = Some(now.saturating_add(ttl))
     })?;
-    let next = save(ports, claim, next).await?;
+    let next = ports.save_claim(claim, next).await?;
     let name = claim
         .node_name
         .clone()

@@ -22,7 +22,7 @@ use nodewright_core::disruption::{Reason, RejectCode};
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
 use nodewright_core::provisioning::PlannedNodeClaim;
 use nodewright_core::testing::{node_pool, pod};
-use nodewright_engine::disrupt::default_decider;
+use nodewright_engine::default_decider;
 use nodewright_engine::fakes::{CloudOp, ClusterOp, StoreOp, node_class};
 use nodewright_engine::ports::{CloudError, ErrorKind, StoreError};
 use nodewright_engine::sim::{World, WorldConfig};
@@ -35,6 +35,8 @@ const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 /// 2025-01-01T00:00:00Z.
 const START: i64 = 1_735_689_600;
 const POLL: Duration = Duration::from_secs(5);
+/// A fault to inject, named for the failure message.
+type Fault = (String, Box<dyn Fn(&World)>);
 
 fn m5_pool() -> NodePool {
     node_pool(
@@ -613,7 +615,7 @@ async fn a_crash_at_any_write_or_launch_of_a_command_is_resumed_with_no_leak_and
     clean.assert_settled();
     let store_counts = clean.world.store.call_counts();
     let cloud_counts = clean.world.cloud.call_counts();
-    let mut faults: Vec<(String, Box<dyn Fn(&World)>)> = Vec::new();
+    let mut faults: Vec<Fault> = Vec::new();
     for op in [StoreOp::CreateClaim, StoreOp::UpdateClaim] {
         for k in 0..store_counts.get(&op).copied().unwrap_or(0) {
             faults.push((

@@ -279,12 +279,15 @@ async fn a_spot_warning_marks_the_offering_drains_the_node_and_terminates_the_in
         ["default/web-0", "default/web-1", "kube-system/coredns-1"]
     );
     assert!(env.cluster.pod("kube-system", "agent-x").is_some());
-    assert_eq!(env.terminate_calls(), [o.instance.clone()]);
+    assert_eq!(env.terminate_calls(), std::slice::from_ref(&o.instance));
     assert_eq!(
         env.cloud.instance(&o.instance).unwrap().instance.state,
         "terminated"
     );
-    assert_eq!(env.cluster_calls(ClusterOp::DeleteNode), [o.node.clone()]);
+    assert_eq!(
+        env.cluster_calls(ClusterOp::DeleteNode),
+        std::slice::from_ref(&o.node)
+    );
     assert!(env.cluster.node(&o.node).is_none());
     let claim = env.claim(&o.claim);
     assert_eq!(claim.state, ClaimState::Terminated);
@@ -377,7 +380,7 @@ async fn a_pod_held_by_its_budget_is_retried_until_the_deadline_then_deleted() {
             ("default/web-1".to_string(), 20)
         ]
     );
-    assert_eq!(env.terminate_calls(), [o.instance.clone()]);
+    assert_eq!(env.terminate_calls(), std::slice::from_ref(&o.instance));
 }
 
 #[tokio::test]
@@ -693,7 +696,7 @@ async fn a_stopped_instance_is_cleaned_up_and_terminated() {
         env.cluster.pod_deletions(),
         [("default/web-0".to_string(), 0)]
     );
-    assert_eq!(env.terminate_calls(), [o.instance.clone()]);
+    assert_eq!(env.terminate_calls(), std::slice::from_ref(&o.instance));
     assert!(env.cluster.node(&o.node).is_none());
 }
 

@@ -132,7 +132,6 @@ fn child(url: &str) -> Result<(), String> {
             pods: state.pods,
             daemonsets: state.daemonsets,
             pdbs: state.pdbs,
-            ..Default::default()
         };
         let pricing = Pricing::default();
         let plan = plan_provisioning(&ProvisioningInput {

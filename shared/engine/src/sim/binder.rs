@@ -5,9 +5,11 @@
 //! spread keeps its skew (domains are the nodes that match the pod's node affinity,
 //! with `nodeTaintsPolicy: Ignore`, Kubernetes' default); required pod affinity and
 //! anti-affinity hold, including other pods' anti-affinity towards this one. Among the
-//! nodes left, the least allocated (by cpu) wins, as the default scoring prefers.
-//! Preferences (preferred affinity, `ScheduleAnyway`) only score in kube-scheduler and
-//! are not modelled.
+//! nodes left, the least allocated wins, as the default scoring prefers ([`Scoring`]:
+//! by free cpu in the simulator, by free shares of cpu and memory — kube-scheduler's
+//! NodeResourcesFit LeastAllocated — in the functions' end-to-end tests, whose emulated
+//! cluster binds with this binder too). Preferences (preferred affinity,
+//! `ScheduleAnyway`) only score in kube-scheduler and are not modelled.
 
 use std::collections::{HashMap, HashSet};
 
@@ -20,8 +22,21 @@ use nodewright_core::scheduling::requirements::Requirements;
 
 use crate::ports::ClusterState;
 
+/// How the binder picks among the nodes a pod may go to; ties go to the first node by
+/// name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scoring {
+    /// The most free cpu: the simulator's (its bundled runs are measured with it).
+    MostFreeCpu,
+    /// kube-scheduler's default (NodeResourcesFit LeastAllocated, cpu and memory
+    /// weighted alike): the largest free share of allocatable cpu plus free share of
+    /// allocatable memory (a resource the node does not allocate counts no share).
+    LeastAllocated,
+}
+
 /// The cluster as the scheduler's cache holds it, updated as it binds.
 pub struct Binder {
+    scoring: Scoring,
     nodes: Vec<Node>,
     /// Room left on each node (allocatable less the requests of the pods bound there).
     free: Vec<Resources>,
@@ -34,16 +49,21 @@ pub struct Binder {
 }
 
 impl Binder {
+    /// The simulator's binder over `state` ([`Scoring::MostFreeCpu`]).
     pub fn new(state: &ClusterState) -> Binder {
-        let index: HashMap<&str, usize> = state
-            .nodes
+        Binder::over(&state.nodes, &state.pods, Scoring::MostFreeCpu)
+    }
+
+    /// A binder over these nodes and the pods bound to them (other pods are ignored).
+    pub fn over(nodes: &[Node], all_pods: &[Pod], scoring: Scoring) -> Binder {
+        let index: HashMap<&str, usize> = nodes
             .iter()
             .enumerate()
             .map(|(i, n)| (n.name.as_str(), i))
             .collect();
-        let mut free: Vec<Resources> = state.nodes.iter().map(|n| n.allocatable.clone()).collect();
-        let mut pods: Vec<Vec<Pod>> = vec![Vec::new(); state.nodes.len()];
-        for p in state.pods.iter().filter(|p| !p.terminal) {
+        let mut free: Vec<Resources> = nodes.iter().map(|n| n.allocatable.clone()).collect();
+        let mut pods: Vec<Vec<Pod>> = vec![Vec::new(); nodes.len()];
+        for p in all_pods.iter().filter(|p| !p.terminal) {
             let Some(&i) = p.node_name.as_deref().and_then(|n| index.get(n)) else {
                 continue;
             };
@@ -56,7 +76,8 @@ impl Binder {
             .filter(|&i| pods[i].iter().any(|p| !p.pod_anti_affinity.is_empty()))
             .collect();
         Binder {
-            nodes: state.nodes.clone(),
+            scoring,
+            nodes: nodes.to_vec(),
             free,
             pods,
             repelling,
@@ -68,11 +89,10 @@ impl Binder {
     pub fn place(&mut self, pod: &Pod) -> Option<String> {
         let best = (0..self.nodes.len())
             .filter(|&i| self.allows(pod, i))
-            .max_by_key(|&i| {
-                (
-                    self.free[i].get_milli("cpu"),
-                    std::cmp::Reverse(self.nodes[i].name.clone()),
-                )
+            .max_by(|&a, &b| {
+                self.score(a)
+                    .total_cmp(&self.score(b))
+                    .then_with(|| self.nodes[b].name.cmp(&self.nodes[a].name))
             })?;
         self.free[best].sub(&pod.requests);
         let mut bound = pod.clone();
@@ -84,6 +104,25 @@ impl Binder {
             self.repelling.insert(at, best);
         }
         Some(self.nodes[best].name.clone())
+    }
+
+    /// How much node `i` is preferred (higher is better), as [`Scoring`] says.
+    fn score(&self, i: usize) -> f64 {
+        let free = |resource: &str| self.free[i].get_milli(resource);
+        match self.scoring {
+            Scoring::MostFreeCpu => free("cpu") as f64,
+            Scoring::LeastAllocated => {
+                let share = |resource: &str| {
+                    let total = self.nodes[i].allocatable.get_milli(resource);
+                    if total == 0 {
+                        0.0
+                    } else {
+                        free(resource) as f64 / total as f64
+                    }
+                };
+                share("cpu") + share("memory")
+            }
+        }
     }
 
     fn allows(&self, pod: &Pod, i: usize) -> bool {
@@ -263,6 +302,24 @@ mod tests {
         let second = binder.place(&pod("b", "2", "1Gi")).unwrap();
         assert_ne!(first, second);
         assert!(binder.place(&pod("huge", "64", "1Gi")).is_none());
+    }
+
+    #[test]
+    fn least_allocated_weighs_memory_as_cpu_where_the_simulator_counts_cpu_only() {
+        let mut state = cluster(&["us-east-1a", "us-east-1a"]);
+        let bound = |name: &str, cpu: &str, memory: &str, node: &str| {
+            let mut p = pod(name, cpu, memory);
+            p.node_name = Some(node.into());
+            p
+        };
+        state.pods = vec![
+            bound("memory-hungry", "100m", "12Gi", "n0"),
+            bound("cpu-hungry", "1", "128Mi", "n1"),
+        ];
+        let next = pod("next", "100m", "128Mi");
+        assert_eq!(Binder::new(&state).place(&next).as_deref(), Some("n0"));
+        let mut least_allocated = Binder::over(&state.nodes, &state.pods, Scoring::LeastAllocated);
+        assert_eq!(least_allocated.place(&next).as_deref(), Some("n1"));
     }
 
     #[test]

@@ -35,6 +35,18 @@ impl Rng {
         (self.next_u64() % n.max(1) as u64) as usize
     }
 
+    /// Uniform in `lo..=hi` (`lo` <= `hi`).
+    pub fn range(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + (self.next_u64() % (hi - lo + 1).max(1) as u64) as i64
+    }
+
+    /// One of a fixed list of values, which the compiler knows is not empty: the
+    /// generators' draws of a size or a shape.
+    pub fn one_of<T: Copy, const N: usize>(&mut self, items: [T; N]) -> T {
+        const { assert!(N > 0, "one_of needs at least one item") };
+        items[self.below(N)]
+    }
+
     /// One of `items`, or `None` when there is none.
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
         if items.is_empty() {
@@ -98,5 +110,14 @@ mod tests {
         );
         assert!(!rng.chance(0.0));
         assert!((0..100).all(|_| rng.below(3) < 3));
+    }
+
+    #[test]
+    fn ranges_include_both_ends_and_fixed_lists_give_only_their_values() {
+        let mut rng = Rng::new(5);
+        let drawn: Vec<i64> = (0..200).map(|_| rng.range(3, 5)).collect();
+        assert!(drawn.iter().all(|v| (3..=5).contains(v)));
+        assert!(drawn.contains(&3) && drawn.contains(&5));
+        assert!((0..50).all(|_| [10, 20].contains(&rng.one_of([10, 20]))));
     }
 }

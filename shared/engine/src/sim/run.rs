@@ -310,7 +310,7 @@ struct Run<'a> {
     invocations: Mutex<(usize, usize)>,
     first_planning: Mutex<FirstPlanning>,
     /// Disruption invocations, and the commands they started.
-    disruption: Mutex<(usize, Vec<crate::disrupt::StartedCommand>)>,
+    disruption: Mutex<(usize, Vec<crate::command::StartedCommand>)>,
 }
 
 /// What the first provisioning tick that saw each pod pending made of it.
@@ -806,7 +806,7 @@ impl Run<'_> {
         // A command counts once every node it named is gone (Terminated claims).
         let (disruption_invocations, started) = lock(&self.disruption).clone();
         let claims = w.store.claims();
-        let done: Vec<&crate::disrupt::StartedCommand> = started
+        let done: Vec<&crate::command::StartedCommand> = started
             .iter()
             .filter(|c| {
                 c.nodes.iter().all(|n| {

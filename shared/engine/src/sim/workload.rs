@@ -5,18 +5,27 @@
 //! Both edit the cluster directly, as controllers with their own API access do: pods
 //! they delete are not recreated (scaling down), unlike pods evicted by a drain, which
 //! `FakeCluster`'s recreation brings back pending.
+//!
+//! Also the one generator of workloads at scale ([`mixed_deployment`], [`mixed_pods`],
+//! [`bound_cluster`]), seeded by [`Rng`]: the benchmarks draw their clusters here, so a
+//! simulated Deployment and a benchmark's are the same thing.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use nodewright_core::api::model::TaintEffect;
+use nodewright_core::catalog::{
+    InstanceType, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL, LABEL_ZONE,
+};
 use nodewright_core::cluster::{
-    DaemonSet, Node, Pod, PodDisruptionBudget, Toleration, TolerationOperator,
+    DaemonSet, LabelSelector, Node, Pod, PodAffinityTerm, PodDisruptionBudget, Toleration,
+    TolerationOperator, TopologySpreadConstraint, WhenUnsatisfiable,
 };
 use nodewright_core::resources::Resources;
 
 use crate::ports::ClusterState;
 
 use super::binder::fits;
+use super::rng::Rng;
 
 /// A Deployment: every replica is `template` (its labels select the replicas), and the
 /// replica count follows `replicas` over time.
@@ -205,6 +214,204 @@ pub fn daemonset_pods(state: &ClusterState) -> Vec<Pod> {
     out
 }
 
+// ----- generated workloads ---------------------------------------------------------
+
+const MIB_MILLI: i64 = (1 << 20) * 1000;
+/// The smallest pod [`mixed_deployment`] draws (a web replica): 250m cpu, 256Mi.
+pub const MIXED_MIN_CPU_MILLI: i64 = 250;
+pub const MIXED_MIN_MEMORY_MIB: i64 = 256;
+
+/// A pod in `default` labelled `app=<app>`, requesting `cpu_milli` millicores and
+/// `memory_mib` MiB (and one pod slot): unbound, not yet seen by kube-scheduler.
+pub fn app_pod(name: String, app: &str, cpu_milli: i64, memory_mib: i64) -> Pod {
+    let mut requests = Resources::one_pod();
+    requests.set_milli("cpu", cpu_milli);
+    requests.set_milli("memory", memory_mib * MIB_MILLI);
+    Pod {
+        namespace: "default".into(),
+        name,
+        labels: BTreeMap::from([("app".to_string(), app.to_string())]),
+        requests,
+        ..Pod::default()
+    }
+}
+
+fn selects_app(app: &str) -> LabelSelector {
+    LabelSelector {
+        match_labels: BTreeMap::from([("app".to_string(), app.to_string())]),
+        match_expressions: vec![],
+    }
+}
+
+/// The next Deployment of the mixed workload the benchmarks measure: web 40% (6–20
+/// replicas, 250m–1 cpu, 256Mi–1Gi, spread over zones), worker 25% (4–12, 1–2 cpu,
+/// 2–4Gi), cache 15% (3 replicas, 500m, 4–8Gi, one per host), batch 20% (5–15, 2–4 cpu,
+/// 1–2Gi). `number` names it (`web-7`, its replicas labelled `app=web-7`).
+pub fn mixed_deployment(rng: &mut Rng, number: usize) -> Deployment {
+    let (kind, replicas, cpu, memory) = match rng.below(100) {
+        0..40 => (
+            "web",
+            rng.range(6, 20),
+            rng.one_of([250, 500, 750, 1000]),
+            rng.one_of([256, 512, 768, 1024]),
+        ),
+        40..65 => (
+            "worker",
+            rng.range(4, 12),
+            rng.one_of([1000, 1500, 2000]),
+            rng.one_of([2048, 3072, 4096]),
+        ),
+        65..80 => ("cache", 3, 500, rng.one_of([4096, 6144, 8192])),
+        _ => (
+            "batch",
+            rng.range(5, 15),
+            rng.one_of([2000, 3000, 4000]),
+            rng.one_of([1024, 1536, 2048]),
+        ),
+    };
+    let name = format!("{kind}-{number}");
+    let mut template = app_pod(name.clone(), &name, cpu, memory);
+    match kind {
+        "web" => {
+            template.topology_spread = vec![TopologySpreadConstraint {
+                max_skew: 1,
+                topology_key: LABEL_ZONE.into(),
+                when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
+                label_selector: Some(selects_app(&name)),
+                min_domains: None,
+                honor_node_affinity: true,
+                honor_node_taints: false,
+            }]
+        }
+        "cache" => {
+            template.pod_anti_affinity = vec![PodAffinityTerm {
+                label_selector: Some(selects_app(&name)),
+                topology_key: LABEL_HOSTNAME.into(),
+                namespaces: vec!["default".into()],
+            }]
+        }
+        _ => {}
+    }
+    Deployment {
+        name,
+        namespace: "default".into(),
+        template,
+        replicas: vec![(0, u32::try_from(replicas).unwrap_or(1))],
+        budget: None,
+    }
+}
+
+/// `count` pods of the mixed workload, Deployment after Deployment (`web-1`, `batch-2`,
+/// …; the last one cut short), unbound: replica `r` of `web-7` is `web-7-r`.
+pub fn mixed_pods(count: usize, seed: u64) -> Vec<Pod> {
+    let mut rng = Rng::new(seed);
+    let mut pods = Vec::with_capacity(count);
+    let mut number = 0;
+    while pods.len() < count {
+        number += 1;
+        let deployment = mixed_deployment(&mut rng, number);
+        let replicas = deployment.replicas_at(0) as usize;
+        for r in 0..replicas.min(count - pods.len()) {
+            pods.push(Pod {
+                name: format!("{}-{r}", deployment.name),
+                ..deployment.template.clone()
+            });
+        }
+    }
+    pods
+}
+
+/// A cluster already running its workload: what a benchmark of a steady cluster
+/// starts from.
+#[derive(Debug, Clone, Default)]
+pub struct BoundCluster {
+    pub nodes: Vec<Node>,
+    /// Every DaemonSet's pod on every node, then the workload, all bound.
+    pub pods: Vec<Pod>,
+}
+
+/// `workload` bound across `nodes` Ready nodes of NodePool `pool` (zones in turn,
+/// named `ip-10-a-b-c.ec2.internal`), and every DaemonSet's pod on each. Pod `i` goes
+/// to node `i mod nodes`, so consecutive replicas land on consecutive nodes and zones
+/// and zone spread and one-per-host hold. Each node is the first of `node_types`
+/// (smallest first) whose allocatable holds its pods with `headroom` (0.15: 15%) of
+/// cpu and memory to spare, else the last.
+pub fn bound_cluster(
+    mut workload: Vec<Pod>,
+    daemonsets: &[DaemonSet],
+    nodes: usize,
+    node_types: &[&InstanceType],
+    zones: &[&str],
+    pool: &str,
+    headroom: f64,
+) -> BoundCluster {
+    let nodes = nodes.max(1);
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); nodes];
+    for i in 0..workload.len() {
+        members[i % nodes].push(i);
+    }
+    let mut overhead = Resources::new();
+    for ds in daemonsets {
+        overhead.add(&ds.template.requests);
+    }
+    let mut cluster = BoundCluster {
+        nodes: Vec::with_capacity(nodes),
+        pods: Vec::with_capacity(nodes * daemonsets.len() + workload.len()),
+    };
+    for (n, mine) in members.iter().enumerate() {
+        let name = format!(
+            "ip-10-{}-{}-{}.ec2.internal",
+            n / 65_536,
+            n / 256 % 256,
+            n % 256
+        );
+        let mut used = overhead.clone();
+        for &p in mine {
+            used.add(&workload[p].requests);
+        }
+        let holds = |it: &&&InstanceType| {
+            ["cpu", "memory"].iter().all(|r| {
+                used.get_milli(r) as f64 * (1.0 + headroom) <= it.allocatable.get_milli(r) as f64
+            }) && used.get_milli("pods") <= it.allocatable.get_milli("pods")
+        };
+        let Some(it) = node_types.iter().find(holds).or(node_types.last()) else {
+            break;
+        };
+        let zone = zones
+            .get(n % zones.len().max(1))
+            .copied()
+            .unwrap_or_default();
+        let mut labels = it.labels.clone();
+        labels.insert(LABEL_ZONE.into(), zone.into());
+        labels.insert(LABEL_CAPACITY_TYPE.into(), "on-demand".into());
+        labels.insert(LABEL_NODEPOOL.into(), pool.into());
+        labels.insert(LABEL_HOSTNAME.into(), name.clone());
+        let node = Node {
+            name: name.clone(),
+            labels,
+            allocatable: it.allocatable.clone(),
+            capacity: it.capacity.clone(),
+            provider_id: Some(format!("aws:///{zone}/i-0{n:016x}")),
+            ready: true,
+            ..Node::default()
+        };
+        for ds in daemonsets {
+            let mut pod = daemonset_pod(ds, &node);
+            pod.owner_daemonset = Some(ds.name.clone());
+            pod.marked_unschedulable = false;
+            cluster.pods.push(pod);
+        }
+        for &p in mine {
+            let pod = &mut workload[p];
+            pod.node_name = Some(name.clone());
+            pod.marked_unschedulable = false;
+        }
+        cluster.nodes.push(node);
+    }
+    cluster.pods.extend(workload);
+    cluster
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,5 +495,58 @@ mod tests {
         assert!(pods[0].daemonset_owned && !pods[0].is_pending());
         state.pods = pods;
         assert!(daemonset_pods(&state).is_empty(), "one per node");
+    }
+
+    #[test]
+    fn the_mixed_workload_is_the_same_for_a_seed_and_fills_the_count() {
+        let a = mixed_pods(501, 1);
+        assert_eq!(a, mixed_pods(501, 1));
+        assert_ne!(a, mixed_pods(501, 2));
+        assert_eq!(a.len(), 501);
+        assert!(
+            a.iter()
+                .all(|p| p.is_pending() && p.labels.contains_key("app"))
+        );
+        let names: HashSet<&str> = a.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names.len(), a.len(), "pod names are unique");
+    }
+
+    #[test]
+    fn a_bound_cluster_puts_every_pod_on_a_node_that_holds_it() {
+        let catalog = Catalog::embedded();
+        let types: Vec<&InstanceType> = ["m5.xlarge", "m5.24xlarge"]
+            .iter()
+            .map(|t| catalog.get(t).unwrap())
+            .collect();
+        let mut template = pod("agent", "100m", "128Mi");
+        template.daemonset_owned = true;
+        let agent = DaemonSet {
+            namespace: "kube-system".into(),
+            name: "agent".into(),
+            template,
+        };
+        let cluster = bound_cluster(
+            mixed_pods(60, 3),
+            &[agent],
+            6,
+            &types,
+            &["us-east-1a", "us-east-1b"],
+            "default",
+            0.15,
+        );
+        assert_eq!(cluster.nodes.len(), 6);
+        assert_eq!(cluster.pods.len(), 66);
+        assert!(cluster.pods.iter().all(|p| !p.is_pending()));
+        for node in &cluster.nodes {
+            let mut used = Resources::new();
+            for p in cluster
+                .pods
+                .iter()
+                .filter(|p| p.node_name.as_ref() == Some(&node.name))
+            {
+                used.add(&p.requests);
+            }
+            assert!(used.fits_in(&node.allocatable), "{}", node.name);
+        }
     }
 }

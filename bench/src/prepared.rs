@@ -1,98 +1,31 @@
-//! `bench --suite prepared`: the scheduler prepared once per tick and solved many times,
-//! as consolidation uses it. A cluster of 1,000 nodes (embedded catalog, 3 zones) runs
-//! 30,000 workload pods — the real workload's deployments (web with zone spread, cache
+//! `nodewright-bench prepared`: the scheduler prepared once per tick and solved many
+//! times, as consolidation uses it, timed in this process (inner-loop timings, not a
+//! whole command). A cluster of 1,000 nodes (`--nodes`; embedded catalog, 3 zones)
+//! runs 30,000 workload pods — the real workload's deployments (web with zone spread, cache
 //! with hostname anti-affinity, workers, batch), 30 per node, replicas on consecutive
 //! nodes so every constraint holds — plus the two DaemonSets' pods on every node. Each
 //! node gets the cheapest of a few general-purpose and memory types that holds its pods
-//! with 15% to spare. Figures: the time to prepare, and speculative solves removing one
+//! with 15% to spare (the bound cluster of `sim::workload`). Figures: the time to prepare, and speculative solves removing one
 //! node (each node once) and ten consecutive nodes (100 sets), median and p90.
 
 use std::time::{Duration, Instant};
 
 use nodewright_core::catalog::{Catalog, Pricing};
-use nodewright_core::cluster::{ClusterSnapshot, Node, Pod};
-use nodewright_core::resources::Resources;
 use nodewright_core::scheduling::{
     PreparedScheduler, Removal, SchedulerInput, Solve, SolveLimits, Stop,
 };
-use nodewright_core::testing::node;
 use serde_json::json;
 
-use super::{Report, SEED, real_daemonsets, real_pods, real_pool, thousands};
+use crate::report::{Report, thousands};
+use crate::workload::{real_cluster, real_daemonsets, real_pool};
 
 /// Preparing the scheduler for 1,000 nodes / 30,000 pods, in ms.
 pub const TARGET_PREPARE_MS: f64 = 300.0;
 /// Median single-node removal solve, in ms.
 pub const TARGET_SOLVE_MS: f64 = 1.0;
 
-const NODES: usize = 1_000;
+pub const DEFAULT_NODES: usize = 1_000;
 const PODS_PER_NODE: usize = 30;
-const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
-/// Smallest first: a node is the first that holds its pods with 15% to spare.
-const NODE_TYPES: [&str; 8] = [
-    "m5.4xlarge",
-    "m5.8xlarge",
-    "r5.8xlarge",
-    "m5.12xlarge",
-    "r5.12xlarge",
-    "m5.16xlarge",
-    "r5.16xlarge",
-    "m5.24xlarge",
-];
-
-/// The cluster: nodes, and every pod bound to one.
-pub fn prepared_cluster(nodes: usize, catalog: &Catalog) -> ClusterSnapshot {
-    let daemonsets = real_daemonsets();
-    let mut workload = real_pods(nodes * PODS_PER_NODE, SEED);
-    let mut by_node: Vec<Vec<usize>> = vec![Vec::new(); nodes];
-    for (i, _) in workload.iter().enumerate() {
-        // Consecutive replicas of a deployment on consecutive nodes (and zones).
-        by_node[i % nodes].push(i);
-    }
-    let mut overhead = Resources::new();
-    for ds in &daemonsets {
-        overhead.add(&ds.template.requests);
-    }
-    let mut out_nodes: Vec<Node> = Vec::with_capacity(nodes);
-    let mut pods: Vec<Pod> = Vec::with_capacity(nodes * (PODS_PER_NODE + daemonsets.len()));
-    for (n, members) in by_node.iter().enumerate() {
-        let name = format!("ip-10-0-{}-{}.ec2.internal", n / 250, n % 250);
-        let mut used = overhead.clone();
-        for &p in members {
-            used.add(&workload[p].requests);
-        }
-        let it = NODE_TYPES
-            .iter()
-            .find(|t| {
-                let allocatable = &catalog.get(t).expect("type in the catalog").allocatable;
-                ["cpu", "memory"]
-                    .iter()
-                    .all(|r| used.get_milli(r) as f64 * 1.15 <= allocatable.get_milli(r) as f64)
-                    && used.get_milli("pods") <= allocatable.get_milli("pods")
-            })
-            .unwrap_or(&NODE_TYPES[NODE_TYPES.len() - 1]);
-        out_nodes.push(node(&name, it, ZONES[n % ZONES.len()], "default", catalog));
-        for &p in members {
-            let pod = &mut workload[p];
-            pod.node_name = Some(name.clone());
-            pod.marked_unschedulable = false;
-        }
-        for ds in &daemonsets {
-            let mut pod = ds.template.clone();
-            pod.name = format!("{}-{n}", ds.name);
-            pod.node_name = Some(name.clone());
-            pod.marked_unschedulable = false;
-            pods.push(pod);
-        }
-    }
-    pods.extend(workload);
-    ClusterSnapshot {
-        pods,
-        nodes: out_nodes,
-        daemonsets,
-        ..Default::default()
-    }
-}
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -145,7 +78,7 @@ impl Outcomes {
     }
 }
 
-pub fn prepared_suite(out: &mut Report) {
+pub fn suite(out: &mut Report, nodes: usize) {
     let catalog = Catalog::embedded();
     let pricing = Pricing::default();
     let pools = [real_pool()];
@@ -155,11 +88,18 @@ pub fn prepared_suite(out: &mut Report) {
             "1,000 nodes / 30,000 bound pods: prepare ≤ {TARGET_PREPARE_MS:.0} ms, single-node removal solve ≤ {TARGET_SOLVE_MS} ms median"
         ),
     );
-    let snapshot = prepared_cluster(NODES, catalog);
+    let cluster = match real_cluster(nodes, PODS_PER_NODE) {
+        Ok(cluster) => cluster,
+        Err(e) => {
+            out.fail(format!("prepared: {e}"));
+            return;
+        }
+    };
+    let daemonsets = real_daemonsets();
     let input = SchedulerInput {
-        pods: &snapshot.pods,
-        nodes: &snapshot.nodes,
-        daemonsets: &snapshot.daemonsets,
+        pods: &cluster.pods,
+        nodes: &cluster.nodes,
+        daemonsets: &daemonsets,
         node_pools: &pools,
         node_classes: &[],
         catalog,
@@ -168,9 +108,9 @@ pub fn prepared_suite(out: &mut Report) {
     };
     out.line(&format!(
         "cluster: {} nodes, {} pods ({} workload, the rest DaemonSet pods), NodePool c/m/r gen > 4, limits none",
-        thousands(snapshot.nodes.len() as f64),
-        thousands(snapshot.pods.len() as f64),
-        thousands((NODES * PODS_PER_NODE) as f64),
+        thousands(cluster.nodes.len() as f64),
+        thousands(cluster.pods.len() as f64),
+        thousands((nodes * PODS_PER_NODE) as f64),
     ));
 
     // Prepare: best of three is noise-free enough; the median is what is reported.
@@ -190,9 +130,9 @@ pub fn prepared_suite(out: &mut Report) {
     // every node again (shapes compiled).
     let mut passes = Vec::new();
     for _ in 0..2 {
-        let mut times = Vec::with_capacity(NODES);
+        let mut times = Vec::with_capacity(nodes);
         let mut outcomes = Outcomes::default();
-        for n in 0..NODES {
+        for n in 0..nodes {
             let nodes = [n];
             let removal = Removal {
                 nodes: &nodes,
@@ -208,8 +148,9 @@ pub fn prepared_suite(out: &mut Report) {
     // Ten consecutive nodes at a time.
     let mut times = Vec::new();
     let mut ten = Outcomes::default();
-    for set in 0..100 {
-        let nodes: Vec<usize> = (set * 10..set * 10 + 10).collect();
+    let sets = (nodes / 10).clamp(1, 100);
+    for set in 0..sets {
+        let nodes: Vec<usize> = (set * 10..(set * 10 + 10).min(nodes)).collect();
         let removal = Removal {
             nodes: &nodes,
             not_destinations: &[],
@@ -233,11 +174,11 @@ pub fn prepared_suite(out: &mut Report) {
         warm.describe()
     ));
     out.line(&format!(
-        "  10-node removal (100 sets):      median {ten_median:.3} ms, p90 {ten_p90:.3} ms — {}",
+        "  10-node removal ({sets} sets):      median {ten_median:.3} ms, p90 {ten_p90:.3} ms — {}",
         ten.describe()
     ));
     out.record(json!({
-        "suite": "prepared", "nodes": NODES, "pods": snapshot.pods.len(),
+        "suite": "prepared", "nodes": nodes, "pods": cluster.pods.len(),
         "prepare_ms": prepare_ms,
         "solve_1_median_ms": first_median, "solve_1_p90_ms": first_p90,
         "solve_1_warm_median_ms": warm_median, "solve_1_warm_p90_ms": warm_p90,

@@ -1,30 +1,13 @@
-//! An emulated cluster for end-to-end tests of the Lambda handlers (feature
-//! `test-support`): moto for DynamoDB, EC2, SSM and EKS (tests/moto.sh), the fake
-//! Kubernetes API server for the cluster, reached through `NODEWRIGHT_KUBECONFIG` as a
-//! local run would, and the `Config` the handlers are built from.
-//!
-//! - [`emulated_cluster`]: the world, with a NodePool and pending pods;
-//! - [`ClusterBehaviour`] (`behaviour`): kubelets, scheduler, controllers and EC2 acting
-//!   over time, so a test can assert where a job *ends*;
-//! - [`ProvisionerSchedule`]: the provisioner invoked back to back as its schedule
-//!   would, with what each invocation left behind;
-//! - [`lambda_context`], [`invoke_for`], [`wait_until`] and the accessors on
-//!   [`EmulatedCluster`] (claims, live instances).
-
-mod behaviour;
-
-pub use behaviour::{ClusterBehaviour, GoneBy, InstanceLife, PodLife, Timings};
+//! The emulated cluster's world: moto's table, network and EKS cluster, the fake API
+//! server with a NodePool and pending pods, the handlers' `Config`, and what tests read
+//! back from moto (claims, instances).
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
 
 use aws_sdk_ec2::types::Filter;
-use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
 
 use nodewright_aws::testing::{
     K8S, REGION, create_table_from_definition, moto_url, network, node_role, sdk_config, unique,
@@ -32,11 +15,8 @@ use nodewright_aws::testing::{
 use nodewright_aws::{AwsContext, DynamoStore};
 use nodewright_core::nodeclaim::NodeClaim;
 use nodewright_engine::ports::Store;
-use nodewright_engine::{Provisioner, ProvisionerConfig};
 use nodewright_kube::fake::FakeApiServer;
-use nodewright_lambda::{Config, build_ports};
-
-use crate::{DEADLINE_MARGIN, Handler};
+use nodewright_lambda::Config;
 
 /// The node role of the emulated cluster's EC2NodeClass.
 pub const NODE_ROLE: &str = "KarpenterNodeRole-e2e";
@@ -46,8 +26,10 @@ pub struct EmulatedCluster {
     pub url: String,
     pub cluster: String,
     pub table: String,
-    /// Shared with a [`ClusterBehaviour`] acting on it in the background.
+    /// Shared with a [`ClusterBehaviour`](crate::ClusterBehaviour) acting on it in the
+    /// background.
     pub api: Arc<FakeApiServer>,
+    /// What the handlers' `main`s read from the environment, pointing at this world.
     pub config: Config,
     kubeconfig: PathBuf,
 }
@@ -147,7 +129,8 @@ pub fn pending_pod(name: &str) -> Value {
 }
 
 /// A pending pod of the `web` app (no tolerations, no node selector) with these
-/// requests, which kube-scheduler has marked Unschedulable.
+/// requests, which kube-scheduler has marked Unschedulable: the object a test puts in
+/// the API server.
 pub fn web_pod(name: &str, cpu: &str, memory: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -187,18 +170,6 @@ impl EmulatedCluster {
     /// See [`AwsView::live_instances`].
     pub async fn live_instances(&self) -> Vec<String> {
         self.aws().live_instances().await
-    }
-
-    /// The provisioner's handler as its `main` builds it (real config, real adapters).
-    pub async fn provisioner(&self, holder: &str) -> Handler {
-        let (ports, _) = build_ports(&self.config).await.expect("ports");
-        Handler {
-            provisioner: Provisioner::new(
-                ports,
-                ProvisionerConfig::new(self.cluster.clone(), holder),
-            ),
-            poll_interval: self.config.poll_interval,
-        }
     }
 }
 
@@ -263,128 +234,5 @@ impl AwsView {
             .collect();
         ids.sort();
         ids
-    }
-}
-
-/// A Lambda context whose invocation times out `timeout` from now.
-pub fn lambda_context(timeout: Duration) -> Context {
-    let deadline = SystemTime::now() + timeout;
-    let mut context = Context::default();
-    context.deadline = deadline
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
-    context.request_id = unique("req");
-    context
-}
-
-/// One scheduled invocation of the provisioner that may keep ticking for `budget`
-/// (its deadline is `budget` + the margin the handler keeps; `Duration::ZERO` gives a
-/// single tick).
-pub async fn invoke_for(handler: &Handler, budget: Duration) -> Value {
-    let event = LambdaEvent::new(
-        json!({"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}),
-        lambda_context(budget + DEADLINE_MARGIN),
-    );
-    handler.handle(event).await.expect("provisioner handler")
-}
-
-/// Polls `condition` every 250 ms until it holds (true) or `timeout` passes (false).
-pub async fn wait_until<F, Fut>(timeout: Duration, mut condition: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let end = Instant::now() + timeout;
-    loop {
-        if condition().await {
-            return true;
-        }
-        if Instant::now() >= end {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// What one scheduled provisioner invocation returned and left behind.
-#[derive(Debug, Clone)]
-pub struct Invocation {
-    /// The handler's summary, or its error.
-    pub summary: Result<Value, String>,
-    /// Live instances right after it ([`EmulatedCluster::live_instances`]).
-    pub instances: Vec<String>,
-    /// Live claims right after it ([`EmulatedCluster::live_claims`]).
-    pub claims: Vec<(String, Option<String>)>,
-}
-
-impl Invocation {
-    /// Instances no live claim records: leaked or launched behind the store's back.
-    pub fn unclaimed(&self) -> Vec<String> {
-        self.instances
-            .iter()
-            .filter(|i| !self.claims.iter().any(|(_, c)| c.as_ref() == Some(*i)))
-            .cloned()
-            .collect()
-    }
-
-    /// How many instances the invocation says it launched.
-    pub fn launched(&self) -> usize {
-        self.summary
-            .as_ref()
-            .ok()
-            .and_then(|s| s["launched"].as_array())
-            .map_or(0, Vec::len)
-    }
-}
-
-/// The provisioner invoked back to back in the background, each invocation with
-/// `budget` (as the one-minute schedule does with 55 s), until dropped.
-pub struct ProvisionerSchedule {
-    log: Arc<Mutex<Vec<Invocation>>>,
-    task: JoinHandle<()>,
-}
-
-impl Drop for ProvisionerSchedule {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl ProvisionerSchedule {
-    pub async fn start(world: &EmulatedCluster, holder: &str, budget: Duration) -> Self {
-        let handler = world.provisioner(holder).await;
-        let probe = world.aws();
-        let log: Arc<Mutex<Vec<Invocation>>> = Arc::default();
-        let writer = log.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let event = LambdaEvent::new(
-                    json!({"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}),
-                    lambda_context(budget + DEADLINE_MARGIN),
-                );
-                let summary = handler.handle(event).await.map_err(|e| e.to_string());
-                let invocation = Invocation {
-                    summary,
-                    instances: probe.live_instances().await,
-                    claims: probe.live_claims().await,
-                };
-                writer
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(invocation);
-            }
-        });
-        ProvisionerSchedule { log, task }
-    }
-
-    /// The invocations finished so far.
-    pub fn invocations(&self) -> Vec<Invocation> {
-        self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    /// Stops invoking (an invocation under way is abandoned, as a Lambda timeout would).
-    pub fn stop(&self) {
-        self.task.abort();
     }
 }

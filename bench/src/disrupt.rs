@@ -1,5 +1,5 @@
-//! `bench --suite disrupt`: `nodewright disrupt --output json` on fragmented clusters,
-//! as a child process (wall, CPU time and peak RSS, as a user sees them, with the
+//! `nodewright-bench disrupt`: `nodewright disrupt --output json` (the release build,
+//! or `--binary`) on fragmented clusters, as a child process (wall, CPU time and peak RSS, as a user sees them, with the
 //! command's own `--timings` of each step), and the consolidation quality: the
 //! cluster's price once every command has run, against the cheapest fractional fleet
 //! for the pods that remain.
@@ -9,18 +9,22 @@
 //! elapsed, budgets at 100%: nothing blocks, so every node is a candidate.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use nodewright_core::catalog::Catalog;
 use nodewright_core::cluster::Pod;
+use nodewright_engine::sim::rng::Rng;
+use nodewright_engine::sim::workload::bound_cluster;
 use serde_json::Value;
 
-use super::command::{
-    daemonset_object, node_object, nodepools_yaml, parse_run_child, pod_object, write_list,
-    write_text,
+use crate::child::{children_cpu, parse_run_child, under_run_child};
+use crate::cost::cost_lower_bound;
+use crate::kube_json::{
+    daemonset_object, node_object, nodepools_yaml, pod_object, write_list, write_text,
 };
-use super::{Report, Rng, cost_lower_bound, labels, pending_pod, real_daemonsets, thousands};
+use crate::report::{Report, thousands};
+use crate::workload::{ZONES, labels, pending_pod, real_daemonsets, real_pool};
 
 /// Decision time at 1,000 nodes / 30,000 pods, all candidates evaluated.
 pub const TARGET_DECISION_SECS: f64 = 10.0;
@@ -33,15 +37,14 @@ pub const TARGET_CPU_SECS_5000: f64 = 10.0;
 
 const PODS_PER_NODE: usize = 30;
 const NODE_TYPE: &str = "m5.2xlarge";
-const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 const NOW: &str = "2026-11-23T10:00:00Z";
 /// `--nodes` takes any sizes. 10,000 (300,000 pods) is left out of the default run: its
 /// snapshot takes 1.9 GB of disk, and the run about twice the time of all three others.
-const DEFAULT_SIZES: [usize; 3] = [100, 1_000, 5_000];
+pub const DEFAULT_SIZES: [usize; 3] = [100, 1_000, 5_000];
 
 /// `keep_in`: write the files there and keep them (the snapshot and the decision of each
 /// size, as `fragmented-N.json` and `decision-N.json`); else a temporary directory.
-pub(super) fn disrupt_suite(out: &mut Report, sizes: Option<&[usize]>, keep_in: Option<&Path>) {
+pub fn suite(out: &mut Report, binary: &Path, sizes: &[usize], keep_in: Option<&Path>) {
     out.header(
         "disrupt: `nodewright disrupt --output json` on a fragmented cluster, as a child process",
         &format!(
@@ -73,7 +76,7 @@ pub(super) fn disrupt_suite(out: &mut Report, sizes: Option<&[usize]>, keep_in: 
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let pools = dir.join("nodepools.yaml");
         write_text(&pools, &fragmented_pools())?;
-        for &nodes in sizes.unwrap_or(&DEFAULT_SIZES) {
+        for &nodes in sizes {
             let snapshot = dir.join(format!("fragmented-{nodes}.json"));
             let pods = write_fragmented(&snapshot, nodes)?;
             let output = dir.join(format!("decision-{nodes}.json"));
@@ -82,13 +85,13 @@ pub(super) fn disrupt_suite(out: &mut Report, sizes: Option<&[usize]>, keep_in: 
                 cpu,
                 kib,
                 steps,
-            } = measure(&pools, &snapshot, &output)?;
+            } = measure(binary, &pools, &snapshot, &output)?;
             let text = std::fs::read(&output).map_err(|e| e.to_string())?;
             let decision: Value = serde_json::from_slice(&text)
                 .map_err(|e| format!("disrupt printed no JSON: {e}"))?;
             let before = decision["pricePerHour"]["before"].as_f64().unwrap_or(0.0);
             let after = decision["pricePerHour"]["after"].as_f64().unwrap_or(0.0);
-            let bound = cost_lower_bound(&pods, &super::real_pool(), Catalog::embedded());
+            let bound = cost_lower_bound(&pods, &real_pool(), Catalog::embedded());
             let ratio = bound.map(|b| after / b);
             let mut by_method: std::collections::BTreeMap<String, usize> = Default::default();
             for c in decision["commands"].as_array().into_iter().flatten() {
@@ -189,53 +192,43 @@ fn fragmented_pools() -> String {
     )
 }
 
-/// Writes the cluster; returns its non-DaemonSet pods (what the bound covers).
+/// Writes the cluster: [`PODS_PER_NODE`] small pods of apps of 10 replicas on each
+/// node, spread round robin; returns its non-DaemonSet pods (what the bound covers).
 fn write_fragmented(path: &Path, nodes: usize) -> Result<Vec<Pod>, String> {
-    let catalog = Catalog::embedded();
-    let it = catalog
+    let it = Catalog::embedded()
         .get(NODE_TYPE)
         .ok_or("m5.2xlarge is not in the embedded catalog")?;
     let daemonsets = real_daemonsets();
     let mut rng = Rng::new(7);
-    let mut workload = Vec::with_capacity(nodes * PODS_PER_NODE);
-    let mut index = 0;
+    let workload = (0..nodes * PODS_PER_NODE)
+        .map(|i| {
+            let app = format!("svc-{}", i / 10);
+            pending_pod(
+                format!("{app}-{i}"),
+                rng.one_of([50, 75, 100, 125]),
+                rng.one_of([128, 256, 384]),
+                labels("app", &app),
+            )
+        })
+        .collect();
+    let cluster = bound_cluster(workload, &daemonsets, nodes, &[it], &ZONES, "default", 0.0);
     write_list(path, |w| {
         for ds in &daemonsets {
             w.item(&daemonset_object(&ds.name, &ds.template))?;
         }
-        for n in 0..nodes {
-            let name = format!(
-                "ip-10-{}-{}-{}.ec2.internal",
-                n / 65_536,
-                n / 256 % 256,
-                n % 256
-            );
-            w.item(&node_object(&name, it, ZONES[n % ZONES.len()], n))?;
-            for ds in &daemonsets {
-                let mut p = ds.template.clone();
-                p.name = format!("{}-{n:05x}", ds.name);
-                p.node_name = Some(name.clone());
-                w.item(&pod_object(&p, index))?;
-                index += 1;
-            }
-            for k in 0..PODS_PER_NODE {
-                let app = format!("svc-{}", (n * PODS_PER_NODE + k) / 10);
-                let mut p = pending_pod(
-                    format!("{app}-{n:05x}-{k}"),
-                    rng.pick(&[50, 75, 100, 125]),
-                    rng.pick(&[128, 256, 384]),
-                    labels("app", &app),
-                );
-                p.node_name = Some(name.clone());
-                p.marked_unschedulable = false;
-                w.item(&pod_object(&p, index))?;
-                index += 1;
-                workload.push(p);
-            }
+        for (n, node) in cluster.nodes.iter().enumerate() {
+            w.item(&node_object(node, n))?;
+        }
+        for (i, p) in cluster.pods.iter().enumerate() {
+            w.item(&pod_object(p, i))?;
         }
         Ok(())
     })?;
-    Ok(workload)
+    Ok(cluster
+        .pods
+        .into_iter()
+        .filter(|p| !p.daemonset_owned)
+        .collect())
 }
 
 struct Measured {
@@ -247,15 +240,17 @@ struct Measured {
     steps: String,
 }
 
-fn measure(pools: &Path, snapshot: &Path, output: &Path) -> Result<Measured, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
+fn measure(
+    binary: &Path,
+    pools: &Path,
+    snapshot: &Path,
+    output: &Path,
+) -> Result<Measured, String> {
     let stdout = std::fs::File::create(output).map_err(|e| e.to_string())?;
     // Children's CPU time: that of `run-child` and of the command it waited for, once
     // this process has waited for `run-child` (nothing else runs meanwhile).
     let cpu_before = children_cpu();
-    let result = Command::new(&exe)
-        .args(["bench", "--suite", "run-child", "--"])
-        .arg(&exe)
+    let result = under_run_child(binary)?
         .arg("disrupt")
         .arg("--nodepools")
         .arg(pools)
@@ -273,7 +268,7 @@ fn measure(pools: &Path, snapshot: &Path, output: &Path) -> Result<Measured, Str
         .stdout(Stdio::from(stdout))
         .stderr(Stdio::piped())
         .output()
-        .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
+        .map_err(|e| format!("cannot run {}: {e}", binary.display()))?;
     let cpu = children_cpu().saturating_sub(cpu_before);
     let stderr = String::from_utf8_lossy(&result.stderr);
     if !result.status.success() {
@@ -292,18 +287,4 @@ fn measure(pools: &Path, snapshot: &Path, output: &Path) -> Result<Measured, Str
         kib,
         steps,
     })
-}
-
-/// User + system time of this process's children that have been waited for.
-fn children_cpu() -> Duration {
-    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `u` is valid for writes for the duration of the call.
-    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) } != 0 {
-        return Duration::ZERO;
-    }
-    let time = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
-    };
-    time(u.ru_utime) + time(u.ru_stime)
 }

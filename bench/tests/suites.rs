@@ -1,0 +1,76 @@
+//! Every planner suite of `nodewright-bench` run as a user runs it, at a tiny size: the
+//! subcommands parse, measure and exit 0 (a target missed at this size is a figure, not
+//! a failure). The whole-command suites run the `nodewright` built beside this binary.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn bench(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_nodewright-bench"))
+        .args(args)
+        .output()
+        .expect("nodewright-bench runs");
+    assert!(
+        out.status.success(),
+        "nodewright-bench {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `nodewright` from the same build (`cargo test --workspace` builds it): the bench's
+/// own default is the release build, which a test run does not make.
+fn nodewright() -> String {
+    let dir = PathBuf::from(env!("CARGO_BIN_EXE_nodewright-bench"));
+    let path = dir.with_file_name(format!("nodewright{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.is_file(),
+        "{} is missing: build the workspace (`cargo build --workspace`)",
+        path.display()
+    );
+    path.display().to_string()
+}
+
+#[test]
+fn the_in_process_suites_run_at_a_tiny_size() {
+    let synthetic = bench(&["synthetic", "--sizes", "1,30"]);
+    assert!(synthetic.contains("Karpenter's makeDiversePods") && synthetic.contains("five-group"));
+    assert!(bench(&["real", "--sizes", "30"]).contains("== real"));
+    assert!(bench(&["memory", "--pods", "50"]).contains("peak RSS after planning"));
+    assert!(bench(&["prepared", "--nodes", "10"]).contains("1-node removal"));
+}
+
+#[test]
+fn json_output_is_one_object_per_line() {
+    let out = bench(&["synthetic", "--sizes", "20", "--shape", "five", "--json"]);
+    let records: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON object per line"))
+        .collect();
+    assert!(
+        records
+            .iter()
+            .any(|r| r["suite"] == "synthetic" && r["pods"] == 20)
+    );
+}
+
+#[test]
+fn the_whole_command_suites_run_nodewright_at_a_tiny_size() {
+    let binary = nodewright();
+    let plan = bench(&[
+        "command",
+        "--binary",
+        &binary,
+        "--runs",
+        "1",
+        "--pending",
+        "40",
+        "--nodes",
+        "3",
+    ]);
+    assert!(plan.contains("Karpenter's shape, 40 pending"), "{plan}");
+    assert!(plan.contains("cluster: 3 nodes, 75 pods bound"), "{plan}");
+    let disrupt = bench(&["disrupt", "--binary", &binary, "--nodes", "6"]);
+    assert!(disrupt.contains("read snapshot and manifests"), "{disrupt}");
+}

@@ -1,0 +1,630 @@
+//! The disruption command machine: a command decided by the disruption job
+//! ([`crate::disrupt`]) executed as a state machine persisted on its claims, advanced
+//! by every poll of the provisioner and every run of the disruption job (both call
+//! [`advance_commands`]; neither job is imported here).
+//!
+//! ```text
+//! decide (core, on the provisioner's view of the cluster)        ── only when no command is in flight
+//!   │  record every command and every rejection in the decision log
+//!   ▼
+//! mark: each candidate claim Initialized → Disrupting{cause, command}   (the whole command rides
+//!   │   on every candidate, so any one of them resumes it), then taint   on each candidate)
+//!   │   karpenter.sh/disrupted:NoSchedule
+//!   ▼
+//! replace: a Launching claim per replacement (name fixed in the command, so a retry finds
+//!   │   it), launched through the launch path (`crate::launch`); its `pods` nominate the
+//!   │   moving pods to it, so the provisioner never launches for them again
+//!   ▼
+//! wait until every replacement is Initialized, then 15 s more (Karpenter's validation delay)
+//!   ▼
+//! validate: re-decide on fresh state, as if the replacements were not there yet; every
+//!   │   candidate must still be in a command. If not (a pod arrived, a budget closed,
+//!   │   prices moved), or a replacement failed to launch, or a candidate was taken by
+//!   │   someone else: abandon — untaint, claims back to Initialized, reason recorded.
+//!   │   Replacements stay: they are ordinary capacity, and an empty one is consolidated.
+//!   ▼
+//! validated: the candidates drain through `crate::terminate` (PDB-respecting
+//!     evictions, deadlines), then TerminateInstances for the recorded instance only
+//! ```
+//!
+//! Every step is a conditional write of one claim after (or, for the taint, before
+//! the next) idempotent side effect: a crash anywhere leaves claims that the next poll
+//! resumes from. While a command is unvalidated its candidates count as capacity for
+//! planning ([`planning_claims`]): their pods still run there, so nothing is launched
+//! for them except the command's own replacements.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use nodewright_core::disruption::command::Command;
+use nodewright_core::disruption::{Decision as Decided, Reason};
+use nodewright_core::nodeclaim::{
+    ClaimState, Disruption, DisruptionCause, DisruptionCommand, NodeClaim,
+};
+
+use crate::context::Ports;
+use crate::decide::{Decider, decide};
+use crate::error::{EngineError, Result};
+use crate::gather::Gathered;
+use crate::launch::{LaunchLog, Launcher, claim_spec};
+use crate::lease::LeaseKeeper;
+use crate::ports::{Decision, ErrorKind, NodePatch};
+use crate::terminate::{self, TAINT_DISRUPTED};
+
+/// After the last replacement is Initialized (or the candidates were marked, when
+/// there is none), how long before the command is re-checked: Karpenter's 15 s.
+pub const VALIDATION_DELAY: Duration = Duration::from_secs(15);
+/// The decision log's job name for what the machine does.
+const JOB: &str = "disruption";
+
+/// A command this run started.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StartedCommand {
+    pub id: String,
+    pub method: String,
+    pub reason: Reason,
+    pub nodes: Vec<String>,
+    /// Replacement claim names.
+    pub replacements: Vec<String>,
+    pub savings_per_hour: f64,
+}
+
+/// What one pass over the commands in flight did.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CommandsReport {
+    /// Candidate claims marked Disrupting (and cordoned).
+    pub marked: Vec<String>,
+    /// Replacement claims launched.
+    pub launched: Vec<String>,
+    /// Commands validated: their candidates drain now.
+    pub validated: Vec<String>,
+    /// (command id, why) for commands given up; their candidates are back.
+    pub abandoned: Vec<(String, String)>,
+    /// Commands waiting for replacements or for the validation delay.
+    pub waiting: Vec<String>,
+    /// (command id, error) for commands that could not advance; retried next poll.
+    pub errors: Vec<(String, String)>,
+}
+
+impl CommandsReport {
+    /// Nodes were tainted or untainted: a view read before is stale.
+    pub fn changed_cluster(&self) -> bool {
+        !(self.marked.is_empty() && self.abandoned.is_empty())
+    }
+}
+
+/// What the machine runs with: the launch path for replacements, and core's
+/// decision (as the disruption job decided it) for validation.
+pub(crate) struct CommandMachine<'a> {
+    pub(crate) launcher: &'a Launcher,
+    pub(crate) decider: &'a Decider,
+    pub(crate) spot_to_spot: bool,
+}
+
+impl CommandMachine<'_> {
+    fn ports(&self) -> &Ports {
+        self.launcher.ports()
+    }
+
+    fn decide(
+        &self,
+        world: &Gathered,
+        now: i64,
+        revalidate: Option<&DisruptionCommand>,
+    ) -> Decided {
+        decide(self.decider, self.spot_to_spot, world, now, revalidate)
+    }
+}
+
+/// The claims as planning sees them: a candidate of an unvalidated command is still
+/// Initialized capacity (cordoned, its pods running), not capacity going away — or the
+/// provisioner would launch for its pods beside the command's own replacements.
+pub fn planning_claims(claims: &[NodeClaim]) -> Vec<NodeClaim> {
+    claims
+        .iter()
+        .map(|c| {
+            let mut c = c.clone();
+            if held(&c) {
+                c.state = ClaimState::Initialized;
+            }
+            c
+        })
+        .collect()
+}
+
+/// A candidate of a command not yet validated.
+fn held(c: &NodeClaim) -> bool {
+    c.state == ClaimState::Disrupting && command_of(c).is_some_and(|cmd| !cmd.validated)
+}
+
+fn command_of(c: &NodeClaim) -> Option<&DisruptionCommand> {
+    c.disruption.as_ref()?.command.as_ref()
+}
+
+pub(crate) fn command_in_flight(claims: &[NodeClaim]) -> bool {
+    claims
+        .iter()
+        .any(|c| !c.state.is_terminal() && command_of(c).is_some())
+}
+
+fn cause_of(reason: Reason) -> DisruptionCause {
+    match reason {
+        Reason::Empty => DisruptionCause::Empty,
+        Reason::Drifted => DisruptionCause::Drifted,
+        Reason::Underutilized => DisruptionCause::Underutilized,
+        Reason::Expired => DisruptionCause::Expired,
+    }
+}
+
+/// A short stable id for a command: FNV-1a over its nodes and the time it was decided.
+fn command_id(nodes: &[String], now: i64) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in nodes.join("\n").bytes().chain(now.to_le_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// `<pool>-<5 lowercase alphanumerics>` derived from the command id: the same on
+/// every retry of the same command.
+fn replacement_name(pool: &str, id: &str, index: usize) -> String {
+    const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in id.bytes().chain((index as u64).to_le_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let mut suffix = String::with_capacity(5);
+    for _ in 0..5 {
+        suffix.push(char::from(ALPHABET[(h % 36) as usize]));
+        h /= 36;
+    }
+    format!("{pool}-{suffix}")
+}
+
+/// Turns a decided command into a persisted one and takes its first steps. `None`
+/// when it cannot be executed (a node without a claim of ours: never disrupted).
+pub(crate) async fn start_command(
+    m: &CommandMachine<'_>,
+    world: &mut Gathered,
+    command: &Command,
+    lease: Option<&LeaseKeeper>,
+    report: &mut CommandsReport,
+) -> Result<Option<StartedCommand>> {
+    let now = m.ports().clock.now();
+    let mut candidates = Vec::new();
+    for node in &command.nodes {
+        let claim = world.claims.iter().find(|c| {
+            c.node_name.as_deref() == Some(node.as_str()) && c.state == ClaimState::Initialized
+        });
+        let Some(claim) = claim else {
+            warn!(node = %node, "decided to disrupt a node with no Initialized claim of ours; skipped");
+            return Ok(None);
+        };
+        candidates.push(claim.name.clone());
+    }
+    let id = command_id(&command.nodes, now);
+    let mut replacements = Vec::new();
+    for (i, planned) in command.replacements.iter().enumerate() {
+        let Some(pool) = world.pools.iter().find(|p| p.name == planned.node_pool) else {
+            warn!(nodepool = %planned.node_pool, "replacement for an unusable NodePool; command skipped");
+            return Ok(None);
+        };
+        replacements.push(claim_spec(
+            planned,
+            pool,
+            replacement_name(&pool.name, &id, i),
+        ));
+    }
+    let persisted = DisruptionCommand {
+        id: id.clone(),
+        candidates,
+        replacements,
+        validated: false,
+    };
+    let cause = cause_of(command.reason);
+    info!(command = %id, method = ?command.method, reason = ?command.reason, nodes = ?command.nodes,
+        replacements = persisted.replacements.len(), "starting disruption command");
+    advance_command(m, world, &persisted, Some(cause), lease, report).await?;
+    Ok(Some(StartedCommand {
+        id,
+        method: format!("{:?}", command.method),
+        reason: command.reason,
+        nodes: command.nodes.clone(),
+        replacements: persisted
+            .replacements
+            .iter()
+            .map(|r| r.name.clone())
+            .collect(),
+        savings_per_hour: command.savings_per_hour,
+    }))
+}
+
+/// Every command found on the claims, advanced one step. One command's failure never
+/// stops the others.
+pub(crate) async fn advance_commands(
+    m: &CommandMachine<'_>,
+    world: &mut Gathered,
+    lease: Option<&LeaseKeeper>,
+) -> Result<CommandsReport> {
+    let mut report = CommandsReport::default();
+    // By id; a command validated on any candidate is validated (the write reached
+    // some candidates before a crash).
+    let mut commands: BTreeMap<String, DisruptionCommand> = BTreeMap::new();
+    for c in world
+        .claims
+        .iter()
+        .filter(|c| c.state.is_being_taken_away())
+    {
+        if let Some(cmd) = command_of(c) {
+            let entry = commands
+                .entry(cmd.id.clone())
+                .or_insert_with(|| cmd.clone());
+            entry.validated |= cmd.validated;
+        }
+    }
+    for (id, cmd) in commands {
+        if let Some(lease) = lease {
+            lease.keep(m.ports()).await?;
+        }
+        match advance_command(m, world, &cmd, None, lease, &mut report).await {
+            Ok(()) => {}
+            Err(EngineError::LeaseLost { name, source }) => {
+                return Err(EngineError::LeaseLost { name, source });
+            }
+            Err(e) => {
+                warn!(command = %id, error = %e, kind = ?e.kind(), "could not advance the command; next poll");
+                report.errors.push((id.clone(), e.to_string()));
+                if e.kind() == Some(ErrorKind::Conflict) {
+                    world.claims = m.ports().store.list_claims().await?;
+                }
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Where a step of a command leaves it.
+enum Step {
+    /// Done with this step: go on to the next.
+    Next,
+    /// Not yet (replacements coming, the validation delay running): the next poll.
+    Wait,
+    /// The command cannot go on, and why.
+    Abandon(String),
+}
+
+/// One step of one command: mark its candidates, then launch and wait for its
+/// replacements, then validate. `cause` is given when the command starts (afterwards
+/// it is read from the candidates).
+async fn advance_command(
+    m: &CommandMachine<'_>,
+    world: &mut Gathered,
+    cmd: &DisruptionCommand,
+    cause: Option<DisruptionCause>,
+    lease: Option<&LeaseKeeper>,
+    report: &mut CommandsReport,
+) -> Result<()> {
+    if cmd.validated {
+        // A crash may have stopped half way: finish telling every candidate.
+        return mark_validated(m.ports(), world, cmd).await;
+    }
+    let step = match mark_candidates(m, world, cmd, cause, report).await? {
+        Step::Next => match replacements_up(m, world, cmd, lease, report).await? {
+            Step::Next => validate(m, world, cmd, report).await?,
+            other => other,
+        },
+        other => other,
+    };
+    match step {
+        Step::Abandon(why) => abandon(m, world, cmd, &why, report).await,
+        Step::Wait | Step::Next => Ok(()),
+    }
+}
+
+fn find(world: &Gathered, name: &str) -> Option<NodeClaim> {
+    world.claims.iter().find(|c| c.name == name).cloned()
+}
+
+/// Step 1: every candidate marked Disrupting with the command, then cordoned (a crash
+/// may have marked only some). `Wait` when the cause cannot be known yet: no candidate
+/// carries the command (it was never started here).
+async fn mark_candidates(
+    m: &CommandMachine<'_>,
+    world: &mut Gathered,
+    cmd: &DisruptionCommand,
+    cause: Option<DisruptionCause>,
+    report: &mut CommandsReport,
+) -> Result<Step> {
+    let ports = m.ports();
+    let now = ports.clock.now();
+    let ours = |c: &NodeClaim| command_of(c).is_some_and(|x| x.id == cmd.id);
+    let cause = cause.or_else(|| {
+        cmd.candidates
+            .iter()
+            .filter_map(|n| find(world, n))
+            .find(|c| ours(c))
+            .and_then(|c| c.disruption.map(|d| d.cause))
+    });
+    let Some(cause) = cause else {
+        return Ok(Step::Wait);
+    };
+    for name in &cmd.candidates {
+        match find(world, name) {
+            Some(c) if ours(&c) && c.state == ClaimState::Disrupting => {}
+            Some(c) if c.state == ClaimState::Initialized && c.disruption.is_none() => {
+                let marked = c.transition(ClaimState::Disrupting, now, |n| {
+                    n.disruption = Some(Disruption {
+                        cause,
+                        deadline: None,
+                        since: now,
+                        drain_after: None,
+                        event: None,
+                        command: Some(cmd.clone()),
+                    })
+                })?;
+                let marked = ports.save_claim(&c, marked).await?;
+                // After the write, so the command is never lost with the taint set:
+                // the reconciler also re-cordons a held candidate on every poll.
+                terminate::cordon(ports, &marked).await?;
+                info!(command = %cmd.id, claim = %c.name, node = ?c.node_name, cause = ?cause, "candidate marked");
+                world.put_claim(marked);
+                report.marked.push(c.name.clone());
+            }
+            None => return Ok(Step::Abandon(format!("candidate {name} is gone"))),
+            Some(c) => {
+                return Ok(Step::Abandon(format!(
+                    "candidate {name} is {} elsewhere",
+                    c.state.as_str()
+                )));
+            }
+        }
+    }
+    Ok(Step::Next)
+}
+
+/// Step 2: each replacement created and launched if missing; `Next` once every one
+/// is Initialized and the validation delay has passed since the last of them (or since
+/// the candidates were marked, when there is none).
+async fn replacements_up(
+    m: &CommandMachine<'_>,
+    world: &mut Gathered,
+    cmd: &DisruptionCommand,
+    lease: Option<&LeaseKeeper>,
+    report: &mut CommandsReport,
+) -> Result<Step> {
+    let ports = m.ports();
+    let now = ports.clock.now();
+    let since = cmd
+        .candidates
+        .iter()
+        .filter_map(|n| find(world, n))
+        .filter_map(|c| c.disruption.map(|d| d.since))
+        .max()
+        .unwrap_or(now);
+    let mut ready_at = since;
+    let mut all_up = true;
+    for spec in &cmd.replacements {
+        if let Some(lease) = lease {
+            lease.keep(ports).await?;
+        }
+        let claim = match find(world, &spec.name) {
+            Some(c) => c,
+            None => match ports.store.get_claim(&spec.name).await? {
+                Some(c) => c,
+                None => {
+                    let Some(pool) = world
+                        .pools
+                        .iter()
+                        .find(|x| x.name == spec.node_pool)
+                        .cloned()
+                    else {
+                        return Ok(Step::Abandon(format!(
+                            "NodePool {:?} of replacement {} cannot be used",
+                            spec.node_pool, spec.name
+                        )));
+                    };
+                    let claim = m.launcher.new_claim(spec.clone(), &pool, world, now);
+                    match ports.store.create_claim(&claim).await {
+                        Ok(()) => {}
+                        Err(e) if e.kind == ErrorKind::Conflict => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    world.claims.push(claim.clone());
+                    let mut launches = LaunchLog::default();
+                    m.launcher
+                        .launch_and_record(claim, &pool, world, &mut launches)
+                        .await?;
+                    report
+                        .launched
+                        .extend(launches.launched.into_iter().map(|l| l.name));
+                    match find(world, &spec.name) {
+                        Some(c) => c,
+                        None => {
+                            all_up = false;
+                            continue;
+                        }
+                    }
+                }
+            },
+        };
+        match claim.state {
+            ClaimState::Initialized => {
+                ready_at = ready_at.max(claim.initialized_at.unwrap_or(claim.updated_at));
+            }
+            ClaimState::LaunchFailed => {
+                return Ok(Step::Abandon(format!(
+                    "replacement {} failed to launch: {}",
+                    claim.name,
+                    claim.failure.as_deref().unwrap_or("unknown")
+                )));
+            }
+            s if s.is_terminal() || s.is_being_taken_away() => {
+                return Ok(Step::Abandon(format!(
+                    "replacement {} is {}",
+                    claim.name,
+                    s.as_str()
+                )));
+            }
+            // Launching (the provisioner's poll relaunches it with the same token),
+            // Launched, Registered: coming.
+            _ => all_up = false,
+        }
+    }
+    if !all_up || now < ready_at + validation_delay_secs() {
+        report.waiting.push(cmd.id.clone());
+        return Ok(Step::Wait);
+    }
+    Ok(Step::Next)
+}
+
+fn validation_delay_secs() -> i64 {
+    i64::try_from(VALIDATION_DELAY.as_secs()).unwrap_or(15)
+}
+
+/// Step 3: core asked again on the state of now, on the command's own candidates;
+/// every candidate still chosen → validated (the candidates drain from the next step
+/// on), recorded in the decision log.
+async fn validate(
+    m: &CommandMachine<'_>,
+    world: &mut Gathered,
+    cmd: &DisruptionCommand,
+    report: &mut CommandsReport,
+) -> Result<Step> {
+    let ports = m.ports();
+    let now = ports.clock.now();
+    let decision = m.decide(world, now, Some(cmd));
+    let chosen: HashSet<&str> = decision
+        .commands
+        .iter()
+        .flat_map(|c| c.nodes.iter().map(String::as_str))
+        .collect();
+    for name in &cmd.candidates {
+        let node = find(world, name).and_then(|c| c.node_name);
+        let Some(node) = node else { continue };
+        if !chosen.contains(node.as_str()) {
+            let why = decision
+                .rejected
+                .iter()
+                .find(|r| r.node == node)
+                .map(|r| {
+                    format!(
+                        "validation: {node} no longer qualifies ({:?}: {})",
+                        r.code, r.reason
+                    )
+                })
+                .unwrap_or_else(|| format!("validation: {node} is no longer chosen"));
+            return Ok(Step::Abandon(why));
+        }
+    }
+    mark_validated(ports, world, cmd).await?;
+    info!(command = %cmd.id, candidates = ?cmd.candidates, "command validated; draining");
+    ports
+        .record_decision(Decision {
+            at: now,
+            job: JOB.into(),
+            action: format!(
+                "validated command {}: draining {}",
+                cmd.id,
+                cmd.candidates.join(", ")
+            ),
+            reason: format!(
+                "still holds {}s after its replacements were up",
+                validation_delay_secs()
+            ),
+            price_per_hour: None,
+        })
+        .await;
+    report.validated.push(cmd.id.clone());
+    Ok(Step::Next)
+}
+
+/// Every candidate still held by `cmd` is told the command is validated: the
+/// reconciler drains it from the next step on, within its NodePool's
+/// terminationGracePeriod.
+async fn mark_validated(
+    ports: &Ports,
+    world: &mut Gathered,
+    cmd: &DisruptionCommand,
+) -> Result<()> {
+    let now = ports.clock.now();
+    for name in &cmd.candidates {
+        let Some(c) = world.claims.iter().find(|c| &c.name == name).cloned() else {
+            continue;
+        };
+        if !(held(&c) && command_of(&c).is_some_and(|x| x.id == cmd.id)) {
+            continue;
+        }
+        // The drain starts now: the NodePool's terminationGracePeriod bounds it (pods a
+        // PDB still protects are deleted from `deadline − their grace` on).
+        let grace = world
+            .pools
+            .iter()
+            .find(|p| p.name == c.node_pool)
+            .and_then(|p| p.termination_grace_period)
+            .map(|d| now.saturating_add(i64::try_from(d.as_secs()).unwrap_or(i64::MAX)));
+        let next = c.amend(now, |n| {
+            if let Some(d) = n.disruption.as_mut() {
+                d.deadline = d.deadline.or(grace);
+                if let Some(x) = d.command.as_mut() {
+                    x.validated = true;
+                }
+            }
+        })?;
+        world.put_claim(ports.save_claim(&c, next).await?);
+    }
+    Ok(())
+}
+
+/// Gives the command up: every candidate still held by it is untainted and goes back
+/// to Initialized. The taint goes first: a crash after it leaves the claim held, and
+/// the next poll abandons again; the other order could leave a node cordoned forever.
+async fn abandon(
+    m: &CommandMachine<'_>,
+    world: &mut Gathered,
+    cmd: &DisruptionCommand,
+    why: &str,
+    report: &mut CommandsReport,
+) -> Result<()> {
+    let ports = m.ports().clone();
+    let now = ports.clock.now();
+    warn!(command = %cmd.id, reason = %why, "abandoning disruption command");
+    for name in &cmd.candidates {
+        let Some(c) = world.claims.iter().find(|c| &c.name == name).cloned() else {
+            continue;
+        };
+        if !(held(&c) && command_of(&c).is_some_and(|x| x.id == cmd.id)) {
+            continue;
+        }
+        if let Some(node) = &c.node_name {
+            let patch = NodePatch {
+                remove_taints: vec![TAINT_DISRUPTED.into()],
+                ..NodePatch::default()
+            };
+            match ports.cluster.patch_node(node, &patch).await {
+                Err(e) if e.kind != ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            }
+        }
+        let next = c.transition(ClaimState::Initialized, now, |n| n.disruption = None)?;
+        world.put_claim(ports.save_claim(&c, next).await?);
+    }
+    ports
+        .record_decision(Decision {
+            at: now,
+            job: JOB.into(),
+            action: format!(
+                "abandoned command {} ({})",
+                cmd.id,
+                cmd.candidates.join(", ")
+            ),
+            reason: why.to_string(),
+            price_per_hour: None,
+        })
+        .await;
+    report.abandoned.push((cmd.id.clone(), why.to_string()));
+    Ok(())
+}

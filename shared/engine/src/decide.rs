@@ -1,0 +1,191 @@
+//! Asking core's disruption decision on a gathered view: the disruption job decides
+//! with it once per run, and the command machine re-decides with it at validation (on
+//! the command's own candidates, as if its replacements were not there yet).
+//! Besides the view, core gets what only the engine knows: the nodes already being
+//! taken away, and the nodes whose instances drifted from what their EC2NodeClass
+//! selects now (image, subnet, security groups, as EC2 reports them).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use nodewright_core::catalog::{LABEL_ARCH, LABEL_NODEPOOL};
+use nodewright_core::cluster::{ClusterSnapshot, Node, Pod};
+use nodewright_core::disruption::drift::{LaunchedWith, SelectedImage, Selection, external_drift};
+use nodewright_core::disruption::{Decision, DisruptionInput};
+use nodewright_core::nodeclaim::{DisruptionCommand, NodeClaim, instance_id_from_provider_id};
+use nodewright_core::planning_view::{ClusterView, in_flight_claims, planning_snapshot};
+
+use crate::command::planning_claims;
+use crate::gather::Gathered;
+use crate::ports::Instance;
+
+/// Core's decision function, as the engine calls it (injected by tests).
+pub type Decider = Arc<dyn Fn(&DisruptionInput<'_>) -> Decision + Send + Sync>;
+
+/// Core's `decide`.
+pub fn default_decider() -> Decider {
+    Arc::new(|input: &DisruptionInput<'_>| nodewright_core::disruption::decide(input))
+}
+
+/// Asks core on the gathered view of the cluster. At validation, `revalidate` is
+/// the command being checked: its replacements' nodes are left out (their pods, if
+/// any, are pending in the view), its own candidates are not "already disrupting", and
+/// core decides on those candidates alone (a fresh decision over the whole cluster may
+/// pick another set of nodes, and would abandon a command that still holds).
+pub(crate) fn decide(
+    decider: &Decider,
+    spot_to_spot: bool,
+    world: &Gathered,
+    now: i64,
+    revalidate: Option<&DisruptionCommand>,
+) -> Decision {
+    let hide: HashSet<&str> = revalidate
+        .iter()
+        .flat_map(|c| c.replacements.iter().map(|r| r.name.as_str()))
+        .collect();
+    let own: HashSet<&str> = revalidate
+        .iter()
+        .flat_map(|c| c.candidates.iter().map(String::as_str))
+        .collect();
+    let claims: Vec<NodeClaim> = planning_claims(&world.claims)
+        .into_iter()
+        .filter(|c| !hide.contains(c.name.as_str()))
+        .collect();
+    let hidden_nodes: HashSet<&str> = world
+        .claims
+        .iter()
+        .filter(|c| hide.contains(c.name.as_str()))
+        .filter_map(|c| c.node_name.as_deref())
+        .collect();
+    let nodes: Vec<_> = world
+        .state
+        .nodes
+        .iter()
+        .filter(|n| !hidden_nodes.contains(n.name.as_str()))
+        .cloned()
+        .collect();
+    let pods: Vec<Pod> = world
+        .state
+        .pods
+        .iter()
+        .filter(|p| {
+            !(p.daemonset_owned
+                && p.node_name
+                    .as_deref()
+                    .is_some_and(|n| hidden_nodes.contains(n)))
+        })
+        .map(|p| match p.node_name.as_deref() {
+            Some(n) if hidden_nodes.contains(n) => Pod {
+                node_name: None,
+                marked_unschedulable: true,
+                ..p.clone()
+            },
+            _ => p.clone(),
+        })
+        .collect();
+    let view = ClusterView {
+        nodes: &nodes,
+        pods: &pods,
+        daemonsets: &world.state.daemonsets,
+        pdbs: &world.state.pdbs,
+    };
+    let snapshot: ClusterSnapshot = planning_snapshot(view, &claims, &world.pools);
+    let in_flight = in_flight_claims(&claims, &snapshot);
+    let external_drift = resource_drift(world, &nodes);
+    // Nodes already on their way out, and candidates of other commands: budgets count
+    // them, and they are neither candidates nor destinations.
+    let disrupting: Vec<String> = world
+        .claims
+        .iter()
+        .filter(|c| c.state.is_being_taken_away() && !own.contains(c.name.as_str()))
+        .filter_map(|c| c.node_name.clone())
+        .collect();
+    let validating: Option<Vec<String>> = revalidate.map(|_| {
+        world
+            .claims
+            .iter()
+            .filter(|c| own.contains(c.name.as_str()))
+            .filter_map(|c| c.node_name.clone())
+            .collect()
+    });
+    let input = DisruptionInput {
+        snapshot: &snapshot,
+        node_pools: &world.pools,
+        node_classes: &world.state.node_classes,
+        catalog: &world.catalog,
+        pricing: &world.pricing,
+        in_flight: &in_flight,
+        now,
+        spot_to_spot,
+        external_drift: &external_drift,
+        disrupting: &disrupting,
+        validating: validating.as_deref(),
+    };
+    decider(&input)
+}
+
+/// (node, why) for each managed node whose instance runs an AMI, sits in a subnet or
+/// has security groups its NodePool's EC2NodeClass no longer selects, as resolved by
+/// this tick's gather. A node whose class did not resolve, or whose instance is not
+/// listed (or EC2 did not say), is not drifted this way.
+fn resource_drift(world: &Gathered, nodes: &[Node]) -> Vec<(String, String)> {
+    let selections: HashMap<&str, Selection<'_>> = world
+        .classes
+        .iter()
+        .map(|(name, (_, resolved))| {
+            let selection = Selection {
+                node_class: name.as_str(),
+                images: resolved
+                    .images
+                    .iter()
+                    .map(|i| SelectedImage {
+                        id: &i.id,
+                        arch: &i.arch,
+                    })
+                    .collect(),
+                subnets: resolved.subnets.iter().map(|s| s.id.as_str()).collect(),
+                security_groups: resolved
+                    .security_group_ids
+                    .iter()
+                    .map(String::as_str)
+                    .collect(),
+            };
+            (name.as_str(), selection)
+        })
+        .collect();
+    let instances: HashMap<&str, &Instance> = world
+        .owned
+        .iter()
+        .chain(&world.karpenter_instances)
+        .map(|i| (i.id.as_str(), i))
+        .collect();
+    let launched = nodes.iter().filter_map(|node| {
+        let pool = node.labels.get(LABEL_NODEPOOL)?;
+        let pool = world.pools.iter().find(|p| &p.name == pool)?;
+        let class = selections.get(pool.node_class_ref.name.as_str())?;
+        let id = node
+            .provider_id
+            .as_deref()
+            .and_then(instance_id_from_provider_id)?;
+        let instance = instances.get(id)?;
+        let arch = node.labels.get(LABEL_ARCH).or_else(|| {
+            world
+                .catalog
+                .get(&instance.instance_type)
+                .and_then(|t| t.labels.get(LABEL_ARCH))
+        });
+        let with = LaunchedWith {
+            node: &node.name,
+            arch: arch.map(String::as_str),
+            image: instance.image_id.as_deref(),
+            subnet: instance.subnet_id.as_deref(),
+            security_groups: &instance.security_group_ids,
+        };
+        Some((with, class))
+    });
+    let drifted = external_drift(launched);
+    for (node, why) in &drifted {
+        tracing::debug!(node = %node, reason = %why, "drifted from what its EC2NodeClass selects");
+    }
+    drifted
+}

@@ -1,0 +1,232 @@
+//! The one read a tick starts from: the cluster, the claims, EC2's catalog, prices and
+//! instances, and every EC2NodeClass resolved — gathered once, concurrently, so the
+//! provisioner and the disruption job see the cluster the same way.
+//!
+//! A class that cannot be used (no subnets, no security groups, no image, a selector
+//! EC2 rejects) leaves its NodePools out of [`Gathered::pools`] and says why in
+//! [`Gathered::problems`]; a transient failure to resolve one fails the gather or skips
+//! the class, as the caller asks ([`Unresolved`]).
+
+use std::collections::{HashMap, HashSet};
+
+use tracing::warn;
+
+use nodewright_core::api::model::{Ec2NodeClass, NodePool, SelectorTerm};
+use nodewright_core::catalog::{Catalog, Pricing};
+use nodewright_core::nodeclaim::NodeClaim;
+
+use crate::context::Ports;
+use crate::error::{EngineError, Result};
+use crate::ports::{ClusterState, ErrorKind, Instance, ObjectKind, ResolvedNodeClass};
+use crate::reasons::Problem;
+
+/// Everything a tick reads before deciding.
+pub(crate) struct Gathered {
+    pub(crate) state: ClusterState,
+    pub(crate) claims: Vec<NodeClaim>,
+    pub(crate) catalog: Catalog,
+    pub(crate) pricing: Pricing,
+    pub(crate) owned: Vec<Instance>,
+    /// Instances Karpenter launched for this cluster: listed when adopting, or while
+    /// adopted claims live (to tell whether their instances still exist).
+    pub(crate) karpenter_instances: Vec<Instance>,
+    pub(crate) kubernetes_version: String,
+    pub(crate) classes: HashMap<String, (Ec2NodeClass, ResolvedNodeClass)>,
+    /// Pools whose node class resolved.
+    pub(crate) pools: Vec<NodePool>,
+    pub(crate) invalid: Vec<String>,
+    /// Why NodePools or EC2NodeClasses cannot be used, for `Reasons::publish`.
+    pub(crate) problems: Vec<Problem>,
+    /// EC2NodeClasses that resolved, and the instance profile each uses.
+    pub(crate) healthy_classes: Vec<(String, Option<String>)>,
+}
+
+impl Gathered {
+    /// `next` in place of the claim of the same name (or added): what a write left.
+    pub(crate) fn put_claim(&mut self, next: NodeClaim) {
+        match self.claims.iter_mut().find(|c| c.name == next.name) {
+            Some(c) => *c = next,
+            None => self.claims.push(next),
+        }
+    }
+}
+
+/// What [`gather`] does when an EC2NodeClass fails to resolve for a transient reason
+/// (throttled, unavailable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unresolved {
+    /// The gather fails and the tick is retried: the provisioner, since planning
+    /// without a NodePool would call its pods unschedulable.
+    Fail,
+    /// The class and its NodePools are left out, logged with the error: the
+    /// disruption job, whose nodes of that class sit one run out.
+    Skip,
+}
+
+/// Reads everything concurrently and resolves the EC2NodeClasses the NodePools use.
+/// Karpenter's instances are listed only when `adopting_karpenter_nodes` or while
+/// adopted claims live.
+pub(crate) async fn gather(
+    p: &Ports,
+    now: i64,
+    unresolved: Unresolved,
+    adopting_karpenter_nodes: bool,
+) -> Result<Gathered> {
+    let (state, claims, unavailable, catalog, spot, owned, kubernetes_version) = tokio::try_join!(
+        async { p.cluster.state().await.map_err(EngineError::from) },
+        async { p.store.list_claims().await.map_err(EngineError::from) },
+        async {
+            p.store
+                .unavailable_offerings(now)
+                .await
+                .map_err(EngineError::from)
+        },
+        async { p.cloud.catalog().await.map_err(EngineError::from) },
+        async { p.cloud.spot_prices().await.map_err(EngineError::from) },
+        async { p.cloud.owned_instances().await.map_err(EngineError::from) },
+        async {
+            p.cluster
+                .kubernetes_version()
+                .await
+                .map_err(EngineError::from)
+        },
+    )?;
+    let adopted_live = claims.iter().any(|c| c.adopted && !c.state.is_terminal());
+    let karpenter_instances = if adopting_karpenter_nodes || adopted_live {
+        p.cloud.cluster_instances_launched_by_karpenter().await?
+    } else {
+        Vec::new()
+    };
+    let mut invalid = state.invalid.clone();
+    let mut problems: Vec<Problem> = state
+        .invalid_objects
+        .iter()
+        .map(Problem::from_invalid)
+        .collect();
+    let mut classes = HashMap::new();
+    let wanted: HashSet<&str> = state
+        .node_pools
+        .iter()
+        .map(|p| p.node_class_ref.name.as_str())
+        .collect();
+    let mut unusable: HashMap<String, Problem> = HashMap::new();
+    for class in state
+        .node_classes
+        .iter()
+        .filter(|c| wanted.contains(c.name.as_str()))
+    {
+        let problem = match p.cloud.resolve_node_class(class, &kubernetes_version).await {
+            Ok(r) if r.subnets.is_empty() => Some(Problem::no_subnets(
+                &class.name,
+                &terms_summary(&class.subnet_selector_terms),
+            )),
+            Ok(r) if r.security_group_ids.is_empty() => Some(Problem::no_security_groups(
+                &class.name,
+                &terms_summary(&class.security_group_selector_terms),
+            )),
+            Ok(r) if r.images.is_empty() => Some(Problem::no_images(
+                &class.name,
+                &format!("{} term(s)", class.ami_selector_terms.len()),
+            )),
+            Ok(r) => {
+                classes.insert(class.name.clone(), (class.clone(), r));
+                None
+            }
+            Err(e) if matches!(e.kind, ErrorKind::Invalid | ErrorKind::NotFound) => {
+                Some(Problem::unresolved(&class.name, e.to_string()))
+            }
+            Err(e) if unresolved == Unresolved::Skip => {
+                warn!(node_class = %class.name, error = %e, kind = ?e.kind,
+                    "could not resolve the EC2NodeClass; its NodePools sit this run out (no drift, no disruption)");
+                None
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if let Some(problem) = problem {
+            invalid.push(format!(
+                "EC2NodeClass {:?}: {}",
+                class.name, problem.message
+            ));
+            unusable.insert(class.name.clone(), problem.clone());
+            problems.push(problem);
+        }
+    }
+    let mut pools = Vec::new();
+    for pool in &state.node_pools {
+        let class = &pool.node_class_ref.name;
+        if classes.contains_key(class) {
+            pools.push(pool.clone());
+        } else if let Some(why) = unusable.get(class) {
+            problems.push(Problem::node_class_not_ready(
+                &pool.name,
+                class,
+                &why.reason,
+                &why.message,
+            ));
+        } else if !state.node_classes.iter().any(|c| &c.name == class) {
+            invalid.push(format!(
+                "NodePool {:?}: EC2NodeClass {:?} does not exist",
+                pool.name, class
+            ));
+            if !problems
+                .iter()
+                .any(|p| p.kind == ObjectKind::NodePool && p.name == pool.name)
+            {
+                problems.push(Problem::node_class_missing(&pool.name, class));
+            }
+        }
+    }
+    let healthy_classes = classes
+        .iter()
+        .map(|(name, (_, r))| (name.clone(), r.instance_profile.clone()))
+        .collect();
+    let mut zones: Vec<String> = classes
+        .values()
+        .flat_map(|(_, r)| r.subnets.iter().map(|s| s.zone.clone()))
+        .collect();
+    zones.sort();
+    zones.dedup();
+    let mut pricing = Pricing::for_zones(zones);
+    pricing.spot_prices = spot.into_iter().collect();
+    pricing.unavailable = unavailable.into_iter().collect();
+    Ok(Gathered {
+        state,
+        claims,
+        catalog,
+        pricing,
+        owned,
+        karpenter_instances,
+        kubernetes_version,
+        classes,
+        pools,
+        invalid,
+        problems,
+        healthy_classes,
+    })
+}
+
+/// A selector's terms for people: `tags karpenter.sh/discovery=prod; id subnet-0abc`.
+fn terms_summary(terms: &[SelectorTerm]) -> String {
+    if terms.is_empty() {
+        return "no terms".into();
+    }
+    terms
+        .iter()
+        .map(|t| match t {
+            SelectorTerm::Id(id) => format!("id {id}"),
+            SelectorTerm::Name(name) => format!("name {name}"),
+            SelectorTerm::Tags(tags) => format!(
+                "tags {}",
+                tags.iter()
+                    .map(|(k, v)| if v == "*" || v.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{k}={v}")
+                    })
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}

@@ -1,0 +1,609 @@
+//! The launch path, shared by the provisioner (claims for pending pods) and the
+//! disruption command machine (replacements): a claim is written `Launching` *before*
+//! CreateFleet, launched across its cheapest offerings with the ICE fallback
+//! (offerings EC2 reports out of capacity are recorded for `ice_ttl` and dropped from
+//! the request), backed off on throttling, and recorded `Launched` or `LaunchFailed` —
+//! in the store, the decision log and an Event on the claim's first pod. A claim left
+//! `Launching` by a crash is adopted (its instance is found by tag) or launched again
+//! with the same ClientToken ([`Launcher::recover_launching`]): never twice.
+
+use std::collections::{BTreeMap, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use nodewright_core::api::model::NodePool;
+use nodewright_core::catalog::{CapacityType, LABEL_NODEPOOL};
+use nodewright_core::disruption::hash;
+use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim};
+use nodewright_core::provisioning::PlannedNodeClaim;
+
+use crate::context::Ports;
+use crate::error::{EngineError, Result};
+use crate::gather::Gathered;
+use crate::lifecycle::{self, LABEL_NODECLAIM};
+use crate::ports::{
+    ClusterEvent, Decision, ErrorKind, EventType, LaunchError, LaunchRequest, Launched, Offering,
+};
+
+/// CreateFleet accepts at most this many overrides per request.
+pub const MAX_OFFERINGS: usize = 60;
+
+/// How launches are named, retried and how long an offering out of capacity is avoided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchConfig {
+    /// Who launches (the Lambda's request id): part of the hash claim names come from.
+    pub holder: String,
+    /// How long an offering that reported insufficient capacity is avoided.
+    pub ice_ttl: Duration,
+    /// CreateFleet attempts on throttling/unavailability before the claim is left
+    /// `Launching` for the next tick.
+    pub launch_attempts: u32,
+    /// First backoff delay; doubled on each retry.
+    pub backoff: Duration,
+}
+
+impl LaunchConfig {
+    /// The defaults: offerings out of capacity avoided 3 minutes (Karpenter's ICE
+    /// cache TTL), 4 attempts on throttling from a 500-ms backoff.
+    pub fn new(holder: impl Into<String>) -> Self {
+        Self {
+            holder: holder.into(),
+            ice_ttl: Duration::from_secs(3 * 60),
+            launch_attempts: 4,
+            backoff: Duration::from_millis(500),
+        }
+    }
+}
+
+/// One claim launched (or adopted) this tick.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchedClaim {
+    pub name: String,
+    pub node_pool: String,
+    pub instance_id: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: CapacityType,
+    pub price_per_hour: f64,
+    pub pods: usize,
+}
+
+/// What the launches of one pass did, for the caller's report.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct LaunchLog {
+    pub(crate) launched: Vec<LaunchedClaim>,
+    /// Claims left `Launching` by a crash whose instance was found and recorded.
+    pub(crate) adopted: Vec<String>,
+    /// (claim, why) for claims that became `LaunchFailed`.
+    pub(crate) failed: Vec<(String, String)>,
+    /// Claims left `Launching` after retryable errors; the next tick retries them.
+    pub(crate) deferred: Vec<String>,
+}
+
+enum LaunchOutcome {
+    Launched(Box<NodeClaim>, Launched),
+    Failed(String),
+    Deferred(String),
+}
+
+/// Writes and launches claims over the ports.
+pub(crate) struct Launcher {
+    ports: Ports,
+    config: LaunchConfig,
+    /// Feeds claim names; with the lease token and time it makes them unique.
+    seq: AtomicU64,
+}
+
+impl Launcher {
+    pub(crate) fn new(ports: Ports, config: LaunchConfig) -> Self {
+        Self {
+            ports,
+            config,
+            seq: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn ports(&self) -> &Ports {
+        &self.ports
+    }
+
+    /// Claims found `Launching` at tick start: a previous tick wrote them and then
+    /// crashed, or left them after retryable errors. Each is adopted (its instance,
+    /// tagged with its name, exists) or launched again with the same ClientToken.
+    pub(crate) async fn recover_launching(
+        &self,
+        world: &mut Gathered,
+        log: &mut LaunchLog,
+    ) -> Result<()> {
+        let launching: Vec<NodeClaim> = world
+            .claims
+            .iter()
+            .filter(|c| c.state == ClaimState::Launching)
+            .cloned()
+            .collect();
+        for claim in launching {
+            let found = world
+                .owned
+                .iter()
+                .find(|i| {
+                    i.claim_name.as_deref() == Some(claim.name.as_str()) && i.state != "terminated"
+                })
+                .cloned();
+            if let Some(inst) = found {
+                let price = world
+                    .catalog
+                    .get(&inst.instance_type)
+                    .and_then(|it| world.pricing.price(it, &inst.zone, inst.capacity_type))
+                    .or_else(|| {
+                        world
+                            .catalog
+                            .get(&inst.instance_type)
+                            .and_then(|it| it.on_demand_price)
+                    })
+                    .unwrap_or(0.0);
+                let launched = Launched {
+                    instance_id: inst.id.clone(),
+                    instance_type: inst.instance_type.clone(),
+                    zone: inst.zone.clone(),
+                    capacity_type: inst.capacity_type,
+                    price,
+                    unavailable: vec![],
+                };
+                match self
+                    .mark_launched(&claim, &launched, inst.launch_time)
+                    .await
+                {
+                    Ok(next) => {
+                        info!(claim = %claim.name, instance = %inst.id, "adopted the instance of a claim left Launching");
+                        world.put_claim(next);
+                        log.adopted.push(claim.name.clone());
+                    }
+                    Err(EngineError::Store(e)) if e.kind == ErrorKind::Conflict => {
+                        warn!(claim = %claim.name, error = %e, "claim changed while adopting; next tick");
+                    }
+                    Err(e) => return Err(e),
+                }
+                continue;
+            }
+            let Some(pool) = world
+                .pools
+                .iter()
+                .find(|p| p.name == claim.node_pool)
+                .cloned()
+            else {
+                let why = format!(
+                    "NodePool {:?} no longer exists or its EC2NodeClass cannot be used",
+                    claim.node_pool
+                );
+                self.fail(&claim, &why, world, log).await?;
+                continue;
+            };
+            info!(claim = %claim.name, "claim left Launching with no instance; launching again with the same client token");
+            self.launch_and_record(claim, &pool, world, log).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes a new `Launching` claim under a fresh name (retrying on a name clash).
+    pub(crate) async fn create_claim(
+        &self,
+        planned: &PlannedNodeClaim,
+        pool: &NodePool,
+        world: &Gathered,
+        token: u64,
+        names: &mut HashSet<String>,
+    ) -> Result<NodeClaim> {
+        const ATTEMPTS: u32 = 16;
+        let now = self.ports.clock.now();
+        for _ in 0..ATTEMPTS {
+            let name = self.claim_name(&pool.name, token, now);
+            if !names.insert(name.clone()) {
+                continue;
+            }
+            let claim = self.new_claim(claim_spec(planned, pool, name), pool, world, now);
+            match self.ports.store.create_claim(&claim).await {
+                Ok(()) => return Ok(claim),
+                Err(e) if e.kind == ErrorKind::Conflict => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(EngineError::NoFreeName {
+            pool: pool.name.clone(),
+            attempts: ATTEMPTS,
+        })
+    }
+
+    /// A `Launching` claim for `spec`, carrying the drift hashes of its NodePool and
+    /// EC2NodeClass as they are now (written on its node at registration).
+    pub(crate) fn new_claim(
+        &self,
+        spec: ClaimSpec,
+        pool: &NodePool,
+        world: &Gathered,
+        now: i64,
+    ) -> NodeClaim {
+        let mut claim = NodeClaim::launching(spec, now);
+        claim.nodepool_hash = Some(hash::nodepool_hash(pool));
+        claim.nodeclass_hash = world
+            .classes
+            .get(&pool.node_class_ref.name)
+            .map(|(class, _)| hash::nodeclass_hash(class));
+        claim
+    }
+
+    /// `<pool>-<5 lowercase alphanumerics>` from a hash of (pool, holder, lease token,
+    /// time, sequence number): no two invocations share a token, no two calls a number.
+    fn claim_name(&self, pool: &str, token: u64, now: i64) -> String {
+        const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+        let n = self.seq.fetch_add(1, Ordering::Relaxed);
+        let mut h = DefaultHasher::new();
+        (pool, &self.config.holder, token, now, n).hash(&mut h);
+        let mut x = h.finish();
+        let mut suffix = String::with_capacity(5);
+        for _ in 0..5 {
+            suffix.push(char::from(ALPHABET[(x % 36) as usize]));
+            x /= 36;
+        }
+        format!("{pool}-{suffix}")
+    }
+
+    fn launch_request(
+        &self,
+        claim: &NodeClaim,
+        pool: &NodePool,
+        world: &Gathered,
+    ) -> Option<LaunchRequest> {
+        let (node_class, resolved) = world.classes.get(&claim.node_class)?;
+        let subnet_zones: HashSet<&str> =
+            resolved.subnets.iter().map(|s| s.zone.as_str()).collect();
+        let mut offerings = Vec::new();
+        for t in &claim.instance_type_options {
+            let Some(it) = world.catalog.get(t) else {
+                continue;
+            };
+            for zone in claim
+                .zones
+                .iter()
+                .filter(|z| subnet_zones.contains(z.as_str()))
+            {
+                for &ct in &claim.capacity_types {
+                    if let Some(price) = world.pricing.price(it, zone, ct) {
+                        offerings.push(Offering {
+                            instance_type: t.clone(),
+                            zone: zone.clone(),
+                            capacity_type: ct,
+                            price,
+                        });
+                    }
+                }
+            }
+        }
+        // Stable: equal prices keep the planner's order.
+        offerings.sort_by(|a, b| a.price.total_cmp(&b.price));
+        offerings.truncate(MAX_OFFERINGS);
+        let mut labels: BTreeMap<String, String> = pool.labels.clone();
+        labels.extend(claim.labels.clone());
+        labels.insert(LABEL_NODEPOOL.into(), pool.name.clone());
+        labels.insert(LABEL_NODECLAIM.into(), claim.name.clone());
+        let mut taints = pool.taints.clone();
+        taints.extend(pool.startup_taints.iter().cloned());
+        taints.push(lifecycle::unregistered_taint());
+        Some(LaunchRequest {
+            claim_name: claim.name.clone(),
+            node_pool: pool.name.clone(),
+            node_class: node_class.clone(),
+            resolved: resolved.clone(),
+            offerings,
+            labels,
+            taints,
+            kubernetes_version: world.kubernetes_version.clone(),
+        })
+    }
+
+    /// Launches one claim and records the outcome in the store, the report, the
+    /// decision log and the cluster's events.
+    pub(crate) async fn launch_and_record(
+        &self,
+        claim: NodeClaim,
+        pool: &NodePool,
+        world: &mut Gathered,
+        log: &mut LaunchLog,
+    ) -> Result<()> {
+        let Some(request) = self.launch_request(&claim, pool, world) else {
+            let why = format!("EC2NodeClass {:?} cannot be used", claim.node_class);
+            return self.fail(&claim, &why, world, log).await;
+        };
+        match self.launch(&claim, request, world).await? {
+            LaunchOutcome::Launched(next, l) => {
+                info!(
+                    claim = %next.name,
+                    instance = %l.instance_id,
+                    instance_type = %l.instance_type,
+                    zone = %l.zone,
+                    capacity_type = %l.capacity_type,
+                    price_per_hour = l.price,
+                    pods = next.pods.len(),
+                    "launched"
+                );
+                let now = self.ports.clock.now();
+                self.ports
+                    .record_decision(Decision {
+                        at: now,
+                        job: "provision".into(),
+                        action: format!(
+                            "launch {} as {} in {} ({}, {})",
+                            next.name, l.instance_type, l.zone, l.capacity_type, l.instance_id
+                        ),
+                        reason: pods_reason(&next.pods),
+                        price_per_hour: Some(l.price),
+                    })
+                    .await;
+                log.launched.push(LaunchedClaim {
+                    name: next.name.clone(),
+                    node_pool: next.node_pool.clone(),
+                    instance_id: l.instance_id,
+                    instance_type: l.instance_type,
+                    zone: l.zone,
+                    capacity_type: l.capacity_type,
+                    price_per_hour: l.price,
+                    pods: next.pods.len(),
+                });
+                world.put_claim(*next);
+            }
+            LaunchOutcome::Failed(why) => self.fail(&claim, &why, world, log).await?,
+            LaunchOutcome::Deferred(why) => {
+                warn!(claim = %claim.name, reason = %why, "launch deferred to the next tick");
+                world.put_claim(claim.clone());
+                log.deferred.push(claim.name.clone());
+            }
+        }
+        Ok(())
+    }
+
+    /// CreateFleet with fallback and backoff. Store errors other than a lost
+    /// conditional write abort the tick (the claim stays `Launching`; the next tick
+    /// adopts or relaunches it).
+    async fn launch(
+        &self,
+        claim: &NodeClaim,
+        mut request: LaunchRequest,
+        world: &mut Gathered,
+    ) -> Result<LaunchOutcome> {
+        let mut retries = 0u32;
+        let mut last_ice = String::new();
+        loop {
+            if request.offerings.is_empty() {
+                let why = if last_ice.is_empty() {
+                    format!(
+                        "no offering available for {} in zones {:?} ({})",
+                        claim.instance_type_options.join(", "),
+                        claim.zones,
+                        "all known to be out of capacity or not offered"
+                    )
+                } else {
+                    last_ice
+                };
+                return Ok(LaunchOutcome::Failed(why));
+            }
+            match self.ports.cloud.launch(&request).await {
+                Ok(l) => {
+                    self.remember_unavailable(claim, &l.unavailable, world)
+                        .await?;
+                    let now = self.ports.clock.now();
+                    return match self.mark_launched(claim, &l, now).await {
+                        Ok(next) => Ok(LaunchOutcome::Launched(Box::new(next), l)),
+                        Err(EngineError::Store(e)) if e.kind == ErrorKind::Conflict => Ok(
+                            LaunchOutcome::Deferred(format!("claim changed while launching: {e}")),
+                        ),
+                        Err(e) => Err(e),
+                    };
+                }
+                Err(LaunchError::InsufficientCapacity { offerings, message }) => {
+                    let refused = self.remember_unavailable(claim, &offerings, world).await?;
+                    request.offerings.retain(|o| {
+                        !refused.contains(&(
+                            o.instance_type.clone(),
+                            o.zone.clone(),
+                            o.capacity_type,
+                        ))
+                    });
+                    if offerings.is_empty() {
+                        // Nothing named: do not loop forever on the same request.
+                        return Ok(LaunchOutcome::Failed(message));
+                    }
+                    last_ice = message;
+                }
+                Err(LaunchError::Cloud(e))
+                    if matches!(e.kind, ErrorKind::Throttled | ErrorKind::Unavailable) =>
+                {
+                    retries += 1;
+                    if retries >= self.config.launch_attempts {
+                        return Ok(LaunchOutcome::Deferred(e.to_string()));
+                    }
+                    let delay = self
+                        .config
+                        .backoff
+                        .saturating_mul(1 << (retries - 1).min(16));
+                    warn!(claim = %claim.name, error = %e, delay_ms = delay.as_millis() as u64, "launch throttled; backing off");
+                    self.ports.clock.sleep(delay).await;
+                }
+                Err(LaunchError::Cloud(e)) => return Ok(LaunchOutcome::Failed(e.to_string())),
+            }
+        }
+    }
+
+    /// Records offerings found out of capacity for `ice_ttl`, in the store and in this
+    /// tick's pricing. Returns them as keys.
+    async fn remember_unavailable(
+        &self,
+        claim: &NodeClaim,
+        offerings: &[Offering],
+        world: &mut Gathered,
+    ) -> Result<HashSet<(String, String, CapacityType)>> {
+        let until = self.ports.clock.now()
+            + i64::try_from(self.config.ice_ttl.as_secs()).unwrap_or(i64::MAX);
+        let mut refused = HashSet::new();
+        for o in offerings {
+            self.ports.store.mark_unavailable(o, until).await?;
+            warn!(
+                claim = %claim.name,
+                instance_type = %o.instance_type,
+                zone = %o.zone,
+                capacity_type = %o.capacity_type,
+                "insufficient capacity; offering marked unavailable"
+            );
+            refused.insert((o.instance_type.clone(), o.zone.clone(), o.capacity_type));
+        }
+        world.pricing.unavailable.extend(refused.iter().cloned());
+        Ok(refused)
+    }
+
+    async fn mark_launched(
+        &self,
+        claim: &NodeClaim,
+        l: &Launched,
+        launched_at: i64,
+    ) -> Result<NodeClaim> {
+        let now = self.ports.clock.now();
+        let next = claim.transition(ClaimState::Launched, now, |c| {
+            c.instance_id = Some(l.instance_id.clone());
+            c.instance_type = Some(l.instance_type.clone());
+            c.zone = Some(l.zone.clone());
+            c.capacity_type = Some(l.capacity_type);
+            c.price_per_hour = Some(l.price);
+            c.launched_at = Some(launched_at);
+        })?;
+        self.ports.save_claim(claim, next).await
+    }
+
+    async fn fail(
+        &self,
+        claim: &NodeClaim,
+        why: &str,
+        world: &mut Gathered,
+        log: &mut LaunchLog,
+    ) -> Result<()> {
+        let now = self.ports.clock.now();
+        let next = claim.transition(ClaimState::LaunchFailed, now, |c| {
+            c.failure = Some(why.to_string())
+        })?;
+        match self.ports.save_claim(claim, next).await {
+            Ok(next) => world.put_claim(next),
+            Err(EngineError::Store(e)) if e.kind == ErrorKind::Conflict => {
+                warn!(claim = %claim.name, error = %e, "claim changed while recording its failure");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        }
+        warn!(claim = %claim.name, reason = %why, "launch failed");
+        self.ports
+            .record_decision(Decision {
+                at: now,
+                job: "provision".into(),
+                action: format!("launch of {} failed", claim.name),
+                reason: format!("{why}; {}", pods_reason(&claim.pods)),
+                price_per_hour: None,
+            })
+            .await;
+        self.ports
+            .emit(pod_event(
+                claim,
+                EventType::Warning,
+                "LaunchFailed",
+                format!("NodeClaim {}: {why}", claim.name),
+            ))
+            .await;
+        log.failed.push((claim.name.clone(), why.to_string()));
+        Ok(())
+    }
+}
+
+/// What a planned claim becomes in the store (the plan's options, zones and capacity
+/// types; a single zone or capacity type when the plan narrowed it to one).
+pub(crate) fn claim_spec(planned: &PlannedNodeClaim, pool: &NodePool, name: String) -> ClaimSpec {
+    let mut capacity_types: Vec<CapacityType> = planned
+        .capacity_types
+        .iter()
+        .filter_map(|c| CapacityType::parse(c))
+        .collect();
+    if capacity_types.is_empty() {
+        capacity_types = CapacityType::parse(&planned.capacity_type)
+            .into_iter()
+            .collect();
+    }
+    let mut zones = planned.zones.clone();
+    if zones.is_empty() {
+        zones.push(planned.zone.clone());
+    }
+    ClaimSpec {
+        name,
+        node_pool: pool.name.clone(),
+        node_class: pool.node_class_ref.name.clone(),
+        instance_type_options: planned.instance_type_options.clone(),
+        zones,
+        capacity_types,
+        pods: planned.pods.clone(),
+        labels: planned.labels.clone(),
+    }
+}
+
+/// Events about a claim go to the first pod it was made for (Karpenter's
+/// "Nominated"): claims are not Kubernetes objects here.
+fn pod_event(
+    claim: &NodeClaim,
+    event_type: EventType,
+    reason: &str,
+    message: String,
+) -> ClusterEvent {
+    let (namespace, name) = claim
+        .pods
+        .first()
+        .and_then(|k| k.split_once('/'))
+        .map(|(ns, n)| (Some(ns.to_string()), n.to_string()))
+        .unwrap_or((None, claim.name.clone()));
+    ClusterEvent {
+        kind: if namespace.is_some() {
+            "Pod".into()
+        } else {
+            "Node".into()
+        },
+        namespace,
+        name,
+        event_type,
+        reason: reason.into(),
+        message,
+    }
+}
+
+pub(crate) fn pods_reason(pods: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut s = format!(
+        "{} pending pod(s): {}",
+        pods.len(),
+        pods.iter()
+            .take(SHOWN)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if pods.len() > SHOWN {
+        s.push_str(&format!(", +{} more", pods.len() - SHOWN));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claims_reason_names_the_first_pods_and_counts_the_rest() {
+        let pods: Vec<String> = (0..7).map(|i| format!("default/web-{i}")).collect();
+        let r = pods_reason(&pods);
+        assert!(r.starts_with("7 pending pod(s): default/web-0, "), "{r}");
+        assert!(r.ends_with("+2 more"), "{r}");
+    }
+}

@@ -1,0 +1,77 @@
+//! The cluster's instances as EC2 (moto) reports them: what the kubelets boot on and
+//! what a spot reclaim takes away.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_ec2::types::Filter;
+
+use nodewright_aws::testing::Ec2Client;
+
+/// An instance as DescribeInstances reports it.
+#[derive(Debug, Clone)]
+pub(super) struct Ec2Instance {
+    pub id: String,
+    pub state: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub private_dns: String,
+    pub tags: BTreeMap<String, String>,
+}
+
+impl Ec2Instance {
+    /// Shutting down, stopped or terminated: its kubelet is gone.
+    pub fn is_gone(&self) -> bool {
+        matches!(
+            self.state.as_str(),
+            "shutting-down" | "terminated" | "stopping" | "stopped"
+        )
+    }
+}
+
+/// The cluster's instances in moto, by the tag every launch carries.
+pub(super) async fn describe(ec2: &Ec2Client, cluster: &str) -> Result<Vec<Ec2Instance>, String> {
+    let out = ec2
+        .describe_instances()
+        .filters(
+            Filter::builder()
+                .name(format!("tag:kubernetes.io/cluster/{cluster}"))
+                .values("owned")
+                .build(),
+        )
+        .send()
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    Ok(out
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .map(|i| Ec2Instance {
+            id: i.instance_id().unwrap_or_default().to_string(),
+            state: i
+                .state()
+                .and_then(|s| s.name())
+                .map(|n| n.as_str().to_string())
+                .unwrap_or_default(),
+            instance_type: i
+                .instance_type()
+                .map(|t| t.as_str().to_string())
+                .unwrap_or_default(),
+            zone: i
+                .placement()
+                .and_then(|p| p.availability_zone())
+                .unwrap_or_default()
+                .to_string(),
+            private_dns: i.private_dns_name().unwrap_or_default().to_string(),
+            tags: i
+                .tags()
+                .iter()
+                .map(|t| {
+                    (
+                        t.key().unwrap_or_default().to_string(),
+                        t.value().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect(),
+        })
+        .collect())
+}
