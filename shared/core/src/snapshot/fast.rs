@@ -3,8 +3,8 @@
 //! reader over a stream), and a pod is decoded straight into the fields planning reads
 //! instead of a JSON value and then a whole `k8s_openapi` object.
 //!
-//! It never decides anything the original pass (the serde visitors in the parent
-//! module) would decide differently. Whatever it does not handle it hands over:
+//! It never decides anything the original pass (the serde visitors of
+//! [`super::reader`]) would decide differently. Whatever it does not handle it hands over:
 //! - an item that is not a pod with kind "Pod", or whose lean decoding fails, is read as a
 //!   JSON value and given to [`ListReader::item`], exactly as the original pass does;
 //! - a top level it does not expect (no object, escaped keys, no `items` array, a list
@@ -29,7 +29,7 @@ use serde::Deserialize;
 use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 
-use super::{ListKind, ListReader, list_item_kind};
+use super::reader::{ItemsFound, ListKind, ListReader, list_item_kind};
 
 /// Bytes read at a time; the window grows when one item is larger. Tests use a few
 /// bytes, so items cross reads and the window grows and moves all the time.
@@ -324,7 +324,7 @@ impl<R: Read> Driver<R> {
                     return None;
                 }
                 self.pos += 1;
-                list.items = super::ItemsFound::Array;
+                list.items = ItemsFound::Array;
                 return Some((list, top));
             }
             let value: Value = self.value().ok()?;

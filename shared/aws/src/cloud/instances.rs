@@ -1,0 +1,196 @@
+//! The instances of the cluster: nodewright's own and Karpenter's, read with
+//! DescribeInstances, and terminated (only ever by instance id).
+
+use std::collections::BTreeMap;
+
+use aws_sdk_ec2::types::{Filter, InstanceLifecycleType};
+
+use nodewright_core::catalog::CapacityType;
+use nodewright_engine::ports::{CloudError, ErrorKind, Instance};
+
+use super::{
+    Ec2Cloud, MANAGED_BY, TAG_EKS_CLUSTER, TAG_MANAGED_BY, TAG_NODECLAIM, TAG_NODEPOOL,
+    cluster_tag_key,
+};
+use crate::error::cloud_error;
+
+impl Ec2Cloud {
+    /// TerminateInstances, after checking every id is an instance id.
+    pub(super) async fn terminate_instances(
+        &self,
+        instance_ids: &[String],
+    ) -> Result<(), CloudError> {
+        if let Some(bad) = instance_ids.iter().find(|id| !is_instance_id(id)) {
+            return Err(CloudError::new(
+                ErrorKind::Invalid,
+                format!("refusing to terminate {bad:?}: not an EC2 instance id"),
+            ));
+        }
+        if instance_ids.is_empty() {
+            return Ok(());
+        }
+        self.ec2
+            .terminate_instances()
+            .set_instance_ids(Some(instance_ids.to_vec()))
+            .send()
+            .await
+            .map_err(|e| {
+                cloud_error(format!("TerminateInstances {}", instance_ids.join(",")), e)
+            })?;
+        Ok(())
+    }
+
+    /// The instances nodewright launched in this cluster and not yet terminated.
+    pub(super) async fn describe_owned_instances(&self) -> Result<Vec<Instance>, CloudError> {
+        let filters = vec![
+            Filter::builder()
+                .name(format!("tag:{}", cluster_tag_key(&self.cluster.name)))
+                .values("owned")
+                .build(),
+            Filter::builder()
+                .name(format!("tag:{TAG_MANAGED_BY}"))
+                .values(MANAGED_BY)
+                .build(),
+            state_filter(&["pending", "running", "shutting-down", "stopping", "stopped"]),
+        ];
+        Ok(self
+            .describe_instances(filters)
+            .await?
+            .into_iter()
+            .map(|(i, _)| i)
+            .collect())
+    }
+
+    /// The running instances Karpenter launched in this cluster (not nodewright's).
+    pub(super) async fn describe_karpenter_instances(&self) -> Result<Vec<Instance>, CloudError> {
+        // Karpenter v1 tags its instances with both cluster tags; older ones may carry
+        // only one. DescribeInstances filters AND, so one call per tag, merged by id.
+        let states = ["pending", "running", "stopping", "stopped"];
+        let by_tag = [
+            (
+                format!("tag:{}", cluster_tag_key(&self.cluster.name)),
+                "owned".to_string(),
+            ),
+            (format!("tag:{TAG_EKS_CLUSTER}"), self.cluster.name.clone()),
+        ];
+        let mut found: BTreeMap<String, Instance> = BTreeMap::new();
+        for (name, value) in by_tag {
+            let filters = vec![
+                Filter::builder().name(name).values(value).build(),
+                Filter::builder()
+                    .name("tag-key")
+                    .values(TAG_NODEPOOL)
+                    .build(),
+                state_filter(&states),
+            ];
+            for (instance, tags) in self.describe_instances(filters).await? {
+                // nodewright tags its own instances with karpenter.sh/nodepool too.
+                if tags.contains_key(TAG_MANAGED_BY) {
+                    continue;
+                }
+                found.insert(instance.id.clone(), instance);
+            }
+        }
+        Ok(found.into_values().collect())
+    }
+
+    /// DescribeInstances over all pages: each instance with its tags.
+    async fn describe_instances(
+        &self,
+        filters: Vec<Filter>,
+    ) -> Result<Vec<(Instance, BTreeMap<String, String>)>, CloudError> {
+        let mut instances = Vec::new();
+        let mut next: Option<String> = None;
+        loop {
+            let out = self
+                .ec2
+                .describe_instances()
+                .set_filters(Some(filters.clone()))
+                .set_next_token(next.take())
+                .send()
+                .await
+                .map_err(|e| cloud_error("DescribeInstances", e))?;
+            for reservation in out.reservations.unwrap_or_default() {
+                for i in reservation.instances.unwrap_or_default() {
+                    let Some(id) = i.instance_id else { continue };
+                    let tags: BTreeMap<String, String> = i
+                        .tags
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter_map(|t| Some((t.key?, t.value.unwrap_or_default())))
+                        .collect();
+                    let instance = Instance {
+                        id,
+                        instance_type: i
+                            .instance_type
+                            .map(|t| t.as_str().to_string())
+                            .unwrap_or_default(),
+                        zone: i
+                            .placement
+                            .and_then(|p| p.availability_zone)
+                            .unwrap_or_default(),
+                        // The `instance-lifecycle` filter is not universally implemented;
+                        // the field is.
+                        capacity_type: match i.instance_lifecycle {
+                            Some(InstanceLifecycleType::Spot) => CapacityType::Spot,
+                            _ => CapacityType::OnDemand,
+                        },
+                        state: i
+                            .state
+                            .and_then(|s| s.name)
+                            .map(|n| n.as_str().to_string())
+                            .unwrap_or_default(),
+                        claim_name: tags.get(TAG_NODECLAIM).cloned(),
+                        launch_time: i.launch_time.map(|t| t.secs()).unwrap_or(0),
+                        image_id: i.image_id.filter(|s| !s.is_empty()),
+                        subnet_id: i.subnet_id.filter(|s| !s.is_empty()),
+                        security_group_ids: i
+                            .security_groups
+                            .unwrap_or_default()
+                            .into_iter()
+                            .filter_map(|g| g.group_id)
+                            .collect(),
+                    };
+                    instances.push((instance, tags));
+                }
+            }
+            match out.next_token {
+                Some(t) if !t.is_empty() => next = Some(t),
+                _ => break,
+            }
+        }
+        Ok(instances)
+    }
+}
+
+/// `i-` followed by 8 or 17 lowercase hex digits.
+pub fn is_instance_id(id: &str) -> bool {
+    id.strip_prefix("i-").is_some_and(|hex| {
+        (hex.len() == 8 || hex.len() == 17)
+            && hex
+                .chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+    })
+}
+
+fn state_filter(states: &[&str]) -> Filter {
+    Filter::builder()
+        .name("instance-state-name")
+        .set_values(Some(states.iter().map(|s| s.to_string()).collect()))
+        .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instance_ids_are_checked_before_terminating() {
+        assert!(is_instance_id("i-0123456789abcdef0"));
+        assert!(is_instance_id("i-1234abcd"));
+        assert!(!is_instance_id("i-0123456789ABCDEF0"));
+        assert!(!is_instance_id("i-123"));
+        assert!(!is_instance_id("sg-1234abcd"));
+        assert!(!is_instance_id("i-0123456789abcdef0 "));
+    }
+}

@@ -1,0 +1,402 @@
+//! The fleet launch: a claim's offerings grouped by capacity type, one instant
+//! CreateFleet per group (cheapest group first, at most [`MAX_OVERRIDES`] overrides),
+//! the instance it launched read back, or the failure classified ([`crate::fleet`]) so
+//! insufficient capacity moves on to the next group.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use aws_sdk_ec2::types::{
+    DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest,
+    FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest,
+    FleetOnDemandAllocationStrategy, FleetType, OnDemandOptionsRequest, ResourceType,
+    SpotAllocationStrategy, SpotOptionsRequest, TargetCapacitySpecificationRequest,
+};
+use sha2::{Digest, Sha256};
+
+use nodewright_core::catalog::CapacityType;
+use nodewright_engine::ports::{
+    CloudError, ErrorKind, Image, LaunchError, LaunchRequest, Launched, Offering, Subnet,
+};
+
+use super::{Ec2Cloud, TAG_NODECLAIM, hex, tag_specification};
+use crate::error::cloud_error;
+use crate::fleet::{FleetError, FleetErrors, FleetFailure, classify_fleet_errors};
+
+/// CreateFleet accepts at most this many overrides per call.
+pub const MAX_OVERRIDES: usize = 60;
+
+/// How long after this process created an instance profile a launch that EC2 refuses as
+/// invalid is taken for IAM's propagation delay (retried later) rather than a mistake.
+pub const PROFILE_PROPAGATION: Duration = Duration::from_secs(120);
+
+impl Ec2Cloud {
+    /// Launches one instance for a claim: one CreateFleet per capacity type, the group
+    /// with the cheapest offering first, the next one when a group has no capacity.
+    pub(super) async fn launch_cheapest_first(
+        &self,
+        request: &LaunchRequest,
+    ) -> Result<Launched, LaunchError> {
+        // The subnet with the most free addresses in each zone.
+        let mut subnet_by_zone: HashMap<String, Subnet> = HashMap::new();
+        for s in &request.resolved.subnets {
+            let better = subnet_by_zone
+                .get(&s.zone)
+                .is_none_or(|cur| s.available_ips > cur.available_ips);
+            if better {
+                subnet_by_zone.insert(s.zone.clone(), s.clone());
+            }
+        }
+        // Offerings by capacity type, cheapest group first.
+        let mut groups: BTreeMap<CapacityType, Vec<Offering>> = BTreeMap::new();
+        for o in &request.offerings {
+            groups.entry(o.capacity_type).or_default().push(o.clone());
+        }
+        let mut groups: Vec<(CapacityType, Vec<Offering>)> = groups.into_iter().collect();
+        for (_, offerings) in &mut groups {
+            offerings.sort_by(|a, b| a.price.total_cmp(&b.price));
+        }
+        groups.sort_by(|a, b| a.1[0].price.total_cmp(&b.1[0].price));
+        if groups.is_empty() {
+            return Err(CloudError::new(
+                ErrorKind::Invalid,
+                format!("claim {}: no offerings to launch", request.claim_name),
+            )
+            .into());
+        }
+
+        let mut unavailable = Vec::new();
+        let mut messages = Vec::new();
+        for (capacity_type, offerings) in &groups {
+            match self
+                .launch_group(request, *capacity_type, offerings, &subnet_by_zone)
+                .await
+            {
+                Ok(launched) => return Ok(launched),
+                Err(LaunchError::InsufficientCapacity { offerings, message }) => {
+                    tracing::info!(claim = %request.claim_name, capacity_type = %capacity_type,
+                        offerings = offerings.len(), "insufficient capacity");
+                    unavailable.extend(offerings);
+                    messages.push(message);
+                }
+                Err(LaunchError::Cloud(e)) => {
+                    return Err(self.while_profile_propagates(request, e).into());
+                }
+            }
+        }
+        Err(LaunchError::InsufficientCapacity {
+            offerings: unavailable,
+            message: messages.join("; "),
+        })
+    }
+
+    /// One CreateFleet over the offerings of one capacity type.
+    async fn launch_group(
+        &self,
+        request: &LaunchRequest,
+        capacity_type: CapacityType,
+        offerings: &[Offering],
+        subnet_by_zone: &HashMap<String, Subnet>,
+    ) -> Result<Launched, LaunchError> {
+        let images: HashMap<&str, &Image> = request
+            .resolved
+            .images
+            .iter()
+            .map(|i| (i.arch.as_str(), i))
+            .collect();
+        // (launch template name) -> overrides, in price order; offerings actually tried.
+        let mut configs: Vec<(String, Vec<FleetLaunchTemplateOverridesRequest>)> = Vec::new();
+        let mut tried: Vec<Offering> = Vec::new();
+        let mut template_for_arch: HashMap<String, String> = HashMap::new();
+        for offering in offerings {
+            if tried.len() == MAX_OVERRIDES {
+                break;
+            }
+            let Some(subnet) = subnet_by_zone.get(&offering.zone) else {
+                continue;
+            };
+            let arch = self.arch_of(&offering.instance_type);
+            let Some(image) = images.get(arch.as_str()) else {
+                continue;
+            };
+            let template = match template_for_arch.get(&arch) {
+                Some(t) => t.clone(),
+                None => {
+                    let content = self.template_content(request, capacity_type, image)?;
+                    let name = self.ensure_launch_template(&content).await?;
+                    template_for_arch.insert(arch.clone(), name.clone());
+                    name
+                }
+            };
+            let o = FleetLaunchTemplateOverridesRequest::builder()
+                .instance_type(offering.instance_type.as_str().into())
+                .subnet_id(&subnet.id)
+                .build();
+            match configs.iter_mut().find(|(name, _)| *name == template) {
+                Some((_, overrides)) => overrides.push(o),
+                None => configs.push((template, vec![o])),
+            }
+            tried.push(offering.clone());
+        }
+        if tried.is_empty() {
+            return Err(CloudError::new(
+                ErrorKind::Invalid,
+                format!(
+                    "claim {}: no {} offering has both a subnet in its zone and an image for its architecture",
+                    request.claim_name, capacity_type
+                ),
+            )
+            .into());
+        }
+
+        let mut tags = self.base_tags(&request.node_pool, &request.node_class);
+        tags.insert(TAG_NODECLAIM.into(), request.claim_name.clone());
+        let mut fleet = self
+            .ec2
+            .create_fleet()
+            .r#type(FleetType::Instant)
+            .client_token(client_token(&request.claim_name, capacity_type, &tried))
+            .target_capacity_specification(
+                TargetCapacitySpecificationRequest::builder()
+                    .total_target_capacity(1)
+                    .default_target_capacity_type(match capacity_type {
+                        CapacityType::Spot => DefaultTargetCapacityType::Spot,
+                        CapacityType::OnDemand => DefaultTargetCapacityType::OnDemand,
+                    })
+                    .build(),
+            )
+            .tag_specifications(tag_specification(ResourceType::Instance, &tags))
+            .tag_specifications(tag_specification(ResourceType::Volume, &tags))
+            // The fleet is tagged too: template.yaml allows CreateFleet only with the
+            // cluster tag on every resource the request creates.
+            .tag_specifications(tag_specification(ResourceType::Fleet, &tags));
+        fleet = match capacity_type {
+            CapacityType::OnDemand => fleet.on_demand_options(
+                OnDemandOptionsRequest::builder()
+                    .allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice)
+                    .build(),
+            ),
+            CapacityType::Spot => fleet.spot_options(
+                SpotOptionsRequest::builder()
+                    .allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized)
+                    .build(),
+            ),
+        };
+        for (template, overrides) in configs {
+            fleet = fleet.launch_template_configs(
+                FleetLaunchTemplateConfigRequest::builder()
+                    .launch_template_specification(
+                        FleetLaunchTemplateSpecificationRequest::builder()
+                            .launch_template_name(template)
+                            .version("$Latest")
+                            .build(),
+                    )
+                    .set_overrides(Some(overrides))
+                    .build(),
+            );
+        }
+        let out = fleet
+            .send()
+            .await
+            .map_err(|e| cloud_error(format!("CreateFleet for claim {}", request.claim_name), e))?;
+
+        let zone_of_subnet: HashMap<&str, &str> = subnet_by_zone
+            .values()
+            .map(|s| (s.id.as_str(), s.zone.as_str()))
+            .collect();
+        let errors: Vec<FleetError> = out
+            .errors
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| {
+                let overrides = e.launch_template_and_overrides.and_then(|l| l.overrides);
+                FleetError {
+                    code: e.error_code.unwrap_or_else(|| "Unknown".into()),
+                    message: e.error_message.unwrap_or_default(),
+                    instance_type: overrides
+                        .as_ref()
+                        .and_then(|o| o.instance_type.as_ref().map(|t| t.as_str().to_string())),
+                    zone: overrides.as_ref().and_then(|o| {
+                        o.availability_zone.clone().or_else(|| {
+                            o.subnet_id
+                                .as_deref()
+                                .and_then(|s| zone_of_subnet.get(s))
+                                .map(|z| z.to_string())
+                        })
+                    }),
+                }
+            })
+            .collect();
+        for instance in out.instances.unwrap_or_default() {
+            let Some(instance_id) = instance.instance_ids.unwrap_or_default().into_iter().next()
+            else {
+                continue;
+            };
+            let overrides = instance
+                .launch_template_and_overrides
+                .and_then(|l| l.overrides);
+            let instance_type = instance
+                .instance_type
+                .map(|t| t.as_str().to_string())
+                .or_else(|| {
+                    overrides
+                        .as_ref()
+                        .and_then(|o| o.instance_type.as_ref().map(|t| t.as_str().to_string()))
+                })
+                .unwrap_or_else(|| tried[0].instance_type.clone());
+            let zone = overrides
+                .as_ref()
+                .and_then(|o| {
+                    o.availability_zone.clone().or_else(|| {
+                        o.subnet_id
+                            .as_deref()
+                            .and_then(|s| zone_of_subnet.get(s))
+                            .map(|z| z.to_string())
+                    })
+                })
+                .or_else(|| {
+                    tried
+                        .iter()
+                        .find(|o| o.instance_type == instance_type)
+                        .map(|o| o.zone.clone())
+                })
+                .unwrap_or_else(|| tried[0].zone.clone());
+            let price = tried
+                .iter()
+                .find(|o| o.instance_type == instance_type && o.zone == zone)
+                .or_else(|| tried.iter().find(|o| o.instance_type == instance_type))
+                .map(|o| o.price)
+                .unwrap_or(tried[0].price);
+            tracing::info!(claim = %request.claim_name, instance_id = %instance_id, instance_type = %instance_type,
+                zone = %zone, capacity_type = %capacity_type, "launched");
+            let unavailable =
+                crate::fleet::out_of_capacity_besides(&errors, &tried, &instance_type, &zone);
+            return Ok(Launched {
+                instance_id,
+                instance_type,
+                zone,
+                capacity_type,
+                price,
+                unavailable,
+            });
+        }
+
+        let failure = classify_fleet_errors(&errors, &tried);
+        let errors = FleetErrors(errors);
+        match failure {
+            FleetFailure::InsufficientCapacity(offerings) => {
+                Err(LaunchError::InsufficientCapacity {
+                    offerings,
+                    message: format!("CreateFleet ({capacity_type}): {errors}"),
+                })
+            }
+            FleetFailure::Failed(kind) => Err(CloudError::with_source(
+                kind,
+                format!(
+                    "CreateFleet for claim {} launched nothing: {errors}",
+                    request.claim_name
+                ),
+                errors,
+            )
+            .into()),
+        }
+    }
+
+    /// A launch EC2 refused as invalid shortly after this process created the instance
+    /// profile it uses is most likely IAM's propagation delay: report it as
+    /// `Unavailable`, so the claim is retried rather than failed.
+    fn while_profile_propagates(&self, request: &LaunchRequest, err: CloudError) -> CloudError {
+        let Some(profile) = request.resolved.instance_profile.as_deref() else {
+            return err;
+        };
+        let fresh = self.profiles.recently_created(profile, PROFILE_PROPAGATION);
+        match propagation_kind(err.kind, fresh) {
+            kind if kind == err.kind => err,
+            kind => CloudError {
+                kind,
+                message: format!(
+                    "{} (instance profile {profile} was created moments ago; IAM may not have propagated it yet)",
+                    err.message
+                ),
+                source: err.source,
+            },
+        }
+    }
+}
+
+/// Idempotency token for one CreateFleet: the claim name, plus a digest of what is
+/// asked, so that a retry of the same request never launches twice while a retry
+/// with other offerings (after insufficient capacity) is a new request rather than
+/// an `IdempotentParameterMismatch`.
+fn client_token(claim: &str, capacity_type: CapacityType, tried: &[Offering]) -> String {
+    let mut h = Sha256::new();
+    h.update(capacity_type.as_str());
+    for o in tried {
+        h.update(format!("|{}@{}", o.instance_type, o.zone));
+    }
+    let digest = hex(&h.finalize()[..4]);
+    let mut base: String = claim.chars().take(64 - 9).collect();
+    base.push('-');
+    base.push_str(&digest);
+    base
+}
+
+/// The kind a launch failure is reported as: `Invalid` becomes `Unavailable` (retry
+/// later) while the instance profile it used is fresh from this process.
+fn propagation_kind(kind: ErrorKind, profile_is_fresh: bool) -> ErrorKind {
+    match kind {
+        ErrorKind::Invalid if profile_is_fresh => ErrorKind::Unavailable,
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_invalid_launch_is_retried_only_while_a_new_instance_profile_propagates() {
+        assert_eq!(
+            propagation_kind(ErrorKind::Invalid, true),
+            ErrorKind::Unavailable
+        );
+        assert_eq!(
+            propagation_kind(ErrorKind::Invalid, false),
+            ErrorKind::Invalid
+        );
+        assert_eq!(
+            propagation_kind(ErrorKind::Unauthorized, true),
+            ErrorKind::Unauthorized
+        );
+    }
+
+    #[test]
+    fn client_tokens_are_stable_per_request_and_fit_the_limit() {
+        let o = |t: &str| Offering {
+            instance_type: t.into(),
+            zone: "us-east-1a".into(),
+            capacity_type: CapacityType::Spot,
+            price: 0.1,
+        };
+        let a = client_token(
+            "default-x7k2p",
+            CapacityType::Spot,
+            &[o("m5.large"), o("c5.large")],
+        );
+        assert!(a.starts_with("default-x7k2p-"));
+        assert_eq!(
+            a,
+            client_token(
+                "default-x7k2p",
+                CapacityType::Spot,
+                &[o("m5.large"), o("c5.large")]
+            )
+        );
+        assert_ne!(
+            a,
+            client_token("default-x7k2p", CapacityType::Spot, &[o("c5.large")])
+        );
+        assert!(client_token(&"x".repeat(100), CapacityType::Spot, &[]).len() <= 64);
+    }
+}

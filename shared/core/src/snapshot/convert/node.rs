@@ -1,0 +1,81 @@
+//! Nodes: readiness, taints, allocatable and capacity, and what disruption reads (times,
+//! do-not-disrupt, the drift hashes nodewright wrote).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::{do_not_disrupt, quantity, taint_effect, unix};
+use crate::api::model::Taint;
+use crate::cluster::Node;
+use crate::resources::Resources;
+use crate::snapshot::error::{Result, SnapshotError};
+
+/// Converts a Kubernetes node. `ready` is the Ready condition being "True"; allocatable
+/// and capacity are parsed exactly and must not be negative.
+pub fn node_from_k8s(node: &core::Node) -> Result<Node, SnapshotError> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let object = format!("node {name:?}");
+    let mut out = Node {
+        labels: node.metadata.labels.clone().unwrap_or_default(),
+        ..Node::default()
+    };
+    if let Some(spec) = &node.spec {
+        out.provider_id = spec.provider_id.clone().filter(|p| !p.is_empty());
+        out.unschedulable = spec.unschedulable.unwrap_or(false);
+        for (i, t) in spec.taints.iter().flatten().enumerate() {
+            out.taints.push(Taint {
+                key: t.key.clone(),
+                value: t.value.clone().filter(|v| !v.is_empty()),
+                effect: taint_effect(&object, &format!("spec.taints[{i}].effect"), &t.effect)?,
+            });
+        }
+    }
+    if let Some(status) = &node.status {
+        out.allocatable =
+            resource_list(&object, "status.allocatable", status.allocatable.as_ref())?;
+        out.capacity = resource_list(&object, "status.capacity", status.capacity.as_ref())?;
+        let ready = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Ready" && c.status == "True");
+        out.ready = ready.is_some();
+        out.ready_since = ready
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(unix);
+    }
+    let meta = &node.metadata;
+    out.created_at = meta.creation_timestamp.as_ref().map(unix);
+    out.deleting = meta.deletion_timestamp.is_some();
+    if let Some(annotations) = &meta.annotations {
+        out.do_not_disrupt = do_not_disrupt(annotations);
+        // Only hashes nodewright wrote are comparable: Karpenter's (another version)
+        // hash other fields another way.
+        use crate::disruption::hash;
+        let ours = |version: &str| {
+            annotations.get(version).map(String::as_str) == Some(hash::HASH_VERSION)
+        };
+        if ours(hash::ANNOTATION_NODEPOOL_HASH_VERSION) {
+            out.nodepool_hash = annotations.get(hash::ANNOTATION_NODEPOOL_HASH).cloned();
+        }
+        if ours(hash::ANNOTATION_NODECLASS_HASH_VERSION) {
+            out.nodeclass_hash = annotations.get(hash::ANNOTATION_NODECLASS_HASH).cloned();
+        }
+    }
+    out.name = name;
+    Ok(out)
+}
+
+fn resource_list(
+    object: &str,
+    path: &str,
+    list: Option<&BTreeMap<String, Quantity>>,
+) -> Result<Resources> {
+    let mut out = Resources::new();
+    for (name, q) in list.into_iter().flatten() {
+        out.set_milli(name, quantity(object, None, format!("{path}.{name}"), q)?);
+    }
+    Ok(out)
+}
