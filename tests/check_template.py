@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Checks on template.yaml that cfn-lint and `sam validate` cannot make: least-privilege
-IAM, the interruption queue's settings, and the DynamoDB table staying identical to
-infra/dynamodb-table.json.
+IAM, the interruption queue's settings, the DynamoDB table staying identical to
+infra/dynamodb-table.json, the alarms (each one there, each notifying AlarmTopicArn and
+nothing else, each on a metric the functions really publish), the dashboard, and the
+operators' read-only policy granting reads only.
 
 Run by tests/lint.sh with the venv's python (cfn-lint provides the YAML loader that
 understands !Ref/!Sub/!GetAtt). Exit status 0 when every check passes; 1 otherwise,
@@ -55,6 +57,7 @@ TABLE_RESOURCES = {"${StateTable.Arn}", "${StateTable.Arn}/index/*"}
 DYNAMODB_ACTIONS = {
     "dynamodb:ConditionCheckItem",
     "dynamodb:DeleteItem",
+    "dynamodb:DescribeTable",
     "dynamodb:GetItem",
     "dynamodb:PutItem",
     "dynamodb:Query",
@@ -65,6 +68,27 @@ DYNAMODB_ACTIONS = {
 # Parameters a template may declare without using (none today: every one is used).
 UNUSED_PARAMETERS_ALLOWED: set[str] = set()
 LAUNCH_ACTIONS = ("ec2:RunInstances", "ec2:CreateFleet")
+# What the operators' policy may allow: reads of the table and of the DLQ's depth.
+OPERATOR_ACTIONS = {
+    "dynamodb:GetItem": TABLE_RESOURCES,
+    "dynamodb:Query": TABLE_RESOURCES,
+    "dynamodb:Scan": TABLE_RESOURCES,
+    "dynamodb:DescribeTable": TABLE_RESOURCES,
+    "sqs:GetQueueAttributes": {"${InterruptionDeadLetterQueue.Arn}"},
+}
+# The alarms the stack must have: (namespace, metric, dimension name, dimension value).
+REQUIRED_ALARMS = [
+    ("AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName", "${InterruptionDeadLetterQueue.QueueName}"),
+    ("AWS/Lambda", "Errors", "FunctionName", "${ProvisionerFunction}"),
+    ("AWS/Lambda", "Errors", "FunctionName", "${InterruptionFunction}"),
+    ("AWS/Lambda", "Errors", "FunctionName", "${DisruptionFunction}"),
+    ("nodewright", "provisioner_shortfall", "Function", "provisioner"),
+    ("nodewright", "pods_pending_oldest_age_seconds", None, None),
+    ("nodewright", "nodeclaims_stuck", None, None),
+]
+ALARM_ACTIONS = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
+# Where the functions' metric names are written (as string literals).
+METRIC_SOURCES = ["shared/lambda/src/metrics.rs", "functions/interruption/src/lib.rs"]
 
 
 # --------------------------------------------------------------------------- loading
@@ -376,7 +400,82 @@ def check_parameters(template: dict) -> list[str]:
     return [f"parameter {p} is not used" for p in sorted(unused)]
 
 
-def check_all(template: dict, table_json: dict | None) -> list[str]:
+def emitted_metrics() -> set[str]:
+    """Every snake_case string literal of the files that publish nodewright's metrics."""
+    names: set[str] = set()
+    for rel in METRIC_SOURCES:
+        path = ROOT / rel
+        if path.exists():
+            names.update(re.findall(r'"([a-z][a-z0-9_]*)"', path.read_text()))
+    return names
+
+
+def nodewright_metrics_in_dashboard(body: str) -> set[str]:
+    return set(re.findall(r'"nodewright", "([a-z0-9_]+)"', body)) | set(re.findall(r'MetricName=\\"([a-z0-9_]+)\\"', body))
+
+
+def check_operations(template: dict, emitted: set[str] | None) -> list[str]:
+    problems = []
+    res = template["Resources"]
+    alarms = {n: r.get("Properties", {}) for n, r in res.items() if r.get("Type") == "AWS::CloudWatch::Alarm"}
+    cond = template.get("Conditions", {}).get("HasAlarmTopic")
+    if cond != {"Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmTopicArn"}, ""]}]}:
+        problems.append("condition HasAlarmTopic must be AlarmTopicArn != \"\"")
+    if template.get("Parameters", {}).get("AlarmTopicArn", {}).get("Default") != "":
+        problems.append("parameter AlarmTopicArn must default to \"\" (no actions)")
+    for ns, metric, dim, value in REQUIRED_ALARMS:
+        found = [
+            n
+            for n, p in alarms.items()
+            if p.get("Namespace") == ns
+            and p.get("MetricName") == metric
+            and (dim is None or any(d.get("Name") == dim and text(d.get("Value")) == value for d in p.get("Dimensions", [])))
+        ]
+        if not found:
+            problems.append(f"no alarm on {ns} {metric}" + (f" for {dim}={value}" if dim else ""))
+    for n, p in alarms.items():
+        for key in ("AlarmActions", "OKActions"):
+            if p.get(key) != ALARM_ACTIONS:
+                problems.append(f"{n}: {key} must go to AlarmTopicArn when it is set, and nowhere else")
+        for key in ("InsufficientDataActions",):
+            if key in p:
+                problems.append(f"{n}: {key} not expected")
+        if p.get("Namespace") == "nodewright" and emitted is not None and p.get("MetricName") not in emitted:
+            problems.append(f"{n}: metric {p.get('MetricName')} is not published by the functions")
+    dashboards = [r for r in res.values() if r.get("Type") == "AWS::CloudWatch::Dashboard"]
+    if not dashboards:
+        problems.append("no AWS::CloudWatch::Dashboard")
+    for d in dashboards:
+        body = text(d.get("Properties", {}).get("DashboardBody"))
+        if not isinstance(body, str):
+            problems.append("Dashboard: DashboardBody must be a Fn::Sub string")
+            continue
+        try:
+            json.loads(re.sub(r"\$\{[^}]+\}", "x", body))
+        except ValueError as e:
+            problems.append(f"Dashboard: DashboardBody is not JSON: {e}")
+        if emitted is not None:
+            for m in sorted(nodewright_metrics_in_dashboard(body) - emitted):
+                problems.append(f"Dashboard: metric {m} is not published by the functions")
+    policy = res.get("OperatorReadOnlyPolicy")
+    if policy is None or policy.get("Type") != "AWS::IAM::ManagedPolicy":
+        problems.append("no OperatorReadOnlyPolicy (AWS::IAM::ManagedPolicy)")
+    else:
+        doc = PolicyDoc("OperatorReadOnlyPolicy", policy["Properties"], "PolicyDocument")
+        for s in doc.statements():
+            for a in actions(s):
+                allowed = OPERATOR_ACTIONS.get(a)
+                if s.get("Effect") == "Allow" and allowed is None:
+                    problems.append(f"OperatorReadOnlyPolicy: allows {a} (reads only: {sorted(OPERATOR_ACTIONS)})")
+                elif s.get("Effect") == "Allow" and not set(resources(s)) <= allowed:
+                    problems.append(f"OperatorReadOnlyPolicy: {a} on {resources(s)}")
+        outputs = template.get("Outputs", {})
+        if not any(o.get("Value") == {"Ref": "OperatorReadOnlyPolicy"} for o in outputs.values()):
+            problems.append("OperatorReadOnlyPolicy: its ARN is not an output")
+    return problems
+
+
+def check_all(template: dict, table_json: dict | None, emitted: set[str] | None = None) -> list[str]:
     return (
         check_iam(template)
         + check_functions(template)
@@ -384,6 +483,7 @@ def check_all(template: dict, table_json: dict | None) -> list[str]:
         + check_rules(template)
         + check_table(template, table_json)
         + check_parameters(template)
+        + check_operations(template, emitted)
     )
 
 
@@ -492,6 +592,39 @@ def vpc_branch_wildcard(t):
     raise AssertionError("self-test: no conditional policy")
 
 
+def dlq_alarm_gone(t):
+    del t["Resources"]["DeadLetterQueueAlarm"]
+
+
+def disruption_errors_unwatched(t):
+    del t["Resources"]["DisruptionErrorsAlarm"]
+
+
+def alarm_notifies_a_fixed_topic(t):
+    t["Resources"]["ProvisionerShortfallAlarm"]["Properties"]["AlarmActions"] = ["arn:aws:sns:us-east-1:123456789012:ops"]
+
+
+def alarm_on_a_metric_nobody_publishes(t):
+    t["Resources"]["ClaimStuckAlarm"]["Properties"]["MetricName"] = "claims_stuck"
+
+
+def dashboard_on_a_metric_nobody_publishes(t):
+    d = t["Resources"]["Dashboard"]["Properties"]
+    d["DashboardBody"] = {"Fn::Sub": text(d["DashboardBody"]).replace('"cluster_cost_per_hour"', '"cost_per_hour"')}
+
+
+def operator_policy_writes(t):
+    doc, s = find_statement(t, "dynamodb:DescribeTable", "OperatorReadOnlyPolicy")
+    s["Action"] = as_list(s["Action"]) + ["dynamodb:PutItem"]
+    doc.save()
+
+
+def operator_policy_reads_every_queue(t):
+    doc, s = find_statement(t, "sqs:GetQueueAttributes", "OperatorReadOnlyPolicy")
+    s["Resource"] = "*"
+    doc.save()
+
+
 MUTATIONS = [
     (drop_terminate_condition, "ec2:TerminateInstances without"),
     (terminate_with_ec2_wildcard_elsewhere, "ec2:TerminateInstances without"),
@@ -509,10 +642,17 @@ MUTATIONS = [
     (queue_without_dlq, "no RedrivePolicy"),
     (table_drifts, "differ from infra/dynamodb-table.json in: TimeToLiveSpecification"),
     (vpc_branch_wildcard, "wildcard action '*'"),
+    (dlq_alarm_gone, "no alarm on AWS/SQS ApproximateNumberOfMessagesVisible"),
+    (disruption_errors_unwatched, "no alarm on AWS/Lambda Errors for FunctionName=${DisruptionFunction}"),
+    (alarm_notifies_a_fixed_topic, "ProvisionerShortfallAlarm: AlarmActions must go to AlarmTopicArn"),
+    (alarm_on_a_metric_nobody_publishes, "ClaimStuckAlarm: metric claims_stuck is not published"),
+    (dashboard_on_a_metric_nobody_publishes, "Dashboard: metric cost_per_hour is not published"),
+    (operator_policy_writes, "OperatorReadOnlyPolicy: allows dynamodb:PutItem"),
+    (operator_policy_reads_every_queue, "OperatorReadOnlyPolicy: sqs:GetQueueAttributes on ['*']"),
 ]
 
 
-def self_test(template: dict) -> list[str]:
+def self_test(template: dict, emitted: set[str]) -> list[str]:
     """Each mutation of a copy must be reported, with the expected message."""
     failures = []
     # The table check is exercised against the template's own table, so it is tested
@@ -521,7 +661,7 @@ def self_test(template: dict) -> list[str]:
     for mutate, expected in MUTATIONS:
         broken = copy.deepcopy(template)
         mutate(broken)
-        found = check_all(broken, own_table)
+        found = check_all(broken, own_table, emitted)
         if not any(expected in p for p in found):
             failures.append(f"self-test: {mutate.__name__} was not caught (expected a problem containing {expected!r}; got {found})")
     return failures
@@ -533,10 +673,11 @@ def main(argv: list[str]) -> int:
     template = load(path)
     table_json = json.loads(table_path.read_text()) if table_path.exists() else None
 
-    problems = check_all(template, table_json)
+    emitted = emitted_metrics()
+    problems = check_all(template, table_json, emitted)
     for p in problems:
         print(f"FAIL {p}")
-    failures = self_test(template)
+    failures = self_test(template, emitted)
     for f in failures:
         print(f"FAIL {f}")
     if problems or failures:

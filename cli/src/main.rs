@@ -28,8 +28,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod chart;
 mod disrupt;
 mod event;
+mod explain;
 mod scenario;
 mod simulate;
+mod status;
 mod table;
 
 #[derive(Parser)]
@@ -61,6 +63,13 @@ enum Command {
     },
     /// Show how nodewright reads an EventBridge interruption event: kind, instances, action.
     Event(event::EventArgs),
+    /// The live NodeClaims and totals (nodes by pool, $/h, claims in motion, commands
+    /// in flight, each job's last decision, dead-letter queue), from a deployed stack
+    /// (--table, --kubeconfig; read-only) or a saved simulation (--from).
+    Status(status::StatusArgs),
+    /// Why a pod is pending or got its instance type, why a node stays or goes, how a
+    /// NodePool stands: from the decision log and the cluster (same sources as status).
+    Explain(explain::ExplainArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -107,6 +116,8 @@ fn main() -> ExitCode {
         Command::Disrupt(args) => disrupt::run(&args),
         Command::Validate { files } => validate(&files),
         Command::Event(args) => event::run(&args).map_err(|e| Failure::Unusable(e.to_string())),
+        Command::Status(args) => status::run(&args),
+        Command::Explain(args) => explain::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

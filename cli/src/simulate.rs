@@ -8,6 +8,7 @@
 //! each printed on stderr; 2 the scenario could not be read (one line naming the file
 //! and the field).
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -16,12 +17,14 @@ use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
 use nodewright_core::api::duration::parse_duration;
-use nodewright_engine::sim::run::{DrainRecord, clock_time};
+use nodewright_engine::DisruptionConfig;
+use nodewright_engine::ports::ObjectKind;
+use nodewright_engine::sim::run::{DrainRecord, TimelineRow, clock_time};
 use nodewright_engine::sim::{Report, Scenario};
 use serde_json::{Value, json};
 
 use crate::Failure;
-use crate::{chart, scenario};
+use crate::{chart, scenario, status};
 
 #[derive(clap::Args)]
 pub struct SimulateArgs {
@@ -38,6 +41,10 @@ pub struct SimulateArgs {
     pub chart: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "table")]
     pub output: Format,
+    /// Writes the end state as JSON (claims, decision log, the cluster as core sees it,
+    /// the dead-letter queue's depth), for `status --from` and `explain --from`.
+    #[arg(long)]
+    pub save: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -86,6 +93,17 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
     if let Some(path) = &args.chart {
         chart::write(path, &report).map_err(|e| {
             Failure::Unusable(format!("{}: cannot write the chart: {e}", path.display()))
+        })?;
+    }
+    if let Some(path) = &args.save {
+        let saved = save(&scenario, &report);
+        let text = serde_json::to_string_pretty(&saved)
+            .map_err(|e| Failure::Unusable(format!("cannot encode the end state: {e}")))?;
+        std::fs::write(path, text + "\n").map_err(|e| {
+            Failure::Unusable(format!(
+                "{}: cannot write the end state: {e}",
+                path.display()
+            ))
         })?;
     }
     match args.output {
@@ -144,6 +162,59 @@ fn simulate(scenario: &Scenario) -> Result<Report, Failure> {
     Ok(report)
 }
 
+/// The world as the run left it, as `status` and `explain` read a deployed stack: the
+/// store's claims and decision log, the simulated cluster observed as the functions
+/// see it, the dead-letter queue's depth.
+fn save(scenario: &Scenario, report: &Report) -> status::StatusInput {
+    let w = &report.world;
+    let state = w.cluster.snapshot();
+    let claims = w.store.claims();
+    // The run's end: its clock reads tokio's, and the paused runtime is gone by now.
+    let now = w.started_at() + report.summary.duration_seconds;
+    let mut cluster = status::observe(
+        &state,
+        &claims,
+        &scenario.catalog,
+        scenario.zones.clone(),
+        now,
+        DisruptionConfig::new("simulated", "status").spot_to_spot,
+    );
+    for pool in &state.node_pools {
+        let conditions = w
+            .cluster
+            .status(ObjectKind::NodePool, &pool.name)
+            .map(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| status::ObservedCondition {
+                type_: c.condition.type_,
+                status: c.condition.status.as_str().into(),
+                reason: c.condition.reason,
+                message: c.condition.message,
+            })
+            .collect();
+        cluster.set_conditions(&pool.name, conditions);
+    }
+    status::StatusInput {
+        now,
+        source: format!(
+            "simulation {} (seed {}) after {} of virtual time",
+            report.scenario,
+            report.seed,
+            clock_time(report.summary.duration_seconds)
+        ),
+        claims,
+        decisions: w
+            .store
+            .all_decisions()
+            .into_iter()
+            .map(status::LoggedDecision::from)
+            .collect(),
+        cluster,
+        dead_letter_queue: Some(w.queue.dead_letters().len() as u64),
+    }
+}
+
 fn drain_json(d: &DrainRecord) -> Value {
     json!({
         "t": clock_time(d.since),
@@ -156,7 +227,7 @@ fn drain_json(d: &DrainRecord) -> Value {
     })
 }
 
-/// The stable JSON document (README: "Simulation JSON").
+/// The stable JSON document (docs/simulator.md, "JSON").
 pub fn render_json(report: &Report) -> String {
     let s = &report.summary;
     let doc = json!({
@@ -215,6 +286,41 @@ fn round(x: f64) -> f64 {
     (x * 10_000.0).round() / 10_000.0
 }
 
+/// The timeline rows people read: a node the disruption function keeps appears when
+/// it is first kept and again only when the typed reason changes (the decision log
+/// records a keep whenever its sentence changes, e.g. a budget's counts, once a
+/// minute). A node disrupted, or gone, and kept again later is news again. `--output
+/// json` keeps every row.
+fn changes(timeline: &[TimelineRow]) -> Vec<&TimelineRow> {
+    let mut kept: HashMap<&str, &str> = HashMap::new();
+    timeline
+        .iter()
+        .filter(|r| match kept_node(&r.decision) {
+            Some((node, code)) => kept.insert(node, code) != Some(code),
+            None => {
+                // "disruption: disrupt a, b (Method, Reason), ...": these nodes'
+                // next keep is news.
+                if let Some(nodes) = r.decision.strip_prefix("disruption: disrupt ") {
+                    let nodes = nodes.split(" (").next().unwrap_or_default();
+                    for node in nodes.split(", ") {
+                        kept.remove(node);
+                    }
+                }
+                true
+            }
+        })
+        .collect()
+}
+
+/// (node, reason code) of a timeline decision "disruption: keep NODE (Code)", as the
+/// disruption job words its decision-log entry.
+fn kept_node(decision: &str) -> Option<(&str, &str)> {
+    let rest = decision.strip_prefix("disruption: keep ")?;
+    let (node, rest) = rest.split_once(" (")?;
+    let (code, _) = rest.split_once(')')?;
+    Some((node, code))
+}
+
 /// The timeline and the summary, for people.
 pub fn render_table(report: &Report, wall: Duration) -> String {
     let s = &report.summary;
@@ -228,8 +334,8 @@ pub fn render_table(report: &Report, wall: Duration) -> String {
         wall.as_secs_f64()
     );
     let _ = writeln!(out);
-    let event_width = report
-        .timeline
+    let timeline = changes(&report.timeline);
+    let event_width = timeline
         .iter()
         .map(|r| r.event.chars().count())
         .max()
@@ -240,7 +346,7 @@ pub fn render_table(report: &Report, wall: Duration) -> String {
         "{:<8}  {:>5}  {:>7}  {:<event_width$}  DECISION",
         "TIME", "NODES", "$/H", "EVENT"
     );
-    for r in &report.timeline {
+    for r in timeline {
         let line = format!(
             "{:<8}  {:>5}  {:>7.3}  {:<event_width$}  {}",
             clock_time(r.t),

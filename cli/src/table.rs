@@ -97,3 +97,31 @@ pub fn render(plan: &ProvisioningPlan) -> String {
     }
     out
 }
+
+/// Rows under headers in columns as kubectl aligns them: two spaces apart, the columns
+/// in `right` right-aligned (numbers), trailing spaces trimmed.
+pub fn columns(headers: &[&str], right: &[usize], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut s = String::new();
+        for (i, (cell, w)) in cells.zip(&widths).enumerate() {
+            if right.contains(&i) {
+                let _ = write!(s, "{cell:>w$}  ");
+            } else {
+                let _ = write!(s, "{cell:<w$}  ");
+            }
+        }
+        let _ = writeln!(out, "{}", s.trim_end());
+    };
+    line(&mut headers.iter().copied());
+    for row in rows {
+        line(&mut row.iter().map(String::as_str));
+    }
+    out
+}

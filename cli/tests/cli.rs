@@ -946,3 +946,467 @@ fn pods_whose_claim_is_missing_or_waits_for_immediate_binding_are_listed_apart_w
     );
     assert!(text.contains("2 not provisioned"), "{text}");
 }
+
+// ----- status and explain on a saved simulation; the timeline --------------------------
+
+/// `simulate --save` of `scenario` (the bundled one when `None`), run once per test
+/// binary: (the saved end state, the file's path).
+fn saved_run(scenario: Option<&str>) -> (Value, String) {
+    use std::sync::{Mutex, OnceLock};
+    static RUNS: OnceLock<Mutex<std::collections::HashMap<String, (Value, String)>>> =
+        OnceLock::new();
+    let key = scenario.unwrap_or("bundled").to_string();
+    let mut runs = RUNS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    runs.entry(key.clone())
+        .or_insert_with(|| {
+            let path = std::env::temp_dir().join(format!(
+                "nodewright-saved-{}-{}.json",
+                std::process::id(),
+                key.replace(['/', '.'], "-")
+            ));
+            let path = path.display().to_string();
+            let mut args = vec!["simulate"];
+            if let Some(s) = scenario {
+                args.push(s);
+            }
+            args.extend(["--save", &path]);
+            let out = nodewright(&args);
+            assert!(out.status.success(), "{}", stderr(&out));
+            let text = std::fs::read_to_string(&path).expect("--save wrote the file");
+            (
+                serde_json::from_str(&text).expect("the saved run is JSON"),
+                path,
+            )
+        })
+        .clone()
+}
+
+fn json_of(args: &[&str]) -> Value {
+    let out = nodewright(args);
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    serde_json::from_slice(&out.stdout).expect("prints JSON")
+}
+
+fn text_of(args: &[&str]) -> String {
+    let out = nodewright(args);
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn live_claims(saved: &Value) -> Vec<&Value> {
+    saved["claims"]
+        .as_array()
+        .expect("claims")
+        .iter()
+        .filter(|c| !matches!(c["state"].as_str(), Some("Terminated" | "LaunchFailed")))
+        .collect()
+}
+
+#[test]
+fn status_from_a_saved_run_lists_every_live_claim_of_the_store_with_totals() {
+    let (saved, path) = saved_run(None);
+    let status = json_of(&["status", "--from", &path, "-o", "json"]);
+    for key in [
+        "nodeClaims",
+        "totals",
+        "commands",
+        "lastDecisions",
+        "deadLetterQueue",
+    ] {
+        assert!(status.get(key).is_some(), "{key} in {status}");
+    }
+    let live = live_claims(&saved);
+    assert!(!live.is_empty(), "the bundled run ends with nodes");
+    let rows = status["nodeClaims"].as_array().expect("nodeClaims");
+    assert_eq!(rows.len(), live.len(), "one row per live claim: {rows:?}");
+    for claim in &live {
+        let row = rows
+            .iter()
+            .find(|r| r["name"] == claim["name"])
+            .unwrap_or_else(|| panic!("a row for {}", claim["name"]));
+        assert_eq!(row["nodePool"], claim["nodePool"]);
+        assert_eq!(row["state"], claim["state"]);
+        assert_eq!(row["node"], claim["nodeName"]);
+        assert_eq!(row["instanceType"], claim["instanceType"]);
+        assert_eq!(row["zone"], claim["zone"]);
+        assert_eq!(row["capacityType"], claim["capacityType"]);
+        assert_eq!(row["pricePerHour"], claim["pricePerHour"]);
+    }
+    let price: f64 = live.iter().filter_map(|c| c["pricePerHour"].as_f64()).sum();
+    let total = status["totals"]["pricePerHour"].as_f64().expect("$/h");
+    assert!((total - price).abs() < 1e-9, "{total} vs {price}");
+    assert_eq!(
+        status["totals"]["nodesByPool"]["spot"].as_u64(),
+        Some(live.len() as u64)
+    );
+    for job in ["provision", "disruption", "interrupt"] {
+        assert!(
+            status["lastDecisions"][job]["action"].is_string(),
+            "{job}: {}",
+            status["lastDecisions"]
+        );
+    }
+    assert_eq!(status["deadLetterQueue"]["depth"], 0);
+
+    let table = text_of(&["status", "--from", &path]);
+    assert!(
+        table.contains("NAME") && table.contains("NODEPOOL") && table.contains("DISRUPTION"),
+        "{table}"
+    );
+    for claim in &live {
+        let name = claim["name"].as_str().unwrap();
+        let line = table
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name} in {table}"));
+        assert!(line.contains(claim["nodeName"].as_str().unwrap()), "{line}");
+    }
+    assert!(table.contains("Dead-letter queue: 0 message(s)"), "{table}");
+    assert!(table.contains("Last decisions:"), "{table}");
+}
+
+#[test]
+fn explain_node_from_a_saved_run_names_the_typed_reason_it_stays_and_what_would_change_it() {
+    let (saved, path) = saved_run(None);
+    let live = live_claims(&saved);
+    let node = live[0]["nodeName"]
+        .as_str()
+        .expect("a live claim with a node");
+    let e = json_of(&["explain", "node", node, "--from", &path, "-o", "json"]);
+    assert_eq!(e["kind"], "node");
+    // Spot nodes whose pods would need new spot capacity: spot-to-spot is off.
+    assert_eq!(e["rejection"]["code"], "SpotToSpot", "{e}");
+    assert!(
+        e["rejection"]["wouldChange"]
+            .as_str()
+            .is_some_and(|w| w.contains("spot-to-spot")),
+        "{e}"
+    );
+    let decisions = e["decisions"].as_array().expect("decisions");
+    assert!(
+        decisions.iter().any(|d| d["action"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("launch "))),
+        "its launch is in the log: {decisions:?}"
+    );
+    let table = text_of(&["explain", "node", node, "--from", &path]);
+    assert!(table.contains("stays: SpotToSpot"), "{table}");
+    assert!(table.contains("what would change it"), "{table}");
+    assert!(
+        table.contains(live[0]["name"].as_str().unwrap()),
+        "names its claim: {table}"
+    );
+
+    let out = nodewright(&["explain", "node", "no-such-node", "--from", &path]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no-such-node"), "{}", stderr(&out));
+}
+
+#[test]
+fn explain_pod_names_the_constraint_of_an_unschedulable_pod_and_why_a_bound_one_got_its_type() {
+    let (saved, path) = saved_run(Some(&data("status-scenario.yaml")));
+    let pods = saved["cluster"]["pods"].as_array().expect("pods");
+    let batch = pods
+        .iter()
+        .find(|p| {
+            p["pod"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("default/batch-"))
+        })
+        .expect("the batch pod");
+    assert!(batch["node"].is_null(), "the batch pod stays pending");
+    let batch = batch["pod"].as_str().unwrap();
+    let e = json_of(&["explain", "pod", batch, "--from", &path, "-o", "json"]);
+    let constraint = e["constraint"].as_str().expect("a constraint");
+    assert!(
+        constraint.contains("NodePool \"spot\"") && constraint.contains("enough cpu"),
+        "{constraint}"
+    );
+    assert!(
+        e["summary"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("pending: no NodePool can take it")),
+        "{e}"
+    );
+    let text = text_of(&["explain", "pod", batch, "--from", &path]);
+    assert!(
+        text.contains("NodePools tried, by weight: spot (weight 10)"),
+        "{text}"
+    );
+    assert!(text.contains("times, until"), "repeats collapsed: {text}");
+
+    let web = pods
+        .iter()
+        .find(|p| {
+            p["pod"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("default/web-"))
+                && p["node"].is_string()
+        })
+        .expect("a web pod on a node");
+    let e = json_of(&[
+        "explain",
+        "pod",
+        web["pod"].as_str().unwrap(),
+        "--from",
+        &path,
+        "-o",
+        "json",
+    ]);
+    let claim = live_claims(&saved)
+        .into_iter()
+        .find(|c| c["nodeName"] == web["node"])
+        .expect("the web pod's node has a claim");
+    assert!(
+        e["summary"].as_str().is_some_and(|s| s.contains(&format!(
+            "launched by nodewright as {}",
+            claim["instanceType"].as_str().unwrap()
+        ))),
+        "{e}"
+    );
+    let details = e["details"].to_string();
+    assert!(
+        details.contains("launch decision at") && details.contains(claim["name"].as_str().unwrap()),
+        "{details}"
+    );
+}
+
+#[test]
+fn explain_nodepool_shows_its_nodes_usage_and_the_typed_reasons_they_stay() {
+    let (saved, path) = saved_run(None);
+    let text = text_of(&["explain", "nodepool", "spot", "--from", &path]);
+    for claim in live_claims(&saved) {
+        assert!(text.contains(claim["name"].as_str().unwrap()), "{text}");
+    }
+    assert!(text.contains("usage: cpu"), "{text}");
+    assert!(
+        text.contains("conditions: ") && text.contains("Ready=True"),
+        "{text}"
+    );
+    assert!(
+        text.contains("nodes staying:") && text.contains("SpotToSpot"),
+        "{text}"
+    );
+    let e = json_of(&[
+        "explain",
+        "nodepool",
+        "on-demand",
+        "--from",
+        &path,
+        "-o",
+        "json",
+    ]);
+    assert_eq!(e["kind"], "nodepool");
+    assert!(
+        e["summary"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("0 live claim(s)")),
+        "{e}"
+    );
+}
+
+#[test]
+fn status_without_a_source_or_from_a_file_that_is_no_saved_run_exits_two() {
+    let out = nodewright(&["status"]);
+    assert_unusable(&out, &["--from", "--table"]);
+    let out = nodewright(&["status", "--from", &data("pending.json")]);
+    assert_unusable(&out, &["pending.json", "simulate --save"]);
+    let out = nodewright(&[
+        "explain",
+        "pod",
+        "default/x",
+        "--from",
+        &data("missing.json"),
+    ]);
+    assert_unusable(&out, &["missing.json", "cannot read"]);
+}
+
+#[test]
+fn the_timeline_shows_a_kept_node_again_only_when_its_reason_changes_and_json_keeps_all() {
+    let table = text_of(&["simulate"]);
+    let mut last: std::collections::HashMap<String, String> = Default::default();
+    let mut shown = 0;
+    for line in table.lines() {
+        let Some(rest) = line.split("disruption: keep ").nth(1) else {
+            continue;
+        };
+        let (node, code) = rest.split_once(" (").expect("keep NODE (Code)");
+        let code = code.split(')').next().unwrap().to_string();
+        assert_ne!(
+            last.insert(node.to_string(), code.clone()).as_ref(),
+            Some(&code),
+            "{node} shown twice as kept for {code}: {table}"
+        );
+        shown += 1;
+    }
+    assert!(shown > 0, "{table}");
+    let doc = json_of(&["simulate", "--output", "json"]);
+    let kept = doc["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["decision"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("disruption: keep "))
+        })
+        .count();
+    assert!(kept > shown, "JSON keeps every row: {kept} vs {shown}");
+    assert!(table.contains("\nSummary\n"), "{table}");
+}
+
+// ----- status and explain on a deployed stack: moto and the fake API server -----------
+
+/// `nodewright ARGS` against moto (AWS_* as tests/moto.sh exports them), run off the
+/// runtime so the fake API server in this process keeps answering.
+async fn nodewright_on_stack(url: &str, args: Vec<String>) -> Output {
+    let url = url.to_string();
+    tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_nodewright"))
+            .args(&args)
+            .env("AWS_ENDPOINT_URL", &url)
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", nodewright_aws::testing::REGION)
+            .env_remove("AWS_PROFILE")
+            .env_remove("AWS_SESSION_TOKEN")
+            .output()
+            .expect("run nodewright")
+    })
+    .await
+    .expect("the command's thread")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn status_and_explain_on_a_deployed_stack_answer_from_its_table_and_cluster() {
+    use nodewright_engine::{Provisioner, ProvisionerConfig};
+    use nodewright_testkit::{ClusterBehaviour, Timings, emulated_cluster, wait_until, web_pod};
+
+    // Three pods of 1.5 cpu (two m5.xlarge), and one no m5.xlarge can hold.
+    let world = emulated_cluster("status", "on-demand", 3).await;
+    world.api.put(web_pod("huge", "100", "1Gi"));
+    let cluster = ClusterBehaviour::start(&world, Timings::default()).await;
+    let (ports, _) = nodewright_lambda::build_ports(&world.config)
+        .await
+        .expect("ports");
+    let provisioner = Provisioner::new(
+        ports,
+        ProvisionerConfig::new(world.cluster.clone(), "status-test"),
+    );
+    provisioner.tick().await.expect("the launching tick");
+    let ready = wait_until(std::time::Duration::from_secs(30), || async {
+        let instances = cluster.instances();
+        instances.len() == 2 && instances.iter().all(|i| i.ready_at.is_some())
+    })
+    .await;
+    assert!(ready, "nodes never Ready: {:?}", cluster.instances());
+    provisioner.tick().await.expect("the registering tick");
+
+    // A dead-letter queue holding one message.
+    let sqs = aws_sdk_sqs::Client::new(&nodewright_aws::testing::sdk_config(&world.url).await);
+    let dlq = sqs
+        .create_queue()
+        .queue_name(format!("{}-dlq", world.cluster))
+        .send()
+        .await
+        .expect("create the queue")
+        .queue_url
+        .expect("its URL");
+    sqs.send_message()
+        .queue_url(&dlq)
+        .message_body("{}")
+        .send()
+        .await
+        .expect("send");
+
+    let kubeconfig = world
+        .config
+        .kubeconfig
+        .clone()
+        .expect("the emulated cluster's kubeconfig")
+        .display()
+        .to_string();
+    let stack = |extra: &[&str]| {
+        let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        args.extend(["--table", &world.table, "--kubeconfig", &kubeconfig].map(String::from));
+        args
+    };
+
+    let mut status_args = stack(&["status", "-o", "json"]);
+    status_args.extend(["--dead-letter-queue-url".to_string(), dlq.clone()]);
+    let out = nodewright_on_stack(&world.url, status_args).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let claims: Vec<_> = world
+        .claims()
+        .await
+        .into_iter()
+        .filter(|c| !c.state.is_terminal())
+        .collect();
+    assert_eq!(claims.len(), 2, "{claims:#?}");
+    let rows = status["nodeClaims"].as_array().expect("nodeClaims");
+    assert_eq!(rows.len(), claims.len(), "{status}");
+    for c in &claims {
+        let row = rows
+            .iter()
+            .find(|r| r["name"] == c.name.as_str())
+            .unwrap_or_else(|| panic!("{} in {status}", c.name));
+        assert_eq!(row["state"], c.state.as_str());
+        assert_eq!(row["node"].as_str(), c.node_name.as_deref());
+        assert_eq!(row["instanceId"].as_str(), c.instance_id.as_deref());
+        assert_eq!(row["instanceType"], "m5.xlarge");
+        assert_eq!(row["nodePool"], "general-purpose");
+    }
+    assert_eq!(status["totals"]["claims"], 2);
+    // The provisioner's latest entry: the pod it cannot schedule, said on every tick.
+    assert_eq!(
+        status["lastDecisions"]["provision"]["action"], "cannot schedule default/huge",
+        "{status}"
+    );
+    assert_eq!(status["deadLetterQueue"]["depth"], 1, "{status}");
+
+    let out = nodewright_on_stack(
+        &world.url,
+        stack(&["explain", "pod", "default/huge", "-o", "json"]),
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let e: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert!(
+        e["constraint"]
+            .as_str()
+            .is_some_and(|c| c.contains("NodePool \"general-purpose\"") && c.contains("cpu")),
+        "{e}"
+    );
+
+    let node = claims[0].node_name.clone().expect("a registered node");
+    let out = nodewright_on_stack(&world.url, stack(&["explain", "node", &node])).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&claims[0].name), "{text}");
+    assert!(
+        text.contains(": stays: ") || text.contains("core would disrupt it now"),
+        "{text}"
+    );
+
+    let out = nodewright_on_stack(
+        &world.url,
+        stack(&["explain", "nodepool", "general-purpose"]),
+    )
+    .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("nodepool general-purpose: 2 live claim(s)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("conditions: ") && text.contains("Ready=True"),
+        "the provisioner's conditions, read from the cluster: {text}"
+    );
+    cluster.stop();
+}

@@ -3,10 +3,11 @@
 //! none is, start the commands decided — and exits. The commands go on advancing on
 //! every poll of the provisioner, so this function costs one short invocation a minute.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use lambda_runtime::LambdaEvent;
 use nodewright_engine::{Disrupter, DisruptionConfig, DisruptionReport};
+use nodewright_lambda::metrics::{Metrics, disruption_metrics};
 use nodewright_lambda::report::engine_error_type;
 use nodewright_lambda::{Config, HandlerError, StartupError, build_ports};
 use serde_json::{Value, json};
@@ -39,9 +40,10 @@ impl Handler {
     /// function's Errors metric sees it; the next schedule starts over.
     pub async fn handle(&self, event: LambdaEvent<Value>) -> Result<Value, HandlerError> {
         info!(request_id = %event.context.request_id, "disruption run");
+        let started = Instant::now();
         match self.disrupter.tick().await {
             Ok(report) => {
-                emit_metrics(&report);
+                emit_metrics(&report, started);
                 Ok(summary(&report))
             }
             Err(e) => {
@@ -52,31 +54,15 @@ impl Handler {
     }
 }
 
-/// CloudWatch metrics in the Embedded Metric Format (one JSON line on stdout).
-fn emit_metrics(report: &DisruptionReport) {
-    let timestamp = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
-    let line = json!({
-        "_aws": {
-            "Timestamp": timestamp,
-            "CloudWatchMetrics": [{
-                "Namespace": "nodewright",
-                "Dimensions": [["Function"]],
-                "Metrics": [
-                    {"Name": "DisruptionCommandsStarted", "Unit": "Count"},
-                    {"Name": "DisruptionCommandsAbandoned", "Unit": "Count"},
-                    {"Name": "DisruptionSavingsPerHour", "Unit": "None"}
-                ]
-            }]
-        },
-        "Function": "disruption",
-        "DisruptionCommandsStarted": report.started.len(),
-        "DisruptionCommandsAbandoned": report.progress.abandoned.len(),
-        "DisruptionSavingsPerHour": report.started.iter().map(|c| c.savings_per_hour).sum::<f64>(),
-    });
-    println!("{line}");
+/// CloudWatch metrics in the Embedded Metric Format, printed on stdout (see
+/// [`nodewright_lambda::metrics::disruption_metrics`] for what is published).
+fn emit_metrics(report: &DisruptionReport, started: Instant) {
+    disruption_metrics(
+        report,
+        started.elapsed().as_secs_f64(),
+        Metrics::now().timestamp_ms(),
+    )
+    .emit();
 }
 
 /// What the run did, returned to Lambda (and so visible in the console).

@@ -519,7 +519,7 @@ async fn a_scaled_down_deployment_is_consolidated_and_the_cluster_shrinks() {
     live.assert_consistent(2).await;
 
     // Settled, the function goes back to what it does every minute: gather, decide
-    // nothing, exit. Those warm invocations are its idle bill (README, idle cost).
+    // nothing, exit. Those warm invocations are its idle bill (docs/operations.md, "Cost").
     for _ in 0..3 {
         let started = std::time::Instant::now();
         let summary = invoke(&h).await.expect("an idle invocation");

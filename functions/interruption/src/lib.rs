@@ -23,6 +23,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use async_trait::async_trait;
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent, SqsMessage};
@@ -31,9 +32,11 @@ use tracing::{Instrument, error, info, info_span, warn};
 
 use nodewright_aws::AwsContext;
 use nodewright_core::interruption::{EventKind, RebalanceAction, action_for, parse_event};
+use nodewright_core::nodeclaim::{ClaimState, DisruptionCause};
 use nodewright_engine::ports::BoxError;
-use nodewright_engine::{InterruptionConfig, InterruptionOutcome, Ports};
+use nodewright_engine::{InstanceAction, InterruptionConfig, InterruptionOutcome, Ports};
 use nodewright_lambda::HandlerError;
+use nodewright_lambda::metrics::{Metrics, Unit, disrupted};
 
 /// The event-to-input mapping lives in the engine, where the simulator uses it too.
 pub use nodewright_engine::interrupt::input_for;
@@ -126,8 +129,84 @@ impl Disposition {
 pub struct RecordResult {
     /// The event's kind, when it could be read.
     pub kind: Option<EventKind>,
+    /// The cause the event was given (tells a stop from a termination).
+    pub cause: Option<DisruptionCause>,
     pub disposition: Disposition,
     pub provisioner_needed: bool,
+    /// NodePools of the claims this message put in Disrupting.
+    pub disrupted: Vec<String>,
+    /// NodePools of the claims this message saw terminated.
+    pub terminated: Vec<String>,
+}
+
+impl RecordResult {
+    fn new(kind: Option<EventKind>, disposition: Disposition) -> Self {
+        RecordResult {
+            kind,
+            cause: None,
+            disposition,
+            provisioner_needed: false,
+            disrupted: Vec::new(),
+            terminated: Vec::new(),
+        }
+    }
+
+    /// Karpenter's `message_type` for the record: `spot_interrupted`,
+    /// `rebalance_recommendation`, `scheduled_change`, `instance_stopped`,
+    /// `instance_terminated`, `state_change` (a state needing no action),
+    /// `capacity_reservation_interrupted`, `no_op`, or `unreadable`.
+    pub fn message_type(&self) -> &'static str {
+        match (self.kind, self.cause) {
+            (None, _) => "unreadable",
+            (Some(EventKind::SpotInterruption), _) => "spot_interrupted",
+            (Some(EventKind::RebalanceRecommendation), _) => "rebalance_recommendation",
+            (Some(EventKind::ScheduledChange), _) => "scheduled_change",
+            (Some(EventKind::StateChange), Some(DisruptionCause::InstanceStopped)) => {
+                "instance_stopped"
+            }
+            (Some(EventKind::StateChange), Some(DisruptionCause::InstanceTerminated)) => {
+                "instance_terminated"
+            }
+            (Some(EventKind::StateChange), _) => "state_change",
+            (Some(EventKind::CapacityReservationInterruption), _) => {
+                "capacity_reservation_interrupted"
+            }
+            (Some(EventKind::Ignored), _) => "no_op",
+        }
+    }
+}
+
+/// The batch's metrics: `interruption_received_messages_total` by `message_type` and
+/// `action` (what became of the message: handled, duplicate, ignored, retry...),
+/// `nodeclaims_disrupted` and `nodeclaims_terminated` by nodepool, and the
+/// invocation's duration.
+pub fn batch_metrics(results: &[RecordResult], duration_secs: f64, timestamp_ms: u64) -> Metrics {
+    let mut m = Metrics::new(timestamp_ms);
+    m.function(
+        "interruption",
+        "invocation_duration_seconds",
+        Unit::Seconds,
+        duration_secs,
+    );
+    for r in results {
+        m.count(
+            "interruption_received_messages_total",
+            &[
+                ("message_type", r.message_type()),
+                ("action", r.disposition.as_str()),
+            ],
+            1.0,
+        );
+        if let Some(cause) = r.cause {
+            for pool in &r.disrupted {
+                disrupted(&mut m, pool, cause);
+            }
+        }
+        for pool in &r.terminated {
+            m.count("nodeclaims_terminated", &[("nodepool", pool)], 1.0);
+        }
+    }
+    m
 }
 
 impl Handler {
@@ -136,6 +215,7 @@ impl Handler {
         &self,
         event: LambdaEvent<SqsEvent>,
     ) -> Result<SqsBatchResponse, HandlerError> {
+        let started = Instant::now();
         let records = event.payload.records;
         let until = work_until(event.context.deadline, self.ports.clock.now());
         // A second copy of one event in the same batch (SQS delivers at least once) is
@@ -153,11 +233,7 @@ impl Handler {
                     self.record(r, until).await
                 } else {
                     info!("a second copy of an event in this batch; acknowledged");
-                    RecordResult {
-                        kind: None,
-                        disposition: Disposition::Duplicate,
-                        provisioner_needed: false,
-                    }
+                    RecordResult::new(None, Disposition::Duplicate)
                 }
             }
             .instrument(span)
@@ -175,6 +251,12 @@ impl Handler {
                 .entry(format!("{kind}.{}", result.disposition.as_str()))
                 .or_default() += 1;
         }
+        batch_metrics(
+            &results,
+            started.elapsed().as_secs_f64(),
+            Metrics::now().timestamp_ms(),
+        )
+        .emit();
         if results.iter().any(|r| r.provisioner_needed)
             && let Err(e) = self.trigger.run_now().await
         {
@@ -197,11 +279,7 @@ impl Handler {
             Ok(event) => event,
             Err(e) => {
                 warn!(reason = %e, field = e.field().unwrap_or(""), "unreadable event acknowledged (a retry cannot fix it)");
-                return RecordResult {
-                    kind: None,
-                    disposition: Disposition::Malformed,
-                    provisioner_needed: false,
-                };
+                return RecordResult::new(None, Disposition::Malformed);
             }
         };
         tracing::Span::current().record("event_id", event.id.as_str());
@@ -209,58 +287,63 @@ impl Handler {
         let action = action_for(&event, self.rebalance);
         let Some(input) = input_for(&event, &action) else {
             info!(kind = %event.kind, reason = action.reason().unwrap_or("no action"), "acknowledged without action");
-            return RecordResult {
-                kind,
-                disposition: Disposition::Ignored,
-                provisioner_needed: false,
-            };
+            return RecordResult::new(kind, Disposition::Ignored);
         };
         let (mode, cause) = (input.mode, input.cause);
         if self.dry_run {
             info!(kind = %event.kind, instances = ?input.instance_ids, ?mode, ?cause, deadline = ?input.deadline,
                 "dry run: would handle this interruption; nothing touched");
             return RecordResult {
-                kind,
-                disposition: Disposition::DryRun,
-                provisioner_needed: false,
+                cause: Some(cause),
+                ..RecordResult::new(kind, Disposition::DryRun)
             };
         }
+        let result = |disposition| RecordResult {
+            cause: Some(cause),
+            ..RecordResult::new(kind, disposition)
+        };
         match nodewright_engine::handle_interruption_until(&self.ports, &self.config, input, until)
             .await
         {
-            Ok(InterruptionOutcome::Duplicate) => RecordResult {
-                kind,
-                disposition: Disposition::Duplicate,
-                provisioner_needed: false,
-            },
+            Ok(InterruptionOutcome::Duplicate) => result(Disposition::Duplicate),
             Ok(outcome) => {
                 for o in outcome.instances() {
                     info!(instance = %o.instance_id, claim = o.claim.as_deref().unwrap_or(""), action = ?o.action,
                         evicted = o.evicted.len(), deleted = o.deleted.len(), blocked = o.blocked.len(),
                         marked_unavailable = o.marked_unavailable, "instance handled");
                 }
+                let pools = |keep: fn(&InstanceAction) -> bool| -> Vec<String> {
+                    outcome
+                        .instances()
+                        .iter()
+                        .filter(|o| keep(&o.action))
+                        .filter_map(|o| o.node_pool.clone())
+                        .collect()
+                };
                 RecordResult {
-                    kind,
-                    disposition: Disposition::Handled,
                     provisioner_needed: outcome.provisioner_needed(),
+                    disrupted: pools(|a| matches!(a, InstanceAction::Disrupted { .. })),
+                    terminated: pools(|a| {
+                        matches!(
+                            a,
+                            InstanceAction::Disrupted {
+                                state: ClaimState::Terminated
+                            } | InstanceAction::Escalated {
+                                state: ClaimState::Terminated
+                            }
+                        )
+                    }),
+                    ..result(Disposition::Handled)
                 }
             }
             Err(e) if e.kind().is_some_and(|k| k.is_retryable()) => {
                 warn!(error = %e, kind = ?e.kind(), ?mode, ?cause, "retryable failure; SQS will deliver the message again");
-                RecordResult {
-                    kind,
-                    disposition: Disposition::Retry,
-                    provisioner_needed: false,
-                }
+                result(Disposition::Retry)
             }
             Err(e) => {
                 error!(error = %e, kind = ?e.kind(), ?mode, ?cause, instances = ?event.instance_ids,
                     "interruption failed and a retry cannot fix it; acknowledged");
-                RecordResult {
-                    kind,
-                    disposition: Disposition::Failed,
-                    provisioner_needed: false,
-                }
+                result(Disposition::Failed)
             }
         }
     }
@@ -294,7 +377,6 @@ fn event_id_of(record: &SqsMessage) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodewright_core::nodeclaim::DisruptionCause;
     use nodewright_engine::{InterruptionInput, InterruptionMode};
 
     const SPOT: &str =
@@ -383,5 +465,55 @@ mod tests {
         );
         assert_eq!(i.deadline, event.start_time);
         assert!(!i.instance_ids.is_empty());
+    }
+
+    #[test]
+    fn each_message_is_counted_by_karpenters_message_type_and_what_became_of_it() {
+        let handled = RecordResult {
+            cause: Some(DisruptionCause::SpotInterrupted),
+            disrupted: vec!["web".into()],
+            terminated: vec!["web".into()],
+            ..RecordResult::new(Some(EventKind::SpotInterruption), Disposition::Handled)
+        };
+        let stopped = RecordResult {
+            cause: Some(DisruptionCause::InstanceStopped),
+            ..RecordResult::new(Some(EventKind::StateChange), Disposition::Duplicate)
+        };
+        let unreadable = RecordResult::new(None, Disposition::Malformed);
+        let results = [handled.clone(), handled, stopped, unreadable];
+
+        let m = batch_metrics(&results, 3.5, 7);
+
+        let docs = m.documents();
+        for d in &docs {
+            nodewright_lambda::metrics::validate(d).unwrap();
+        }
+        let count = |message_type: &str, action: &str| {
+            docs.iter()
+                .find(|d| d["message_type"] == message_type && d["action"] == action)
+                .map(|d| d["interruption_received_messages_total"].clone())
+        };
+        assert_eq!(count("spot_interrupted", "handled"), Some(2.0.into()));
+        assert_eq!(count("instance_stopped", "duplicate"), Some(1.0.into()));
+        assert_eq!(count("unreadable", "malformed"), Some(1.0.into()));
+        let disrupted = docs
+            .iter()
+            .find(|d| d.get("nodeclaims_disrupted").is_some())
+            .expect("disrupted");
+        assert_eq!(
+            (
+                &disrupted["nodepool"],
+                &disrupted["reason"],
+                &disrupted["nodeclaims_disrupted"]
+            ),
+            (&"web".into(), &"spot_interrupted".into(), &2.0.into())
+        );
+        let terminated = docs
+            .iter()
+            .find(|d| d.get("nodeclaims_terminated").is_some())
+            .expect("terminated");
+        assert_eq!(terminated["nodeclaims_terminated"], 2.0);
+        assert!(docs.iter().any(|d| d["Function"] == "interruption"
+            && d["invocation_duration_seconds"] == 3.5));
     }
 }

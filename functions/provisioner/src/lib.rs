@@ -2,11 +2,12 @@
 //! most of its minute (polling pending pods every `NODEWRIGHT_POLL_INTERVAL`), so a
 //! pending pod is acted on within seconds rather than at the next schedule.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lambda_runtime::LambdaEvent;
 use nodewright_engine::{Provisioner, RunReport};
 use nodewright_lambda::HandlerError;
+use nodewright_lambda::metrics::{Metrics, provisioner_metrics};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
@@ -25,15 +26,16 @@ impl Handler {
     /// for a manual "run now") is not needed: the cluster is the input.
     ///
     /// An invocation that could not do its work says so: a warning naming why, a
-    /// `ProvisionerShortfall` metric, and `"outcome": "incomplete"` in the summary.
+    /// `provisioner_shortfall` metric of 1, and `"outcome": "incomplete"` in the summary.
     /// It fails (an invocation error, so the function's Errors metric and alarms see
     /// it) only when no tick ran and ticks failed: nothing was done at all.
     pub async fn handle(&self, event: LambdaEvent<Value>) -> Result<Value, HandlerError> {
+        let started = Instant::now();
         let budget = budget_until(event.context.deadline, SystemTime::now());
         info!(request_id = %event.context.request_id, budget_secs = budget.as_secs(), "provisioning");
         let run = self.provisioner.run_for(budget, self.poll_interval).await;
         let shortfalls = run.shortfalls();
-        emit_metrics(&run, shortfalls.len());
+        emit_metrics(&run, started);
         if !shortfalls.is_empty() {
             warn!(request_id = %event.context.request_id, shortfalls = ?shortfalls, ticks = run.ticks.len(),
                 "the invocation could not do all its work");
@@ -49,40 +51,15 @@ impl Handler {
     }
 }
 
-/// CloudWatch metrics in the Embedded Metric Format: one JSON line on stdout, which
-/// Lambda's log pipeline turns into metrics (no API call, no extra permission).
-fn emit_metrics(run: &RunReport, shortfalls: usize) {
-    let launched: usize = run.ticks.iter().map(|t| t.launched.len()).sum();
-    let unschedulable = run.ticks.last().map(|t| t.unschedulable.len()).unwrap_or(0);
-    let timestamp = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
-    let line = json!({
-        "_aws": {
-            "Timestamp": timestamp,
-            "CloudWatchMetrics": [{
-                "Namespace": "nodewright",
-                "Dimensions": [["Function"]],
-                "Metrics": [
-                    {"Name": "ProvisionerTicks", "Unit": "Count"},
-                    {"Name": "ProvisionerLeaseBusy", "Unit": "Count"},
-                    {"Name": "ProvisionerFailedTicks", "Unit": "Count"},
-                    {"Name": "ProvisionerShortfall", "Unit": "Count"},
-                    {"Name": "NodeClaimsLaunched", "Unit": "Count"},
-                    {"Name": "PodsUnschedulable", "Unit": "Count"}
-                ]
-            }]
-        },
-        "Function": "provisioner",
-        "ProvisionerTicks": run.ticks.len(),
-        "ProvisionerLeaseBusy": run.lease_busy.len(),
-        "ProvisionerFailedTicks": run.failed_ticks.len(),
-        "ProvisionerShortfall": usize::from(shortfalls > 0),
-        "NodeClaimsLaunched": launched,
-        "PodsUnschedulable": unschedulable,
-    });
-    println!("{line}");
+/// CloudWatch metrics in the Embedded Metric Format, printed on stdout (see
+/// [`nodewright_lambda::metrics::provisioner_metrics`] for what is published).
+fn emit_metrics(run: &RunReport, started: Instant) {
+    provisioner_metrics(
+        run,
+        started.elapsed().as_secs_f64(),
+        Metrics::now().timestamp_ms(),
+    )
+    .emit();
 }
 
 /// How long to keep ticking given the invocation deadline (Unix milliseconds; 0 when

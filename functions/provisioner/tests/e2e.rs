@@ -743,9 +743,140 @@ async fn a_quiet_invocation_lists_each_kind_once_then_watches_and_queries_the_cl
         Default::default(),
         "a warm invocation lists nothing"
     );
+    assert_eq!(
+        node_claim_writes(&world),
+        0,
+        "a warm quiet invocation writes no NodeClaim"
+    );
     let warm_queries = table.queries() - cold_queries;
     assert!(
         warm_queries <= 2,
         "{warm_queries} Query requests in a warm quiet invocation"
+    );
+}
+
+/// The claim's NodeClaim mirror as the API server stores it.
+fn mirror(world: &EmulatedCluster, name: &str) -> Option<Value> {
+    world.api.get("NodeClaim", None, name)
+}
+
+fn mirror_condition(object: &Value, type_: &str) -> String {
+    object["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+        .and_then(|c| c["status"].as_str())
+        .unwrap_or("absent")
+        .to_string()
+}
+
+/// Requests that wrote NodeClaims (anything but GET).
+fn node_claim_writes(world: &EmulatedCluster) -> usize {
+    world
+        .api
+        .requests()
+        .iter()
+        .filter(|r| r.path.starts_with("/apis/karpenter.sh/v1/nodeclaims") && r.method != "GET")
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn each_claim_is_a_node_claim_in_the_cluster_until_it_is_terminated() {
+    let world = world(2).await;
+    let h = handler(&world, "e2e-mirror").await;
+    invoke(&h).await;
+    let stored = claims(&world).await;
+    assert_eq!(stored.len(), 1, "{stored:#?}");
+    let name = stored[0].name.clone();
+    let launched = mirror(&world, &name).expect("a launched claim is mirrored");
+    assert_eq!(
+        mirror_condition(&launched, "Launched"),
+        "True",
+        "{launched}"
+    );
+    assert_eq!(mirror_condition(&launched, "Registered"), "Unknown");
+
+    register_nodes(&world, false).await;
+    invoke(&h).await;
+    set_ready(&world);
+    invoke(&h).await;
+    let claim = claims(&world).await.remove(0);
+    assert_eq!(claim.state, ClaimState::Initialized);
+    let object = mirror(&world, &name).expect("mirrored");
+    let labels = &object["metadata"]["labels"];
+    assert_eq!(labels["karpenter.sh/nodepool"], "general-purpose");
+    assert_eq!(
+        labels["node.kubernetes.io/instance-type"],
+        claim.instance_type.clone().unwrap().as_str()
+    );
+    assert_eq!(
+        labels["topology.kubernetes.io/zone"],
+        claim.zone.clone().unwrap().as_str()
+    );
+    assert_eq!(labels["karpenter.sh/capacity-type"], "on-demand");
+    assert_eq!(labels["app.kubernetes.io/managed-by"], "nodewright");
+    assert_eq!(object["spec"]["nodeClassRef"]["group"], "nodewright.dev");
+    assert_eq!(
+        object["status"]["providerID"],
+        claim.provider_id().unwrap().as_str()
+    );
+    assert_eq!(
+        object["status"]["nodeName"],
+        claim.node_name.clone().unwrap().as_str()
+    );
+    for t in ["Launched", "Registered", "Initialized", "Ready"] {
+        assert_eq!(mirror_condition(&object, t), "True", "{t}: {object}");
+    }
+    assert!(
+        object["metadata"]["annotations"]["nodewright.dev/price-per-hour"]
+            .as_str()
+            .is_some_and(|p| p.parse::<f64>().is_ok_and(|p| p > 0.0)),
+        "{object}"
+    );
+
+    // A quiet invocation writes no NodeClaim.
+    world.api.clear_requests();
+    invoke(&h).await;
+    assert_eq!(node_claim_writes(&world), 0, "{:?}", world.api.requests());
+
+    // Deleted by someone: written again by the next invocation.
+    world.api.remove("NodeClaim", None, &name);
+    let rewritten = wait_until(Duration::from_secs(10), || async {
+        invoke(&h).await;
+        mirror(&world, &name).is_some()
+    })
+    .await;
+    assert!(rewritten, "the deleted mirror was not written again");
+
+    // Taken away as the disruption job would (the node is empty): the provisioner drains
+    // and terminates it, and the mirror goes with the claim.
+    let table = store(&world).await;
+    let current = table.get_claim(&name).await.unwrap().unwrap();
+    let now = current.updated_at + 1;
+    let disrupting = current
+        .transition(ClaimState::Disrupting, now, |c| {
+            c.disruption = Some(nodewright_core::nodeclaim::Disruption {
+                cause: nodewright_core::nodeclaim::DisruptionCause::Empty,
+                deadline: None,
+                since: now,
+                drain_after: None,
+                event: None,
+                command: None,
+            })
+        })
+        .unwrap();
+    table
+        .update_claim(&disrupting, ClaimState::Initialized, current.version)
+        .await
+        .unwrap();
+    let terminated = wait_until(Duration::from_secs(30), || async {
+        invoke(&h).await;
+        table.get_claim(&name).await.unwrap().map(|c| c.state) == Some(ClaimState::Terminated)
+    })
+    .await;
+    assert!(terminated, "{:#?}", table.get_claim(&name).await);
+    assert!(
+        mirror(&world, &name).is_none(),
+        "the terminated claim's mirror is gone"
     );
 }

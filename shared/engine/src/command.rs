@@ -27,6 +27,10 @@
 //!     evictions, deadlines), then TerminateInstances for the recorded instance only
 //! ```
 //!
+//! Each candidate's node is told as the command advances, under Karpenter's reasons:
+//! `DisruptionLaunching` and `DisruptionWaitingReadiness` when a replacement is
+//! launched, `DisruptionTerminating` when the command is validated.
+//!
 //! Every step is a conditional write of one claim after (or, for the taint, before
 //! the next) idempotent side effect: a crash anywhere leaves claims that the next poll
 //! resumes from. While a command is unvalidated its candidates count as capacity for
@@ -48,16 +52,22 @@ use crate::context::Ports;
 use crate::decide::{Decider, decide};
 use crate::error::{EngineError, Result};
 use crate::gather::Gathered;
-use crate::launch::{LaunchLog, Launcher, claim_spec};
+use crate::launch::{LaunchLog, LaunchedClaim, Launcher, claim_spec};
 use crate::lease::LeaseKeeper;
-use crate::ports::{Decision, ErrorKind, NodePatch};
-use crate::terminate::{self, TAINT_DISRUPTED};
+use crate::ports::{ClusterEvent, Decision, ErrorKind, EventType, NodePatch};
+use crate::terminate::{self, Disrupted, TAINT_DISRUPTED};
 
 /// After the last replacement is Initialized (or the candidates were marked, when
 /// there is none), how long before the command is re-checked: Karpenter's 15 s.
 pub const VALIDATION_DELAY: Duration = Duration::from_secs(15);
 /// The decision log's job name for what the machine does.
 const JOB: &str = "disruption";
+
+/// Karpenter's events as a command advances, on each candidate's node: a replacement
+/// launched, the wait for it, the candidates' drain.
+pub const DISRUPTION_LAUNCHING: &str = "DisruptionLaunching";
+pub const DISRUPTION_WAITING_READINESS: &str = "DisruptionWaitingReadiness";
+pub const DISRUPTION_TERMINATING: &str = "DisruptionTerminating";
 
 /// A command this run started.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,8 +86,12 @@ pub struct StartedCommand {
 pub struct CommandsReport {
     /// Candidate claims marked Disrupting (and cordoned).
     pub marked: Vec<String>,
+    /// The same claims with their NodePool and the command's reason.
+    pub disrupted: Vec<Disrupted>,
     /// Replacement claims launched.
     pub launched: Vec<String>,
+    /// The same, as launched, with the reason of the command they replace for.
+    pub replacements: Vec<(LaunchedClaim, DisruptionCause)>,
     /// Commands validated: their candidates drain now.
     pub validated: Vec<String>,
     /// (command id, why) for commands given up; their candidates are back.
@@ -373,6 +387,7 @@ async fn mark_candidates(
                 info!(command = %cmd.id, claim = %c.name, node = ?c.node_name, cause = ?cause, "candidate marked");
                 world.put_claim(marked);
                 report.marked.push(c.name.clone());
+                report.disrupted.push(Disrupted::new(&c, cause));
             }
             None => return Ok(Step::Abandon(format!("candidate {name} is gone"))),
             Some(c) => {
@@ -438,6 +453,38 @@ async fn replacements_up(
                     m.launcher
                         .launch_and_record(claim, &pool, world, &mut launches)
                         .await?;
+                    for launched in &launches.launched {
+                        tell_candidates(
+                            ports,
+                            world,
+                            cmd,
+                            DISRUPTION_LAUNCHING,
+                            &format!(
+                                "Launching NodeClaim {} ({}, {}): {}",
+                                launched.name,
+                                launched.instance_type,
+                                launched.zone,
+                                reason_of(world, cmd)
+                            ),
+                        )
+                        .await;
+                        tell_candidates(
+                            ports,
+                            world,
+                            cmd,
+                            DISRUPTION_WAITING_READINESS,
+                            &format!(
+                                "Waiting on readiness of NodeClaim {} to continue disruption",
+                                launched.name
+                            ),
+                        )
+                        .await;
+                    }
+                    if let Some(cause) = cause_of_command(world, cmd) {
+                        report
+                            .replacements
+                            .extend(launches.launched.iter().map(|l| (l.clone(), cause)));
+                    }
                     report
                         .launched
                         .extend(launches.launched.into_iter().map(|l| l.name));
@@ -522,6 +569,8 @@ async fn validate(
     }
     mark_validated(ports, world, cmd).await?;
     info!(command = %cmd.id, candidates = ?cmd.candidates, "command validated; draining");
+    let message = format!("Disrupting Node: {}", reason_of(world, cmd));
+    tell_candidates(ports, world, cmd, DISRUPTION_TERMINATING, &message).await;
     ports
         .record_decision(Decision {
             at: now,
@@ -540,6 +589,47 @@ async fn validate(
         .await;
     report.validated.push(cmd.id.clone());
     Ok(Step::Next)
+}
+
+/// The command's disruption reason as Karpenter titles it ("Underutilized",
+/// "Drifted"...), read from its candidates.
+fn reason_of(world: &Gathered, cmd: &DisruptionCommand) -> String {
+    cause_of_command(world, cmd)
+        .map(|c| format!("{c:?}"))
+        .unwrap_or_else(|| "Disrupted".into())
+}
+
+fn cause_of_command(world: &Gathered, cmd: &DisruptionCommand) -> Option<DisruptionCause> {
+    cmd.candidates
+        .iter()
+        .filter_map(|n| find(world, n))
+        .find_map(|c| c.disruption.map(|d| d.cause))
+}
+
+/// A Normal event on every candidate's node (best effort). Each is posted once per
+/// step of the command: the steps that post them happen once.
+async fn tell_candidates(
+    ports: &Ports,
+    world: &Gathered,
+    cmd: &DisruptionCommand,
+    reason: &str,
+    message: &str,
+) {
+    for name in &cmd.candidates {
+        let Some(node) = find(world, name).and_then(|c| c.node_name) else {
+            continue;
+        };
+        ports
+            .emit(ClusterEvent {
+                kind: "Node".into(),
+                namespace: None,
+                name: node,
+                event_type: EventType::Normal,
+                reason: reason.into(),
+                message: message.to_string(),
+            })
+            .await;
+    }
 }
 
 /// Every candidate still held by `cmd` is told the command is validated: the

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use nodewright_core::disruption::command::PriceBeforeAfter;
-use nodewright_core::disruption::{Decision, RejectedNode};
+use nodewright_core::disruption::{Decision, RejectCode, RejectedNode};
 
 use crate::command::{CommandMachine, advance_commands, command_in_flight, start_command};
 use crate::context::Ports;
@@ -20,7 +20,7 @@ use crate::error::Result;
 use crate::gather::{Gathered, Unresolved, gather};
 use crate::launch::{LaunchConfig, Launcher};
 use crate::lease::{Acquired, LeaseKeeper};
-use crate::ports::Decision as DecisionRecord;
+use crate::ports::{ClusterEvent, Decision as DecisionRecord, EventType, ObjectKind};
 
 pub use crate::command::{CommandsReport, StartedCommand, VALIDATION_DELAY};
 
@@ -77,6 +77,30 @@ pub struct Disrupter {
     /// Lambda lives: a node kept for the same reason minute after minute is recorded
     /// once, not 1,440 times a day (a DynamoDB write each).
     recorded: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// The budget message last posted per NodePool (`DisruptionBlocked`), the same way.
+    pools_blocked: std::sync::Mutex<std::collections::HashMap<String, String>>,
+}
+
+/// Karpenter's reasons for a node the disruption job keeps: blocked (the node or its
+/// pods forbid it, or the NodePool's budget is used up) or not worth consolidating.
+pub const DISRUPTION_BLOCKED: &str = "DisruptionBlocked";
+pub const UNCONSOLIDATABLE: &str = "Unconsolidatable";
+
+/// The event reason a rejection is published under (Karpenter's split: what forbids
+/// disrupting the node is `DisruptionBlocked`; what makes consolidating it pointless
+/// or premature is `Unconsolidatable`).
+pub fn rejection_reason(code: RejectCode) -> &'static str {
+    match code {
+        RejectCode::DoNotDisrupt
+        | RejectCode::PodDisruptionBudget
+        | RejectCode::DisruptionBudget
+        | RejectCode::NotReady => DISRUPTION_BLOCKED,
+        RejectCode::ConsolidateAfter
+        | RejectCode::ConsolidationPolicy
+        | RejectCode::PodsDoNotFit
+        | RejectCode::NotCheaper
+        | RejectCode::SpotToSpot => UNCONSOLIDATABLE,
+    }
 }
 
 impl Disrupter {
@@ -86,6 +110,7 @@ impl Disrupter {
             decider: default_decider(),
             config,
             recorded: Default::default(),
+            pools_blocked: Default::default(),
         }
     }
 
@@ -158,7 +183,7 @@ impl Disrupter {
         }
         let decision = self.decide(&world, now);
         report.decided = true;
-        self.record(&decision, now, false).await;
+        self.record(&decision, &world, now, false).await;
         for command in &decision.commands {
             lease.keep(self.ports()).await?;
             match start_command(
@@ -190,7 +215,7 @@ impl Disrupter {
         let now = self.ports().clock.now();
         let world = gather(self.ports(), now, Unresolved::Skip, false).await?;
         let decision = self.decide(&world, now);
-        self.record(&decision, now, true).await;
+        self.record(&decision, &world, now, true).await;
         Ok(DisruptionReport {
             dry_run: true,
             decided: true,
@@ -201,8 +226,11 @@ impl Disrupter {
     }
 
     /// Every command, and every rejection that is new or changed since this warm
-    /// Lambda last recorded the node's, in the decision log.
-    async fn record(&self, decision: &Decision, now: i64, dry_run: bool) {
+    /// Lambda last recorded the node's, in the decision log — and, outside a dry run,
+    /// as an event on the node (`DisruptionBlocked` or `Unconsolidatable`), and on the
+    /// NodePool when its budget is what blocks (`DisruptionBlocked`). A node kept for
+    /// the same reason minute after minute gets one event, not one a minute.
+    async fn record(&self, decision: &Decision, world: &Gathered, now: i64, dry_run: bool) {
         let suffix = if dry_run { " [dry run]" } else { "" };
         for problem in &decision.problems {
             warn!(problem = %problem, "a managed node could not be considered for disruption");
@@ -247,6 +275,10 @@ impl Disrupter {
         for r in &decision.rejected {
             tracing::debug!(node = %r.node, code = ?r.code, reason = %r.reason, "kept");
         }
+        if !dry_run {
+            self.post_rejections(&fresh, &decision.rejected, world)
+                .await;
+        }
         for r in fresh {
             self.ports()
                 .record_decision(DecisionRecord {
@@ -256,6 +288,65 @@ impl Disrupter {
                     reason: r.reason.clone(),
                     price_per_hour: None,
                 })
+                .await;
+        }
+    }
+
+    /// The events for rejections new or changed this run; a NodePool's budget event
+    /// when its message is new or changed (a pool no longer blocked is forgotten, so
+    /// blocking again is news).
+    async fn post_rejections(
+        &self,
+        fresh: &[&RejectedNode],
+        all: &[RejectedNode],
+        world: &Gathered,
+    ) {
+        for r in fresh {
+            let event = ClusterEvent {
+                kind: "Node".into(),
+                namespace: None,
+                name: r.node.clone(),
+                event_type: EventType::Normal,
+                reason: rejection_reason(r.code).into(),
+                message: r.reason.clone(),
+            };
+            self.ports().emit(event).await;
+        }
+        let mut budgets: Vec<(String, String)> = Vec::new();
+        for r in all
+            .iter()
+            .filter(|r| r.code == RejectCode::DisruptionBudget)
+        {
+            let pool = world
+                .claims
+                .iter()
+                .find(|c| c.node_name.as_deref() == Some(r.node.as_str()))
+                .map(|c| c.node_pool.clone());
+            if let Some(pool) = pool
+                && !budgets.iter().any(|(p, _)| *p == pool)
+            {
+                budgets.push((pool, r.reason.clone()));
+            }
+        }
+        let news: Vec<(String, String)> = {
+            let mut posted = self.pools_blocked.lock().unwrap_or_else(|e| e.into_inner());
+            posted.retain(|pool, _| budgets.iter().any(|(p, _)| p == pool));
+            budgets
+                .into_iter()
+                .filter(|(pool, message)| {
+                    posted.insert(pool.clone(), message.clone()).as_ref() != Some(message)
+                })
+                .collect()
+        };
+        for (pool, message) in news {
+            self.ports()
+                .emit(ClusterEvent::about_object(
+                    ObjectKind::NodePool,
+                    &pool,
+                    EventType::Normal,
+                    DISRUPTION_BLOCKED,
+                    message,
+                ))
                 .await;
         }
     }

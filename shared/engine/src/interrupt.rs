@@ -45,12 +45,20 @@
 //!   a stopped instance is also terminated (a stopped node is useless and still costs
 //!   its volumes), a terminated one is not.
 
+//!
+//! ## Events
+//! Each instance of ours a message names gets the event Karpenter's AWS provider posts
+//! for it on its node ([`interruption_event`]): `SpotInterrupted`,
+//! `SpotRebalanceRecommendation`, `InstanceUnhealthy` (a scheduled change),
+//! `InstanceStopping`, `InstanceTerminating`; the drain then tells its own steps
+//! ([`crate::terminate`]).
+
 use std::time::Duration;
 
 use tracing::{info, warn};
 
 use nodewright_core::catalog::CapacityType;
-use nodewright_core::interruption::{Action, EventKind, ParsedEvent};
+use nodewright_core::interruption::{Action, EventKind, ParsedEvent, format_rfc3339};
 use nodewright_core::nodeclaim::{ClaimState, Disruption, DisruptionCause, NodeClaim};
 
 use crate::context::Ports;
@@ -63,7 +71,7 @@ use crate::terminate::{self, Progress};
 pub struct InterruptionConfig {
     /// How long an interrupted spot offering stays out of launches (Karpenter: 3 min).
     pub ice_ttl: Duration,
-    /// How long an event id is remembered (DESIGN: 24 h).
+    /// How long an event id is remembered (docs/architecture.md: 24 h).
     pub dedup_ttl: Duration,
     /// ReplaceThenDrain: the drain starts this long before the deadline at the latest.
     pub replace_lead: Duration,
@@ -133,6 +141,8 @@ pub enum InstanceAction {
 pub struct InstanceOutcome {
     pub instance_id: String,
     pub claim: Option<String>,
+    /// The claim's NodePool (metrics label by it).
+    pub node_pool: Option<String>,
     pub action: InstanceAction,
     pub marked_unavailable: bool,
     pub evicted: Vec<String>,
@@ -157,6 +167,7 @@ impl InstanceOutcome {
         InstanceOutcome {
             instance_id: instance_id.to_string(),
             claim: claim.map(|c| c.name.clone()),
+            node_pool: claim.map(|c| c.node_pool.clone()),
             action,
             marked_unavailable: false,
             evicted: Vec::new(),
@@ -382,6 +393,7 @@ async fn handle_instance(
     let outcome = match input.mode {
         InterruptionMode::Cordon => {
             if claim.state.is_live_capacity() {
+                emit_interrupted(ports, input, &claim).await;
                 InstanceOutcome::new(instance_id, Some(&claim), InstanceAction::Cordoned)
             } else {
                 already_disrupting(instance_id, &claim)
@@ -570,27 +582,74 @@ fn disrupted_outcome(instance_id: &str, progress: Progress) -> InstanceOutcome {
     out
 }
 
+/// The node's event for an interruption, under the reason Karpenter's AWS provider
+/// posts for the message: `SpotInterrupted`, `SpotRebalanceRecommendation`,
+/// `InstanceUnhealthy` (an AWS Health scheduled change), `InstanceStopping`,
+/// `InstanceTerminating`. Posted once per message (messages are de-duplicated by
+/// event id) for every instance of ours it names.
+pub fn interruption_event(input: &InterruptionInput, claim: &NodeClaim) -> Option<ClusterEvent> {
+    let node = claim.node_name.as_ref()?;
+    let (event_type, reason, what) = match input.cause {
+        DisruptionCause::SpotInterrupted => (
+            EventType::Warning,
+            "SpotInterrupted",
+            "Spot interruption warning was triggered",
+        ),
+        DisruptionCause::RebalanceRecommended => (
+            EventType::Normal,
+            "SpotRebalanceRecommendation",
+            "Spot rebalance recommendation was triggered",
+        ),
+        DisruptionCause::ScheduledChange => (
+            EventType::Warning,
+            "InstanceUnhealthy",
+            "An AWS Health scheduled change was announced for the instance",
+        ),
+        DisruptionCause::InstanceStopped => (
+            EventType::Warning,
+            "InstanceStopping",
+            "Instance is stopping",
+        ),
+        DisruptionCause::InstanceTerminated => (
+            EventType::Warning,
+            "InstanceTerminating",
+            "Instance is terminating",
+        ),
+        // Not an interruption's cause; never given by `input_for`.
+        _ => (
+            EventType::Warning,
+            "Interrupted",
+            "The instance is being interrupted",
+        ),
+    };
+    let then = match input.mode {
+        InterruptionMode::Drain => "draining now",
+        InterruptionMode::ReplaceThenDrain => "replacing, then draining",
+        InterruptionMode::Cordon => "cordoned",
+        InterruptionMode::CleanUp => "cleaning up",
+    };
+    Some(ClusterEvent {
+        kind: "Node".into(),
+        namespace: None,
+        name: node.clone(),
+        event_type,
+        reason: reason.into(),
+        message: format!(
+            "{what} (instance {}, event {}{}); {then}",
+            claim.instance_id.as_deref().unwrap_or("?"),
+            input.event_id,
+            input
+                .deadline
+                .map(|d| format!(", gone at {}", format_rfc3339(d)))
+                .unwrap_or_default()
+        ),
+    })
+}
+
 async fn emit_interrupted(ports: &Ports, input: &InterruptionInput, claim: &NodeClaim) {
-    let Some(node) = &claim.node_name else { return };
-    ports
-        .emit(ClusterEvent {
-            kind: "Node".into(),
-            namespace: None,
-            name: node.clone(),
-            event_type: EventType::Warning,
-            reason: format!("{:?}", input.cause),
-            message: format!(
-                "{:?} for instance {} (event {}){}",
-                input.cause,
-                claim.instance_id.as_deref().unwrap_or("?"),
-                input.event_id,
-                input
-                    .deadline
-                    .map(|d| format!(", gone at {d}"))
-                    .unwrap_or_default()
-            ),
-        })
-        .await;
+    if let Some(event) = interruption_event(input, claim) {
+        ports.emit(event).await;
+    }
 }
 
 /// The engine's input for an event and its action; `None` when there is nothing to do.

@@ -33,6 +33,7 @@ use nodewright_core::disruption::hash;
 use nodewright_core::nodeclaim::{
     ClaimState, DisruptionCause, NodeClaim, instance_id_from_provider_id,
 };
+use nodewright_core::resources::Resources;
 
 use crate::context::Ports;
 use crate::error::{EngineError, Result};
@@ -40,7 +41,7 @@ use crate::lease::LeaseKeeper;
 use crate::ports::{
     ClusterEvent, ClusterState, Decision, ErrorKind, EventType, Instance, NodePatch,
 };
-use crate::terminate;
+use crate::terminate::{self, Disrupted};
 
 pub const LABEL_NODECLAIM: &str = "karpenter.sh/nodeclaim";
 pub const LABEL_REGISTERED: &str = "karpenter.sh/registered";
@@ -66,7 +67,7 @@ impl Default for LifecycleConfig {
 }
 
 /// What one lifecycle pass did (claim names, instance ids for instances).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct LifecycleReport {
     pub registered: Vec<String>,
     pub initialized: Vec<String>,
@@ -82,6 +83,10 @@ pub struct LifecycleReport {
     pub advanced: Vec<(String, ClaimState)>,
     /// Terminations that finished this pass (claim names).
     pub terminated: Vec<String>,
+    /// The same, counted per NodePool.
+    pub terminated_by_pool: BTreeMap<String, usize>,
+    /// Claims this pass put in `Disrupting` (registration timeouts, vanished instances).
+    pub disrupted: Vec<Disrupted>,
     /// Pods a disruption budget kept on a draining node this pass.
     pub blocked: Vec<String>,
     /// Pods evicted or deleted this pass (they are pending again).
@@ -89,6 +94,128 @@ pub struct LifecycleReport {
     /// (claim, error) for claims that could not be advanced this pass; retried on the
     /// next one. One claim's failure never stops the others.
     pub errors: Vec<(String, String)>,
+    /// The claims, NodePools and pending pods as the pass left them: the gauges the
+    /// provisioner publishes as metrics.
+    pub census: Census,
+}
+
+/// The cluster as one lifecycle pass left it, counted.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Census {
+    /// (NodePool, state) → claims in that state; terminal claims left out.
+    pub claims: BTreeMap<(String, ClaimState), usize>,
+    /// The hourly price of every claim holding an instance (launched, not terminated).
+    pub price_per_hour: f64,
+    /// Every NodePool's use (its claims' instance types' capacity) and limits.
+    pub pools: Vec<PoolUsage>,
+    /// Claims in a state past its deadline ([`stuck_deadline`]).
+    pub stuck: Vec<StuckClaim>,
+    /// Seconds the oldest pod waiting for capacity has been pending; `None` if none is.
+    pub oldest_pending_pod_secs: Option<i64>,
+}
+
+/// A NodePool's resources in use and its `spec.limits` (milli-units, as `Resources`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolUsage {
+    pub node_pool: String,
+    pub usage: Resources,
+    pub limits: Option<Resources>,
+}
+
+/// A claim that has been in its state longer than that state should last.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StuckClaim {
+    pub name: String,
+    pub state: ClaimState,
+    /// When it should have left the state (Unix seconds).
+    pub deadline: i64,
+}
+
+/// How long a claim may stay `Launching` (CreateFleet and its retries take seconds).
+pub const LAUNCH_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+/// How long past its registration TTL a `Launched` claim may wait for the pass that
+/// terminates it, and past its drain deadline a `Draining` one may wait for its last
+/// pods' deletion.
+pub const STUCK_SLACK: Duration = Duration::from_secs(5 * 60);
+/// How long a `Terminating` claim may wait for its instance and node to go, and a
+/// `Disrupting` one without a deadline for its drain to start.
+pub const TERMINATION_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+
+/// When a claim in its state is overdue (Unix seconds), if its state has a deadline:
+/// `Launching` [`LAUNCH_TIMEOUT`] after its creation; `Launched` the registration TTL
+/// (and [`STUCK_SLACK`]) after its launch; `Registered` the registration TTL after its
+/// registration (the node never became Ready or kept a startup taint); `Disrupting`
+/// at its disruption's deadline, or [`TERMINATION_TIMEOUT`] after it began; `Draining`
+/// [`STUCK_SLACK`] after its deadline (none: a drain may wait for a PodDisruptionBudget
+/// for as long as it takes, as Karpenter's does); `Terminating` [`TERMINATION_TIMEOUT`]
+/// after it began.
+pub fn stuck_deadline(claim: &NodeClaim, config: &LifecycleConfig) -> Option<i64> {
+    let ttl = secs(config.registration_ttl);
+    let deadline = claim.disruption.as_ref().and_then(|d| d.deadline);
+    let since = claim.disruption.as_ref().map(|d| d.since);
+    match claim.state {
+        ClaimState::Launching => Some(claim.created_at + secs(LAUNCH_TIMEOUT)),
+        ClaimState::Launched => {
+            Some(claim.launched_at.unwrap_or(claim.updated_at) + ttl + secs(STUCK_SLACK))
+        }
+        ClaimState::Registered => Some(claim.registered_at.unwrap_or(claim.updated_at) + ttl),
+        ClaimState::Disrupting => {
+            deadline.or_else(|| Some(since.unwrap_or(claim.updated_at) + secs(TERMINATION_TIMEOUT)))
+        }
+        ClaimState::Draining => deadline.map(|d| d + secs(STUCK_SLACK)),
+        ClaimState::Terminating => Some(claim.updated_at + secs(TERMINATION_TIMEOUT)),
+        _ => None,
+    }
+}
+
+/// Counts the claims, pools and pending pods as of `now`.
+pub fn census(
+    config: &LifecycleConfig,
+    state: &ClusterState,
+    catalog: &Catalog,
+    claims: &[NodeClaim],
+    now: i64,
+) -> Census {
+    let mut out = Census::default();
+    let mut usage: HashMap<&str, Resources> = HashMap::new();
+    for claim in claims.iter().filter(|c| !c.state.is_terminal()) {
+        *out.claims
+            .entry((claim.node_pool.clone(), claim.state))
+            .or_default() += 1;
+        if claim.instance_id.is_some() {
+            out.price_per_hour += claim.price_per_hour.unwrap_or_default();
+        }
+        if let Some(it) = claim.instance_type.as_deref().and_then(|t| catalog.get(t)) {
+            usage
+                .entry(claim.node_pool.as_str())
+                .or_default()
+                .add(&it.capacity);
+        }
+        if let Some(deadline) = stuck_deadline(claim, config).filter(|d| now > *d) {
+            out.stuck.push(StuckClaim {
+                name: claim.name.clone(),
+                state: claim.state,
+                deadline,
+            });
+        }
+    }
+    out.pools = state
+        .node_pools
+        .iter()
+        .map(|p| PoolUsage {
+            node_pool: p.name.clone(),
+            usage: usage.remove(p.name.as_str()).unwrap_or_default(),
+            limits: p.limits.clone(),
+        })
+        .collect();
+    out.oldest_pending_pod_secs = state
+        .pods
+        .iter()
+        .filter(|p| p.wants_capacity())
+        .filter_map(|p| p.created_at)
+        .min()
+        .map(|created| (now - created).max(0));
+    out
 }
 
 impl LifecycleReport {
@@ -174,6 +301,15 @@ pub async fn reconcile(
     }
 
     collect_leaks(ports, config, claims, owned, &mut report).await?;
+    for name in &report.terminated {
+        if let Some(c) = claims.iter().find(|c| &c.name == name) {
+            *report
+                .terminated_by_pool
+                .entry(c.node_pool.clone())
+                .or_default() += 1;
+        }
+    }
+    report.census = census(config, state, catalog, claims, ports.clock.now());
     Ok(report)
 }
 
@@ -204,6 +340,9 @@ async fn clean_up_vanished(
     warn!(claim = %claim.name, instance = ?claim.instance_id, "the claim's instance is gone; cleaning up");
     let disrupted =
         terminate::disrupt(ports, claim, DisruptionCause::InstanceTerminated, None).await?;
+    report
+        .disrupted
+        .push(Disrupted::new(claim, DisruptionCause::InstanceTerminated));
     ports
         .record_decision(Decision {
             at: ports.clock.now(),
@@ -260,6 +399,9 @@ async fn step(
             warn!(claim = %claim.name, instance = ?claim.instance_id, launched_at = since, "node never registered; terminating");
             let disrupted =
                 terminate::disrupt(ports, claim, DisruptionCause::Unregistered, None).await?;
+            report
+                .disrupted
+                .push(Disrupted::new(claim, DisruptionCause::Unregistered));
             ports
                 .emit(ClusterEvent {
                     kind: "Node".into(),

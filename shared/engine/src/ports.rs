@@ -531,6 +531,37 @@ pub trait Cluster: Send + Sync {
     ) -> Result<(), ClusterError>;
     /// Deletes a Node object. `NotFound`: already gone (success for a termination).
     async fn delete_node(&self, name: &str) -> Result<(), ClusterError>;
+
+    /// Mirrors the claims (the store stays the source of truth) as objects people and
+    /// tools list in the cluster — `karpenter.sh/v1` NodeClaims for the Kubernetes
+    /// adapter: one per claim that is not terminal, created when missing (or deleted by
+    /// someone), rewritten when the claim changed, deleted once its claim is terminal or
+    /// no longer given. Writes nothing when every mirror already reads as wanted (a quiet
+    /// tick). Informational only: nothing reads a mirror back to decide. The default
+    /// mirrors nothing.
+    async fn mirror_claims(&self, _claims: &[NodeClaim]) -> Result<MirrorReport, ClusterError> {
+        Ok(MirrorReport::default())
+    }
+}
+
+/// What one [`Cluster::mirror_claims`] wrote (claim names).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MirrorReport {
+    pub created: Vec<String>,
+    pub updated: Vec<String>,
+    pub deleted: Vec<String>,
+    /// Claims whose mirror was not written: an object of that name exists that
+    /// nodewright does not manage (a NodeClaim Karpenter made): it is left alone.
+    pub foreign: Vec<String>,
+    /// Why nothing was mirrored (the NodeClaim CRD is not installed), when so.
+    pub skipped: Option<String>,
+}
+
+impl MirrorReport {
+    /// Objects created, updated or deleted.
+    pub fn writes(&self) -> usize {
+        self.created.len() + self.updated.len() + self.deleted.len()
+    }
 }
 
 // ----- Store -------------------------------------------------------------------------

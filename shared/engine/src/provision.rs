@@ -491,6 +491,21 @@ impl Provisioner {
         report.failed = launches.failed;
         report.deferred = launches.deferred;
         self.publish_reasons(&world, &report).await;
+        // The claims as NodeClaim objects (`kubectl get nodeclaims`): best effort, never
+        // fails the tick; a mirror not written now is written by the next tick.
+        match self.ports.cluster.mirror_claims(&world.claims).await {
+            Ok(mirror) if mirror.writes() > 0 => {
+                info!(
+                    created = mirror.created.len(),
+                    updated = mirror.updated.len(),
+                    deleted = mirror.deleted.len(),
+                    "claims mirrored as NodeClaims"
+                )
+            }
+            Ok(_) => {}
+            Err(e) => warn!(error = %e, kind = ?e.kind(), source = ?std::error::Error::source(&e),
+                "could not mirror the claims as NodeClaims; trying again next tick"),
+        }
         Ok(report)
     }
 

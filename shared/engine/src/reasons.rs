@@ -284,10 +284,11 @@ impl ClaimPods {
     }
 
     /// These pods are expected to run on the claim's node (`node` once it registered).
+    /// The message is Karpenter's: "Pod should schedule on: nodeclaim/X, node/Y".
     pub fn nominated(claim: &str, pods: &[String], node: Option<&str>) -> Self {
         let message = match node {
-            Some(node) => format!("nodewright expects this pod on node {node} (NodeClaim {claim})"),
-            None => format!("nodewright expects this pod on the node of NodeClaim {claim}"),
+            Some(node) => format!("Pod should schedule on: nodeclaim/{claim}, node/{node}"),
+            None => format!("Pod should schedule on: nodeclaim/{claim}"),
         };
         ClaimPods {
             claim: claim.into(),

@@ -20,6 +20,12 @@
 //! Terminated (tombstone: kept until `expires_at`, TOMBSTONE_TTL later)
 //! ```
 //!
+//! Karpenter's events on the way: `Evicted` on each pod evicted, `Disrupted` on each
+//! pod deleted at the deadline or off a dead instance, `FailedDraining` (Warning) on the
+//! node when a budget refuses an eviction (once per pod per [`FAILED_DRAINING_WINDOW`],
+//! however often the drain retries), `TerminationGracePeriodExpiring` (Warning) on the
+//! node when a drain with a deadline starts or its deadline is brought forward.
+//!
 //! Each step is one conditional store write (`NodeClaim::transition` +
 //! `Store::update_claim`) after its side effect, and every side effect is idempotent
 //! (tainting twice, evicting or deleting a pod already gone, terminating an instance
@@ -36,17 +42,25 @@ use tracing::{debug, info, warn};
 
 use nodewright_core::api::model::{Taint, TaintEffect};
 use nodewright_core::cluster::Pod;
+use nodewright_core::interruption::format_rfc3339;
 use nodewright_core::nodeclaim::{ClaimState, Disruption, DisruptionCause, NodeClaim};
 
 use crate::context::Ports;
 use crate::error::{EngineError, Result};
-use crate::ports::{ClusterEvent, ErrorKind, EventType, NodePatch, StoreError};
+use crate::ports::{Cluster, ClusterEvent, ErrorKind, EventType, NodePatch, StoreError};
 
 /// The taint that keeps new pods off a node being taken away (Karpenter's).
 pub const TAINT_DISRUPTED: &str = "karpenter.sh/disrupted";
 /// How long a Terminated claim stays in the store (late events for its instance are
 /// then still recognised as ours, and ignored).
 pub const TOMBSTONE_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Karpenter's event reasons for a drain.
+pub const EVICTED: &str = "Evicted";
+pub const DISRUPTED: &str = "Disrupted";
+pub const FAILED_DRAINING: &str = "FailedDraining";
+pub const TERMINATION_GRACE_PERIOD_EXPIRING: &str = "TerminationGracePeriodExpiring";
+/// How long a refused eviction of one pod is not reported again on its node.
+pub const FAILED_DRAINING_WINDOW: Duration = Duration::from_secs(5 * 60);
 /// Rounds of list-and-evict per step: non-critical pods, critical pods, a last look.
 const DRAIN_ROUNDS: usize = 3;
 
@@ -84,6 +98,24 @@ impl Progress {
             waiting_until: None,
             terminated_instance: false,
             retry: Vec::new(),
+        }
+    }
+}
+
+/// A claim put in `Disrupting`, and why: what `nodeclaims_disrupted` counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Disrupted {
+    pub claim: String,
+    pub node_pool: String,
+    pub cause: DisruptionCause,
+}
+
+impl Disrupted {
+    pub fn new(claim: &NodeClaim, cause: DisruptionCause) -> Self {
+        Disrupted {
+            claim: claim.name.clone(),
+            node_pool: claim.node_pool.clone(),
+            cause,
         }
     }
 }
@@ -155,9 +187,15 @@ pub async fn escalate(
         return Ok(None);
     };
     let cause = escalated.cause;
+    let earlier = escalated.deadline.filter(|d| current.deadline != Some(*d));
     let next = claim.amend(ports.clock.now(), |c| c.disruption = Some(escalated))?;
     let next = ports.save_claim(claim, next).await?;
     info!(claim = %claim.name, cause = ?cause, deadline = ?next.disruption.as_ref().and_then(|d| d.deadline), "disruption escalated");
+    if let (Some(deadline), ClaimState::Draining) = (earlier, next.state) {
+        // A drain already under way learns of its (new) deadline here; one not yet
+        // started is told when it starts.
+        grace_period_expiring(ports, &next, deadline).await;
+    }
     Ok(Some(next))
 }
 
@@ -198,7 +236,29 @@ pub async fn start_draining(ports: &Ports, claim: &NodeClaim) -> Result<NodeClai
             ))
             .await;
     }
+    if let Some(deadline) = claim.disruption.as_ref().and_then(|d| d.deadline) {
+        grace_period_expiring(ports, &next, deadline).await;
+    }
     Ok(next)
+}
+
+/// Karpenter's `TerminationGracePeriodExpiring` (Warning, on the node): from `deadline`
+/// on, the pods left are deleted whatever protects them. Posted when a drain with a
+/// deadline starts, and again when a later event brings the deadline forward.
+async fn grace_period_expiring(ports: &Ports, claim: &NodeClaim, deadline: i64) {
+    let Some(node) = &claim.node_name else {
+        return;
+    };
+    ports
+        .emit(ClusterEvent {
+            event_type: EventType::Warning,
+            ..node_event(
+                node,
+                TERMINATION_GRACE_PERIOD_EXPIRING,
+                format!("All pods will be deleted by {}", format_rfc3339(deadline)),
+            )
+        })
+        .await;
 }
 
 /// Whether a Disrupting claim may start draining now: never while a disruption
@@ -304,13 +364,34 @@ pub async fn drain(ports: &Ports, claim: &NodeClaim, progress: &mut Progress) ->
                 None => ports.cluster.evict_pod(&pod.namespace, &pod.name).await,
             };
             match result {
-                Ok(()) => match delete_with {
-                    Some(_) => progress.deleted.push(pod.key()),
-                    None => progress.evicted.push(pod.key()),
-                },
+                Ok(()) => {
+                    let deadline = if gone { None } else { deadline };
+                    ports
+                        .emit(pod_event(claim, pod, delete_with, deadline))
+                        .await;
+                    match delete_with {
+                        Some(_) => progress.deleted.push(pod.key()),
+                        None => progress.evicted.push(pod.key()),
+                    }
+                }
                 Err(e) if e.kind == ErrorKind::NotFound => {}
                 Err(e) if e.kind == ErrorKind::DisruptionBudget => {
                     debug!(claim = %claim.name, pod = %pod.key(), "eviction refused by a disruption budget; retried next step");
+                    if first_in_window(&ports.cluster, &format!("{node}/{}", pod.key()), now) {
+                        ports
+                            .emit(ClusterEvent {
+                                event_type: EventType::Warning,
+                                ..node_event(
+                                    node,
+                                    FAILED_DRAINING,
+                                    format!(
+                                        "Failed to drain node, evicting pod {} violates a PDB",
+                                        pod.key()
+                                    ),
+                                )
+                            })
+                            .await;
+                    }
                     progress.blocked.push(pod.key());
                     done = false;
                 }
@@ -553,6 +634,65 @@ fn cause_of(claim: &NodeClaim) -> String {
         .as_ref()
         .map(|d| format!("{:?}", d.cause))
         .unwrap_or_default()
+}
+
+/// The pod's `Evicted` (Normal) or, when it was deleted, `Disrupted` (Normal) event.
+fn pod_event(
+    claim: &NodeClaim,
+    pod: &Pod,
+    deleted_with: Option<i64>,
+    deadline: Option<i64>,
+) -> ClusterEvent {
+    let (reason, message) = match (deleted_with, deadline) {
+        (None, _) => (EVICTED, format!("Evicted pod: {}", cause_of(claim))),
+        (Some(grace), Some(deadline)) => (
+            DISRUPTED,
+            format!(
+                "Deleting the pod to meet the node's termination time {} ({}); granted {grace}s of grace, past its PodDisruptionBudget and do-not-disrupt",
+                format_rfc3339(deadline),
+                cause_of(claim)
+            ),
+        ),
+        (Some(_), None) => (
+            DISRUPTED,
+            format!(
+                "Deleting the pod: its instance is gone ({})",
+                cause_of(claim)
+            ),
+        ),
+    };
+    ClusterEvent {
+        kind: "Pod".into(),
+        namespace: Some(pod.namespace.clone()),
+        name: pod.name.clone(),
+        event_type: EventType::Normal,
+        reason: reason.into(),
+        message,
+    }
+}
+
+/// Whether `key` was not reported on this cluster within [`FAILED_DRAINING_WINDOW`]
+/// (and records it now). Drains are driven by stateless calls from every poll, so the
+/// memory lives here, per cluster port: an entry holds a weak reference to the port it
+/// was made for, which keeps two ports (two tests, two simulated worlds) apart and
+/// lets a dropped port's entries go.
+fn first_in_window(cluster: &Arc<dyn Cluster>, key: &str, now: i64) -> bool {
+    type Seen = Vec<(Weak<dyn Cluster>, String, i64)>;
+    static SEEN: LazyLock<StdMutex<Seen>> = LazyLock::new(StdMutex::default);
+    let window = i64::try_from(FAILED_DRAINING_WINDOW.as_secs()).unwrap_or(i64::MAX);
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    let this = Arc::downgrade(cluster);
+    seen.retain(|(port, _, at)| {
+        port.strong_count() > 0 && !(Weak::ptr_eq(port, &this) && now - *at >= window)
+    });
+    if seen
+        .iter()
+        .any(|(port, k, _)| Weak::ptr_eq(port, &this) && k == key)
+    {
+        return false;
+    }
+    seen.push((this, key.to_string(), now));
+    true
 }
 
 fn node_event(node: &str, reason: &str, message: String) -> ClusterEvent {

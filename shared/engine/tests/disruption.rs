@@ -1300,3 +1300,213 @@ async fn a_fragmented_cluster_consolidates_to_fewer_cheaper_nodes_with_a_pdb_res
     sys.assert_pods_moved_within(t0, 5);
     sys.assert_settled();
 }
+
+// ----- issue 23: Karpenter's events ----------------------------------------------------
+
+impl System {
+    /// The events posted about `object` (a node, pool or pod name) with `reason`.
+    fn events(&self, reason: &str, object: &str) -> Vec<nodewright_engine::ports::ClusterEvent> {
+        self.world
+            .cluster
+            .events()
+            .into_iter()
+            .filter(|e| e.reason == reason && e.name == object)
+            .collect()
+    }
+
+    fn reasons_on(&self, object: &str) -> Vec<String> {
+        self.world
+            .cluster
+            .events()
+            .into_iter()
+            .filter(|e| e.name == object)
+            .map(|e| e.reason)
+            .collect()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replacing_command_is_told_on_its_node_at_each_step_and_each_moved_pod_is_told_it_was_evicted()
+ {
+    let sys = System::new();
+    sys.add_pods("web", 3);
+    sys.provision(2).await;
+    let old = sys.live_nodes();
+    let pods: Vec<String> = sys
+        .world
+        .cluster
+        .snapshot()
+        .pods
+        .iter()
+        .filter(|p| p.node_name.as_deref() == Some(old[0].as_str()))
+        .map(|p| p.name.clone())
+        .collect();
+    sys.expire.lock().unwrap().insert(old[0].clone());
+
+    sys.run(4).await;
+
+    assert_ne!(sys.live_nodes(), old, "replaced");
+    let on_node = sys.reasons_on(&old[0]);
+    for reason in [
+        "DisruptionLaunching",
+        "DisruptionWaitingReadiness",
+        "DisruptionTerminating",
+    ] {
+        assert_eq!(
+            on_node.iter().filter(|r| *r == reason).count(),
+            1,
+            "one {reason} on {}: {on_node:?}",
+            old[0]
+        );
+    }
+    let order: Vec<&String> = on_node
+        .iter()
+        .filter(|r| r.starts_with("Disruption"))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "DisruptionLaunching",
+            "DisruptionWaitingReadiness",
+            "DisruptionTerminating"
+        ],
+        "in the order the command advances"
+    );
+    let launching = &sys.events("DisruptionLaunching", &old[0])[0];
+    assert!(launching.message.ends_with(": Expired"), "{launching:?}");
+    let terminating = &sys.events("DisruptionTerminating", &old[0])[0];
+    assert_eq!(terminating.message, "Disrupting Node: Expired");
+    assert_eq!(pods.len(), 3);
+    for pod in &pods {
+        let evicted = sys.events("Evicted", pod);
+        assert_eq!(evicted.len(), 1, "{pod}: {evicted:?}");
+        assert_eq!(evicted[0].kind, "Pod");
+        assert_eq!(evicted[0].namespace.as_deref(), Some("default"));
+        assert_eq!(evicted[0].message, "Evicted pod: Expired");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_kept_for_the_same_reason_is_told_once_and_not_every_minute() {
+    let sys = two_full_nodes().await;
+    let nodes = sys.live_nodes();
+
+    sys.run(5).await;
+
+    assert_eq!(sys.live_nodes(), nodes, "nothing disrupted");
+    assert!(sys.runs.lock().unwrap().len() >= 4, "several runs decided");
+    for node in &nodes {
+        let kept = sys.events("Unconsolidatable", node);
+        assert_eq!(kept.len(), 1, "{node}: {:?}", sys.reasons_on(node));
+        assert_eq!(kept[0].message, "not empty");
+        assert_eq!(kept[0].kind, "Node");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_whose_reason_changes_is_told_again_under_karpenters_reason_for_it() {
+    let sys = two_full_nodes().await;
+    let nodes = sys.live_nodes();
+    sys.run(2).await;
+    let mut p = pod("batch-0", "100m", "128Mi");
+    p.do_not_disrupt = true;
+    p.node_name = Some(nodes[0].clone());
+    sys.world.cluster.add_pod(p);
+
+    sys.run(3).await;
+
+    assert_eq!(
+        sys.reasons_on(&nodes[0])
+            .into_iter()
+            .filter(|r| r == "Unconsolidatable" || r == "DisruptionBlocked")
+            .collect::<Vec<_>>(),
+        ["Unconsolidatable", "DisruptionBlocked"],
+        "told when kept, told again when the reason changed"
+    );
+    let blocked = &sys.events("DisruptionBlocked", &nodes[0])[0];
+    assert_eq!(blocked.message, "a pod has karpenter.sh/do-not-disrupt");
+    assert_eq!(sys.events("DisruptionBlocked", &nodes[1]), vec![]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_budget_of_zero_blocks_on_the_nodes_and_once_on_the_node_pool() {
+    let sys = two_full_nodes_of(System::deciding_with_core(pool_with_budget(
+        BudgetNodes::Count(0),
+    )))
+    .await;
+    let nodes = sys.live_nodes();
+    scale_down(&sys, &nodes);
+
+    sys.run(4).await;
+
+    assert_eq!(sys.live_nodes(), nodes);
+    let on_pool = sys.events("DisruptionBlocked", "general-purpose");
+    assert_eq!(on_pool.len(), 1, "{on_pool:#?}");
+    assert_eq!(on_pool[0].kind, "NodePool");
+    assert!(
+        on_pool[0].message.contains("NodePool \"general-purpose\""),
+        "{on_pool:?}"
+    );
+    let blocked: usize = nodes
+        .iter()
+        .map(|n| sys.events("DisruptionBlocked", n).len())
+        .sum();
+    assert!(
+        blocked >= 1,
+        "the kept nodes are told why: {:#?}",
+        sys.world.cluster.events()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_a_budget_refuses_warns_once_per_pod_and_its_deadline_and_deletions_are_told() {
+    let mut pool = m5_pool();
+    pool.termination_grace_period = Some(Duration::from_secs(90));
+    let expire = Arc::new(Mutex::new(HashSet::new()));
+    let sys = System::with(pool, test_decider(expire.clone()), expire);
+    sys.add_pods("web", 3);
+    sys.world.cluster.with_state(|s| {
+        s.pdbs.push(nodewright_core::cluster::PodDisruptionBudget {
+            namespace: "default".into(),
+            name: "web".into(),
+            selector: Some(nodewright_core::testing::selector("web")),
+            min_available: Some(nodewright_core::cluster::IntOrPercent::Int(10)),
+            max_unavailable: None,
+            status_disruptions_allowed: None,
+        })
+    });
+    sys.provision(2).await;
+    let old = sys.live_nodes();
+    sys.expire.lock().unwrap().insert(old[0].clone());
+
+    sys.run(5).await;
+
+    assert_ne!(sys.live_nodes(), old, "gone at its grace period");
+    let refused = sys.events("FailedDraining", &old[0]);
+    assert_eq!(
+        refused.len(),
+        3,
+        "one per pod refused, not one per poll: {refused:#?}"
+    );
+    assert!(refused.iter().all(|e| e.message.contains("violates a PDB")));
+    let expiring = sys.events("TerminationGracePeriodExpiring", &old[0]);
+    assert_eq!(expiring.len(), 1, "{expiring:#?}");
+    assert!(
+        expiring[0]
+            .message
+            .starts_with("All pods will be deleted by 20"),
+        "{expiring:?}"
+    );
+    let disrupted: Vec<_> = sys
+        .world
+        .cluster
+        .events()
+        .into_iter()
+        .filter(|e| e.reason == "Disrupted" && e.kind == "Pod")
+        .collect();
+    assert_eq!(
+        disrupted.len(),
+        3,
+        "each pod deleted at the deadline is told: {disrupted:#?}"
+    );
+}

@@ -950,3 +950,157 @@ async fn replace_then_drain_starts_draining_once_a_replacement_for_its_pods_is_i
         .unwrap();
     assert_eq!(claim.state, ClaimState::Terminated);
 }
+
+// ----- issue 23: Karpenter's events -----------------------------------------------------
+
+impl Env {
+    fn events_on(&self, object: &str) -> Vec<nodewright_engine::ports::ClusterEvent> {
+        self.cluster
+            .events()
+            .into_iter()
+            .filter(|e| e.name == object)
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn each_kind_of_interruption_is_told_on_the_node_under_karpenters_reason() {
+    let cases = [
+        (DisruptionCause::SpotInterrupted, "SpotInterrupted"),
+        (
+            DisruptionCause::RebalanceRecommended,
+            "SpotRebalanceRecommendation",
+        ),
+        (DisruptionCause::ScheduledChange, "InstanceUnhealthy"),
+        (DisruptionCause::InstanceStopped, "InstanceStopping"),
+        (DisruptionCause::InstanceTerminated, "InstanceTerminating"),
+    ];
+    for (cause, reason) in cases {
+        let env = Env::new();
+        let o = env.owned("a", CapacityType::Spot).await;
+        let mode = match cause {
+            DisruptionCause::SpotInterrupted => InterruptionMode::Drain,
+            DisruptionCause::RebalanceRecommended | DisruptionCause::ScheduledChange => {
+                InterruptionMode::ReplaceThenDrain
+            }
+            _ => InterruptionMode::CleanUp,
+        };
+        let input = InterruptionInput {
+            event_id: "e-1".into(),
+            instance_ids: vec![o.instance.clone()],
+            cause,
+            deadline: (mode == InterruptionMode::Drain).then(|| env.now() + 120),
+            mark_unavailable: false,
+            mode,
+        };
+
+        env.handle(input).await.unwrap();
+
+        let told: Vec<_> = env
+            .events_on(&o.node)
+            .into_iter()
+            .filter(|e| e.reason == reason)
+            .collect();
+        assert_eq!(told.len(), 1, "{cause:?}: {:#?}", env.events_on(&o.node));
+        assert_eq!(told[0].kind, "Node");
+        assert!(told[0].message.contains(&o.instance), "{told:?}");
+        assert!(told[0].message.contains("event e-1"), "{told:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_rebalance_recommendation_that_only_cordons_is_still_told_on_the_node() {
+    let env = Env::new();
+    let o = env.owned("a", CapacityType::Spot).await;
+    let input = InterruptionInput {
+        event_id: "e-1".into(),
+        instance_ids: vec![o.instance.clone()],
+        cause: DisruptionCause::RebalanceRecommended,
+        deadline: None,
+        mark_unavailable: false,
+        mode: InterruptionMode::Cordon,
+    };
+
+    let outcome = env.handle(input).await.unwrap();
+
+    assert_eq!(action(&outcome), InstanceAction::Cordoned);
+    let told = env.events_on(&o.node);
+    assert_eq!(
+        told.iter().map(|e| e.reason.as_str()).collect::<Vec<_>>(),
+        ["SpotRebalanceRecommendation"]
+    );
+    assert!(told[0].message.ends_with("; cordoned"), "{told:?}");
+}
+
+#[tokio::test]
+async fn a_spot_warning_tells_the_node_its_deadline_and_each_pod_its_eviction() {
+    let env = Env::new();
+    let o = env.owned("spot-a", CapacityType::Spot).await;
+    env.pod("web-0", &o.node, "web");
+    env.pod("web-1", &o.node, "web");
+    let deadline = env.now() + 120;
+
+    env.handle(spot_warning("e-1", &o.instance, deadline))
+        .await
+        .unwrap();
+
+    let expiring: Vec<_> = env
+        .events_on(&o.node)
+        .into_iter()
+        .filter(|e| e.reason == "TerminationGracePeriodExpiring")
+        .collect();
+    assert_eq!(expiring.len(), 1, "{expiring:#?}");
+    assert_eq!(
+        expiring[0].message,
+        format!(
+            "All pods will be deleted by {}",
+            nodewright_core::interruption::format_rfc3339(deadline)
+        )
+    );
+    for pod in ["web-0", "web-1"] {
+        let told = env.events_on(pod);
+        assert_eq!(told.len(), 1, "{pod}: {told:#?}");
+        assert_eq!(
+            (
+                told[0].kind.as_str(),
+                told[0].reason.as_str(),
+                told[0].message.as_str()
+            ),
+            ("Pod", "Evicted", "Evicted pod: SpotInterrupted")
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_eviction_a_budget_refuses_is_reported_once_however_often_the_drain_retries() {
+    let env = Env::new();
+    let o = env.owned("spot-b", CapacityType::Spot).await;
+    env.pod("web-0", &o.node, "web");
+    env.cluster.with_state(|s| s.pdbs.push(web_budget(1)));
+    env.handle(spot_warning("e-1", &o.instance, env.now() + 600))
+        .await
+        .unwrap();
+    let claim = env.claim(&o.claim);
+    assert_eq!(claim.state, ClaimState::Draining);
+
+    for _ in 0..5 {
+        env.clock.advance(Duration::from_secs(5));
+        let claim = env.claim(&o.claim);
+        terminate::drive(&env.ports, &claim).await.unwrap();
+    }
+
+    let refused: Vec<_> = env
+        .events_on(&o.node)
+        .into_iter()
+        .filter(|e| e.reason == "FailedDraining")
+        .collect();
+    assert_eq!(refused.len(), 1, "{refused:#?}");
+    assert_eq!(
+        refused[0].message,
+        "Failed to drain node, evicting pod default/web-0 violates a PDB"
+    );
+    assert_eq!(
+        refused[0].event_type,
+        nodewright_engine::ports::EventType::Warning
+    );
+}

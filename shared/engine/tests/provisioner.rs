@@ -8,12 +8,12 @@ use nodewright_core::catalog::{CapacityType, Catalog};
 use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim};
 use nodewright_core::testing::{general_purpose_pool, pod};
 use nodewright_engine::fakes::{
-    CloudOp, FakeCloud, FakeCluster, ManualClock, MemoryStore, StoreOp, node_class,
+    CloudOp, ClusterOp, FakeCloud, FakeCluster, ManualClock, MemoryStore, StoreOp, node_class,
 };
 use nodewright_engine::lifecycle::{
     LABEL_INITIALIZED, LABEL_NODECLAIM, LABEL_REGISTERED, TAINT_UNREGISTERED,
 };
-use nodewright_engine::ports::{CloudError, ErrorKind, Store, StoreError};
+use nodewright_engine::ports::{Clock, CloudError, ClusterError, ErrorKind, Store, StoreError};
 use nodewright_engine::provision::LEASE_NAME;
 use nodewright_engine::{Ports, Provisioner, ProvisionerConfig};
 
@@ -790,5 +790,73 @@ async fn a_tick_tells_people_why_a_class_cannot_be_used_and_why_a_pod_waits() {
             .iter()
             .any(|e| e.reason == "SubnetsNotFound" && e.event_type == EventType::Warning),
         "a warning event on the EC2NodeClass"
+    );
+}
+
+#[tokio::test]
+async fn each_live_claim_is_mirrored_rewritten_when_deleted_and_removed_once_terminated() {
+    let env = Env::new();
+    env.add_pods("web", 1);
+    let prov = env.provisioner();
+    let first = prov.tick().await.unwrap();
+    let name = first.launched[0].name.clone();
+    let mirrors = env.cluster.mirrors();
+    assert_eq!(mirrors.len(), 1);
+    assert_eq!(mirrors[&name].state, ClaimState::Launched);
+
+    let nodes = env.cluster.register_from(&env.cloud);
+    env.cluster.set_ready(&nodes[0]);
+    prov.tick().await.unwrap();
+    prov.tick().await.unwrap();
+    assert_eq!(env.cluster.mirrors()[&name].state, ClaimState::Initialized);
+
+    // A quiet tick mirrors nothing new; a mirror someone deleted comes back.
+    let before = env.cluster.mirrors();
+    prov.tick().await.unwrap();
+    assert_eq!(env.cluster.mirrors(), before);
+    assert!(env.cluster.delete_mirror(&name));
+    prov.tick().await.unwrap();
+    assert!(env.cluster.mirrors().contains_key(&name));
+
+    // A failed mirror never fails the tick.
+    env.cluster.fail_next(
+        ClusterOp::MirrorClaims,
+        ClusterError::new(ErrorKind::Unavailable, "the API server is restarting"),
+    );
+    prov.tick()
+        .await
+        .expect("the tick does not fail with its mirror");
+
+    // Taken away as the disruption job would (an empty node): the ticks drain and
+    // terminate it, and its mirror goes.
+    let claim = env.store.get_claim(&name).await.unwrap().unwrap();
+    let disrupting = claim
+        .transition(ClaimState::Disrupting, env.clock.now(), |c| {
+            c.disruption = Some(nodewright_core::nodeclaim::Disruption {
+                cause: nodewright_core::nodeclaim::DisruptionCause::Empty,
+                deadline: None,
+                since: c.updated_at,
+                drain_after: None,
+                event: None,
+                command: None,
+            })
+        })
+        .unwrap();
+    env.store
+        .update_claim(&disrupting, ClaimState::Initialized, claim.version)
+        .await
+        .unwrap();
+    for _ in 0..5 {
+        prov.tick().await.unwrap();
+        env.clock.advance(Duration::from_secs(10));
+    }
+    assert_eq!(
+        env.store.get_claim(&name).await.unwrap().unwrap().state,
+        ClaimState::Terminated
+    );
+    assert!(
+        !env.cluster.mirrors().contains_key(&name),
+        "{:?}",
+        env.cluster.mirrors().keys()
     );
 }

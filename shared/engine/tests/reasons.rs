@@ -405,6 +405,12 @@ async fn nominated_pods_each_get_an_event_naming_the_node() {
     assert!(
         events
             .iter()
+            .all(|e| e.message.starts_with("Pod should schedule on: nodeclaim/")),
+        "Karpenter's message: {events:#?}"
+    );
+    assert!(
+        events
+            .iter()
             .all(|e| e.message.contains("ip-10-0-0-1.ec2.internal"))
     );
     assert!(

@@ -3,7 +3,7 @@
 //! Two things differ from `kube::Client::try_default()`:
 //!
 //! - **No retry layer.** kube-rs retries 429/503/504 by default, up to 15 times with a
-//!   backoff that grows to minutes (see DESIGN "Known pitfalls"). A Lambda tick has a
+//!   backoff that grows to minutes (docs/architecture.md, "Known pitfalls"). A Lambda tick has a
 //!   minute; it must learn it is throttled at once and decide itself (the engine backs
 //!   off to its next tick). So `Config::default_retry` is off, every request is sent
 //!   once, and a 429 comes back as [`ErrorKind::Throttled`] on the first answer. Reads

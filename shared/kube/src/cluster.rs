@@ -1,9 +1,10 @@
 //! [`KubeCluster`]: the engine's [`Cluster`] port over the Kubernetes API.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Debug;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference, Pod};
@@ -19,17 +20,19 @@ use nodewright_core::api::model::Taint;
 use nodewright_core::api::{
     self, Document, NODE_CLASS_API_VERSION, NODE_CLASS_KIND, NODE_POOL_API_VERSION, NODE_POOL_KIND,
 };
+use nodewright_core::nodeclaim::NodeClaim;
 use nodewright_core::volumes::{Storage, apply_volume_topology};
 use nodewright_core::{cluster, snapshot};
 use nodewright_engine::ports::{
     Cluster, ClusterError, ClusterEvent, ClusterState, Condition, ErrorKind, EventType,
-    InvalidObject, Invalidity, NodePatch, ObjectKind, StatusUpdate,
+    InvalidObject, Invalidity, MirrorReport, NodePatch, ObjectKind, StatusUpdate,
 };
 
 use crate::client::{self, ApiRate, TokenProvider};
 use crate::error::{classify, cluster_error};
+use crate::mirror::{Mirror, Seen, mirror_of};
 use crate::view::{self, ClusterView, Crd};
-use crate::watch::{Key, Read};
+use crate::watch::{Key, Read, Watched};
 
 /// Objects per page when listing (`limit`); the API server's own cap is 500 by default
 /// for kubectl and unbounded for clients, large lists are cheaper for it in pages.
@@ -48,6 +51,14 @@ pub(crate) const NODE_POOLS: Crd = Crd {
     version: "v1",
     kind: NODE_POOL_KIND,
     plural: "nodepools",
+    api_version: NODE_POOL_API_VERSION,
+};
+
+pub(crate) const NODE_CLAIMS: Crd = Crd {
+    group: "karpenter.sh",
+    version: "v1",
+    kind: "NodeClaim",
+    plural: "nodeclaims",
     api_version: NODE_POOL_API_VERSION,
 };
 
@@ -82,6 +93,22 @@ pub struct KubeCluster {
     /// Every kind a tick reads, listed once and then watched (see `watch`): started by
     /// the first read, shared by the clones, its watches stopped with the last clone.
     view: Arc<tokio::sync::OnceCell<ClusterView>>,
+    /// What this process last wrote of each claim's mirror (see `mirror_claims`).
+    mirrors: Arc<MirrorMemory>,
+}
+
+/// The mirrors as this process last wrote them, and the warnings already given.
+#[derive(Default)]
+struct MirrorMemory {
+    written: Mutex<HashMap<String, Mirror>>,
+    warned_missing: AtomicBool,
+    warned_foreign: Mutex<HashSet<String>>,
+}
+
+impl MirrorMemory {
+    fn written(&self) -> std::sync::MutexGuard<'_, HashMap<String, Mirror>> {
+        self.written.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl KubeCluster {
@@ -92,6 +119,7 @@ impl KubeCluster {
             client,
             page_size: PAGE_SIZE,
             view: Arc::default(),
+            mirrors: Arc::default(),
         }
     }
 
@@ -236,6 +264,113 @@ impl KubeCluster {
         }
     }
 
+    /// Writes one claim's mirror if it does not read as `want` (see `mirror_claims`).
+    async fn write_mirror(
+        &self,
+        watched: &Watched<DynamicObject, Seen>,
+        seen: Option<&Seen>,
+        want: &Mirror,
+        report: &mut MirrorReport,
+    ) -> Result<(), ClusterError> {
+        let api = self.crd_api(&NODE_CLAIMS);
+        let name = want.name.as_str();
+        let doing = |what: &str| format!("{what} the NodeClaim mirror {name:?}");
+        let last = self.mirrors.written().get(name).cloned();
+        let Some(seen) = seen else {
+            return self.create_mirror(watched, want, report).await;
+        };
+        if !seen.ours {
+            report.foreign.push(name.to_string());
+            let first = lock(&self.mirrors.warned_foreign).insert(name.to_string());
+            if first {
+                warn!(
+                    nodeclaim = name,
+                    "a NodeClaim of this claim's name exists that nodewright does not manage (Karpenter's?); leaving it alone, not mirroring the claim"
+                );
+            }
+            return Ok(());
+        }
+        // What the object reads as: as last written by this process, or (after a cold
+        // start) as the watch delivered it.
+        let current = last.as_ref().or(seen.mirror.as_ref());
+        if current == Some(want) {
+            self.mirrors
+                .written()
+                .insert(name.to_string(), want.clone());
+            return Ok(());
+        }
+        if seen.mirror.as_ref().map(|m| &m.spec) != Some(&want.spec) {
+            // The spec is immutable (the CRD refuses changes): delete and create again.
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(e) if classify(&e) == ErrorKind::NotFound => {}
+                Err(e) => return Err(cluster_error(doing("deleting"), e)),
+            }
+            watched.view.deleted(&(String::new(), name.to_string()));
+            self.mirrors.written().remove(name);
+            self.create_mirror(watched, want, report).await?;
+            if let Some(created) = report.created.pop() {
+                report.updated.push(created);
+            }
+            return Ok(());
+        }
+        let params = PatchParams::default();
+        if current.is_none_or(|c| c.labels != want.labels || c.annotations != want.annotations) {
+            let answer = api
+                .patch(name, &params, &Patch::Merge(&want.metadata_patch(current)))
+                .await
+                .map_err(|e| cluster_error(doing("labelling"), e))?;
+            watched.view.wrote(&answer, view::as_seen_mirror);
+        }
+        if current.is_none_or(|c| c.status != want.status) {
+            let answer = api
+                .patch_status(name, &params, &Patch::Merge(&want.status_patch()))
+                .await
+                .map_err(|e| cluster_error(doing("writing the status of"), e))?;
+            watched.view.wrote(&answer, view::as_seen_mirror);
+        }
+        self.mirrors
+            .written()
+            .insert(name.to_string(), want.clone());
+        report.updated.push(name.to_string());
+        Ok(())
+    }
+
+    /// Creates a mirror, then writes its status through `/status` (a create drops it).
+    async fn create_mirror(
+        &self,
+        watched: &Watched<DynamicObject, Seen>,
+        want: &Mirror,
+        report: &mut MirrorReport,
+    ) -> Result<(), ClusterError> {
+        let api = self.crd_api(&NODE_CLAIMS);
+        let name = want.name.as_str();
+        let doing = |what: &str| format!("{what} the NodeClaim mirror {name:?}");
+        let object: DynamicObject = serde_json::from_value(want.object())
+            .map_err(|e| ClusterError::with_source(ErrorKind::Invalid, doing("building"), e))?;
+        match api.create(&PostParams::default(), &object).await {
+            Ok(created) => watched.view.wrote(&created, view::as_seen_mirror),
+            // Created since the view last heard (its watch will say): the next tick
+            // compares it.
+            Err(e) if classify(&e) == ErrorKind::Conflict => return Ok(()),
+            Err(e) => return Err(cluster_error(doing("creating"), e)),
+        }
+        let answer = api
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&want.status_patch()),
+            )
+            .await
+            .map_err(|e| cluster_error(doing("writing the status of"), e))?;
+        watched.view.wrote(&answer, view::as_seen_mirror);
+        self.mirrors
+            .written()
+            .insert(name.to_string(), want.clone());
+        report.created.push(name.to_string());
+        Ok(())
+    }
+
     fn known_uid(&self, kind: &str, namespace: Option<&str>, name: &str) -> Option<String> {
         let view = self.view.get()?;
         let key: Key = (namespace.unwrap_or_default().to_string(), name.to_string());
@@ -247,6 +382,10 @@ impl KubeCluster {
             _ => None,
         }
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A kind's objects, its problems added to `invalid`.
@@ -848,6 +987,73 @@ impl Cluster for KubeCluster {
             view.nodes.view.deleted(&(String::new(), name.to_string()));
         }
         Ok(())
+    }
+
+    /// NodeClaims read from the watched view (one LIST when first called, then one
+    /// WATCH), so a quiet tick sends nothing: a mirror is written only when it is
+    /// missing (never made, or deleted by someone: the watch says so) or differs from
+    /// what this process last wrote of it (after a cold start: from what the watch
+    /// delivered). Objects without nodewright's `managed-by` label are never touched.
+    /// Without the CRD, nothing is mirrored (one warning per process).
+    async fn mirror_claims(&self, claims: &[NodeClaim]) -> Result<MirrorReport, ClusterError> {
+        let view = self.view().await;
+        let watched = view.node_claims();
+        view.catch_up().await;
+        let read = watched.read().await?;
+        let mut report = MirrorReport::default();
+        if read.missing {
+            let why = crd_missing(&NODE_CLAIMS);
+            if !self.mirrors.warned_missing.swap(true, Ordering::Relaxed) {
+                warn!(problem = %why, "claims are not mirrored as NodeClaims (install Karpenter's NodeClaim CRD to list them with kubectl)");
+            }
+            report.skipped = Some(why);
+            return Ok(report);
+        }
+        let seen: HashMap<String, Seen> = read
+            .objects
+            .into_iter()
+            .map(|s| (s.name.clone(), s))
+            .collect();
+        let wanted: BTreeMap<String, Mirror> = claims
+            .iter()
+            .filter_map(mirror_of)
+            .map(|m| (m.name.clone(), m))
+            .collect();
+        let mut failed: Option<ClusterError> = None;
+        let api = self.crd_api(&NODE_CLAIMS);
+        let mut doomed: Vec<&String> = seen
+            .iter()
+            .filter(|(name, s)| s.ours && !wanted.contains_key(*name))
+            .map(|(name, _)| name)
+            .collect();
+        doomed.sort();
+        for name in doomed {
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => report.deleted.push(name.clone()),
+                Err(e) if classify(&e) == ErrorKind::NotFound => {}
+                Err(e) => {
+                    failed.get_or_insert(cluster_error(
+                        format!("deleting the NodeClaim mirror {name:?}"),
+                        e,
+                    ));
+                    continue;
+                }
+            }
+            watched.view.deleted(&(String::new(), name.clone()));
+            self.mirrors.written().remove(name);
+        }
+        for want in wanted.values() {
+            if let Err(e) = self
+                .write_mirror(watched, seen.get(&want.name), want, &mut report)
+                .await
+            {
+                failed.get_or_insert(e);
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(report),
+        }
     }
 
     async fn kubernetes_version(&self) -> Result<String, ClusterError> {

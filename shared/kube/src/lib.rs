@@ -7,7 +7,10 @@
 //!   (`watch`: the machinery; `view`: the kinds and their conversions), applying its own
 //!   writes to that view; labels and taints nodes under optimistic concurrency; records
 //!   Events (on nodes, pods, NodePools and EC2NodeClasses); writes NodePool and
-//!   EC2NodeClass status conditions through `/status`; reads the server version.
+//!   EC2NodeClass status conditions through `/status`; reads the server version;
+//!   mirrors the claims as `karpenter.sh/v1` NodeClaims.
+//! - [`mirror`]: a claim as a NodeClaim object (pure), and what keeps a Karpenter
+//!   controller left running from acting on it.
 //! - [`client`]: how the kube-rs client is built: no automatic retries (a 429 comes back
 //!   at once as `Throttled`), response timeouts, and a bearer token asked of a
 //!   [`TokenProvider`] on every request (the EKS token is renewed every ~14 minutes).
@@ -20,6 +23,7 @@ mod cluster;
 pub mod error;
 #[cfg(feature = "fake")]
 pub mod fake;
+pub mod mirror;
 mod view;
 mod watch;
 

@@ -16,6 +16,7 @@ use serde_json::Value;
 use nodewright_core::snapshot::{self, LeanPod};
 use nodewright_core::{cluster, volumes};
 
+use crate::mirror;
 use crate::watch::{Watched, catch_up};
 
 /// A Karpenter custom resource nodewright reads.
@@ -81,6 +82,12 @@ pub(crate) struct ClusterView {
     pub(crate) volume_claims: Watched<PersistentVolumeClaim, volumes::VolumeClaim>,
     pub(crate) volumes: Watched<PersistentVolume, volumes::PersistentVolume>,
     pub(crate) storage_classes: Watched<StorageClass, volumes::StorageClass>,
+    /// NodeClaims (optional: the CRD may not be installed), watched from the first
+    /// mirror write on: only the provisioner mirrors claims, so the other functions
+    /// neither list nor watch them.
+    node_claims: std::sync::OnceLock<Watched<DynamicObject, mirror::Seen>>,
+    client: Client,
+    page_size: u32,
 }
 
 impl ClusterView {
@@ -144,7 +151,23 @@ impl ClusterView {
                 |s| Ok(snapshot::storage_class_from_k8s(s)),
                 page_size,
             ),
+            node_claims: std::sync::OnceLock::new(),
+            client: client.clone(),
+            page_size,
         }
+    }
+
+    /// The NodeClaims, watched from the first call on (on the current tokio runtime).
+    pub(crate) fn node_claims(&self) -> &Watched<DynamicObject, mirror::Seen> {
+        self.node_claims.get_or_init(|| {
+            Watched::start(
+                crate::cluster::NODE_CLAIMS.plural,
+                true,
+                crate::cluster::NODE_CLAIMS.api(self.client.clone()),
+                as_seen_mirror,
+                self.page_size,
+            )
+        })
     }
 
     /// Events applied by every watch so far.
@@ -158,6 +181,7 @@ impl ClusterView {
             + self.volume_claims.view.applied()
             + self.volumes.view.applied()
             + self.storage_classes.view.applied()
+            + self.node_claims.get().map_or(0, |w| w.view.applied())
     }
 
     /// Lets the watches apply what has already arrived (see [`catch_up`]).
@@ -172,6 +196,12 @@ pub(crate) fn node(node: &Node) -> Result<cluster::Node, String> {
 
 pub(crate) fn pod(pod: &WatchedPod) -> Result<cluster::Pod, String> {
     snapshot::pod_from_k8s(&pod.0).map_err(|e| e.to_string())
+}
+
+pub(crate) fn as_seen_mirror(object: &DynamicObject) -> Result<mirror::Seen, String> {
+    let value = serde_json::to_value(object)
+        .map_err(|e| format!("re-serializing a listed NodeClaim: {e}"))?;
+    Ok(mirror::seen(&value))
 }
 
 fn as_nodepool_json(object: &DynamicObject) -> Result<Value, String> {

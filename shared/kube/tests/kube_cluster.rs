@@ -1835,3 +1835,230 @@ async fn requests_say_who_sends_them() {
         Some(concat!("nodewright/", env!("CARGO_PKG_VERSION")))
     );
 }
+
+// ----- NodeClaim mirrors ---------------------------------------------------------------
+
+const NODE_CLAIMS_PATH: &str = "/apis/karpenter.sh/v1/nodeclaims";
+
+fn initialized_claim(name: &str) -> nodewright_core::nodeclaim::NodeClaim {
+    use nodewright_core::catalog::CapacityType;
+    use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim};
+    let claim = NodeClaim::launching(
+        ClaimSpec {
+            name: name.into(),
+            node_pool: "general-purpose".into(),
+            node_class: "default".into(),
+            instance_type_options: vec!["m5.xlarge".into()],
+            zones: vec!["us-east-1a".into()],
+            capacity_types: vec![CapacityType::OnDemand],
+            pods: vec!["default/web-0".into()],
+            labels: Default::default(),
+        },
+        1_000,
+    );
+    claim
+        .transition(ClaimState::Launched, 1_010, |c| {
+            c.instance_id = Some("i-0123456789abcdef0".into());
+            c.instance_type = Some("m5.xlarge".into());
+            c.zone = Some("us-east-1a".into());
+            c.capacity_type = Some(CapacityType::OnDemand);
+            c.price_per_hour = Some(0.192);
+            c.launched_at = Some(1_010);
+        })
+        .and_then(|c| {
+            c.transition(ClaimState::Registered, 1_050, |c| {
+                c.node_name = Some("ip-10-0-0-1.ec2.internal".into());
+                c.registered_at = Some(1_050);
+            })
+        })
+        .and_then(|c| {
+            c.transition(ClaimState::Initialized, 1_080, |c| {
+                c.initialized_at = Some(1_080)
+            })
+        })
+        .expect("allowed transitions")
+}
+
+/// Writes (anything but GET) sent to NodeClaims.
+fn node_claim_writes(server: &FakeApiServer) -> Vec<String> {
+    server
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.starts_with(NODE_CLAIMS_PATH) && r.method != "GET")
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_claim_is_mirrored_as_a_node_claim_and_a_quiet_pass_writes_nothing() {
+    let (server, cluster) = fake().await;
+    let claim = initialized_claim("general-purpose-abcde");
+    let report = cluster
+        .mirror_claims(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    assert_eq!(report.created, vec![claim.name.clone()]);
+
+    let object = server
+        .get("NodeClaim", None, &claim.name)
+        .expect("the mirror exists");
+    let labels = &object["metadata"]["labels"];
+    assert_eq!(labels["karpenter.sh/nodepool"], "general-purpose");
+    assert_eq!(labels["node.kubernetes.io/instance-type"], "m5.xlarge");
+    assert_eq!(labels["topology.kubernetes.io/zone"], "us-east-1a");
+    assert_eq!(labels["karpenter.sh/capacity-type"], "on-demand");
+    assert_eq!(labels["app.kubernetes.io/managed-by"], "nodewright");
+    assert_eq!(
+        object["metadata"]["annotations"]["nodewright.dev/price-per-hour"],
+        "0.192"
+    );
+    assert_eq!(object["spec"]["nodeClassRef"]["group"], "nodewright.dev");
+    assert_eq!(object["spec"]["nodeClassRef"]["name"], "default");
+    assert_eq!(
+        object["status"]["providerID"],
+        "aws:///us-east-1a/i-0123456789abcdef0"
+    );
+    assert_eq!(object["status"]["nodeName"], "ip-10-0-0-1.ec2.internal");
+    for t in ["Launched", "Registered", "Initialized", "Ready"] {
+        assert_eq!(condition_of(&object, t)["status"], "True", "{t}: {object}");
+    }
+    // Status through /status (the CRD's subresource), spec and metadata through the
+    // object.
+    assert_eq!(
+        node_claim_writes(&server),
+        vec![
+            format!("POST {NODE_CLAIMS_PATH}"),
+            format!("PATCH {NODE_CLAIMS_PATH}/{}/status", claim.name),
+        ]
+    );
+
+    server.clear_requests();
+    let quiet = cluster
+        .mirror_claims(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    assert_eq!(quiet.writes(), 0, "{quiet:?}");
+    assert!(node_claim_writes(&server).is_empty());
+    assert_eq!(
+        server.count_lists(NODE_CLAIMS_PATH),
+        0,
+        "read from the watch"
+    );
+
+    // A new process over the same mirrors (a cold start) finds them as wanted.
+    let fresh = KubeCluster::from_endpoint(
+        &server.url(),
+        None,
+        Arc::new(StaticToken("test-token".into())),
+        ApiRate::default(),
+    )
+    .unwrap();
+    let cold = fresh.mirror_claims(&[claim]).await.unwrap();
+    assert_eq!(cold.writes(), 0, "{cold:?}");
+    assert!(node_claim_writes(&server).is_empty());
+}
+
+#[tokio::test]
+async fn a_changed_claim_is_written_a_deleted_mirror_rewritten_and_a_terminated_claims_removed() {
+    use nodewright_core::nodeclaim::{ClaimState, Disruption, DisruptionCause};
+    let (server, cluster) = fake().await;
+    let claim = initialized_claim("general-purpose-fghij");
+    cluster
+        .mirror_claims(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+
+    let disrupted = claim
+        .transition(ClaimState::Disrupting, 2_000, |c| {
+            c.disruption = Some(Disruption {
+                cause: DisruptionCause::Underutilized,
+                deadline: None,
+                since: 2_000,
+                drain_after: None,
+                event: None,
+                command: None,
+            })
+        })
+        .unwrap();
+    let report = cluster
+        .mirror_claims(std::slice::from_ref(&disrupted))
+        .await
+        .unwrap();
+    assert_eq!(report.updated, vec![claim.name.clone()]);
+    let object = server.get("NodeClaim", None, &claim.name).unwrap();
+    assert_eq!(
+        condition_of(&object, "DisruptionReason")["reason"],
+        "Underutilized"
+    );
+    assert_eq!(condition_of(&object, "Ready")["status"], "False");
+    assert_eq!(
+        object["metadata"]["annotations"]["nodewright.dev/state"],
+        "Disrupting"
+    );
+
+    // Someone deletes it: the watch says so, and the next pass writes it again.
+    server.remove("NodeClaim", None, &claim.name);
+    let mut rewritten = false;
+    for _ in 0..100 {
+        let report = cluster
+            .mirror_claims(std::slice::from_ref(&disrupted))
+            .await
+            .unwrap();
+        if report.created == vec![claim.name.clone()] {
+            rewritten = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(rewritten, "the deleted mirror was never written again");
+    assert!(server.get("NodeClaim", None, &claim.name).is_some());
+
+    let mut done = disrupted.clone();
+    done.state = ClaimState::Terminated;
+    let report = cluster.mirror_claims(&[done]).await.unwrap();
+    assert_eq!(report.deleted, vec![claim.name.clone()]);
+    assert!(server.get("NodeClaim", None, &claim.name).is_none());
+    // A claim the store no longer has: its mirror goes too.
+    cluster
+        .mirror_claims(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    let report = cluster.mirror_claims(&[]).await.unwrap();
+    assert_eq!(report.deleted, vec![claim.name.clone()]);
+}
+
+#[tokio::test]
+async fn a_node_claim_nodewright_does_not_manage_is_never_touched() {
+    let (server, cluster) = fake().await;
+    let karpenters = server.put(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": "general-purpose-klmno", "labels": {"karpenter.sh/nodepool": "general-purpose"}},
+        "spec": {"nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}, "requirements": []},
+    }));
+    let claim = initialized_claim("general-purpose-klmno");
+    let report = cluster.mirror_claims(&[claim]).await.unwrap();
+    assert_eq!(report.foreign, vec!["general-purpose-klmno".to_string()]);
+    let report = cluster.mirror_claims(&[]).await.unwrap();
+    assert!(report.deleted.is_empty(), "{report:?}");
+    assert!(node_claim_writes(&server).is_empty());
+    assert_eq!(
+        server.get("NodeClaim", None, "general-purpose-klmno"),
+        Some(karpenters)
+    );
+}
+
+#[tokio::test]
+async fn without_the_node_claim_crd_nothing_is_mirrored_and_nothing_fails() {
+    let (server, cluster) = fake().await;
+    server.uninstall("NodeClaim");
+    let claim = initialized_claim("general-purpose-pqrst");
+    let report = cluster
+        .mirror_claims(std::slice::from_ref(&claim))
+        .await
+        .unwrap();
+    assert!(report.skipped.is_some(), "{report:?}");
+    assert_eq!(report.writes(), 0);
+    let again = cluster.mirror_claims(&[claim]).await.unwrap();
+    assert!(again.skipped.is_some());
+    assert!(node_claim_writes(&server).is_empty());
+}

@@ -6,6 +6,8 @@
 //!   Kubernetes from EKS (DescribeCluster + IAM token) or, for local runs, a kubeconfig.
 //! - [`report`]: failures as Lambda shows them — one line and a stable `errorType`:
 //!   [`run_or_report_init_error`] for the cold start, [`HandlerError`] for invocations.
+//! - [`metrics`]: CloudWatch metrics in the Embedded Metric Format, named after
+//!   Karpenter's, built from the jobs' reports.
 //! - [`logging`]: [`init_tracing`], timestamped logs, JSON when Lambda asks for them
 //!   (`AWS_LAMBDA_LOG_FORMAT`).
 
@@ -20,6 +22,7 @@ compile_error!(
 
 pub mod config;
 pub mod logging;
+pub mod metrics;
 pub mod report;
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;

@@ -1,6 +1,7 @@
 //! FakeCluster: the Kubernetes API in memory, with a kubelet and a binder for tests.
 
 use super::*;
+use crate::ports::MirrorReport;
 use nodewright_core::disruption::hash;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -15,6 +16,7 @@ pub enum ClusterOp {
     DeletePod,
     DeleteNode,
     UpdateStatus,
+    MirrorClaims,
 }
 
 /// A condition as the fake stores it: what the engine set, and when its status last
@@ -115,6 +117,8 @@ struct ClusterInner {
     state: ClusterState,
     events: Vec<ClusterEvent>,
     statuses: BTreeMap<(ObjectKind, String), ObjectStatus>,
+    /// The claims as last mirrored (`mirror_claims`), by name.
+    mirrors: BTreeMap<String, NodeClaim>,
     faults: Faults<ClusterOp, ClusterError>,
     calls: Vec<Call<ClusterOp>>,
     index: Option<PodIndex>,
@@ -208,6 +212,7 @@ impl FakeCluster {
                 state: ClusterState::default(),
                 events: Vec::new(),
                 statuses: BTreeMap::new(),
+                mirrors: BTreeMap::new(),
                 faults: Faults::default(),
                 calls: Vec::new(),
                 index: None,
@@ -322,6 +327,17 @@ impl FakeCluster {
             .statuses
             .get(&(kind, name.to_string()))
             .cloned()
+    }
+
+    /// The claims mirrored now (as `mirror_claims` last wrote each), by name.
+    pub fn mirrors(&self) -> BTreeMap<String, NodeClaim> {
+        lock(&self.inner).mirrors.clone()
+    }
+
+    /// Deletes a mirror as a person would (`kubectl delete nodeclaim`); false if there
+    /// was none.
+    pub fn delete_mirror(&self, name: &str) -> bool {
+        lock(&self.inner).mirrors.remove(name).is_some()
     }
 
     /// One condition of a NodePool or EC2NodeClass, if it was set.
@@ -557,6 +573,41 @@ impl Cluster for FakeCluster {
             }
             None => Ok(false),
         }
+    }
+
+    /// As the Kubernetes adapter: a mirror per live claim, written only when missing or
+    /// when its claim changed; the mirrors of terminal and absent claims deleted.
+    async fn mirror_claims(&self, claims: &[NodeClaim]) -> Result<MirrorReport, ClusterError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(ClusterOp::MirrorClaims, "") {
+            return Err(e);
+        }
+        let mut inner = lock(&self.inner);
+        let mut report = MirrorReport::default();
+        let live: BTreeMap<&str, &NodeClaim> = claims
+            .iter()
+            .filter(|c| !c.state.is_terminal())
+            .map(|c| (c.name.as_str(), c))
+            .collect();
+        let gone: Vec<String> = inner
+            .mirrors
+            .keys()
+            .filter(|n| !live.contains_key(n.as_str()))
+            .cloned()
+            .collect();
+        for name in gone {
+            inner.mirrors.remove(&name);
+            report.deleted.push(name);
+        }
+        for (name, claim) in live {
+            match inner.mirrors.get(name) {
+                Some(mirrored) if mirrored == claim => continue,
+                Some(_) => report.updated.push(name.to_string()),
+                None => report.created.push(name.to_string()),
+            }
+            inner.mirrors.insert(name.to_string(), claim.clone());
+        }
+        Ok(report)
     }
 
     async fn kubernetes_version(&self) -> Result<String, ClusterError> {

@@ -22,6 +22,10 @@
 //!
 //! At the scenario's end every invocation is frozen where it is (as if the account
 //! were switched off); the report reads the world at that instant.
+//!
+//! One file of about a thousand lines on purpose: the event loop, the three functions'
+//! schedules and the disturbances share one run's state and one virtual clock, and read
+//! in the order time runs; split, each part would reach into the others' state.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;

@@ -1,6 +1,6 @@
 //! A fake Kubernetes API server for tests: real HTTP/1.1 on 127.0.0.1, so kube-rs talks
 //! to it exactly as to a cluster (no kube-apiserver can be installed on the build
-//! machines; see DESIGN "Testing").
+//! machines; see docs/architecture.md, "Testing").
 //!
 //! It serves, for the kinds in [`store::default_resource_types`] (built-in kinds and
 //! CRDs alike):

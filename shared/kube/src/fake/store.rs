@@ -101,6 +101,15 @@ pub fn default_resource_types() -> Vec<ResourceType> {
             status_subresource: true,
         },
         ResourceType {
+            group: "karpenter.sh",
+            version: "v1",
+            kind: "NodeClaim",
+            plural: "nodeclaims",
+            namespaced: false,
+            builtin: false,
+            status_subresource: true,
+        },
+        ResourceType {
             group: "karpenter.k8s.aws",
             version: "v1",
             kind: "EC2NodeClass",

@@ -1,0 +1,942 @@
+//! `nodewright status`: the live NodeClaims as `kubectl get nodeclaims -o wide` would
+//! list them, then totals — nodes by pool, $/h, claims in motion, disruption commands
+//! in flight, each job's last decision, the dead-letter queue's depth.
+//!
+//! `status` and `explain` read one [`StatusInput`] from either source, then answer with
+//! pure functions of it:
+//! - a deployed stack, read-only: the table (`--table`, the stack's `StateTableName`
+//!   output) through `DynamoStore` (claims, decisions), the cluster through
+//!   `KubeCluster` (`--kubeconfig` or `KUBECONFIG`), and optionally the dead-letter
+//!   queue's depth (`--dead-letter-queue-url`, SQS GetQueueAttributes);
+//! - a saved simulation (`--from run.json`, written by `simulate --save`).
+//!
+//! Either way the cluster is [`observe`]d once: its nodes, pods and NodePools, and what
+//! core makes of them now — the provisioning plan (why each pending pod waits) and the
+//! disruption decision (why each managed node stays) — run on the cluster as read, as
+//! `nodewright plan` and `nodewright disrupt` run them. A saved run holds that
+//! observation, so reading it needs neither the manifests nor the catalog.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nodewright_core::api::duration::parse_duration;
+use nodewright_core::catalog::{Catalog, LABEL_NODEPOOL, LABEL_ZONE, Pricing};
+use nodewright_core::disruption::{DisruptionInput, decide};
+use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
+use nodewright_core::planning_view::{ClusterView, in_flight_claims, planning_snapshot};
+use nodewright_core::provisioning::{ProvisioningInput, plan_provisioning};
+use nodewright_core::resources::{Resources, format_milli};
+use nodewright_engine::command::planning_claims;
+use nodewright_engine::ports::{ClusterState, Decision};
+use serde::{Deserialize, Serialize};
+
+use crate::{Failure, Output, table};
+
+/// Where `status` and `explain` read from.
+#[derive(clap::Args, Clone)]
+pub struct SourceArgs {
+    /// A simulation saved by `nodewright simulate --save run.json`.
+    #[arg(
+        long,
+        conflicts_with_all = ["table", "kubeconfig", "dead_letter_queue_url", "since", "zones", "spot_to_spot"]
+    )]
+    pub from: Option<PathBuf>,
+    /// A deployed stack's DynamoDB table (the stack's `StateTableName` output). Region
+    /// and credentials come from the usual AWS environment.
+    #[arg(long)]
+    pub table: Option<String>,
+    /// The cluster's kubeconfig (default: `KUBECONFIG`, then ~/.kube/config).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The interruption queue's dead-letter queue, for its depth.
+    #[arg(long)]
+    pub dead_letter_queue_url: Option<String>,
+    /// How far back to read the decision log, e.g. 1h, 24h.
+    #[arg(long, default_value = "24h", value_parser = since)]
+    pub since: Duration,
+    /// Zones the planner may offer capacity in when answering for a deployed stack
+    /// (default: those of the claims and nodes, else us-east-1a,b,c).
+    #[arg(long, value_delimiter = ',')]
+    pub zones: Vec<String>,
+    /// Answer for a deployed stack whose disruption function has spot-to-spot
+    /// consolidation on (`NODEWRIGHT_SPOT_TO_SPOT`).
+    #[arg(long)]
+    pub spot_to_spot: bool,
+}
+
+fn since(text: &str) -> Result<Duration, String> {
+    parse_duration(text).ok_or_else(|| format!("{text:?} is not a duration like 1h or 24h"))
+}
+
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[arg(long, short = 'o', value_enum, default_value = "table")]
+    pub output: Output,
+}
+
+// ----- What both sources give ------------------------------------------------------
+
+/// Everything `status` and `explain` answer from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusInput {
+    /// Unix seconds when it was read (a simulation's virtual time).
+    pub now: i64,
+    /// "table nodewright-State-..." or "simulation burst (seed 7) after 00:45:00 of
+    /// virtual time".
+    pub source: String,
+    /// Every claim the store holds, terminal ones included.
+    pub claims: Vec<NodeClaim>,
+    /// The decision log, oldest first.
+    pub decisions: Vec<LoggedDecision>,
+    pub cluster: ObservedCluster,
+    /// Messages in the dead-letter queue; `None` when not read.
+    pub dead_letter_queue: Option<u64>,
+}
+
+/// One decision-log entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoggedDecision {
+    pub at: i64,
+    pub job: String,
+    pub action: String,
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_per_hour: Option<f64>,
+}
+
+impl From<Decision> for LoggedDecision {
+    fn from(d: Decision) -> Self {
+        LoggedDecision {
+            at: d.at,
+            job: d.job,
+            action: d.action,
+            reason: d.reason,
+            price_per_hour: d.price_per_hour,
+        }
+    }
+}
+
+/// The cluster as read, and what core's planner and disruption decision make of it.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedCluster {
+    pub nodes: Vec<ObservedNode>,
+    pub pods: Vec<ObservedPod>,
+    pub node_pools: Vec<ObservedPool>,
+    /// NodePools and EC2NodeClasses that failed validation, one sentence each.
+    pub invalid: Vec<String>,
+    pub provisioning: ProvisioningView,
+    pub disruption: DisruptionView,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedNode {
+    pub name: String,
+    pub node_pool: Option<String>,
+    pub ready: bool,
+    /// Cordoned.
+    pub unschedulable: bool,
+    /// Pods bound to it, DaemonSet pods aside ("namespace/name").
+    pub pods: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedPod {
+    /// "namespace/name".
+    pub pod: String,
+    pub node: Option<String>,
+    pub daemonset: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedPool {
+    pub name: String,
+    pub weight: i32,
+    pub node_class: String,
+    /// `spec.limits` as quantities; empty: unlimited.
+    pub limits: BTreeMap<String, String>,
+    /// What its live claims' instance types add up to, for the limited resources (cpu
+    /// and memory when unlimited), as Karpenter counts NodePool usage.
+    pub usage: BTreeMap<String, String>,
+    /// The limited resources used up (usage ≥ limit).
+    pub limits_reached: Vec<String>,
+    /// Its status conditions as the functions wrote them (Ready, NodeClassReady,
+    /// ValidationSucceeded...): where nodewright says what keeps it from launching.
+    #[serde(default)]
+    pub conditions: Vec<ObservedCondition>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// "True", "False", "Unknown".
+    pub status: String,
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+}
+
+impl ObservedCluster {
+    /// Records the status conditions read for NodePool `pool`.
+    pub fn set_conditions(&mut self, pool: &str, conditions: Vec<ObservedCondition>) {
+        if let Some(p) = self.node_pools.iter_mut().find(|p| p.name == pool) {
+            p.conditions = conditions;
+        }
+    }
+}
+
+/// Core's provisioning plan for the pending pods, run on the cluster as read.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisioningView {
+    /// Pods no NodePool can take, and the constraint that stops them.
+    pub unschedulable: Vec<PodReason>,
+    /// Pending pods nodewright launches nothing for, and why.
+    pub not_provisioned: Vec<PodReason>,
+    /// Claims the planner would launch now.
+    pub planned: Vec<PlannedView>,
+    /// Pending pods that fit a node or an in-flight claim: (target, pods).
+    pub absorbed: Vec<PodReason>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodReason {
+    pub pod: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedView {
+    pub node_pool: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: String,
+    pub price_per_hour: f64,
+    pub options: usize,
+    pub pods: Vec<String>,
+}
+
+/// Core's disruption decision, run on the cluster as read (`nodewright disrupt`).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DisruptionView {
+    pub commands: Vec<CommandView>,
+    /// Managed nodes in no command, with core's typed reason.
+    pub rejected: Vec<RejectedView>,
+    pub problems: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandView {
+    pub method: String,
+    pub reason: String,
+    pub nodes: Vec<String>,
+    pub replacements: usize,
+    pub savings_per_hour: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RejectedView {
+    pub node: String,
+    /// `RejectCode`: DisruptionBudget, SpotToSpot, PodDisruptionBudget...
+    pub code: String,
+    pub reason: String,
+}
+
+/// A serde enum's name ("SpotToSpot", "Emptiness").
+fn name_of(value: &impl Serialize) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// What a deployed stack's functions would make of the cluster now: core's planner
+/// and disruption decision on `state` and `claims`, as the provisioner and the
+/// disruption function call them (claims counted as in-flight capacity, nodes being
+/// taken away excluded). What only EC2 knows is left out: spot prices (on-demand
+/// prices and the default spot fraction stand in) and drift of images, subnets and
+/// security groups.
+pub fn observe(
+    state: &ClusterState,
+    claims: &[NodeClaim],
+    catalog: &Catalog,
+    zones: Vec<String>,
+    now: i64,
+    spot_to_spot: bool,
+) -> ObservedCluster {
+    let pricing = Pricing::for_zones(zones);
+    let planning = planning_claims(claims);
+    let view = ClusterView {
+        nodes: &state.nodes,
+        pods: &state.pods,
+        daemonsets: &state.daemonsets,
+        pdbs: &state.pdbs,
+    };
+    let snapshot = planning_snapshot(view, &planning, &state.node_pools);
+    let in_flight = in_flight_claims(&planning, &snapshot);
+    let plan = plan_provisioning(&ProvisioningInput {
+        snapshot: &snapshot,
+        node_pools: &state.node_pools,
+        node_classes: &state.node_classes,
+        catalog,
+        pricing: &pricing,
+        in_flight: &in_flight,
+    });
+    let disrupting: Vec<String> = claims
+        .iter()
+        .filter(|c| c.state.is_being_taken_away())
+        .filter_map(|c| c.node_name.clone())
+        .collect();
+    let decision = decide(&DisruptionInput {
+        snapshot: &snapshot,
+        node_pools: &state.node_pools,
+        node_classes: &state.node_classes,
+        catalog,
+        pricing: &pricing,
+        in_flight: &in_flight,
+        now,
+        spot_to_spot,
+        external_drift: &[],
+        disrupting: &disrupting,
+        validating: None,
+    });
+    let mut on_node: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for p in state.pods.iter().filter(|p| !p.daemonset_owned) {
+        if let Some(n) = p.node_name.as_deref() {
+            on_node.entry(n).or_default().push(p.key());
+        }
+    }
+    let reason = |pod: &str, reason: &str| PodReason {
+        pod: pod.to_string(),
+        reason: reason.to_string(),
+    };
+    let absorbed = plan
+        .existing_nodes
+        .iter()
+        .map(|a| (a, "fits on node"))
+        .chain(plan.in_flight.iter().map(|a| (a, "counted on claim")))
+        .flat_map(|(a, how)| {
+            a.pods
+                .iter()
+                .map(move |p| reason(p, &format!("{how} {}", a.target)))
+        })
+        .collect();
+    ObservedCluster {
+        nodes: state
+            .nodes
+            .iter()
+            .map(|n| ObservedNode {
+                name: n.name.clone(),
+                node_pool: n.labels.get(LABEL_NODEPOOL).cloned(),
+                ready: n.ready,
+                unschedulable: n.unschedulable,
+                pods: on_node.remove(n.name.as_str()).unwrap_or_default(),
+            })
+            .collect(),
+        pods: state
+            .pods
+            .iter()
+            .map(|p| ObservedPod {
+                pod: p.key(),
+                node: p.node_name.clone(),
+                daemonset: p.daemonset_owned,
+            })
+            .collect(),
+        node_pools: state
+            .node_pools
+            .iter()
+            .map(|pool| {
+                let mut usage = Resources::new();
+                for c in claims
+                    .iter()
+                    .filter(|c| c.node_pool == pool.name && !c.state.is_terminal())
+                {
+                    if let Some(t) = c.instance_type.as_deref().and_then(|t| catalog.get(t)) {
+                        usage.add(&t.capacity);
+                    }
+                }
+                let limits: Vec<(String, i64)> = match &pool.limits {
+                    Some(l) => l.iter().map(|(k, v)| (k.to_string(), v)).collect(),
+                    None => Vec::new(),
+                };
+                let shown: Vec<String> = if limits.is_empty() {
+                    vec!["cpu".into(), "memory".into()]
+                } else {
+                    limits.iter().map(|(k, _)| k.clone()).collect()
+                };
+                ObservedPool {
+                    name: pool.name.clone(),
+                    weight: pool.weight,
+                    node_class: pool.node_class_ref.name.clone(),
+                    limits: limits
+                        .iter()
+                        .map(|(k, v)| (k.clone(), format_milli(k, *v)))
+                        .collect(),
+                    usage: shown
+                        .iter()
+                        .map(|k| (k.clone(), format_milli(k, usage.get_milli(k))))
+                        .collect(),
+                    limits_reached: limits
+                        .iter()
+                        .filter(|(k, v)| usage.get_milli(k) >= *v)
+                        .map(|(k, _)| k.clone())
+                        .collect(),
+                    conditions: Vec::new(),
+                }
+            })
+            .collect(),
+        invalid: state.invalid.clone(),
+        provisioning: ProvisioningView {
+            unschedulable: plan
+                .unschedulable
+                .iter()
+                .map(|u| reason(&u.pod, &u.reason))
+                .collect(),
+            not_provisioned: plan
+                .not_provisioned
+                .iter()
+                .map(|u| reason(&u.pod, &u.reason))
+                .collect(),
+            planned: plan
+                .node_claims
+                .iter()
+                .map(|c| PlannedView {
+                    node_pool: c.node_pool.clone(),
+                    instance_type: c.instance_type.clone(),
+                    zone: c.zone.clone(),
+                    capacity_type: c.capacity_type.clone(),
+                    price_per_hour: c.price_per_hour,
+                    options: c.instance_type_options.len(),
+                    pods: c.pods.clone(),
+                })
+                .collect(),
+            absorbed,
+        },
+        disruption: DisruptionView {
+            commands: decision
+                .commands
+                .iter()
+                .map(|c| CommandView {
+                    method: name_of(&c.method),
+                    reason: name_of(&c.reason),
+                    nodes: c.nodes.clone(),
+                    replacements: c.replacements.len(),
+                    savings_per_hour: c.savings_per_hour,
+                })
+                .collect(),
+            rejected: decision
+                .rejected
+                .iter()
+                .map(|r| RejectedView {
+                    node: r.node.clone(),
+                    code: name_of(&r.code),
+                    reason: r.reason.clone(),
+                })
+                .collect(),
+            problems: decision.problems.iter().map(|p| p.to_string()).collect(),
+        },
+    }
+}
+
+/// Zones to plan in: `flag` if given, else the claims' and nodes' zones, else three
+/// us-east-1 zones.
+pub fn zones_for(flag: &[String], state: &ClusterState, claims: &[NodeClaim]) -> Vec<String> {
+    let given: Vec<String> = flag
+        .iter()
+        .map(|z| z.trim().to_string())
+        .filter(|z| !z.is_empty())
+        .collect();
+    if !given.is_empty() {
+        return given;
+    }
+    let mut zones: BTreeSet<String> = claims
+        .iter()
+        .flat_map(|c| c.zones.iter().chain(c.zone.iter()).cloned())
+        .collect();
+    zones.extend(
+        state
+            .nodes
+            .iter()
+            .filter_map(|n| n.labels.get(LABEL_ZONE).cloned()),
+    );
+    if zones.is_empty() {
+        return ["us-east-1a", "us-east-1b", "us-east-1c"]
+            .map(String::from)
+            .to_vec();
+    }
+    zones.into_iter().collect()
+}
+
+// ----- The report --------------------------------------------------------------------
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusReport {
+    pub source: String,
+    pub at: String,
+    pub node_claims: Vec<ClaimRow>,
+    pub totals: Totals,
+    pub commands: Vec<CommandRow>,
+    /// The latest entry of each job in the decision log.
+    pub last_decisions: BTreeMap<String, DecisionRow>,
+    pub dead_letter_queue: Option<DeadLetters>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimRow {
+    pub name: String,
+    pub node_pool: String,
+    pub state: String,
+    pub node: Option<String>,
+    pub instance_type: Option<String>,
+    pub zone: Option<String>,
+    pub capacity_type: Option<String>,
+    pub price_per_hour: Option<f64>,
+    pub instance_id: Option<String>,
+    pub age_seconds: i64,
+    /// Why it is being taken away (`DisruptionCause`), if it is.
+    pub disruption: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Totals {
+    pub claims: usize,
+    /// Live claims with a node, by NodePool.
+    pub nodes_by_pool: BTreeMap<String, usize>,
+    pub price_per_hour: f64,
+    /// Claims on their way in (Launching, Launched, Registered) or out (Disrupting,
+    /// Draining, Terminating), by state.
+    pub in_motion: BTreeMap<String, usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandRow {
+    pub id: String,
+    pub cause: String,
+    pub candidates: Vec<String>,
+    pub replacements: Vec<String>,
+    pub validated: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionRow {
+    pub at: String,
+    pub action: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeadLetters {
+    pub depth: u64,
+}
+
+/// RFC 3339 of Unix seconds.
+pub fn rfc3339(at: i64) -> String {
+    k8s_openapi::jiff::Timestamp::from_second(at)
+        .map(|t| t.to_string())
+        .unwrap_or_else(|_| at.to_string())
+}
+
+/// `5m`, `2h13m`, `3d4h`: an age as kubectl prints it.
+pub fn age(seconds: i64) -> String {
+    let s = seconds.max(0);
+    match s {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m{}s", s / 60, s % 60),
+        s if s < 86_400 => format!("{}h{}m", s / 3600, s % 3600 / 60),
+        s => format!("{}d{}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+pub fn report(input: &StatusInput) -> StatusReport {
+    let mut live: Vec<&NodeClaim> = input
+        .claims
+        .iter()
+        .filter(|c| !c.state.is_terminal())
+        .collect();
+    live.sort_by(|a, b| (&a.node_pool, &a.name).cmp(&(&b.node_pool, &b.name)));
+    let node_claims = live
+        .iter()
+        .map(|c| ClaimRow {
+            name: c.name.clone(),
+            node_pool: c.node_pool.clone(),
+            state: c.state.as_str().to_string(),
+            node: c.node_name.clone(),
+            instance_type: c.instance_type.clone(),
+            zone: c.zone.clone(),
+            capacity_type: c.capacity_type.map(|t| t.as_str().to_string()),
+            price_per_hour: c.price_per_hour,
+            instance_id: c.instance_id.clone(),
+            age_seconds: input.now - c.created_at,
+            disruption: c.disruption.as_ref().map(|d| format!("{:?}", d.cause)),
+        })
+        .collect();
+    let mut nodes_by_pool = BTreeMap::new();
+    let mut in_motion = BTreeMap::new();
+    for c in &live {
+        if c.node_name.is_some() {
+            *nodes_by_pool.entry(c.node_pool.clone()).or_insert(0) += 1;
+        }
+        if c.state != ClaimState::Initialized {
+            *in_motion.entry(c.state.as_str().to_string()).or_insert(0) += 1;
+        }
+    }
+    let mut commands: BTreeMap<String, CommandRow> = BTreeMap::new();
+    for c in &live {
+        let Some(d) = &c.disruption else { continue };
+        let Some(cmd) = &d.command else { continue };
+        commands
+            .entry(cmd.id.clone())
+            .or_insert_with(|| CommandRow {
+                id: cmd.id.clone(),
+                cause: format!("{:?}", d.cause),
+                candidates: cmd.candidates.clone(),
+                replacements: cmd.replacements.iter().map(|r| r.name.clone()).collect(),
+                validated: cmd.validated,
+            });
+    }
+    let mut last_decisions = BTreeMap::new();
+    for d in &input.decisions {
+        last_decisions.insert(
+            d.job.clone(),
+            DecisionRow {
+                at: rfc3339(d.at),
+                action: d.action.clone(),
+                reason: d.reason.clone(),
+            },
+        );
+    }
+    StatusReport {
+        source: input.source.clone(),
+        at: rfc3339(input.now),
+        totals: Totals {
+            claims: live.len(),
+            nodes_by_pool,
+            price_per_hour: live.iter().filter_map(|c| c.price_per_hour).sum(),
+            in_motion,
+        },
+        node_claims,
+        commands: commands.into_values().collect(),
+        last_decisions,
+        dead_letter_queue: input.dead_letter_queue.map(|depth| DeadLetters { depth }),
+    }
+}
+
+/// The report for people.
+pub fn render(r: &StatusReport) -> String {
+    let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let rows: Vec<Vec<String>> = r
+        .node_claims
+        .iter()
+        .map(|c| {
+            vec![
+                c.name.clone(),
+                c.node_pool.clone(),
+                c.state.clone(),
+                dash(&c.node),
+                dash(&c.instance_type),
+                dash(&c.zone),
+                dash(&c.capacity_type),
+                c.price_per_hour
+                    .map(|p| format!("{p:.4}"))
+                    .unwrap_or_else(|| "-".into()),
+                age(c.age_seconds),
+                dash(&c.disruption),
+            ]
+        })
+        .collect();
+    let mut out = format!("{}, {}\n\n", r.source, r.at);
+    if rows.is_empty() {
+        out.push_str("No live NodeClaims.\n");
+    } else {
+        out.push_str(&table::columns(
+            &[
+                "NAME",
+                "NODEPOOL",
+                "STATE",
+                "NODE",
+                "TYPE",
+                "ZONE",
+                "CAPACITY",
+                "$/H",
+                "AGE",
+                "DISRUPTION",
+            ],
+            &[7],
+            &rows,
+        ));
+    }
+    let t = &r.totals;
+    let pools: Vec<String> = t
+        .nodes_by_pool
+        .iter()
+        .map(|(p, n)| format!("{p} {n}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "\n{} live claim(s); nodes by pool: {}; ${:.4}/hour",
+        t.claims,
+        if pools.is_empty() {
+            "none".into()
+        } else {
+            pools.join(", ")
+        },
+        t.price_per_hour
+    );
+    let motion: Vec<String> = t
+        .in_motion
+        .iter()
+        .map(|(s, n)| format!("{n} {s}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "In motion: {}",
+        if motion.is_empty() {
+            "none".into()
+        } else {
+            motion.join(", ")
+        }
+    );
+    if r.commands.is_empty() {
+        let _ = writeln!(out, "Disruption commands in flight: none");
+    } else {
+        let _ = writeln!(out, "Disruption commands in flight:");
+        for c in &r.commands {
+            let _ = writeln!(
+                out,
+                "  {} ({}): candidates {}; replacements {}; {}",
+                c.id,
+                c.cause,
+                c.candidates.join(", "),
+                if c.replacements.is_empty() {
+                    "none".into()
+                } else {
+                    c.replacements.join(", ")
+                },
+                if c.validated {
+                    "validated"
+                } else {
+                    "not validated yet"
+                }
+            );
+        }
+    }
+    let _ = writeln!(out, "Last decisions:");
+    if r.last_decisions.is_empty() {
+        let _ = writeln!(out, "  none in the log read");
+    }
+    for (job, d) in &r.last_decisions {
+        let _ = writeln!(out, "  {job:<12} {}  {} — {}", d.at, d.action, d.reason);
+    }
+    let _ = writeln!(
+        out,
+        "Dead-letter queue: {}",
+        match &r.dead_letter_queue {
+            Some(d) => format!("{} message(s)", d.depth),
+            None => "not read (--dead-letter-queue-url)".into(),
+        }
+    );
+    out
+}
+
+pub fn run(args: &StatusArgs) -> Result<(), Failure> {
+    let input = load(&args.source)?;
+    let r = report(&input);
+    match args.output {
+        Output::Json => crate::write_json(&r),
+        Output::Table => {
+            print!("{}", render(&r));
+            Ok(())
+        }
+    }
+}
+
+// ----- Sources -----------------------------------------------------------------------
+
+/// The input from `--from` or from the deployed stack.
+pub fn load(args: &SourceArgs) -> Result<StatusInput, Failure> {
+    if let Some(path) = &args.from {
+        let text = crate::read(path)?;
+        let de = &mut serde_json::Deserializer::from_str(&text);
+        return serde_path_to_error::deserialize(de).map_err(|e| {
+            Failure::Unusable(format!(
+                "{}: not a run saved by `nodewright simulate --save` ({e})",
+                path.display()
+            ))
+        });
+    }
+    let Some(table) = &args.table else {
+        return Err(Failure::Unusable(
+            "say where to read from: --from RUN.json (a saved simulation) or --table NAME (a deployed stack's StateTableName) with --kubeconfig".into(),
+        ));
+    };
+    let kubeconfig = match &args.kubeconfig {
+        Some(p) => p.clone(),
+        None => match std::env::var_os("KUBECONFIG") {
+            Some(p) if !p.is_empty() => {
+                // The first file of a list, as kubectl reads it first.
+                std::env::split_paths(&p).next().unwrap_or_default()
+            }
+            _ => std::env::var_os("HOME")
+                .map(|h| PathBuf::from(h).join(".kube/config"))
+                .ok_or_else(|| {
+                    Failure::Unusable("--kubeconfig: no KUBECONFIG and no HOME".into())
+                })?,
+        },
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Unusable(format!("cannot start the runtime: {e}")))?;
+    runtime.block_on(read_stack(args, table, &kubeconfig))
+}
+
+/// Reads a deployed stack: claims and decisions from the table, the cluster, the
+/// dead-letter queue's depth. Writes nothing.
+async fn read_stack(
+    args: &SourceArgs,
+    table: &str,
+    kubeconfig: &std::path::Path,
+) -> Result<StatusInput, Failure> {
+    use nodewright_engine::ports::{Cluster as _, Store as _};
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default();
+    let unusable =
+        |what: String| move |e: &dyn std::fmt::Display| Failure::Unusable(format!("{what}: {e}"));
+    let ctx = nodewright_aws::AwsContext::from_env().await;
+    let store = nodewright_aws::DynamoStore::new(&ctx, table);
+    let cluster = nodewright_kube::KubeCluster::from_kubeconfig(
+        kubeconfig,
+        nodewright_kube::ApiRate::default(),
+    )
+    .await
+    .map_err(|e| unusable(format!("{}", kubeconfig.display()))(&e))?;
+    let since = now - i64::try_from(args.since.as_secs()).unwrap_or(i64::MAX / 2);
+    let (claims, decisions, state) =
+        tokio::join!(store.list_claims(), store.decisions(since), cluster.state());
+    let claims = claims.map_err(|e| unusable(format!("table {table}: listing claims"))(&e))?;
+    let decisions =
+        decisions.map_err(|e| unusable(format!("table {table}: reading decisions"))(&e))?;
+    let state = state.map_err(|e| unusable("the cluster".into())(&e))?;
+    let dead_letter_queue = match &args.dead_letter_queue_url {
+        Some(url) => Some(dead_letters(url).await?),
+        None => None,
+    };
+    let conditions = pool_conditions(&cluster).await?;
+    let zones = zones_for(&args.zones, &state, &claims);
+    let mut cluster = observe(
+        &state,
+        &claims,
+        Catalog::embedded(),
+        zones,
+        now,
+        args.spot_to_spot,
+    );
+    for (pool, conditions) in conditions {
+        cluster.set_conditions(&pool, conditions);
+    }
+    Ok(StatusInput {
+        now,
+        source: format!("table {table}"),
+        claims,
+        decisions: decisions.into_iter().map(LoggedDecision::from).collect(),
+        cluster,
+        dead_letter_queue,
+    })
+}
+
+/// Every NodePool's `status.conditions` (the engine's port reads specs only).
+async fn pool_conditions(
+    cluster: &nodewright_kube::KubeCluster,
+) -> Result<Vec<(String, Vec<ObservedCondition>)>, Failure> {
+    use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+    let resource = ApiResource {
+        group: "karpenter.sh".into(),
+        version: "v1".into(),
+        api_version: nodewright_core::api::NODE_POOL_API_VERSION.into(),
+        kind: nodewright_core::api::NODE_POOL_KIND.into(),
+        plural: "nodepools".into(),
+    };
+    let api: Api<DynamicObject> = Api::all_with(cluster.client().clone(), &resource);
+    let pools = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Failure::Unusable(format!("the cluster: listing NodePools: {e}")))?;
+    let text = |v: &serde_json::Value, key: &str| {
+        v.get(key)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    Ok(pools
+        .items
+        .into_iter()
+        .filter_map(|p| {
+            let name = p.metadata.name?;
+            let conditions = p
+                .data
+                .pointer("/status/conditions")
+                .and_then(serde_json::Value::as_array)
+                .map(|list| {
+                    list.iter()
+                        .map(|c| ObservedCondition {
+                            type_: text(c, "type"),
+                            status: text(c, "status"),
+                            reason: text(c, "reason"),
+                            message: text(c, "message"),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            Some((name, conditions))
+        })
+        .collect())
+}
+
+/// SQS `ApproximateNumberOfMessages` of the queue at `url`.
+async fn dead_letters(url: &str) -> Result<u64, Failure> {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let out = aws_sdk_sqs::Client::new(&config)
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .send()
+        .await
+        .map_err(|e| {
+            Failure::Unusable(format!(
+                "dead-letter queue {url}: GetQueueAttributes: {}",
+                aws_sdk_sqs::error::DisplayErrorContext(&e)
+            ))
+        })?;
+    out.attributes()
+        .and_then(|a| a.get(&QueueAttributeName::ApproximateNumberOfMessages))
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| {
+            Failure::Unusable(format!(
+                "dead-letter queue {url}: no ApproximateNumberOfMessages in the answer"
+            ))
+        })
+}
