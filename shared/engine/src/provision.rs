@@ -142,7 +142,7 @@ pub struct TickReport {
     /// Ready nodes: kube-scheduler will place them.
     pub absorbed: HashSet<String>,
     pub lifecycle: LifecycleReport,
-    /// Disruption commands advanced on this poll (see [`crate::disrupt`]).
+    /// Disruption commands advanced on this poll (see [`crate::command`]).
     pub commands: CommandsReport,
     /// NodePools or node classes that could not be used, with the reason.
     pub invalid: Vec<String>,

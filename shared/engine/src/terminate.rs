@@ -272,7 +272,7 @@ pub async fn ready_to_drain(ports: &Ports, claim: &NodeClaim) -> Result<bool> {
     if d.command.as_ref().is_some_and(|c| !c.validated) {
         // A disruption command's candidate drains only once the command is validated
         // (its replacements up, the decision re-checked): until then it may be
-        // abandoned and the node given back (`crate::disrupt`).
+        // abandoned and the node given back (`crate::command`).
         return Ok(false);
     }
     let Some(after) = d.drain_after else {
