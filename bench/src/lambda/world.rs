@@ -15,7 +15,8 @@ use nodewright_aws::cloud::{
     cluster_tag_key,
 };
 use nodewright_aws::testing::{
-    K8S, REGION, create_table_from_definition, network, node_role, sdk_config, tag_spec, unique,
+    REGION, create_table_from_definition, eks_cluster, network, node_role, sdk_config, tag_spec,
+    unique,
 };
 use nodewright_core::catalog::CapacityType;
 use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim};
@@ -55,19 +56,7 @@ impl World {
         node_role(moto, NODE_ROLE).await;
         let config = sdk_config(moto).await;
         let ec2 = aws_sdk_ec2::Client::new(&config);
-        aws_sdk_eks::Client::new(&config)
-            .create_cluster()
-            .name(&cluster)
-            .role_arn("arn:aws:iam::123456789012:role/eks")
-            .version(K8S)
-            .resources_vpc_config(
-                aws_sdk_eks::types::VpcConfigRequest::builder()
-                    .subnet_ids(&net.subnet_a)
-                    .build(),
-            )
-            .send()
-            .await
-            .map_err(|e| format!("CreateCluster: {e:?}"))?;
+        eks_cluster(moto, &cluster, &net.subnet_a).await?;
         let subnets = node_subnets(&ec2, &cluster, &net.subnet_a).await?;
 
         let specs = cluster::node_specs(nodes);

@@ -204,6 +204,25 @@ pub fn tag_spec(resource: ResourceType, tags: &[(&str, &str)]) -> TagSpecificati
         .build()
 }
 
+/// An EKS cluster named `cluster` in moto, in `subnet` (the provisioner reads its
+/// endpoint, version and CA at a cold start).
+pub async fn eks_cluster(url: &str, cluster: &str, subnet: &str) -> Result<(), String> {
+    aws_sdk_eks::Client::new(&sdk_config(url).await)
+        .create_cluster()
+        .name(cluster)
+        .role_arn("arn:aws:iam::123456789012:role/eks")
+        .version(K8S)
+        .resources_vpc_config(
+            aws_sdk_eks::types::VpcConfigRequest::builder()
+                .subnet_ids(subnet)
+                .build(),
+        )
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| format!("CreateCluster {cluster:?} in moto: {e:?}"))
+}
+
 /// A VPC with tagged subnets in two zones, a tagged security group, two tagged AMIs
 /// and the AL2023 alias parameters under a test prefix.
 pub async fn network(url: &str, cluster: &str) -> Network {

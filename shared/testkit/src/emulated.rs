@@ -10,7 +10,8 @@ use aws_sdk_ec2::types::Filter;
 use serde_json::{Value, json};
 
 use nodewright_aws::testing::{
-    K8S, REGION, create_table_from_definition, moto_url, network, node_role, sdk_config, unique,
+    REGION, create_table_from_definition, eks_cluster, moto_url, network, node_role, sdk_config,
+    unique,
 };
 use nodewright_aws::{AwsContext, DynamoStore};
 use nodewright_core::nodeclaim::NodeClaim;
@@ -51,17 +52,7 @@ pub async fn emulated_cluster(prefix: &str, capacity_type: &str, pods: usize) ->
     let net = network(&url, &cluster).await;
     // The EC2NodeClass names this role: the provisioner creates its instance profile.
     node_role(&url, NODE_ROLE).await;
-    aws_sdk_eks::Client::new(&sdk_config(&url).await)
-        .create_cluster()
-        .name(&cluster)
-        .role_arn("arn:aws:iam::123456789012:role/eks")
-        .version(K8S)
-        .resources_vpc_config(
-            aws_sdk_eks::types::VpcConfigRequest::builder()
-                .subnet_ids(&net.subnet_a)
-                .build(),
-        )
-        .send()
+    eks_cluster(&url, &cluster, &net.subnet_a)
         .await
         .expect("create EKS cluster in moto");
 
