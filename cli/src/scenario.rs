@@ -138,10 +138,31 @@ struct EventSpec {
     rebalance_recommendation: Option<TargetSpec>,
     scheduled_change: Option<ScheduledChangeSpec>,
     instance_stopped: Option<TargetSpec>,
+    node_not_ready: Option<SeveralSpec>,
+    instance_impaired: Option<SeveralSpec>,
     capacity_shortage: Option<ShortageSpec>,
 }
 
-const EVENT_KINDS: &str = "spotInterruption, rebalanceRecommendation, scheduledChange, instanceStopped or capacityShortage";
+/// A target and how many distinct instances it hits (default 1).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SeveralSpec {
+    #[serde(default)]
+    target: TargetName,
+    count: Option<u32>,
+}
+
+impl SeveralSpec {
+    fn count(&self, field: &str) -> Result<u32, String> {
+        match self.count {
+            None => Ok(1),
+            Some(0) => Err(format!(".{field}.count: at least 1")),
+            Some(n) => Ok(n),
+        }
+    }
+}
+
+const EVENT_KINDS: &str = "spotInterruption, rebalanceRecommendation, scheduledChange, instanceStopped, nodeNotReady, instanceImpaired or capacityShortage";
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -409,6 +430,18 @@ fn disturbance(e: EventSpec, scenario: &Scenario) -> Result<ScheduledDisturbance
     }
     if let Some(t) = e.instance_stopped {
         kinds.push(Disturbance::InstanceStopped {
+            target: t.target.into(),
+        });
+    }
+    if let Some(t) = e.node_not_ready {
+        kinds.push(Disturbance::NodeNotReady {
+            count: t.count("nodeNotReady")?,
+            target: t.target.into(),
+        });
+    }
+    if let Some(t) = e.instance_impaired {
+        kinds.push(Disturbance::InstanceImpaired {
+            count: t.count("instanceImpaired")?,
             target: t.target.into(),
         });
     }

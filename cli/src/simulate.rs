@@ -253,6 +253,7 @@ pub fn render_json(report: &Report) -> String {
             "nodeHours": round(s.node_hours),
             "cost": round(s.cost),
             "interruptions": s.interruptions,
+            "repairs": s.repairs,
             "drainSeconds": {"max": s.drain_seconds_max},
             "eventsSent": s.events_sent,
             "duplicateDeliveries": s.duplicate_deliveries,
@@ -391,6 +392,13 @@ pub fn render_table(report: &Report, wall: Duration) -> String {
         "node-hours, cost",
         format!("{:.2} node-hours, ${:.2}", s.node_hours, s.cost),
     );
+    if s.repairs > 0 {
+        row(
+            &mut out,
+            "node repairs",
+            format!("{} unhealthy node(s) replaced", s.repairs),
+        );
+    }
     row(
         &mut out,
         "interruptions",

@@ -1410,3 +1410,27 @@ async fn status_and_explain_on_a_deployed_stack_answer_from_its_table_and_cluste
     );
     cluster.stop();
 }
+
+#[test]
+fn simulate_repairs_unhealthy_nodes_a_fifth_of_the_pool_at_a_time_from_scenario_events() {
+    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/node-repair.yaml");
+    let out = nodewright(&["simulate", scenario, "--output", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("simulate prints JSON");
+    let summary = &doc["summary"];
+    assert_eq!(summary["podsLost"], 0, "{summary}");
+    assert_eq!(summary["pdbViolations"], 0);
+    assert_eq!(
+        summary["repairs"], 6,
+        "five NotReady nodes and one impaired instance"
+    );
+    assert_eq!(summary["podsPendingAtEnd"], 0);
+    let text = nodewright(&["simulate", scenario]);
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        stdout.contains("kubelet stopped reporting, Ready Unknown"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("hold the repair of"), "{stdout}");
+    assert!(stdout.contains("6 unhealthy node(s) replaced"), "{stdout}");
+}

@@ -27,6 +27,7 @@ async fn handler() -> Result<Handler, StartupError> {
     settings.dry_run = config.dry_run;
     settings.adopt_karpenter_nodes = config.adopt_karpenter_nodes;
     settings.spot_to_spot = config.spot_to_spot;
+    settings.node_repair = config.node_repair;
     Ok(Handler {
         provisioner: Provisioner::new(ports, settings),
         poll_interval: config.poll_interval,

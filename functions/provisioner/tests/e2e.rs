@@ -880,3 +880,88 @@ async fn each_claim_is_a_node_claim_in_the_cluster_until_it_is_terminated() {
         "the terminated claim's mirror is gone"
     );
 }
+
+use nodewright_core::interruption::format_rfc3339 as rfc3339;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn a_node_not_ready_for_thirty_minutes_is_repaired_through_the_handler() {
+    let world = world(4).await;
+    let h = handler(&world, "repair").await;
+    invoke(&h).await;
+    register_nodes(&world, false).await;
+    invoke(&h).await;
+    set_ready(&world);
+    invoke(&h).await;
+    let stored = claims(&world).await;
+    assert_eq!(stored.len(), 2);
+    assert!(
+        stored.iter().all(|c| c.state == ClaimState::Initialized),
+        "{stored:#?}"
+    );
+
+    // One kubelet stopped reporting 31 minutes ago: the node lifecycle controller set
+    // Ready Unknown then (the handler reads the wall clock).
+    let sick = stored[0].clone();
+    let node = sick.node_name.clone().expect("registered node");
+    let since = rfc3339(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+            - 31 * 60,
+    );
+    world.api.modify("Node", None, &node, |n| {
+        n["status"]["conditions"] = json!([{
+            "type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
+            "lastTransitionTime": since,
+        }]);
+    });
+    for _ in 0..3 {
+        invoke(&h).await;
+    }
+
+    let after = claims(&world).await;
+    let repaired = after.iter().find(|c| c.name == sick.name).unwrap();
+    assert_eq!(repaired.state, ClaimState::Terminated, "{repaired:#?}");
+    assert_eq!(
+        repaired.disruption.as_ref().map(|d| d.cause),
+        Some(nodewright_core::nodeclaim::DisruptionCause::Unhealthy)
+    );
+    let live: Vec<String> = instances(&world).await.into_iter().map(|i| i.0).collect();
+    assert!(
+        !live.contains(sick.instance_id.as_ref().unwrap()),
+        "the unhealthy instance is terminated: {live:?}"
+    );
+    assert!(
+        world
+            .api
+            .list("Node")
+            .iter()
+            .all(|n| n["metadata"]["name"] != node.as_str()),
+        "the node is deleted"
+    );
+    let decisions = store(&world).await.decisions(0).await.unwrap();
+    assert!(
+        decisions
+            .iter()
+            .any(|d| d.job == "repair" && d.reason.contains("Ready=Unknown")),
+        "{decisions:#?}"
+    );
+    assert!(
+        world
+            .api
+            .list("Event")
+            .iter()
+            .any(|e| e["reason"] == "Unhealthy" && e["involvedObject"]["name"] == node.as_str()),
+        "an Unhealthy event on the node"
+    );
+    // The other node is untouched; the pods counted on the repaired one get a new node.
+    let other = after.iter().find(|c| c.name == stored[1].name).unwrap();
+    assert_eq!(other.state, ClaimState::Initialized);
+    assert_eq!(
+        after.iter().filter(|c| c.state.is_live_capacity()).count(),
+        2,
+        "{after:#?}"
+    );
+}

@@ -900,6 +900,30 @@ async fn owned_instances_are_only_this_clusters_and_terminate_removes_them() {
 
 #[tokio::test]
 #[ignore = "needs moto: run through tests/moto.sh"]
+async fn instance_status_checks_are_read_and_healthy_instances_are_not_impaired() {
+    // moto reports every running instance's checks as `ok` and has no way to make them
+    // fail: this shows DescribeInstanceStatus is asked with the impaired filters and
+    // answered; what an impaired answer leads to is tested over the fakes.
+    let url = moto!();
+    let cluster = unique("status");
+    let net = network(&url, &cluster).await;
+    let cloud = cloud(&url, &cluster, &net).await;
+    let class = node_class(&cluster, vec![alias()]);
+    let resolved = cloud.resolve_node_class(&class, K8S).await.unwrap();
+    cloud
+        .launch(&launch_request(
+            "default-s1",
+            class,
+            resolved,
+            vec![on_demand("m5.large", "us-east-1a", 0.096)],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(cloud.impaired_instances().await.unwrap(), vec![]);
+}
+
+#[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn owned_instances_carry_the_image_subnet_and_security_groups_ec2_describes() {
     // Started with RunInstances: moto 5.2.5's CreateFleet does not apply the launch
     // template's security groups, RunInstances does.

@@ -325,6 +325,9 @@ pub struct Node {
     pub created_at: Option<i64>,
     /// When the Ready condition last turned True, while it is True.
     pub ready_since: Option<i64>,
+    /// The conditions node repair watches (`Ready` and the node monitoring agent's,
+    /// [`crate::repair::WATCHED_CONDITIONS`]), as the kubelet and the agent report them.
+    pub conditions: Vec<NodeCondition>,
     /// `metadata.deletionTimestamp` is set.
     pub deleting: bool,
     /// `karpenter.sh/do-not-disrupt: "true"` on the node.
@@ -334,6 +337,50 @@ pub struct Node {
     /// only when their `*-hash-version` annotation is nodewright's (`hash::HASH_VERSION`).
     pub nodepool_hash: Option<String>,
     pub nodeclass_hash: Option<String>,
+}
+
+/// A node condition as reported (`status.conditions[]`), for node repair.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeCondition {
+    /// `Ready`, `KernelReady`, `AcceleratedHardwareReady`, ...
+    pub kind: String,
+    pub status: ConditionStatus,
+    /// `lastTransitionTime`, Unix seconds, when reported.
+    pub since: Option<i64>,
+}
+
+/// A condition's `status`: `True`, `False` or `Unknown` (anything else reads as Unknown,
+/// as the API server defines no other value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConditionStatus {
+    True,
+    False,
+    Unknown,
+}
+
+impl ConditionStatus {
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "True" => ConditionStatus::True,
+            "False" => ConditionStatus::False,
+            _ => ConditionStatus::Unknown,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionStatus::True => "True",
+            ConditionStatus::False => "False",
+            ConditionStatus::Unknown => "Unknown",
+        }
+    }
+}
+
+impl Node {
+    /// The condition `kind`, when the node reports it.
+    pub fn condition(&self, kind: &str) -> Option<&NodeCondition> {
+        self.conditions.iter().find(|c| c.kind == kind)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

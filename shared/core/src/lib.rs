@@ -24,6 +24,7 @@ pub mod interruption;
 pub mod nodeclaim;
 pub mod planning_view;
 pub mod provisioning;
+pub mod repair;
 pub mod resources;
 pub mod scheduling;
 pub mod snapshot;

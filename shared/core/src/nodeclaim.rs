@@ -102,6 +102,9 @@ pub enum DisruptionCause {
     Drifted,
     Empty,
     Underutilized,
+    /// Node repair: a condition the kubelet or the node monitoring agent reports stayed
+    /// unhealthy past its toleration, or EC2's status checks failed.
+    Unhealthy,
 }
 
 /// One NodeClaim as the store records it. Times are Unix seconds.
@@ -223,7 +226,7 @@ impl DisruptionCause {
     pub fn urgency(self) -> u8 {
         match self {
             DisruptionCause::InstanceStopped | DisruptionCause::InstanceTerminated => 3,
-            DisruptionCause::SpotInterrupted => 2,
+            DisruptionCause::SpotInterrupted | DisruptionCause::Unhealthy => 2,
             _ => 1,
         }
     }

@@ -51,6 +51,7 @@ pub mod lifecycle;
 pub mod ports;
 pub mod provision;
 pub mod reasons;
+pub mod repair;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod terminate;

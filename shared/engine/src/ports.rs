@@ -240,6 +240,11 @@ pub trait Cloud: Send + Sync {
     /// running, stopping or stopped: what may be adopted after a migration
     /// ([`crate::adopt`]). Listing them touches nothing.
     async fn cluster_instances_launched_by_karpenter(&self) -> Result<Vec<Instance>, CloudError>;
+    /// Instances whose EC2 status checks fail (`impaired`), with the failing checks and
+    /// since when: node repair's faster signal. Listing them touches nothing.
+    async fn impaired_instances(
+        &self,
+    ) -> Result<Vec<nodewright_core::repair::ImpairedInstance>, CloudError>;
 }
 
 // ----- Cluster -----------------------------------------------------------------------

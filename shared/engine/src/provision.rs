@@ -39,6 +39,7 @@ use crate::lease::{Acquired, LeaseKeeper};
 use crate::lifecycle::{self, LifecycleConfig, LifecycleReport};
 use crate::ports::{Decision, ObjectKind};
 use crate::reasons::{ClaimPods, Reasons, ReasonsInput, StatusFields};
+use crate::repair::{RepairReport, Repairer};
 
 pub use crate::launch::LaunchedClaim;
 
@@ -75,6 +76,8 @@ pub struct ProvisionerConfig {
     /// Spot-to-spot consolidation (`NODEWRIGHT_SPOT_TO_SPOT`): the provisioner's polls
     /// validate disruption commands, and must re-decide them as they were decided.
     pub spot_to_spot: bool,
+    /// Node repair (`NODEWRIGHT_NODE_REPAIR`, see [`crate::repair`]).
+    pub node_repair: bool,
 }
 
 impl ProvisionerConfig {
@@ -92,6 +95,7 @@ impl ProvisionerConfig {
             backoff: launch.backoff,
             adopt_karpenter_nodes: false,
             spot_to_spot: false,
+            node_repair: true,
         }
     }
 
@@ -142,6 +146,8 @@ pub struct TickReport {
     /// Ready nodes: kube-scheduler will place them.
     pub absorbed: HashSet<String>,
     pub lifecycle: LifecycleReport,
+    /// Unhealthy nodes repaired or held on this poll (see [`crate::repair`]).
+    pub repair: RepairReport,
     /// Disruption commands advanced on this poll (see [`crate::command`]).
     pub commands: CommandsReport,
     /// NodePools or node classes that could not be used, with the reason.
@@ -205,6 +211,8 @@ pub struct Provisioner {
     /// What could not be done, published once per finding per window (the memory
     /// lives as long as the warm Lambda).
     reasons: Reasons,
+    /// Node repair's memory (EC2 status checks read once a minute).
+    repairer: Repairer,
 }
 
 impl Provisioner {
@@ -215,6 +223,7 @@ impl Provisioner {
             config,
             decider: default_decider(),
             reasons: Reasons::new(),
+            repairer: Repairer::default(),
         }
     }
 
@@ -365,6 +374,7 @@ impl Provisioner {
             }
         };
         claims.iter().any(|c| in_motion(c.state))
+            || (self.config.node_repair && self.repairer.due(self.ports.clock.now()))
             || pods
                 .iter()
                 .any(|p| p.wants_capacity() && (recount_due || !counted.contains(&p.key())))
@@ -426,6 +436,20 @@ impl Provisioner {
             world.claims.extend(adopted);
         }
         lease.keep(&self.ports).await?;
+        // Repair first: the claims it disrupts are driven by this very reconcile.
+        let mut repaired = Vec::new();
+        if self.config.node_repair {
+            report.repair = self
+                .repairer
+                .repair(
+                    &self.ports,
+                    &world.state.nodes,
+                    &mut world.claims,
+                    &mut repaired,
+                    now,
+                )
+                .await?;
+        }
         let Gathered {
             state,
             claims,
@@ -445,6 +469,7 @@ impl Provisioner {
             Some(lease),
         )
         .await?;
+        report.lifecycle.disrupted.splice(0..0, repaired);
         if report.lifecycle.changed_cluster() {
             // Plan on the cluster as the reconciler left it: taints removed, nodes
             // initialized, pods evicted. A stale view launched a second node for pods

@@ -860,3 +860,187 @@ async fn each_live_claim_is_mirrored_rewritten_when_deleted_and_removed_once_ter
         env.cluster.mirrors().keys()
     );
 }
+
+/// A running node of the general-purpose pool with `pods` web pods bound to it.
+async fn initialized_node_with_pods(
+    env: &Env,
+    prov: &Provisioner,
+    prefix: &str,
+) -> (String, String) {
+    env.add_pods(prefix, 2);
+    let report = prov.tick().await.unwrap();
+    let claim = report.launched[0].name.clone();
+    let node = env.cluster.register_from(&env.cloud).remove(0);
+    env.cluster.set_ready(&node);
+    prov.tick().await.unwrap();
+    for i in 0..2 {
+        env.cluster
+            .bind_pod(&format!("default/{prefix}-{i}"), &node);
+    }
+    assert_eq!(env.claims_in(ClaimState::Initialized).len(), 1);
+    (claim, node)
+}
+
+#[tokio::test]
+async fn a_node_not_ready_for_thirty_minutes_is_repaired_forcefully_and_logged() {
+    use nodewright_core::cluster::ConditionStatus;
+    let env = Env::new();
+    let prov = env.provisioner();
+    let (claim, node) = initialized_node_with_pods(&env, &prov, "web").await;
+    let instance = env
+        .store
+        .get_claim(&claim)
+        .await
+        .unwrap()
+        .unwrap()
+        .instance_id
+        .unwrap();
+    // A budget that refuses every eviction: the pods cannot run on a dead node anyway.
+    env.cluster.with_state(|s| {
+        s.pdbs.push(nodewright_core::cluster::PodDisruptionBudget {
+            namespace: "default".into(),
+            name: "web".into(),
+            selector: Some(nodewright_core::testing::selector("web")),
+            min_available: Some(nodewright_core::cluster::IntOrPercent::Int(10)),
+            max_unavailable: None,
+            status_disruptions_allowed: None,
+        })
+    });
+    // The kubelet stops reporting: the node lifecycle controller turns Ready Unknown.
+    let lost_at = env.clock.now();
+    env.cluster
+        .set_condition(&node, "Ready", ConditionStatus::Unknown, lost_at);
+    env.clock.advance(Duration::from_secs(29 * 60));
+    let report = prov.tick().await.unwrap();
+    assert!(
+        report.repair.repaired.is_empty(),
+        "repaired before 30 minutes"
+    );
+    env.clock.advance(Duration::from_secs(60));
+    let report = prov.tick().await.unwrap();
+    assert_eq!(report.repair.repaired, vec![claim.clone()]);
+    assert!(
+        report.lifecycle.disrupted.iter().any(|d| d.claim == claim
+            && d.cause == nodewright_core::nodeclaim::DisruptionCause::Unhealthy)
+    );
+    // Forceful: the pods are deleted (not evicted against budgets), the instance goes.
+    for _ in 0..3 {
+        prov.tick().await.unwrap();
+    }
+    let stored = env.store.get_claim(&claim).await.unwrap().unwrap();
+    assert_eq!(stored.state, ClaimState::Terminated, "{stored:?}");
+    assert_eq!(
+        env.cloud.instance(&instance).unwrap().instance.state,
+        "terminated"
+    );
+    assert!(env.cluster.node(&node).is_none());
+    let decisions = env.store.all_decisions();
+    let repair = decisions
+        .iter()
+        .find(|d| d.job == "repair")
+        .expect("a repair decision");
+    assert!(
+        repair.reason.contains("Ready=Unknown for 30m0s"),
+        "{}",
+        repair.reason
+    );
+    assert!(
+        env.cluster
+            .events()
+            .iter()
+            .any(|e| e.reason == "Unhealthy" && e.name == node)
+    );
+}
+
+#[tokio::test]
+async fn an_instance_failing_its_ec2_status_checks_is_repaired_after_two_minutes() {
+    let env = Env::new();
+    let prov = env.provisioner();
+    let (claim, _node) = initialized_node_with_pods(&env, &prov, "web").await;
+    let instance = env
+        .store
+        .get_claim(&claim)
+        .await
+        .unwrap()
+        .unwrap()
+        .instance_id
+        .unwrap();
+    env.cloud.set_impaired(&instance, &["system"]);
+    env.clock.advance(Duration::from_secs(60));
+    assert!(prov.tick().await.unwrap().repair.repaired.is_empty());
+    // Status checks are read once a minute.
+    env.clock.advance(Duration::from_secs(61));
+    assert_eq!(prov.tick().await.unwrap().repair.repaired, vec![claim]);
+}
+
+#[tokio::test]
+async fn node_repair_turned_off_leaves_an_unhealthy_node_alone() {
+    use nodewright_core::cluster::ConditionStatus;
+    let env = Env::new();
+    let mut config = ProvisionerConfig::new("test-cluster", "holder-a");
+    config.node_repair = false;
+    let prov = Provisioner::new(env.ports.clone(), config);
+    let (_claim, node) = initialized_node_with_pods(&env, &prov, "web").await;
+    env.cluster
+        .set_condition(&node, "Ready", ConditionStatus::False, env.clock.now());
+    env.clock.advance(Duration::from_secs(3600));
+    let report = prov.tick().await.unwrap();
+    assert!(report.repair.repaired.is_empty());
+    assert_eq!(env.claims_in(ClaimState::Initialized).len(), 1);
+}
+
+#[tokio::test]
+async fn a_role_without_describe_instance_status_still_repairs_by_node_conditions() {
+    use nodewright_core::cluster::ConditionStatus;
+    let env = Env::new();
+    let prov = env.provisioner();
+    let (claim, node) = initialized_node_with_pods(&env, &prov, "web").await;
+    env.cloud.fail_next(
+        CloudOp::InstanceStatus,
+        CloudError::new(ErrorKind::Unauthorized, "UnauthorizedOperation"),
+    );
+    env.cluster.set_condition(
+        &node,
+        "KernelReady",
+        ConditionStatus::False,
+        env.clock.now(),
+    );
+    env.clock.advance(Duration::from_secs(30 * 60));
+    assert_eq!(prov.tick().await.unwrap().repair.repaired, vec![claim]);
+}
+
+#[tokio::test]
+async fn a_repair_cut_short_by_a_failure_is_finished_by_the_next_poll() {
+    use nodewright_core::cluster::ConditionStatus;
+    let env = Env::new();
+    let prov = env.provisioner();
+    let (claim, node) = initialized_node_with_pods(&env, &prov, "web").await;
+    env.cluster
+        .set_condition(&node, "Ready", ConditionStatus::False, env.clock.now());
+    env.clock.advance(Duration::from_secs(30 * 60));
+    // The instance cannot be terminated on this poll (the Lambda could as well have
+    // been killed): the claim stays on its way out and the next poll finishes it.
+    env.cloud.fail_next(
+        CloudOp::Terminate,
+        CloudError::new(ErrorKind::Unavailable, "timeout"),
+    );
+    let report = prov.tick().await.unwrap();
+    assert_eq!(report.repair.repaired, vec![claim.clone()]);
+    let stored = env.store.get_claim(&claim).await.unwrap().unwrap();
+    assert!(stored.state.is_being_taken_away(), "{stored:?}");
+    // A fresh provisioner, as after a cold start: the claim's state is enough.
+    let next = env.provisioner();
+    next.tick().await.unwrap();
+    next.tick().await.unwrap();
+    let stored = env.store.get_claim(&claim).await.unwrap().unwrap();
+    assert_eq!(stored.state, ClaimState::Terminated);
+    assert_eq!(
+        env.store
+            .all_decisions()
+            .iter()
+            .filter(|d| d.job == "repair")
+            .count(),
+        1,
+        "repaired once"
+    );
+}

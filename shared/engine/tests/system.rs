@@ -1188,3 +1188,157 @@ async fn a_fargate_pod_in_the_simulator_never_causes_a_launch_while_an_ordinary_
         .collect();
     assert_eq!(pending, vec!["default/batch-0".to_string()]);
 }
+
+/// m5.large only: one 1500m pod a node.
+fn one_pod_a_node_pool() -> NodePool {
+    node_pool(
+        "general-purpose",
+        vec![
+            req("node.kubernetes.io/instance-type", &["m5.large"]),
+            req(LABEL_CAPACITY_TYPE, &["on-demand"]),
+        ],
+    )
+}
+
+fn repaired_claims(report: &Report) -> Vec<NodeClaim> {
+    report
+        .world
+        .store
+        .claims()
+        .into_iter()
+        .filter(|c| {
+            c.disruption
+                .as_ref()
+                .is_some_and(|d| d.cause == DisruptionCause::Unhealthy)
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_node_not_ready_for_thirty_minutes_is_repaired_and_its_pods_run_again() {
+    let mut s = scenario(one_pod_a_node_pool(), 60);
+    s.deployments.push(with_budget(
+        deployment("web", "1500m", "1Gi", vec![(0, 3)]),
+        3,
+    ));
+    s.disturbances = vec![at(
+        5,
+        Disturbance::NodeNotReady {
+            target: Target::Busiest,
+            count: 1,
+        },
+    )];
+    let report = simulate(&s).await;
+
+    assert_scenario_settled(&report);
+    let repaired = repaired_claims(&report);
+    assert_eq!(repaired.len(), 1, "{:#?}", report.timeline);
+    let since = repaired[0].disruption.as_ref().unwrap().since - report.world.started_at();
+    // Ready Unknown at 5m, repaired within a poll of 35m (a PDB that allows no eviction
+    // does not hold it: the pod cannot run there).
+    assert!(
+        (35 * 60..35 * 60 + 10).contains(&since),
+        "repaired at {since}s"
+    );
+    let running = report
+        .world
+        .cluster
+        .snapshot()
+        .pods
+        .iter()
+        .filter(|p| p.node_name.is_some())
+        .count();
+    assert_eq!(running, 3, "every web pod runs again");
+}
+
+#[tokio::test(start_paused = true)]
+async fn five_of_ten_nodes_failing_at_once_repairs_two_and_blocks_the_rest_with_the_event() {
+    let mut s = scenario(one_pod_a_node_pool(), 41);
+    s.deployments
+        .push(deployment("web", "1500m", "1Gi", vec![(0, 10)]));
+    s.disturbances = vec![at(
+        5,
+        Disturbance::NodeNotReady {
+            target: Target::Random,
+            count: 5,
+        },
+    )];
+    let report = simulate(&s).await;
+
+    // The first repair pass: two repaired, three held.
+    let decisions: Vec<_> = report
+        .world
+        .store
+        .all_decisions()
+        .into_iter()
+        .filter(|d| d.job == "repair")
+        .collect();
+    let first = decisions.iter().map(|d| d.at).min().expect("a repair pass");
+    let pass: Vec<&str> = decisions
+        .iter()
+        .filter(|d| d.at == first)
+        .map(|d| d.action.split(' ').next().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        pass.iter().filter(|a| **a == "repair").count(),
+        2,
+        "20% of ten at once: {decisions:#?}"
+    );
+    assert_eq!(pass.iter().filter(|a| **a == "hold").count(), 3);
+    let events = report.world.cluster.events();
+    let blocked: std::collections::BTreeSet<String> = events
+        .iter()
+        .filter(|e| e.reason == "NodeRepairBlocked" && e.kind == "Node")
+        .map(|e| e.name.clone())
+        .collect();
+    assert_eq!(blocked.len(), 3, "{events:#?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason == "NodeRepairBlocked" && e.kind == "NodePool"),
+        "the NodePool hears of it too"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wave_of_failures_is_repaired_a_fifth_of_the_pool_at_a_time_until_all_run() {
+    let mut s = scenario(one_pod_a_node_pool(), 120);
+    s.deployments
+        .push(deployment("web", "1500m", "1Gi", vec![(0, 10)]));
+    s.disturbances = vec![at(
+        5,
+        Disturbance::NodeNotReady {
+            target: Target::Random,
+            count: 5,
+        },
+    )];
+    let report = simulate(&s).await;
+
+    assert_scenario_settled(&report);
+    assert_eq!(repaired_claims(&report).len(), 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_instance_failing_its_status_checks_is_repaired_within_minutes() {
+    let mut s = scenario(one_pod_a_node_pool(), 20);
+    s.deployments
+        .push(deployment("web", "1500m", "1Gi", vec![(0, 3)]));
+    s.disturbances = vec![at(
+        5,
+        Disturbance::InstanceImpaired {
+            target: Target::Oldest,
+            count: 1,
+        },
+    )];
+    let report = simulate(&s).await;
+
+    assert_scenario_settled(&report);
+    let repaired = repaired_claims(&report);
+    assert_eq!(repaired.len(), 1);
+    let since = repaired[0].disruption.as_ref().unwrap().since - report.world.started_at();
+    // Two minutes of failed checks, read once a minute.
+    assert!(
+        (7 * 60..=8 * 60 + 10).contains(&since),
+        "repaired at {since}s"
+    );
+}

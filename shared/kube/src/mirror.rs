@@ -291,6 +291,7 @@ pub fn cause_reason(cause: DisruptionCause) -> &'static str {
         DisruptionCause::InstanceTerminated => "InstanceTerminated",
         DisruptionCause::ScheduledChange => "ScheduledChange",
         DisruptionCause::Unregistered => "Unregistered",
+        DisruptionCause::Unhealthy => "Unhealthy",
     }
 }
 

@@ -38,6 +38,9 @@ pub struct Config {
     /// by cheaper spot nodes (Karpenter's SpotToSpotConsolidation). Read by the
     /// disruption function, and by the provisioner, whose polls validate its commands.
     pub spot_to_spot: bool,
+    /// `NODEWRIGHT_NODE_REPAIR` (default true): the provisioner replaces nodes that stay
+    /// unhealthy (Karpenter's NodeRepair, off by default there; on in EKS Auto Mode).
+    pub node_repair: bool,
     /// `NODEWRIGHT_KUBE_QPS` (default 20) and `NODEWRIGHT_KUBE_BURST` (default 40): the
     /// most requests per second the function sends the Kubernetes API on average, and
     /// at once (client-go's QPS and burst; see `nodewright_kube::client`).
@@ -81,8 +84,8 @@ impl Config {
                 }
             },
         };
-        let flag = |name: &'static str| match get(name).as_deref() {
-            None => Ok(false),
+        let flag_or = |name: &'static str, default: bool| match get(name).as_deref() {
+            None => Ok(default),
             Some("true" | "1" | "yes") => Ok(true),
             Some("false" | "0" | "no") => Ok(false),
             Some(v) => Err(ConfigError::Malformed {
@@ -91,7 +94,9 @@ impl Config {
                 expected: "true or false",
             }),
         };
+        let flag = |name: &'static str| flag_or(name, false);
         let dry_run = flag("NODEWRIGHT_DRY_RUN")?;
+        let node_repair = flag_or("NODEWRIGHT_NODE_REPAIR", true)?;
         let adopt_karpenter_nodes = flag("NODEWRIGHT_ADOPT_KARPENTER_NODES")?;
         let spot_to_spot = flag("NODEWRIGHT_SPOT_TO_SPOT")?;
         let ssm_public_prefix =
@@ -149,6 +154,7 @@ impl Config {
             provisioner_function: get("NODEWRIGHT_PROVISIONER_FUNCTION"),
             adopt_karpenter_nodes,
             spot_to_spot,
+            node_repair,
             api_rate: ApiRate { qps, burst },
         })
     }
@@ -175,6 +181,7 @@ mod tests {
         assert_eq!(c.poll_interval, Duration::from_secs(5));
         assert!(!c.dry_run);
         assert!(!c.spot_to_spot);
+        assert!(c.node_repair, "node repair is on unless turned off");
         assert_eq!(c.kubeconfig, None);
         assert_eq!(c.ssm_public_prefix, "/aws/service");
         assert_eq!(c.rebalance_action, RebalanceAction::Replace);

@@ -395,6 +395,8 @@ pub fn cause_label(cause: DisruptionCause) -> &'static str {
         DisruptionCause::Drifted => "drifted",
         DisruptionCause::Empty => "empty",
         DisruptionCause::Underutilized => "underutilized",
+        // Karpenter's node health controller counts its repairs as `unhealthy`.
+        DisruptionCause::Unhealthy => "unhealthy",
     }
 }
 

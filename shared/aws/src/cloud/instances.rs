@@ -3,9 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use aws_sdk_ec2::types::{Filter, InstanceLifecycleType};
+use aws_sdk_ec2::types::{Filter, InstanceLifecycleType, StatusType, SummaryStatus};
 
 use nodewright_core::catalog::CapacityType;
+use nodewright_core::repair::ImpairedInstance;
 use nodewright_engine::ports::{CloudError, ErrorKind, Instance};
 
 use super::{
@@ -95,6 +96,70 @@ impl Ec2Cloud {
     }
 
     /// DescribeInstances over all pages: each instance with its tags.
+    /// Instances whose EC2 instance or system status check fails
+    /// (DescribeInstanceStatus, filtered server-side to `impaired`; two filter sets, as
+    /// EC2 ANDs filters of different names). Every instance of the account may be
+    /// listed: callers act only on instances their claims record.
+    pub(super) async fn describe_impaired_instances(
+        &self,
+    ) -> Result<Vec<ImpairedInstance>, CloudError> {
+        let mut by_id: BTreeMap<String, ImpairedInstance> = BTreeMap::new();
+        for (filter, check) in [
+            ("instance-status.status", "instance"),
+            ("system-status.status", "system"),
+        ] {
+            let mut next: Option<String> = None;
+            loop {
+                let out = self
+                    .ec2
+                    .describe_instance_status()
+                    .filters(Filter::builder().name(filter).values("impaired").build())
+                    .set_next_token(next.take())
+                    .send()
+                    .await
+                    .map_err(|e| cloud_error("DescribeInstanceStatus", e))?;
+                for status in out.instance_statuses.unwrap_or_default() {
+                    let Some(id) = status.instance_id else {
+                        continue;
+                    };
+                    let summary = if check == "instance" {
+                        status.instance_status
+                    } else {
+                        status.system_status
+                    };
+                    let Some(summary) = summary else { continue };
+                    if summary.status != Some(SummaryStatus::Impaired) {
+                        continue;
+                    }
+                    // The earliest failing check's time; EC2 omits it for checks that
+                    // have not failed.
+                    let since = summary
+                        .details
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter(|d| d.status == Some(StatusType::Failed))
+                        .filter_map(|d| d.impaired_since.map(|t| t.secs()))
+                        .min();
+                    let entry = by_id.entry(id.clone()).or_insert(ImpairedInstance {
+                        instance_id: id,
+                        checks: Vec::new(),
+                        since,
+                    });
+                    entry.checks.push(check.to_string());
+                    entry.since = match (entry.since, since) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+                match out.next_token {
+                    Some(t) if !t.is_empty() => next = Some(t),
+                    _ => break,
+                }
+            }
+        }
+        Ok(by_id.into_values().collect())
+    }
+
     async fn describe_instances(
         &self,
         filters: Vec<Filter>,

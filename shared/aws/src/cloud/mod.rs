@@ -176,6 +176,12 @@ impl Cloud for Ec2Cloud {
     async fn cluster_instances_launched_by_karpenter(&self) -> Result<Vec<Instance>, CloudError> {
         self.describe_karpenter_instances().await
     }
+
+    async fn impaired_instances(
+        &self,
+    ) -> Result<Vec<nodewright_core::repair::ImpairedInstance>, CloudError> {
+        self.describe_impaired_instances().await
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {

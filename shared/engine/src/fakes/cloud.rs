@@ -11,6 +11,7 @@ pub enum CloudOp {
     Terminate,
     OwnedInstances,
     KarpenterInstances,
+    InstanceStatus,
 }
 
 /// An instance the fake cloud holds, with the request that launched it.
@@ -38,6 +39,8 @@ struct CloudInner {
     /// Ids of the instances Karpenter launched (`insert_karpenter_instance`): not
     /// nodewright's, so not in `owned_instances`.
     karpenter: HashSet<String>,
+    /// Instances whose status checks fail: id → (failing checks, since).
+    impaired: BTreeMap<String, (Vec<String>, i64)>,
     faults: Faults<CloudOp, CloudError>,
     calls: Vec<Call<CloudOp>>,
     next_id: u64,
@@ -90,6 +93,7 @@ impl FakeCloud {
                 tokens: HashMap::new(),
                 out_of_capacity: HashSet::new(),
                 karpenter: HashSet::new(),
+                impaired: BTreeMap::new(),
                 faults: Faults::default(),
                 calls: Vec::new(),
                 next_id: 1,
@@ -289,6 +293,25 @@ impl FakeCloud {
             request,
         });
         instance
+    }
+
+    /// The instance's status checks start failing now (`checks`: `instance`, `system`);
+    /// an empty list makes them pass again. False if there is no such instance.
+    pub fn set_impaired(&self, id: &str, checks: &[&str]) -> bool {
+        let now = self.clock.now();
+        let mut inner = lock(&self.inner);
+        if !inner.by_id.contains_key(id) {
+            return false;
+        }
+        if checks.is_empty() {
+            inner.impaired.remove(id);
+        } else {
+            inner.impaired.insert(
+                id.to_string(),
+                (checks.iter().map(|c| c.to_string()).collect(), now),
+            );
+        }
+        true
     }
 
     /// Sets an instance's state ("stopped", "shutting-down", ...) as EC2 would change it.
@@ -512,6 +535,34 @@ impl Cloud for FakeCloud {
                 i.instance.state != "terminated" && !inner.karpenter.contains(&i.instance.id)
             })
             .map(|i| i.instance.clone())
+            .collect())
+    }
+
+    async fn impaired_instances(
+        &self,
+    ) -> Result<Vec<nodewright_core::repair::ImpairedInstance>, CloudError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(CloudOp::InstanceStatus, "") {
+            return Err(e);
+        }
+        let inner = lock(&self.inner);
+        // EC2 reports status checks of running instances only.
+        Ok(inner
+            .impaired
+            .iter()
+            .filter(|(id, _)| {
+                inner
+                    .by_id
+                    .get(*id)
+                    .is_some_and(|&at| inner.instances[at].instance.state == "running")
+            })
+            .map(
+                |(id, (checks, since))| nodewright_core::repair::ImpairedInstance {
+                    instance_id: id.clone(),
+                    checks: checks.clone(),
+                    since: Some(*since),
+                },
+            )
             .collect())
     }
 

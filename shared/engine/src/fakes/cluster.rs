@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::ports::MirrorReport;
+use nodewright_core::cluster::{ConditionStatus, NodeCondition};
 use nodewright_core::disruption::hash;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -431,6 +432,41 @@ impl FakeCluster {
         match inner.state.nodes.iter_mut().find(|n| n.name == name) {
             Some(n) => {
                 n.ready = true;
+                n.conditions.retain(|c| c.kind != "Ready");
+                n.conditions.push(NodeCondition {
+                    kind: "Ready".into(),
+                    status: ConditionStatus::True,
+                    since: n.ready_since,
+                });
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The node reports condition `kind` with `status` since `since`, as the kubelet,
+    /// the node lifecycle controller (Ready Unknown when the kubelet stops reporting)
+    /// or the node monitoring agent would write it. False if there is no such node.
+    pub fn set_condition(
+        &self,
+        name: &str,
+        kind: &str,
+        status: ConditionStatus,
+        since: i64,
+    ) -> bool {
+        let mut inner = lock(&self.inner);
+        match inner.state.nodes.iter_mut().find(|n| n.name == name) {
+            Some(n) => {
+                if kind == "Ready" {
+                    n.ready = status == ConditionStatus::True;
+                    n.ready_since = n.ready.then_some(since);
+                }
+                n.conditions.retain(|c| c.kind != kind);
+                n.conditions.push(NodeCondition {
+                    kind: kind.into(),
+                    status,
+                    since: Some(since),
+                });
                 true
             }
             None => false,

@@ -13,6 +13,7 @@ use async_trait::async_trait;
 
 use nodewright_core::api::model::Ec2NodeClass;
 use nodewright_core::catalog::Catalog;
+use nodewright_core::repair::ImpairedInstance;
 
 use crate::fakes::{FakeCloud, FakeInstance};
 use crate::ports::{
@@ -131,5 +132,9 @@ impl Cloud for Ec2 {
             i.state = self.state_of(i);
         }
         Ok(out)
+    }
+
+    async fn impaired_instances(&self) -> Result<Vec<ImpairedInstance>, CloudError> {
+        self.fake.impaired_instances().await
     }
 }

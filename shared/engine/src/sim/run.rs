@@ -95,6 +95,11 @@ pub enum Disturbance {
     ScheduledChange { target: Target, notice: Duration },
     /// Someone stops the instance without notice.
     InstanceStopped { target: Target },
+    /// The kubelets of `count` nodes stop reporting: the node lifecycle controller turns
+    /// their Ready condition Unknown and taints them unreachable; their pods stay bound.
+    NodeNotReady { target: Target, count: u32 },
+    /// EC2's status checks of `count` instances fail (instance and system).
+    InstanceImpaired { target: Target, count: u32 },
     /// No capacity for these offerings for `duration` (empty zones: every zone; empty
     /// capacity types: both).
     CapacityShortage {
@@ -260,6 +265,8 @@ pub struct Summary {
     /// Claims taken away after an interruption event (spot, rebalance, scheduled
     /// change, stop, termination), and finished.
     pub interruptions: usize,
+    /// Unhealthy nodes node repair replaced (their claims terminated).
+    pub repairs: usize,
     pub drain_seconds_max: f64,
     pub events_sent: usize,
     pub duplicate_deliveries: usize,
@@ -497,6 +504,40 @@ impl Run<'_> {
                 }
                 None
             }
+            Disturbance::NodeNotReady { target, count } => {
+                let chosen = self.choose_several(target, *count);
+                if chosen.is_empty() {
+                    w.log("node not ready: no instance running; nothing changed");
+                }
+                for i in chosen {
+                    let Some(node) = self.node_of(&i) else {
+                        w.log(format!(
+                            "node not ready: {i} has no node yet; nothing changed"
+                        ));
+                        continue;
+                    };
+                    w.kubelet_stops(&node, now);
+                    w.log(format!(
+                        "{node} ({i}, {}): kubelet stopped reporting, Ready Unknown",
+                        self.describe_instance(&i)
+                    ));
+                }
+                None
+            }
+            Disturbance::InstanceImpaired { target, count } => {
+                let chosen = self.choose_several(target, *count);
+                if chosen.is_empty() {
+                    w.log("instance impaired: no instance running; nothing changed");
+                }
+                for i in chosen {
+                    w.cloud.set_impaired(&i, &["instance", "system"]);
+                    w.log(format!(
+                        "{i} ({}): EC2 status checks impaired",
+                        self.describe_instance(&i)
+                    ));
+                }
+                None
+            }
             Disturbance::CapacityShortage {
                 instance_types,
                 zones,
@@ -589,12 +630,52 @@ impl Run<'_> {
 
     /// The instance `target` names among the running ones (of `capacity_type`).
     fn choose(&self, target: &Target, capacity_type: Option<CapacityType>) -> Option<String> {
+        self.choose_except(target, capacity_type, &HashSet::new())
+    }
+
+    /// `count` distinct running instances `target` names, one after the other.
+    fn choose_several(&self, target: &Target, count: u32) -> Vec<String> {
+        let mut chosen = HashSet::new();
+        let mut out = Vec::new();
+        for _ in 0..count {
+            let Some(id) = self.choose_except(target, None, &chosen) else {
+                break;
+            };
+            chosen.insert(id.clone());
+            out.push(id);
+        }
+        out
+    }
+
+    /// The node of instance `id`, if it registered.
+    fn node_of(&self, id: &str) -> Option<String> {
+        let suffix = format!("/{id}");
+        self.world
+            .cluster
+            .snapshot()
+            .nodes
+            .iter()
+            .find(|n| {
+                n.provider_id
+                    .as_deref()
+                    .is_some_and(|p| p.ends_with(&suffix))
+            })
+            .map(|n| n.name.clone())
+    }
+
+    /// [`Self::choose`] among the instances not in `except`.
+    fn choose_except(
+        &self,
+        target: &Target,
+        capacity_type: Option<CapacityType>,
+        except: &HashSet<String>,
+    ) -> Option<String> {
         let mut candidates: Vec<(String, i64)> = self
             .world
             .ec2
             .instances()
             .into_iter()
-            .filter(|fi| fi.instance.state == "running")
+            .filter(|fi| fi.instance.state == "running" && !except.contains(&fi.instance.id))
             .filter(|fi| capacity_type.is_none_or(|c| fi.instance.capacity_type == c))
             .map(|fi| (fi.instance.id, fi.instance.launch_time))
             .collect();
@@ -798,6 +879,11 @@ impl Run<'_> {
             .iter()
             .filter(|d| is_interruption(d.cause) && d.terminated_at.is_some())
             .count();
+        let repairs = w
+            .disruptions()
+            .iter()
+            .filter(|d| d.cause == DisruptionCause::Unhealthy && d.terminated_at.is_some())
+            .count();
         let drain_max = drains
             .iter()
             .filter_map(|d| d.drain_seconds)
@@ -837,6 +923,7 @@ impl Run<'_> {
             node_hours,
             cost,
             interruptions,
+            repairs,
             drain_seconds_max: drain_max,
             events_sent: queue.sent,
             duplicate_deliveries: queue.duplicated,

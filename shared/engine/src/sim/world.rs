@@ -316,6 +316,31 @@ impl World {
         o.killed_pods.extend(killed);
     }
 
+    /// The kubelet of `node` stops reporting (the instance keeps running): after its
+    /// grace the node lifecycle controller sets Ready Unknown and taints the node
+    /// `node.kubernetes.io/unreachable`, so nothing new is scheduled there. Its pods
+    /// stay bound, not running, until the node is repaired.
+    pub fn kubelet_stops(&self, node: &str, now: i64) {
+        use nodewright_core::api::model::{Taint, TaintEffect};
+        use nodewright_core::cluster::ConditionStatus;
+        self.cluster
+            .set_condition(node, "Ready", ConditionStatus::Unknown, now);
+        self.cluster.with_state(|s| {
+            if let Some(n) = s.nodes.iter_mut().find(|n| n.name == node) {
+                for effect in [TaintEffect::NoSchedule, TaintEffect::NoExecute] {
+                    let taint = Taint {
+                        key: "node.kubernetes.io/unreachable".into(),
+                        value: None,
+                        effect,
+                    };
+                    if !n.taints.contains(&taint) {
+                        n.taints.push(taint);
+                    }
+                }
+            }
+        });
+    }
+
     fn envelope(&self) -> Envelope {
         Envelope {
             id: self.with_rng(Rng::uuid),

@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::{do_not_disrupt, quantity, taint_effect, unix};
 use crate::api::model::Taint;
-use crate::cluster::Node;
+use crate::cluster::{ConditionStatus, Node, NodeCondition};
 use crate::resources::Resources;
 use crate::snapshot::error::{Result, SnapshotError};
 
@@ -45,6 +45,19 @@ pub fn node_from_k8s(node: &core::Node) -> Result<Node, SnapshotError> {
         out.ready_since = ready
             .and_then(|c| c.last_transition_time.as_ref())
             .map(unix);
+        // Only what node repair reads: a node reports a dozen conditions, and a view
+        // of thousands of nodes keeps them all.
+        out.conditions = status
+            .conditions
+            .iter()
+            .flatten()
+            .filter(|c| crate::repair::WATCHED_CONDITIONS.contains(&c.type_.as_str()))
+            .map(|c| NodeCondition {
+                kind: c.type_.clone(),
+                status: ConditionStatus::parse(&c.status),
+                since: c.last_transition_time.as_ref().map(unix),
+            })
+            .collect();
     }
     let meta = &node.metadata;
     out.created_at = meta.creation_timestamp.as_ref().map(unix);
