@@ -29,6 +29,7 @@ mod chart;
 mod disrupt;
 mod event;
 mod explain;
+mod fields;
 mod scenario;
 mod simulate;
 mod status;
@@ -60,6 +61,10 @@ enum Command {
         /// YAML or JSON files holding karpenter.sh/v1 NodePools and karpenter.k8s.aws/v1 EC2NodeClasses.
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        /// List every Karpenter field present with what nodewright does with it, the
+        /// honoured ones too (by default only those not fully honoured are listed).
+        #[arg(long)]
+        fields: bool,
     },
     /// Show how nodewright reads an EventBridge interruption event: kind, instances, action.
     Event(event::EventArgs),
@@ -114,7 +119,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate::run(&args),
         Command::Plan(args) => plan(&args),
         Command::Disrupt(args) => disrupt::run(&args),
-        Command::Validate { files } => validate(&files),
+        Command::Validate { files, fields } => validate(&files, fields),
         Command::Event(args) => event::run(&args).map_err(|e| Failure::Unusable(e.to_string())),
         Command::Status(args) => status::run(&args),
         Command::Explain(args) => explain::run(&args),
@@ -152,8 +157,19 @@ pub(crate) fn load_manifests(files: &[PathBuf]) -> Result<Manifests, Failure> {
     })
 }
 
-fn validate(files: &[PathBuf]) -> Result<(), Failure> {
-    let manifests = load_manifests(files)?;
+/// Prints the fields not fully honoured (every field with `all_fields`; unknown ones as
+/// warnings on stderr), then validates: they never change the exit code.
+fn validate(files: &[PathBuf], all_fields: bool) -> Result<(), Failure> {
+    let documents = fields::read_documents(files)?;
+    let lines = fields::field_lines(&documents, all_fields);
+    for line in &lines.report {
+        println!("{line}");
+    }
+    for warning in &lines.warnings {
+        eprintln!("{warning}");
+    }
+    let manifests = api::validate(&documents)
+        .map_err(|problems| Failure::Invalid(problems.iter().map(|p| p.to_string()).collect()))?;
     println!(
         "valid: {} NodePool(s), {} EC2NodeClass(es)",
         manifests.node_pools.len(),

@@ -22,6 +22,7 @@ use nodewright_core::catalog::CapacityType;
 use nodewright_core::cluster::DaemonSet;
 use nodewright_core::interruption::RebalanceAction;
 use nodewright_core::snapshot::{pdb_from_k8s, pod_from_k8s};
+use nodewright_engine::sim::faults::FaultConfig;
 use nodewright_engine::sim::{Deployment, Disturbance, Scenario, ScheduledDisturbance, Target};
 use serde::Deserialize;
 
@@ -75,6 +76,31 @@ struct File {
     daemon_sets: Vec<DaemonSetSpec>,
     #[serde(default)]
     events: Vec<EventSpec>,
+    faults: Option<FaultsSpec>,
+}
+
+/// `faults`: injected failures, stalls and crashes (docs/simulator.md).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct FaultsSpec {
+    /// Probability that a call fails or stalls (default 0.05).
+    rate: Option<f64>,
+    /// Mean virtual time between two crashes of an invocation (none: no crash).
+    crash_every: Option<Dur>,
+    /// Default: the scenario's seed.
+    seed: Option<u64>,
+    /// Faults stop this long after the start (default: they last the run).
+    until: Option<Dur>,
+    #[serde(default)]
+    ports: PortRates,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct PortRates {
+    ec2: Option<f64>,
+    dynamodb: Option<f64>,
+    kubernetes: Option<f64>,
 }
 
 #[derive(Deserialize, Clone, Copy)]
@@ -141,6 +167,21 @@ struct EventSpec {
     node_not_ready: Option<SeveralSpec>,
     instance_impaired: Option<SeveralSpec>,
     capacity_shortage: Option<ShortageSpec>,
+    scale_node_pool: Option<ScaleSpec>,
+    image_release: Option<EmptySpec>,
+}
+
+/// An event that needs nothing more than its time: `imageRelease: {}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EmptySpec {}
+
+/// `kubectl scale nodepool <nodepool> --replicas=<replicas>`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScaleSpec {
+    nodepool: String,
+    replicas: u32,
 }
 
 /// A target and how many distinct instances it hits (default 1).
@@ -162,7 +203,7 @@ impl SeveralSpec {
     }
 }
 
-const EVENT_KINDS: &str = "spotInterruption, rebalanceRecommendation, scheduledChange, instanceStopped, nodeNotReady, instanceImpaired or capacityShortage";
+const EVENT_KINDS: &str = "spotInterruption, rebalanceRecommendation, scheduledChange, instanceStopped, nodeNotReady, instanceImpaired, capacityShortage, scaleNodePool or imageRelease";
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -276,6 +317,9 @@ pub fn parse(file: &str, text: &str, dir: &Path) -> Result<Scenario, ScenarioErr
             )));
         }
         scenario.world.queue.duplicate_rate = rate;
+    }
+    if let Some(f) = spec.faults {
+        scenario.faults = Some(faults(f, scenario.seed).map_err(|m| fail(format!("faults{m}")))?);
     }
 
     // Manifests: inline documents and files, validated together (a NodePool may name
@@ -410,6 +454,26 @@ fn daemonset(d: DaemonSetSpec) -> Result<DaemonSet, String> {
 
 /// The disturbance an event describes; errors start with the field path after
 /// `events[i]`.
+/// The `faults` section; an error names the field (`.rate: ...`).
+fn faults(f: FaultsSpec, seed: u64) -> Result<FaultConfig, String> {
+    let rate = |field: &str, r: Option<f64>| match r {
+        Some(r) if !(0.0..=1.0).contains(&r) => {
+            Err(format!(".{field}: {r} is not between 0 and 1"))
+        }
+        r => Ok(r),
+    };
+    let defaults = FaultConfig::default();
+    Ok(FaultConfig {
+        rate: rate("rate", f.rate)?.unwrap_or(defaults.rate),
+        crash_every: f.crash_every.map(|d| d.0),
+        seed: f.seed.unwrap_or(seed),
+        ec2: rate("ports.ec2", f.ports.ec2)?,
+        dynamodb: rate("ports.dynamodb", f.ports.dynamodb)?,
+        kubernetes: rate("ports.kubernetes", f.ports.kubernetes)?,
+        until: f.until.map(|d| d.0),
+    })
+}
+
 fn disturbance(e: EventSpec, scenario: &Scenario) -> Result<ScheduledDisturbance, String> {
     let mut kinds: Vec<Disturbance> = Vec::new();
     if let Some(t) = e.spot_interruption {
@@ -478,6 +542,30 @@ fn disturbance(e: EventSpec, scenario: &Scenario) -> Result<ScheduledDisturbance
             duration: s.duration.0,
         });
     }
+    if let Some(s) = e.scale_node_pool {
+        match scenario.node_pools.iter().find(|p| p.name == s.nodepool) {
+            None => {
+                return Err(format!(
+                    ".scaleNodePool.nodepool: NodePool {:?} is not in the scenario's manifests",
+                    s.nodepool
+                ));
+            }
+            // The CRD refuses a change between static and dynamic (Karpenter's rule).
+            Some(p) if !p.is_static() => {
+                return Err(format!(
+                    ".scaleNodePool.nodepool: NodePool {:?} has no spec.replicas: only a static NodePool scales",
+                    s.nodepool
+                ));
+            }
+            Some(_) => kinds.push(Disturbance::ScaleNodePool {
+                node_pool: s.nodepool,
+                replicas: s.replicas,
+            }),
+        }
+    }
+    if e.image_release.is_some() {
+        kinds.push(Disturbance::ImageRelease);
+    }
     match kinds.len() {
         1 => Ok(ScheduledDisturbance {
             at: e.at.0,
@@ -521,6 +609,32 @@ manifests:
       subnetSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
       securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
 "#;
+
+    #[test]
+    fn faults_read_with_per_port_rates_and_the_scenario_seed_by_default() {
+        let text = format!(
+            "seed: 9\nfaults: {{rate: 0.05, crashEvery: 30m, until: 23h, ports: {{ec2: 0.1}}}}\nevents:\n  - {{at: 1h, imageRelease: {{}}}}\n{POOLS}"
+        );
+        let s = parse("s.yaml", &text, Path::new(".")).unwrap();
+        let f = s.faults.unwrap();
+        assert_eq!(f.seed, 9);
+        assert_eq!(f.crash_every, Some(std::time::Duration::from_secs(1800)));
+        assert_eq!(f.until, Some(std::time::Duration::from_secs(23 * 3600)));
+        assert_eq!((f.ec2_rate(), f.dynamodb_rate()), (0.1, 0.05));
+        assert_eq!(s.disturbances[0].disturbance, Disturbance::ImageRelease);
+        let bad = format!("faults: {{ports: {{kubernetes: 2}}}}\n{POOLS}");
+        assert!(
+            error(&bad).contains("faults.ports.kubernetes: 2 is not between 0 and 1"),
+            "{}",
+            error(&bad)
+        );
+        assert!(
+            parse("s.yaml", POOLS, Path::new("."))
+                .unwrap()
+                .faults
+                .is_none()
+        );
+    }
 
     #[test]
     fn the_bundled_scenario_reads() {

@@ -230,7 +230,7 @@ fn drain_json(d: &DrainRecord) -> Value {
 /// The stable JSON document (docs/simulator.md, "JSON").
 pub fn render_json(report: &Report) -> String {
     let s = &report.summary;
-    let doc = json!({
+    let mut doc = json!({
         "scenario": report.scenario,
         "seed": report.seed,
         "summary": {
@@ -279,6 +279,21 @@ pub fn render_json(report: &Report) -> String {
         })).collect::<Vec<_>>(),
         "problems": report.problems,
     });
+    if let Some(f) = &s.faults {
+        doc["summary"]["faults"] = json!({
+            "ec2": {"throttled": f.ec2_throttled, "unavailable": f.ec2_unavailable,
+                    "capacityStorms": f.capacity_storms, "stormOfferings": f.storm_offerings},
+            "dynamodb": {"throttled": f.dynamodb_throttled, "unavailable": f.dynamodb_unavailable,
+                         "conflicts": f.dynamodb_conflicts},
+            "kubernetes": {"throttled": f.kubernetes_throttled,
+                           "unavailable": f.kubernetes_unavailable,
+                           "slowEvictions": f.slow_evictions, "watchDrops": f.watch_drops},
+            "stalls": f.stalls,
+            "crashes": f.crashes,
+            "lateEvents": f.late_events,
+            "freezes": f.freezes,
+        });
+    }
     serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
 }
 
@@ -450,5 +465,93 @@ pub fn render_table(report: &Report, wall: Duration) -> String {
     }
     row(&mut out, "PDB violations", s.pdb_violations.to_string());
     row(&mut out, "consolidation", consolidation(s));
+    if let Some(f) = &s.faults {
+        row(
+            &mut out,
+            "faults",
+            format!(
+                "EC2 {} throttled, {} 5xx, {} capacity storm(s) ({} offerings); DynamoDB {} throttled, {} 5xx, {} conflict(s)",
+                f.ec2_throttled,
+                f.ec2_unavailable,
+                f.capacity_storms,
+                f.storm_offerings,
+                f.dynamodb_throttled,
+                f.dynamodb_unavailable,
+                f.dynamodb_conflicts
+            ),
+        );
+        row(
+            &mut out,
+            "",
+            format!(
+                "Kubernetes {} throttled, {} 5xx/timeouts, {} slow eviction(s), {} dropped watch(es); {} stall(s)",
+                f.kubernetes_throttled,
+                f.kubernetes_unavailable,
+                f.slow_evictions,
+                f.watch_drops,
+                f.stalls
+            ),
+        );
+        let crashes: Vec<String> = f
+            .crashes
+            .iter()
+            .map(|(job, n)| format!("{n} {job}"))
+            .collect();
+        row(
+            &mut out,
+            "",
+            format!(
+                "{} crash(es) ({}); {} late event(s); {} frozen function(s)",
+                f.crashes_total(),
+                if crashes.is_empty() {
+                    "none".into()
+                } else {
+                    crashes.join(", ")
+                },
+                f.late_events,
+                f.freezes
+            ),
+        );
+    }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodewright_engine::sim::faults::FaultConfig;
+
+    #[test]
+    fn faults_are_summarised_only_when_the_scenario_sets_them() {
+        let mut scenario = crate::scenario::load(None).expect("the bundled scenario");
+        scenario.duration = Duration::from_secs(20 * 60);
+        let Ok(calm) = simulate(&scenario) else {
+            panic!("the calm run did not start")
+        };
+        assert!(calm.summary.faults.is_none());
+        assert!(!render_json(&calm).contains("\"faults\""));
+        assert!(!render_table(&calm, Duration::ZERO).contains("faults"));
+
+        scenario.faults = Some(FaultConfig {
+            rate: 0.2,
+            crash_every: Some(Duration::from_secs(120)),
+            seed: 3,
+            ..FaultConfig::default()
+        });
+        let Ok(stormy) = simulate(&scenario) else {
+            panic!("the faulty run did not start")
+        };
+        let faults = stormy.summary.faults.clone().expect("counted");
+        assert!(
+            faults.crashes_total() > 0 && faults.stalls > 0,
+            "{faults:?}"
+        );
+        let json: Value = serde_json::from_str(&render_json(&stormy)).unwrap();
+        assert_eq!(
+            json["summary"]["faults"]["stalls"].as_u64(),
+            Some(faults.stalls as u64)
+        );
+        let table = render_table(&stormy, Duration::ZERO);
+        assert!(table.contains("crash(es)"), "{table}");
+    }
 }

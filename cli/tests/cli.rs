@@ -1434,3 +1434,234 @@ fn simulate_repairs_unhealthy_nodes_a_fifth_of_the_pool_at_a_time_from_scenario_
     assert!(stdout.contains("hold the repair of"), "{stdout}");
     assert!(stdout.contains("6 unhealthy node(s) replaced"), "{stdout}");
 }
+
+// ----- validate: every field present that nodewright does not honour is named ----------
+
+use nodewright_core::api::Kind;
+use nodewright_core::api::fields::{Status, fields};
+
+/// A valid NodePool "web" and its EC2NodeClass "default", as JSON (which is YAML), with
+/// an element in each list an ignored field may sit in.
+fn base_manifests() -> (Value, Value) {
+    let pool = serde_json::json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "web"},
+        "spec": {"template": {"spec": {
+            "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}],
+            "taints": [{"key": "dedicated", "value": "web", "effect": "NoSchedule"}],
+            "startupTaints": [{"key": "starting", "effect": "NoSchedule"}],
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+        }}}
+    });
+    let class = serde_json::json!({
+        "apiVersion": "karpenter.k8s.aws/v1",
+        "kind": "EC2NodeClass",
+        "metadata": {"name": "default"},
+        "spec": {
+            "role": "NodeRole",
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+            "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+            "blockDeviceMappings": [{"deviceName": "/dev/xvda", "ebs": {"volumeSize": "20Gi", "volumeType": "gp3"}}]
+        }
+    });
+    (pool, class)
+}
+
+/// A value Karpenter's CRD accepts for the field named last in a registry path.
+fn sample_value(registry_path: &str) -> Value {
+    let name = registry_path
+        .rsplit(['.', '['])
+        .find(|s| *s != "*" && *s != "]")
+        .unwrap_or_default();
+    match (registry_path.ends_with(".*"), name) {
+        (true, _) => serde_json::json!("example"),
+        (_, "replicas") => serde_json::json!(3),
+        (_, "timeAdded") => serde_json::json!("2026-01-01T00:00:00Z"),
+        (_, "instanceStorePolicy") => serde_json::json!("RAID0"),
+        (_, "context") => serde_json::json!("reserved"),
+        (_, "ipPrefixCount") => serde_json::json!(1),
+        (_, "deviceIndex" | "networkCardIndex") => serde_json::json!(0),
+        (_, "interfaceType") => serde_json::json!("interface"),
+        (_, "id") if registry_path.starts_with("spec.placementGroupSelector") => {
+            serde_json::json!("pg-0123456789abcdef0")
+        }
+        (_, "id") => serde_json::json!("cr-0123456789abcdef0"),
+        (_, "name") => serde_json::json!("example"),
+        (_, "ownerID") => serde_json::json!("123456789012"),
+        (_, "instanceMatchCriteria") => serde_json::json!("open"),
+        (_, "nestedVirtualization") => serde_json::json!("enabled"),
+        (_, "tcpEstablishedTimeout") => serde_json::json!(432000),
+        (_, "udpStreamTimeout") => serde_json::json!(180),
+        (_, "udpTimeout") => serde_json::json!(30),
+        (_, "volumeInitializationRate") => serde_json::json!(300),
+        (_, "rootVolume") => serde_json::json!(true),
+        _ => panic!("{registry_path}: add a sample value for this field to the test"),
+    }
+}
+
+/// Fields Karpenter requires beside a field (registry path, value).
+fn companions(registry_path: &str) -> Vec<(&'static str, Value)> {
+    match registry_path {
+        "spec.blockDeviceMappings[].ebs.volumeInitializationRate" => vec![(
+            "spec.blockDeviceMappings[].ebs.snapshotID",
+            serde_json::json!("snap-0123456789abcdef0"),
+        )],
+        path if path.starts_with("spec.networkInterfaces[].") => [
+            "spec.networkInterfaces[].deviceIndex",
+            "spec.networkInterfaces[].networkCardIndex",
+            "spec.networkInterfaces[].interfaceType",
+        ]
+        .into_iter()
+        .map(|p| (p, sample_value(p)))
+        .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// `object` with the registry field `registry_path` set (in the first element of each
+/// list, under the key `example` of each map); returns the path as written.
+fn set_field(object: &mut Value, registry_path: &str, value: Value) -> String {
+    let mut at = object;
+    let mut written = Vec::new();
+    let segments: Vec<&str> = registry_path.split('.').collect();
+    for (i, segment) in segments.iter().enumerate() {
+        let (key, list) = match segment.strip_suffix("[]") {
+            Some(key) => (key, true),
+            None => (*segment, false),
+        };
+        let key = if key == "*" { "example" } else { key };
+        let last = i + 1 == segments.len();
+        let map = at.as_object_mut().expect("an object on the way");
+        if list {
+            let items = map.entry(key).or_insert_with(|| serde_json::json!([{}]));
+            written.push(format!("{key}[0]"));
+            at = &mut items.as_array_mut().expect("a list")[0];
+        } else if last {
+            map.insert(key.to_string(), value.clone());
+            written.push(key.to_string());
+            break;
+        } else {
+            written.push(key.to_string());
+            at = map.entry(key).or_insert_with(|| serde_json::json!({}));
+        }
+    }
+    written.join(".")
+}
+
+fn write_manifest(name: &str, objects: &[&Value]) -> String {
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fields-{name}.yaml"));
+    let text: Vec<String> = objects.iter().map(|o| o.to_string()).collect();
+    std::fs::write(&path, text.join("\n---\n")).expect("write manifest");
+    path.display().to_string()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn validate_names_every_ignored_field_present_with_why_and_still_exits_zero() {
+    let mut checked = 0;
+    for (kind, object) in [
+        (Kind::NodePool, "NodePool \"web\""),
+        (Kind::Ec2NodeClass, "EC2NodeClass \"default\""),
+    ] {
+        for field in fields(kind) {
+            let Status::Ignored(why) = field.status else {
+                continue;
+            };
+            let (mut pool, mut class) = base_manifests();
+            let target = if kind == Kind::NodePool {
+                &mut pool
+            } else {
+                &mut class
+            };
+            let written = set_field(target, field.path, sample_value(field.path));
+            for (companion, value) in companions(field.path) {
+                set_field(target, companion, value);
+            }
+            let file = write_manifest(&written.replace(['[', ']', '.'], "_"), &[&pool, &class]);
+
+            let out = nodewright(&["validate", &file]);
+
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{}: {}",
+                field.path,
+                stderr(&out)
+            );
+            let expected = format!("{object}: {written}: not supported (ignored): {why}");
+            let printed = stdout(&out);
+            assert!(
+                printed.lines().any(|l| l == expected),
+                "{}: expected {expected:?} in\n{printed}",
+                field.path
+            );
+            assert!(
+                printed.contains("valid: 1 NodePool(s), 1 EC2NodeClass(es)"),
+                "{printed}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 0, "the registry has ignored fields today");
+}
+
+#[test]
+fn validate_with_fields_lists_honoured_fields_and_warns_of_unknown_ones() {
+    let (mut pool, class) = base_manifests();
+    pool["spec"]["weight"] = serde_json::json!(10);
+    pool["spec"]["wieght"] = serde_json::json!(10);
+    pool["spec"]["template"]["metadata"] = serde_json::json!({"annotations": {"team": "a"}});
+    let file = write_manifest("unknown", &[&pool, &class]);
+
+    let quiet = nodewright(&["validate", &file]);
+    assert_eq!(quiet.status.code(), Some(0), "{}", stderr(&quiet));
+    assert_eq!(
+        stderr(&quiet).trim_end(),
+        "warning: NodePool \"web\": spec.wieght: unknown field: not a field of Karpenter v1.15's CRD"
+    );
+    assert_eq!(
+        stdout(&quiet).lines().next(),
+        Some(
+            "NodePool \"web\": spec.template.metadata.annotations.team: partly: in the drift hash (a change drifts nodes) but not written on the nodes"
+        )
+    );
+    assert!(!stdout(&quiet).contains("honoured"), "{}", stdout(&quiet));
+
+    let all = nodewright(&["validate", "--fields", &file]);
+    assert_eq!(all.status.code(), Some(0));
+    let printed = stdout(&all);
+    for line in [
+        "NodePool \"web\": spec.weight: honoured",
+        "NodePool \"web\": spec.template.spec.requirements[0].operator: honoured",
+        "EC2NodeClass \"default\": spec.blockDeviceMappings[0].ebs.volumeSize: honoured",
+        "EC2NodeClass \"default\": spec.amiSelectorTerms[0].alias: honoured",
+    ] {
+        assert!(printed.lines().any(|l| l == line), "{line:?} in\n{printed}");
+    }
+}
+
+#[test]
+fn the_karpenter_example_manifests_validate_without_a_field_line() {
+    for file in fixture_nodepools() {
+        let f = file.display().to_string();
+        let out = nodewright(&["validate", &f]);
+        assert!(out.status.success(), "{f}: {}", stderr(&out));
+        assert_eq!(stderr(&out), "", "{f}");
+        let printed = stdout(&out);
+        assert_eq!(
+            printed.lines().count(),
+            1,
+            "{f}: only the summary line:\n{printed}"
+        );
+        assert!(printed.starts_with("valid: "), "{printed}");
+    }
+}
+
+/// Static NodePools through `nodewright simulate`.
+#[path = "cli/static_capacity.rs"]
+mod static_capacity;

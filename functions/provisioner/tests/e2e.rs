@@ -965,3 +965,113 @@ async fn a_node_not_ready_for_thirty_minutes_is_repaired_through_the_handler() {
         "{after:#?}"
     );
 }
+
+/// The `type` condition of a NodePool or EC2NodeClass as the API server holds it.
+fn object_condition(world: &EmulatedCluster, kind: &str, name: &str, type_: &str) -> Value {
+    let object = world
+        .api
+        .get(kind, None, name)
+        .unwrap_or_else(|| panic!("{kind} {name} exists"));
+    object["status"]["conditions"]
+        .as_array()
+        .and_then(|all| all.iter().find(|c| c["type"] == type_).cloned())
+        .unwrap_or_else(|| panic!("{kind} {name} has no {type_} condition: {object}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn objects_with_fields_nodewright_ignores_stay_ready_with_a_condition_reason_naming_them() {
+    let world = world(0).await;
+    let mut pool = world
+        .api
+        .get("NodePool", None, "general-purpose")
+        .expect("the pool");
+    pool["spec"]["template"]["spec"]["taints"] = json!([
+        {"key": "dedicated", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:00:00Z"}
+    ]);
+    pool["spec"]["wieght"] = json!(10);
+    world.api.put(pool);
+    let mut class = world
+        .api
+        .get("EC2NodeClass", None, "default")
+        .expect("the class");
+    class["spec"]["context"] = json!("reserved");
+    world.api.put(class);
+    let handler = handler(&world, "holder-fields").await;
+
+    invoke(&handler).await;
+
+    let validation = object_condition(&world, "NodePool", "general-purpose", "ValidationSucceeded");
+    assert_eq!(validation["status"], "True", "{validation}");
+    assert_eq!(
+        validation["reason"], "UnsupportedFieldsIgnored",
+        "{validation}"
+    );
+    let message = validation["message"].as_str().unwrap_or_default();
+    for needle in [
+        "spec.template.spec.taints[0].timeAdded: not supported (ignored)",
+        "spec.wieght: unknown field: not a field of Karpenter v1.15's CRD",
+    ] {
+        assert!(message.contains(needle), "{needle:?} in {message}");
+    }
+    let ready = object_condition(&world, "NodePool", "general-purpose", "Ready");
+    assert_eq!(ready["status"], "True", "{ready}");
+    let class_validation =
+        object_condition(&world, "EC2NodeClass", "default", "ValidationSucceeded");
+    assert_eq!(class_validation["reason"], "UnsupportedFieldsIgnored");
+    assert!(
+        class_validation["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("spec.context: not supported (ignored)")),
+        "{class_validation}"
+    );
+    assert_eq!(
+        object_condition(&world, "EC2NodeClass", "default", "Ready")["status"],
+        "True"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn a_forbidden_volume_claim_list_leaves_provisioning_running_for_pods_without_volumes() {
+    let world = world(0).await;
+    // An RBAC manifest older than the stack: no list/watch on PersistentVolumeClaims.
+    world.api.forbid("/api/v1/persistentvolumeclaims");
+    for i in 0..2 {
+        world.api.put(web_pod(&format!("web-{i}"), "1", "1536Mi"));
+    }
+    let mut db = web_pod("db-0", "1", "1536Mi");
+    db["spec"]["volumes"] =
+        json!([{"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}}]);
+    world.api.put(db);
+    let h = handler(&world, "rbac").await;
+
+    let summary = invoke(&h).await;
+    let stored = claims(&world).await;
+    assert_eq!(stored.len(), 1, "{summary}");
+    let mut pods = stored[0].pods.clone();
+    pods.sort();
+    assert_eq!(
+        pods,
+        ["default/web-0", "default/web-1"],
+        "only the pods without volumes"
+    );
+    let event = world
+        .api
+        .list("Event")
+        .into_iter()
+        .find(|e| e["involvedObject"]["name"] == "db-0")
+        .expect("an event on the held pod");
+    assert_eq!(event["reason"], "FailedScheduling", "{event}");
+    assert!(
+        event["message"]
+            .as_str()
+            .unwrap()
+            .contains("persistentvolumeclaims"),
+        "{event}"
+    );
+}
+
+/// A static NodePool through the handler.
+#[path = "e2e/static_capacity.rs"]
+mod static_capacity;

@@ -437,7 +437,8 @@ impl Store for DynamoStore {
             .update_expression("SET holder = :holder, leaseUntil = :until ADD #token :one")
             .expression_attribute_names("#token", "token")
             .condition_expression(
-                "attribute_not_exists(pk) OR leaseUntil < :now OR holder = :holder",
+                // Free from the second it expires, as every store reads it.
+                "attribute_not_exists(pk) OR leaseUntil <= :now OR holder = :holder",
             )
             .expression_attribute_values(":holder", AttributeValue::S(holder.to_string()))
             .expression_attribute_values(

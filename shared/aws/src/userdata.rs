@@ -1,6 +1,12 @@
 //! User data for nodes: AL2023 (nodeadm `NodeConfig` in a MIME multipart document)
 //! and Bottlerocket (TOML settings). Pure functions over the cluster and the node's
 //! labels and taints.
+//!
+//! `instanceStorePolicy: RAID0` is written as Karpenter writes it: nodeadm's
+//! `spec.instance.localStorage.strategy: RAID0` on AL2023, and on Bottlerocket an
+//! essential bootstrap command, run at every boot, that makes the instance store one
+//! array (`apiclient ephemeral-storage init`) and binds the containerd, kubelet and pod
+//! log directories onto it.
 
 use std::collections::BTreeMap;
 
@@ -108,17 +114,22 @@ fn multipart_boundary(text: &str) -> Option<String> {
 }
 
 /// AL2023 user data: the user's parts first, then nodewright's NodeConfig (nodeadm
-/// merges NodeConfigs in order, so the cluster settings nodewright writes win).
+/// merges NodeConfigs in order, so the cluster settings nodewright writes win). With
+/// `raid0`, nodeadm makes the instance store one RAID-0 array for the node's state.
 pub fn al2023_user_data(
     cluster: &ClusterInfo,
     labels: &BTreeMap<String, String>,
     taints: &[Taint],
     kubelet: &Kubelet,
     custom: Option<&str>,
+    raid0: bool,
 ) -> String {
     let mut parts: Vec<String> = custom.map(custom_parts).unwrap_or_default();
-    let config = serde_json::to_string_pretty(&node_config(cluster, labels, taints, kubelet))
-        .expect("JSON value");
+    let mut config = node_config(cluster, labels, taints, kubelet);
+    if raid0 {
+        config["spec"]["instance"] = json!({ "localStorage": { "strategy": "RAID0" } });
+    }
+    let config = serde_json::to_string_pretty(&config).expect("JSON value");
     parts.push(format!(
         "Content-Type: application/node.eks.aws\n\n{config}"
     ));
@@ -137,13 +148,15 @@ fn toml_string(s: &str) -> String {
     serde_json::to_string(s).expect("string")
 }
 
-/// Bottlerocket user data: the user's TOML first, then the cluster settings.
+/// Bottlerocket user data: the user's TOML first, then the cluster settings. With
+/// `raid0`, a bootstrap command puts the node's state on the instance store.
 pub fn bottlerocket_user_data(
     cluster: &ClusterInfo,
     labels: &BTreeMap<String, String>,
     taints: &[Taint],
     kubelet: &Kubelet,
     custom: Option<&str>,
+    raid0: bool,
 ) -> String {
     let mut out = String::new();
     if let Some(custom) = custom {
@@ -180,8 +193,16 @@ pub fn bottlerocket_user_data(
     for (k, values) in by_key {
         out.push_str(&format!("{} = [{}]\n", toml_string(k), values.join(", ")));
     }
+    if raid0 {
+        out.push_str(BOTTLEROCKET_RAID0);
+    }
     out
 }
+
+/// The bootstrap command Karpenter gives Bottlerocket for `instanceStorePolicy: RAID0`
+/// (the explicit `--dirs` form, which every Bottlerocket release with
+/// `ephemeral-storage` accepts).
+const BOTTLEROCKET_RAID0: &str = "\n[settings.bootstrap-commands.000-mount-instance-storage]\ncommands = [[\"apiclient\", \"ephemeral-storage\", \"init\"], [\"apiclient\", \"ephemeral-storage\", \"bind\", \"--dirs\", \"/var/lib/containerd\", \"/var/lib/kubelet\", \"/var/log/pods\"]]\nmode = \"always\"\nessential = true\n";
 
 #[cfg(test)]
 mod tests {
@@ -218,6 +239,7 @@ mod tests {
             &[unregistered()],
             &Kubelet::default(),
             None,
+            false,
         );
         assert!(
             ud.starts_with("MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"//\"")
@@ -265,6 +287,7 @@ mod tests {
             &[],
             &Kubelet::default(),
             Some("#!/bin/bash\necho hi\n"),
+            false,
         );
         let script = ud
             .find("Content-Type: text/x-shellscript")
@@ -285,9 +308,62 @@ mod tests {
             &[],
             &Kubelet::default(),
             Some(custom),
+            false,
         );
         assert!(!ud.contains("BOUNDARY"));
         assert_eq!(ud.matches("Content-Type: text/x-shellscript").count(), 2);
         assert_eq!(ud.matches("--//\n").count(), 3);
+    }
+
+    #[test]
+    fn raid0_asks_nodeadm_for_a_raid0_local_storage_strategy() {
+        let ud = al2023_user_data(
+            &cluster(),
+            &BTreeMap::new(),
+            &[],
+            &Kubelet::default(),
+            None,
+            true,
+        );
+        let at = ud.find("{\n").expect("node config");
+        let end = ud[at..].find("\n\n--//").expect("end of part") + at;
+        let config: Value = serde_json::from_str(&ud[at..end]).expect("JSON node config");
+        assert_eq!(
+            config["spec"]["instance"],
+            json!({"localStorage": {"strategy": "RAID0"}})
+        );
+        let plain = al2023_user_data(
+            &cluster(),
+            &BTreeMap::new(),
+            &[],
+            &Kubelet::default(),
+            None,
+            false,
+        );
+        assert!(!plain.contains("localStorage"));
+    }
+
+    #[test]
+    fn raid0_on_bottlerocket_is_an_essential_bootstrap_command_run_at_every_boot() {
+        let ud = bottlerocket_user_data(
+            &cluster(),
+            &BTreeMap::new(),
+            &[unregistered()],
+            &Kubelet::default(),
+            None,
+            true,
+        );
+        assert!(ud.contains(
+            "[settings.bootstrap-commands.000-mount-instance-storage]\ncommands = [[\"apiclient\", \"ephemeral-storage\", \"init\"], [\"apiclient\", \"ephemeral-storage\", \"bind\", \"--dirs\", \"/var/lib/containerd\", \"/var/lib/kubelet\", \"/var/log/pods\"]]\nmode = \"always\"\nessential = true\n"
+        ), "{ud}");
+        let plain = bottlerocket_user_data(
+            &cluster(),
+            &BTreeMap::new(),
+            &[],
+            &Kubelet::default(),
+            None,
+            false,
+        );
+        assert!(!plain.contains("bootstrap-commands"));
     }
 }

@@ -277,9 +277,10 @@ store_contract!(
             None
         );
 
-        // Expired: b gets it, with a larger fencing token.
+        // Expired: b gets it from the second it expires (not a second later, as every
+        // waiter's wake-up assumes), with a larger fencing token.
         let second = store
-            .acquire_lease("provisioner", "b", 1_051, ttl)
+            .acquire_lease("provisioner", "b", 1_050, ttl)
             .await
             .unwrap()
             .expect("expired lease");
@@ -477,6 +478,12 @@ fn node_class(cluster: &str, amis: Vec<AmiSelectorTerm>) -> Ec2NodeClass {
         kubelet: Kubelet::default(),
         associate_public_ip_address: None,
         detailed_monitoring: false,
+        instance_store_policy: None,
+        network_interfaces: vec![],
+        cpu_options: None,
+        placement_group_selector: None,
+        ip_prefix_count: None,
+        connection_tracking: None,
     }
 }
 
@@ -667,14 +674,41 @@ async fn describe_instance(url: &str, id: &str) -> aws_sdk_ec2::types::Instance 
         .remove(0)
 }
 
-async fn launch_templates_named_nodewright(url: &str) -> Vec<String> {
+/// The launch templates tagged for `cluster`, every page read: tests running in
+/// parallel on the same moto create theirs for their own clusters.
+async fn launch_templates_named_nodewright(url: &str, cluster: &str) -> Vec<String> {
     let ec2 = aws_sdk_ec2::Client::new(&sdk_config(url).await);
-    let out = ec2.describe_launch_templates().send().await.unwrap();
-    out.launch_templates
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|t| t.launch_template_name)
-        .collect()
+    let cluster_tag = format!("kubernetes.io/cluster/{cluster}");
+    let mut names = Vec::new();
+    let mut next: Option<String> = None;
+    loop {
+        // Pages as large as EC2 allows: moto pages by position, and templates other
+        // tests create meanwhile shift positions between pages (one was skipped so).
+        let out = ec2
+            .describe_launch_templates()
+            .max_results(200)
+            .set_next_token(next.take())
+            .send()
+            .await
+            .unwrap();
+        names.extend(
+            out.launch_templates
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|t| {
+                    t.tags
+                        .iter()
+                        .flatten()
+                        .any(|tag| tag.key.as_deref() == Some(cluster_tag.as_str()))
+                })
+                .filter_map(|t| t.launch_template_name),
+        );
+        match out.next_token {
+            Some(t) if !t.is_empty() => next = Some(t),
+            _ => break,
+        }
+    }
+    names
 }
 
 #[tokio::test]
@@ -688,7 +722,7 @@ async fn launches_tag_instances_and_reuse_one_launch_template() {
     // A user data part and a block device, so the template carries them.
     class.user_data = Some("#!/bin/bash\necho hello\n".into());
     let resolved = cloud.resolve_node_class(&class, K8S).await.unwrap();
-    let templates_before = launch_templates_named_nodewright(&url).await;
+    let templates_before = launch_templates_named_nodewright(&url, &cluster).await;
 
     // Cheapest first: c5.large in us-east-1b (moto launches the first override).
     let offerings = vec![
@@ -745,7 +779,7 @@ async fn launches_tag_instances_and_reuse_one_launch_template() {
         assert_eq!(tags.get(&k), Some(&v), "tag {k} in {tags:?}");
     }
 
-    let created: Vec<String> = launch_templates_named_nodewright(&url)
+    let created: Vec<String> = launch_templates_named_nodewright(&url, &cluster)
         .await
         .into_iter()
         .filter(|n| !templates_before.contains(n))
@@ -774,7 +808,7 @@ async fn launches_tag_instances_and_reuse_one_launch_template() {
         .await
         .unwrap();
     assert_ne!(second.instance_id, third.instance_id);
-    let created_after: Vec<String> = launch_templates_named_nodewright(&url)
+    let created_after: Vec<String> = launch_templates_named_nodewright(&url, &cluster)
         .await
         .into_iter()
         .filter(|n| !templates_before.contains(n))
@@ -1560,4 +1594,275 @@ async fn instances_karpenter_launched_for_the_cluster_are_listed_and_no_others()
         .map(|i| i.id)
         .collect();
     assert_eq!(owned, vec![ours.instance_id]);
+}
+
+// ----- EC2NodeClass launch fields, as moto's launch template holds them ---------------
+
+/// Launches one claim of `class` (resolved as `resolved`) and reads back the launch
+/// template the launch created: the cluster's only nodewright template.
+async fn launch_and_read_template(
+    url: &str,
+    cloud: &Ec2Cloud,
+    cluster: &str,
+    class: &Ec2NodeClass,
+    resolved: &ResolvedNodeClass,
+) -> aws_sdk_ec2::types::ResponseLaunchTemplateData {
+    let launched = cloud
+        .launch(&launch_request(
+            "fields-l1",
+            class.clone(),
+            resolved.clone(),
+            vec![on_demand("c5.large", "us-east-1a", 0.085)],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(launched.instance_type, "c5.large");
+    let templates = launch_templates_named_nodewright(url, cluster).await;
+    let ec2 = aws_sdk_ec2::Client::new(&sdk_config(url).await);
+    assert_eq!(templates.len(), 1, "{templates:?}");
+    ec2.describe_launch_template_versions()
+        .launch_template_name(&templates[0])
+        .send()
+        .await
+        .unwrap()
+        .launch_template_versions
+        .unwrap()
+        .remove(0)
+        .launch_template_data
+        .unwrap()
+}
+
+fn decoded_user_data(data: &aws_sdk_ec2::types::ResponseLaunchTemplateData) -> String {
+    use base64::Engine;
+    String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(data.user_data.clone().unwrap())
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn network_interfaces_carry_prefixes_public_ip_and_connection_tracking_except_efa_only() {
+    use nodewright_core::api::model::{ConnectionTracking, InterfaceType, NetworkInterface};
+    let url = moto!();
+    let cluster = unique("nics");
+    let net = network(&url, &cluster).await;
+    let cloud = cloud(&url, &cluster, &net).await;
+    let mut class = node_class(&cluster, vec![alias()]);
+    class.network_interfaces = vec![
+        NetworkInterface {
+            network_card_index: 0,
+            device_index: 0,
+            interface_type: InterfaceType::Interface,
+        },
+        NetworkInterface {
+            network_card_index: 1,
+            device_index: 0,
+            interface_type: InterfaceType::EfaOnly,
+        },
+    ];
+    class.ip_prefix_count = Some(2);
+    class.associate_public_ip_address = Some(false);
+    class.connection_tracking = Some(ConnectionTracking {
+        tcp_established_timeout: Some(3600),
+        udp_stream_timeout: None,
+        udp_timeout: Some(45),
+    });
+    let resolved = cloud.resolve_node_class(&class, K8S).await.unwrap();
+    let data = launch_and_read_template(&url, &cloud, &cluster, &class, &resolved).await;
+
+    // The groups live on the interfaces, not on the template.
+    assert!(data.security_group_ids.unwrap_or_default().is_empty());
+    let nics = data.network_interfaces.unwrap();
+    assert_eq!(nics.len(), 2, "{nics:?}");
+    let primary = &nics[0];
+    assert_eq!(primary.network_card_index, Some(0));
+    assert_eq!(primary.device_index, Some(0));
+    assert_eq!(primary.interface_type.as_deref(), Some("interface"));
+    assert_eq!(primary.ipv4_prefix_count, Some(2));
+    assert_eq!(primary.associate_public_ip_address, Some(false));
+    assert_eq!(
+        primary.groups.clone().unwrap_or_default(),
+        resolved.security_group_ids
+    );
+    let tracking = primary.connection_tracking_specification.clone().unwrap();
+    assert_eq!(tracking.tcp_established_timeout, Some(3600));
+    assert_eq!(tracking.udp_stream_timeout, None);
+    assert_eq!(tracking.udp_timeout, Some(45));
+    // EC2 refuses addresses, a public IP and connection tracking on EFA-only interfaces.
+    let efa = &nics[1];
+    assert_eq!(efa.network_card_index, Some(1));
+    assert_eq!(efa.device_index, Some(0));
+    assert_eq!(efa.interface_type.as_deref(), Some("efa-only"));
+    assert_eq!(efa.ipv4_prefix_count, None);
+    assert_eq!(efa.associate_public_ip_address, None);
+    assert_eq!(efa.connection_tracking_specification, None);
+    assert_eq!(
+        efa.groups.clone().unwrap_or_default(),
+        resolved.security_group_ids
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn without_network_interfaces_the_primary_one_carries_ip_prefixes_and_connection_tracking() {
+    use nodewright_core::api::model::ConnectionTracking;
+    let url = moto!();
+    let cluster = unique("prefixes");
+    let net = network(&url, &cluster).await;
+    let cloud = cloud(&url, &cluster, &net).await;
+    let mut class = node_class(&cluster, vec![alias()]);
+    class.ip_prefix_count = Some(3);
+    class.connection_tracking = Some(ConnectionTracking {
+        udp_stream_timeout: Some(120),
+        ..ConnectionTracking::default()
+    });
+    let resolved = cloud.resolve_node_class(&class, K8S).await.unwrap();
+    let data = launch_and_read_template(&url, &cloud, &cluster, &class, &resolved).await;
+    let nics = data.network_interfaces.unwrap();
+    assert_eq!(nics.len(), 1, "{nics:?}");
+    assert_eq!(nics[0].device_index, Some(0));
+    assert_eq!(nics[0].ipv4_prefix_count, Some(3));
+    assert_eq!(nics[0].associate_public_ip_address, None);
+    assert_eq!(
+        nics[0]
+            .connection_tracking_specification
+            .clone()
+            .unwrap()
+            .udp_stream_timeout,
+        Some(120)
+    );
+    assert_eq!(
+        nics[0].groups.clone().unwrap_or_default(),
+        resolved.security_group_ids
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn a_volume_initialization_rate_is_set_on_its_ebs_volume() {
+    use nodewright_core::api::model::{BlockDevice, BlockDeviceMapping};
+    let url = moto!();
+    let cluster = unique("volinit");
+    let net = network(&url, &cluster).await;
+    let cloud = cloud(&url, &cluster, &net).await;
+    let ec2 = aws_sdk_ec2::Client::new(&sdk_config(&url).await);
+    let volume = ec2
+        .create_volume()
+        .availability_zone("us-east-1a")
+        .size(50)
+        .send()
+        .await
+        .unwrap();
+    let snapshot = ec2
+        .create_snapshot()
+        .volume_id(volume.volume_id.unwrap())
+        .send()
+        .await
+        .unwrap()
+        .snapshot_id
+        .unwrap();
+    let mut class = node_class(&cluster, vec![alias()]);
+    class.block_device_mappings = vec![BlockDeviceMapping {
+        device_name: "/dev/xvda".into(),
+        ebs: Some(BlockDevice {
+            volume_size: None,
+            volume_type: Some("gp3".into()),
+            iops: None,
+            throughput: None,
+            encrypted: None,
+            kms_key_id: None,
+            delete_on_termination: None,
+            snapshot_id: Some(snapshot.clone()),
+            volume_initialization_rate: Some(250),
+        }),
+        root_volume: false,
+    }];
+    let resolved = cloud.resolve_node_class(&class, K8S).await.unwrap();
+    let data = launch_and_read_template(&url, &cloud, &cluster, &class, &resolved).await;
+    let ebs = data.block_device_mappings.unwrap()[0].ebs.clone().unwrap();
+    assert_eq!(ebs.snapshot_id.as_deref(), Some(snapshot.as_str()));
+    assert_eq!(ebs.volume_initialization_rate, Some(250));
+}
+
+#[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn raid0_instance_store_is_requested_in_the_launch_templates_user_data() {
+    use nodewright_core::api::model::InstanceStorePolicy;
+    let url = moto!();
+    let cluster = unique("raid0");
+    let net = network(&url, &cluster).await;
+    let cloud = cloud(&url, &cluster, &net).await;
+    let mut class = node_class(&cluster, vec![alias()]);
+    class.instance_store_policy = Some(InstanceStorePolicy::Raid0);
+    let resolved = cloud.resolve_node_class(&class, K8S).await.unwrap();
+    let data = launch_and_read_template(&url, &cloud, &cluster, &class, &resolved).await;
+    let user_data = decoded_user_data(&data);
+    assert!(
+        user_data.contains("\"localStorage\": {\n        \"strategy\": \"RAID0\"\n      }"),
+        "{user_data}"
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn a_placement_group_selector_becomes_the_launch_templates_placement_group() {
+    use nodewright_core::api::model::PlacementGroupSelector;
+    let url = moto!();
+    let cluster = unique("pg");
+    let net = network(&url, &cluster).await;
+    let cloud = cloud(&url, &cluster, &net).await;
+    // moto has no placement groups (no Create/DescribePlacementGroups): the class is
+    // resolved without its selector, and the launch carries it.
+    let plain = node_class(&cluster, vec![alias()]);
+    let resolved = cloud.resolve_node_class(&plain, K8S).await.unwrap();
+    let mut class = plain.clone();
+    class.placement_group_selector = Some(PlacementGroupSelector::Name("training".into()));
+    let data = launch_and_read_template(&url, &cloud, &cluster, &class, &resolved).await;
+    let placement = data.placement.unwrap();
+    assert_eq!(placement.group_name.as_deref(), Some("training"));
+    assert_eq!(placement.group_id, None);
+
+    let by_id_cluster = unique("pgid");
+    let net = network(&url, &by_id_cluster).await;
+    let cloud = self::cloud(&url, &by_id_cluster, &net).await;
+    let plain = node_class(&by_id_cluster, vec![alias()]);
+    let resolved = cloud.resolve_node_class(&plain, K8S).await.unwrap();
+    let mut class = plain.clone();
+    class.placement_group_selector = Some(PlacementGroupSelector::Id("pg-0123abcd".into()));
+    let data = launch_and_read_template(&url, &cloud, &by_id_cluster, &class, &resolved).await;
+    assert_eq!(
+        data.placement.unwrap().group_id.as_deref(),
+        Some("pg-0123abcd")
+    );
+}
+
+#[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn nested_virtualization_enabled_makes_the_class_not_ready_and_disabled_launches_as_before() {
+    use nodewright_core::api::model::CpuOptions;
+    let url = moto!();
+    let cluster = unique("nested");
+    let net = network(&url, &cluster).await;
+    let cloud = cloud(&url, &cluster, &net).await;
+    let mut class = node_class(&cluster, vec![alias()]);
+    class.cpu_options = Some(CpuOptions {
+        nested_virtualization: Some(true),
+    });
+    let err = cloud.resolve_node_class(&class, K8S).await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Invalid);
+    assert!(
+        err.to_string()
+            .contains("cpuOptions.nestedVirtualization \"enabled\" is not supported"),
+        "{err}"
+    );
+    // "disabled" is EC2's default: nothing to send.
+    class.cpu_options = Some(CpuOptions {
+        nested_virtualization: Some(false),
+    });
+    let resolved = cloud.resolve_node_class(&class, K8S).await.unwrap();
+    let data = launch_and_read_template(&url, &cloud, &cluster, &class, &resolved).await;
+    assert_eq!(data.cpu_options, None);
 }

@@ -8,8 +8,14 @@
 //! - **capacity**: cpu from `karpenter.k8s.aws/instance-cpu`; memory from
 //!   `instance-memory` less 64 MiB on arm64 (Graviton's reserved CMA) and less the VM
 //!   overhead, ⌈7.5%⌉ in MiB (Karpenter's `VM_MEMORY_OVERHEAD_PERCENT` default);
-//!   ephemeral-storage the AMI family's default volume (20 GiB; `blockDeviceMappings`
-//!   are not read here); pods from `maxPods`, else
+//!   ephemeral-storage as Karpenter's `ephemeralStorage` sizes it: with
+//!   `instanceStorePolicy: RAID0`, the instance store of a type that has one
+//!   (`instance-local-nvme`, in GB as EC2 reports `TotalSizeInGB`); else the
+//!   `blockDeviceMappings` entry with `rootVolume: true`, or (Custom) the last entry,
+//!   or the entry on the family's ephemeral device (`/dev/xvda` on AL2 and AL2023,
+//!   `/dev/xvdb` on Bottlerocket, `/dev/sda1` on Windows), when it has a
+//!   `volumeSize`; else the family's default volume (20 GiB, Windows 50 GiB); pods
+//!   from `maxPods`, else
 //!   the ENI limit (AL2, AL2023, Bottlerocket) or 110 (Windows), capped at
 //!   `podsPerCore × vCPUs` where the family honours it. GPUs, EFAs and pod ENIs have
 //!   no overhead and are the catalog's.
@@ -29,11 +35,14 @@
 //! A type of a custom catalog without the instance-cpu / instance-memory labels has no
 //! size to compute from: it keeps its allocatable, with only the pod count changed.
 
-use crate::api::model::{Ec2NodeClass, EvictionThreshold, Kubelet};
+use crate::api::model::{Ec2NodeClass, EvictionThreshold, InstanceStorePolicy, Kubelet};
 use crate::catalog::{
     Catalog, InstanceType, LABEL_ARCH, LABEL_INSTANCE_CPU, LABEL_INSTANCE_MEMORY,
 };
-use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Resources};
+use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Resources, parse_milli};
+
+/// The instance store of a type, in GB (EC2's `InstanceStorageInfo.TotalSizeInGB`).
+pub const LABEL_INSTANCE_LOCAL_NVME: &str = "karpenter.k8s.aws/instance-local-nvme";
 
 const MIB: i64 = 1 << 20;
 const GIB: i64 = 1 << 30;
@@ -80,8 +89,89 @@ impl FamilyFlags {
     }
 }
 
-/// `it`'s allocatable under `kubelet` on an AMI family with `flags`.
+/// Where a class puts node ephemeral-storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Storage {
+    /// `instanceStorePolicy: RAID0`: the instance store, on types that have one.
+    pub raid0: bool,
+    /// The EBS volume size in bytes `blockDeviceMappings` give it; `None` for the
+    /// family's default volume.
+    pub volume_bytes: Option<i64>,
+}
+
+impl Storage {
+    /// How `class` sizes ephemeral-storage (Karpenter's `ephemeralStorage`, less the
+    /// instance type, which [`allocatable_with`] adds).
+    pub fn of(class: &Ec2NodeClass) -> Self {
+        let bdms = &class.block_device_mappings;
+        let size = |i: usize| {
+            bdms[i]
+                .ebs
+                .as_ref()
+                .and_then(|e| e.volume_size.as_deref())
+                .and_then(|s| parse_milli(s).ok())
+                .map(|milli| milli / 1000)
+        };
+        let family = class.ami_family.as_deref();
+        let volume_bytes = if bdms.is_empty() {
+            None
+        } else if let Some(root) = bdms.iter().position(|b| b.root_volume)
+            && let Some(bytes) = size(root)
+        {
+            Some(bytes)
+        } else if family == Some("Custom") {
+            // Karpenter cannot know a custom AMI's layout: the last mapping, else its
+            // default EBS volume.
+            Some(size(bdms.len() - 1).unwrap_or(20 * GIB))
+        } else {
+            let device = ephemeral_device(family);
+            bdms.iter()
+                .position(|b| b.device_name == device)
+                .and_then(size)
+        };
+        Self {
+            raid0: class.instance_store_policy == Some(InstanceStorePolicy::Raid0),
+            volume_bytes,
+        }
+    }
+}
+
+/// The device a family's kubelet and container runtime state lives on.
+fn ephemeral_device(ami_family: Option<&str>) -> &'static str {
+    match ami_family {
+        Some("Bottlerocket") => "/dev/xvdb",
+        Some(f) if f.starts_with("Windows") => "/dev/sda1",
+        _ => "/dev/xvda",
+    }
+}
+
+/// `it`'s allocatable under `kubelet` on an AMI family with `flags`, with the family's
+/// default volume.
 pub fn allocatable(it: &InstanceType, flags: FamilyFlags, kubelet: &Kubelet) -> Resources {
+    allocatable_with(it, flags, kubelet, Storage::default())
+}
+
+/// `it`'s ephemeral-storage capacity in bytes under `storage`.
+fn storage_bytes(it: &InstanceType, flags: FamilyFlags, storage: Storage) -> i64 {
+    let nvme_gb = it
+        .labels
+        .get(LABEL_INSTANCE_LOCAL_NVME)
+        .and_then(|v| v.parse::<i64>().ok())
+        .filter(|gb| *gb > 0);
+    match (storage.raid0, nvme_gb) {
+        (true, Some(gb)) => gb.saturating_mul(1_000_000_000),
+        _ => storage.volume_bytes.unwrap_or(flags.volume_bytes),
+    }
+}
+
+/// `it`'s allocatable under `kubelet` on an AMI family with `flags`, its
+/// ephemeral-storage sized by `storage`.
+pub fn allocatable_with(
+    it: &InstanceType,
+    flags: FamilyFlags,
+    kubelet: &Kubelet,
+    storage: Storage,
+) -> Resources {
     // The catalog's pods is the ENI limit: the kubelet reserves no pods.
     let eni_pods = it.allocatable.slot_milli(PODS) / 1000;
     let vcpus = it
@@ -109,7 +199,7 @@ pub fn allocatable(it: &InstanceType, flags: FamilyFlags, kubelet: &Kubelet) -> 
     };
     let cpu = vcpus.saturating_mul(1000);
     let memory = vm_memory(memory_mib, it.labels.get(LABEL_ARCH).map(String::as_str));
-    let storage = flags.volume_bytes.saturating_mul(1000);
+    let storage = storage_bytes(it, flags, storage).saturating_mul(1000);
 
     let memory_pods = if flags.eni_limited_memory_overhead {
         eni_pods
@@ -203,8 +293,14 @@ fn threshold(t: EvictionThreshold, capacity: i64) -> i64 {
 /// class changes nothing, so planning reads the catalog's own values.
 pub fn class_allocatable(catalog: &Catalog, class: &Ec2NodeClass) -> Option<Vec<Resources>> {
     let flags = FamilyFlags::of(class.ami_family.as_deref());
+    let storage = Storage::of(class);
+    let default_storage = !storage.raid0
+        && storage
+            .volume_bytes
+            .is_none_or(|bytes| bytes == flags.volume_bytes);
     // Bottlerocket's pods are the ENI limit too, so under defaults only Windows differs.
-    let same_as_catalog = class.kubelet.is_default_density() && flags.eni_limited_pod_density;
+    let same_as_catalog =
+        class.kubelet.is_default_density() && flags.eni_limited_pod_density && default_storage;
     if same_as_catalog {
         return None;
     }
@@ -212,7 +308,7 @@ pub fn class_allocatable(catalog: &Catalog, class: &Ec2NodeClass) -> Option<Vec<
         catalog
             .types
             .iter()
-            .map(|it| allocatable(it, flags, &class.kubelet))
+            .map(|it| allocatable_with(it, flags, &class.kubelet, storage))
             .collect(),
     )
 }
@@ -404,5 +500,121 @@ mod tests {
         let per_type = class_allocatable(Catalog::embedded(), &class).expect("computed");
         assert_eq!(per_type.len(), Catalog::embedded().types.len());
         assert!(per_type.iter().all(|r| r.get_milli("pods") <= 8000));
+    }
+
+    const GB: i64 = 1_000_000_000;
+
+    fn load_class(extra: &str) -> Ec2NodeClass {
+        let text = format!(
+            "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: default}}\nspec:\n  role: r\n  amiSelectorTerms: [{{alias: al2023@latest}}]\n  subnetSelectorTerms: [{{tags: {{a: b}}}}]\n  securityGroupSelectorTerms: [{{tags: {{a: b}}}}]\n{extra}"
+        );
+        crate::api::load(&[("class.yaml".to_string(), text)])
+            .unwrap_or_else(|_| panic!("valid class: {extra}"))
+            .node_classes
+            .remove(0)
+    }
+
+    fn storage_of(class: &Ec2NodeClass, it: &str) -> i64 {
+        let it = Catalog::embedded()
+            .get(it)
+            .unwrap_or_else(|| panic!("{it}"));
+        let flags = FamilyFlags::of(class.ami_family.as_deref());
+        allocatable_with(it, flags, &class.kubelet, Storage::of(class))
+            .get_milli("ephemeral-storage")
+            / 1000
+    }
+
+    #[test]
+    fn raid0_makes_ephemeral_storage_the_instance_store_less_the_eviction_threshold() {
+        let class = load_class("  instanceStorePolicy: RAID0\n");
+        // m5d.large: 75 GB of NVMe. Less 1 GiB kube-reserved and ⌈10%⌉ eviction.
+        let m5d = Catalog::embedded().get("m5d.large").unwrap();
+        assert_eq!(m5d.labels[LABEL_INSTANCE_LOCAL_NVME], "75");
+        assert_eq!(
+            storage_of(&class, "m5d.large"),
+            75 * GB - GIB - 75 * GB / 10
+        );
+        // A type without an instance store keeps the EBS volume.
+        assert_eq!(storage_of(&class, "m5.large"), 17 * GIB);
+        // Without the policy the instance store is not used.
+        assert_eq!(storage_of(&load_class(""), "m5d.large"), 17 * GIB);
+        // A hard nodefs threshold is a share of the instance store then.
+        let with_threshold = load_class(
+            "  instanceStorePolicy: RAID0\n  kubelet:\n    evictionHard: {nodefs.available: 5%}\n",
+        );
+        assert_eq!(
+            storage_of(&with_threshold, "i3.large"),
+            475 * GB - GIB - (475 * GB / 100 * 5)
+        );
+    }
+
+    #[test]
+    fn a_root_volume_or_the_familys_ephemeral_device_sizes_ephemeral_storage() {
+        let root = load_class(
+            "  blockDeviceMappings:\n    - deviceName: /dev/xvdb\n      rootVolume: true\n      ebs: {volumeSize: 100Gi}\n",
+        );
+        assert_eq!(storage_of(&root, "m5.large"), 100 * GIB - GIB - 10 * GIB);
+        // AL2023's ephemeral device is /dev/xvda.
+        let xvda = load_class(
+            "  blockDeviceMappings:\n    - deviceName: /dev/xvda\n      ebs: {volumeSize: 50Gi}\n",
+        );
+        assert_eq!(storage_of(&xvda, "m5.large"), 50 * GIB - GIB - 5 * GIB);
+        // Another device, not the root volume: the default 20 GiB stays.
+        let other = load_class(
+            "  blockDeviceMappings:\n    - deviceName: /dev/xvdc\n      ebs: {volumeSize: 500Gi}\n",
+        );
+        assert_eq!(storage_of(&other, "m5.large"), 17 * GIB);
+        assert_eq!(class_allocatable(Catalog::embedded(), &other), None);
+        // Bottlerocket keeps its data volume on /dev/xvdb.
+        let rocket = load_class(
+            "  amiFamily: Bottlerocket\n  amiSelectorTerms: [{alias: bottlerocket@latest}]\n  blockDeviceMappings:\n    - deviceName: /dev/xvda\n      ebs: {volumeSize: 4Gi}\n    - deviceName: /dev/xvdb\n      ebs: {volumeSize: 40Gi}\n",
+        );
+        assert_eq!(storage_of(&rocket, "m5.large"), 40 * GIB - GIB - 4 * GIB);
+        // RAID0 wins over a root volume on a type with an instance store.
+        let both = load_class(
+            "  instanceStorePolicy: RAID0\n  blockDeviceMappings:\n    - deviceName: /dev/xvda\n      rootVolume: true\n      ebs: {volumeSize: 100Gi}\n",
+        );
+        assert_eq!(storage_of(&both, "m5d.large"), 75 * GB - GIB - 75 * GB / 10);
+        assert_eq!(storage_of(&both, "m5.large"), 100 * GIB - GIB - 10 * GIB);
+    }
+
+    #[test]
+    fn a_pod_needing_more_than_the_ebs_default_is_planned_on_an_instance_store_only_with_raid0() {
+        use crate::catalog::Pricing;
+        use crate::scheduling::{SchedulerInput, schedule};
+        let pool = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: default}\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements:\n        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}\n---\n";
+        let plan = |class_extra: &str| {
+            let class = format!(
+                "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {{name: default}}\nspec:\n  role: r\n  amiSelectorTerms: [{{alias: al2023@latest}}]\n  subnetSelectorTerms: [{{tags: {{a: b}}}}]\n  securityGroupSelectorTerms: [{{tags: {{a: b}}}}]\n{class_extra}"
+            );
+            let manifests = crate::api::load(&[("m.yaml".to_string(), format!("{pool}{class}"))])
+                .unwrap_or_else(|_| panic!("valid manifests"));
+            let mut pod = crate::testing::pod("scratch-0", "500m", "1Gi");
+            pod.requests
+                .add(&crate::testing::resources(&[("ephemeral-storage", "60Gi")]));
+            let pricing = Pricing::default();
+            schedule(&SchedulerInput {
+                pods: &[pod],
+                nodes: &[],
+                daemonsets: &[],
+                node_pools: &manifests.node_pools,
+                node_classes: &manifests.node_classes,
+                catalog: Catalog::embedded(),
+                pricing: &pricing,
+                in_flight: &[],
+            })
+        };
+        // 60 GiB does not fit the 20 GiB root volume of any type.
+        let without = plan("");
+        assert!(without.new_claims.is_empty());
+        assert_eq!(without.unschedulable.len(), 1);
+        // With RAID0 it fits types whose instance store is large enough, and only them.
+        let with = plan("  instanceStorePolicy: RAID0\n");
+        assert_eq!(with.new_claims.len(), 1, "{:?}", with.unschedulable);
+        for option in &with.new_claims[0].options {
+            let it = Catalog::embedded().get(&option.instance_type).unwrap();
+            let gb: i64 = it.labels[LABEL_INSTANCE_LOCAL_NVME].parse().unwrap();
+            assert!(gb * GB > 60 * GIB, "{} has {gb} GB", it.name);
+        }
     }
 }

@@ -12,6 +12,7 @@
 //! - [`scheduling`]: requirements algebra, taints, topology, and the bin-packer.
 //! - [`nodeclaim`]: the NodeClaim record and its state machine.
 //! - [`provisioning`]: `plan_provisioning`, the entry point the provisioner calls.
+//! - [`static_capacity`]: static NodePools (`replicas`): what to launch or take away.
 //! - [`interruption`]: EventBridge interruption events parsed, and the action each calls for.
 
 pub mod api;
@@ -28,6 +29,7 @@ pub mod repair;
 pub mod resources;
 pub mod scheduling;
 pub mod snapshot;
+pub mod static_capacity;
 #[doc(hidden)]
 pub mod testing;
 pub mod volumes;

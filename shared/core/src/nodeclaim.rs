@@ -105,6 +105,9 @@ pub enum DisruptionCause {
     /// Node repair: a condition the kubelet or the node monitoring agent reports stayed
     /// unhealthy past its toleration, or EC2's status checks failed.
     Unhealthy,
+    /// A static NodePool has more nodes than its `replicas` (Karpenter's termination
+    /// reason "overprovisioned"): taken away gracefully, outside disruption budgets.
+    Overprovisioned,
 }
 
 /// One NodeClaim as the store records it. Times are Unix seconds.
@@ -167,6 +170,10 @@ pub struct NodeClaim {
     pub nodepool_hash: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodeclass_hash: Option<String>,
+    /// When a driver recorded that it is about to send TerminateInstances (the intent,
+    /// written first, so two drivers of one claim never both send it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terminate_requested_at: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -347,6 +354,7 @@ impl NodeClaim {
             adopted: false,
             nodepool_hash: None,
             nodeclass_hash: None,
+            terminate_requested_at: None,
         }
     }
 
@@ -386,6 +394,7 @@ impl NodeClaim {
             adopted: true,
             nodepool_hash: None,
             nodeclass_hash: None,
+            terminate_requested_at: None,
         }
     }
 

@@ -42,7 +42,9 @@ pub fn node_pool(name: &str, requirements: Vec<NodeRequirement>) -> NodePool {
         expire_after: Some(Duration::from_secs(720 * 3600)),
         termination_grace_period: None,
         limits: None,
+        node_limit: None,
         weight: 0,
+        replicas: None,
         disruption: Disruption {
             consolidation_policy: ConsolidationPolicy::WhenEmptyOrUnderutilized,
             consolidate_after: Some(Duration::ZERO),

@@ -128,6 +128,13 @@ pub enum VolumeProblem {
         claim: String,
         class: String,
     },
+    /// The storage objects cannot be read at all (`kind`, e.g. `persistentvolumeclaims`:
+    /// forbidden by RBAC, or not served): the pod's volume zone is unknown, so it waits
+    /// rather than being placed where its volume may not be.
+    StorageUnreadable {
+        kind: String,
+        why: String,
+    },
 }
 
 impl fmt::Display for VolumeProblem {
@@ -163,6 +170,10 @@ impl fmt::Display for VolumeProblem {
             VolumeProblem::StorageClassMissing { claim, class } => write!(
                 f,
                 "its PersistentVolumeClaim {claim:?} names StorageClass {class:?}, which does not exist"
+            ),
+            VolumeProblem::StorageUnreadable { kind, why } => write!(
+                f,
+                "nodewright cannot read {kind} ({why}), so where its volumes can be used is unknown; pods without volumes are provisioned meanwhile (grant list and watch on {kind} to nodewright's cluster role)"
             ),
             VolumeProblem::ImmediateUnbound { claim, class } => write!(
                 f,
@@ -321,6 +332,20 @@ pub fn apply_volume_topology(pods: &mut [Pod], storage: &Storage) {
             Some(p) => pod.volume_problem = Some(p),
             None => pod.required_node_terms = terms,
         }
+    }
+}
+
+/// When the storage objects cannot be read (`kind`, and why): every pending pod with a
+/// PersistentVolumeClaim waits with that reason; the others are untouched.
+pub fn hold_pods_with_claims(pods: &mut [Pod], kind: &str, why: &str) {
+    for pod in pods
+        .iter_mut()
+        .filter(|p| p.node_name.is_none() && !p.terminal && !p.claims.is_empty())
+    {
+        pod.volume_problem = Some(VolumeProblem::StorageUnreadable {
+            kind: kind.to_string(),
+            why: why.to_string(),
+        });
     }
 }
 

@@ -104,6 +104,7 @@ async fn fleet() -> Fleet {
             adopted: false,
             nodepool_hash: None,
             nodeclass_hash: None,
+            terminate_requested_at: None,
         };
         store.create_claim(&claim).await.expect("claim");
         instances.push(instance.id);

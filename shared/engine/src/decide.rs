@@ -39,6 +39,22 @@ pub(crate) fn decide(
     now: i64,
     revalidate: Option<&DisruptionCommand>,
 ) -> Decision {
+    // Voluntary disruption weighs every PodDisruptionBudget: without them it decides
+    // nothing (and a command being validated is abandoned) until they can be read.
+    if let Some(u) = world
+        .state
+        .unreadable
+        .iter()
+        .find(|u| u.kind == "poddisruptionbudgets")
+    {
+        return Decision {
+            problems: vec![format!(
+                "no voluntary disruption: PodDisruptionBudgets cannot be read ({}); grant list and watch on poddisruptionbudgets",
+                u.why()
+            )],
+            ..Decision::default()
+        };
+    }
     let hide: HashSet<&str> = revalidate
         .iter()
         .flat_map(|c| c.replacements.iter().map(|r| r.name.as_str()))

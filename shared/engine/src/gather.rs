@@ -11,9 +11,10 @@ use std::collections::{HashMap, HashSet};
 
 use tracing::warn;
 
+use nodewright_core::api::Kind;
 use nodewright_core::api::model::{Ec2NodeClass, NodePool, SelectorTerm};
-use nodewright_core::catalog::{Catalog, Pricing};
-use nodewright_core::nodeclaim::NodeClaim;
+use nodewright_core::catalog::{CapacityType, Catalog, Pricing};
+use nodewright_core::nodeclaim::{DisruptionCause, NodeClaim};
 
 use crate::context::Ports;
 use crate::error::{EngineError, Result};
@@ -176,6 +177,25 @@ pub(crate) async fn gather(
             }
         }
     }
+    // Notices last: a pool's other problems are looked up above. Only objects whose
+    // status this tick writes (used, or reported): a class no NodePool uses is never
+    // resolved, and its conditions must not read True for it.
+    for fields in &state.fields_not_honoured {
+        let kind = match fields.kind {
+            Kind::NodePool => ObjectKind::NodePool,
+            Kind::Ec2NodeClass => ObjectKind::Ec2NodeClass,
+        };
+        let used = match kind {
+            ObjectKind::NodePool => pools.iter().any(|p| p.name == fields.name),
+            ObjectKind::Ec2NodeClass => classes.contains_key(&fields.name),
+        };
+        let reported = problems
+            .iter()
+            .any(|p| p.kind == kind && p.name == fields.name);
+        if used || reported {
+            problems.push(Problem::fields_not_honoured(kind, fields));
+        }
+    }
     let healthy_classes = classes
         .iter()
         .map(|(name, (_, r))| (name.clone(), r.instance_profile.clone()))
@@ -189,6 +209,9 @@ pub(crate) async fn gather(
     let mut pricing = Pricing::for_zones(zones);
     pricing.spot_prices = spot.into_iter().collect();
     pricing.unavailable = unavailable.into_iter().collect();
+    pricing
+        .unavailable
+        .extend(interrupted_offerings(&claims, now));
     Ok(Gathered {
         state,
         claims,
@@ -202,6 +225,34 @@ pub(crate) async fn gather(
         invalid,
         problems,
         healthy_classes,
+    })
+}
+
+/// How long the offering of an instance EC2 reclaimed is avoided, counted from the
+/// warning: what the interruption function writes into the ICE cache.
+pub const INTERRUPTED_OFFERING_SECS: i64 = 180;
+
+/// The spot offerings of claims a spot interruption took, from the claims themselves:
+/// a tick that sees the claim disrupted sees its offering unavailable, whatever order
+/// the ICE cache and the claims were read in (the interruption function marks the
+/// offering before it writes the claim, but a reader may see the second write first).
+pub fn interrupted_offerings(
+    claims: &[NodeClaim],
+    now: i64,
+) -> impl Iterator<Item = (String, String, CapacityType)> + '_ {
+    claims.iter().filter_map(move |c| {
+        let d = c.disruption.as_ref()?;
+        if d.cause != DisruptionCause::SpotInterrupted
+            || d.since + INTERRUPTED_OFFERING_SECS <= now
+            || c.capacity_type != Some(CapacityType::Spot)
+        {
+            return None;
+        }
+        Some((
+            c.instance_type.clone()?,
+            c.zone.clone()?,
+            CapacityType::Spot,
+        ))
     })
 }
 

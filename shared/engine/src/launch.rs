@@ -580,6 +580,9 @@ fn pod_event(
 
 pub(crate) fn pods_reason(pods: &[String]) -> String {
     const SHOWN: usize = 5;
+    if pods.is_empty() {
+        return "no pending pods: a static NodePool's replicas".into();
+    }
     let mut s = format!(
         "{} pending pod(s): {}",
         pods.len(),

@@ -54,6 +54,7 @@ pub mod reasons;
 pub mod repair;
 #[cfg(feature = "sim")]
 pub mod sim;
+pub mod static_capacity;
 pub mod terminate;
 
 pub use adopt::adopt_karpenter_nodes;

@@ -636,9 +636,17 @@ async fn collect_leaks(
     // `owned` was listed before this pass: an instance a termination of this very pass
     // just took away still reads running there. It is not a leak.
     let just_terminated: HashSet<&str> = report.terminated.iter().map(String::as_str).collect();
+    // Nor is one another driver terminated since (its claim re-read Terminated after a
+    // conflict): a claim Terminated within the grace still holds its instance, and an
+    // instance that outlives that is collected then.
     let held: HashSet<&str> = claims
         .iter()
-        .filter(|c| !c.state.is_terminal() || just_terminated.contains(c.name.as_str()))
+        .filter(|c| {
+            !c.state.is_terminal()
+                || just_terminated.contains(c.name.as_str())
+                || (c.state == ClaimState::Terminated
+                    && now - c.updated_at < secs(config.orphan_grace))
+        })
         .filter_map(|c| c.instance_id.as_deref())
         .collect();
     for inst in owned

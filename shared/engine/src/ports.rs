@@ -472,6 +472,59 @@ pub struct ClusterState {
     pub invalid: Vec<String>,
     /// The NodePools and EC2NodeClasses behind `invalid`, by kind and name.
     pub invalid_objects: Vec<InvalidObject>,
+    /// NodePools and EC2NodeClasses carrying fields nodewright ignores, only partly
+    /// honours or does not know (walked once per object version by the adapter).
+    pub fields_not_honoured: Vec<nodewright_core::api::fields::ObjectFields>,
+    /// Kinds that could not be read at all (forbidden by RBAC, not served), each with
+    /// why: the state goes on without them (see [`UnreadableKind`]).
+    pub unreadable: Vec<UnreadableKind>,
+}
+
+/// A kind the cluster would not list, and what goes on without it: pods with volumes
+/// wait when storage objects are unreadable; voluntary disruption stops while
+/// PodDisruptionBudgets are; DaemonSet overhead is not counted while DaemonSets are.
+/// NodePools, EC2NodeClasses, nodes and pods are never optional: their failure fails
+/// the read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreadableKind {
+    /// The resource, as RBAC names it: `persistentvolumeclaims`, `poddisruptionbudgets`.
+    pub kind: String,
+    pub error_kind: ErrorKind,
+    pub message: String,
+}
+
+impl UnreadableKind {
+    /// The kinds whose absence the jobs can work around.
+    pub const OPTIONAL: [&'static str; 5] = [
+        "persistentvolumeclaims",
+        "persistentvolumes",
+        "storageclasses",
+        "poddisruptionbudgets",
+        "daemonsets",
+    ];
+
+    /// Whether an error reading an optional kind means "go on without it": forbidden or
+    /// not served. Anything else (throttled, unavailable) fails the read as before.
+    pub fn degrades(kind: ErrorKind) -> bool {
+        matches!(kind, ErrorKind::Unauthorized | ErrorKind::NotFound)
+    }
+
+    /// `persistentvolumeclaims (forbidden: ...)` for logs and events.
+    pub fn why(&self) -> String {
+        let what = match self.error_kind {
+            ErrorKind::Unauthorized => "forbidden",
+            ErrorKind::NotFound => "not served by the API server",
+            _ => "unreadable",
+        };
+        format!("{what}: {}", self.message)
+    }
+}
+
+impl ClusterState {
+    /// Whether `kind` could not be read.
+    pub fn cannot_read(&self, kind: &str) -> bool {
+        self.unreadable.iter().any(|u| u.kind == kind)
+    }
 }
 
 #[async_trait]

@@ -27,6 +27,7 @@ use nodewright_core::planning_view::{ClusterView, in_flight_claims, in_motion, p
 use nodewright_core::provisioning::{
     NotProvisionedPod, PlannedNodeClaim, ProvisioningInput, UnschedulablePod, plan_provisioning,
 };
+use nodewright_core::volumes::VolumeProblem;
 
 use crate::adopt::adopt_karpenter_nodes;
 use crate::command::{CommandMachine, CommandsReport, advance_commands, planning_claims};
@@ -37,9 +38,10 @@ use crate::gather::{Gathered, Unresolved, gather};
 use crate::launch::{LaunchConfig, LaunchLog, Launcher, pods_reason};
 use crate::lease::{Acquired, LeaseKeeper};
 use crate::lifecycle::{self, LifecycleConfig, LifecycleReport};
-use crate::ports::{Decision, ObjectKind};
+use crate::ports::{Decision, ObjectKind, UnreadableKind};
 use crate::reasons::{ClaimPods, Reasons, ReasonsInput, StatusFields};
 use crate::repair::{RepairReport, Repairer};
+use crate::static_capacity::{StaticCapacity, StaticReport};
 
 pub use crate::launch::LaunchedClaim;
 
@@ -121,6 +123,10 @@ impl ProvisionerConfig {
 pub struct TickReport {
     /// Set when the tick did nothing on purpose ("lease held by ...").
     pub skipped: Option<String>,
+    /// When the lease another invocation holds runs out (Unix seconds), when skipped
+    /// for it: a holder that died frees it then, and the next try is then, not a poll
+    /// later.
+    pub lease_free_at: Option<i64>,
     pub dry_run: bool,
     /// Pending pods the plan launched capacity for or counted elsewhere ("namespace/name"):
     /// pods that are not ours to provision for are in `not_provisioned` instead.
@@ -150,8 +156,12 @@ pub struct TickReport {
     pub repair: RepairReport,
     /// Disruption commands advanced on this poll (see [`crate::command`]).
     pub commands: CommandsReport,
+    /// Static NodePools scaled on this poll (see [`crate::static_capacity`]).
+    pub static_capacity: StaticReport,
     /// NodePools or node classes that could not be used, with the reason.
     pub invalid: Vec<String>,
+    /// Kinds the cluster would not list this tick (the tick went on without them).
+    pub unreadable: Vec<UnreadableKind>,
 }
 
 /// What one invocation's ticks did, and whether it could do its work.
@@ -213,6 +223,8 @@ pub struct Provisioner {
     reasons: Reasons,
     /// Node repair's memory (EC2 status checks read once a minute).
     repairer: Repairer,
+    /// Static NodePools' memory (warnings already given).
+    statics: StaticCapacity,
 }
 
 impl Provisioner {
@@ -224,6 +236,7 @@ impl Provisioner {
             decider: default_decider(),
             reasons: Reasons::new(),
             repairer: Repairer::default(),
+            statics: StaticCapacity::default(),
         }
     }
 
@@ -270,6 +283,7 @@ impl Provisioner {
                     "provisioner lease held by another invocation; skipping this tick");
                 return Ok(TickReport {
                     skipped: Some(format!("lease held by {holder}")),
+                    lease_free_at: expires_at,
                     ..TickReport::default()
                 });
             }
@@ -297,6 +311,8 @@ impl Provisioner {
         let mut last_tick = start;
         loop {
             let poll_started = clock.now();
+            // When the lease frees before the next poll, try again the moment it does.
+            let mut lease_free_at: Option<i64> = None;
             let recount_due = clock.now() - last_tick >= RECOUNT_AFTER_SECS;
             if retry || self.work_waiting(&counted, recount_due, &mut run).await {
                 last_tick = clock.now();
@@ -305,6 +321,7 @@ impl Provisioner {
                         Some(why) => {
                             run.lease_busy
                                 .push(why.trim_start_matches("lease held by ").to_string());
+                            lease_free_at = report.lease_free_at;
                             true
                         }
                         None => {
@@ -336,7 +353,13 @@ impl Provisioner {
             // Polls start every interval, not an interval after the work: a tick that
             // took 3 s of a 5-s interval is followed by the next poll 2 s later.
             let spent = u64::try_from(clock.now() - poll_started).unwrap_or(0);
-            let rest = poll_interval.saturating_sub(Duration::from_secs(spent));
+            let mut rest = poll_interval.saturating_sub(Duration::from_secs(spent));
+            if let Some(free) = lease_free_at {
+                // At least a second: a lease found expired yet not taken (renewed in
+                // between) is not tried again in a tight loop.
+                let until_free = u64::try_from(free - clock.now()).unwrap_or(0).max(1);
+                rest = rest.min(Duration::from_secs(until_free));
+            }
             if !rest.is_zero() {
                 clock.sleep(rest).await;
             }
@@ -411,6 +434,7 @@ impl Provisioner {
         let mut world = self.gather(now).await?;
         let mut report = TickReport {
             invalid: world.invalid.clone(),
+            unreadable: world.state.unreadable.clone(),
             ..TickReport::default()
         };
         lease.keep(&self.ports).await?;
@@ -488,7 +512,22 @@ impl Provisioner {
             world.state.pods = fresh.pods;
         }
 
+        // The ICE cache once more, read after the pods the plan sees: an interruption
+        // marks its offering before it evicts, so a pod evicted by it comes with the
+        // mark (the gather read both at once, in no order).
+        match self.ports.store.unavailable_offerings(now).await {
+            Ok(fresh) => world.pricing.unavailable.extend(fresh),
+            Err(e) => {
+                warn!(error = %e, kind = ?e.kind, "could not read the ICE cache again; planning with the one read at the start of the tick")
+            }
+        }
         self.plan_into(&world, &mut report);
+        report.static_capacity = self
+            .statics
+            .reconcile(&self.ports, &mut world, &mut report.planned)
+            .await?;
+        let scaled_down = report.static_capacity.scaled_down.iter().cloned();
+        report.lifecycle.disrupted.extend(scaled_down);
         self.drain_now_where_pods_have_room(&mut world, &report)
             .await;
         let mut names: HashSet<String> = world.claims.iter().map(|c| c.name.clone()).collect();
@@ -612,6 +651,7 @@ impl Provisioner {
             .healthy_classes
             .iter()
             .filter_map(|(n, profile)| Some(StatusFields::instance_profile(n, profile.as_deref()?)))
+            .chain(crate::static_capacity::node_counts(world))
             .collect();
         let mut claims: Vec<ClaimPods> = report
             .launched
@@ -634,13 +674,31 @@ impl Provisioner {
                 .and_then(|c| c.node_name.as_deref());
             ClaimPods::nominated(claim, pods, node)
         }));
+        // Pods held because a kind they depend on cannot be read are told so, with the
+        // permission to grant, as pods nothing can hold are.
+        let mut unschedulable = report.unschedulable.clone();
+        unschedulable.extend(
+            report
+                .not_provisioned
+                .iter()
+                .filter(|n| {
+                    matches!(
+                        &n.why,
+                        NotProvisionable::Volume(VolumeProblem::StorageUnreadable { .. })
+                    )
+                })
+                .map(|n| UnschedulablePod {
+                    pod: n.pod.clone(),
+                    reason: n.reason.clone(),
+                }),
+        );
         let now = self.ports.clock.now();
         self.reasons
             .publish(
                 &self.ports,
                 now,
                 &ReasonsInput {
-                    unschedulable: &report.unschedulable,
+                    unschedulable: &unschedulable,
                     problems: &world.problems,
                     healthy_node_classes: &healthy_node_classes,
                     healthy_node_pools: &healthy_node_pools,

@@ -7,6 +7,7 @@
 //! | a pod no NodePool can hold | `pod`, `reason` | "cannot schedule ns/pod" | Warning `FailedScheduling` on the pod | — |
 //! | a [`Problem`] with a NodePool or EC2NodeClass | `object_kind`, `object`, `condition`, `reason`, `detail` | "cannot use EC2NodeClass \"x\"" | Warning, reason = the problem's, on the object | the problem's condition False, `Ready` False |
 //! | a healthy NodePool or EC2NodeClass | — | — | — | every condition True |
+//! | fields a NodePool or EC2NodeClass carries that nodewright ignores, only partly honours or does not know ([`Problem::fields_not_honoured`]) | `object_kind`, `object`, `generation`, `fields`, once per object version | — | — | `ValidationSucceeded` stays True, reason `UnsupportedFieldsIgnored`, the fields in its message |
 //! | a claim launched for pods ([`ClaimPods`]) | — | — | Normal `Launched` / `Nominated` on *every* pod | — |
 //!
 //! The conditions are Karpenter's: an EC2NodeClass is `Ready` when `SubnetsReady`,
@@ -41,12 +42,13 @@ use futures_util::stream::{self, StreamExt};
 use serde_json::{Map, Value};
 use tracing::{debug, info, warn};
 
+use nodewright_core::api::fields::ObjectFields;
 use nodewright_core::provisioning::UnschedulablePod;
 
 use crate::context::Ports;
 use crate::ports::{
-    ClusterEvent, Condition, Decision, EventType, InvalidObject, Invalidity, ObjectKind,
-    StatusUpdate,
+    ClusterEvent, Condition, ConditionStatus, Decision, EventType, InvalidObject, Invalidity,
+    ObjectKind, StatusUpdate,
 };
 
 /// How long the same finding is not published again.
@@ -85,6 +87,10 @@ pub const NODE_POOL_CONDITIONS: [&str; 2] = [VALIDATION_SUCCEEDED, NODE_CLASS_RE
 /// The reason of a dependent condition left Unknown because an earlier step failed.
 pub const NOT_EVALUATED: &str = "NotEvaluated";
 
+/// The reason of a `ValidationSucceeded` condition that stays True although the object
+/// carries fields nodewright ignores, only partly honours or does not know.
+pub const UNSUPPORTED_FIELDS_IGNORED: &str = "UnsupportedFieldsIgnored";
+
 fn dependents(kind: ObjectKind) -> &'static [&'static str] {
     match kind {
         ObjectKind::NodePool => &NODE_POOL_CONDITIONS,
@@ -112,6 +118,9 @@ pub struct Problem {
     /// CamelCase: "SubnetsNotFound".
     pub reason: String,
     pub message: String,
+    /// The object's version a notice is about ([`Problem::fields_not_honoured`]: logged
+    /// once per version); `None` for every other problem.
+    pub version: Option<String>,
 }
 
 impl Problem {
@@ -122,7 +131,30 @@ impl Problem {
             condition: condition.into(),
             reason: reason.into(),
             message,
+            version: None,
         }
+    }
+
+    /// The object carries fields nodewright ignores, only partly honours or does not
+    /// know. Not a failure: `ValidationSucceeded` stays True with reason
+    /// [`UNSUPPORTED_FIELDS_IGNORED`] and the fields in its message; the warning is
+    /// logged once per version of the object, with no event.
+    pub fn fields_not_honoured(kind: ObjectKind, fields: &ObjectFields) -> Self {
+        Problem {
+            version: Some(fields.version.clone()),
+            ..Self::new(
+                kind,
+                &fields.name,
+                VALIDATION_SUCCEEDED,
+                UNSUPPORTED_FIELDS_IGNORED,
+                fields.message(),
+            )
+        }
+    }
+
+    /// A notice ([`Problem::fields_not_honoured`]), not a failure.
+    pub fn is_notice(&self) -> bool {
+        self.reason == UNSUPPORTED_FIELDS_IGNORED
     }
 
     /// The class's `subnetSelectorTerms` (summarized by the caller, e.g.
@@ -325,14 +357,40 @@ pub struct PublishReport {
     pub suppressed: usize,
     /// Events, decisions or status writes that failed (each logged).
     pub failures: usize,
+    /// Objects whose fields not honoured were logged: once per object version.
+    pub fields_logged: usize,
 }
 
 // ----- conditions ---------------------------------------------------------------------------
 
 /// The conditions of an object given all its problems this tick (none: healthy).
 /// Every dependent condition of the kind is set, then `Ready`; a problem naming a
-/// condition outside the kind's set adds it False too.
+/// condition outside the kind's set adds it False too. Notices
+/// ([`Problem::fields_not_honoured`]) fail nothing: a True `ValidationSucceeded` takes
+/// their reason and message.
 pub fn conditions_for(kind: ObjectKind, problems: &[&Problem]) -> Vec<Condition> {
+    let (notices, failures): (Vec<&Problem>, Vec<&Problem>) =
+        problems.iter().copied().partition(|p| p.is_notice());
+    let mut out = failure_conditions(kind, &failures);
+    if let Some(notice) = notices.first() {
+        let message = notices
+            .iter()
+            .map(|n| n.message.as_str())
+            .collect::<Vec<_>>()
+            .join("; ");
+        for c in out
+            .iter_mut()
+            .filter(|c| c.type_ == VALIDATION_SUCCEEDED && c.status == ConditionStatus::True)
+        {
+            c.reason = notice.reason.clone();
+            c.message = clip(&message, CONDITION_MESSAGE_LIMIT);
+        }
+    }
+    out
+}
+
+/// [`conditions_for`] of the problems that are failures.
+fn failure_conditions(kind: ObjectKind, problems: &[&Problem]) -> Vec<Condition> {
     let Some(first) = problems.first() else {
         let mut all: Vec<Condition> = dependents(kind).iter().map(|t| Condition::met(t)).collect();
         all.push(Condition::met(READY));
@@ -404,6 +462,9 @@ struct Memory {
     posted: HashMap<String, i64>,
     /// Statuses written (or found already so).
     statuses: HashMap<(ObjectKind, String), (StatusUpdate, i64)>,
+    /// The version of each object whose fields not honoured were last logged (not
+    /// windowed: once per version; objects without a notice this tick are forgotten).
+    fields_logged: HashMap<(ObjectKind, String), String>,
 }
 
 /// One finding or notice to publish: a log line and a decision (findings only) and an
@@ -465,6 +526,7 @@ impl Reasons {
     ) -> PublishReport {
         let mut report = PublishReport::default();
         self.forget_before(now.saturating_sub(self.window));
+        self.log_fields_not_honoured(input.problems, &mut report);
         let notices = notices(input);
         let sends = self.log_and_select(notices, now, &mut report);
         let sent: Vec<Sent> = stream::iter(sends)
@@ -490,6 +552,35 @@ impl Reasons {
         }
         self.write_statuses(ports, now, input, &mut report).await;
         report
+    }
+
+    /// Logs each object's fields not honoured, once per version of the object.
+    fn log_fields_not_honoured(&self, problems: &[Problem], report: &mut PublishReport) {
+        let mut memory = self.memory();
+        let current: HashSet<(ObjectKind, &str)> = problems
+            .iter()
+            .filter(|p| p.is_notice())
+            .map(|p| (p.kind, p.name.as_str()))
+            .collect();
+        memory
+            .fields_logged
+            .retain(|(kind, name), _| current.contains(&(*kind, name.as_str())));
+        for p in problems.iter().filter(|p| p.is_notice()) {
+            let version = p.version.clone().unwrap_or_default();
+            let key = (p.kind, p.name.clone());
+            if memory.fields_logged.get(&key) == Some(&version) {
+                continue;
+            }
+            warn!(
+                object_kind = %p.kind,
+                object = %p.name,
+                generation = %version,
+                fields = %p.message,
+                "the object carries Karpenter fields nodewright does not fully honour"
+            );
+            memory.fields_logged.insert(key, version);
+            report.fields_logged += 1;
+        }
     }
 
     fn forget_before(&self, cutoff: i64) {
@@ -623,7 +714,7 @@ fn notices(input: &ReasonsInput<'_>) -> Vec<Notice> {
             }),
         });
     }
-    for p in input.problems {
+    for p in input.problems.iter().filter(|p| !p.is_notice()) {
         out.push(Notice {
             key: format!("{}/{}/{}/{}", p.kind, p.name, p.reason, p.message),
             event: ClusterEvent::about_object(
@@ -766,7 +857,6 @@ fn status_updates(input: &ReasonsInput<'_>) -> Vec<((ObjectKind, String), Status
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ports::ConditionStatus;
 
     fn find<'a>(conditions: &'a [Condition], t: &str) -> &'a Condition {
         conditions
@@ -869,6 +959,26 @@ mod tests {
             find(&all, VALIDATION_SUCCEEDED).status,
             ConditionStatus::True
         );
+    }
+
+    #[test]
+    fn a_notice_alone_keeps_every_condition_true_and_names_the_fields_on_validation() {
+        let object = serde_json::json!({"metadata": {"name": "web", "generation": 2},
+            "spec": {"template": {"spec": {"taints": [{"key": "k", "effect": "NoSchedule", "timeAdded": "x"}]}}}});
+        let fields = ObjectFields::of(nodewright_core::api::Kind::NodePool, &object)
+            .expect("timeAdded is not honoured");
+        let notice = Problem::fields_not_honoured(ObjectKind::NodePool, &fields);
+        assert!(notice.is_notice());
+        assert_eq!(notice.version.as_deref(), Some("2"));
+        let all = conditions_for(ObjectKind::NodePool, &[&notice]);
+        assert!(
+            all.iter().all(|c| c.status == ConditionStatus::True),
+            "{all:#?}"
+        );
+        let validation = find(&all, VALIDATION_SUCCEEDED);
+        assert_eq!(validation.reason, UNSUPPORTED_FIELDS_IGNORED);
+        assert_eq!(validation.message, fields.message());
+        assert_eq!(find(&all, READY).reason, READY);
     }
 
     #[test]

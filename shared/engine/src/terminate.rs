@@ -452,6 +452,12 @@ pub async fn finish_draining(ports: &Ports, claim: &NodeClaim) -> Result<NodeCla
     Ok(next)
 }
 
+/// How long a driver's recorded intent to send TerminateInstances keeps others from
+/// sending it: far longer than one API call takes between the write and the call. A
+/// driver that died in between (or before recording the claim Terminated) is taken
+/// over once it has passed: a crash delays that termination by this much at most.
+pub const TERMINATE_INTENT_WINDOW_SECS: i64 = 30;
+
 /// Step 4: terminate the instance the store records for this claim, delete the Node
 /// object, and tombstone the claim. An instance already gone (NotFound) counts as
 /// terminated; an instance whose own state change said it terminated is not sent
@@ -494,18 +500,84 @@ async fn terminate_step(
             .as_ref()
             .is_some_and(|d| d.cause == DisruptionCause::InstanceTerminated);
         if !already_terminated {
-            match ports.cloud.terminate(std::slice::from_ref(id)).await {
-                Ok(()) => {
-                    progress.terminated_instance = true;
-                    info!(claim = %claim.name, instance = %id, "terminated instance");
-                }
-                Err(e) if e.kind == ErrorKind::NotFound => {
-                    info!(claim = %claim.name, instance = %id, "instance already gone")
-                }
-                Err(e) => return Err(EngineError::Cloud(e)),
+            // The intent first, as a conditional write: of two drivers that reach this
+            // step at once (the interruption function and the reconciler, or after an
+            // escalation) only the one whose write wins sends TerminateInstances; the
+            // other gets Conflict and finds the claim done on its next pass. An intent
+            // left by a driver that died is taken over once it is old enough.
+            let now = ports.clock.now();
+            if let Some(at) = claim.terminate_requested_at
+                && now - at < TERMINATE_INTENT_WINDOW_SECS
+            {
+                return Err(EngineError::Store(StoreError::new(
+                    ErrorKind::Conflict,
+                    format!(
+                        "claim {}: another driver is terminating instance {id} (since {at})",
+                        claim.name
+                    ),
+                )));
             }
+            // An older intent: its driver died, or failed after the call, which may
+            // have been sent. EC2 says whether it must be sent again.
+            if claim.terminate_requested_at.is_some() && !still_running(ports, claim, id).await? {
+                info!(claim = %claim.name, instance = %id, "instance already terminating");
+                return finish_terminating_without_call(ports, claim).await;
+            }
+            let intent = claim.amend(now, |c| c.terminate_requested_at = Some(now))?;
+            let intent = ports.save_claim(claim, intent).await?;
+            progress.claim = intent.clone();
+            return finish_terminating(ports, &intent, id, progress).await;
         }
     }
+    finish_terminating_without_call(ports, claim).await
+}
+
+/// Whether EC2 still lists `id` neither shutting down nor terminated (an adopted claim's
+/// instance carries Karpenter's tags and is listed with those).
+async fn still_running(ports: &Ports, claim: &NodeClaim, id: &str) -> Result<bool> {
+    let listed = if claim.adopted {
+        ports
+            .cloud
+            .cluster_instances_launched_by_karpenter()
+            .await?
+    } else {
+        ports.cloud.owned_instances().await?
+    };
+    Ok(listed
+        .iter()
+        .any(|i| i.id == id && !matches!(i.state.as_str(), "shutting-down" | "terminated")))
+}
+
+/// The instance's TerminateInstances, sent by the driver whose intent was written. A
+/// call EC2 refused clears the intent again, so the next pass retries at once.
+async fn finish_terminating(
+    ports: &Ports,
+    claim: &NodeClaim,
+    id: &str,
+    progress: &mut Progress,
+) -> Result<NodeClaim> {
+    match ports.cloud.terminate(&[id.to_string()]).await {
+        Ok(()) => {
+            progress.terminated_instance = true;
+            info!(claim = %claim.name, instance = %id, "terminated instance");
+        }
+        Err(e) if e.kind == ErrorKind::NotFound => {
+            info!(claim = %claim.name, instance = %id, "instance already gone")
+        }
+        Err(e) => {
+            if let Ok(cleared) = claim.amend(ports.clock.now(), |c| c.terminate_requested_at = None)
+                && let Ok(cleared) = ports.save_claim(claim, cleared).await
+            {
+                progress.claim = cleared;
+            }
+            return Err(EngineError::Cloud(e));
+        }
+    }
+    finish_terminating_without_call(ports, claim).await
+}
+
+/// The Node deleted and the claim tombstoned, once the instance is gone or going.
+async fn finish_terminating_without_call(ports: &Ports, claim: &NodeClaim) -> Result<NodeClaim> {
     if let Some(node) = &claim.node_name {
         match ports.cluster.delete_node(node).await {
             Err(e) if e.kind != ErrorKind::NotFound => return Err(e.into()),

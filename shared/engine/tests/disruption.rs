@@ -1510,3 +1510,24 @@ async fn a_drain_a_budget_refuses_warns_once_per_pod_and_its_deadline_and_deleti
         "each pod deleted at the deadline is told: {disrupted:#?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn forbidden_disruption_budgets_stop_voluntary_disruption() {
+    // As `an_empty_node_is_validated_drained_and_terminated_and_the_other_stays`, but
+    // PodDisruptionBudgets cannot be listed: no budget can be weighed, so nothing goes.
+    let sys = two_full_nodes().await;
+    sys.world.cluster.forbid("poddisruptionbudgets");
+    let nodes = sys.live_nodes();
+    delete_pods_on(&sys, &nodes[0]);
+
+    sys.run(3).await;
+
+    assert_eq!(sys.live_nodes(), nodes, "{:#?}", sys.runs.lock().unwrap());
+    assert!(
+        sys.runs
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|r| r.started.is_empty())
+    );
+}

@@ -1044,3 +1044,180 @@ async fn a_repair_cut_short_by_a_failure_is_finished_by_the_next_poll() {
         "repaired once"
     );
 }
+
+#[tokio::test]
+async fn an_invocation_waiting_on_a_dead_holders_lease_takes_it_when_it_expires_not_a_poll_later() {
+    let env = Env::new();
+    env.add_pods("web", 1);
+    let start = env.clock.now();
+    // The holder died with 12 s left on its lease.
+    env.store
+        .acquire_lease(LEASE_NAME, "killed", start - 3, Duration::from_secs(15))
+        .await
+        .unwrap()
+        .unwrap();
+    let prov = env.provisioner();
+    let run = prov
+        .run_for(Duration::from_secs(30), Duration::from_secs(5))
+        .await;
+    assert!(!run.lease_busy.is_empty(), "it found the lease held");
+    let first = env
+        .store
+        .claims()
+        .iter()
+        .map(|c| c.created_at)
+        .min()
+        .expect("a claim written once the lease was free");
+    // Polls at 0, 5 and 10 s find it held; it expires at 12 s.
+    assert_eq!(first - start, 12, "took the lease when it expired");
+}
+
+#[tokio::test]
+async fn two_drivers_finishing_one_termination_send_terminate_instances_once() {
+    use nodewright_core::nodeclaim::DisruptionCause;
+    use nodewright_engine::terminate;
+    let env = Env::new();
+    let prov = env.provisioner();
+    env.add_pods("web", 1);
+    let report = prov.tick().await.unwrap();
+    let name = report.launched[0].name.clone();
+    let instance = report.launched[0].instance_id.clone();
+    // Taken away (no node yet: nothing to drain), up to its last step.
+    let claim = env.store.get_claim(&name).await.unwrap().unwrap();
+    let claim = terminate::disrupt(&env.ports, &claim, DisruptionCause::SpotInterrupted, None)
+        .await
+        .unwrap();
+    let claim = terminate::start_draining(&env.ports, &claim).await.unwrap();
+    let claim = terminate::finish_draining(&env.ports, &claim)
+        .await
+        .unwrap();
+    assert_eq!(claim.state, ClaimState::Terminating);
+
+    // The interruption function and the reconciler reach the last step at once.
+    let (a, b) = tokio::join!(
+        terminate::advance(&env.ports, &claim),
+        terminate::advance(&env.ports, &claim)
+    );
+    assert!(a.is_ok() || b.is_ok(), "{a:?} {b:?}");
+    let sent = env
+        .cloud
+        .calls()
+        .into_iter()
+        .filter(|c| c.op == CloudOp::Terminate && c.key == instance)
+        .count();
+    assert_eq!(sent, 1, "TerminateInstances sent once for {instance}");
+    // Whoever lost finds it done on its next pass.
+    prov.tick().await.unwrap();
+    let stored = env.store.get_claim(&name).await.unwrap().unwrap();
+    assert_eq!(stored.state, ClaimState::Terminated);
+}
+
+#[tokio::test]
+async fn a_tick_that_sees_a_claim_interrupted_never_launches_into_its_offering_even_before_the_ice_mark()
+ {
+    use nodewright_core::api::model::{NodeRequirement, Operator};
+    use nodewright_core::nodeclaim::DisruptionCause;
+    use nodewright_engine::terminate;
+    let env = Env::new();
+    let spot = nodewright_core::testing::node_pool(
+        "general-purpose",
+        vec![
+            NodeRequirement {
+                key: "node.kubernetes.io/instance-type".into(),
+                operator: Operator::In,
+                values: vec!["m5.large".into()],
+                min_values: None,
+            },
+            NodeRequirement {
+                key: "karpenter.sh/capacity-type".into(),
+                operator: Operator::In,
+                values: vec!["spot".into()],
+                min_values: None,
+            },
+        ],
+    );
+    env.cluster.with_state(|s| s.node_pools = vec![spot]);
+    let prov = env.provisioner();
+    env.add_pods("web", 1);
+    let first = prov.tick().await.unwrap();
+    let first = &first.launched[0];
+    // The spot warning's claim write is seen; its ICE mark is not (yet).
+    let claim = env.store.get_claim(&first.name).await.unwrap().unwrap();
+    terminate::disrupt(
+        &env.ports,
+        &claim,
+        DisruptionCause::SpotInterrupted,
+        Some(env.clock.now() + 120),
+    )
+    .await
+    .unwrap();
+    assert!(
+        env.store
+            .unavailable_offerings(env.clock.now())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Its pod counts as pending again, with a new one (one pod an m5.large): neither
+    // may go into the pool EC2 is reclaiming.
+    env.add_pods("again", 1);
+    let next = prov.tick().await.unwrap();
+    assert_eq!(next.launched.len(), 2, "{next:?}");
+    for replacement in &next.launched {
+        assert_ne!(
+            (&replacement.instance_type, &replacement.zone),
+            (&first.instance_type, &first.zone),
+            "launched into the offering EC2 is reclaiming"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_forbidden_volume_claim_list_holds_only_the_pods_with_volumes_and_says_which_permission()
+{
+    let env = Env::new();
+    env.cluster.forbid("persistentvolumeclaims");
+    env.add_pods("web", 2);
+    let mut db = pod("db-0", "1", "2Gi");
+    db.claims = vec![nodewright_core::volumes::PodClaim {
+        volume: "data".into(),
+        claim: "data-db-0".into(),
+    }];
+    env.cluster.add_pod(db);
+
+    let report = env.provisioner().tick().await.unwrap();
+    assert_eq!(
+        report.launched.iter().map(|l| l.pods).sum::<usize>(),
+        2,
+        "the pods without volumes get capacity: {report:?}"
+    );
+    assert_eq!(report.unreadable.len(), 1);
+    let held = report
+        .not_provisioned
+        .iter()
+        .find(|n| n.pod == "default/db-0")
+        .expect("db-0 held");
+    assert!(
+        held.reason.contains("persistentvolumeclaims"),
+        "{}",
+        held.reason
+    );
+    let event = env
+        .cluster
+        .events()
+        .into_iter()
+        .find(|e| e.name == "db-0")
+        .expect("an event on the held pod");
+    assert_eq!(event.reason, "FailedScheduling");
+    assert!(
+        event
+            .message
+            .contains("grant list and watch on persistentvolumeclaims"),
+        "{}",
+        event.message
+    );
+}
+
+/// Static NodePools (`spec.replicas`), in a module of their own.
+#[path = "provisioner/static_capacity.rs"]
+mod static_capacity;

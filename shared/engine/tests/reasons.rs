@@ -566,3 +566,122 @@ async fn the_instance_profile_is_recorded_on_the_class_status() {
     );
     assert_eq!(env.status_writes(), 1, "conditions and fields in one write");
 }
+
+// ----- fields nodewright does not fully honour ------------------------------------------
+
+use nodewright_core::api::Kind;
+use nodewright_core::api::fields::ObjectFields;
+use nodewright_engine::reasons::UNSUPPORTED_FIELDS_IGNORED;
+use nodewright_engine::{Provisioner, ProvisionerConfig};
+
+/// The general-purpose pool as read from a cluster at `generation`, with a taint's
+/// `timeAdded` (which nodewright ignores).
+fn pool_with_ignored_field(generation: i64) -> ObjectFields {
+    let object = serde_json::json!({
+        "metadata": {"name": general_purpose_pool().name, "generation": generation},
+        "spec": {"weight": 10, "template": {"spec": {"requirements": [],
+            "taints": [{"key": "k", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:00:00Z"}]}}}
+    });
+    ObjectFields::of(Kind::NodePool, &object).expect("timeAdded is not honoured")
+}
+
+#[tokio::test]
+async fn a_pool_with_ignored_fields_stays_valid_and_ready_with_a_reason_naming_them() {
+    let env = Env::new();
+    env.cluster
+        .with_state(|s| s.fields_not_honoured.push(pool_with_ignored_field(1)));
+    let provisioner = Provisioner::new(
+        env.ports.clone(),
+        ProvisionerConfig::new("test-cluster", "holder-a"),
+    );
+
+    provisioner.tick().await.expect("tick");
+
+    let pool = env.pool();
+    let validation = env
+        .cluster
+        .condition(ObjectKind::NodePool, &pool, VALIDATION_SUCCEEDED)
+        .expect("ValidationSucceeded");
+    assert_eq!(validation.condition.status, ConditionStatus::True);
+    assert_eq!(validation.condition.reason, UNSUPPORTED_FIELDS_IGNORED);
+    assert!(
+        validation
+            .condition
+            .message
+            .contains("spec.template.spec.taints[0].timeAdded: not supported (ignored)"),
+        "{}",
+        validation.condition.message
+    );
+    let ready = env
+        .cluster
+        .condition(ObjectKind::NodePool, &pool, READY)
+        .expect("Ready");
+    assert_eq!(ready.condition.status, ConditionStatus::True);
+    let class_ready = env
+        .cluster
+        .condition(ObjectKind::NodePool, &pool, NODE_CLASS_READY)
+        .expect("NodeClassReady");
+    assert_eq!(class_ready.condition.status, ConditionStatus::True);
+    assert!(env.events_with(UNSUPPORTED_FIELDS_IGNORED).is_empty());
+    let class = env.class_condition(VALIDATION_SUCCEEDED);
+    assert_eq!(
+        class.condition.reason, VALIDATION_SUCCEEDED,
+        "the class has no such field"
+    );
+}
+
+#[tokio::test]
+async fn fields_not_honoured_are_logged_once_per_generation_not_once_per_tick() {
+    let env = Env::new();
+    let publish = |generation: i64| {
+        let problems = [Problem::fields_not_honoured(
+            ObjectKind::NodePool,
+            &pool_with_ignored_field(generation),
+        )];
+        let env = &env;
+        async move {
+            env.publish(ReasonsInput {
+                problems: &problems,
+                ..ReasonsInput::default()
+            })
+            .await
+        }
+    };
+
+    assert_eq!(publish(1).await.fields_logged, 1);
+    env.advance(DEDUPE_WINDOW * 3);
+    let again = publish(1).await;
+    assert_eq!(again.fields_logged, 0, "same generation, past the window");
+    assert_eq!(again.events, 0, "a notice posts no event");
+    assert_eq!(publish(2).await.fields_logged, 1, "the spec changed");
+}
+
+#[tokio::test]
+async fn a_notice_does_not_hide_a_real_failure_of_the_same_pool() {
+    let env = Env::new();
+    let problems = [
+        Problem::node_class_missing(&env.pool(), "gpu"),
+        Problem::fields_not_honoured(ObjectKind::NodePool, &pool_with_ignored_field(1)),
+    ];
+
+    env.publish(ReasonsInput {
+        problems: &problems,
+        ..ReasonsInput::default()
+    })
+    .await;
+
+    let pool = env.pool();
+    let ready = env
+        .cluster
+        .condition(ObjectKind::NodePool, &pool, READY)
+        .expect("Ready");
+    assert_eq!(ready.condition.status, ConditionStatus::False);
+    assert_eq!(ready.condition.reason, "NodeClassNotFound");
+    assert!(!ready.condition.message.contains("timeAdded"));
+    let validation = env
+        .cluster
+        .condition(ObjectKind::NodePool, &pool, VALIDATION_SUCCEEDED)
+        .expect("ValidationSucceeded");
+    assert_eq!(validation.condition.status, ConditionStatus::True);
+    assert_eq!(validation.condition.reason, UNSUPPORTED_FIELDS_IGNORED);
+}

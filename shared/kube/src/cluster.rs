@@ -21,11 +21,11 @@ use nodewright_core::api::{
     self, Document, NODE_CLASS_API_VERSION, NODE_CLASS_KIND, NODE_POOL_API_VERSION, NODE_POOL_KIND,
 };
 use nodewright_core::nodeclaim::NodeClaim;
-use nodewright_core::volumes::{Storage, apply_volume_topology};
+use nodewright_core::volumes::{Storage, apply_volume_topology, hold_pods_with_claims};
 use nodewright_core::{cluster, snapshot};
 use nodewright_engine::ports::{
     Cluster, ClusterError, ClusterEvent, ClusterState, Condition, ErrorKind, EventType,
-    InvalidObject, Invalidity, MirrorReport, NodePatch, ObjectKind, StatusUpdate,
+    InvalidObject, Invalidity, MirrorReport, NodePatch, ObjectKind, StatusUpdate, UnreadableKind,
 };
 
 use crate::client::{self, ApiRate, TokenProvider};
@@ -625,6 +625,27 @@ fn parse_version(major: &str, minor: &str, git_version: &str) -> Option<String> 
     Some(format!("{major}.{minor}"))
 }
 
+/// An optional kind's read: `Ok(None)` (recorded in `unreadable`) when it is forbidden
+/// or not served, the error when it failed otherwise.
+fn optional_read<T>(
+    kind: &str,
+    read: Result<Read<T>, ClusterError>,
+    unreadable: &mut Vec<UnreadableKind>,
+) -> Result<Option<Read<T>>, ClusterError> {
+    match read {
+        Ok(r) => Ok(Some(r)),
+        Err(e) if UnreadableKind::degrades(e.kind) => {
+            unreadable.push(UnreadableKind {
+                kind: kind.to_string(),
+                error_kind: e.kind,
+                message: e.to_string(),
+            });
+            Ok(None)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 #[async_trait]
 impl Cluster for KubeCluster {
     /// From the watched view (see `watch`): the first call lists every kind, later
@@ -646,7 +667,7 @@ impl Cluster for KubeCluster {
         let mut state = ClusterState::default();
         let invalid = &mut state.invalid;
 
-        let karpenter = |read: Read<Value>, crd: &Crd, invalid: &mut Vec<String>| {
+        let karpenter = |read: Read<view::Karpenter>, crd: &Crd, invalid: &mut Vec<String>| {
             if read.missing {
                 invalid.push(crd_missing(crd));
             }
@@ -655,23 +676,65 @@ impl Cluster for KubeCluster {
         };
         let pools = karpenter(pools?, &NODE_POOLS, invalid);
         let classes = karpenter(classes?, &NODE_CLASSES, invalid);
-        let manifests = validate_karpenter(pools, classes, invalid, &mut state.invalid_objects);
+        state.fields_not_honoured = pools
+            .iter()
+            .chain(&classes)
+            .filter_map(|o| o.fields.clone())
+            .collect();
+        let values = |objects: Vec<view::Karpenter>| objects.into_iter().map(|o| o.value).collect();
+        let manifests = validate_karpenter(
+            values(pools),
+            values(classes),
+            invalid,
+            &mut state.invalid_objects,
+        );
         state.node_pools = manifests.node_pools;
         state.node_classes = manifests.node_classes;
 
         state.nodes = take(nodes?, &mut state.invalid);
         state.pods = take(pods?, &mut state.invalid);
-        state.daemonsets = take(daemonsets?, &mut state.invalid);
-        state.pdbs = take(pdbs?, &mut state.invalid);
-        // A volume whose affinity cannot be read is reported and left out: its pods
-        // then read as bound to a missing volume and wait, rather than being placed
-        // anywhere.
-        let storage = Storage {
-            claims: claims?.objects,
-            volumes: take(volumes?, &mut state.invalid),
-            classes: classes_of_storage?.objects,
-        };
-        apply_volume_topology(&mut state.pods, &storage);
+        // A kind RBAC forbids or the server does not serve is gone without, not fatal:
+        // what depends on it waits (see `UnreadableKind`); the rest goes on.
+        let unreadable = &mut state.unreadable;
+        let daemonsets = optional_read("daemonsets", daemonsets, unreadable)?;
+        let pdbs = optional_read("poddisruptionbudgets", pdbs, unreadable)?;
+        let claims = optional_read("persistentvolumeclaims", claims, unreadable)?;
+        let volumes = optional_read("persistentvolumes", volumes, unreadable)?;
+        let classes_of_storage = optional_read("storageclasses", classes_of_storage, unreadable)?;
+        state.daemonsets = daemonsets.map_or_else(Vec::new, |r| take(r, &mut state.invalid));
+        state.pdbs = pdbs.map_or_else(Vec::new, |r| take(r, &mut state.invalid));
+        match (claims, volumes, classes_of_storage) {
+            (Some(claims), Some(volumes), Some(classes)) => {
+                // A volume whose affinity cannot be read is reported and left out: its
+                // pods then read as bound to a missing volume and wait, rather than
+                // being placed anywhere.
+                let storage = Storage {
+                    claims: claims.objects,
+                    volumes: take(volumes, &mut state.invalid),
+                    classes: classes.objects,
+                };
+                apply_volume_topology(&mut state.pods, &storage);
+            }
+            _ => {
+                let u = state
+                    .unreadable
+                    .iter()
+                    .find(|u| {
+                        matches!(
+                            u.kind.as_str(),
+                            "persistentvolumeclaims" | "persistentvolumes" | "storageclasses"
+                        )
+                    })
+                    .cloned();
+                if let Some(u) = u {
+                    hold_pods_with_claims(&mut state.pods, &u.kind, &u.why());
+                }
+            }
+        }
+        for u in &state.unreadable {
+            warn!(kind = %u.kind, error_kind = ?u.error_kind, error = %u.message,
+                "cannot read this kind; going on without it");
+        }
         for problem in &state.invalid {
             warn!(problem = %problem, "skipped an object read from the cluster");
         }

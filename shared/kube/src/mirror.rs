@@ -292,6 +292,7 @@ pub fn cause_reason(cause: DisruptionCause) -> &'static str {
         DisruptionCause::ScheduledChange => "ScheduledChange",
         DisruptionCause::Unregistered => "Unregistered",
         DisruptionCause::Unhealthy => "Unhealthy",
+        DisruptionCause::Overprovisioned => "Overprovisioned",
     }
 }
 

@@ -13,6 +13,8 @@ use kube::{Client, Resource};
 use serde::Deserialize;
 use serde_json::Value;
 
+use nodewright_core::api::Kind;
+use nodewright_core::api::fields::ObjectFields;
 use nodewright_core::snapshot::{self, LeanPod};
 use nodewright_core::{cluster, volumes};
 
@@ -73,8 +75,8 @@ impl Resource for WatchedPod {
 
 /// Every kind a tick reads, watched.
 pub(crate) struct ClusterView {
-    pub(crate) node_pools: Watched<DynamicObject, Value>,
-    pub(crate) node_classes: Watched<DynamicObject, Value>,
+    pub(crate) node_pools: Watched<DynamicObject, Karpenter>,
+    pub(crate) node_classes: Watched<DynamicObject, Karpenter>,
     pub(crate) nodes: Watched<Node, cluster::Node>,
     pub(crate) pods: Watched<WatchedPod, cluster::Pod>,
     pub(crate) daemonsets: Watched<DaemonSet, cluster::DaemonSet>,
@@ -204,12 +206,27 @@ pub(crate) fn as_seen_mirror(object: &DynamicObject) -> Result<mirror::Seen, Str
     Ok(mirror::seen(&value))
 }
 
-fn as_nodepool_json(object: &DynamicObject) -> Result<Value, String> {
-    as_json(object, &crate::cluster::NODE_POOLS)
+/// A NodePool or EC2NodeClass as read, with the fields of its spec nodewright does not
+/// fully honour: walked here, once per version as the watch delivers it, not on every
+/// read of the view.
+#[derive(Debug, Clone)]
+pub(crate) struct Karpenter {
+    pub(crate) value: Value,
+    pub(crate) fields: Option<ObjectFields>,
 }
 
-fn as_nodeclass_json(object: &DynamicObject) -> Result<Value, String> {
-    as_json(object, &crate::cluster::NODE_CLASSES)
+fn as_nodepool_json(object: &DynamicObject) -> Result<Karpenter, String> {
+    karpenter(object, &crate::cluster::NODE_POOLS, Kind::NodePool)
+}
+
+fn as_nodeclass_json(object: &DynamicObject) -> Result<Karpenter, String> {
+    karpenter(object, &crate::cluster::NODE_CLASSES, Kind::Ec2NodeClass)
+}
+
+fn karpenter(object: &DynamicObject, crd: &Crd, kind: Kind) -> Result<Karpenter, String> {
+    let value = as_json(object, crd)?;
+    let fields = ObjectFields::of(kind, &value);
+    Ok(Karpenter { value, fields })
 }
 
 /// The object as JSON with `apiVersion` and `kind` set (a list's items may lack them),

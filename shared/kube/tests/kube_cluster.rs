@@ -408,7 +408,7 @@ async fn a_server_error_is_unavailable_and_forbidden_is_unauthorized() {
         ErrorKind::Unavailable
     );
     let (server, other) = fake().await;
-    server.fail_next_list("/apis/policy/v1/poddisruptionbudgets", 403);
+    server.fail_next_list("/api/v1/pods", 403);
     assert_eq!(
         other.state().await.expect_err("403").kind(),
         ErrorKind::Unauthorized
@@ -420,6 +420,32 @@ async fn a_server_error_is_unavailable_and_forbidden_is_unauthorized() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(other.state().await.is_ok(), "the failures were one-shot");
+}
+
+#[tokio::test]
+async fn a_forbidden_optional_kind_is_read_as_unreadable_and_the_rest_is_served() {
+    let (server, cluster) = fake().await;
+    server.forbid("/apis/policy/v1/poddisruptionbudgets");
+    server.forbid("/api/v1/persistentvolumeclaims");
+    server.put(node("node-a"));
+    let state = cluster
+        .state()
+        .await
+        .expect("the indispensable kinds are served");
+    assert_eq!(state.nodes.len(), 1);
+    let mut kinds: Vec<(&str, ErrorKind)> = state
+        .unreadable
+        .iter()
+        .map(|u| (u.kind.as_str(), u.error_kind))
+        .collect();
+    kinds.sort_by_key(|k| k.0);
+    assert_eq!(
+        kinds,
+        [
+            ("persistentvolumeclaims", ErrorKind::Unauthorized),
+            ("poddisruptionbudgets", ErrorKind::Unauthorized)
+        ]
+    );
 }
 
 #[tokio::test]
@@ -2062,3 +2088,7 @@ async fn without_the_node_claim_crd_nothing_is_mirrored_and_nothing_fails() {
     assert!(again.skipped.is_some());
     assert!(node_claim_writes(&server).is_empty());
 }
+
+/// `kubectl scale nodepool` through the scale subresource.
+#[path = "kube_cluster/fake_scale.rs"]
+mod fake_scale;

@@ -196,7 +196,8 @@ impl Metrics {
 /// and nodepool); and the gauges of its last tick (`scheduler_unschedulable_pods_count`,
 /// `pods_pending_oldest_age_seconds`, `nodeclaims` by state and by nodepool and state,
 /// `nodeclaims_stuck`, `cluster_cost_per_hour`, `nodepools_usage` and
-/// `nodepools_limit` by nodepool and resource_type).
+/// `nodepools_limit` by nodepool and resource_type), and `cluster_kinds_unreadable`
+/// (with `cluster_kind_unreadable` by kind) when a kind could not be listed.
 pub fn provisioner_metrics(run: &RunReport, duration_secs: f64, timestamp_ms: u64) -> Metrics {
     const F: &str = "provisioner";
     let mut m = Metrics::new(timestamp_ms);
@@ -244,6 +245,22 @@ pub fn provisioner_metrics(run: &RunReport, duration_secs: f64, timestamp_ms: u6
     }
     if let Some(last) = run.ticks.last() {
         census_metrics(&mut m, &last.lifecycle.census);
+        // Kinds RBAC forbids or the server does not serve: the function goes on without
+        // them (pods with volumes wait, disruption stops); the alarm names the fix.
+        m.function(
+            F,
+            "cluster_kinds_unreadable",
+            Unit::Count,
+            last.unreadable.len() as f64,
+        );
+        for u in &last.unreadable {
+            m.gauge(
+                "cluster_kind_unreadable",
+                Unit::Count,
+                &[("kind", &u.kind)],
+                1.0,
+            );
+        }
         m.gauge(
             "scheduler_unschedulable_pods_count",
             Unit::Count,
@@ -397,6 +414,8 @@ pub fn cause_label(cause: DisruptionCause) -> &'static str {
         DisruptionCause::Underutilized => "underutilized",
         // Karpenter's node health controller counts its repairs as `unhealthy`.
         DisruptionCause::Unhealthy => "unhealthy",
+        // Karpenter's static deprovisioning terminates with reason `overprovisioned`.
+        DisruptionCause::Overprovisioned => "overprovisioned",
     }
 }
 
@@ -734,6 +753,37 @@ mod tests {
         assert_eq!(
             find(&docs, "scheduler_unschedulable_pods_count", &[])["scheduler_unschedulable_pods_count"],
             0.0
+        );
+    }
+
+    #[test]
+    fn a_kind_the_cluster_would_not_list_is_counted_for_the_alarm_and_named() {
+        use nodewright_engine::ports::{ErrorKind, UnreadableKind};
+        use nodewright_engine::provision::TickReport;
+        let run = RunReport {
+            ticks: vec![TickReport {
+                unreadable: vec![UnreadableKind {
+                    kind: "persistentvolumeclaims".into(),
+                    error_kind: ErrorKind::Unauthorized,
+                    message: "forbidden".into(),
+                }],
+                ..TickReport::default()
+            }],
+            ..RunReport::default()
+        };
+        let docs = all(&provisioner_metrics(&run, 1.0, 7));
+        let f = [("Function", "provisioner")];
+        assert_eq!(
+            find(&docs, "cluster_kinds_unreadable", &f)["cluster_kinds_unreadable"],
+            1.0
+        );
+        assert_eq!(
+            find(
+                &docs,
+                "cluster_kind_unreadable",
+                &[("kind", "persistentvolumeclaims")]
+            )["cluster_kind_unreadable"],
+            1.0
         );
     }
 

@@ -1,15 +1,27 @@
 //! Launch templates named by their content (`nodewright-<sha256>`): identical content is
 //! one template, created once and reused by every claim; any change is a new template.
 //! What a template holds is [`TemplateContent`], in a canonical, hashable form.
+//!
+//! The EC2NodeClass launch fields go where Karpenter-AWS puts them
+//! (`pkg/providers/launchtemplate`): `networkInterfaces` become the template's
+//! interfaces (network card and device index, interface type; the security groups on
+//! each; `ipPrefixCount`, the public IP setting and `connectionTracking` on every one
+//! but EFA-only interfaces); without them, one primary interface carries
+//! `ipPrefixCount`, `associatePublicIPAddress` and `connectionTracking` when any is set.
+//! `placementGroupSelector` is the template's placement group (by id, or by name,
+//! which EC2 resolves the same way); `volumeInitializationRate` goes on its EBS volume;
+//! `instanceStorePolicy: RAID0` is written into the user data. A template that sets
+//! none of these is what it was before they were read, name included.
 
 use std::collections::BTreeMap;
 
 use aws_sdk_ec2::types::{
-    Filter, LaunchTemplateBlockDeviceMappingRequest, LaunchTemplateEbsBlockDeviceRequest,
-    LaunchTemplateHttpTokensState, LaunchTemplateIamInstanceProfileSpecificationRequest,
+    ConnectionTrackingSpecificationRequest, Filter, LaunchTemplateBlockDeviceMappingRequest,
+    LaunchTemplateEbsBlockDeviceRequest, LaunchTemplateHttpTokensState,
+    LaunchTemplateIamInstanceProfileSpecificationRequest,
     LaunchTemplateInstanceMetadataEndpointState, LaunchTemplateInstanceMetadataOptionsRequest,
     LaunchTemplateInstanceMetadataProtocolIpv6,
-    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest,
+    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest, LaunchTemplatePlacementRequest,
     LaunchTemplateTagSpecificationRequest, LaunchTemplatesMonitoringRequest,
     RequestLaunchTemplateData, ResourceType, Tag, VolumeType,
 };
@@ -17,7 +29,9 @@ use base64::Engine;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use nodewright_core::api::model::{AmiSelectorTerm, Taint, TaintEffect};
+use nodewright_core::api::model::{
+    AmiSelectorTerm, InstanceStorePolicy, InterfaceType, PlacementGroupSelector, Taint, TaintEffect,
+};
 use nodewright_core::catalog::{self, CapacityType};
 use nodewright_engine::ports::{CloudError, ErrorKind, Image, LaunchRequest};
 
@@ -55,6 +69,7 @@ impl Ec2Cloud {
                 _ => None,
             })
         });
+        let raid0 = class.instance_store_policy == Some(InstanceStorePolicy::Raid0);
         let user_data = match family.as_deref().map(str::to_ascii_lowercase).as_deref() {
             Some("bottlerocket") => userdata::bottlerocket_user_data(
                 &self.cluster,
@@ -62,6 +77,7 @@ impl Ec2Cloud {
                 &taints,
                 &class.kubelet,
                 class.user_data.as_deref(),
+                raid0,
             ),
             // AL2023 is the default family.
             _ => userdata::al2023_user_data(
@@ -70,6 +86,7 @@ impl Ec2Cloud {
                 &taints,
                 &class.kubelet,
                 class.user_data.as_deref(),
+                raid0,
             ),
         };
         let instance_profile = request
@@ -98,6 +115,7 @@ impl Ec2Cloud {
                     kms_key_id: e.kms_key_id.clone(),
                     delete_on_termination: e.delete_on_termination,
                     snapshot_id: e.snapshot_id.clone(),
+                    volume_initialization_rate: e.volume_initialization_rate,
                 }),
                 None => None,
             };
@@ -118,6 +136,27 @@ impl Ec2Cloud {
             associate_public_ip_address: class.associate_public_ip_address,
             detailed_monitoring: class.detailed_monitoring,
             tags: self.base_tags(&request.node_pool, class),
+            network_interfaces: class
+                .network_interfaces
+                .iter()
+                .map(|n| TemplateInterface {
+                    network_card_index: n.network_card_index,
+                    device_index: n.device_index,
+                    interface_type: n.interface_type.as_str(),
+                })
+                .collect(),
+            ip_prefix_count: class.ip_prefix_count,
+            connection_tracking: class.connection_tracking.as_ref().map(|c| {
+                TemplateConnectionTracking {
+                    tcp_established_timeout: c.tcp_established_timeout,
+                    udp_stream_timeout: c.udp_stream_timeout,
+                    udp_timeout: c.udp_timeout,
+                }
+            }),
+            placement_group: class.placement_group_selector.clone().map(|p| match p {
+                PlacementGroupSelector::Id(id) => TemplatePlacementGroup::Id(id),
+                PlacementGroupSelector::Name(name) => TemplatePlacementGroup::Name(name),
+            }),
         })
     }
 
@@ -195,6 +234,36 @@ pub(super) struct TemplateContent {
     associate_public_ip_address: Option<bool>,
     detailed_monitoring: bool,
     tags: BTreeMap<String, String>,
+    // Read later than the fields above: left out of the JSON when unset, so templates
+    // that do not use them keep their names.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    network_interfaces: Vec<TemplateInterface>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ip_prefix_count: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    connection_tracking: Option<TemplateConnectionTracking>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    placement_group: Option<TemplatePlacementGroup>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct TemplateInterface {
+    network_card_index: i32,
+    device_index: i32,
+    interface_type: &'static str,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct TemplateConnectionTracking {
+    tcp_established_timeout: Option<i32>,
+    udp_stream_timeout: Option<i32>,
+    udp_timeout: Option<i32>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+enum TemplatePlacementGroup {
+    Id(String),
+    Name(String),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -207,6 +276,8 @@ struct TemplateEbs {
     kms_key_id: Option<String>,
     delete_on_termination: Option<bool>,
     snapshot_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    volume_initialization_rate: Option<i32>,
 }
 
 impl TemplateContent {
@@ -258,7 +329,8 @@ impl TemplateContent {
                     .set_encrypted(e.encrypted)
                     .set_kms_key_id(e.kms_key_id.clone())
                     .set_delete_on_termination(e.delete_on_termination)
-                    .set_snapshot_id(e.snapshot_id.clone());
+                    .set_snapshot_id(e.snapshot_id.clone())
+                    .set_volume_initialization_rate(e.volume_initialization_rate);
                 if e.delete_on_termination.is_none() {
                     b = b.delete_on_termination(true);
                 }
@@ -266,20 +338,79 @@ impl TemplateContent {
             }
             data = data.block_device_mappings(m.build());
         }
-        match self.associate_public_ip_address {
-            // The public IP setting lives on the network interface, and then so must the groups.
-            Some(public) => {
-                data = data.network_interfaces(
-                    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
-                        .device_index(0)
-                        .associate_public_ip_address(public)
-                        .set_groups(Some(self.security_groups.clone()))
-                        .build(),
-                )
-            }
+        match self.network_interfaces_request() {
+            // The security groups then live on the interfaces.
+            Some(interfaces) => data = data.set_network_interfaces(Some(interfaces)),
             None => data = data.set_security_group_ids(Some(self.security_groups.clone())),
         }
+        if let Some(group) = &self.placement_group {
+            let placement = match group {
+                TemplatePlacementGroup::Id(id) => {
+                    LaunchTemplatePlacementRequest::builder().group_id(id)
+                }
+                TemplatePlacementGroup::Name(name) => {
+                    LaunchTemplatePlacementRequest::builder().group_name(name)
+                }
+            };
+            data = data.placement(placement.build());
+        }
         data.build()
+    }
+}
+
+impl TemplateContent {
+    /// The template's network interfaces, or `None` to leave EC2's default primary
+    /// interface with the template's security groups.
+    fn network_interfaces_request(
+        &self,
+    ) -> Option<Vec<LaunchTemplateInstanceNetworkInterfaceSpecificationRequest>> {
+        let tracking = self.connection_tracking.as_ref().map(|c| {
+            ConnectionTrackingSpecificationRequest::builder()
+                .set_tcp_established_timeout(c.tcp_established_timeout)
+                .set_udp_stream_timeout(c.udp_stream_timeout)
+                .set_udp_timeout(c.udp_timeout)
+                .build()
+        });
+        if self.network_interfaces.is_empty() {
+            if self.associate_public_ip_address.is_none()
+                && self.ip_prefix_count.is_none()
+                && tracking.is_none()
+            {
+                return None;
+            }
+            return Some(vec![
+                LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
+                    .device_index(0)
+                    .set_associate_public_ip_address(self.associate_public_ip_address)
+                    .set_ipv4_prefix_count(self.ip_prefix_count)
+                    .set_connection_tracking_specification(tracking)
+                    .set_groups(Some(self.security_groups.clone()))
+                    .build(),
+            ]);
+        }
+        Some(
+            self.network_interfaces
+                .iter()
+                .map(|n| {
+                    // EC2 refuses prefixes, a public IP or connection tracking on an
+                    // EFA-only interface.
+                    let addressed = n.interface_type != InterfaceType::EfaOnly.as_str();
+                    LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
+                        .network_card_index(n.network_card_index)
+                        .device_index(n.device_index)
+                        .interface_type(n.interface_type)
+                        .set_ipv4_prefix_count(self.ip_prefix_count.filter(|_| addressed))
+                        .set_associate_public_ip_address(
+                            self.associate_public_ip_address.filter(|_| addressed),
+                        )
+                        .set_connection_tracking_specification(
+                            tracking.clone().filter(|_| addressed),
+                        )
+                        .set_groups(Some(self.security_groups.clone()))
+                        .build()
+                })
+                .collect(),
+        )
     }
 }
 
@@ -329,6 +460,64 @@ fn parse_gib(size: &str) -> Result<i32, CloudError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn content() -> TemplateContent {
+        TemplateContent {
+            image_id: "ami-1".into(),
+            user_data: "ud".into(),
+            instance_profile: "profile".into(),
+            security_groups: vec!["sg-1".into()],
+            block_devices: vec![(
+                "/dev/xvda".into(),
+                Some(TemplateEbs {
+                    volume_size_gib: Some(20),
+                    volume_type: None,
+                    iops: None,
+                    throughput: None,
+                    encrypted: None,
+                    kms_key_id: None,
+                    delete_on_termination: None,
+                    snapshot_id: None,
+                    volume_initialization_rate: None,
+                }),
+            )],
+            http_endpoint: "enabled".into(),
+            http_protocol_ipv6: "disabled".into(),
+            http_put_response_hop_limit: 1,
+            http_tokens: "required".into(),
+            associate_public_ip_address: None,
+            detailed_monitoring: false,
+            tags: BTreeMap::new(),
+            network_interfaces: vec![],
+            ip_prefix_count: None,
+            connection_tracking: None,
+            placement_group: None,
+        }
+    }
+
+    #[test]
+    fn a_template_without_the_launch_fields_keeps_the_name_it_had_before_them() {
+        // The JSON a name hashes, exactly as before the fields were read: templates
+        // already created are reused, not duplicated.
+        let json = serde_json::to_string(&content()).unwrap();
+        assert_eq!(
+            json,
+            r#"{"image_id":"ami-1","user_data":"ud","instance_profile":"profile","security_groups":["sg-1"],"block_devices":[["/dev/xvda",{"volume_size_gib":20,"volume_type":null,"iops":null,"throughput":null,"encrypted":null,"kms_key_id":null,"delete_on_termination":null,"snapshot_id":null}]],"http_endpoint":"enabled","http_protocol_ipv6":"disabled","http_put_response_hop_limit":1,"http_tokens":"required","associate_public_ip_address":null,"detailed_monitoring":false,"tags":{}}"#
+        );
+        // Without any of them the groups stay on the template, as before.
+        let request = content().to_request();
+        assert_eq!(request.security_group_ids(), ["sg-1".to_string()]);
+        assert!(request.network_interfaces().is_empty());
+        assert!(request.placement().is_none());
+        // Each one changes the name.
+        let base = content().name();
+        let mut with_prefixes = content();
+        with_prefixes.ip_prefix_count = Some(1);
+        assert_ne!(with_prefixes.name(), base);
+        let mut with_group = content();
+        with_group.placement_group = Some(TemplatePlacementGroup::Id("pg-1".into()));
+        assert_ne!(with_group.name(), base);
+    }
 
     #[test]
     fn volume_sizes_parse_to_gib() {

@@ -1,12 +1,16 @@
 //! Node-class resolution: an EC2NodeClass's selector terms → the subnets, security groups
 //! and images they match (EC2, SSM for AMI aliases and `ssmParameter` terms), and its
-//! instance profile (as written, or its role's, created or adopted in IAM).
+//! instance profile (as written, or its role's, created or adopted in IAM). A
+//! `placementGroupSelector` must name an available placement group.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use aws_sdk_ec2::types::{ArchitectureValues, Filter};
+use aws_sdk_ec2::error::ProvideErrorMetadata;
+use aws_sdk_ec2::types::{ArchitectureValues, Filter, PlacementGroupState};
 
-use nodewright_core::api::model::{AmiSelectorTerm, Ec2NodeClass, SelectorTerm};
+use nodewright_core::api::model::{
+    AmiSelectorTerm, Ec2NodeClass, PlacementGroupSelector, SelectorTerm,
+};
 use nodewright_engine::ports::{CloudError, ErrorKind, Image, ResolvedNodeClass, Subnet};
 
 use super::Ec2Cloud;
@@ -47,6 +51,23 @@ impl Ec2Cloud {
                 format!("EC2NodeClass {name}: amiSelectorTerms match no image"),
             ));
         }
+        if node_class
+            .cpu_options
+            .as_ref()
+            .is_some_and(|c| c.nested_virtualization == Some(true))
+        {
+            // Not silently dropped: the EC2 SDK this build links (aws-sdk-ec2 1.208)
+            // has no CpuOptions.NestedVirtualization to send.
+            return Err(CloudError::new(
+                ErrorKind::Invalid,
+                format!(
+                    "EC2NodeClass {name}: cpuOptions.nestedVirtualization \"enabled\" is not supported by this build (its EC2 SDK cannot request nested virtualization)"
+                ),
+            ));
+        }
+        if let Some(selector) = &node_class.placement_group_selector {
+            self.placement_group(name, selector).await?;
+        }
         // Last, so a class that selects nothing creates nothing in IAM.
         let instance_profile = self.instance_profile(node_class).await?;
         Ok(ResolvedNodeClass {
@@ -55,6 +76,58 @@ impl Ec2Cloud {
             images,
             instance_profile: Some(instance_profile),
         })
+    }
+
+    /// The id of the available placement group `selector` names; not found (the class
+    /// is not ready) when there is none.
+    pub(super) async fn placement_group(
+        &self,
+        class: &str,
+        selector: &PlacementGroupSelector,
+    ) -> Result<String, CloudError> {
+        let (request, what) = match selector {
+            PlacementGroupSelector::Id(id) => (
+                self.ec2.describe_placement_groups().group_ids(id),
+                format!("id {id:?}"),
+            ),
+            PlacementGroupSelector::Name(name) => (
+                self.ec2.describe_placement_groups().group_names(name),
+                format!("name {name:?}"),
+            ),
+        };
+        let not_found = || {
+            CloudError::new(
+                ErrorKind::NotFound,
+                format!(
+                    "EC2NodeClass {class}: placementGroupSelector ({what}) matches no available placement group"
+                ),
+            )
+        };
+        let out = match request
+            .filters(
+                Filter::builder()
+                    .name("state")
+                    .values(PlacementGroupState::Available.as_str())
+                    .build(),
+            )
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            // EC2 answers an unknown name or id with an error rather than an empty list.
+            Err(e) if names_an_unknown_placement_group(e.code()) => {
+                return Err(not_found());
+            }
+            Err(e) => {
+                return Err(cloud_error(format!("DescribePlacementGroups ({what})"), e));
+            }
+        };
+        out.placement_groups
+            .unwrap_or_default()
+            .into_iter()
+            .find(|g| g.state == Some(PlacementGroupState::Available))
+            .and_then(|g| g.group_id)
+            .ok_or_else(not_found)
     }
 
     async fn subnets(&self, terms: &[SelectorTerm]) -> Result<Vec<Subnet>, CloudError> {
@@ -287,6 +360,16 @@ impl Ec2Cloud {
     }
 }
 
+/// EC2's answer to DescribePlacementGroups naming a group that does not exist
+/// (`InvalidPlacementGroup.Unknown` for a name, `InvalidPlacementGroupId.NotFound`
+/// for an id): the selector matches nothing, which is no failure of the call.
+fn names_an_unknown_placement_group(code: Option<&str>) -> bool {
+    code.is_some_and(|c| {
+        c.starts_with("InvalidPlacementGroup")
+            && (c.ends_with(".Unknown") || c.ends_with(".NotFound"))
+    })
+}
+
 fn tag_filters(tags: &BTreeMap<String, String>) -> Vec<Filter> {
     tags.iter()
         .map(|(k, v)| {
@@ -317,4 +400,26 @@ fn selector_filters(
         },
         SelectorTerm::Tags(tags) => tag_filters(tags),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_placement_group_name_or_id_reads_as_not_found_and_nothing_else_does() {
+        assert!(names_an_unknown_placement_group(Some(
+            "InvalidPlacementGroup.Unknown"
+        )));
+        assert!(names_an_unknown_placement_group(Some(
+            "InvalidPlacementGroupId.NotFound"
+        )));
+        assert!(!names_an_unknown_placement_group(Some(
+            "InvalidPlacementGroupId.Malformed"
+        )));
+        assert!(!names_an_unknown_placement_group(Some(
+            "UnauthorizedOperation"
+        )));
+        assert!(!names_an_unknown_placement_group(None));
+    }
 }

@@ -6,6 +6,7 @@
 
 pub mod cron;
 pub mod duration;
+pub mod fields;
 pub mod labels;
 mod load;
 pub mod model;

@@ -159,9 +159,23 @@ pub struct NodePool {
     pub termination_grace_period: Option<Duration>,
     /// `spec.limits`; `None` when unset (unlimited). Values in milli-units.
     pub limits: Option<Resources>,
+    /// `spec.limits.nodes`, when set: how many nodes the pool may have, launching and
+    /// leaving included (kept apart from `limits`, where a limit of 0 reads as unset).
+    pub node_limit: Option<u64>,
     /// `spec.weight`, 0 when unset; higher is tried first.
     pub weight: i32,
     pub disruption: Disruption,
+    /// `spec.replicas`: a static NodePool keeps exactly this many nodes, launched
+    /// without pods and never consolidated (Karpenter's static capacity); `None` is a
+    /// dynamic pool, sized by pending pods.
+    pub replicas: Option<u32>,
+}
+
+impl NodePool {
+    /// A static NodePool (`spec.replicas` set).
+    pub fn is_static(&self) -> bool {
+        self.replicas.is_some()
+    }
 }
 
 /// `amiSelectorTerms[]`: exactly one way of selecting per term.
@@ -205,6 +219,9 @@ pub struct BlockDevice {
     pub kms_key_id: Option<String>,
     pub delete_on_termination: Option<bool>,
     pub snapshot_id: Option<String>,
+    /// `volumeInitializationRate`, MiB/s (100 to 300): how fast EBS fills the volume
+    /// from `snapshotID`.
+    pub volume_initialization_rate: Option<i32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,6 +250,66 @@ impl Default for MetadataOptions {
             http_tokens: "required".into(),
         }
     }
+}
+
+/// `instanceStorePolicy`: what to do with the instance's NVMe instance-store disks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InstanceStorePolicy {
+    /// One RAID-0 array of every instance-store disk, holding the kubelet's and the
+    /// container runtime's state: node ephemeral-storage is the instance store.
+    Raid0,
+}
+
+/// `networkInterfaces[].interfaceType`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InterfaceType {
+    /// An ENA interface (`interface`).
+    Interface,
+    /// An EFA-only interface (`efa-only`): no IP addresses, no public IP, no
+    /// connection tracking.
+    EfaOnly,
+}
+
+impl InterfaceType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InterfaceType::Interface => "interface",
+            InterfaceType::EfaOnly => "efa-only",
+        }
+    }
+}
+
+/// One `networkInterfaces[]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkInterface {
+    pub network_card_index: i32,
+    pub device_index: i32,
+    pub interface_type: InterfaceType,
+}
+
+/// `cpuOptions`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CpuOptions {
+    /// `nestedVirtualization`: `Some(true)` for "enabled", `Some(false)` for "disabled".
+    pub nested_virtualization: Option<bool>,
+}
+
+/// `placementGroupSelector`: exactly one of `id` and `name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlacementGroupSelector {
+    Id(String),
+    Name(String),
+}
+
+/// `connectionTracking`: idle timeouts in seconds, at least one set.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConnectionTracking {
+    /// 60 to 432000.
+    pub tcp_established_timeout: Option<i32>,
+    /// 60 to 180.
+    pub udp_stream_timeout: Option<i32>,
+    /// 30 to 60.
+    pub udp_timeout: Option<i32>,
 }
 
 /// The kubelet settings nodewright uses for planning: those that change how many pods
@@ -296,6 +373,16 @@ pub struct Ec2NodeClass {
     pub kubelet: Kubelet,
     pub associate_public_ip_address: Option<bool>,
     pub detailed_monitoring: bool,
+    /// `instanceStorePolicy`; `None` leaves the instance store unused.
+    pub instance_store_policy: Option<InstanceStorePolicy>,
+    /// `networkInterfaces`; empty means one primary interface, as EC2 defaults.
+    pub network_interfaces: Vec<NetworkInterface>,
+    pub cpu_options: Option<CpuOptions>,
+    pub placement_group_selector: Option<PlacementGroupSelector>,
+    /// `ipPrefixCount`: IPv4 prefixes (/28) assigned to each interface that carries
+    /// addresses.
+    pub ip_prefix_count: Option<i32>,
+    pub connection_tracking: Option<ConnectionTracking>,
 }
 
 impl Ec2NodeClass {
@@ -379,6 +466,12 @@ mod tests {
             kubelet: Kubelet::default(),
             associate_public_ip_address: None,
             detailed_monitoring: false,
+            instance_store_policy: None,
+            network_interfaces: vec![],
+            cpu_options: None,
+            placement_group_selector: None,
+            ip_prefix_count: None,
+            connection_tracking: None,
         }
     }
 

@@ -10,13 +10,25 @@
 //! for the fields it leaves out. Tag keys `kubernetes.io/cluster/*`,
 //! `karpenter.sh/nodepool`, `karpenter.sh/nodeclaim`, `eks:eks-cluster-name` and
 //! `karpenter.k8s.aws/ec2nodeclass` are Karpenter's own and refused.
+//!
+//! Launch fields (v1.15's CRD): `instanceStorePolicy` is `RAID0`; `networkInterfaces`
+//! (at most 150) each name a network card index, a device index (both ≥ 0) and an
+//! interface type (`interface` or `efa-only`), include the primary interface (card 0,
+//! device 0, `interface`), repeat no (card, device) pair and put at most one EFA-only
+//! interface on a card; `cpuOptions.nestedVirtualization` is `enabled` or `disabled`;
+//! `placementGroupSelector` has exactly one of `name` (non-empty) and `id`
+//! (`pg-` and lowercase letters or digits); `ipPrefixCount` is ≥ 0; `connectionTracking`
+//! sets at least one of its timeouts, TCP established 60–432000 s, UDP stream 60–180 s,
+//! UDP 30–60 s; an EBS `volumeInitializationRate` is 100–300 MiB/s and needs a
+//! `snapshotID`.
 
 use std::collections::BTreeMap;
 
 use super::Document;
 use super::model::{
-    AmiSelectorTerm, BlockDevice, BlockDeviceMapping, Ec2NodeClass, EvictionThreshold, Kubelet,
-    MetadataOptions, SelectorTerm,
+    AmiSelectorTerm, BlockDevice, BlockDeviceMapping, ConnectionTracking, CpuOptions, Ec2NodeClass,
+    EvictionThreshold, InstanceStorePolicy, InterfaceType, Kubelet, MetadataOptions,
+    NetworkInterface, PlacementGroupSelector, SelectorTerm,
 };
 use super::raw;
 use super::validate::{Report, deserialize_raw, object_name};
@@ -97,6 +109,18 @@ pub(super) fn validate_node_class(doc: &Document, report: &mut Report<'_>) -> Op
         kubelet,
         associate_public_ip_address: spec.associate_public_ip_address,
         detailed_monitoring: spec.detailed_monitoring.unwrap_or(false),
+        instance_store_policy: instance_store_policy(spec.instance_store_policy, report),
+        network_interfaces: network_interfaces(spec.network_interfaces, report),
+        cpu_options: spec.cpu_options.map(|c| cpu_options(c, report)),
+        placement_group_selector: spec
+            .placement_group_selector
+            .and_then(|p| placement_group_selector(p, report)),
+        ip_prefix_count: spec
+            .ip_prefix_count
+            .and_then(|n| int32_in(n, 0, i64::from(i32::MAX), "spec.ipPrefixCount", report)),
+        connection_tracking: spec
+            .connection_tracking
+            .map(|c| connection_tracking(c, report)),
     };
     report.finish(class)
 }
@@ -458,7 +482,18 @@ fn ebs(raw: raw::Ebs, path: &str, report: &mut Report<'_>) -> BlockDevice {
             ),
         );
     }
+    let volume_initialization_rate = raw.volume_initialization_rate.and_then(|rate| {
+        let path = format!("{path}.volumeInitializationRate");
+        if raw.snapshot_id.as_deref().is_none_or(str::is_empty) {
+            report.add(
+                &path,
+                "snapshotID must be set when volumeInitializationRate is set",
+            );
+        }
+        int32_in(rate, 100, 300, &path, report)
+    });
     BlockDevice {
+        volume_initialization_rate,
         volume_size,
         volume_type: raw.volume_type,
         iops: raw.iops,
@@ -467,6 +502,219 @@ fn ebs(raw: raw::Ebs, path: &str, report: &mut Report<'_>) -> BlockDevice {
         kms_key_id: raw.kms_key_id,
         delete_on_termination: raw.delete_on_termination,
         snapshot_id: raw.snapshot_id,
+    }
+}
+
+/// `value` as an int32 when it lies in `[min, max]`; else the error, on `path`.
+fn int32_in(value: i64, min: i64, max: i64, path: &str, report: &mut Report<'_>) -> Option<i32> {
+    if !(min..=max).contains(&value) {
+        let message = if max == i64::from(i32::MAX) && value >= min {
+            format!("must be at most {max}, got {value}")
+        } else if max == i64::from(i32::MAX) {
+            format!("must be at least {min}, got {value}")
+        } else {
+            format!("must be between {min} and {max}, got {value}")
+        };
+        report.add(path, message);
+        return None;
+    }
+    i32::try_from(value).ok()
+}
+
+fn instance_store_policy(
+    raw: Option<String>,
+    report: &mut Report<'_>,
+) -> Option<InstanceStorePolicy> {
+    match raw.as_deref() {
+        None => None,
+        Some("RAID0") => Some(InstanceStorePolicy::Raid0),
+        Some(other) => {
+            report.add(
+                "spec.instanceStorePolicy",
+                format!("unknown policy {other:?} (expected \"RAID0\")"),
+            );
+            None
+        }
+    }
+}
+
+fn network_interfaces(
+    raw: Option<Vec<raw::NetworkInterface>>,
+    report: &mut Report<'_>,
+) -> Vec<NetworkInterface> {
+    const PATH: &str = "spec.networkInterfaces";
+    let raw = raw.unwrap_or_default();
+    if raw.len() > 150 {
+        report.add(
+            PATH,
+            format!("at most 150 entries are allowed, got {}", raw.len()),
+        );
+    }
+    let count = raw.len();
+    let interfaces: Vec<NetworkInterface> = raw
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, n)| network_interface(n, &format!("{PATH}[{i}]"), report))
+        .collect();
+    if interfaces.len() != count {
+        // An entry was refused: the list-wide rules would only repeat its error.
+        return interfaces;
+    }
+    if count > 0
+        && !interfaces.iter().any(|n| {
+            n.network_card_index == 0
+                && n.device_index == 0
+                && n.interface_type == InterfaceType::Interface
+        })
+    {
+        report.add(
+            PATH,
+            "must include a primary interface (networkCardIndex 0, deviceIndex 0, interfaceType \"interface\")",
+        );
+    }
+    for (i, n) in interfaces.iter().enumerate() {
+        let same_slot = interfaces[..i].iter().any(|m| {
+            m.network_card_index == n.network_card_index && m.device_index == n.device_index
+        });
+        if same_slot {
+            report.add(
+                format!("{PATH}[{i}]"),
+                format!(
+                    "duplicate networkCardIndex {} and deviceIndex {}",
+                    n.network_card_index, n.device_index
+                ),
+            );
+        }
+        let second_efa = n.interface_type == InterfaceType::EfaOnly
+            && interfaces[..i].iter().any(|m| {
+                m.interface_type == InterfaceType::EfaOnly
+                    && m.network_card_index == n.network_card_index
+            });
+        if second_efa {
+            report.add(
+                format!("{PATH}[{i}]"),
+                format!(
+                    "at most one efa-only interface per network card (card {} has two)",
+                    n.network_card_index
+                ),
+            );
+        }
+    }
+    interfaces
+}
+
+fn network_interface(
+    raw: raw::NetworkInterface,
+    path: &str,
+    report: &mut Report<'_>,
+) -> Option<NetworkInterface> {
+    let mut index = |field: &str, value: Option<i64>| match value {
+        None => {
+            report.missing(format!("{path}.{field}"));
+            None
+        }
+        Some(v) => int32_in(
+            v,
+            0,
+            i64::from(i32::MAX),
+            &format!("{path}.{field}"),
+            report,
+        ),
+    };
+    let network_card_index = index("networkCardIndex", raw.network_card_index);
+    let device_index = index("deviceIndex", raw.device_index);
+    let interface_type = match raw.interface_type.as_deref() {
+        None => {
+            report.missing(format!("{path}.interfaceType"));
+            None
+        }
+        Some("interface") => Some(InterfaceType::Interface),
+        Some("efa-only") => Some(InterfaceType::EfaOnly),
+        Some(other) => {
+            report.add(
+                format!("{path}.interfaceType"),
+                format!(
+                    "unknown interface type {other:?} (expected \"interface\" or \"efa-only\")"
+                ),
+            );
+            None
+        }
+    };
+    Some(NetworkInterface {
+        network_card_index: network_card_index?,
+        device_index: device_index?,
+        interface_type: interface_type?,
+    })
+}
+
+fn cpu_options(raw: raw::CpuOptions, report: &mut Report<'_>) -> CpuOptions {
+    let nested_virtualization = match raw.nested_virtualization.as_deref() {
+        None => None,
+        Some("enabled") => Some(true),
+        Some("disabled") => Some(false),
+        Some(other) => {
+            report.add(
+                "spec.cpuOptions.nestedVirtualization",
+                format!("expected \"enabled\" or \"disabled\", got {other:?}"),
+            );
+            None
+        }
+    };
+    CpuOptions {
+        nested_virtualization,
+    }
+}
+
+fn placement_group_selector(
+    raw: raw::PlacementGroupSelector,
+    report: &mut Report<'_>,
+) -> Option<PlacementGroupSelector> {
+    const PATH: &str = "spec.placementGroupSelector";
+    match (raw.id, raw.name) {
+        (Some(_), Some(_)) => {
+            report.add(PATH, "expected exactly one of id and name, got both");
+            None
+        }
+        (None, None) => {
+            report.add(PATH, "expected exactly one of id and name, got none");
+            None
+        }
+        (Some(id), None) => {
+            check_id(&id, "pg-", &format!("{PATH}.id"), report);
+            Some(PlacementGroupSelector::Id(id))
+        }
+        (None, Some(name)) => {
+            non_empty(name, &format!("{PATH}.name"), report).map(PlacementGroupSelector::Name)
+        }
+    }
+}
+
+fn connection_tracking(
+    raw: raw::ConnectionTracking,
+    report: &mut Report<'_>,
+) -> ConnectionTracking {
+    const PATH: &str = "spec.connectionTracking";
+    if raw.tcp_established_timeout.is_none()
+        && raw.udp_stream_timeout.is_none()
+        && raw.udp_timeout.is_none()
+    {
+        report.add(
+            PATH,
+            "at least one of tcpEstablishedTimeout, udpStreamTimeout and udpTimeout must be set",
+        );
+    }
+    let mut timeout = |field: &str, value: Option<i64>, min: i64, max: i64| {
+        value.and_then(|v| int32_in(v, min, max, &format!("{PATH}.{field}"), report))
+    };
+    ConnectionTracking {
+        tcp_established_timeout: timeout(
+            "tcpEstablishedTimeout",
+            raw.tcp_established_timeout,
+            60,
+            432_000,
+        ),
+        udp_stream_timeout: timeout("udpStreamTimeout", raw.udp_stream_timeout, 60, 180),
+        udp_timeout: timeout("udpTimeout", raw.udp_timeout, 30, 60),
     }
 }
 

@@ -12,6 +12,10 @@
 //!   provisioner webhook and was removed with v1beta1); architecture and OS are then
 //!   limited only by the instance types and AMIs.
 //! - `weight`: 0 when unset.
+//!
+//! Static NodePools (`spec.replicas`, Karpenter v1.8) follow the CRD's rules: replicas
+//! is at least 0, `limits` may hold only `nodes`, and `weight` is refused. Their
+//! `consolidationPolicy` and `consolidateAfter` are read but have no effect.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -52,6 +56,13 @@ pub(super) fn validate_node_pool(
         report.missing("spec");
         return None;
     };
+    // The limits as written (a limit of "0" is a limit, though it reads as unset).
+    let spec_limit_names: BTreeMap<String, bool> = spec
+        .limits
+        .iter()
+        .flatten()
+        .map(|(name, raw::Scalar(text))| (name.clone(), parse_milli(text).is_ok_and(|m| m == 0)))
+        .collect();
     let Some(template) = spec.template else {
         report.missing("spec.template");
         return None;
@@ -92,7 +103,17 @@ pub(super) fn validate_node_pool(
         parsed
     });
     let limits = spec.limits.map(|l| limits(l, report));
+    let node_limit = limits.as_ref().and_then(|l| {
+        let milli = l.get_milli("nodes");
+        // A quantity counts whole nodes, rounded up as Karpenter reads it.
+        (milli > 0).then(|| u64::try_from(milli.saturating_add(999) / 1000).unwrap_or(u64::MAX))
+    });
+    let node_limit = node_limit.or_else(|| node_limit_of_zero(&spec_limit_names));
     let weight = weight(spec.weight, report);
+    let replicas = replicas(spec.replicas, report);
+    if replicas.is_some() {
+        check_static(&spec_limit_names, spec.weight.is_some(), report);
+    }
     let disruption = disruption(spec.disruption.unwrap_or_default(), report);
     let pool = NodePool {
         name: name?,
@@ -105,8 +126,10 @@ pub(super) fn validate_node_pool(
         expire_after,
         termination_grace_period,
         limits,
+        node_limit,
         weight,
         disruption,
+        replicas,
     };
     report.finish(pool)
 }
@@ -389,6 +412,46 @@ fn limits(raw: BTreeMap<String, raw::Scalar>, report: &mut Report<'_>) -> Resour
         }
     }
     limits
+}
+
+/// `limits.nodes: 0`: no node at all (the resource vector cannot hold a zero).
+fn node_limit_of_zero(written: &BTreeMap<String, bool>) -> Option<u64> {
+    written.get("nodes").is_some_and(|&zero| zero).then_some(0)
+}
+
+/// `spec.replicas`: at least 0 (the CRD's minimum).
+fn replicas(raw: Option<i64>, report: &mut Report<'_>) -> Option<u32> {
+    let n = raw?;
+    match u32::try_from(n) {
+        Ok(n) => Some(n),
+        Err(_) if n < 0 => {
+            report.add("spec.replicas", format!("must be at least 0, got {n}"));
+            None
+        }
+        Err(_) => {
+            report.add(
+                "spec.replicas",
+                format!("must be at most {}, got {n}", u32::MAX),
+            );
+            None
+        }
+    }
+}
+
+/// The CRD's rules for a static NodePool: only `limits.nodes`, no `weight`.
+fn check_static(limits: &BTreeMap<String, bool>, has_weight: bool, report: &mut Report<'_>) {
+    for name in limits.keys().filter(|n| n.as_str() != "nodes") {
+        report.add(
+            format!("spec.limits.{name}"),
+            "only 'limits.nodes' is supported on static NodePools (spec.replicas is set)",
+        );
+    }
+    if has_weight {
+        report.add(
+            "spec.weight",
+            "'weight' is not supported on static NodePools (spec.replicas is set)",
+        );
+    }
 }
 
 fn weight(raw: Option<i64>, report: &mut Report<'_>) -> i32 {

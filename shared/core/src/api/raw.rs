@@ -26,6 +26,7 @@ pub(super) struct NodePoolSpec {
     pub disruption: Option<Disruption>,
     pub limits: Option<BTreeMap<String, Scalar>>,
     pub weight: Option<i64>,
+    pub replicas: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -114,6 +115,40 @@ pub(super) struct NodeClassSpec {
     #[serde(rename = "associatePublicIPAddress")]
     pub associate_public_ip_address: Option<bool>,
     pub detailed_monitoring: Option<bool>,
+    pub instance_store_policy: Option<String>,
+    pub network_interfaces: Option<Vec<NetworkInterface>>,
+    pub cpu_options: Option<CpuOptions>,
+    pub placement_group_selector: Option<PlacementGroupSelector>,
+    pub ip_prefix_count: Option<i64>,
+    pub connection_tracking: Option<ConnectionTracking>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct NetworkInterface {
+    pub network_card_index: Option<i64>,
+    pub device_index: Option<i64>,
+    pub interface_type: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct CpuOptions {
+    pub nested_virtualization: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct PlacementGroupSelector {
+    pub id: Option<String>,
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct ConnectionTracking {
+    pub tcp_established_timeout: Option<i64>,
+    pub udp_stream_timeout: Option<i64>,
+    pub udp_timeout: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -155,6 +190,7 @@ pub(super) struct Ebs {
     pub delete_on_termination: Option<bool>,
     #[serde(rename = "snapshotID")]
     pub snapshot_id: Option<String>,
+    pub volume_initialization_rate: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]

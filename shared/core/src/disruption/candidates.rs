@@ -18,6 +18,8 @@ use super::rules::{expired, moving_pods, requirements_drift};
 use super::{RejectCode, Rejection};
 
 pub const LABEL_INITIALIZED: &str = "karpenter.sh/initialized";
+/// The taint on a node being taken away (Karpenter's).
+const TAINT_DISRUPTED: &str = "karpenter.sh/disrupted";
 
 /// What disruption knows about one managed node.
 #[derive(Debug, Clone)]
@@ -59,6 +61,17 @@ pub fn evaluate<'a>(
             pods_by_node.entry(node).or_default().push(pod);
         }
     }
+    // Static pools' nodes staying (not deleted, not cordoned for disruption): a pool
+    // above its replicas is scaled down before any of its nodes drifts.
+    let mut staying: HashMap<&str, u32> = HashMap::new();
+    for node in &snapshot.nodes {
+        if let Some(p) = node.labels.get(LABEL_NODEPOOL)
+            && !node.deleting
+            && !node.taints.iter().any(|t| t.key == TAINT_DISRUPTED)
+        {
+            *staying.entry(p.as_str()).or_default() += 1;
+        }
+    }
     let mut out = Vec::new();
     for node in &snapshot.nodes {
         let Some(pool) = node
@@ -78,12 +91,25 @@ pub fn evaluate<'a>(
             .chain(node.created_at)
             .max()
             .unwrap_or(now);
+        let over_replicas = pool
+            .replicas
+            .filter(|&r| staying.get(pool.name.as_str()).copied().unwrap_or(0) > r);
+        let blocked = match over_replicas {
+            Some(replicas) => Some(Rejection::new(
+                RejectCode::DisruptionBudget,
+                format!(
+                    "static NodePool \"{}\" is above its replicas ({replicas}): it scales down before its nodes are disrupted",
+                    pool.name
+                ),
+            )),
+            None => blocker(node, &moving, snapshot),
+        };
         out.push(NodeVerdict {
             node,
             pool,
             expired: node.created_at.is_some_and(|c| expired(pool, c, now)),
             drifted: requirements_drift(pool, &node.labels, well_known),
-            blocked: blocker(node, &moving, snapshot),
+            blocked,
             moving,
             last_change,
         });
@@ -285,5 +311,37 @@ mod tests {
             Some(RejectCode::DoNotDisrupt)
         );
         assert!(!v[1].expired);
+    }
+
+    #[test]
+    fn a_static_pool_above_its_replicas_blocks_disruption_until_it_has_scaled_down() {
+        let mut pool = general_purpose_pool();
+        pool.replicas = Some(1);
+        let mut leaving = managed("leaving");
+        leaving.taints.push(crate::api::model::Taint {
+            key: TAINT_DISRUPTED.into(),
+            value: None,
+            effect: crate::api::model::TaintEffect::NoSchedule,
+        });
+        let catalog = Catalog::embedded();
+        let keys = catalog.label_keys();
+        let codes = |nodes: Vec<Node>| -> Vec<Option<RejectCode>> {
+            let snapshot = ClusterSnapshot {
+                nodes,
+                ..Default::default()
+            };
+            evaluate(&snapshot, std::slice::from_ref(&pool), NOW, &|k| {
+                keys.contains(k)
+            })
+            .into_iter()
+            .map(|v| v.blocked.map(|b| b.code))
+            .collect()
+        };
+        assert_eq!(
+            codes(vec![managed("a"), managed("b")]),
+            [Some(RejectCode::DisruptionBudget); 2]
+        );
+        // The second node is on its way out: the pool is at its replicas.
+        assert_eq!(codes(vec![managed("a"), leaving])[0], None);
     }
 }

@@ -49,7 +49,9 @@ pub fn nodepool_hash(pool: &NodePool) -> String {
 
 /// The hash of the EC2NodeClass fields that shape a launch: AMI family, role or
 /// instance profile, user data, block devices, metadata options, tags, kubelet,
-/// public IP and monitoring. Not the AMI, subnet and security group selector terms:
+/// public IP and monitoring, and (when set) instance store policy, network interfaces,
+/// CPU options, placement group selector, connection tracking and EBS volume
+/// initialization rates. Not `ipPrefixCount`, which Karpenter's hash ignores too. Not the AMI, subnet and security group selector terms:
 /// what they select is compared by the caller against what the node runs (external
 /// drift), so a term rewritten to select the same things is no drift.
 pub fn nodeclass_hash(class: &Ec2NodeClass) -> String {
@@ -76,6 +78,10 @@ pub fn nodeclass_hash(class: &Ec2NodeClass) -> String {
         class.associate_public_ip_address.map(bool_str),
     );
     e.str("detailedMonitoring", bool_str(class.detailed_monitoring));
+    // Fields read later are encoded only when set, so a class that sets none of them
+    // keeps the hash it had before. `ipPrefixCount` is left out, as Karpenter leaves it
+    // out of its hash.
+    e.launch_fields(class);
     e.finish()
 }
 
@@ -256,6 +262,70 @@ impl Encoder {
             self.opt_str("snapshotID", ebs.snapshot_id.as_deref());
         }
     }
+    fn launch_fields(&mut self, class: &Ec2NodeClass) {
+        use crate::api::model::{InstanceStorePolicy, PlacementGroupSelector};
+        if let Some(InstanceStorePolicy::Raid0) = class.instance_store_policy {
+            self.str("instanceStorePolicy", "RAID0");
+        }
+        if !class.network_interfaces.is_empty() {
+            // A set: the order they are written in is not meaning.
+            let mut interfaces: Vec<(i32, i32, &str)> = class
+                .network_interfaces
+                .iter()
+                .map(|n| {
+                    (
+                        n.network_card_index,
+                        n.device_index,
+                        n.interface_type.as_str(),
+                    )
+                })
+                .collect();
+            interfaces.sort_unstable();
+            self.count("networkInterfaces", interfaces.len());
+            for (card, device, kind) in interfaces {
+                self.str("networkCardIndex", &card.to_string());
+                self.str("deviceIndex", &device.to_string());
+                self.str("interfaceType", kind);
+            }
+        }
+        if let Some(cpu) = &class.cpu_options {
+            self.opt_str(
+                "cpuOptions.nestedVirtualization",
+                cpu.nested_virtualization
+                    .map(|on| if on { "enabled" } else { "disabled" }),
+            );
+        }
+        match &class.placement_group_selector {
+            Some(PlacementGroupSelector::Id(id)) => self.str("placementGroupSelector.id", id),
+            Some(PlacementGroupSelector::Name(name)) => {
+                self.str("placementGroupSelector.name", name)
+            }
+            None => {}
+        }
+        if let Some(ct) = &class.connection_tracking {
+            let n = |v: Option<i32>| v.map(|v| v.to_string());
+            self.opt_str(
+                "connectionTracking.tcpEstablishedTimeout",
+                n(ct.tcp_established_timeout).as_deref(),
+            );
+            self.opt_str(
+                "connectionTracking.udpStreamTimeout",
+                n(ct.udp_stream_timeout).as_deref(),
+            );
+            self.opt_str(
+                "connectionTracking.udpTimeout",
+                n(ct.udp_timeout).as_deref(),
+            );
+        }
+        for (i, b) in class.block_device_mappings.iter().enumerate() {
+            if let Some(rate) = b.ebs.as_ref().and_then(|e| e.volume_initialization_rate) {
+                self.str(
+                    &format!("blockDeviceMappings[{i}].ebs.volumeInitializationRate"),
+                    &rate.to_string(),
+                );
+            }
+        }
+    }
     /// 16 lowercase hex digits.
     fn finish(self) -> String {
         format!("{:016x}", self.h)
@@ -298,7 +368,127 @@ mod tests {
             kubelet: Default::default(),
             associate_public_ip_address: None,
             detailed_monitoring: false,
+            instance_store_policy: None,
+            network_interfaces: vec![],
+            cpu_options: None,
+            placement_group_selector: None,
+            ip_prefix_count: None,
+            connection_tracking: None,
         }
+    }
+
+    /// `class()` with a block device, so the EBS encoding is pinned too.
+    fn class_with_volume() -> Ec2NodeClass {
+        let mut c = class();
+        c.block_device_mappings = vec![BlockDeviceMapping {
+            device_name: "/dev/xvda".into(),
+            ebs: Some(crate::api::model::BlockDevice {
+                volume_size: Some("100Gi".into()),
+                volume_type: Some("gp3".into()),
+                iops: None,
+                throughput: None,
+                encrypted: Some(true),
+                kms_key_id: None,
+                delete_on_termination: None,
+                snapshot_id: Some("snap-0123abcd".into()),
+                volume_initialization_rate: None,
+            }),
+            root_volume: true,
+        }];
+        c
+    }
+
+    #[test]
+    fn a_class_without_the_launch_fields_hashes_as_before_they_existed() {
+        // Pinned before instanceStorePolicy, networkInterfaces, cpuOptions,
+        // placementGroupSelector, connectionTracking and volumeInitializationRate were
+        // read: nodes launched then are not drifted by the upgrade.
+        assert_eq!(nodeclass_hash(&class()), "2b4e25d815d10147");
+        assert_eq!(nodeclass_hash(&class_with_volume()), "3086ce2900bc8271");
+    }
+
+    #[test]
+    fn each_launch_field_changes_the_nodeclass_hash_except_ip_prefix_count() {
+        use crate::api::model::{
+            ConnectionTracking, CpuOptions, InstanceStorePolicy, InterfaceType, NetworkInterface,
+            PlacementGroupSelector,
+        };
+        let base = class_with_volume();
+        let h = nodeclass_hash(&base);
+        let primary = NetworkInterface {
+            network_card_index: 0,
+            device_index: 0,
+            interface_type: InterfaceType::Interface,
+        };
+        type Change = Box<dyn Fn(&mut Ec2NodeClass)>;
+        let changes: Vec<(&str, Change)> = vec![
+            (
+                "instanceStorePolicy",
+                Box::new(|c| c.instance_store_policy = Some(InstanceStorePolicy::Raid0)),
+            ),
+            (
+                "networkInterfaces",
+                Box::new(move |c| c.network_interfaces = vec![primary.clone()]),
+            ),
+            (
+                "cpuOptions",
+                Box::new(|c| {
+                    c.cpu_options = Some(CpuOptions {
+                        nested_virtualization: Some(true),
+                    })
+                }),
+            ),
+            (
+                "placementGroupSelector",
+                Box::new(|c| {
+                    c.placement_group_selector = Some(PlacementGroupSelector::Name("pg".into()))
+                }),
+            ),
+            (
+                "connectionTracking",
+                Box::new(|c| {
+                    c.connection_tracking = Some(ConnectionTracking {
+                        udp_timeout: Some(30),
+                        ..ConnectionTracking::default()
+                    })
+                }),
+            ),
+            (
+                "volumeInitializationRate",
+                Box::new(|c| {
+                    if let Some(ebs) = c.block_device_mappings[0].ebs.as_mut() {
+                        ebs.volume_initialization_rate = Some(200);
+                    }
+                }),
+            ),
+        ];
+        for (field, change) in &changes {
+            let mut c = base.clone();
+            change(&mut c);
+            assert_ne!(nodeclass_hash(&c), h, "{field}");
+        }
+        // Karpenter's struct tag leaves ipPrefixCount out of the hash (`hash:"ignore"`).
+        let mut c = base.clone();
+        c.ip_prefix_count = Some(4);
+        assert_eq!(nodeclass_hash(&c), h);
+        // Interfaces are a set, as Karpenter hashes slices.
+        let efa = NetworkInterface {
+            network_card_index: 1,
+            device_index: 0,
+            interface_type: InterfaceType::EfaOnly,
+        };
+        let mut a = base.clone();
+        a.network_interfaces = vec![
+            NetworkInterface {
+                network_card_index: 0,
+                device_index: 0,
+                interface_type: InterfaceType::Interface,
+            },
+            efa.clone(),
+        ];
+        let mut b = a.clone();
+        b.network_interfaces.reverse();
+        assert_eq!(nodeclass_hash(&a), nodeclass_hash(&b));
     }
 
     #[test]

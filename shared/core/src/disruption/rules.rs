@@ -72,6 +72,18 @@ pub fn consolidatable(
     last_change: i64,
     now: i64,
 ) -> Result<(), Rejection> {
+    // Karpenter ignores consolidationPolicy and consolidateAfter on a static pool: its
+    // nodes are kept to `replicas`, never consolidated (drift and expiration still
+    // replace them).
+    if let Some(replicas) = pool.replicas {
+        return Err(Rejection::new(
+            RejectCode::ConsolidationPolicy,
+            format!(
+                "NodePool \"{}\" is static (replicas: {replicas}): consolidation never takes its nodes",
+                pool.name
+            ),
+        ));
+    }
     if pool.disruption.consolidation_policy == ConsolidationPolicy::WhenEmpty && !empty {
         return Err(Rejection::new(
             RejectCode::ConsolidationPolicy,
@@ -188,5 +200,20 @@ mod tests {
         let never = consolidatable(&pool, true, 0, now).unwrap_err();
         assert_eq!(never.code, RejectCode::ConsolidateAfter);
         assert!(never.reason.contains("Never"), "{}", never.reason);
+    }
+
+    #[test]
+    fn a_static_pools_nodes_are_never_consolidatable() {
+        let mut pool = general_purpose_pool();
+        pool.replicas = Some(3);
+        for empty in [true, false] {
+            let why = consolidatable(&pool, empty, 0, 10_000).unwrap_err();
+            assert_eq!(why.code, RejectCode::ConsolidationPolicy);
+            assert!(
+                why.reason.contains("static (replicas: 3)"),
+                "{}",
+                why.reason
+            );
+        }
     }
 }

@@ -14,6 +14,12 @@ pub enum CloudOp {
     InstanceStatus,
 }
 
+/// The errors an EC2 call answers when it fails at random (`inject_faults`): throttling
+/// (RequestLimitExceeded) and 5xx (InternalError, ServiceUnavailable).
+fn injectable(_op: CloudOp) -> &'static [ErrorKind] {
+    &[ErrorKind::Throttled, ErrorKind::Unavailable]
+}
+
 /// An instance the fake cloud holds, with the request that launched it.
 #[derive(Debug, Clone)]
 pub struct FakeInstance {
@@ -613,5 +619,11 @@ pub fn node_class(name: &str) -> Ec2NodeClass {
         kubelet: Default::default(),
         associate_public_ip_address: None,
         detailed_monitoring: false,
+        instance_store_policy: None,
+        network_interfaces: vec![],
+        cpu_options: None,
+        placement_group_selector: None,
+        ip_prefix_count: None,
+        connection_tracking: None,
     }
 }

@@ -20,6 +20,12 @@ pub enum ClusterOp {
     MirrorClaims,
 }
 
+/// The errors a Kubernetes API call answers when it fails at random (`inject_faults`):
+/// 429 Too Many Requests (Throttled), 500 and timeouts (Unavailable).
+fn injectable(_op: ClusterOp) -> &'static [ErrorKind] {
+    &[ErrorKind::Throttled, ErrorKind::Unavailable]
+}
+
 /// A condition as the fake stores it: what the engine set, and when its status last
 /// changed (Unix seconds, the `now` of the update that changed it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -249,6 +255,18 @@ impl FakeCluster {
         let mut inner = lock(&self.inner);
         let i = inner.find_pod(namespace, name)?;
         Some(inner.state.pods[i].clone())
+    }
+
+    /// RBAC forbids listing `kind` from now on (`persistentvolumeclaims`,
+    /// `poddisruptionbudgets`...): reads go on without it, as the adapter's do.
+    pub fn forbid(&self, kind: &str) {
+        lock(&self.inner).state.unreadable.push(crate::ports::UnreadableKind {
+            kind: kind.to_string(),
+            error_kind: ErrorKind::Unauthorized,
+            message: format!(
+                "{kind} is forbidden: User \"nodewright\" cannot list resource \"{kind}\" at the cluster scope"
+            ),
+        });
     }
 
     pub fn snapshot(&self) -> ClusterState {
@@ -512,7 +530,23 @@ impl Cluster for FakeCluster {
         if let Some(e) = self.record(ClusterOp::State, "") {
             return Err(e);
         }
-        Ok(self.snapshot())
+        let mut state = self.snapshot();
+        // What the adapter does when a kind cannot be listed (`KubeCluster::state`).
+        for u in state.unreadable.clone() {
+            match u.kind.as_str() {
+                "persistentvolumeclaims" | "persistentvolumes" | "storageclasses" => {
+                    nodewright_core::volumes::hold_pods_with_claims(
+                        &mut state.pods,
+                        &u.kind,
+                        &u.why(),
+                    )
+                }
+                "poddisruptionbudgets" => state.pdbs.clear(),
+                "daemonsets" => state.daemonsets.clear(),
+                _ => {}
+            }
+        }
+        Ok(state)
     }
 
     async fn pods(&self) -> Result<Vec<Pod>, ClusterError> {

@@ -37,15 +37,27 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// One-shot errors queued per operation, each after letting a number of calls pass.
+/// One-shot errors queued per operation, each after letting a number of calls pass;
+/// and, once [`Faults::set_rate`] was called, errors at random (seeded) at a rate.
 struct Faults<Op, E> {
     queued: HashMap<Op, VecDeque<(usize, E)>>,
+    random: Option<RandomFaults>,
+}
+
+/// Errors drawn at random: each call fails with probability `rate`, with one of the
+/// kinds its operation can really fail with (the fake's `injectable`).
+struct RandomFaults {
+    rate: f64,
+    rng: crate::sim::rng::Rng,
+    /// Errors injected so far, per kind (`Throttled`, `Unavailable`, ...).
+    injected: BTreeMap<String, usize>,
 }
 
 impl<Op: Hash + Eq, E> Default for Faults<Op, E> {
     fn default() -> Self {
         Self {
             queued: HashMap::new(),
+            random: None,
         }
     }
 }
@@ -67,6 +79,37 @@ impl<Op: Hash + Eq, E> Faults<Op, E> {
             }
             Some(_) => queue.pop_front().map(|(_, e)| e),
             None => None,
+        }
+    }
+    /// From now on each call fails with probability `rate` (seeded by `seed`); the
+    /// counts carry over a change of rate.
+    fn set_rate(&mut self, rate: f64, seed: u64) {
+        let injected = self.random.take().map(|r| r.injected).unwrap_or_default();
+        self.random = Some(RandomFaults {
+            rate,
+            rng: crate::sim::rng::Rng::new(seed),
+            injected,
+        });
+    }
+    /// A kind of error drawn at random among `kinds` (none: the call cannot fail that
+    /// way), with probability the rate; counted.
+    fn draw(&mut self, kinds: &[ErrorKind]) -> Option<ErrorKind> {
+        let random = self.random.as_mut()?;
+        if kinds.is_empty() || !random.rng.chance(random.rate) {
+            return None;
+        }
+        let kind = kinds[random.rng.below(kinds.len())];
+        *random.injected.entry(format!("{kind:?}")).or_insert(0) += 1;
+        Some(kind)
+    }
+    /// Takes back the count of a drawn error the fake could not inject faithfully.
+    fn undraw(&mut self, kind: ErrorKind) {
+        if let Some(n) = self
+            .random
+            .as_mut()
+            .and_then(|r| r.injected.get_mut(&format!("{kind:?}")))
+        {
+            *n = n.saturating_sub(1);
         }
     }
 }
@@ -111,6 +154,22 @@ macro_rules! recording_api {
         pub fn clear_calls(&self) {
             lock(&self.inner).calls.clear();
         }
+
+        /// From now on every call fails with probability `rate` (seeded), with an
+        /// error its operation can really answer (see `injectable`).
+        pub fn inject_faults(&self, rate: f64, seed: u64) {
+            lock(&self.inner).faults.set_rate(rate, seed);
+        }
+
+        /// Errors injected at random so far, per kind (`Throttled`, ...).
+        pub fn injected_faults(&self) -> BTreeMap<String, usize> {
+            lock(&self.inner)
+                .faults
+                .random
+                .as_ref()
+                .map(|r| r.injected.clone())
+                .unwrap_or_default()
+        }
     };
     // Also `record`: log the call, then return the fault queued for it, if any.
     ($op:ty, $err:ty, record) => {
@@ -122,7 +181,10 @@ macro_rules! recording_api {
                 op,
                 key: key.into(),
             });
-            inner.faults.take(&op)
+            inner.faults.take(&op).or_else(|| {
+                let kind = inner.faults.draw(injectable(op))?;
+                Some(<$err>::new(kind, format!("{op:?}: injected {kind:?}")))
+            })
         }
     };
 }

@@ -72,15 +72,48 @@ impl MemoryStore {
         op: StoreOp,
         key: impl Into<String>,
     ) -> Result<MutexGuard<'_, StoreInner>, StoreError> {
+        let key = key.into();
         let mut inner = lock(&self.inner);
         inner.calls.push(Call {
             op,
-            key: key.into(),
+            key: key.clone(),
         });
-        match inner.faults.take(&op) {
-            Some(e) => Err(e),
-            None => Ok(inner),
+        if let Some(e) = inner.faults.take(&op) {
+            return Err(e);
         }
+        match inner.faults.draw(injectable(op)) {
+            None => Ok(inner),
+            // Another writer wrote the claim first (the same content, one version on):
+            // the caller's condition then fails as it would in DynamoDB.
+            Some(ErrorKind::Conflict) => {
+                match inner.claims.get(&key).cloned() {
+                    Some(mut claim) => {
+                        claim.version += 1;
+                        inner.claims.insert(key, claim);
+                        inner.claims_generation += 1;
+                    }
+                    None => inner.faults.undraw(ErrorKind::Conflict),
+                }
+                Ok(inner)
+            }
+            Some(kind) => Err(StoreError::new(kind, format!("{op:?}: injected {kind:?}"))),
+        }
+    }
+}
+
+/// The errors a DynamoDB call answers when it fails at random (`inject_faults`):
+/// throttling (ProvisionedThroughputExceeded) and 500s; a claim update also loses its
+/// condition to another writer. The decision log is read by the simulator's observer,
+/// not by the jobs: left alone.
+fn injectable(op: StoreOp) -> &'static [ErrorKind] {
+    match op {
+        StoreOp::UpdateClaim => &[
+            ErrorKind::Throttled,
+            ErrorKind::Unavailable,
+            ErrorKind::Conflict,
+        ],
+        StoreOp::Decisions => &[],
+        _ => &[ErrorKind::Throttled, ErrorKind::Unavailable],
     }
 }
 

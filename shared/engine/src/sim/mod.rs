@@ -22,6 +22,7 @@
 pub mod binder;
 pub mod cloud;
 pub mod eventbridge;
+pub mod faults;
 pub mod queue;
 pub mod rng;
 pub mod run;

@@ -32,6 +32,11 @@ pub struct QueueConfig {
     pub batch_size: usize,
     /// How often a message is delivered a second time (at-least-once delivery).
     pub duplicate_rate: f64,
+    /// How often an event is delivered late (5–120 s), after newer ones (fault
+    /// injection; 0 by default).
+    pub late_rate: f64,
+    /// No event is delivered late from this instant on (Unix seconds).
+    pub late_until: i64,
 }
 
 impl Default for QueueConfig {
@@ -41,6 +46,8 @@ impl Default for QueueConfig {
             max_receives: 3,
             batch_size: 10,
             duplicate_rate: 0.05,
+            late_rate: 0.0,
+            late_until: i64::MAX,
         }
     }
 }
@@ -66,6 +73,8 @@ pub struct QueueStats {
     pub queued: usize,
     /// Messages moved to the dead-letter queue.
     pub dead_lettered: usize,
+    /// Events delivered late (`late_rate`).
+    pub late: usize,
 }
 
 struct QueueInner {
@@ -104,10 +113,18 @@ impl SqsQueue {
     }
 
     /// EventBridge delivers `body` at `now`; now and then (`duplicate_rate`) a second
-    /// copy follows within a few seconds, as at-least-once delivery allows.
+    /// copy follows within a few seconds, as at-least-once delivery allows; with a
+    /// `late_rate`, now and then the event comes 5–120 s late, after newer ones.
     pub fn send(&self, body: String, now: i64) {
         let mut inner = self.inner();
         inner.stats.sent += 1;
+        let late = if now < self.config.late_until && inner.rng.chance(self.config.late_rate) {
+            inner.stats.late += 1;
+            inner.rng.range(5, 120)
+        } else {
+            0
+        };
+        let now = now + late;
         let copies = if inner.rng.chance(self.config.duplicate_rate) {
             inner.stats.duplicated += 1;
             2
@@ -333,6 +350,48 @@ mod tests {
         assert!(q.receive(3 * 160).is_empty());
         assert_eq!(q.dead_letters().len(), 1);
         assert_eq!(q.stats().dead_lettered, 1);
+    }
+
+    #[test]
+    fn a_late_event_is_received_after_a_newer_one() {
+        let q = SqsQueue::new(
+            QueueConfig {
+                duplicate_rate: 0.0,
+                late_rate: 1.0,
+                ..QueueConfig::default()
+            },
+            7,
+        );
+        q.send("{\"id\":\"old\"}".into(), 0);
+        assert!(q.receive(4).is_empty(), "at least 5 s late");
+        let on_time = SqsQueue::new(QueueConfig::default(), 7);
+        on_time.send("{}".into(), 0);
+        assert_eq!(on_time.receive(0).len(), 1);
+        let mut order = Vec::new();
+        let q2 = SqsQueue::new(
+            QueueConfig {
+                duplicate_rate: 0.0,
+                late_rate: 0.5,
+                ..QueueConfig::default()
+            },
+            11,
+        );
+        for i in 0..20 {
+            q2.send(format!("{i}"), i);
+        }
+        for t in 0..200 {
+            for m in q2.receive(t) {
+                q2.delete(&m.message_id);
+                order.push(m.body.parse::<i64>().unwrap());
+            }
+        }
+        assert_eq!(order.len(), 20, "none lost");
+        assert!(q2.stats().late > 0);
+        assert!(
+            order.windows(2).any(|w| w[0] > w[1]),
+            "out of order: {order:?}"
+        );
+        assert_eq!(q.stats().late, 1);
     }
 
     #[test]

@@ -45,6 +45,7 @@ use crate::interrupt::InterruptionConfig;
 use crate::ports::Store;
 use crate::provision::{Provisioner, ProvisionerConfig};
 
+use super::faults::{Chaos, FaultConfig, FaultCounts, Job};
 use super::queue::{Disposition, InterruptionFunction, Message};
 use super::workload::Deployment;
 use super::world::{Disrupted, Lifetime, PodWait, UnneededLaunch, World, WorldConfig};
@@ -100,6 +101,12 @@ pub enum Disturbance {
     NodeNotReady { target: Target, count: u32 },
     /// EC2's status checks of `count` instances fail (instance and system).
     InstanceImpaired { target: Target, count: u32 },
+    /// `kubectl scale nodepool`: the static NodePool's `spec.replicas` becomes
+    /// `replicas`.
+    ScaleNodePool { node_pool: String, replicas: u32 },
+    /// A new AMI is released: every EC2NodeClass's alias resolves to new images, and
+    /// the nodes running the old ones have drifted.
+    ImageRelease,
     /// No capacity for these offerings for `duration` (empty zones: every zone; empty
     /// capacity types: both).
     CapacityShortage {
@@ -137,6 +144,8 @@ pub struct Scenario {
     pub start: i64,
     /// Run the disruption function (consolidation, drift, expiration).
     pub disruption: bool,
+    /// Fault injection (none: every call answers at once and nothing crashes).
+    pub faults: Option<FaultConfig>,
 }
 
 impl Scenario {
@@ -161,6 +170,7 @@ impl Scenario {
             world: WorldConfig::default(),
             start: DEFAULT_START,
             disruption: true,
+            faults: None,
         }
     }
 }
@@ -281,6 +291,8 @@ pub struct Summary {
     pub replacements_launched: usize,
     /// What those commands saved, per hour, as decided (price before − after).
     pub savings_per_hour: f64,
+    /// Faults injected, per kind (only when the scenario sets `faults`).
+    pub faults: Option<FaultCounts>,
 }
 
 /// What a simulation did.
@@ -303,6 +315,8 @@ pub struct Report {
     pub problems: Vec<String>,
     /// The world as the run left it, for further checks.
     pub world: std::sync::Arc<World>,
+    /// The faults injected (when the scenario sets `faults`), for further checks.
+    pub chaos: Option<std::sync::Arc<Chaos>>,
 }
 
 /// `HH:MM:SS` of seconds since the start (hours go past 24).
@@ -322,6 +336,7 @@ struct Run<'a> {
     first_planning: Mutex<FirstPlanning>,
     /// Disruption invocations, and the commands they started.
     disruption: Mutex<(usize, Vec<crate::command::StartedCommand>)>,
+    chaos: Option<std::sync::Arc<Chaos>>,
 }
 
 /// What the first provisioning tick that saw each pod pending made of it.
@@ -346,10 +361,21 @@ impl Scenario {
     /// paused for virtual time). `progress(elapsed, total)` is called every virtual
     /// minute.
     pub async fn run(&self, progress: &(dyn Fn(i64, i64) + Sync)) -> Report {
-        let config = WorldConfig {
+        let mut config = WorldConfig {
             seed: self.seed,
             ..self.world.clone()
         };
+        let faults_until = self.start
+            + secs(
+                self.faults
+                    .as_ref()
+                    .and_then(|f| f.until)
+                    .unwrap_or(self.duration),
+            );
+        if let Some(f) = &self.faults {
+            config.queue.late_rate = f.rate;
+            config.queue.late_until = faults_until;
+        }
         let zones: Vec<&str> = self.zones.iter().map(String::as_str).collect();
         let world = World::new(self.catalog.clone(), &zones, self.start, config);
         world.cluster.with_state(|s| {
@@ -362,6 +388,19 @@ impl Scenario {
         for ds in &self.daemonsets {
             world.add_daemonset(ds.clone());
         }
+        let chaos = self.faults.as_ref().map(|f| {
+            // Three quarters of each rate are errors the fakes answer, a quarter stalls.
+            world
+                .cloud
+                .inject_faults(f.ec2_rate() * 0.75, f.seed ^ 0xec2);
+            world
+                .store
+                .inject_faults(f.dynamodb_rate() * 0.75, f.seed ^ 0xdd8);
+            world
+                .cluster
+                .inject_faults(f.kubernetes_rate() * 0.75, f.seed ^ 0x8c5);
+            Chaos::new(f.clone(), world.clock.clone(), faults_until)
+        });
         let run = Run {
             scenario: self,
             until: world.now() + secs(self.duration),
@@ -371,6 +410,7 @@ impl Scenario {
             invocations: Mutex::new((0, 0)),
             first_planning: Mutex::new(FirstPlanning::default()),
             disruption: Mutex::new((0, Vec::new())),
+            chaos,
         };
         let mut recorder = Recorder::default();
         let jobs = async {
@@ -378,7 +418,8 @@ impl Scenario {
                 run.disturbances(),
                 run.provisioner(),
                 run.interruptions(),
-                run.disruption()
+                run.disruption(),
+                run.chaos()
             );
         };
         let world_loop = async {
@@ -405,6 +446,88 @@ impl Scenario {
 }
 
 impl Run<'_> {
+    /// The ports the functions call: the world's, behind the faults if any.
+    fn ports(&self) -> crate::context::Ports {
+        match &self.chaos {
+            Some(chaos) => super::faults::faulty_ports(
+                self.world.ports(),
+                self.world.cloud.clone(),
+                chaos.clone(),
+            ),
+            None => self.world.ports(),
+        }
+    }
+
+    /// One invocation of `job`; `None` when a crash killed it.
+    async fn invoke<F: std::future::Future>(&self, job: Job, fut: F) -> Option<F::Output> {
+        match &self.chaos {
+            Some(_) => super::faults::invoke(job, fut).await,
+            None => Some(fut.await),
+        }
+    }
+
+    /// The faults' own schedule: crashes armed at random intervals, capacity storms
+    /// ended, and the fakes' errors stopped when the faults end.
+    async fn chaos(&self) {
+        let Some(chaos) = &self.chaos else { return };
+        let w = &self.world;
+        let mut next_crash = chaos.next_crash_in().map(|d| w.now() + secs(d));
+        let mut stopped = false;
+        loop {
+            let now = w.now();
+            if now >= self.until {
+                return;
+            }
+            if next_crash.is_some_and(|t| t <= now) {
+                if chaos.active() {
+                    chaos.arm_crash();
+                    next_crash = chaos.next_crash_in().map(|d| now + secs(d));
+                } else {
+                    next_crash = None;
+                }
+            }
+            let shortages = lock(&self.shortages).clone();
+            for (t, z, c) in chaos.storms_over(now) {
+                // A scenario's shortage of the same offering keeps it short.
+                let short = shortages.iter().any(|s| {
+                    s.to > now && s.offerings.iter().any(|o| o.0 == t && o.1 == z && o.2 == c)
+                });
+                if !short {
+                    w.cloud.set_capacity(&t, &z, c, true);
+                }
+            }
+            if !stopped && !chaos.active() {
+                stopped = true;
+                let seed = chaos.config().seed;
+                w.cloud.inject_faults(0.0, seed);
+                w.store.inject_faults(0.0, seed);
+                w.cluster.inject_faults(0.0, seed);
+                w.log("faults end");
+            }
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+    }
+
+    /// The faults injected: the runner's, the fakes' errors and the queue's late events.
+    fn fault_counts(&self, chaos: &Chaos) -> FaultCounts {
+        let w = &self.world;
+        let mut counts = chaos.counts();
+        let ec2 = w.cloud.injected_faults();
+        let ddb = w.store.injected_faults();
+        let k8s = w.cluster.injected_faults();
+        let n =
+            |m: &std::collections::BTreeMap<String, usize>, k: &str| m.get(k).copied().unwrap_or(0);
+        counts.ec2_throttled = n(&ec2, "Throttled");
+        counts.ec2_unavailable = n(&ec2, "Unavailable");
+        counts.dynamodb_throttled = n(&ddb, "Throttled");
+        counts.dynamodb_unavailable = n(&ddb, "Unavailable");
+        counts.dynamodb_conflicts = n(&ddb, "Conflict");
+        counts.kubernetes_throttled = n(&k8s, "Throttled");
+        counts.kubernetes_unavailable = n(&k8s, "Unavailable");
+        counts.late_events = w.queue.stats().late;
+        counts
+    }
+
     async fn sleep_until(&self, t: i64) {
         let wait = t - self.world.now();
         if wait > 0 {
@@ -536,6 +659,37 @@ impl Run<'_> {
                         self.describe_instance(&i)
                     ));
                 }
+                None
+            }
+            Disturbance::ScaleNodePool {
+                node_pool,
+                replicas,
+            } => {
+                match w.scale_node_pool(node_pool, *replicas) {
+                    Some(was) => w.log(format!(
+                        "kubectl scale nodepool {node_pool} --replicas={replicas} (was {was})"
+                    )),
+                    None => w.log(format!(
+                        "kubectl scale nodepool {node_pool}: no static NodePool of that name; nothing changed"
+                    )),
+                }
+                None
+            }
+            Disturbance::ImageRelease => {
+                // Ids from the time of the release: distinct per release.
+                let n = u64::try_from(now).unwrap_or(0);
+                let images: Vec<crate::ports::Image> = [("amd64", 0), ("arm64", 1)]
+                    .into_iter()
+                    .map(|(arch, i)| crate::ports::Image {
+                        id: format!("ami-0{:016x}", n * 2 + i),
+                        arch: arch.into(),
+                    })
+                    .collect();
+                w.log(format!(
+                    "new AMI release ({}): the nodes running older images have drifted",
+                    images[0].id
+                ));
+                w.cloud.set_images(images);
                 None
             }
             Disturbance::CapacityShortage {
@@ -739,14 +893,29 @@ impl Run<'_> {
                 self.sleep_until((next_schedule).min(now + 1)).await;
                 continue;
             }
+            if let Some(frozen) = self.chaos.as_ref().and_then(|c| c.freeze()) {
+                // Frozen between invocations: the requests of that while age out.
+                w.log(format!(
+                    "provisioner: execution environment frozen for {} s",
+                    frozen.as_secs()
+                ));
+                tokio::time::sleep(frozen).await;
+                continue;
+            }
             invocation += 1;
             lock(&self.invocations).0 += 1;
             let provisioner = Provisioner::new(
-                w.ports(),
+                self.ports(),
                 ProvisionerConfig::new("simulated", format!("provisioner-{invocation}")),
             );
             let budget = PROVISIONER_BUDGET.min(Duration::from_secs((self.until - now) as u64));
-            let report = provisioner.run_for(budget, POLL_INTERVAL).await;
+            let Some(report) = self
+                .invoke(Job::Provisioner, provisioner.run_for(budget, POLL_INTERVAL))
+                .await
+            else {
+                w.log(format!("provisioner invocation {invocation} killed"));
+                continue;
+            };
             for why in report.shortfalls() {
                 w.log(format!("provisioner invocation {invocation}: {why}"));
             }
@@ -779,8 +948,9 @@ impl Run<'_> {
         let mut invocation = 0usize;
         // One warm execution environment serves every run (a schedule a minute keeps it
         // warm), as in Lambda: built once, like the function's cold start.
-        let disrupter = Disrupter::new(
-            w.ports(),
+        let mut environment = 1;
+        let mut disrupter = Disrupter::new(
+            self.ports(),
             DisruptionConfig::new("simulated", "disruption-1"),
         );
         loop {
@@ -789,8 +959,28 @@ impl Run<'_> {
                 return;
             }
             next += secs(SCHEDULE);
+            if let Some(frozen) = self.chaos.as_ref().and_then(|c| c.freeze()) {
+                // Frozen between invocations: the schedule's events of that while are
+                // missed, and the environment thaws with its caches as they were.
+                w.log(format!(
+                    "disruption: execution environment frozen for {} s",
+                    frozen.as_secs()
+                ));
+                next += secs(frozen);
+                continue;
+            }
             invocation += 1;
-            let report = disrupter.tick().await;
+            let Some(report) = self.invoke(Job::Disruption, disrupter.tick()).await else {
+                w.log(format!("disruption invocation {invocation} killed"));
+                lock(&self.disruption).0 += 1;
+                // Lambda replaces a killed execution environment: a cold start.
+                environment += 1;
+                disrupter = Disrupter::new(
+                    self.ports(),
+                    DisruptionConfig::new("simulated", format!("disruption-{environment}")),
+                );
+                continue;
+            };
             let mut d = lock(&self.disruption);
             d.0 += 1;
             match report {
@@ -804,7 +994,7 @@ impl Run<'_> {
     async fn interruptions(&self) {
         let w = &self.world;
         let function = InterruptionFunction {
-            ports: w.ports(),
+            ports: self.ports(),
             config: InterruptionConfig::default(),
             rebalance: self.scenario.rebalance,
             timeout: INTERRUPTION_TIMEOUT,
@@ -816,13 +1006,23 @@ impl Run<'_> {
             if !batch.is_empty() {
                 lock(&self.invocations).1 += 1;
                 running.push(async move {
-                    let results = function.invoke(&batch).await;
+                    let results = self
+                        .invoke(Job::Interruption, function.invoke(&batch))
+                        .await;
                     (batch, results)
                 });
             }
             tokio::select! {
                 biased;
-                Some((batch, results)) = running.next() => self.acknowledge(&batch, &results),
+                Some((batch, results)) = running.next() => match results {
+                    Some(results) => self.acknowledge(&batch, &results),
+                    // Not acknowledged: SQS delivers the batch again after its
+                    // visibility timeout.
+                    None => w.log(format!(
+                        "interruption invocation killed ({} message(s) left in flight)",
+                        batch.len()
+                    )),
+                },
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             }
         }
@@ -935,6 +1135,7 @@ impl Run<'_> {
             nodes_disrupted: done.iter().map(|c| c.nodes.len()).sum(),
             replacements_launched: done.iter().map(|c| c.replacements.len()).sum(),
             savings_per_hour: done.iter().map(|c| c.savings_per_hour).sum(),
+            faults: self.chaos.as_ref().map(|c| self.fault_counts(c)),
         };
         let problems = problems(&w, &summary);
         Report {
@@ -952,6 +1153,7 @@ impl Run<'_> {
             ),
             problems,
             world: w,
+            chaos: self.chaos.clone(),
         }
     }
 }

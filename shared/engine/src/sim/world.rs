@@ -341,6 +341,19 @@ impl World {
         });
     }
 
+    /// `kubectl scale nodepool`: the static NodePool's `spec.replicas` becomes
+    /// `replicas` (through the scale subresource, as the API server applies it). The
+    /// replicas it had; `None` when no static NodePool has that name.
+    pub fn scale_node_pool(&self, name: &str, replicas: u32) -> Option<u32> {
+        self.cluster.with_state(|s| {
+            let pool = s
+                .node_pools
+                .iter_mut()
+                .find(|p| p.name == name && p.is_static())?;
+            pool.replicas.replace(replicas)
+        })
+    }
+
     fn envelope(&self) -> Envelope {
         Envelope {
             id: self.with_rng(Rng::uuid),

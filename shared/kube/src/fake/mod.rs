@@ -54,6 +54,9 @@
 //!   status write changes only `.status`, a write to the object itself leaves `.status`
 //!   alone, and custom resources get `metadata.generation` (bumped by spec changes
 //!   only), so `observedGeneration` can be tested;
+//! - the `/scale` subresource of a NodePool (get, replace, patch; `autoscaling/v1`
+//!   Scale over `.spec.replicas` and `.status.nodes`, as Karpenter's CRD declares it),
+//!   what `kubectl scale nodepool` uses (see `scale`);
 //! - `GET /version`; 404 with a `Status` body for anything else (an uninstalled CRD:
 //!   uninstalling deletes its objects, DELETED events and all, and ends its watches).
 //!
@@ -88,6 +91,7 @@ mod answer;
 mod events;
 mod patch;
 mod resource;
+mod scale;
 mod selector;
 mod serve;
 pub mod store;
@@ -185,6 +189,8 @@ struct State {
     store: Store,
     version: Version,
     failures: VecDeque<Injected>,
+    /// Collections every request to is refused with 403 (`forbid`).
+    forbidden: Vec<String>,
     hooks: Vec<AfterHook>,
     log: Vec<RecordedRequest>,
     bookmark_interval: Duration,
@@ -196,6 +202,7 @@ impl Default for State {
             store: Store::default(),
             version: Version::default(),
             failures: VecDeque::new(),
+            forbidden: Vec::new(),
             hooks: Vec::new(),
             log: Vec::new(),
             bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
@@ -338,6 +345,13 @@ impl FakeApiServer {
     pub fn fail_next(&self, method: &str, path: &str, status: u16) {
         let method = (method != "*").then(|| method.parse().expect("an HTTP method"));
         self.inject(method, path, status, None);
+    }
+
+    /// Every request to the collection `path` (exact, e.g.
+    /// `/api/v1/persistentvolumeclaims`) answers 403 Forbidden from now on, lists and
+    /// watches alike: RBAC that does not grant the kind.
+    pub fn forbid(&self, path: &str) {
+        self.state().forbidden.push(path.to_string());
     }
 
     /// Like [`FakeApiServer::fail_next`] for the next LIST of the collection `path`

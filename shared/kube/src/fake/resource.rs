@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use super::answer::{Answer, json_answer, status_answer};
 use super::patch;
+use super::scale;
 use super::selector::Selectors;
 use super::serve::{Call, Route, query_param};
 use super::store::{ObjectKey, ResourceType, Store, key};
@@ -40,6 +41,9 @@ pub(super) fn handle_resource(store: &mut Store, route: &Route, call: &Call) -> 
             call.body,
             Part::Status,
         ),
+        (_, Some(name), Some("scale")) if scale::serves(route) => {
+            scale::handle(store, route, name, call)
+        }
         (&Method::DELETE, Some(name), None) => delete(store, route, name),
         (&Method::POST, Some(name), Some("eviction")) if route.resource.kind == "Pod" => match call
             .body

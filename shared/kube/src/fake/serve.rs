@@ -143,7 +143,9 @@ pub(super) async fn serve(shared: &Arc<Shared>, request: Request<Incoming>) -> R
         .iter()
         .position(|f| f.applies_to(&parts.method, &path, watch))
         .and_then(|i| state.failures.remove(i));
+    let forbidden = state.forbidden.contains(&path);
     let served = match injected {
+        None if forbidden => Served::Answer(injected_answer(403)),
         Some(failure) if watch && failure.status == 410 => {
             Served::Answer(watch::expired("injected 410 (Expired)"))
         }

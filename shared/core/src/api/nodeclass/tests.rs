@@ -353,3 +353,233 @@ fn a_kubelet_field_of_the_wrong_type_names_the_path() {
         ]
     );
 }
+
+/// The one problem `extra` (appended to the shared valid class's spec) causes.
+fn only_problem(extra: &str) -> String {
+    let found = problems(&format!("{CLASS}{extra}"));
+    assert_eq!(found.len(), 1, "{extra:?}: {found:?}");
+    found[0]
+        .strip_prefix(r#"EC2NodeClass "default": "#)
+        .unwrap_or_else(|| panic!("{found:?}"))
+        .to_string()
+}
+
+#[test]
+fn the_launch_fields_are_read_when_valid() {
+    let extra = "  instanceStorePolicy: RAID0\n  ipPrefixCount: 2\n  cpuOptions:\n    nestedVirtualization: enabled\n  placementGroupSelector:\n    name: my-cluster-pg\n  connectionTracking:\n    tcpEstablishedTimeout: 432000\n    udpStreamTimeout: 60\n    udpTimeout: 30\n  networkInterfaces:\n    - networkCardIndex: 0\n      deviceIndex: 0\n      interfaceType: interface\n    - networkCardIndex: 1\n      deviceIndex: 1\n      interfaceType: efa-only\n    - networkCardIndex: 1\n      deviceIndex: 0\n      interfaceType: interface\n  blockDeviceMappings:\n    - deviceName: /dev/xvda\n      ebs:\n        snapshotID: snap-0123abcd\n        volumeInitializationRate: 300\n";
+    let class = valid(&format!("{CLASS}{extra}")).node_classes.remove(0);
+    assert_eq!(
+        class.instance_store_policy,
+        Some(InstanceStorePolicy::Raid0)
+    );
+    assert_eq!(class.ip_prefix_count, Some(2));
+    assert_eq!(
+        class.cpu_options,
+        Some(CpuOptions {
+            nested_virtualization: Some(true)
+        })
+    );
+    assert_eq!(
+        class.placement_group_selector,
+        Some(PlacementGroupSelector::Name("my-cluster-pg".into()))
+    );
+    assert_eq!(
+        class.connection_tracking,
+        Some(ConnectionTracking {
+            tcp_established_timeout: Some(432_000),
+            udp_stream_timeout: Some(60),
+            udp_timeout: Some(30),
+        })
+    );
+    assert_eq!(
+        class.network_interfaces,
+        vec![
+            NetworkInterface {
+                network_card_index: 0,
+                device_index: 0,
+                interface_type: InterfaceType::Interface
+            },
+            NetworkInterface {
+                network_card_index: 1,
+                device_index: 1,
+                interface_type: InterfaceType::EfaOnly
+            },
+            NetworkInterface {
+                network_card_index: 1,
+                device_index: 0,
+                interface_type: InterfaceType::Interface
+            },
+        ]
+    );
+    let ebs = class.block_device_mappings[0].ebs.clone().unwrap();
+    assert_eq!(ebs.volume_initialization_rate, Some(300));
+
+    let by_id = valid(&format!(
+        "{CLASS}  placementGroupSelector:\n    id: pg-0123abcd\n  cpuOptions:\n    nestedVirtualization: disabled\n"
+    ))
+    .node_classes
+    .remove(0);
+    assert_eq!(
+        by_id.placement_group_selector,
+        Some(PlacementGroupSelector::Id("pg-0123abcd".into()))
+    );
+    assert_eq!(
+        by_id.cpu_options.unwrap().nested_virtualization,
+        Some(false)
+    );
+
+    // None of them set: nothing changes.
+    let plain = valid(CLASS).node_classes.remove(0);
+    assert_eq!(plain.instance_store_policy, None);
+    assert!(plain.network_interfaces.is_empty());
+    assert_eq!(plain.cpu_options, None);
+    assert_eq!(plain.placement_group_selector, None);
+    assert_eq!(plain.ip_prefix_count, None);
+    assert_eq!(plain.connection_tracking, None);
+}
+
+#[test]
+fn an_instance_store_policy_other_than_raid0_is_refused() {
+    assert_eq!(
+        only_problem("  instanceStorePolicy: RAID1\n"),
+        r#"spec.instanceStorePolicy: unknown policy "RAID1" (expected "RAID0")"#
+    );
+}
+
+#[test]
+fn ip_prefix_count_must_not_be_negative() {
+    assert_eq!(
+        only_problem("  ipPrefixCount: -1\n"),
+        "spec.ipPrefixCount: must be at least 0, got -1"
+    );
+    assert_eq!(
+        only_problem("  ipPrefixCount: 3000000000\n"),
+        "spec.ipPrefixCount: must be at most 2147483647, got 3000000000"
+    );
+    let zero = valid(&format!("{CLASS}  ipPrefixCount: 0\n"))
+        .node_classes
+        .remove(0);
+    assert_eq!(zero.ip_prefix_count, Some(0));
+}
+
+#[test]
+fn nested_virtualization_is_enabled_or_disabled() {
+    assert_eq!(
+        only_problem("  cpuOptions:\n    nestedVirtualization: on\n"),
+        r#"spec.cpuOptions.nestedVirtualization: expected "enabled" or "disabled", got "on""#
+    );
+}
+
+#[test]
+fn a_placement_group_is_selected_by_exactly_one_of_id_and_name() {
+    assert_eq!(
+        only_problem("  placementGroupSelector:\n    id: pg-0123abcd\n    name: pg\n"),
+        "spec.placementGroupSelector: expected exactly one of id and name, got both"
+    );
+    assert_eq!(
+        only_problem("  placementGroupSelector: {}\n"),
+        "spec.placementGroupSelector: expected exactly one of id and name, got none"
+    );
+    assert_eq!(
+        only_problem("  placementGroupSelector:\n    id: sg-0123abcd\n"),
+        r#"spec.placementGroupSelector.id: expected an id like "pg-0123abcd", got "sg-0123abcd""#
+    );
+    assert_eq!(
+        only_problem("  placementGroupSelector:\n    name: \"\"\n"),
+        "spec.placementGroupSelector.name: must not be empty"
+    );
+}
+
+#[test]
+fn connection_tracking_sets_a_timeout_within_its_range() {
+    assert_eq!(
+        only_problem("  connectionTracking: {}\n"),
+        "spec.connectionTracking: at least one of tcpEstablishedTimeout, udpStreamTimeout and udpTimeout must be set"
+    );
+    for (field, bad, range) in [
+        ("tcpEstablishedTimeout", 59, "between 60 and 432000"),
+        ("tcpEstablishedTimeout", 432_001, "between 60 and 432000"),
+        ("udpStreamTimeout", 181, "between 60 and 180"),
+        ("udpStreamTimeout", 59, "between 60 and 180"),
+        ("udpTimeout", 29, "between 30 and 60"),
+        ("udpTimeout", 61, "between 30 and 60"),
+    ] {
+        assert_eq!(
+            only_problem(&format!("  connectionTracking:\n    {field}: {bad}\n")),
+            format!("spec.connectionTracking.{field}: must be {range}, got {bad}")
+        );
+    }
+}
+
+#[test]
+fn network_interfaces_follow_karpenters_rules() {
+    let entry = |card: i64, device: i64, kind: &str| {
+        format!(
+            "    - networkCardIndex: {card}\n      deviceIndex: {device}\n      interfaceType: {kind}\n"
+        )
+    };
+    let list = |entries: &[String]| format!("  networkInterfaces:\n{}", entries.concat());
+    assert_eq!(
+        only_problem(&list(&[entry(0, 0, "efa-only"), entry(0, 1, "interface")])),
+        r#"spec.networkInterfaces: must include a primary interface (networkCardIndex 0, deviceIndex 0, interfaceType "interface")"#
+    );
+    assert_eq!(
+        only_problem(&list(&[entry(0, 0, "interface"), entry(0, 0, "efa-only")])),
+        "spec.networkInterfaces[1]: duplicate networkCardIndex 0 and deviceIndex 0"
+    );
+    assert_eq!(
+        only_problem(&list(&[
+            entry(0, 0, "interface"),
+            entry(1, 0, "efa-only"),
+            entry(1, 1, "efa-only")
+        ])),
+        "spec.networkInterfaces[2]: at most one efa-only interface per network card (card 1 has two)"
+    );
+    assert_eq!(
+        only_problem(&list(&[entry(0, 0, "interface"), entry(0, 1, "efa")])),
+        r#"spec.networkInterfaces[1].interfaceType: unknown interface type "efa" (expected "interface" or "efa-only")"#
+    );
+    assert_eq!(
+        only_problem(&list(&[entry(0, 0, "interface"), entry(-1, 1, "efa-only")])),
+        "spec.networkInterfaces[1].networkCardIndex: must be at least 0, got -1"
+    );
+    assert_eq!(
+        only_problem(
+            "  networkInterfaces:\n    - networkCardIndex: 0\n      interfaceType: interface\n"
+        ),
+        "spec.networkInterfaces[0].deviceIndex: required"
+    );
+    let many: Vec<String> = (0..151).map(|i| entry(0, i, "interface")).collect();
+    assert_eq!(
+        only_problem(&list(&many)),
+        "spec.networkInterfaces: at most 150 entries are allowed, got 151"
+    );
+    // An empty list is no interfaces: EC2's default primary interface.
+    let empty = valid(&format!("{CLASS}  networkInterfaces: []\n"))
+        .node_classes
+        .remove(0);
+    assert!(empty.network_interfaces.is_empty());
+}
+
+#[test]
+fn a_volume_initialization_rate_needs_a_snapshot_and_a_rate_from_100_to_300() {
+    let mapping = |ebs: &str| {
+        format!("  blockDeviceMappings:\n    - deviceName: /dev/xvda\n      ebs:\n{ebs}")
+    };
+    assert_eq!(
+        only_problem(&mapping(
+            "        volumeSize: 20Gi\n        volumeInitializationRate: 200\n"
+        )),
+        "spec.blockDeviceMappings[0].ebs.volumeInitializationRate: snapshotID must be set when volumeInitializationRate is set"
+    );
+    for bad in [99, 301] {
+        assert_eq!(
+            only_problem(&mapping(&format!(
+                "        snapshotID: snap-0123abcd\n        volumeInitializationRate: {bad}\n"
+            ))),
+            format!(
+                "spec.blockDeviceMappings[0].ebs.volumeInitializationRate: must be between 100 and 300, got {bad}"
+            )
+        );
+    }
+}

@@ -458,3 +458,57 @@ fn malformed_label_keys_and_values_are_refused() {
         ]
     );
 }
+
+#[test]
+fn replicas_make_a_static_pool_and_limits_nodes_is_read_as_a_node_count() {
+    let text = pool("", "  replicas: 3\n  limits:\n    nodes: 5");
+    let p = &valid(&text).node_pools[0];
+    assert_eq!(p.replicas, Some(3));
+    assert!(p.is_static());
+    assert_eq!(p.node_limit, Some(5));
+
+    let dynamic = &valid(&pool("", "")).node_pools[0];
+    assert_eq!((dynamic.replicas, dynamic.node_limit), (None, None));
+}
+
+#[test]
+fn replicas_of_zero_and_limits_nodes_of_zero_are_kept() {
+    let p = &valid(&pool("", "  replicas: 0\n  limits:\n    nodes: 0")).node_pools[0];
+    assert_eq!(p.replicas, Some(0));
+    assert_eq!(p.node_limit, Some(0));
+}
+
+#[test]
+fn static_pool_rules_are_named_with_their_field_paths() {
+    let cases = [
+        (
+            "  replicas: -1",
+            vec![r#"NodePool "broken": spec.replicas: must be at least 0, got -1"#],
+        ),
+        (
+            "  replicas: 2\n  limits:\n    cpu: 10\n    nodes: 4",
+            vec![
+                r#"NodePool "broken": spec.limits.cpu: only 'limits.nodes' is supported on static NodePools (spec.replicas is set)"#,
+            ],
+        ),
+        (
+            "  replicas: 2\n  weight: 10",
+            vec![
+                r#"NodePool "broken": spec.weight: 'weight' is not supported on static NodePools (spec.replicas is set)"#,
+            ],
+        ),
+    ];
+    for (spec, want) in cases {
+        assert_eq!(problems(&pool("", spec)), want, "{spec}");
+    }
+}
+
+#[test]
+fn a_dynamic_pool_may_have_weight_and_any_limits() {
+    let p = &valid(&pool(
+        "",
+        "  weight: 10\n  limits:\n    cpu: 10\n    nodes: 3",
+    ))
+    .node_pools[0];
+    assert_eq!((p.weight, p.node_limit, p.replicas), (10, Some(3), None));
+}

@@ -60,6 +60,7 @@ mod preferences;
 mod repacking;
 mod run;
 mod setup;
+mod static_claims;
 mod undo;
 
 use std::collections::{BTreeMap, HashSet};
@@ -69,6 +70,8 @@ use crate::api::model::{Ec2NodeClass, NodePool};
 use crate::catalog::{CapacityType, Catalog, Pricing};
 use crate::cluster::{DaemonSet, LabelSelector, Node, Pod, Toleration};
 use crate::resources::Resources;
+
+pub use static_claims::static_claims;
 
 use super::fast_hash::FastMap;
 use super::prepared::PreparedScheduler;

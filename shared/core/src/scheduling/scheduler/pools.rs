@@ -149,7 +149,14 @@ impl<'a> Scheduler<'a> {
                 duals: None,
             });
         }
-        let mut order: Vec<PoolId> = self.pools.ids().collect();
+        // Static pools (`replicas`) never take new claims for pods: their nodes are
+        // launched to a count (`crate::static_capacity`), though pods run on them once
+        // there, and their in-flight claims may still hold pods.
+        let mut order: Vec<PoolId> = self
+            .pools
+            .ids()
+            .filter(|&p| !self.node_pool(p).is_static())
+            .collect();
         order.sort_by(|&a, &b| {
             let (pa, pb) = (self.node_pool(a), self.node_pool(b));
             pb.weight
@@ -201,15 +208,30 @@ impl<'a> Scheduler<'a> {
     }
 
     pub(super) fn within_limits(&self, pool: PoolId, it: &InstanceType) -> Result<(), Refusal> {
-        let Some(limits) = &self.node_pool(pool).limits else {
+        let node_pool = self.node_pool(pool);
+        if let Some(max) = node_pool.node_limit {
+            // Read apart from the other limits: `nodes: 0` is a limit too.
+            let limit = i64::try_from(max).unwrap_or(i64::MAX).saturating_mul(1000);
+            let used = self.pools[pool]
+                .usage
+                .get_milli("nodes")
+                .saturating_add(1000);
+            if used > limit {
+                return Err(Refusal::LimitReached {
+                    resource: "nodes".to_string(),
+                    would_reach: used,
+                    limit,
+                });
+            }
+        }
+        let Some(limits) = &node_pool.limits else {
             return Ok(());
         };
         for (name, limit) in limits.iter() {
-            let add = if name == "nodes" {
-                1000
-            } else {
-                it.capacity.get_milli(name)
-            };
+            if name == "nodes" {
+                continue;
+            }
+            let add = it.capacity.get_milli(name);
             // Saturating: a limit written as "no limit" sits at the quantity ceiling.
             let used = self.pools[pool].usage.get_milli(name).saturating_add(add);
             if used > limit {

@@ -1,0 +1,175 @@
+//! A static NodePool (`spec.replicas`) through the provisioner's real handler: DynamoDB
+//! and EC2 are moto's (tests/moto.sh), Kubernetes is the fake API server. The pool
+//! comes up to its replicas with no pod pending, publishes `status.nodes`, and when
+//! its replicas drop the surplus node is drained and its instance terminated.
+
+use lambda_runtime::{Context, LambdaEvent};
+use serde_json::{Value, json};
+
+use aws_sdk_ec2::types::Filter;
+use nodewright_aws::testing::{REGION, sdk_config};
+use nodewright_aws::{AwsContext, DynamoStore};
+use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
+use nodewright_engine::ports::Store;
+use nodewright_engine::{Provisioner, ProvisionerConfig};
+use nodewright_lambda::build_ports;
+use nodewright_provisioner::Handler;
+use nodewright_testkit::{EmulatedCluster, emulated_cluster};
+
+const SCHEDULED_TICK: &str =
+    include_str!("../../../../shared/core/tests/fixtures/events/scheduled-tick.json");
+const POOL: &str = "general-purpose";
+
+async fn handler(world: &EmulatedCluster) -> Handler {
+    let (ports, _) = build_ports(&world.config).await.expect("ports");
+    Handler {
+        provisioner: Provisioner::new(
+            ports,
+            ProvisionerConfig::new(world.cluster.clone(), "static"),
+        ),
+        poll_interval: world.config.poll_interval,
+    }
+}
+
+/// One scheduled invocation with an unknown deadline: a single tick.
+async fn invoke(handler: &Handler) -> Value {
+    let event = LambdaEvent::new(
+        serde_json::from_str(SCHEDULED_TICK).unwrap(),
+        Context::default(),
+    );
+    handler.handle(event).await.expect("handler")
+}
+
+async fn claims(world: &EmulatedCluster) -> Vec<NodeClaim> {
+    DynamoStore::new(
+        &AwsContext::for_emulator(&world.url, REGION).await,
+        world.table.clone(),
+    )
+    .list_claims()
+    .await
+    .expect("list claims")
+}
+
+/// This cluster's instances EC2 has not terminated.
+async fn live_instances(world: &EmulatedCluster) -> Vec<String> {
+    let ec2 = aws_sdk_ec2::Client::new(&sdk_config(&world.url).await);
+    let out = ec2
+        .describe_instances()
+        .filters(
+            Filter::builder()
+                .name(format!("tag:kubernetes.io/cluster/{}", world.cluster))
+                .values("owned")
+                .build(),
+        )
+        .send()
+        .await
+        .expect("describe instances");
+    out.reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .filter(|i| i.state().and_then(|s| s.name()).map(|n| n.as_str()) != Some("terminated"))
+        .filter_map(|i| i.instance_id().map(str::to_string))
+        .collect()
+}
+
+/// Plays the kubelets: a Ready node for each launched instance.
+async fn register_ready_nodes(world: &EmulatedCluster) {
+    for claim in claims(world).await {
+        let (Some(id), Some(zone), Some(t)) =
+            (&claim.instance_id, &claim.zone, &claim.instance_type)
+        else {
+            continue;
+        };
+        let name = format!("ip-{}.ec2.internal", &id[2..10]);
+        if world.api.get("Node", None, &name).is_some() {
+            continue;
+        }
+        world.api.put(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {
+                "kubernetes.io/hostname": name, "topology.kubernetes.io/zone": zone,
+                "node.kubernetes.io/instance-type": t, "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux"}},
+            "spec": {"providerID": format!("aws:///{zone}/{id}"),
+                     "taints": [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]},
+            "status": {
+                "allocatable": {"cpu": "3920m", "memory": "14162Mi", "pods": "58"},
+                "capacity": {"cpu": "4", "memory": "15Gi", "pods": "58"},
+                "conditions": [{"type": "Ready", "status": "True"}]
+            }
+        }));
+    }
+}
+
+fn status_nodes(world: &EmulatedCluster) -> Value {
+    world.api.get("NodePool", None, POOL).expect("the pool")["status"]["nodes"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn a_static_nodepool_keeps_its_replicas_and_scales_down_through_the_handler() {
+    let world = emulated_cluster("static", "on-demand", 0).await;
+    world.api.modify("NodePool", None, POOL, |p| {
+        p["spec"]["replicas"] = json!(2);
+    });
+    let h = handler(&world).await;
+
+    // No pod is pending: the pool launches its two nodes anyway.
+    let first = invoke(&h).await;
+    assert_eq!(first["launched"].as_array().unwrap().len(), 2, "{first}");
+    let stored = claims(&world).await;
+    assert_eq!(stored.len(), 2);
+    assert!(stored.iter().all(|c| c.pods.is_empty()), "{stored:#?}");
+    assert_eq!(live_instances(&world).await.len(), 2);
+    assert_eq!(
+        status_nodes(&world),
+        2,
+        "status.nodes is what kubectl scale reads"
+    );
+
+    register_ready_nodes(&world).await;
+    invoke(&h).await;
+    invoke(&h).await;
+    let stored = claims(&world).await;
+    assert!(
+        stored.iter().all(|c| c.state == ClaimState::Initialized),
+        "{stored:#?}"
+    );
+    let again = invoke(&h).await;
+    assert_eq!(again["launched"].as_array().unwrap().len(), 0, "{again}");
+
+    // `kubectl scale nodepool general-purpose --replicas=1`.
+    world.api.modify("NodePool", None, POOL, |p| {
+        p["spec"]["replicas"] = json!(1);
+    });
+    for _ in 0..4 {
+        invoke(&h).await;
+    }
+    let after = claims(&world).await;
+    let gone: Vec<&NodeClaim> = after
+        .iter()
+        .filter(|c| c.state == ClaimState::Terminated)
+        .collect();
+    assert_eq!(gone.len(), 1, "{after:#?}");
+    assert_eq!(
+        gone[0].disruption.as_ref().map(|d| d.cause),
+        Some(DisruptionCause::Overprovisioned)
+    );
+    let live = live_instances(&world).await;
+    assert_eq!(live.len(), 1, "{live:?}");
+    assert!(!live.contains(gone[0].instance_id.as_ref().unwrap()));
+    let node = gone[0].node_name.clone().expect("it had a node");
+    assert!(
+        world.api.get("Node", None, &node).is_none(),
+        "the node is deleted"
+    );
+    assert!(
+        world
+            .api
+            .list("Event")
+            .iter()
+            .any(|e| e["reason"] == "Overprovisioned"
+                && e["involvedObject"]["name"] == node.as_str()),
+        "an Overprovisioned event on the node"
+    );
+    assert_eq!(status_nodes(&world), 1);
+}
