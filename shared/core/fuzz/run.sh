@@ -47,3 +47,4 @@ run manifests 8192 "$repo/shared/core/tests/fixtures/nodepools" "$repo/cli/tests
 run snapshot 8192 "$repo/cli/tests/data"
 run catalog 4096 "$repo/cli/tests/data"
 run event 4096 "$repo/cli/tests/data"
+run claim 4096

@@ -363,6 +363,71 @@ pub fn violations(
 
 /// Interruption event target: bytes (lossy UTF-8) → `parse_event`; when it parses, decide
 /// the action under every rebalance setting and check what a parsed event promises.
+/// A NodeClaim record as the store holds it (JSON, the shape DynamoDB items are mapped
+/// from), written by this or an older version: it parses or is refused, never panics;
+/// what parses survives a round trip, and every step the state machine allows from its
+/// state (and an escalation by each cause) produces a record that parses again.
+pub fn fuzz_claim(data: &[u8]) {
+    use crate::nodeclaim::{ClaimState, Disruption, DisruptionCause, NodeClaim};
+    let Ok(claim) = serde_json::from_slice::<NodeClaim>(data) else {
+        return;
+    };
+    let written = serde_json::to_vec(&claim).expect("a parsed claim serializes");
+    let mut again: NodeClaim = serde_json::from_slice(&written).expect("and parses again");
+    // A price comes back within a rounding of itself (JSON floats are parsed fast, not
+    // exactly); everything else exactly.
+    let (a, b) = (again.price_per_hour, claim.price_per_hour);
+    assert_eq!(a.is_some(), b.is_some());
+    if let (Some(a), Some(b)) = (a, b) {
+        assert!(a == b || ((a - b) / b).abs() < 1e-12, "{a} vs {b}");
+    }
+    again.price_per_hour = claim.price_per_hour;
+    assert_eq!(again, claim);
+    let _ = claim.provider_id();
+    let now = claim.updated_at.saturating_add(1);
+    for next in [
+        ClaimState::Launched,
+        ClaimState::Registered,
+        ClaimState::Initialized,
+        ClaimState::Disrupting,
+        ClaimState::Draining,
+        ClaimState::Terminating,
+        ClaimState::Terminated,
+        ClaimState::LaunchFailed,
+    ] {
+        match claim.transition(next, now, |_| {}) {
+            Ok(moved) => {
+                assert!(claim.state.can_become(next));
+                assert_eq!(moved.state, next);
+                assert_eq!(moved.version, claim.version.saturating_add(1));
+                let text = serde_json::to_vec(&moved).expect("serializes");
+                serde_json::from_slice::<NodeClaim>(&text).expect("parses");
+            }
+            Err(_) => assert!(!claim.state.can_become(next)),
+        }
+    }
+    if let Some(current) = &claim.disruption {
+        for cause in [
+            DisruptionCause::SpotInterrupted,
+            DisruptionCause::InstanceTerminated,
+            DisruptionCause::Unhealthy,
+            DisruptionCause::Expired,
+        ] {
+            let incoming = Disruption {
+                cause,
+                deadline: Some(now),
+                since: now,
+                drain_after: None,
+                event: None,
+                command: None,
+            };
+            if let Some(e) = current.escalated_by(&incoming) {
+                assert!(e.cause.urgency() >= current.cause.urgency());
+            }
+        }
+    }
+}
+
 pub fn fuzz_event(data: &[u8]) {
     use crate::interruption::{Action, EventKind, RebalanceAction, action_for, parse_event};
     let text = String::from_utf8_lossy(data);

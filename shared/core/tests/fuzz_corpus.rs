@@ -10,7 +10,9 @@
 
 use std::path::{Path, PathBuf};
 
-use nodewright_core::testing::{fuzz_catalog, fuzz_event, fuzz_manifests_with, fuzz_snapshot_with};
+use nodewright_core::testing::{
+    fuzz_catalog, fuzz_claim, fuzz_event, fuzz_manifests_with, fuzz_snapshot_with,
+};
 
 /// Planning takes ~30 ms per input in a debug build, so of the committed corpus only
 /// every `PLAN_EVERY`-th file is planned (all are parsed); seeds and regressions are
@@ -25,11 +27,12 @@ const MIN_CORPUS: usize = 50;
 /// (planning only when asked).
 type Target = (&'static str, fn(&[u8], bool));
 
-const TARGETS: [Target; 4] = [
+const TARGETS: [Target; 5] = [
     ("manifests", fuzz_manifests_with),
     ("snapshot", fuzz_snapshot_with),
     ("catalog", |d, _| fuzz_catalog(d)),
     ("event", |d, _| fuzz_event(d)),
+    ("claim", |d, _| fuzz_claim(d)),
 ];
 
 fn inputs(target: &str) -> Vec<PathBuf> {
@@ -99,6 +102,11 @@ fn event_corpus_and_regressions_replay_cleanly() {
     replay(TARGETS[3].0, TARGETS[3].1);
 }
 
+#[test]
+fn claim_corpus_and_regressions_replay_cleanly() {
+    replay(TARGETS[4].0, TARGETS[4].1);
+}
+
 /// The seeds are meant to reach the planner: make sure they still parse, so a format
 /// change does not silently turn them into inputs that stop at the parser.
 #[test]
@@ -116,5 +124,11 @@ fn hand_written_seeds_parse() {
     for entry in std::fs::read_dir(root.join("catalog")).unwrap() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
         nodewright_core::catalog::Catalog::from_json(&text).expect("seed parses");
+    }
+    for entry in std::fs::read_dir(root.join("claim")).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        serde_json::from_str::<nodewright_core::nodeclaim::NodeClaim>(&text)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     }
 }
