@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use nodewright_core::catalog::{Catalog, Pricing};
+use nodewright_core::catalog::Catalog;
 use nodewright_core::disruption::{Decision, DisruptionInput, decide_observed};
 
 use crate::{Failure, Output, load_catalog, load_manifests, load_snapshot, zones};
@@ -58,7 +58,7 @@ pub fn run(args: &DisruptArgs) -> Result<(), Failure> {
     let snapshot = load_snapshot(&args.snapshot)?;
     let custom = load_catalog(args.catalog.as_deref())?;
     let catalog = custom.as_ref().unwrap_or_else(|| Catalog::embedded());
-    let pricing = Pricing::for_zones(zones(&args.zones)?);
+    let pricing = crate::pricing(zones(&args.zones)?, &manifests, catalog);
     timings.step("read snapshot and manifests");
     let input = DisruptionInput {
         snapshot: &snapshot,

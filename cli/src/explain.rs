@@ -378,6 +378,9 @@ pub fn would_change(code: &str) -> &'static str {
             "spot-to-spot consolidation turned on for the disruption function, with at least 15 cheaper spot types that fit its pods"
         }
         "NotReady" => "the node becoming Ready and its claim Initialized",
+        "Balanced" => {
+            "a move saving a larger share of the NodePool's cost for the disruption it causes (Balanced scores savings against pods moved), or consolidationPolicy: WhenEmptyOrUnderutilized"
+        }
         _ => "the condition named above going away",
     }
 }

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use nodewright_core::api::fields::{FieldUse, Status, field_report};
+use nodewright_core::api::fields::{FieldUse, Status, field_report, overlay_field_report};
 use nodewright_core::api::{Document, Kind, parse_documents};
 
 use crate::{Failure, read};
@@ -36,11 +36,18 @@ pub(crate) struct FieldLines {
 pub(crate) fn field_lines(documents: &[Document], all: bool) -> FieldLines {
     let mut lines = FieldLines::default();
     for doc in documents {
-        let Some(kind) = Kind::of(&doc.value) else {
-            continue;
+        let (object, report) = match Kind::of(&doc.value) {
+            Some(kind) => (
+                object_label(kind.as_str(), doc),
+                field_report(kind, &doc.value),
+            ),
+            None if is_node_overlay(&doc.value) => (
+                object_label("NodeOverlay", doc),
+                overlay_field_report(&doc.value),
+            ),
+            None => continue,
         };
-        let object = object_label(kind, doc);
-        for field in field_report(kind, &doc.value) {
+        for field in report {
             match field.status {
                 Status::Unknown => lines.warnings.push(format!("warning: {object}: {field}")),
                 Status::Honoured if !all => {}
@@ -56,9 +63,13 @@ fn line(object: &str, field: &FieldUse) -> String {
 }
 
 /// `NodePool "web"`, or where the object is when it has no name (as validation names it).
-fn object_label(kind: Kind, doc: &Document) -> String {
+fn object_label(kind: &str, doc: &Document) -> String {
     match doc.value.pointer("/metadata/name").and_then(|n| n.as_str()) {
-        Some(name) => format!("{} {name:?}", kind.as_str()),
-        None => format!("{} in {}", kind.as_str(), doc.label()),
+        Some(name) => format!("{kind} {name:?}"),
+        None => format!("{kind} in {}", doc.label()),
     }
+}
+
+fn is_node_overlay(value: &serde_json::Value) -> bool {
+    value.get("kind").and_then(|k| k.as_str()) == Some("NodeOverlay")
 }

@@ -11,9 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use nodewright_core::api::{self, LoadError, Manifests};
+use nodewright_core::api::overlay::VALIDATION_SUCCEEDED;
+use nodewright_core::api::{self, LoadError, Manifests, ReadOverlay};
 use nodewright_core::catalog::{Catalog, Pricing};
 use nodewright_core::cluster::ClusterSnapshot;
+use nodewright_core::overlay::{self, Resolution};
 use nodewright_core::provisioning::{ProvisioningInput, plan_provisioning};
 use nodewright_core::snapshot::parse_snapshot_reader;
 
@@ -30,6 +32,7 @@ mod disrupt;
 mod event;
 mod explain;
 mod fields;
+mod reservations;
 mod scenario;
 mod simulate;
 mod status;
@@ -56,9 +59,10 @@ enum Command {
     /// Decide, dry run, which managed nodes expiration, drift, emptiness and
     /// consolidation would disrupt now, and why every other one stays.
     Disrupt(disrupt::DisruptArgs),
-    /// Validate NodePool and EC2NodeClass manifests.
+    /// Validate NodePool, EC2NodeClass and NodeOverlay manifests.
     Validate {
-        /// YAML or JSON files holding karpenter.sh/v1 NodePools and karpenter.k8s.aws/v1 EC2NodeClasses.
+        /// YAML or JSON files holding karpenter.sh/v1 NodePools, karpenter.k8s.aws/v1
+        /// EC2NodeClasses and karpenter.sh/v1alpha1 NodeOverlays.
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// List every Karpenter field present with what nodewright does with it, the
@@ -101,8 +105,33 @@ struct PlanArgs {
         default_value = "us-east-1a,us-east-1b,us-east-1c"
     )]
     zones: Vec<String>,
+    /// When the types that fit a claim cannot keep a NodePool's minValues: leave its
+    /// pods pending (strict), or lower the minimum and launch (best-effort), as
+    /// Karpenter's MIN_VALUES_POLICY.
+    #[arg(long, value_enum, default_value = "strict")]
+    min_values_policy: MinValuesPolicyArg,
+    /// Capacity reservations to launch into (`reservations: [{id, instanceType, zone,
+    /// available, reservationType, endTime, nodeClasses}]`): reserved offerings for
+    /// NodePools that allow `karpenter.sh/capacity-type: reserved`.
+    #[arg(long)]
+    reservations: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "table")]
     output: Output,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum MinValuesPolicyArg {
+    Strict,
+    BestEffort,
+}
+
+impl From<MinValuesPolicyArg> for nodewright_core::scheduling::requirements::MinValuesPolicy {
+    fn from(arg: MinValuesPolicyArg) -> Self {
+        match arg {
+            MinValuesPolicyArg::Strict => Self::Strict,
+            MinValuesPolicyArg::BestEffort => Self::BestEffort,
+        }
+    }
 }
 
 /// Why the command failed, and with which exit code.
@@ -168,14 +197,63 @@ fn validate(files: &[PathBuf], all_fields: bool) -> Result<(), Failure> {
     for warning in &lines.warnings {
         eprintln!("{warning}");
     }
-    let manifests = api::validate(&documents)
+    let manifests = api::validate_all(&documents)
         .map_err(|problems| Failure::Invalid(problems.iter().map(|p| p.to_string()).collect()))?;
+    if manifests.node_overlays.is_empty() {
+        println!(
+            "valid: {} NodePool(s), {} EC2NodeClass(es)",
+            manifests.node_pools.len(),
+            manifests.node_classes.len()
+        );
+        return Ok(());
+    }
     println!(
-        "valid: {} NodePool(s), {} EC2NodeClass(es)",
+        "valid: {} NodePool(s), {} EC2NodeClass(es), {} NodeOverlay(s)",
         manifests.node_pools.len(),
-        manifests.node_classes.len()
+        manifests.node_classes.len(),
+        manifests.node_overlays.len()
     );
+    // Conflicts are Karpenter's runtime verdict, over the embedded catalog's types in
+    // the default zones: an overlay in conflict is valid, and applied nowhere.
+    let zones = Pricing::default().zones;
+    for status in &overlay_resolution(&manifests, Catalog::embedded(), &zones).statuses {
+        if status.succeeded() {
+            println!("NodeOverlay {:?}: {VALIDATION_SUCCEEDED}", status.name);
+        } else {
+            println!(
+                "NodeOverlay {:?}: not applied: {}: {}",
+                status.name,
+                status.reason(),
+                status.message()
+            );
+        }
+    }
     Ok(())
+}
+
+fn overlay_resolution(manifests: &Manifests, catalog: &Catalog, zones: &[String]) -> Resolution {
+    let overlays: Vec<ReadOverlay> = manifests.node_overlays.iter().cloned().map(Ok).collect();
+    overlay::resolve(&overlays, &manifests.node_pools, catalog, zones)
+}
+
+/// Prices in `zones`, with the manifests' NodeOverlays (those in conflict are named on
+/// stderr and left out, as Karpenter leaves them out).
+pub(crate) fn pricing(zones: Vec<String>, manifests: &Manifests, catalog: &Catalog) -> Pricing {
+    let mut pricing = Pricing::for_zones(zones);
+    if manifests.node_overlays.is_empty() {
+        return pricing;
+    }
+    let resolution = overlay_resolution(manifests, catalog, &pricing.zones);
+    for status in resolution.statuses.iter().filter(|s| !s.succeeded()) {
+        eprintln!(
+            "warning: NodeOverlay {:?} not applied: {}: {}",
+            status.name,
+            status.reason(),
+            status.message()
+        );
+    }
+    pricing.overlays = std::sync::Arc::new(resolution.table);
+    pricing
 }
 
 /// Reads a snapshot as a stream: the text is never held whole (a large cluster's is
@@ -217,7 +295,11 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
     let custom = load_catalog(args.catalog.as_deref())?;
     let catalog = custom.as_ref().unwrap_or_else(|| Catalog::embedded());
     let zones = zones(&args.zones)?;
-    let pricing = Pricing::for_zones(zones);
+    let mut pricing = pricing(zones, &manifests, catalog);
+    pricing.min_values_policy = args.min_values_policy.into();
+    if let Some(path) = &args.reservations {
+        pricing.reservations = reservations::load(path)?;
+    }
     let plan = plan_provisioning(&ProvisioningInput {
         snapshot: &snapshot,
         node_pools: &manifests.node_pools,

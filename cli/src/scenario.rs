@@ -22,6 +22,7 @@ use nodewright_core::catalog::CapacityType;
 use nodewright_core::cluster::DaemonSet;
 use nodewright_core::interruption::RebalanceAction;
 use nodewright_core::snapshot::{pdb_from_k8s, pod_from_k8s};
+use nodewright_engine::fakes::FakeReservation;
 use nodewright_engine::sim::faults::FaultConfig;
 use nodewright_engine::sim::{Deployment, Disturbance, Scenario, ScheduledDisturbance, Target};
 use serde::Deserialize;
@@ -77,6 +78,10 @@ struct File {
     #[serde(default)]
     events: Vec<EventSpec>,
     faults: Option<FaultsSpec>,
+    /// Capacity reservations EC2 holds (the `--reservations` format of `plan`):
+    /// `available` is the reservation's size at the start.
+    #[serde(default)]
+    reservations: Vec<nodewright_core::catalog::Reservation>,
 }
 
 /// `faults`: injected failures, stalls and crashes (docs/simulator.md).
@@ -355,6 +360,7 @@ pub fn parse(file: &str, text: &str, dir: &Path) -> Result<Scenario, ScenarioErr
     }
     scenario.node_pools = manifests.node_pools;
     scenario.node_classes = manifests.node_classes;
+    scenario.node_overlays = manifests.node_overlays;
 
     for (i, d) in spec.deployments.into_iter().enumerate() {
         scenario
@@ -369,6 +375,19 @@ pub fn parse(file: &str, text: &str, dir: &Path) -> Result<Scenario, ScenarioErr
     for (i, e) in spec.events.into_iter().enumerate() {
         let d = disturbance(e, &scenario).map_err(|m| fail(format!("events[{i}]{m}")))?;
         scenario.disturbances.push(d);
+    }
+    for (i, r) in spec.reservations.into_iter().enumerate() {
+        if !r.id.starts_with("cr-") {
+            return Err(fail(format!(
+                "reservations[{i}].id: expected an id like \"cr-0123abcd\", got {:?}",
+                r.id
+            )));
+        }
+        let mut fake = FakeReservation::new(&r.id, &r.instance_type, &r.zone, r.available);
+        fake.reservation_type = r.reservation_type;
+        fake.end_time = r.end_time;
+        fake.interruptible = r.interruptible;
+        scenario.reservations.push(fake);
     }
     Ok(scenario)
 }

@@ -1665,3 +1665,13 @@ fn the_karpenter_example_manifests_validate_without_a_field_line() {
 /// Static NodePools through `nodewright simulate`.
 #[path = "cli/static_capacity.rs"]
 mod static_capacity;
+
+/// NodeOverlays through `validate`, `plan`, `disrupt` and `simulate`.
+#[path = "cli/node_overlay.rs"]
+mod node_overlay;
+
+#[path = "cli/scheduler_gaps.rs"]
+mod scheduler_gaps;
+
+#[path = "cli/reservations.rs"]
+mod reservations;

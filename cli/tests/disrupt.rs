@@ -9,6 +9,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
 
+#[path = "disrupt/merges.rs"]
+mod merges;
+#[path = "disrupt/worth.rs"]
+mod worth;
+
 const NOW: &str = "2026-11-23T10:00:00Z";
 /// Two hours before NOW: nodes and pods are this old unless a test says otherwise.
 const EARLIER: &str = "2026-11-23T08:00:00Z";

@@ -29,6 +29,7 @@ impl Handler {
         let mut settings = DisruptionConfig::new(config.cluster_name.clone(), holder);
         settings.dry_run = config.dry_run;
         settings.spot_to_spot = config.spot_to_spot;
+        settings.min_values_policy = config.min_values_policy;
         Ok(Handler {
             disrupter: Disrupter::new(ports, settings),
         })

@@ -58,6 +58,9 @@ pub fn is_capacity_code(code: &str) -> bool {
             | "InsufficientCapacity"
             | "InsufficientHostCapacity"
             | "SpotMaxPriceTooLow"
+            // A capacity reservation with no instance left: the reserved offering is
+            // out of capacity, the others may launch (Karpenter marks it unavailable).
+            | "ReservationCapacityExceeded"
     )
 }
 

@@ -484,6 +484,7 @@ fn node_class(cluster: &str, amis: Vec<AmiSelectorTerm>) -> Ec2NodeClass {
         placement_group_selector: None,
         ip_prefix_count: None,
         connection_tracking: None,
+        capacity_reservation_selector_terms: vec![],
     }
 }
 

@@ -39,20 +39,30 @@ pub enum CapacityType {
     Spot,
     #[serde(rename = "on-demand")]
     OnDemand,
+    /// Capacity in an EC2 capacity reservation (an ODCR or a Capacity Block) that an
+    /// EC2NodeClass selects: offered only while the reservation has instances left.
+    #[serde(rename = "reserved")]
+    Reserved,
 }
 
 impl CapacityType {
-    pub const ALL: [CapacityType; 2] = [CapacityType::Spot, CapacityType::OnDemand];
+    pub const ALL: [CapacityType; 3] = [
+        CapacityType::Spot,
+        CapacityType::OnDemand,
+        CapacityType::Reserved,
+    ];
     pub fn as_str(self) -> &'static str {
         match self {
             CapacityType::Spot => "spot",
             CapacityType::OnDemand => "on-demand",
+            CapacityType::Reserved => "reserved",
         }
     }
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "spot" => Some(CapacityType::Spot),
             "on-demand" => Some(CapacityType::OnDemand),
+            "reserved" => Some(CapacityType::Reserved),
             _ => None,
         }
     }
@@ -245,6 +255,117 @@ impl Catalog {
     }
 }
 
+/// Label of a node launched into a capacity reservation: the reservation's id.
+pub const LABEL_CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
+/// Label of a node launched into a capacity reservation: `default` or `capacity-block`.
+pub const LABEL_CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
+/// Label of a node launched into a capacity reservation: whether its owner may
+/// reclaim it (`true`/`false`).
+pub const LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE: &str =
+    "karpenter.k8s.aws/capacity-reservation-interruptible";
+
+/// A reserved offering is priced at on-demand divided by this (Karpenter's constant):
+/// as good as free, so it wins, while the order between types stays that of on-demand
+/// for consolidation.
+pub const RESERVED_PRICE_DIVISOR: f64 = 10_000_000.0;
+
+/// How long before a Capacity Block ends it counts as expiring (Karpenter's 40
+/// minutes): nothing new launches into it, and its nodes are drained.
+pub const CAPACITY_BLOCK_EXPIRATION_SECS: i64 = 40 * 60;
+
+/// The kind of an EC2 capacity reservation.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, Deserialize,
+)]
+pub enum ReservationType {
+    /// An On-Demand Capacity Reservation (ODCR).
+    #[serde(rename = "default")]
+    Default,
+    /// A Capacity Block for ML: reserved until a fixed end time.
+    #[serde(rename = "capacity-block")]
+    CapacityBlock,
+}
+
+impl ReservationType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReservationType::Default => "default",
+            ReservationType::CapacityBlock => "capacity-block",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "default" => Some(ReservationType::Default),
+            "capacity-block" => Some(ReservationType::CapacityBlock),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for ReservationType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One active capacity reservation an EC2NodeClass selects, as planning sees it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reservation {
+    pub id: String,
+    pub instance_type: String,
+    pub zone: String,
+    #[serde(default = "default_reservation_type")]
+    pub reservation_type: ReservationType,
+    /// Instances it can still hold now.
+    pub available: u32,
+    /// When it ends (Unix seconds); `None` for an open-ended ODCR.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_time: Option<i64>,
+    /// Whether its owner may reclaim the capacity (interruptible reservations).
+    #[serde(default)]
+    pub interruptible: bool,
+    /// The EC2NodeClasses that select it; empty means any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_classes: Vec<String>,
+}
+
+fn default_reservation_type() -> ReservationType {
+    ReservationType::Default
+}
+
+impl Reservation {
+    /// Whether the reservation is expiring at `now`: a Capacity Block within
+    /// [`CAPACITY_BLOCK_EXPIRATION_SECS`] of its end. Nothing launches into an expiring
+    /// reservation and its nodes are taken away.
+    pub fn expiring(&self, now: i64) -> bool {
+        self.reservation_type == ReservationType::CapacityBlock
+            && self
+                .end_time
+                .is_some_and(|end| now >= end - CAPACITY_BLOCK_EXPIRATION_SECS)
+    }
+
+    /// Whether a node of EC2NodeClass `class` may launch into it.
+    pub fn selected_by(&self, class: &str) -> bool {
+        self.node_classes.is_empty() || self.node_classes.iter().any(|c| c == class)
+    }
+
+    /// The labels a node launched into it carries.
+    pub fn node_labels(&self) -> [(String, String); 3] {
+        [
+            (LABEL_CAPACITY_RESERVATION_ID.to_string(), self.id.clone()),
+            (
+                LABEL_CAPACITY_RESERVATION_TYPE.to_string(),
+                self.reservation_type.as_str().to_string(),
+            ),
+            (
+                LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE.to_string(),
+                self.interruptible.to_string(),
+            ),
+        ]
+    }
+}
+
 /// What the planner knows about prices and availability beyond the catalog.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pricing {
@@ -256,6 +377,15 @@ pub struct Pricing {
     pub spot_fraction: f64,
     /// Offerings known to be unavailable right now (insufficient capacity cache).
     pub unavailable: HashSet<(String, String, CapacityType)>,
+    /// What NodeOverlays do to prices and capacity, per NodePool (see
+    /// [`crate::overlay`]); empty when there are none.
+    pub overlays: std::sync::Arc<crate::overlay::OverlayTable>,
+    /// Capacity reservations the EC2NodeClasses select that can take instances now
+    /// (active, not expiring): where `reserved` offerings exist.
+    pub reservations: Vec<Reservation>,
+    /// Whether a minValues the fitting types cannot keep leaves pods pending or is
+    /// lowered (`MIN_VALUES_POLICY`); planning and consolidation read it alike.
+    pub min_values_policy: crate::scheduling::requirements::MinValuesPolicy,
 }
 
 impl Default for Pricing {
@@ -275,7 +405,44 @@ impl Pricing {
             spot_prices: HashMap::new(),
             spot_fraction: DEFAULT_SPOT_FRACTION,
             unavailable: HashSet::new(),
+            overlays: Default::default(),
+            reservations: Vec::new(),
+            min_values_policy: Default::default(),
         }
+    }
+
+    /// The reservations a node of EC2NodeClass `class` (any class when `None`) of type
+    /// `instance_type` in `zone` may launch into, with instances left.
+    pub fn reservations_for<'p>(
+        &'p self,
+        class: Option<&'p str>,
+        instance_type: &'p str,
+        zone: &'p str,
+    ) -> impl Iterator<Item = &'p Reservation> + 'p {
+        self.reservations.iter().filter(move |r| {
+            r.instance_type == instance_type
+                && r.zone == zone
+                && r.available > 0
+                && class.is_none_or(|c| r.selected_by(c))
+        })
+    }
+
+    /// [`Self::price`] for a node of NodePool `pool`: with the pool's NodeOverlays.
+    pub fn price_in(
+        &self,
+        pool: &str,
+        it: &InstanceType,
+        zone: &str,
+        capacity_type: CapacityType,
+    ) -> Option<f64> {
+        let base = self.price(it, zone, capacity_type)?;
+        if self.overlays.is_empty() {
+            return Some(base);
+        }
+        Some(
+            self.overlays
+                .price(pool, &it.name, zone, capacity_type, base),
+        )
     }
 
     /// Price of one offering, or `None` when it is not offered or known unavailable.
@@ -290,6 +457,10 @@ impl Pricing {
         }
         Some(match capacity_type {
             CapacityType::OnDemand => od,
+            CapacityType::Reserved => {
+                self.reservations_for(None, &it.name, zone).next()?;
+                od / RESERVED_PRICE_DIVISOR
+            }
             CapacityType::Spot => self
                 .spot_prices
                 .get(&(it.name.clone(), zone.to_string()))

@@ -177,6 +177,19 @@ pub struct Pod {
     pub mirror: bool,
     /// `karpenter.sh/do-not-disrupt: "true"`: voluntary disruption must leave its node.
     pub do_not_disrupt: bool,
+    /// `karpenter.sh/do-not-disrupt` holding a positive Go duration (`"30m"`,
+    /// `"1h30m"`, Karpenter v1.12), in whole seconds rounded up: the pod is protected
+    /// for that long from its start ([`Pod::do_not_disrupt_at`]).
+    pub do_not_disrupt_for: Option<i64>,
+    /// `karpenter.sh/do-not-disrupt` holding anything else: ignored, as Karpenter does,
+    /// with a warning event on the pod; the value and why it is not one.
+    pub do_not_disrupt_invalid: Option<(String, String)>,
+    /// `spec.priority`: the priority the admission controller resolved from
+    /// `priorityClassName` (the class name alone says nothing about the value).
+    pub priority: Option<i32>,
+    /// `controller.kubernetes.io/pod-deletion-cost` (an int32, as the API server
+    /// validates it; a value that is none is ignored).
+    pub deletion_cost: Option<i32>,
     /// `metadata.creationTimestamp` and `status.startTime` (Unix seconds), when known.
     pub created_at: Option<i64>,
     pub started_at: Option<i64>,
@@ -186,6 +199,12 @@ pub struct Pod {
     /// Set by [`crate::volumes::apply_volume_topology`] when a claim keeps the pod from
     /// being planned for (a missing claim, an Immediate claim not yet bound, ...).
     pub volume_problem: Option<VolumeProblem>,
+    /// The pod's own required node terms, kept by
+    /// [`crate::volumes::apply_volume_topology`] when it added the volumes' topology to
+    /// `required_node_terms` (`None`: the volumes added nothing). A topology spread that
+    /// honours node affinity counts nodes by these, as kube-scheduler and Karpenter do:
+    /// a volume limits where its pod may go, not the domains the pod's spread counts.
+    pub own_node_terms: Option<Vec<Vec<NodeRequirement>>>,
 }
 
 /// Why a pending pod gets no new capacity: it is not nodewright's to provision for.
@@ -270,6 +289,42 @@ impl Pod {
     /// nearest thing this model has.)
     pub fn is_healthy_for_budget(&self) -> bool {
         self.node_name.is_some() && !self.terminal && !self.terminating
+    }
+
+    /// Whether `karpenter.sh/do-not-disrupt` protects the pod at `now`: `"true"`
+    /// always; a duration from the pod's start (`status.startTime`) until it has
+    /// passed, and always while the pod has not started (Karpenter fails safe there);
+    /// anything else never. A finished or terminating pod is never protected
+    /// (Karpenter's `IsDisruptable`: only active pods block).
+    pub fn do_not_disrupt_at(&self, now: i64) -> bool {
+        if self.terminal || self.terminating {
+            return false;
+        }
+        self.do_not_disrupt || self.do_not_disrupt_until().is_some_and(|until| now < until)
+    }
+
+    /// When a duration-valued `karpenter.sh/do-not-disrupt` stops protecting the pod
+    /// (`i64::MAX` while it has not started); `None` without a duration.
+    pub fn do_not_disrupt_until(&self) -> Option<i64> {
+        let duration = self.do_not_disrupt_for?;
+        Some(match self.started_at {
+            Some(start) => start.saturating_add(duration),
+            None => i64::MAX,
+        })
+    }
+
+    /// Karpenter's `EvictionCost`: 1, plus the pod-deletion-cost over 2^27, plus the
+    /// priority over 2^25, clamped to [-10, 10]. A pod nothing is said about costs 1;
+    /// `pod-deletion-cost: 2147483647` makes it ~17 (clamped to 10), the lowest ~-15.
+    pub fn eviction_cost(&self) -> f64 {
+        let mut cost = 1.0;
+        if let Some(deletion) = self.deletion_cost {
+            cost += f64::from(deletion) / 2f64.powi(27);
+        }
+        if let Some(priority) = self.priority {
+            cost += f64::from(priority) / 2f64.powi(25);
+        }
+        cost.clamp(-10.0, 10.0)
     }
 
     /// Pending for provisioning: not bound and not finished.

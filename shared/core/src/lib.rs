@@ -23,6 +23,7 @@ pub mod density;
 pub mod disruption;
 pub mod interruption;
 pub mod nodeclaim;
+pub mod overlay;
 pub mod planning_view;
 pub mod provisioning;
 pub mod repair;

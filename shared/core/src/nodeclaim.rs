@@ -108,6 +108,9 @@ pub enum DisruptionCause {
     /// A static NodePool has more nodes than its `replicas` (Karpenter's termination
     /// reason "overprovisioned"): taken away gracefully, outside disruption budgets.
     Overprovisioned,
+    /// The node runs in a Capacity Block about to end (Karpenter's capacity
+    /// reservation expiration): drained before EC2 reclaims the block.
+    CapacityReservationExpiring,
 }
 
 /// One NodeClaim as the store records it. Times are Unix seconds.

@@ -286,7 +286,7 @@ fn candidate(
     let moving: Vec<&Pod> = moving_pods(on_node.iter().copied()).collect();
     let blocker = on_node
         .iter()
-        .find(|p| p.do_not_disrupt && !p.terminal)
+        .find(|p| p.do_not_disrupt_at(now))
         .map(|p| format!("pod {} has karpenter.sh/do-not-disrupt", p.key()))
         .or_else(|| {
             node.do_not_disrupt

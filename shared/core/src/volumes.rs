@@ -204,13 +204,40 @@ fn and_terms(a: &[Vec<NodeRequirement>], b: &[Vec<NodeRequirement>]) -> Vec<Vec<
 /// The hostname label Karpenter drops from local volumes' affinity.
 const HOSTNAME: &str = "kubernetes.io/hostname";
 
+/// The EBS CSI driver's own zone key, on the volumes it provisions and in the
+/// `allowedTopologies` of its StorageClasses.
+const EBS_CSI_ZONE: &str = "topology.ebs.csi.aws.com/zone";
+
+/// The zone key nodes carry.
+const ZONE: &str = "topology.kubernetes.io/zone";
+
+/// Terms with the EBS CSI driver's zone key read as `topology.kubernetes.io/zone`: the
+/// driver labels its nodes with both, and Karpenter's AWS provider normalizes one to the
+/// other, so a volume in a zone limits its pods to that zone whichever key it names.
+fn normalized(terms: &[Vec<NodeRequirement>]) -> Vec<Vec<NodeRequirement>> {
+    terms
+        .iter()
+        .map(|term| {
+            term.iter()
+                .map(|r| {
+                    let mut r = r.clone();
+                    if r.key == EBS_CSI_ZONE {
+                        r.key = ZONE.to_string();
+                    }
+                    r
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// The ORed terms a bound volume places its consumers under (empty: anywhere).
 fn volume_terms(pv: &PersistentVolume) -> Vec<Vec<NodeRequirement>> {
     if !pv.node_local {
-        return pv.required_terms.clone();
+        return normalized(&pv.required_terms);
     }
     let mut out = Vec::new();
-    for term in &pv.required_terms {
+    for term in &normalized(&pv.required_terms) {
         let kept: Vec<NodeRequirement> =
             term.iter().filter(|r| r.key != HOSTNAME).cloned().collect();
         if kept.is_empty() {
@@ -282,7 +309,7 @@ fn claim_terms(
             class: class.to_string(),
         });
     }
-    Ok(sc.allowed_topologies.clone())
+    Ok(normalized(&sc.allowed_topologies))
 }
 
 struct Lookup<'a> {
@@ -291,9 +318,10 @@ struct Lookup<'a> {
     classes: HashMap<&'a str, &'a StorageClass>,
 }
 
-/// Adds each unbound, unfinished pod's volume topology to its required node terms, or
-/// sets its [`Pod::volume_problem`] at the first claim that cannot be planned for (its
-/// terms are then left as they were). Bound and finished pods are left alone: their
+/// Adds each unbound, unfinished pod's volume topology to its required node terms
+/// (keeping its own in [`Pod::own_node_terms`] for topology spread), or sets its
+/// [`Pod::volume_problem`] at the first claim that cannot be planned for (its terms are
+/// then left as they were). Bound and finished pods are left alone: their
 /// volumes are already where they run.
 pub fn apply_volume_topology(pods: &mut [Pod], storage: &Storage) {
     let lookup = Lookup {
@@ -317,7 +345,12 @@ pub fn apply_volume_topology(pods: &mut [Pod], storage: &Storage) {
         .iter_mut()
         .filter(|p| p.node_name.is_none() && !p.terminal && !p.claims.is_empty())
     {
-        let mut terms = pod.required_node_terms.clone();
+        // From the pod's own terms, so applying twice changes nothing.
+        let own = pod
+            .own_node_terms
+            .as_ref()
+            .unwrap_or(&pod.required_node_terms);
+        let mut terms = own.clone();
         let mut problem = None;
         for pc in &pod.claims {
             match claim_terms(&lookup, &pod.namespace, pc) {
@@ -330,7 +363,14 @@ pub fn apply_volume_topology(pods: &mut [Pod], storage: &Storage) {
         }
         match problem {
             Some(p) => pod.volume_problem = Some(p),
-            None => pod.required_node_terms = terms,
+            None => {
+                let own = pod
+                    .own_node_terms
+                    .take()
+                    .unwrap_or_else(|| std::mem::take(&mut pod.required_node_terms));
+                pod.own_node_terms = (terms != own).then_some(own);
+                pod.required_node_terms = terms;
+            }
         }
     }
 }
@@ -551,6 +591,45 @@ mod tests {
             assert_eq!(reason.as_deref(), Some(why), "claim {claim}");
             assert!(pods[0].required_node_terms.is_empty());
         }
+    }
+
+    #[test]
+    fn the_ebs_csi_drivers_zone_key_reads_as_the_zone_label_for_volumes_and_classes() {
+        let ebs = |z: &str| {
+            let mut term = zone(&[z]);
+            term[0].key = EBS_CSI_ZONE.into();
+            term
+        };
+        let mut p = with_claim("db-0", "data-db-0");
+        p.claims.push(PodClaim {
+            volume: "scratch".into(),
+            claim: "db-0-scratch".into(),
+        });
+        p.required_node_terms = vec![arch("arm64")];
+        let storage = Storage {
+            claims: vec![
+                bound_claim("data-db-0", "pv-1"),
+                unbound_claim("db-0-scratch", "wait"),
+            ],
+            volumes: vec![pv("pv-1", vec![ebs("us-east-1b")])],
+            classes: vec![StorageClass {
+                name: "wait".into(),
+                wait_for_first_consumer: true,
+                allowed_topologies: vec![ebs("us-east-1b")],
+            }],
+        };
+        let mut pods = vec![p];
+        apply_volume_topology(&mut pods, &storage);
+        assert_eq!(
+            pods[0].required_node_terms,
+            vec![[arch("arm64"), zone(&["us-east-1b"]), zone(&["us-east-1b"])].concat()]
+        );
+        // The pod's own terms are kept for topology spread, and applying twice is
+        // applying once.
+        assert_eq!(pods[0].own_node_terms, Some(vec![arch("arm64")]));
+        let once = pods.clone();
+        apply_volume_topology(&mut pods, &storage);
+        assert_eq!(pods, once);
     }
 
     #[test]

@@ -38,6 +38,9 @@ pub struct DisruptionConfig {
     /// Karpenter's SpotToSpotConsolidation (`NODEWRIGHT_SPOT_TO_SPOT`).
     pub spot_to_spot: bool,
     pub lease_ttl: Duration,
+    /// Karpenter's `MIN_VALUES_POLICY` (`NODEWRIGHT_MIN_VALUES_POLICY`): replacements
+    /// are planned as the provisioner plans.
+    pub min_values_policy: nodewright_core::scheduling::requirements::MinValuesPolicy,
 }
 
 impl DisruptionConfig {
@@ -48,6 +51,7 @@ impl DisruptionConfig {
             dry_run: false,
             spot_to_spot: false,
             lease_ttl: Duration::from_secs(15),
+            min_values_policy: Default::default(),
         }
     }
 }
@@ -79,12 +83,17 @@ pub struct Disrupter {
     recorded: std::sync::Mutex<std::collections::HashMap<String, String>>,
     /// The budget message last posted per NodePool (`DisruptionBlocked`), the same way.
     pools_blocked: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// The invalid `karpenter.sh/do-not-disrupt` value last warned about per pod, the
+    /// same way.
+    invalid_annotations: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 /// Karpenter's reasons for a node the disruption job keeps: blocked (the node or its
 /// pods forbid it, or the NodePool's budget is used up) or not worth consolidating.
 pub const DISRUPTION_BLOCKED: &str = "DisruptionBlocked";
 pub const UNCONSOLIDATABLE: &str = "Unconsolidatable";
+/// Karpenter's reason for a pod whose `karpenter.sh/do-not-disrupt` is ignored.
+pub const INVALID_DO_NOT_DISRUPT: &str = "InvalidDoNotDisruptAnnotation";
 
 /// The event reason a rejection is published under (Karpenter's split: what forbids
 /// disrupting the node is `DisruptionBlocked`; what makes consolidating it pointless
@@ -99,7 +108,8 @@ pub fn rejection_reason(code: RejectCode) -> &'static str {
         | RejectCode::ConsolidationPolicy
         | RejectCode::PodsDoNotFit
         | RejectCode::NotCheaper
-        | RejectCode::SpotToSpot => UNCONSOLIDATABLE,
+        | RejectCode::SpotToSpot
+        | RejectCode::Balanced => UNCONSOLIDATABLE,
     }
 }
 
@@ -111,6 +121,7 @@ impl Disrupter {
             config,
             recorded: Default::default(),
             pools_blocked: Default::default(),
+            invalid_annotations: Default::default(),
         }
     }
 
@@ -169,6 +180,7 @@ impl Disrupter {
     async fn tick_with_lease(&self, lease: &LeaseKeeper) -> Result<DisruptionReport> {
         let now = self.ports().clock.now();
         let mut world = gather(self.ports(), now, Unresolved::Skip, false).await?;
+        world.pricing.min_values_policy = self.config.min_values_policy;
         let commands = self.commands();
         let mut report = DisruptionReport {
             progress: advance_commands(&commands, &mut world, Some(lease)).await?,
@@ -213,7 +225,8 @@ impl Disrupter {
 
     async fn dry_run(&self) -> Result<DisruptionReport> {
         let now = self.ports().clock.now();
-        let world = gather(self.ports(), now, Unresolved::Skip, false).await?;
+        let mut world = gather(self.ports(), now, Unresolved::Skip, false).await?;
+        world.pricing.min_values_policy = self.config.min_values_policy;
         let decision = self.decide(&world, now);
         self.record(&decision, &world, now, true).await;
         Ok(DisruptionReport {
@@ -238,6 +251,11 @@ impl Disrupter {
         for c in &decision.commands {
             info!(method = ?c.method, reason = ?c.reason, nodes = ?c.nodes, replacements = c.replacements.len(),
                 savings_per_hour = c.savings_per_hour, dry_run, "disruption decided");
+            for s in &c.scores {
+                info!(node_pool = %s.node_pool, score = s.score, threshold = s.threshold, k = s.k,
+                    savings_fraction = s.savings_fraction, disruption_fraction = s.disruption_fraction,
+                    "consolidation score");
+            }
             self.ports()
                 .record_decision(DecisionRecord {
                     at: now,
@@ -250,8 +268,14 @@ impl Disrupter {
                         c.replacements.len()
                     ),
                     reason: format!(
-                        "{:.4}/h → {:.4}/h, saves {:.4}/h",
-                        c.price_per_hour_before, c.price_per_hour_after, c.savings_per_hour
+                        "{:.4}/h → {:.4}/h, saves {:.4}/h{}",
+                        c.price_per_hour_before,
+                        c.price_per_hour_after,
+                        c.savings_per_hour,
+                        c.scores
+                            .iter()
+                            .map(|s| format!("; {}", s.sentence()))
+                            .collect::<String>()
                     ),
                     price_per_hour: Some(c.price_per_hour_after),
                 })
@@ -278,6 +302,7 @@ impl Disrupter {
         if !dry_run {
             self.post_rejections(&fresh, &decision.rejected, world)
                 .await;
+            self.warn_invalid_do_not_disrupt(world).await;
         }
         for r in fresh {
             self.ports()
@@ -287,6 +312,53 @@ impl Disrupter {
                     action: format!("keep {} ({:?}){suffix}", r.node, r.code),
                     reason: r.reason.clone(),
                     price_per_hour: None,
+                })
+                .await;
+        }
+    }
+
+    /// A warning event on each running pod whose `karpenter.sh/do-not-disrupt` is
+    /// neither `"true"` nor a positive duration (Karpenter's
+    /// `InvalidDoNotDisruptAnnotation`): the annotation is ignored, and its owner should
+    /// know. Once per pod and value for as long as the warm Lambda lives.
+    async fn warn_invalid_do_not_disrupt(&self, world: &Gathered) {
+        let news: Vec<(String, String, String)> = {
+            let mut warned = self
+                .invalid_annotations
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let mut news = Vec::new();
+            let mut seen = HashSet::new();
+            for pod in &world.state.pods {
+                let Some((value, why)) = &pod.do_not_disrupt_invalid else {
+                    continue;
+                };
+                // Remembered while the pod has the value, bound or not (an evicted
+                // pod waiting for its next node is not news again once it lands).
+                let key = pod.key();
+                seen.insert(key.clone());
+                if pod.node_name.is_none() || pod.terminal {
+                    continue;
+                }
+                if warned.insert(key, value.clone()).as_ref() != Some(value) {
+                    news.push((pod.namespace.clone(), pod.name.clone(), why.clone()));
+                }
+            }
+            warned.retain(|k, _| seen.contains(k));
+            news
+        };
+        for (namespace, name, why) in news {
+            warn!(pod = %format!("{namespace}/{name}"), problem = %why, "karpenter.sh/do-not-disrupt ignored");
+            self.ports()
+                .emit(ClusterEvent {
+                    kind: "Pod".into(),
+                    namespace: Some(namespace),
+                    name,
+                    event_type: EventType::Warning,
+                    reason: INVALID_DO_NOT_DISRUPT.into(),
+                    message: format!(
+                        "Invalid karpenter.sh/do-not-disrupt annotation: {why}, ignoring annotation"
+                    ),
                 })
                 .await;
         }

@@ -13,7 +13,7 @@ use tracing::warn;
 
 use nodewright_core::api::Kind;
 use nodewright_core::api::model::{Ec2NodeClass, NodePool, SelectorTerm};
-use nodewright_core::catalog::{CapacityType, Catalog, Pricing};
+use nodewright_core::catalog::{CapacityType, Catalog, Pricing, Reservation};
 use nodewright_core::nodeclaim::{DisruptionCause, NodeClaim};
 
 use crate::context::Ports;
@@ -40,6 +40,11 @@ pub(crate) struct Gathered {
     pub(crate) problems: Vec<Problem>,
     /// EC2NodeClasses that resolved, and the instance profile each uses.
     pub(crate) healthy_classes: Vec<(String, Option<String>)>,
+    /// Each NodeOverlay's verdict (applied, in conflict, invalid), for its status.
+    pub(crate) overlay_statuses: Vec<nodewright_core::overlay::OverlayStatus>,
+    /// Capacity Blocks the classes select that are about to end: their nodes are
+    /// drained before the end ([`crate::reservations`]).
+    pub(crate) expiring_reservations: Vec<Reservation>,
 }
 
 impl Gathered {
@@ -111,6 +116,7 @@ pub(crate) async fn gather(
         .map(|p| p.node_class_ref.name.as_str())
         .collect();
     let mut unusable: HashMap<String, Problem> = HashMap::new();
+    let mut reservations: Vec<Reservation> = Vec::new();
     for class in state
         .node_classes
         .iter()
@@ -129,10 +135,23 @@ pub(crate) async fn gather(
                 &class.name,
                 &format!("{} term(s)", class.ami_selector_terms.len()),
             )),
-            Ok(r) => {
-                classes.insert(class.name.clone(), (class.clone(), r));
-                None
-            }
+            Ok(mut r) => match class_reservations(p, class).await {
+                Ok(found) => {
+                    r.reservations = found;
+                    reservations.extend(r.reservations.iter().cloned());
+                    classes.insert(class.name.clone(), (class.clone(), r));
+                    None
+                }
+                Err(e) if matches!(e.kind, ErrorKind::Invalid | ErrorKind::NotFound) => Some(
+                    Problem::capacity_reservations_unavailable(&class.name, e.to_string()),
+                ),
+                Err(e) if unresolved == Unresolved::Skip => {
+                    warn!(node_class = %class.name, error = %e, kind = ?e.kind,
+                        "could not list the EC2NodeClass's capacity reservations; its NodePools sit this run out");
+                    None
+                }
+                Err(e) => return Err(e.into()),
+            },
             Err(e) if matches!(e.kind, ErrorKind::Invalid | ErrorKind::NotFound) => {
                 Some(Problem::unresolved(&class.name, e.to_string()))
             }
@@ -188,6 +207,7 @@ pub(crate) async fn gather(
         let used = match kind {
             ObjectKind::NodePool => pools.iter().any(|p| p.name == fields.name),
             ObjectKind::Ec2NodeClass => classes.contains_key(&fields.name),
+            ObjectKind::NodeOverlay => false,
         };
         let reported = problems
             .iter()
@@ -209,9 +229,16 @@ pub(crate) async fn gather(
     let mut pricing = Pricing::for_zones(zones);
     pricing.spot_prices = spot.into_iter().collect();
     pricing.unavailable = unavailable.into_iter().collect();
+    let (expiring, usable) = merge_reservations(reservations, now);
+    pricing.reservations = usable;
     pricing
         .unavailable
         .extend(interrupted_offerings(&claims, now));
+    // NodeOverlays over the pools that can launch: planning and consolidation price
+    // and size with the same table.
+    let overlays =
+        nodewright_core::overlay::resolve(&state.node_overlays, &pools, &catalog, &pricing.zones);
+    pricing.overlays = std::sync::Arc::new(overlays.table);
     Ok(Gathered {
         state,
         claims,
@@ -225,7 +252,51 @@ pub(crate) async fn gather(
         invalid,
         problems,
         healthy_classes,
+        overlay_statuses: overlays.statuses,
+        expiring_reservations: expiring,
     })
+}
+
+/// The capacity reservations `class` selects, each naming the class; none (and no
+/// call) when it has no `capacityReservationSelectorTerms`.
+async fn class_reservations(
+    p: &Ports,
+    class: &Ec2NodeClass,
+) -> std::result::Result<Vec<Reservation>, crate::ports::CloudError> {
+    if class.capacity_reservation_selector_terms.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut found = p
+        .cloud
+        .capacity_reservations(&class.capacity_reservation_selector_terms)
+        .await?;
+    for r in &mut found {
+        r.node_classes = vec![class.name.clone()];
+    }
+    Ok(found)
+}
+
+/// One entry per reservation (several classes may select it: their names are joined,
+/// and the smallest count two reads gave is kept, as Karpenter's reservation manager
+/// does), split into those expiring at `now` (Capacity Blocks near their end: nothing
+/// launches into them, their nodes are drained) and those planning may use.
+fn merge_reservations(found: Vec<Reservation>, now: i64) -> (Vec<Reservation>, Vec<Reservation>) {
+    let mut merged: Vec<Reservation> = Vec::new();
+    for r in found {
+        match merged.iter_mut().find(|m| m.id == r.id) {
+            Some(m) => {
+                m.available = m.available.min(r.available);
+                for c in r.node_classes {
+                    if !m.node_classes.contains(&c) {
+                        m.node_classes.push(c);
+                    }
+                }
+            }
+            None => merged.push(r),
+        }
+    }
+    merged.sort_by(|a, b| a.id.cmp(&b.id));
+    merged.into_iter().partition(|r| r.expiring(now))
 }
 
 /// How long the offering of an instance EC2 reclaimed is avoided, counted from the

@@ -249,13 +249,15 @@ pub async fn handle_interruption_until(
         info!(event = %input.event_id, "event already handled");
         return Ok(InterruptionOutcome::Duplicate);
     }
-    // The instances of one event (a health event may name many) are independent.
-    let results = futures_util::future::join_all(
-        input
-            .instance_ids
-            .iter()
-            .map(|id| handle_instance(ports, config, &input, id, until)),
-    )
+    // The instances of one event (a health event may name many) are independent. Each
+    // is handled again as a whole after a transient failure of any step (the
+    // conditional write to Disrupting, a read after a lost race): handling resumes
+    // what an earlier attempt started, and a redelivery would land after the deadline.
+    let results = futures_util::future::join_all(input.instance_ids.iter().map(|id| {
+        retrying(ports, config, until, || {
+            handle_instance(ports, config, &input, id, until)
+        })
+    }))
     .await;
     let mut instances = Vec::with_capacity(results.len());
     let mut first_error: Option<EngineError> = None;

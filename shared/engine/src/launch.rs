@@ -15,7 +15,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use nodewright_core::api::model::NodePool;
-use nodewright_core::catalog::{CapacityType, LABEL_NODEPOOL};
+use nodewright_core::catalog::{CapacityType, LABEL_NODEPOOL, Reservation};
 use nodewright_core::disruption::hash;
 use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim};
 use nodewright_core::provisioning::PlannedNodeClaim;
@@ -27,6 +27,17 @@ use crate::lifecycle::{self, LABEL_NODECLAIM};
 use crate::ports::{
     ClusterEvent, Decision, ErrorKind, EventType, LaunchError, LaunchRequest, Launched, Offering,
 };
+
+/// One instance of reservation `id` taken by a launch: this tick's later launches and
+/// plans see one fewer (an empty one is no longer offered). The reservation as it was,
+/// for the node's labels; `None` when the launch was not into a known reservation.
+fn take_reservation(world: &mut Gathered, id: Option<&str>) -> Option<Reservation> {
+    let id = id?;
+    let r = world.pricing.reservations.iter_mut().find(|r| r.id == id)?;
+    let taken = r.clone();
+    r.available = r.available.saturating_sub(1);
+    Some(taken)
+}
 
 /// CreateFleet accepts at most this many overrides per request.
 pub const MAX_OFFERINGS: usize = 60;
@@ -150,10 +161,13 @@ impl Launcher {
                     zone: inst.zone.clone(),
                     capacity_type: inst.capacity_type,
                     price,
+                    // The instance listing does not say which reservation: the node
+                    // registers without the reservation labels.
+                    reservation_id: None,
                     unavailable: vec![],
                 };
                 match self
-                    .mark_launched(&claim, &launched, inst.launch_time)
+                    .mark_launched(&claim, &launched, None, inst.launch_time)
                     .await
                 {
                     Ok(next) => {
@@ -257,6 +271,15 @@ impl Launcher {
         world: &Gathered,
     ) -> Option<LaunchRequest> {
         let (node_class, resolved) = world.classes.get(&claim.node_class)?;
+        let mut resolved = resolved.clone();
+        // The counts this tick's launches left (the gather's, less what launched since).
+        resolved.reservations = world
+            .pricing
+            .reservations
+            .iter()
+            .filter(|r| r.available > 0 && r.selected_by(&claim.node_class))
+            .cloned()
+            .collect();
         let subnet_zones: HashSet<&str> =
             resolved.subnets.iter().map(|s| s.zone.as_str()).collect();
         let mut offerings = Vec::new();
@@ -270,7 +293,20 @@ impl Launcher {
                 .filter(|z| subnet_zones.contains(z.as_str()))
             {
                 for &ct in &claim.capacity_types {
-                    if let Some(price) = world.pricing.price(it, zone, ct) {
+                    // A reserved offering only where a reservation the claim's class
+                    // selects has room left.
+                    if ct == CapacityType::Reserved
+                        && world
+                            .pricing
+                            .reservations_for(Some(&claim.node_class), t, zone)
+                            .next()
+                            .is_none()
+                    {
+                        continue;
+                    }
+                    // The pool's NodeOverlays order the offerings, as they ordered
+                    // the plan's options.
+                    if let Some(price) = world.pricing.price_in(&pool.name, it, zone, ct) {
                         offerings.push(Offering {
                             instance_type: t.clone(),
                             zone: zone.clone(),
@@ -295,7 +331,7 @@ impl Launcher {
             claim_name: claim.name.clone(),
             node_pool: pool.name.clone(),
             node_class: node_class.clone(),
-            resolved: resolved.clone(),
+            resolved,
             offerings,
             labels,
             taints,
@@ -392,8 +428,12 @@ impl Launcher {
                 Ok(l) => {
                     self.remember_unavailable(claim, &l.unavailable, world)
                         .await?;
+                    let reservation = take_reservation(world, l.reservation_id.as_deref());
                     let now = self.ports.clock.now();
-                    return match self.mark_launched(claim, &l, now).await {
+                    return match self
+                        .mark_launched(claim, &l, reservation.as_ref(), now)
+                        .await
+                    {
                         Ok(next) => Ok(LaunchOutcome::Launched(Box::new(next), l)),
                         Err(EngineError::Store(e)) if e.kind == ErrorKind::Conflict => Ok(
                             LaunchOutcome::Deferred(format!("claim changed while launching: {e}")),
@@ -465,10 +505,16 @@ impl Launcher {
         &self,
         claim: &NodeClaim,
         l: &Launched,
+        reservation: Option<&Reservation>,
         launched_at: i64,
     ) -> Result<NodeClaim> {
         let now = self.ports.clock.now();
         let next = claim.transition(ClaimState::Launched, now, |c| {
+            // The node carries its reservation's id and type (Karpenter's labels),
+            // applied with the claim's other labels when it registers.
+            if let Some(r) = reservation {
+                c.labels.extend(r.node_labels());
+            }
             c.instance_id = Some(l.instance_id.clone());
             c.instance_type = Some(l.instance_type.clone());
             c.zone = Some(l.zone.clone());

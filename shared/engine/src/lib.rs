@@ -52,6 +52,7 @@ pub mod ports;
 pub mod provision;
 pub mod reasons;
 pub mod repair;
+pub mod reservations;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod static_capacity;

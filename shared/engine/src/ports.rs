@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use nodewright_core::api::model::{Ec2NodeClass, NodePool, Taint};
+use nodewright_core::api::model::{CapacityReservationSelectorTerm, Ec2NodeClass, NodePool, Taint};
 use nodewright_core::api::{
     NODE_CLASS_API_VERSION, NODE_CLASS_KIND, NODE_POOL_API_VERSION, NODE_POOL_KIND,
 };
-use nodewright_core::catalog::{CapacityType, Catalog};
+use nodewright_core::catalog::{CapacityType, Catalog, Reservation};
 use nodewright_core::cluster::{DaemonSet, Node, Pod, PodDisruptionBudget};
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
 
@@ -138,6 +138,10 @@ pub struct ResolvedNodeClass {
     /// as Karpenter names it). What the EC2NodeClass status records as
     /// `instanceProfile`. `None` only where nothing resolved one (hand-built requests).
     pub instance_profile: Option<String>,
+    /// The active capacity reservations its `capacityReservationSelectorTerms` select
+    /// (filled by the gather from [`Cloud::capacity_reservations`], with the counts
+    /// this tick's launches left): where a `reserved` offering launches.
+    pub reservations: Vec<Reservation>,
 }
 
 /// One (instance type, zone, capacity type) a launch may use, with its price.
@@ -176,6 +180,8 @@ pub struct Launched {
     pub zone: String,
     pub capacity_type: CapacityType,
     pub price: f64,
+    /// The capacity reservation the instance launched into (`reserved` only).
+    pub reservation_id: Option<String>,
     /// Offerings the fleet tried first and found out of capacity (CreateFleet
     /// returns these errors alongside the instance); the engine records them in the
     /// ICE cache. Empty when the first choice had capacity.
@@ -229,7 +235,16 @@ pub trait Cloud: Send + Sync {
         node_class: &Ec2NodeClass,
         kubernetes_version: &str,
     ) -> Result<ResolvedNodeClass, CloudError>;
+    /// The capacity reservations any of `terms` selects (ORed; every field of a term
+    /// must match), active ones only, with the instances each can still take
+    /// (DescribeCapacityReservations). Their `node_classes` are left empty.
+    async fn capacity_reservations(
+        &self,
+        terms: &[CapacityReservationSelectorTerm],
+    ) -> Result<Vec<Reservation>, CloudError>;
     /// Launches one instance for one claim (CreateFleet instant, ClientToken = claim name).
+    /// A `reserved` offering launches into one of `resolved.reservations` of its type
+    /// and zone with instances left.
     async fn launch(&self, request: &LaunchRequest) -> Result<Launched, LaunchError>;
     /// Terminates instances. Callers pass only ids the store records as ours.
     async fn terminate(&self, instance_ids: &[String]) -> Result<(), CloudError>;
@@ -313,6 +328,8 @@ pub enum ObjectKind {
     NodePool,
     /// `karpenter.k8s.aws/v1` EC2NodeClass.
     Ec2NodeClass,
+    /// `karpenter.sh/v1alpha1` NodeOverlay.
+    NodeOverlay,
 }
 
 impl ObjectKind {
@@ -321,6 +338,7 @@ impl ObjectKind {
         match self {
             ObjectKind::NodePool => NODE_POOL_KIND,
             ObjectKind::Ec2NodeClass => NODE_CLASS_KIND,
+            ObjectKind::NodeOverlay => nodewright_core::api::overlay::NODE_OVERLAY_KIND,
         }
     }
 
@@ -329,6 +347,7 @@ impl ObjectKind {
         match self {
             ObjectKind::NodePool => NODE_POOL_API_VERSION,
             ObjectKind::Ec2NodeClass => NODE_CLASS_API_VERSION,
+            ObjectKind::NodeOverlay => nodewright_core::api::overlay::NODE_OVERLAY_API_VERSION,
         }
     }
 
@@ -337,6 +356,7 @@ impl ObjectKind {
         match kind {
             NODE_POOL_KIND => Some(ObjectKind::NodePool),
             NODE_CLASS_KIND => Some(ObjectKind::Ec2NodeClass),
+            nodewright_core::api::overlay::NODE_OVERLAY_KIND => Some(ObjectKind::NodeOverlay),
             _ => None,
         }
     }
@@ -478,6 +498,10 @@ pub struct ClusterState {
     /// Kinds that could not be read at all (forbidden by RBAC, not served), each with
     /// why: the state goes on without them (see [`UnreadableKind`]).
     pub unreadable: Vec<UnreadableKind>,
+    /// `karpenter.sh/v1alpha1` NodeOverlays, each valid or with why not (an invalid
+    /// one applies nowhere and its status says why); none when the CRD is not
+    /// installed.
+    pub node_overlays: Vec<nodewright_core::api::ReadOverlay>,
 }
 
 /// A kind the cluster would not list, and what goes on without it: pods with volumes

@@ -21,12 +21,14 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
+use nodewright_core::api::model::NodePool;
 use nodewright_core::cluster::NotProvisionable;
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
 use nodewright_core::planning_view::{ClusterView, in_flight_claims, in_motion, planning_snapshot};
 use nodewright_core::provisioning::{
     NotProvisionedPod, PlannedNodeClaim, ProvisioningInput, UnschedulablePod, plan_provisioning,
 };
+use nodewright_core::scheduling::requirements::{MinValuesPolicy, Requirements};
 use nodewright_core::volumes::VolumeProblem;
 
 use crate::adopt::adopt_karpenter_nodes;
@@ -38,7 +40,7 @@ use crate::gather::{Gathered, Unresolved, gather};
 use crate::launch::{LaunchConfig, LaunchLog, Launcher, pods_reason};
 use crate::lease::{Acquired, LeaseKeeper};
 use crate::lifecycle::{self, LifecycleConfig, LifecycleReport};
-use crate::ports::{Decision, ObjectKind, UnreadableKind};
+use crate::ports::{ClusterEvent, Decision, EventType, ObjectKind, UnreadableKind};
 use crate::reasons::{ClaimPods, Reasons, ReasonsInput, StatusFields};
 use crate::repair::{RepairReport, Repairer};
 use crate::static_capacity::{StaticCapacity, StaticReport};
@@ -80,6 +82,9 @@ pub struct ProvisionerConfig {
     pub spot_to_spot: bool,
     /// Node repair (`NODEWRIGHT_NODE_REPAIR`, see [`crate::repair`]).
     pub node_repair: bool,
+    /// Karpenter's `MIN_VALUES_POLICY` (`NODEWRIGHT_MIN_VALUES_POLICY`): planning, and
+    /// the disruption commands this provisioner validates, decide under it.
+    pub min_values_policy: MinValuesPolicy,
 }
 
 impl ProvisionerConfig {
@@ -98,6 +103,7 @@ impl ProvisionerConfig {
             adopt_karpenter_nodes: false,
             spot_to_spot: false,
             node_repair: true,
+            min_values_policy: MinValuesPolicy::Strict,
         }
     }
 
@@ -162,6 +168,45 @@ pub struct TickReport {
     pub invalid: Vec<String>,
     /// Kinds the cluster would not list this tick (the tick went on without them).
     pub unreadable: Vec<UnreadableKind>,
+    /// Claims launched with a NodePool's minValues lowered (`BestEffort`), each with
+    /// what was lowered.
+    pub min_values_relaxed: Vec<MinValuesRelaxed>,
+}
+
+/// A claim launched with minValues lowered under `MIN_VALUES_POLICY=BestEffort`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MinValuesRelaxed {
+    pub claim: String,
+    pub node_pool: String,
+    /// (label key, the NodePool's minValues, the claim's).
+    pub keys: Vec<(String, u32, u32)>,
+}
+
+impl MinValuesRelaxed {
+    /// What `planned` lowered from `pool`'s minValues; `None` when nothing.
+    fn of(claim: &str, planned: &PlannedNodeClaim, pool: &NodePool) -> Option<Self> {
+        let keys = planned
+            .requirements
+            .min_values_lowered_from(&Requirements::from_node_requirements(&pool.requirements));
+        (!keys.is_empty()).then(|| MinValuesRelaxed {
+            claim: claim.to_string(),
+            node_pool: pool.name.clone(),
+            keys,
+        })
+    }
+
+    fn message(&self) -> String {
+        let lowered: Vec<String> = self
+            .keys
+            .iter()
+            .map(|(key, from, to)| format!("{key} from {from} to {to}"))
+            .collect();
+        format!(
+            "NodeClaim {} launched with minValues relaxed ({}): the instance types that fit its pods cannot keep the NodePool's minimum (MIN_VALUES_POLICY=BestEffort)",
+            self.claim,
+            lowered.join(", ")
+        )
+    }
 }
 
 /// What one invocation's ticks did, and whether it could do its work.
@@ -474,6 +519,15 @@ impl Provisioner {
                 )
                 .await?;
         }
+        // Nodes in Capacity Blocks about to end are drained, as repairs are.
+        crate::reservations::drain_expiring(
+            &self.ports,
+            &world.expiring_reservations,
+            &mut world.claims,
+            &mut repaired,
+            now,
+        )
+        .await?;
         let Gathered {
             state,
             claims,
@@ -546,6 +600,10 @@ impl Provisioner {
                 .create_claim(&planned, &pool, &world, lease.lease().token, &mut names)
                 .await?;
             info!(claim = %claim.name, nodepool = %pool.name, pods = claim.pods.len(), "claim written; launching");
+            if let Some(relaxed) = MinValuesRelaxed::of(&claim.name, &planned, &pool) {
+                self.tell_min_values_relaxed(&relaxed, &planned).await;
+                report.min_values_relaxed.push(relaxed);
+            }
             self.launcher
                 .launch_and_record(claim, &pool, &mut world, &mut launches)
                 .await?;
@@ -694,6 +752,9 @@ impl Provisioner {
         );
         let now = self.ports.clock.now();
         self.reasons
+            .publish_overlays(&self.ports, now, &world.overlay_statuses)
+            .await;
+        self.reasons
             .publish(
                 &self.ports,
                 now,
@@ -709,16 +770,50 @@ impl Provisioner {
             .await;
     }
 
+    /// A claim launched with minValues lowered: Karpenter only annotates its NodeClaim
+    /// (`karpenter.sh/nodeclaim-min-values-relaxed`); here a Normal `MinValuesRelaxed`
+    /// event on the NodePool, a log line and a decision say so.
+    async fn tell_min_values_relaxed(
+        &self,
+        relaxed: &MinValuesRelaxed,
+        planned: &PlannedNodeClaim,
+    ) {
+        let message = relaxed.message();
+        info!(claim = %relaxed.claim, nodepool = %relaxed.node_pool, keys = ?relaxed.keys,
+            "minValues relaxed (MIN_VALUES_POLICY=BestEffort)");
+        self.ports
+            .emit(ClusterEvent::about_object(
+                ObjectKind::NodePool,
+                &relaxed.node_pool,
+                EventType::Normal,
+                "MinValuesRelaxed",
+                message.clone(),
+            ))
+            .await;
+        self.ports
+            .record_decision(Decision {
+                at: self.ports.clock.now(),
+                job: "provision".into(),
+                action: message,
+                reason: pods_reason(&planned.pods),
+                price_per_hour: Some(planned.price_per_hour),
+            })
+            .await;
+    }
+
     /// The gather of a provisioning tick: a class that cannot be resolved for now
-    /// fails the tick (see [`Unresolved::Fail`]).
+    /// fails the tick (see [`Unresolved::Fail`]). Planning's settings ride on the
+    /// pricing, so the commands validated on this view decide as planning does.
     async fn gather(&self, now: i64) -> Result<Gathered> {
-        gather(
+        let mut world = gather(
             &self.ports,
             now,
             Unresolved::Fail,
             self.config.adopt_karpenter_nodes,
         )
-        .await
+        .await?;
+        world.pricing.min_values_policy = self.config.min_values_policy;
+        Ok(world)
     }
     fn plan_into(&self, world: &Gathered, report: &mut TickReport) {
         let view = ClusterView {

@@ -72,17 +72,21 @@ pub const SECURITY_GROUPS_READY: &str = "SecurityGroupsReady";
 pub const AMIS_READY: &str = "AMIsReady";
 pub const INSTANCE_PROFILE_READY: &str = "InstanceProfileReady";
 pub const NODE_CLASS_READY: &str = "NodeClassReady";
+pub const CAPACITY_RESERVATIONS_READY: &str = "CapacityReservationsReady";
 
 /// The conditions an EC2NodeClass's `Ready` depends on.
-pub const NODE_CLASS_CONDITIONS: [&str; 5] = [
+pub const NODE_CLASS_CONDITIONS: [&str; 6] = [
     VALIDATION_SUCCEEDED,
     SUBNETS_READY,
     SECURITY_GROUPS_READY,
     AMIS_READY,
     INSTANCE_PROFILE_READY,
+    CAPACITY_RESERVATIONS_READY,
 ];
 /// The conditions a NodePool's `Ready` depends on.
 pub const NODE_POOL_CONDITIONS: [&str; 2] = [VALIDATION_SUCCEEDED, NODE_CLASS_READY];
+/// The conditions a NodeOverlay's `Ready` depends on.
+pub const NODE_OVERLAY_CONDITIONS: [&str; 1] = [VALIDATION_SUCCEEDED];
 
 /// The reason of a dependent condition left Unknown because an earlier step failed.
 pub const NOT_EVALUATED: &str = "NotEvaluated";
@@ -95,6 +99,7 @@ fn dependents(kind: ObjectKind) -> &'static [&'static str] {
     match kind {
         ObjectKind::NodePool => &NODE_POOL_CONDITIONS,
         ObjectKind::Ec2NodeClass => &NODE_CLASS_CONDITIONS,
+        ObjectKind::NodeOverlay => &NODE_OVERLAY_CONDITIONS,
     }
 }
 
@@ -180,6 +185,18 @@ impl Problem {
         )
     }
 
+    /// The class's `capacityReservationSelectorTerms` could not be looked up (EC2
+    /// refused the filters): Karpenter's `CapacityReservationsReady` False.
+    pub fn capacity_reservations_unavailable(node_class: &str, message: impl Into<String>) -> Self {
+        Self::new(
+            ObjectKind::Ec2NodeClass,
+            node_class,
+            CAPACITY_RESERVATIONS_READY,
+            "CapacityReservationsNotFound",
+            message.into(),
+        )
+    }
+
     /// The class's `amiSelectorTerms` select no image (for this Kubernetes version).
     pub fn no_images(node_class: &str, selector_summary: &str) -> Self {
         Self::new(
@@ -235,6 +252,7 @@ impl Problem {
         let reason = match kind {
             ObjectKind::NodePool => "NodePoolValidationFailed",
             ObjectKind::Ec2NodeClass => "NodeClassValidationFailed",
+            ObjectKind::NodeOverlay => "RuntimeValidation",
         };
         Self::new(kind, name, VALIDATION_SUCCEEDED, reason, message.into())
     }
@@ -625,6 +643,53 @@ impl Reasons {
         out
     }
 
+    /// Writes each NodeOverlay's `ValidationSucceeded` (and `Ready`) from its verdict,
+    /// as Karpenter's NodeOverlay controller does: True, or False with reason
+    /// `Conflict` or `RuntimeValidation`. An overlay not applied is logged when its
+    /// status changes. Never fails; see [`PublishReport`].
+    pub async fn publish_overlays(
+        &self,
+        ports: &Ports,
+        now: i64,
+        statuses: &[nodewright_core::overlay::OverlayStatus],
+    ) -> PublishReport {
+        let mut report = PublishReport::default();
+        if statuses.is_empty() {
+            return report;
+        }
+        let updates: Vec<((ObjectKind, String), StatusUpdate)> = statuses
+            .iter()
+            .map(|s| {
+                let conditions = if s.succeeded() {
+                    vec![Condition::met(VALIDATION_SUCCEEDED), Condition::met(READY)]
+                } else {
+                    let message = clip(&s.message(), CONDITION_MESSAGE_LIMIT);
+                    vec![
+                        Condition::failed(VALIDATION_SUCCEEDED, s.reason(), message.clone()),
+                        Condition::failed(READY, s.reason(), message),
+                    ]
+                };
+                let update = StatusUpdate {
+                    conditions,
+                    fields: Map::new(),
+                };
+                ((ObjectKind::NodeOverlay, s.name.clone()), update)
+            })
+            .collect();
+        for (s, (key, update)) in statuses.iter().zip(&updates) {
+            let known = self
+                .memory()
+                .statuses
+                .get(key)
+                .is_some_and(|(last, _)| last == update);
+            if !s.succeeded() && !known {
+                warn!(node_overlay = %s.name, reason = s.reason(), message = %s.message(), "NodeOverlay not applied");
+            }
+        }
+        self.write_updates(ports, now, updates, &mut report).await;
+        report
+    }
+
     /// Writes each reported object's conditions (and extra fields) unless the same
     /// status was written inside the window.
     async fn write_statuses(
@@ -634,7 +699,19 @@ impl Reasons {
         input: &ReasonsInput<'_>,
         report: &mut PublishReport,
     ) {
-        let updates: Vec<((ObjectKind, String), StatusUpdate)> = status_updates(input)
+        self.write_updates(ports, now, status_updates(input), report)
+            .await;
+    }
+
+    /// Writes each status unless the same was written inside the window.
+    async fn write_updates(
+        &self,
+        ports: &Ports,
+        now: i64,
+        updates: Vec<((ObjectKind, String), StatusUpdate)>,
+        report: &mut PublishReport,
+    ) {
+        let updates: Vec<((ObjectKind, String), StatusUpdate)> = updates
             .into_iter()
             .filter(|(object, update)| {
                 let memory = self.memory();

@@ -346,7 +346,7 @@ pub async fn drain(ports: &Ports, claim: &NodeClaim, progress: &mut Progress) ->
                     .filter(|d| now >= d - grace)
                     .map(|d| (d - now).clamp(0, grace))
             };
-            if pod.do_not_disrupt && delete_with.is_none() {
+            if pod.do_not_disrupt_at(now) && delete_with.is_none() {
                 // As Karpenter: a do-not-disrupt pod is never evicted. The drain waits
                 // until it ends by itself, or until the deadline (the NodePool's
                 // terminationGracePeriod, a spot notice) has it deleted.

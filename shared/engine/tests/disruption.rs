@@ -31,6 +31,12 @@ use nodewright_engine::{
     Decider, Disrupter, DisruptionConfig, DisruptionReport, Provisioner, ProvisionerConfig,
 };
 
+#[path = "disruption/worth.rs"]
+mod worth;
+
+#[path = "disruption/min_values.rs"]
+mod min_values;
+
 const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 /// 2025-01-01T00:00:00Z.
 const START: i64 = 1_735_689_600;
@@ -106,6 +112,7 @@ fn test_decider(expire: Arc<Mutex<HashSet<String>>>) -> Decider {
                     price_per_hour_before: 0.192,
                     price_per_hour_after: 0.192,
                     savings_per_hour: 0.0,
+                    scores: Vec::new(),
                 });
                 continue;
             }
@@ -120,6 +127,7 @@ fn test_decider(expire: Arc<Mutex<HashSet<String>>>) -> Decider {
                     price_per_hour_before: 0.192,
                     price_per_hour_after: 0.0,
                     savings_per_hour: 0.192,
+                    scores: Vec::new(),
                 });
             } else {
                 let (code, reason) = if blocked {

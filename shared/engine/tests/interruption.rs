@@ -15,7 +15,7 @@ use nodewright_engine::ports::{CloudError, ClusterError, ErrorKind, Store, Store
 use nodewright_engine::terminate::{self, TAINT_DISRUPTED};
 use nodewright_engine::{
     InstanceAction, InterruptionConfig, InterruptionInput, InterruptionMode, InterruptionOutcome,
-    Ports, handle_interruption,
+    Ports, handle_interruption, handle_interruption_until,
 };
 
 const ZONE: &str = "us-east-1a";
@@ -594,6 +594,42 @@ async fn a_failed_attempt_does_not_block_its_retry() {
     assert_eq!(env.claim(&o.claim).state, ClaimState::Initialized);
 
     let outcome = env.handle(input.clone()).await.unwrap();
+    assert_eq!(
+        action(&outcome),
+        InstanceAction::Disrupted {
+            state: ClaimState::Terminated
+        }
+    );
+    assert_eq!(
+        env.handle(input).await.unwrap(),
+        InterruptionOutcome::Duplicate
+    );
+}
+
+/// Found by the chaos soak: the conditional write to Disrupting throttled, the message
+/// went back to SQS, and its redelivery (after the 160-s visibility timeout) came after
+/// EC2 had taken the instance with its pods.
+#[tokio::test]
+async fn a_throttled_write_is_tried_again_within_the_invocation_not_after_a_redelivery() {
+    let env = Env::new();
+    let o = env.owned("spot-t", CapacityType::Spot).await;
+    env.pod("web-0", &o.node, "web");
+    env.store.fail_next(
+        StoreOp::UpdateClaim,
+        StoreError::new(ErrorKind::Throttled, "slow down"),
+    );
+    let input = spot_warning("e-1", &o.instance, env.now() + 120);
+    let until = env.now() + 60;
+
+    let outcome = handle_interruption_until(
+        &env.ports,
+        &InterruptionConfig::default(),
+        input.clone(),
+        until,
+    )
+    .await
+    .unwrap();
+
     assert_eq!(
         action(&outcome),
         InstanceAction::Disrupted {

@@ -1221,3 +1221,12 @@ async fn a_forbidden_volume_claim_list_holds_only_the_pods_with_volumes_and_says
 /// Static NodePools (`spec.replicas`), in a module of their own.
 #[path = "provisioner/static_capacity.rs"]
 mod static_capacity;
+
+#[path = "provisioner/min_values.rs"]
+mod min_values;
+
+#[path = "provisioner/node_overlay.rs"]
+mod node_overlay;
+
+#[path = "provisioner/reservations.rs"]
+mod reservations;

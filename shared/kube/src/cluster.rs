@@ -70,10 +70,19 @@ pub(crate) const NODE_CLASSES: Crd = Crd {
     api_version: NODE_CLASS_API_VERSION,
 };
 
+pub(crate) const NODE_OVERLAYS: Crd = Crd {
+    group: "karpenter.sh",
+    version: "v1alpha1",
+    kind: api::overlay::NODE_OVERLAY_KIND,
+    plural: "nodeoverlays",
+    api_version: api::overlay::NODE_OVERLAY_API_VERSION,
+};
+
 fn crd_of(kind: ObjectKind) -> &'static Crd {
     match kind {
         ObjectKind::NodePool => &NODE_POOLS,
         ObjectKind::Ec2NodeClass => &NODE_CLASSES,
+        ObjectKind::NodeOverlay => &NODE_OVERLAYS,
     }
 }
 
@@ -653,7 +662,18 @@ impl Cluster for KubeCluster {
     async fn state(&self) -> Result<ClusterState, ClusterError> {
         let view = self.view().await;
         view.catch_up().await;
-        let (pools, classes, nodes, pods, daemonsets, pdbs, claims, volumes, classes_of_storage) = tokio::join!(
+        let (
+            pools,
+            classes,
+            nodes,
+            pods,
+            daemonsets,
+            pdbs,
+            claims,
+            volumes,
+            classes_of_storage,
+            overlays,
+        ) = tokio::join!(
             view.node_pools.read(),
             view.node_classes.read(),
             view.nodes.read(),
@@ -663,6 +683,7 @@ impl Cluster for KubeCluster {
             view.volume_claims.read(),
             view.volumes.read(),
             view.storage_classes.read(),
+            view.node_overlays.read(),
         );
         let mut state = ClusterState::default();
         let invalid = &mut state.invalid;
@@ -703,6 +724,9 @@ impl Cluster for KubeCluster {
         let classes_of_storage = optional_read("storageclasses", classes_of_storage, unreadable)?;
         state.daemonsets = daemonsets.map_or_else(Vec::new, |r| take(r, &mut state.invalid));
         state.pdbs = pdbs.map_or_else(Vec::new, |r| take(r, &mut state.invalid));
+        // No CRD (404) reads as none; forbidden is unreadable, planned without.
+        let overlays = optional_read("nodeoverlays", overlays, unreadable)?;
+        state.node_overlays = overlays.map_or_else(Vec::new, |r| take(r, &mut state.invalid));
         match (claims, volumes, classes_of_storage) {
             (Some(claims), Some(volumes), Some(classes)) => {
                 // A volume whose affinity cannot be read is reported and left out: its

@@ -293,6 +293,7 @@ pub fn cause_reason(cause: DisruptionCause) -> &'static str {
         DisruptionCause::Unregistered => "Unregistered",
         DisruptionCause::Unhealthy => "Unhealthy",
         DisruptionCause::Overprovisioned => "Overprovisioned",
+        DisruptionCause::CapacityReservationExpiring => "CapacityReservationExpiring",
     }
 }
 

@@ -15,6 +15,9 @@ use serde_json::Value;
 
 use nodewright_core::api::Kind;
 use nodewright_core::api::fields::ObjectFields;
+use nodewright_core::api::overlay::{
+    InvalidOverlay, ReadOverlay, overlay_label, parse_node_overlay,
+};
 use nodewright_core::snapshot::{self, LeanPod};
 use nodewright_core::{cluster, volumes};
 
@@ -84,6 +87,8 @@ pub(crate) struct ClusterView {
     pub(crate) volume_claims: Watched<PersistentVolumeClaim, volumes::VolumeClaim>,
     pub(crate) volumes: Watched<PersistentVolume, volumes::PersistentVolume>,
     pub(crate) storage_classes: Watched<StorageClass, volumes::StorageClass>,
+    /// NodeOverlays (optional: a cluster without the CRD has none).
+    pub(crate) node_overlays: Watched<DynamicObject, ReadOverlay>,
     /// NodeClaims (optional: the CRD may not be installed), watched from the first
     /// mirror write on: only the provisioner mirrors claims, so the other functions
     /// neither list nor watch them.
@@ -153,6 +158,13 @@ impl ClusterView {
                 |s| Ok(snapshot::storage_class_from_k8s(s)),
                 page_size,
             ),
+            node_overlays: Watched::start(
+                crate::cluster::NODE_OVERLAYS.plural,
+                true,
+                crate::cluster::NODE_OVERLAYS.api(c()),
+                as_overlay,
+                page_size,
+            ),
             node_claims: std::sync::OnceLock::new(),
             client: client.clone(),
             page_size,
@@ -183,6 +195,7 @@ impl ClusterView {
             + self.volume_claims.view.applied()
             + self.volumes.view.applied()
             + self.storage_classes.view.applied()
+            + self.node_overlays.view.applied()
             + self.node_claims.get().map_or(0, |w| w.view.applied())
     }
 
@@ -221,6 +234,30 @@ fn as_nodepool_json(object: &DynamicObject) -> Result<Karpenter, String> {
 
 fn as_nodeclass_json(object: &DynamicObject) -> Result<Karpenter, String> {
     karpenter(object, &crate::cluster::NODE_CLASSES, Kind::Ec2NodeClass)
+}
+
+/// A NodeOverlay as read: valid, or with why not (its status will say). One without a
+/// name cannot carry a status, and is reported as unreadable instead.
+fn as_overlay(object: &DynamicObject) -> Result<ReadOverlay, String> {
+    let value = as_json(object, &crate::cluster::NODE_OVERLAYS)?;
+    let object = overlay_label(&value, || "the cluster's nodeoverlays".to_string());
+    match parse_node_overlay(&value, &object) {
+        Ok(overlay) => Ok(Ok(overlay)),
+        Err(problems) => {
+            let message = problems
+                .iter()
+                .map(|p| format!("{}: {}", p.path, p.message))
+                .collect::<Vec<_>>()
+                .join("; ");
+            match value.pointer("/metadata/name").and_then(Value::as_str) {
+                Some(name) => Ok(Err(InvalidOverlay {
+                    name: name.to_string(),
+                    message,
+                })),
+                None => Err(format!("{object}: {message}")),
+            }
+        }
+    }
 }
 
 fn karpenter(object: &DynamicObject, crd: &Crd, kind: Kind) -> Result<Karpenter, String> {

@@ -1700,7 +1700,9 @@ fn lists_and_watches(server: &FakeApiServer, path: &str) -> (usize, usize) {
 /// Waits until every kind the view reads is watched (the watches start in the
 /// background after their lists), or 5 s.
 async fn watching(server: &FakeApiServer) {
-    const KINDS: usize = 9;
+    // NodePools, EC2NodeClasses, NodeOverlays, nodes, pods, DaemonSets, PDBs, PVCs,
+    // PVs, StorageClasses.
+    const KINDS: usize = 10;
     let until = Instant::now() + Duration::from_secs(5);
     while server.open_watches() < KINDS && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -2092,3 +2094,7 @@ async fn without_the_node_claim_crd_nothing_is_mirrored_and_nothing_fails() {
 /// `kubectl scale nodepool` through the scale subresource.
 #[path = "kube_cluster/fake_scale.rs"]
 mod fake_scale;
+
+/// NodeOverlays read, watched and given a status.
+#[path = "kube_cluster/node_overlays.rs"]
+mod node_overlays;

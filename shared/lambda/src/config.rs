@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use nodewright_core::api::duration::parse_duration;
 use nodewright_core::interruption::RebalanceAction;
+use nodewright_core::scheduling::requirements::MinValuesPolicy;
 use nodewright_kube::ApiRate;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -41,6 +42,11 @@ pub struct Config {
     /// `NODEWRIGHT_NODE_REPAIR` (default true): the provisioner replaces nodes that stay
     /// unhealthy (Karpenter's NodeRepair, off by default there; on in EKS Auto Mode).
     pub node_repair: bool,
+    /// `NODEWRIGHT_MIN_VALUES_POLICY` (default Strict): Strict | BestEffort, Karpenter's
+    /// `MIN_VALUES_POLICY`. With BestEffort a NodePool's minValues that the types fitting
+    /// a claim cannot keep is lowered to what they have instead of leaving the pods
+    /// pending. Read by the provisioner and by the disruption function (replacements).
+    pub min_values_policy: MinValuesPolicy,
     /// `NODEWRIGHT_KUBE_QPS` (default 20) and `NODEWRIGHT_KUBE_BURST` (default 40): the
     /// most requests per second the function sends the Kubernetes API on average, and
     /// at once (client-go's QPS and burst; see `nodewright_kube::client`).
@@ -116,6 +122,14 @@ impl Config {
                 expected: "ignore, cordon or replace",
             })?,
         };
+        let min_values_policy = match get("NODEWRIGHT_MIN_VALUES_POLICY") {
+            None => MinValuesPolicy::Strict,
+            Some(v) => MinValuesPolicy::parse(&v).ok_or(ConfigError::Malformed {
+                name: "NODEWRIGHT_MIN_VALUES_POLICY",
+                value: v.clone(),
+                expected: "Strict or BestEffort",
+            })?,
+        };
         let default_rate = ApiRate::default();
         let qps = match get("NODEWRIGHT_KUBE_QPS") {
             None => default_rate.qps,
@@ -155,6 +169,7 @@ impl Config {
             adopt_karpenter_nodes,
             spot_to_spot,
             node_repair,
+            min_values_policy,
             api_rate: ApiRate { qps, burst },
         })
     }
@@ -186,6 +201,30 @@ mod tests {
         assert_eq!(c.ssm_public_prefix, "/aws/service");
         assert_eq!(c.rebalance_action, RebalanceAction::Replace);
         assert!(!c.adopt_karpenter_nodes, "adoption is opt-in");
+        assert_eq!(c.min_values_policy, MinValuesPolicy::Strict);
+    }
+
+    #[test]
+    fn the_min_values_policy_is_read_in_karpenters_spelling() {
+        let with = |v: &str| {
+            Config::from_vars(&vars(&[
+                ("NODEWRIGHT_CLUSTER_NAME", "prod"),
+                ("NODEWRIGHT_TABLE_NAME", "nw"),
+                ("NODEWRIGHT_MIN_VALUES_POLICY", v),
+            ]))
+        };
+        assert_eq!(
+            with("BestEffort").unwrap().min_values_policy,
+            MinValuesPolicy::BestEffort
+        );
+        assert_eq!(
+            with("Strict").unwrap().min_values_policy,
+            MinValuesPolicy::Strict
+        );
+        assert_eq!(
+            with("best-effort").unwrap_err().to_string(),
+            "NODEWRIGHT_MIN_VALUES_POLICY=\"best-effort\": Strict or BestEffort"
+        );
     }
 
     #[test]

@@ -416,6 +416,7 @@ pub fn cause_label(cause: DisruptionCause) -> &'static str {
         DisruptionCause::Unhealthy => "unhealthy",
         // Karpenter's static deprovisioning terminates with reason `overprovisioned`.
         DisruptionCause::Overprovisioned => "overprovisioned",
+        DisruptionCause::CapacityReservationExpiring => "capacity_reservation_expiring",
     }
 }
 

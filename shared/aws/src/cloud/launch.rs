@@ -2,6 +2,12 @@
 //! CreateFleet per group (cheapest group first, at most [`MAX_OVERRIDES`] overrides),
 //! the instance it launched read back, or the failure classified ([`crate::fleet`]) so
 //! insufficient capacity moves on to the next group.
+//!
+//! `reserved` offerings launch into the capacity reservations of the request
+//! (`resolved.reservations`, one per type and zone with instances left), as
+//! Karpenter-AWS does: On-Demand Capacity Reservations as one group (fleet target
+//! `on-demand`), Capacity Blocks as another (target and market type `capacity-block`),
+//! each reservation through a launch template that targets it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -14,7 +20,7 @@ use aws_sdk_ec2::types::{
 };
 use sha2::{Digest, Sha256};
 
-use nodewright_core::catalog::CapacityType;
+use nodewright_core::catalog::{CapacityType, Reservation, ReservationType};
 use nodewright_engine::ports::{
     CloudError, ErrorKind, Image, LaunchError, LaunchRequest, Launched, Offering, Subnet,
 };
@@ -47,12 +53,23 @@ impl Ec2Cloud {
                 subnet_by_zone.insert(s.zone.clone(), s.clone());
             }
         }
-        // Offerings by capacity type, cheapest group first.
-        let mut groups: BTreeMap<CapacityType, Vec<Offering>> = BTreeMap::new();
+        // Offerings by capacity type (reserved ones by reservation type too), cheapest
+        // group first. A reserved offering without a reservation left is not tried.
+        let mut groups: BTreeMap<Group, Vec<Offering>> = BTreeMap::new();
         for o in &request.offerings {
-            groups.entry(o.capacity_type).or_default().push(o.clone());
+            let block = match o.capacity_type {
+                CapacityType::Reserved => match reservation_for(request, o) {
+                    Some(r) => r.reservation_type == ReservationType::CapacityBlock,
+                    None => continue,
+                },
+                _ => false,
+            };
+            groups
+                .entry((o.capacity_type, block))
+                .or_default()
+                .push(o.clone());
         }
-        let mut groups: Vec<(CapacityType, Vec<Offering>)> = groups.into_iter().collect();
+        let mut groups: Vec<(Group, Vec<Offering>)> = groups.into_iter().collect();
         for (_, offerings) in &mut groups {
             offerings.sort_by(|a, b| a.price.total_cmp(&b.price));
         }
@@ -67,9 +84,14 @@ impl Ec2Cloud {
 
         let mut unavailable = Vec::new();
         let mut messages = Vec::new();
-        for (capacity_type, offerings) in &groups {
+        for ((capacity_type, block), offerings) in &groups {
             match self
-                .launch_group(request, *capacity_type, offerings, &subnet_by_zone)
+                .launch_group(
+                    request,
+                    (*capacity_type, *block),
+                    offerings,
+                    &subnet_by_zone,
+                )
                 .await
             {
                 Ok(launched) => return Ok(launched),
@@ -90,11 +112,12 @@ impl Ec2Cloud {
         })
     }
 
-    /// One CreateFleet over the offerings of one capacity type.
+    /// One CreateFleet over the offerings of one capacity type (for `reserved`: of one
+    /// reservation type, each through its reservation's template).
     async fn launch_group(
         &self,
         request: &LaunchRequest,
-        capacity_type: CapacityType,
+        (capacity_type, capacity_block): Group,
         offerings: &[Offering],
         subnet_by_zone: &HashMap<String, Subnet>,
     ) -> Result<Launched, LaunchError> {
@@ -107,7 +130,10 @@ impl Ec2Cloud {
         // (launch template name) -> overrides, in price order; offerings actually tried.
         let mut configs: Vec<(String, Vec<FleetLaunchTemplateOverridesRequest>)> = Vec::new();
         let mut tried: Vec<Offering> = Vec::new();
-        let mut template_for_arch: HashMap<String, String> = HashMap::new();
+        // (architecture, reservation) -> template name.
+        let mut template_for: HashMap<(String, Option<String>), String> = HashMap::new();
+        // Override (type, zone) -> the reservation it launches into.
+        let mut reservation_of: HashMap<(String, String), String> = HashMap::new();
         for offering in offerings {
             if tried.len() == MAX_OVERRIDES {
                 break;
@@ -119,15 +145,30 @@ impl Ec2Cloud {
             let Some(image) = images.get(arch.as_str()) else {
                 continue;
             };
-            let template = match template_for_arch.get(&arch) {
+            let reservation = match capacity_type {
+                CapacityType::Reserved => match reservation_for(request, offering) {
+                    Some(r) => Some(r),
+                    None => continue,
+                },
+                _ => None,
+            };
+            let key = (arch.clone(), reservation.map(|r| r.id.clone()));
+            let template = match template_for.get(&key) {
                 Some(t) => t.clone(),
                 None => {
-                    let content = self.template_content(request, capacity_type, image)?;
+                    let content =
+                        self.template_content(request, capacity_type, image, reservation)?;
                     let name = self.ensure_launch_template(&content).await?;
-                    template_for_arch.insert(arch.clone(), name.clone());
+                    template_for.insert(key, name.clone());
                     name
                 }
             };
+            if let Some(r) = reservation {
+                reservation_of.insert(
+                    (offering.instance_type.clone(), offering.zone.clone()),
+                    r.id.clone(),
+                );
+            }
             let o = FleetLaunchTemplateOverridesRequest::builder()
                 .instance_type(offering.instance_type.as_str().into())
                 .subnet_id(&subnet.id)
@@ -162,6 +203,10 @@ impl Ec2Cloud {
                     .default_target_capacity_type(match capacity_type {
                         CapacityType::Spot => DefaultTargetCapacityType::Spot,
                         CapacityType::OnDemand => DefaultTargetCapacityType::OnDemand,
+                        CapacityType::Reserved if capacity_block => {
+                            DefaultTargetCapacityType::CapacityBlock
+                        }
+                        CapacityType::Reserved => DefaultTargetCapacityType::OnDemand,
                     })
                     .build(),
             )
@@ -171,7 +216,9 @@ impl Ec2Cloud {
             // cluster tag on every resource the request creates.
             .tag_specifications(tag_specification(ResourceType::Fleet, &tags));
         fleet = match capacity_type {
-            CapacityType::OnDemand => fleet.on_demand_options(
+            // A Capacity Block fleet takes no on-demand options.
+            CapacityType::Reserved if capacity_block => fleet,
+            CapacityType::OnDemand | CapacityType::Reserved => fleet.on_demand_options(
                 OnDemandOptionsRequest::builder()
                     .allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice)
                     .build(),
@@ -272,12 +319,16 @@ impl Ec2Cloud {
                 zone = %zone, capacity_type = %capacity_type, "launched");
             let unavailable =
                 crate::fleet::out_of_capacity_besides(&errors, &tried, &instance_type, &zone);
+            let reservation_id = reservation_of
+                .get(&(instance_type.clone(), zone.clone()))
+                .cloned();
             return Ok(Launched {
                 instance_id,
                 instance_type,
                 zone,
                 capacity_type,
                 price,
+                reservation_id,
                 unavailable,
             });
         }
@@ -323,6 +374,19 @@ impl Ec2Cloud {
             },
         }
     }
+}
+
+/// A launch group: the capacity type, and for `reserved` whether it is Capacity Blocks.
+type Group = (CapacityType, bool);
+
+/// The reservation a reserved offering launches into: the first of the request's with
+/// its type and zone and an instance left.
+fn reservation_for<'r>(request: &'r LaunchRequest, o: &Offering) -> Option<&'r Reservation> {
+    request
+        .resolved
+        .reservations
+        .iter()
+        .find(|r| r.instance_type == o.instance_type && r.zone == o.zone && r.available > 0)
 }
 
 /// Idempotency token for one CreateFleet: the claim name, plus a digest of what is

@@ -12,9 +12,20 @@
 //! which EC2 resolves the same way); `volumeInitializationRate` goes on its EBS volume;
 //! `instanceStorePolicy: RAID0` is written into the user data. A template that sets
 //! none of these is what it was before they were read, name included.
+//!
+//! A launch into a capacity reservation has a template of its own per reservation
+//! (as Karpenter-AWS): `capacityReservationSpecification` targets the reservation with
+//! preference `capacity-reservations-only`, a Capacity Block adds the `capacity-block`
+//! market type, and the kubelet registers with `karpenter.sh/capacity-type=reserved`
+//! and the reservation's id and type labels.
 
 use std::collections::BTreeMap;
 
+use aws_sdk_ec2::types::{
+    CapacityReservationPreference, CapacityReservationTarget,
+    LaunchTemplateCapacityReservationSpecificationRequest,
+    LaunchTemplateInstanceMarketOptionsRequest, MarketType,
+};
 use aws_sdk_ec2::types::{
     ConnectionTrackingSpecificationRequest, Filter, LaunchTemplateBlockDeviceMappingRequest,
     LaunchTemplateEbsBlockDeviceRequest, LaunchTemplateHttpTokensState,
@@ -32,7 +43,7 @@ use sha2::{Digest, Sha256};
 use nodewright_core::api::model::{
     AmiSelectorTerm, InstanceStorePolicy, InterfaceType, PlacementGroupSelector, Taint, TaintEffect,
 };
-use nodewright_core::catalog::{self, CapacityType};
+use nodewright_core::catalog::{self, CapacityType, Reservation, ReservationType};
 use nodewright_engine::ports::{CloudError, ErrorKind, Image, LaunchRequest};
 
 use super::{Ec2Cloud, TAG_NODECLAIM, UNREGISTERED_TAINT, hex, tag_specification};
@@ -45,6 +56,7 @@ impl Ec2Cloud {
         request: &LaunchRequest,
         capacity_type: CapacityType,
         image: &Image,
+        reservation: Option<&Reservation>,
     ) -> Result<TemplateContent, CloudError> {
         let class = &request.node_class;
         // Labels the kubelet registers with; claim-specific ones are left out so the
@@ -55,6 +67,9 @@ impl Ec2Cloud {
             catalog::LABEL_CAPACITY_TYPE.into(),
             capacity_type.as_str().into(),
         );
+        if let Some(r) = reservation {
+            labels.extend(r.node_labels());
+        }
         let mut taints = request.taints.clone();
         if !taints.iter().any(|t| t.key == UNREGISTERED_TAINT) {
             taints.push(Taint {
@@ -157,6 +172,10 @@ impl Ec2Cloud {
                 PlacementGroupSelector::Id(id) => TemplatePlacementGroup::Id(id),
                 PlacementGroupSelector::Name(name) => TemplatePlacementGroup::Name(name),
             }),
+            capacity_reservation: reservation.map(|r| TemplateReservation {
+                id: r.id.clone(),
+                capacity_block: r.reservation_type == ReservationType::CapacityBlock,
+            }),
         })
     }
 
@@ -244,6 +263,15 @@ pub(super) struct TemplateContent {
     connection_tracking: Option<TemplateConnectionTracking>,
     #[serde(skip_serializing_if = "Option::is_none")]
     placement_group: Option<TemplatePlacementGroup>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    capacity_reservation: Option<TemplateReservation>,
+}
+
+/// The capacity reservation a template launches into.
+#[derive(Debug, Clone, Serialize)]
+struct TemplateReservation {
+    id: String,
+    capacity_block: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -353,6 +381,27 @@ impl TemplateContent {
                 }
             };
             data = data.placement(placement.build());
+        }
+        if let Some(r) = &self.capacity_reservation {
+            data = data.capacity_reservation_specification(
+                LaunchTemplateCapacityReservationSpecificationRequest::builder()
+                    .capacity_reservation_preference(
+                        CapacityReservationPreference::CapacityReservationsOnly,
+                    )
+                    .capacity_reservation_target(
+                        CapacityReservationTarget::builder()
+                            .capacity_reservation_id(&r.id)
+                            .build(),
+                    )
+                    .build(),
+            );
+            if r.capacity_block {
+                data = data.instance_market_options(
+                    LaunchTemplateInstanceMarketOptionsRequest::builder()
+                        .market_type(MarketType::CapacityBlock)
+                        .build(),
+                );
+            }
         }
         data.build()
     }
@@ -492,6 +541,7 @@ mod tests {
             ip_prefix_count: None,
             connection_tracking: None,
             placement_group: None,
+            capacity_reservation: None,
         }
     }
 
@@ -517,6 +567,47 @@ mod tests {
         let mut with_group = content();
         with_group.placement_group = Some(TemplatePlacementGroup::Id("pg-1".into()));
         assert_ne!(with_group.name(), base);
+    }
+
+    #[test]
+    fn a_reserved_template_targets_its_reservation_and_a_capacity_block_its_market() {
+        let base = content();
+        assert!(
+            base.to_request()
+                .capacity_reservation_specification()
+                .is_none()
+        );
+        let mut odcr = content();
+        odcr.capacity_reservation = Some(TemplateReservation {
+            id: "cr-0123".into(),
+            capacity_block: false,
+        });
+        let request = odcr.to_request();
+        let spec = request.capacity_reservation_specification().unwrap();
+        assert_eq!(
+            spec.capacity_reservation_preference(),
+            Some(&CapacityReservationPreference::CapacityReservationsOnly)
+        );
+        assert_eq!(
+            spec.capacity_reservation_target()
+                .and_then(|t| t.capacity_reservation_id()),
+            Some("cr-0123")
+        );
+        assert!(request.instance_market_options().is_none());
+        assert_ne!(odcr.name(), base.name());
+        let mut block = odcr.clone();
+        block.capacity_reservation = Some(TemplateReservation {
+            id: "cr-0123".into(),
+            capacity_block: true,
+        });
+        assert_eq!(
+            block
+                .to_request()
+                .instance_market_options()
+                .and_then(|m| m.market_type()),
+            Some(&MarketType::CapacityBlock)
+        );
+        assert_ne!(block.name(), odcr.name());
     }
 
     #[test]

@@ -21,6 +21,7 @@
 //! - `launch`: the fleet launch: one instant CreateFleet per capacity type, cheapest
 //!   first, falling back on insufficient capacity (classified in [`crate::fleet`]).
 //! - `instances`: DescribeInstances (ours, Karpenter's) and TerminateInstances.
+//! - `reservations`: DescribeCapacityReservations for `capacityReservationSelectorTerms`.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -29,8 +30,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
 
-use nodewright_core::api::model::Ec2NodeClass;
-use nodewright_core::catalog::Catalog;
+use nodewright_core::api::model::{CapacityReservationSelectorTerm, Ec2NodeClass};
+use nodewright_core::catalog::{Catalog, Reservation};
 use nodewright_engine::ports::{
     Cloud, CloudError, Instance, LaunchError, LaunchRequest, Launched, ResolvedNodeClass,
 };
@@ -43,6 +44,7 @@ mod catalog;
 mod instances;
 mod launch;
 mod launch_template;
+mod reservations;
 mod resolve;
 
 use catalog::ReadOnce;
@@ -159,6 +161,13 @@ impl Cloud for Ec2Cloud {
         kubernetes_version: &str,
     ) -> Result<ResolvedNodeClass, CloudError> {
         self.resolve(node_class, kubernetes_version).await
+    }
+
+    async fn capacity_reservations(
+        &self,
+        terms: &[CapacityReservationSelectorTerm],
+    ) -> Result<Vec<Reservation>, CloudError> {
+        self.describe_capacity_reservations(terms).await
     }
 
     async fn launch(&self, request: &LaunchRequest) -> Result<Launched, LaunchError> {

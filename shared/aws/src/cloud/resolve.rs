@@ -75,6 +75,7 @@ impl Ec2Cloud {
             security_group_ids,
             images,
             instance_profile: Some(instance_profile),
+            reservations: Vec::new(),
         })
     }
 

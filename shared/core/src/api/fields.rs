@@ -164,11 +164,7 @@ pub const NODE_POOL_FIELDS: &[Field] = &[
     honoured("spec.template.spec.nodeClassRef.name"),
     honoured("spec.template.spec.expireAfter"),
     honoured("spec.template.spec.terminationGracePeriod"),
-    partly_unless(
-        "spec.disruption.consolidationPolicy",
-        "Balanced (Karpenter v1.14) is rejected",
-        |v| v.as_str() != Some("Balanced"),
-    ),
+    honoured("spec.disruption.consolidationPolicy"),
     honoured("spec.disruption.consolidateAfter"),
     honoured("spec.disruption.budgets[].nodes"),
     honoured("spec.disruption.budgets[].schedule"),
@@ -181,7 +177,6 @@ pub const NODE_POOL_FIELDS: &[Field] = &[
 
 // ----- EC2NodeClass -------------------------------------------------------------------
 
-const RESERVATIONS: &str = "on-demand capacity reservations are not used";
 const KUBELET_AL2023_ONLY: &str =
     "passed to the kubelet on AL2023; Bottlerocket nodes do not get it";
 const KUBELET_PASSED_THROUGH: &str = "passed to the kubelet as written on AL2023 (nodeadm's KubeletConfiguration); Bottlerocket nodes do not get it";
@@ -251,19 +246,10 @@ pub const NODE_CLASS_FIELDS: &[Field] = &[
     ),
     partly("spec.kubelet.evictionMinimumReclaim.*", KUBELET_AL2023_ONLY),
     partly("spec.kubelet.*", KUBELET_PASSED_THROUGH),
-    ignored("spec.capacityReservationSelectorTerms[].id", RESERVATIONS),
-    ignored(
-        "spec.capacityReservationSelectorTerms[].ownerID",
-        RESERVATIONS,
-    ),
-    ignored(
-        "spec.capacityReservationSelectorTerms[].tags.*",
-        RESERVATIONS,
-    ),
-    ignored(
-        "spec.capacityReservationSelectorTerms[].instanceMatchCriteria",
-        RESERVATIONS,
-    ),
+    honoured("spec.capacityReservationSelectorTerms[].id"),
+    honoured("spec.capacityReservationSelectorTerms[].ownerID"),
+    honoured("spec.capacityReservationSelectorTerms[].tags.*"),
+    honoured("spec.capacityReservationSelectorTerms[].instanceMatchCriteria"),
     with("spec.instanceStorePolicy", INSTANCE_STORE_POLICY),
     ignored("spec.context", "not passed to EC2 CreateFleet"),
     with("spec.ipPrefixCount", IP_PREFIX_COUNT),
@@ -286,6 +272,33 @@ pub const NODE_CLASS_FIELDS: &[Field] = &[
     ),
     with("spec.connectionTracking.udpTimeout", CONNECTION_TRACKING),
 ];
+
+/// `karpenter.sh/v1alpha1` NodeOverlay (not a [`Kind`]: it is read beside the two,
+/// see `api::overlay`).
+pub const NODE_OVERLAY_FIELDS: &[Field] = &[
+    honoured("spec.requirements[].key"),
+    honoured("spec.requirements[].operator"),
+    honoured("spec.requirements[].values"),
+    honoured("spec.price"),
+    honoured("spec.priceAdjustment"),
+    honoured("spec.capacity.*"),
+    honoured("spec.weight"),
+];
+
+/// [`field_report`] for a NodeOverlay.
+pub fn overlay_field_report(object: &Value) -> Vec<FieldUse> {
+    let mut out = Vec::new();
+    if let Some(spec) = object.get("spec") {
+        walk(
+            NODE_OVERLAY_FIELDS,
+            spec,
+            "spec",
+            "spec".to_string(),
+            &mut out,
+        );
+    }
+    out
+}
 
 /// The registry of a kind.
 pub fn fields(kind: Kind) -> &'static [Field] {
@@ -497,6 +510,38 @@ mod tests {
     }
 
     #[test]
+    fn a_node_overlay_names_its_fields_and_unknown_ones() {
+        let overlay = json!({
+            "apiVersion": "karpenter.sh/v1alpha1",
+            "kind": "NodeOverlay",
+            "metadata": {"name": "o"},
+            "spec": {
+                "requirements": [{"key": "a", "operator": "In", "values": ["x"]}],
+                "priceAdjustment": "-10%",
+                "capacity": {"hugepages-2Mi": "1Gi"},
+                "weight": 3,
+                "colour": "red"
+            }
+        });
+        let got: Vec<(String, &str)> = overlay_field_report(&overlay)
+            .into_iter()
+            .map(|u| (u.path, u.status.label()))
+            .collect();
+        assert_eq!(
+            got,
+            pairs(&[
+                ("spec.capacity.hugepages-2Mi", "honoured"),
+                ("spec.colour", "unknown"),
+                ("spec.priceAdjustment", "honoured"),
+                ("spec.requirements[0].key", "honoured"),
+                ("spec.requirements[0].operator", "honoured"),
+                ("spec.requirements[0].values", "honoured"),
+                ("spec.weight", "honoured"),
+            ])
+        );
+    }
+
+    #[test]
     fn a_node_pool_names_each_field_present_with_real_indices() {
         let pool = json!({
             "apiVersion": "karpenter.sh/v1",
@@ -666,7 +711,7 @@ mod tests {
                 Kind::NodePool,
                 json!({"spec": {"disruption": {"consolidationPolicy": "Balanced"}}})
             ),
-            "partly"
+            "honoured"
         );
         assert_eq!(
             status(
@@ -750,13 +795,17 @@ mod tests {
             "/../../docs/karpenter-compatibility.md"
         );
         let doc = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-        for (kind, heading) in [
-            (Kind::NodePool, "NodePool (`karpenter.sh/v1`)"),
-            (Kind::Ec2NodeClass, "EC2NodeClass (`karpenter.k8s.aws/v1`)"),
+        for (registry, heading) in [
+            (fields(Kind::NodePool), "NodePool (`karpenter.sh/v1`)"),
+            (
+                fields(Kind::Ec2NodeClass),
+                "EC2NodeClass (`karpenter.k8s.aws/v1`)",
+            ),
+            (NODE_OVERLAY_FIELDS, "NodeOverlay (`karpenter.sh/v1alpha1`)"),
         ] {
             let table = doc_table(&doc, heading);
             let mut problems = Vec::new();
-            for field in fields(kind) {
+            for field in registry {
                 match table.iter().filter(|(p, _)| p == field.path).count() {
                     0 => problems.push(format!("{}: missing from the doc", field.path)),
                     1 => {}
@@ -764,7 +813,7 @@ mod tests {
                 }
             }
             for (path, status) in &table {
-                match fields(kind).iter().find(|f| f.path == path) {
+                match registry.iter().find(|f| f.path == path) {
                     None => problems.push(format!("{path}: in the doc, not in the registry")),
                     Some(f) if f.status.label() != status => problems.push(format!(
                         "{path}: the doc says {status}, the registry {}",

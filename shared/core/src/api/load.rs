@@ -1,9 +1,10 @@
 //! Reading manifest files into documents: YAML (JSON is YAML), one or more documents
-//! separated by `---`, each a NodePool or an EC2NodeClass.
+//! separated by `---`, each a NodePool, an EC2NodeClass or a NodeOverlay.
 
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::overlay::{is_node_overlay, validate_overlays};
 use super::{Document, FormatError, Manifests, Problem, validate};
 
 pub const NODE_POOL_API_VERSION: &str = "karpenter.sh/v1";
@@ -98,12 +99,33 @@ pub fn load(sources: &[(String, String)]) -> Result<Manifests, LoadError> {
     for (source, text) in sources {
         documents.extend(parse_documents(source, text)?);
     }
-    validate(&documents).map_err(LoadError::Invalid)
+    validate_all(&documents).map_err(LoadError::Invalid)
 }
 
-const EXPECTED_KINDS: &str = "a NodePool (karpenter.sh/v1) or EC2NodeClass (karpenter.k8s.aws/v1)";
+/// Validates the documents and applies Karpenter's defaults: NodePools and
+/// EC2NodeClasses (see `validate`), then NodeOverlays. `Err` holds every problem found,
+/// the NodeOverlays' after the others'.
+pub fn validate_all(docs: &[Document]) -> Result<Manifests, Vec<Problem>> {
+    let (overlay_docs, others): (Vec<&Document>, Vec<&Document>) =
+        docs.iter().partition(|d| is_node_overlay(&d.value));
+    let others: Vec<Document> = others.into_iter().cloned().collect();
+    let (node_overlays, overlay_problems) = validate_overlays(&overlay_docs);
+    match validate(&others) {
+        Ok(mut manifests) if overlay_problems.is_empty() => {
+            manifests.node_overlays = node_overlays;
+            Ok(manifests)
+        }
+        Ok(_) => Err(overlay_problems),
+        Err(mut problems) => {
+            problems.extend(overlay_problems);
+            Err(problems)
+        }
+    }
+}
 
-fn check_kind(value: &Value) -> Result<Kind, String> {
+const EXPECTED_KINDS: &str = "a NodePool (karpenter.sh/v1), EC2NodeClass (karpenter.k8s.aws/v1) or NodeOverlay (karpenter.sh/v1alpha1)";
+
+fn check_kind(value: &Value) -> Result<(), String> {
     let Value::Object(map) = value else {
         return Err(format!(
             "expected a mapping with apiVersion and kind, found {}",
@@ -117,7 +139,10 @@ fn check_kind(value: &Value) -> Result<Kind, String> {
             "missing apiVersion or kind (expected {EXPECTED_KINDS})"
         ));
     };
-    Kind::of(value).ok_or_else(|| {
+    if is_node_overlay(value) {
+        return Ok(());
+    }
+    Kind::of(value).map(|_| ()).ok_or_else(|| {
         let hint = if api_version.starts_with("karpenter.") && api_version.ends_with("beta1") {
             "; v1beta1 manifests must be converted to v1 first"
         } else {
@@ -154,7 +179,7 @@ mod tests {
         let text = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: a}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n";
         assert_eq!(
             format_error("pools.yaml", text),
-            r#"pools.yaml: document 2: kind "Deployment" (apiVersion "apps/v1") is not a NodePool (karpenter.sh/v1) or EC2NodeClass (karpenter.k8s.aws/v1)"#
+            r#"pools.yaml: document 2: kind "Deployment" (apiVersion "apps/v1") is not a NodePool (karpenter.sh/v1), EC2NodeClass (karpenter.k8s.aws/v1) or NodeOverlay (karpenter.sh/v1alpha1)"#
         );
     }
 
@@ -163,7 +188,7 @@ mod tests {
         let text = "apiVersion: karpenter.sh/v1beta1\nkind: NodePool\n";
         assert_eq!(
             format_error("old.yaml", text),
-            r#"old.yaml: document 1: kind "NodePool" (apiVersion "karpenter.sh/v1beta1") is not a NodePool (karpenter.sh/v1) or EC2NodeClass (karpenter.k8s.aws/v1); v1beta1 manifests must be converted to v1 first"#
+            r#"old.yaml: document 1: kind "NodePool" (apiVersion "karpenter.sh/v1beta1") is not a NodePool (karpenter.sh/v1), EC2NodeClass (karpenter.k8s.aws/v1) or NodeOverlay (karpenter.sh/v1alpha1); v1beta1 manifests must be converted to v1 first"#
         );
     }
 
@@ -190,7 +215,7 @@ mod tests {
         );
         assert_eq!(
             format_error("x.yaml", "metadata: {}\n"),
-            "x.yaml: document 1: missing apiVersion or kind (expected a NodePool (karpenter.sh/v1) or EC2NodeClass (karpenter.k8s.aws/v1))"
+            "x.yaml: document 1: missing apiVersion or kind (expected a NodePool (karpenter.sh/v1), EC2NodeClass (karpenter.k8s.aws/v1) or NodeOverlay (karpenter.sh/v1alpha1))"
         );
     }
 
@@ -201,6 +226,33 @@ mod tests {
         assert_eq!(docs.len(), 1);
         assert_eq!(Kind::of(&docs[0].value), Some(Kind::Ec2NodeClass));
         assert_eq!(parse_documents("empty.yaml", ""), Ok(vec![]));
+    }
+
+    #[test]
+    fn node_overlays_load_from_the_same_files_as_node_pools() {
+        let text = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: web}\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n---\napiVersion: karpenter.sh/v1alpha1\nkind: NodeOverlay\nmetadata: {name: savings}\nspec:\n  requirements: [{key: karpenter.k8s.aws/instance-family, operator: In, values: [m5]}]\n  priceAdjustment: \"-30%\"\n";
+        let class = "apiVersion: karpenter.k8s.aws/v1\nkind: EC2NodeClass\nmetadata: {name: default}\nspec:\n  role: r\n  amiSelectorTerms: [{alias: al2023@latest}]\n  subnetSelectorTerms: [{tags: {a: b}}]\n  securityGroupSelectorTerms: [{tags: {a: b}}]\n";
+        let manifests = load(&[
+            ("pools.yaml".into(), text.into()),
+            ("class.yaml".into(), class.into()),
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(manifests.node_pools.len(), 1);
+        assert_eq!(manifests.node_overlays.len(), 1);
+        assert_eq!(manifests.node_overlays[0].name, "savings");
+        let broken = text.replace("-30%", "-130%");
+        let err = load(&[
+            ("pools.yaml".into(), broken),
+            ("class.yaml".into(), class.into()),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains(
+                "NodeOverlay \"savings\": spec.priceAdjustment: \"-130%\" is not a price adjustment"
+            ),
+            "{err}"
+        );
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! Karpenter v1 manifests: `karpenter.sh/v1` NodePool and `karpenter.k8s.aws/v1`
-//! EC2NodeClass. Loading is two steps: `parse_documents` splits a file into documents
-//! and rejects what is not YAML/JSON or not one of our kinds (a problem with the file);
-//! `validate` checks every object against Karpenter's rules and applies its defaults
-//! (problems with objects, each naming the object, the field path and what is expected).
+//! EC2NodeClass, and `karpenter.sh/v1alpha1` NodeOverlay (`overlay`). Loading is two
+//! steps: `parse_documents` splits a file into documents and rejects what is not
+//! YAML/JSON or not one of our kinds (a problem with the file); `validate_all` checks
+//! every object against Karpenter's rules and applies its defaults (problems with
+//! objects, each naming the object, the field path and what is expected; `validate`
+//! does it for NodePools and EC2NodeClasses alone).
 
 pub mod cron;
 pub mod duration;
@@ -12,6 +14,7 @@ mod load;
 pub mod model;
 mod nodeclass;
 mod nodepool;
+pub mod overlay;
 mod raw;
 mod validate;
 
@@ -19,11 +22,12 @@ use std::fmt;
 
 pub use load::{
     Kind, LoadError, NODE_CLASS_API_VERSION, NODE_CLASS_KIND, NODE_POOL_API_VERSION,
-    NODE_POOL_KIND, load, parse_documents,
+    NODE_POOL_KIND, load, parse_documents, validate_all,
 };
 pub use model::*;
 pub use nodeclass::{ALIAS_FAMILIES, AMI_FAMILIES, VOLUME_TYPES};
 pub use nodepool::{CAPACITY_TYPE_LABEL, DEFAULT_EXPIRE_AFTER};
+pub use overlay::{InvalidOverlay, NodeOverlay, PriceChange, ReadOverlay};
 pub use validate::validate;
 
 /// One YAML/JSON document of a manifest file.
@@ -65,9 +69,10 @@ impl fmt::Display for Problem {
     }
 }
 
-/// Validated NodePools and EC2NodeClasses from one or more files.
+/// Validated NodePools, EC2NodeClasses and NodeOverlays from one or more files.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Manifests {
     pub node_pools: Vec<NodePool>,
     pub node_classes: Vec<Ec2NodeClass>,
+    pub node_overlays: Vec<NodeOverlay>,
 }

@@ -106,6 +106,9 @@ pub struct NodeClassRef {
 pub enum ConsolidationPolicy {
     WhenEmpty,
     WhenEmptyOrUnderutilized,
+    /// Karpenter v1.14: consolidate when a move's savings outweigh its disruption
+    /// (`disruption::balanced`, k = 2).
+    Balanced,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -354,6 +357,35 @@ pub enum EvictionThreshold {
     Percent(f64),
 }
 
+/// `capacityReservationSelectorTerms[].instanceMatchCriteria`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum InstanceMatchCriteria {
+    /// The reservation takes any matching instance.
+    Open,
+    /// Only instances launched into it by id.
+    Targeted,
+}
+
+impl InstanceMatchCriteria {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InstanceMatchCriteria::Open => "open",
+            InstanceMatchCriteria::Targeted => "targeted",
+        }
+    }
+}
+
+/// `capacityReservationSelectorTerms[]`: an `id` alone, or any of `tags`, `ownerID`
+/// and `instanceMatchCriteria` (every one given must match).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CapacityReservationSelectorTerm {
+    pub id: Option<String>,
+    pub owner_id: Option<String>,
+    /// `"*"` as a value matches any value of the key.
+    pub tags: BTreeMap<String, String>,
+    pub instance_match_criteria: Option<InstanceMatchCriteria>,
+}
+
 /// A validated `karpenter.k8s.aws/v1` EC2NodeClass with Karpenter's defaults applied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ec2NodeClass {
@@ -383,6 +415,9 @@ pub struct Ec2NodeClass {
     /// addresses.
     pub ip_prefix_count: Option<i32>,
     pub connection_tracking: Option<ConnectionTracking>,
+    /// `capacityReservationSelectorTerms` (ORed); empty selects no reservation. Not
+    /// part of the drift hash (Karpenter: `hash:"ignore"`).
+    pub capacity_reservation_selector_terms: Vec<CapacityReservationSelectorTerm>,
 }
 
 impl Ec2NodeClass {
@@ -472,6 +507,7 @@ mod tests {
             placement_group_selector: None,
             ip_prefix_count: None,
             connection_tracking: None,
+            capacity_reservation_selector_terms: vec![],
         }
     }
 

@@ -26,9 +26,10 @@ use std::collections::BTreeMap;
 
 use super::Document;
 use super::model::{
-    AmiSelectorTerm, BlockDevice, BlockDeviceMapping, ConnectionTracking, CpuOptions, Ec2NodeClass,
-    EvictionThreshold, InstanceStorePolicy, InterfaceType, Kubelet, MetadataOptions,
-    NetworkInterface, PlacementGroupSelector, SelectorTerm,
+    AmiSelectorTerm, BlockDevice, BlockDeviceMapping, CapacityReservationSelectorTerm,
+    ConnectionTracking, CpuOptions, Ec2NodeClass, EvictionThreshold, InstanceMatchCriteria,
+    InstanceStorePolicy, InterfaceType, Kubelet, MetadataOptions, NetworkInterface,
+    PlacementGroupSelector, SelectorTerm,
 };
 use super::raw;
 use super::validate::{Report, deserialize_raw, object_name};
@@ -121,8 +122,83 @@ pub(super) fn validate_node_class(doc: &Document, report: &mut Report<'_>) -> Op
         connection_tracking: spec
             .connection_tracking
             .map(|c| connection_tracking(c, report)),
+        capacity_reservation_selector_terms: capacity_reservation_terms(
+            spec.capacity_reservation_selector_terms,
+            report,
+        ),
     };
     report.finish(class)
+}
+
+/// `capacityReservationSelectorTerms`, with the CRD's rules: at most 30 terms; each
+/// names `id`, `tags` or `instanceMatchCriteria`; `id` stands alone; ids look like
+/// `cr-…`, owners are 12-digit account ids, tags as for other selectors.
+fn capacity_reservation_terms(
+    raw: Option<Vec<raw::CapacityReservationTerm>>,
+    report: &mut Report<'_>,
+) -> Vec<CapacityReservationSelectorTerm> {
+    const PATH: &str = "spec.capacityReservationSelectorTerms";
+    let raw = raw.unwrap_or_default();
+    if raw.len() > 30 {
+        report.add(
+            PATH,
+            format!("expected at most 30 terms, got {}", raw.len()),
+        );
+    }
+    let mut terms = Vec::with_capacity(raw.len());
+    for (i, t) in raw.into_iter().enumerate() {
+        let path = format!("{PATH}[{i}]");
+        if t.id.is_none() && t.tags.is_none() && t.instance_match_criteria.is_none() {
+            report.add(
+                path.as_str(),
+                "expected at least one of id, tags, instanceMatchCriteria, got none",
+            );
+            continue;
+        }
+        if t.id.is_some()
+            && (t.tags.is_some() || t.owner_id.is_some() || t.instance_match_criteria.is_some())
+        {
+            report.add(
+                path.as_str(),
+                "id is mutually exclusive: it cannot be set with tags, ownerID or instanceMatchCriteria",
+            );
+            continue;
+        }
+        if let Some(id) = &t.id {
+            check_id(id, "cr-", &format!("{path}.id"), report);
+        }
+        if let Some(owner) = &t.owner_id
+            && !(owner.len() == 12 && owner.bytes().all(|b| b.is_ascii_digit()))
+        {
+            report.add(
+                format!("{path}.ownerID"),
+                format!("expected a 12-digit AWS account id, got {owner:?}"),
+            );
+        }
+        // The CRD allows an empty map here (it selects on the other fields alone).
+        if let Some(tags) = t.tags.as_ref().filter(|t| !t.is_empty()) {
+            check_selector_tags(tags, &format!("{path}.tags"), report);
+        }
+        let instance_match_criteria = match t.instance_match_criteria.as_deref() {
+            None => None,
+            Some("open") => Some(InstanceMatchCriteria::Open),
+            Some("targeted") => Some(InstanceMatchCriteria::Targeted),
+            Some(other) => {
+                report.add(
+                    format!("{path}.instanceMatchCriteria"),
+                    format!("expected one of open, targeted, got {other:?}"),
+                );
+                None
+            }
+        };
+        terms.push(CapacityReservationSelectorTerm {
+            id: t.id,
+            owner_id: t.owner_id,
+            tags: t.tags.unwrap_or_default(),
+            instance_match_criteria,
+        });
+    }
+    terms
 }
 
 fn ami_terms(raw: Option<Vec<raw::AmiTerm>>, report: &mut Report<'_>) -> Vec<AmiSelectorTerm> {

@@ -469,11 +469,12 @@ fn disruption(raw: raw::Disruption, report: &mut Report<'_>) -> Disruption {
     let consolidation_policy = match raw.consolidation_policy.as_deref() {
         None | Some("WhenEmptyOrUnderutilized") => ConsolidationPolicy::WhenEmptyOrUnderutilized,
         Some("WhenEmpty") => ConsolidationPolicy::WhenEmpty,
+        Some("Balanced") => ConsolidationPolicy::Balanced,
         Some(other) => {
             report.add(
                 "spec.disruption.consolidationPolicy",
                 format!(
-                    "unknown policy {other:?} (expected one of WhenEmpty, WhenEmptyOrUnderutilized)"
+                    "unknown policy {other:?} (expected one of WhenEmpty, WhenEmptyOrUnderutilized, Balanced)"
                 ),
             );
             ConsolidationPolicy::WhenEmptyOrUnderutilized

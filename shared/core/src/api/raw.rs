@@ -121,6 +121,17 @@ pub(super) struct NodeClassSpec {
     pub placement_group_selector: Option<PlacementGroupSelector>,
     pub ip_prefix_count: Option<i64>,
     pub connection_tracking: Option<ConnectionTracking>,
+    pub capacity_reservation_selector_terms: Option<Vec<CapacityReservationTerm>>,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct CapacityReservationTerm {
+    pub id: Option<String>,
+    #[serde(rename = "ownerID")]
+    pub owner_id: Option<String>,
+    pub tags: Option<StringMap>,
+    #[serde(rename = "instanceMatchCriteria")]
+    pub instance_match_criteria: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -316,7 +316,7 @@ mod tests {
         };
         assert_eq!(
             message,
-            "2 problem(s) in the manifests:\n  NodePool \"broken\": spec.weight: must be between 1 and 100, got 0\n  NodePool \"broken\": spec.disruption.consolidationPolicy: unknown policy \"Sometimes\" (expected one of WhenEmpty, WhenEmptyOrUnderutilized)"
+            "2 problem(s) in the manifests:\n  NodePool \"broken\": spec.weight: must be between 1 and 100, got 0\n  NodePool \"broken\": spec.disruption.consolidationPolicy: unknown policy \"Sometimes\" (expected one of WhenEmpty, WhenEmptyOrUnderutilized, Balanced)"
         );
     }
 

@@ -3,8 +3,11 @@
 //! A managed node is one labelled `karpenter.sh/nodepool` with a NodePool in the input;
 //! other nodes are capacity pods may move to, never candidates. A candidate is Ready,
 //! initialized (`karpenter.sh/initialized=true`) and not being deleted; voluntary
-//! disruption is blocked by `karpenter.sh/do-not-disrupt` on the node or on a pod that
-//! would move, and by a PodDisruptionBudget that allows no disruption for such a pod.
+//! disruption is blocked by `karpenter.sh/do-not-disrupt` on the node or on any active
+//! pod on it — DaemonSet and mirror pods included, as Karpenter's
+//! `ValidatePodsDisruptable` — (`"true"`, or a duration not yet passed since the pod
+//! started: [`Pod::do_not_disrupt_at`]), and by a PodDisruptionBudget that allows no
+//! disruption for a pod that would move.
 //! Expiration is forceful: an expired node goes whatever blocks it (its drain still
 //! honours the blockers, up to terminationGracePeriod).
 
@@ -37,6 +40,12 @@ pub struct NodeVerdict<'a> {
     /// When it last changed, for consolidateAfter: the later of its Ready transition
     /// and the newest creation or start of a pod that would move.
     pub last_change: i64,
+    /// Karpenter's `ReschedulingCost`: the sum of [`Pod::eviction_cost`] over the
+    /// node's pods (all that have not finished), before the lifetime factor.
+    pub eviction_cost: f64,
+    /// Karpenter's `RescheduleDisruptionCost`, what Balanced scoring counts: 1 for the
+    /// node itself plus each moving pod's eviction cost, negatives as 0.
+    pub reschedule_cost: f64,
 }
 
 impl NodeVerdict<'_> {
@@ -82,7 +91,13 @@ pub fn evaluate<'a>(
             continue;
         };
         let on_node = pods_by_node.remove(node.name.as_str()).unwrap_or_default();
-        let moving: Vec<&Pod> = moving_pods(on_node).collect();
+        let eviction_cost = on_node
+            .iter()
+            .filter(|p| !p.terminal)
+            .map(|p| p.eviction_cost())
+            .sum();
+        let moving: Vec<&Pod> = moving_pods(on_node.iter().copied()).collect();
+        let reschedule_cost = reschedule_cost(&moving);
         let last_change = moving
             .iter()
             .flat_map(|p| [p.created_at, p.started_at])
@@ -102,7 +117,7 @@ pub fn evaluate<'a>(
                     pool.name
                 ),
             )),
-            None => blocker(node, &moving, snapshot),
+            None => blocker(node, &on_node, &moving, snapshot, now),
         };
         out.push(NodeVerdict {
             node,
@@ -112,12 +127,30 @@ pub fn evaluate<'a>(
             blocked,
             moving,
             last_change,
+            eviction_cost,
+            reschedule_cost,
         });
     }
     out
 }
 
-fn blocker(node: &Node, moving: &[&Pod], snapshot: &ClusterSnapshot) -> Option<Rejection> {
+/// Karpenter's per-node disruption cost for Balanced scoring (`RescheduleDisruptionCost`):
+/// 1 (draining a node costs something even when it is empty) plus, for each pod that
+/// would move, its eviction cost with negatives counted as 0.
+pub fn reschedule_cost(moving: &[&Pod]) -> f64 {
+    1.0 + moving
+        .iter()
+        .map(|p| p.eviction_cost().max(0.0))
+        .sum::<f64>()
+}
+
+fn blocker(
+    node: &Node,
+    on_node: &[&Pod],
+    moving: &[&Pod],
+    snapshot: &ClusterSnapshot,
+    now: i64,
+) -> Option<Rejection> {
     let initialized = node
         .labels
         .get(LABEL_INITIALIZED)
@@ -138,11 +171,31 @@ fn blocker(node: &Node, moving: &[&Pod], snapshot: &ClusterSnapshot) -> Option<R
             "the node has karpenter.sh/do-not-disrupt",
         ));
     }
-    if let Some(pod) = moving.iter().find(|p| p.do_not_disrupt) {
-        return Some(Rejection::new(
-            RejectCode::DoNotDisrupt,
-            format!("pod {} has karpenter.sh/do-not-disrupt", pod.key()),
-        ));
+    if let Some(pod) = on_node.iter().find(|p| p.do_not_disrupt_at(now)) {
+        let kind = if pod.daemonset_owned {
+            "DaemonSet pod"
+        } else {
+            "pod"
+        };
+        let until = match pod.do_not_disrupt_until() {
+            Some(i64::MAX) if !pod.do_not_disrupt => " (a duration, and it has not started)",
+            _ => "",
+        };
+        let reason = match pod.do_not_disrupt_until() {
+            // The end as a time, not a countdown: the reason stays the same from run to
+            // run, so the node is told once.
+            Some(until) if !pod.do_not_disrupt && until != i64::MAX => format!(
+                "{kind} {} has karpenter.sh/do-not-disrupt for {}s from its start, until {}",
+                pod.key(),
+                pod.do_not_disrupt_for.unwrap_or_default(),
+                crate::interruption::format_rfc3339(until)
+            ),
+            _ => format!(
+                "{kind} {} has karpenter.sh/do-not-disrupt{until}",
+                pod.key()
+            ),
+        };
+        return Some(Rejection::new(RejectCode::DoNotDisrupt, reason));
     }
     for pod in moving {
         for pdb in snapshot.pdbs.iter().filter(|b| b.selects(pod)) {
@@ -290,6 +343,116 @@ mod tests {
         assert_eq!(v[0].last_change, NOW - 3500, "the Ready transition");
         assert!(!v[1].empty());
         assert_eq!(v[1].last_change, NOW - 120, "the pod's start");
+    }
+
+    #[test]
+    fn a_daemonset_or_mirror_pod_with_do_not_disrupt_blocks_its_node() {
+        let mut agent = on("n1", "agent-x");
+        agent.daemonset_owned = true;
+        agent.owner_daemonset = Some("agent".into());
+        agent.do_not_disrupt = true;
+        let mut proxy = on("n2", "kube-proxy-n2");
+        proxy.mirror = true;
+        proxy.do_not_disrupt = true;
+        let mut finished = on("n3", "job-done");
+        finished.terminal = true;
+        finished.do_not_disrupt = true;
+        let snapshot = ClusterSnapshot {
+            nodes: vec![managed("n1"), managed("n2"), managed("n3")],
+            pods: vec![agent, proxy, finished],
+            ..Default::default()
+        };
+        assert_eq!(
+            verdicts(&snapshot),
+            [
+                ("n1".to_string(), Some(RejectCode::DoNotDisrupt)),
+                ("n2".to_string(), Some(RejectCode::DoNotDisrupt)),
+                ("n3".to_string(), None),
+            ]
+        );
+        let catalog = Catalog::embedded();
+        let keys = catalog.label_keys();
+        let pools = [general_purpose_pool()];
+        let v = evaluate(&snapshot, &pools, NOW, &|k| keys.contains(k));
+        let why = v[0].blocked.as_ref().unwrap().reason.clone();
+        assert_eq!(
+            why,
+            "DaemonSet pod default/agent-x has karpenter.sh/do-not-disrupt"
+        );
+        assert!(v[0].empty(), "the DaemonSet pod still does not move");
+    }
+
+    #[test]
+    fn a_do_not_disrupt_duration_protects_from_the_pods_start_until_it_passes() {
+        let pod_for = |node: &str, secs: i64, started: Option<i64>| {
+            let mut p = on(node, &format!("batch-{node}"));
+            p.do_not_disrupt_for = Some(secs);
+            p.started_at = started;
+            p
+        };
+        let mut ignored = on("invalid", "batch-invalid");
+        ignored.do_not_disrupt_invalid = Some(("yes".into(), "not a duration".into()));
+        let snapshot = ClusterSnapshot {
+            nodes: vec![
+                managed("young"),
+                managed("old"),
+                managed("boundary"),
+                managed("unstarted"),
+                managed("invalid"),
+            ],
+            pods: vec![
+                pod_for("young", 1800, Some(NOW - 600)),
+                pod_for("old", 1800, Some(NOW - 3600)),
+                pod_for("boundary", 1800, Some(NOW - 1800)),
+                pod_for("unstarted", 1800, None),
+                ignored,
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            verdicts(&snapshot),
+            [
+                ("young".to_string(), Some(RejectCode::DoNotDisrupt)),
+                ("old".to_string(), None),
+                ("boundary".to_string(), None),
+                ("unstarted".to_string(), Some(RejectCode::DoNotDisrupt)),
+                ("invalid".to_string(), None),
+            ]
+        );
+        let catalog = Catalog::embedded();
+        let keys = catalog.label_keys();
+        let pools = [general_purpose_pool()];
+        let v = evaluate(&snapshot, &pools, NOW, &|k| keys.contains(k));
+        assert_eq!(
+            v[0].blocked.as_ref().unwrap().reason,
+            "pod default/batch-young has karpenter.sh/do-not-disrupt for 1800s from its start, until 2033-05-18T03:53:20Z"
+        );
+    }
+
+    #[test]
+    fn disruption_costs_count_priority_and_pod_deletion_cost() {
+        let mut vip = on("n1", "vip");
+        vip.deletion_cost = Some(i32::MAX);
+        let mut low = on("n1", "low");
+        low.priority = Some(-(1 << 26)); // 1 - 2 = -1: counts as 0 for Balanced
+        let mut agent = on("n1", "agent");
+        agent.daemonset_owned = true;
+        agent.priority = Some(1 << 25); // 2
+        let snapshot = ClusterSnapshot {
+            nodes: vec![managed("n1")],
+            pods: vec![vip, low, agent],
+            ..Default::default()
+        };
+        let catalog = Catalog::embedded();
+        let keys = catalog.label_keys();
+        let pools = [general_purpose_pool()];
+        let v = evaluate(&snapshot, &pools, NOW, &|k| keys.contains(k));
+        assert_eq!(v[0].eviction_cost, 10.0 - 1.0 + 2.0, "every pod, clamped");
+        assert_eq!(
+            v[0].reschedule_cost,
+            1.0 + 10.0 + 0.0,
+            "the node, then moving pods at no less than 0"
+        );
     }
 
     #[test]

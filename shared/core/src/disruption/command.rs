@@ -47,6 +47,10 @@ pub struct Command {
     pub price_per_hour_before: f64,
     pub price_per_hour_after: f64,
     pub savings_per_hour: f64,
+    /// A consolidation's score in each `consolidationPolicy: Balanced` NodePool of its
+    /// nodes (none for other pools and other methods).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scores: Vec<super::balanced::Score>,
 }
 
 /// A managed node in no command, and why.

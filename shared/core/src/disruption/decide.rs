@@ -10,7 +10,8 @@
 //! 3. drift — each drifted candidate, replaced at any price, within the Drifted budget;
 //! 4. multi-node consolidation — the longest prefix of the candidates (cheapest to
 //!    disrupt first) whose pods fit on the remaining nodes plus any number of new
-//!    claims costing strictly less (Karpenter allows at most one; M → N here);
+//!    claims costing strictly less (Karpenter allows at most one; M → N here), every
+//!    length tried, longest first (Karpenter's binary search misses merges);
 //! 5. single-node consolidation — every remaining candidate, one by one, with no time
 //!    limit: deleted when its pods fit elsewhere, replaced when a cheaper set of claims
 //!    takes them.
@@ -25,13 +26,16 @@ use crate::api::model::NodePool;
 use crate::catalog::{
     CapacityType, Catalog, InstanceType, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE,
 };
+use crate::cluster::Pod;
 use crate::provisioning::PlannedNodeClaim;
 use crate::scheduling::SchedulerInput;
 use crate::scheduling::fast_hash::FastMap;
 
+use super::balanced::{self, PoolTotals, Source};
 use super::budget::allowance;
 use super::candidates::{NodeVerdict, evaluate};
 use super::command::{Command, Decision, DisruptionInput, Method, RejectedNode};
+use super::kube_fit::KubeRoom;
 use super::rules::consolidatable;
 use super::speculate::{Limits, Placement, Speculator, Stop};
 use super::{Reason, RejectCode, Rejection};
@@ -220,17 +224,37 @@ pub fn decide_observed(input: &DisruptionInput<'_>, ended: &mut dyn FnMut(Phase)
         });
     }
 
+    // Balanced scores against every priced node of a pool (validation too: the
+    // fractions do not change with the nodes being validated).
+    let totals = balanced::pool_totals(
+        candidates
+            .iter()
+            .map(|c| (c.pool().name.as_str(), c.price, c.verdict.reschedule_cost)),
+    );
+    // consolidateAfter on destinations (Karpenter v1.14): a node whose pods changed
+    // within its pool's consolidateAfter takes none of consolidation's pods.
+    let cooling: Vec<String> = candidates
+        .iter()
+        .filter(|c| super::rules::cooling_down(c.pool(), c.verdict.last_change, input.now))
+        .map(|c| c.name().to_string())
+        .collect();
     if let Some(only) = input.validating {
         // Budgets and prices above counted every node; only the command's are decided.
         candidates.retain(|c| only.iter().any(|n| n == c.name()));
     }
 
-    let closed = input.disrupting.iter().cloned().chain(
-        candidates
-            .iter()
-            .filter(|c| c.verdict.node.deleting)
-            .map(|c| c.name().to_string()),
-    );
+    let closed: Vec<String> = input
+        .disrupting
+        .iter()
+        .cloned()
+        .chain(
+            candidates
+                .iter()
+                .filter(|c| c.verdict.node.deleting)
+                .map(|c| c.name().to_string()),
+        )
+        .collect();
+    let room = KubeRoom::new(snapshot, closed.iter().map(String::as_str));
     let scheduler_input = SchedulerInput {
         pods: &snapshot.pods,
         nodes: &snapshot.nodes,
@@ -251,7 +275,10 @@ pub fn decide_observed(input: &DisruptionInput<'_>, ended: &mut dyn FnMut(Phase)
         budgets,
         taken: HashSet::new(),
         receiving: HashSet::new(),
+        totals,
+        cooling,
         rejected: BTreeMap::new(),
+        room,
     };
 
     run.expiration(&candidates, &mut world);
@@ -312,11 +339,29 @@ struct Run<'i, 'a> {
     receiving: HashSet<String>,
     /// The latest reason a method left each node alone.
     rejected: BTreeMap<String, Rejection>,
+    /// Room on the nodes as kube-scheduler will find it once the commands so far ran.
+    room: KubeRoom<'a>,
+    /// Each NodePool's cost and disruption cost, for Balanced scoring.
+    totals: HashMap<String, PoolTotals>,
+    /// Nodes within their pool's consolidateAfter of their last pod change: no
+    /// consolidation moves pods onto them ([`super::rules::cooling_down`]).
+    cooling: Vec<String>,
 }
 
 impl Run<'_, '_> {
     fn reject(&mut self, node: &str, why: Rejection) {
         self.rejected.insert(node.to_string(), why);
+    }
+
+    /// The Balanced scores of a move taking `set` and saving `savings` per hour: whether
+    /// every Balanced pool approves it, and their scores.
+    fn balanced_scores(
+        &self,
+        set: &[&Candidate<'_>],
+        savings: f64,
+    ) -> (bool, Vec<balanced::Score>) {
+        let sources: Vec<Source<'_>> = set.iter().map(|c| source(c)).collect();
+        balanced::evaluate(&sources, savings, &self.totals)
     }
 
     /// Records a command for `nodes`, and makes its placement permanent.
@@ -330,7 +375,7 @@ impl Run<'_, '_> {
     ) {
         let names: Vec<&str> = nodes.iter().map(|c| c.name()).collect();
         world.name_pods(&mut placement);
-        world.commit(&names, &placement, self.decision.commands.len() + 1);
+        world.commit(&names, &placement);
         // A node that receives pods is not disrupted in the same decision: those pods
         // would move twice, and the node has just changed (consolidateAfter restarts).
         for m in &placement.moves {
@@ -357,8 +402,14 @@ impl Run<'_, '_> {
         for (pool, n) in per_pool {
             self.budgets.take(pool, n);
         }
+        self.room.take(names.iter().copied(), &placement.moves);
         let before = nodes.iter().fold(0.0, |t, c| t + c.price);
         let after = placement.new_claims_price();
+        let scores = if matches!(method, Method::MultiNode | Method::SingleNode) {
+            self.balanced_scores(nodes, before - after).1
+        } else {
+            Vec::new()
+        };
         self.decision.commands.push(Command {
             method,
             reason,
@@ -368,6 +419,7 @@ impl Run<'_, '_> {
             price_per_hour_before: round(before),
             price_per_hour_after: round(after),
             savings_per_hour: round(before - after),
+            scores,
         });
     }
 
@@ -477,8 +529,8 @@ impl Run<'_, '_> {
         }
     }
 
-    /// Candidates consolidation may take, cheapest to disrupt first (fewest pods,
-    /// then the most expensive: Karpenter's disruption cost order, simplified).
+    /// Candidates consolidation may take, cheapest to disrupt first (the lowest
+    /// [`disruption_cost`], then the most expensive).
     fn consolidation_candidates<'c, 'a>(
         &mut self,
         candidates: &'c [Candidate<'a>],
@@ -539,6 +591,9 @@ impl Run<'_, '_> {
             },
             max_price: Some(price),
         };
+        let mut not_destinations = excluded.to_vec();
+        not_destinations.extend(self.cooling.iter().map(String::as_str));
+        let excluded = not_destinations.as_slice();
         let mut placement = world.solve(&names, excluded, limits).map_err(|stop| match stop {
             Stop::TooManyClaims if all_spot => Rejection::new(
                 RejectCode::SpotToSpot,
@@ -566,6 +621,33 @@ impl Run<'_, '_> {
                     placement.new_claims_price()
                 ),
             ));
+        }
+        if placement.new_claims.is_empty() {
+            // A deletion: its pods must also find room as kube-scheduler binds them,
+            // or one goes pending and is launched for, again and again (see kube_fit).
+            let moving: Vec<&Pod> = set
+                .iter()
+                .flat_map(|c| c.verdict.moving.iter().copied())
+                .collect();
+            if let Some(pod) = self.room.first_left_pending(&names, &moving) {
+                return Err(Rejection::new(
+                    RejectCode::PodsDoNotFit,
+                    format!(
+                        "pod {} fits only as packed: kube-scheduler, binding the moving pods to the least allocated nodes, would leave it pending",
+                        pod.key()
+                    ),
+                ));
+            }
+        }
+        let (approved, scores) = self.balanced_scores(set, price - placement.new_claims_price());
+        if !approved {
+            let why = scores
+                .iter()
+                .filter(|s| !s.approved)
+                .map(balanced::Score::sentence)
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Err(Rejection::new(RejectCode::Balanced, why));
         }
         Ok(placement)
     }
@@ -609,34 +691,22 @@ impl Run<'_, '_> {
             if set.len() < 2 {
                 return;
             }
-            // The longest valid prefix, by binary search as Karpenter (validity is not
-            // strictly monotone in the prefix, so this finds a good one, not always
-            // the longest).
+            // The longest valid prefix, longest first. Not by binary search, as
+            // Karpenter: validity is not monotone in the prefix (prices are steps, so
+            // three nodes can be worth merging onto one larger type when no two of them
+            // are), and a binary search stops at the first invalid midpoint it meets.
+            // The usual window is valid whole, so this is one solve, not seven.
             //
             // The other candidates take none of the prefix's pods: a node that
             // received pods could not go in this decision (they would move twice), so
             // the prefix's pods go to new claims and nodes that are no candidates, and
             // the next window still has every other candidate to work with.
-            let (mut lo, mut hi) = (2usize, set.len());
             let mut best: Option<(usize, Placement)> = None;
-            if self.input.validating.is_some() {
-                // A command under validation holds as the set it was decided as, or
-                // not at all: try that set before any prefix of it.
-                let excluded = all_but(&all, &at);
-                if let Ok(placement) = self.try_consolidate(&set, &excluded, world) {
-                    lo = hi + 1;
-                    best = Some((set.len(), placement));
-                }
-            }
-            while lo <= hi {
-                let mid = (lo + hi) / 2;
-                let excluded = all_but(&all, &at[..mid]);
-                match self.try_consolidate(&set[..mid], &excluded, world) {
-                    Ok(placement) => {
-                        best = Some((mid, placement));
-                        lo = mid + 1;
-                    }
-                    Err(_) => hi = mid - 1,
+            for n in (2..=set.len()).rev() {
+                let excluded = all_but(&all, &at[..n]);
+                if let Ok(placement) = self.try_consolidate(&set[..n], &excluded, world) {
+                    best = Some((n, placement));
+                    break;
                 }
             }
             let Some((n, placement)) = best else {
@@ -656,6 +726,13 @@ impl Run<'_, '_> {
     fn single_node(&mut self, candidates: &[Candidate<'_>], world: &mut Speculator<'_>) {
         for c in self.consolidation_candidates(candidates) {
             if !self.within_budget(c, Reason::Underutilized) {
+                continue;
+            }
+            // Balanced: when even deleting the node outright would score too low, no
+            // move of it can pass (Karpenter's CanPassThreshold).
+            if let Err(best) = balanced::can_pass(source(c), &self.totals) {
+                let why = format!("even deleting it: {}", best.sentence());
+                self.reject(c.name(), Rejection::new(RejectCode::Balanced, why));
                 continue;
             }
             match self.try_consolidate(&[c], &[], world) {
@@ -702,11 +779,11 @@ fn drift_may_take(c: &Candidate<'_>) -> bool {
     pod_level && c.pool().termination_grace_period.is_some()
 }
 
-/// Karpenter's disruption cost, without pod priority and deletion cost (not read from
-/// the snapshot): each pod that would move costs 1, scaled by the fraction of the
-/// node's lifetime left before it expires (a node near expiry is cheap to disrupt).
+/// Karpenter's disruption cost: the eviction costs of the node's pods (1 each, moved
+/// by `controller.kubernetes.io/pod-deletion-cost` and priority,
+/// [`crate::cluster::Pod::eviction_cost`]), scaled by the fraction of the node's
+/// lifetime left before it expires (a node near expiry is cheap to disrupt).
 fn disruption_cost(c: &Candidate<'_>, now: i64) -> f64 {
-    let pods = c.verdict.moving.len() as f64;
     let lifetime = match (c.pool().expire_after, c.verdict.node.created_at) {
         (Some(after), Some(created)) if after.as_secs() > 0 => {
             let total = after.as_secs_f64();
@@ -714,7 +791,16 @@ fn disruption_cost(c: &Candidate<'_>, now: i64) -> f64 {
         }
         _ => 1.0,
     };
-    pods * lifetime
+    c.verdict.eviction_cost * lifetime
+}
+
+/// A candidate as Balanced scoring sees it.
+fn source<'c>(c: &'c Candidate<'_>) -> Source<'c> {
+    Source {
+        pool: c.pool(),
+        price: c.price,
+        disruption_cost: c.verdict.reschedule_cost,
+    }
 }
 
 fn stop_rejection(stop: &Stop, c: &Candidate<'_>) -> Rejection {
@@ -832,7 +918,8 @@ fn cheapest_offering(
             let Some(ct) = CapacityType::parse(ct) else {
                 continue;
             };
-            if let Some(p) = input.pricing.price(it, zone, ct) {
+            // The replacement's pool's prices: its NodeOverlays count, as in planning.
+            if let Some(p) = input.pricing.price_in(&claim.node_pool, it, zone, ct) {
                 best = Some(best.map_or(p, |b: f64| b.min(p)));
             }
         }
@@ -870,7 +957,11 @@ fn spot_replacement(
             let spot = claim
                 .zones
                 .iter()
-                .filter_map(|z| input.pricing.price(it, z, CapacityType::Spot))
+                .filter_map(|z| {
+                    input
+                        .pricing
+                        .price_in(&claim.node_pool, it, z, CapacityType::Spot)
+                })
                 .min_by(f64::total_cmp)?;
             (spot < price).then(|| (spot, name.clone()))
         })
@@ -920,7 +1011,7 @@ fn node_price(
         None => CapacityType::OnDemand,
         Some(v) => CapacityType::parse(v).ok_or_else(|| {
             format!(
-                "node {}: metadata.labels[{LABEL_CAPACITY_TYPE}]: \"{v}\" is neither on-demand nor spot",
+                "node {}: metadata.labels[{LABEL_CAPACITY_TYPE}]: \"{v}\" is not on-demand, spot or reserved",
                 node.name
             )
         })?,
@@ -932,8 +1023,19 @@ fn node_price(
             node.name
         )
     })?;
-    // A node runs whether or not its offering is still sold: price it as sold.
-    Ok(input.pricing.price(it, zone, capacity).unwrap_or(od))
+    // A node runs whether or not its offering is still sold: price it as sold, with
+    // its pool's NodeOverlays. A node in a capacity reservation is already paid for:
+    // the reserved price, whether or not the reservation has room left (it may be
+    // full because of this very node).
+    let base = match capacity {
+        CapacityType::Reserved => od / crate::catalog::RESERVED_PRICE_DIVISOR,
+        _ => input.pricing.price(it, zone, capacity).unwrap_or(od),
+    };
+    let pool = label(crate::catalog::LABEL_NODEPOOL).unwrap_or_default();
+    Ok(input
+        .pricing
+        .overlays
+        .price(pool, type_name, zone, capacity, base))
 }
 
 fn round(v: f64) -> f64 {

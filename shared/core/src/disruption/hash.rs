@@ -374,6 +374,7 @@ mod tests {
             placement_group_selector: None,
             ip_prefix_count: None,
             connection_tracking: None,
+            capacity_reservation_selector_terms: vec![],
         }
     }
 

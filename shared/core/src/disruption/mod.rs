@@ -6,12 +6,14 @@
 //! requirement drift, which pods move, and the typed codes every rejected candidate
 //! carries. Consolidation (which needs speculative solves of the scheduler) builds on it.
 
+pub mod balanced;
 pub mod budget;
 pub mod candidates;
 pub mod command;
 pub mod decide;
 pub mod drift;
 pub mod hash;
+mod kube_fit;
 pub mod rules;
 pub mod speculate;
 
@@ -49,7 +51,8 @@ impl Reason {
 /// `nodewright disrupt` show, with a sentence beside it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub enum RejectCode {
-    /// The node, or a pod on it, has `karpenter.sh/do-not-disrupt: "true"`.
+    /// The node, or an active pod on it, has `karpenter.sh/do-not-disrupt` (`"true"`,
+    /// or a duration not yet passed since the pod started).
     DoNotDisrupt,
     /// A PodDisruptionBudget selecting one of its pods allows no disruption.
     PodDisruptionBudget,
@@ -67,6 +70,9 @@ pub enum RejectCode {
     SpotToSpot,
     /// Not Ready, not initialized, or already being deleted.
     NotReady,
+    /// `consolidationPolicy: Balanced`: the move's savings do not outweigh its
+    /// disruption (its score is below 1/k, [`balanced`]).
+    Balanced,
 }
 
 /// A rejected candidate: the code and what exactly stopped it.

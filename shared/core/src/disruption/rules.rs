@@ -114,6 +114,25 @@ pub fn consolidatable(
     Ok(())
 }
 
+/// Whether a node whose pods last changed at `last_change` is still within its pool's
+/// consolidateAfter at `now`, so consolidation moves no pods onto it (Karpenter v1.14's
+/// `IsUnderConsolidateAfter` on destinations: pods landing on a node restart its
+/// timer). Its last change is the later of its Ready transition and the newest creation
+/// or start of a pod that would move (Karpenter reads the claim's `lastPodEventTime`,
+/// which pods leaving also set; a snapshot cannot see those). `Never` and `0s` never
+/// hold a node back; a static pool's nodes neither (consolidation ignores the field
+/// there).
+pub fn cooling_down(pool: &NodePool, last_change: i64, now: i64) -> bool {
+    if pool.replicas.is_some() {
+        return false;
+    }
+    let Some(after) = pool.disruption.consolidate_after.filter(|d| !d.is_zero()) else {
+        return false;
+    };
+    let after = i64::try_from(after.as_secs()).unwrap_or(i64::MAX);
+    now < last_change.saturating_add(after)
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -200,6 +219,19 @@ mod tests {
         let never = consolidatable(&pool, true, 0, now).unwrap_err();
         assert_eq!(never.code, RejectCode::ConsolidateAfter);
         assert!(never.reason.contains("Never"), "{}", never.reason);
+    }
+
+    #[test]
+    fn a_node_is_no_destination_until_consolidate_after_passes_its_last_change() {
+        let mut pool = general_purpose_pool();
+        let now = 10_000;
+        pool.disruption.consolidate_after = Some(Duration::from_secs(300));
+        assert!(cooling_down(&pool, now - 299, now));
+        assert!(!cooling_down(&pool, now - 300, now));
+        pool.disruption.consolidate_after = Some(Duration::ZERO);
+        assert!(!cooling_down(&pool, now, now), "0s");
+        pool.disruption.consolidate_after = None;
+        assert!(!cooling_down(&pool, now, now), "Never");
     }
 
     #[test]

@@ -60,9 +60,6 @@ pub struct Speculator<'a> {
     index: FastMap<&'a str, usize>,
     /// Nodes that are never destinations (being disrupted).
     closed: HashSet<usize>,
-    /// The names commands give the claims committed so far, in commit order (the
-    /// prepared scheduler calls them `committed-<i>`).
-    committed: Vec<String>,
 }
 
 impl<'a> Speculator<'a> {
@@ -84,7 +81,6 @@ impl<'a> Speculator<'a> {
             prepared: PreparedScheduler::new(input),
             index,
             closed,
-            committed: Vec::new(),
         }
     }
 
@@ -150,9 +146,8 @@ impl<'a> Speculator<'a> {
         })
     }
 
-    /// Names the placement's pods: its moves to nodes and claims already there, and the
-    /// pods of each new claim (see [`Placement`]). Before the placement is committed:
-    /// moves name the claims of earlier commands as those commands did.
+    /// Names the placement's pods: its moves to nodes and claims already launching, and
+    /// the pods of each new claim (see [`Placement`]).
     pub fn name_pods(&self, placement: &mut Placement) {
         let Some(placed) = &placement.placed else {
             return;
@@ -160,7 +155,7 @@ impl<'a> Speculator<'a> {
         let pods = self.input.pods;
         let move_to = |target: &str, idx: &[usize]| {
             (!idx.is_empty()).then(|| Move {
-                target: self.destination_name(target),
+                target: target.to_string(),
                 pods: idx.iter().map(|&p| pods[p].key()).collect(),
             })
         };
@@ -180,30 +175,15 @@ impl<'a> Speculator<'a> {
         }
     }
 
-    /// `committed-<i>` as the command that made it named it.
-    fn destination_name(&self, target: &str) -> String {
-        target
-            .strip_prefix("committed-")
-            .and_then(|i| i.parse::<usize>().ok())
-            .and_then(|i| self.committed.get(i))
-            .cloned()
-            .unwrap_or_else(|| target.to_string())
-    }
-
     /// The command is taken: `removed` is gone, its pods are where `placement` put
-    /// them, and its new claims are in flight, named `command-<command>-replacement-<k>`
-    /// (later commands' moves may target them by that name).
-    pub fn commit(&mut self, removed: &[&str], placement: &Placement, command: usize) {
+    /// them, and its new claims count in later solves (topology, limits) but take none
+    /// of their pods: each command stands on its own, as the function validates it.
+    pub fn commit(&mut self, removed: &[&str], placement: &Placement) {
         let committed = placement
             .placed
             .as_ref()
             .is_some_and(|placed| self.prepared.commit(placed).is_ok());
-        if committed {
-            for k in 0..placement.new_claims.len() {
-                self.committed
-                    .push(format!("command-{command}-replacement-{}", k + 1));
-            }
-        } else {
+        if !committed {
             // Not solved (pods that fit nowhere go pending): the nodes still go, so at
             // least nothing may move onto them.
             let names: Vec<String> = removed.iter().map(|n| n.to_string()).collect();

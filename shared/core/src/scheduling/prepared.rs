@@ -16,8 +16,10 @@
 //! - [`PreparedScheduler::commit`] takes that `Placed`, and returns `Err(stop)` if the
 //!   removal no longer places on the current state (only possible when another solve was
 //!   committed after this one was made: commits re-run the solve, which is deterministic).
-//! - Claims made permanent by `commit` appear in later solves' `in_flight` destinations
-//!   under the names `committed-0`, `committed-1`… (in commit order).
+//! - Claims made permanent by `commit` count in later solves (their pods in topology,
+//!   their capacity in pool limits) but take none of their pods: each disruption command
+//!   stands on its own, its pods going to nodes that exist or to its own new claims, as
+//!   the function validates it later with the other commands' claims not there.
 //! - A solve does not run provisioning's re-packing pass over its new claims, nor its
 //!   retry of failed pods after other placements: it stops at the first pod that fits
 //!   nowhere.
@@ -573,10 +575,11 @@ impl<'a> Solver<'a> {
                 self.node_pods[n].extend(placement.pods.iter().map(|&p| PodId::from_index(p)));
             }
         }
-        // A claim the re-packing pass emptied is no claim: it never takes pods.
+        // A committed claim takes no pods in later solves (see the module), nor does a
+        // claim the re-packing pass emptied, which is no claim.
         s.blocked.resize(s.bins.len(), false);
         for b in s.bins.ids_from(base_bins) {
-            if matches!(s.bins[b].origin, Origin::New(_)) && s.bins[b].pods.is_empty() {
+            if matches!(s.bins[b].origin, Origin::New(_)) {
                 s.blocked[b] = true;
             }
         }

@@ -112,6 +112,14 @@ impl ValueSet {
         listed != self.complement && self.within_bounds(value)
     }
 
+    /// Whether a value nobody knows yet satisfies the set: only a complement without
+    /// numeric bounds (`NotIn`, `Exists`) does. A new node's hostname is such a value
+    /// (Karpenter gives a new NodeClaim a placeholder hostname), so `In`, an empty list
+    /// (`DoesNotExist`, or `In` lists that did not intersect) and bounds never admit it.
+    pub fn admits_unknown_value(&self) -> bool {
+        self.complement && self.greater_than.is_none() && self.less_than.is_none()
+    }
+
     /// Whether a node *without* this label satisfies the set (NotIn, DoesNotExist).
     pub fn allows_absent(&self) -> bool {
         if self.complement {
@@ -271,6 +279,36 @@ impl fmt::Display for ValueSet {
     }
 }
 
+/// What planning does when the types that fit a claim cannot keep a NodePool's
+/// minValues (Karpenter's `MIN_VALUES_POLICY`): `Strict` leaves the pods pending;
+/// `BestEffort` lowers the minimum of each such key to the distinct values those types
+/// have, and the claim launches with it (Karpenter then annotates the NodeClaim
+/// `karpenter.sh/nodeclaim-min-values-relaxed: "true"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum MinValuesPolicy {
+    #[default]
+    Strict,
+    BestEffort,
+}
+
+impl MinValuesPolicy {
+    /// Karpenter's spelling: `Strict` or `BestEffort`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "Strict" => Some(Self::Strict),
+            "BestEffort" => Some(Self::BestEffort),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Strict => "Strict",
+            Self::BestEffort => "BestEffort",
+        }
+    }
+}
+
 /// Requirements on several keys, all of which must hold.
 #[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub struct Requirements {
@@ -316,6 +354,29 @@ impl Requirements {
 
     pub fn get(&self, key: &str) -> Option<&ValueSet> {
         self.map.get(key)
+    }
+
+    /// Lowers the minValues of `key` to `min` when it has a larger one.
+    pub fn lower_min_values(&mut self, key: &str, min: u32) {
+        if let Some(set) = self.map.get_mut(key)
+            && set.min_values.is_some_and(|m| m > min)
+        {
+            set.min_values = Some(min);
+        }
+    }
+
+    /// Keys whose minValues `self` has lowered below `original`'s: a claim's
+    /// requirements against its NodePool's, after a `BestEffort` relaxation.
+    pub fn min_values_lowered_from(&self, original: &Requirements) -> Vec<(String, u32, u32)> {
+        original
+            .map
+            .iter()
+            .filter_map(|(key, set)| {
+                let from = set.min_values?;
+                let to = self.map.get(key)?.min_values?;
+                (to < from).then(|| (key.clone(), from, to))
+            })
+            .collect()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&String, &ValueSet)> {

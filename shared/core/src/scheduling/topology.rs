@@ -114,6 +114,13 @@ impl CompiledFilter {
                 .any(|t| reqs.is_compatible_with(t, well_known))
     }
 
+    /// Whether a node whose `label` is `value` can match the filter's node affinity.
+    pub fn allows_value(&self, label: &str, value: &str) -> bool {
+        self.terms
+            .iter()
+            .any(|t| t.get(label).is_none_or(|s| s.has(value)))
+    }
+
     /// With nodeAffinityPolicy Honor and a pod that constrains nodes at all.
     pub fn honours_affinity(&self) -> bool {
         !self.filter.node_selector.is_empty() || !self.filter.required_terms.is_empty()

@@ -109,9 +109,17 @@ impl fmt::Display for PoolRefusal {
             Refusal::NoRoomNextToAffinityMatch(term) => {
                 write!(f, "{term}: no node with a matching pod has room")
             }
+            Refusal::HostnameFull(hostnames)
+                if !hostnames.is_complement() && !hostnames.is_empty_list() =>
+            {
+                write!(
+                    f,
+                    "{LABEL_HOSTNAME} {hostnames}: only that existing node can take the pod, and it has no room"
+                )
+            }
             Refusal::HostnameFull(hostnames) => write!(
                 f,
-                "{LABEL_HOSTNAME} {hostnames}: only that existing node can take the pod, and it has no room"
+                "{LABEL_HOSTNAME} {hostnames}: a new node cannot satisfy it, and no existing node that does can take the pod"
             ),
             Refusal::TopologyUnsatisfiable(constraints) => {
                 write_constraints(f, constraints)?;

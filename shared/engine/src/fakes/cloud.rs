@@ -12,6 +12,7 @@ pub enum CloudOp {
     OwnedInstances,
     KarpenterInstances,
     InstanceStatus,
+    CapacityReservations,
 }
 
 /// The errors an EC2 call answers when it fails at random (`inject_faults`): throttling
@@ -26,6 +27,63 @@ pub struct FakeInstance {
     pub instance: Instance,
     pub price: f64,
     pub request: LaunchRequest,
+    /// The capacity reservation it runs in (`reserved` launches).
+    pub reservation_id: Option<String>,
+}
+
+/// A capacity reservation the fake cloud holds (`add_reservation`): how many
+/// instances it takes in all; what it has left is that less the instances running in
+/// it, so launches use it up and terminations give it back, as in EC2.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FakeReservation {
+    pub id: String,
+    pub instance_type: String,
+    pub zone: String,
+    pub reservation_type: ReservationType,
+    pub total: u32,
+    pub end_time: Option<i64>,
+    pub interruptible: bool,
+    pub owner_id: String,
+    pub tags: BTreeMap<String, String>,
+    pub instance_match_criteria: InstanceMatchCriteria,
+    /// `active`, `expired`, `cancelled`, ...: only active ones are listed.
+    pub state: String,
+}
+
+impl FakeReservation {
+    /// An active open ODCR of `total` instances of `instance_type` in `zone`, owned by
+    /// account 123456789012.
+    pub fn new(id: &str, instance_type: &str, zone: &str, total: u32) -> Self {
+        Self {
+            id: id.to_string(),
+            instance_type: instance_type.to_string(),
+            zone: zone.to_string(),
+            reservation_type: ReservationType::Default,
+            total,
+            end_time: None,
+            interruptible: false,
+            owner_id: "123456789012".into(),
+            tags: BTreeMap::new(),
+            instance_match_criteria: InstanceMatchCriteria::Open,
+            state: "active".into(),
+        }
+    }
+
+    /// Whether `term` selects it, as DescribeCapacityReservations' filters would: the
+    /// id, else every given field (tags with `"*"` matching any value).
+    fn selected_by(&self, term: &CapacityReservationSelectorTerm) -> bool {
+        if let Some(id) = &term.id {
+            return *id == self.id;
+        }
+        term.owner_id.as_ref().is_none_or(|o| *o == self.owner_id)
+            && term
+                .instance_match_criteria
+                .is_none_or(|c| c == self.instance_match_criteria)
+            && term
+                .tags
+                .iter()
+                .all(|(k, v)| self.tags.get(k).is_some_and(|have| v == "*" || have == v))
+    }
 }
 
 struct CloudInner {
@@ -47,6 +105,7 @@ struct CloudInner {
     karpenter: HashSet<String>,
     /// Instances whose status checks fail: id → (failing checks, since).
     impaired: BTreeMap<String, (Vec<String>, i64)>,
+    reservations: Vec<FakeReservation>,
     faults: Faults<CloudOp, CloudError>,
     calls: Vec<Call<CloudOp>>,
     next_id: u64,
@@ -100,6 +159,7 @@ impl FakeCloud {
                 out_of_capacity: HashSet::new(),
                 karpenter: HashSet::new(),
                 impaired: BTreeMap::new(),
+                reservations: Vec::new(),
                 faults: Faults::default(),
                 calls: Vec::new(),
                 next_id: 1,
@@ -151,6 +211,33 @@ impl FakeCloud {
         } else {
             inner.out_of_capacity.insert(key);
         }
+    }
+
+    /// Adds (or replaces, by id) a capacity reservation.
+    pub fn add_reservation(&self, reservation: FakeReservation) {
+        let mut inner = lock(&self.inner);
+        inner.reservations.retain(|r| r.id != reservation.id);
+        inner.reservations.push(reservation);
+    }
+
+    /// The instances reservation `id` can still take: its total less the instances
+    /// running in it. `None` if there is no such reservation.
+    pub fn reservation_available(&self, id: &str) -> Option<u32> {
+        let inner = lock(&self.inner);
+        let r = inner.reservations.iter().find(|r| r.id == id)?;
+        Some(Self::available_in(&inner, r))
+    }
+
+    fn available_in(inner: &CloudInner, r: &FakeReservation) -> u32 {
+        let used = inner
+            .instances
+            .iter()
+            .filter(|i| {
+                i.instance.state != "terminated" && i.reservation_id.as_deref() == Some(&r.id)
+            })
+            .count();
+        r.total
+            .saturating_sub(u32::try_from(used).unwrap_or(u32::MAX))
     }
 
     recording_api!(CloudOp, CloudError, record);
@@ -207,6 +294,7 @@ impl FakeCloud {
                 security_group_ids: vec![],
                 images: vec![],
                 instance_profile: None,
+                reservations: vec![],
             },
             offerings: vec![],
             labels: BTreeMap::new(),
@@ -219,6 +307,7 @@ impl FakeCloud {
             instance: instance.clone(),
             price: 0.0,
             request,
+            reservation_id: None,
         });
         instance
     }
@@ -284,6 +373,7 @@ impl FakeCloud {
                 security_group_ids: vec![],
                 images: vec![],
                 instance_profile: None,
+                reservations: vec![],
             },
             offerings: vec![],
             labels,
@@ -297,6 +387,7 @@ impl FakeCloud {
             instance: instance.clone(),
             price: 0.0,
             request,
+            reservation_id: None,
         });
         instance
     }
@@ -374,7 +465,34 @@ impl Cloud for FakeCloud {
             images: inner.images.clone(),
             // As Ec2Cloud: `instanceProfile` as written, else the managed one for the role.
             instance_profile: node_class.instance_profile_for(FAKE_CLUSTER, &self.region),
+            reservations: vec![],
         })
+    }
+
+    async fn capacity_reservations(
+        &self,
+        terms: &[CapacityReservationSelectorTerm],
+    ) -> Result<Vec<Reservation>, CloudError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(CloudOp::CapacityReservations, "") {
+            return Err(e);
+        }
+        let inner = lock(&self.inner);
+        Ok(inner
+            .reservations
+            .iter()
+            .filter(|r| r.state == "active" && terms.iter().any(|t| r.selected_by(t)))
+            .map(|r| Reservation {
+                id: r.id.clone(),
+                instance_type: r.instance_type.clone(),
+                zone: r.zone.clone(),
+                reservation_type: r.reservation_type,
+                available: Self::available_in(&inner, r),
+                end_time: r.end_time,
+                interruptible: r.interruptible,
+                node_classes: vec![],
+            })
+            .collect())
     }
 
     async fn launch(&self, request: &LaunchRequest) -> Result<Launched, LaunchError> {
@@ -394,6 +512,7 @@ impl Cloud for FakeCloud {
                 zone: existing.instance.zone.clone(),
                 capacity_type: existing.instance.capacity_type,
                 price: existing.price,
+                reservation_id: existing.reservation_id.clone(),
                 unavailable: vec![],
             });
         }
@@ -428,12 +547,35 @@ impl Cloud for FakeCloud {
             let key = (o.instance_type.clone(), o.zone.clone(), o.capacity_type);
             if !subnet_zones.contains(o.zone.as_str()) || inner.out_of_capacity.contains(&key) {
                 refused.push(o.clone());
-            } else {
-                chosen = Some(o.clone());
-                break;
+                continue;
             }
+            // A reserved offering launches into one of the class's reservations of
+            // its type and zone that still has room (EC2 answers
+            // ReservationCapacityExceeded otherwise, an insufficient-capacity error).
+            let reservation = if o.capacity_type == CapacityType::Reserved {
+                let room = request.resolved.reservations.iter().find_map(|wanted| {
+                    inner.reservations.iter().find(|r| {
+                        r.id == wanted.id
+                            && r.state == "active"
+                            && r.instance_type == o.instance_type
+                            && r.zone == o.zone
+                            && Self::available_in(&inner, r) > 0
+                    })
+                });
+                match room {
+                    Some(r) => Some(r.id.clone()),
+                    None => {
+                        refused.push(o.clone());
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
+            chosen = Some((o.clone(), reservation));
+            break;
         }
-        let Some(o) = chosen else {
+        let Some((o, reservation_id)) = chosen else {
             let message = format!(
                 "CreateFleet for {}: InsufficientInstanceCapacity for {}",
                 request.claim_name,
@@ -493,6 +635,7 @@ impl Cloud for FakeCloud {
             instance,
             price: o.price,
             request: request.clone(),
+            reservation_id: reservation_id.clone(),
         });
         Ok(Launched {
             instance_id: id,
@@ -500,6 +643,7 @@ impl Cloud for FakeCloud {
             zone: o.zone,
             capacity_type: o.capacity_type,
             price: o.price,
+            reservation_id,
             unavailable: refused,
         })
     }
@@ -625,5 +769,6 @@ pub fn node_class(name: &str) -> Ec2NodeClass {
         placement_group_selector: None,
         ip_prefix_count: None,
         connection_tracking: None,
+        capacity_reservation_selector_terms: vec![],
     }
 }

@@ -269,6 +269,11 @@ impl FakeCluster {
         });
     }
 
+    /// The cluster's NodeOverlays from now on (valid, or as read with why not).
+    pub fn set_node_overlays(&self, overlays: Vec<nodewright_core::api::ReadOverlay>) {
+        lock(&self.inner).state.node_overlays = overlays;
+    }
+
     pub fn snapshot(&self) -> ClusterState {
         lock(&self.inner).state.clone()
     }
@@ -624,6 +629,10 @@ impl Cluster for FakeCluster {
         let exists = match kind {
             ObjectKind::NodePool => state.node_pools.iter().any(|p| p.name == name),
             ObjectKind::Ec2NodeClass => state.node_classes.iter().any(|c| c.name == name),
+            ObjectKind::NodeOverlay => state.node_overlays.iter().any(|o| match o {
+                Ok(o) => o.name == name,
+                Err(invalid) => invalid.name == name,
+            }),
         } || state
             .invalid_objects
             .iter()

@@ -18,10 +18,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use nodewright_core::api::model::{Ec2NodeClass, MetadataOptions, SelectorTerm, Taint};
+use nodewright_core::api::model::{
+    CapacityReservationSelectorTerm, Ec2NodeClass, InstanceMatchCriteria, MetadataOptions,
+    SelectorTerm, Taint,
+};
 use nodewright_core::catalog::{
     CapacityType, Catalog, LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE,
-    LABEL_NODEPOOL, LABEL_REGION, LABEL_ZONE,
+    LABEL_NODEPOOL, LABEL_REGION, LABEL_ZONE, Reservation, ReservationType,
 };
 use nodewright_core::cluster::{Node, Pod, eviction_allowed};
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
@@ -238,6 +241,7 @@ mod tests {
                 security_group_ids: vec![],
                 images: vec![],
                 instance_profile: None,
+                reservations: vec![],
             },
             offerings,
             labels: BTreeMap::new(),

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use nodewright_core::api::model::Ec2NodeClass;
-use nodewright_core::catalog::Catalog;
+use nodewright_core::api::model::{CapacityReservationSelectorTerm, Ec2NodeClass};
+use nodewright_core::catalog::{Catalog, Reservation};
 use nodewright_core::repair::ImpairedInstance;
 
 use crate::fakes::{FakeCloud, FakeInstance};
@@ -108,6 +108,13 @@ impl Cloud for Ec2 {
         self.fake
             .resolve_node_class(node_class, kubernetes_version)
             .await
+    }
+
+    async fn capacity_reservations(
+        &self,
+        terms: &[CapacityReservationSelectorTerm],
+    ) -> Result<Vec<Reservation>, CloudError> {
+        self.fake.capacity_reservations(terms).await
     }
 
     async fn launch(&self, request: &LaunchRequest) -> Result<Launched, LaunchError> {

@@ -475,6 +475,16 @@ impl Cloud for ChaosCloud {
             .await
     }
 
+    async fn capacity_reservations(
+        &self,
+        terms: &[nodewright_core::api::model::CapacityReservationSelectorTerm],
+    ) -> Result<Vec<nodewright_core::catalog::Reservation>, CloudError> {
+        let call = self.inner.capacity_reservations(terms);
+        self.chaos
+            .through(Port::Ec2, "capacity_reservations", call)
+            .await
+    }
+
     async fn launch(&self, request: &LaunchRequest) -> Result<Launched, LaunchError> {
         let call = async {
             self.maybe_storm(request);
@@ -840,6 +850,7 @@ mod tests {
                 security_group_ids: vec![],
                 images: vec![],
                 instance_profile: None,
+                reservations: vec![],
             },
             offerings: vec![
                 offering("m5.large", 0.096),

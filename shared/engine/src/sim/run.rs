@@ -130,6 +130,8 @@ pub struct Scenario {
     pub name: String,
     pub node_pools: Vec<NodePool>,
     pub node_classes: Vec<Ec2NodeClass>,
+    /// NodeOverlays in the cluster (`karpenter.sh/v1alpha1`).
+    pub node_overlays: Vec<nodewright_core::api::NodeOverlay>,
     pub deployments: Vec<Deployment>,
     pub daemonsets: Vec<DaemonSet>,
     pub disturbances: Vec<ScheduledDisturbance>,
@@ -146,6 +148,9 @@ pub struct Scenario {
     pub disruption: bool,
     /// Fault injection (none: every call answers at once and nothing crashes).
     pub faults: Option<FaultConfig>,
+    /// Capacity reservations EC2 holds for the account (selected by the EC2NodeClasses'
+    /// `capacityReservationSelectorTerms`).
+    pub reservations: Vec<crate::fakes::FakeReservation>,
 }
 
 impl Scenario {
@@ -155,6 +160,7 @@ impl Scenario {
             name: name.into(),
             node_pools: Vec::new(),
             node_classes: Vec::new(),
+            node_overlays: Vec::new(),
             deployments: Vec::new(),
             daemonsets: Vec::new(),
             disturbances: Vec::new(),
@@ -171,6 +177,7 @@ impl Scenario {
             start: DEFAULT_START,
             disruption: true,
             faults: None,
+            reservations: Vec::new(),
         }
     }
 }
@@ -378,9 +385,14 @@ impl Scenario {
         }
         let zones: Vec<&str> = self.zones.iter().map(String::as_str).collect();
         let world = World::new(self.catalog.clone(), &zones, self.start, config);
+        for r in &self.reservations {
+            world.cloud.add_reservation(r.clone());
+        }
         world.cluster.with_state(|s| {
             s.node_pools.extend(self.node_pools.iter().cloned());
             s.node_classes.extend(self.node_classes.iter().cloned());
+            s.node_overlays
+                .extend(self.node_overlays.iter().cloned().map(Ok));
         });
         for d in &self.deployments {
             world.add_deployment(d.clone());

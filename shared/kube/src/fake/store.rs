@@ -118,6 +118,15 @@ pub fn default_resource_types() -> Vec<ResourceType> {
             builtin: false,
             status_subresource: true,
         },
+        ResourceType {
+            group: "karpenter.sh",
+            version: "v1alpha1",
+            kind: "NodeOverlay",
+            plural: "nodeoverlays",
+            namespaced: false,
+            builtin: false,
+            status_subresource: true,
+        },
     ]
 }
 

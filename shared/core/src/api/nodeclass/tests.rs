@@ -583,3 +583,61 @@ fn a_volume_initialization_rate_needs_a_snapshot_and_a_rate_from_100_to_300() {
         );
     }
 }
+
+#[test]
+fn capacity_reservation_terms_are_read_with_karpenters_rules_and_field_paths() {
+    let class = valid(&format!(
+        "{CLASS}  capacityReservationSelectorTerms:\n    - id: cr-0123abcd\n    - tags:\n        team: ml\n      ownerID: \"012345678901\"\n      instanceMatchCriteria: targeted\n"
+    ))
+    .node_classes
+    .remove(0);
+    assert_eq!(
+        class.capacity_reservation_selector_terms,
+        vec![
+            CapacityReservationSelectorTerm {
+                id: Some("cr-0123abcd".into()),
+                ..Default::default()
+            },
+            CapacityReservationSelectorTerm {
+                id: None,
+                owner_id: Some("012345678901".into()),
+                tags: [("team".to_string(), "ml".to_string())].into(),
+                instance_match_criteria: Some(InstanceMatchCriteria::Targeted),
+            },
+        ]
+    );
+    let terms = |t: &str| format!("  capacityReservationSelectorTerms:\n{t}");
+    assert_eq!(
+        only_problem(&terms("    - ownerID: \"012345678901\"\n")),
+        "spec.capacityReservationSelectorTerms[0]: expected at least one of id, tags, instanceMatchCriteria, got none"
+    );
+    assert_eq!(
+        only_problem(&terms(
+            "    - id: cr-0123abcd\n      instanceMatchCriteria: open\n"
+        )),
+        "spec.capacityReservationSelectorTerms[0]: id is mutually exclusive: it cannot be set with tags, ownerID or instanceMatchCriteria"
+    );
+    assert_eq!(
+        only_problem(&terms("    - id: odcr-1\n")),
+        "spec.capacityReservationSelectorTerms[0].id: expected an id like \"cr-0123abcd\", got \"odcr-1\""
+    );
+    assert_eq!(
+        only_problem(&terms(
+            "    - instanceMatchCriteria: open\n      ownerID: \"12345\"\n"
+        )),
+        "spec.capacityReservationSelectorTerms[0].ownerID: expected a 12-digit AWS account id, got \"12345\""
+    );
+    assert_eq!(
+        only_problem(&terms("    - instanceMatchCriteria: any\n")),
+        "spec.capacityReservationSelectorTerms[0].instanceMatchCriteria: expected one of open, targeted, got \"any\""
+    );
+    assert_eq!(
+        only_problem(&terms("    - tags:\n        team: \"\"\n")),
+        "spec.capacityReservationSelectorTerms[0].tags: empty tag keys or values are not allowed (use \"*\" to match any value)"
+    );
+    let many: String = (0..31).map(|i| format!("    - id: cr-{i:08}\n")).collect();
+    assert_eq!(
+        only_problem(&terms(&many)),
+        "spec.capacityReservationSelectorTerms: expected at most 30 terms, got 31"
+    );
+}

@@ -410,6 +410,16 @@ fn explicit_empty_budgets_stay_empty() {
 }
 
 #[test]
+fn balanced_is_a_consolidation_policy() {
+    let text = pool(
+        "",
+        "  disruption:\n    consolidationPolicy: Balanced\n    consolidateAfter: 30s",
+    );
+    let d = valid(&text).node_pools.remove(0).disruption;
+    assert_eq!(d.consolidation_policy, ConsolidationPolicy::Balanced);
+}
+
+#[test]
 fn budget_nodes_follow_the_crd_pattern() {
     assert_eq!(parse_budget_nodes("10%"), Some(BudgetNodes::Percent(10)));
     assert_eq!(parse_budget_nodes("100%"), Some(BudgetNodes::Percent(100)));

@@ -81,6 +81,11 @@ impl Scheduler<'_> {
         self.pools[pool].usage.set_milli("nodes", nodes);
         if let Some(o) = options.first() {
             self.zone_use[o.offering.zone] += 1;
+            // The claim takes an instance of the reservation it will launch into, so
+            // the next claims of this solve see the count it leaves.
+            if o.offering.capacity_type == CapacityType::Reserved {
+                self.take_reservation(pool, o.instance_type, o.offering.zone);
+            }
         }
         let zones = self
             .zones

@@ -101,6 +101,8 @@ pub(crate) struct ClassKey<'p> {
     labels: Option<&'p BTreeMap<String, String>>,
     node_selector: &'p BTreeMap<String, String>,
     required_node_terms: &'p [Vec<NodeRequirement>],
+    /// Topology spread counts by these (see `Pod::own_node_terms`).
+    own_node_terms: Option<&'p [Vec<NodeRequirement>]>,
     preferred_node_terms: &'p [crate::cluster::PreferredNodeTerm],
     tolerations: &'p [Toleration],
     topology_spread: &'p [crate::cluster::TopologySpreadConstraint],
@@ -128,6 +130,7 @@ impl<'p> ClassKey<'p> {
             labels: None,
             node_selector: &pod.node_selector,
             required_node_terms: &pod.required_node_terms,
+            own_node_terms: pod.own_node_terms.as_deref(),
             preferred_node_terms: &pod.preferred_node_terms,
             tolerations: &pod.tolerations,
             topology_spread: &pod.topology_spread,

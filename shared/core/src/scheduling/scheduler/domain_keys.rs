@@ -8,7 +8,7 @@ use crate::scheduling::topology::TopologyKey;
 
 use super::Scheduler;
 use super::ids::{DomainId, DomainKeyId, IdVec, PoolId};
-use super::offerings::ct_index;
+use super::offerings::{CT_COUNT, ct_index};
 
 /// A label topology constraints count on, and its values (the domains).
 #[derive(Clone)]
@@ -74,7 +74,7 @@ impl Scheduler<'_> {
                 CapacityType::ALL
                     .iter()
                     .map(|&ct| {
-                        let mut mask = [false; 2];
+                        let mut mask = [false; CT_COUNT];
                         mask[ct_index(ct)] = true;
                         pool.types.iter().any(|&t| {
                             self.cheapest_offering(t, &pool.reqs, None, Some(mask))

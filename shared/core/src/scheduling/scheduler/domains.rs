@@ -47,10 +47,16 @@ impl Scheduler<'_> {
                 continue;
             };
             // The domains skew is measured over: those a counted node could be in and,
-            // with nodeAffinityPolicy Honor, those the pod's own affinity allows.
-            let honor_affinity = group.filter.as_ref().is_some_and(|f| f.honours_affinity());
+            // with nodeAffinityPolicy Honor, those the pod's own affinity allows (its
+            // volumes' zones left out: they decide where it goes, not what is counted).
+            let filter = group.filter.as_ref().filter(|f| f.honours_affinity());
+            let affinity_allows = |d: DomainId| match filter {
+                None => true,
+                Some(f) if p.own_node_terms.is_some() => f.allows_value(&dk.label, &dk.values[d]),
+                Some(_) => pod_allows(d),
+            };
             let eligible: IdVec<DomainId, bool> = domains()
-                .map(|d| group.universe[d.index()] && (!honor_affinity || pod_allows(d)))
+                .map(|d| group.universe[d.index()] && affinity_allows(d))
                 .collect();
             let count = |d: DomainId| group.counts.get(key, d.index());
             let eligible_count = eligible.iter().filter(|e| **e).count() as u32;
@@ -207,7 +213,7 @@ impl Scheduler<'_> {
                 self.cheapest_offering(t, reqs, Some(&m), None).is_some()
             }
             (DomainKeyId::CAPACITY_TYPE, Some(t)) => {
-                let mut m = [false; 2];
+                let mut m = [false; super::offerings::CT_COUNT];
                 m[d.index()] = true;
                 self.cheapest_offering(t, reqs, None, Some(m)).is_some()
             }

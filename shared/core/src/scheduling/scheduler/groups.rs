@@ -276,6 +276,8 @@ impl Scheduler<'_> {
     }
 
     /// Which nodes a spread constraint of `pod` counts; `None` when every node does.
+    /// Node affinity is the pod's own: its volumes' zones limit where it goes, not the
+    /// domains counted (kube-scheduler's and Karpenter's reading).
     pub(super) fn spread_filter(
         pod: &Pod,
         c: &crate::cluster::TopologySpreadConstraint,
@@ -283,7 +285,11 @@ impl Scheduler<'_> {
         let mut filter = NodeFilter::default();
         if c.honor_node_affinity {
             filter.node_selector = pod.node_selector.clone();
-            filter.required_terms = pod.required_node_terms.clone();
+            filter.required_terms = pod
+                .own_node_terms
+                .as_ref()
+                .unwrap_or(&pod.required_node_terms)
+                .clone();
         }
         if c.honor_node_taints {
             filter.tolerations = Some(pod.tolerations.clone());

@@ -217,7 +217,7 @@ pub(super) struct Scheduler<'a> {
     pub(super) well_known: HashSet<String>,
     pub(super) type_keys: HashSet<String>,
     /// price[type][zone][capacity type]
-    pub(super) prices: IdVec<InstanceTypeId, IdVec<DomainId, [Option<f64>; 2]>>,
+    pub(super) prices: setup::PoolPrices,
     pub(super) pools: IdVec<PoolId, PoolInfo>,
     /// The pools in the order new claims try them: by weight, then name.
     pub(super) pool_order: Vec<PoolId>,
@@ -257,6 +257,8 @@ pub(super) struct Scheduler<'a> {
     /// Per bin: the stamp of the solve that last saved it in `undo`.
     pub(super) bin_stamp: IdVec<BinId, u32>,
     pub(super) stamp: u32,
+    /// Capacity reservations' instances taken by this solve's claims.
+    pub(super) reserved: offerings::ReservedLedger,
     /// `universe` by node filter and key: many groups share one (a deployment's spread
     /// each), and computing it looks at every node.
     pub(super) universe_cache: FastMap<(Option<NodeFilter>, DomainKeyId), Vec<bool>>,

@@ -84,9 +84,10 @@ impl Scheduler<'_> {
         if let Some(reason) = self.affinity_blocks_new_claims(e, pod) {
             return Err(reason);
         }
-        // A hostname requirement names an existing node: a new one never has it.
+        // A hostname requirement names existing nodes: a new one is never among them
+        // (also when selectors and terms left no hostname at all).
         if let Some(set) = self.eclasses[e].reqs.get(LABEL_HOSTNAME)
-            && !set.allows_absent()
+            && !set.admits_unknown_value()
         {
             return Err(Refusal::HostnameFull(set.clone()));
         }
@@ -97,7 +98,7 @@ impl Scheduler<'_> {
             .as_ref()
             .map(|m| CapacityType::ALL.map(|ct| m[ct_domain(ct)]));
         if zmask.as_ref().is_some_and(|m| !m.iter().any(|x| *x))
-            || cmask_arr.is_some_and(|m| !m[0] && !m[1])
+            || cmask_arr.is_some_and(|m| !m.iter().any(|x| *x))
         {
             return Err(Refusal::TopologyUnsatisfiable(self.topology_constraints(e)));
         }
@@ -244,9 +245,12 @@ impl Scheduler<'_> {
             }
             return Err(Refusal::NoMatchingType);
         };
-        if self.pools[pool].has_min_values {
-            self.min_values_ok(pool, &reqs, &p.requests)?;
-        }
+        let reqs = if self.pools[pool].has_min_values {
+            self.min_values_within_policy(pool, &reqs, &p.requests)?
+                .unwrap_or(reqs)
+        } else {
+            reqs
+        };
         let it = self.instance_type(t);
         let ceiling = self.usable(pool, t).clone();
         let capacity = it.capacity.clone();

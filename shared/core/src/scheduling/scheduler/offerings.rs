@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::catalog::{CapacityType, InstanceType, LABEL_CAPACITY_TYPE, LABEL_ZONE};
+use crate::catalog::{CapacityType, InstanceType, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_ZONE};
 use crate::cluster::{HostPort, Pod};
 use crate::resources::Resources;
 use crate::scheduling::fast_hash::FastMap;
@@ -15,10 +15,12 @@ use super::Scheduler;
 use super::ids::{DomainId, IdVec, InstanceTypeId, PoolId};
 
 /// The zones (`Scheduler::zones`) and capacity types (by [`ct_index`]) an offering may
-/// be in.
+/// be in, and the pool whose prices (NodeOverlays) count, when the requirements name
+/// one and its prices differ.
 pub(crate) struct OfferingFilter {
     zones: IdVec<DomainId, bool>,
-    capacity_types: [bool; 2],
+    capacity_types: [bool; CT_COUNT],
+    pool: Option<PoolId>,
 }
 
 /// Requirements on keys instance types carry (see [`Scheduler::type_requirements`]).
@@ -44,7 +46,25 @@ pub(crate) fn ct_index(ct: CapacityType) -> usize {
     match ct {
         CapacityType::Spot => 0,
         CapacityType::OnDemand => 1,
+        CapacityType::Reserved => 2,
     }
+}
+
+/// How many capacity types there are (the length of arrays indexed by [`ct_index`]).
+pub(crate) const CT_COUNT: usize = CapacityType::ALL.len();
+
+/// Karpenter's reservation manager for one solve: how many instances each capacity
+/// reservation ([`crate::catalog::Pricing::reservations`], by index) has left once the
+/// claims finished so far in the solve took theirs. A `reserved` offering is offered
+/// only while a reservation its pool's EC2NodeClass selects has one left; once used up
+/// the claims fall back to the pool's other capacity types. A speculative solve
+/// (`Scheduler::stamp`) starts again from the counts the cloud reported.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct ReservedLedger {
+    /// The solve whose claims `used` counts.
+    stamp: u32,
+    /// Per reservation: instances the solve's claims took.
+    used: Vec<u32>,
 }
 
 /// A capacity type as a domain of `DomainKeyId::CAPACITY_TYPE`.
@@ -136,7 +156,7 @@ impl<'a> Scheduler<'a> {
         t: InstanceTypeId,
         reqs: &Requirements,
         zones: Option<&IdVec<DomainId, bool>>,
-        cts: Option<[bool; 2]>,
+        cts: Option<[bool; CT_COUNT]>,
     ) -> Option<Offering> {
         self.cheapest_allowed(t, &self.offering_filter(reqs, zones, cts))
     }
@@ -147,11 +167,21 @@ impl<'a> Scheduler<'a> {
         &self,
         reqs: &Requirements,
         zones: Option<&IdVec<DomainId, bool>>,
-        cts: Option<[bool; 2]>,
+        cts: Option<[bool; CT_COUNT]>,
     ) -> OfferingFilter {
         let zone_set = reqs.get(LABEL_ZONE);
         let ct_set = reqs.get(LABEL_CAPACITY_TYPE);
+        let pool = if self.input.pricing.overlays.is_empty()
+            && self.input.pricing.reservations.is_empty()
+        {
+            None
+        } else {
+            reqs.get(LABEL_NODEPOOL)
+                .and_then(ValueSet::single_value)
+                .and_then(|name| self.pool_named(name))
+        };
         OfferingFilter {
+            pool,
             zones: self
                 .zones
                 .enumerate()
@@ -171,7 +201,12 @@ impl<'a> Scheduler<'a> {
         filter: &OfferingFilter,
     ) -> Option<Offering> {
         let mut best: Option<Offering> = None;
-        for (z, by_ct) in self.prices[t].enumerate() {
+        let prices = filter
+            .pool
+            .and_then(|p| self.pools.get(p))
+            .and_then(|p| p.prices.as_deref())
+            .unwrap_or(&self.prices);
+        for (z, by_ct) in prices[t].enumerate() {
             if !filter.zones[z] {
                 continue;
             }
@@ -180,6 +215,11 @@ impl<'a> Scheduler<'a> {
                     continue;
                 }
                 if let Some(p) = by_ct[ct_index(ct)] {
+                    if ct == CapacityType::Reserved
+                        && self.reservation_left(filter.pool, t, z).is_none()
+                    {
+                        continue;
+                    }
                     let better = match best {
                         None => true,
                         Some(b) => {
@@ -199,6 +239,59 @@ impl<'a> Scheduler<'a> {
             }
         }
         best
+    }
+
+    /// A reservation (index into the pricing's) for a node of type `t` in zone `z` of
+    /// `pool` (any pool when `None`) with an instance left in this solve.
+    pub(crate) fn reservation_left(
+        &self,
+        pool: Option<PoolId>,
+        t: InstanceTypeId,
+        z: DomainId,
+    ) -> Option<usize> {
+        let class = pool.map(|p| self.node_pool(p).node_class_ref.name.as_str());
+        let it = self.instance_type(t);
+        let zone = self.zones[z].as_str();
+        let ledger = &self.reserved;
+        let current = ledger.stamp == self.stamp;
+        self.input
+            .pricing
+            .reservations
+            .iter()
+            .enumerate()
+            .find(|(i, r)| {
+                let used = if current {
+                    ledger.used.get(*i).copied().unwrap_or(0)
+                } else {
+                    0
+                };
+                r.instance_type == it.name
+                    && r.zone == zone
+                    && r.available > used
+                    && class.is_none_or(|c| r.selected_by(c))
+            })
+            .map(|(i, _)| i)
+    }
+
+    /// Takes one instance of a reservation for a claim finished as type `t` in zone
+    /// `z` of `pool`: the next claims see one fewer. `false` when none is left.
+    pub(crate) fn take_reservation(
+        &mut self,
+        pool: PoolId,
+        t: InstanceTypeId,
+        z: DomainId,
+    ) -> bool {
+        let Some(i) = self.reservation_left(Some(pool), t, z) else {
+            return false;
+        };
+        let n = self.input.pricing.reservations.len();
+        let ledger = &mut self.reserved;
+        if ledger.stamp != self.stamp || ledger.used.len() != n {
+            ledger.stamp = self.stamp;
+            ledger.used = vec![0; n];
+        }
+        ledger.used[i] += 1;
+        true
     }
 
     /// What a node of type `t` in `pool` leaves pods: its allocatable (under the pool's

@@ -3,9 +3,10 @@
 //! takes it; when none does, a new claim is opened (`new_claims`). A failure is either
 //! permanent for the class (the bin is dropped from its candidates) or temporary.
 
-use crate::scheduling::requirements::Requirements;
+use crate::resources::Resources;
+use crate::scheduling::requirements::{MinValuesPolicy, Requirements};
 use crate::scheduling::topology::TopologyKey;
-use crate::scheduling::unschedulable::Unschedulable;
+use crate::scheduling::unschedulable::{Refusal, Unschedulable};
 
 use super::Scheduler;
 use super::bins::{BinPod, Origin};
@@ -171,8 +172,10 @@ impl Scheduler<'_> {
             }
             if self.pools[pool].has_min_values {
                 let reqs = merged.as_ref().unwrap_or(&bin.reqs);
-                if self.min_values_ok(pool, reqs, &total).is_err() {
-                    return Err(Fail::Temporary);
+                match self.min_values_within_policy(pool, reqs, &total) {
+                    Err(_) => return Err(Fail::Temporary),
+                    Ok(None) => {}
+                    Ok(Some(relaxed)) => merged = Some(relaxed),
                 }
             }
         }
@@ -185,6 +188,37 @@ impl Scheduler<'_> {
             }
         }
         Ok(Fit { merged, pins })
+    }
+
+    /// A new claim's requirements `reqs` holding `requests` in `pool` under the
+    /// minValues policy: `Ok(None)` when the fitting types keep every minValues; under
+    /// `BestEffort`, the requirements with each minimum they cannot keep lowered to the
+    /// distinct values they have (Karpenter's relaxation); under `Strict`, why not.
+    pub(super) fn min_values_within_policy(
+        &self,
+        pool: super::ids::PoolId,
+        reqs: &Requirements,
+        requests: &Resources,
+    ) -> Result<Option<Requirements>, Refusal> {
+        let Err(refusal) = self.min_values_ok(pool, reqs, requests) else {
+            return Ok(None);
+        };
+        if self.input.pricing.min_values_policy == MinValuesPolicy::Strict {
+            return Err(refusal);
+        }
+        let mut relaxed = reqs.clone();
+        let mut refusal = refusal;
+        // Each round lowers one key to what the types have; the keys are finite.
+        loop {
+            let Refusal::MinValues { key, distinct, .. } = &refusal else {
+                return Err(refusal);
+            };
+            relaxed.lower_min_values(key, *distinct as u32);
+            match self.min_values_ok(pool, &relaxed, requests) {
+                Ok(()) => return Ok(Some(relaxed)),
+                Err(next) => refusal = next,
+            }
+        }
     }
 
     pub(super) fn commit(&mut self, e: EClassId, pod: PodId, b: BinId, fit: Fit) {

@@ -1,9 +1,10 @@
 //! NodePools as the scheduler sees them: their requirements and taints, the DaemonSets
 //! their nodes would run (and what those take from each type), the types they may
-//! launch, the capacity they already use, and the limits and minValues a new claim must
-//! respect.
+//! launch (with their NodeOverlays' prices and extended resources), the capacity they
+//! already use, and the limits and minValues a new claim must respect.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use crate::api::model::{NodePool, Taint, TaintEffect};
 use crate::catalog::{InstanceType, LABEL_NODEPOOL};
@@ -15,6 +16,7 @@ use crate::scheduling::unschedulable::Refusal;
 use super::Scheduler;
 use super::duals::DualPrices;
 use super::ids::{IdVec, InstanceTypeId, PoolId};
+use super::setup::PoolPrices;
 
 /// A DaemonSet that would run on a pool's nodes (taints and pool requirements allow
 /// it); whether it runs on a given type depends on that type's labels.
@@ -42,6 +44,9 @@ pub(crate) struct PoolInfo {
     pub(crate) usage: Resources,
     pub(crate) has_min_values: bool,
     pub(crate) duals: Option<DualPrices>,
+    /// The pool's prices when NodeOverlays change some of them (`Scheduler::prices`
+    /// otherwise): offerings of claims in this pool are priced from here.
+    pub(crate) prices: Option<Arc<PoolPrices>>,
 }
 
 /// The first of `taints` that `tolerations` do not tolerate (PreferNoSchedule ones are
@@ -125,6 +130,7 @@ impl<'a> Scheduler<'a> {
                 .iter()
                 .find(|c| c.name == pool.node_class_ref.name)
                 .and_then(|class| crate::density::class_allocatable(input.catalog, class));
+            let overlays = &input.pricing.overlays;
             let usable = self
                 .prices
                 .ids()
@@ -133,10 +139,16 @@ impl<'a> Scheduler<'a> {
                         Some(per_type) => per_type[t.index()].clone(),
                         None => self.instance_type(t).allocatable.clone(),
                     };
+                    // NodeOverlays' extended resources (hugepages, a device), set
+                    // before the DaemonSets that use them take their share.
+                    if let Some(overlaid) = overlays.get(&pool.name, &self.instance_type(t).name) {
+                        overlaid.apply_capacity(&mut r);
+                    }
                     r.sub(&overhead[t]);
                     r
                 })
                 .collect();
+            let prices = self.overlaid_prices(pool);
             self.pools.push(PoolInfo {
                 reqs,
                 taints: pool.taints.clone(),
@@ -147,6 +159,7 @@ impl<'a> Scheduler<'a> {
                 usage,
                 has_min_values,
                 duals: None,
+                prices,
             });
         }
         // Static pools (`replicas`) never take new claims for pods: their nodes are

@@ -1,10 +1,13 @@
-//! Building the scheduler for one cluster: prices by type, zone and capacity type, the
+//! Building the scheduler for one cluster: prices by type, zone and capacity type (and
+//! per NodePool where its NodeOverlays change them), the
 //! keys a node gets from its type, the pools, domain keys and bins — and, in
 //! [`Scheduler::prepare`], the pending pods in placement order with their classes.
 //! Everything here depends on the cluster alone, so it is done once and then cloned or
 //! shared by every solve.
 
-use crate::api::model::TaintEffect;
+use std::sync::Arc;
+
+use crate::api::model::{NodePool, TaintEffect};
 use crate::catalog::{
     CapacityType, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL, LABEL_REGION, LABEL_ZONE,
 };
@@ -13,7 +16,12 @@ use crate::resources::{CPU, MEMORY};
 use crate::scheduling::fast_hash::FastMap;
 
 use super::ids::{DomainId, IdVec, InstanceTypeId, PodId};
+use super::offerings::ct_index;
 use super::{Scheduler, SchedulerInput};
+
+/// Prices by type, zone and capacity type (by `ct_index`); `None` where not offered.
+pub(crate) type PoolPrices =
+    IdVec<InstanceTypeId, IdVec<DomainId, [Option<f64>; CapacityType::ALL.len()]>>;
 
 /// Placement order: most CPU first, then most memory, then input order.
 pub(crate) fn largest_first(pods: &[Pod], a: PodId, b: PodId) -> std::cmp::Ordering {
@@ -36,7 +44,7 @@ impl<'a> Scheduler<'a> {
             }
         }
         let offered_zones = input.pricing.zones.len();
-        let prices: IdVec<InstanceTypeId, IdVec<DomainId, [Option<f64>; 2]>> = catalog
+        let prices: PoolPrices = catalog
             .types
             .iter()
             .map(|t| {
@@ -44,7 +52,7 @@ impl<'a> Scheduler<'a> {
                     .enumerate()
                     .map(|(z, zone)| {
                         if z.index() >= offered_zones {
-                            return [None, None];
+                            return [None; CapacityType::ALL.len()];
                         }
                         CapacityType::ALL.map(|ct| input.pricing.price(t, zone, ct))
                     })
@@ -103,6 +111,7 @@ impl<'a> Scheduler<'a> {
             blocked: IdVec::new(),
             bin_stamp: IdVec::new(),
             stamp: 0,
+            reserved: Default::default(),
             universe_cache: FastMap::default(),
             meeting_cache: IdVec::new(),
         };
@@ -132,6 +141,38 @@ impl<'a> Scheduler<'a> {
 }
 
 impl<'a> Scheduler<'a> {
+    /// The price table of `pool` when its NodeOverlays change prices: the cluster's,
+    /// with each overlaid offering's price changed. `None` when they change none.
+    pub(super) fn overlaid_prices(&self, pool: &NodePool) -> Option<Arc<PoolPrices>> {
+        let overlays = &self.input.pricing.overlays;
+        if !overlays.prices_in(&pool.name) {
+            return None;
+        }
+        let ids: FastMap<&str, InstanceTypeId> = self
+            .input
+            .catalog
+            .types
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.as_str(), InstanceTypeId::from_index(i)))
+            .collect();
+        let mut table = self.prices.clone();
+        for (name, overlaid) in overlays.types_in(&pool.name) {
+            let Some(&t) = ids.get(name).filter(|_| overlaid.has_prices()) else {
+                continue;
+            };
+            for (z, zone) in self.zones.enumerate() {
+                for ct in CapacityType::ALL {
+                    let slot = &mut table[t][z][ct_index(ct)];
+                    if let (Some(base), Some(change)) = (*slot, overlaid.price_change(zone, ct)) {
+                        *slot = Some(change.apply(base));
+                    }
+                }
+            }
+        }
+        Some(Arc::new(table))
+    }
+
     /// Input pod `p`.
     pub(crate) fn pod(&self, p: PodId) -> &'a Pod {
         &self.input.pods[p.index()]

@@ -8,8 +8,8 @@ use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
 
 use super::{
-    do_not_disrupt, label_selector, namespace_or_default, node_requirement, quantity, taint_effect,
-    unix,
+    do_not_disrupt, do_not_disrupt_duration, label_selector, namespace_or_default,
+    node_requirement, pod_deletion_cost, quantity, taint_effect, unix,
 };
 use crate::api::model::{NodeRequirement, Operator};
 use crate::cluster::{
@@ -81,6 +81,13 @@ pub fn pod_from_k8s(pod: &core::Pod) -> Result<Pod, SnapshotError> {
     let annotations = pod.metadata.annotations.as_ref();
     out.mirror = annotations.is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
     out.do_not_disrupt = annotations.is_some_and(do_not_disrupt);
+    match annotations.and_then(do_not_disrupt_duration) {
+        Some(Ok(secs)) => out.do_not_disrupt_for = Some(secs),
+        Some(Err(invalid)) => out.do_not_disrupt_invalid = Some(invalid),
+        None => {}
+    }
+    out.deletion_cost = annotations.and_then(pod_deletion_cost);
+    out.priority = spec.priority;
     out.created_at = pod.metadata.creation_timestamp.as_ref().map(unix);
     out.started_at = pod
         .status

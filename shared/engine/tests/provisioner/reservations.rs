@@ -1,0 +1,219 @@
+//! Capacity reservations through the provisioner's tick, over the in-memory fakes: the
+//! EC2NodeClass's `capacityReservationSelectorTerms` read through the `Cloud` port,
+//! reserved offerings preferred while a reservation has room, the fallback to
+//! on-demand once it is used up, the node labels, `CapacityReservationsReady`, and a
+//! Capacity Block's nodes drained before it ends.
+
+use std::time::Duration;
+
+use nodewright_core::api::model::{CapacityReservationSelectorTerm, NodePool, Operator};
+use nodewright_core::catalog::{
+    CapacityType, LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_RESERVATION_TYPE,
+    LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, ReservationType,
+};
+use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
+use nodewright_core::testing::{general_purpose_pool, pod};
+use nodewright_engine::fakes::{FakeReservation, ManualClock, node_class};
+use nodewright_engine::ports::{Clock, ConditionStatus, ObjectKind};
+
+use super::Env;
+
+/// The general-purpose pool limited to m5.xlarge, allowing reserved and on-demand.
+fn reserved_pool() -> NodePool {
+    let mut p = general_purpose_pool();
+    for r in &mut p.requirements {
+        if r.key == LABEL_CAPACITY_TYPE {
+            r.values = vec!["reserved".into(), "on-demand".into()];
+        }
+    }
+    let mut it = p.requirements[0].clone();
+    it.key = LABEL_INSTANCE_TYPE.into();
+    it.operator = Operator::In;
+    it.values = vec!["m5.xlarge".into()];
+    p.requirements.push(it);
+    p
+}
+
+/// The parent's fakes, with `reservation` in EC2, the class selecting it and the pool
+/// allowing reserved capacity.
+fn env_with(reservation: FakeReservation) -> Env {
+    let env = Env::new();
+    env.cloud.add_reservation(reservation);
+    let mut class = node_class("default");
+    class.capacity_reservation_selector_terms = vec![CapacityReservationSelectorTerm {
+        id: Some("cr-0aaaa".into()),
+        ..Default::default()
+    }];
+    env.cluster.with_state(|s| {
+        s.node_pools = vec![reserved_pool()];
+        s.node_classes = vec![class];
+    });
+    env
+}
+
+fn live_claims(env: &Env) -> Vec<NodeClaim> {
+    env.store
+        .claims()
+        .into_iter()
+        .filter(|c| !c.state.is_terminal())
+        .collect()
+}
+
+/// Pods of 3 CPUs: one per m5.xlarge (3.92 allocatable).
+fn add_pods(env: &Env, n: usize) {
+    for i in 0..n {
+        env.cluster.add_pod(pod(&format!("train-{i}"), "3", "4Gi"));
+    }
+}
+
+#[tokio::test]
+async fn reserved_capacity_is_used_up_first_then_on_demand_and_the_count_comes_back_on_termination()
+{
+    let env = env_with(FakeReservation::new(
+        "cr-0aaaa",
+        "m5.xlarge",
+        "us-east-1a",
+        2,
+    ));
+    add_pods(&env, 3);
+    let prov = env.provisioner();
+    let report = prov.tick().await.unwrap();
+    assert_eq!(report.launched.len(), 3, "{report:#?}");
+    let reserved: Vec<_> = report
+        .launched
+        .iter()
+        .filter(|l| l.capacity_type == CapacityType::Reserved)
+        .collect();
+    assert_eq!(reserved.len(), 2, "{report:#?}");
+    assert!(reserved.iter().all(|l| l.zone == "us-east-1a"));
+    // Priced as Karpenter prices a reservation: as good as free.
+    assert!(reserved.iter().all(|l| l.price_per_hour < 1e-6));
+    assert_eq!(
+        report
+            .launched
+            .iter()
+            .filter(|l| l.capacity_type == CapacityType::OnDemand)
+            .count(),
+        1,
+        "the third falls back to on-demand: {report:#?}"
+    );
+    assert_eq!(env.cloud.reservation_available("cr-0aaaa"), Some(0));
+    // The nodes carry the reservation's labels once registered.
+    let claims = live_claims(&env);
+    let in_reservation: Vec<&NodeClaim> = claims
+        .iter()
+        .filter(|c| c.capacity_type == Some(CapacityType::Reserved))
+        .collect();
+    assert!(in_reservation.iter().all(|c| {
+        c.labels
+            .get(LABEL_CAPACITY_RESERVATION_ID)
+            .map(String::as_str)
+            == Some("cr-0aaaa")
+            && c.labels
+                .get(LABEL_CAPACITY_RESERVATION_TYPE)
+                .map(String::as_str)
+                == Some("default")
+    }));
+    let nodes = env.cluster.register_from(&env.cloud);
+    for n in &nodes {
+        env.cluster.set_ready(n);
+    }
+    prov.tick().await.unwrap();
+    let labelled: Vec<_> = env
+        .cluster
+        .nodes()
+        .into_iter()
+        .filter(|n| n.labels.get(LABEL_CAPACITY_TYPE).map(String::as_str) == Some("reserved"))
+        .collect();
+    assert_eq!(labelled.len(), 2);
+    assert!(labelled.iter().all(|n| {
+        n.labels
+            .get(LABEL_CAPACITY_RESERVATION_ID)
+            .map(String::as_str)
+            == Some("cr-0aaaa")
+    }));
+    let class = env
+        .cluster
+        .status(ObjectKind::Ec2NodeClass, "default")
+        .expect("the class's status");
+    let ready = class
+        .condition("CapacityReservationsReady")
+        .expect("CapacityReservationsReady");
+    assert_eq!(ready.condition.status, ConditionStatus::True);
+
+    // An instance leaving the reservation gives its place back.
+    let id = in_reservation[0].instance_id.clone().unwrap();
+    env.ports.cloud.terminate(&[id]).await.unwrap();
+    assert_eq!(env.cloud.reservation_available("cr-0aaaa"), Some(1));
+}
+
+#[tokio::test]
+async fn a_capacity_blocks_nodes_are_drained_before_it_ends_and_nothing_new_launches_into_it() {
+    let clock_start = ManualClock::default().now();
+    let end = clock_start + 3 * 3600;
+    let mut block = FakeReservation::new("cr-0aaaa", "m5.xlarge", "us-east-1b", 2);
+    block.reservation_type = ReservationType::CapacityBlock;
+    block.end_time = Some(end);
+    let env = env_with(block);
+    add_pods(&env, 1);
+    let prov = env.provisioner();
+    let report = prov.tick().await.unwrap();
+    assert_eq!(report.launched.len(), 1);
+    assert_eq!(report.launched[0].capacity_type, CapacityType::Reserved);
+    let claim = live_claims(&env).remove(0);
+    assert_eq!(
+        claim
+            .labels
+            .get(LABEL_CAPACITY_RESERVATION_TYPE)
+            .map(String::as_str),
+        Some("capacity-block")
+    );
+    let nodes = env.cluster.register_from(&env.cloud);
+    env.cluster.set_ready(&nodes[0]);
+    env.cluster.bind_pod("default/train-0", &nodes[0]);
+    prov.tick().await.unwrap();
+
+    // 39 minutes before its end the block is expiring: its node is taken away with a
+    // deadline of 30 minutes before the end.
+    env.clock
+        .advance(Duration::from_secs((end - clock_start - 39 * 60) as u64));
+    let report = prov.tick().await.unwrap();
+    let claim = env
+        .store
+        .claims()
+        .into_iter()
+        .find(|c| c.name == claim.name)
+        .unwrap();
+    // Drained within the poll: its one pod went to a new node.
+    assert!(
+        claim.state.is_being_taken_away() || claim.state == ClaimState::Terminated,
+        "{claim:#?}"
+    );
+    let disruption = claim.disruption.as_ref().unwrap();
+    assert_eq!(
+        disruption.cause,
+        DisruptionCause::CapacityReservationExpiring
+    );
+    assert_eq!(disruption.deadline, Some(end - 30 * 60));
+    assert!(
+        report
+            .lifecycle
+            .disrupted
+            .iter()
+            .any(|d| d.claim == claim.name
+                && d.cause == DisruptionCause::CapacityReservationExpiring),
+        "{report:#?}"
+    );
+    assert!(
+        env.store
+            .all_decisions()
+            .iter()
+            .any(|d| d.action.contains("before its capacity block ends")),
+    );
+    // The block still has room, but nothing new launches into an expiring one.
+    assert_eq!(env.cloud.reservation_available("cr-0aaaa"), Some(2));
+    env.cluster.add_pod(pod("train-9", "3", "4Gi"));
+    let report = prov.tick().await.unwrap();
+    assert_eq!(report.launched.len(), 1, "{report:#?}");
+    assert_eq!(report.launched[0].capacity_type, CapacityType::OnDemand);
+}
