@@ -156,13 +156,19 @@ fn balanced_skips_a_node_that_even_deleted_would_not_be_worth_it() {
 #[test]
 fn a_high_priority_pod_makes_its_node_the_last_to_consolidate() {
     // Two m5.xlarge alike but for the priority of their one pod, and a budget of one
-    // node: the node whose pod matters less goes first (priority 10^8 costs ~4).
+    // node: the node whose pod matters less goes first (priority 10^8 costs ~4, so its
+    // node saves less per disruption). `room` is not managed: it only takes pods.
+    let mut room = node("room", "m5.2xlarge", "on-demand");
+    room["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("karpenter.sh/nodepool");
     let mut items = vec![
         node("a", "m5.xlarge", "on-demand"),
         pod_on("a-pod", "a", "500m"),
         node("b", "m5.xlarge", "on-demand"),
         pod_on("b-pod", "b", "500m"),
-        node("room", "m5.2xlarge", "on-demand"),
+        room,
         pod_on("room-0", "room", "3"),
         pod_on("room-1", "room", "3"),
     ];

@@ -298,7 +298,9 @@ pub async fn network(url: &str, cluster: &str) -> Network {
         .group_id
         .unwrap();
 
-    // moto ships Amazon AMIs; pick one per architecture and tag them for this test.
+    // moto ships Amazon AMIs; pick one per architecture and tag it for this test. The
+    // least tagged one: every emulated cluster of a run tags one (the moto server is
+    // shared), and EC2 allows 50 tags on a resource.
     let images = ec2
         .describe_images()
         .owners("amazon")
@@ -310,7 +312,15 @@ pub async fn network(url: &str, cluster: &str) -> Network {
     let pick = |arch: &str| {
         images
             .iter()
-            .find(|i| i.architecture.as_ref().map(|a| a.as_str()) == Some(arch))
+            .filter(|i| i.architecture.as_ref().map(|a| a.as_str()) == Some(arch))
+            // moto also lists images with ids EC2 would not accept (`ami-ekswin`).
+            .filter(|i| {
+                i.image_id
+                    .as_deref()
+                    .and_then(|id| id.strip_prefix("ami-"))
+                    .is_some_and(|hex| hex.chars().all(|c| c.is_ascii_hexdigit()))
+            })
+            .min_by_key(|i| i.tags.as_ref().map_or(0, Vec::len))
             .and_then(|i| i.image_id.clone())
             .unwrap_or_else(|| panic!("moto has no {arch} AMI"))
     };

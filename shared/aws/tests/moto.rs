@@ -529,6 +529,7 @@ fn launch_request(
         node_class: class,
         resolved,
         offerings,
+        prices_overlaid: false,
         labels: BTreeMap::from([
             ("karpenter.sh/nodepool".to_string(), "default".to_string()),
             ("karpenter.sh/nodeclaim".to_string(), claim.to_string()),
@@ -851,6 +852,71 @@ async fn launches_tag_instances_and_reuse_one_launch_template() {
         data.iam_instance_profile.unwrap().name,
         resolved.instance_profile
     );
+}
+
+#[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn offerings_a_node_overlay_priced_launch_in_their_order_with_a_prioritized_fleet() {
+    let url = moto!();
+    let cluster = unique("prio");
+    let net = network(&url, &cluster).await;
+    let cloud = cloud(&url, &cluster, &net).await;
+    let class = node_class(&cluster, vec![alias()]);
+    let resolved = cloud.resolve_node_class(&class, K8S).await.unwrap();
+    // A Savings Plan overlay made m5.xlarge cheaper than EC2's list says c5.xlarge is.
+    let offerings = vec![
+        on_demand("m5.xlarge", "us-east-1a", 0.134),
+        on_demand("c5.xlarge", "us-east-1a", 0.17),
+    ];
+    let ec2 = aws_sdk_ec2::Client::new(&sdk_config(&url).await);
+    let fleets_before = ec2
+        .describe_fleets()
+        .send()
+        .await
+        .unwrap()
+        .fleets
+        .unwrap_or_default()
+        .len();
+    for (claim, overlaid) in [("default-p1", true), ("default-p2", false)] {
+        let mut request = launch_request(claim, class.clone(), resolved.clone(), offerings.clone());
+        request.prices_overlaid = overlaid;
+        cloud.launch(&request).await.unwrap();
+    }
+    let fleets = ec2.describe_fleets().send().await.unwrap().fleets.unwrap();
+    let ours = &fleets[fleets_before..];
+    assert_eq!(ours.len(), 2, "{ours:#?}");
+    let strategy = |f: &aws_sdk_ec2::types::FleetData| {
+        f.on_demand_options
+            .as_ref()
+            .and_then(|o| o.allocation_strategy.clone())
+            .map(|s| s.as_str().to_string())
+    };
+    let priorities = |f: &aws_sdk_ec2::types::FleetData| -> Vec<(String, Option<f64>)> {
+        f.launch_template_configs
+            .iter()
+            .flatten()
+            .flat_map(|c| c.overrides.iter().flatten())
+            .map(|o| {
+                (
+                    o.instance_type
+                        .as_ref()
+                        .map(|t| t.as_str().to_string())
+                        .unwrap_or_default(),
+                    o.priority,
+                )
+            })
+            .collect()
+    };
+    assert_eq!(strategy(&ours[0]).as_deref(), Some("prioritized"));
+    assert_eq!(
+        priorities(&ours[0]),
+        [
+            ("m5.xlarge".to_string(), Some(0.0)),
+            ("c5.xlarge".to_string(), Some(1.0))
+        ]
+    );
+    assert_eq!(strategy(&ours[1]).as_deref(), Some("lowest-price"));
+    assert!(priorities(&ours[1]).iter().all(|(_, p)| p.is_none()));
 }
 
 #[tokio::test]

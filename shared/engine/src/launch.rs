@@ -283,6 +283,7 @@ impl Launcher {
         let subnet_zones: HashSet<&str> =
             resolved.subnets.iter().map(|s| s.zone.as_str()).collect();
         let mut offerings = Vec::new();
+        let mut prices_overlaid = false;
         for t in &claim.instance_type_options {
             let Some(it) = world.catalog.get(t) else {
                 continue;
@@ -307,6 +308,10 @@ impl Launcher {
                     // The pool's NodeOverlays order the offerings, as they ordered
                     // the plan's options.
                     if let Some(price) = world.pricing.price_in(&pool.name, it, zone, ct) {
+                        prices_overlaid |= world
+                            .pricing
+                            .price(it, zone, ct)
+                            .is_some_and(|base| (base - price).abs() > 1e-12);
                         offerings.push(Offering {
                             instance_type: t.clone(),
                             zone: zone.clone(),
@@ -333,6 +338,7 @@ impl Launcher {
             node_class: node_class.clone(),
             resolved,
             offerings,
+            prices_overlaid,
             labels,
             taints,
             kubernetes_version: world.kubernetes_version.clone(),

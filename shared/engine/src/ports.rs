@@ -163,6 +163,10 @@ pub struct LaunchRequest {
     pub resolved: ResolvedNodeClass,
     /// Candidate offerings, cheapest first (at most 60 reach CreateFleet).
     pub offerings: Vec<Offering>,
+    /// A NodeOverlay changed the price of some of `offerings`: their order, not EC2's
+    /// list prices, decides which on-demand type launches (CreateFleet's `prioritized`
+    /// strategy, as Karpenter launches claims with a price overlay applied).
+    pub prices_overlaid: bool,
     /// Node labels the kubelet registers with (NodePool template labels, nodepool,
     /// capacity type, nodeclaim).
     pub labels: BTreeMap<String, String>,

@@ -132,6 +132,9 @@ impl Ec2Cloud {
         let mut tried: Vec<Offering> = Vec::new();
         // (architecture, reservation) -> template name.
         let mut template_for: HashMap<(String, Option<String>), String> = HashMap::new();
+        // A NodeOverlay priced these offerings: launch in their order, not EC2's list
+        // prices (on-demand only; spot keeps price-capacity-optimized, as Karpenter).
+        let prioritized = request.prices_overlaid && capacity_type == CapacityType::OnDemand;
         // Override (type, zone) -> the reservation it launches into.
         let mut reservation_of: HashMap<(String, String), String> = HashMap::new();
         for offering in offerings {
@@ -169,10 +172,14 @@ impl Ec2Cloud {
                     r.id.clone(),
                 );
             }
-            let o = FleetLaunchTemplateOverridesRequest::builder()
+            let mut o = FleetLaunchTemplateOverridesRequest::builder()
                 .instance_type(offering.instance_type.as_str().into())
-                .subnet_id(&subnet.id)
-                .build();
+                .subnet_id(&subnet.id);
+            if prioritized {
+                // EC2 launches the lowest number first: the offerings' own order.
+                o = o.priority(tried.len() as f64);
+            }
+            let o = o.build();
             match configs.iter_mut().find(|(name, _)| *name == template) {
                 Some((_, overrides)) => overrides.push(o),
                 None => configs.push((template, vec![o])),
@@ -220,7 +227,11 @@ impl Ec2Cloud {
             CapacityType::Reserved if capacity_block => fleet,
             CapacityType::OnDemand | CapacityType::Reserved => fleet.on_demand_options(
                 OnDemandOptionsRequest::builder()
-                    .allocation_strategy(FleetOnDemandAllocationStrategy::LowestPrice)
+                    .allocation_strategy(if prioritized {
+                        FleetOnDemandAllocationStrategy::Prioritized
+                    } else {
+                        FleetOnDemandAllocationStrategy::LowestPrice
+                    })
                     .build(),
             ),
             CapacityType::Spot => fleet.spot_options(

@@ -297,6 +297,7 @@ impl FakeCloud {
                 reservations: vec![],
             },
             offerings: vec![],
+            prices_overlaid: false,
             labels: BTreeMap::new(),
             taints: vec![],
             kubernetes_version: String::new(),
@@ -376,6 +377,7 @@ impl FakeCloud {
                 reservations: vec![],
             },
             offerings: vec![],
+            prices_overlaid: false,
             labels,
             taints: vec![],
             kubernetes_version: String::new(),
@@ -539,8 +541,21 @@ impl Cloud for FakeCloud {
             )));
         }
         let subnet_zones: HashSet<&str> = inner.subnets.iter().map(|s| s.zone.as_str()).collect();
+        // EC2's choice: on-demand at its own list price (`lowest-price`), unless the
+        // request asks for its own order (`prioritized`, prices a NodeOverlay set);
+        // spot at the request's prices (EC2's spot prices, as gathered).
+        let ec2_price = |o: &Offering| match o.capacity_type {
+            CapacityType::OnDemand if !request.prices_overlaid => inner
+                .catalog
+                .get(&o.instance_type)
+                .and_then(|t| t.on_demand_price)
+                .unwrap_or(o.price),
+            _ => o.price,
+        };
         let mut order: Vec<&Offering> = request.offerings.iter().collect();
-        order.sort_by(|a, b| a.price.total_cmp(&b.price));
+        if !request.prices_overlaid {
+            order.sort_by(|a, b| ec2_price(a).total_cmp(&ec2_price(b)));
+        }
         let mut refused = Vec::new();
         let mut chosen = None;
         for o in order {

@@ -244,6 +244,7 @@ mod tests {
                 reservations: vec![],
             },
             offerings,
+            prices_overlaid: false,
             labels: BTreeMap::new(),
             taints: vec![],
             kubernetes_version: "1.33".into(),

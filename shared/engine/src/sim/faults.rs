@@ -859,6 +859,7 @@ mod tests {
                 offering("m5.4xlarge", 0.768),
                 offering("m5.8xlarge", 1.536),
             ],
+            prices_overlaid: false,
             labels: BTreeMap::new(),
             taints: vec![],
             kubernetes_version: "1.33".into(),

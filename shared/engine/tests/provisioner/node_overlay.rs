@@ -103,6 +103,9 @@ async fn a_discount_overlay_plans_m5_and_every_overlay_gets_its_validation_statu
         ["m5.large", "c5.large"],
         "options cheapest first at their overlaid prices"
     );
+    // EC2 would launch the c5.large, cheaper at its list price, from a lowest-price
+    // fleet: the launch asks for the overlaid order instead (prioritized).
+    assert_eq!(report.launched[0].instance_type, "m5.large", "{report:?}");
 
     assert_eq!(
         validation(&cluster, "savings"),
