@@ -5,10 +5,14 @@
 //! the request), backed off on throttling, and recorded `Launched` or `LaunchFailed` —
 //! in the store, the decision log and an Event on the claim's first pod. A claim left
 //! `Launching` by a crash is adopted (its instance is found by tag) or launched again
-//! with the same ClientToken ([`Launcher::recover_launching`]): never twice.
+//! with the same ClientToken ([`Launcher::recover_launching`]): never twice. A claim
+//! another invocation wrote moments ago (the disruption function launching a
+//! replacement) is left to it for [`LAUNCH_IN_FLIGHT`]: its CreateFleet may be under
+//! way, and a second request would at best repeat it.
 
 use std::collections::{BTreeMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -38,6 +42,11 @@ fn take_reservation(world: &mut Gathered, id: Option<&str>) -> Option<Reservatio
     r.available = r.available.saturating_sub(1);
     Some(taken)
 }
+
+/// How long a `Launching` claim another invocation wrote is presumed to be launching
+/// there: CreateFleet with its ICE fallback and throttling backoff (4 attempts from
+/// 500 ms) takes seconds, so a claim still `Launching` after this was left by a crash.
+pub const LAUNCH_IN_FLIGHT: Duration = Duration::from_secs(30);
 
 /// CreateFleet accepts at most this many overrides per request.
 pub const MAX_OFFERINGS: usize = 60;
@@ -106,6 +115,10 @@ pub(crate) struct Launcher {
     config: LaunchConfig,
     /// Feeds claim names; with the lease token and time it makes them unique.
     seq: AtomicU64,
+    /// Claims this launcher began to launch and did not see through (deferred, or the
+    /// tick aborted): no CreateFleet of theirs is under way, so they are recovered at
+    /// once rather than after [`LAUNCH_IN_FLIGHT`].
+    attempted: Mutex<HashSet<String>>,
 }
 
 impl Launcher {
@@ -114,6 +127,7 @@ impl Launcher {
             ports,
             config,
             seq: AtomicU64::new(0),
+            attempted: Mutex::new(HashSet::new()),
         }
     }
 
@@ -121,9 +135,19 @@ impl Launcher {
         &self.ports
     }
 
+    fn attempted(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        // A panic while holding it leaves only names in it: still usable.
+        self.attempted.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn attempted_here(&self, claim: &str) -> bool {
+        self.attempted().contains(claim)
+    }
+
     /// Claims found `Launching` at tick start: a previous tick wrote them and then
     /// crashed, or left them after retryable errors. Each is adopted (its instance,
-    /// tagged with its name, exists) or launched again with the same ClientToken.
+    /// tagged with its name, exists) or launched again with the same ClientToken,
+    /// unless another invocation wrote it less than [`LAUNCH_IN_FLIGHT`] ago.
     pub(crate) async fn recover_launching(
         &self,
         world: &mut Gathered,
@@ -135,6 +159,8 @@ impl Launcher {
             .filter(|c| c.state == ClaimState::Launching)
             .cloned()
             .collect();
+        let now = self.ports.clock.now();
+        let in_flight = i64::try_from(LAUNCH_IN_FLIGHT.as_secs()).unwrap_or(30);
         for claim in launching {
             let found = world
                 .owned
@@ -180,6 +206,10 @@ impl Launcher {
                     }
                     Err(e) => return Err(e),
                 }
+                continue;
+            }
+            if now - claim.updated_at < in_flight && !self.attempted_here(&claim.name) {
+                info!(claim = %claim.name, "claim Launching for moments, maybe in another invocation's CreateFleet; left to it");
                 continue;
             }
             let Some(pool) = world
@@ -358,7 +388,12 @@ impl Launcher {
             let why = format!("EC2NodeClass {:?} cannot be used", claim.node_class);
             return self.fail(&claim, &why, world, log).await;
         };
-        match self.launch(&claim, request, world).await? {
+        self.attempted().insert(claim.name.clone());
+        let outcome = self.launch(&claim, request, world).await?;
+        if !matches!(outcome, LaunchOutcome::Deferred(_)) {
+            self.attempted().remove(&claim.name);
+        }
+        match outcome {
             LaunchOutcome::Launched(next, l) => {
                 info!(
                     claim = %next.name,

@@ -10,6 +10,7 @@ use nodewright_core::testing::{general_purpose_pool, pod};
 use nodewright_engine::fakes::{
     CloudOp, ClusterOp, FakeCloud, FakeCluster, ManualClock, MemoryStore, StoreOp, node_class,
 };
+use nodewright_engine::launch::LAUNCH_IN_FLIGHT;
 use nodewright_engine::lifecycle::{
     LABEL_INITIALIZED, LABEL_NODECLAIM, LABEL_REGISTERED, TAINT_UNREGISTERED,
 };
@@ -313,10 +314,11 @@ async fn concurrent_ticks_on_threads_launch_exactly_once() {
 }
 
 #[tokio::test]
-async fn a_crash_after_the_claim_write_is_resumed_with_one_launch() {
+async fn a_claim_another_invocation_just_wrote_is_left_to_it_then_relaunched_once_stale() {
     let env = Env::new();
     env.add_pods("web", 2);
-    // A previous tick wrote the claim and died before CreateFleet.
+    // Another invocation (a previous tick, or the disruption function launching a
+    // replacement) wrote the claim; its CreateFleet may still be under way.
     let now = env.clock.now_millis() as i64 / 1000;
     env.store
         .create_claim(&launching_claim(
@@ -326,13 +328,23 @@ async fn a_crash_after_the_claim_write_is_resumed_with_one_launch() {
         ))
         .await
         .unwrap();
-    let report = env.provisioner().tick().await.unwrap();
+    let prov = env.provisioner();
+    let report = prov.tick().await.unwrap();
+    assert!(
+        report.launched.is_empty() && report.planned.is_empty(),
+        "left to the invocation that wrote it, and its pods are its own: {report:?}"
+    );
+    assert!(!env.cloud.call_counts().contains_key(&CloudOp::Launch));
+    // Still Launching well past any CreateFleet: that invocation died before it.
+    env.clock.advance(LAUNCH_IN_FLIGHT);
+    let report = prov.tick().await.unwrap();
     assert_eq!(report.launched.len(), 1, "{report:?}");
     assert_eq!(report.launched[0].name, "general-purpose-crash");
     assert!(
         report.planned.is_empty(),
         "the recovered claim absorbs the pods: {report:?}"
     );
+    assert_eq!(env.cloud.call_counts()[&CloudOp::Launch], 1);
     assert_eq!(env.cloud.instances().len(), 1);
     assert_eq!(
         env.cloud.instances()[0].request.claim_name,
