@@ -324,6 +324,13 @@ def check_queue(template: dict) -> list[str]:
                 need = r["Properties"].get("Timeout", 3) + p.get("MaximumBatchingWindowInSeconds", 0)
                 if visibility < need:
                     problems.append(f"InterruptionQueue: VisibilityTimeout {visibility} < {name} timeout + batching window ({need})")
+    # A killed invocation's messages come back only after the visibility timeout: past
+    # 90 s, a redelivered spot warning (2 minutes) leaves no time to drain the node.
+    if visibility > 90:
+        problems.append(
+            f"InterruptionQueue: VisibilityTimeout {visibility} > 90 s: the redelivery of a spot "
+            "warning whose invocation died would come too late to drain before EC2 takes the instance"
+        )
     if receives and isinstance(retention, int) and receives * visibility >= retention:
         problems.append(
             f"InterruptionQueue: {receives} receives x {visibility} s visibility >= {retention} s retention: "
@@ -579,6 +586,10 @@ def queue_without_dlq(t):
     t["Resources"]["InterruptionQueue"]["Properties"].pop("RedrivePolicy")
 
 
+def redeliver_after_the_spot_deadline(t):
+    t["Resources"]["InterruptionQueue"]["Properties"]["VisibilityTimeout"] = 160
+
+
 def table_drifts(t):
     t["Resources"]["StateTable"]["Properties"]["TimeToLiveSpecification"]["AttributeName"] = "ttl"
 
@@ -640,6 +651,7 @@ MUTATIONS = [
     (forget_batch_item_failures, "without ReportBatchItemFailures"),
     (unlimited_provisioner_concurrency, "without ReservedConcurrentExecutions"),
     (queue_without_dlq, "no RedrivePolicy"),
+    (redeliver_after_the_spot_deadline, "VisibilityTimeout 160 > 90 s"),
     (table_drifts, "differ from infra/dynamodb-table.json in: TimeToLiveSpecification"),
     (vpc_branch_wildcard, "wildcard action '*'"),
     (dlq_alarm_gone, "no alarm on AWS/SQS ApproximateNumberOfMessagesVisible"),

@@ -37,6 +37,10 @@ pub struct DisruptArgs {
     /// Allow replacing spot nodes by cheaper spot nodes (needs 15 cheaper spot types).
     #[arg(long)]
     spot_to_spot: bool,
+    // `--min-values-policy` and `--reservations`, as `plan` has them: replacements are
+    // planned as the disruption function plans them.
+    #[command(flatten)]
+    capacity: crate::reservations::CapacityArgs,
     #[arg(long, value_enum, default_value = "table")]
     output: Output,
     /// Print to stderr how long each step took, wall and CPU time, with the peak RSS
@@ -58,7 +62,8 @@ pub fn run(args: &DisruptArgs) -> Result<(), Failure> {
     let snapshot = load_snapshot(&args.snapshot)?;
     let custom = load_catalog(args.catalog.as_deref())?;
     let catalog = custom.as_ref().unwrap_or_else(|| Catalog::embedded());
-    let pricing = crate::pricing(zones(&args.zones)?, &manifests, catalog);
+    let mut pricing = crate::pricing(zones(&args.zones)?, &manifests, catalog);
+    args.capacity.apply(&mut pricing)?;
     timings.step("read snapshot and manifests");
     let input = DisruptionInput {
         snapshot: &snapshot,

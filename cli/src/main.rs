@@ -105,33 +105,10 @@ struct PlanArgs {
         default_value = "us-east-1a,us-east-1b,us-east-1c"
     )]
     zones: Vec<String>,
-    /// When the types that fit a claim cannot keep a NodePool's minValues: leave its
-    /// pods pending (strict), or lower the minimum and launch (best-effort), as
-    /// Karpenter's MIN_VALUES_POLICY.
-    #[arg(long, value_enum, default_value = "strict")]
-    min_values_policy: MinValuesPolicyArg,
-    /// Capacity reservations to launch into (`reservations: [{id, instanceType, zone,
-    /// available, reservationType, endTime, nodeClasses}]`): reserved offerings for
-    /// NodePools that allow `karpenter.sh/capacity-type: reserved`.
-    #[arg(long)]
-    reservations: Option<PathBuf>,
+    #[command(flatten)]
+    capacity: reservations::CapacityArgs,
     #[arg(long, value_enum, default_value = "table")]
     output: Output,
-}
-
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum MinValuesPolicyArg {
-    Strict,
-    BestEffort,
-}
-
-impl From<MinValuesPolicyArg> for nodewright_core::scheduling::requirements::MinValuesPolicy {
-    fn from(arg: MinValuesPolicyArg) -> Self {
-        match arg {
-            MinValuesPolicyArg::Strict => Self::Strict,
-            MinValuesPolicyArg::BestEffort => Self::BestEffort,
-        }
-    }
 }
 
 /// Why the command failed, and with which exit code.
@@ -296,10 +273,7 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
     let catalog = custom.as_ref().unwrap_or_else(|| Catalog::embedded());
     let zones = zones(&args.zones)?;
     let mut pricing = pricing(zones, &manifests, catalog);
-    pricing.min_values_policy = args.min_values_policy.into();
-    if let Some(path) = &args.reservations {
-        pricing.reservations = reservations::load(path)?;
-    }
+    args.capacity.apply(&mut pricing)?;
     let plan = plan_provisioning(&ProvisioningInput {
         snapshot: &snapshot,
         node_pools: &manifests.node_pools,

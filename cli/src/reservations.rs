@@ -1,16 +1,60 @@
-//! `--reservations FILE`: the capacity reservations `plan` may launch into, as YAML or
-//! JSON (`reservations: [{id, instanceType, zone, available, reservationType,
-//! endTime, nodeClasses}]`), standing for what DescribeCapacityReservations would
-//! report for the EC2NodeClasses' `capacityReservationSelectorTerms`. A reservation
-//! without `nodeClasses` is open to every class; with them, only to the classes named.
+//! What `plan` and `disrupt` may launch into beyond the catalog, as the functions see
+//! it: `--reservations FILE`, the capacity reservations, as YAML or JSON
+//! (`reservations: [{id, instanceType, zone, available, reservationType, endTime,
+//! nodeClasses}]`), standing for what DescribeCapacityReservations would report for the
+//! EC2NodeClasses' `capacityReservationSelectorTerms` (a reservation without
+//! `nodeClasses` is open to every class; with them, only to the classes named); and
+//! `--min-values-policy`, the stack's `MinValuesPolicy`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use nodewright_core::catalog::Reservation;
+use nodewright_core::catalog::{Pricing, Reservation};
+use nodewright_core::scheduling::requirements::MinValuesPolicy;
 
 use crate::{Failure, read};
+
+/// The flags `plan` and `disrupt` share about the capacity they may launch.
+#[derive(clap::Args)]
+pub(crate) struct CapacityArgs {
+    /// When the types that fit a claim cannot keep a NodePool's minValues: leave its
+    /// pods pending (strict), or lower the minimum and launch (best-effort), as
+    /// Karpenter's MIN_VALUES_POLICY.
+    #[arg(long, value_enum, default_value = "strict")]
+    min_values_policy: MinValuesPolicyArg,
+    /// Capacity reservations to launch into (`reservations: [{id, instanceType, zone,
+    /// available, reservationType, endTime, nodeClasses}]`): reserved offerings for
+    /// NodePools that allow `karpenter.sh/capacity-type: reserved`.
+    #[arg(long)]
+    reservations: Option<PathBuf>,
+}
+
+impl CapacityArgs {
+    /// Sets the policy on `pricing`, and the reservations when a file is given.
+    pub(crate) fn apply(&self, pricing: &mut Pricing) -> Result<(), Failure> {
+        pricing.min_values_policy = self.min_values_policy.into();
+        if let Some(path) = &self.reservations {
+            pricing.reservations = load(path)?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum MinValuesPolicyArg {
+    Strict,
+    BestEffort,
+}
+
+impl From<MinValuesPolicyArg> for MinValuesPolicy {
+    fn from(arg: MinValuesPolicyArg) -> Self {
+        match arg {
+            MinValuesPolicyArg::Strict => Self::Strict,
+            MinValuesPolicyArg::BestEffort => Self::BestEffort,
+        }
+    }
+}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -19,7 +63,7 @@ struct File {
 }
 
 /// The reservations in `path`; a field of the wrong shape is named with its path.
-pub(crate) fn load(path: &Path) -> Result<Vec<Reservation>, Failure> {
+fn load(path: &Path) -> Result<Vec<Reservation>, Failure> {
     let text = read(path)?;
     let de = serde_yaml_ng::Deserializer::from_str(&text);
     let file: File = serde_path_to_error::deserialize(de)

@@ -48,6 +48,29 @@ fn plan_json(args: &[&str]) -> Value {
     serde_json::from_slice(&out.stdout).expect("plan prints JSON")
 }
 
+/// Writes `contents` to `name` in a directory of its own under the temp dir.
+fn temp_file(name: &str, contents: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "nodewright-cli-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, contents).expect("a temp file");
+    path
+}
+
+/// `items` written as a `kubectl get -o json` List; the file's path.
+fn snapshot_file(items: Vec<Value>) -> String {
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+    temp_file("snapshot.json", &list.to_string())
+        .display()
+        .to_string()
+}
+
 /// A one-line error, exit 2, no panic or backtrace.
 fn assert_unusable(out: &Output, mentions: &[&str]) {
     let err = stderr(out);

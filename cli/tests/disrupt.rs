@@ -11,6 +11,8 @@ use serde_json::{Value, json};
 
 #[path = "disrupt/merges.rs"]
 mod merges;
+#[path = "disrupt/reservations.rs"]
+mod reservations;
 #[path = "disrupt/worth.rs"]
 mod worth;
 

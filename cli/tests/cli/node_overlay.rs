@@ -1,32 +1,18 @@
 //! NodeOverlays (`karpenter.sh/v1alpha1`) read from the manifest files by `validate`,
 //! `plan`, `disrupt` and `simulate`: a 30% discount on the m5 family flips the type
 //! chosen for new capacity and for a consolidation replacement, a capacity overlay lets
-//! a pod requesting huge pages be planned, and two overlays of equal weight that price
-//! the same offering are reported as a conflict.
+//! a pod requesting huge pages be planned, two overlays of equal weight that price
+//! the same offering are reported as a conflict, a NodePool limit counts the capacity an
+//! overlay adds, and `plan`'s JSON says which claims an overlay reached.
 
-use std::path::PathBuf;
 use std::process::Output;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
 
-use super::{example, nodewright, plan_json, stderr};
+use super::{example, nodewright, plan_json, snapshot_file, stderr, temp_file};
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn temp_file(name: &str, contents: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "nodewright-overlay-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).expect("a temp dir");
-    let path = dir.join(name);
-    std::fs::write(&path, contents).expect("a temp file");
-    path
 }
 
 /// The example's documents: (the NodePool and EC2NodeClass alone, all of them).
@@ -36,15 +22,6 @@ fn example_manifests() -> (String, String) {
         .find("---\napiVersion: karpenter.sh/v1alpha1")
         .expect("the example has NodeOverlays after the pool");
     (all[..first_overlay].to_string(), all)
-}
-
-fn snapshot(items: Vec<Value>) -> String {
-    temp_file(
-        "snapshot.json",
-        &json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string(),
-    )
-    .display()
-    .to_string()
 }
 
 fn pending_pod(name: &str, requests: Value) -> Value {
@@ -64,7 +41,7 @@ fn plan_types(manifests: &str, items: Vec<Value>) -> Value {
         "--nodepools",
         &pools.display().to_string(),
         "--snapshot",
-        &snapshot(items),
+        &snapshot_file(items),
     ])
 }
 
@@ -151,7 +128,7 @@ fn two_overlays_of_equal_weight_pricing_the_same_offering_conflict_and_the_later
         "--nodepools",
         &pools_file.display().to_string(),
         "--snapshot",
-        &snapshot(vec![pending_pod("web", one_cpu())]),
+        &snapshot_file(vec![pending_pod("web", one_cpu())]),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(
@@ -303,7 +280,7 @@ fn replacement_of(manifests: &str) -> Value {
         "--nodepools",
         &pools.display().to_string(),
         "--snapshot",
-        &snapshot(items),
+        &snapshot_file(items),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let decision: Value = serde_json::from_slice(&out.stdout).expect("JSON");
@@ -357,4 +334,104 @@ fn simulate_reads_node_overlays_from_its_manifest_files_and_launches_the_overlai
     let plain = temp_file("pools.yaml", &pools);
     assert_eq!(simulated_types(&plain.display().to_string()), ["c5.large"]);
     assert_eq!(simulated_types(&example("node-overlay.yaml")), ["m5.large"]);
+}
+
+// ----- limits count overlaid capacity ----------------------------------------------------
+
+#[test]
+fn a_pool_limit_on_a_device_only_an_overlay_adds_plans_two_nodes_and_names_the_limit() {
+    let (pools, _) = example_manifests();
+    let limited = pools.replacen(
+        "kind: NodePool\nmetadata:\n  name: default\nspec:\n",
+        "kind: NodePool\nmetadata:\n  name: default\nspec:\n  limits:\n    example.com/device: \"8\"\n",
+        1,
+    );
+    assert_ne!(limited, pools);
+    let manifests = format!(
+        "{limited}---\napiVersion: karpenter.sh/v1alpha1\nkind: NodeOverlay\nmetadata: {{name: devices}}\nspec:\n  requirements: []\n  capacity:\n    example.com/device: \"4\"\n"
+    );
+    let requests = json!({"cpu": "1", "memory": "1Gi", "example.com/device": "4"});
+    let pods = (0..3)
+        .map(|i| pending_pod(&format!("dev-{i}"), requests.clone()))
+        .collect();
+    let plan = plan_types(&manifests, pods);
+    // Each node has 4 devices (the overlay), each pod takes 4: the limit of 8 holds two.
+    let claims = plan["nodeClaims"].as_array().expect("claims");
+    assert_eq!(claims.len(), 2, "{plan:#}");
+    for claim in claims {
+        assert_eq!(
+            claim["overlaysApplied"],
+            json!({"capacity": true}),
+            "{plan:#}"
+        );
+    }
+    let unschedulable = plan["unschedulable"].as_array().expect("unschedulable");
+    assert_eq!(unschedulable.len(), 1, "{plan:#}");
+    let reason = unschedulable[0]["reason"].as_str().expect("a reason");
+    assert!(
+        reason.contains("NodePool \"default\" limits: example.com/device would reach 12 of 8"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn plan_json_says_which_claims_a_price_overlay_reached() {
+    let (pools, all) = example_manifests();
+    let with = plan_types(&all, vec![pending_pod("web", one_cpu())]);
+    // m5 is discounted (savings-plan) and has huge pages (hugepages).
+    assert_eq!(
+        with["nodeClaims"][0]["overlaysApplied"],
+        json!({"price": true, "capacity": true}),
+        "{with:#}"
+    );
+    let without = plan_types(&pools, vec![pending_pod("web", one_cpu())]);
+    assert!(
+        without["nodeClaims"][0].get("overlaysApplied").is_none(),
+        "{without:#}"
+    );
+}
+
+#[test]
+fn a_consolidation_replacement_counts_the_capacity_an_overlay_adds_against_the_limit() {
+    let (pools, _) = example_manifests();
+    let decision = |limit: &str| {
+        let limited = pools.replacen(
+            "kind: NodePool\nmetadata:\n  name: default\nspec:\n",
+            &format!(
+                "kind: NodePool\nmetadata:\n  name: default\nspec:\n  limits:\n    example.com/device: \"{limit}\"\n"
+            ),
+            1,
+        );
+        let manifests = consolidating(&format!(
+            "{limited}---\napiVersion: karpenter.sh/v1alpha1\nkind: NodeOverlay\nmetadata: {{name: devices}}\nspec:\n  requirements: []\n  capacity:\n    example.com/device: \"4\"\n"
+        ));
+        let file = temp_file("pools.yaml", &manifests);
+        let out = nodewright(&[
+            "disrupt",
+            "--output",
+            "json",
+            "--now",
+            NOW,
+            "--nodepools",
+            &file.display().to_string(),
+            "--snapshot",
+            &snapshot_file(vec![node("big", "c5.xlarge"), pod_on("web", "big")]),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice::<Value>(&out.stdout).expect("JSON")
+    };
+    // The node reports no devices; its replacement would have 4 (the overlay).
+    let fits = decision("4");
+    let replacement = &fits["commands"][0]["replacements"][0];
+    assert_eq!(replacement["instanceType"], "c5.large", "{fits:#}");
+    assert_eq!(
+        replacement["overlaysApplied"],
+        json!({"capacity": true}),
+        "{fits:#}"
+    );
+    let over = decision("3");
+    assert!(
+        over["commands"].as_array().is_none_or(Vec::is_empty),
+        "a replacement would reach 4 devices of 3: {over:#}"
+    );
 }

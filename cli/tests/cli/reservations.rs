@@ -2,24 +2,13 @@
 //! are preferred while a reservation has instances left, and the claims after it is
 //! used up fall back to on-demand.
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use serde_json::{Value, json};
 
-use super::{example, nodewright, plan_json, stderr};
+use super::{example, nodewright, plan_json, snapshot_file, stderr};
 
+/// `contents` in a file of its own; its path.
 fn temp_file(name: &str, contents: &str) -> String {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir: PathBuf = std::env::temp_dir().join(format!(
-        "nodewright-reservations-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).expect("a temp dir");
-    let path = dir.join(name);
-    std::fs::write(&path, contents).expect("a temp file");
-    path.display().to_string()
+    super::temp_file(name, contents).display().to_string()
 }
 
 /// `n` pending pods of 3 CPUs: one per m5.xlarge.
@@ -37,10 +26,7 @@ fn snapshot(n: usize) -> String {
             })
         })
         .collect();
-    temp_file(
-        "snapshot.json",
-        &json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string(),
-    )
+    snapshot_file(items)
 }
 
 fn capacity_types(plan: &Value) -> Vec<(String, String)> {

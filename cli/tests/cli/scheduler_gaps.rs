@@ -1,56 +1,18 @@
 //! Volume topology keys, volume zones under a minDomains spread, and hostname selectors,
 //! through `nodewright plan` on snapshots written as `kubectl get -o json` would.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
-
 use serde_json::{Value, json};
 
-fn nodewright(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nodewright"))
-        .args(args)
-        .output()
-        .expect("nodewright runs")
-}
-
-fn general_purpose_nodepool() -> String {
-    concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/core/tests/fixtures/nodepools/general-purpose.yaml"
-    )
-    .to_string()
-}
-
-/// Writes `items` as a List into a file of its own and returns its path.
-fn snapshot_file(name: &str, items: Vec<Value>) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("nodewright-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join(format!("{name}.json"));
-    let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
-    std::fs::write(&path, serde_json::to_vec(&list).unwrap()).expect("write snapshot");
-    path
-}
+use super::{general_purpose_nodepool, nodewright, plan_json, snapshot_file, temp_file};
 
 /// `nodewright plan` of `items` on the general-purpose NodePool, as JSON.
-fn planned(name: &str, items: Vec<Value>) -> Value {
-    let path = snapshot_file(name, items);
-    let pools = general_purpose_nodepool();
-    let args = [
-        "plan",
-        "--output",
-        "json",
+fn planned(items: Vec<Value>) -> Value {
+    plan_json(&[
         "--nodepools",
-        &pools,
+        &general_purpose_nodepool(),
         "--snapshot",
-        path.to_str().unwrap(),
-    ];
-    let out = nodewright(&args);
-    assert!(
-        out.status.success(),
-        "plan failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("plan prints JSON")
+        &snapshot_file(items),
+    ])
 }
 
 /// A pending pod kube-scheduler marked Unschedulable, labelled `app`, with `spec`
@@ -152,7 +114,7 @@ fn volumes_whose_zone_is_keyed_by_the_ebs_csi_driver_put_their_pods_claims_in_th
         json!({"volumes": uses_claim("data-db-0")}),
     )];
     items.extend(bound_volume("data-db-0", EBS_ZONE, "us-east-1c"));
-    let plan = planned("ebs-bound", items);
+    let plan = planned(items);
     let claims = plan["nodeClaims"].as_array().unwrap();
     assert_eq!(plan["unschedulable"], json!([]), "{plan}");
     assert_eq!(claims.len(), 1, "{plan}");
@@ -181,7 +143,7 @@ fn volumes_whose_zone_is_keyed_by_the_ebs_csi_driver_put_their_pods_claims_in_th
                 {"key": EBS_ZONE, "values": ["us-east-1b"]}]}]
         }),
     ];
-    let plan = planned("ebs-class", items);
+    let plan = planned(items);
     let claims = plan["nodeClaims"].as_array().unwrap();
     assert_eq!(plan["unschedulable"], json!([]), "{plan}");
     assert_eq!(claims.len(), 1, "{plan}");
@@ -220,7 +182,7 @@ fn a_pod_whose_volume_is_in_one_zone_is_placed_there_under_a_min_domains_three_z
         "topology.kubernetes.io/zone",
         "us-east-1a",
     ));
-    let plan = planned("volume-spread", items);
+    let plan = planned(items);
     assert_eq!(plan["unschedulable"], json!([]), "{plan}");
     let claims = plan["nodeClaims"].as_array().unwrap();
     assert_eq!(claims.len(), 1, "{plan}");
@@ -278,10 +240,7 @@ fn hostname_selectors_never_open_a_claim_alone_combined_or_under_ored_terms() {
         ),
     ];
     for (name, spec) in cases {
-        let plan = planned(
-            &format!("host-{name}"),
-            vec![pending_pod(name, name, "1", spec)],
-        );
+        let plan = planned(vec![pending_pod(name, name, "1", spec)]);
         assert_eq!(plan["nodeClaims"], json!([]), "{name}: {plan}");
         assert_eq!(
             plan["unschedulable"].as_array().map(Vec::len),
@@ -291,20 +250,17 @@ fn hostname_selectors_never_open_a_claim_alone_combined_or_under_ored_terms() {
     }
 
     // The node it names exists and has room: the pod goes there, still without a claim.
-    let plan = planned(
-        "host-existing",
-        vec![
-            node("ip-here", "us-east-1a"),
-            pending_pod(
-                "pinned",
-                "pinned",
-                "1",
-                json!({"nodeSelector": {HOST: "ip-here"}, "affinity": {"nodeAffinity": {
-                    "preferredDuringSchedulingIgnoredDuringExecution": [
-                        {"weight": 10, "preference": term(json!([host_in("ip-other")]))}]}}}),
-            ),
-        ],
-    );
+    let plan = planned(vec![
+        node("ip-here", "us-east-1a"),
+        pending_pod(
+            "pinned",
+            "pinned",
+            "1",
+            json!({"nodeSelector": {HOST: "ip-here"}, "affinity": {"nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 10, "preference": term(json!([host_in("ip-other")]))}]}}}),
+        ),
+    ]);
     assert_eq!(plan["nodeClaims"], json!([]), "{plan}");
     assert_eq!(
         plan["existingNodes"],
@@ -313,17 +269,14 @@ fn hostname_selectors_never_open_a_claim_alone_combined_or_under_ored_terms() {
     );
 
     // NotIn and Exists on the hostname leave every new node possible.
-    let plan = planned(
-        "host-not-in",
-        vec![pending_pod(
-            "roaming",
-            "roaming",
-            "1",
-            json!({"affinity": required(vec![term(json!([
-                {"key": HOST, "operator": "NotIn", "values": ["ip-gone"]},
-                {"key": HOST, "operator": "Exists"}]))])}),
-        )],
-    );
+    let plan = planned(vec![pending_pod(
+        "roaming",
+        "roaming",
+        "1",
+        json!({"affinity": required(vec![term(json!([
+            {"key": HOST, "operator": "NotIn", "values": ["ip-gone"]},
+            {"key": HOST, "operator": "Exists"}]))])}),
+    )]);
     assert_eq!(
         plan["nodeClaims"].as_array().map(Vec::len),
         Some(1),
@@ -333,7 +286,7 @@ fn hostname_selectors_never_open_a_claim_alone_combined_or_under_ored_terms() {
 
 /// The general-purpose NodePool limited to three types of two families, with
 /// `instance-family` minValues 3: no claim can keep it.
-fn pool_with_unkeepable_min_values() -> PathBuf {
+fn pool_with_unkeepable_min_values() -> String {
     let written = std::fs::read_to_string(general_purpose_nodepool()).unwrap();
     let limited = written.replace(
         "      requirements:\n",
@@ -348,38 +301,19 @@ fn pool_with_unkeepable_min_values() -> PathBuf {
         ),
     );
     assert_ne!(written, limited);
-    let dir = std::env::temp_dir().join(format!("nodewright-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("min-values-pool.yaml");
-    std::fs::write(&path, limited).unwrap();
-    path
+    temp_file("min-values-pool.yaml", &limited)
+        .display()
+        .to_string()
 }
 
 fn plan_min_values(policy: Option<&str>) -> Value {
-    let snapshot = snapshot_file(
-        "min-values",
-        vec![pending_pod("web-0", "web", "1", json!({}))],
-    );
+    let snapshot = snapshot_file(vec![pending_pod("web-0", "web", "1", json!({}))]);
     let pool = pool_with_unkeepable_min_values();
-    let mut args = vec![
-        "plan",
-        "--output",
-        "json",
-        "--nodepools",
-        pool.to_str().unwrap(),
-        "--snapshot",
-        snapshot.to_str().unwrap(),
-    ];
+    let mut args = vec!["--nodepools", &pool, "--snapshot", &snapshot];
     if let Some(p) = policy {
         args.extend(["--min-values-policy", p]);
     }
-    let out = nodewright(&args);
-    assert!(
-        out.status.success(),
-        "plan failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("plan prints JSON")
+    plan_json(&args)
 }
 
 #[test]

@@ -183,6 +183,30 @@ fn a_high_priority_pod_makes_its_node_the_last_to_consolidate() {
     );
 }
 
+#[test]
+fn the_node_with_the_best_savings_ratio_goes_first_whatever_its_age() {
+    // Karpenter v1.15's order (price over disruption): two m5.xlarge alike, "aged"
+    // 29 days into its 30-day expireAfter with two pods, "young" two hours old with
+    // one; a budget of one node. The young node's one pod costs less to move, so it
+    // goes first; an order by lifetime left would have taken the aged one.
+    let mut aged = node("aged", "m5.xlarge", "on-demand");
+    aged["metadata"]["creationTimestamp"] = json!("2026-10-25T10:00:00Z");
+    let items = vec![
+        aged,
+        pod_on("aged-0", "aged", "1"),
+        pod_on("aged-1", "aged", "1"),
+        node("young", "m5.xlarge", "on-demand"),
+        pod_on("young-0", "young", "1"),
+    ];
+    let one_at_a_time = "    consolidationPolicy: WhenEmptyOrUnderutilized\n    consolidateAfter: 30s\n    budgets:\n      - nodes: \"1\"\n";
+    let d = decide(&pools(one_at_a_time, M5_ON_DEMAND), items, &[]);
+    assert_eq!(
+        commands(&d),
+        [("single-node".to_string(), vec!["young".to_string()])],
+        "{d:#}"
+    );
+}
+
 /// A node in a 10-minute consolidateAfter pool, with one 500m pod.
 fn source_and_destination(destination_pod_started: &str) -> Vec<Value> {
     let mut items = vec![

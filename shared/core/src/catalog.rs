@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 
 use serde::Deserialize;
 
-use crate::resources::{Resources, parse_milli};
+use crate::resources::{RawQuantity, Resources};
 
 /// Spot price as a fraction of on-demand when no spot price is known (a 60% discount,
 /// in line with typical EC2 spot savings for c/m/r families).
@@ -127,23 +127,6 @@ struct RawInstanceType {
     on_demand_price_per_hour: Option<f64>,
 }
 
-/// Quantities may be written as strings ("940m") or bare numbers (8).
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum RawQuantity {
-    Text(String),
-    Number(serde_json::Number),
-}
-
-impl RawQuantity {
-    fn text(&self) -> String {
-        match self {
-            RawQuantity::Text(s) => s.clone(),
-            RawQuantity::Number(n) => n.to_string(),
-        }
-    }
-}
-
 /// A list of instance types. Cheap to share: planners hold it by reference.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Catalog {
@@ -195,7 +178,7 @@ impl Catalog {
             }
             let mut allocatable = Resources::new();
             for (resource, q) in &t.allocatable {
-                let milli = parse_milli(&q.text()).map_err(|source| CatalogError::Quantity {
+                let milli = q.milli().map_err(|source| CatalogError::Quantity {
                     index,
                     name: t.name.clone(),
                     resource: resource.clone(),

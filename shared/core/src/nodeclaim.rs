@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::CapacityType;
+use crate::overlay::OverlaysApplied;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
 pub enum ClaimState {
@@ -177,6 +178,11 @@ pub struct NodeClaim {
     /// written first, so two drivers of one claim never both send it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub terminate_requested_at: Option<i64>,
+    /// Whether NodeOverlays priced or sized any of `instance_type_options` when the
+    /// claim was made: its mirror's `karpenter.sh/price-overlay-applied` and
+    /// `capacity-overlay-applied` annotations. Absent in claims stored before.
+    #[serde(default, skip_serializing_if = "OverlaysApplied::is_none")]
+    pub overlays_applied: OverlaysApplied,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -358,6 +364,7 @@ impl NodeClaim {
             nodepool_hash: None,
             nodeclass_hash: None,
             terminate_requested_at: None,
+            overlays_applied: OverlaysApplied::default(),
         }
     }
 
@@ -398,6 +405,7 @@ impl NodeClaim {
             nodepool_hash: None,
             nodeclass_hash: None,
             terminate_requested_at: None,
+            overlays_applied: OverlaysApplied::default(),
         }
     }
 
@@ -492,6 +500,33 @@ mod tests {
             },
             100,
         )
+    }
+
+    #[test]
+    fn overlay_facts_ride_on_the_stored_claim_and_a_claim_stored_before_them_reads() {
+        let older = r#"{"name":"default-abcde","nodePool":"default","nodeClass":"default",
+            "state":"Launching","version":1,"instanceTypeOptions":["m5.large"],
+            "zones":["us-east-1a"],"capacityTypes":["on-demand"],"pods":[],
+            "createdAt":100,"updatedAt":100}"#;
+        let read: NodeClaim = serde_json::from_str(older).unwrap();
+        assert_eq!(read, claim());
+        assert!(read.overlays_applied.is_none());
+        // Written only when an overlay applied, and kept through every transition.
+        assert!(
+            !serde_json::to_string(&read)
+                .unwrap()
+                .contains("overlaysApplied")
+        );
+        let mut c = claim();
+        c.overlays_applied.capacity = true;
+        let text = serde_json::to_string(&c).unwrap();
+        assert!(
+            text.contains(r#""overlaysApplied":{"capacity":true}"#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<NodeClaim>(&text).unwrap(), c);
+        let moved = c.transition(ClaimState::Launched, 200, |_| {}).unwrap();
+        assert!(moved.overlays_applied.capacity && !moved.overlays_applied.price);
     }
 
     #[test]

@@ -20,6 +20,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use serde::{Deserialize, Serialize};
+
 use crate::api::model::NodePool;
 use crate::api::overlay::{InvalidOverlay, NodeOverlay, PriceChange, VALIDATION_SUCCEEDED};
 use crate::catalog::{
@@ -67,6 +69,30 @@ impl TypeOverlay {
                 allocatable.set_milli(MEMORY, memory.saturating_sub(milli).max(0));
             }
         }
+    }
+}
+
+/// The annotations Karpenter sets (`"true"`) on a NodeClaim when an overlay changed
+/// the price, or the capacity, of any of its instance-type options.
+pub const PRICE_OVERLAY_APPLIED: &str = "karpenter.sh/price-overlay-applied";
+pub const CAPACITY_OVERLAY_APPLIED: &str = "karpenter.sh/capacity-overlay-applied";
+
+/// Whether NodeOverlays changed a claim's instance-type options: some option has an
+/// overlaid price (in any of its offerings), some has overlaid capacity. What the
+/// [`PRICE_OVERLAY_APPLIED`] and [`CAPACITY_OVERLAY_APPLIED`] annotations say.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OverlaysApplied {
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub price: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub capacity: bool,
+}
+
+impl OverlaysApplied {
+    /// No overlay changed any option.
+    pub fn is_none(&self) -> bool {
+        !self.price && !self.capacity
     }
 }
 
@@ -122,6 +148,48 @@ impl OverlayTable {
             Some(change) => change.apply(base),
             None => base,
         }
+    }
+
+    /// The capacity NodePool `limits` count for a node of type `it` in `pool`: the
+    /// catalog's, with the overlaid resources set over it (Karpenter's
+    /// `ApplyCapacityOverlay`; huge pages come out of allocatable memory, not out of
+    /// capacity).
+    pub fn capacity(&self, pool: &str, it: &InstanceType) -> Resources {
+        let mut r = it.capacity.clone();
+        if let Some(t) = self.get(pool, &it.name) {
+            for (name, milli) in t.capacity() {
+                r.set_milli(name, milli);
+            }
+        }
+        r
+    }
+
+    /// Whether an overlay priced or sized any of `instance_types` in `pool`: Karpenter
+    /// checks a new NodeClaim's instance-type options, and annotates it. A static
+    /// pool's claims (`replicas`) are not annotated: Karpenter leaves their types to
+    /// the cloud provider.
+    pub fn applied_to_claim<'t>(
+        &self,
+        pool: &NodePool,
+        instance_types: impl IntoIterator<Item = &'t str>,
+    ) -> OverlaysApplied {
+        let mut applied = OverlaysApplied::default();
+        if pool.is_static() {
+            return applied;
+        }
+        let Some(types) = self.pools.get(&pool.name) else {
+            return applied;
+        };
+        for name in instance_types {
+            if let Some(t) = types.get(name) {
+                applied.price |= t.has_prices();
+                applied.capacity |= !t.capacity.is_empty();
+            }
+            if applied.price && applied.capacity {
+                break;
+            }
+        }
+        applied
     }
 
     /// The resources type `it` offers pods in `pool`: `allocatable` with the overlays'
@@ -641,6 +709,56 @@ mod tests {
             alloc.get_milli("memory"),
             it.allocatable.get_milli("memory") - gi
         );
+    }
+
+    #[test]
+    fn limits_count_overlaid_capacity_set_over_the_catalogs_and_claims_say_what_applied() {
+        let mut pools = [pool("a", &[]), pool("s", &[])];
+        pools[1].replicas = Some(2);
+        let gi = (1i64 << 30) * 1000;
+        let overlays = [
+            overlay("huge", 0, vec![m5()], None, &[("hugepages-2Mi", gi)]),
+            overlay(
+                "cheap-c5",
+                0,
+                vec![req(
+                    "karpenter.k8s.aws/instance-family",
+                    Operator::In,
+                    &["c5"],
+                )],
+                Some(PriceChange::Percent(-10.0)),
+                &[],
+            ),
+        ];
+        let r = resolve(&overlays, &pools, Catalog::embedded(), &zones());
+        let m5 = Catalog::embedded().get("m5.large").expect("m5.large");
+        let capacity = r.table.capacity("a", m5);
+        assert_eq!(capacity.get_milli("hugepages-2Mi"), gi);
+        // Huge pages leave allocatable memory smaller, not the capacity limits count.
+        assert_eq!(
+            capacity.get_milli("memory"),
+            m5.capacity.get_milli("memory")
+        );
+        assert_eq!(capacity.get_milli("cpu"), m5.capacity.get_milli("cpu"));
+        let applied =
+            |pool: &NodePool, types: &[&str]| r.table.applied_to_claim(pool, types.iter().copied());
+        assert_eq!(
+            applied(&pools[0], &["m5.large", "r5.large"]),
+            OverlaysApplied {
+                price: false,
+                capacity: true
+            }
+        );
+        assert_eq!(
+            applied(&pools[0], &["c5.large", "m5.large"]),
+            OverlaysApplied {
+                price: true,
+                capacity: true
+            }
+        );
+        assert!(applied(&pools[0], &["r5.large"]).is_none());
+        // Karpenter does not annotate a static pool's claims.
+        assert!(applied(&pools[1], &["c5.large", "m5.large"]).is_none());
     }
 
     #[test]

@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::api::model::{Ec2NodeClass, NodePool};
 use crate::catalog::{Catalog, Pricing};
 use crate::cluster::{ClusterSnapshot, NotProvisionable, Pod};
+use crate::overlay::OverlaysApplied;
 use crate::scheduling::{InFlightClaim, NewClaim, Requirements, SchedulerInput, schedule};
 
 /// One NodeClaim to launch.
@@ -32,6 +33,10 @@ pub struct PlannedNodeClaim {
     /// plan settled on for a multi-valued key (a pod's selector, a topology pin).
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub labels: std::collections::BTreeMap<String, String>,
+    /// Whether NodeOverlays priced or sized any of `instance_type_options`: the
+    /// NodeClaim's `karpenter.sh/price-overlay-applied` / `capacity-overlay-applied`.
+    #[serde(skip_serializing_if = "OverlaysApplied::is_none")]
+    pub overlays_applied: OverlaysApplied,
     /// Zones and capacity types the claim may launch in (the fleet may pick another
     /// offering than the cheapest when capacity is short).
     #[serde(skip)]
@@ -118,6 +123,7 @@ pub fn planned_claim_unnamed(c: &NewClaim) -> PlannedNodeClaim {
         price_per_hour: cheapest.price,
         pods: Vec::new(),
         labels: c.labels.clone(),
+        overlays_applied: c.overlays_applied,
         zones: c.zones.clone(),
         capacity_types: c
             .capacity_types

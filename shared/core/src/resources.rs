@@ -96,6 +96,25 @@ pub fn parse_milli(text: &str) -> Result<i64, QuantityError> {
     Ok(if negative { -magnitude } else { magnitude })
 }
 
+/// A quantity as a catalog or a manifest writes it: a string (`"940m"`, `"2Gi"`) or a
+/// bare number (`8`). Kept as written until [`RawQuantity::milli`] parses it.
+#[derive(Debug, serde::Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RawQuantity {
+    Text(String),
+    Number(serde_json::Number),
+}
+
+impl RawQuantity {
+    /// The quantity in milli-units, as [`parse_milli`] reads its text.
+    pub(crate) fn milli(&self) -> Result<i64, QuantityError> {
+        match self {
+            RawQuantity::Text(s) => parse_milli(s),
+            RawQuantity::Number(n) => parse_milli(&n.to_string()),
+        }
+    }
+}
+
 /// Whether a quantity string matches the pattern CRDs put on `resource.Quantity` fields
 /// (`^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$`),
 /// as on a NodePool's `spec.limits`. The API server checks it before anything parses

@@ -76,7 +76,8 @@ pub struct ScaleDownCandidate {
     pub claim: String,
     pub node: Option<String>,
     pub order: ScaleDownOrder,
-    /// Pods that would move, each costing 1, scaled by the lifetime the node has left.
+    /// The eviction costs of the node's pods (Karpenter's ReschedulingCost), scaled by
+    /// the lifetime the node has left.
     pub cost: f64,
     pub reason: String,
 }
@@ -299,7 +300,14 @@ fn candidate(
         }
         _ => 1.0,
     };
-    let cost = moving.len() as f64 * lifetime;
+    // Karpenter's ReschedulingCost: every pod bound to the node, at its eviction cost
+    // (priority and pod-deletion-cost move it).
+    let rescheduling: f64 = on_node
+        .iter()
+        .filter(|p| !p.terminal)
+        .map(|p| p.eviction_cost())
+        .sum();
+    let cost = rescheduling * lifetime;
     let (order, reason) = match blocker {
         Some(why) => (
             ScaleDownOrder::DoNotDisrupt,

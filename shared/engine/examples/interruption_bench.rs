@@ -105,6 +105,7 @@ async fn fleet() -> Fleet {
             nodepool_hash: None,
             nodeclass_hash: None,
             terminate_requested_at: None,
+            overlays_applied: Default::default(),
         };
         store.create_claim(&claim).await.expect("claim");
         instances.push(instance.id);

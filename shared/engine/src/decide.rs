@@ -8,7 +8,9 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use nodewright_core::catalog::{LABEL_ARCH, LABEL_NODEPOOL};
+use nodewright_core::catalog::{
+    LABEL_ARCH, LABEL_CAPACITY_RESERVATION_ID, LABEL_NODEPOOL, Pricing,
+};
 use nodewright_core::cluster::{ClusterSnapshot, Node, Pod};
 use nodewright_core::disruption::drift::{LaunchedWith, SelectedImage, Selection, external_drift};
 use nodewright_core::disruption::{Decision, DisruptionInput};
@@ -124,12 +126,13 @@ pub(crate) fn decide(
             .filter_map(|c| c.node_name.clone())
             .collect()
     });
+    let pricing = reservations_back(world, &hide);
     let input = DisruptionInput {
         snapshot: &snapshot,
         node_pools: &world.pools,
         node_classes: &world.state.node_classes,
         catalog: &world.catalog,
-        pricing: &world.pricing,
+        pricing: pricing.as_ref().unwrap_or(&world.pricing),
         in_flight: &in_flight,
         now,
         spot_to_spot,
@@ -138,6 +141,33 @@ pub(crate) fn decide(
         validating: validating.as_deref(),
     };
     decider(&input)
+}
+
+/// The pricing as it was before the `hidden` replacements launched, when one of them
+/// took an instance of a capacity reservation: EC2 counts that instance out of the
+/// reservation's `available`, and the view without the replacement would otherwise
+/// find the reservation full and its candidates' pods needing on-demand capacity, and
+/// abandon a command whose replacement is up. One instance back per such replacement;
+/// `None` when there is none.
+fn reservations_back(world: &Gathered, hidden: &HashSet<&str>) -> Option<Pricing> {
+    let mut taken: Vec<&str> = world
+        .claims
+        .iter()
+        .filter(|c| hidden.contains(c.name.as_str()))
+        .filter_map(|c| c.labels.get(LABEL_CAPACITY_RESERVATION_ID))
+        .map(String::as_str)
+        .collect();
+    taken.retain(|id| world.pricing.reservations.iter().any(|r| r.id == *id));
+    if taken.is_empty() {
+        return None;
+    }
+    let mut pricing = world.pricing.clone();
+    for id in taken {
+        if let Some(r) = pricing.reservations.iter_mut().find(|r| r.id == id) {
+            r.available += 1;
+        }
+    }
+    Some(pricing)
 }
 
 /// (node, why) for each managed node whose instance runs an AMI, sits in a subnet or

@@ -425,7 +425,7 @@ async fn handle_instance(
 
 enum Started {
     Won(NodeClaim),
-    /// Someone else changed the claim first: it is as read again.
+    /// Someone else took the claim out of service first: it is as read again.
     Lost(NodeClaim),
 }
 
@@ -462,7 +462,13 @@ async fn start(
         }
         Err(EngineError::Store(e)) if e.kind == ErrorKind::Conflict => {
             let current = ports.store.get_claim(&claim.name).await?;
-            Ok(Started::Lost(current.unwrap_or_else(|| claim.clone())))
+            match current {
+                // Another write came first but left the claim in service (an update
+                // of its record, a command given up): the race is still to run.
+                // The conflict goes up, and the instance is handled again as a whole.
+                Some(c) if c.state.can_become(ClaimState::Disrupting) => Err(EngineError::Store(e)),
+                current => Ok(Started::Lost(current.unwrap_or_else(|| claim.clone()))),
+            }
         }
         Err(e) => Err(e),
     }

@@ -169,31 +169,58 @@ impl Launcher {
                     i.claim_name.as_deref() == Some(claim.name.as_str()) && i.state != "terminated"
                 })
                 .cloned();
-            if let Some(inst) = found {
-                let price = world
+            if let Some(mut inst) = found {
+                // EC2 names the reservation a reserved instance runs in: its node gets
+                // the reservation's labels, from the reservations gathered (where the
+                // instance already counts); from one no longer listed, the id alone.
+                let reservation_id = inst
+                    .capacity_reservation_id
+                    .take()
+                    .filter(|_| inst.capacity_type == CapacityType::Reserved);
+                let reservation = reservation_id.as_deref().and_then(|id| {
+                    world
+                        .pricing
+                        .reservations
+                        .iter()
+                        .chain(&world.expiring_reservations)
+                        .find(|r| r.id == id)
+                        .cloned()
+                });
+                let mut claim = claim;
+                if let (Some(id), None) = (&reservation_id, &reservation) {
+                    // The store checks the claim's state and version, not its labels.
+                    claim.labels.insert(
+                        nodewright_core::catalog::LABEL_CAPACITY_RESERVATION_ID.to_string(),
+                        id.clone(),
+                    );
+                }
+                let on_demand = world
                     .catalog
                     .get(&inst.instance_type)
-                    .and_then(|it| world.pricing.price(it, &inst.zone, inst.capacity_type))
-                    .or_else(|| {
-                        world
-                            .catalog
-                            .get(&inst.instance_type)
-                            .and_then(|it| it.on_demand_price)
-                    })
-                    .unwrap_or(0.0);
+                    .and_then(|it| it.on_demand_price);
+                let price = match inst.capacity_type {
+                    // Paid for already, though the reservation may be full with it.
+                    CapacityType::Reserved => {
+                        on_demand.map(|p| p / nodewright_core::catalog::RESERVED_PRICE_DIVISOR)
+                    }
+                    ct => world
+                        .catalog
+                        .get(&inst.instance_type)
+                        .and_then(|it| world.pricing.price(it, &inst.zone, ct))
+                        .or(on_demand),
+                }
+                .unwrap_or(0.0);
                 let launched = Launched {
                     instance_id: inst.id.clone(),
                     instance_type: inst.instance_type.clone(),
                     zone: inst.zone.clone(),
                     capacity_type: inst.capacity_type,
                     price,
-                    // The instance listing does not say which reservation: the node
-                    // registers without the reservation labels.
-                    reservation_id: None,
+                    reservation_id,
                     unavailable: vec![],
                 };
                 match self
-                    .mark_launched(&claim, &launched, None, inst.launch_time)
+                    .mark_launched(&claim, &launched, reservation.as_ref(), inst.launch_time)
                     .await
                 {
                     Ok(next) => {
@@ -261,7 +288,10 @@ impl Launcher {
     }
 
     /// A `Launching` claim for `spec`, carrying the drift hashes of its NodePool and
-    /// EC2NodeClass as they are now (written on its node at registration).
+    /// EC2NodeClass as they are now (written on its node at registration), and whether
+    /// the pool's NodeOverlays priced or sized any of its options (as the plan found
+    /// with the same overlays; a disruption command's replacement is checked against
+    /// the overlays of the tick that launches it, as Karpenter checks at creation).
     pub(crate) fn new_claim(
         &self,
         spec: ClaimSpec,
@@ -269,7 +299,12 @@ impl Launcher {
         world: &Gathered,
         now: i64,
     ) -> NodeClaim {
+        let overlays_applied = world
+            .pricing
+            .overlays
+            .applied_to_claim(pool, spec.instance_type_options.iter().map(String::as_str));
         let mut claim = NodeClaim::launching(spec, now);
+        claim.overlays_applied = overlays_applied;
         claim.nodepool_hash = Some(hash::nodepool_hash(pool));
         claim.nodeclass_hash = world
             .classes

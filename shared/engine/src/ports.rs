@@ -225,6 +225,10 @@ pub struct Instance {
     pub subnet_id: Option<String>,
     /// `SecurityGroups[].GroupId`; empty when not known.
     pub security_group_ids: Vec<String>,
+    /// `CapacityReservationId`: the capacity reservation it runs in, as EC2 says (an
+    /// on-demand instance may also run in an open one it was not launched into: only
+    /// a `Reserved` instance was launched into its reservation); `None` when in none.
+    pub capacity_reservation_id: Option<String>,
 }
 
 #[async_trait]

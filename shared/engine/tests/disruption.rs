@@ -37,6 +37,9 @@ mod worth;
 #[path = "disruption/min_values.rs"]
 mod min_values;
 
+#[path = "disruption/reservations.rs"]
+mod reservations;
+
 const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 /// 2025-01-01T00:00:00Z.
 const START: i64 = 1_735_689_600;
@@ -105,6 +108,7 @@ fn test_decider(expire: Arc<Mutex<HashSet<String>>>) -> Decider {
                         price_per_hour: 0.192,
                         pods: pods.iter().map(|p| p.key()).collect(),
                         labels: Default::default(),
+                        overlays_applied: Default::default(),
                         zones: vec![zone],
                         capacity_types: vec!["on-demand".into()],
                         requirements: Default::default(),

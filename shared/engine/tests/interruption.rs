@@ -106,6 +106,7 @@ impl Env {
             nodepool_hash: None,
             nodeclass_hash: None,
             terminate_requested_at: None,
+            overlays_applied: Default::default(),
         };
         self.store.create_claim(&claim).await.unwrap();
         Owned {
@@ -606,40 +607,61 @@ async fn a_failed_attempt_does_not_block_its_retry() {
     );
 }
 
-/// Found by the chaos soak: the conditional write to Disrupting throttled, the message
-/// went back to SQS, and its redelivery (after the 160-s visibility timeout) came after
-/// EC2 had taken the instance with its pods.
-#[tokio::test]
-async fn a_throttled_write_is_tried_again_within_the_invocation_not_after_a_redelivery() {
+/// A spot warning for a claim whose first write to Disrupting fails with `error`,
+/// handled within one invocation (50 s): the outcome, and the same event's redelivery's.
+async fn warning_after_a_failed_write(
+    error: StoreError,
+) -> (InterruptionOutcome, InterruptionOutcome) {
     let env = Env::new();
-    let o = env.owned("spot-t", CapacityType::Spot).await;
+    let o = env.owned("spot-w", CapacityType::Spot).await;
     env.pod("web-0", &o.node, "web");
-    env.store.fail_next(
-        StoreOp::UpdateClaim,
-        StoreError::new(ErrorKind::Throttled, "slow down"),
-    );
+    env.store.fail_next(StoreOp::UpdateClaim, error);
     let input = spot_warning("e-1", &o.instance, env.now() + 120);
-    let until = env.now() + 60;
-
     let outcome = handle_interruption_until(
         &env.ports,
         &InterruptionConfig::default(),
         input.clone(),
-        until,
+        env.now() + 50,
     )
     .await
     .unwrap();
+    (outcome, env.handle(input).await.unwrap())
+}
 
+/// Found by the chaos soak: the conditional write to Disrupting throttled, the message
+/// went back to SQS, and its redelivery (after the visibility timeout, 160 s then) came
+/// after EC2 had taken the instance with its pods.
+#[tokio::test]
+async fn a_throttled_write_is_tried_again_within_the_invocation_not_after_a_redelivery() {
+    let (outcome, again) =
+        warning_after_a_failed_write(StoreError::new(ErrorKind::Throttled, "slow down")).await;
     assert_eq!(
         action(&outcome),
         InstanceAction::Disrupted {
             state: ClaimState::Terminated
         }
     );
+    assert_eq!(again, InterruptionOutcome::Duplicate);
+}
+
+/// Found by the chaos soak: the conditional write to Disrupting lost to another write
+/// that left the claim in service (Initialized); the warning was taken for one another
+/// event was handling, and EC2 took the instance with its pods two minutes later.
+#[tokio::test]
+async fn a_warning_whose_write_lost_to_an_update_that_left_the_claim_in_service_still_drains_it() {
+    let (outcome, again) = warning_after_a_failed_write(StoreError::new(
+        ErrorKind::Conflict,
+        "version changed: another writer",
+    ))
+    .await;
     assert_eq!(
-        env.handle(input).await.unwrap(),
-        InterruptionOutcome::Duplicate
+        action(&outcome),
+        InstanceAction::Disrupted {
+            state: ClaimState::Terminated
+        },
+        "{outcome:?}"
     );
+    assert_eq!(again, InterruptionOutcome::Duplicate);
 }
 
 #[tokio::test]

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use nodewright_core::api::model::{Taint, TaintEffect};
+use nodewright_core::api::model::{NodeRequirement, Taint, TaintEffect};
 use nodewright_core::catalog::{CapacityType, Catalog};
 use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim};
 use nodewright_core::testing::{general_purpose_pool, pod};
@@ -55,16 +55,26 @@ impl Env {
     }
 
     fn provisioner(&self) -> Provisioner {
-        Provisioner::new(
-            self.ports.clone(),
-            ProvisionerConfig::new("test-cluster", "holder-a"),
-        )
+        self.provisioner_with(|_| {})
+    }
+
+    /// The provisioner with its configuration changed by `configure`.
+    fn provisioner_with(&self, configure: impl FnOnce(&mut ProvisionerConfig)) -> Provisioner {
+        let mut config = ProvisionerConfig::new("test-cluster", "holder-a");
+        configure(&mut config);
+        Provisioner::new(self.ports.clone(), config)
     }
 
     fn dry_run(&self) -> Provisioner {
         let mut config = ProvisionerConfig::new("test-cluster", "holder-dry");
         config.dry_run = true;
         Provisioner::new(self.ports.clone(), config)
+    }
+
+    /// Adds `requirements` to the NodePool's.
+    fn require(&self, requirements: impl IntoIterator<Item = NodeRequirement>) {
+        self.cluster
+            .with_state(|s| s.node_pools[0].requirements.extend(requirements));
     }
 
     fn add_pods(&self, prefix: &str, n: usize) {
@@ -1239,6 +1249,9 @@ mod min_values;
 
 #[path = "provisioner/node_overlay.rs"]
 mod node_overlay;
+
+#[path = "provisioner/overlay_annotations.rs"]
+mod overlay_annotations;
 
 #[path = "provisioner/reservations.rs"]
 mod reservations;

@@ -578,7 +578,7 @@ async fn a_node_karpenter_launched_is_adopted_and_then_handled_like_any_other() 
 //
 // `Scenario::run` runs the provisioner on its schedule (one invocation at a time, 55 s
 // each, polling every 5 s, woken by the interruption function), the interruption
-// function on its SQS queue (real EventBridge JSON, at-least-once delivery, 150 s
+// function on its SQS queue (real EventBridge JSON, at-least-once delivery, 60 s
 // invocations), workloads whose replicas change over time, and disturbances at their
 // times. Each test asserts the end state and the bounds below.
 

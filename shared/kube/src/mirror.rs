@@ -22,6 +22,7 @@ use nodewright_core::catalog::{
     LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE,
 };
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
+use nodewright_core::overlay::{CAPACITY_OVERLAY_APPLIED, PRICE_OVERLAY_APPLIED};
 
 /// The label every mirror carries, and its value: what marks a NodeClaim as ours.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -116,6 +117,13 @@ pub fn mirror_of(claim: &NodeClaim) -> Option<Mirror> {
     annotations.insert(STATE_ANNOTATION.into(), claim.state.as_str().into());
     if let Some(price) = claim.price_per_hour {
         annotations.insert(PRICE_ANNOTATION.into(), format!("{price}"));
+    }
+    // Karpenter's: an overlay priced or sized one of the claim's instance-type options.
+    if claim.overlays_applied.price {
+        annotations.insert(PRICE_OVERLAY_APPLIED.into(), "true".into());
+    }
+    if claim.overlays_applied.capacity {
+        annotations.insert(CAPACITY_OVERLAY_APPLIED.into(), "true".into());
     }
     let requirement = |key: &str, values: Vec<String>| {
         (!values.is_empty()).then(|| Requirement {
@@ -538,6 +546,37 @@ mod tests {
         assert_eq!(mirror_of(&done), None);
         done.state = ClaimState::LaunchFailed;
         assert_eq!(mirror_of(&done), None);
+    }
+
+    #[test]
+    fn a_claim_whose_options_an_overlay_changed_carries_karpenters_annotations() {
+        let plain = mirror_of(&claim()).unwrap();
+        assert!(!plain.annotations.contains_key(PRICE_OVERLAY_APPLIED));
+        assert!(!plain.annotations.contains_key(CAPACITY_OVERLAY_APPLIED));
+        let mut priced = initialized();
+        priced.overlays_applied.price = true;
+        let m = mirror_of(&priced).unwrap();
+        assert_eq!(
+            m.annotations.get("karpenter.sh/price-overlay-applied"),
+            Some(&"true".to_string())
+        );
+        assert!(!m.annotations.contains_key(CAPACITY_OVERLAY_APPLIED));
+        priced.overlays_applied.capacity = true;
+        let m = mirror_of(&priced).unwrap();
+        assert_eq!(m.annotations[CAPACITY_OVERLAY_APPLIED], "true");
+        let object = m.object();
+        assert_eq!(
+            object["metadata"]["annotations"]["karpenter.sh/capacity-overlay-applied"],
+            "true"
+        );
+        // Written on an existing mirror by the metadata patch, and read back as itself.
+        assert_eq!(
+            m.metadata_patch(Some(&plain))["metadata"]["annotations"]["karpenter.sh/price-overlay-applied"],
+            "true"
+        );
+        let mut stored = object;
+        stored["status"] = m.status_patch()["status"].clone();
+        assert_eq!(seen(&stored).mirror, Some(m));
     }
 
     #[test]

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use aws_sdk_ec2::types::{Filter, InstanceLifecycleType, StatusType, SummaryStatus};
+use aws_sdk_ec2::types::{
+    CapacityReservationPreference, Filter, InstanceLifecycleType, StatusType, SummaryStatus,
+};
 
 use nodewright_core::catalog::CapacityType;
 use nodewright_core::repair::ImpairedInstance;
@@ -176,48 +178,13 @@ impl Ec2Cloud {
                 .await
                 .map_err(|e| cloud_error("DescribeInstances", e))?;
             for reservation in out.reservations.unwrap_or_default() {
-                for i in reservation.instances.unwrap_or_default() {
-                    let Some(id) = i.instance_id else { continue };
-                    let tags: BTreeMap<String, String> = i
-                        .tags
+                instances.extend(
+                    reservation
+                        .instances
                         .unwrap_or_default()
                         .into_iter()
-                        .filter_map(|t| Some((t.key?, t.value.unwrap_or_default())))
-                        .collect();
-                    let instance = Instance {
-                        id,
-                        instance_type: i
-                            .instance_type
-                            .map(|t| t.as_str().to_string())
-                            .unwrap_or_default(),
-                        zone: i
-                            .placement
-                            .and_then(|p| p.availability_zone)
-                            .unwrap_or_default(),
-                        // The `instance-lifecycle` filter is not universally implemented;
-                        // the field is.
-                        capacity_type: match i.instance_lifecycle {
-                            Some(InstanceLifecycleType::Spot) => CapacityType::Spot,
-                            _ => CapacityType::OnDemand,
-                        },
-                        state: i
-                            .state
-                            .and_then(|s| s.name)
-                            .map(|n| n.as_str().to_string())
-                            .unwrap_or_default(),
-                        claim_name: tags.get(TAG_NODECLAIM).cloned(),
-                        launch_time: i.launch_time.map(|t| t.secs()).unwrap_or(0),
-                        image_id: i.image_id.filter(|s| !s.is_empty()),
-                        subnet_id: i.subnet_id.filter(|s| !s.is_empty()),
-                        security_group_ids: i
-                            .security_groups
-                            .unwrap_or_default()
-                            .into_iter()
-                            .filter_map(|g| g.group_id)
-                            .collect(),
-                    };
-                    instances.push((instance, tags));
-                }
+                        .filter_map(read_instance),
+                );
             }
             match out.next_token {
                 Some(t) if !t.is_empty() => next = Some(t),
@@ -226,6 +193,59 @@ impl Ec2Cloud {
         }
         Ok(instances)
     }
+}
+
+/// An instance as DescribeInstances lists it, with its tags; `None` without an id.
+/// It is `reserved` when it runs in a capacity reservation it was launched into
+/// (`CapacityReservationsOnly`, as every reserved launch is): an on-demand instance
+/// that landed in an open reservation stays on-demand, as in Karpenter.
+fn read_instance(i: aws_sdk_ec2::types::Instance) -> Option<(Instance, BTreeMap<String, String>)> {
+    let id = i.instance_id?;
+    let tags: BTreeMap<String, String> = i
+        .tags
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|t| Some((t.key?, t.value.unwrap_or_default())))
+        .collect();
+    let capacity_reservation_id = i.capacity_reservation_id.filter(|s| !s.is_empty());
+    let targeted = i
+        .capacity_reservation_specification
+        .and_then(|s| s.capacity_reservation_preference)
+        == Some(CapacityReservationPreference::CapacityReservationsOnly);
+    let instance = Instance {
+        id,
+        instance_type: i
+            .instance_type
+            .map(|t| t.as_str().to_string())
+            .unwrap_or_default(),
+        zone: i
+            .placement
+            .and_then(|p| p.availability_zone)
+            .unwrap_or_default(),
+        // The `instance-lifecycle` filter is not universally implemented; the field is.
+        capacity_type: match i.instance_lifecycle {
+            Some(InstanceLifecycleType::Spot) => CapacityType::Spot,
+            _ if targeted && capacity_reservation_id.is_some() => CapacityType::Reserved,
+            _ => CapacityType::OnDemand,
+        },
+        state: i
+            .state
+            .and_then(|s| s.name)
+            .map(|n| n.as_str().to_string())
+            .unwrap_or_default(),
+        claim_name: tags.get(TAG_NODECLAIM).cloned(),
+        launch_time: i.launch_time.map(|t| t.secs()).unwrap_or(0),
+        image_id: i.image_id.filter(|s| !s.is_empty()),
+        subnet_id: i.subnet_id.filter(|s| !s.is_empty()),
+        security_group_ids: i
+            .security_groups
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|g| g.group_id)
+            .collect(),
+        capacity_reservation_id,
+    };
+    Some((instance, tags))
 }
 
 /// `i-` followed by 8 or 17 lowercase hex digits.
@@ -257,5 +277,62 @@ mod tests {
         assert!(!is_instance_id("i-123"));
         assert!(!is_instance_id("sg-1234abcd"));
         assert!(!is_instance_id("i-0123456789abcdef0 "));
+    }
+
+    /// An instance as DescribeInstances lists one nodewright launched, with `spec` as
+    /// its capacity reservation specification and `id` as its reservation.
+    fn listed(
+        spec: Option<CapacityReservationPreference>,
+        id: Option<&str>,
+    ) -> aws_sdk_ec2::types::Instance {
+        use aws_sdk_ec2::types::{CapacityReservationSpecificationResponse, Tag};
+        aws_sdk_ec2::types::Instance::builder()
+            .instance_id("i-0123456789abcdef0")
+            .instance_type(aws_sdk_ec2::types::InstanceType::M5Xlarge)
+            .set_capacity_reservation_id(id.map(str::to_string))
+            .set_capacity_reservation_specification(spec.map(|p| {
+                CapacityReservationSpecificationResponse::builder()
+                    .capacity_reservation_preference(p)
+                    .build()
+            }))
+            .tags(
+                Tag::builder()
+                    .key(TAG_NODECLAIM)
+                    .value("default-abcde")
+                    .build(),
+            )
+            .build()
+    }
+
+    #[test]
+    fn an_instance_launched_into_a_reservation_is_read_as_reserved_with_its_reservation() {
+        let (instance, _) = read_instance(listed(
+            Some(CapacityReservationPreference::CapacityReservationsOnly),
+            Some("cr-0aaaa"),
+        ))
+        .unwrap();
+        assert_eq!(instance.capacity_type, CapacityType::Reserved);
+        assert_eq!(
+            instance.capacity_reservation_id.as_deref(),
+            Some("cr-0aaaa")
+        );
+        assert_eq!(instance.claim_name.as_deref(), Some("default-abcde"));
+    }
+
+    #[test]
+    fn an_on_demand_instance_that_landed_in_an_open_reservation_stays_on_demand() {
+        let (instance, _) = read_instance(listed(
+            Some(CapacityReservationPreference::Open),
+            Some("cr-0open"),
+        ))
+        .unwrap();
+        assert_eq!(instance.capacity_type, CapacityType::OnDemand);
+        assert_eq!(
+            instance.capacity_reservation_id.as_deref(),
+            Some("cr-0open")
+        );
+        let (plain, _) = read_instance(listed(None, None)).unwrap();
+        assert_eq!(plain.capacity_type, CapacityType::OnDemand);
+        assert_eq!(plain.capacity_reservation_id, None);
     }
 }

@@ -26,7 +26,9 @@ use super::duration::{
     EXPECTED_DURATION, EXPECTED_DURATION_OR_NEVER, parse_budget_duration, parse_duration,
     parse_nillable_duration,
 };
-use super::labels::{label_key_problem, label_restriction, label_value_problem};
+use super::labels::{
+    label_key_problem, label_restriction, label_value_problem, normalize_label_key,
+};
 use super::load::NODE_CLASS_KIND;
 use super::model::{
     Budget, BudgetNodes, ConsolidationPolicy, Disruption, DisruptionReason, NodeClassRef, NodePool,
@@ -74,8 +76,11 @@ pub(super) fn validate_node_pool(
     let meta = template.metadata.unwrap_or_default();
     let labels = meta.labels.unwrap_or_default();
     check_labels(&labels, report);
-    let requirements =
-        with_default_capacity_type(requirements(tspec.requirements.unwrap_or_default(), report));
+    let requirements = with_default_capacity_type(requirements(
+        tspec.requirements.unwrap_or_default(),
+        &NODE_POOL_REQUIREMENTS,
+        report,
+    ));
     let taints = taints(
         tspec.taints.unwrap_or_default(),
         "spec.template.spec.taints",
@@ -147,16 +152,51 @@ fn check_labels(labels: &BTreeMap<String, String>, report: &mut Report<'_>) {
     }
 }
 
-fn requirements(raw: Vec<raw::Requirement>, report: &mut Report<'_>) -> Vec<NodeRequirement> {
-    check_max_items(report, REQUIREMENTS, raw.len(), 100);
+/// Where the requirements of one kind of object follow rules of their own. Both kinds
+/// share Karpenter's `NodeSelectorRequirement` checks (key pattern and restricted
+/// labels, known operators, no values for Exists/DoesNotExist, one non-negative integer
+/// for Gt/Lt/Gte/Lte, label-value values, at most 100 requirements); a NodePool's are
+/// [`NODE_POOL_REQUIREMENTS`], a NodeOverlay's are in `overlay`.
+pub(super) struct RequirementRules {
+    /// Where the list is (`spec.template.spec.requirements`).
+    pub path: &'static str,
+    /// Keys `label_restriction` refuses that these requirements may still use.
+    pub allowed_restricted: &'static [&'static str],
+    /// Operators that need at least one value.
+    pub need_values: &'static [Operator],
+    /// What the single value of Gt, Lt, Gte and Lte is called in a problem.
+    pub integer: &'static str,
+    /// The most values one requirement may list, when there is a limit.
+    pub max_values: Option<usize>,
+}
+
+/// A NodePool's: `In` needs a value (the CRD's rule; `NotIn` may be empty), and the
+/// NodePool label itself is restricted.
+const NODE_POOL_REQUIREMENTS: RequirementRules = RequirementRules {
+    path: REQUIREMENTS,
+    allowed_restricted: &[],
+    need_values: &[Operator::In],
+    integer: "integer value",
+    max_values: Some(100),
+};
+
+/// Validates a list of requirements under `rules`; the valid ones are returned.
+pub(super) fn requirements(
+    raw: Vec<raw::Requirement>,
+    rules: &RequirementRules,
+    report: &mut Report<'_>,
+) -> Vec<NodeRequirement> {
+    let list = rules.path;
+    check_max_items(report, list, raw.len(), 100);
     raw.into_iter()
         .enumerate()
-        .filter_map(|(i, r)| requirement(r, &format!("{REQUIREMENTS}[{i}]"), report))
+        .filter_map(|(i, r)| requirement(r, rules, &format!("{list}[{i}]"), report))
         .collect()
 }
 
 fn requirement(
     raw: raw::Requirement,
+    rules: &RequirementRules,
     path: &str,
     report: &mut Report<'_>,
 ) -> Option<NodeRequirement> {
@@ -164,7 +204,12 @@ fn requirement(
     match &key {
         None => report.missing(format!("{path}.key")),
         Some(k) => {
-            if let Some(why) = label_key_problem(k).or_else(|| label_restriction(k)) {
+            let restriction = if rules.allowed_restricted.contains(&normalize_label_key(k)) {
+                None
+            } else {
+                label_restriction(k)
+            };
+            if let Some(why) = label_key_problem(k).or(restriction) {
                 report.add(format!("{path}.key"), why);
             }
         }
@@ -190,7 +235,7 @@ fn requirement(
     };
     let values = raw.values.unwrap_or_default();
     if let Some(op) = operator {
-        check_values(op, &values, path, report);
+        check_values(op, &values, rules, path, report);
     }
     let min_values = min_values(raw.min_values, operator, values.len(), path, report);
     Some(NodeRequirement {
@@ -201,13 +246,20 @@ fn requirement(
     })
 }
 
-fn check_values(operator: Operator, values: &[String], path: &str, report: &mut Report<'_>) {
+fn check_values(
+    operator: Operator,
+    values: &[String],
+    rules: &RequirementRules,
+    path: &str,
+    report: &mut Report<'_>,
+) {
     let name = operator.as_str();
+    let integer = rules.integer;
     match operator {
-        Operator::In if values.is_empty() => {
+        _ if values.is_empty() && rules.need_values.contains(&operator) => {
             report.add(
                 format!("{path}.values"),
-                "operator In needs at least one value",
+                format!("operator {name} needs at least one value"),
             );
         }
         Operator::Exists | Operator::DoesNotExist if !values.is_empty() => {
@@ -221,16 +273,13 @@ fn check_values(operator: Operator, values: &[String], path: &str, report: &mut 
                 if !value.parse::<i64>().is_ok_and(|v| v >= 0) {
                     report.add(
                         format!("{path}.values[0]"),
-                        format!("expected a single integer value, got {value:?}"),
+                        format!("expected a single {integer}, got {value:?}"),
                     );
                 }
             }
             _ => report.add(
                 format!("{path}.values"),
-                format!(
-                    "expected a single integer value, got {} values",
-                    values.len()
-                ),
+                format!("expected a single {integer}, got {} values", values.len()),
             ),
         },
         _ => {}
@@ -240,7 +289,9 @@ fn check_values(operator: Operator, values: &[String], path: &str, report: &mut 
             report.add(format!("{path}.values[{i}]"), why);
         }
     }
-    check_max_items(report, &format!("{path}.values"), values.len(), 100);
+    if let Some(max) = rules.max_values {
+        check_max_items(report, &format!("{path}.values"), values.len(), max);
+    }
 }
 
 fn min_values(

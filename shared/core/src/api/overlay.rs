@@ -11,13 +11,14 @@ use std::fmt;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::labels::{
-    label_key_problem, label_restriction, label_value_problem, normalize_label_key,
-};
+use super::labels::{label_key_problem, normalize_label_key};
 use super::model::{NodeRequirement, Operator};
+use super::nodepool::{RequirementRules, requirements};
+use super::raw;
+use super::validate::{Report, deserialize_value};
 use super::{Document, Problem};
 use crate::catalog::LABEL_NODEPOOL;
-use crate::resources::{Resources, parse_milli};
+use crate::resources::{RawQuantity, Resources};
 
 pub const NODE_OVERLAY_API_VERSION: &str = "karpenter.sh/v1alpha1";
 pub const NODE_OVERLAY_KIND: &str = "NodeOverlay";
@@ -164,6 +165,7 @@ struct RawSpec {
     weight: Option<i64>,
 }
 
+/// A `NodeSelectorRequirement`: unlike a NodePool's, it has no `minValues`.
 #[derive(Debug, Deserialize)]
 struct RawRequirement {
     key: Option<String>,
@@ -171,24 +173,17 @@ struct RawRequirement {
     values: Option<Vec<String>>,
 }
 
-/// A quantity written as a string (`"2Gi"`) or a bare number (`4`).
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum RawQuantity {
-    Text(String),
-    Number(serde_json::Number),
-}
-
-impl RawQuantity {
-    fn text(&self) -> String {
-        match self {
-            RawQuantity::Text(s) => s.clone(),
-            RawQuantity::Number(n) => n.to_string(),
-        }
-    }
-}
-
-const REQUIREMENTS: &str = "spec.requirements";
+/// A NodeOverlay's requirements, as the NodeOverlay CRD and Karpenter's runtime
+/// validation check them: the NodePool rules, but a NodePool may be selected by name
+/// (the one restricted label a NodePool's own requirements may not use), `NotIn` needs
+/// a value too, and the number of values is not limited.
+const OVERLAY_REQUIREMENTS: RequirementRules = RequirementRules {
+    path: "spec.requirements",
+    allowed_restricted: &[LABEL_NODEPOOL],
+    need_values: &[Operator::In, Operator::NotIn],
+    integer: "non-negative integer",
+    max_values: None,
+};
 
 /// `NodeOverlay "name"`, or where the object is when it has no name.
 pub fn overlay_label(value: &Value, place: impl FnOnce() -> String) -> String {
@@ -202,65 +197,56 @@ pub fn overlay_label(value: &Value, place: impl FnOnce() -> String) -> String {
 /// validation. `object` names it in the problems (see [`overlay_label`]).
 pub fn parse_node_overlay(value: &Value, object: &str) -> Result<NodeOverlay, Vec<Problem>> {
     let mut problems = Vec::new();
-    let mut add = |path: String, message: String| {
-        problems.push(Problem {
-            object: object.to_string(),
-            path,
-            message,
-        })
-    };
+    let mut report = Report::named(object.to_string(), &mut problems);
     let name = value
         .pointer("/metadata/name")
         .and_then(Value::as_str)
         .filter(|n| !n.is_empty())
         .map(str::to_string);
     if name.is_none() {
-        add("metadata.name".into(), "required".into());
+        report.missing("metadata.name");
     }
-    let raw: RawOverlay = match serde_path_to_error::deserialize(value) {
-        Ok(raw) => raw,
-        Err(error) => {
-            let path = error.path().to_string();
-            let path = if path == "." { String::new() } else { path };
-            add(path, plain_serde_message(&error.inner().to_string()));
-            return Err(problems);
-        }
+    let Some(raw) = deserialize_value::<RawOverlay>(value, &mut report) else {
+        return Err(problems);
     };
     let Some(spec) = raw.spec else {
-        add("spec".into(), "required".into());
+        report.missing("spec");
         return Err(problems);
     };
     let requirements = match spec.requirements {
         None => {
-            add(REQUIREMENTS.into(), "required".into());
+            report.missing(OVERLAY_REQUIREMENTS.path);
             Vec::new()
         }
         Some(raw) => {
-            if raw.len() > 100 {
-                add(
-                    REQUIREMENTS.into(),
-                    format!("at most 100 entries are allowed, got {}", raw.len()),
-                );
-            }
-            raw.into_iter()
-                .enumerate()
-                .filter_map(|(i, r)| requirement(r, &format!("{REQUIREMENTS}[{i}]"), &mut add))
+            let raw = raw
+                .into_iter()
+                .map(|r| raw::Requirement {
+                    key: r.key,
+                    operator: r.operator,
+                    values: r.values,
+                    min_values: None,
+                })
+                .collect();
+            requirements(raw, &OVERLAY_REQUIREMENTS, &mut report)
+                .into_iter()
+                .map(|r| NodeRequirement {
+                    key: normalize_label_key(&r.key).to_string(),
+                    ..r
+                })
                 .collect()
         }
     };
     let price = match (spec.price, spec.price_adjustment) {
         (Some(_), Some(_)) => {
-            add(
-                "spec".into(),
-                "cannot set both 'price' and 'priceAdjustment'".into(),
-            );
+            report.add("spec", "cannot set both 'price' and 'priceAdjustment'");
             None
         }
         (Some(text), None) => {
             let parsed = PriceChange::parse_price(&text);
             if parsed.is_none() {
-                add(
-                    "spec.price".into(),
+                report.add(
+                    "spec.price",
                     format!("{text:?} is not a price (an unsigned decimal such as \"0.25\")"),
                 );
             }
@@ -269,8 +255,8 @@ pub fn parse_node_overlay(value: &Value, object: &str) -> Result<NodeOverlay, Ve
         (None, Some(text)) => {
             let parsed = PriceChange::parse_adjustment(&text);
             if parsed.is_none() {
-                add(
-                    "spec.priceAdjustment".into(),
+                report.add(
+                    "spec.priceAdjustment",
                     format!(
                         "{text:?} is not a price adjustment (a signed amount such as \"-0.05\", \"+10%\", or a decrease of at most \"-100%\")"
                     ),
@@ -284,7 +270,7 @@ pub fn parse_node_overlay(value: &Value, object: &str) -> Result<NodeOverlay, Ve
     for (resource, quantity) in spec.capacity.unwrap_or_default() {
         let path = format!("spec.capacity.{resource}");
         if RESTRICTED_RESOURCES.contains(&resource.as_str()) {
-            add(
+            report.add(
                 path,
                 format!(
                     "resource {resource:?} is restricted (an overlay adds extended resources, never {})",
@@ -294,30 +280,30 @@ pub fn parse_node_overlay(value: &Value, object: &str) -> Result<NodeOverlay, Ve
             continue;
         }
         if resource.is_empty() || label_key_problem(&resource).is_some() {
-            add(path, format!("{resource:?} is not a resource name"));
+            report.add(path, format!("{resource:?} is not a resource name"));
             continue;
         }
-        match parse_milli(&quantity.text()) {
+        match quantity.milli() {
             Ok(milli) if milli >= 0 => {
                 capacity.insert(resource, milli);
             }
-            Ok(_) => add(path, "must not be negative".into()),
-            Err(e) => add(path, e.to_string()),
+            Ok(_) => report.add(path, "must not be negative"),
+            Err(e) => report.add(path, e.to_string()),
         }
     }
     let weight = match spec.weight {
         None => 0,
         Some(w) if (1..=10_000).contains(&w) => i32::try_from(w).unwrap_or(0),
         Some(w) => {
-            add(
-                "spec.weight".into(),
+            report.add(
+                "spec.weight",
                 format!("must be between 1 and 10000, got {w}"),
             );
             0
         }
     };
     match name {
-        Some(name) if problems.is_empty() => Ok(NodeOverlay {
+        Some(name) if report.is_clean() => Ok(NodeOverlay {
             name,
             weight,
             requirements,
@@ -326,104 +312,6 @@ pub fn parse_node_overlay(value: &Value, object: &str) -> Result<NodeOverlay, Ve
         }),
         _ => Err(problems),
     }
-}
-
-fn requirement(
-    raw: RawRequirement,
-    path: &str,
-    add: &mut impl FnMut(String, String),
-) -> Option<NodeRequirement> {
-    let key = raw.key.filter(|k| !k.is_empty());
-    match &key {
-        None => add(format!("{path}.key"), "required".into()),
-        Some(k) => {
-            // Karpenter's CRD lets an overlay select a NodePool by name, the one
-            // restricted label a NodePool's own requirements may not use.
-            let restriction = if normalize_label_key(k) == LABEL_NODEPOOL {
-                None
-            } else {
-                label_restriction(k)
-            };
-            if let Some(why) = label_key_problem(k).or(restriction) {
-                add(format!("{path}.key"), why);
-            }
-        }
-    }
-    let operator = match raw.operator.as_deref() {
-        None => {
-            add(format!("{path}.operator"), "required".into());
-            None
-        }
-        Some(text) => {
-            let parsed = Operator::parse(text);
-            if parsed.is_none() {
-                add(
-                    format!("{path}.operator"),
-                    format!(
-                        "unknown operator {text:?} (expected one of {})",
-                        Operator::expected_list()
-                    ),
-                );
-            }
-            parsed
-        }
-    };
-    let values = raw.values.unwrap_or_default();
-    if let Some(op) = operator {
-        match op {
-            Operator::In | Operator::NotIn if values.is_empty() => add(
-                format!("{path}.values"),
-                format!("operator {} needs at least one value", op.as_str()),
-            ),
-            Operator::Exists | Operator::DoesNotExist if !values.is_empty() => add(
-                format!("{path}.values"),
-                format!(
-                    "operator {} takes no values, got {}",
-                    op.as_str(),
-                    values.len()
-                ),
-            ),
-            Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte => {
-                match values.as_slice() {
-                    [v] if v.parse::<i64>().is_ok_and(|v| v >= 0) => {}
-                    [v] => add(
-                        format!("{path}.values[0]"),
-                        format!("expected a single non-negative integer, got {v:?}"),
-                    ),
-                    _ => add(
-                        format!("{path}.values"),
-                        format!(
-                            "expected a single non-negative integer, got {} values",
-                            values.len()
-                        ),
-                    ),
-                }
-            }
-            _ => {}
-        }
-    }
-    for (i, value) in values.iter().enumerate() {
-        if let Some(why) = label_value_problem(value) {
-            add(format!("{path}.values[{i}]"), why);
-        }
-    }
-    Some(NodeRequirement {
-        key: normalize_label_key(&key?).to_string(),
-        operator: operator?,
-        values,
-        min_values: None,
-    })
-}
-
-/// serde names Rust types; say what a manifest author would call them.
-fn plain_serde_message(message: &str) -> String {
-    let message = match message.split_once("expected struct ") {
-        Some((head, _)) => format!("{head}expected a mapping"),
-        None => message.to_string(),
-    };
-    message
-        .replace("expected i64", "expected an integer")
-        .replace("expected u64", "expected an integer")
 }
 
 /// Validates every NodeOverlay document: each one's rules, then names defined twice.

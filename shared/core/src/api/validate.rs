@@ -95,9 +95,14 @@ pub(super) struct Report<'a> {
 
 impl<'a> Report<'a> {
     fn new(kind: Kind, doc: &Document, problems: &'a mut Vec<Problem>) -> Self {
+        Report::named(object_label(kind, doc), problems)
+    }
+
+    /// The problems of the object `object` names (`NodeOverlay "x"`).
+    pub fn named(object: String, problems: &'a mut Vec<Problem>) -> Self {
         let before = problems.len();
         Report {
-            object: object_label(kind, doc),
+            object,
             problems,
             before,
         }
@@ -133,7 +138,15 @@ pub(super) fn deserialize_raw<T: DeserializeOwned>(
     doc: &Document,
     report: &mut Report<'_>,
 ) -> Option<T> {
-    match serde_path_to_error::deserialize::<_, T>(&doc.value) {
+    deserialize_value(&doc.value, report)
+}
+
+/// [`deserialize_raw`] of an object that is no document (one read from a cluster).
+pub(super) fn deserialize_value<T: DeserializeOwned>(
+    value: &Value,
+    report: &mut Report<'_>,
+) -> Option<T> {
+    match serde_path_to_error::deserialize::<_, T>(value) {
         Ok(raw) => Some(raw),
         Err(error) => {
             let path = error.path().to_string();

@@ -40,11 +40,9 @@ pub struct NodeVerdict<'a> {
     /// When it last changed, for consolidateAfter: the later of its Ready transition
     /// and the newest creation or start of a pod that would move.
     pub last_change: i64,
-    /// Karpenter's `ReschedulingCost`: the sum of [`Pod::eviction_cost`] over the
-    /// node's pods (all that have not finished), before the lifetime factor.
-    pub eviction_cost: f64,
-    /// Karpenter's `RescheduleDisruptionCost`, what Balanced scoring counts: 1 for the
-    /// node itself plus each moving pod's eviction cost, negatives as 0.
+    /// Karpenter's `RescheduleDisruptionCost`, what the candidate order and Balanced
+    /// scoring count: 1 for the node itself plus each moving pod's eviction cost
+    /// ([`Pod::eviction_cost`]), negatives as 0.
     pub reschedule_cost: f64,
 }
 
@@ -91,11 +89,6 @@ pub fn evaluate<'a>(
             continue;
         };
         let on_node = pods_by_node.remove(node.name.as_str()).unwrap_or_default();
-        let eviction_cost = on_node
-            .iter()
-            .filter(|p| !p.terminal)
-            .map(|p| p.eviction_cost())
-            .sum();
         let moving: Vec<&Pod> = moving_pods(on_node.iter().copied()).collect();
         let reschedule_cost = reschedule_cost(&moving);
         let last_change = moving
@@ -127,14 +120,14 @@ pub fn evaluate<'a>(
             blocked,
             moving,
             last_change,
-            eviction_cost,
             reschedule_cost,
         });
     }
     out
 }
 
-/// Karpenter's per-node disruption cost for Balanced scoring (`RescheduleDisruptionCost`):
+/// Karpenter's per-node disruption cost (`RescheduleDisruptionCost`), for the candidate
+/// order and Balanced scoring:
 /// 1 (draining a node costs something even when it is empty) plus, for each pod that
 /// would move, its eviction cost with negatives counted as 0.
 pub fn reschedule_cost(moving: &[&Pod]) -> f64 {
@@ -447,7 +440,6 @@ mod tests {
         let keys = catalog.label_keys();
         let pools = [general_purpose_pool()];
         let v = evaluate(&snapshot, &pools, NOW, &|k| keys.contains(k));
-        assert_eq!(v[0].eviction_cost, 10.0 - 1.0 + 2.0, "every pod, clamped");
         assert_eq!(
             v[0].reschedule_cost,
             1.0 + 10.0 + 0.0,

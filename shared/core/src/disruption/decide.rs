@@ -30,6 +30,7 @@ use crate::cluster::Pod;
 use crate::provisioning::PlannedNodeClaim;
 use crate::scheduling::SchedulerInput;
 use crate::scheduling::fast_hash::FastMap;
+use crate::scheduling::requirements::ValueSet;
 
 use super::balanced::{self, PoolTotals, Source};
 use super::budget::allowance;
@@ -461,7 +462,11 @@ impl Run<'_, '_> {
     fn emptiness(&mut self, candidates: &[Candidate<'_>], world: &mut Speculator<'_>) {
         let mut empty: Vec<&Candidate<'_>> = Vec::new();
         let mut room: HashMap<&str, usize> = HashMap::new();
-        for c in candidates {
+        // Where a budget lets only some go, the most expensive go first (Karpenter's
+        // savings ratio: an empty node's price over the base disruption cost of 1).
+        let mut in_order: Vec<&Candidate<'_>> = candidates.iter().collect();
+        in_order.sort_by(|a, b| by_savings_ratio(a, b));
+        for c in in_order {
             if !self.open(c) {
                 continue;
             }
@@ -529,8 +534,8 @@ impl Run<'_, '_> {
         }
     }
 
-    /// Candidates consolidation may take, cheapest to disrupt first (the lowest
-    /// [`disruption_cost`], then the most expensive).
+    /// Candidates consolidation may take, the best savings per unit of disruption
+    /// first ([`by_savings_ratio`]).
     fn consolidation_candidates<'c, 'a>(
         &mut self,
         candidates: &'c [Candidate<'a>],
@@ -560,13 +565,7 @@ impl Run<'_, '_> {
             }
             out.push(c);
         }
-        let now = self.input.now;
-        out.sort_by(|a, b| {
-            disruption_cost(a, now)
-                .total_cmp(&disruption_cost(b, now))
-                .then(b.price.total_cmp(&a.price))
-                .then(a.name().cmp(b.name()))
-        });
+        out.sort_by(|a, b| by_savings_ratio(a, b));
         out
     }
 
@@ -608,7 +607,8 @@ impl Run<'_, '_> {
         if spot_to_spot && !placement.new_claims.is_empty() {
             spot_replacement(&mut placement, price, self.input, &self.types)?;
         } else {
-            cheaper_options_only(&mut placement.new_claims, price, self.input, &self.types);
+            pin_reserved(&mut placement.new_claims);
+            cheaper_options_only(&mut placement.new_claims, price, self.input, &self.types)?;
         }
         if set.len() > 1 {
             no_type_of_their_own(&mut placement.new_claims, set, self.input, &self.types)?;
@@ -779,19 +779,19 @@ fn drift_may_take(c: &Candidate<'_>) -> bool {
     pod_level && c.pool().termination_grace_period.is_some()
 }
 
-/// Karpenter's disruption cost: the eviction costs of the node's pods (1 each, moved
-/// by `controller.kubernetes.io/pod-deletion-cost` and priority,
-/// [`crate::cluster::Pod::eviction_cost`]), scaled by the fraction of the node's
-/// lifetime left before it expires (a node near expiry is cheap to disrupt).
-fn disruption_cost(c: &Candidate<'_>, now: i64) -> f64 {
-    let lifetime = match (c.pool().expire_after, c.verdict.node.created_at) {
-        (Some(after), Some(created)) if after.as_secs() > 0 => {
-            let total = after.as_secs_f64();
-            ((total - (now - created) as f64) / total).clamp(0.0, 1.0)
-        }
-        _ => 1.0,
-    };
-    c.verdict.eviction_cost * lifetime
+/// Karpenter's candidate order (v1.15 `sortCandidates`): the highest savings ratio
+/// first, the node's price over its reschedule disruption cost (1 for the node, plus
+/// each moving pod's eviction cost as `controller.kubernetes.io/pod-deletion-cost` and
+/// priority set it, [`super::candidates::reschedule_cost`]). A node's age no longer
+/// counts. Ties go by name, so a decision is the same on every run.
+fn by_savings_ratio(a: &Candidate<'_>, b: &Candidate<'_>) -> std::cmp::Ordering {
+    savings_ratio(b)
+        .total_cmp(&savings_ratio(a))
+        .then(a.name().cmp(b.name()))
+}
+
+fn savings_ratio(c: &Candidate<'_>) -> f64 {
+    c.price / c.verdict.reschedule_cost.max(1.0)
 }
 
 /// A candidate as Balanced scoring sees it.
@@ -823,15 +823,35 @@ fn stop_rejection(stop: &Stop, c: &Candidate<'_>) -> Rejection {
     }
 }
 
+/// A replacement whose chosen offering is reserved launches into the reservation or not
+/// at all: its capacity type is narrowed to `reserved` (Karpenter's
+/// `FinalizeScheduling` for a NodeClaim holding reserved offerings), so a launch that
+/// finds the reservation full fails and the node stays, rather than being replaced by
+/// an on-demand node the command priced as reserved. The other replacements keep their
+/// capacity types and are priced at what they launch as (see [`cheapest_offering`]).
+fn pin_reserved(claims: &mut [PlannedNodeClaim]) {
+    let reserved = CapacityType::Reserved.as_str();
+    for claim in claims.iter_mut() {
+        if claim.capacity_type != reserved {
+            continue;
+        }
+        claim.capacity_types = vec![reserved.to_string()];
+        claim
+            .requirements
+            .add(LABEL_CAPACITY_TYPE, ValueSet::in_values([reserved]));
+    }
+}
+
 /// Keeps, for each replacement, only the options that still make the command cheaper
 /// with the other replacements at their cheapest (Karpenter filters the replacement's
-/// types to those cheaper than the candidates).
+/// types to those cheaper than the candidates); the options kept must still keep the
+/// replacement's minValues ([`keeps_min_values`]).
 fn cheaper_options_only(
     claims: &mut [PlannedNodeClaim],
     cap: f64,
     input: &DisruptionInput<'_>,
     types: &Types<'_>,
-) {
+) -> Result<(), Rejection> {
     let total = claims.iter().fold(0.0, |t, c| t + c.price_per_hour);
     for claim in claims.iter_mut() {
         let room = cap - (total - claim.price_per_hour);
@@ -841,21 +861,56 @@ fn cheaper_options_only(
             .filter(|name| cheapest_offering(input, types, name, claim).is_some_and(|p| p < room))
             .cloned()
             .collect();
+        if kept.is_empty() {
+            // Not even its cheapest option is cheaper: the command is not, which the
+            // price check after this says.
+            claim.instance_type_options = vec![claim.instance_type.clone()];
+            continue;
+        }
+        keeps_min_values(claim, &kept, types)?;
         claim.instance_type_options = kept;
-        if claim.instance_type_options.is_empty() {
-            claim
-                .instance_type_options
-                .push(claim.instance_type.clone());
+    }
+    Ok(())
+}
+
+/// Whether `kept`, the options of `claim` cheaper than the nodes it replaces, still
+/// have as many distinct values of each minValues key as the claim's requirements
+/// ask (Karpenter's `RemoveInstanceTypeOptionsByPriceAndMinValues`): else the launch
+/// could not keep the NodePool's flexibility, and the command is refused. Under the
+/// BestEffort minValues policy the claim's requirements carry the minimums planning
+/// relaxed them to, and those are what count, as in Karpenter.
+fn keeps_min_values(
+    claim: &PlannedNodeClaim,
+    kept: &[String],
+    types: &Types<'_>,
+) -> Result<(), Rejection> {
+    for (key, set) in claim.requirements.iter() {
+        let Some(min) = set.min_values else { continue };
+        let distinct: HashSet<&str> = kept
+            .iter()
+            .filter_map(|name| types.get(name)?.labels.get(key.as_str()))
+            .map(String::as_str)
+            .collect();
+        if distinct.len() < min as usize {
+            return Err(Rejection::new(
+                RejectCode::NotCheaper,
+                format!(
+                    "the replacement's types cheaper than it ({}) have {} distinct {key}, below the NodePool's minValues {min}",
+                    kept.join(", "),
+                    distinct.len()
+                ),
+            ));
         }
     }
+    Ok(())
 }
 
 /// Several nodes replaced by a claim that may launch as one of their own types, at no
 /// less than that node costs, are no better than keeping that node and deleting the
 /// others (which moves fewer pods): such options go (Karpenter's
-/// `filterOutSameInstanceType`), and a claim left with none rejects the command —
-/// single-node consolidation then deletes nodes instead. Two m5.xlarge with a pod each
-/// become one of them, not a new m5.xlarge.
+/// `filterOutSameInstanceType`), and a claim left with none, or with too few to keep
+/// its minValues, rejects the command — single-node consolidation then deletes nodes
+/// instead. Two m5.xlarge with a pod each become one of them, not a new m5.xlarge.
 fn no_type_of_their_own(
     claims: &mut [PlannedNodeClaim],
     set: &[&Candidate<'_>],
@@ -895,7 +950,9 @@ fn no_type_of_their_own(
                 ),
             ));
         };
-        claim.instance_type_options = kept.into_iter().map(|(name, _)| name).collect();
+        let kept: Vec<String> = kept.into_iter().map(|(name, _)| name).collect();
+        keeps_min_values(claim, &kept, types)?;
+        claim.instance_type_options = kept;
         if !claim.instance_type_options.contains(&claim.instance_type) {
             (claim.instance_type, claim.price_per_hour) = cheapest;
         }
@@ -904,7 +961,10 @@ fn no_type_of_their_own(
 }
 
 /// The price the claim's offerings give type `name` (its cheapest allowed zone and
-/// capacity type).
+/// capacity type), at what the claim launches as: a claim pinned to a reservation
+/// ([`pin_reserved`]) at the reserved price only, any other at its on-demand or spot
+/// prices only. A reservation with room elsewhere in the catalog is no price for a
+/// claim whose solve found none left for it: it launches on-demand.
 fn cheapest_offering(
     input: &DisruptionInput<'_>,
     types: &Types<'_>,
@@ -912,12 +972,16 @@ fn cheapest_offering(
     claim: &PlannedNodeClaim,
 ) -> Option<f64> {
     let it = types.get(name)?;
+    let pinned = claim.capacity_type == CapacityType::Reserved.as_str();
     let mut best: Option<f64> = None;
     for zone in &claim.zones {
         for ct in &claim.capacity_types {
             let Some(ct) = CapacityType::parse(ct) else {
                 continue;
             };
+            if (ct == CapacityType::Reserved) != pinned {
+                continue;
+            }
             // The replacement's pool's prices: its NodeOverlays count, as in planning.
             if let Some(p) = input.pricing.price_in(&claim.node_pool, it, zone, ct) {
                 best = Some(best.map_or(p, |b: f64| b.min(p)));

@@ -556,6 +556,7 @@ impl<'a> Solver<'a> {
     fn keep(&mut self, schedule: &Schedule, removed: &[usize], base_bins: BinId) {
         let s = &mut self.s;
         let u = s.undo.take().expect("solving");
+        s.keep_reservations();
         Self::restore_caches(s, &u.dead, &u.absorbed);
         for (pool, before) in s.pools.iter_mut().zip(u.pools) {
             pool.duals = before.duals;

@@ -12,6 +12,7 @@ use crate::scheduling::{
 use crate::testing::*;
 
 mod cost;
+mod overlay_limits;
 mod scheduler_gaps;
 
 fn plan(snapshot: &ClusterSnapshot, pools: &[NodePool]) -> ProvisioningPlan {

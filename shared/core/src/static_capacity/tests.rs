@@ -243,6 +243,33 @@ fn scale_down_takes_unregistered_then_empty_then_cheapest_and_do_not_disrupt_las
     assert!(order(5).is_empty());
 }
 
+/// Karpenter's static scale-down orders busy nodes by ReschedulingCost (each pod's
+/// eviction cost, which priority and pod-deletion-cost move) times the lifetime left:
+/// one pod that matters more than two ordinary ones keeps its node longer.
+#[test]
+fn a_busy_node_whose_one_pod_matters_more_is_taken_after_one_with_two_ordinary_pods() {
+    let vip = claim("a-vip", ClaimState::Initialized);
+    let two = claim("b-two-pods", ClaimState::Initialized);
+    let claims = [vip.clone(), two.clone()];
+    let mut important = on("node-a-vip", "important");
+    important.priority = Some(100_000_000); // eviction cost 1 + 10^8 / 2^25 ≈ 3.98
+    let snapshot = ClusterSnapshot {
+        nodes: [&vip, &two].map(node_of).to_vec(),
+        pods: vec![
+            important,
+            on("node-b-two-pods", "p1"),
+            on("node-b-two-pods", "p2"),
+        ],
+        ..Default::default()
+    };
+    let removed: Vec<String> = plans(&[static_pool(1)], &claims, &snapshot)[0]
+        .remove
+        .iter()
+        .map(|c| c.claim.clone())
+        .collect();
+    assert_eq!(removed, ["b-two-pods"]);
+}
+
 #[test]
 fn pending_pods_never_open_a_claim_in_a_static_pool_but_run_on_its_nodes() {
     let mut pending = pod("web", "500m", "512Mi");

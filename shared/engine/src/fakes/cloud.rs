@@ -27,8 +27,6 @@ pub struct FakeInstance {
     pub instance: Instance,
     pub price: f64,
     pub request: LaunchRequest,
-    /// The capacity reservation it runs in (`reserved` launches).
-    pub reservation_id: Option<String>,
 }
 
 /// A capacity reservation the fake cloud holds (`add_reservation`): how many
@@ -233,7 +231,8 @@ impl FakeCloud {
             .instances
             .iter()
             .filter(|i| {
-                i.instance.state != "terminated" && i.reservation_id.as_deref() == Some(&r.id)
+                i.instance.state != "terminated"
+                    && i.instance.capacity_reservation_id.as_deref() == Some(&r.id)
             })
             .count();
         r.total
@@ -284,6 +283,7 @@ impl FakeCloud {
             image_id: None,
             subnet_id: None,
             security_group_ids: vec![],
+            capacity_reservation_id: None,
         };
         let request = LaunchRequest {
             claim_name: claim_name.unwrap_or_default().to_string(),
@@ -308,7 +308,6 @@ impl FakeCloud {
             instance: instance.clone(),
             price: 0.0,
             request,
-            reservation_id: None,
         });
         instance
     }
@@ -356,6 +355,7 @@ impl FakeCloud {
             image_id: None,
             subnet_id: None,
             security_group_ids: vec![],
+            capacity_reservation_id: None,
         };
         let mut labels = BTreeMap::from([
             (LABEL_NODEPOOL.to_string(), node_pool.to_string()),
@@ -389,7 +389,6 @@ impl FakeCloud {
             instance: instance.clone(),
             price: 0.0,
             request,
-            reservation_id: None,
         });
         instance
     }
@@ -514,7 +513,7 @@ impl Cloud for FakeCloud {
                 zone: existing.instance.zone.clone(),
                 capacity_type: existing.instance.capacity_type,
                 price: existing.price,
-                reservation_id: existing.reservation_id.clone(),
+                reservation_id: existing.instance.capacity_reservation_id.clone(),
                 unavailable: vec![],
             });
         }
@@ -642,6 +641,7 @@ impl Cloud for FakeCloud {
             image_id,
             subnet_id,
             security_group_ids: request.resolved.security_group_ids.clone(),
+            capacity_reservation_id: reservation_id.clone(),
         };
         inner.tokens.insert(request.claim_name.clone(), id.clone());
         let at = inner.instances.len();
@@ -650,7 +650,6 @@ impl Cloud for FakeCloud {
             instance,
             price: o.price,
             request: request.clone(),
-            reservation_id: reservation_id.clone(),
         });
         Ok(Launched {
             instance_id: id,

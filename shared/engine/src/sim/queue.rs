@@ -42,7 +42,7 @@ pub struct QueueConfig {
 impl Default for QueueConfig {
     fn default() -> Self {
         QueueConfig {
-            visibility_timeout: Duration::from_secs(160),
+            visibility_timeout: Duration::from_secs(70),
             max_receives: 3,
             batch_size: 10,
             duplicate_rate: 0.05,
@@ -234,7 +234,7 @@ pub struct InterruptionFunction {
     pub ports: Ports,
     pub config: InterruptionConfig,
     pub rebalance: RebalanceAction,
-    /// The function's timeout (template: 150 s).
+    /// The function's timeout (template: 60 s).
     pub timeout: Duration,
 }
 
@@ -334,7 +334,7 @@ mod tests {
         let first = q.receive(100);
         assert_eq!(first.len(), 1);
         assert!(q.receive(101).is_empty(), "invisible while in flight");
-        let again = q.receive(100 + 160);
+        let again = q.receive(100 + 70);
         assert_eq!(again[0].message_id, first[0].message_id);
         q.delete(&again[0].message_id);
         assert!(q.receive(10_000).is_empty());
@@ -345,9 +345,9 @@ mod tests {
         let q = queue(0.0);
         q.send("{}".into(), 0);
         for round in 0..3 {
-            assert_eq!(q.receive(round * 160).len(), 1);
+            assert_eq!(q.receive(round * 70).len(), 1);
         }
-        assert!(q.receive(3 * 160).is_empty());
+        assert!(q.receive(3 * 70).is_empty());
         assert_eq!(q.dead_letters().len(), 1);
         assert_eq!(q.stats().dead_lettered, 1);
     }

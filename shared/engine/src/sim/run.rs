@@ -9,7 +9,7 @@
 //!   now" (an asynchronous Invoke after pods were evicted) is one more request.
 //! - Interruption function: the SQS event source polls about every second and hands
 //!   batches of up to ten messages to concurrent invocations
-//!   ([`super::queue::InterruptionFunction`], 150 s timeout); acknowledged messages are
+//!   ([`super::queue::InterruptionFunction`], 60 s timeout); acknowledged messages are
 //!   deleted, the others come back after the visibility timeout.
 //! - Disruption function: an invocation every minute, half a minute after the
 //!   provisioner's, that decides once and exits ([`crate::Disrupter::tick`]); the
@@ -60,7 +60,7 @@ pub const POLL_INTERVAL: Duration = Duration::from_secs(5);
 /// `MaximumEventAgeInSeconds` of the provisioner's asynchronous invocations.
 pub const MAX_EVENT_AGE_SECS: i64 = 60;
 /// The interruption function's timeout (template.yaml).
-pub const INTERRUPTION_TIMEOUT: Duration = Duration::from_secs(150);
+pub const INTERRUPTION_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Which instance a disturbance hits; chosen among the instances running when it
 /// happens (spot ones only for spot interruptions and rebalance recommendations).

@@ -11,8 +11,11 @@ use nodewright_engine::{
 
 use super::{System, keep_on_nodes};
 
-/// On-demand m5.large, m5.2xlarge and c5.2xlarge with `instance-family` minValues 3:
-/// two families, so no claim ever keeps it.
+/// On-demand m5.large, c5.large, m5.2xlarge and c5.2xlarge with `instance-family`
+/// minValues 3: two families, so no claim ever keeps it. Both families have a type
+/// cheaper than a 2xlarge: a replacement's cheaper options keep the two a relaxed
+/// minValues asks for (consolidation refuses one whose cheaper options do not, under
+/// either policy, as Karpenter).
 fn two_family_pool() -> NodePool {
     let req = |key: &str, operator: Operator, values: &[&str], min: Option<u32>| NodeRequirement {
         key: key.into(),
@@ -27,7 +30,7 @@ fn two_family_pool() -> NodePool {
             req(
                 "node.kubernetes.io/instance-type",
                 Operator::In,
-                &["m5.large", "m5.2xlarge", "c5.2xlarge"],
+                &["m5.large", "c5.large", "m5.2xlarge", "c5.2xlarge"],
                 None,
             ),
             req(

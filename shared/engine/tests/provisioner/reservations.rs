@@ -13,8 +13,8 @@ use nodewright_core::catalog::{
 };
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
 use nodewright_core::testing::{general_purpose_pool, pod};
-use nodewright_engine::fakes::{FakeReservation, ManualClock, node_class};
-use nodewright_engine::ports::{Clock, ConditionStatus, ObjectKind};
+use nodewright_engine::fakes::{FakeReservation, ManualClock, StoreOp, node_class};
+use nodewright_engine::ports::{Clock, ConditionStatus, ErrorKind, ObjectKind, StoreError};
 
 use super::Env;
 
@@ -216,4 +216,96 @@ async fn a_capacity_blocks_nodes_are_drained_before_it_ends_and_nothing_new_laun
     let report = prov.tick().await.unwrap();
     assert_eq!(report.launched.len(), 1, "{report:#?}");
     assert_eq!(report.launched[0].capacity_type, CapacityType::OnDemand);
+}
+
+/// A provisioner tick that dies after CreateFleet launched into the reservation, before
+/// the claim was recorded `Launched`: the claim is left `Launching`, its instance
+/// running in cr-0aaaa.
+async fn crash_after_launching_into_the_reservation(env: &Env) {
+    add_pods(env, 1);
+    env.store.fail_next(
+        StoreOp::UpdateClaim,
+        StoreError::new(ErrorKind::Unavailable, "DynamoDB timed out"),
+    );
+    assert!(env.provisioner().tick().await.is_err());
+    let instances = env.cloud.instances();
+    assert_eq!(instances.len(), 1);
+    assert_eq!(instances[0].instance.capacity_type, CapacityType::Reserved);
+    assert_eq!(
+        instances[0].instance.capacity_reservation_id.as_deref(),
+        Some("cr-0aaaa")
+    );
+    assert_eq!(env.claims_in(ClaimState::Launching).len(), 1);
+}
+
+fn label<'c>(claim: &'c NodeClaim, key: &str) -> Option<&'c str> {
+    claim.labels.get(key).map(String::as_str)
+}
+
+#[tokio::test]
+async fn a_claim_adopted_after_a_crash_past_create_fleet_keeps_its_reservation() {
+    let env = env_with(FakeReservation::new(
+        "cr-0aaaa",
+        "m5.xlarge",
+        "us-east-1a",
+        2,
+    ));
+    crash_after_launching_into_the_reservation(&env).await;
+    let prov = env.provisioner();
+    let report = prov.tick().await.unwrap();
+    assert_eq!(report.adopted.len(), 1, "{report:#?}");
+    assert!(report.launched.is_empty(), "{report:#?}");
+    let claim = &env.claims_in(ClaimState::Launched)[0];
+    assert_eq!(claim.capacity_type, Some(CapacityType::Reserved));
+    assert_eq!(
+        label(claim, LABEL_CAPACITY_RESERVATION_ID),
+        Some("cr-0aaaa")
+    );
+    assert_eq!(
+        label(claim, LABEL_CAPACITY_RESERVATION_TYPE),
+        Some("default")
+    );
+    // Priced as reserved, though the reservation it fills may have no room left.
+    assert!(claim.price_per_hour.is_some_and(|p| p < 1e-6), "{claim:?}");
+    // Adopting counts nothing twice: EC2's count already holds the instance.
+    assert_eq!(env.cloud.reservation_available("cr-0aaaa"), Some(1));
+
+    for n in env.cluster.register_from(&env.cloud) {
+        env.cluster.set_ready(&n);
+    }
+    prov.tick().await.unwrap();
+    let node = env.cluster.nodes().pop().expect("the adopted claim's node");
+    assert_eq!(
+        node.labels.get(LABEL_CAPACITY_TYPE).map(String::as_str),
+        Some("reserved")
+    );
+    assert_eq!(
+        node.labels
+            .get(LABEL_CAPACITY_RESERVATION_ID)
+            .map(String::as_str),
+        Some("cr-0aaaa")
+    );
+}
+
+#[tokio::test]
+async fn a_claim_adopted_after_its_reservation_is_no_longer_listed_still_names_it() {
+    let env = env_with(FakeReservation::new(
+        "cr-0aaaa",
+        "m5.xlarge",
+        "us-east-1a",
+        2,
+    ));
+    crash_after_launching_into_the_reservation(&env).await;
+    let mut cancelled = FakeReservation::new("cr-0aaaa", "m5.xlarge", "us-east-1a", 2);
+    cancelled.state = "cancelled".into();
+    env.cloud.add_reservation(cancelled);
+    let report = env.provisioner().tick().await.unwrap();
+    assert_eq!(report.adopted.len(), 1, "{report:#?}");
+    let claim = &env.claims_in(ClaimState::Launched)[0];
+    assert_eq!(
+        label(claim, LABEL_CAPACITY_RESERVATION_ID),
+        Some("cr-0aaaa")
+    );
+    // Its type is no longer known: no guess.
+    assert_eq!(label(claim, LABEL_CAPACITY_RESERVATION_TYPE), None);
 }

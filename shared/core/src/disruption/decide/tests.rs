@@ -347,20 +347,28 @@ fn a_pod_blocker_stops_drift_unless_the_pool_bounds_the_drain_with_a_grace_perio
     assert_eq!(codes(&d), [("n1".to_string(), RejectCode::DoNotDisrupt)]);
 }
 
+/// Karpenter's "should consolidate the node with best savings ratio first": two equal
+/// nodes, the older with two pods, the younger with one; only one can go (a budget of
+/// 50%: one node). The younger has the better ratio (price over 1 + one pod) and goes,
+/// though it is far from expiry and the other is near it: age no longer counts.
 #[test]
-fn nodes_nearer_expiry_are_consolidated_first() {
-    let mut young = managed("a-young", "m5.xlarge");
+fn the_node_with_the_best_savings_ratio_is_consolidated_first_whatever_its_age() {
+    let mut young = managed("z-young", "m5.xlarge");
     young.created_at = Some(NOW - 3600);
-    let mut aged = managed("z-aged", "m5.xlarge");
+    let mut aged = managed("a-aged", "m5.xlarge");
     aged.created_at = Some(NOW - 700 * 3600);
     let mut case = Case::new(
         vec![young, aged],
-        vec![on("a-young", "a", "1"), on("z-aged", "b", "1")],
+        vec![
+            on("a-aged", "a", "1"),
+            on("a-aged", "b", "1"),
+            on("z-young", "c", "1"),
+        ],
     );
     case.pools = vec![pool(50)];
     let d = case.decide();
     assert_eq!(d.commands.len(), 1, "{d:#?}");
-    assert_eq!(d.commands[0].nodes, ["z-aged"]);
+    assert_eq!(d.commands[0].nodes, ["z-young"]);
 }
 
 /// Random fragmented clusters: whatever the decision, applying every command leaves

@@ -29,7 +29,7 @@ impl Scheduler<'_> {
         let target = bin.target;
         let mut reserved = Resources::new();
         if let Some(t) = target {
-            reserved = self.instance_type(t).capacity.clone();
+            reserved = self.capacity(pool, t).clone();
         }
         // Limits are checked against usage without this claim's own reservation.
         self.pools[pool].usage.sub(&reserved);
@@ -52,7 +52,7 @@ impl Scheduler<'_> {
             {
                 continue;
             }
-            if Some(t) != target && self.within_limits(pool, self.instance_type(t)).is_err() {
+            if Some(t) != target && self.within_limits(pool, t).is_err() {
                 continue;
             }
             if let Some(offering) = self.cheapest_allowed(t, &offerings) {
@@ -76,7 +76,7 @@ impl Scheduler<'_> {
             .map(|o| o.instance_type)
             .or(target)
             .unwrap_or(InstanceTypeId::from_index(0));
-        let chosen_capacity = self.instance_type(chosen).capacity.clone();
+        let chosen_capacity = self.capacity(pool, chosen).clone();
         self.pools[pool].usage.add(&chosen_capacity);
         self.pools[pool].usage.set_milli("nodes", nodes);
         if let Some(o) = options.first() {
@@ -122,21 +122,27 @@ impl Scheduler<'_> {
             })
             .filter_map(|(k, set)| set.any_value().map(|v| (k.clone(), v)))
             .collect();
+        let options: Vec<ClaimOption> = options
+            .into_iter()
+            .map(|o| ClaimOption {
+                instance_type: self.instance_type(o.instance_type).name.clone(),
+                zone: self.zones[o.offering.zone].clone(),
+                capacity_type: o.offering.capacity_type,
+                price: o.offering.price,
+            })
+            .collect();
+        let overlays_applied = self.input.pricing.overlays.applied_to_claim(
+            self.node_pool(pool),
+            options.iter().map(|o| o.instance_type.as_str()),
+        );
         NewClaim {
             node_pool: self.node_pool(pool).name.clone(),
             labels,
             pods,
             requests: used,
             requirements: reqs,
-            options: options
-                .into_iter()
-                .map(|o| ClaimOption {
-                    instance_type: self.instance_type(o.instance_type).name.clone(),
-                    zone: self.zones[o.offering.zone].clone(),
-                    capacity_type: o.offering.capacity_type,
-                    price: o.offering.price,
-                })
-                .collect(),
+            options,
+            overlays_applied,
             compatible_types,
             zones,
             capacity_types,

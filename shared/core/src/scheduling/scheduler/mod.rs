@@ -69,6 +69,7 @@ use std::sync::Arc;
 use crate::api::model::{Ec2NodeClass, NodePool};
 use crate::catalog::{CapacityType, Catalog, Pricing};
 use crate::cluster::{DaemonSet, LabelSelector, Node, Pod, Toleration};
+use crate::overlay::OverlaysApplied;
 use crate::resources::Resources;
 
 pub use static_claims::static_claims;
@@ -157,6 +158,8 @@ pub struct NewClaim {
     /// Labels the node must carry beyond its NodePool's and its type's (see
     /// `InFlightClaim::labels`).
     pub labels: BTreeMap<String, String>,
+    /// Whether the pool's NodeOverlays priced or sized any of `options`.
+    pub overlays_applied: OverlaysApplied,
 }
 
 /// Pods placed on the free capacity of an existing node.

@@ -138,7 +138,6 @@ impl Scheduler<'_> {
         let types = Arc::clone(&self.eclasses[e].pool_types);
         let offerings = self.offering_filter(&reqs, zmask.as_ref(), cmask_arr);
         for &t in &types[pool] {
-            let it = self.instance_type(t);
             let usable = self.usable(pool, t);
             if !p.requests.fits_in(usable) {
                 if let Some(s) = p.requests.first_shortfall(usable)
@@ -166,7 +165,7 @@ impl Scheduler<'_> {
                 offering_missing = true;
                 continue;
             };
-            if let Err(r) = self.within_limits(pool, it) {
+            if let Err(r) = self.within_limits(pool, t) {
                 limit_reason = Some(r);
                 continue;
             }
@@ -251,9 +250,8 @@ impl Scheduler<'_> {
         } else {
             reqs
         };
-        let it = self.instance_type(t);
         let ceiling = self.usable(pool, t).clone();
-        let capacity = it.capacity.clone();
+        let capacity = self.capacity(pool, t).clone();
         self.pools[pool].usage.add(&capacity);
         let nodes = self.pools[pool].usage.get_milli("nodes");
         self.pools[pool].usage.set_milli("nodes", nodes + 1000);

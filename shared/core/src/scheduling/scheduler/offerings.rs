@@ -58,13 +58,17 @@ pub(crate) const CT_COUNT: usize = CapacityType::ALL.len();
 /// claims finished so far in the solve took theirs. A `reserved` offering is offered
 /// only while a reservation its pool's EC2NodeClass selects has one left; once used up
 /// the claims fall back to the pool's other capacity types. A speculative solve
-/// (`Scheduler::stamp`) starts again from the counts the cloud reported.
+/// (`Scheduler::stamp`) starts again from the counts the cloud reported, less what the
+/// solves kept before it took: the disruption commands taken earlier in the same
+/// decision launch their replacements too.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct ReservedLedger {
     /// The solve whose claims `used` counts.
     stamp: u32,
     /// Per reservation: instances the solve's claims took.
     used: Vec<u32>,
+    /// Per reservation: instances the claims of kept solves took.
+    kept: Vec<u32>,
 }
 
 /// A capacity type as a domain of `DomainKeyId::CAPACITY_TYPE`.
@@ -260,11 +264,10 @@ impl<'a> Scheduler<'a> {
             .iter()
             .enumerate()
             .find(|(i, r)| {
-                let used = if current {
-                    ledger.used.get(*i).copied().unwrap_or(0)
-                } else {
-                    0
-                };
+                let mut used = ledger.kept.get(*i).copied().unwrap_or(0);
+                if current {
+                    used += ledger.used.get(*i).copied().unwrap_or(0);
+                }
                 r.instance_type == it.name
                     && r.zone == zone
                     && r.available > used
@@ -292,6 +295,22 @@ impl<'a> Scheduler<'a> {
         }
         ledger.used[i] += 1;
         true
+    }
+
+    /// The solve just run is kept (a disruption command is taken): the instances its
+    /// claims took stay taken for every later solve.
+    pub(crate) fn keep_reservations(&mut self) {
+        let stamp = self.stamp;
+        let ledger = &mut self.reserved;
+        if ledger.stamp != stamp {
+            return;
+        }
+        if ledger.kept.len() < ledger.used.len() {
+            ledger.kept.resize(ledger.used.len(), 0);
+        }
+        for (kept, used) in ledger.kept.iter_mut().zip(&mut ledger.used) {
+            *kept += std::mem::take(used);
+        }
     }
 
     /// What a node of type `t` in `pool` leaves pods: its allocatable (under the pool's

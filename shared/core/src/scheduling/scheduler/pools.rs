@@ -2,21 +2,29 @@
 //! their nodes would run (and what those take from each type), the types they may
 //! launch (with their NodeOverlays' prices and extended resources), the capacity they
 //! already use, and the limits and minValues a new claim must respect.
+//!
+//! Limits count a type's capacity as the pool's NodeOverlays leave it (Karpenter
+//! overlays an instance type's capacity before its scheduler sees it): a new claim
+//! adds its type's overlaid capacity, and so does an in-flight claim until its node
+//! reports its own.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::api::model::{NodePool, Taint, TaintEffect};
-use crate::catalog::{InstanceType, LABEL_NODEPOOL};
+use crate::catalog::LABEL_NODEPOOL;
 use crate::cluster::{HostPort, Toleration};
 use crate::resources::Resources;
 use crate::scheduling::requirements::{Requirements, ValueSet};
 use crate::scheduling::unschedulable::Refusal;
 
-use super::Scheduler;
 use super::duals::DualPrices;
 use super::ids::{IdVec, InstanceTypeId, PoolId};
 use super::setup::PoolPrices;
+use super::{InFlightClaim, Scheduler};
+
+/// The label a node carries naming its NodeClaim (set at launch and at registration).
+const LABEL_NODECLAIM: &str = "karpenter.sh/nodeclaim";
 
 /// A DaemonSet that would run on a pool's nodes (taints and pool requirements allow
 /// it); whether it runs on a given type depends on that type's labels.
@@ -41,6 +49,9 @@ pub(crate) struct PoolInfo {
     pub(crate) port_daemons: IdVec<InstanceTypeId, Vec<usize>>,
     /// Types compatible with the pool's requirements and offered in its zones.
     pub(crate) types: Vec<InstanceTypeId>,
+    /// Per catalog type: its capacity as the pool's limits count it, when the pool's
+    /// NodeOverlays set resources on some type (the catalog's capacity otherwise).
+    pub(crate) capacity: Option<Arc<IdVec<InstanceTypeId, Resources>>>,
     pub(crate) usage: Resources,
     pub(crate) has_min_values: bool,
     pub(crate) duals: Option<DualPrices>,
@@ -109,19 +120,19 @@ impl<'a> Scheduler<'a> {
                     }
                 }
             }
-            let mut usage = Resources::new();
-            for node in input.nodes {
-                if node.labels.get(LABEL_NODEPOOL) == Some(&pool.name) {
-                    usage.add(&node.capacity);
-                    usage.set_milli("nodes", usage.get_milli("nodes") + 1000);
-                }
-            }
-            for c in input.in_flight.iter().filter(|c| c.node_pool == pool.name) {
-                if let Some(t) = input.catalog.get(&c.instance_type) {
-                    usage.add(&t.capacity);
-                    usage.set_milli("nodes", usage.get_milli("nodes") + 1000);
-                }
-            }
+            let overlays = &input.pricing.overlays;
+            let capacity = overlays
+                .types_in(&pool.name)
+                .any(|(_, t)| t.capacity().next().is_some())
+                .then(|| {
+                    Arc::new(
+                        self.prices
+                            .ids()
+                            .map(|t| overlays.capacity(&pool.name, self.instance_type(t)))
+                            .collect::<IdVec<InstanceTypeId, Resources>>(),
+                    )
+                });
+            let usage = self.pool_usage(pool, capacity.as_deref());
             let has_min_values = pool.requirements.iter().any(|r| r.min_values.is_some());
             // Allocatable by catalog index under the pool's EC2NodeClass kubelet
             // settings; `None` when they leave the catalog's as it is.
@@ -130,7 +141,6 @@ impl<'a> Scheduler<'a> {
                 .iter()
                 .find(|c| c.name == pool.node_class_ref.name)
                 .and_then(|class| crate::density::class_allocatable(input.catalog, class));
-            let overlays = &input.pricing.overlays;
             let usable = self
                 .prices
                 .ids()
@@ -156,6 +166,7 @@ impl<'a> Scheduler<'a> {
                 usable,
                 port_daemons,
                 types,
+                capacity,
                 usage,
                 has_min_values,
                 duals: None,
@@ -177,6 +188,77 @@ impl<'a> Scheduler<'a> {
                 .then_with(|| pa.name.cmp(&pb.name))
         });
         self.pool_order = order;
+    }
+
+    /// What `pool`'s nodes and in-flight claims already count against its limits, one
+    /// node each (Karpenter's StateNode): a node counts the capacity it reports; an
+    /// in-flight claim its type's capacity under the pool's overlays (`capacity`), the
+    /// capacity it was planned with; a registered node whose claim is still in flight
+    /// (not Ready yet) counts once, with what it does not report yet (a zero, a
+    /// device plugin not started) taken from its claim.
+    fn pool_usage(
+        &self,
+        pool: &NodePool,
+        capacity: Option<&IdVec<InstanceTypeId, Resources>>,
+    ) -> Resources {
+        let input = self.input;
+        let claim_capacity = |c: &InFlightClaim| -> Option<Resources> {
+            let t = self.instance_type_named(&c.instance_type)?;
+            Some(match capacity {
+                Some(per_type) => per_type[t].clone(),
+                None => self.instance_type(t).capacity.clone(),
+            })
+        };
+        let mut in_flight: HashMap<&str, &InFlightClaim> = input
+            .in_flight
+            .iter()
+            .filter(|c| c.node_pool == pool.name)
+            .map(|c| (c.name.as_str(), c))
+            .collect();
+        let mut usage = Resources::new();
+        let mut nodes: i64 = 0;
+        for node in input.nodes {
+            if node.labels.get(LABEL_NODEPOOL) != Some(&pool.name) {
+                continue;
+            }
+            let claim = node
+                .labels
+                .get(LABEL_NODECLAIM)
+                .and_then(|name| in_flight.remove(name.as_str()));
+            match claim.and_then(claim_capacity) {
+                Some(mut counted) => {
+                    for (name, milli) in node.capacity.iter() {
+                        if milli != 0 {
+                            counted.set_milli(name, milli);
+                        }
+                    }
+                    usage.add(&counted);
+                }
+                None => usage.add(&node.capacity),
+            }
+            nodes += 1000;
+        }
+        // In input order, not the map's: sums are order-free, but keep it plain.
+        for c in input.in_flight.iter().filter(|c| c.node_pool == pool.name) {
+            if !in_flight.contains_key(c.name.as_str()) {
+                continue;
+            }
+            if let Some(counted) = claim_capacity(c) {
+                usage.add(&counted);
+                nodes += 1000;
+            }
+        }
+        usage.set_milli("nodes", usage.get_milli("nodes") + nodes);
+        usage
+    }
+
+    /// The capacity a node of type `t` adds to `pool`'s usage, as its limits count it:
+    /// with the pool's overlaid resources.
+    pub(super) fn capacity(&self, pool: PoolId, t: InstanceTypeId) -> &Resources {
+        match &self.pools[pool].capacity {
+            Some(per_type) => &per_type[t],
+            None => &self.instance_type(t).capacity,
+        }
     }
 
     /// The DaemonSets whose pods would run on this pool's nodes: they tolerate its
@@ -220,7 +302,9 @@ impl<'a> Scheduler<'a> {
         out
     }
 
-    pub(super) fn within_limits(&self, pool: PoolId, it: &InstanceType) -> Result<(), Refusal> {
+    /// Whether a new node of type `t` keeps `pool` within its limits, counting the
+    /// type's capacity with the pool's overlays (see [`Self::capacity`]).
+    pub(super) fn within_limits(&self, pool: PoolId, t: InstanceTypeId) -> Result<(), Refusal> {
         let node_pool = self.node_pool(pool);
         if let Some(max) = node_pool.node_limit {
             // Read apart from the other limits: `nodes: 0` is a limit too.
@@ -244,7 +328,7 @@ impl<'a> Scheduler<'a> {
             if name == "nodes" {
                 continue;
             }
-            let add = it.capacity.get_milli(name);
+            let add = self.capacity(pool, t).get_milli(name);
             // Saturating: a limit written as "no limit" sits at the quantity ceiling.
             let used = self.pools[pool].usage.get_milli(name).saturating_add(add);
             if used > limit {

@@ -194,16 +194,22 @@ impl Scheduler<'_> {
     /// Moves a new claim's reservation in its pool's usage from its old target type to
     /// `t` (none: the claim is gone), and sizes it for `t`.
     pub(super) fn retarget(&mut self, pool: PoolId, b: BinId, t: Option<InstanceTypeId>) {
-        let old = self.bins[b].target.map(|old| self.instance_type(old));
-        let new = t.map(|new| self.instance_type(new));
+        // Capacity as the pool's limits count it (with its overlays).
+        let per_type = self.pools[pool].capacity.clone();
+        let types = &self.input.catalog.types;
+        let capacity = |t: InstanceTypeId| match &per_type {
+            Some(per_type) => &per_type[t],
+            None => &types[t.index()].capacity,
+        };
+        let old = self.bins[b].target;
         let usage = &mut self.pools[pool].usage;
         if let Some(old) = old {
-            usage.sub(&old.capacity);
+            usage.sub(capacity(old));
             let n = usage.get_milli("nodes");
             usage.set_milli("nodes", n - 1000);
         }
-        if let Some(new) = new {
-            usage.add(&new.capacity);
+        if let Some(new) = t {
+            usage.add(capacity(new));
             let n = usage.get_milli("nodes");
             usage.set_milli("nodes", n + 1000);
         }
