@@ -9,6 +9,10 @@
 //!   is patched again, so a crash between the two heals.
 //! - `Registered` → `Initialized` when the node is Ready and none of the pool's
 //!   startup taints remain (`karpenter.sh/initialized=true`).
+//! - A claim launched into a capacity reservation whose instance EC2 now lists outside
+//!   it (the reservation expired or was cancelled; the instance runs on as on-demand)
+//!   becomes on-demand: capacity type, price and labels, and its node's labels
+//!   (Karpenter's capacity-type sync, reserved → on-demand only).
 //! - `Launched` and not registered within the registration TTL → terminated
 //!   (`Disrupting(Unregistered)` and the steps of [`crate::terminate`]).
 //! - `Disrupting`, `Draining` and `Terminating` claims, whoever disrupted them
@@ -27,7 +31,10 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use nodewright_core::api::model::NodePool;
-use nodewright_core::catalog::{Catalog, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL};
+use nodewright_core::catalog::{
+    CapacityType, Catalog, LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+    LABEL_CAPACITY_RESERVATION_TYPE, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL,
+};
 use nodewright_core::cluster::Node;
 use nodewright_core::disruption::hash;
 use nodewright_core::nodeclaim::{
@@ -85,6 +92,8 @@ pub struct LifecycleReport {
     pub terminated: Vec<String>,
     /// The same, counted per NodePool.
     pub terminated_by_pool: BTreeMap<String, usize>,
+    /// Claims whose instance left its capacity reservation, now on-demand.
+    pub left_reservation: Vec<String>,
     /// Claims this pass put in `Disrupting` (registration timeouts, vanished instances).
     pub disrupted: Vec<Disrupted>,
     /// Pods a disruption budget kept on a draining node this pass.
@@ -268,6 +277,7 @@ pub async fn reconcile(
         .filter(|i| i.state != "terminated")
         .map(|i| i.id.as_str())
         .collect();
+    let instances: HashMap<&str, &Instance> = owned.iter().map(|i| (i.id.as_str(), i)).collect();
     for claim in claims.iter_mut() {
         if let Some(lease) = lease {
             // A long pass (many drains) must not outlive the lease it acts under.
@@ -278,9 +288,25 @@ pub async fn reconcile(
             .as_deref()
             .and_then(|id| nodes.get(id).copied());
         let pool = pools.get(claim.node_pool.as_str()).copied();
+        let instance = claim
+            .instance_id
+            .as_deref()
+            .and_then(|id| instances.get(id).copied());
         let outcome = match vanished(ports, claim, &alive) {
             true => clean_up_vanished(ports, claim, &mut report).await,
-            false => step(ports, config, claim, node, pool, catalog, &mut report).await,
+            false => {
+                match left_reservation(ports, claim, instance, node, catalog, &mut report).await {
+                    Ok(Some(on_demand)) => {
+                        *claim = on_demand;
+                        match step(ports, config, claim, node, pool, catalog, &mut report).await {
+                            Ok(None) => Ok(Some(claim.clone())),
+                            other => other,
+                        }
+                    }
+                    Ok(None) => step(ports, config, claim, node, pool, catalog, &mut report).await,
+                    Err(e) => Err(e),
+                }
+            }
         };
         match outcome {
             Ok(Some(next)) => *claim = next,
@@ -311,6 +337,102 @@ pub async fn reconcile(
     }
     report.census = census(config, state, catalog, claims, ports.clock.now());
     Ok(report)
+}
+
+/// The labels a node in a capacity reservation carries (Karpenter's
+/// `ReservedCapacityLabels`).
+const RESERVATION_LABELS: [&str; 3] = [
+    LABEL_CAPACITY_RESERVATION_ID,
+    LABEL_CAPACITY_RESERVATION_TYPE,
+    LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+];
+
+/// Karpenter's capacity-type sync. A claim launched into a capacity reservation whose
+/// instance EC2 now lists as on-demand (the reservation expired or was cancelled; the
+/// instance runs on outside it) becomes an on-demand claim: capacity type, on-demand
+/// price, no reservation labels; and its registered node is relabelled the same way,
+/// so consolidation prices it at what it now costs. The claim and the node are each
+/// checked on every pass, so a node patch that failed is done on the next one. Only
+/// reserved → on-demand (nothing joins a reservation by itself); claims being taken
+/// away are left as they are. `Some` when the claim was rewritten.
+async fn left_reservation(
+    ports: &Ports,
+    claim: &NodeClaim,
+    instance: Option<&Instance>,
+    node: Option<&Node>,
+    catalog: &Catalog,
+    report: &mut LifecycleReport,
+) -> Result<Option<NodeClaim>> {
+    let Some(instance) = instance else {
+        return Ok(None);
+    };
+    let in_service = matches!(
+        claim.state,
+        ClaimState::Launched | ClaimState::Registered | ClaimState::Initialized
+    );
+    if !in_service || instance.capacity_type != CapacityType::OnDemand {
+        return Ok(None);
+    }
+    let now = ports.clock.now();
+    let mut rewritten = None;
+    if claim.capacity_type == Some(CapacityType::Reserved) {
+        let reservation = claim
+            .labels
+            .get(LABEL_CAPACITY_RESERVATION_ID)
+            .cloned()
+            .unwrap_or_else(|| "?".to_string());
+        let on_demand = catalog
+            .get(&instance.instance_type)
+            .and_then(|it| it.on_demand_price);
+        let next = claim.amend(now, |c| {
+            c.capacity_type = Some(CapacityType::OnDemand);
+            if on_demand.is_some() {
+                c.price_per_hour = on_demand;
+            }
+            for key in RESERVATION_LABELS {
+                c.labels.remove(key);
+            }
+        })?;
+        let next = ports.save_claim(claim, next).await?;
+        info!(claim = %claim.name, instance = %instance.id, reservation = %reservation, "instance left its capacity reservation; the claim is on-demand now");
+        ports
+            .record_decision(Decision {
+                at: now,
+                job: "lifecycle".into(),
+                action: format!(
+                    "relabel {} ({}) on-demand",
+                    claim.name, instance.id
+                ),
+                reason: format!(
+                    "its instance left capacity reservation {reservation} (expired or cancelled) and runs on as on-demand"
+                ),
+                price_per_hour: next.price_per_hour,
+            })
+            .await;
+        report.left_reservation.push(claim.name.clone());
+        rewritten = Some(next);
+    }
+    let labelled_reserved = node.is_some_and(|n| {
+        n.labels.get(LABEL_REGISTERED).map(String::as_str) == Some("true")
+            && n.labels.get(LABEL_CAPACITY_TYPE).map(String::as_str)
+                == Some(CapacityType::Reserved.as_str())
+    });
+    if let (Some(node), true) = (node, labelled_reserved) {
+        let patch = NodePatch {
+            set_labels: [(
+                LABEL_CAPACITY_TYPE.to_string(),
+                CapacityType::OnDemand.as_str().to_string(),
+            )]
+            .into(),
+            remove_labels: RESERVATION_LABELS.iter().map(|k| k.to_string()).collect(),
+            ..NodePatch::default()
+        };
+        match ports.cluster.patch_node(&node.name, &patch).await {
+            Err(e) if e.kind != ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
+        }
+    }
+    Ok(rewritten)
 }
 
 /// How long after its launch an instance missing from EC2's listing counts as gone
@@ -530,6 +652,7 @@ fn registration_patch(
     }
     NodePatch {
         set_labels,
+        remove_labels: Vec::new(),
         set_annotations,
         add_taints,
         remove_taints: vec![TAINT_UNREGISTERED.into()],

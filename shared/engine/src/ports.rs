@@ -480,6 +480,8 @@ pub enum Invalidity {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodePatch {
     pub set_labels: BTreeMap<String, String>,
+    /// Label keys to remove (a reservation's labels once its instance left it).
+    pub remove_labels: Vec<String>,
     /// Annotations to set (the drift hashes and their version, at registration).
     pub set_annotations: BTreeMap<String, String>,
     pub add_taints: Vec<Taint>,

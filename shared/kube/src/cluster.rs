@@ -573,6 +573,22 @@ fn crd_missing(crd: &Crd) -> String {
 
 /// The node's taints after `patch`: removals by key (any effect) first, then additions
 /// (a taint with the same key and effect is replaced, so its value follows the patch).
+/// The `metadata.labels` of a JSON merge patch: each label to set with its value, each
+/// to remove as `null` (RFC 7386 deletes it).
+fn merged_labels<'a>(
+    set: impl Iterator<Item = (&'a String, &'a String)>,
+    remove: &[String],
+) -> Value {
+    let mut labels = serde_json::Map::new();
+    for (k, v) in set {
+        labels.insert(k.clone(), Value::String(v.clone()));
+    }
+    for k in remove {
+        labels.insert(k.clone(), Value::Null);
+    }
+    Value::Object(labels)
+}
+
 fn patched_taints(current: &[Value], patch: &NodePatch) -> Vec<Value> {
     let key_of = |t: &Value| t.get("key").and_then(Value::as_str).map(str::to_string);
     let effect_of = |t: &Value| t.get("effect").and_then(Value::as_str).map(str::to_string);
@@ -779,11 +795,18 @@ impl Cluster for KubeCluster {
         let params = PatchParams::default();
         let doing = |what: &str| format!("{what} node {name:?}");
         if patch.add_taints.is_empty() && patch.remove_taints.is_empty() {
-            if patch.set_labels.is_empty() && patch.set_annotations.is_empty() {
+            if patch.set_labels.is_empty()
+                && patch.remove_labels.is_empty()
+                && patch.set_annotations.is_empty()
+            {
                 return Ok(());
             }
-            // Labels and annotations alone: a merge patch touches only the keys it names.
-            let mut body = json!({ "metadata": { "labels": patch.set_labels } });
+            // Labels and annotations alone: a merge patch touches only the keys it names
+            // (a null removes one).
+            let mut body = json!({ "metadata": { "labels": merged_labels(
+                patch.set_labels.iter(),
+                &patch.remove_labels,
+            ) } });
             if !patch.set_annotations.is_empty() {
                 body["metadata"]["annotations"] = json!(patch.set_annotations);
             }
@@ -822,13 +845,23 @@ impl Cluster for KubeCluster {
                 .iter()
                 .filter(|(k, v)| labels.get(*k) != Some(*v))
                 .collect();
+            let labels_to_remove: Vec<String> = patch
+                .remove_labels
+                .iter()
+                .filter(|k| labels.contains_key(*k))
+                .cloned()
+                .collect();
             let annotations = node.metadata.annotations.clone().unwrap_or_default();
             let annotations_to_set: BTreeMap<&String, &String> = patch
                 .set_annotations
                 .iter()
                 .filter(|(k, v)| annotations.get(*k) != Some(*v))
                 .collect();
-            if taints == current && labels_to_set.is_empty() && annotations_to_set.is_empty() {
+            if taints == current
+                && labels_to_set.is_empty()
+                && labels_to_remove.is_empty()
+                && annotations_to_set.is_empty()
+            {
                 return Ok(());
             }
             let mut body = json!({
@@ -837,8 +870,9 @@ impl Cluster for KubeCluster {
             if !annotations_to_set.is_empty() {
                 body["metadata"]["annotations"] = json!(annotations_to_set);
             }
-            if !labels_to_set.is_empty() {
-                body["metadata"]["labels"] = json!(labels_to_set);
+            if !labels_to_set.is_empty() || !labels_to_remove.is_empty() {
+                body["metadata"]["labels"] =
+                    merged_labels(labels_to_set.into_iter(), &labels_to_remove);
             }
             if taints != current {
                 body["spec"] = json!({ "taints": taints });

@@ -168,6 +168,7 @@ fn registration_patch() -> NodePatch {
         .into(),
         add_taints: vec![taint("dedicated", Some("gpu"), TaintEffect::NoSchedule)],
         remove_taints: vec![UNREGISTERED.into()],
+        ..NodePatch::default()
     }
 }
 
@@ -539,6 +540,60 @@ async fn patch_node_with_labels_only_sends_one_merge_patch() {
         2,
         "taints untouched"
     );
+}
+
+#[tokio::test]
+async fn patch_node_removes_the_labels_it_names_alone_or_beside_a_taint() {
+    let (server, cluster) = fake().await;
+    server.put(node("node-a"));
+    server.modify("Node", None, "node-a", |n| {
+        n["metadata"]["labels"]["karpenter.k8s.aws/capacity-reservation-id"] = json!("cr-1");
+        n["metadata"]["labels"]["karpenter.k8s.aws/capacity-reservation-type"] = json!("default");
+    });
+    let demote = NodePatch {
+        set_labels: [(
+            "karpenter.sh/capacity-type".to_string(),
+            "on-demand".to_string(),
+        )]
+        .into(),
+        remove_labels: vec!["karpenter.k8s.aws/capacity-reservation-id".to_string()],
+        ..NodePatch::default()
+    };
+    cluster
+        .patch_node("node-a", &demote)
+        .await
+        .expect("patched");
+    let labels = server.get("Node", None, "node-a").unwrap()["metadata"]["labels"].clone();
+    assert_eq!(labels["karpenter.sh/capacity-type"], "on-demand");
+    assert!(
+        labels
+            .get("karpenter.k8s.aws/capacity-reservation-id")
+            .is_none(),
+        "{labels}"
+    );
+    assert_eq!(
+        labels["karpenter.k8s.aws/capacity-reservation-type"],
+        "default"
+    );
+
+    // Beside a taint: the read-modify-write path removes it too.
+    let with_taint = NodePatch {
+        remove_labels: vec!["karpenter.k8s.aws/capacity-reservation-type".to_string()],
+        add_taints: vec![taint("example.com/draining", None, TaintEffect::NoSchedule)],
+        ..NodePatch::default()
+    };
+    cluster
+        .patch_node("node-a", &with_taint)
+        .await
+        .expect("patched");
+    let node = server.get("Node", None, "node-a").unwrap();
+    assert!(
+        node["metadata"]["labels"]
+            .get("karpenter.k8s.aws/capacity-reservation-type")
+            .is_none(),
+        "{node}"
+    );
+    assert!(taint_keys(&node).contains(&"example.com/draining".to_string()));
 }
 
 #[tokio::test]

@@ -218,6 +218,23 @@ impl FakeCloud {
         inner.reservations.push(reservation);
     }
 
+    /// Reservation `id` ends (`state`: `expired`, `cancelled`): EC2 lists it no more,
+    /// and its instances run on as on-demand, outside any reservation.
+    pub fn end_reservation(&self, id: &str, state: &str) {
+        let mut inner = lock(&self.inner);
+        for r in inner.reservations.iter_mut().filter(|r| r.id == id) {
+            r.state = state.to_string();
+        }
+        for i in inner
+            .instances
+            .iter_mut()
+            .filter(|i| i.instance.capacity_reservation_id.as_deref() == Some(id))
+        {
+            i.instance.capacity_reservation_id = None;
+            i.instance.capacity_type = CapacityType::OnDemand;
+        }
+    }
+
     /// The instances reservation `id` can still take: its total less the instances
     /// running in it. `None` if there is no such reservation.
     pub fn reservation_available(&self, id: &str) -> Option<u32> {

@@ -576,6 +576,9 @@ impl Cluster for FakeCluster {
         };
         let node = &mut inner.state.nodes[i];
         node.labels.extend(patch.set_labels.clone());
+        for key in &patch.remove_labels {
+            node.labels.remove(key);
+        }
         // The core Node keeps only the annotations planning reads.
         for (k, v) in &patch.set_annotations {
             match k.as_str() {

@@ -309,3 +309,66 @@ async fn a_claim_adopted_after_its_reservation_is_no_longer_listed_still_names_i
     // Its type is no longer known: no guess.
     assert_eq!(label(claim, LABEL_CAPACITY_RESERVATION_TYPE), None);
 }
+
+/// Karpenter's capacity-type sync: an ODCR expires under its running instances, which
+/// EC2 keeps running as on-demand. The claims and their nodes become on-demand (no
+/// reservation labels, the on-demand price), so consolidation no longer takes them for
+/// free capacity; the on-demand node launched beside them is untouched.
+#[tokio::test]
+async fn nodes_whose_reservation_expired_are_relabelled_on_demand_and_priced_so() {
+    let env = env_with(FakeReservation::new(
+        "cr-0aaaa",
+        "m5.xlarge",
+        "us-east-1a",
+        2,
+    ));
+    add_pods(&env, 3);
+    let prov = env.provisioner();
+    prov.tick().await.unwrap();
+    for n in env.cluster.register_from(&env.cloud) {
+        env.cluster.set_ready(&n);
+    }
+    prov.tick().await.unwrap();
+    let reserved_nodes = |env: &Env| {
+        env.cluster
+            .nodes()
+            .into_iter()
+            .filter(|n| n.labels.get(LABEL_CAPACITY_TYPE).map(String::as_str) == Some("reserved"))
+            .count()
+    };
+    assert_eq!(reserved_nodes(&env), 2);
+
+    env.cloud.end_reservation("cr-0aaaa", "expired");
+    let report = prov.tick().await.unwrap();
+
+    assert_eq!(report.lifecycle.left_reservation.len(), 2, "{report:#?}");
+    assert_eq!(reserved_nodes(&env), 0);
+    let on_demand_price = 0.192;
+    for claim in live_claims(&env) {
+        assert_eq!(
+            claim.capacity_type,
+            Some(CapacityType::OnDemand),
+            "{claim:#?}"
+        );
+        assert_eq!(claim.price_per_hour, Some(on_demand_price), "{claim:#?}");
+        assert!(
+            label(&claim, LABEL_CAPACITY_RESERVATION_ID).is_none(),
+            "{claim:#?}"
+        );
+    }
+    for node in env.cluster.nodes() {
+        assert_eq!(
+            node.labels.get(LABEL_CAPACITY_TYPE).map(String::as_str),
+            Some("on-demand"),
+            "{node:#?}"
+        );
+        assert!(
+            !node.labels.contains_key(LABEL_CAPACITY_RESERVATION_ID)
+                && !node.labels.contains_key(LABEL_CAPACITY_RESERVATION_TYPE),
+            "{node:#?}"
+        );
+    }
+    // Nothing more to do on the next pass.
+    let again = prov.tick().await.unwrap();
+    assert!(again.lifecycle.left_reservation.is_empty(), "{again:#?}");
+}
