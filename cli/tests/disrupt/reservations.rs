@@ -8,9 +8,13 @@ use serde_json::{Value, json};
 
 use super::{check_contract, commands, decide, node, pod_on, rejected, run, temp_file};
 
-/// One NodePool of m5 types allowing `capacity_types`, its EC2NodeClass selecting the
-/// reservations, every node free to go at once.
-fn pool(capacity_types: &str) -> String {
+/// A NodePool `default` with `requirements` (YAML flow mappings), every node free to go
+/// at once, and its EC2NodeClass selecting the reservations the tests use.
+fn manifests(requirements: &[&str]) -> String {
+    let requirements: String = requirements
+        .iter()
+        .map(|r| format!("        - {r}\n"))
+        .collect();
     format!(
         r#"
 apiVersion: karpenter.sh/v1
@@ -22,10 +26,7 @@ spec:
     spec:
       expireAfter: 720h
       requirements:
-        - {{key: kubernetes.io/arch, operator: In, values: [amd64]}}
-        - {{key: karpenter.sh/capacity-type, operator: In, values: [{capacity_types}]}}
-        - {{key: karpenter.k8s.aws/instance-family, operator: In, values: [m5]}}
-      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
+{requirements}      nodeClassRef: {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}}
   disruption:
     consolidationPolicy: WhenEmptyOrUnderutilized
     consolidateAfter: 30s
@@ -44,6 +45,15 @@ spec:
   capacityReservationSelectorTerms: [{{id: cr-0aaaa}}, {{id: cr-0bbbb}}]
 "#
     )
+}
+
+/// m5 types allowing `capacity_types`.
+fn pool(capacity_types: &str) -> String {
+    manifests(&[
+        "{key: kubernetes.io/arch, operator: In, values: [amd64]}",
+        &format!("{{key: karpenter.sh/capacity-type, operator: In, values: [{capacity_types}]}}"),
+        "{key: karpenter.k8s.aws/instance-family, operator: In, values: [m5]}",
+    ])
 }
 
 /// A `--reservations` file: (id, instance type, instances available), in us-east-1a
@@ -214,33 +224,13 @@ fn a_node_in_a_large_reservation_moves_to_a_smaller_reservation_with_room() {
 }
 
 /// Types of two families under a minValues of three: no claim can keep it.
-const UNKEEPABLE_MIN_VALUES: &str = r#"
-apiVersion: karpenter.sh/v1
-kind: NodePool
-metadata:
-  name: default
-spec:
-  template:
-    spec:
-      requirements:
-        - {key: node.kubernetes.io/instance-type, operator: In, values: [m5.large, m5.xlarge, c5.xlarge]}
-        - {key: karpenter.k8s.aws/instance-family, operator: Exists, minValues: 3}
-        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
-      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
-  disruption:
-    consolidationPolicy: WhenEmptyOrUnderutilized
-    consolidateAfter: 30s
----
-apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
-metadata:
-  name: default
-spec:
-  role: KarpenterNodeRole-demo
-  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
-  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
-  amiSelectorTerms: [{alias: al2023@latest}]
-"#;
+fn unkeepable_min_values() -> String {
+    manifests(&[
+        "{key: node.kubernetes.io/instance-type, operator: In, values: [m5.large, m5.xlarge, c5.xlarge]}",
+        "{key: karpenter.k8s.aws/instance-family, operator: Exists, minValues: 3}",
+        "{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}",
+    ])
+}
 
 #[test]
 fn an_unkeepable_min_values_blocks_a_replacement_when_strict_and_not_when_best_effort() {
@@ -253,9 +243,9 @@ fn an_unkeepable_min_values_blocks_a_replacement_when_strict_and_not_when_best_e
         ]
     };
     for strict in [
-        decide(UNKEEPABLE_MIN_VALUES, items(), &[]),
+        decide(&unkeepable_min_values(), items(), &[]),
         decide(
-            UNKEEPABLE_MIN_VALUES,
+            &unkeepable_min_values(),
             items(),
             &["--min-values-policy", "strict"],
         ),
@@ -265,7 +255,7 @@ fn an_unkeepable_min_values_blocks_a_replacement_when_strict_and_not_when_best_e
         assert!(reason.contains("minValues 3"), "{strict:#}");
     }
     let relaxed = decide(
-        UNKEEPABLE_MIN_VALUES,
+        &unkeepable_min_values(),
         items(),
         &["--min-values-policy", "best-effort"],
     );
@@ -353,32 +343,12 @@ fn a_replacement_left_on_demand_by_a_used_up_reservation_is_priced_on_demand_not
 }
 
 /// m5 and c5 types under a family minValues of two, on-demand only.
-const TWO_FAMILIES: &str = r#"
-apiVersion: karpenter.sh/v1
-kind: NodePool
-metadata:
-  name: default
-spec:
-  template:
-    spec:
-      requirements:
-        - {key: karpenter.k8s.aws/instance-family, operator: In, values: [m5, c5], minValues: 2}
-        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}
-      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
-  disruption:
-    consolidationPolicy: WhenEmptyOrUnderutilized
-    consolidateAfter: 30s
----
-apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
-metadata:
-  name: default
-spec:
-  role: KarpenterNodeRole-demo
-  subnetSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
-  securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]
-  amiSelectorTerms: [{alias: al2023@latest}]
-"#;
+fn two_families() -> String {
+    manifests(&[
+        "{key: karpenter.k8s.aws/instance-family, operator: In, values: [m5, c5], minValues: 2}",
+        "{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}",
+    ])
+}
 
 #[test]
 fn a_replacement_whose_cheaper_types_cannot_keep_min_values_is_refused_under_either_policy() {
@@ -392,7 +362,7 @@ fn a_replacement_whose_cheaper_types_cannot_keep_min_values_is_refused_under_eit
         ]
     };
     for policy in ["strict", "best-effort"] {
-        let d = decide(TWO_FAMILIES, items(), &["--min-values-policy", policy]);
+        let d = decide(&two_families(), items(), &["--min-values-policy", policy]);
         assert!(commands(&d).is_empty(), "{policy}: {d:#}");
         assert_eq!(
             rejected(&d),
