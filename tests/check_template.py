@@ -354,19 +354,33 @@ def check_rules(template: dict) -> list[str]:
         ("aws.ec2", "EC2 Instance Rebalance Recommendation"),
         ("aws.ec2", "EC2 Instance State-change Notification"),
         ("aws.health", "AWS Health Event"),
+        ("aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning"),
+    }
+    # The queue policy lets EventBridge send only for the rules it names: a rule left
+    # out of it matches its events and delivers none.
+    policy = template["Resources"].get("InterruptionQueuePolicy", {}).get("Properties", {}).get("PolicyDocument", {})
+    allowed = {
+        text(arn)
+        for st in as_list(policy.get("Statement"))
+        if st.get("Effect") == "Allow"
+        for arn in as_list(st.get("Condition", {}).get("ArnEquals", {}).get("aws:SourceArn"))
     }
     found = set()
-    for r in template["Resources"].values():
+    problems = []
+    for name, r in template["Resources"].items():
         if r.get("Type") != "AWS::Events::Rule":
             continue
         p = r.get("Properties", {})
         if not any(text(t.get("Arn")) == "${InterruptionQueue.Arn}" for t in p.get("Targets", [])):
             continue
+        if "${" + name + ".Arn}" not in allowed:
+            problems.append(f"{name}: targets InterruptionQueue, but InterruptionQueuePolicy does not let it send (aws:SourceArn)")
+            continue
         pattern = p.get("EventPattern", {})
         for src in as_list(pattern.get("source")):
             for dt in as_list(pattern.get("detail-type")):
                 found.add((src, dt))
-    return [f"no EventBridge rule sends {src} {dt!r} to InterruptionQueue" for src, dt in sorted(wanted - found)]
+    return problems + [f"no EventBridge rule sends {src} {dt!r} to InterruptionQueue" for src, dt in sorted(wanted - found)]
 
 
 def check_table(template: dict, expected: dict | None) -> list[str]:
@@ -590,6 +604,12 @@ def redeliver_after_the_spot_deadline(t):
     t["Resources"]["InterruptionQueue"]["Properties"]["VisibilityTimeout"] = 160
 
 
+def rule_the_queue_refuses(t):
+    doc = t["Resources"]["InterruptionQueuePolicy"]["Properties"]["PolicyDocument"]
+    arns = doc["Statement"][0]["Condition"]["ArnEquals"]["aws:SourceArn"]
+    arns[:] = [a for a in arns if text(a) != "${CapacityReservationInterruptionRule.Arn}"]
+
+
 def table_drifts(t):
     t["Resources"]["StateTable"]["Properties"]["TimeToLiveSpecification"]["AttributeName"] = "ttl"
 
@@ -652,6 +672,7 @@ MUTATIONS = [
     (unlimited_provisioner_concurrency, "without ReservedConcurrentExecutions"),
     (queue_without_dlq, "no RedrivePolicy"),
     (redeliver_after_the_spot_deadline, "VisibilityTimeout 160 > 90 s"),
+    (rule_the_queue_refuses, "CapacityReservationInterruptionRule: targets InterruptionQueue, but InterruptionQueuePolicy does not let it send"),
     (table_drifts, "differ from infra/dynamodb-table.json in: TimeToLiveSpecification"),
     (vpc_branch_wildcard, "wildcard action '*'"),
     (dlq_alarm_gone, "no alarm on AWS/SQS ApproximateNumberOfMessagesVisible"),

@@ -1,7 +1,7 @@
 //! What `plan` and `disrupt` may launch into beyond the catalog, as the functions see
 //! it: `--reservations FILE`, the capacity reservations, as YAML or JSON
-//! (`reservations: [{id, instanceType, zone, available, reservationType, endTime,
-//! nodeClasses}]`), standing for what DescribeCapacityReservations would report for the
+//! (`reservations: [{id, instanceType, zone, available, reservationType, interruptible,
+//! endTime, nodeClasses}]`), standing for what DescribeCapacityReservations would report for the
 //! EC2NodeClasses' `capacityReservationSelectorTerms` (a reservation without
 //! `nodeClasses` is open to every class; with them, only to the classes named); and
 //! `--min-values-policy`, the stack's `MinValuesPolicy`.
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use nodewright_core::catalog::{Pricing, Reservation};
+use nodewright_core::catalog::{Pricing, Reservation, ReservationType};
 use nodewright_core::scheduling::requirements::MinValuesPolicy;
 
 use crate::{Failure, read};
@@ -24,7 +24,7 @@ pub(crate) struct CapacityArgs {
     #[arg(long, value_enum, default_value = "strict")]
     min_values_policy: MinValuesPolicyArg,
     /// Capacity reservations to launch into (`reservations: [{id, instanceType, zone,
-    /// available, reservationType, endTime, nodeClasses}]`): reserved offerings for
+    /// available, reservationType, interruptible, endTime, nodeClasses}]`): reserved offerings for
     /// NodePools that allow `karpenter.sh/capacity-type: reserved`.
     #[arg(long)]
     reservations: Option<PathBuf>,
@@ -70,12 +70,8 @@ fn load(path: &Path) -> Result<Vec<Reservation>, Failure> {
         .map_err(|e| Failure::Invalid(vec![format!("{}: {e}", path.display())]))?;
     let mut problems = Vec::new();
     for (i, r) in file.reservations.iter().enumerate() {
-        if !r.id.starts_with("cr-") {
-            problems.push(format!(
-                "{}: reservations[{i}].id: expected an id like \"cr-0123abcd\", got {:?}",
-                path.display(),
-                r.id
-            ));
+        for p in shape_problems(r) {
+            problems.push(format!("{}: reservations[{i}].{p}", path.display()));
         }
         if file.reservations[..i].iter().any(|o| o.id == r.id) {
             problems.push(format!(
@@ -86,8 +82,30 @@ fn load(path: &Path) -> Result<Vec<Reservation>, Failure> {
         }
     }
     if problems.is_empty() {
-        Ok(file.reservations)
+        // As the functions gather them: planning takes the first with room.
+        let mut reservations = file.reservations;
+        reservations.sort_by(|a, b| a.launch_order().cmp(&b.launch_order()));
+        Ok(reservations)
     } else {
         Err(Failure::Invalid(problems))
     }
+}
+
+/// What is wrong with one reservation's fields, each message starting with the field
+/// it names (`id: ...`); the simulator's scenarios check theirs with it too.
+pub(crate) fn shape_problems(r: &Reservation) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !r.id.starts_with("cr-") {
+        problems.push(format!(
+            "id: expected an id like \"cr-0123abcd\", got {:?}",
+            r.id
+        ));
+    }
+    if r.interruptible && r.reservation_type == ReservationType::CapacityBlock {
+        problems.push(format!(
+            "interruptible: {:?} is a Capacity Block, and only an ODCR (reservationType: default) can be interruptible",
+            r.id
+        ));
+    }
+    problems
 }

@@ -166,6 +166,7 @@ fn default_system_namespace() -> String {
 struct EventSpec {
     at: Dur,
     spot_interruption: Option<TargetSpec>,
+    reservation_interruption: Option<TargetSpec>,
     rebalance_recommendation: Option<TargetSpec>,
     scheduled_change: Option<ScheduledChangeSpec>,
     instance_stopped: Option<TargetSpec>,
@@ -208,7 +209,7 @@ impl SeveralSpec {
     }
 }
 
-const EVENT_KINDS: &str = "spotInterruption, rebalanceRecommendation, scheduledChange, instanceStopped, nodeNotReady, instanceImpaired, capacityShortage, scaleNodePool or imageRelease";
+const EVENT_KINDS: &str = "spotInterruption, reservationInterruption, rebalanceRecommendation, scheduledChange, instanceStopped, nodeNotReady, instanceImpaired, capacityShortage, scaleNodePool or imageRelease";
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -377,11 +378,8 @@ pub fn parse(file: &str, text: &str, dir: &Path) -> Result<Scenario, ScenarioErr
         scenario.disturbances.push(d);
     }
     for (i, r) in spec.reservations.into_iter().enumerate() {
-        if !r.id.starts_with("cr-") {
-            return Err(fail(format!(
-                "reservations[{i}].id: expected an id like \"cr-0123abcd\", got {:?}",
-                r.id
-            )));
+        if let Some(p) = crate::reservations::shape_problems(&r).into_iter().next() {
+            return Err(fail(format!("reservations[{i}].{p}")));
         }
         let mut fake = FakeReservation::new(&r.id, &r.instance_type, &r.zone, r.available);
         fake.reservation_type = r.reservation_type;
@@ -497,6 +495,11 @@ fn disturbance(e: EventSpec, scenario: &Scenario) -> Result<ScheduledDisturbance
     let mut kinds: Vec<Disturbance> = Vec::new();
     if let Some(t) = e.spot_interruption {
         kinds.push(Disturbance::SpotInterruption {
+            target: t.target.into(),
+        });
+    }
+    if let Some(t) = e.reservation_interruption {
+        kinds.push(Disturbance::ReservationInterruption {
             target: t.target.into(),
         });
     }

@@ -629,3 +629,59 @@ fn timings_go_to_stderr_and_leave_the_decision_as_it_is() {
         "{stderr}"
     );
 }
+
+#[test]
+fn spot_to_spot_launches_with_as_many_cheaper_types_as_the_pools_min_values_need() {
+    let items = vec![
+        node("spot-node", "m5.4xlarge", "spot"),
+        pod_on("web", "spot-node", "3"),
+    ];
+    let families = |d: &Value| -> (usize, usize) {
+        let options = d["commands"][0]["replacements"][0]["instanceTypeOptions"]
+            .as_array()
+            .unwrap_or_else(|| panic!("a replacement: {d:#}"));
+        let distinct: BTreeSet<&str> = options
+            .iter()
+            .filter_map(|o| o.as_str()?.split('.').next())
+            .collect();
+        (options.len(), distinct.len())
+    };
+    // minValues 20 on the family: the 15 cheapest do not cover 20 families, so the
+    // replacement keeps as many of the cheapest as it takes (Karpenter caps at
+    // max(15, what minValues needs)).
+    let family = |min: u32| {
+        format!(
+            "        - key: karpenter.k8s.aws/instance-family\n          operator: Exists\n          minValues: {min}\n"
+        )
+    };
+    let d = decide(
+        &pools(UNDERUTILIZED, &family(20)),
+        items,
+        &["--spot-to-spot"],
+    );
+    let (options, distinct) = families(&d);
+    assert!(
+        options > 15 && distinct >= 20,
+        "{options} types, {distinct} families: {d:#}"
+    );
+    // An m5.xlarge has 12 cheaper spot types of 12 families: minValues 13 cannot be
+    // kept by them, and that is why the node stays (checked before the count of 15).
+    let small = vec![
+        node("spot-node", "m5.xlarge", "spot"),
+        pod_on("web", "spot-node", "3"),
+    ];
+    let d = decide(
+        &pools(UNDERUTILIZED, &family(13)),
+        small,
+        &["--spot-to-spot"],
+    );
+    assert!(commands(&d).is_empty(), "{d:#}");
+    let why = &d["rejected"][0];
+    assert_eq!(why["code"], "NotCheaper", "{d:#}");
+    assert!(
+        why["reason"]
+            .as_str()
+            .is_some_and(|r| r.ends_with("below the NodePool's minValues 13")),
+        "{d:#}"
+    );
+}

@@ -247,6 +247,15 @@ pub const LABEL_CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-re
 pub const LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE: &str =
     "karpenter.k8s.aws/capacity-reservation-interruptible";
 
+/// The labels of a node launched into a capacity reservation. Requirements on them
+/// select reservations (Karpenter's reserved offerings carry them; other offerings
+/// carry none of them).
+pub const RESERVATION_LABELS: [&str; 3] = [
+    LABEL_CAPACITY_RESERVATION_ID,
+    LABEL_CAPACITY_RESERVATION_TYPE,
+    LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+];
+
 /// A reserved offering is priced at on-demand divided by this (Karpenter's constant):
 /// as good as free, so it wins, while the order between types stays that of on-demand
 /// for consolidation.
@@ -283,6 +292,20 @@ impl ReservationType {
             _ => None,
         }
     }
+}
+
+/// How a reservation's capacity is bought, in the order Karpenter launches into them
+/// when their offerings cost the same (`CapacityReservationTypeFilter`): an ODCR, then a
+/// Capacity Block, then an interruptible ODCR, whose owner may take the instance back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ReservationMarket {
+    /// An On-Demand Capacity Reservation: CreateFleet target `on-demand`.
+    Odcr,
+    /// A Capacity Block: target and market type `capacity-block`.
+    CapacityBlock,
+    /// An interruptible ODCR: target `reserved-capacity`, reservation type and market
+    /// type `interruptible-capacity-reservation`.
+    Interruptible,
 }
 
 impl fmt::Display for ReservationType {
@@ -328,9 +351,44 @@ impl Reservation {
                 .is_some_and(|end| now >= end - CAPACITY_BLOCK_EXPIRATION_SECS)
     }
 
+    /// How its capacity is bought; the order between reservations at one price.
+    /// There are no interruptible Capacity Blocks (EC2 has none; Karpenter neither).
+    pub fn market(&self) -> ReservationMarket {
+        match self.reservation_type {
+            ReservationType::CapacityBlock => ReservationMarket::CapacityBlock,
+            ReservationType::Default if self.interruptible => ReservationMarket::Interruptible,
+            ReservationType::Default => ReservationMarket::Odcr,
+        }
+    }
+
+    /// Where it comes when planning and launch look for a reservation with room, first
+    /// to last: by [`Self::market`], then by id.
+    pub fn launch_order(&self) -> (ReservationMarket, &str) {
+        (self.market(), &self.id)
+    }
+
     /// Whether a node of EC2NodeClass `class` may launch into it.
     pub fn selected_by(&self, class: &str) -> bool {
         self.node_classes.is_empty() || self.node_classes.iter().any(|c| c == class)
+    }
+
+    /// Whether a claim with `labels` may launch into it: each reservation label the
+    /// claim carries (a requirement pinned it) has this reservation's value.
+    pub fn agrees_with(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.node_labels()
+            .iter()
+            .all(|(k, v)| labels.get(k).is_none_or(|l| l == v))
+    }
+
+    /// The value of reservation label `key` on a node launched into it; `None` for
+    /// another key.
+    pub fn label(&self, key: &str) -> Option<String> {
+        match key {
+            LABEL_CAPACITY_RESERVATION_ID => Some(self.id.clone()),
+            LABEL_CAPACITY_RESERVATION_TYPE => Some(self.reservation_type.as_str().to_string()),
+            LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE => Some(self.interruptible.to_string()),
+            _ => None,
+        }
     }
 
     /// The labels a node launched into it carries.

@@ -112,6 +112,9 @@ pub enum DisruptionCause {
     /// The node runs in a Capacity Block about to end (Karpenter's capacity
     /// reservation expiration): drained before EC2 reclaims the block.
     CapacityReservationExpiring,
+    /// The owner of the interruptible capacity reservation the node runs in takes the
+    /// instance back (EC2's capacity reservation interruption warning).
+    CapacityReservationInterrupted,
 }
 
 /// One NodeClaim as the store records it. Times are Unix seconds.
@@ -242,7 +245,9 @@ impl DisruptionCause {
     pub fn urgency(self) -> u8 {
         match self {
             DisruptionCause::InstanceStopped | DisruptionCause::InstanceTerminated => 3,
-            DisruptionCause::SpotInterrupted | DisruptionCause::Unhealthy => 2,
+            DisruptionCause::SpotInterrupted
+            | DisruptionCause::CapacityReservationInterrupted
+            | DisruptionCause::Unhealthy => 2,
             _ => 1,
         }
     }

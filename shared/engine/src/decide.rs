@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use nodewright_core::catalog::{
-    LABEL_ARCH, LABEL_CAPACITY_RESERVATION_ID, LABEL_NODEPOOL, Pricing,
+    CapacityType, LABEL_ARCH, LABEL_CAPACITY_RESERVATION_ID, LABEL_NODEPOOL, Pricing,
 };
 use nodewright_core::cluster::{ClusterSnapshot, Node, Pod};
 use nodewright_core::disruption::drift::{LaunchedWith, SelectedImage, Selection, external_drift};
@@ -170,9 +170,9 @@ fn reservations_back(world: &Gathered, hidden: &HashSet<&str>) -> Option<Pricing
     Some(pricing)
 }
 
-/// (node, why) for each managed node whose instance runs an AMI, sits in a subnet or
-/// has security groups its NodePool's EC2NodeClass no longer selects, as resolved by
-/// this tick's gather. A node whose class did not resolve, or whose instance is not
+/// (node, why) for each managed node whose instance runs an AMI, sits in a subnet, has
+/// security groups or runs in a capacity reservation its NodePool's EC2NodeClass no
+/// longer selects, as resolved by this tick's gather. A node whose class did not resolve, or whose instance is not
 /// listed (or EC2 did not say), is not drifted this way.
 fn resource_drift(world: &Gathered, nodes: &[Node]) -> Vec<(String, String)> {
     let selections: HashMap<&str, Selection<'_>> = world
@@ -194,6 +194,11 @@ fn resource_drift(world: &Gathered, nodes: &[Node]) -> Vec<(String, String)> {
                     .security_group_ids
                     .iter()
                     .map(String::as_str)
+                    .collect(),
+                reservations: resolved
+                    .reservations
+                    .iter()
+                    .map(|r| r.id.as_str())
                     .collect(),
             };
             (name.as_str(), selection)
@@ -226,6 +231,10 @@ fn resource_drift(world: &Gathered, nodes: &[Node]) -> Vec<(String, String)> {
             image: instance.image_id.as_deref(),
             subnet: instance.subnet_id.as_deref(),
             security_groups: &instance.security_group_ids,
+            reservation: instance
+                .capacity_reservation_id
+                .as_deref()
+                .filter(|_| instance.capacity_type == CapacityType::Reserved),
         };
         Some((with, class))
     });

@@ -13,7 +13,9 @@ use tracing::warn;
 
 use nodewright_core::api::Kind;
 use nodewright_core::api::model::{Ec2NodeClass, NodePool, SelectorTerm};
-use nodewright_core::catalog::{CapacityType, Catalog, Pricing, Reservation};
+use nodewright_core::catalog::{
+    CapacityType, Catalog, LABEL_CAPACITY_RESERVATION_ID, Pricing, Reservation,
+};
 use nodewright_core::nodeclaim::{DisruptionCause, NodeClaim};
 
 use crate::context::Ports;
@@ -229,7 +231,15 @@ pub(crate) async fn gather(
     let mut pricing = Pricing::for_zones(zones);
     pricing.spot_prices = spot.into_iter().collect();
     pricing.unavailable = unavailable.into_iter().collect();
-    let (expiring, usable) = merge_reservations(reservations, now);
+    let (expiring, mut usable) = merge_reservations(reservations, now);
+    // Karpenter's `MarkUnavailable` on a reservation interruption: its owner is taking
+    // instances back, so none is launched into it for a while, whatever count
+    // DescribeCapacityReservations still shows.
+    for id in interrupted_reservations(&claims, now) {
+        if let Some(r) = usable.iter_mut().find(|r| r.id == id) {
+            r.available = 0;
+        }
+    }
     pricing.reservations = usable;
     pricing
         .unavailable
@@ -279,7 +289,9 @@ async fn class_reservations(
 /// One entry per reservation (several classes may select it: their names are joined,
 /// and the smallest count two reads gave is kept, as Karpenter's reservation manager
 /// does), split into those expiring at `now` (Capacity Blocks near their end: nothing
-/// launches into them, their nodes are drained) and those planning may use.
+/// launches into them, their nodes are drained) and those planning may use. Ordered
+/// as Karpenter launches into them at one price (ODCRs, Capacity Blocks, interruptible
+/// ODCRs; see [`Reservation::market`]): planning and launch take the first with room.
 fn merge_reservations(found: Vec<Reservation>, now: i64) -> (Vec<Reservation>, Vec<Reservation>) {
     let mut merged: Vec<Reservation> = Vec::new();
     for r in found {
@@ -295,7 +307,7 @@ fn merge_reservations(found: Vec<Reservation>, now: i64) -> (Vec<Reservation>, V
             None => merged.push(r),
         }
     }
-    merged.sort_by(|a, b| a.id.cmp(&b.id));
+    merged.sort_by(|a, b| a.launch_order().cmp(&b.launch_order()));
     merged.into_iter().partition(|r| r.expiring(now))
 }
 
@@ -324,6 +336,22 @@ pub fn interrupted_offerings(
             c.zone.clone()?,
             CapacityType::Spot,
         ))
+    })
+}
+
+/// The reservations whose owner took back an instance of ours less than
+/// [`INTERRUPTED_OFFERING_SECS`] ago, from the claims the warning disrupted.
+pub fn interrupted_reservations(claims: &[NodeClaim], now: i64) -> impl Iterator<Item = &str> {
+    claims.iter().filter_map(move |c| {
+        let d = c.disruption.as_ref()?;
+        if d.cause != DisruptionCause::CapacityReservationInterrupted
+            || d.since + INTERRUPTED_OFFERING_SECS <= now
+        {
+            return None;
+        }
+        c.labels
+            .get(LABEL_CAPACITY_RESERVATION_ID)
+            .map(String::as_str)
     })
 }
 

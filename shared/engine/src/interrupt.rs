@@ -591,8 +591,8 @@ fn disrupted_outcome(instance_id: &str, progress: Progress) -> InstanceOutcome {
 }
 
 /// The node's event for an interruption, under the reason Karpenter's AWS provider
-/// posts for the message: `SpotInterrupted`, `SpotRebalanceRecommendation`,
-/// `InstanceUnhealthy` (an AWS Health scheduled change), `InstanceStopping`,
+/// posts for the message: `SpotInterrupted`, `CapacityReservationInstanceInterrupted`,
+/// `SpotRebalanceRecommendation`, `InstanceUnhealthy` (an AWS Health scheduled change), `InstanceStopping`,
 /// `InstanceTerminating`. Posted once per message (messages are de-duplicated by
 /// event id) for every instance of ours it names.
 pub fn interruption_event(input: &InterruptionInput, claim: &NodeClaim) -> Option<ClusterEvent> {
@@ -602,6 +602,11 @@ pub fn interruption_event(input: &InterruptionInput, claim: &NodeClaim) -> Optio
             EventType::Warning,
             "SpotInterrupted",
             "Spot interruption warning was triggered",
+        ),
+        DisruptionCause::CapacityReservationInterrupted => (
+            EventType::Warning,
+            "CapacityReservationInstanceInterrupted",
+            "Capacity Reservation interruption warning was triggered",
         ),
         DisruptionCause::RebalanceRecommended => (
             EventType::Normal,
@@ -683,7 +688,12 @@ pub fn input_for(event: &ParsedEvent, action: &Action) -> Option<InterruptionInp
             mark_offering_unavailable,
             ..
         } => (
-            DisruptionCause::SpotInterrupted,
+            match event.kind {
+                EventKind::CapacityReservationInterruption => {
+                    DisruptionCause::CapacityReservationInterrupted
+                }
+                _ => DisruptionCause::SpotInterrupted,
+            },
             InterruptionMode::Drain,
             Some(*deadline),
             *mark_offering_unavailable,

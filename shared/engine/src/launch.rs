@@ -337,12 +337,15 @@ impl Launcher {
     ) -> Option<LaunchRequest> {
         let (node_class, resolved) = world.classes.get(&claim.node_class)?;
         let mut resolved = resolved.clone();
-        // The counts this tick's launches left (the gather's, less what launched since).
+        // The counts this tick's launches left (the gather's, less what launched since),
+        // of the reservations the claim's requirements allow.
         resolved.reservations = world
             .pricing
             .reservations
             .iter()
-            .filter(|r| r.available > 0 && r.selected_by(&claim.node_class))
+            .filter(|r| {
+                r.available > 0 && r.selected_by(&claim.node_class) && r.agrees_with(&claim.labels)
+            })
             .cloned()
             .collect();
         let subnet_zones: HashSet<&str> =
@@ -360,13 +363,12 @@ impl Launcher {
             {
                 for &ct in &claim.capacity_types {
                     // A reserved offering only where a reservation the claim's class
-                    // selects has room left.
+                    // selects and its requirements allow has room left.
                     if ct == CapacityType::Reserved
-                        && world
+                        && !world
                             .pricing
                             .reservations_for(Some(&claim.node_class), t, zone)
-                            .next()
-                            .is_none()
+                            .any(|r| r.agrees_with(&claim.labels))
                     {
                         continue;
                     }

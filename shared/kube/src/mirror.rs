@@ -302,6 +302,7 @@ pub fn cause_reason(cause: DisruptionCause) -> &'static str {
         DisruptionCause::Unhealthy => "Unhealthy",
         DisruptionCause::Overprovisioned => "Overprovisioned",
         DisruptionCause::CapacityReservationExpiring => "CapacityReservationExpiring",
+        DisruptionCause::CapacityReservationInterrupted => "CapacityReservationInterrupted",
     }
 }
 

@@ -417,6 +417,8 @@ pub fn cause_label(cause: DisruptionCause) -> &'static str {
         // Karpenter's static deprovisioning terminates with reason `overprovisioned`.
         DisruptionCause::Overprovisioned => "overprovisioned",
         DisruptionCause::CapacityReservationExpiring => "capacity_reservation_expiring",
+        // Karpenter's interruption message kind.
+        DisruptionCause::CapacityReservationInterrupted => "capacity_reservation_interrupted",
     }
 }
 

@@ -223,6 +223,8 @@ fn read_instance(i: aws_sdk_ec2::types::Instance) -> Option<(Instance, BTreeMap<
             .and_then(|p| p.availability_zone)
             .unwrap_or_default(),
         // The `instance-lifecycle` filter is not universally implemented; the field is.
+        // An interruptible reservation's instance (lifecycle
+        // `interruptible-capacity-reservation`) is reserved like any other.
         capacity_type: match i.instance_lifecycle {
             Some(InstanceLifecycleType::Spot) => CapacityType::Spot,
             _ if targeted && capacity_reservation_id.is_some() => CapacityType::Reserved,
@@ -317,6 +319,20 @@ mod tests {
             Some("cr-0aaaa")
         );
         assert_eq!(instance.claim_name.as_deref(), Some("default-abcde"));
+
+        // EC2 lists an instance in an interruptible ODCR with its own lifecycle.
+        let mut interruptible = listed(
+            Some(CapacityReservationPreference::CapacityReservationsOnly),
+            Some("cr-0bbbb"),
+        );
+        interruptible.instance_lifecycle =
+            Some(InstanceLifecycleType::InterruptibleCapacityReservation);
+        let (instance, _) = read_instance(interruptible).unwrap();
+        assert_eq!(instance.capacity_type, CapacityType::Reserved);
+        assert_eq!(
+            instance.capacity_reservation_id.as_deref(),
+            Some("cr-0bbbb")
+        );
     }
 
     #[test]

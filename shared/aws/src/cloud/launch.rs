@@ -4,10 +4,13 @@
 //! insufficient capacity moves on to the next group.
 //!
 //! `reserved` offerings launch into the capacity reservations of the request
-//! (`resolved.reservations`, one per type and zone with instances left), as
+//! (`resolved.reservations`, the first of its type and zone with instances left), as
 //! Karpenter-AWS does: On-Demand Capacity Reservations as one group (fleet target
 //! `on-demand`), Capacity Blocks as another (target and market type `capacity-block`),
-//! each reservation through a launch template that targets it.
+//! interruptible ODCRs as a third (target `reserved-capacity` with reservation type
+//! `interruptible-capacity-reservation`, no on-demand options), each reservation
+//! through a launch template that targets it. At one price the groups go in that order
+//! (Karpenter's `CapacityReservationTypeFilter`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -15,12 +18,13 @@ use std::time::Duration;
 use aws_sdk_ec2::types::{
     DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest,
     FleetLaunchTemplateOverridesRequest, FleetLaunchTemplateSpecificationRequest,
-    FleetOnDemandAllocationStrategy, FleetType, OnDemandOptionsRequest, ResourceType,
-    SpotAllocationStrategy, SpotOptionsRequest, TargetCapacitySpecificationRequest,
+    FleetOnDemandAllocationStrategy, FleetReservationType, FleetType, OnDemandOptionsRequest,
+    ReservedCapacityOptionsRequest, ResourceType, SpotAllocationStrategy, SpotOptionsRequest,
+    TargetCapacitySpecificationRequest,
 };
 use sha2::{Digest, Sha256};
 
-use nodewright_core::catalog::{CapacityType, Reservation, ReservationType};
+use nodewright_core::catalog::{CapacityType, Reservation, ReservationMarket};
 use nodewright_engine::ports::{
     CloudError, ErrorKind, Image, LaunchError, LaunchRequest, Launched, Offering, Subnet,
 };
@@ -53,19 +57,20 @@ impl Ec2Cloud {
                 subnet_by_zone.insert(s.zone.clone(), s.clone());
             }
         }
-        // Offerings by capacity type (reserved ones by reservation type too), cheapest
-        // group first. A reserved offering without a reservation left is not tried.
+        // Offerings by capacity type (reserved ones by how the reservation sells),
+        // cheapest group first, at one price in the order of `Group`. A reserved
+        // offering without a reservation left is not tried.
         let mut groups: BTreeMap<Group, Vec<Offering>> = BTreeMap::new();
         for o in &request.offerings {
-            let block = match o.capacity_type {
+            let market = match o.capacity_type {
                 CapacityType::Reserved => match reservation_for(request, o) {
-                    Some(r) => r.reservation_type == ReservationType::CapacityBlock,
+                    Some(r) => Some(r.market()),
                     None => continue,
                 },
-                _ => false,
+                _ => None,
             };
             groups
-                .entry((o.capacity_type, block))
+                .entry((o.capacity_type, market))
                 .or_default()
                 .push(o.clone());
         }
@@ -84,11 +89,11 @@ impl Ec2Cloud {
 
         let mut unavailable = Vec::new();
         let mut messages = Vec::new();
-        for ((capacity_type, block), offerings) in &groups {
+        for ((capacity_type, market), offerings) in &groups {
             match self
                 .launch_group(
                     request,
-                    (*capacity_type, *block),
+                    (*capacity_type, *market),
                     offerings,
                     &subnet_by_zone,
                 )
@@ -113,11 +118,11 @@ impl Ec2Cloud {
     }
 
     /// One CreateFleet over the offerings of one capacity type (for `reserved`: of one
-    /// reservation type, each through its reservation's template).
+    /// kind of reservation, each through its reservation's template).
     async fn launch_group(
         &self,
         request: &LaunchRequest,
-        (capacity_type, capacity_block): Group,
+        (capacity_type, market): Group,
         offerings: &[Offering],
         subnet_by_zone: &HashMap<String, Subnet>,
     ) -> Result<Launched, LaunchError> {
@@ -199,6 +204,7 @@ impl Ec2Cloud {
 
         let mut tags = self.base_tags(&request.node_pool, &request.node_class);
         tags.insert(TAG_NODECLAIM.into(), request.claim_name.clone());
+        let options = PurchaseOptions::of(capacity_type, market, prioritized);
         let mut fleet = self
             .ec2
             .create_fleet()
@@ -207,14 +213,7 @@ impl Ec2Cloud {
             .target_capacity_specification(
                 TargetCapacitySpecificationRequest::builder()
                     .total_target_capacity(1)
-                    .default_target_capacity_type(match capacity_type {
-                        CapacityType::Spot => DefaultTargetCapacityType::Spot,
-                        CapacityType::OnDemand => DefaultTargetCapacityType::OnDemand,
-                        CapacityType::Reserved if capacity_block => {
-                            DefaultTargetCapacityType::CapacityBlock
-                        }
-                        CapacityType::Reserved => DefaultTargetCapacityType::OnDemand,
-                    })
+                    .default_target_capacity_type(options.target)
                     .build(),
             )
             .tag_specifications(tag_specification(ResourceType::Instance, &tags))
@@ -222,24 +221,10 @@ impl Ec2Cloud {
             // The fleet is tagged too: template.yaml allows CreateFleet only with the
             // cluster tag on every resource the request creates.
             .tag_specifications(tag_specification(ResourceType::Fleet, &tags));
-        fleet = match capacity_type {
-            // A Capacity Block fleet takes no on-demand options.
-            CapacityType::Reserved if capacity_block => fleet,
-            CapacityType::OnDemand | CapacityType::Reserved => fleet.on_demand_options(
-                OnDemandOptionsRequest::builder()
-                    .allocation_strategy(if prioritized {
-                        FleetOnDemandAllocationStrategy::Prioritized
-                    } else {
-                        FleetOnDemandAllocationStrategy::LowestPrice
-                    })
-                    .build(),
-            ),
-            CapacityType::Spot => fleet.spot_options(
-                SpotOptionsRequest::builder()
-                    .allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized)
-                    .build(),
-            ),
-        };
+        fleet = fleet
+            .set_on_demand_options(options.on_demand)
+            .set_spot_options(options.spot)
+            .set_reserved_capacity_options(options.reserved);
         for (template, overrides) in configs {
             fleet = fleet.launch_template_configs(
                 FleetLaunchTemplateConfigRequest::builder()
@@ -387,8 +372,72 @@ impl Ec2Cloud {
     }
 }
 
-/// A launch group: the capacity type, and for `reserved` whether it is Capacity Blocks.
-type Group = (CapacityType, bool);
+/// A launch group: the capacity type, and for `reserved` how its reservations sell
+/// (in the order they are tried at one price).
+type Group = (CapacityType, Option<ReservationMarket>);
+
+/// How one fleet buys its group, as Karpenter-AWS's `CreateFleetInputBuilder` sets
+/// it: the default target capacity type and the one options block that goes with it.
+#[derive(Debug, Clone, PartialEq)]
+struct PurchaseOptions {
+    target: DefaultTargetCapacityType,
+    on_demand: Option<OnDemandOptionsRequest>,
+    spot: Option<SpotOptionsRequest>,
+    reserved: Option<ReservedCapacityOptionsRequest>,
+}
+
+impl PurchaseOptions {
+    /// `prioritized`: a NodeOverlay ordered the on-demand offerings (launch in their
+    /// order rather than EC2's lowest price).
+    fn of(
+        capacity_type: CapacityType,
+        market: Option<ReservationMarket>,
+        prioritized: bool,
+    ) -> Self {
+        let none = |target| PurchaseOptions {
+            target,
+            on_demand: None,
+            spot: None,
+            reserved: None,
+        };
+        match (capacity_type, market) {
+            (CapacityType::Spot, _) => PurchaseOptions {
+                spot: Some(
+                    SpotOptionsRequest::builder()
+                        .allocation_strategy(SpotAllocationStrategy::PriceCapacityOptimized)
+                        .build(),
+                ),
+                ..none(DefaultTargetCapacityType::Spot)
+            },
+            // A Capacity Block fleet takes no options.
+            (CapacityType::Reserved, Some(ReservationMarket::CapacityBlock)) => {
+                none(DefaultTargetCapacityType::CapacityBlock)
+            }
+            // An interruptible ODCR's names its reservation type instead of on-demand's.
+            (CapacityType::Reserved, Some(ReservationMarket::Interruptible)) => PurchaseOptions {
+                reserved: Some(
+                    ReservedCapacityOptionsRequest::builder()
+                        .reservation_types(FleetReservationType::InterruptibleCapacityReservation)
+                        .build(),
+                ),
+                ..none(DefaultTargetCapacityType::ReservedCapacity)
+            },
+            // An ODCR launches as on-demand: its template targets the reservation.
+            (CapacityType::OnDemand | CapacityType::Reserved, _) => PurchaseOptions {
+                on_demand: Some(
+                    OnDemandOptionsRequest::builder()
+                        .allocation_strategy(if prioritized {
+                            FleetOnDemandAllocationStrategy::Prioritized
+                        } else {
+                            FleetOnDemandAllocationStrategy::LowestPrice
+                        })
+                        .build(),
+                ),
+                ..none(DefaultTargetCapacityType::OnDemand)
+            },
+        }
+    }
+}
 
 /// The reservation a reserved offering launches into: the first of the request's with
 /// its type and zone and an instance left.
@@ -443,6 +492,70 @@ mod tests {
         assert_eq!(
             propagation_kind(ErrorKind::Unauthorized, true),
             ErrorKind::Unauthorized
+        );
+    }
+
+    #[test]
+    fn each_kind_of_reservation_is_bought_as_karpenter_buys_it() {
+        let odcr =
+            PurchaseOptions::of(CapacityType::Reserved, Some(ReservationMarket::Odcr), false);
+        assert_eq!(odcr.target, DefaultTargetCapacityType::OnDemand);
+        assert!(odcr.on_demand.is_some() && odcr.spot.is_none() && odcr.reserved.is_none());
+
+        let block = PurchaseOptions::of(
+            CapacityType::Reserved,
+            Some(ReservationMarket::CapacityBlock),
+            false,
+        );
+        assert_eq!(block.target, DefaultTargetCapacityType::CapacityBlock);
+        assert!(block.on_demand.is_none() && block.spot.is_none() && block.reserved.is_none());
+
+        let interruptible = PurchaseOptions::of(
+            CapacityType::Reserved,
+            Some(ReservationMarket::Interruptible),
+            false,
+        );
+        assert_eq!(
+            interruptible.target,
+            DefaultTargetCapacityType::ReservedCapacity
+        );
+        assert!(interruptible.on_demand.is_none() && interruptible.spot.is_none());
+        assert_eq!(
+            interruptible.reserved.unwrap().reservation_types(),
+            [FleetReservationType::InterruptibleCapacityReservation]
+        );
+
+        let spot = PurchaseOptions::of(CapacityType::Spot, None, true);
+        assert_eq!(spot.target, DefaultTargetCapacityType::Spot);
+        assert!(spot.spot.is_some() && spot.on_demand.is_none());
+        let overlaid = PurchaseOptions::of(CapacityType::OnDemand, None, true);
+        assert_eq!(
+            overlaid.on_demand.unwrap().allocation_strategy(),
+            Some(&FleetOnDemandAllocationStrategy::Prioritized)
+        );
+    }
+
+    #[test]
+    fn at_one_price_odcrs_go_before_capacity_blocks_before_interruptible_odcrs() {
+        let mut groups: Vec<Group> = vec![
+            (
+                CapacityType::Reserved,
+                Some(ReservationMarket::Interruptible),
+            ),
+            (
+                CapacityType::Reserved,
+                Some(ReservationMarket::CapacityBlock),
+            ),
+            (CapacityType::Reserved, Some(ReservationMarket::Odcr)),
+        ];
+        groups.sort();
+        assert_eq!(
+            groups.iter().map(|g| g.1).collect::<Vec<_>>(),
+            [
+                Some(ReservationMarket::Odcr),
+                Some(ReservationMarket::CapacityBlock),
+                Some(ReservationMarket::Interruptible)
+            ]
         );
     }
 

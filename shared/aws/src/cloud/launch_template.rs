@@ -43,7 +43,7 @@ use sha2::{Digest, Sha256};
 use nodewright_core::api::model::{
     AmiSelectorTerm, InstanceStorePolicy, InterfaceType, PlacementGroupSelector, Taint, TaintEffect,
 };
-use nodewright_core::catalog::{self, CapacityType, Reservation, ReservationType};
+use nodewright_core::catalog::{self, CapacityType, Reservation, ReservationMarket};
 use nodewright_engine::ports::{CloudError, ErrorKind, Image, LaunchRequest};
 
 use super::{Ec2Cloud, TAG_NODECLAIM, UNREGISTERED_TAINT, hex, tag_specification};
@@ -174,7 +174,8 @@ impl Ec2Cloud {
             }),
             capacity_reservation: reservation.map(|r| TemplateReservation {
                 id: r.id.clone(),
-                capacity_block: r.reservation_type == ReservationType::CapacityBlock,
+                capacity_block: r.market() == ReservationMarket::CapacityBlock,
+                interruptible: r.market() == ReservationMarket::Interruptible,
             }),
         })
     }
@@ -272,6 +273,10 @@ pub(super) struct TemplateContent {
 struct TemplateReservation {
     id: String,
     capacity_block: bool,
+    /// Left out of the name's digest when false: templates made before interruptible
+    /// reservations keep their names.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    interruptible: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -395,10 +400,18 @@ impl TemplateContent {
                     )
                     .build(),
             );
-            if r.capacity_block {
+            // Karpenter-AWS's market types: an ODCR needs none.
+            let market = if r.capacity_block {
+                Some(MarketType::CapacityBlock)
+            } else if r.interruptible {
+                Some(MarketType::InterruptibleCapacityReservation)
+            } else {
+                None
+            };
+            if let Some(market) = market {
                 data = data.instance_market_options(
                     LaunchTemplateInstanceMarketOptionsRequest::builder()
-                        .market_type(MarketType::CapacityBlock)
+                        .market_type(market)
                         .build(),
                 );
             }
@@ -570,7 +583,8 @@ mod tests {
     }
 
     #[test]
-    fn a_reserved_template_targets_its_reservation_and_a_capacity_block_its_market() {
+    fn a_reserved_template_targets_its_reservation_and_blocks_and_interruptible_odcrs_their_markets()
+     {
         let base = content();
         assert!(
             base.to_request()
@@ -581,6 +595,7 @@ mod tests {
         odcr.capacity_reservation = Some(TemplateReservation {
             id: "cr-0123".into(),
             capacity_block: false,
+            interruptible: false,
         });
         let request = odcr.to_request();
         let spec = request.capacity_reservation_specification().unwrap();
@@ -599,6 +614,7 @@ mod tests {
         block.capacity_reservation = Some(TemplateReservation {
             id: "cr-0123".into(),
             capacity_block: true,
+            interruptible: false,
         });
         assert_eq!(
             block
@@ -608,6 +624,43 @@ mod tests {
             Some(&MarketType::CapacityBlock)
         );
         assert_ne!(block.name(), odcr.name());
+        let mut interruptible = odcr.clone();
+        interruptible.capacity_reservation = Some(TemplateReservation {
+            id: "cr-0123".into(),
+            capacity_block: false,
+            interruptible: true,
+        });
+        let request = interruptible.to_request();
+        assert_eq!(
+            request
+                .instance_market_options()
+                .and_then(|m| m.market_type()),
+            Some(&MarketType::InterruptibleCapacityReservation)
+        );
+        assert_eq!(
+            request
+                .capacity_reservation_specification()
+                .and_then(|s| s.capacity_reservation_target())
+                .and_then(|t| t.capacity_reservation_id()),
+            Some("cr-0123")
+        );
+        assert_ne!(interruptible.name(), odcr.name());
+        assert_ne!(interruptible.name(), block.name());
+    }
+
+    #[test]
+    fn an_odcr_template_keeps_the_name_it_had_before_interruptible_reservations() {
+        let mut odcr = content();
+        odcr.capacity_reservation = Some(TemplateReservation {
+            id: "cr-0123".into(),
+            capacity_block: false,
+            interruptible: false,
+        });
+        let json = serde_json::to_value(&odcr).unwrap();
+        assert_eq!(
+            json["capacity_reservation"],
+            serde_json::json!({"id": "cr-0123", "capacity_block": false})
+        );
     }
 
     #[test]

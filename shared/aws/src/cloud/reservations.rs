@@ -4,9 +4,9 @@
 //! reservations only. Read on every gather (no cache): the counts change with every
 //! launch, and one call per term is cheap next to a tick.
 //!
-//! Interruptible reservations are left out: launching into one needs CreateFleet's
-//! `reserved-capacity` target and `ReservedCapacityOptions`, which the EC2 SDK this
-//! build uses does not have.
+//! Interruptible ODCRs are kept, marked so: they are launched into last at one price
+//! (CreateFleet target `reserved-capacity`, see `launch.rs`), and their nodes carry
+//! `karpenter.k8s.aws/capacity-reservation-interruptible: "true"`.
 
 use std::collections::BTreeMap;
 
@@ -52,7 +52,7 @@ impl Ec2Cloud {
                         tracing::debug!(
                             capacity_reservation =
                                 cr.capacity_reservation_id.as_deref().unwrap_or_default(),
-                            "capacity reservation left out (interruptible, not Linux, or incomplete)"
+                            "capacity reservation left out (not Linux, an interruptible Capacity Block, or incomplete)"
                         );
                     }
                 }
@@ -89,13 +89,11 @@ fn filters(term: &CapacityReservationSelectorTerm) -> Vec<Filter> {
     filters
 }
 
-/// One reservation as planning sees it; `None` for one nodes cannot use: an
-/// interruptible one (see the module), one for a platform other than Linux/UNIX, or
-/// an entry missing its id, type or zone.
+/// One reservation as planning sees it; `None` for one nodes cannot use: one for a
+/// platform other than Linux/UNIX, an interruptible Capacity Block (EC2 sells none;
+/// Karpenter refuses one), or an entry missing its id, type or zone.
 fn reservation(cr: &CapacityReservation) -> Option<Reservation> {
-    if cr.interruptible == Some(true) {
-        return None;
-    }
+    let interruptible = cr.interruptible == Some(true);
     if cr
         .instance_platform
         .as_ref()
@@ -104,6 +102,7 @@ fn reservation(cr: &CapacityReservation) -> Option<Reservation> {
         return None;
     }
     let reservation_type = match &cr.reservation_type {
+        Some(CapacityReservationType::CapacityBlock) if interruptible => return None,
         Some(CapacityReservationType::CapacityBlock) => ReservationType::CapacityBlock,
         Some(CapacityReservationType::Default) | None => ReservationType::Default,
         Some(_) => return None,
@@ -118,7 +117,7 @@ fn reservation(cr: &CapacityReservation) -> Option<Reservation> {
             .and_then(|n| u32::try_from(n).ok())
             .unwrap_or(0),
         end_time: cr.end_date.map(|d| d.secs()),
-        interruptible: false,
+        interruptible,
         node_classes: Vec::new(),
     })
 }
@@ -127,6 +126,7 @@ fn reservation(cr: &CapacityReservation) -> Option<Reservation> {
 mod tests {
     use super::*;
     use nodewright_core::api::model::InstanceMatchCriteria;
+    use nodewright_core::catalog::ReservationMarket;
 
     fn names(filters: &[Filter]) -> Vec<(String, Vec<String>)> {
         filters
@@ -174,7 +174,7 @@ mod tests {
     }
 
     #[test]
-    fn interruptible_and_capacity_block_reservations_are_told_apart() {
+    fn capacity_blocks_and_interruptible_odcrs_are_told_apart_and_interruptible_blocks_left_out() {
         let base = CapacityReservation::builder()
             .capacity_reservation_id("cr-0123")
             .instance_type("p5.48xlarge")
@@ -186,6 +186,13 @@ mod tests {
         assert_eq!(r.reservation_type, ReservationType::CapacityBlock);
         assert_eq!(r.available, 2);
         assert_eq!(r.end_time, Some(1_800_000_000));
-        assert_eq!(reservation(&base.interruptible(true).build()), None);
+        assert_eq!(reservation(&base.clone().interruptible(true).build()), None);
+        let interruptible = base
+            .reservation_type(CapacityReservationType::Default)
+            .interruptible(true)
+            .build();
+        let r = reservation(&interruptible).expect("an interruptible ODCR");
+        assert!(r.interruptible);
+        assert_eq!(r.market(), ReservationMarket::Interruptible);
     }
 }

@@ -21,6 +21,7 @@ const WELL_KNOWN: &[&str] = &[
     "karpenter.k8s.aws/instance-tenancy",
     "karpenter.k8s.aws/capacity-reservation-id",
     "karpenter.k8s.aws/capacity-reservation-type",
+    "karpenter.k8s.aws/capacity-reservation-interruptible",
     "karpenter.k8s.aws/instance-hypervisor",
     "karpenter.k8s.aws/instance-encryption-in-transit-supported",
     "karpenter.k8s.aws/instance-category",

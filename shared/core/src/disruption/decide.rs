@@ -905,6 +905,37 @@ fn keeps_min_values(
     Ok(())
 }
 
+/// How many of `options` (cheapest first), from the first, keep every minValues of
+/// `claim` (Karpenter's `SatisfiesMinValues`); all of them when no prefix does, none
+/// without minValues.
+fn types_min_values_need(claim: &PlannedNodeClaim, options: &[String], types: &Types<'_>) -> usize {
+    let wanted: Vec<(&str, usize)> = claim
+        .requirements
+        .iter()
+        .filter_map(|(key, set)| Some((key.as_str(), set.min_values? as usize)))
+        .collect();
+    if wanted.is_empty() {
+        return 0;
+    }
+    let mut seen: Vec<HashSet<&str>> = vec![HashSet::new(); wanted.len()];
+    for (i, name) in options.iter().enumerate() {
+        let labels = types.get(name).map(|t| &t.labels);
+        for ((key, _), values) in wanted.iter().zip(&mut seen) {
+            if let Some(v) = labels.and_then(|l| l.get(*key)) {
+                values.insert(v.as_str());
+            }
+        }
+        if wanted
+            .iter()
+            .zip(&seen)
+            .all(|((_, min), v)| v.len() >= *min)
+        {
+            return i + 1;
+        }
+    }
+    options.len()
+}
+
 /// Several nodes replaced by a claim that may launch as one of their own types, at no
 /// less than that node costs, are no better than keeping that node and deleting the
 /// others (which moves fewer pods): such options go (Karpenter's
@@ -992,7 +1023,9 @@ fn cheapest_offering(
 }
 
 /// Spot-to-spot: the one replacement must be spot, with at least 15 spot types
-/// cheaper than the node; it launches with the 15 cheapest.
+/// cheaper than the node that keep its minValues; it launches with the 15 cheapest, or
+/// with as many of the cheapest as its minValues need if that is more (Karpenter's
+/// `computeSpotToSpotConsolidation`).
 fn spot_replacement(
     placement: &mut Placement,
     price: f64,
@@ -1031,6 +1064,8 @@ fn spot_replacement(
         })
         .collect();
     cheaper.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let names: Vec<String> = cheaper.iter().map(|(_, name)| name.clone()).collect();
+    keeps_min_values(claim, &names, types)?;
     if cheaper.len() < SPOT_TO_SPOT_MIN_TYPES {
         return Err(Rejection::new(
             RejectCode::SpotToSpot,
@@ -1041,11 +1076,8 @@ fn spot_replacement(
         ));
     }
     claim.price_per_hour = cheaper[0].0;
-    claim.instance_type_options = cheaper
-        .into_iter()
-        .take(SPOT_TO_SPOT_MIN_TYPES)
-        .map(|(_, name)| name)
-        .collect();
+    let launch_with = SPOT_TO_SPOT_MIN_TYPES.max(types_min_values_need(claim, &names, types));
+    claim.instance_type_options = names.into_iter().take(launch_with).collect();
     claim.instance_type = claim.instance_type_options[0].clone();
     claim.capacity_type = "spot".into();
     claim.capacity_types = vec!["spot".into()];

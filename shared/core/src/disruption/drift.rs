@@ -1,6 +1,7 @@
-//! Resource drift: a node whose instance runs an AMI, sits in a subnet or carries
-//! security groups its EC2NodeClass no longer selects (Karpenter-AWS's AMIDrift,
-//! SubnetDrift and SecurityGroupDrift). The hashes of [`super::hash`] cover what the
+//! Resource drift: a node whose instance runs an AMI, sits in a subnet, carries
+//! security groups or runs in a capacity reservation its EC2NodeClass no longer selects
+//! (Karpenter-AWS's AMIDrift, SubnetDrift, SecurityGroupDrift and
+//! CapacityReservationDrift). The hashes of [`super::hash`] cover what the
 //! EC2NodeClass *says*; this covers what its selector terms *select now*, which
 //! changes without the object changing (a new AMI published under an alias, a subnet
 //! untagged). The caller resolves both sides (EC2 describes the instance, the class
@@ -19,6 +20,10 @@ pub struct LaunchedWith<'a> {
     pub image: Option<&'a str>,
     pub subnet: Option<&'a str>,
     pub security_groups: &'a [String],
+    /// The capacity reservation it runs in, when it was launched into one (capacity
+    /// type `reserved`; an on-demand instance EC2 matched to an open reservation is
+    /// not "in" it).
+    pub reservation: Option<&'a str>,
 }
 
 /// An image an EC2NodeClass selects, and the architecture it is for.
@@ -29,14 +34,17 @@ pub struct SelectedImage<'a> {
 }
 
 /// What an EC2NodeClass selects now (Karpenter's `status.amis`, `status.subnets`,
-/// `status.securityGroups`). An empty list selects nothing to compare with: no drift
-/// of that kind is reported (such a class cannot launch anyway).
+/// `status.securityGroups`, `status.capacityReservations`). An empty list of images,
+/// subnets or security groups selects nothing to compare with: no drift of that kind
+/// is reported (such a class cannot launch anyway). Reservations are different, as in
+/// Karpenter: a class may select none, and then a node in one has drifted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Selection<'a> {
     pub node_class: &'a str,
     pub images: Vec<SelectedImage<'a>>,
     pub subnets: Vec<&'a str>,
     pub security_groups: Vec<&'a str>,
+    pub reservations: Vec<&'a str>,
 }
 
 /// Why `node`'s instance no longer matches what its class selects, or `None`. Every
@@ -75,6 +83,13 @@ pub fn resource_drift(node: &LaunchedWith<'_>, class: &Selection<'_>) -> Option<
                 join(&selected)
             ));
         }
+    }
+    if let Some(r) = node.reservation
+        && !class.reservations.contains(&r)
+    {
+        why.push(format!(
+            "capacity reservation {r} is no longer selected by EC2NodeClass {name}"
+        ));
     }
     (!why.is_empty()).then(|| why.join("; "))
 }
@@ -115,6 +130,7 @@ mod tests {
             ],
             subnets: vec!["subnet-a", "subnet-b"],
             security_groups: vec!["sg-1", "sg-2"],
+            reservations: vec!["cr-0aaaa"],
         }
     }
 
@@ -133,6 +149,7 @@ mod tests {
             image: Some(image),
             subnet: Some(subnet),
             security_groups,
+            reservation: None,
         }
     }
 
@@ -227,6 +244,7 @@ mod tests {
             image: None,
             subnet: None,
             security_groups: &[],
+            reservation: None,
         };
         assert_eq!(resource_drift(&none, &class()), None);
         let groups = sgs(&["sg-9"]);
@@ -236,8 +254,33 @@ mod tests {
             images: vec![],
             subnets: vec![],
             security_groups: vec![],
+            reservations: vec![],
         };
         assert_eq!(resource_drift(&n, &nothing), None);
+    }
+
+    #[test]
+    fn a_node_in_a_reservation_its_class_no_longer_selects_has_drifted() {
+        let groups = sgs(&["sg-1", "sg-2"]);
+        let selected = LaunchedWith {
+            reservation: Some("cr-0aaaa"),
+            ..node("ami-new-amd", "subnet-a", &groups)
+        };
+        assert_eq!(resource_drift(&selected, &class()), None);
+        let dropped = LaunchedWith {
+            reservation: Some("cr-0bbbb"),
+            ..selected
+        };
+        assert_eq!(
+            resource_drift(&dropped, &class()).as_deref(),
+            Some("capacity reservation cr-0bbbb is no longer selected by EC2NodeClass default")
+        );
+        // A class that selects no reservation at all: the node has drifted too.
+        let none = Selection {
+            reservations: vec![],
+            ..class()
+        };
+        assert!(resource_drift(&selected, &none).is_some());
     }
 
     #[test]

@@ -501,6 +501,13 @@ impl<'a> Solver<'a> {
             }
             let pods = s.bins[b].placed_pods(0);
             let claim = s.finalize_claim(b, pool, pods);
+            if let (None, Some(&pod)) = (claim.options.first(), claim.pods.first()) {
+                // Its only offerings were reservations the solve's other claims took.
+                return Err(Stop::PodDoesNotFit {
+                    pod,
+                    reason: super::scheduler::no_offering(&claim.node_pool),
+                });
+            }
             price += claim.options.first().map_or(0.0, |o| o.price);
             out.new_claims.push(claim);
         }

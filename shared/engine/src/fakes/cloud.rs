@@ -235,6 +235,38 @@ impl FakeCloud {
         }
     }
 
+    /// The owner of the interruptible reservation `instance` runs in takes one
+    /// instance's capacity back: the reservation holds one fewer from now on (EC2
+    /// terminates the instance after its warning; the caller does that). The
+    /// instance's zone; `None` if it runs in no interruptible reservation.
+    pub fn reclaim_from_reservation(&self, instance: &str) -> Option<String> {
+        let mut inner = lock(&self.inner);
+        let (reservation, zone) = inner
+            .instances
+            .iter()
+            .find(|i| i.instance.id == instance && i.instance.state != "terminated")
+            .and_then(|i| {
+                Some((
+                    i.instance.capacity_reservation_id.clone()?,
+                    i.instance.zone.clone(),
+                ))
+            })?;
+        let r = inner
+            .reservations
+            .iter_mut()
+            .find(|r| r.id == reservation && r.interruptible)?;
+        r.total = r.total.saturating_sub(1);
+        Some(zone)
+    }
+
+    /// Whether reservation `id` is an interruptible one.
+    pub fn interruptible_reservation(&self, id: &str) -> bool {
+        lock(&self.inner)
+            .reservations
+            .iter()
+            .any(|r| r.id == id && r.interruptible)
+    }
+
     /// The instances reservation `id` can still take: its total less the instances
     /// running in it. `None` if there is no such reservation.
     pub fn reservation_available(&self, id: &str) -> Option<u32> {

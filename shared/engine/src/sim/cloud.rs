@@ -67,6 +67,12 @@ impl Ec2 {
         self.states().insert(id.to_string(), state.to_string());
     }
 
+    /// The owner of the interruptible reservation instance `id` runs in takes its
+    /// capacity back ([`FakeCloud::reclaim_from_reservation`]); the instance's zone.
+    pub fn reclaim_from_reservation(&self, id: &str) -> Option<String> {
+        self.fake.reclaim_from_reservation(id)
+    }
+
     /// Instances not terminated, each with its state as of now (cheaper than
     /// [`Ec2::instances`]: no launch requests are copied).
     pub fn live_instances(&self) -> Vec<Instance> {

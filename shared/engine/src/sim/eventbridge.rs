@@ -6,7 +6,8 @@
 //! in AWS.
 
 use nodewright_core::interruption::{
-    HEALTH_EVENT, REBALANCE_RECOMMENDATION, SPOT_INTERRUPTION, STATE_CHANGE, format_rfc3339,
+    CAPACITY_RESERVATION_INTERRUPTION, HEALTH_EVENT, REBALANCE_RECOMMENDATION, SPOT_INTERRUPTION,
+    STATE_CHANGE, format_rfc3339,
 };
 use serde_json::{Value, json};
 
@@ -56,6 +57,31 @@ pub fn spot_interruption(e: &Envelope, instance: &str) -> String {
             vec![instance_arn(e, instance)],
         ),
         json!({"instance-id": instance, "instance-action": "terminate"}),
+    )
+}
+
+/// "EC2 Capacity Reservation Instance Interruption Warning": the owner of the
+/// interruptible reservation `instance` runs in takes it back at `termination` (the
+/// detail AWS documents: instance id, action, termination time, zone id).
+pub fn capacity_reservation_interruption(
+    e: &Envelope,
+    instance: &str,
+    zone_id: &str,
+    termination: i64,
+) -> String {
+    with_detail(
+        envelope(
+            e,
+            CAPACITY_RESERVATION_INTERRUPTION,
+            "aws.ec2",
+            vec![instance_arn(e, instance)],
+        ),
+        json!({
+            "instance-id": instance,
+            "instance-action": "terminate",
+            "instance-termination-time": format_rfc3339(termination),
+            "azId": zone_id,
+        }),
     )
 }
 

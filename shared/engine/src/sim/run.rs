@@ -41,6 +41,7 @@ use nodewright_core::interruption::RebalanceAction;
 use nodewright_core::nodeclaim::DisruptionCause;
 
 use crate::disrupt::{Disrupter, DisruptionConfig};
+use crate::fakes::FakeInstance;
 use crate::interrupt::InterruptionConfig;
 use crate::ports::Store;
 use crate::provision::{Provisioner, ProvisionerConfig};
@@ -89,6 +90,10 @@ impl Target {
 pub enum Disturbance {
     /// EC2 Spot Instance Interruption Warning; EC2 takes the instance 2 minutes later.
     SpotInterruption { target: Target },
+    /// EC2 Capacity Reservation Instance Interruption Warning: the owner of the
+    /// interruptible reservation an instance runs in takes it back (the reservation
+    /// shrinks by one); EC2 takes the instance 2 minutes later.
+    ReservationInterruption { target: Target },
     /// EC2 Instance Rebalance Recommendation.
     RebalanceRecommendation { target: Target },
     /// AWS Health scheduled change (retirement) `notice` ahead; EC2 retires the
@@ -598,6 +603,27 @@ impl Run<'_> {
                 }
                 None
             }
+            Disturbance::ReservationInterruption { target } => {
+                let in_interruptible = |i: &FakeInstance| {
+                    i.instance.capacity_type == CapacityType::Reserved
+                        && i.instance
+                            .capacity_reservation_id
+                            .as_deref()
+                            .is_some_and(|id| w.cloud.interruptible_reservation(id))
+                };
+                let chosen = self.choose_where(target, &in_interruptible, &HashSet::new());
+                match chosen.and_then(|i| Some((w.reservation_interruption(&i)?, i))) {
+                    Some((deadline, i)) => w.log(format!(
+                        "capacity reservation interruption warning for {i} ({}); EC2 takes it at {}",
+                        self.describe_instance(&i),
+                        clock_time(deadline - w.started_at())
+                    )),
+                    None => w.log(
+                        "capacity reservation interruption: no instance running in an interruptible reservation; nothing sent",
+                    ),
+                }
+                None
+            }
             Disturbance::RebalanceRecommendation { target } => {
                 match self.choose(target, Some(CapacityType::Spot)) {
                     Some(i) => {
@@ -836,13 +862,25 @@ impl Run<'_> {
         capacity_type: Option<CapacityType>,
         except: &HashSet<String>,
     ) -> Option<String> {
+        let of_type =
+            |fi: &FakeInstance| capacity_type.is_none_or(|c| fi.instance.capacity_type == c);
+        self.choose_where(target, &of_type, except)
+    }
+
+    /// The running instance `target` names among those `keep` accepts, not in `except`.
+    fn choose_where(
+        &self,
+        target: &Target,
+        keep: &dyn Fn(&FakeInstance) -> bool,
+        except: &HashSet<String>,
+    ) -> Option<String> {
         let mut candidates: Vec<(String, i64)> = self
             .world
             .ec2
             .instances()
             .into_iter()
             .filter(|fi| fi.instance.state == "running" && !except.contains(&fi.instance.id))
-            .filter(|fi| capacity_type.is_none_or(|c| fi.instance.capacity_type == c))
+            .filter(|fi| keep(fi))
             .map(|fi| (fi.instance.id, fi.instance.launch_time))
             .collect();
         candidates.sort();
@@ -1175,6 +1213,7 @@ fn is_interruption(cause: DisruptionCause) -> bool {
     matches!(
         cause,
         DisruptionCause::SpotInterrupted
+            | DisruptionCause::CapacityReservationInterrupted
             | DisruptionCause::RebalanceRecommended
             | DisruptionCause::ScheduledChange
             | DisruptionCause::InstanceStopped

@@ -373,6 +373,27 @@ impl World {
         deadline
     }
 
+    /// The owner of the interruptible capacity reservation `instance` runs in takes it
+    /// back: the reservation shrinks by one, EC2 warns, and takes the instance two
+    /// minutes later. Returns the deadline; `None` (nothing sent) when the instance is
+    /// in no interruptible reservation.
+    pub fn reservation_interruption(&self, instance: &str) -> Option<i64> {
+        let zone = self.ec2.reclaim_from_reservation(instance)?;
+        let e = self.envelope();
+        let deadline = e.time + nodewright_core::interruption::SPOT_NOTICE_SECONDS;
+        // A zone id as EC2 writes one (`use1-az1`); the handler reads the instance id.
+        let zone_id = format!(
+            "use1-az{}",
+            zone.chars().last().map_or(1, |c| c as u32 - 'a' as u32 + 1)
+        );
+        self.queue.send(
+            eventbridge::capacity_reservation_interruption(&e, instance, &zone_id, deadline),
+            e.time,
+        );
+        self.kill_at(instance, deadline);
+        Some(deadline)
+    }
+
     /// EC2 recommends rebalancing `instance` (it is at elevated risk; nothing is taken).
     pub fn rebalance_recommendation(&self, instance: &str) {
         let e = self.envelope();

@@ -89,3 +89,68 @@ async fn a_replacement_taking_a_reservations_last_instance_is_validated_and_its_
     assert_eq!(sys.pods_on(&nodes[0]), 1);
     sys.assert_settled();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_node_in_a_reservation_its_class_no_longer_selects_is_replaced_as_drifted() {
+    let sys = System::deciding_with_core(reserved_or_on_demand_pool());
+    let select = |ids: &[&str]| {
+        sys.world.cluster.with_state(|s| {
+            s.node_classes[0].capacity_reservation_selector_terms = ids
+                .iter()
+                .map(|id| CapacityReservationSelectorTerm {
+                    id: Some(id.to_string()),
+                    ..Default::default()
+                })
+                .collect();
+        });
+    };
+    select(&["cr-0aaaa"]);
+    sys.world.cloud.add_reservation(FakeReservation::new(
+        "cr-0aaaa",
+        "m5.xlarge",
+        "us-east-1a",
+        1,
+    ));
+    sys.world.cluster.add_pod(pod("train-0", "3", "4Gi"));
+    sys.provision(2).await;
+    let old = sys.live_nodes();
+    assert_eq!(old.len(), 1, "{:#?}", sys.claims());
+    assert_eq!(
+        sys.instance_of(&old[0]).instance.capacity_type,
+        CapacityType::Reserved
+    );
+    // Settled: a minute of both jobs disrupts nothing.
+    sys.run(1).await;
+    assert_eq!(sys.live_nodes(), old);
+
+    // The class now selects another reservation (Karpenter's CapacityReservationDrift).
+    sys.world.cloud.add_reservation(FakeReservation::new(
+        "cr-0bbbb",
+        "m5.xlarge",
+        "us-east-1a",
+        1,
+    ));
+    select(&["cr-0bbbb"]);
+    sys.run(5).await;
+    let nodes = sys.live_nodes();
+    let log = sys.decisions("disruption");
+    assert_eq!(nodes.len(), 1, "{log:#?}");
+    assert_ne!(nodes, old, "replaced: {log:#?}");
+    let gone = sys.claim_of(&old[0]);
+    assert_eq!(
+        gone.disruption.map(|d| d.cause),
+        Some(nodewright_core::nodeclaim::DisruptionCause::Drifted)
+    );
+    let replacement = sys.instance_of(&nodes[0]).instance;
+    assert_eq!(
+        replacement.capacity_reservation_id.as_deref(),
+        Some("cr-0bbbb"),
+        "{log:#?}"
+    );
+    assert!(
+        log.iter().any(|d| d.contains("(Drift, Drifted)")),
+        "{log:#?}"
+    );
+    assert_eq!(sys.pods_on(&nodes[0]), 1);
+    sys.assert_settled();
+}

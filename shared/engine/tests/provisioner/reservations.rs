@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use nodewright_core::api::model::{CapacityReservationSelectorTerm, NodePool, Operator};
 use nodewright_core::catalog::{
-    CapacityType, LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_RESERVATION_TYPE,
-    LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, ReservationType,
+    CapacityType, LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+    LABEL_CAPACITY_RESERVATION_TYPE, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, ReservationType,
 };
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
 use nodewright_core::testing::{general_purpose_pool, pod};
@@ -37,13 +37,22 @@ fn reserved_pool() -> NodePool {
 /// The parent's fakes, with `reservation` in EC2, the class selecting it and the pool
 /// allowing reserved capacity.
 fn env_with(reservation: FakeReservation) -> Env {
+    env_with_all(vec![reservation])
+}
+
+/// [`env_with`] for several reservations, each selected by its id.
+fn env_with_all(reservations: Vec<FakeReservation>) -> Env {
     let env = Env::new();
-    env.cloud.add_reservation(reservation);
     let mut class = node_class("default");
-    class.capacity_reservation_selector_terms = vec![CapacityReservationSelectorTerm {
-        id: Some("cr-0aaaa".into()),
-        ..Default::default()
-    }];
+    for r in reservations {
+        class
+            .capacity_reservation_selector_terms
+            .push(CapacityReservationSelectorTerm {
+                id: Some(r.id.clone()),
+                ..Default::default()
+            });
+        env.cloud.add_reservation(r);
+    }
     env.cluster.with_state(|s| {
         s.node_pools = vec![reserved_pool()];
         s.node_classes = vec![class];
@@ -371,4 +380,132 @@ async fn nodes_whose_reservation_expired_are_relabelled_on_demand_and_priced_so(
     // Nothing more to do on the next pass.
     let again = prov.tick().await.unwrap();
     assert!(again.lifecycle.left_reservation.is_empty(), "{again:#?}");
+}
+
+/// An interruptible reservation of `total` m5.xlarge in us-east-1a.
+fn interruptible(id: &str, total: u32) -> FakeReservation {
+    let mut r = FakeReservation::new(id, "m5.xlarge", "us-east-1a", total);
+    r.interruptible = true;
+    r
+}
+
+#[tokio::test]
+async fn an_odcr_is_launched_into_before_an_interruptible_one_and_the_nodes_say_which() {
+    // The interruptible one sorts first by id: the order is Karpenter's, not the ids'.
+    let env = env_with_all(vec![
+        interruptible("cr-0aaaa", 1),
+        FakeReservation::new("cr-0bbbb", "m5.xlarge", "us-east-1a", 1),
+    ]);
+    add_pods(&env, 1);
+    let prov = env.provisioner();
+    prov.tick().await.unwrap();
+    let first = live_claims(&env).remove(0);
+    assert_eq!(
+        label(&first, LABEL_CAPACITY_RESERVATION_ID),
+        Some("cr-0bbbb")
+    );
+    assert_eq!(
+        label(&first, LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE),
+        Some("false")
+    );
+
+    env.cluster.add_pod(pod("train-1", "3", "4Gi"));
+    prov.tick().await.unwrap();
+    let second = live_claims(&env)
+        .into_iter()
+        .find(|c| c.name != first.name)
+        .expect("a second claim");
+    assert_eq!(second.capacity_type, Some(CapacityType::Reserved));
+    assert_eq!(
+        label(&second, LABEL_CAPACITY_RESERVATION_ID),
+        Some("cr-0aaaa")
+    );
+    assert_eq!(
+        label(&second, LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE),
+        Some("true")
+    );
+    let nodes = env.cluster.register_from(&env.cloud);
+    for n in &nodes {
+        env.cluster.set_ready(n);
+    }
+    prov.tick().await.unwrap();
+    let interruptible_nodes = env
+        .cluster
+        .nodes()
+        .into_iter()
+        .filter(|n| {
+            n.labels
+                .get(LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE)
+                .map(String::as_str)
+                == Some("true")
+        })
+        .count();
+    assert_eq!(interruptible_nodes, 1);
+}
+
+#[tokio::test]
+async fn a_reservation_whose_owner_takes_an_instance_back_is_not_launched_into_for_three_minutes() {
+    let env = env_with(interruptible("cr-0aaaa", 3));
+    add_pods(&env, 1);
+    let prov = env.provisioner();
+    prov.tick().await.unwrap();
+    let claim = live_claims(&env).remove(0);
+    let instance = claim.instance_id.clone().expect("launched");
+    assert_eq!(claim.capacity_type, Some(CapacityType::Reserved));
+
+    // The owner's warning, as EventBridge delivers it, through the interruption job.
+    let now = env.clock.now();
+    let envelope = nodewright_engine::sim::eventbridge::Envelope {
+        id: "6a7e8feb-b491-4cf7-a9f1-bf3703467718".into(),
+        time: now,
+        region: "us-east-1".into(),
+    };
+    let json = nodewright_engine::sim::eventbridge::capacity_reservation_interruption(
+        &envelope,
+        &instance,
+        "use1-az1",
+        now + 120,
+    );
+    let event = nodewright_core::interruption::parse_event(&json).unwrap();
+    let action = nodewright_core::interruption::action_for(&event, Default::default());
+    let input = nodewright_engine::interrupt::input_for(&event, &action).expect("an input");
+    assert_eq!(input.cause, DisruptionCause::CapacityReservationInterrupted);
+    nodewright_engine::handle_interruption(&env.ports, &Default::default(), input)
+        .await
+        .unwrap();
+    let claim = env
+        .store
+        .claims()
+        .into_iter()
+        .find(|c| c.name == claim.name)
+        .unwrap();
+    assert_eq!(
+        claim.disruption.as_ref().map(|d| d.cause),
+        Some(DisruptionCause::CapacityReservationInterrupted)
+    );
+
+    // The instance is gone (it had no node to drain) and the reservation lists room
+    // for three, but new claims go on-demand...
+    assert_eq!(env.cloud.reservation_available("cr-0aaaa"), Some(3));
+    env.cluster.add_pod(pod("train-8", "3", "4Gi"));
+    let report = prov.tick().await.unwrap();
+    assert!(!report.launched.is_empty(), "{report:#?}");
+    assert!(
+        report
+            .launched
+            .iter()
+            .all(|l| l.capacity_type == CapacityType::OnDemand),
+        "{report:#?}"
+    );
+
+    // ... and after three minutes the reservation is used again.
+    env.clock.advance(Duration::from_secs(181));
+    env.cluster.add_pod(pod("train-9", "3", "4Gi"));
+    let report = prov.tick().await.unwrap();
+    assert_eq!(report.launched.len(), 1, "{report:#?}");
+    assert_eq!(
+        report.launched[0].capacity_type,
+        CapacityType::Reserved,
+        "{report:#?}"
+    );
 }

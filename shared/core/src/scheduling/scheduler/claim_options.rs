@@ -12,7 +12,7 @@ use crate::resources::Resources;
 use crate::scheduling::requirements::Requirements;
 
 use super::ids::{BinId, InstanceTypeId, PoolId};
-use super::offerings::Offering;
+use super::offerings::{Offering, ReservationRequirements};
 use super::{ClaimOption, MAX_INSTANCE_TYPE_OPTIONS, NewClaim, Scheduler};
 
 /// A type a finished claim could launch as, with its cheapest offering.
@@ -84,7 +84,8 @@ impl Scheduler<'_> {
             // The claim takes an instance of the reservation it will launch into, so
             // the next claims of this solve see the count it leaves.
             if o.offering.capacity_type == CapacityType::Reserved {
-                self.take_reservation(pool, o.instance_type, o.offering.zone);
+                let wanted = ReservationRequirements::of(&reqs);
+                self.take_reservation(pool, o.instance_type, o.offering.zone, wanted.as_ref());
             }
         }
         let zones = self
@@ -94,11 +95,16 @@ impl Scheduler<'_> {
             .filter(|z| reqs.get(LABEL_ZONE).is_none_or(|s| s.has(z)))
             .cloned()
             .collect();
+        let reservation = ReservationRequirements::of(&reqs);
+        let unreserved = reservation
+            .as_ref()
+            .is_none_or(ReservationRequirements::allow_unreserved);
         let capacity_types = CapacityType::ALL
             .into_iter()
             .filter(|ct| {
                 reqs.get(LABEL_CAPACITY_TYPE)
                     .is_none_or(|s| s.has(ct.as_str()))
+                    && (unreserved || *ct == CapacityType::Reserved)
             })
             .collect();
         // Custom labels (keys neither the instance nor Karpenter sets): the value the
@@ -121,6 +127,13 @@ impl Scheduler<'_> {
                     && !k.starts_with("karpenter.k8s.aws/")
             })
             .filter_map(|(k, set)| set.any_value().map(|v| (k.clone(), v)))
+            // A reservation label pinned to one value: the launch picks a reservation
+            // with it (they are the reservation's labels, set when it launches).
+            .chain(
+                reservation
+                    .iter()
+                    .flat_map(ReservationRequirements::pinned_labels),
+            )
             .collect();
         let options: Vec<ClaimOption> = options
             .into_iter()

@@ -59,6 +59,7 @@ mod pools;
 mod preferences;
 mod repacking;
 mod run;
+pub(crate) use run::no_offering;
 mod setup;
 mod static_claims;
 mod undo;

@@ -4,7 +4,10 @@
 
 use std::sync::Arc;
 
-use crate::catalog::{CapacityType, InstanceType, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_ZONE};
+use crate::catalog::{
+    CapacityType, InstanceType, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_ZONE,
+    RESERVATION_LABELS, Reservation,
+};
 use crate::cluster::{HostPort, Pod};
 use crate::resources::Resources;
 use crate::scheduling::fast_hash::FastMap;
@@ -21,6 +24,47 @@ pub(crate) struct OfferingFilter {
     zones: IdVec<DomainId, bool>,
     capacity_types: [bool; CT_COUNT],
     pool: Option<PoolId>,
+    reservation: Option<ReservationRequirements>,
+}
+
+/// Requirements on the labels of a reserved node ([`RESERVATION_LABELS`]): a pod or
+/// pool pinned to a reservation (`capacity-reservation-id`), a kind of reservation
+/// (`-type`), or away from interruptible ones (`-interruptible: "false"`). As in
+/// Karpenter, a reserved offering carries its reservation's values and every other
+/// offering none: on-demand and spot stay open only when each set allows the label to
+/// be absent.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ReservationRequirements(Vec<(&'static str, ValueSet)>);
+
+impl ReservationRequirements {
+    /// The requirements `reqs` puts on reservation labels; `None` when it puts none.
+    pub(crate) fn of(reqs: &Requirements) -> Option<Self> {
+        let sets: Vec<(&'static str, ValueSet)> = RESERVATION_LABELS
+            .into_iter()
+            .filter_map(|k| reqs.get(k).map(|set| (k, set.clone())))
+            .collect();
+        (!sets.is_empty()).then_some(ReservationRequirements(sets))
+    }
+
+    /// Whether reservation `r`'s labels meet them.
+    pub(crate) fn met_by(&self, r: &Reservation) -> bool {
+        self.0
+            .iter()
+            .all(|(k, set)| r.label(k).is_some_and(|v| set.has(&v)))
+    }
+
+    /// Whether a node outside any reservation (on-demand, spot) meets them.
+    pub(crate) fn allow_unreserved(&self) -> bool {
+        self.0.iter().all(|(_, set)| set.allows_absent())
+    }
+
+    /// The labels a claim made under them carries, so that its launch picks a
+    /// reservation they allow: each key pinned to a single value.
+    pub(crate) fn pinned_labels(&self) -> impl Iterator<Item = (String, String)> + '_ {
+        self.0
+            .iter()
+            .filter_map(|(k, set)| Some((k.to_string(), set.single_value()?.to_string())))
+    }
 }
 
 /// Requirements on keys instance types carry (see [`Scheduler::type_requirements`]).
@@ -184,6 +228,10 @@ impl<'a> Scheduler<'a> {
                 .and_then(ValueSet::single_value)
                 .and_then(|name| self.pool_named(name))
         };
+        let reservation = ReservationRequirements::of(reqs);
+        let unreserved = reservation
+            .as_ref()
+            .is_none_or(ReservationRequirements::allow_unreserved);
         OfferingFilter {
             pool,
             zones: self
@@ -192,8 +240,11 @@ impl<'a> Scheduler<'a> {
                 .map(|(z, name)| zones.is_none_or(|m| m[z]) && zone_set.is_none_or(|s| s.has(name)))
                 .collect(),
             capacity_types: CapacityType::ALL.map(|ct| {
-                cts.is_none_or(|m| m[ct_index(ct)]) && ct_set.is_none_or(|s| s.has(ct.as_str()))
+                cts.is_none_or(|m| m[ct_index(ct)])
+                    && ct_set.is_none_or(|s| s.has(ct.as_str()))
+                    && (unreserved || ct == CapacityType::Reserved)
             }),
+            reservation,
         }
     }
 
@@ -220,7 +271,9 @@ impl<'a> Scheduler<'a> {
                 }
                 if let Some(p) = by_ct[ct_index(ct)] {
                     if ct == CapacityType::Reserved
-                        && self.reservation_left(filter.pool, t, z).is_none()
+                        && self
+                            .reservation_left(filter.pool, t, z, filter.reservation.as_ref())
+                            .is_none()
                     {
                         continue;
                     }
@@ -246,12 +299,14 @@ impl<'a> Scheduler<'a> {
     }
 
     /// A reservation (index into the pricing's) for a node of type `t` in zone `z` of
-    /// `pool` (any pool when `None`) with an instance left in this solve.
+    /// `pool` (any pool when `None`) with an instance left in this solve, that
+    /// `wanted` (requirements on reservation labels) allows.
     pub(crate) fn reservation_left(
         &self,
         pool: Option<PoolId>,
         t: InstanceTypeId,
         z: DomainId,
+        wanted: Option<&ReservationRequirements>,
     ) -> Option<usize> {
         let class = pool.map(|p| self.node_pool(p).node_class_ref.name.as_str());
         let it = self.instance_type(t);
@@ -272,6 +327,7 @@ impl<'a> Scheduler<'a> {
                     && r.zone == zone
                     && r.available > used
                     && class.is_none_or(|c| r.selected_by(c))
+                    && wanted.is_none_or(|w| w.met_by(r))
             })
             .map(|(i, _)| i)
     }
@@ -283,8 +339,9 @@ impl<'a> Scheduler<'a> {
         pool: PoolId,
         t: InstanceTypeId,
         z: DomainId,
+        wanted: Option<&ReservationRequirements>,
     ) -> bool {
-        let Some(i) = self.reservation_left(Some(pool), t, z) else {
+        let Some(i) = self.reservation_left(Some(pool), t, z, wanted) else {
             return false;
         };
         let n = self.input.pricing.reservations.len();

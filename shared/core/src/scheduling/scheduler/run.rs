@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use crate::scheduling::unschedulable::Unschedulable;
+use crate::scheduling::unschedulable::{PoolRefusal, Refusal, Unschedulable};
 
 use super::bins::Origin;
 use super::ids::{BinId, IdVec, PodId};
@@ -120,9 +120,21 @@ impl Scheduler<'_> {
             let pods = self.bins[b].placed_pods(0);
             if let (Some(pods), Origin::New(pool)) = (out.place_on(input, origin, pods), origin) {
                 let claim = self.finalize_claim(b, pool, pods);
+                if claim.options.is_empty() {
+                    // Only reserved offerings were allowed (a pod pinned to a
+                    // reservation), and the claims finished before it took what was
+                    // left: its pods wait for room, as in Karpenter.
+                    out.unschedulable
+                        .extend(claim.pods.iter().map(|&pod| UnplacedPod {
+                            pod,
+                            reason: no_offering(&claim.node_pool),
+                        }));
+                    continue;
+                }
                 out.new_claims.push(claim);
             }
         }
+        out.unschedulable.sort_by_key(|u| u.pod);
         out
     }
 }
@@ -151,4 +163,12 @@ impl Schedule {
         }
         None
     }
+}
+
+/// Why the pods of a claim left without an offering wait: pool `node_pool` offers none.
+pub(crate) fn no_offering(node_pool: &str) -> Unschedulable {
+    Unschedulable::Refused(vec![PoolRefusal {
+        node_pool: node_pool.to_string(),
+        reason: Refusal::NoOffering,
+    }])
 }

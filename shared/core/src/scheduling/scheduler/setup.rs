@@ -67,7 +67,10 @@ impl<'a> Scheduler<'a> {
             LABEL_CAPACITY_TYPE,
             LABEL_NODEPOOL,
             LABEL_HOSTNAME,
-        ] {
+        ]
+        .into_iter()
+        .chain(crate::catalog::RESERVATION_LABELS)
+        {
             well_known.insert(k.to_string());
         }
         let any_prefer_no_schedule = input
