@@ -13,13 +13,19 @@ fn temp_file(name: &str, contents: &str) -> String {
 
 /// `n` pending pods of 3 CPUs: one per m5.xlarge.
 fn snapshot(n: usize) -> String {
+    snapshot_selecting(n, json!({}))
+}
+
+/// [`snapshot`] with `node_selector` as each pod's `spec.nodeSelector`.
+fn snapshot_selecting(n: usize, node_selector: Value) -> String {
     let items: Vec<Value> = (0..n)
         .map(|i| {
             let requests = json!({"cpu": "3", "memory": "4Gi"});
             json!({
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": format!("train-{i}"), "namespace": "default"},
-                "spec": {"containers": [{"name": "c", "image": "pause",
+                "spec": {"nodeSelector": node_selector,
+                    "containers": [{"name": "c", "image": "pause",
                     "resources": {"requests": requests, "limits": requests}}]},
                 "status": {"phase": "Pending", "conditions": [
                     {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
@@ -87,27 +93,28 @@ fn plan_prefers_the_reservation_and_falls_back_to_on_demand_once_it_is_used_up()
     );
 }
 
-#[test]
-fn a_reservations_file_of_the_wrong_shape_names_the_field() {
-    let manifests = example("capacity-reservations.yaml");
-    let bad = temp_file(
-        "reservations.yaml",
-        "reservations:\n  - {id: cr-0aaaa, instanceType: m5.xlarge, zone: us-east-1b, available: lots}\n",
-    );
+/// `plan` over the example with `reservations` as its `--reservations` file exits 1,
+/// naming `field`.
+fn assert_refused_naming(reservations: &str, field: &str) {
+    let bad = temp_file("reservations.yaml", reservations);
     let out = nodewright(&[
         "plan",
         "--nodepools",
-        &manifests,
+        &example("capacity-reservations.yaml"),
         "--snapshot",
         &snapshot(1),
         "--reservations",
         &bad,
     ]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("reservations[0].available"),
-        "{}",
-        stderr(&out)
+    assert!(stderr(&out).contains(field), "{}", stderr(&out));
+}
+
+#[test]
+fn a_reservations_file_of_the_wrong_shape_names_the_field() {
+    assert_refused_naming(
+        "reservations:\n  - {id: cr-0aaaa, instanceType: m5.xlarge, zone: us-east-1b, available: lots}\n",
+        "reservations[0].available",
     );
 }
 
@@ -148,25 +155,6 @@ fn a_simulated_reservation_takes_two_of_three_nodes_and_the_third_is_on_demand()
 /// us-east-1b.
 const ODCR_AND_INTERRUPTIBLE: &str = "reservations:\n  - {id: cr-0aaaa, instanceType: m5.xlarge, zone: us-east-1b, available: 1, interruptible: true}\n  - {id: cr-0bbbb, instanceType: m5.xlarge, zone: us-east-1b, available: 1}\n";
 
-/// `n` pending pods of 3 CPUs, each selecting `selector` (a label and its value).
-fn pinned_snapshot(n: usize, selector: (&str, &str)) -> String {
-    let items: Vec<Value> = (0..n)
-        .map(|i| {
-            let requests = json!({"cpu": "3", "memory": "4Gi"});
-            json!({
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": format!("train-{i}"), "namespace": "default"},
-                "spec": {"nodeSelector": {selector.0: selector.1},
-                    "containers": [{"name": "c", "image": "pause",
-                    "resources": {"requests": requests, "limits": requests}}]},
-                "status": {"phase": "Pending", "conditions": [
-                    {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}
-            })
-        })
-        .collect();
-    snapshot_file(items)
-}
-
 /// The example's pool with one more requirement (a YAML flow mapping).
 fn pool_requiring(requirement: &str) -> String {
     let example = std::fs::read_to_string(example("capacity-reservations.yaml")).unwrap();
@@ -196,7 +184,10 @@ fn a_pod_pinned_to_a_reservation_launches_only_into_it_and_waits_once_it_is_full
         "--nodepools",
         &example("capacity-reservations.yaml"),
         "--snapshot",
-        &pinned_snapshot(2, ("karpenter.k8s.aws/capacity-reservation-id", "cr-0bbbb")),
+        &snapshot_selecting(
+            2,
+            json!({"karpenter.k8s.aws/capacity-reservation-id": "cr-0bbbb"}),
+        ),
         "--reservations",
         &reservations,
     ]);
@@ -274,24 +265,9 @@ fn a_pool_refusing_interruptible_reservations_takes_the_odcr_then_on_demand() {
 
 #[test]
 fn an_interruptible_capacity_block_is_refused_naming_the_field() {
-    let bad = temp_file(
-        "reservations.yaml",
+    assert_refused_naming(
         "reservations:\n  - {id: cr-0aaaa, instanceType: m5.xlarge, zone: us-east-1b, available: 1}\n  - {id: cr-0bbbb, instanceType: p5.48xlarge, zone: us-east-1b, available: 1, reservationType: capacity-block, interruptible: true}\n",
-    );
-    let out = nodewright(&[
-        "plan",
-        "--nodepools",
-        &example("capacity-reservations.yaml"),
-        "--snapshot",
-        &snapshot(1),
-        "--reservations",
-        &bad,
-    ]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("reservations[1].interruptible"),
-        "{}",
-        stderr(&out)
+        "reservations[1].interruptible",
     );
 }
 

@@ -172,8 +172,9 @@ fn reservations_back(world: &Gathered, hidden: &HashSet<&str>) -> Option<Pricing
 
 /// (node, why) for each managed node whose instance runs an AMI, sits in a subnet, has
 /// security groups or runs in a capacity reservation its NodePool's EC2NodeClass no
-/// longer selects, as resolved by this tick's gather. A node whose class did not resolve, or whose instance is not
-/// listed (or EC2 did not say), is not drifted this way.
+/// longer selects, as resolved by this tick's gather. A node whose class did not
+/// resolve, or whose instance is not listed (or EC2 did not say), is not drifted this
+/// way.
 fn resource_drift(world: &Gathered, nodes: &[Node]) -> Vec<(String, String)> {
     let selections: HashMap<&str, Selection<'_>> = world
         .classes

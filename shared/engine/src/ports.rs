@@ -629,8 +629,9 @@ pub trait Cluster: Send + Sync {
     /// adapter: one per claim that is not terminal, created when missing (or deleted by
     /// someone), rewritten when the claim changed, deleted once its claim is terminal or
     /// no longer given. Writes nothing when every mirror already reads as wanted (a quiet
-    /// tick). Informational only: nothing reads a mirror back to decide. The default
-    /// mirrors nothing.
+    /// tick). Informational only: nothing reads a mirror back to decide. An adapter may
+    /// write only so many objects a pass and leave the rest to the next
+    /// ([`MirrorReport::deferred`]). The default mirrors nothing.
     async fn mirror_claims(&self, _claims: &[NodeClaim]) -> Result<MirrorReport, ClusterError> {
         Ok(MirrorReport::default())
     }
@@ -647,6 +648,10 @@ pub struct MirrorReport {
     pub foreign: Vec<String>,
     /// Why nothing was mirrored (the NodeClaim CRD is not installed), when so.
     pub skipped: Option<String>,
+    /// Mirrors left for the next pass (to write or delete): this one wrote as many
+    /// objects as a pass may (a backlog, such as 1,000 claims adopted at once, is
+    /// written over several ticks rather than past the invocation's deadline).
+    pub deferred: usize,
 }
 
 impl MirrorReport {

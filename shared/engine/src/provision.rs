@@ -621,6 +621,7 @@ impl Provisioner {
                     created = mirror.created.len(),
                     updated = mirror.updated.len(),
                     deleted = mirror.deleted.len(),
+                    deferred = mirror.deferred,
                     "claims mirrored as NodeClaims"
                 )
             }

@@ -104,7 +104,14 @@ pub struct KubeCluster {
     view: Arc<tokio::sync::OnceCell<ClusterView>>,
     /// What this process last wrote of each claim's mirror (see `mirror_claims`).
     mirrors: Arc<MirrorMemory>,
+    /// Mirror objects one `mirror_claims` pass may create, update or delete.
+    mirror_writes: usize,
 }
+
+/// Mirror objects (NodeClaims) one pass writes at most: a create is two requests (the
+/// object, then its status), so 150 take up to 15 s at the client's 20 requests a
+/// second. A larger backlog is written by the next ticks, not past the deadline.
+pub const MIRROR_WRITES_PER_PASS: usize = 150;
 
 /// The mirrors as this process last wrote them, and the warnings already given.
 #[derive(Default)]
@@ -129,6 +136,7 @@ impl KubeCluster {
             page_size: PAGE_SIZE,
             view: Arc::default(),
             mirrors: Arc::default(),
+            mirror_writes: MIRROR_WRITES_PER_PASS,
         }
     }
 
@@ -160,6 +168,12 @@ impl KubeCluster {
     /// Objects per list page (tests use small pages to exercise `continue`).
     pub fn with_page_size(mut self, page_size: u32) -> Self {
         self.page_size = page_size.max(1);
+        self
+    }
+
+    /// Mirror objects a pass may write (tests use a few to exercise the backlog).
+    pub fn with_mirror_writes_per_pass(mut self, writes: usize) -> Self {
+        self.mirror_writes = writes.max(1);
         self
     }
 
@@ -271,6 +285,16 @@ impl KubeCluster {
                 None
             }
         }
+    }
+
+    /// Whether [`Self::write_mirror`] would write `want`: missing, or ours and reading
+    /// otherwise (as this process last wrote it, else as the watch delivered it).
+    fn mirror_is_stale(&self, seen: Option<&Seen>, want: &Mirror) -> bool {
+        let Some(seen) = seen else {
+            return true;
+        };
+        let last = self.mirrors.written().get(&want.name).cloned();
+        seen.ours && last.as_ref().or(seen.mirror.as_ref()) != Some(want)
     }
 
     /// Writes one claim's mirror if it does not read as `want` (see `mirror_claims`).
@@ -1149,6 +1173,10 @@ impl Cluster for KubeCluster {
             .collect();
         doomed.sort();
         for name in doomed {
+            if report.writes() >= self.mirror_writes {
+                report.deferred += 1;
+                continue;
+            }
             match api.delete(name, &DeleteParams::default()).await {
                 Ok(_) => report.deleted.push(name.clone()),
                 Err(e) if classify(&e) == ErrorKind::NotFound => {}
@@ -1164,6 +1192,12 @@ impl Cluster for KubeCluster {
             self.mirrors.written().remove(name);
         }
         for want in wanted.values() {
+            if report.writes() >= self.mirror_writes {
+                if self.mirror_is_stale(seen.get(&want.name), want) {
+                    report.deferred += 1;
+                }
+                continue;
+            }
             if let Err(e) = self
                 .write_mirror(watched, seen.get(&want.name), want, &mut report)
                 .await

@@ -2153,3 +2153,46 @@ mod fake_scale;
 /// NodeOverlays read, watched and given a status.
 #[path = "kube_cluster/node_overlays.rs"]
 mod node_overlays;
+
+#[tokio::test]
+async fn a_mirror_backlog_is_written_a_few_objects_a_pass_until_it_is_done() {
+    let (server, cluster) = fake().await;
+    let cluster = cluster.with_mirror_writes_per_pass(2);
+    let claims: Vec<nodewright_core::nodeclaim::NodeClaim> = ["a", "b", "c", "d", "e"]
+        .iter()
+        .map(|s| initialized_claim(&format!("general-purpose-{s}aaaa")))
+        .collect();
+    let first = cluster.mirror_claims(&claims).await.unwrap();
+    assert_eq!((first.created.len(), first.deferred), (2, 3), "{first:?}");
+    let second = cluster.mirror_claims(&claims).await.unwrap();
+    assert_eq!(
+        (second.created.len(), second.deferred),
+        (2, 1),
+        "{second:?}"
+    );
+    let third = cluster.mirror_claims(&claims).await.unwrap();
+    assert_eq!((third.created.len(), third.deferred), (1, 0), "{third:?}");
+    for c in &claims {
+        assert!(
+            server.get("NodeClaim", None, &c.name).is_some(),
+            "{}",
+            c.name
+        );
+    }
+    // Deletes count too: four gone, two a pass.
+    let kept = &claims[..1];
+    let report = cluster.mirror_claims(kept).await.unwrap();
+    assert_eq!(
+        (report.deleted.len(), report.deferred),
+        (2, 2),
+        "{report:?}"
+    );
+    let report = cluster.mirror_claims(kept).await.unwrap();
+    assert_eq!(
+        (report.deleted.len(), report.deferred),
+        (2, 0),
+        "{report:?}"
+    );
+    let quiet = cluster.mirror_claims(kept).await.unwrap();
+    assert_eq!((quiet.writes(), quiet.deferred), (0, 0), "{quiet:?}");
+}

@@ -60,6 +60,15 @@ fn env_with_all(reservations: Vec<FakeReservation>) -> Env {
     env
 }
 
+/// Claim `name` as the store has it now.
+fn stored(env: &Env, name: &str) -> NodeClaim {
+    env.store
+        .claims()
+        .into_iter()
+        .find(|c| c.name == name)
+        .expect("the claim is stored")
+}
+
 fn live_claims(env: &Env) -> Vec<NodeClaim> {
     env.store
         .claims()
@@ -187,12 +196,7 @@ async fn a_capacity_blocks_nodes_are_drained_before_it_ends_and_nothing_new_laun
     env.clock
         .advance(Duration::from_secs((end - clock_start - 39 * 60) as u64));
     let report = prov.tick().await.unwrap();
-    let claim = env
-        .store
-        .claims()
-        .into_iter()
-        .find(|c| c.name == claim.name)
-        .unwrap();
+    let claim = stored(&env, &claim.name);
     // Drained within the poll: its one pod went to a new node.
     assert!(
         claim.state.is_being_taken_away() || claim.state == ClaimState::Terminated,
@@ -399,14 +403,16 @@ async fn an_odcr_is_launched_into_before_an_interruptible_one_and_the_nodes_say_
     add_pods(&env, 1);
     let prov = env.provisioner();
     prov.tick().await.unwrap();
+    let in_reservation = |claim: &NodeClaim| {
+        (
+            label(claim, LABEL_CAPACITY_RESERVATION_ID).map(str::to_string),
+            label(claim, LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE).map(str::to_string),
+        )
+    };
     let first = live_claims(&env).remove(0);
     assert_eq!(
-        label(&first, LABEL_CAPACITY_RESERVATION_ID),
-        Some("cr-0bbbb")
-    );
-    assert_eq!(
-        label(&first, LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE),
-        Some("false")
+        in_reservation(&first),
+        (Some("cr-0bbbb".into()), Some("false".into()))
     );
 
     env.cluster.add_pod(pod("train-1", "3", "4Gi"));
@@ -417,12 +423,8 @@ async fn an_odcr_is_launched_into_before_an_interruptible_one_and_the_nodes_say_
         .expect("a second claim");
     assert_eq!(second.capacity_type, Some(CapacityType::Reserved));
     assert_eq!(
-        label(&second, LABEL_CAPACITY_RESERVATION_ID),
-        Some("cr-0aaaa")
-    );
-    assert_eq!(
-        label(&second, LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE),
-        Some("true")
+        in_reservation(&second),
+        (Some("cr-0aaaa".into()), Some("true".into()))
     );
     let nodes = env.cluster.register_from(&env.cloud);
     for n in &nodes {
@@ -473,12 +475,7 @@ async fn a_reservation_whose_owner_takes_an_instance_back_is_not_launched_into_f
     nodewright_engine::handle_interruption(&env.ports, &Default::default(), input)
         .await
         .unwrap();
-    let claim = env
-        .store
-        .claims()
-        .into_iter()
-        .find(|c| c.name == claim.name)
-        .unwrap();
+    let claim = stored(&env, &claim.name);
     assert_eq!(
         claim.disruption.as_ref().map(|d| d.cause),
         Some(DisruptionCause::CapacityReservationInterrupted)
