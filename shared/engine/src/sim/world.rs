@@ -381,10 +381,12 @@ impl World {
         let zone = self.ec2.reclaim_from_reservation(instance)?;
         let e = self.envelope();
         let deadline = e.time + nodewright_core::interruption::SPOT_NOTICE_SECONDS;
-        // A zone id as EC2 writes one (`use1-az1`); the handler reads the instance id.
+        // A zone id as EC2 writes one (`use1-az1` for a zone ending in `a`); the handler
+        // reads the instance id.
+        let letter = zone.chars().last().filter(char::is_ascii_lowercase);
         let zone_id = format!(
             "use1-az{}",
-            zone.chars().last().map_or(1, |c| c as u32 - 'a' as u32 + 1)
+            letter.map_or(1, |c| u32::from(c) - u32::from('a') + 1)
         );
         self.queue.send(
             eventbridge::capacity_reservation_interruption(&e, instance, &zone_id, deadline),
