@@ -231,11 +231,17 @@ async fn a_capacity_blocks_nodes_are_drained_before_it_ends_and_nothing_new_laun
     assert_eq!(report.launched[0].capacity_type, CapacityType::OnDemand);
 }
 
-/// A provisioner tick that dies after CreateFleet launched into the reservation, before
-/// the claim was recorded `Launched`: the claim is left `Launching`, its instance
-/// running in cr-0aaaa.
-async fn crash_after_launching_into_the_reservation(env: &Env) {
-    add_pods(env, 1);
+/// The fakes with cr-0aaaa (2 m5.xlarge in us-east-1a) after a provisioner tick that
+/// died once CreateFleet launched into it, before the claim was recorded `Launched`:
+/// the claim is left `Launching`, its instance running in cr-0aaaa.
+async fn crashed_after_launching_into_the_reservation() -> Env {
+    let env = env_with(FakeReservation::new(
+        "cr-0aaaa",
+        "m5.xlarge",
+        "us-east-1a",
+        2,
+    ));
+    add_pods(&env, 1);
     env.store.fail_next(
         StoreOp::UpdateClaim,
         StoreError::new(ErrorKind::Unavailable, "DynamoDB timed out"),
@@ -249,6 +255,7 @@ async fn crash_after_launching_into_the_reservation(env: &Env) {
         Some("cr-0aaaa")
     );
     assert_eq!(env.claims_in(ClaimState::Launching).len(), 1);
+    env
 }
 
 fn label<'c>(claim: &'c NodeClaim, key: &str) -> Option<&'c str> {
@@ -257,13 +264,7 @@ fn label<'c>(claim: &'c NodeClaim, key: &str) -> Option<&'c str> {
 
 #[tokio::test]
 async fn a_claim_adopted_after_a_crash_past_create_fleet_keeps_its_reservation() {
-    let env = env_with(FakeReservation::new(
-        "cr-0aaaa",
-        "m5.xlarge",
-        "us-east-1a",
-        2,
-    ));
-    crash_after_launching_into_the_reservation(&env).await;
+    let env = crashed_after_launching_into_the_reservation().await;
     let prov = env.provisioner();
     let report = prov.tick().await.unwrap();
     assert_eq!(report.adopted.len(), 1, "{report:#?}");
@@ -302,13 +303,7 @@ async fn a_claim_adopted_after_a_crash_past_create_fleet_keeps_its_reservation()
 
 #[tokio::test]
 async fn a_claim_adopted_after_its_reservation_is_no_longer_listed_still_names_it() {
-    let env = env_with(FakeReservation::new(
-        "cr-0aaaa",
-        "m5.xlarge",
-        "us-east-1a",
-        2,
-    ));
-    crash_after_launching_into_the_reservation(&env).await;
+    let env = crashed_after_launching_into_the_reservation().await;
     let mut cancelled = FakeReservation::new("cr-0aaaa", "m5.xlarge", "us-east-1a", 2);
     cancelled.state = "cancelled".into();
     env.cloud.add_reservation(cancelled);
