@@ -19,7 +19,7 @@ use clap::ValueEnum;
 use nodewright_core::api::duration::parse_duration;
 use nodewright_engine::DisruptionConfig;
 use nodewright_engine::ports::ObjectKind;
-use nodewright_engine::sim::run::{DrainRecord, TimelineRow, clock_time};
+use nodewright_engine::sim::report::{DrainRecord, TimelineRow, clock_time};
 use nodewright_engine::sim::{Report, Scenario};
 use serde_json::{Value, json};
 
@@ -58,7 +58,7 @@ fn duration(text: &str) -> Result<Duration, String> {
 }
 
 /// What the disruption function did, in one sentence.
-fn consolidation(s: &nodewright_engine::sim::run::Summary) -> String {
+fn consolidation(s: &nodewright_engine::sim::report::Summary) -> String {
     if s.disruption_invocations == 0 {
         return "not simulated (the scenario turns the disruption function off)".into();
     }

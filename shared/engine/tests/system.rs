@@ -586,7 +586,8 @@ use nodewright_core::api::model::TaintEffect;
 use nodewright_core::catalog::CapacityType;
 use nodewright_core::cluster::{DaemonSet, Pod, Toleration, TolerationOperator};
 use nodewright_engine::sim::faults::FaultConfig;
-use nodewright_engine::sim::run::{Percentiles, SCHEDULE};
+use nodewright_engine::sim::report::Percentiles;
+use nodewright_engine::sim::run::SCHEDULE;
 use nodewright_engine::sim::{
     Deployment, Disturbance, Report, Scenario, ScheduledDisturbance, Target,
 };
@@ -643,7 +644,7 @@ async fn simulate(scenario: &Scenario) -> Report {
         for r in &report.timeline {
             println!(
                 "{} | {} | {} | {} | {:.3}",
-                nodewright_engine::sim::run::clock_time(r.t),
+                nodewright_engine::sim::report::clock_time(r.t),
                 r.event,
                 r.decision,
                 r.nodes,
@@ -1434,7 +1435,7 @@ fn explain(report: &Report, needle: &str) {
     for r in report.timeline.iter().filter(|r| r.event.contains(needle)) {
         println!(
             "{} {}",
-            nodewright_engine::sim::run::clock_time(r.t),
+            nodewright_engine::sim::report::clock_time(r.t),
             r.event
         );
     }
@@ -1452,7 +1453,7 @@ fn explain(report: &Report, needle: &str) {
         if names.iter().any(|n| text.contains(n.as_str())) {
             println!(
                 "{} {}: {} :: {}",
-                nodewright_engine::sim::run::clock_time(d.at - start),
+                nodewright_engine::sim::report::clock_time(d.at - start),
                 d.job,
                 d.action,
                 d.reason

@@ -14,9 +14,11 @@
 //! - [`eventbridge`]: the events EC2 and AWS Health send, as real EventBridge JSON.
 //! - [`queue`]: the SQS queue (at-least-once, visibility timeout, dead letters) and
 //!   the interruption function reading it as the Lambda does.
-//! - [`run`]: a [`Scenario`] (NodePools, workloads, disturbances at times) run to the
-//!   end with the provisioner on its schedule and the interruption function on its
-//!   queue, and the [`Report`]: timeline, summary, samples, end-state checks.
+//! - [`scenario`]: a [`Scenario`]: NodePools, workloads, disturbances at times.
+//! - [`run`]: a scenario run to the end with the provisioner on its schedule, the
+//!   disruption function on its own and the interruption function on its queue.
+//! - [`report`]: what a run leaves, the [`Report`]: timeline, summary, samples,
+//!   end-state checks.
 //! - [`rng`]: the seeded generator behind every random choice.
 
 pub mod binder;
@@ -24,8 +26,10 @@ pub mod cloud;
 pub mod eventbridge;
 pub mod faults;
 pub mod queue;
+pub mod report;
 pub mod rng;
 pub mod run;
+pub mod scenario;
 pub mod workload;
 pub mod world;
 
@@ -36,10 +40,8 @@ use async_trait::async_trait;
 use crate::ports::Clock;
 
 pub use binder::{Binder, fits};
-pub use run::{
-    Disturbance, DrainRecord, Report, Sample, Scenario, ScheduledDisturbance, Summary, Target,
-    TimelineRow,
-};
+pub use report::{DrainRecord, Report, Sample, Summary, TimelineRow};
+pub use scenario::{Disturbance, Scenario, ScheduledDisturbance, Target};
 pub use workload::Deployment;
 pub use world::{BudgetViolation, PodWait, World, WorldConfig};
 
