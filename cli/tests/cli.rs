@@ -1698,3 +1698,19 @@ mod scheduler_gaps;
 
 #[path = "cli/reservations.rs"]
 mod reservations;
+
+/// `nodewright disrupt`, the dry-run disruption contract.
+#[path = "cli/disrupt.rs"]
+mod disrupt;
+
+/// Scheduling fidelity through `nodewright plan`.
+#[path = "cli/fidelity.rs"]
+mod fidelity;
+
+/// The plan's instance type options.
+#[path = "cli/options.rs"]
+mod options;
+
+/// The manifests the tests' NodePools refer to.
+#[path = "cli/manifests.rs"]
+mod manifests;

@@ -3,11 +3,11 @@
 //! prints them for a cluster Karpenter manages; NodePools as users write them.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
+
+use super::temp_file;
 
 #[path = "disrupt/merges.rs"]
 mod merges;
@@ -49,21 +49,8 @@ spec:
   disruption:
 {disruption}
 ---
-apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
-metadata:
-  name: default
-spec:
-  role: KarpenterNodeRole-demo
-  subnetSelectorTerms:
-    - tags:
-        karpenter.sh/discovery: demo
-  securityGroupSelectorTerms:
-    - tags:
-        karpenter.sh/discovery: demo
-  amiSelectorTerms:
-    - alias: al2023@latest
-"#
+{class}"#,
+        class = crate::manifests::node_class()
     )
 }
 
@@ -71,19 +58,6 @@ const UNDERUTILIZED: &str =
     "    consolidationPolicy: WhenEmptyOrUnderutilized\n    consolidateAfter: 30s\n";
 /// As UNDERUTILIZED, with a budget that lets every node go at once.
 const ALL_AT_ONCE: &str = "    consolidationPolicy: WhenEmptyOrUnderutilized\n    consolidateAfter: 30s\n    budgets:\n      - nodes: \"100%\"\n";
-
-fn temp_file(name: &str, contents: &str) -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "nodewright-disrupt-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
-    std::fs::write(&path, contents).unwrap();
-    path
-}
 
 /// Runs `disrupt` and returns (exit code, stdout, stderr).
 fn run(pools: &str, items: Vec<Value>, extra: &[&str]) -> (i32, String, String) {

@@ -2,13 +2,14 @@
 //! and Karpenter read it. Snapshots are built here as `kubectl get -o json` would print
 //! them, NodePools as users write them.
 
-use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
 
-const GENERAL_PURPOSE: &str = r#"
+use super::temp_file;
+
+/// The general-purpose NodePool; [`general_purpose`] adds its EC2NodeClass.
+const GENERAL_PURPOSE_POOL: &str = r#"
 apiVersion: karpenter.sh/v1
 kind: NodePool
 metadata:
@@ -33,38 +34,19 @@ spec:
         group: karpenter.k8s.aws
         kind: EC2NodeClass
         name: default
----
-apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
-metadata:
-  name: default
-spec:
-  role: KarpenterNodeRole-demo
-  subnetSelectorTerms:
-    - tags:
-        karpenter.sh/discovery: demo
-  securityGroupSelectorTerms:
-    - tags:
-        karpenter.sh/discovery: demo
-  amiSelectorTerms:
-    - alias: al2023@latest
 "#;
+
+/// The general-purpose NodePool and its EC2NodeClass.
+fn general_purpose() -> String {
+    format!("{GENERAL_PURPOSE_POOL}---\n{}", crate::manifests::node_class())
+}
 
 /// The general-purpose NodePool with one more requirement.
 fn general_purpose_with(requirement: &str) -> String {
-    GENERAL_PURPOSE.replace(
+    general_purpose().replace(
         "      requirements:\n",
         &format!("      requirements:\n{requirement}"),
     )
-}
-
-fn temp_file(name: &str, contents: &str) -> PathBuf {
-    static SEQ: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!("nodewright-fidelity-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let path = dir.join(format!("{}-{name}", SEQ.fetch_add(1, Ordering::Relaxed)));
-    std::fs::write(&path, contents).expect("write temp file");
-    path
 }
 
 /// `nodewright plan --output json` on these NodePools and snapshot items.
@@ -221,7 +203,7 @@ fn claim_holding<'p>(plan: &'p Value, pod: &str) -> &'p Value {
 #[test]
 fn pods_binding_the_same_host_port_never_share_a_node() {
     let plan = plan(
-        GENERAL_PURPOSE,
+        &general_purpose(),
         vec![
             with_host_port(pod("a", "100m", "128Mi"), 8080),
             with_host_port(pod("b", "100m", "128Mi"), 8080),
@@ -239,7 +221,7 @@ fn pods_binding_the_same_host_port_never_share_a_node() {
 #[test]
 fn a_pod_cannot_join_an_existing_node_whose_pod_binds_its_host_port() {
     let plan = plan(
-        GENERAL_PURPOSE,
+        &general_purpose(),
         vec![
             node("n1", "us-east-1a", "4", "16Gi"),
             bound_to(with_host_port(pod("running", "100m", "128Mi"), 8080), "n1"),
@@ -262,7 +244,7 @@ fn a_pod_whose_host_port_a_daemonset_holds_on_every_node_is_unschedulable_naming
         json!({"ports": [{"containerPort": 9100, "hostPort": 9100}]}),
     );
     let plan = plan(
-        GENERAL_PURPOSE,
+        &general_purpose(),
         vec![
             exporter,
             with_host_port(pod("clash", "100m", "128Mi"), 9100),
@@ -295,7 +277,7 @@ fn instance_type_for(pool: &str, mut items: Vec<Value>) -> String {
 
 #[test]
 fn a_daemonset_counts_only_on_the_instance_types_its_affinity_selects() {
-    let alone = instance_type_for(GENERAL_PURPOSE, vec![]);
+    let alone = instance_type_for(&general_purpose(), vec![]);
     // 3 cpu on local-NVMe types only: the cheapest type (no NVMe) is still right.
     let nvme_only = daemonset(
         "nvme-agent",
@@ -304,7 +286,7 @@ fn a_daemonset_counts_only_on_the_instance_types_its_affinity_selects() {
             {"nodeSelectorTerms": [{"matchExpressions": [
                 {"key": "karpenter.k8s.aws/instance-local-nvme", "operator": "Exists"}]}]}}}}),
     );
-    assert_eq!(instance_type_for(GENERAL_PURPOSE, vec![nvme_only]), alone);
+    assert_eq!(instance_type_for(&general_purpose(), vec![nvme_only]), alone);
     // NotIn on a label non-GPU types lack: it lands on them, and needs room there.
     let not_gpu = daemonset(
         "cpu-agent",
@@ -314,7 +296,7 @@ fn a_daemonset_counts_only_on_the_instance_types_its_affinity_selects() {
                 {"key": "karpenter.k8s.aws/instance-gpu-name", "operator": "NotIn",
                  "values": ["t4"]}]}]}}}}),
     );
-    let with_agent = instance_type_for(GENERAL_PURPOSE, vec![not_gpu]);
+    let with_agent = instance_type_for(&general_purpose(), vec![not_gpu]);
     assert_ne!(
         with_agent, alone,
         "1.5 cpu + 1 cpu agent needs a bigger type"
@@ -331,7 +313,7 @@ fn a_pod_that_requires_a_hostname_only_goes_to_that_node() {
     let mut wants_n2 = pod("pinned-full", "2", "512Mi");
     wants_n2["spec"]["nodeSelector"] = json!({"kubernetes.io/hostname": "n2"});
     let plan = plan(
-        GENERAL_PURPOSE,
+        &general_purpose(),
         vec![
             node("n1", "us-east-1a", "4", "16Gi"),
             node("n2", "us-east-1a", "1", "16Gi"),
@@ -409,7 +391,7 @@ fn zone_spread_counts_only_the_zones_the_pods_own_affinity_allows() {
             p
         })
         .collect();
-    let plan = plan(GENERAL_PURPOSE, pods);
+    let plan = plan(&general_purpose(), pods);
     assert!(unschedulable(&plan).is_empty(), "{}", summary(&plan));
     let zones: std::collections::BTreeSet<&str> = claims(&plan)
         .iter()
@@ -449,10 +431,7 @@ spec:
 "#
         )
     };
-    let class = GENERAL_PURPOSE
-        .split("---")
-        .nth(1)
-        .expect("the EC2NodeClass");
+    let class = crate::manifests::node_class();
     let pools = format!(
         "{}{}{class}",
         pool("on-demand", "on-demand", r#""1""#),
@@ -495,7 +474,7 @@ spec:
 #[test]
 fn a_pod_follows_its_hostname_affinity_target_to_the_existing_node() {
     let plan = plan(
-        GENERAL_PURPOSE,
+        &general_purpose(),
         vec![
             node("n1", "us-east-1a", "4", "16Gi"),
             node("n2", "us-east-1a", "4", "16Gi"),
@@ -520,7 +499,7 @@ fn a_pod_follows_its_hostname_affinity_target_to_the_existing_node() {
 #[test]
 fn a_pod_follows_its_affinity_target_onto_the_claim_being_planned() {
     let plan = plan(
-        GENERAL_PURPOSE,
+        &general_purpose(),
         vec![
             with_affinity(
                 pod("web", "500m", "1Gi"),
@@ -552,7 +531,7 @@ fn a_group_with_hostname_self_affinity_lands_together() {
             )
         })
         .collect();
-    let plan = plan(GENERAL_PURPOSE, pods);
+    let plan = plan(&general_purpose(), pods);
     assert!(unschedulable(&plan).is_empty(), "{}", summary(&plan));
     assert_eq!(claims(&plan).len(), 1, "{}", summary(&plan));
     assert_eq!(pods_of(&claims(&plan)[0]).len(), 3);
@@ -561,7 +540,7 @@ fn a_group_with_hostname_self_affinity_lands_together() {
 #[test]
 fn a_pod_whose_required_affinity_matches_no_pod_is_unschedulable_saying_so() {
     let plan = plan(
-        GENERAL_PURPOSE,
+        &general_purpose(),
         vec![
             with_affinity(
                 pod("lonely-host", "500m", "512Mi"),
@@ -635,14 +614,14 @@ fn preferred_pod_affinity_and_anti_affinity_never_leave_a_pod_unschedulable() {
 #[test]
 fn a_running_daemonset_pod_sizes_the_overhead_rather_than_the_template() {
     let agent = || daemonset("agent", "100m", json!({}));
-    let from_template = instance_type_for(GENERAL_PURPOSE, vec![agent()]);
+    let from_template = instance_type_for(&general_purpose(), vec![agent()]);
     // VPA raised the running pods to 2 cpu: a new node must hold that, plus the pod.
     let mut running = bound_to(pod("agent-x7k2p", "2", "64Mi"), "n1");
     running["metadata"]["namespace"] = json!("kube-system");
     running["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1",
         "kind": "DaemonSet", "name": "agent", "uid": "d1", "controller": true}]);
     let full_node = node("n1", "us-east-1a", "2", "1Gi");
-    let from_running = instance_type_for(GENERAL_PURPOSE, vec![agent(), full_node, running]);
+    let from_running = instance_type_for(&general_purpose(), vec![agent(), full_node, running]);
     assert_ne!(from_running, from_template);
     assert!(
         from_running.ends_with(".xlarge"),

@@ -69,21 +69,8 @@ spec:
         kind: EC2NodeClass
         name: default
 ---
-apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
-metadata:
-  name: default
-spec:
-  role: KarpenterNodeRole-test
-  amiSelectorTerms:
-    - alias: al2023@latest
-  subnetSelectorTerms:
-    - tags:
-        karpenter.sh/discovery: test
-  securityGroupSelectorTerms:
-    - tags:
-        karpenter.sh/discovery: test
-"
+{class}",
+        class = crate::manifests::node_class()
     )
 }
 

@@ -33,17 +33,10 @@ spec:
     budgets:
       - nodes: "100%"
 ---
-apiVersion: karpenter.k8s.aws/v1
-kind: EC2NodeClass
-metadata:
-  name: default
-spec:
-  role: KarpenterNodeRole-demo
-  subnetSelectorTerms: [{{tags: {{karpenter.sh/discovery: demo}}}}]
-  securityGroupSelectorTerms: [{{tags: {{karpenter.sh/discovery: demo}}}}]
-  amiSelectorTerms: [{{alias: al2023@latest}}]
-  capacityReservationSelectorTerms: [{{id: cr-0aaaa}}, {{id: cr-0bbbb}}]
-"#
+{class}"#,
+        class = crate::manifests::node_class_with(
+            "  capacityReservationSelectorTerms: [{id: cr-0aaaa}, {id: cr-0bbbb}]\n"
+        )
     )
 }
 
