@@ -38,7 +38,10 @@ spec:
 
 /// The general-purpose NodePool and its EC2NodeClass.
 fn general_purpose() -> String {
-    format!("{GENERAL_PURPOSE_POOL}---\n{}", crate::manifests::node_class())
+    format!(
+        "{GENERAL_PURPOSE_POOL}---\n{}",
+        crate::manifests::node_class()
+    )
 }
 
 /// The general-purpose NodePool with one more requirement.
@@ -286,7 +289,10 @@ fn a_daemonset_counts_only_on_the_instance_types_its_affinity_selects() {
             {"nodeSelectorTerms": [{"matchExpressions": [
                 {"key": "karpenter.k8s.aws/instance-local-nvme", "operator": "Exists"}]}]}}}}),
     );
-    assert_eq!(instance_type_for(&general_purpose(), vec![nvme_only]), alone);
+    assert_eq!(
+        instance_type_for(&general_purpose(), vec![nvme_only]),
+        alone
+    );
     // NotIn on a label non-GPU types lack: it lands on them, and needs room there.
     let not_gpu = daemonset(
         "cpu-agent",

@@ -1,11 +1,13 @@
 //! What a [`super::Scenario`] run leaves: the [`Report`] (timeline, samples for
-//! charts, drains, the [`Summary`]) and the end-state checks ([`problems`]), and the
-//! [`Recorder`] that reads the world after every step of the run to build them.
+//! charts, drains, the [`Summary`]) and its end-state checks (`problems`), and the
+//! `Recorder` that reads the world after every step of the run to build them.
 
 use std::collections::HashSet;
 
 use nodewright_core::catalog::CapacityType;
 use nodewright_core::nodeclaim::DisruptionCause;
+
+use crate::ports::Store;
 
 use super::faults::{Chaos, FaultCounts};
 use super::world::{Disrupted, PodWait, UnneededLaunch, World};
@@ -330,4 +332,3 @@ mod tests {
         assert_eq!(clock_time(25 * 3600 + 1), "25:00:01");
     }
 }
-

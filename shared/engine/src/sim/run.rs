@@ -41,7 +41,6 @@ use nodewright_core::nodeclaim::DisruptionCause;
 use crate::disrupt::{Disrupter, DisruptionConfig};
 use crate::fakes::FakeInstance;
 use crate::interrupt::InterruptionConfig;
-use crate::ports::Store;
 use crate::provision::{Provisioner, ProvisionerConfig};
 
 use super::faults::{Chaos, FaultCounts, Job};
@@ -933,4 +932,3 @@ impl Run<'_> {
         }
     }
 }
-

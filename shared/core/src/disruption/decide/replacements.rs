@@ -99,7 +99,11 @@ pub(super) fn keeps_min_values(
 /// How many of `options` (cheapest first), from the first, keep every minValues of
 /// `claim` (Karpenter's `SatisfiesMinValues`); all of them when no prefix does, none
 /// without minValues.
-pub(super) fn types_min_values_need(claim: &PlannedNodeClaim, options: &[String], types: &Types<'_>) -> usize {
+pub(super) fn types_min_values_need(
+    claim: &PlannedNodeClaim,
+    options: &[String],
+    types: &Types<'_>,
+) -> usize {
     let wanted: Vec<(&str, usize)> = claim
         .requirements
         .iter()
