@@ -28,7 +28,7 @@ use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
 use nodewright_core::planning_view::{ClusterView, in_flight_claims, planning_snapshot};
 use nodewright_core::provisioning::{ProvisioningInput, plan_provisioning};
 use nodewright_core::resources::{Resources, format_milli};
-use nodewright_engine::command::planning_claims;
+use nodewright_core::planning_view::planning_claims;
 use nodewright_engine::ports::{ClusterState, Decision};
 use serde::{Deserialize, Serialize};
 

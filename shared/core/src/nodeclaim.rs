@@ -338,6 +338,17 @@ pub struct AdoptedInstance {
 }
 
 impl NodeClaim {
+    /// The disruption command this claim is a candidate of, if any.
+    pub fn command(&self) -> Option<&DisruptionCommand> {
+        self.disruption.as_ref()?.command.as_ref()
+    }
+
+    /// A candidate of a disruption command not yet validated: cordoned, its pods still
+    /// running, and nothing certain yet about its going away.
+    pub fn held_by_unvalidated_command(&self) -> bool {
+        self.state == ClaimState::Disrupting && self.command().is_some_and(|c| !c.validated)
+    }
+
     /// A new claim in its first state, `Launching`, version 1, created at `now`.
     pub fn launching(spec: ClaimSpec, now: i64) -> NodeClaim {
         NodeClaim {

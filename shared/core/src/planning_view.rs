@@ -40,6 +40,22 @@ pub fn in_motion(state: ClaimState) -> bool {
     ) || state.is_being_taken_away()
 }
 
+/// The claims as planning sees them: a candidate of an unvalidated disruption command
+/// is still Initialized capacity (cordoned, its pods running), not capacity going away —
+/// or the provisioner would launch for its pods beside the command's own replacements.
+pub fn planning_claims(claims: &[NodeClaim]) -> Vec<NodeClaim> {
+    claims
+        .iter()
+        .map(|c| {
+            let mut c = c.clone();
+            if c.held_by_unvalidated_command() {
+                c.state = ClaimState::Initialized;
+            }
+            c
+        })
+        .collect()
+}
+
 /// The snapshot the planner sees:
 /// - nodes of live claims lose the unregistered and (until Initialized) startup
 ///   taints: those go away on their own (Karpenter treats them as ephemeral when

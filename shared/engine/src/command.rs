@@ -34,8 +34,8 @@
 //! Every step is a conditional write of one claim after (or, for the taint, before
 //! the next) idempotent side effect: a crash anywhere leaves claims that the next poll
 //! resumes from. While a command is unvalidated its candidates count as capacity for
-//! planning ([`planning_claims`]): their pods still run there, so nothing is launched
-//! for them except the command's own replacements.
+//! planning ([`nodewright_core::planning_view::planning_claims`]): their pods still run
+//! there, so nothing is launched for them except the command's own replacements.
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
@@ -132,35 +132,10 @@ impl CommandMachine<'_> {
     }
 }
 
-/// The claims as planning sees them: a candidate of an unvalidated command is still
-/// Initialized capacity (cordoned, its pods running), not capacity going away — or the
-/// provisioner would launch for its pods beside the command's own replacements.
-pub fn planning_claims(claims: &[NodeClaim]) -> Vec<NodeClaim> {
-    claims
-        .iter()
-        .map(|c| {
-            let mut c = c.clone();
-            if held(&c) {
-                c.state = ClaimState::Initialized;
-            }
-            c
-        })
-        .collect()
-}
-
-/// A candidate of a command not yet validated.
-fn held(c: &NodeClaim) -> bool {
-    c.state == ClaimState::Disrupting && command_of(c).is_some_and(|cmd| !cmd.validated)
-}
-
-fn command_of(c: &NodeClaim) -> Option<&DisruptionCommand> {
-    c.disruption.as_ref()?.command.as_ref()
-}
-
 pub(crate) fn command_in_flight(claims: &[NodeClaim]) -> bool {
     claims
         .iter()
-        .any(|c| !c.state.is_terminal() && command_of(c).is_some())
+        .any(|c| !c.state.is_terminal() && c.command().is_some())
 }
 
 fn cause_of(reason: Reason) -> DisruptionCause {
@@ -273,7 +248,7 @@ pub(crate) async fn advance_commands(
         .iter()
         .filter(|c| c.state.is_being_taken_away())
     {
-        if let Some(cmd) = command_of(c) {
+        if let Some(cmd) = c.command() {
             let entry = commands
                 .entry(cmd.id.clone())
                 .or_insert_with(|| cmd.clone());
@@ -355,7 +330,7 @@ async fn mark_candidates(
 ) -> Result<Step> {
     let ports = m.ports();
     let now = ports.clock.now();
-    let ours = |c: &NodeClaim| command_of(c).is_some_and(|x| x.id == cmd.id);
+    let ours = |c: &NodeClaim| c.command().is_some_and(|x| x.id == cmd.id);
     let cause = cause.or_else(|| {
         cmd.candidates
             .iter()
@@ -645,7 +620,7 @@ async fn mark_validated(
         let Some(c) = world.claims.iter().find(|c| &c.name == name).cloned() else {
             continue;
         };
-        if !(held(&c) && command_of(&c).is_some_and(|x| x.id == cmd.id)) {
+        if !(c.held_by_unvalidated_command() && c.command().is_some_and(|x| x.id == cmd.id)) {
             continue;
         }
         // The drain starts now: the NodePool's terminationGracePeriod bounds it (pods a
@@ -686,7 +661,7 @@ async fn abandon(
         let Some(c) = world.claims.iter().find(|c| &c.name == name).cloned() else {
             continue;
         };
-        if !(held(&c) && command_of(&c).is_some_and(|x| x.id == cmd.id)) {
+        if !(c.held_by_unvalidated_command() && c.command().is_some_and(|x| x.id == cmd.id)) {
             continue;
         }
         if let Some(node) = &c.node_name {

@@ -15,9 +15,10 @@ use nodewright_core::cluster::{ClusterSnapshot, Node, Pod};
 use nodewright_core::disruption::drift::{LaunchedWith, SelectedImage, Selection, external_drift};
 use nodewright_core::disruption::{Decision, DisruptionInput};
 use nodewright_core::nodeclaim::{DisruptionCommand, NodeClaim, instance_id_from_provider_id};
-use nodewright_core::planning_view::{ClusterView, in_flight_claims, planning_snapshot};
+use nodewright_core::planning_view::{
+    ClusterView, in_flight_claims, planning_claims, planning_snapshot,
+};
 
-use crate::command::planning_claims;
 use crate::gather::Gathered;
 use crate::ports::Instance;
 

@@ -24,7 +24,9 @@ use tracing::{info, warn};
 use nodewright_core::api::model::NodePool;
 use nodewright_core::cluster::NotProvisionable;
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
-use nodewright_core::planning_view::{ClusterView, in_flight_claims, in_motion, planning_snapshot};
+use nodewright_core::planning_view::{
+    ClusterView, in_flight_claims, in_motion, planning_claims, planning_snapshot,
+};
 use nodewright_core::provisioning::{
     NotProvisionedPod, PlannedNodeClaim, ProvisioningInput, UnschedulablePod, plan_provisioning,
 };
@@ -32,7 +34,7 @@ use nodewright_core::scheduling::requirements::{MinValuesPolicy, Requirements};
 use nodewright_core::volumes::VolumeProblem;
 
 use crate::adopt::adopt_karpenter_nodes;
-use crate::command::{CommandMachine, CommandsReport, advance_commands, planning_claims};
+use crate::command::{CommandMachine, CommandsReport, advance_commands};
 use crate::context::Ports;
 use crate::decide::{Decider, default_decider};
 use crate::error::Result;

@@ -23,11 +23,12 @@ use serde_json::{Map, Value};
 use tracing::{info, warn};
 
 use nodewright_core::nodeclaim::{DisruptionCause, NodeClaim};
-use nodewright_core::planning_view::{ClusterView, in_flight_claims, planning_snapshot};
+use nodewright_core::planning_view::{
+    ClusterView, in_flight_claims, planning_claims, planning_snapshot,
+};
 use nodewright_core::provisioning::PlannedNodeClaim;
 use nodewright_core::static_capacity::{StaticInput, StaticPlan, count_claims, plan_static_pools};
 
-use crate::command::planning_claims;
 use crate::context::Ports;
 use crate::error::{EngineError, Result};
 use crate::gather::Gathered;
