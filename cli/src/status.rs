@@ -25,10 +25,11 @@ use nodewright_core::api::duration::parse_duration;
 use nodewright_core::catalog::{Catalog, LABEL_NODEPOOL, LABEL_ZONE, Pricing};
 use nodewright_core::disruption::{DisruptionInput, decide};
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
-use nodewright_core::planning_view::{ClusterView, in_flight_claims, planning_snapshot};
+use nodewright_core::planning_view::{
+    ClusterView, in_flight_claims, planning_claims, planning_snapshot,
+};
 use nodewright_core::provisioning::{ProvisioningInput, plan_provisioning};
 use nodewright_core::resources::{Resources, format_milli};
-use nodewright_core::planning_view::planning_claims;
 use nodewright_engine::ports::{ClusterState, Decision};
 use serde::{Deserialize, Serialize};
 
