@@ -173,13 +173,12 @@ pub fn in_flight_claims(claims: &[NodeClaim], snapshot: &ClusterSnapshot) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nodeclaim::ClaimSpec;
+    use crate::nodeclaim::{ClaimSpec, Disruption, DisruptionCause, DisruptionCommand};
 
-    #[test]
-    fn a_launching_claim_without_an_instance_counts_as_its_first_option() {
-        let claim = NodeClaim::launching(
+    fn launching(name: &str) -> NodeClaim {
+        NodeClaim::launching(
             ClaimSpec {
-                name: "gp-abcde".into(),
+                name: name.into(),
                 node_pool: "gp".into(),
                 node_class: "default".into(),
                 instance_type_options: vec!["m5.large".into(), "m5.xlarge".into()],
@@ -189,7 +188,53 @@ mod tests {
                 labels: Default::default(),
             },
             0,
+        )
+    }
+
+    /// A claim being taken away by `cause`, as a candidate of command `validated` or
+    /// of none.
+    fn disrupting(name: &str, cause: DisruptionCause, validated: Option<bool>) -> NodeClaim {
+        let mut claim = launching(name);
+        claim.state = ClaimState::Disrupting;
+        claim.disruption = Some(Disruption {
+            cause,
+            deadline: None,
+            since: 0,
+            drain_after: None,
+            event: None,
+            command: validated.map(|validated| DisruptionCommand {
+                id: "cmd-1".into(),
+                candidates: vec![name.into()],
+                replacements: vec![],
+                validated,
+            }),
+        });
+        claim
+    }
+
+    #[test]
+    fn only_a_candidate_of_an_unvalidated_command_plans_as_capacity_still_there() {
+        let claims = [
+            disrupting("held", DisruptionCause::Underutilized, Some(false)),
+            disrupting("validated", DisruptionCause::Underutilized, Some(true)),
+            disrupting("interrupted", DisruptionCause::SpotInterrupted, None),
+            launching("new"),
+        ];
+        let states: Vec<ClaimState> = planning_claims(&claims).iter().map(|c| c.state).collect();
+        assert_eq!(
+            states,
+            [
+                ClaimState::Initialized,
+                ClaimState::Disrupting,
+                ClaimState::Disrupting,
+                ClaimState::Launching
+            ]
         );
+    }
+
+    #[test]
+    fn a_launching_claim_without_an_instance_counts_as_its_first_option() {
+        let claim = launching("gp-abcde");
         let f = in_flight_claims(&[claim], &ClusterSnapshot::default());
         assert_eq!(f.len(), 1);
         assert_eq!(
