@@ -31,7 +31,9 @@ use nodewright_engine::ports::{
 use crate::client::{self, ApiRate, TokenProvider};
 use crate::error::{classify, cluster_error};
 use crate::mirror::{Mirror, Seen, mirror_of};
-use crate::view::{self, ClusterView, Crd};
+use crate::view::{
+    self, ClusterView, Crd, NODE_CLAIMS, NODE_CLASSES, NODE_OVERLAYS, NODE_POOLS, crd_of,
+};
 use crate::watch::{Key, Read, Watched};
 
 /// Objects per page when listing (`limit`); the API server's own cap is 500 by default
@@ -45,46 +47,6 @@ pub const STATUS_ATTEMPTS: u32 = 5;
 pub const COMPONENT: &str = "nodewright";
 /// Where events about cluster-scoped objects (nodes) go, as the kubelet does.
 const CLUSTER_SCOPED_EVENT_NAMESPACE: &str = "default";
-
-pub(crate) const NODE_POOLS: Crd = Crd {
-    group: "karpenter.sh",
-    version: "v1",
-    kind: NODE_POOL_KIND,
-    plural: "nodepools",
-    api_version: NODE_POOL_API_VERSION,
-};
-
-pub(crate) const NODE_CLAIMS: Crd = Crd {
-    group: "karpenter.sh",
-    version: "v1",
-    kind: "NodeClaim",
-    plural: "nodeclaims",
-    api_version: NODE_POOL_API_VERSION,
-};
-
-pub(crate) const NODE_CLASSES: Crd = Crd {
-    group: "karpenter.k8s.aws",
-    version: "v1",
-    kind: NODE_CLASS_KIND,
-    plural: "ec2nodeclasses",
-    api_version: NODE_CLASS_API_VERSION,
-};
-
-pub(crate) const NODE_OVERLAYS: Crd = Crd {
-    group: "karpenter.sh",
-    version: "v1alpha1",
-    kind: api::overlay::NODE_OVERLAY_KIND,
-    plural: "nodeoverlays",
-    api_version: api::overlay::NODE_OVERLAY_API_VERSION,
-};
-
-fn crd_of(kind: ObjectKind) -> &'static Crd {
-    match kind {
-        ObjectKind::NodePool => &NODE_POOLS,
-        ObjectKind::Ec2NodeClass => &NODE_CLASSES,
-        ObjectKind::NodeOverlay => &NODE_OVERLAYS,
-    }
-}
 
 /// Kinds whose objects have no namespace: their events go to "default".
 fn cluster_scoped(kind: &str) -> bool {

@@ -13,13 +13,17 @@ use kube::{Client, Resource};
 use serde::Deserialize;
 use serde_json::Value;
 
-use nodewright_core::api::Kind;
+use nodewright_core::api::{
+    Kind, NODE_CLASS_API_VERSION, NODE_CLASS_KIND, NODE_POOL_API_VERSION, NODE_POOL_KIND,
+};
 use nodewright_core::api::fields::ObjectFields;
 use nodewright_core::api::overlay::{
-    InvalidOverlay, ReadOverlay, overlay_label, parse_node_overlay,
+    InvalidOverlay, NODE_OVERLAY_API_VERSION, NODE_OVERLAY_KIND, ReadOverlay, overlay_label,
+    parse_node_overlay,
 };
 use nodewright_core::snapshot::{self, LeanPod};
 use nodewright_core::{cluster, volumes};
+use nodewright_engine::ports::ObjectKind;
 
 use crate::mirror;
 use crate::watch::{Watched, catch_up};
@@ -38,6 +42,47 @@ impl Crd {
         let gvk = GroupVersionKind::gvk(self.group, self.version, self.kind);
         let resource = ApiResource::from_gvk_with_plural(&gvk, self.plural);
         Api::all_with(client, &resource)
+    }
+}
+
+pub(crate) const NODE_POOLS: Crd = Crd {
+    group: "karpenter.sh",
+    version: "v1",
+    kind: NODE_POOL_KIND,
+    plural: "nodepools",
+    api_version: NODE_POOL_API_VERSION,
+};
+
+pub(crate) const NODE_CLAIMS: Crd = Crd {
+    group: "karpenter.sh",
+    version: "v1",
+    kind: "NodeClaim",
+    plural: "nodeclaims",
+    api_version: NODE_POOL_API_VERSION,
+};
+
+pub(crate) const NODE_CLASSES: Crd = Crd {
+    group: "karpenter.k8s.aws",
+    version: "v1",
+    kind: NODE_CLASS_KIND,
+    plural: "ec2nodeclasses",
+    api_version: NODE_CLASS_API_VERSION,
+};
+
+pub(crate) const NODE_OVERLAYS: Crd = Crd {
+    group: "karpenter.sh",
+    version: "v1alpha1",
+    kind: NODE_OVERLAY_KIND,
+    plural: "nodeoverlays",
+    api_version: NODE_OVERLAY_API_VERSION,
+};
+
+/// The custom resource of a Karpenter kind.
+pub(crate) fn crd_of(kind: ObjectKind) -> &'static Crd {
+    match kind {
+        ObjectKind::NodePool => &NODE_POOLS,
+        ObjectKind::Ec2NodeClass => &NODE_CLASSES,
+        ObjectKind::NodeOverlay => &NODE_OVERLAYS,
     }
 }
 
@@ -159,9 +204,9 @@ impl ClusterView {
                 page_size,
             ),
             node_overlays: Watched::start(
-                crate::cluster::NODE_OVERLAYS.plural,
+                NODE_OVERLAYS.plural,
                 true,
-                crate::cluster::NODE_OVERLAYS.api(c()),
+                NODE_OVERLAYS.api(c()),
                 as_overlay,
                 page_size,
             ),
@@ -175,9 +220,9 @@ impl ClusterView {
     pub(crate) fn node_claims(&self) -> &Watched<DynamicObject, mirror::Seen> {
         self.node_claims.get_or_init(|| {
             Watched::start(
-                crate::cluster::NODE_CLAIMS.plural,
+                NODE_CLAIMS.plural,
                 true,
-                crate::cluster::NODE_CLAIMS.api(self.client.clone()),
+                NODE_CLAIMS.api(self.client.clone()),
                 as_seen_mirror,
                 self.page_size,
             )
@@ -229,17 +274,17 @@ pub(crate) struct Karpenter {
 }
 
 fn as_nodepool_json(object: &DynamicObject) -> Result<Karpenter, String> {
-    karpenter(object, &crate::cluster::NODE_POOLS, Kind::NodePool)
+    karpenter(object, &NODE_POOLS, Kind::NodePool)
 }
 
 fn as_nodeclass_json(object: &DynamicObject) -> Result<Karpenter, String> {
-    karpenter(object, &crate::cluster::NODE_CLASSES, Kind::Ec2NodeClass)
+    karpenter(object, &NODE_CLASSES, Kind::Ec2NodeClass)
 }
 
 /// A NodeOverlay as read: valid, or with why not (its status will say). One without a
 /// name cannot carry a status, and is reported as unreadable instead.
 fn as_overlay(object: &DynamicObject) -> Result<ReadOverlay, String> {
-    let value = as_json(object, &crate::cluster::NODE_OVERLAYS)?;
+    let value = as_json(object, &NODE_OVERLAYS)?;
     let object = overlay_label(&value, || "the cluster's nodeoverlays".to_string());
     match parse_node_overlay(&value, &object) {
         Ok(overlay) => Ok(Ok(overlay)),
