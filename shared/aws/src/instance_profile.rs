@@ -33,7 +33,7 @@ use nodewright_core::api::model::{Ec2NodeClass, managed_instance_profile_name};
 use nodewright_core::catalog::LABEL_REGION;
 use nodewright_engine::ports::{CloudError, ErrorKind};
 
-use crate::cloud::{TAG_EKS_CLUSTER, TAG_NODECLASS, cluster_tag_key};
+use crate::tags::{TAG_EKS_CLUSTER, TAG_NODECLASS, cluster_tag_key};
 use crate::error::{classify, cloud_error};
 
 /// A profile known (in this process) to hold its role.

@@ -14,6 +14,7 @@
 //!   ([`TokenSource`]) for the Kubernetes API.
 //! - [`ami`], [`userdata`], [`fleet`]: pure pieces (alias paths, nodeadm user data,
 //!   CreateFleet error classification), tested without AWS.
+//! - [`tags`]: the tags put on what nodewright creates.
 //! - [`lambda_invoke`]: [`invoke_async`], waking another function (the provisioner) now.
 //! - [`error`]: SDK errors → the engine's `ErrorKind`, by error code, never by message.
 
@@ -26,6 +27,7 @@ pub mod fleet;
 pub mod instance_profile;
 pub mod lambda_invoke;
 pub mod store;
+pub mod tags;
 #[cfg(feature = "test-support")]
 pub mod testing;
 pub mod userdata;

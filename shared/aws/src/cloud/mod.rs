@@ -51,17 +51,10 @@ use catalog::ReadOnce;
 pub use instances::is_instance_id;
 pub use launch::{MAX_OVERRIDES, PROFILE_PROPAGATION};
 
-pub const TAG_MANAGED_BY: &str = "nodewright.io/managed-by";
-pub const MANAGED_BY: &str = "nodewright";
-pub const TAG_NODEPOOL: &str = "karpenter.sh/nodepool";
-pub const TAG_NODECLAIM: &str = "karpenter.sh/nodeclaim";
-pub const TAG_NODECLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
-pub const TAG_EKS_CLUSTER: &str = "eks:eks-cluster-name";
-pub const UNREGISTERED_TAINT: &str = "karpenter.sh/unregistered";
-
-pub fn cluster_tag_key(cluster: &str) -> String {
-    format!("kubernetes.io/cluster/{cluster}")
-}
+pub use crate::tags::{
+    MANAGED_BY, TAG_EKS_CLUSTER, TAG_MANAGED_BY, TAG_NODECLAIM, TAG_NODECLASS, TAG_NODEPOOL,
+    UNREGISTERED_TAINT, cluster_tag_key,
+};
 
 /// Settings of the EC2 adapter.
 #[derive(Debug, Clone)]
