@@ -33,8 +33,8 @@ use nodewright_core::api::model::{Ec2NodeClass, managed_instance_profile_name};
 use nodewright_core::catalog::LABEL_REGION;
 use nodewright_engine::ports::{CloudError, ErrorKind};
 
-use crate::tags::{TAG_EKS_CLUSTER, TAG_NODECLASS, cluster_tag_key};
 use crate::error::{classify, cloud_error};
+use crate::tags::{TAG_EKS_CLUSTER, TAG_NODECLASS, cluster_tag_key};
 
 /// A profile known (in this process) to hold its role.
 #[derive(Debug, Clone)]

@@ -31,9 +31,7 @@ use nodewright_engine::ports::{
 use crate::client::{self, ApiRate, TokenProvider};
 use crate::error::{classify, cluster_error};
 use crate::mirror::{Mirror, Seen, mirror_of};
-use crate::view::{
-    self, ClusterView, Crd, NODE_CLAIMS, NODE_CLASSES, NODE_OVERLAYS, NODE_POOLS, crd_of,
-};
+use crate::view::{self, ClusterView, Crd, NODE_CLAIMS, NODE_CLASSES, NODE_POOLS, crd_of};
 use crate::watch::{Key, Read, Watched};
 
 /// Objects per page when listing (`limit`); the API server's own cap is 500 by default

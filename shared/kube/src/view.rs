@@ -13,13 +13,13 @@ use kube::{Client, Resource};
 use serde::Deserialize;
 use serde_json::Value;
 
-use nodewright_core::api::{
-    Kind, NODE_CLASS_API_VERSION, NODE_CLASS_KIND, NODE_POOL_API_VERSION, NODE_POOL_KIND,
-};
 use nodewright_core::api::fields::ObjectFields;
 use nodewright_core::api::overlay::{
     InvalidOverlay, NODE_OVERLAY_API_VERSION, NODE_OVERLAY_KIND, ReadOverlay, overlay_label,
     parse_node_overlay,
+};
+use nodewright_core::api::{
+    Kind, NODE_CLASS_API_VERSION, NODE_CLASS_KIND, NODE_POOL_API_VERSION, NODE_POOL_KIND,
 };
 use nodewright_core::snapshot::{self, LeanPod};
 use nodewright_core::{cluster, volumes};
