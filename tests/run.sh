@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 
 step() { printf '\n== %s\n' "$*"; }
-# What is left on the disk target/ is on: a fresh clone's run writes about 8 GB there.
+# What is left on the disk target/ is on: a fresh clone's run writes about 7 GB there.
 disk_free() { mkdir -p target && df -h target | awk 'NR == 2 { print "disk: " $4 " free for target/" }'; }
 
 # A fresh clone's build is never incremental: skip writing the incremental caches.
@@ -72,7 +72,7 @@ step "smoke: nodewright disrupt on the bundled example"
 
 step "Lambda functions: cargo lambda build --release --arm64, at opt-level 0, without LTO"
 # CI's disk is shared and was once too full for this step (the arm64 build writes about
-# 2.5 GB more): nothing runs the debug build (about 5.5 GB on a fresh clone) after the
+# 2 GB more): nothing runs the debug build (about 5 GB on a fresh clone) after the
 # smokes, so on CI it goes first.
 if [ -n "${CI:-}" ]; then rm -rf target/debug; fi
 disk_free
