@@ -3,7 +3,6 @@
 //! prints them for a cluster Karpenter manages; NodePools as users write them.
 
 use std::collections::BTreeSet;
-use std::process::Command;
 
 use serde_json::{Value, json};
 
@@ -61,25 +60,14 @@ const ALL_AT_ONCE: &str = "    consolidationPolicy: WhenEmptyOrUnderutilized\n  
 
 /// Runs `disrupt` and returns (exit code, stdout, stderr).
 fn run(pools: &str, items: Vec<Value>, extra: &[&str]) -> (i32, String, String) {
-    let pools = temp_file("pools.yaml", pools);
-    let snapshot = temp_file(
-        "snapshot.json",
-        &json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string(),
-    );
-    let out = Command::new(env!("CARGO_BIN_EXE_nodewright"))
-        .arg("disrupt")
-        .arg("--nodepools")
-        .arg(&pools)
-        .arg("--snapshot")
-        .arg(&snapshot)
-        .args(if extra.contains(&"--now") {
-            &[][..]
-        } else {
-            &["--now", NOW][..]
-        })
-        .args(extra)
-        .output()
-        .unwrap();
+    let pools = temp_file("pools.yaml", pools).display().to_string();
+    let snapshot = super::snapshot_file(items);
+    let mut args = vec!["disrupt", "--nodepools", &pools, "--snapshot", &snapshot];
+    if !extra.contains(&"--now") {
+        args.extend(["--now", NOW]);
+    }
+    args.extend_from_slice(extra);
+    let out = super::nodewright(&args);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

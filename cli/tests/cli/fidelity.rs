@@ -2,8 +2,6 @@
 //! and Karpenter read it. Snapshots are built here as `kubectl get -o json` would print
 //! them, NodePools as users write them.
 
-use std::process::Command;
-
 use serde_json::{Value, json};
 
 use super::temp_file;
@@ -54,24 +52,13 @@ fn general_purpose_with(requirement: &str) -> String {
 
 /// `nodewright plan --output json` on these NodePools and snapshot items.
 fn plan(pools: &str, items: Vec<Value>) -> Value {
-    let pools = temp_file("pools.yaml", pools);
-    let snapshot = temp_file(
-        "snapshot.json",
-        &json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string(),
-    );
-    let out = Command::new(env!("CARGO_BIN_EXE_nodewright"))
-        .args(["plan", "--output", "json", "--nodepools"])
-        .arg(&pools)
-        .arg("--snapshot")
-        .arg(&snapshot)
-        .output()
-        .expect("run nodewright");
-    assert!(
-        out.status.success(),
-        "plan failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("plan prints JSON")
+    let pools = temp_file("pools.yaml", pools).display().to_string();
+    super::plan_json(&[
+        "--nodepools",
+        &pools,
+        "--snapshot",
+        &super::snapshot_file(items),
+    ])
 }
 
 /// A pending pod kube-scheduler found no node for.

@@ -3,7 +3,6 @@
 //! compatible type next to them, and NodePool minValues still met by the kept list.
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use serde_json::{Value, json};
 
@@ -90,22 +89,16 @@ fn snapshot(cpu: &str) -> String {
 /// The one claim `plan --output json` prints for these files.
 fn the_claim(test: &str, types: usize, requirement: &str, cpu: &str) -> Value {
     let dir = Scratch::new(test);
-    let out = Command::new(env!("CARGO_BIN_EXE_nodewright"))
-        .args(["plan", "--output", "json", "--zones", "us-east-1a"])
-        .args([
-            "--nodepools",
-            &dir.write("pools.yaml", &nodepool(requirement)),
-        ])
-        .args(["--snapshot", &dir.write("snapshot.json", &snapshot(cpu))])
-        .args(["--catalog", &dir.write("catalog.json", &catalog(types))])
-        .output()
-        .expect("run nodewright");
-    assert!(
-        out.status.success(),
-        "plan failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let plan: Value = serde_json::from_slice(&out.stdout).expect("plan prints JSON");
+    let plan = super::plan_json(&[
+        "--zones",
+        "us-east-1a",
+        "--nodepools",
+        &dir.write("pools.yaml", &nodepool(requirement)),
+        "--snapshot",
+        &dir.write("snapshot.json", &snapshot(cpu)),
+        "--catalog",
+        &dir.write("catalog.json", &catalog(types)),
+    ]);
     let claims = plan["nodeClaims"].as_array().expect("nodeClaims");
     assert_eq!(claims.len(), 1, "{plan:#}");
     claims[0].clone()
