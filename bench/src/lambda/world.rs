@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_ec2::types::{InstanceType, ResourceType};
 use nodewright_aws::DynamoStore;
-use nodewright_aws::cloud::{
+use nodewright_aws::tags::{
     MANAGED_BY, TAG_EKS_CLUSTER, TAG_MANAGED_BY, TAG_NODECLAIM, TAG_NODECLASS, TAG_NODEPOOL,
     cluster_tag_key,
 };

@@ -11,11 +11,11 @@ use nodewright_core::catalog::CapacityType;
 use nodewright_core::repair::ImpairedInstance;
 use nodewright_engine::ports::{CloudError, ErrorKind, Instance};
 
-use super::{
-    Ec2Cloud, MANAGED_BY, TAG_EKS_CLUSTER, TAG_MANAGED_BY, TAG_NODECLAIM, TAG_NODEPOOL,
-    cluster_tag_key,
-};
+use super::Ec2Cloud;
 use crate::error::cloud_error;
+use crate::tags::{
+    MANAGED_BY, TAG_EKS_CLUSTER, TAG_MANAGED_BY, TAG_NODECLAIM, TAG_NODEPOOL, cluster_tag_key,
+};
 
 impl Ec2Cloud {
     /// TerminateInstances, after checking every id is an instance id.

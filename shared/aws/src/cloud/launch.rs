@@ -29,9 +29,10 @@ use nodewright_engine::ports::{
     CloudError, ErrorKind, Image, LaunchError, LaunchRequest, Launched, Offering, Subnet,
 };
 
-use super::{Ec2Cloud, TAG_NODECLAIM, hex, tag_specification};
+use super::{Ec2Cloud, hex, tag_specification};
 use crate::error::cloud_error;
 use crate::fleet::{FleetError, FleetErrors, FleetFailure, classify_fleet_errors};
+use crate::tags::TAG_NODECLAIM;
 
 /// CreateFleet accepts at most this many overrides per call.
 pub const MAX_OVERRIDES: usize = 60;

@@ -46,8 +46,9 @@ use nodewright_core::api::model::{
 use nodewright_core::catalog::{self, CapacityType, Reservation, ReservationMarket};
 use nodewright_engine::ports::{CloudError, ErrorKind, Image, LaunchRequest};
 
-use super::{Ec2Cloud, TAG_NODECLAIM, UNREGISTERED_TAINT, hex, tag_specification};
+use super::{Ec2Cloud, hex, tag_specification};
 use crate::error::{classify, cloud_error};
+use crate::tags::{TAG_NODECLAIM, UNREGISTERED_TAINT};
 use crate::userdata;
 
 impl Ec2Cloud {

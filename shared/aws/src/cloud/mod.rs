@@ -51,9 +51,8 @@ use catalog::ReadOnce;
 pub use instances::is_instance_id;
 pub use launch::{MAX_OVERRIDES, PROFILE_PROPAGATION};
 
-pub use crate::tags::{
-    MANAGED_BY, TAG_EKS_CLUSTER, TAG_MANAGED_BY, TAG_NODECLAIM, TAG_NODECLASS, TAG_NODEPOOL,
-    UNREGISTERED_TAINT, cluster_tag_key,
+use crate::tags::{
+    MANAGED_BY, TAG_EKS_CLUSTER, TAG_MANAGED_BY, TAG_NODECLASS, TAG_NODEPOOL, cluster_tag_key,
 };
 
 /// Settings of the EC2 adapter.
