@@ -139,7 +139,7 @@ pub async fn client_for_kubeconfig(path: &Path, rate: ApiRate) -> Result<Client,
     build(config, None, rate)
 }
 
-fn parse_ca(pem: &[u8]) -> Result<Vec<Vec<u8>>, ClusterError> {
+pub(crate) fn parse_ca(pem: &[u8]) -> Result<Vec<Vec<u8>>, ClusterError> {
     let invalid = |message: String| ClusterError::new(ErrorKind::Invalid, message);
     let certs = CertificateDer::pem_slice_iter(pem)
         .map(|c| c.map(|der| der.to_vec()))
@@ -218,7 +218,7 @@ impl Bucket {
 /// rustls needs a process-wide crypto provider when more than one is compiled in
 /// (the AWS SDK may bring aws-lc-rs next to kube's ring); installing ring when none is
 /// set keeps `ClientConfig::builder()` from panicking. Another crate's choice wins.
-fn install_crypto_provider() {
+pub(crate) fn install_crypto_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Fails only if another thread installed one in between, which is as good.
         let _ = rustls::crypto::ring::default_provider().install_default();

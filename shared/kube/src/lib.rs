@@ -24,6 +24,8 @@ pub mod error;
 #[cfg(feature = "fake")]
 pub mod fake;
 pub mod mirror;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod view;
 mod watch;
 

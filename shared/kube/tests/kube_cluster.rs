@@ -2147,6 +2147,9 @@ async fn without_the_node_claim_crd_nothing_is_mirrored_and_nothing_fails() {
 }
 
 /// `kubectl scale nodepool` through the scale subresource.
+#[path = "kube_cluster/control_plane.rs"]
+mod control_plane;
+
 #[path = "kube_cluster/fake_scale.rs"]
 mod fake_scale;
 

@@ -1,0 +1,83 @@
+//! The test control plane itself: it starts with Karpenter's CRDs and the functions'
+//! RBAC, the product reads it as the functions' user, and the fault proxy forwards,
+//! counts, injects and cuts.
+
+use std::time::Duration;
+
+use nodewright_engine::ports::{Cluster, ErrorKind};
+use nodewright_kube::testing::{ControlPlane, FaultProxy, Options};
+
+#[tokio::test]
+async fn the_control_plane_serves_karpenters_crds_and_the_functions_read_it() {
+    let cp = ControlPlane::start_with(Options::api_server_only()).await;
+    assert!(cp.info().ready_seconds < 30.0);
+    assert_eq!(cp.info().kubernetes_version, "v1.36.3");
+    assert!(
+        cp.info()
+            .crds
+            .contains(&"nodeoverlays.karpenter.sh".to_string())
+    );
+
+    cp.put(super::default_node_class()).await;
+    cp.put(super::node_pool("general-purpose")).await;
+    let state = cp
+        .cluster()
+        .state()
+        .await
+        .expect("state as the functions' user");
+    assert_eq!(state.node_pools.len(), 1);
+    assert_eq!(state.node_classes.len(), 1);
+}
+
+#[tokio::test]
+async fn the_proxy_forwards_counts_injects_and_cuts_watches() {
+    let cp = ControlPlane::start_with(Options::api_server_only()).await;
+    let proxy = FaultProxy::start(&cp).await;
+    let cluster = cp.cluster_at(&proxy.url(), None, &cp.nodewright().token);
+
+    proxy.fail_next_list("/api/v1/nodes", 500);
+    let error = cluster.state().await.expect_err("the injected 500");
+    assert_eq!(error.kind(), ErrorKind::Unavailable);
+
+    // The view's watcher lists again after its backoff.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let state = loop {
+        match cluster.state().await {
+            Ok(state) => break state,
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                assert_eq!(e.kind(), ErrorKind::Unavailable);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("no state through the proxy: {e}"),
+        }
+    };
+    assert!(state.nodes.is_empty());
+    assert_eq!(proxy.count_lists("/api/v1/nodes"), 2);
+    assert!(proxy.bytes_served() > 0);
+
+    // The view watches: a node put now arrives by its watch.
+    while proxy.open_watches() == 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        proxy.open_watches() > 0,
+        "the view's watches stream through the proxy"
+    );
+    proxy.drop_watches();
+    cp.put(super::node("node-a")).await;
+    loop {
+        let state = cluster.state().await.expect("state");
+        if !state.nodes.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the node never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        proxy.count_watches("/api/v1/nodes") >= 2,
+        "the cut watch was resumed"
+    );
+}
