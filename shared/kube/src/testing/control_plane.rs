@@ -302,9 +302,20 @@ impl ControlPlane {
         .expect("a client for the control plane")
     }
 
-    /// `kubectl` with the cluster-admin kubeconfig.
+    /// `kubectl` (Debian's, from `tests/kube/kubectl.sh`) with the cluster-admin
+    /// kubeconfig.
     pub fn kubectl(&self) -> Command {
-        let mut command = Command::new("kubectl");
+        let output = Command::new("bash")
+            .arg(repository().join("tests/kube/kubectl.sh"))
+            .output()
+            .expect("bash runs tests/kube/kubectl.sh");
+        assert!(
+            output.status.success(),
+            "tests/kube/kubectl.sh: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let path = String::from_utf8_lossy(&output.stdout).trim().to_string();
+        let mut command = Command::new(path);
         command.env("KUBECONFIG", self.kubeconfig());
         command
     }
