@@ -2,7 +2,8 @@
 # Installs every tool the suite needs that cargo does not build, all from PyPI into
 # target/tools/venv, plus the Rust std for aarch64 from rustup: cfn-lint and
 # aws-sam-cli (tests/lint.sh), moto[server] (tests/moto.sh), cargo-lambda and ziglang
-# (tests/lambda-build.sh). Each of those scripts installs what it lacks on first use;
+# (tests/lambda-build.sh), and kubectl from Debian's kubernetes-client package
+# (tests/kube/kubectl.sh). Each of those scripts installs what it lacks on first use;
 # this installs them all up front, so tests/run.sh can do it while cargo builds.
 # Installs run one after another (the same order the scripts would) because they
 # share the venv.
@@ -18,4 +19,5 @@ if [ ! -x "$venv/bin/cargo-lambda" ] || ! "$venv/bin/python" -c 'import ziglang'
   pip cargo-lambda ziglang
 fi
 rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup target add aarch64-unknown-linux-gnu
-echo "tools.sh: cfn-lint, sam, moto, cargo-lambda, zig and the aarch64 std are installed"
+bash tests/kube/kubectl.sh >/dev/null
+echo "tools.sh: cfn-lint, sam, moto, cargo-lambda, zig, the aarch64 std and kubectl are installed"

@@ -374,18 +374,15 @@ func (s *supervisor) wait(stop chan os.Signal) error {
 	}
 }
 
-// shutdown stops the components, the last started first: SIGTERM, then SIGKILL after
-// five seconds.
+// shutdown kills the components at once: a test's control plane holds nothing worth a
+// graceful stop (etcd's data dies with it), and a graceful kube-apiserver takes seconds
+// to drain, which every test would pay.
 func (s *supervisor) shutdown() {
-	for i := len(s.children) - 1; i >= 0; i-- {
-		c := s.children[i]
-		_ = c.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-c.done:
-		case <-time.After(5 * time.Second):
-			_ = c.cmd.Process.Kill()
-			<-c.done
-		}
+	for _, c := range s.children {
+		_ = c.cmd.Process.Kill()
+	}
+	for _, c := range s.children {
+		<-c.done
 	}
 }
 

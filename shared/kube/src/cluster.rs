@@ -3,15 +3,17 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Debug;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Event, EventSource, Node, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::params::ValidationDirective;
 use kube::{Client, Resource};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tracing::{debug, warn};
@@ -32,7 +34,7 @@ use crate::client::{self, ApiRate, TokenProvider};
 use crate::error::{classify, cluster_error};
 use crate::mirror::{Mirror, Seen, mirror_of};
 use crate::view::{self, ClusterView, Crd, NODE_CLAIMS, NODE_CLASSES, NODE_POOLS, crd_of};
-use crate::watch::{Key, Read, Watched};
+use crate::watch::{Key, MISSING_KIND_RETRY, Read, Watched};
 
 /// Objects per page when listing (`limit`); the API server's own cap is 500 by default
 /// for kubectl and unbounded for clients, large lists are cheaper for it in pages.
@@ -66,6 +68,11 @@ pub struct KubeCluster {
     mirrors: Arc<MirrorMemory>,
     /// Mirror objects one `mirror_claims` pass may create, update or delete.
     mirror_writes: usize,
+    /// How long a kind the cluster does not serve waits before it is listed again.
+    missing_kind_retry: Duration,
+    /// Status fields the installed CRD refused (see `update_status`): left out of
+    /// later writes of that kind.
+    refused_status_fields: Arc<Mutex<HashSet<(ObjectKind, String)>>>,
 }
 
 /// Mirror objects (NodeClaims) one pass writes at most: a create is two requests (the
@@ -77,7 +84,6 @@ pub const MIRROR_WRITES_PER_PASS: usize = 150;
 #[derive(Default)]
 struct MirrorMemory {
     written: Mutex<HashMap<String, Mirror>>,
-    warned_missing: AtomicBool,
     warned_foreign: Mutex<HashSet<String>>,
 }
 
@@ -97,6 +103,8 @@ impl KubeCluster {
             view: Arc::default(),
             mirrors: Arc::default(),
             mirror_writes: MIRROR_WRITES_PER_PASS,
+            missing_kind_retry: MISSING_KIND_RETRY,
+            refused_status_fields: Arc::default(),
         }
     }
 
@@ -137,6 +145,13 @@ impl KubeCluster {
         self
     }
 
+    /// How long a kind the cluster does not serve (an optional CRD not installed) waits
+    /// before it is listed again (tests shorten [`MISSING_KIND_RETRY`]).
+    pub fn with_missing_kind_retry(mut self, retry: Duration) -> Self {
+        self.missing_kind_retry = retry;
+        self
+    }
+
     pub fn client(&self) -> &Client {
         &self.client
     }
@@ -146,7 +161,13 @@ impl KubeCluster {
     async fn view(&self) -> &ClusterView {
         self.view
             .get_or_init(|| async {
-                ClusterView::start(&self.client, self.page_size, &NODE_POOLS, &NODE_CLASSES)
+                ClusterView::start(
+                    &self.client,
+                    self.page_size,
+                    self.missing_kind_retry,
+                    &NODE_POOLS,
+                    &NODE_CLASSES,
+                )
             })
             .await
     }
@@ -307,7 +328,7 @@ impl KubeCluster {
             }
             return Ok(());
         }
-        let params = PatchParams::default();
+        let params = strict();
         if current.is_none_or(|c| c.labels != want.labels || c.annotations != want.annotations) {
             let answer = api
                 .patch(name, &params, &Patch::Merge(&want.metadata_patch(current)))
@@ -341,7 +362,7 @@ impl KubeCluster {
         let doing = |what: &str| format!("{what} the NodeClaim mirror {name:?}");
         let object: DynamicObject = serde_json::from_value(want.object())
             .map_err(|e| ClusterError::with_source(ErrorKind::Invalid, doing("building"), e))?;
-        match api.create(&PostParams::default(), &object).await {
+        match create_strict::<_, DynamicObject>(&self.client, api.resource_url(), &object).await {
             Ok(created) => watched.view.wrote(&created, view::as_seen_mirror),
             // Created since the view last heard (its watch will say): the next tick
             // compares it.
@@ -349,11 +370,7 @@ impl KubeCluster {
             Err(e) => return Err(cluster_error(doing("creating"), e)),
         }
         let answer = api
-            .patch_status(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(&want.status_patch()),
-            )
+            .patch_status(name, &strict(), &Patch::Merge(&want.status_patch()))
             .await
             .map_err(|e| cluster_error(doing("writing the status of"), e))?;
         watched.view.wrote(&answer, view::as_seen_mirror);
@@ -362,6 +379,34 @@ impl KubeCluster {
             .insert(name.to_string(), want.clone());
         report.created.push(name.to_string());
         Ok(())
+    }
+
+    /// The `fields` of a status write that the server refuses, each tried alone with
+    /// `dryRun=All` under strict validation (nothing is written).
+    async fn refused_fields(
+        &self,
+        api: &Api<DynamicObject>,
+        name: &str,
+        status: &serde_json::Map<String, Value>,
+        fields: &[String],
+    ) -> Result<Vec<String>, ClusterError> {
+        let mut params = strict();
+        params.dry_run = true;
+        let mut refused = Vec::new();
+        for field in fields {
+            let body = json!({ "status": { field.as_str(): status.get(field) } });
+            match api.patch_status(name, &params, &Patch::Merge(&body)).await {
+                Ok(_) => {}
+                Err(e) if classify(&e) == ErrorKind::Invalid => refused.push(field.clone()),
+                Err(e) => {
+                    return Err(cluster_error(
+                        format!("trying the status field {field:?} of {name:?}"),
+                        e,
+                    ));
+                }
+            }
+        }
+        Ok(refused)
     }
 
     fn known_uid(&self, kind: &str, namespace: Option<&str>, name: &str) -> Option<String> {
@@ -375,6 +420,32 @@ impl KubeCluster {
             _ => None,
         }
     }
+}
+
+/// Every write the adapter makes is validated strictly (`fieldValidation=Strict`): a
+/// field the server's schema lacks (a CRD older than the code) is refused as
+/// [`ErrorKind::Invalid`] instead of being pruned silently, so a write that did not
+/// happen is never taken for one that did.
+fn strict() -> PatchParams {
+    PatchParams {
+        field_validation: Some(ValidationDirective::Strict),
+        ..PatchParams::default()
+    }
+}
+
+/// `POST {url}?fieldValidation=Strict` with `body` as JSON (kube-rs's `PostParams`
+/// cannot ask for strict validation): a create, or a subresource's (an eviction).
+async fn create_strict<B: Serialize, K: DeserializeOwned>(
+    client: &Client,
+    url: &str,
+    body: &B,
+) -> Result<K, kube::Error> {
+    let bytes = serde_json::to_vec(body).map_err(kube::Error::SerdeError)?;
+    let request = http::Request::post(format!("{url}?fieldValidation=Strict"))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(bytes)
+        .map_err(kube::Error::HttpError)?;
+    client.request::<K>(request).await
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -776,7 +847,7 @@ impl Cluster for KubeCluster {
 
     async fn patch_node(&self, name: &str, patch: &NodePatch) -> Result<(), ClusterError> {
         let api: Api<Node> = Api::all(self.client.clone());
-        let params = PatchParams::default();
+        let params = strict();
         let doing = |what: &str| format!("{what} node {name:?}");
         if patch.add_taints.is_empty() && patch.remove_taints.is_empty() {
             if patch.set_labels.is_empty()
@@ -928,7 +999,7 @@ impl Cluster for KubeCluster {
             ..Event::default()
         };
         let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-        api.create(&PostParams::default(), &k8s_event)
+        create_strict::<_, Event>(&self.client, api.resource_url(), &k8s_event)
             .await
             .map_err(|e| {
                 cluster_error(
@@ -981,10 +1052,15 @@ impl Cluster for KubeCluster {
                     status.insert("conditions".into(), Value::Array(merged));
                 }
             }
+            let mut fields = Vec::new();
             for (field, value) in &update.fields {
+                if lock(&self.refused_status_fields).contains(&(kind, field.clone())) {
+                    continue;
+                }
                 let stored = current.get(field).unwrap_or(&Value::Null);
                 if stored != value {
                     status.insert(field.clone(), value.clone());
+                    fields.push(field.clone());
                 }
             }
             if status.is_empty() {
@@ -995,13 +1071,30 @@ impl Cluster for KubeCluster {
                 "status": status,
             });
             match api
-                .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+                .patch_status(name, &strict(), &Patch::Merge(&body))
                 .await
             {
                 Ok(_) => return Ok(true),
                 Err(e) if classify(&e) == ErrorKind::Conflict && attempt < STATUS_ATTEMPTS => {
                     debug!(kind = %kind, object = name, attempt, "object changed while writing its status; reading it again");
                     attempt += 1;
+                }
+                // Strict validation refused the write, and it carried fields besides the
+                // conditions: maybe a CRD installed before a field existed (Karpenter
+                // v1.1's NodePool has no `status.nodes`). Which fields the CRD refuses
+                // is asked of the server (a dry run of each alone); those are said
+                // once and left out of this kind's writes from now on, and the rest
+                // is written. When every field is accepted alone, the refusal was
+                // about something else: it is the answer.
+                Err(e) if classify(&e) == ErrorKind::Invalid && !fields.is_empty() => {
+                    let refused = self.refused_fields(&api, name, &status, &fields).await?;
+                    if refused.is_empty() {
+                        return Err(cluster_error(doing("writing"), e));
+                    }
+                    warn!(kind = %kind, object = name, fields = ?refused,
+                        "the installed CRD refuses these status fields (an older Karpenter's?); writing this kind's status without them");
+                    lock(&self.refused_status_fields)
+                        .extend(refused.into_iter().map(|f| (kind, f)));
                 }
                 Err(e) => return Err(cluster_error(doing("writing"), e)),
             }
@@ -1041,10 +1134,8 @@ impl Cluster for KubeCluster {
             "kind": "Eviction",
             "metadata": { "name": name, "namespace": namespace },
         });
-        match api
-            .create_subresource::<Value, Value>("eviction", name, &PostParams::default(), &eviction)
-            .await
-        {
+        let url = format!("{}/{name}/eviction", api.resource_url());
+        match create_strict::<_, Value>(&self.client, &url, &eviction).await {
             Ok(_) => {
                 self.pod_going(namespace, name);
                 Ok(())
@@ -1107,11 +1198,8 @@ impl Cluster for KubeCluster {
         let read = watched.read().await?;
         let mut report = MirrorReport::default();
         if read.missing {
-            let why = crd_missing(&NODE_CLAIMS);
-            if !self.mirrors.warned_missing.swap(true, Ordering::Relaxed) {
-                warn!(problem = %why, "claims are not mirrored as NodeClaims (install Karpenter's NodeClaim CRD to list them with kubectl)");
-            }
-            report.skipped = Some(why);
+            // The watch said so, once (see `watch`).
+            report.skipped = Some(crd_missing(&NODE_CLAIMS));
             return Ok(report);
         }
         let seen: HashMap<String, Seen> = read

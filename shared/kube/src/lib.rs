@@ -16,7 +16,10 @@
 //!   [`TokenProvider`] on every request (the EKS token is renewed every ~14 minutes).
 //! - [`error`]: kube errors classified into the engine's `ErrorKind`s by status code.
 //! - `fake` (feature `fake`): an in-process HTTP server that answers kube-rs as a real API
-//!   server would, for this crate's tests and end-to-end tests of the Lambda handlers.
+//!   server would, for the end-to-end tests of the Lambda handlers not yet moved to
+//!   `testing`.
+//! - `testing` (feature `testing`): a real control plane per test and a fault proxy in
+//!   front of it; this crate's tests and example run against it.
 
 pub mod client;
 mod cluster;
@@ -31,3 +34,4 @@ mod watch;
 
 pub use client::{ApiRate, StaticToken, TokenError, TokenProvider};
 pub use cluster::{COMPONENT, KubeCluster, PAGE_SIZE, STATUS_ATTEMPTS, TAINT_ATTEMPTS};
+pub use watch::MISSING_KIND_RETRY;

@@ -2,6 +2,7 @@
 //! for how a kind is watched and kept).
 
 use std::borrow::Cow;
+use std::time::Duration;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -140,13 +141,16 @@ pub(crate) struct ClusterView {
     node_claims: std::sync::OnceLock<Watched<DynamicObject, mirror::Seen>>,
     client: Client,
     page_size: u32,
+    missing_retry: Duration,
 }
 
 impl ClusterView {
-    /// Starts every watch (each lists first) on the current tokio runtime.
+    /// Starts every watch (each lists first) on the current tokio runtime; a kind the
+    /// cluster does not serve is asked about again after `missing_retry`.
     pub(crate) fn start(
         client: &Client,
         page_size: u32,
+        missing_retry: Duration,
         node_pools: &'static Crd,
         node_classes: &'static Crd,
     ) -> Self {
@@ -154,65 +158,76 @@ impl ClusterView {
         ClusterView {
             node_pools: Watched::start(
                 node_pools.plural,
-                true,
+                Some("no NodePool: nothing is provisioned (install Karpenter's CRDs)"),
                 node_pools.api(c()),
                 as_nodepool_json,
                 page_size,
+                missing_retry,
             ),
             node_classes: Watched::start(
                 node_classes.plural,
-                true,
+                Some("no EC2NodeClass: nothing is provisioned (install Karpenter's CRDs)"),
                 node_classes.api(c()),
                 as_nodeclass_json,
                 page_size,
+                missing_retry,
             ),
-            nodes: Watched::start("nodes", false, Api::all(c()), node, page_size),
-            pods: Watched::start("pods", false, Api::all(c()), pod, page_size),
+            nodes: Watched::start("nodes", None, Api::all(c()), node, page_size, missing_retry),
+            pods: Watched::start("pods", None, Api::all(c()), pod, page_size, missing_retry),
             daemonsets: Watched::start(
                 "daemonsets",
-                false,
+                None,
                 Api::all(c()),
                 |d| snapshot::daemonset_from_k8s(d).map_err(|e| e.to_string()),
                 page_size,
+                missing_retry,
             ),
             pdbs: Watched::start(
                 "poddisruptionbudgets",
-                false,
+                None,
                 Api::all(c()),
                 |p| snapshot::pdb_from_k8s(p).map_err(|e| e.to_string()),
                 page_size,
+                missing_retry,
             ),
             volume_claims: Watched::start(
                 "persistentvolumeclaims",
-                false,
+                None,
                 Api::all(c()),
                 |c| Ok(snapshot::pvc_from_k8s(c)),
                 page_size,
+                missing_retry,
             ),
             volumes: Watched::start(
                 "persistentvolumes",
-                false,
+                None,
                 Api::all(c()),
                 |v| snapshot::pv_from_k8s(v).map_err(|e| e.to_string()),
                 page_size,
+                missing_retry,
             ),
             storage_classes: Watched::start(
                 "storageclasses",
-                false,
+                None,
                 Api::all(c()),
                 |s| Ok(snapshot::storage_class_from_k8s(s)),
                 page_size,
+                missing_retry,
             ),
             node_overlays: Watched::start(
                 NODE_OVERLAYS.plural,
-                true,
+                Some(
+                    "no NodeOverlay adjusts prices or capacity (Karpenter's NodeOverlay CRD is not installed)",
+                ),
                 NODE_OVERLAYS.api(c()),
                 as_overlay,
                 page_size,
+                missing_retry,
             ),
             node_claims: std::sync::OnceLock::new(),
             client: client.clone(),
             page_size,
+            missing_retry,
         }
     }
 
@@ -221,10 +236,11 @@ impl ClusterView {
         self.node_claims.get_or_init(|| {
             Watched::start(
                 NODE_CLAIMS.plural,
-                true,
+                Some("claims are not mirrored as NodeClaims (install Karpenter's NodeClaim CRD to list them with kubectl)"),
                 NODE_CLAIMS.api(self.client.clone()),
                 as_seen_mirror,
                 self.page_size,
+                self.missing_retry,
             )
         })
     }

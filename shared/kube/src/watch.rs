@@ -26,18 +26,25 @@
 //!   merely a stream that broke and resumes — is read afresh with one LIST by the next
 //!   read of the view: the view never serves a kind it cannot vouch for, and a read
 //!   that cannot be served fails with the list's error, as before.
+//!
+//! Failures are retried with kube-rs's default backoff (0.8 s doubling to 30 s), reset
+//! only when the watch delivers again. An optional kind the cluster does not serve (a
+//! CRD not installed: 404) reads as empty and is listed again only every
+//! [`MISSING_KIND_RETRY`], with one warning per kind: a cluster with Karpenter's older
+//! CRDs has no NodeOverlay kind, and asking for it every second is load for nothing.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::pin::pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use kube::Resource;
 use kube::api::{Api, ListParams};
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::utils::Backoff;
+use kube::runtime::watcher::{self, DefaultBackoff, Event};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
@@ -148,13 +155,35 @@ impl<T> Default for Cache<T> {
     }
 }
 
+/// What applying one item of a watch stream asks of the task that drives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// The view moved (a list completed, an object changed): failures are behind.
+    Progress,
+    /// Nothing to decide (a list began, an object of it arrived).
+    Quiet,
+    /// A request failed: back off before the next.
+    Failed,
+    /// The kind is not served: stop, and list again after [`MISSING_KIND_RETRY`].
+    Missing,
+}
+
+/// How long an optional kind the cluster does not serve (404: its CRD is not
+/// installed) is left before it is listed again. Installing a CRD is rare and slow;
+/// five minutes late is soon enough to see it, and a quiet process then asks about the
+/// kind a dozen times an hour instead of every second.
+pub const MISSING_KIND_RETRY: Duration = Duration::from_secs(300);
+
 /// One kind, watched: the objects and the state of its watch. Shared by the task that
 /// applies the watch's events and by the readers.
 pub(crate) struct Reflected<T> {
     /// "pods", "nodes", "nodepools"...
     what: &'static str,
     /// A kind the cluster may not serve (a CRD): 404 reads as "not installed", empty.
-    optional: bool,
+    /// Says what goes without it, for the warning.
+    optional: Option<&'static str>,
+    /// The warning that the kind is not served was given (once per process).
+    warned_missing: AtomicBool,
     cache: Mutex<Cache<T>>,
     /// Woken at every change of `cache`.
     changed: Notify,
@@ -163,10 +192,11 @@ pub(crate) struct Reflected<T> {
 }
 
 impl<T: Clone> Reflected<T> {
-    fn new(what: &'static str, optional: bool) -> Self {
+    fn new(what: &'static str, optional: Option<&'static str>) -> Self {
         Reflected {
             what,
             optional,
+            warned_missing: AtomicBool::new(false),
             cache: Mutex::new(Cache::default()),
             changed: Notify::new(),
             applied: AtomicU64::new(0),
@@ -186,16 +216,20 @@ impl<T: Clone> Reflected<T> {
         self.applied.load(Ordering::Relaxed)
     }
 
-    /// Applies one item of the watch stream.
+    /// Applies one item of the watch stream; what the task driving it does next.
     fn apply<K: Resource>(
         &self,
         item: Result<Event<K>, watcher::Error>,
         convert: fn(&K) -> Result<T, String>,
-    ) {
-        {
+        missing_retry: Duration,
+    ) -> Step {
+        let step = {
             let mut cache = self.cache();
             match item {
-                Ok(Event::Init) => cache.relisting = Some(BTreeMap::new()),
+                Ok(Event::Init) => {
+                    cache.relisting = Some(BTreeMap::new());
+                    Step::Quiet
+                }
                 Ok(Event::InitApply(object)) => {
                     let (key, entry) = entry_of(&object, convert);
                     match cache.relisting.as_mut() {
@@ -204,6 +238,7 @@ impl<T: Clone> Reflected<T> {
                         }
                         None => upsert(&mut cache, key, entry),
                     }
+                    Step::Quiet
                 }
                 Ok(Event::InitDone) => {
                     if let Some(listed) = cache.relisting.take() {
@@ -213,36 +248,47 @@ impl<T: Clone> Reflected<T> {
                     cache.missing = false;
                     cache.failure = None;
                     cache.deleted.clear();
+                    Step::Progress
                 }
                 Ok(Event::Apply(object)) => {
                     let (key, entry) = entry_of(&object, convert);
                     upsert(&mut cache, key, entry);
                     cache.watching_again();
+                    Step::Progress
                 }
                 Ok(Event::Delete(object)) => {
                     let (key, _) = key_of(object.meta());
                     cache.objects.remove(&key);
                     cache.deleted.remove(&key);
                     cache.watching_again();
+                    Step::Progress
                 }
-                Err(e) => self.record_error(&mut cache, e),
+                Err(e) => self.record_error(&mut cache, e, missing_retry),
             }
-        }
+        };
         self.touched();
+        step
     }
 
     /// A stream that broke resumes by itself from its last version, and a version too
     /// old relists: neither makes the view doubtful. A list or watch that could not be
-    /// made does, until the watch delivers again or a reader lists afresh.
-    fn record_error(&self, cache: &mut Cache<T>, error: watcher::Error) {
+    /// made does, until the watch delivers again or a reader lists afresh. An optional
+    /// kind that is not served (404, at the first list or later: its CRD uninstalled,
+    /// and its objects with it) reads as empty.
+    fn record_error(
+        &self,
+        cache: &mut Cache<T>,
+        error: watcher::Error,
+        missing_retry: Duration,
+    ) -> Step {
         let kind = match &error {
             watcher::Error::WatchFailed(e) => {
                 debug!(kind = self.what, error = %e, "watch stream broke; resuming from its resourceVersion");
-                return;
+                return Step::Failed;
             }
             watcher::Error::WatchError(status) if status.code == 410 => {
                 debug!(kind = self.what, "watch expired (410 Gone); listing again");
-                return;
+                return Step::Failed;
             }
             watcher::Error::InitialListFailed(e) | watcher::Error::WatchStartFailed(e) => {
                 classify(e)
@@ -250,20 +296,36 @@ impl<T: Clone> Reflected<T> {
             watcher::Error::WatchError(status) => crate::error::kind_of_status(status.code),
             watcher::Error::NoResourceVersion => ErrorKind::Other,
         };
-        if kind == ErrorKind::NotFound && self.optional && !cache.synced {
-            // The kind is not served (a CRD not installed): it reads as empty, and the
-            // watcher keeps trying (with backoff), so installing it later is seen.
+        if let (ErrorKind::NotFound, Some(without)) = (kind, self.optional) {
             cache.missing = true;
             cache.synced = true;
             cache.objects.clear();
-            return;
+            cache.relisting = None;
+            cache.failure = None;
+            cache.deleted.clear();
+            if self.warned_missing.swap(true, Ordering::Relaxed) {
+                debug!(kind = self.what, "still not served");
+            } else {
+                warn!(
+                    kind = self.what,
+                    without,
+                    retry_seconds = missing_retry.as_secs(),
+                    "the cluster does not serve this kind (its CRD is not installed): going on without it, and listing it again every retry_seconds"
+                );
+            }
+            return Step::Missing;
         }
-        warn!(kind = self.what, error = %error, error_kind = ?kind,
-            "reading this kind failed; the watcher tries again (check that the RBAC grants list and watch)");
+        if cache.failure.is_none() {
+            warn!(kind = self.what, error = %error, error_kind = ?kind,
+                "reading this kind failed; the watcher tries again (check that the RBAC grants list and watch)");
+        } else {
+            debug!(kind = self.what, error = %error, error_kind = ?kind, "reading this kind failed again");
+        }
         cache.failure = Some(Failure {
             kind,
             error: Arc::new(error),
         });
+        Step::Failed
     }
 
     /// The view of this kind if it can be vouched for (synced, its watch running); waits
@@ -452,13 +514,17 @@ where
     T: Clone + Send + 'static,
 {
     /// Starts watching (on the current tokio runtime): the first list, then the watch,
-    /// with kube-rs's default backoff between failed attempts.
+    /// with kube-rs's default backoff between failed attempts (reset when the watch
+    /// delivers, not when a list is merely tried again), and a kind that is not served
+    /// asked about again after `missing_retry`. `optional`: what goes without the kind
+    /// when the cluster does not serve it (`None`: a kind every cluster serves).
     pub(crate) fn start(
         what: &'static str,
-        optional: bool,
+        optional: Option<&'static str>,
         api: Api<K>,
         convert: fn(&K) -> Result<T, String>,
         page_size: u32,
+        missing_retry: Duration,
     ) -> Self {
         let view = Arc::new(Reflected::new(what, optional));
         // From the API server's watch cache (resourceVersion=0, NotOlderThan), not a
@@ -470,10 +536,28 @@ where
             .timeout(WATCH_TIMEOUT_SECS);
         let applying = view.clone();
         let watch = api.clone();
+        // kube-rs's `default_backoff()` resets its backoff on every item the watcher
+        // yields, and a watcher yields `Init` before each attempt to list: a list that
+        // fails every time was retried every 0.8 s. Here the backoff resets only when
+        // the watch delivers.
         let task = tokio::spawn(async move {
-            let mut events = pin!(watcher::watcher(watch, config).default_backoff());
-            while let Some(item) = events.next().await {
-                applying.apply(item, convert);
+            loop {
+                let mut backoff = DefaultBackoff::default();
+                let mut events = pin!(watcher::watcher(watch.clone(), config.clone()));
+                while let Some(item) = events.next().await {
+                    match applying.apply(item, convert, missing_retry) {
+                        Step::Progress => backoff.reset(),
+                        Step::Quiet => {}
+                        Step::Failed => {
+                            if let Some(wait) = backoff.next() {
+                                tokio::time::sleep(wait).await;
+                            }
+                        }
+                        Step::Missing => break,
+                    }
+                }
+                // Not served: asked again later, so that installing the CRD is seen.
+                tokio::time::sleep(missing_retry).await;
             }
         })
         .abort_handle();
@@ -502,7 +586,7 @@ where
             Ok(listed) => {
                 self.view.replace(listed);
             }
-            Err(e) if e.kind == ErrorKind::NotFound && self.view.optional => {
+            Err(e) if e.kind == ErrorKind::NotFound && self.view.optional.is_some() => {
                 self.view.mark_missing()
             }
             Err(e) => return Err(e),
@@ -596,7 +680,7 @@ mod tests {
 
     #[test]
     fn an_object_this_process_deleted_is_not_brought_back_by_an_event_from_before() {
-        let view: Reflected<String> = Reflected::new("test", false);
+        let view: Reflected<String> = Reflected::new("test", None);
         view.cache().objects.insert(key("a"), entry("live", 30));
         view.deleted(&key("a"));
         upsert(&mut view.cache(), key("a"), entry("stale", 30));
@@ -625,7 +709,7 @@ mod tests {
 
     #[test]
     fn a_view_that_failed_is_not_served_until_read_afresh() {
-        let view: Reflected<String> = Reflected::new("test", false);
+        let view: Reflected<String> = Reflected::new("test", None);
         view.replace(BTreeMap::from([(key("a"), entry("x", 1))]));
         assert_eq!(view.select(|_| true), Some(vec!["x".to_string()]));
         view.cache().failure = Some(Failure {

@@ -284,6 +284,65 @@ impl ControlPlane {
         &self.info.admin_token
     }
 
+    /// A client to the server that adds nothing — no token, pacing, retries or response
+    /// timeout (watches stream for minutes) — for a proxy that forwards another client's
+    /// requests, that client's own `Authorization` included.
+    pub fn forwarding_client(&self) -> Client {
+        crate::client::install_crypto_provider();
+        let mut config = kube::Config::new(self.server().parse().expect("the server's URL"));
+        config.root_cert = Some(crate::client::parse_ca(self.ca_pem()).expect("the server's CA"));
+        config.default_retry = false;
+        config.read_timeout = None;
+        Client::try_from(config).expect("a client to the control plane")
+    }
+
+    /// The components' processes now running, (name, pid): `etcd`, `kube-apiserver`
+    /// and whichever others were started — for a benchmark's reading of their CPU time
+    /// and memory in /proc (Linux).
+    pub fn component_processes(&self) -> Vec<(String, u32)> {
+        let supervisor = std::fs::read_to_string(self.dir.join("supervisor.pid"))
+            .ok()
+            .and_then(|pid| pid.trim().parse::<u32>().ok());
+        let Some(supervisor) = supervisor else {
+            return Vec::new();
+        };
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        let mut components = Vec::new();
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            // The parent is field 4 of /proc/PID/stat, after the parenthesised name.
+            let parent = std::fs::read_to_string(entry.path().join("stat"))
+                .ok()
+                .and_then(|stat| {
+                    let (_, rest) = stat.rsplit_once(')')?;
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                });
+            if parent != Some(supervisor) {
+                continue;
+            }
+            // Each component is the supervisor's own binary run as `controlplane NAME ...`.
+            let name = std::fs::read(entry.path().join("cmdline"))
+                .ok()
+                .and_then(|cmdline| {
+                    let arg = cmdline.split(|b| *b == 0).nth(1)?;
+                    Some(String::from_utf8_lossy(arg).into_owned())
+                });
+            if let Some(name) = name {
+                components.push((name, pid));
+            }
+        }
+        components.sort();
+        components
+    }
+
     /// The product's cluster port as the functions reach EKS: TLS to this server,
     /// authenticated as the `nodewright` user, paced at the default rate.
     pub fn cluster(&self) -> KubeCluster {

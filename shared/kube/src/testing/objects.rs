@@ -386,7 +386,16 @@ pub async fn modify(
         change(&mut changed);
         let mut stored = current.clone();
         let mut body = changed.clone();
-        body["status"] = current["status"].clone();
+        // The object as it was but for `change`'s edits outside status (a kind without
+        // status, a ClusterRole, has none: a `"status": null` would be an unknown field).
+        match current.get("status") {
+            Some(status) => body["status"] = status.clone(),
+            None => {
+                if let Some(map) = body.as_object_mut() {
+                    map.remove("status");
+                }
+            }
+        }
         if body != current {
             match send(
                 client,

@@ -89,6 +89,8 @@ struct Shared {
     open_watches: AtomicUsize,
     /// Bumped by `drop_watches`: every watch streaming when it changes is cut.
     cut: watch::Sender<u64>,
+    /// While true, no watch's events are passed on (`hold_watches`).
+    held: watch::Sender<bool>,
 }
 
 impl Shared {
@@ -126,6 +128,7 @@ impl FaultProxy {
             bytes_served: AtomicU64::new(0),
             open_watches: AtomicUsize::new(0),
             cut: watch::channel(0).0,
+            held: watch::channel(false).0,
         });
         let accept = tokio::spawn({
             let shared = shared.clone();
@@ -244,6 +247,19 @@ impl FaultProxy {
     /// last resourceVersion it saw.
     pub fn drop_watches(&self) {
         self.shared.cut.send_modify(|generation| *generation += 1);
+    }
+
+    /// Holds back the events of every watch, streaming now or started later, until
+    /// [`FaultProxy::release_watches`]: the server sends, the client reads nothing, as
+    /// when a process is frozen or its network stalls. Requests other than watches
+    /// pass.
+    pub fn hold_watches(&self) {
+        self.shared.held.send_replace(true);
+    }
+
+    /// Passes on what the watches held back, and everything after.
+    pub fn release_watches(&self) {
+        self.shared.held.send_replace(false);
     }
 
     /// How many watches are streaming through the proxy now.
@@ -431,6 +447,9 @@ enum Content {
         /// Ready once `drop_watches` was called after the watch started.
         cut: Pin<Box<dyn Future<Output = ()> + Send>>,
         _open: OpenWatch,
+        /// Whether events are held back (`hold_watches`), and the wait for their release.
+        held: watch::Receiver<bool>,
+        release: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     },
 }
 
@@ -484,6 +503,8 @@ impl ProxyBody {
                 body,
                 cut,
                 _open: OpenWatch(shared.clone()),
+                held: shared.held.subscribe(),
+                release: None,
             },
         }
     }
@@ -513,11 +534,31 @@ impl HttpBody for ProxyBody {
             Content::Stream(body) => Pin::new(body)
                 .poll_frame(cx)
                 .map(|f| f.map(|r| r.map_err(|e| Box::new(e) as BoxError))),
-            Content::Watch { body, cut, .. } => {
+            Content::Watch {
+                body,
+                cut,
+                held,
+                release,
+                ..
+            } => {
                 // Woken when a cut comes, as well as when the server sends.
                 if cut.as_mut().poll(cx).is_ready() {
                     return Poll::Ready(Some(Err(Box::new(Cut))));
                 }
+                // Held: the server's events wait (in the connection's buffers) until
+                // the release wakes this body.
+                if *held.borrow() {
+                    let mut receiver = held.clone();
+                    let waiting = release.get_or_insert_with(|| {
+                        Box::pin(async move {
+                            let _ = receiver.wait_for(|held| !*held).await;
+                        })
+                    });
+                    if waiting.as_mut().poll(cx).is_pending() {
+                        return Poll::Pending;
+                    }
+                }
+                *release = None;
                 Pin::new(body)
                     .poll_frame(cx)
                     .map(|f| f.map(|r| r.map_err(|e| Box::new(e) as BoxError)))

@@ -1,6 +1,6 @@
 //! The test control plane itself: it starts with Karpenter's CRDs and the functions'
-//! RBAC, the product reads it as the functions' user, and the fault proxy forwards,
-//! counts, injects and cuts.
+//! RBAC, the product reads it as the functions' user, the fault proxy forwards, counts,
+//! injects and cuts, and the fixtures are written strictly.
 
 use std::time::Duration;
 
@@ -80,4 +80,23 @@ async fn the_proxy_forwards_counts_injects_and_cuts_watches() {
         proxy.count_watches("/api/v1/nodes") >= 2,
         "the cut watch was resumed"
     );
+}
+
+/// What the tests' fixtures rest on: a write the schema does not know is refused, not
+/// pruned (strict field validation), and a fixture's status is written through
+/// `/status`, as a controller would.
+#[tokio::test]
+async fn fixtures_are_written_strictly_and_with_their_status() {
+    let cp = ControlPlane::start_with(Options::api_server_only()).await;
+    let mut pool = super::node_pool("general-purpose");
+    pool["status"] = serde_json::json!({"nodes": 1});
+    let stored = cp.put(pool).await;
+    assert_eq!(stored["status"]["nodes"], 1);
+    assert_eq!(stored["metadata"]["generation"], 1);
+
+    let mut typo = super::node_pool("typo");
+    typo["spec"]["wieght"] = serde_json::json!(1);
+    let refused = cp.try_put(typo).await.expect_err("strict field validation");
+    assert!(matches!(refused.code, 400 | 422), "{refused}");
+    assert!(cp.get("NodePool", None, "typo").await.is_none());
 }

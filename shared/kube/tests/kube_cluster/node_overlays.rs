@@ -1,12 +1,17 @@
-//! NodeOverlays (`karpenter.sh/v1alpha1`) through KubeCluster and the fake API server:
-//! listed and watched, each valid or with why not; a cluster without the CRD has none;
-//! their status written on `/status`.
+//! NodeOverlays (`karpenter.sh/v1alpha1`) through KubeCluster: listed and watched, each
+//! valid or with why not; a cluster without the CRD has none (and is not asked about it
+//! again for minutes); one RBAC forbids is unreadable, not fatal; their status written
+//! on `/status`.
+
+use std::time::Duration;
 
 use nodewright_core::api::PriceChange;
 use nodewright_engine::ports::{Cluster, Condition, ErrorKind, ObjectKind, StatusUpdate};
 use serde_json::{Value, json};
 
-use super::{T0, condition_of, fake};
+use super::{T0, api_server, condition_of, eventually, narrow_role, without_resource};
+
+const NODE_OVERLAYS_PATH: &str = "/apis/karpenter.sh/v1alpha1/nodeoverlays";
 
 fn overlay(name: &str, spec: Value) -> Value {
     json!({
@@ -30,25 +35,27 @@ fn savings() -> Value {
 
 #[tokio::test]
 async fn node_overlays_are_read_valid_or_with_why_not() {
-    let (server, cluster) = fake().await;
-    server.put(savings());
-    server.put(overlay(
+    let t = api_server().await;
+    t.cp.put(savings()).await;
+    // The CRD takes a negative quantity; Karpenter's runtime validation does not.
+    t.cp.put(overlay(
         "broken",
-        json!({"requirements": [], "capacity": {"cpu": "1"}}),
-    ));
-    let state = cluster.state().await.expect("the state");
+        json!({"requirements": [], "capacity": {"example.com/gpu": "-1"}}),
+    ))
+    .await;
+    let state = t.cluster.state().await.expect("the state");
     let mut overlays = state.node_overlays.clone();
     overlays.sort_by_key(|o| match o {
         Ok(o) => o.name.clone(),
         Err(i) => i.name.clone(),
     });
     assert_eq!(overlays.len(), 2, "{overlays:?}");
-    let broken = overlays[0].as_ref().expect_err("cpu is restricted");
+    let broken = overlays[0].as_ref().expect_err("a negative capacity");
     assert_eq!(broken.name, "broken");
     assert!(
         broken
             .message
-            .contains("spec.capacity.cpu: resource \"cpu\" is restricted"),
+            .contains("spec.capacity.example.com/gpu: must not be negative"),
         "{}",
         broken.message
     );
@@ -57,33 +64,49 @@ async fn node_overlays_are_read_valid_or_with_why_not() {
     assert_eq!(valid.price, Some(PriceChange::Percent(-30.0)));
 
     // A change arrives through the watch.
-    server.remove("NodeOverlay", None, "broken");
-    let mut state = cluster.state().await.expect("the state");
-    for _ in 0..100 {
-        if state.node_overlays.len() == 1 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        state = cluster.state().await.expect("the state");
-    }
-    assert_eq!(state.node_overlays.len(), 1, "{:?}", state.node_overlays);
-    assert!(state.node_overlays[0].is_ok());
+    t.cp.remove("NodeOverlay", None, "broken").await;
+    eventually(
+        "the deletion arrives by the watch",
+        Duration::from_secs(30),
+        || async {
+            let state = t.cluster.state().await.expect("the state");
+            state.node_overlays.len() == 1 && state.node_overlays[0].is_ok()
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn a_cluster_without_the_node_overlay_crd_has_no_overlays_and_no_error() {
-    let (server, cluster) = fake().await;
-    server.uninstall("NodeOverlay");
-    let state = cluster.state().await.expect("no CRD is not an error");
+    let t = api_server().await;
+    t.cp.uninstall("nodeoverlays.karpenter.sh").await;
+    let state = t.cluster.state().await.expect("no CRD is not an error");
     assert!(state.node_overlays.is_empty());
     assert!(state.unreadable.is_empty(), "{:?}", state.unreadable);
+    assert!(state.invalid.is_empty(), "{:?}", state.invalid);
+    // Long enough for a watcher retrying at its backoff (0.8 s, then 1.6 s...) to
+    // have listed again; a missing kind waits minutes.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for _ in 0..3 {
+        t.cluster.state().await.expect("later reads too");
+    }
+    assert_eq!(
+        t.proxy.count_lists(NODE_OVERLAYS_PATH),
+        1,
+        "a missing kind is asked about again in minutes, not at every read"
+    );
 }
 
 #[tokio::test]
 async fn node_overlays_forbidden_by_rbac_are_unreadable_not_fatal() {
-    let (server, cluster) = fake().await;
-    server.forbid("/apis/karpenter.sh/v1alpha1/nodeoverlays");
-    let state = cluster.state().await.expect("the rest is served");
+    let t = api_server().await;
+    narrow_role(
+        &t.cp,
+        without_resource("nodeoverlays"),
+        ("list", "karpenter.sh", "nodeoverlays"),
+    )
+    .await;
+    let state = t.cluster.state().await.expect("the rest is served");
     let kinds: Vec<(&str, ErrorKind)> = state
         .unreadable
         .iter()
@@ -94,8 +117,8 @@ async fn node_overlays_forbidden_by_rbac_are_unreadable_not_fatal() {
 
 #[tokio::test]
 async fn a_node_overlay_status_write_sets_validation_succeeded() {
-    let (server, cluster) = fake().await;
-    server.put(savings());
+    let t = api_server().await;
+    t.cp.put(savings()).await;
     let update = StatusUpdate {
         conditions: vec![
             Condition::failed(
@@ -107,14 +130,16 @@ async fn a_node_overlay_status_write_sets_validation_succeeded() {
         ],
         fields: Default::default(),
     };
-    let changed = cluster
+    let changed = t
+        .cluster
         .update_status(ObjectKind::NodeOverlay, "savings", &update, T0)
         .await
         .expect("status written");
     assert!(changed);
-    let object = server
-        .get("NodeOverlay", None, "savings")
-        .expect("the overlay");
+    let object =
+        t.cp.get("NodeOverlay", None, "savings")
+            .await
+            .expect("the overlay");
     let condition = condition_of(&object, "ValidationSucceeded");
     assert_eq!(condition["status"], "False");
     assert_eq!(condition["reason"], "Conflict");
