@@ -1,18 +1,21 @@
 //! The interruption Lambda end to end, through its real handler: SQS, DynamoDB and EC2
-//! are moto's server (tests/moto.sh), Kubernetes is the fake API server reached through
-//! `NODEWRIGHT_KUBECONFIG`. Events are the real fixtures, sent to and received from an
-//! SQS queue with a DLQ, then handed to the handler as the Lambda SQS integration would.
+//! are moto's server (tests/moto.sh), Kubernetes is a real control plane (KWOK as the
+//! kubelets) reached through `NODEWRIGHT_KUBECONFIG` as the functions' own identity.
+//! Events are the real fixtures, sent to and received from an SQS queue with a DLQ,
+//! then handed to the handler as the Lambda SQS integration would.
 //!
 //! Two worlds:
 //! - step by step (`world`): the instance is launched by the real provisioner handler
-//!   and the test plays the kubelet (registers the node, binds the pods), to check what
-//!   one delivery does;
-//! - over time (`live_world`): a [`ClusterBehaviour`] plays the kubelets, the
-//!   scheduler, the Deployment controller and EC2, the provisioner runs as its
-//!   schedule would, and each scenario is checked where it ends: the interrupted node
-//!   drained, terminated by nodewright (not reclaimed by EC2), its claim Terminated, its
-//!   node deleted, every pod running elsewhere, no PodDisruptionBudget broken, the
-//!   instances equal to the live claims after every invocation, nothing launched twice.
+//!   for a Deployment's two pods, joins as a node, and kube-scheduler binds the pods
+//!   there; the interruption handler reaches the API server through a fault proxy, to
+//!   check what one delivery does and what it asks;
+//! - over time (`live_world`): a [`ClusterBehaviour`] plays EC2 and the instances
+//!   joining, the provisioner runs as its schedule would, and each scenario is checked
+//!   where it ends: the interrupted node drained, terminated by nodewright (not
+//!   reclaimed by EC2), its claim Terminated, its node deleted, every pod running
+//!   elsewhere, no PodDisruptionBudget broken, the instances equal to the live claims
+//!   after every invocation, nothing launched twice — also when the node's kubelet hung
+//!   and nothing confirms the deletion of its pods.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -33,12 +36,12 @@ use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
 use nodewright_engine::ports::{BoxError, Store};
 use nodewright_engine::{InterruptionConfig, Provisioner, ProvisionerConfig};
 use nodewright_interruption::{Handler, ProvisionerTrigger};
-use nodewright_kube::fake::FakeApiServer;
-use nodewright_lambda::build_ports;
+use nodewright_kube::testing::FaultProxy;
+use nodewright_lambda::{Config, build_ports};
 use nodewright_provisioner::DEADLINE_MARGIN;
 use nodewright_testkit::{
-    ClusterBehaviour, EmulatedCluster, ProvisionerSchedule, Timings, emulated_cluster,
-    lambda_context, pending_pod, scheduled_event, wait_until,
+    ClusterBehaviour, EmulatedCluster, GoneBy, ProvisionerSchedule, Timings, emulated_cluster,
+    lambda_context, scheduled_event, wait_until, web_deployment,
 };
 use tokio::task::JoinHandle;
 
@@ -75,11 +78,18 @@ fn about_at(fixture_body: &str, instance: &str, time: i64) -> String {
 }
 
 struct World {
-    /// The emulated cluster: moto, the fake API server, the handlers' config.
+    /// The emulated cluster: moto, the control plane, the handlers' config.
     env: EmulatedCluster,
+    cluster: ClusterBehaviour,
+    /// In front of the API server: the interruption handler's requests go through it.
+    proxy: FaultProxy,
+    /// The handlers' configuration through the proxy.
+    proxied: Config,
     instance: String,
     node: String,
     claim: String,
+    /// The Deployment's pods on the node.
+    pods: Vec<String>,
 }
 
 impl std::ops::Deref for World {
@@ -89,85 +99,93 @@ impl std::ops::Deref for World {
     }
 }
 
-/// A spot instance launched by the provisioner for two pods, its node registered and
-/// Ready, the pods bound and running on it, a PDB allowing one of them to be disrupted.
+/// The real provisioner handler on `config`.
+async fn provisioner_on(
+    env: &EmulatedCluster,
+    config: &Config,
+    holder: &str,
+) -> nodewright_provisioner::Handler {
+    let (ports, _) = build_ports(config).await.expect("ports");
+    nodewright_provisioner::Handler {
+        provisioner: Provisioner::new(ports, ProvisionerConfig::new(env.cluster.clone(), holder)),
+        poll_interval: config.poll_interval,
+    }
+}
+
+/// One provisioner tick (an invocation with an unknown deadline).
+async fn tick(provisioner: &nodewright_provisioner::Handler) -> Value {
+    let event = LambdaEvent::new(json!({}), Context::default());
+    provisioner.handle(event).await.expect("provisioner")
+}
+
+/// A spot instance launched by the provisioner for the two pods of the Deployment
+/// `web`, its node registered and Ready, the pods bound and running on it, a PDB
+/// allowing one of them to be disrupted.
 async fn world() -> World {
     let env = emulated_cluster("int", "spot", 2).await;
-    let (url, table, api, config, cluster) =
-        (&env.url, &env.table, &env.api, &env.config, &env.cluster);
+    env.api
+        .put(json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}
+        }))
+        .await;
+    let cluster = ClusterBehaviour::start(&env, Timings::default()).await;
 
     // Launch with the real provisioner handler (one tick each).
-    let (ports, _) = build_ports(config).await.expect("ports");
-    let provisioner = nodewright_provisioner::Handler {
-        provisioner: Provisioner::new(ports, ProvisionerConfig::new(cluster.clone(), "int-e2e")),
-        poll_interval: config.poll_interval,
-    };
-    let tick = || async {
-        let event = LambdaEvent::new(json!({}), Context::default());
-        provisioner.handle(event).await.expect("provisioner")
-    };
-    let launched = tick().await;
+    let provisioner = provisioner_on(&env, &env.config, "int-e2e").await;
+    let launched = tick(&provisioner).await;
     assert_eq!(
         launched["launched"].as_array().map(Vec::len),
         Some(1),
         "{launched}"
     );
-    let claims = store_of(url, table).await.list_claims().await.unwrap();
+    let claims = env.claims().await;
     let claim = claims[0].clone();
     assert_eq!(claim.capacity_type, Some(CapacityType::Spot));
-    let (id, zone) = (
-        claim.instance_id.clone().unwrap(),
-        claim.zone.clone().unwrap(),
-    );
+    let id = claim.instance_id.clone().unwrap();
 
-    // The kubelet registers a Ready node; the provisioner's lifecycle pass adopts it.
-    let node = format!("ip-{}.ec2.internal", &id[2..10]);
-    api.put(json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": node, "labels": {"kubernetes.io/hostname": node, "topology.kubernetes.io/zone": zone,
-            "node.kubernetes.io/instance-type": "m5.xlarge", "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux"}},
-        "spec": {"providerID": format!("aws:///{zone}/{id}"),
-                 "taints": [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]},
-        "status": {"allocatable": {"cpu": "3920m", "memory": "14162Mi", "pods": "58"},
-                   "capacity": {"cpu": "4", "memory": "15Gi", "pods": "58"},
-                   "conditions": [{"type": "Ready", "status": "True"}]}
-    }));
-    tick().await;
-    tick().await;
-    let claim = store_of(url, table)
+    // The kubelet registers a Ready node; the provisioner's lifecycle pass adopts it;
+    // kube-scheduler binds the pods and KWOK runs them.
+    let running = wait_until(Duration::from_secs(60), || async {
+        tick(&provisioner).await;
+        cluster.running().len() == 2
+            && env
+                .claims()
+                .await
+                .iter()
+                .all(|c| c.state == ClaimState::Initialized)
+    })
+    .await;
+    let claim = store_of(&env.url, &env.table)
         .await
         .get_claim(&claim.name)
         .await
         .unwrap()
         .unwrap();
     assert!(
-        matches!(
-            claim.state,
-            ClaimState::Initialized | ClaimState::Registered
-        ),
-        "{claim:#?}"
+        running,
+        "setup: the pods never ran: {:?}; {claim:#?}",
+        cluster.placements()
     );
-    assert_eq!(claim.node_name.as_deref(), Some(node.as_str()));
-
-    // The scheduler binds the pods; they run.
-    for i in 0..2 {
-        api.modify("Pod", Some("default"), &format!("web-{i}"), |p| {
-            p["spec"]["nodeName"] = json!(node);
-            p["status"] =
-                json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]});
-        });
-    }
-    api.put(json!({
-        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}
-    }));
-    let claim = claim.name.clone();
+    let node = claim.node_name.clone().expect("registered");
+    let pods: Vec<String> = cluster
+        .placements()
+        .into_iter()
+        .filter(|(_, n, _)| n.as_deref() == Some(node.as_str()))
+        .map(|(p, _, _)| p)
+        .collect();
+    assert_eq!(pods.len(), 2, "{:?}", cluster.placements());
+    let (proxy, proxied) = env.through_proxy().await;
     World {
         env,
+        cluster,
+        proxy,
+        proxied,
         instance: id,
         node,
-        claim,
+        claim: claim.name.clone(),
+        pods,
     }
 }
 
@@ -189,17 +207,18 @@ impl ProvisionerTrigger for RecordingTrigger {
     }
 }
 
+/// The interruption handler, its requests to the API server through the world's proxy.
 async fn handler(world: &World, trigger: Arc<RecordingTrigger>) -> Handler {
-    interruption_handler(world, RebalanceAction::Replace, trigger).await
+    interruption_handler(&world.proxied, RebalanceAction::Replace, trigger).await
 }
 
-/// The interruption handler as its `main` builds it (real config, real adapters).
+/// The interruption handler as its `main` builds it from `config` (real adapters).
 async fn interruption_handler(
-    env: &EmulatedCluster,
+    config: &Config,
     rebalance: RebalanceAction,
     trigger: Arc<RecordingTrigger>,
 ) -> Handler {
-    let (ports, _) = build_ports(&env.config).await.expect("ports");
+    let (ports, _) = build_ports(config).await.expect("ports");
     Handler {
         ports,
         config: InterruptionConfig::default(),
@@ -374,9 +393,11 @@ async fn invoke(h: &Handler, records: Vec<SqsMessage>) -> SqsBatchResponse {
         .expect("handler")
 }
 
-/// Requests that change something in the cluster: patches, deletes, evictions.
-fn mutations(api: &FakeApiServer) -> Vec<String> {
-    api.requests()
+/// Requests through the proxy that change something in the cluster: patches, deletes,
+/// evictions.
+fn mutations(proxy: &FaultProxy) -> Vec<String> {
+    proxy
+        .requests()
         .into_iter()
         .filter(|r| matches!(r.method.as_str(), "PATCH" | "DELETE" | "POST" | "PUT"))
         .map(|r| format!("{} {}", r.method, r.path))
@@ -431,7 +452,7 @@ async fn a_spot_warning_drains_within_the_budget_terminates_the_instance_and_wak
         .await;
     let batch = q.receive().await;
     assert_eq!(batch.len(), 2);
-    world.api.clear_requests();
+    world.proxy.clear_requests();
     let response = invoke(&h, batch.clone()).await;
     assert!(
         response.batch_item_failures.is_empty(),
@@ -439,7 +460,7 @@ async fn a_spot_warning_drains_within_the_budget_terminates_the_instance_and_wak
     );
     q.settle(&batch, &response).await;
     assert_eq!(
-        mutations(&world.api),
+        mutations(&world.proxy),
         Vec::<String>::new(),
         "nothing touched for a forged event"
     );
@@ -474,6 +495,7 @@ async fn a_spot_warning_drains_within_the_budget_terminates_the_instance_and_wak
     let node = world
         .api
         .get("Node", None, &world.node)
+        .await
         .expect("node still there while pods are kept");
     let taints = node["spec"]["taints"]
         .as_array()
@@ -483,13 +505,26 @@ async fn a_spot_warning_drains_within_the_budget_terminates_the_instance_and_wak
         taints.iter().any(|t| t["key"] == "karpenter.sh/disrupted"),
         "{node}"
     );
-    // The budget (minAvailable 1) let one pod go and kept the other.
-    let left: Vec<Value> = world.api.list("Pod");
-    assert_eq!(
-        left.len(),
-        1,
-        "one pod evicted, one kept by the PDB: {left:?}"
-    );
+    // The budget (minAvailable 1) let one pod go and kept the other; the Deployment
+    // replaced the one that went, pending (its node is cordoned, there is no other).
+    let lives = world.cluster.pods();
+    let evicted: Vec<&String> = lives
+        .iter()
+        .filter(|p| {
+            world.pods.contains(&p.key)
+                && p.gone.as_ref().map(|(_, by)| by) == Some(&GoneBy::Evicted)
+        })
+        .map(|p| &p.key)
+        .collect();
+    assert_eq!(evicted.len(), 1, "one pod evicted: {lives:#?}");
+    let kept: Vec<String> = world
+        .cluster
+        .placements()
+        .into_iter()
+        .filter(|(_, node, _)| node.as_deref() == Some(world.node.as_str()))
+        .map(|(pod, _, _)| pod)
+        .collect();
+    assert_eq!(kept.len(), 1, "one pod kept by the PDB: {kept:?}");
     assert_eq!(c.state, ClaimState::Draining, "{c:#?}");
     assert_eq!(
         instance_state(&world).await,
@@ -503,47 +538,82 @@ async fn a_spot_warning_drains_within_the_budget_terminates_the_instance_and_wak
     );
 
     // The same event delivered again: nothing more.
-    world.api.clear_requests();
+    world.proxy.clear_requests();
     q.send(&warning).await;
     let batch = q.receive().await;
     let response = invoke(&h, batch.clone()).await;
     assert!(response.batch_item_failures.is_empty());
     q.settle(&batch, &response).await;
     assert_eq!(
-        mutations(&world.api),
+        mutations(&world.proxy),
         Vec::<String>::new(),
         "a duplicate does nothing"
     );
     assert_eq!(trigger.0.load(Ordering::SeqCst), 1);
 
-    // The evicted pod's replacement is up elsewhere: the budget lets the last one go, and
-    // the next step of the termination machine finishes the drain.
-    world.api.put(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "web-new", "namespace": "default", "labels": {"app": "web"}},
-        "spec": {"nodeName": "elsewhere", "containers": [{"name": "app", "image": "nginx"}]},
-        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
-    }));
+    // A node nodewright does not manage (a managed node group's) joins: the evicted
+    // pod's replacement runs there, the budget lets the last one go, and the next step
+    // of the termination machine finishes the drain.
+    world
+        .api
+        .put(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "elsewhere", "labels": {"kubernetes.io/hostname": "elsewhere"},
+                "annotations": {"kwok.x-k8s.io/node": "fake"}},
+            "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+                "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"}}
+        }))
+        .await;
+    let replaced = wait_until(Duration::from_secs(30), || async {
+        world
+            .cluster
+            .placements()
+            .iter()
+            .any(|(_, node, phase)| node.as_deref() == Some("elsewhere") && phase == "Running")
+            && world.cluster.running().len() == 2
+    })
+    .await;
+    assert!(replaced, "{:?}", world.cluster.placements());
     let (ports, _) = build_ports(&world.config).await.unwrap();
-    let progress = nodewright_engine::terminate::drive(&ports, &claim(&world).await)
-        .await
-        .expect("drive");
-    assert_eq!(progress.evicted.len(), 1, "{progress:?}");
+    let drained = wait_until(Duration::from_secs(20), || async {
+        let progress = nodewright_engine::terminate::drive(&ports, &claim(&world).await)
+            .await
+            .expect("drive");
+        progress.claim.state == ClaimState::Terminated
+    })
+    .await;
     let c = claim(&world).await;
-    assert_eq!(c.state, ClaimState::Terminated, "{c:#?}");
+    assert!(drained, "{c:#?}");
     assert!(matches!(
         instance_state(&world).await.as_str(),
         "shutting-down" | "terminated"
     ));
     assert!(
-        world.api.get("Node", None, &world.node).is_none(),
+        world.api.get("Node", None, &world.node).await.is_none(),
         "the node is deleted"
     );
-    assert_eq!(
-        world.api.list("Pod").len(),
-        1,
-        "only the replacement is left"
+    let moved = wait_until(Duration::from_secs(30), || async {
+        let placements = world.cluster.placements();
+        placements.len() == 2
+            && placements
+                .iter()
+                .all(|(_, node, phase)| node.as_deref() == Some("elsewhere") && phase == "Running")
+    })
+    .await;
+    assert!(
+        moved,
+        "both replicas run elsewhere: {:?}",
+        world.cluster.placements()
     );
+    let evicted = world
+        .cluster
+        .pods()
+        .into_iter()
+        .filter(|p| world.pods.contains(&p.key))
+        .filter(|p| p.gone.as_ref().map(|(_, by)| by) == Some(&GoneBy::Evicted))
+        .count();
+    assert_eq!(evicted, 2, "both were evicted, none deleted");
+    assert_eq!(world.cluster.violations(), Vec::<String>::new());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -561,7 +631,7 @@ async fn a_retryable_failure_is_retried_alone_and_lands_in_the_dlq_after_max_rec
     let node_path = format!("/api/v1/nodes/{}", world.node);
 
     // Receive 1: the node API answers 500 to the cordon.
-    world.api.fail_next("*", &node_path, 500);
+    world.proxy.fail_next("*", &node_path, 500);
     let batch = q.receive().await;
     assert_eq!(batch.len(), 3);
     let response = invoke(&h, batch.clone()).await;
@@ -586,7 +656,7 @@ async fn a_retryable_failure_is_retried_alone_and_lands_in_the_dlq_after_max_rec
     q.settle(&batch, &response).await;
 
     // Receive 2: it fails again.
-    world.api.fail_next("*", &node_path, 500);
+    world.proxy.fail_next("*", &node_path, 500);
     let batch = q.receive().await;
     assert_eq!(
         bodies(&batch),
@@ -628,14 +698,14 @@ async fn in_a_dry_run_a_spot_warning_for_our_instance_is_acknowledged_and_nothin
         .await;
     let batch = queue.receive().await;
     assert_eq!(batch.len(), 1);
-    world.api.clear_requests();
+    world.proxy.clear_requests();
 
     let response = invoke(&h, batch).await;
     assert!(response.batch_item_failures.is_empty(), "acknowledged");
     assert!(
-        mutations(&world.api).is_empty(),
+        mutations(&world.proxy).is_empty(),
         "{:?}",
-        mutations(&world.api)
+        mutations(&world.proxy)
     );
     assert_eq!(instance_state(&world).await, "running");
     assert!(matches!(
@@ -666,7 +736,7 @@ async fn a_spot_warning_and_a_state_change_in_one_batch_lead_to_one_drain() {
         batch.extend(queue.receive().await);
     }
     assert_eq!(batch.len(), 2, "both events in one batch");
-    world.api.clear_requests();
+    world.proxy.clear_requests();
 
     let response = invoke(&h, batch).await;
     assert!(
@@ -678,12 +748,12 @@ async fn a_spot_warning_and_a_state_change_in_one_batch_lead_to_one_drain() {
     // them start the drain, and the other escalates it (the instance is gone): pods the
     // budget still protects are then deleted instead of evicted. Both may act, but on
     // each pod at most once.
-    let mutations = mutations(&world.api);
+    let mutations = mutations(&world.proxy);
     // Each pod goes once, evicted or deleted. (The node may be deleted by both records,
     // the drain's termination and the state change's clean-up: the second DELETE finds
     // nothing.)
     let mut pods_removed: Vec<String> = world
-        .api
+        .proxy
         .requests()
         .into_iter()
         .filter(|r| r.status < 300 && matches!(r.method.as_str(), "DELETE" | "POST"))
@@ -726,11 +796,7 @@ const SCHEDULE_BUDGET: Duration = Duration::from_secs(15);
 
 /// The provisioner's handler as its `main` builds it (real config, real adapters).
 async fn provisioner(env: &EmulatedCluster, holder: &str) -> nodewright_provisioner::Handler {
-    let (ports, _) = build_ports(&env.config).await.expect("ports");
-    nodewright_provisioner::Handler {
-        provisioner: Provisioner::new(ports, ProvisionerConfig::new(env.cluster.clone(), holder)),
-        poll_interval: env.config.poll_interval,
-    }
+    provisioner_on(env, &env.config, holder).await
 }
 
 /// One scheduled provisioner invocation that may keep ticking for `budget` (its
@@ -758,12 +824,13 @@ async fn provisioner_schedule(
     })
 }
 
-/// A web pod of 1.5 cpu (two fit an m5.xlarge) with 5 s of termination grace, so a drain
-/// nearing its deadline deletes pods only in its last 5 s.
-fn web(name: &str) -> Value {
-    let mut pod = pending_pod(name);
-    pod["spec"]["terminationGracePeriodSeconds"] = json!(5);
-    pod
+/// The Deployment `web`: two pods of 1.5 cpu (two fit an m5.xlarge) with 5 s of
+/// termination grace, so a drain nearing its deadline deletes pods only in its last
+/// 5 s.
+fn web() -> Value {
+    let mut deployment = web_deployment("web", 2, "1500m", "1Gi");
+    deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(5);
+    deployment
 }
 
 /// A budget keeping at least `min` web pods available.
@@ -775,7 +842,8 @@ fn budget(min: i64) -> Value {
     })
 }
 
-/// A node registers 1 s after its instance appears and turns Ready 2 s later.
+/// A node registers 1 s after its instance appears and its kubelet hands it to KWOK
+/// 2 s later.
 fn timings() -> Timings {
     Timings {
         register_after: Duration::from_secs(1),
@@ -786,9 +854,10 @@ fn timings() -> Timings {
 
 /// How long a scenario may take to reach its end state. A working engine needs ~20 s
 /// here (a replacement launched and booted, evictions retried), more when the machine
-/// is busy (moto is one Python process for every test); a passing test stops waiting
-/// as soon as it settles, so only a stuck engine pays for the margin.
-const SETTLE: Duration = Duration::from_secs(60);
+/// is busy (moto is one Python process for every test, and each test runs a control
+/// plane); a passing test stops waiting as soon as it settles, so only a stuck engine
+/// pays for the margin.
+const SETTLE: Duration = Duration::from_secs(90);
 
 struct Live {
     env: EmulatedCluster,
@@ -799,6 +868,11 @@ struct Live {
     claim: String,
     /// The claims that existed before the scenario's first event.
     before: Vec<String>,
+    /// When the setup ended.
+    started: Instant,
+    /// In front of the API server: the interruption handler's requests go through it.
+    proxy: FaultProxy,
+    proxied: Config,
 }
 
 impl std::ops::Deref for Live {
@@ -817,11 +891,9 @@ impl std::ops::Deref for Live {
 /// these scenarios need to start from one node.
 async fn live_world(prefix: &str, pdb: Option<Value>) -> Live {
     let env = emulated_cluster(prefix, "spot", 0).await;
-    for i in 0..2 {
-        env.api.put(web(&format!("web-{i}")));
-    }
+    env.deploy(web()).await;
     if let Some(pdb) = pdb {
-        env.api.put(pdb);
+        env.api.put(pdb).await;
     }
     let started = Instant::now();
     let cluster = ClusterBehaviour::start(&env, timings()).await;
@@ -841,10 +913,11 @@ async fn live_world(prefix: &str, pdb: Option<Value>) -> Live {
     assert!(registered, "setup: {:?}", cluster.instances());
     invoke_for(&provisioner, Duration::ZERO).await;
     cluster.hold_ready(false);
-    let settled = wait_until(Duration::from_secs(30), || async {
+    let settled = wait_until(Duration::from_secs(60), || async {
         tokio::time::sleep(Duration::from_secs(1)).await;
         invoke_for(&provisioner, Duration::ZERO).await;
         cluster.pending_pods().is_empty()
+            && cluster.running().len() == 2
             && env
                 .claims()
                 .await
@@ -884,6 +957,7 @@ async fn live_world(prefix: &str, pdb: Option<Value>) -> Live {
         .expect("the instance's claim")
         .name
         .clone();
+    let (proxy, proxied) = env.through_proxy().await;
     Live {
         before: claims.iter().map(|c| c.name.clone()).collect(),
         env,
@@ -891,6 +965,9 @@ async fn live_world(prefix: &str, pdb: Option<Value>) -> Live {
         instance,
         node,
         claim,
+        started: Instant::now(),
+        proxy,
+        proxied,
     }
 }
 
@@ -906,14 +983,15 @@ impl Live {
 
     async fn handler(&self, rebalance: RebalanceAction) -> Arc<Handler> {
         let trigger = Arc::new(RecordingTrigger::default());
-        Arc::new(interruption_handler(self, rebalance, trigger).await)
+        Arc::new(interruption_handler(&self.proxied, rebalance, trigger).await)
     }
 
     async fn queue(&self, max_receive_count: u32) -> Queue {
         queue_with(&self.url, max_receive_count).await
     }
 
-    /// Every pod runs on a node that exists and is not the interrupted one; none pending.
+    /// Both replicas run on a node that exists and is not the interrupted one; none
+    /// pending.
     fn running_elsewhere(&self) -> Result<(), String> {
         let nodes: Vec<String> = self
             .cluster
@@ -922,11 +1000,12 @@ impl Live {
             .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_string))
             .collect();
         let placements = self.cluster.placements();
-        let ok = placements.iter().all(|(_, node, phase)| {
-            node.as_ref()
-                .is_some_and(|n| *n != self.node && nodes.contains(n))
-                && phase == "Running"
-        });
+        let ok = placements.len() == 2
+            && placements.iter().all(|(_, node, phase)| {
+                node.as_ref()
+                    .is_some_and(|n| *n != self.node && nodes.contains(n))
+                    && phase == "Running"
+            });
         if ok {
             Ok(())
         } else {
@@ -940,24 +1019,28 @@ impl Live {
     /// Waits until the claim is Terminated, its node deleted and every pod runs
     /// elsewhere; false after [`SETTLE`]. Prints how long it took.
     async fn settled(&self) -> bool {
+        self.settled_within(SETTLE).await
+    }
+
+    /// [`Live::settled`], waiting up to `timeout`.
+    async fn settled_within(&self, timeout: Duration) -> bool {
         let started = Instant::now();
-        let settled = wait_until(SETTLE, || async {
+        let settled = wait_until(timeout, || async {
             self.claim().await.state == ClaimState::Terminated
-                && self.api.get("Node", None, &self.node).is_none()
+                && self.api.get("Node", None, &self.node).await.is_none()
                 && self.running_elsewhere().is_ok()
         })
         .await;
-        let recreated = self.cluster.recreated();
         let now = Instant::now();
         let waits: Vec<String> = self
             .cluster
             .pods()
             .iter()
-            .filter(|p| recreated.iter().any(|(_, new)| *new == p.key))
+            .filter(|p| p.first_seen >= self.started)
             .map(|p| format!("{} {:.1}s", p.key, p.pending_for(now).as_secs_f64()))
             .collect();
         eprintln!(
-            "{}: {} after {:.1}s; evicted pods recreated and pending for: {waits:?}",
+            "{}: {} after {:.1}s; pods created since the setup, pending for: {waits:?}",
             self.cluster_name(),
             if settled { "settled" } else { "not settled" },
             started.elapsed().as_secs_f64(),
@@ -1004,9 +1087,19 @@ impl Live {
             self.instance
         );
         assert!(
-            self.api.get("Node", None, &self.node).is_none(),
+            self.api.get("Node", None, &self.node).await.is_none(),
             "the interrupted node {} is still there",
             self.node
+        );
+        assert_eq!(
+            self.cluster.deleted_by_cloud(),
+            Vec::<String>::new(),
+            "nodewright deleted the node it took away, not the cloud controller"
+        );
+        assert_eq!(
+            self.unexpected_refusals(),
+            Vec::<String>::new(),
+            "the API server refused the functions' requests"
         );
         if let Err(e) = self.running_elsewhere() {
             panic!("{e}");
@@ -1278,8 +1371,13 @@ async fn a_terminated_notice_after_a_disruption_cleans_up_the_claim_and_the_node
         brief(&claim)
     );
     assert!(
-        live.api.get("Node", None, &live.node).is_none(),
+        live.api.get("Node", None, &live.node).await.is_none(),
         "the node of a terminated instance is left behind"
+    );
+    assert_eq!(
+        live.cluster.deleted_by_cloud(),
+        Vec::<String>::new(),
+        "nodewright cleaned the node up before the cloud controller would"
     );
     if let Err(e) = live.running_elsewhere() {
         panic!("{e}");
@@ -1312,6 +1410,93 @@ async fn a_terminated_notice_after_a_disruption_cleans_up_the_claim_and_the_node
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs moto: run through tests/moto.sh"]
+async fn a_rebalance_recommendation_for_a_node_whose_kubelet_hung_still_takes_the_node_away() {
+    let live = live_world("int-hung", None).await;
+    let schedule = provisioner_schedule(&live, "schedule", SCHEDULE_BUDGET).await;
+    let q = live.queue(template_max_receive_count()).await;
+    let h = live.handler(RebalanceAction::Replace).await;
+    let on_node: Vec<String> = live
+        .cluster
+        .placements()
+        .into_iter()
+        .filter(|(_, node, _)| node.as_deref() == Some(live.node.as_str()))
+        .map(|(pod, _, _)| pod)
+        .collect();
+
+    // The kubelet hangs while its instance runs on: nothing will confirm a deletion of
+    // its pods. The drain (no deadline: a rebalance recommendation) evicts them once the
+    // replacement is up; they stay Terminating, and a minute past their grace period
+    // (5 s) the drain stops waiting for them.
+    live.cluster.stop_kubelet(&live.node).await;
+    q.send(&about(
+        &fixture("rebalance-recommendation.json"),
+        &live.instance,
+    ))
+    .await;
+    let _poller = Poller::start(&q, &h);
+    let settled = live.settled_within(SETTLE + Duration::from_secs(60)).await;
+
+    let claim = live.claim().await;
+    assert_eq!(
+        claim.state,
+        ClaimState::Terminated,
+        "the claim is still {:?} (settled={settled}): {}; pods {:?}, terminating {:?}",
+        claim.state,
+        brief(&claim),
+        live.cluster.placements(),
+        live.cluster
+            .pods()
+            .iter()
+            .filter(|p| on_node.contains(&p.key))
+            .map(|p| (p.key.clone(), p.gone.clone().map(|(_, by)| by)))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        !live.cluster.killed().contains(&live.instance),
+        "nodewright terminated the instance"
+    );
+    let instances = live.live_instances().await;
+    assert!(!instances.contains(&live.instance), "{instances:?}");
+    assert!(live.api.get("Node", None, &live.node).await.is_none());
+    if let Err(e) = live.running_elsewhere() {
+        panic!("{e}");
+    }
+    let evicted: Vec<String> = live
+        .cluster
+        .pods()
+        .into_iter()
+        .filter(|p| on_node.contains(&p.key))
+        .filter(|p| p.gone.as_ref().map(|(_, by)| by) == Some(&GoneBy::Evicted))
+        .map(|p| p.key)
+        .collect();
+    assert_eq!(
+        evicted.len(),
+        on_node.len(),
+        "evicted, not lost: {evicted:?}"
+    );
+    let mut claimed: Vec<String> = live
+        .live_claims()
+        .await
+        .into_iter()
+        .filter_map(|(_, i)| i)
+        .collect();
+    claimed.sort();
+    assert_eq!(instances, claimed, "the instances are not the live claims'");
+    for (n, invocation) in schedule.invocations().iter().enumerate() {
+        assert!(
+            invocation.unclaimed().is_empty(),
+            "after provisioner invocation {}: {:?} without a live claim",
+            n + 1,
+            invocation.unclaimed()
+        );
+    }
+    let new = live.new_claims().await;
+    assert_eq!(new.len(), 1, "one replacement: {:#?}", briefs(&new));
+    assert_eq!(live.unexpected_refusals(), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn transient_api_errors_on_evictions_do_not_send_a_spot_warning_to_the_dlq() {
     let live = live_world("int-transient", None).await;
     let schedule = provisioner_schedule(&live, "schedule", SCHEDULE_BUDGET).await;
@@ -1320,10 +1505,18 @@ async fn transient_api_errors_on_evictions_do_not_send_a_spot_warning_to_the_dlq
 
     // The API server answers the first pod's eviction with 500, three times, then
     // recovers.
+    let first = live
+        .cluster
+        .placements()
+        .into_iter()
+        .find(|(_, node, _)| node.as_deref() == Some(live.node.as_str()))
+        .map(|(pod, _, _)| pod)
+        .expect("a pod on the node");
+    let (namespace, name) = first.split_once('/').expect("namespace/name");
     for _ in 0..3 {
-        live.api.fail_next(
+        live.proxy.fail_next(
             "POST",
-            "/api/v1/namespaces/default/pods/web-0/eviction",
+            &format!("/api/v1/namespaces/{namespace}/pods/{name}/eviction"),
             500,
         );
     }
@@ -1365,7 +1558,7 @@ async fn a_duplicate_of_an_event_in_the_same_batch_is_acknowledged() {
         batch.extend(q.receive().await);
     }
     assert_eq!(batch.len(), 2, "both copies in one batch");
-    live.api.clear_requests();
+    live.proxy.clear_requests();
 
     let mut event = SqsEvent::default();
     event.records = batch;
@@ -1379,7 +1572,7 @@ async fn a_duplicate_of_an_event_in_the_same_batch_is_acknowledged() {
         response.batch_item_failures
     );
     let mut evicted: Vec<String> = live
-        .api
+        .proxy
         .requests()
         .into_iter()
         .filter(|r| r.path.ends_with("/eviction") && r.status == 201)

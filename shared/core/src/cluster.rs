@@ -161,6 +161,9 @@ pub struct Pod {
     pub termination_grace_period_seconds: Option<i64>,
     /// `metadata.deletionTimestamp` is set: the pod is already going away.
     pub terminating: bool,
+    /// `metadata.deletionTimestamp` (Unix seconds): when the grace period its deletion
+    /// gave it ends.
+    pub deletion_at: Option<i64>,
     /// Host ports its containers bind (kube-scheduler's NodePorts filter): two pods
     /// binding the same port never share a node.
     pub host_ports: Vec<HostPort>,
@@ -325,6 +328,13 @@ impl Pod {
             cost += f64::from(priority) / 2f64.powi(25);
         }
         cost.clamp(-10.0, 10.0)
+    }
+
+    /// Still terminating a minute past the end of its grace period: nothing confirms its
+    /// deletion (its kubelet stopped, or its node is gone). A drain no longer waits for
+    /// it, as Karpenter's `IsStuckTerminating`.
+    pub fn stuck_terminating_at(&self, now: i64) -> bool {
+        self.terminating && self.deletion_at.is_some_and(|at| now > at + 60)
     }
 
     /// Pending for provisioning: not bound and not finished.

@@ -7,11 +7,13 @@
 //!   │  cordon: taint karpenter.sh/disrupted:NoSchedule (also while a drain waits)
 //!   ▼  start_draining (Event "Draining")                    ── waits while drain_after > now,
 //! Draining                                                      unless a replacement is up
-//!   │  drain: evict non-critical pods, then critical ones; DaemonSet pods stay;
+//!   │  drain: evict non-critical pods, then critical ones; DaemonSet pods stay, and
+//!   │  so do pods tolerating the disrupted taint (they would come straight back);
 //!   │  do-not-disrupt pods are never evicted: the drain waits for them.
 //!   │  A budget's refusal is retried on the next step; from `deadline − grace` the pod
 //!   │  is deleted instead (grace = min(time left, its own)). Instance gone/going
-//!   │  (InstanceStopped/Terminated): pods are deleted at once, nothing waited for.
+//!   │  (InstanceStopped/Terminated): pods are deleted at once, nothing waited for. A
+//!   │  pod still terminating a minute past its grace period is not waited for.
 //!   ▼  finish_draining when no evictable pod is left (Event "Terminating")
 //! Terminating
 //!   │  terminate_instance: TerminateInstances for the id the store records on this
@@ -321,6 +323,11 @@ pub async fn drain(ports: &Ports, claim: &NodeClaim, progress: &mut Progress) ->
         let remaining: Vec<&Pod> = pods
             .iter()
             .filter(|p| !p.daemonset_owned && !p.terminal)
+            .filter(|p| gone || !tolerates_disruption(p))
+            // Still terminating a minute past its grace period: nothing will confirm
+            // its deletion (a kubelet that stopped); waiting for it would hold the
+            // drain for good.
+            .filter(|p| !p.stuck_terminating_at(now))
             .collect();
         if remaining.is_empty() {
             return Ok(true);
@@ -415,6 +422,16 @@ pub async fn drain(ports: &Ports, claim: &NodeClaim, progress: &mut Progress) ->
         }
     }
     Ok(false)
+}
+
+/// The pod tolerates `karpenter.sh/disrupted:NoSchedule`: evicted, it would be put
+/// straight back on the node being drained (kube-scheduler lets it; the node is soon
+/// the least allocated). As Karpenter (`IsDrainable`), the drain neither evicts nor
+/// waits for it: it goes with its node. (Off an instance already gone it is deleted
+/// with the rest: nothing runs there any more.)
+fn tolerates_disruption(pod: &Pod) -> bool {
+    let taint = disrupted_taint();
+    pod.tolerations.iter().any(|t| t.tolerates(&taint))
 }
 
 /// The lock of one claim's drain passes in this process. Two records of one batch (a

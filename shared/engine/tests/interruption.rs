@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nodewright_core::catalog::{CapacityType, Catalog};
-use nodewright_core::cluster::{IntOrPercent, LabelSelector, Node, Pod, PodDisruptionBudget};
+use nodewright_core::cluster::{
+    IntOrPercent, LabelSelector, Node, Pod, PodDisruptionBudget, Toleration, TolerationOperator,
+};
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
 use nodewright_engine::fakes::{
     CloudOp, ClusterOp, FakeCloud, FakeCluster, ManualClock, MemoryStore, StoreOp,
@@ -305,6 +307,81 @@ async fn a_spot_warning_marks_the_offering_drains_the_node_and_terminates_the_in
             "{reason} in {reasons:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_pod_that_tolerates_the_disrupted_taint_is_left_to_go_with_its_node() {
+    // Evicted, kube-scheduler would put it straight back on the cordoned node: the drain
+    // neither evicts nor waits for it (Karpenter's IsDrainable).
+    let env = Env::new();
+    let o = env.owned("spot-t", CapacityType::Spot).await;
+    env.pod("web-0", &o.node, "web");
+    let mut anywhere = env.pod("agent-0", &o.node, "agent");
+    env.cluster
+        .with_state(|s| s.pods.retain(|p| p.name != "agent-0"));
+    anywhere.tolerations = vec![Toleration {
+        key: String::new(),
+        operator: TolerationOperator::Exists,
+        value: String::new(),
+        effect: None,
+    }];
+    env.cluster.add_pod(anywhere);
+
+    let outcome = env
+        .handle(spot_warning("e-1", &o.instance, env.now() + 120))
+        .await
+        .unwrap();
+
+    assert_eq!(
+        action(&outcome),
+        InstanceAction::Disrupted {
+            state: ClaimState::Terminated
+        }
+    );
+    assert_eq!(env.cluster_calls(ClusterOp::EvictPod), ["default/web-0"]);
+    assert_eq!(
+        env.cluster_calls(ClusterOp::DeletePod),
+        Vec::<String>::new()
+    );
+    assert_eq!(env.terminate_calls(), std::slice::from_ref(&o.instance));
+}
+
+#[tokio::test]
+async fn a_pod_still_terminating_a_minute_past_its_grace_period_no_longer_holds_the_drain() {
+    // Its kubelet stopped: the pod was evicted, and nothing confirms its deletion. A
+    // drain without a deadline (a rebalance recommendation) waits for it while its grace
+    // period runs, and a minute more (Karpenter's IsStuckTerminating), then goes on.
+    let env = Env::new();
+    let o = env.owned("spot-s", CapacityType::Spot).await;
+    let mut evicted = env.pod("web-0", &o.node, "web");
+    env.cluster
+        .with_state(|s| s.pods.retain(|p| p.name != "web-0"));
+    evicted.terminating = true;
+    evicted.deletion_at = Some(env.now() + 30);
+    env.cluster.add_pod(evicted);
+    let claim = env.claim(&o.claim);
+    let claim = terminate::disrupt(
+        &env.ports,
+        &claim,
+        DisruptionCause::RebalanceRecommended,
+        None,
+    )
+    .await
+    .unwrap();
+
+    let waiting = terminate::drive(&env.ports, &claim).await.unwrap();
+    assert_eq!(waiting.claim.state, ClaimState::Draining, "{waiting:?}");
+    env.clock.advance(Duration::from_secs(30 + 60));
+    let waiting = terminate::drive(&env.ports, &waiting.claim).await.unwrap();
+    assert_eq!(
+        waiting.claim.state,
+        ClaimState::Draining,
+        "a minute, not less"
+    );
+    env.clock.advance(Duration::from_secs(1));
+    let done = terminate::drive(&env.ports, &waiting.claim).await.unwrap();
+    assert_eq!(done.claim.state, ClaimState::Terminated, "{done:?}");
+    assert_eq!(env.terminate_calls(), std::slice::from_ref(&o.instance));
 }
 
 #[tokio::test]

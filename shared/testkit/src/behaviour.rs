@@ -1,92 +1,55 @@
-//! A cluster that behaves like one over time, for end-to-end tests of the handlers.
+//! What EKS does outside Kubernetes, and what nodewright does not do, over a real
+//! control plane: with it a test checks where a job *ends* (instances equal live
+//! claims, every pod runs, no budget broken), not one step of it.
 //!
-//! [`ClusterBehaviour`] runs in the background over an [`EmulatedCluster`] (moto's EC2 and
-//! the fake API server) and plays, every `period`, the parts of EKS that nodewright does
-//! not: the kubelets, the node lifecycle controller, kube-scheduler, the Deployment
-//! controller, pod garbage collection and EC2 reclaiming spot capacity. Without them a
-//! test can only check one step of a job; with them it can check that the job finishes:
-//! instances equal live claims, every pod runs, no budget was broken.
+//! Everything Kubernetes does is the real control plane's ([`EmulatedCluster::api`]):
+//! kube-scheduler marks pods Unschedulable and binds them; the Deployment and
+//! ReplicaSet controllers keep the replicas (recreating what goes, deleting what a
+//! scale-down asks for); the eviction API and the disruption controller keep the
+//! PodDisruptionBudgets; the node lifecycle controller taints nodes not ready and marks
+//! them unreachable when their kubelet stops; the taint eviction controller and podgc
+//! take pods off lost and deleted nodes; KWOK is the kubelet of every node that has
+//! joined (Ready, its lease renewed, its pods Running and Ready, deletions confirmed).
 //!
-//! It is a typed model: each round reads the API server's objects into core's domain
-//! (`read`: `nodewright_core::cluster::{Node, Pod, PodDisruptionBudget}` through the
-//! `snapshot` conversions, NodePools through core's validation), decides on those (core's
-//! tolerations, selectors, requests and budget arithmetic; the simulator's binder), and
-//! writes what it decided as the wire's JSON (`write`).
+//! [`ClusterBehaviour`] adds, every `period`, what is outside Kubernetes:
+//! - **an instance joining** (`kubelet`) — an instance EC2 (moto) runs for the cluster
+//!   registers its Node `register_after` after it was first seen, as the kubelet and
+//!   Karpenter's user data do (name, providerID, labels, taints, allocatable, Ready=False),
+//!   and its kubelet finishes booting `ready_after` later: KWOK takes the node and turns
+//!   it Ready;
+//! - **EC2 taking an instance back** (`cloud`) — [`ClusterBehaviour::kill_at`]: the
+//!   instance is terminated in moto at that time, drained or not; a kubelet whose
+//!   instance shut down stops (the node goes unreachable); and as the AWS cloud
+//!   controller manager does, a node that is not Ready and whose instance EC2 reports
+//!   terminated is deleted ([`ClusterBehaviour::deleted_by_cloud`]);
+//! - **an observer** (`observer`) — every pod's life (created, bound, Ready, gone and
+//!   why), and each PodDisruptionBudget checked every time a bound pod goes
+//!   ([`ClusterBehaviour::violations`]).
 //!
-//! What each part does, and where it simplifies the real one:
-//! - **kubelet** (`kubelet`) — an instance tagged for the cluster, running, without a
-//!   Node yet, registers `register_after` after it was first seen: a Node named like its
-//!   private DNS name, providerID `aws:///<zone>/<id>`, the labels the kubelet and
-//!   Karpenter's user data set (hostname, zone, region, instance type, arch, os, and the
-//!   NodePool and NodeClaim from the instance's tags), the taints Karpenter registers
-//!   with (`karpenter.sh/unregistered:NoExecute`, the NodePool's taints and startup
-//!   taints), allocatable and capacity of its type from the catalog, Ready=False. It
-//!   turns Ready `ready_after` later. A kubelet registers once: if its Node is deleted it
-//!   does not come back (the real kubelet only registers at start).
-//! - **node lifecycle controller** (`kubelet`) — `node.kubernetes.io/not-ready:NoSchedule`
-//!   while the node is not Ready (TaintNodesByCondition); when its instance is shutting
-//!   down or terminated the node goes Ready=Unknown with `node.kubernetes.io/unreachable`.
-//! - **pods of a lost instance** — deleted at once (the real control plane marks them
-//!   for deletion only after the node has been unreachable for 5 minutes; the test
-//!   cannot wait that long, and what matters is that they are gone and replaced).
-//! - **pod GC** (`controllers`) — a pod bound to a Node that no longer exists is deleted
-//!   (the real podgc waits a 40 s quarantine first).
-//! - **kube-scheduler** (`scheduler`) — binds each pending pod for kube-scheduler where
-//!   the engine simulator's binder (`nodewright_engine::sim::binder`) would: every
-//!   NoSchedule and NoExecute taint tolerated (kube-scheduler itself does not look at
-//!   the Ready condition, the not-ready taint keeps pods off; the condition is checked
-//!   too), not cordoned, not being deleted, `nodeSelector` and required node affinity
-//!   matched, the pod's requests (cpu, memory, a pod slot, anything else it asks for)
-//!   within allocatable minus what the pods bound there request, `DoNotSchedule`
-//!   topology spread and required pod (anti-)affinity kept. Among those it picks the
-//!   least allocated node (the default scoring, NodeResourcesFit LeastAllocated: free
-//!   shares of cpu and memory). Preferences only score in kube-scheduler and are not
-//!   modelled. The pod runs at once (phase Running, Ready), which the real kubelet takes
-//!   a few seconds for. A pod that fits nowhere is marked PodScheduled=False,
-//!   Unschedulable (once).
-//! - **Deployment controller** (`controllers`) — every pod that goes (evicted, deleted,
-//!   lost) is recreated pending under a new name with the same labels and spec, so the
-//!   replica count stays. [`ClusterBehaviour::scale_down`] lowers the replica count
-//!   instead: the ReplicaSet controller deletes the pods it names (at once; the real
-//!   pods terminate over their grace period) and nothing recreates them.
-//! - **PodDisruptionBudgets** (`budgets`) — the fake API server refuses evictions the
-//!   budgets do not allow; here every pod that goes is recorded and each budget is
-//!   checked after it: fewer healthy pods than the budget requires is a violation.
-//! - **EC2** (`ec2`) — [`ClusterBehaviour::kill_at`]: the instance is terminated through
-//!   TerminateInstances at that time (a spot reclaim at the end of its two-minute
-//!   notice), drained or not; its pods are lost.
-//!
-//! An object in the API server that does not decode is left out of every decision and
-//! named in [`ClusterBehaviour::errors`].
+//! A failed call (to moto or the API server) skips that part of the round and is named
+//! in [`ClusterBehaviour::errors`].
 
-mod budgets;
-mod controllers;
+mod cloud;
 mod ec2;
 mod kubelet;
-mod read;
-mod scheduler;
-mod write;
+mod observer;
+
+pub use observer::{GoneBy, PodLife};
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
-use k8s_openapi::api::core::v1 as k8s;
 use nodewright_aws::testing::{Ec2Client, sdk_config};
 use nodewright_core::catalog::Catalog;
-use nodewright_core::cluster::Pod;
-use nodewright_kube::fake::FakeApiServer;
+use nodewright_kube::testing::{ControlPlane, objects};
 
 use crate::emulated::EmulatedCluster;
+use crate::wait_until;
 use ec2::Ec2Instance;
-use read::PodObject;
-
-const TAINT_NOT_READY: &str = "node.kubernetes.io/not-ready";
-const TAINT_UNREACHABLE: &str = "node.kubernetes.io/unreachable";
-const TAINT_UNREGISTERED: &str = "karpenter.sh/unregistered";
 
 /// How fast the cluster reacts. The defaults are short so a test runs in seconds; a
 /// real EKS node takes ~30 s from launch to Ready.
@@ -94,9 +57,10 @@ const TAINT_UNREGISTERED: &str = "karpenter.sh/unregistered";
 pub struct Timings {
     /// From the instance first seen to its kubelet registering the Node (boot).
     pub register_after: Duration,
-    /// From registration to the Ready condition (the CNI is up).
+    /// From registration to the kubelet handing the node to KWOK (the CNI is up);
+    /// KWOK turns it Ready within a quarter of its lease duration (2 s).
     pub ready_after: Duration,
-    /// How often the kubelets, the controllers and the scheduler act.
+    /// How often the kubelets and the cloud act.
     pub period: Duration,
     /// How often EC2 is asked about the instances (moto is slow, and shared by the
     /// tests running in parallel).
@@ -108,11 +72,14 @@ impl Default for Timings {
         Timings {
             register_after: Duration::from_secs(2),
             ready_after: Duration::from_secs(1),
-            period: Duration::from_millis(100),
+            period: Duration::from_millis(200),
             ec2_period: Duration::from_millis(500),
         }
     }
 }
+
+/// How often a booting kubelet renews its lease.
+const HEARTBEAT: Duration = Duration::from_secs(2);
 
 /// One instance as the cluster saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,9 +89,14 @@ pub struct InstanceLife {
     /// Its Node's name, once registered.
     pub node: Option<String>,
     pub registered_at: Option<Instant>,
+    /// When its kubelet handed the node to KWOK.
+    pub booted_at: Option<Instant>,
+    /// When its Node was first seen Ready.
     pub ready_at: Option<Instant>,
     /// When it was first seen shutting down, stopped or terminated.
     pub gone_at: Option<Instant>,
+    /// When its kubelet stopped (its instance went, or [`ClusterBehaviour::stop_kubelet`]).
+    pub kubelet_stopped_at: Option<Instant>,
     /// EC2 reclaimed it ([`ClusterBehaviour::kill_at`]); nobody else terminated it first.
     pub killed: bool,
 }
@@ -136,72 +108,11 @@ impl InstanceLife {
             first_seen: now,
             node: None,
             registered_at: None,
+            booted_at: None,
             ready_at: None,
             gone_at: None,
+            kubelet_stopped_at: None,
             killed: false,
-        }
-    }
-}
-
-/// Why a pod went.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GoneBy {
-    /// Evicted or deleted through the API (by nodewright).
-    Api,
-    /// Deleted by the ReplicaSet controller when its Deployment was scaled down
-    /// ([`ClusterBehaviour::scale_down`]): not recreated, not a disruption.
-    ScaledDown,
-    /// Its instance shut down or was terminated under it.
-    InstanceLost(String),
-    /// Its Node was deleted while it was bound there (pod GC).
-    NodeDeleted(String),
-}
-
-/// One pod over its life (a recreated pod is a new life with a new name).
-#[derive(Debug, Clone, PartialEq)]
-pub struct PodLife {
-    /// namespace/name
-    pub key: String,
-    pub uid: String,
-    /// When it was created by the Deployment controller, or first seen.
-    pub first_seen: Instant,
-    pub bound_at: Option<Instant>,
-    pub node: Option<String>,
-    pub gone: Option<(Instant, GoneBy)>,
-    /// The pod as first seen: what the Deployment controller recreates it from.
-    template: Template,
-}
-
-/// A pod as first seen: core's view of it (its labels select it for budgets; a
-/// DaemonSet's or a finished pod is not recreated) and the spec to recreate it with.
-#[derive(Debug, Clone, PartialEq)]
-struct Template {
-    pod: Pod,
-    spec: k8s::PodSpec,
-}
-
-impl PodLife {
-    /// How long it waited for a node: until bound, until it went, or until now.
-    pub fn pending_for(&self, now: Instant) -> Duration {
-        let end = self
-            .bound_at
-            .or(self.gone.as_ref().map(|(at, _)| *at))
-            .unwrap_or(now);
-        end.saturating_duration_since(self.first_seen)
-    }
-
-    fn first_seen(object: PodObject, now: Instant) -> PodLife {
-        PodLife {
-            key: object.pod.key(),
-            uid: object.uid,
-            first_seen: now,
-            bound_at: None,
-            node: object.pod.node_name.clone(),
-            gone: None,
-            template: Template {
-                pod: object.pod,
-                spec: object.spec,
-            },
         }
     }
 }
@@ -209,41 +120,45 @@ impl PodLife {
 #[derive(Default)]
 struct Record {
     instances: BTreeMap<String, InstanceLife>,
-    /// By uid.
-    pods: BTreeMap<String, PodLife>,
+    /// When each booting kubelet last renewed its lease.
+    heartbeats: BTreeMap<String, Instant>,
     kills: Vec<(String, Instant)>,
-    /// (old pod, its replacement).
-    recreated: Vec<(String, String)>,
-    violations: Vec<String>,
-    /// Failed calls to moto (a step was skipped) and objects that did not decode (left
-    /// out).
+    /// Nodes the cloud controller manager deleted, and when it last looked.
+    deleted_by_cloud: Vec<String>,
+    cloud_looked: Option<Instant>,
+    /// The Nodes as last listed.
+    nodes: Vec<Value>,
     errors: Vec<String>,
-    next_pod: u64,
-    /// While set, no node turns Ready ([`ClusterBehaviour::hold_ready`]).
+    /// While set, no instance registers ([`ClusterBehaviour::hold_registration`]).
+    hold_registration: bool,
+    /// While set, no kubelet finishes booting ([`ClusterBehaviour::hold_ready`]).
     hold_ready: bool,
     /// The last DescribeInstances, and when.
     described: Option<(Instant, Vec<Ec2Instance>)>,
 }
 
-/// Everything the background task and the accessors share.
+/// Everything the background tasks and the accessors share.
 struct Shared {
-    api: Arc<FakeApiServer>,
+    api: Arc<ControlPlane>,
     ec2: Ec2Client,
     cluster: String,
     timings: Timings,
     record: Mutex<Record>,
+    observed: observer::Shared,
 }
 
-/// The cluster's own behaviour, running in the background until dropped (or
-/// [`stop`](ClusterBehaviour::stop)ped). See the module documentation.
+/// The cluster's behaviour outside Kubernetes, running in the background until dropped
+/// (or [`stop`](ClusterBehaviour::stop)ped). See the module documentation.
 pub struct ClusterBehaviour {
     shared: Arc<Shared>,
     task: JoinHandle<()>,
+    observer: JoinHandle<()>,
 }
 
 impl Drop for ClusterBehaviour {
     fn drop(&mut self) {
         self.task.abort();
+        self.observer.abort();
     }
 }
 
@@ -257,11 +172,16 @@ impl ClusterBehaviour {
             cluster: world.cluster.clone(),
             timings,
             record: Mutex::default(),
+            observed: Arc::default(),
         });
-        // The pods the test put are "created" now, not at the first step.
-        shared.api.with_store(|store| {
-            controllers::observe_pods(store, &mut shared.lock(), Instant::now());
-        });
+        let (listed, first_list) = tokio::sync::oneshot::channel();
+        let observer = tokio::spawn(observer::observe(
+            shared.api.clone(),
+            shared.observed.clone(),
+            listed,
+        ));
+        // The pods there now are "created" now, not at the first round.
+        let _ = tokio::time::timeout(Duration::from_secs(30), first_list).await;
         let behaving = shared.clone();
         let task = tokio::spawn(async move {
             let mut every = tokio::time::interval(behaving.timings.period);
@@ -271,17 +191,29 @@ impl ClusterBehaviour {
                 behaving.step().await;
             }
         });
-        ClusterBehaviour { shared, task }
+        ClusterBehaviour {
+            shared,
+            task,
+            observer,
+        }
     }
 
-    /// Stops behaving: nothing registers, binds or is recreated any more.
+    /// Stops behaving: nothing registers or boots, EC2 takes nothing back, and pods are
+    /// no longer observed. (The control plane goes on.)
     pub fn stop(&self) {
         self.task.abort();
+        self.observer.abort();
     }
 
-    /// While `hold` is set, registered nodes stay NotReady (a slow CNI); once released,
-    /// a node whose `ready_after` has passed turns Ready at the next round. Lets a test
-    /// reach a state at a step it chooses.
+    /// While `hold` is set, no instance registers its Node; once released, an instance
+    /// whose `register_after` has passed registers at the next round.
+    pub fn hold_registration(&self, hold: bool) {
+        self.shared.lock().hold_registration = hold;
+    }
+
+    /// While `hold` is set, registered nodes stay NotReady (a slow CNI: their kubelets
+    /// keep booting); once released, a kubelet whose `ready_after` has passed hands its
+    /// node to KWOK at the next round. Lets a test reach a state at a step it chooses.
     pub fn hold_ready(&self, hold: bool) {
         self.shared.lock().hold_ready = hold;
     }
@@ -289,6 +221,24 @@ impl ClusterBehaviour {
     /// EC2 takes `instance_id` back at `at` (TerminateInstances), whatever its state.
     pub fn kill_at(&self, instance_id: &str, at: Instant) {
         self.shared.lock().kills.push((instance_id.to_string(), at));
+    }
+
+    /// The kubelet of `node` stops now while its instance runs on (a hung kubelet):
+    /// KWOK no longer plays the node or its pods, and the node lifecycle controller
+    /// marks it unreachable after its grace period.
+    pub async fn stop_kubelet(&self, node: &str) {
+        kubelet::stop(&self.shared.api, node)
+            .await
+            .unwrap_or_else(|e| panic!("stopping the kubelet of {node}: {e}"));
+        let now = Instant::now();
+        let mut record = self.shared.lock();
+        if let Some(life) = record
+            .instances
+            .values_mut()
+            .find(|i| i.node.as_deref() == Some(node))
+        {
+            life.kubelet_stopped_at.get_or_insert(now);
+        }
     }
 
     /// Instances EC2 reclaimed through [`kill_at`](Self::kill_at) before anyone else
@@ -301,6 +251,12 @@ impl ClusterBehaviour {
             .collect()
     }
 
+    /// Nodes deleted by the cloud controller manager (not Ready, their instance
+    /// terminated) rather than by nodewright.
+    pub fn deleted_by_cloud(&self) -> Vec<String> {
+        self.shared.lock().deleted_by_cloud.clone()
+    }
+
     /// Every instance of the cluster seen so far.
     pub fn instances(&self) -> Vec<InstanceLife> {
         self.shared.lock().instances.values().cloned().collect()
@@ -310,109 +266,184 @@ impl ClusterBehaviour {
         self.shared.lock().instances.get(id).cloned()
     }
 
-    /// Every pod seen so far, gone ones included.
+    /// Every pod seen so far, gone ones included, DaemonSets' too (`daemon`).
     pub fn pods(&self) -> Vec<PodLife> {
-        self.shared.lock().pods.values().cloned().collect()
+        observer::lock(&self.shared.observed)
+            .lives
+            .values()
+            .cloned()
+            .collect()
     }
 
-    /// Pods in the API server now, unbound and not finished ("namespace/name").
+    /// Workload pods (not DaemonSets') in the API server now, not being deleted, not
+    /// finished and not bound ("namespace/name").
     pub fn pending_pods(&self) -> Vec<String> {
-        self.pods_now()
+        self.placements()
             .into_iter()
-            .filter(|p| p.pod.node_name.is_none() && !p.pod.terminal)
-            .map(|p| p.pod.key())
-            .collect()
-    }
-
-    /// Pods in the API server now: ("namespace/name", its node, its phase).
-    pub fn placements(&self) -> Vec<(String, Option<String>, String)> {
-        self.pods_now()
-            .into_iter()
-            .map(|p| (p.pod.key(), p.pod.node_name, p.phase))
-            .collect()
-    }
-
-    /// The Nodes in the API server now, as stored (for a test's failure message).
-    pub fn nodes(&self) -> Vec<Value> {
-        self.shared.api.list("Node")
-    }
-
-    /// The longest any pod waited for a node (still pending ones count until now).
-    pub fn max_pending(&self) -> Duration {
-        let now = Instant::now();
-        self.pods()
-            .iter()
-            .map(|p| p.pending_for(now))
-            .max()
-            .unwrap_or_default()
-    }
-
-    /// (pod, node, how long it waited) for every pod that was bound.
-    pub fn bind_times(&self) -> Vec<(String, String, Duration)> {
-        self.pods()
-            .into_iter()
-            .filter_map(|p| {
-                let bound = p.bound_at?;
-                Some((
-                    p.key.clone(),
-                    p.node.clone()?,
-                    bound.saturating_duration_since(p.first_seen),
-                ))
+            .filter(|(_, node, phase)| {
+                node.is_none() && !matches!(phase.as_str(), "Succeeded" | "Failed")
             })
+            .map(|(pod, _, _)| pod)
             .collect()
+    }
+
+    /// Workload pods (not DaemonSets') in the API server now that are not being deleted
+    /// (a Deployment's replicas): ("namespace/name", its node, its phase), by name.
+    pub fn placements(&self) -> Vec<(String, Option<String>, String)> {
+        let observed = observer::lock(&self.shared.observed);
+        let mut placements: Vec<(String, Option<String>, String)> = observed
+            .live
+            .values()
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && !observer::is_daemon(p))
+            .map(|p| {
+                (
+                    format!(
+                        "{}/{}",
+                        p.metadata.namespace.as_deref().unwrap_or_default(),
+                        p.metadata.name.as_deref().unwrap_or_default()
+                    ),
+                    p.spec.as_ref().and_then(|s| s.node_name.clone()),
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.phase.clone())
+                        .unwrap_or_default(),
+                )
+            })
+            .collect();
+        placements.sort();
+        placements
+    }
+
+    /// Every workload pod (not a DaemonSet's) now running and Ready ("namespace/name"),
+    /// sorted.
+    pub fn running(&self) -> Vec<String> {
+        let observed = observer::lock(&self.shared.observed);
+        let mut running: Vec<String> = observed
+            .live
+            .values()
+            .filter(|p| {
+                p.metadata.deletion_timestamp.is_none()
+                    && observer::is_ready(p)
+                    && !observer::is_daemon(p)
+            })
+            .map(|p| {
+                format!(
+                    "{}/{}",
+                    p.metadata.namespace.as_deref().unwrap_or_default(),
+                    p.metadata.name.as_deref().unwrap_or_default()
+                )
+            })
+            .collect();
+        running.sort();
+        running
+    }
+
+    /// The Nodes in the API server as last listed (for a test's failure message).
+    pub fn nodes(&self) -> Vec<Value> {
+        self.shared.lock().nodes.clone()
     }
 
     /// Every moment a PodDisruptionBudget had fewer healthy pods than it requires
-    /// because a pod went, described.
+    /// because a bound pod went, described.
     pub fn violations(&self) -> Vec<String> {
-        self.shared.lock().violations.clone()
+        observer::lock(&self.shared.observed).violations.clone()
     }
 
-    /// (old pod, its replacement) for every pod the Deployment controller recreated.
-    pub fn recreated(&self) -> Vec<(String, String)> {
-        self.shared.lock().recreated.clone()
-    }
-
-    /// Pods that went with their instance or node rather than through the API.
+    /// Workload pods that went with their node (taint eviction off a lost node, podgc
+    /// after its deletion) rather than through the API. (A DaemonSet's pod always goes
+    /// with its node.)
     pub fn lost(&self) -> Vec<(String, GoneBy)> {
         self.pods()
             .into_iter()
+            .filter(|p| !p.daemon)
             .filter_map(|p| match p.gone {
-                Some((_, by @ (GoneBy::InstanceLost(_) | GoneBy::NodeDeleted(_)))) => {
-                    Some((p.key, by))
-                }
+                Some((_, by @ (GoneBy::NodeLost(_) | GoneBy::NodeDeleted(_)))) => Some((p.key, by)),
                 _ => None,
             })
             .collect()
     }
 
-    /// Their Deployment is scaled down by these pods ("namespace/name"): the
-    /// ReplicaSet controller deletes them through the API and the Deployment
-    /// controller does not recreate them, now or later. Budgets do not govern a
-    /// scale-down (it is no eviction), so it is no violation either. Panics on a pod
-    /// that is not in the API server.
-    pub fn scale_down(&self, pods: &[&str]) {
-        let now = Instant::now();
-        self.shared.api.with_store(|store| {
-            // Store first, then the record (as a round): deleted and recorded at once,
-            // so the next round never sees these pods go and recreates them.
-            controllers::scale_down(store, &mut self.shared.lock(), pods, now);
-        });
+    /// Their Deployment is scaled down by these pods ("namespace/name"), as a user
+    /// picks the pods to go with `controller.kubernetes.io/pod-deletion-cost`: each is
+    /// given the lowest cost, then its Deployment loses as many replicas; the real
+    /// ReplicaSet controller deletes them. Returns once they are gone. Panics on a pod
+    /// that is not a Deployment's, or when they do not go within 30 s.
+    pub async fn scale_down(&self, pods: &[&str]) {
+        let api = &self.shared.api;
+        let mut by_deployment: BTreeMap<(String, String), usize> = BTreeMap::new();
+        for key in pods {
+            let (namespace, name) = key
+                .split_once('/')
+                .unwrap_or_else(|| panic!("{key}: not namespace/name"));
+            let pod = api
+                .get("Pod", Some(namespace), name)
+                .await
+                .unwrap_or_else(|| panic!("scale down: no pod {key}"));
+            let set = owner(&pod, "ReplicaSet")
+                .unwrap_or_else(|| panic!("scale down: {key} has no ReplicaSet"));
+            let set = api
+                .get("ReplicaSet", Some(namespace), &set)
+                .await
+                .unwrap_or_else(|| panic!("scale down: the ReplicaSet of {key} is gone"));
+            let deployment = owner(&set, "Deployment")
+                .unwrap_or_else(|| panic!("scale down: {key} is not a Deployment's"));
+            api.modify("Pod", Some(namespace), name, |p| {
+                p["metadata"]["annotations"]["controller.kubernetes.io/pod-deletion-cost"] =
+                    json!("-1000");
+            })
+            .await;
+            *by_deployment
+                .entry((namespace.to_string(), deployment))
+                .or_default() += 1;
+        }
+        for ((namespace, deployment), fewer) in by_deployment {
+            api.modify("Deployment", Some(&namespace), &deployment, |d| {
+                let replicas = d["spec"]["replicas"].as_u64().unwrap_or(1) as usize;
+                d["spec"]["replicas"] = json!(replicas.saturating_sub(fewer));
+            })
+            .await;
+        }
+        let gone = wait_until(Duration::from_secs(30), || async {
+            let placed = self.placements();
+            pods.iter()
+                .all(|key| !placed.iter().any(|(p, _, _)| p == key))
+        })
+        .await;
+        assert!(
+            gone,
+            "scale down: {pods:?} not deleted by their ReplicaSet: {:?}",
+            self.placements()
+        );
     }
 
-    /// Calls to moto that failed (the step was skipped), and objects in the API server
-    /// that did not decode (left out): to explain a test that stalls.
+    /// Calls that failed (that part of a round was skipped): to explain a test that
+    /// stalls.
     pub fn errors(&self) -> Vec<String> {
-        self.shared.lock().errors.clone()
+        let mut errors = self.shared.lock().errors.clone();
+        errors.extend(observer::lock(&self.shared.observed).errors.clone());
+        errors
     }
+}
 
-    /// The pods in the API server now, typed (those that do not decode are the
-    /// rounds' to report).
-    fn pods_now(&self) -> Vec<PodObject> {
-        self.shared
-            .api
-            .with_store(|store| read::pods(store, &mut Vec::new()))
-    }
+/// The name of the object's controller of `kind`.
+fn owner(object: &Value, kind: &str) -> Option<String> {
+    object["metadata"]["ownerReferences"]
+        .as_array()?
+        .iter()
+        .find(|o| o["kind"] == kind && o["controller"] == true)
+        .and_then(|o| o["name"].as_str())
+        .map(str::to_string)
+}
+
+/// The Ready condition of a Node, "" when it has none.
+fn ready_status(node: &Value) -> &str {
+    node["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready")
+        .and_then(|c| c["status"].as_str())
+        .unwrap_or("")
 }
 
 impl Shared {
@@ -420,10 +451,17 @@ impl Shared {
         self.record.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One round of everything. The API server's objects are locked for the whole of
-    /// the Kubernetes part, so nodewright sees either none or all of a round's changes.
+    fn note(&self, error: String) {
+        let mut record = self.lock();
+        if !record.errors.contains(&error) {
+            record.errors.push(error);
+        }
+    }
+
+    /// One round: EC2's reclaims, the instances as EC2 reports them, the Nodes as the
+    /// API server has them, then each kubelet's next step and the cloud's.
     async fn step(&self) {
-        let reclaimed = self.reclaim_due().await;
+        let reclaimed = cloud::reclaim_due(self).await;
         let fresh = self
             .lock()
             .described
@@ -433,7 +471,7 @@ impl Shared {
             match ec2::describe(&self.ec2, &self.cluster).await {
                 Ok(instances) => self.lock().described = Some((Instant::now(), instances)),
                 Err(e) => {
-                    self.lock().errors.push(format!("DescribeInstances: {e}"));
+                    self.note(format!("DescribeInstances: {e}"));
                     return;
                 }
             }
@@ -444,79 +482,101 @@ impl Shared {
             .as_ref()
             .map(|(_, i)| i.clone())
             .unwrap_or_default();
-        let now = Instant::now();
-        let catalog = Catalog::embedded();
-        self.api.with_store(|store| {
-            // Store first, then the record: the accessors never hold the record while
-            // reaching for the store.
-            let mut record = self.lock();
-            let mut gone = controllers::observe_pods(store, &mut record, now);
-            gone.extend(kubelet::kubelets(
-                store,
-                &mut record,
-                &instances,
-                catalog,
-                self.timings,
-                now,
-            ));
-            gone.extend(controllers::collect_orphans(store, &mut record, now));
-            controllers::recreate(store, &mut record, &gone, now);
-            budgets::check_budgets(store, &mut record, &gone);
-            scheduler::schedule(store, &mut record, now);
-        });
+        let nodes = match objects::list(self.api.admin(), "Node").await {
+            Ok(nodes) => nodes,
+            Err(e) => {
+                self.note(format!("listing Nodes: {e}"));
+                return;
+            }
+        };
+        self.lock().nodes = nodes.clone();
+        for instance in &instances {
+            self.kubelet(instance, &nodes).await;
+        }
+        cloud::delete_lost_nodes(self, &instances, &nodes).await;
     }
 
-    /// EC2 reclaims the instances whose time has come. True when it did.
-    async fn reclaim_due(&self) -> bool {
+    /// The next step of one instance's kubelet.
+    async fn kubelet(&self, instance: &Ec2Instance, nodes: &[Value]) {
         let now = Instant::now();
-        let due: Vec<String> = {
+        let (life, hold_registration, hold_ready, heartbeat) = {
             let mut record = self.lock();
-            let (due, later): (Vec<_>, Vec<_>) =
-                record.kills.drain(..).partition(|(_, at)| *at <= now);
-            record.kills = later;
-            due.into_iter().map(|(id, _)| id).collect()
+            let life = record
+                .instances
+                .entry(instance.id.clone())
+                .or_insert_with(|| InstanceLife::new(&instance.id, now))
+                .clone();
+            let heartbeat = life
+                .node
+                .as_ref()
+                .and_then(|n| record.heartbeats.get(n).copied());
+            (life, record.hold_registration, record.hold_ready, heartbeat)
         };
-        if due.is_empty() {
-            return false;
+        let node = life.node.as_ref().and_then(|name| {
+            nodes
+                .iter()
+                .find(|n| n["metadata"]["name"] == name.as_str())
+        });
+        if node.is_some_and(|n| ready_status(n) == "True") && life.ready_at.is_none() {
+            self.update(&instance.id, |l| l.ready_at = Some(now));
         }
-        // Only instances still up are reclaimed by EC2; one already terminated by
-        // nodewright is not "killed".
-        let up = match ec2::describe(&self.ec2, &self.cluster).await {
-            Ok(all) => all,
-            Err(e) => {
-                self.lock().errors.push(format!("DescribeInstances: {e}"));
-                return false;
+        if instance.is_gone() {
+            if life.gone_at.is_none() {
+                self.update(&instance.id, |l| l.gone_at = Some(now));
             }
-        };
-        let alive: Vec<String> = due
-            .into_iter()
-            .filter(|id| up.iter().any(|i| &i.id == id && !i.is_gone()))
-            .collect();
-        if alive.is_empty() {
-            return false;
-        }
-        match self
-            .ec2
-            .terminate_instances()
-            .set_instance_ids(Some(alive.clone()))
-            .send()
-            .await
-        {
-            Ok(_) => {
-                let mut record = self.lock();
-                for id in alive {
-                    let life = record
-                        .instances
-                        .entry(id.clone())
-                        .or_insert_with(|| InstanceLife::new(&id, now));
-                    life.killed = true;
+            if let (Some(name), None, Some(_)) = (&life.node, life.kubelet_stopped_at, node) {
+                match kubelet::stop(&self.api, name).await {
+                    Ok(()) => self.update(&instance.id, |l| l.kubelet_stopped_at = Some(now)),
+                    Err(e) => self.note(e),
                 }
-                true
             }
-            Err(e) => {
-                self.lock().errors.push(format!("TerminateInstances: {e}"));
-                false
+            return;
+        }
+        if instance.state != "running" || life.kubelet_stopped_at.is_some() {
+            return; // pending: still booting; or its kubelet stopped for good
+        }
+        let timings = self.timings;
+        match (&life.node, life.registered_at, life.booted_at) {
+            (None, _, _)
+                if !hold_registration && now >= life.first_seen + timings.register_after =>
+            {
+                let catalog = Catalog::embedded();
+                match kubelet::register(&self.api, instance, catalog).await {
+                    Ok(name) => {
+                        self.lock().heartbeats.insert(name.clone(), now);
+                        self.update(&instance.id, |l| {
+                            l.node = Some(name);
+                            l.registered_at = Some(now);
+                        });
+                    }
+                    Err(e) => self.note(e),
+                }
             }
+            (Some(name), Some(at), None) => {
+                if !hold_ready && now >= at + timings.ready_after {
+                    match kubelet::release(&self.api, name).await {
+                        Ok(()) => {
+                            self.lock().heartbeats.remove(name);
+                            self.update(&instance.id, |l| l.booted_at = Some(now));
+                        }
+                        Err(e) => self.note(e),
+                    }
+                } else if heartbeat.is_none_or(|h| h.elapsed() >= HEARTBEAT) {
+                    match kubelet::heartbeat(&self.api, name).await {
+                        Ok(()) => {
+                            self.lock().heartbeats.insert(name.clone(), now);
+                        }
+                        Err(e) => self.note(e),
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn update(&self, instance: &str, change: impl FnOnce(&mut InstanceLife)) {
+        if let Some(life) = self.lock().instances.get_mut(instance) {
+            change(life);
         }
     }
 }

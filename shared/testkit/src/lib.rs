@@ -1,25 +1,33 @@
 //! An emulated EKS cluster for end-to-end tests of the Lambda handlers: moto for
-//! DynamoDB, EC2, SSM and EKS (tests/moto.sh), the fake Kubernetes API server for the
-//! cluster, reached through `NODEWRIGHT_KUBECONFIG` as a local run would, and the
-//! `Config` the handlers are built from. Test-only: the function crates take it as a
+//! DynamoDB, EC2, SSM and EKS (tests/moto.sh), a real Kubernetes control plane for the
+//! cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler and KWOK as
+//! every node's kubelet: `nodewright_kube::testing`), reached through
+//! `NODEWRIGHT_KUBECONFIG` as the functions' own identity, and the `Config` the
+//! handlers are built from. Test-only: the function crates take it as a
 //! dev-dependency, no Lambda binary links it, and it depends on no function crate (a
 //! test hands it the handler it exercises).
 //!
-//! - [`emulated_cluster`]: the world, with a NodePool and pending pods;
-//! - [`ClusterBehaviour`] (`behaviour`): kubelets, scheduler, controllers and EC2 acting
-//!   over time, so a test can assert where a job *ends*; a typed model on core's
-//!   domain, binding with the simulator's binder;
+//! - [`emulated_cluster`]: the world, with a NodePool and a Deployment whose pods
+//!   kube-scheduler found no node for; [`web_deployment`] for more workloads;
+//! - [`ClusterBehaviour`] (`behaviour`): what EKS does outside Kubernetes over time —
+//!   instances joining as nodes, EC2 taking instances back, the cloud controller
+//!   deleting their nodes — and an observer of every pod and PodDisruptionBudget, so a
+//!   test can assert where a job *ends*;
 //! - [`ProvisionerSchedule`]: the provisioner invoked back to back as its schedule
 //!   would, with what each invocation left behind;
 //! - [`lambda_context`], [`scheduled_event`], [`wait_until`] and the accessors on
-//!   [`EmulatedCluster`] (claims, live instances).
+//!   [`EmulatedCluster`] (claims, live instances, the functions' requests as the audit
+//!   log recorded them, a fault proxy in front of the API server).
 
 mod behaviour;
 mod emulated;
 mod schedule;
 
 pub use behaviour::{ClusterBehaviour, GoneBy, InstanceLife, PodLife, Timings};
-pub use emulated::{AwsView, EmulatedCluster, NODE_ROLE, emulated_cluster, pending_pod, web_pod};
+pub use emulated::{
+    Audited, AwsView, EmulatedCluster, NODE_LEASE_SECONDS, NODE_ROLE, control_plane_options,
+    emulated_cluster, emulated_cluster_with, marked_unschedulable, node_daemon_set, web_deployment,
+};
 pub use schedule::{Invocation, ProvisionerSchedule};
 
 use std::future::Future;

@@ -1,7 +1,8 @@
 //! A static NodePool (`spec.replicas`) through the provisioner's real handler: DynamoDB
-//! and EC2 are moto's (tests/moto.sh), Kubernetes is the fake API server. The pool
-//! comes up to its replicas with no pod pending, publishes `status.nodes`, and when
-//! its replicas drop the surplus node is drained and its instance terminated.
+//! and EC2 are moto's (tests/moto.sh), Kubernetes is a real control plane whose nodes
+//! join as their instances boot. The pool comes up to its replicas with no pod pending,
+//! publishes `status.nodes`, and when its replicas drop the surplus node is drained and
+//! its instance terminated.
 
 use lambda_runtime::{Context, LambdaEvent};
 use serde_json::{Value, json};
@@ -14,7 +15,10 @@ use nodewright_engine::ports::Store;
 use nodewright_engine::{Provisioner, ProvisionerConfig};
 use nodewright_lambda::build_ports;
 use nodewright_provisioner::Handler;
-use nodewright_testkit::{EmulatedCluster, emulated_cluster};
+use nodewright_testkit::{
+    ClusterBehaviour, EmulatedCluster, Timings, emulated_cluster, wait_until,
+};
+use std::time::Duration;
 
 const SCHEDULED_TICK: &str =
     include_str!("../../../../shared/core/tests/fixtures/events/scheduled-tick.json");
@@ -72,45 +76,32 @@ async fn live_instances(world: &EmulatedCluster) -> Vec<String> {
         .collect()
 }
 
-/// Plays the kubelets: a Ready node for each launched instance.
-async fn register_ready_nodes(world: &EmulatedCluster) {
-    for claim in claims(world).await {
-        let (Some(id), Some(zone), Some(t)) =
-            (&claim.instance_id, &claim.zone, &claim.instance_type)
-        else {
-            continue;
-        };
-        let name = format!("ip-{}.ec2.internal", &id[2..10]);
-        if world.api.get("Node", None, &name).is_some() {
-            continue;
-        }
-        world.api.put(json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {
-                "kubernetes.io/hostname": name, "topology.kubernetes.io/zone": zone,
-                "node.kubernetes.io/instance-type": t, "kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux"}},
-            "spec": {"providerID": format!("aws:///{zone}/{id}"),
-                     "taints": [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]},
-            "status": {
-                "allocatable": {"cpu": "3920m", "memory": "14162Mi", "pods": "58"},
-                "capacity": {"cpu": "4", "memory": "15Gi", "pods": "58"},
-                "conditions": [{"type": "Ready", "status": "True"}]
-            }
-        }));
-    }
-}
-
-fn status_nodes(world: &EmulatedCluster) -> Value {
-    world.api.get("NodePool", None, POOL).expect("the pool")["status"]["nodes"].clone()
+async fn status_nodes(world: &EmulatedCluster) -> Value {
+    world
+        .api
+        .get("NodePool", None, POOL)
+        .await
+        .expect("the pool")["status"]["nodes"]
+        .clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs moto: run through tests/moto.sh"]
 async fn a_static_nodepool_keeps_its_replicas_and_scales_down_through_the_handler() {
     let world = emulated_cluster("static", "on-demand", 0).await;
-    world.api.modify("NodePool", None, POOL, |p| {
-        p["spec"]["replicas"] = json!(2);
-    });
+    // A pool is static from its creation (Karpenter's CRD refuses a dynamic pool made
+    // static): the cluster's pool is made again with replicas.
+    let mut pool = world
+        .api
+        .remove("NodePool", None, POOL)
+        .await
+        .expect("the pool");
+    pool["metadata"] = json!({"name": POOL});
+    pool.as_object_mut().expect("an object").remove("status");
+    pool["spec"]["replicas"] = json!(2);
+    world.api.put(pool).await;
+    let cluster = ClusterBehaviour::start(&world, Timings::default()).await;
+    cluster.hold_registration(true);
     let h = handler(&world).await;
 
     // No pod is pending: the pool launches its two nodes anyway.
@@ -121,30 +112,42 @@ async fn a_static_nodepool_keeps_its_replicas_and_scales_down_through_the_handle
     assert!(stored.iter().all(|c| c.pods.is_empty()), "{stored:#?}");
     assert_eq!(live_instances(&world).await.len(), 2);
     assert_eq!(
-        status_nodes(&world),
+        status_nodes(&world).await,
         2,
         "status.nodes is what kubectl scale reads"
     );
 
-    register_ready_nodes(&world).await;
-    invoke(&h).await;
-    invoke(&h).await;
+    cluster.hold_registration(false);
+    let initialized = wait_until(Duration::from_secs(60), || async {
+        invoke(&h).await;
+        claims(&world)
+            .await
+            .iter()
+            .all(|c| c.state == ClaimState::Initialized)
+    })
+    .await;
     let stored = claims(&world).await;
-    assert!(
-        stored.iter().all(|c| c.state == ClaimState::Initialized),
-        "{stored:#?}"
-    );
+    assert!(initialized, "{stored:#?}");
     let again = invoke(&h).await;
     assert_eq!(again["launched"].as_array().unwrap().len(), 0, "{again}");
 
     // `kubectl scale nodepool general-purpose --replicas=1`.
-    world.api.modify("NodePool", None, POOL, |p| {
-        p["spec"]["replicas"] = json!(1);
-    });
-    for _ in 0..4 {
+    world
+        .api
+        .modify("NodePool", None, POOL, |p| {
+            p["spec"]["replicas"] = json!(1);
+        })
+        .await;
+    let scaled = wait_until(Duration::from_secs(60), || async {
         invoke(&h).await;
-    }
+        claims(&world)
+            .await
+            .iter()
+            .any(|c| c.state == ClaimState::Terminated)
+    })
+    .await;
     let after = claims(&world).await;
+    assert!(scaled, "{after:#?}");
     let gone: Vec<&NodeClaim> = after
         .iter()
         .filter(|c| c.state == ClaimState::Terminated)
@@ -159,17 +162,23 @@ async fn a_static_nodepool_keeps_its_replicas_and_scales_down_through_the_handle
     assert!(!live.contains(gone[0].instance_id.as_ref().unwrap()));
     let node = gone[0].node_name.clone().expect("it had a node");
     assert!(
-        world.api.get("Node", None, &node).is_none(),
+        world.api.get("Node", None, &node).await.is_none(),
         "the node is deleted"
+    );
+    assert_eq!(
+        cluster.deleted_by_cloud(),
+        Vec::<String>::new(),
+        "nodewright deleted it"
     );
     assert!(
         world
             .api
             .list("Event")
+            .await
             .iter()
             .any(|e| e["reason"] == "Overprovisioned"
                 && e["involvedObject"]["name"] == node.as_str()),
         "an Overprovisioned event on the node"
     );
-    assert_eq!(status_nodes(&world), 1);
+    assert_eq!(status_nodes(&world).await, 1);
 }

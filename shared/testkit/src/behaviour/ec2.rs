@@ -1,5 +1,5 @@
-//! The cluster's instances as EC2 (moto) reports them: what the kubelets boot on and
-//! what a spot reclaim takes away.
+//! The cluster's instances as EC2 (moto) reports them: what the kubelets boot on, what a
+//! spot reclaim takes away, and what the cloud controller manager asks about a node.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +15,7 @@ pub(super) struct Ec2Instance {
     pub instance_type: String,
     pub zone: String,
     pub private_dns: String,
+    pub private_ip: String,
     pub tags: BTreeMap<String, String>,
 }
 
@@ -25,6 +26,11 @@ impl Ec2Instance {
             self.state.as_str(),
             "shutting-down" | "terminated" | "stopping" | "stopped"
         )
+    }
+
+    /// EC2 no longer has it: what makes the cloud controller manager delete its Node.
+    pub fn is_terminated(&self) -> bool {
+        self.state == "terminated"
     }
 }
 
@@ -62,6 +68,7 @@ pub(super) async fn describe(ec2: &Ec2Client, cluster: &str) -> Result<Vec<Ec2In
                 .unwrap_or_default()
                 .to_string(),
             private_dns: i.private_dns_name().unwrap_or_default().to_string(),
+            private_ip: i.private_ip_address().unwrap_or_default().to_string(),
             tags: i
                 .tags()
                 .iter()

@@ -133,6 +133,7 @@ pub fn pod_from_k8s(pod: &core::Pod) -> Result<Pod, SnapshotError> {
     out.node_name = spec.node_name.clone().filter(|n| !n.is_empty());
     out.termination_grace_period_seconds = spec.termination_grace_period_seconds;
     out.terminating = pod.metadata.deletion_timestamp.is_some();
+    out.deletion_at = pod.metadata.deletion_timestamp.as_ref().map(unix);
     out.namespace = namespace;
     out.name = name;
     out.labels = labels;
