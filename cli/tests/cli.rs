@@ -1281,10 +1281,10 @@ fn the_timeline_shows_a_kept_node_again_only_when_its_reason_changes_and_json_ke
     assert!(table.contains("\nSummary\n"), "{table}");
 }
 
-// ----- status and explain on a deployed stack: moto and the fake API server -----------
+// ----- status and explain on a deployed stack: moto and a real control plane ----------
 
 /// `nodewright ARGS` against moto (AWS_* as tests/moto.sh exports them), run off the
-/// runtime so the fake API server in this process keeps answering.
+/// test's runtime.
 async fn nodewright_on_stack(url: &str, args: Vec<String>) -> Output {
     let url = url.to_string();
     tokio::task::spawn_blocking(move || {
@@ -1307,11 +1307,21 @@ async fn nodewright_on_stack(url: &str, args: Vec<String>) -> Output {
 #[ignore = "needs moto: run through tests/moto.sh"]
 async fn status_and_explain_on_a_deployed_stack_answer_from_its_table_and_cluster() {
     use nodewright_engine::{Provisioner, ProvisionerConfig};
-    use nodewright_testkit::{ClusterBehaviour, Timings, emulated_cluster, wait_until, web_pod};
+    use nodewright_testkit::{
+        ClusterBehaviour, Timings, emulated_cluster, wait_until, web_deployment,
+    };
 
     // Three pods of 1.5 cpu (two m5.xlarge), and one no m5.xlarge can hold.
     let world = emulated_cluster("status", "on-demand", 3).await;
-    world.api.put(web_pod("huge", "100", "1Gi"));
+    world
+        .deploy(web_deployment("huge", 1, "100", "1Gi"))
+        .await;
+    let huge = world
+        .pod_names()
+        .await
+        .into_iter()
+        .find(|p| p.starts_with("default/huge-"))
+        .expect("the Deployment huge's pod");
     let cluster = ClusterBehaviour::start(&world, Timings::default()).await;
     let (ports, _) = nodewright_lambda::build_ports(&world.config)
         .await
@@ -1387,14 +1397,15 @@ async fn status_and_explain_on_a_deployed_stack_answer_from_its_table_and_cluste
     assert_eq!(status["totals"]["claims"], 2);
     // The provisioner's latest entry: the pod it cannot schedule, said on every tick.
     assert_eq!(
-        status["lastDecisions"]["provision"]["action"], "cannot schedule default/huge",
+        status["lastDecisions"]["provision"]["action"],
+        format!("cannot schedule {huge}").as_str(),
         "{status}"
     );
     assert_eq!(status["deadLetterQueue"]["depth"], 1, "{status}");
 
     let out = nodewright_on_stack(
         &world.url,
-        stack(&["explain", "pod", "default/huge", "-o", "json"]),
+        stack(&["explain", "pod", &huge, "-o", "json"]),
     )
     .await;
     assert!(out.status.success(), "{}", stderr(&out));

@@ -100,7 +100,7 @@ impl TokenProvider for StaticToken {
 pub struct TokenError(#[source] pub BoxError);
 
 /// A client for an API server at `endpoint` (`https://...eks.amazonaws.com`, or
-/// `http://127.0.0.1:port` for the fake), trusting `ca_pem` (PEM, one or more
+/// `http://127.0.0.1:port` for a test's fault proxy), trusting `ca_pem` (PEM, one or more
 /// certificates; the system roots when `None`), authenticating with `tokens`.
 pub fn client_for_endpoint(
     endpoint: &str,

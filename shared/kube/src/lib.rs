@@ -15,17 +15,13 @@
 //!   at once as `Throttled`), response timeouts, and a bearer token asked of a
 //!   [`TokenProvider`] on every request (the EKS token is renewed every ~14 minutes).
 //! - [`error`]: kube errors classified into the engine's `ErrorKind`s by status code.
-//! - `fake` (feature `fake`): an in-process HTTP server that answers kube-rs as a real API
-//!   server would, for the end-to-end tests of the Lambda handlers not yet moved to
-//!   `testing`.
-//! - `testing` (feature `testing`): a real control plane per test and a fault proxy in
-//!   front of it; this crate's tests and example run against it.
+//! - `testing` (feature `testing`): a real control plane per test (tests/kube) and a
+//!   fault proxy in front of it; this crate's tests, the functions' end-to-end tests
+//!   and the benchmarks run against it.
 
 pub mod client;
 mod cluster;
 pub mod error;
-#[cfg(feature = "fake")]
-pub mod fake;
 pub mod mirror;
 #[cfg(feature = "testing")]
 pub mod testing;
