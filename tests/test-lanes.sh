@@ -2,14 +2,14 @@
 # Runs every test of the workspace, including those that need moto (run it through
 # tests/moto.sh, which provides the server), in the order that keeps the suite short:
 #
-# 1. everything but the three functions' crates, one binary after another: the
-#    CPU-bound suites (core, the simulator, the CLI), the moto and API-server adapter
-#    tests, and the doc tests;
-# 2. then the functions' tests in two lanes at once: the interruption function's in
-#    one, the provisioner's and the disruption function's in the other. Their
-#    end-to-end tests spend most of their time waiting on a clock that really runs
-#    (nodes boot, polls, the 15 s validation delay), so two lanes take about the
-#    longest lane's time instead of the sum.
+# 1. the CPU-bound suites one binary after another: core, the engine and its
+#    simulator, the CLI, the AWS adapter's moto tests, the benchmarks' suites, and the
+#    doc tests;
+# 2. then the tests against a real control plane in three lanes at once: the kube
+#    adapter's; the interruption function's and testkit's; the provisioner's and the
+#    disruption function's. They spend most of their time waiting on clocks that really
+#    run (a control plane starting, nodes booting, polls, the 15 s validation delay),
+#    so three lanes take about the longest lane's time instead of the sum.
 #
 # The binaries are the ones `cargo test --workspace` builds, run directly (from their
 # package's directory, as cargo runs them): `cargo test -p <one crate>` would resolve
@@ -43,7 +43,7 @@ run() {
   local status=0 package dir exe
   while IFS=$'\t' read -r package dir exe; do
     if [ "$1" = "others" ]; then
-      case " $functions " in *" $package "*) continue ;; esac
+      case " $real_cluster " in *" $package "*) continue ;; esac
     else
       case " $1 " in *" $package "*) ;; *) continue ;; esac
     fi
@@ -53,32 +53,37 @@ run() {
   return "$status"
 }
 
-functions="nodewright-provisioner nodewright-interruption nodewright-disruption"
+real_cluster="nodewright-provisioner nodewright-interruption nodewright-disruption nodewright-kube nodewright-testkit"
 
-step "tests: everything but the functions' crates"
+step "tests: the CPU-bound suites"
 SECONDS=0
 status_c=0
 run others "$@" 2>&1 || status_c=$?
 cargo test --workspace --doc 2>&1 || status_c=$?
-echo "(tests outside the functions: $(elapsed))"
+echo "(the CPU-bound suites: $(elapsed))"
 
-step "tests: the functions, in two lanes (their output follows, lane by lane)"
+step "tests against a real control plane, in three lanes (their output follows, lane by lane)"
 SECONDS=0
-lane_a=$(mktemp) lane_b=$(mktemp)
-trap 'rm -f "$lane_a" "$lane_b"' EXIT
-(run "nodewright-interruption" "$@" >"$lane_a" 2>&1) &
+lane_a=$(mktemp) lane_b=$(mktemp) lane_k=$(mktemp)
+trap 'rm -f "$lane_a" "$lane_b" "$lane_k"' EXIT
+(run "nodewright-kube" "$@" >"$lane_k" 2>&1) &
+pid_k=$!
+(run "nodewright-interruption nodewright-testkit" "$@" >"$lane_a" 2>&1) &
 pid_a=$!
 (run "nodewright-provisioner nodewright-disruption" "$@" >"$lane_b" 2>&1) &
 pid_b=$!
-status_a=0 status_b=0
+status_a=0 status_b=0 status_k=0
+wait "$pid_k" || status_k=$?
 wait "$pid_a" || status_a=$?
 wait "$pid_b" || status_b=$?
-printf '\n-- lane 1: nodewright-interruption (exit %d)\n' "$status_a"
+printf '\n-- lane 1: nodewright-kube (exit %d)\n' "$status_k"
+cat "$lane_k"
+printf '\n-- lane 2: nodewright-interruption, nodewright-testkit (exit %d)\n' "$status_a"
 cat "$lane_a"
-printf '\n-- lane 2: nodewright-provisioner, nodewright-disruption (exit %d)\n' "$status_b"
+printf '\n-- lane 3: nodewright-provisioner, nodewright-disruption (exit %d)\n' "$status_b"
 cat "$lane_b"
-echo "(the functions' tests: $(elapsed))"
-if [ "$status_c" -ne 0 ] || [ "$status_a" -ne 0 ] || [ "$status_b" -ne 0 ]; then
+echo "(the tests against a real control plane: $(elapsed))"
+if [ "$status_c" -ne 0 ] || [ "$status_a" -ne 0 ] || [ "$status_b" -ne 0 ] || [ "$status_k" -ne 0 ]; then
   echo "test-lanes.sh: tests failed (see above)" >&2
   exit 1
 fi

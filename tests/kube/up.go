@@ -15,16 +15,34 @@ import (
 
 // up starts a supervisor for DIR in its own session and returns once the control plane
 // is ready (DIR/control-plane.json written), or fails with the logs that say why.
+//
+// The components' ports are picked free just before they bind; a control plane started
+// at the same moment can take one first. That start is tried again, twice at most.
 func up(args []string) error {
 	o, err := parseOptions("up", args)
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(o.dir, 0o755); err != nil {
-		return err
-	}
 	if _, err := os.Stat(filepath.Join(o.dir, pidFile)); err == nil {
 		return fmt.Errorf("%s already holds a control plane (run `down %s` first)", o.dir, o.dir)
+	}
+	for attempt := 1; ; attempt++ {
+		err := start(o, args)
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "controlplane: a port was taken by another process; starting again\n")
+		_ = down([]string{o.dir})
+		entries, _ := os.ReadDir(o.dir)
+		for _, e := range entries {
+			_ = os.RemoveAll(filepath.Join(o.dir, e.Name()))
+		}
+	}
+}
+
+func start(o options, args []string) error {
+	if err := os.MkdirAll(o.dir, 0o755); err != nil {
+		return err
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -57,7 +75,7 @@ func up(args []string) error {
 		case err := <-exited:
 			return fmt.Errorf("the control plane did not start (%v):\n%s", err, logTails(o.dir))
 		case <-deadline:
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			return fmt.Errorf("the control plane was not ready after %d s:\n%s", o.readyTimeoutSeconds, logTails(o.dir))
 		case <-time.After(20 * time.Millisecond):
 		}
