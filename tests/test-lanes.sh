@@ -3,10 +3,10 @@
 # tests/moto.sh, which provides the server), in the order that keeps the suite short:
 #
 # 1. the CPU-bound suites one binary after another: core, the engine and its
-#    simulator, the CLI, the AWS adapter's moto tests, the benchmarks' suites, and the
-#    doc tests;
+#    simulator, the CLI, the AWS adapter's moto tests and the doc tests;
 # 2. then the tests against a real control plane in three lanes at once: the kube
-#    adapter's; the interruption function's and testkit's; the provisioner's and the
+#    adapter's; the interruption function's, testkit's and the benchmarks' suites (the
+#    Lambda suite runs each function for a minute); the provisioner's and the
 #    disruption function's. They spend most of their time waiting on clocks that really
 #    run (a control plane starting, nodes booting, polls, the 15 s validation delay),
 #    so three lanes take about the longest lane's time instead of the sum.
@@ -53,7 +53,7 @@ run() {
   return "$status"
 }
 
-real_cluster="nodewright-provisioner nodewright-interruption nodewright-disruption nodewright-kube nodewright-testkit"
+real_cluster="nodewright-provisioner nodewright-interruption nodewright-disruption nodewright-kube nodewright-testkit nodewright-bench"
 
 step "tests: the CPU-bound suites"
 SECONDS=0
@@ -68,7 +68,7 @@ lane_a=$(mktemp) lane_b=$(mktemp) lane_k=$(mktemp)
 trap 'rm -f "$lane_a" "$lane_b" "$lane_k"' EXIT
 (run "nodewright-kube" "$@" >"$lane_k" 2>&1) &
 pid_k=$!
-(run "nodewright-interruption nodewright-testkit" "$@" >"$lane_a" 2>&1) &
+(run "nodewright-interruption nodewright-testkit nodewright-bench" "$@" >"$lane_a" 2>&1) &
 pid_a=$!
 (run "nodewright-provisioner nodewright-disruption" "$@" >"$lane_b" 2>&1) &
 pid_b=$!
@@ -78,7 +78,7 @@ wait "$pid_a" || status_a=$?
 wait "$pid_b" || status_b=$?
 printf '\n-- lane 1: nodewright-kube (exit %d)\n' "$status_k"
 cat "$lane_k"
-printf '\n-- lane 2: nodewright-interruption, nodewright-testkit (exit %d)\n' "$status_a"
+printf '\n-- lane 2: nodewright-interruption, nodewright-testkit, nodewright-bench (exit %d)\n' "$status_a"
 cat "$lane_a"
 printf '\n-- lane 3: nodewright-provisioner, nodewright-disruption (exit %d)\n' "$status_b"
 cat "$lane_b"

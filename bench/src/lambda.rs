@@ -1,18 +1,21 @@
 //! `nodewright-bench lambda`: what a Lambda user pays for. The real release binary of
 //! a function runs as Lambda runs it — one process per execution environment, its
 //! events handed over by a Runtime API ([`runtime_api`]), frozen between scheduled
-//! invocations ([`process`]) — against moto and the fake Kubernetes API server
-//! holding a steady cluster ([`world`], [`cluster`]), with counting proxies in front
-//! of both ([`proxy`]). Each invocation's CPU-seconds are read from /proc and turned
-//! into the wall time they take at Lambda's CPU share for each memory size
-//! ([`report`]).
+//! invocations ([`process`]) — against moto and a real Kubernetes control plane
+//! (etcd and kube-apiserver) holding a steady cluster written through its API
+//! ([`world`], [`cluster`], [`load`]), with counting proxies in front of both
+//! ([`proxy`]). Each invocation's CPU-seconds are read from /proc and turned into the
+//! wall time they take at Lambda's CPU share for each memory size ([`report`]); the
+//! control plane's own CPU time and memory are read beside them ([`server`]).
 //!
 //! Nothing inside the function is faked: it reads its configuration from the
-//! environment, describes the EKS cluster, lists and patches through kube-rs, reads
-//! and writes DynamoDB and calls EC2 through the SDK, exactly as deployed. What
-//! differs from AWS: moto and the fake answer at their own speed (slower than AWS
-//! and a real API server at large lists, so wall times here are not Lambda's; CPU
-//! time is the function's own), and the CPU share is computed, not enforced.
+//! environment, describes the EKS cluster, lists, watches and patches through kube-rs
+//! as the `nodewright` user (RBAC from infra/rbac.yaml applies), reads and writes
+//! DynamoDB and calls EC2 through the SDK, exactly as deployed. What differs from AWS:
+//! moto answers at its own speed (slower than AWS at large DescribeInstances, so wall
+//! times here are not Lambda's; CPU time is the function's own), the API server shares
+//! the machine's cores with the function, and the CPU share is computed, not
+//! enforced.
 //!
 //! ```sh
 //! cargo build --release -p nodewright-provisioner -p nodewright-disruption
@@ -25,10 +28,12 @@
 
 mod cluster;
 mod dynamo_units;
+mod load;
 mod process;
 mod proxy;
 mod report;
 mod runtime_api;
+mod server;
 mod world;
 
 use std::path::{Path, PathBuf};
@@ -39,7 +44,7 @@ use serde_json::Value;
 
 use process::FunctionProcess;
 use proxy::{Proxy, Upstream};
-use report::{Measured, Run};
+use report::{Measured, Run, WorldFigures};
 use runtime_api::{Invocation, Outcome, RuntimeApi, Signal};
 use world::World;
 
@@ -206,16 +211,17 @@ async fn measure_size(
     nodes: usize,
 ) -> Result<Run, String> {
     reset_moto(moto).await?;
-    let world = World::build(moto, nodes).await?;
-    let kube = Proxy::start(Upstream::Kubernetes, &world.api.url())
-        .await
-        .map_err(|e| format!("Kubernetes proxy: {e}"))?;
-    let aws = Proxy::start(
-        Upstream::Aws {
-            replay: !args.no_replay,
-        },
-        moto,
-    )
+    let world = World::build(moto, nodes, args.function == Function::Disruption).await?;
+    let processes = &world.server;
+    let kube = Proxy::start(Upstream::Kubernetes(
+        world.control_plane.forwarding_client(),
+    ))
+    .await
+    .map_err(|e| format!("Kubernetes proxy: {e}"))?;
+    let aws = Proxy::start(Upstream::Aws {
+        url: moto.to_string(),
+        replay: !args.no_replay,
+    })
     .await
     .map_err(|e| format!("AWS proxy: {e}"))?;
     let mut api = RuntimeApi::start()
@@ -231,12 +237,14 @@ async fn measure_size(
         format!("arn:aws:lambda:us-east-1:123456789012:function:nodewright-bench-{function}");
 
     // The cold start: from exec to the first `next`.
+    let load_average_before = server::load_average();
     let started = Instant::now();
-    let mut served = world.api.bytes_served();
-    let mut served_since = || {
-        let before = std::mem::replace(&mut served, world.api.bytes_served());
-        served - before
+    let mut server_cpu = processes.cpu_seconds()?;
+    let mut server_cpu_since = || -> Result<f64, String> {
+        let before = std::mem::replace(&mut server_cpu, processes.cpu_seconds()?);
+        Ok(server_cpu - before)
     };
+    processes.take_peak_rss();
     let init = match wait_idle(&mut api, &mut child, INIT_TIMEOUT).await? {
         Idle::Waiting(at) => Measured {
             label: "init".into(),
@@ -244,7 +252,8 @@ async fn measure_size(
             wall_s: (at - started).as_secs_f64(),
             peak_rss_bytes: child.peak_rss_bytes()?,
             kube: kube.take(),
-            fake_bytes_served: served_since(),
+            server_cpu_s: server_cpu_since()?,
+            server_peak_rss_bytes: processes.take_peak_rss(),
             aws: aws.take(),
             ..Measured::default()
         },
@@ -257,23 +266,30 @@ async fn measure_size(
     };
     let mut invocations = vec![init];
     for i in 0..=args.invocations {
+        // The burst arrives while the environment is frozen before the first measured
+        // invocation, which starts with it; the later ones are the minutes after it
+        // (with no kubelet here, the launched nodes never register, so their claims
+        // stay in motion and every poll ticks).
+        let burst = args.scenario == Scenario::Burst && i == 1;
         if i > 0 {
             // The rest of the scheduled minute: Lambda freezes the environment.
             child.freeze()?;
-            tokio::time::sleep(Duration::from_secs_f64(args.gap.max(0.0))).await;
+            let frozen = Instant::now();
+            if burst {
+                world
+                    .put(cluster::pending_pods(args.burst_pods))
+                    .await
+                    .map_err(|e| format!("the burst: {e}"))?;
+            }
+            let gap = Duration::from_secs_f64(args.gap.max(0.0));
+            tokio::time::sleep(gap.saturating_sub(frozen.elapsed())).await;
             child.thaw()?;
         }
-        // The burst arrives at the start of the first measured invocation; the later
-        // ones are the minutes after it (with no kubelet here, the launched nodes never
-        // register, so their claims stay in motion and every poll ticks).
-        let burst = args.scenario == Scenario::Burst && i == 1;
-        if burst {
-            for pod in cluster::pending_pods(args.burst_pods) {
-                world.api.put(pod);
-            }
-        }
         child.reset_peak_rss()?;
+        server_cpu_since()?;
+        processes.take_peak_rss();
         let cpu_before = child.cpu_seconds()?;
+        let load_average = server::load_average()[0];
         let released = Instant::now();
         let request_id = format!("bench-{nodes}-{i}");
         api.release(Invocation {
@@ -304,17 +320,25 @@ async fn measure_size(
             wall_s: ended.saturating_duration_since(released).as_secs_f64(),
             peak_rss_bytes: child.peak_rss_bytes()?,
             kube: kube.take(),
-            fake_bytes_served: served_since(),
+            server_cpu_s: server_cpu_since()?,
+            server_peak_rss_bytes: processes.take_peak_rss(),
             aws: aws_traffic,
             response,
             error,
             first_launch_s,
             burst_pods: if burst { args.burst_pods } else { 0 },
+            load_average,
         };
         eprintln!("  {}", report::progress_line(&measured));
         invocations.push(measured);
     }
     child.stop();
+    let world_figures = WorldFigures {
+        load: world.loaded,
+        server_peaks: processes.lifetime_peaks(),
+        load_average_before,
+        load_average_after: server::load_average(),
+    };
     Ok(Run {
         function: function.into(),
         nodes: world.nodes,
@@ -327,6 +351,7 @@ async fn measure_size(
         function_memory_mb: memory,
         log: log.display().to_string(),
         invocations,
+        world: world_figures,
     })
 }
 
@@ -372,6 +397,12 @@ fn environment(
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
+    // The bench's own `RUST_LOG`, when set, is the function's too (a run's debug log).
+    .chain(
+        std::env::var("RUST_LOG")
+            .ok()
+            .map(|v| ("RUST_LOG".into(), v)),
+    )
     .collect()
 }
 

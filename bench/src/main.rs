@@ -13,7 +13,7 @@
 //! - `all`: every suite above but `disrupt`.
 //! - `lambda`: CPU-seconds, wall time at each Lambda memory size, peak RSS and API
 //!   traffic per invocation of the real provisioner or disruption binary, against moto
-//!   and the fake Kubernetes API server.
+//!   and a real Kubernetes control plane (etcd and kube-apiserver).
 //!
 //! Workloads come from the simulator's generator and RNG (`nodewright_engine::sim`);
 //! `workload` holds what only the benchmarks use.
@@ -73,8 +73,9 @@ enum Action {
     Prepared(PreparedArgs),
     /// Every suite but `disrupt` and `lambda`, at their default sizes.
     All(AllArgs),
-    /// Run a function's release binary as Lambda does, against moto and the fake API
-    /// server, and measure each invocation (needs moto: run through tests/moto.sh).
+    /// Run a function's release binary as Lambda does, against moto and a real
+    /// Kubernetes control plane, and measure each invocation (needs moto: run through
+    /// tests/moto.sh; the control plane is built with Go by tests/kube/build.sh).
     Lambda(lambda::LambdaArgs),
     /// Internal: plan the real workload once and print VmRSS/VmHWM (used by `memory`).
     #[command(hide = true)]

@@ -74,3 +74,53 @@ fn the_whole_command_suites_run_nodewright_at_a_tiny_size() {
     let disrupt = bench(&["disrupt", "--binary", &binary, "--nodes", "6"]);
     assert!(disrupt.contains("read snapshot and manifests"), "{disrupt}");
 }
+
+/// The Lambda suite at a tiny size: each function built beside this binary (a debug
+/// build: its figures mean nothing here, the path does) run against moto and a real
+/// control plane, authenticated as the `nodewright` user, which RBAC lets do all it asks.
+#[test]
+#[ignore = "needs moto: run through tests/moto.sh"]
+fn the_lambda_suite_runs_each_function_against_moto_and_a_real_control_plane() {
+    let bench_binary = PathBuf::from(env!("CARGO_BIN_EXE_nodewright-bench"));
+    for function in ["provisioner", "disruption"] {
+        let binary =
+            bench_binary.with_file_name(format!("{function}{}", std::env::consts::EXE_SUFFIX));
+        assert!(
+            binary.is_file(),
+            "{} is missing: build it (`cargo build -p nodewright-{function}`)",
+            binary.display()
+        );
+        let dir = std::env::temp_dir().join(format!(
+            "nodewright-bench-suite-{}-{function}",
+            std::process::id()
+        ));
+        let out = bench(&[
+            "lambda",
+            "--function",
+            function,
+            "--binary",
+            &binary.display().to_string(),
+            "--nodes",
+            "4",
+            "--invocations",
+            "1",
+            "--gap",
+            "0",
+            "--dir",
+            &dir.display().to_string(),
+        ]);
+        assert!(out.contains("4 nodes, 100 pods"), "{out}");
+        assert!(out.contains("loaded through the API"), "{out}");
+        let figures: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(dir.join(format!("{function}-quiet.json"))).expect("the figures"),
+        )
+        .expect("JSON figures");
+        for invocation in figures["runs"][0]["invocations"].as_array().unwrap() {
+            assert!(invocation["error"].is_null(), "{invocation}");
+            for call in invocation["kubernetes"]["calls"].as_array().unwrap() {
+                assert_eq!(call["errors"], 0, "refused: {call}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

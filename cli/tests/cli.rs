@@ -1313,9 +1313,7 @@ async fn status_and_explain_on_a_deployed_stack_answer_from_its_table_and_cluste
 
     // Three pods of 1.5 cpu (two m5.xlarge), and one no m5.xlarge can hold.
     let world = emulated_cluster("status", "on-demand", 3).await;
-    world
-        .deploy(web_deployment("huge", 1, "100", "1Gi"))
-        .await;
+    world.deploy(web_deployment("huge", 1, "100", "1Gi")).await;
     let huge = world
         .pod_names()
         .await
@@ -1403,11 +1401,8 @@ async fn status_and_explain_on_a_deployed_stack_answer_from_its_table_and_cluste
     );
     assert_eq!(status["deadLetterQueue"]["depth"], 1, "{status}");
 
-    let out = nodewright_on_stack(
-        &world.url,
-        stack(&["explain", "pod", &huge, "-o", "json"]),
-    )
-    .await;
+    let out =
+        nodewright_on_stack(&world.url, stack(&["explain", "pod", &huge, "-o", "json"])).await;
     assert!(out.status.success(), "{}", stderr(&out));
     let e: Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert!(

@@ -33,6 +33,9 @@ pub const NODECLASS: &str = "default";
 /// The role in the EC2NodeClass (created in moto).
 pub const NODE_ROLE: &str = "KarpenterNodeRole-bench";
 pub const PODS_PER_NODE: usize = 25;
+/// The NodePool's `consolidateAfter`: a node whose pods are younger is not yet a
+/// consolidation candidate.
+pub const CONSOLIDATE_AFTER_SECS: u64 = 60;
 const LABEL_NODECLAIM: &str = "karpenter.sh/nodeclaim";
 const DAEMONSETS: [(&str, i64, i64); 2] = [("aws-node", 25, 40), ("kube-proxy", 100, 50)];
 /// The smallest workload pod: what the filler on every node is at least.
@@ -252,7 +255,7 @@ fn node_pool() -> Value {
             }},
             "disruption": {
                 "consolidationPolicy": "WhenEmptyOrUnderutilized",
-                "consolidateAfter": "1m",
+                "consolidateAfter": format!("{CONSOLIDATE_AFTER_SECS}s"),
                 "budgets": [{"nodes": "10%"}]
             }
         }

@@ -35,11 +35,9 @@ impl FunctionProcess {
             .stderr(Stdio::from(err))
             .spawn()
             .map_err(|e| format!("cannot run {}: {e}", binary.display()))?;
-        // SAFETY: sysconf has no preconditions.
-        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
         Ok(FunctionProcess {
             child,
-            ticks_per_second: if ticks > 0 { ticks as f64 } else { 100.0 },
+            ticks_per_second: ticks_per_second(),
         })
     }
 
@@ -58,36 +56,13 @@ impl FunctionProcess {
 
     /// CPU seconds used so far, user and system, all threads.
     pub fn cpu_seconds(&self) -> Result<f64, String> {
-        let path = format!("/proc/{}/stat", self.pid());
-        let stat = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-        // The command name may hold spaces and parentheses: fields start after the last ')'.
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map_or("", |(_, rest)| rest)
-            .split_whitespace()
-            .collect();
-        // Fields 14 and 15 of proc(5), counted from the state (field 3) here.
-        let tick = |i: usize| -> Result<f64, String> {
-            fields
-                .get(i)
-                .and_then(|f| f.parse::<u64>().ok())
-                .map(|t| t as f64)
-                .ok_or_else(|| format!("{path}: no field {}", i + 3))
-        };
-        Ok((tick(11)? + tick(12)?) / self.ticks_per_second)
+        cpu_seconds(self.pid(), self.ticks_per_second)
     }
 
     /// Peak resident set since the process started or since the last
     /// [`Self::reset_peak_rss`], in bytes.
     pub fn peak_rss_bytes(&self) -> Result<u64, String> {
-        let path = format!("/proc/{}/status", self.pid());
-        let status = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map(|kib| kib * 1024)
-            .ok_or_else(|| format!("{path}: no VmHWM"))
+        status_bytes(self.pid(), "VmHWM")
     }
 
     /// Starts the peak-RSS count over from the current RSS (`clear_refs` value 5).
@@ -136,4 +111,44 @@ impl FunctionProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Clock ticks per second, the unit of /proc's CPU times.
+pub fn ticks_per_second() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 { ticks as f64 } else { 100.0 }
+}
+
+/// CPU seconds process `pid` has used so far, user and system, all threads.
+pub fn cpu_seconds(pid: u32, ticks_per_second: f64) -> Result<f64, String> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    // The command name may hold spaces and parentheses: fields start after the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    // Fields 14 and 15 of proc(5), counted from the state (field 3) here.
+    let tick = |i: usize| -> Result<f64, String> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .map(|t| t as f64)
+            .ok_or_else(|| format!("{path}: no field {}", i + 3))
+    };
+    Ok((tick(11)? + tick(12)?) / ticks_per_second)
+}
+
+/// A memory line of /proc/PID/status (`VmHWM`, `VmRSS`), in bytes.
+pub fn status_bytes(pid: u32, field: &str) -> Result<u64, String> {
+    let path = format!("/proc/{pid}/status");
+    let status = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kib| kib * 1024)
+        .ok_or_else(|| format!("{path}: no {field}"))
 }

@@ -2,8 +2,10 @@
 //! the figures are what crossed the wire, whatever the function does:
 //!
 //! - [`Upstream::Kubernetes`]: requests by verb (LIST, WATCH, GET, POST, PUT, PATCH,
-//!   DELETE) and resource, and the response bytes. Bodies are streamed through (a
-//!   WATCH stays open for minutes), and bytes are counted as they pass.
+//!   DELETE) and resource, and the response bytes. The function speaks plain HTTP to
+//!   the proxy, which forwards every request as it came (the function's own token, so
+//!   RBAC sees its identity) to the API server over TLS. Bodies are streamed through
+//!   (a WATCH stays open for minutes), and bytes are counted as they pass.
 //! - [`Upstream::Aws`]: requests by service and operation (`X-Amz-Target`, or the
 //!   query protocol's `Action`), request and response bytes, DynamoDB read and write
 //!   units ([`super::dynamo_units`]), and when each CreateFleet arrived. moto answers
@@ -24,7 +26,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode, Uri};
-use http_body_util::combinators::BoxBody;
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Frame, Incoming};
 use hyper::server::conn::http1;
@@ -88,14 +90,13 @@ impl Traffic {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Upstream {
-    Kubernetes,
-    /// `replay`: answer a DescribeInstances moto answered before, while no EC2 write
-    /// happened since ([`Replay`]).
-    Aws {
-        replay: bool,
-    },
+    /// An API server, through a client that adds nothing to what it forwards
+    /// (`ControlPlane::forwarding_client`: the server's CA, no token of its own).
+    Kubernetes(kube::Client),
+    /// moto at `url` (`http://127.0.0.1:port`). `replay`: answer a DescribeInstances
+    /// moto answered before, while no EC2 write happened since ([`Replay`]).
+    Aws { url: String, replay: bool },
 }
 
 /// A proxy serving in the background on the current tokio runtime.
@@ -111,32 +112,47 @@ impl Drop for Proxy {
     }
 }
 
-type Body = BoxBody<Bytes, hyper::Error>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type Body = UnsyncBoxBody<Bytes, BoxError>;
+
+/// Where a [`Forwarder`] sends what it receives.
+enum Target {
+    Kubernetes(kube::Client),
+    Aws {
+        upstream: Uri,
+        client: Box<Client<HttpConnector, Full<Bytes>>>,
+    },
+}
 
 struct Forwarder {
-    kind: Upstream,
-    upstream: Uri,
-    client: Client<HttpConnector, Full<Bytes>>,
+    target: Target,
     traffic: Arc<Mutex<Traffic>>,
     replay: Option<Replay>,
 }
 
 impl Proxy {
-    /// Listens on a free 127.0.0.1 port and forwards every request to `upstream`
-    /// (`http://127.0.0.1:port`).
-    pub async fn start(kind: Upstream, upstream: &str) -> std::io::Result<Proxy> {
-        let upstream: Uri = upstream
-            .parse()
-            .map_err(|e| std::io::Error::other(format!("upstream {upstream:?}: {e}")))?;
+    /// Listens on a free 127.0.0.1 port and forwards every request to `upstream`.
+    pub async fn start(upstream: Upstream) -> std::io::Result<Proxy> {
+        let (target, replay) = match upstream {
+            Upstream::Kubernetes(client) => (Target::Kubernetes(client), None),
+            Upstream::Aws { url, replay } => {
+                let upstream: Uri = url
+                    .parse()
+                    .map_err(|e| std::io::Error::other(format!("upstream {url:?}: {e}")))?;
+                let client = Box::new(Client::builder(TokioExecutor::new()).build_http());
+                (
+                    Target::Aws { upstream, client },
+                    replay.then(Replay::default),
+                )
+            }
+        };
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
         let traffic = Arc::new(Mutex::new(Traffic::default()));
         let forwarder = Arc::new(Forwarder {
-            kind,
-            upstream,
-            client: Client::builder(TokioExecutor::new()).build_http(),
+            target,
             traffic: traffic.clone(),
-            replay: matches!(kind, Upstream::Aws { replay: true }).then(Replay::default),
+            replay,
         });
         let accept = tokio::spawn(async move {
             loop {
@@ -182,11 +198,9 @@ impl Forwarder {
             Err(e) => return failure(StatusCode::BAD_REQUEST, &format!("reading the body: {e}")),
         };
         let arrived = Instant::now();
-        let key = match self.kind {
-            Upstream::Kubernetes => kube_call(&parts.method, parts.uri.path(), parts.uri.query()),
-            Upstream::Aws { .. } => {
-                aws_call(&parts.headers, parts.uri.path(), &parts.method, &body)
-            }
+        let key = match self.target {
+            Target::Kubernetes(_) => kube_call(&parts.method, parts.uri.path(), parts.uri.query()),
+            Target::Aws { .. } => aws_call(&parts.headers, parts.uri.path(), &parts.method, &body),
         };
         let first_page = !parts
             .uri
@@ -202,14 +216,28 @@ impl Forwarder {
             Some(Begun::Forward { writes }) => writes,
             None => 0,
         };
-        let response = match self.send(&parts, &key, &body).await {
+        let response = match &self.target {
+            Target::Kubernetes(client) => match forward_request(&parts, body.clone()) {
+                Ok(request) => client
+                    .send(request)
+                    .await
+                    .map(|response| response.map(|b| b.map_err(BoxError::from).boxed_unsync()))
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e),
+            },
+            Target::Aws { upstream, client } => self
+                .send_aws(upstream, client, &parts, &key, &body)
+                .await
+                .map(|response| response.map(|b| b.map_err(BoxError::from).boxed_unsync())),
+        };
+        let response = match response {
             Ok(response) => response,
             Err(e) => return failure(StatusCode::BAD_GATEWAY, &format!("upstream: {e}")),
         };
         let status = response.status();
         self.count_request(&key, status, body.len(), first_page, arrived, false);
-        match self.kind {
-            Upstream::Kubernetes => {
+        match self.target {
+            Target::Kubernetes(_) => {
                 let traffic = self.traffic.clone();
                 response.map(move |body| {
                     body.map_frame(move |frame: Frame<Bytes>| {
@@ -220,10 +248,10 @@ impl Forwarder {
                         }
                         frame
                     })
-                    .boxed()
+                    .boxed_unsync()
                 })
             }
-            Upstream::Aws { .. } => {
+            Target::Aws { .. } => {
                 let (head, answer) = response.into_parts();
                 let answer = match answer.collect().await {
                     Ok(collected) => collected.to_bytes(),
@@ -235,15 +263,17 @@ impl Forwarder {
                 if let Some(replay) = &self.replay {
                     replay.end(&key, &body, writes_then, &head, &answer);
                 }
-                Response::from_parts(head, Full::new(answer).map_err(|e| match e {}).boxed())
+                Response::from_parts(head, whole(answer))
             }
         }
     }
 
-    /// The request as the upstream gets it: same method, path, headers and body, but
-    /// for [`as_ec2_pages`].
-    async fn send(
+    /// The request as moto gets it: same method, path, headers and body, but for
+    /// [`as_ec2_pages`].
+    async fn send_aws(
         &self,
+        upstream: &Uri,
+        client: &Client<HttpConnector, Full<Bytes>>,
         parts: &http::request::Parts,
         key: &(String, String),
         body: &Bytes,
@@ -251,18 +281,11 @@ impl Forwarder {
         let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let uri = Uri::builder()
             .scheme("http")
-            .authority(
-                self.upstream
-                    .authority()
-                    .map_or("127.0.0.1", |a| a.as_str()),
-            )
+            .authority(upstream.authority().map_or("127.0.0.1", |a| a.as_str()))
             .path_and_query(path_and_query)
             .build()
             .map_err(|e| format!("the path: {e}"))?;
-        let changed = match self.kind {
-            Upstream::Aws { .. } => as_ec2_pages(key, body),
-            Upstream::Kubernetes => None,
-        };
+        let changed = as_ec2_pages(key, body);
         let mut upstream = Request::builder().method(parts.method.clone()).uri(uri);
         for (name, value) in &parts.headers {
             // The client sets Host for the upstream it connects to, and the length
@@ -275,10 +298,7 @@ impl Forwarder {
         let upstream = upstream
             .body(Full::new(changed.unwrap_or_else(|| body.clone())))
             .map_err(|e| e.to_string())?;
-        self.client
-            .request(upstream)
-            .await
-            .map_err(|e| e.to_string())
+        client.request(upstream).await.map_err(|e| e.to_string())
     }
 
     fn count_request(
@@ -372,7 +392,7 @@ struct Answer {
 
 impl Answer {
     fn response(self) -> Response<Body> {
-        let mut response = Response::new(Full::new(self.body).map_err(|e| match e {}).boxed());
+        let mut response = Response::new(whole(self.body));
         *response.status_mut() = self.status;
         *response.headers_mut() = self.headers;
         response
@@ -463,12 +483,38 @@ fn as_ec2_pages(key: &(String, String), body: &[u8]) -> Option<Bytes> {
 /// A page size no cluster reaches: the whole answer.
 const WHOLE: u32 = 1_000_000;
 
+/// A request to the API server: the path and query, headers (but `Host`: the client
+/// sets the server's) and body as the function sent them. The client's base URL gives
+/// the scheme and address.
+fn forward_request(
+    parts: &http::request::Parts,
+    body: Bytes,
+) -> Result<Request<kube::client::Body>, String> {
+    let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut request = Request::builder()
+        .method(parts.method.clone())
+        .uri(path_and_query);
+    for (name, value) in &parts.headers {
+        if name != http::header::HOST {
+            request = request.header(name, value);
+        }
+    }
+    request
+        .body(kube::client::Body::from(body))
+        .map_err(|e| e.to_string())
+}
+
+/// A body answered whole.
+fn whole(bytes: Bytes) -> Body {
+    Full::new(bytes)
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
 fn failure(status: StatusCode, message: &str) -> Response<Body> {
-    let mut response = Response::new(
-        Full::new(Bytes::from(format!("nodewright-bench proxy: {message}")))
-            .map_err(|e| match e {})
-            .boxed(),
-    );
+    let mut response = Response::new(whole(Bytes::from(format!(
+        "nodewright-bench proxy: {message}"
+    ))));
     *response.status_mut() = status;
     response
 }

@@ -6,6 +6,7 @@
 
 use serde_json::{Value, json};
 
+use super::load::Loaded;
 use super::proxy::{Tally, Traffic};
 
 /// Lambda's memory size that gives one full vCPU.
@@ -24,9 +25,11 @@ pub struct Measured {
     /// The process's peak resident set during this invocation (init: since exec).
     pub peak_rss_bytes: u64,
     pub kube: Traffic,
-    /// Response body bytes the fake API server counted itself (`bytes_served`): the
-    /// proxy's Kubernetes bytes less HTTP framing, a cross-check.
-    pub fake_bytes_served: u64,
+    /// CPU seconds kube-apiserver and etcd spent meanwhile (the function's requests,
+    /// and whatever else the server does: it is otherwise idle).
+    pub server_cpu_s: f64,
+    /// The peak of kube-apiserver's and etcd's resident sets together meanwhile.
+    pub server_peak_rss_bytes: u64,
     pub aws: Traffic,
     /// What the function returned.
     pub response: Option<Value>,
@@ -36,6 +39,8 @@ pub struct Measured {
     pub first_launch_s: Option<f64>,
     /// Pending pods created just before this invocation.
     pub burst_pods: usize,
+    /// The machine's 1-minute load average when the invocation started.
+    pub load_average: f64,
 }
 
 impl Measured {
@@ -126,6 +131,21 @@ pub struct Run {
     pub function_memory_mb: u32,
     pub log: String,
     pub invocations: Vec<Measured>,
+    pub world: WorldFigures,
+}
+
+/// The world's loading, and the control plane and machine around the run.
+#[derive(Debug, Clone, Default)]
+pub struct WorldFigures {
+    /// Writing the Kubernetes objects through the API.
+    pub load: Loaded,
+    /// kube-apiserver's and etcd's peak resident sets since they started (`VmHWM`,
+    /// the loading included), read at the end.
+    pub server_peaks: Vec<(String, u64)>,
+    /// The machine's load average (1, 5, 15 minutes) before the cold start and after
+    /// the last invocation.
+    pub load_average_before: [f64; 3],
+    pub load_average_after: [f64; 3],
 }
 
 impl Run {
@@ -145,6 +165,16 @@ impl Run {
         self.invocations
             .iter()
             .map(|m| m.peak_rss_bytes)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// kube-apiserver's and etcd's resident sets together at their peak during the
+    /// invocations (the cold start's included).
+    fn server_peak_rss_bytes(&self) -> u64 {
+        self.invocations
+            .iter()
+            .map(|m| m.server_peak_rss_bytes)
             .max()
             .unwrap_or(0)
     }
@@ -191,14 +221,20 @@ fn mb(bytes: u64) -> f64 {
     bytes as f64 / 1e6
 }
 
+fn load_average(l: &[f64; 3]) -> String {
+    format!("{:.2} {:.2} {:.2}", l[0], l[1], l[2])
+}
+
 /// One line per invocation while the bench runs (stderr).
 pub fn progress_line(m: &Measured) -> String {
     format!(
-        "invocation {}: {:.2} CPU-s, {:.1} s wall, {:.0} MB peak; {}",
+        "invocation {}: {:.2} CPU-s, {:.1} s wall, {:.0} MB peak; server {:.2} CPU-s; load {:.2}; {}",
         m.label,
         m.cpu_s,
         m.wall_s,
         mb(m.peak_rss_bytes),
+        m.server_cpu_s,
+        m.load_average,
         m.result()
     )
 }
@@ -218,10 +254,45 @@ pub fn tables(run: &Run, memory: &[u32]) -> String {
         ),
     );
     line(&mut out, format!("binary {} (log {})", run.binary, run.log));
+    let w = &run.world;
     line(
         &mut out,
         format!(
-            "{:<5} {:>7} {:>7} {:>7} {:>9} {:>13} {:>5} {:>5} {:>8} {:>6} {:>7} {:>7} {:>5} {:>5} {:>7}  {}",
+            "Kubernetes world loaded through the API in {:.1} s: {} objects ({} pods), {} requests, {:.0} a second; CPU-s meanwhile: kube-apiserver and etcd {:.1}, the bench {:.1}",
+            w.load.seconds,
+            w.load.objects,
+            w.load.pods,
+            w.load.requests,
+            w.load.requests as f64 / w.load.seconds.max(1e-9),
+            w.load.server_cpu_s,
+            w.load.bench_cpu_s
+        ),
+    );
+    let peaks: Vec<String> = w
+        .server_peaks
+        .iter()
+        .map(|(name, bytes)| format!("{name} {:.0} MB", mb(*bytes)))
+        .collect();
+    line(
+        &mut out,
+        format!(
+            "control plane peak RSS: {} since it started (loading included); {:.0} MB together during the invocations",
+            peaks.join(", "),
+            mb(run.server_peak_rss_bytes())
+        ),
+    );
+    line(
+        &mut out,
+        format!(
+            "load average (1, 5, 15 min): {} before the cold start, {} after the last invocation",
+            load_average(&w.load_average_before),
+            load_average(&w.load_average_after)
+        ),
+    );
+    line(
+        &mut out,
+        format!(
+            "{:<5} {:>7} {:>7} {:>7} {:>9} {:>13} {:>5} {:>5} {:>8} {:>7} {:>6} {:>6} {:>6} {:>7} {:>7} {:>5} {:>5} {:>7}  {}",
             "inv",
             "CPU-s",
             "wall s",
@@ -231,6 +302,9 @@ pub fn tables(run: &Run, memory: &[u32]) -> String {
             "WATCH",
             "other",
             "k8s MB",
+            "srv CPU",
+            "srv GB",
+            "load",
             "DDB",
             "RCU",
             "WCU",
@@ -246,7 +320,7 @@ pub fn tables(run: &Run, memory: &[u32]) -> String {
         line(
             &mut out,
             format!(
-                "{:<5} {:>7.2} {:>7.1} {:>7.0} {:>9} {:>13} {:>5} {:>5} {:>8.2} {:>6} {:>7.1} {:>7.1} {:>5} {:>5} {:>7}  {}",
+                "{:<5} {:>7.2} {:>7.1} {:>7.0} {:>9} {:>13} {:>5} {:>5} {:>8.2} {:>7.2} {:>6.2} {:>6} {:>6} {:>7.1} {:>7.1} {:>5} {:>5} {:>7}  {}",
                 m.label,
                 m.cpu_s,
                 m.wall_s,
@@ -256,6 +330,13 @@ pub fn tables(run: &Run, memory: &[u32]) -> String {
                 m.kube_group("WATCH").requests,
                 m.kube_group("other").requests,
                 mb(m.kube_all().response_bytes),
+                m.server_cpu_s,
+                mb(m.server_peak_rss_bytes) / 1000.0,
+                if m.measured_or_cold() {
+                    format!("{:.2}", m.load_average)
+                } else {
+                    "-".to_string()
+                },
                 ddb.requests,
                 ddb.read_units,
                 ddb.write_units,
@@ -433,8 +514,12 @@ pub fn json(runs: &[Run], memory: &[u32]) -> Value {
                             "watch": tally_json(&m.kube_group("WATCH")),
                             "other": tally_json(&m.kube_group("other")),
                             "calls": traffic_json(&m.kube),
-                            "fake_bytes_served": m.fake_bytes_served,
                         },
+                        "control_plane": {
+                            "cpu_s": m.server_cpu_s,
+                            "peak_rss_mb": mb(m.server_peak_rss_bytes),
+                        },
+                        "load_average_1m": m.measured_or_cold().then_some(m.load_average),
                         "dynamodb": tally_json(&m.service("dynamodb")),
                         "ec2": tally_json(&m.service("ec2")),
                         "other_aws": tally_json(&m.other_aws()),
@@ -473,6 +558,22 @@ pub fn json(runs: &[Run], memory: &[u32]) -> Value {
                 "cpu_s_mean": mean_cpu,
                 "cpu_s_max": run.max_cpu_s(),
                 "peak_rss_mb": mb(run.peak_rss_bytes()),
+                "world": {
+                    "load_s": run.world.load.seconds,
+                    "objects": run.world.load.objects,
+                    "pods": run.world.load.pods,
+                    "requests": run.world.load.requests,
+                    "server_cpu_s": run.world.load.server_cpu_s,
+                    "bench_cpu_s": run.world.load.bench_cpu_s,
+                },
+                "control_plane": {
+                    "lifetime_peak_rss_mb": run.world.server_peaks.iter()
+                        .map(|(name, bytes)| (name.clone(), json!(mb(*bytes))))
+                        .collect::<serde_json::Map<String, Value>>(),
+                    "peak_rss_mb_during_invocations": mb(run.server_peak_rss_bytes()),
+                },
+                "load_average_before": run.world.load_average_before,
+                "load_average_after": run.world.load_average_after,
                 "invocations": invocations,
                 "at_memory": at_memory,
             })

@@ -1,8 +1,10 @@
 //! The world a function runs against: moto (DynamoDB table, tagged network, EKS
 //! cluster, one EC2 instance per node tagged as nodewright tags its own, one
-//! Initialized claim per node written through `DynamoStore`) and the fake Kubernetes
-//! API server holding the cluster of [`super::cluster`], on its own thread and
-//! runtime so that serving large lists never stalls the bench's proxies.
+//! Initialized claim per node written through `DynamoStore`) and a real Kubernetes
+//! control plane — etcd and kube-apiserver only, with Karpenter's CRDs and the
+//! functions' RBAC, so that the objects stay exactly as written — holding the cluster
+//! of [`super::cluster`] and each claim's NodeClaim as the functions mirror it,
+//! written through the API ([`super::load`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,16 +17,23 @@ use nodewright_aws::tags::{
     cluster_tag_key,
 };
 use nodewright_aws::testing::{
-    REGION, create_table_from_definition, eks_cluster, network, node_role, sdk_config, tag_spec,
-    unique,
+    REGION, SdkConfig, create_table_from_definition, eks_cluster, network, node_role, sdk_config,
+    tag_spec, unique,
 };
 use nodewright_core::catalog::CapacityType;
 use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim};
 use nodewright_engine::ports::Store;
-use nodewright_kube::fake::FakeApiServer;
+use nodewright_kube::mirror::mirror_of;
+use nodewright_kube::testing::{ControlPlane, Options};
+use serde_json::Value;
 use tokio::task::JoinSet;
 
-use super::cluster::{self, NODE_ROLE, NODE_TYPE, NODECLASS, NODEPOOL, NodeSpec};
+use super::cluster::{
+    self, CONSOLIDATE_AFTER_SECS, NODE_ROLE, NODE_TYPE, NODECLASS, NODEPOOL, NodeSpec,
+};
+use super::load::{self, Loaded};
+use super::process;
+use super::server::ServerProcesses;
 
 /// Concurrent requests to moto while setting up (it serves on a thread per request;
 /// DynamoDB one request at a time, see tests/moto_server.py).
@@ -32,22 +41,26 @@ const SETUP_WORKERS: usize = 8;
 /// Claims and nodes are an hour old: past consolidateAfter, so every node is a
 /// disruption candidate from the first run.
 const AGE_SECS: i64 = 3600;
-/// How often a watch that allows bookmarks gets one (kube-apiserver: about a minute).
-const BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
-
 pub struct World {
     pub cluster: String,
     pub table: String,
     pub ssm_prefix: String,
     pub nodes: usize,
     pub pods: usize,
-    pub api: Arc<FakeApiServer>,
-    _runtime: FakeApiRuntime,
+    /// Writing the Kubernetes objects through the API.
+    pub loaded: Loaded,
+    /// kube-apiserver's and etcd's processes, measured.
+    pub server: ServerProcesses,
+    pub control_plane: ControlPlane,
+    /// The bench's own writes (cluster-admin, unpaced).
+    admin: kube::Client,
 }
 
 impl World {
-    /// Builds everything for `nodes` nodes; progress on stderr.
-    pub async fn build(moto: &str, nodes: usize) -> Result<World, String> {
+    /// Builds everything for `nodes` nodes; progress on stderr. `consolidating`: the
+    /// function consolidates, so its world waits until consolidateAfter has elapsed for
+    /// every pod written (the provisioner's does not).
+    pub async fn build(moto: &str, nodes: usize, consolidating: bool) -> Result<World, String> {
         let started = Instant::now();
         let cluster = unique("bench");
         let table = unique("bench-table");
@@ -71,48 +84,141 @@ impl World {
         )
         .await?;
         eprintln!("  writing {nodes} claims");
-        write_claims(moto, &table, &specs, &instance_ids).await?;
+        let claims = write_claims(moto, &table, &specs, &instance_ids).await?;
 
-        let (api, runtime) = start_fake_api()?;
-        let mut pods = 0;
-        api.with_store(|store| {
-            cluster::objects(&cluster, &specs, &instance_ids, |object| {
-                pods += usize::from(object["kind"] == "Pod");
-                store.put(object);
-            })
-        })?;
-        // The loading is history nobody watched: forget it, as etcd compacts.
-        api.compact();
-        // A real API server sends a watch a bookmark about once a minute; the fake's
-        // default (every second) would cost the function CPU it never spends on EKS.
-        api.set_bookmark_interval(BOOKMARK_INTERVAL);
+        eprintln!("  starting a control plane (etcd, kube-apiserver)");
+        let control_plane = ControlPlane::start_with(Options::api_server_only()).await;
+        publish_images(
+            &config,
+            &net.ssm_prefix,
+            &control_plane.info().kubernetes_version,
+            &[("x86_64", &net.ami_amd64), ("arm64", &net.ami_arm64)],
+        )
+        .await?;
+        let server = ServerProcesses::watch(&control_plane)?;
+        let admin = load::admin_client(&control_plane)?;
+        let objects = {
+            let (cluster, specs, instance_ids) = (cluster.clone(), specs.clone(), instance_ids);
+            move |put: &mut dyn FnMut(Value)| {
+                cluster::objects(&cluster, &specs, &instance_ids, &mut *put)?;
+                // Each claim's NodeClaim as the functions mirror it when they create the
+                // claim: a steady cluster has them all, so no invocation writes any.
+                for mirror in claims.iter().filter_map(mirror_of) {
+                    let mut object = mirror.object();
+                    object["status"] = mirror.status_patch()["status"].take();
+                    put(object);
+                }
+                Ok(())
+            }
+        };
+        let own_cpu = || process::cpu_seconds(std::process::id(), process::ticks_per_second());
+        let cpu_before = (server.cpu_seconds()?, own_cpu()?);
+        let mut loaded = load::load(&admin, "loading the cluster", objects).await?;
+        loaded.server_cpu_s = server.cpu_seconds()? - cpu_before.0;
+        loaded.bench_cpu_s = own_cpu()? - cpu_before.1;
         eprintln!(
-            "  world ready in {:.0} s: {nodes} nodes, {pods} pods",
-            started.elapsed().as_secs_f64()
+            "  loaded {} objects ({} pods) in {:.0} s: {} requests, {:.0} a second; CPU-s: kube-apiserver and etcd {:.0}, the bench {:.0}",
+            loaded.objects,
+            loaded.pods,
+            loaded.seconds,
+            loaded.requests,
+            loaded.requests as f64 / loaded.seconds,
+            loaded.server_cpu_s,
+            loaded.bench_cpu_s
+        );
+        let loaded_at = Instant::now();
+        // The loading is history nobody watched: compact it away, as kube-apiserver has
+        // etcd do every 5 minutes.
+        control_plane.compact().await;
+        // The API server stamps each object with the time it was written (a fixture
+        // cannot backdate `creationTimestamp`), and the disruption function counts a
+        // node's consolidateAfter from its newest pod's creation. In a steady cluster
+        // every node is past it: wait until these are (the machine settles from the
+        // loading meanwhile).
+        if consolidating {
+            let settle = Duration::from_secs(CONSOLIDATE_AFTER_SECS + 5);
+            eprintln!(
+                "  waiting {} s: consolidateAfter elapses for the pods just written",
+                settle.saturating_sub(loaded_at.elapsed()).as_secs()
+            );
+            tokio::time::sleep(settle.saturating_sub(loaded_at.elapsed())).await;
+        }
+        eprintln!(
+            "  world ready in {:.0} s: {nodes} nodes, {} pods",
+            started.elapsed().as_secs_f64(),
+            loaded.pods
         );
         Ok(World {
             cluster,
             table,
             ssm_prefix: net.ssm_prefix,
             nodes,
-            pods,
-            api,
-            _runtime: runtime,
+            pods: loaded.pods,
+            loaded,
+            server,
+            control_plane,
+            admin,
         })
     }
 
-    /// A kubeconfig for `server` (the counting proxy in front of the fake).
+    /// Writes `objects` into the cluster (as its administrator, not as the function).
+    pub async fn put(&self, objects: Vec<Value>) -> Result<Loaded, String> {
+        load::load(&self.admin, "writing", move |put: &mut dyn FnMut(Value)| {
+            objects.into_iter().for_each(put);
+            Ok(())
+        })
+        .await
+    }
+
+    /// A kubeconfig for `server` (the counting proxy in front of the control plane,
+    /// plain HTTP) with the functions' identity: the `nodewright` user's token, in the
+    /// group `infra/rbac.yaml` binds.
     pub fn write_kubeconfig(&self, dir: &Path, server: &str) -> Result<PathBuf, String> {
         let path = dir.join(format!("{}.kubeconfig", self.cluster));
+        let token = &self.control_plane.nodewright().token;
         std::fs::write(
             &path,
             format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: bench\n  cluster:\n    server: {server}\ncontexts:\n- name: bench\n  context:\n    cluster: bench\n    user: bench\ncurrent-context: bench\nusers:\n- name: bench\n  user:\n    token: bench\n"
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: bench\n  cluster:\n    server: {server}\ncontexts:\n- name: bench\n  context:\n    cluster: bench\n    user: nodewright\ncurrent-context: bench\nusers:\n- name: nodewright\n  user:\n    token: {token}\n"
             ),
         )
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
         Ok(path)
     }
+}
+
+/// The EKS-optimized AMI parameters for the control plane's Kubernetes version
+/// (`v1.36.3` → `1.36`; the test network publishes them for the version the tests'
+/// EKS clusters run), naming the test network's images: the function reads the
+/// version from `/version`, so the EC2NodeClass's `al2023@latest` resolves to the
+/// image the nodes' instances run, the NodeClass is Ready and no node has drifted.
+async fn publish_images(
+    config: &SdkConfig,
+    ssm_prefix: &str,
+    server_version: &str,
+    images: &[(&str, &str)],
+) -> Result<(), String> {
+    let minor = server_version
+        .trim_start_matches('v')
+        .split('.')
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(".");
+    let ssm = aws_sdk_ssm::Client::new(config);
+    for (arch, image) in images {
+        let name = format!(
+            "{ssm_prefix}/eks/optimized-ami/{minor}/amazon-linux-2023/{arch}/standard/recommended/image_id"
+        );
+        ssm.put_parameter()
+            .name(&name)
+            .value(*image)
+            .r#type(aws_sdk_ssm::types::ParameterType::String)
+            .overwrite(true)
+            .send()
+            .await
+            .map_err(|e| format!("PutParameter {name}: {e:?}"))?;
+    }
+    Ok(())
 }
 
 /// One subnet per zone of [`cluster::ZONES`], large enough for 10,000 nodes (the test
@@ -229,13 +335,14 @@ async fn launch(
 }
 
 /// One claim per node, Initialized as nodewright leaves it: made Launching and taken
-/// through each transition (the state machine's own steps), then written once.
+/// through each transition (the state machine's own steps), then written once. The
+/// claims, in node order.
 async fn write_claims(
     moto: &str,
     table: &str,
     specs: &[NodeSpec],
     instance_ids: &[String],
-) -> Result<(), String> {
+) -> Result<Vec<NodeClaim>, String> {
     let store = Arc::new(DynamoStore::new(
         &nodewright_aws::AwsContext::for_emulator(moto, REGION).await,
         table,
@@ -302,66 +409,5 @@ async fn write_claims(
     while let Some(done) = tasks.join_next().await {
         done.map_err(|e| format!("a claim task failed: {e}"))??;
     }
-    Ok(())
-}
-
-/// Keeps the fake API server's runtime alive; dropping it ends the runtime (and with
-/// it every connection the server holds) and its thread.
-pub struct FakeApiRuntime {
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for FakeApiRuntime {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-/// The fake API server on its own OS thread and multi-thread runtime.
-fn start_fake_api() -> Result<(Arc<FakeApiServer>, FakeApiRuntime), String> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let thread = std::thread::Builder::new()
-        .name("fake-api-server".into())
-        .spawn(move || {
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-            {
-                Ok(runtime) => runtime,
-                Err(e) => {
-                    let _ = tx.send(Err(format!("fake API server runtime: {e}")));
-                    return;
-                }
-            };
-            runtime.block_on(async move {
-                match FakeApiServer::start().await {
-                    Ok(server) => {
-                        let _ = tx.send(Ok(Arc::new(server)));
-                        let _ = stopped.await;
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(format!("fake API server: {e}")));
-                    }
-                }
-            })
-        })
-        .map_err(|e| format!("cannot start the fake API server's thread: {e}"))?;
-    let api = rx
-        .recv()
-        .map_err(|_| "the fake API server's thread ended".to_string())??;
-    Ok((
-        api,
-        FakeApiRuntime {
-            stop: Some(stop),
-            thread: Some(thread),
-        },
-    ))
+    Ok(claims)
 }

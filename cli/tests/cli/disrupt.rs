@@ -532,7 +532,22 @@ fn nodes_of_other_node_pools_and_unmanaged_nodes_are_never_candidates() {
     foreign["metadata"]["labels"]["karpenter.sh/nodepool"] = json!("someone-else");
     items.push(foreign);
     let d = decide(&pools(UNDERUTILIZED, ""), items, &[]);
-    assert!(!d.to_string().contains("\"foreign\""), "{d:#}");
+    // Never disrupted nor reported on (a destination it may be: kube-scheduler binds
+    // pods to any node that takes them).
+    assert!(
+        commands(&d)
+            .iter()
+            .all(|(_, nodes)| !nodes.iter().any(|n| n == "foreign")),
+        "{d:#}"
+    );
+    assert!(
+        d["rejected"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["node"] != "foreign"),
+        "{d:#}"
+    );
 }
 
 #[test]

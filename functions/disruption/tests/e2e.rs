@@ -876,3 +876,291 @@ async fn a_mostly_empty_node_is_replaced_by_a_cheaper_one_and_its_pod_moves_ther
     live.assert_evicted_off(old.node_name.as_deref().expect("a node"));
     live.assert_consistent(1).await;
 }
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// The Deployment a pod ("namespace/name") belongs to: its name without the
+/// ReplicaSet's hash and its own suffix.
+fn deployment_of(pod: &str) -> String {
+    let name = pod.rsplit('/').next().unwrap_or(pod);
+    let mut parts: Vec<&str> = name.rsplitn(3, '-').collect();
+    parts.pop().unwrap_or(name).to_string()
+}
+
+/// Where a disruption decision the log recorded counted room for the pods it moves to
+/// nodes that stay: (Deployment, node) for each pod, from its action
+/// (`disrupt A, B (...), N replacement(s); default/x-1, default/x-2 to C; ...`).
+fn recorded_moves(action: &str) -> Vec<(String, String)> {
+    action
+        .split("; ")
+        .skip(1)
+        .filter_map(|m| m.rsplit_once(" to "))
+        .flat_map(|(pods, node)| {
+            pods.split(", ")
+                .map(move |pod| (deployment_of(pod), node.to_string()))
+        })
+        .collect()
+}
+
+/// `kubectl cordon` (or `uncordon`) of `node`, as an administrator does it.
+async fn cordon(env: &EmulatedCluster, node: &str, unschedulable: bool) {
+    env.api
+        .modify("Node", None, node, |n| {
+            n["spec"]["unschedulable"] = json!(unschedulable);
+        })
+        .await
+        .unwrap_or_else(|| panic!("no Node {node}"));
+}
+
+/// Waits until `n` pods of the Deployment `name` run; the nodes they run on.
+async fn running_on(cluster: &ClusterBehaviour, name: &str, n: usize) -> Vec<String> {
+    let ran = wait_until(SETTLE, || async {
+        let running = cluster.running();
+        cluster
+            .placements()
+            .iter()
+            .filter(|(pod, _, _)| deployment_of(pod) == name && running.contains(pod))
+            .count()
+            == n
+    })
+    .await;
+    assert!(
+        ran,
+        "setup: {n} pod(s) of {name} never ran: {}",
+        story(cluster, &[])
+    );
+    cluster
+        .placements()
+        .into_iter()
+        .filter(|(pod, _, _)| deployment_of(pod) == name)
+        .filter_map(|(_, node, _)| node)
+        .collect()
+}
+
+/// A Deployment of `replicas` pods of `cpu` and 128 MiB: cpu decides where they fit.
+fn sized(name: &str, replicas: usize, cpu: &str) -> Value {
+    web_deployment(name, replicas, cpu, "128Mi")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn consolidation_counts_pods_only_onto_room_kube_scheduler_gives_them() {
+    // Five m5.xlarge (3.82 cpu free for pods each): two that receive, B (1.82 cpu used,
+    // 2 free) and C (2.62 used, 1.2 free), whose pods may not be disrupted; and A, D
+    // and E with one pod each that could go — x (1 cpu) on A and on D, y (1.1 cpu) on
+    // E. The pool may disrupt every node at once.
+    //
+    // kube-scheduler binds each evicted pod to the least allocated node that takes it:
+    // the first x to B, the second to C (1.2 free against B's 1), and then y fits
+    // nowhere. A decision that counted both x onto B (packed) and y onto C would have
+    // y pending and the provisioner launch a node for it. Every command's pods must be
+    // bound where the decision counted on room — a node it named, or its replacement —
+    // and nothing launched for them afterwards.
+    let env = emulated_cluster("dis-sched", "on-demand", 0).await;
+    env.api
+        .modify("NodePool", None, "general-purpose", |pool| {
+            pool["spec"]["disruption"] = json!({
+                "consolidationPolicy": "WhenEmptyOrUnderutilized",
+                "consolidateAfter": "0s",
+                "budgets": [{"nodes": "100%"}]
+            });
+        })
+        .await
+        .expect("the pool");
+    let started = Instant::now();
+    let cluster = ClusterBehaviour::start(&env, timings()).await;
+    let (proxy, proxied) = env.through_proxy().await;
+    let schedule = provisioner_schedule(&env, &proxied, "schedule", SCHEDULE_BUDGET).await;
+
+    // One node per step: each step's pods cannot go to the nodes before it (cordoned
+    // until the end), so the provisioner launches one for them.
+    let mut cordoned = Vec::new();
+    for (name, cpu) in [("fill-b", "1820m"), ("fill-c", "2620m")] {
+        let mut fill = sized(name, 1, cpu);
+        fill["spec"]["template"]["metadata"]["annotations"] =
+            json!({"karpenter.sh/do-not-disrupt": "true"});
+        env.deploy(fill).await;
+        let node = running_on(&cluster, name, 1).await.remove(0);
+        cordon(&env, &node, true).await;
+        cordoned.push(node);
+    }
+    env.deploy(sized("x", 1, "1")).await;
+    let a = running_on(&cluster, "x", 1).await.remove(0);
+    cordon(&env, &a, true).await;
+    cordoned.push(a.clone());
+    env.scale("x", 2).await;
+    let d = running_on(&cluster, "x", 2)
+        .await
+        .into_iter()
+        .find(|n| *n != a)
+        .expect("x's second node");
+    cordon(&env, &d, true).await;
+    cordoned.push(d);
+    env.deploy(sized("y", 1, "1100m")).await;
+    running_on(&cluster, "y", 1).await;
+    for node in &cordoned {
+        cordon(&env, node, false).await;
+    }
+    let initialized = wait_until(SETTLE, || async {
+        let claims = env.claims().await;
+        claims.len() == 5 && claims.iter().all(|c| c.state == ClaimState::Initialized)
+    })
+    .await;
+    let launched = env.claims().await;
+    assert!(
+        initialized,
+        "setup: five Initialized nodes: {}",
+        story(&cluster, &launched)
+    );
+    eprintln!(
+        "{}: five nodes, one per step, after {:.1}s",
+        env.cluster,
+        started.elapsed().as_secs_f64()
+    );
+    let live = Live {
+        env,
+        cluster,
+        schedule,
+        proxy,
+        proxied,
+        launched,
+        scaled_down: Vec::new(),
+    };
+    let h = disruption(&live, false).await;
+
+    // Decision after decision, until one starts nothing. After the first, y's
+    // Deployment is scaled down: E's pods can then go too.
+    let mut commands = 0;
+    let mut rounds = 0;
+    let mut quiet = 0;
+    while quiet < 2 {
+        let round = Instant::now();
+        let since = unix_now() - 1;
+        let claims_before = live.claims().await.len();
+        let summary = invoke(&h).await.expect("a disruption run");
+        let started: Vec<Value> = summary["started"].as_array().cloned().unwrap_or_default();
+        if started.is_empty() {
+            quiet += 1;
+            tokio::time::sleep(DISRUPTION_EVERY).await;
+            continue;
+        }
+        quiet = 0;
+        commands += started.len();
+        assert!(commands <= 4, "the cluster never settles: {summary}");
+        let decisions = live.store().await.decisions(since).await.expect("log");
+        let mut counted: Vec<(String, String)> = Vec::new();
+        let mut replacements: Vec<String> = Vec::new();
+        let mut candidates: Vec<NodeClaim> = Vec::new();
+        let claims = live.claims().await;
+        for command in &started {
+            let nodes: Vec<String> = command["nodes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|n| n.as_str().map(str::to_string))
+                .collect();
+            let header = format!("disrupt {} (", nodes.join(", "));
+            let recorded = decisions
+                .iter()
+                .find(|d| d.job == "disruption" && d.action.starts_with(&header))
+                .unwrap_or_else(|| panic!("no decision recorded for {command}: {decisions:#?}"));
+            eprintln!("{}: {}", live.env.cluster, recorded.action);
+            counted.extend(recorded_moves(&recorded.action));
+            for node in &nodes {
+                candidates.push(claim_of(&claims, node).clone());
+            }
+            replacements.extend(
+                command["replacements"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|r| r.as_str().map(str::to_string)),
+            );
+        }
+        for candidate in &candidates {
+            let settled = live.settled(candidate).await;
+            assert!(
+                settled,
+                "the command never finished ({summary}): {}",
+                story(&live.cluster, &live.claims().await)
+            );
+        }
+        // The replacements' pods go to their nodes.
+        let claims = live.claims().await;
+        for name in &replacements {
+            let replacement = claims
+                .iter()
+                .find(|c| &c.name == name)
+                .unwrap_or_else(|| panic!("no replacement claim {name}"));
+            let node = replacement
+                .node_name
+                .clone()
+                .unwrap_or_else(|| panic!("the replacement {name} has no node"));
+            counted.extend(
+                replacement
+                    .pods
+                    .iter()
+                    .map(|p| (deployment_of(p), node.clone())),
+            );
+        }
+        // Where kube-scheduler bound the pods that replaced those evicted.
+        let mut bound: Vec<(String, String)> = live
+            .cluster
+            .pods()
+            .into_iter()
+            .filter(|p| !p.daemon && p.first_seen >= round)
+            .map(|p| {
+                (
+                    deployment_of(&p.key),
+                    p.node.clone().unwrap_or_else(|| "(pending)".into()),
+                )
+            })
+            .collect();
+        bound.sort();
+        counted.sort();
+        assert_eq!(
+            bound,
+            counted,
+            "kube-scheduler bound the moved pods elsewhere than the decision counted on ({summary}): {}",
+            story(&live.cluster, &claims)
+        );
+        // A few provisioner polls later, nothing was launched for them.
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let after = live.claims().await;
+        assert_eq!(
+            after.len(),
+            claims_before + replacements.len(),
+            "claims launched after the command ({summary}): {:#?}",
+            briefs(&after)
+        );
+        assert!(
+            live.cluster.pending_pods().is_empty(),
+            "{}",
+            story(&live.cluster, &after)
+        );
+        rounds += 1;
+        if rounds == 1 {
+            let y = live
+                .cluster
+                .placements()
+                .into_iter()
+                .find(|(pod, _, _)| deployment_of(pod) == "y")
+                .map(|(pod, _, _)| pod)
+                .expect("y's pod");
+            live.cluster.scale_down(&[&y]).await;
+        }
+    }
+    assert!(
+        rounds >= 2,
+        "{rounds} decision(s) started commands: {}",
+        story(&live.cluster, &live.claims().await)
+    );
+    let pods = live.cluster.placements().len();
+    assert_eq!(pods, 4, "{:?}", live.cluster.placements());
+    live.assert_consistent(pods).await;
+}

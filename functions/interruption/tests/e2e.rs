@@ -868,6 +868,8 @@ struct Live {
     claim: String,
     /// The claims that existed before the scenario's first event.
     before: Vec<String>,
+    /// The web Deployment's replicas.
+    replicas: usize,
     /// When the setup ended.
     started: Instant,
     /// In front of the API server: the interruption handler's requests go through it.
@@ -890,8 +892,14 @@ impl std::ops::Deref for Live {
 /// where today's provisioner launches a second node (its own tests cover that), and
 /// these scenarios need to start from one node.
 async fn live_world(prefix: &str, pdb: Option<Value>) -> Live {
+    live_world_with(prefix, web(), pdb).await
+}
+
+/// [`live_world`] with the Deployment `web` as given (its pods fit one m5.xlarge).
+async fn live_world_with(prefix: &str, web: Value, pdb: Option<Value>) -> Live {
+    let replicas = web["spec"]["replicas"].as_u64().expect("replicas") as usize;
     let env = emulated_cluster(prefix, "spot", 0).await;
-    env.deploy(web()).await;
+    env.deploy(web).await;
     if let Some(pdb) = pdb {
         env.api.put(pdb).await;
     }
@@ -917,7 +925,7 @@ async fn live_world(prefix: &str, pdb: Option<Value>) -> Live {
         tokio::time::sleep(Duration::from_secs(1)).await;
         invoke_for(&provisioner, Duration::ZERO).await;
         cluster.pending_pods().is_empty()
-            && cluster.running().len() == 2
+            && cluster.running().len() == replicas
             && env
                 .claims()
                 .await
@@ -931,7 +939,7 @@ async fn live_world(prefix: &str, pdb: Option<Value>) -> Live {
         "setup: the pods never ran on initialized nodes: {:?} {claims:#?}",
         cluster.placements()
     );
-    assert_eq!(claims.len(), 1, "setup: one node for two pods: {claims:#?}");
+    assert_eq!(claims.len(), 1, "setup: one node for the pods: {claims:#?}");
     eprintln!(
         "{prefix}: setup took {:.1}s",
         started.elapsed().as_secs_f64()
@@ -960,6 +968,7 @@ async fn live_world(prefix: &str, pdb: Option<Value>) -> Live {
     let (proxy, proxied) = env.through_proxy().await;
     Live {
         before: claims.iter().map(|c| c.name.clone()).collect(),
+        replicas,
         env,
         cluster,
         instance,
@@ -990,7 +999,7 @@ impl Live {
         queue_with(&self.url, max_receive_count).await
     }
 
-    /// Both replicas run on a node that exists and is not the interrupted one; none
+    /// Every replica runs on a node that exists and is not the interrupted one; none
     /// pending.
     fn running_elsewhere(&self) -> Result<(), String> {
         let nodes: Vec<String> = self
@@ -1000,7 +1009,7 @@ impl Live {
             .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_string))
             .collect();
         let placements = self.cluster.placements();
-        let ok = placements.len() == 2
+        let ok = placements.len() == self.replicas
             && placements.iter().all(|(_, node, phase)| {
                 node.as_ref()
                     .is_some_and(|n| *n != self.node && nodes.contains(n))
@@ -1208,6 +1217,142 @@ async fn a_spot_warning_drains_the_node_to_the_end_and_nodewright_terminates_it_
         "a PodDisruptionBudget was broken"
     );
     live.assert_taken_away(&schedule, 1).await;
+    assert!(
+        poller
+            .responses()
+            .iter()
+            .all(|r| r.batch_item_failures.is_empty()),
+        "{:?}",
+        poller.responses()
+    );
+}
+
+/// The web budget's status as the disruption controller (kube-controller-manager) keeps
+/// it: (currentHealthy, desiredHealthy, disruptionsAllowed).
+async fn budget_status(env: &EmulatedCluster) -> (i64, i64, i64) {
+    let pdb = env
+        .api
+        .get("PodDisruptionBudget", Some("default"), "web")
+        .await
+        .expect("the web budget");
+    let field = |name: &str| pdb["status"][name].as_i64().unwrap_or(-1);
+    (
+        field("currentHealthy"),
+        field("desiredHealthy"),
+        field("disruptionsAllowed"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn a_budget_the_disruption_controller_keeps_holds_a_spot_drain_until_each_pod_runs_elsewhere()
+{
+    // Three web pods on one spot node, and a budget of minAvailable 2 whose status the
+    // real disruption controller keeps: one pod may go at a time. The drain evicts one;
+    // the API server refuses the next (429) until that pod's replacement, on the node
+    // the provisioner launched for it, is Ready and the controller has counted it;
+    // then the next, and the last. All within the two-minute notice: nothing is deleted
+    // past the budget, nothing is lost with the instance.
+    let mut web = web_deployment("web", 3, "1", "1Gi");
+    web["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(5);
+    let live = live_world_with("int-budget", web, Some(budget(2))).await;
+    let counted = wait_until(Duration::from_secs(30), || async {
+        budget_status(&live).await == (3, 2, 1)
+    })
+    .await;
+    assert!(
+        counted,
+        "the disruption controller never counted the three pods: (currentHealthy, desiredHealthy, disruptionsAllowed) = {:?}",
+        budget_status(&live).await
+    );
+    let on_node: Vec<String> = live
+        .cluster
+        .placements()
+        .into_iter()
+        .filter(|(_, node, _)| node.as_deref() == Some(live.node.as_str()))
+        .map(|(pod, _, _)| pod)
+        .collect();
+    assert_eq!(on_node.len(), 3, "setup: {:?}", live.cluster.placements());
+    let schedule = provisioner_schedule(&live, "schedule", SCHEDULE_BUDGET).await;
+    let q = live.queue(template_max_receive_count()).await;
+    let h = live.handler(RebalanceAction::Replace).await;
+
+    let warned = Instant::now();
+    live.cluster
+        .kill_at(&live.instance, warned + Duration::from_secs(120));
+    q.send(&about(&fixture("spot-interruption.json"), &live.instance))
+        .await;
+    let poller = Poller::start(&q, &h);
+    let settled = live.settled().await;
+
+    // Every pod left by an eviction the budget allowed, none deleted or lost.
+    let lives = live.cluster.pods();
+    let mut left: Vec<(Instant, String, GoneBy)> = lives
+        .iter()
+        .filter(|p| on_node.contains(&p.key))
+        .filter_map(|p| p.gone.clone().map(|(at, by)| (at, p.key.clone(), by)))
+        .collect();
+    left.sort_by_key(|(at, _, _)| *at);
+    assert_eq!(
+        left.iter()
+            .map(|(_, pod, by)| (pod.clone(), by.clone()))
+            .collect::<Vec<_>>(),
+        left.iter()
+            .map(|(_, pod, _)| (pod.clone(), GoneBy::Evicted))
+            .collect::<Vec<_>>(),
+        "every pod is evicted (settled={settled}): {}",
+        brief(&live.claim().await)
+    );
+    assert_eq!(left.len(), 3, "{left:?}");
+    // The API server refused evictions while the budget allowed none.
+    let refused: Vec<String> = live
+        .nodewright_requests()
+        .into_iter()
+        .filter(|r| r.subresource == "eviction" && r.code == 429)
+        .map(|r| format!("{}/{}", r.namespace, r.name))
+        .collect();
+    assert!(
+        !refused.is_empty() && refused.iter().all(|p| on_node.contains(p)),
+        "no eviction of the node's pods was answered 429: {refused:?}"
+    );
+    // Each eviction after the first waited for a replacement Ready on another node:
+    // the n-th pod went only once n - 1 replacements ran elsewhere.
+    let replacements: Vec<Instant> = lives
+        .iter()
+        .filter(|p| !p.daemon && p.first_seen >= warned && !on_node.contains(&p.key))
+        .filter(|p| p.node.as_deref().is_some_and(|n| n != live.node))
+        .filter_map(|p| p.ready_at)
+        .collect();
+    for (n, (at, pod, _)) in left.iter().enumerate() {
+        let ready_before = replacements.iter().filter(|r| *r < at).count();
+        assert!(
+            ready_before >= n,
+            "{pod} (eviction {} of 3) went when {ready_before} replacement(s) ran elsewhere",
+            n + 1
+        );
+    }
+    assert_eq!(
+        live.cluster.violations(),
+        Vec::<String>::new(),
+        "a PodDisruptionBudget was broken"
+    );
+    assert_eq!(live.cluster.lost(), Vec::<(String, GoneBy)>::new());
+    live.assert_taken_away(&schedule, 1).await;
+    assert_eq!(
+        live.cluster.running().len(),
+        3,
+        "every replica runs: {:?}",
+        live.cluster.placements()
+    );
+    let kept = wait_until(Duration::from_secs(30), || async {
+        budget_status(&live).await == (3, 2, 1)
+    })
+    .await;
+    assert!(
+        kept,
+        "the budget's status at the end: {:?}",
+        budget_status(&live).await
+    );
     assert!(
         poller
             .responses()

@@ -35,8 +35,8 @@ use nodewright_kube::testing::RecordedRequest;
 use nodewright_lambda::{Config, build_ports};
 use nodewright_provisioner::{DEADLINE_MARGIN, Handler};
 use nodewright_testkit::{
-    ClusterBehaviour, EmulatedCluster, Timings, emulated_cluster, scheduled_event, wait_until,
-    web_deployment,
+    ClusterBehaviour, EmulatedCluster, GoneBy, Timings, control_plane_options, emulated_cluster,
+    emulated_cluster_with, scheduled_event, wait_until, web_deployment,
 };
 
 const SCHEDULED_TICK: &str =
@@ -927,6 +927,66 @@ async fn each_claim_is_a_node_claim_in_the_cluster_until_it_is_terminated() {
 
 use nodewright_core::interruption::format_rfc3339 as rfc3339;
 
+/// The Ready condition of a Node (null when it has none).
+fn ready_condition(node: &Value) -> Value {
+    node["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Ready")
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Waits until the node lifecycle controller has marked `node` unreachable (Ready=Unknown,
+/// its kubelet's lease not renewed for the grace period). Panics after 60 s.
+async fn unreachable(world: &EmulatedCluster, node: &str) {
+    let unknown = wait_until(Duration::from_secs(60), || async {
+        world
+            .api
+            .get("Node", None, node)
+            .await
+            .is_some_and(|n| ready_condition(&n)["status"] == "Unknown")
+    })
+    .await;
+    assert!(
+        unknown,
+        "the node lifecycle controller never marked {node} unreachable: {:?}",
+        world
+            .api
+            .get("Node", None, node)
+            .await
+            .map(|n| ready_condition(&n))
+    );
+}
+
+/// Time passes (the handler reads the wall clock): `node`'s Ready condition took its
+/// status `secs` ago.
+async fn not_ready_since(world: &EmulatedCluster, node: &str, secs: i64) {
+    let since = rfc3339(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+            - secs,
+    );
+    world
+        .api
+        .modify("Node", None, node, |n| {
+            for c in n["status"]["conditions"]
+                .as_array_mut()
+                .into_iter()
+                .flatten()
+            {
+                if c["type"] == "Ready" {
+                    c["lastTransitionTime"] = json!(since);
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|| panic!("no Node {node}"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs moto: run through tests/moto.sh"]
 async fn a_node_not_ready_for_thirty_minutes_is_repaired_through_the_handler() {
@@ -942,49 +1002,8 @@ async fn a_node_not_ready_for_thirty_minutes_is_repaired_through_the_handler() {
     let sick = stored[0].clone();
     let node = sick.node_name.clone().expect("registered node");
     cluster.stop_kubelet(&node).await;
-    let ready = |n: &Value| {
-        n["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| c["type"] == "Ready")
-            .cloned()
-            .unwrap_or_default()
-    };
-    let unknown = wait_until(Duration::from_secs(60), || async {
-        world
-            .api
-            .get("Node", None, &node)
-            .await
-            .is_some_and(|n| ready(&n)["status"] == "Unknown")
-    })
-    .await;
-    assert!(
-        unknown,
-        "the node lifecycle controller never marked {node} unreachable: {:?}",
-        world.api.get("Node", None, &node).await.map(|n| ready(&n))
-    );
-    let since = rfc3339(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs() as i64
-            - 31 * 60,
-    );
-    world
-        .api
-        .modify("Node", None, &node, |n| {
-            for c in n["status"]["conditions"]
-                .as_array_mut()
-                .into_iter()
-                .flatten()
-            {
-                if c["type"] == "Ready" {
-                    c["lastTransitionTime"] = json!(since);
-                }
-            }
-        })
-        .await;
+    unreachable(&world, &node).await;
+    not_ready_since(&world, &node, 31 * 60).await;
     let repaired = wait_until(Duration::from_secs(60), || async {
         invoke(&h).await;
         let after = claims(&world).await;
@@ -1036,6 +1055,195 @@ async fn a_node_not_ready_for_thirty_minutes_is_repaired_through_the_handler() {
     })
     .await;
     assert!(all_run, "{}", story(&cluster));
+}
+
+/// How long a pod tolerates `node.kubernetes.io/unreachable` unless it says otherwise
+/// (kube-apiserver's `--default-unreachable-toleration-seconds`, 300 by default):
+/// short, so the taint eviction controller acts within the test.
+const UNREACHABLE_TOLERATION_SECONDS: u32 = 5;
+
+/// The pods (namespace/name) on `node` now.
+fn pods_on(cluster: &ClusterBehaviour, node: &str) -> Vec<String> {
+    cluster
+        .placements()
+        .into_iter()
+        .filter(|(_, n, _)| n.as_deref() == Some(node))
+        .map(|(pod, _, _)| pod)
+        .collect()
+}
+
+/// The functions' evictions and deletions of `pods` (namespace/name), as the audit log
+/// recorded them.
+fn evictions_and_deletions_of(world: &EmulatedCluster, pods: &[String]) -> Vec<String> {
+    world
+        .nodewright_requests()
+        .into_iter()
+        .filter(|r| r.resource == "pods")
+        .filter(|r| {
+            (r.verb == "create" && r.subresource == "eviction")
+                || (r.verb == "delete" && r.subresource.is_empty())
+        })
+        .filter(|r| pods.contains(&format!("{}/{}", r.namespace, r.name)))
+        .map(|r| r.describe())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn a_lost_node_emptied_by_the_taint_eviction_controller_is_replaced_once_and_repaired_without_touching_its_pods()
+ {
+    // What Kubernetes does with a node whose kubelet stopped, and what nodewright does
+    // beside it, as Karpenter does:
+    // - the node lifecycle controller marks the node unreachable (Ready=Unknown, the
+    //   `node.kubernetes.io/unreachable` NoSchedule and NoExecute taints), and the taint
+    //   eviction controller deletes its pods once they stop tolerating it; with no
+    //   kubelet to confirm, they stay Terminating;
+    // - their ReplicaSet's replacements are pending: nothing will schedule onto an
+    //   unreachable node, so the provisioner launches capacity for them at once, not
+    //   30 minutes later when the node is repaired;
+    // - 30 minutes after the node went NotReady, node repair takes it away: its pods
+    //   were deleted already, so the drain neither evicts nor deletes them again
+    //   (Karpenter's drain waits only for pods not already terminating), nothing is
+    //   launched for them a second time, and the instance is terminated once.
+    let options = control_plane_options().with_apiserver_arg(format!(
+        "--default-unreachable-toleration-seconds={UNREACHABLE_TOLERATION_SECONDS}"
+    ));
+    let world = emulated_cluster_with("repair-lost", "on-demand", options).await;
+    // A long grace period: the pods the taint eviction controller deletes stay
+    // Terminating for ten minutes (their kubelet will not confirm), well past the repair.
+    let mut web = web_deployment("web", 4, "1500m", "1Gi");
+    web["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(600);
+    world.deploy(web).await;
+    let cluster = ClusterBehaviour::start(&world, Timings::default()).await;
+    let h = handler(&world, "repair-lost").await;
+    let stored = until_initialized(&world, &h).await;
+    assert_eq!(stored.len(), 2, "{stored:#?}");
+    let all_run = wait_until(Duration::from_secs(30), || async {
+        cluster.running().len() == 4
+    })
+    .await;
+    assert!(all_run, "setup: {}", story(&cluster));
+
+    let sick = stored[0].clone();
+    let node = sick.node_name.clone().expect("registered node");
+    let on_node = pods_on(&cluster, &node);
+    assert_eq!(on_node.len(), 2, "setup: {:?}", cluster.placements());
+    cluster.stop_kubelet(&node).await;
+    unreachable(&world, &node).await;
+
+    // The taint eviction controller deletes the node's pods: the observer sees them go
+    // with their node (their DisruptionTarget condition says so).
+    let evicted_by_taint = wait_until(Duration::from_secs(60), || async {
+        let lost = cluster.lost();
+        on_node
+            .iter()
+            .all(|p| lost.contains(&(p.clone(), GoneBy::NodeLost(node.clone()))))
+    })
+    .await;
+    assert!(
+        evicted_by_taint,
+        "the taint eviction controller did not take the pods off {node}: lost {:?}; {}",
+        cluster.lost(),
+        story(&cluster)
+    );
+
+    // Their replacements run on a node launched for them, well before any repair.
+    let replaced = wait_until(Duration::from_secs(60), || async {
+        invoke(&h).await;
+        cluster.running().len() == 4 && cluster.pending_pods().is_empty()
+    })
+    .await;
+    let now = claims(&world).await;
+    assert!(
+        replaced,
+        "the replacements of the pods the taint eviction controller deleted never ran: {}; claims {now:#?}",
+        story(&cluster)
+    );
+    assert_eq!(now.len(), 3, "one node launched for the two pods: {now:#?}");
+    let sick_now = now.iter().find(|c| c.name == sick.name).unwrap();
+    assert_eq!(
+        sick_now.state,
+        ClaimState::Initialized,
+        "not repaired before its 30 minutes: {sick_now:#?}"
+    );
+    assert!(
+        pods_on(&cluster, &node).is_empty(),
+        "every pod on {node} is being deleted: {:?}",
+        cluster.placements()
+    );
+
+    // 30 minutes later: repaired, once.
+    not_ready_since(&world, &node, 31 * 60).await;
+    let repaired = wait_until(Duration::from_secs(60), || async {
+        invoke(&h).await;
+        claims(&world)
+            .await
+            .iter()
+            .any(|c| c.name == sick.name && c.state == ClaimState::Terminated)
+    })
+    .await;
+    let after = claims(&world).await;
+    assert!(repaired, "{after:#?}");
+    assert_eq!(
+        after
+            .iter()
+            .find(|c| c.name == sick.name)
+            .and_then(|c| c.disruption.as_ref())
+            .map(|d| d.cause),
+        Some(nodewright_core::nodeclaim::DisruptionCause::Unhealthy)
+    );
+    assert_eq!(
+        evictions_and_deletions_of(&world, &on_node),
+        Vec::<String>::new(),
+        "the pods the taint eviction controller deleted were evicted or deleted again"
+    );
+    assert!(
+        world.api.get("Node", None, &node).await.is_none(),
+        "the repaired node is deleted"
+    );
+    // A few more polls: nothing else is launched, and the instances are the live claims.
+    for _ in 0..3 {
+        let summary = invoke(&h).await;
+        assert_eq!(
+            summary["launched"].as_array().map(Vec::len),
+            Some(0),
+            "{summary}"
+        );
+    }
+    let after = claims(&world).await;
+    assert_eq!(
+        after.len(),
+        3,
+        "nothing launched for the repaired node's pods a second time: {after:#?}"
+    );
+    let live: Vec<String> = instances(&world).await.into_iter().map(|i| i.0).collect();
+    let mut claimed: Vec<String> = after
+        .iter()
+        .filter(|c| !c.state.is_terminal())
+        .filter_map(|c| c.instance_id.clone())
+        .collect();
+    let mut live_sorted = live.clone();
+    live_sorted.sort();
+    claimed.sort();
+    assert_eq!(live_sorted, claimed, "the instances are the live claims'");
+    assert_eq!(live.len(), 2, "{live:?}");
+    let decisions = store(&world).await.decisions(0).await.unwrap();
+    let repairs: Vec<&str> = decisions
+        .iter()
+        .filter(|d| d.job == "repair")
+        .map(|d| d.action.as_str())
+        .collect();
+    assert_eq!(repairs.len(), 1, "repaired once: {repairs:#?}");
+    assert!(
+        cluster.running().len() == 4 && cluster.pending_pods().is_empty(),
+        "{}",
+        story(&cluster)
+    );
+    assert_eq!(
+        world.unexpected_refusals(),
+        Vec::<String>::new(),
+        "the API server refused the provisioner's requests"
+    );
 }
 
 /// The `type` condition of a NodePool or EC2NodeClass as the API server holds it.

@@ -127,11 +127,24 @@ pub fn planning_snapshot(
     }
 }
 
+/// The taints the node lifecycle controller puts on a node it found not ready or
+/// unreachable (kubelet stopped reporting): kube-scheduler binds nothing there that does
+/// not tolerate them.
+pub const NODE_LIFECYCLE_TAINTS: [&str; 2] = [
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+];
+
 /// Claims whose capacity is coming, each counted once: as a node when its node is in
 /// the planning snapshot, Ready and schedulable, otherwise as in flight — `Launching`
 /// and `Launched` ones, `Registered` ones whose node is not Ready yet, and `Initialized`
 /// ones whose node is briefly NotReady (a claim is never counted neither as a node nor
-/// in flight: that launched a second node for the same pods).
+/// in flight: that launched a second node for the same pods). An `Initialized` claim
+/// whose node the node lifecycle controller has tainted not ready or unreachable is
+/// neither: kube-scheduler will not bind there, and a node whose kubelet stopped may stay
+/// so until it is repaired 30 minutes later, while the pods the taint eviction controller
+/// took off it wait for capacity (Karpenter counts an initialized node's taints, those
+/// included).
 pub fn in_flight_claims(claims: &[NodeClaim], snapshot: &ClusterSnapshot) -> Vec<InFlightClaim> {
     let nodes: HashMap<&str, &Node> = snapshot
         .nodes
@@ -145,8 +158,16 @@ pub fn in_flight_claims(claims: &[NodeClaim], snapshot: &ClusterSnapshot) -> Vec
             let usable = node.is_some_and(|n| n.ready && !n.unschedulable);
             match c.state {
                 ClaimState::Launching | ClaimState::Launched | ClaimState::Registered => !usable,
-                // Gone from the cluster, or cordoned by someone: not capacity.
-                ClaimState::Initialized => node.is_some_and(|n| !n.ready && !n.unschedulable),
+                // Gone from the cluster, cordoned by someone, or found lost by the node
+                // lifecycle controller: not capacity.
+                ClaimState::Initialized => node.is_some_and(|n| {
+                    !n.ready
+                        && !n.unschedulable
+                        && !n
+                            .taints
+                            .iter()
+                            .any(|t| NODE_LIFECYCLE_TAINTS.contains(&t.key.as_str()))
+                }),
                 _ => false,
             }
         })
@@ -230,6 +251,40 @@ mod tests {
                 ClaimState::Launching
             ]
         );
+    }
+
+    #[test]
+    fn an_initialized_claim_whose_node_the_node_lifecycle_controller_tainted_is_not_in_flight() {
+        let mut claim = launching("gp-lost");
+        claim.state = ClaimState::Initialized;
+        claim.instance_id = Some("i-0123456789abcdef0".into());
+        let mut node = crate::testing::node(
+            "ip-10-0-1-4.ec2.internal",
+            "m5.large",
+            "us-east-1b",
+            "gp",
+            crate::catalog::Catalog::embedded(),
+        );
+        node.provider_id = Some("aws:///us-east-1b/i-0123456789abcdef0".into());
+        node.ready = false;
+        let in_flight = |node: &Node| {
+            let snapshot = ClusterSnapshot {
+                nodes: vec![node.clone()],
+                ..ClusterSnapshot::default()
+            };
+            in_flight_claims(std::slice::from_ref(&claim), &snapshot).len()
+        };
+        // Briefly NotReady, before the node lifecycle controller acted: still coming back.
+        assert_eq!(in_flight(&node), 1);
+        for key in NODE_LIFECYCLE_TAINTS {
+            let mut tainted = node.clone();
+            tainted.taints.push(Taint {
+                key: key.into(),
+                value: None,
+                effect: TaintEffect::NoSchedule,
+            });
+            assert_eq!(in_flight(&tainted), 0, "{key}");
+        }
     }
 
     #[test]

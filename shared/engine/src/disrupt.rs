@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use nodewright_core::disruption::command::PriceBeforeAfter;
+use nodewright_core::disruption::command::{Move, PriceBeforeAfter};
 use nodewright_core::disruption::{Decision, RejectCode, RejectedNode};
 
 use crate::command::{CommandMachine, advance_commands, command_in_flight, start_command};
@@ -86,6 +86,32 @@ pub struct Disrupter {
     /// The invalid `karpenter.sh/do-not-disrupt` value last warned about per pod, the
     /// same way.
     invalid_annotations: std::sync::Mutex<std::collections::HashMap<String, String>>,
+}
+
+/// How many pod names a decision record lists per destination.
+const MOVES_LISTED: usize = 10;
+
+/// Where a command counted room for the pods it moves to nodes that stay:
+/// `; default/a, default/b to ip-10-0-1-5.ec2.internal` per destination (the pods going
+/// to its replacements are the replacements' own). What to compare with where
+/// kube-scheduler binds their replacements.
+fn moves_text(moves: &[Move]) -> String {
+    moves
+        .iter()
+        .map(|m| {
+            let mut pods = m
+                .pods
+                .iter()
+                .take(MOVES_LISTED)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ");
+            if m.pods.len() > MOVES_LISTED {
+                pods.push_str(&format!(" (and {} more)", m.pods.len() - MOVES_LISTED));
+            }
+            format!("; {pods} to {}", m.target)
+        })
+        .collect()
 }
 
 /// Karpenter's reasons for a node the disruption job keeps: blocked (the node or its
@@ -261,11 +287,12 @@ impl Disrupter {
                     at: now,
                     job: JOB.into(),
                     action: format!(
-                        "disrupt {} ({:?}, {:?}), {} replacement(s){suffix}",
+                        "disrupt {} ({:?}, {:?}), {} replacement(s){}{suffix}",
                         c.nodes.join(", "),
                         c.method,
                         c.reason,
-                        c.replacements.len()
+                        c.replacements.len(),
+                        moves_text(&c.moves)
                     ),
                     reason: format!(
                         "{:.4}/h → {:.4}/h, saves {:.4}/h{}",

@@ -13,7 +13,8 @@
 //!   │  A budget's refusal is retried on the next step; from `deadline − grace` the pod
 //!   │  is deleted instead (grace = min(time left, its own)). Instance gone/going
 //!   │  (InstanceStopped/Terminated): pods are deleted at once, nothing waited for. A
-//!   │  pod still terminating a minute past its grace period is not waited for.
+//!   │  pod already terminating is never evicted or deleted again; it is not waited
+//!   │  for past the deadline, off a gone instance, or a minute past its grace period.
 //!   ▼  finish_draining when no evictable pod is left (Event "Terminating")
 //! Terminating
 //!   │  terminate_instance: TerminateInstances for the id the store records on this
@@ -319,6 +320,7 @@ pub async fn drain(ports: &Ports, claim: &NodeClaim, progress: &mut Progress) ->
     };
     for _ in 0..DRAIN_ROUNDS {
         let now = ports.clock.now();
+        let past_deadline = deadline.is_some_and(|d| now >= d);
         let pods = ports.cluster.pods_on_node(node).await?;
         let remaining: Vec<&Pod> = pods
             .iter()
@@ -328,6 +330,10 @@ pub async fn drain(ports: &Ports, claim: &NodeClaim, progress: &mut Progress) ->
             // its deletion (a kubelet that stopped); waiting for it would hold the
             // drain for good.
             .filter(|p| !p.stuck_terminating_at(now))
+            // Already going (deleted by the drain near its deadline, or by the taint
+            // eviction controller off a node whose kubelet stopped) once the instance is
+            // gone or the deadline passed: nothing is gained by waiting for it.
+            .filter(|p| !(p.terminating && (gone || past_deadline)))
             .collect();
         if remaining.is_empty() {
             return Ok(true);
@@ -335,14 +341,13 @@ pub async fn drain(ports: &Ports, claim: &NodeClaim, progress: &mut Progress) ->
         // Non-critical pods first; critical ones (system-*-critical) once those are gone.
         let any_ordinary = remaining.iter().any(|p| !p.critical);
         let group = remaining.iter().filter(|p| p.critical != any_ordinary);
-        let past_deadline = deadline.is_some_and(|d| now >= d);
         let mut done = true;
         let mut failure: Option<EngineError> = None;
         for pod in group {
             if pod.terminating {
-                // Already going (its grace period runs); once the instance is gone or
-                // its deadline passed, nothing is gained by waiting for it.
-                done &= gone || past_deadline;
+                // Already going (its grace period runs): waited for, never evicted or
+                // deleted again.
+                done = false;
                 continue;
             }
             let grace = pod.grace_period_seconds();

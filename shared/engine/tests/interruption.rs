@@ -385,6 +385,40 @@ async fn a_pod_still_terminating_a_minute_past_its_grace_period_no_longer_holds_
 }
 
 #[tokio::test]
+async fn a_pod_already_terminating_does_not_hold_a_drain_past_its_deadline() {
+    // The taint eviction controller deleted the pod off a node whose kubelet stopped;
+    // nothing confirms the deletion. Node repair takes the node away with a deadline of
+    // now: the pod is not evicted or deleted again, and the drain does not wait for it
+    // (its deletion is under way, and the node goes whatever it does).
+    let env = Env::new();
+    let o = env.owned("spot-r", CapacityType::Spot).await;
+    let mut going = env.pod("web-0", &o.node, "web");
+    env.cluster
+        .with_state(|s| s.pods.retain(|p| p.name != "web-0"));
+    going.terminating = true;
+    going.deletion_at = Some(env.now() + 30);
+    env.cluster.add_pod(going);
+    let claim = env.claim(&o.claim);
+    let claim = terminate::disrupt(
+        &env.ports,
+        &claim,
+        DisruptionCause::Unhealthy,
+        Some(env.now()),
+    )
+    .await
+    .unwrap();
+
+    let done = terminate::drive(&env.ports, &claim).await.unwrap();
+    assert_eq!(done.claim.state, ClaimState::Terminated, "{done:?}");
+    assert_eq!(env.cluster_calls(ClusterOp::EvictPod), Vec::<String>::new());
+    assert_eq!(
+        env.cluster_calls(ClusterOp::DeletePod),
+        Vec::<String>::new()
+    );
+    assert_eq!(env.terminate_calls(), std::slice::from_ref(&o.instance));
+}
+
+#[tokio::test]
 async fn the_node_is_tainted_disrupted_no_schedule_while_it_drains() {
     let env = Env::new();
     let o = env.owned("spot-b", CapacityType::Spot).await;

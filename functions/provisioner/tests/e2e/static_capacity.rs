@@ -182,3 +182,152 @@ async fn a_static_nodepool_keeps_its_replicas_and_scales_down_through_the_handle
     );
     assert_eq!(status_nodes(&world).await, 1);
 }
+
+/// `kubectl scale nodepool POOL --replicas=N`, as a user runs it (Debian's kubectl with
+/// the cluster-admin kubeconfig, through the NodePool's scale subresource).
+async fn kubectl_scale(world: &EmulatedCluster, replicas: u32) {
+    let mut kubectl = world.api.kubectl();
+    kubectl.args(["scale", "nodepool", POOL, &format!("--replicas={replicas}")]);
+    let output = tokio::task::spawn_blocking(move || kubectl.output())
+        .await
+        .expect("kubectl")
+        .expect("kubectl runs");
+    assert!(
+        output.status.success(),
+        "kubectl scale nodepool {POOL} --replicas={replicas}: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The scale subresource as `kubectl` reads it: (spec.replicas, status.replicas).
+async fn scale_of(world: &EmulatedCluster) -> (Value, Value) {
+    let mut kubectl = world.api.kubectl();
+    kubectl.args([
+        "get",
+        "--raw",
+        &format!("/apis/karpenter.sh/v1/nodepools/{POOL}/scale"),
+    ]);
+    let output = tokio::task::spawn_blocking(move || kubectl.output())
+        .await
+        .expect("kubectl")
+        .expect("kubectl runs");
+    assert!(
+        output.status.success(),
+        "kubectl get --raw .../scale: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let scale: Value = serde_json::from_slice(&output.stdout).expect("a Scale");
+    (
+        scale["spec"]["replicas"].clone(),
+        scale["status"]["replicas"].clone(),
+    )
+}
+
+/// Invokes single ticks until the pool has `n` claims Initialized and no other live
+/// claim, asserting after every invocation that each instance has a live claim.
+/// Returns whether it got there within `timeout`.
+async fn until_kept(world: &EmulatedCluster, h: &Handler, n: usize, timeout: Duration) -> bool {
+    wait_until(timeout, || async {
+        invoke(h).await;
+        let stored = claims(world).await;
+        let live: Vec<&NodeClaim> = stored.iter().filter(|c| !c.state.is_terminal()).collect();
+        let mut instances = live_instances(world).await;
+        instances.sort();
+        let unclaimed: Vec<&String> = instances
+            .iter()
+            .filter(|i| {
+                !live
+                    .iter()
+                    .any(|c| c.instance_id.as_deref() == Some(i.as_str()))
+            })
+            .collect();
+        assert!(
+            unclaimed.is_empty(),
+            "instances without a live claim {unclaimed:?}: {stored:#?}"
+        );
+        live.len() == n
+            && live.iter().all(|c| c.state == ClaimState::Initialized)
+            && instances.len() == n
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn kubectl_scale_nodepool_up_then_down_changes_what_the_provisioner_keeps() {
+    let world = emulated_cluster("static-kubectl", "on-demand", 0).await;
+    let mut pool = world
+        .api
+        .remove("NodePool", None, POOL)
+        .await
+        .expect("the pool");
+    pool["metadata"] = json!({"name": POOL});
+    pool.as_object_mut().expect("an object").remove("status");
+    pool["spec"]["replicas"] = json!(1);
+    world.api.put(pool).await;
+    let _cluster = ClusterBehaviour::start(&world, Timings::default()).await;
+    let h = handler(&world).await;
+    let kept = until_kept(&world, &h, 1, Duration::from_secs(60)).await;
+    assert!(kept, "one node: {:#?}", claims(&world).await);
+    assert_eq!(scale_of(&world).await, (json!(1), json!(1)));
+
+    // Up: the provisioner launches to three.
+    kubectl_scale(&world, 3).await;
+    let kept = until_kept(&world, &h, 3, Duration::from_secs(60)).await;
+    let stored = claims(&world).await;
+    assert!(kept, "scaled to 3: {stored:#?}");
+    assert_eq!(stored.len(), 3, "launched once each: {stored:#?}");
+    let scaled = wait_until(Duration::from_secs(10), || async {
+        invoke(&h).await;
+        scale_of(&world).await == (json!(3), json!(3))
+    })
+    .await;
+    assert!(scaled, "the scale's status: {:?}", scale_of(&world).await);
+
+    // Down: the surplus is drained and terminated.
+    kubectl_scale(&world, 1).await;
+    let kept = until_kept(&world, &h, 1, Duration::from_secs(90)).await;
+    let stored = claims(&world).await;
+    assert!(kept, "scaled to 1: {stored:#?}");
+    let gone: Vec<&NodeClaim> = stored
+        .iter()
+        .filter(|c| c.state == ClaimState::Terminated)
+        .collect();
+    assert_eq!(gone.len(), 2, "{stored:#?}");
+    assert!(
+        gone.iter()
+            .all(|c| c.disruption.as_ref().map(|d| d.cause)
+                == Some(DisruptionCause::Overprovisioned)),
+        "{gone:#?}"
+    );
+    for c in &gone {
+        let node = c.node_name.clone().expect("it had a node");
+        assert!(
+            world.api.get("Node", None, &node).await.is_none(),
+            "{node} is deleted"
+        );
+    }
+    assert_eq!(stored.len(), 3, "nothing else launched: {stored:#?}");
+    let scaled = wait_until(Duration::from_secs(10), || async {
+        invoke(&h).await;
+        scale_of(&world).await == (json!(1), json!(1))
+    })
+    .await;
+    assert!(scaled, "the scale's status: {:?}", scale_of(&world).await);
+    // And it stays so.
+    for _ in 0..3 {
+        let summary = invoke(&h).await;
+        assert_eq!(
+            summary["launched"].as_array().map(Vec::len),
+            Some(0),
+            "{summary}"
+        );
+    }
+    assert_eq!(live_instances(&world).await.len(), 1);
+    assert_eq!(
+        world.unexpected_refusals(),
+        Vec::<String>::new(),
+        "the API server refused the provisioner's requests"
+    );
+}

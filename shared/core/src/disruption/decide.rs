@@ -378,6 +378,22 @@ impl Run<'_, '_> {
         let names: Vec<&str> = nodes.iter().map(|c| c.name()).collect();
         world.name_pods(&mut placement);
         world.commit(&names, &placement);
+        if matches!(method, Method::MultiNode | Method::SingleNode)
+            && placement.new_claims.is_empty()
+        {
+            // A consolidation's deletion was taken because its pods find room as
+            // kube-scheduler binds them: they count there — in the room later commands
+            // of this decision see, and in the command's record — not where they were
+            // packed, or a later command counts on room kube-scheduler has already given
+            // away and its pods go pending.
+            let moving: Vec<&Pod> = nodes
+                .iter()
+                .flat_map(|c| c.verdict.moving.iter().copied())
+                .collect();
+            if let Some(moves) = self.room.moves(&names, &moving) {
+                placement.moves = moves;
+            }
+        }
         // A node that receives pods is not disrupted in the same decision: those pods
         // would move twice, and the node has just changed (consolidateAfter restarts).
         for m in &placement.moves {

@@ -20,6 +20,8 @@ use crate::cluster::{ClusterSnapshot, Node, Pod};
 use crate::resources::{CPU, MEMORY, Resources};
 use crate::scheduling::requirements::Requirements;
 
+use super::command::Move;
+
 /// The room each schedulable node has left, as the decision's commands change it.
 pub(super) struct KubeRoom<'a> {
     nodes: Vec<&'a Node>,
@@ -70,11 +72,7 @@ impl<'a> KubeRoom<'a> {
 
     /// A command is taken: its nodes are gone, and the pods it moves to nodes take
     /// their room there.
-    pub(super) fn take<'n>(
-        &mut self,
-        nodes: impl IntoIterator<Item = &'n str>,
-        moves: &[super::command::Move],
-    ) {
+    pub(super) fn take<'n>(&mut self, nodes: impl IntoIterator<Item = &'n str>, moves: &[Move]) {
         for n in nodes {
             if let Some(&i) = self.index.get(n) {
                 self.shut[i] = true;
@@ -100,6 +98,38 @@ impl<'a> KubeRoom<'a> {
         leaving: &[&str],
         moving: &[&'p Pod],
     ) -> Option<&'p Pod> {
+        self.bind(leaving, moving).err()
+    }
+
+    /// Where kube-scheduler binds `moving` (the pods of deleted nodes `leaving`), as
+    /// [`Self::first_left_pending`] places them: a move per node, in the nodes' order;
+    /// `None` when one is left pending. What a deletion's pods take, in later commands'
+    /// room and in the decision's record.
+    pub(super) fn moves(&self, leaving: &[&str], moving: &[&Pod]) -> Option<Vec<Move>> {
+        let bound = self.bind(leaving, moving).ok()?;
+        let mut pods: Vec<Vec<String>> = vec![Vec::new(); self.nodes.len()];
+        for (i, pod) in bound {
+            pods[i].push(pod.key());
+        }
+        Some(
+            pods.into_iter()
+                .enumerate()
+                .filter(|(_, pods)| !pods.is_empty())
+                .map(|(i, pods)| Move {
+                    target: self.nodes[i].name.clone(),
+                    pods,
+                })
+                .collect(),
+        )
+    }
+
+    /// Each of `moving`, smallest first, bound to the least allocated node that takes
+    /// it (its index); the first pod that finds no room.
+    fn bind<'p>(
+        &self,
+        leaving: &[&str],
+        moving: &[&'p Pod],
+    ) -> Result<Vec<(usize, &'p Pod)>, &'p Pod> {
         let mut shut = self.shut.clone();
         for n in leaving {
             if let Some(&i) = self.index.get(n) {
@@ -112,6 +142,7 @@ impl<'a> KubeRoom<'a> {
             let key = |p: &Pod| (p.requests.slot_milli(CPU), p.requests.slot_milli(MEMORY));
             key(a).cmp(&key(b)).then_with(|| a.key().cmp(&b.key()))
         });
+        let mut bound = Vec::with_capacity(order.len());
         for pod in order {
             let mut best: Option<(usize, f64)> = None;
             for (i, node) in self.nodes.iter().enumerate() {
@@ -124,11 +155,14 @@ impl<'a> KubeRoom<'a> {
                 }
             }
             match best {
-                Some((i, _)) => free[i].sub(&pod.requests),
-                None => return Some(pod),
+                Some((i, _)) => {
+                    free[i].sub(&pod.requests);
+                    bound.push((i, pod));
+                }
+                None => return Err(pod),
             }
         }
-        None
+        Ok(bound)
     }
 }
 
@@ -219,6 +253,53 @@ mod tests {
         let moving: Vec<&Pod> = snap.pods[2..].iter().collect();
         let left = room.first_left_pending(&["x"], &moving);
         assert_eq!(left.map(|p| p.name.as_str()), Some("one"));
+    }
+
+    #[test]
+    fn a_deletions_pods_are_bound_each_to_the_least_allocated_node_not_packed() {
+        // m5.xlarge (3.92 CPU): y has 2 CPU left, z 1.2. Packed, both pods of x go to
+        // y. kube-scheduler binds the first to y (the least allocated), the second to z
+        // (1.2 left against y's 1).
+        let xlarge = |name: &str| {
+            node(
+                name,
+                "m5.xlarge",
+                "us-east-1a",
+                "default",
+                Catalog::embedded(),
+            )
+        };
+        let snap = snapshot(
+            vec![xlarge("x"), xlarge("y"), xlarge("z")],
+            vec![
+                bound("a", "1", "128Mi", "x"),
+                bound("b", "1", "128Mi", "x"),
+                bound("y-fill", "1920m", "128Mi", "y"),
+                bound("z-fill", "2720m", "128Mi", "z"),
+            ],
+        );
+        let room = KubeRoom::new(&snap, []);
+        let moving: Vec<&Pod> = snap.pods[..2].iter().collect();
+        let moves = room.moves(&["x"], &moving).expect("both placed");
+        assert_eq!(
+            moves,
+            vec![
+                Move {
+                    target: "y".into(),
+                    pods: vec!["default/a".into()]
+                },
+                Move {
+                    target: "z".into(),
+                    pods: vec!["default/b".into()]
+                },
+            ]
+        );
+        let pending = bound("c", "1100m", "128Mi", "x");
+        assert_eq!(
+            room.moves(&["x"], &[moving[0], moving[1], &pending]),
+            None,
+            "the third finds no room: y and z have 1 and 0.2 left"
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@ use super::*;
 use crate::api::model::{Budget, BudgetNodes};
 use crate::catalog::{Catalog, Pricing};
 use crate::cluster::{ClusterSnapshot, Node, Pod};
+use crate::disruption::Move;
 use crate::disruption::candidates::LABEL_INITIALIZED;
 use crate::testing::{general_purpose_pool, node, pod};
 
@@ -345,6 +346,62 @@ fn a_pod_blocker_stops_drift_unless_the_pool_bounds_the_drain_with_a_grace_perio
     case.snapshot.nodes[0].do_not_disrupt = true;
     let d = case.decide();
     assert_eq!(codes(&d), [("n1".to_string(), RejectCode::DoNotDisrupt)]);
+}
+
+/// n1-b and n2-c hold pods that may not be disrupted, leaving 2 and 1.2 CPU free;
+/// n3-a and n4-d hold a 1-CPU pod each, n5-e a 1.1-CPU one (2.82 free). Packed, both
+/// 1-CPU pods fit n1-b, leaving n2-c's 1.2 for n5-e's pod: n3-a, n4-d and n5-e would all
+/// go. kube-scheduler binds the first 1-CPU pod to n5-e (the least allocated node that
+/// stays) and the second to n1-b: the deletion of n3-a and n4-d counts its pods there,
+/// so n5-e receives pods and stays, and no later command counts on room kube-scheduler
+/// gives away. (The pool has m5.xlarge only: nothing cheaper replaces them.)
+#[test]
+fn a_deletion_counts_its_pods_where_kube_scheduler_binds_them_for_the_commands_after_it() {
+    let mut fill_b = on("n1-b", "fill-b", "1920m");
+    fill_b.do_not_disrupt = true;
+    let mut fill_c = on("n2-c", "fill-c", "2720m");
+    fill_c.do_not_disrupt = true;
+    let mut case = Case::new(
+        ["n1-b", "n2-c", "n3-a", "n4-d", "n5-e"]
+            .into_iter()
+            .map(|n| managed(n, "m5.xlarge"))
+            .collect(),
+        vec![
+            fill_b,
+            fill_c,
+            on("n3-a", "x-1", "1"),
+            on("n4-d", "x-2", "1"),
+            on("n5-e", "y-1", "1100m"),
+        ],
+    );
+    // Nothing cheaper to replace them with: deletions only.
+    case.pools = vec![pool_of_types(&["m5.xlarge"])];
+    let d = case.decide();
+    assert_eq!(
+        methods(&d),
+        [(
+            Method::MultiNode,
+            vec!["n3-a".to_string(), "n4-d".to_string()]
+        )],
+        "{d:#?}"
+    );
+    assert_eq!(
+        d.commands[0].moves,
+        [
+            Move {
+                target: "n1-b".into(),
+                pods: vec!["default/x-2".into()]
+            },
+            Move {
+                target: "n5-e".into(),
+                pods: vec!["default/x-1".into()]
+            },
+        ]
+    );
+    assert!(
+        codes(&d).iter().any(|(node, _)| node == "n5-e"),
+        "n5-e stays: {d:#?}"
+    );
 }
 
 /// Karpenter's "should consolidate the node with best savings ratio first": two equal
