@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Lints template.yaml: cfn-lint, `sam validate --lint`, then tests/check_template.py
 # (least-privilege IAM, queue settings, table == infra/dynamodb-table.json, and a
-# self-test proving those checks can fail). Installs cfn-lint and aws-sam-cli from PyPI
+# self-test proving those checks can fail), then tests/check_docs.py (the docs agree
+# with template.yaml: README's parameter table, recommended memory sizes, settings,
+# the Rust version, the Karpenter CRDs). Installs cfn-lint and aws-sam-cli from PyPI
 # into target/tools/venv the first time. Needs no AWS account: sam validate gets dummy
 # credentials and a region, and never calls AWS for this template.
 set -euo pipefail
@@ -28,3 +30,6 @@ echo "== sam validate --lint ($("$venv/bin/sam" --version))"
 
 echo "== tests/check_template.py"
 "$venv/bin/python" tests/check_template.py template.yaml
+
+echo "== tests/check_docs.py"
+"$venv/bin/python" tests/check_docs.py template.yaml
