@@ -74,8 +74,9 @@ enum Action {
     /// Every suite but `disrupt` and `lambda`, at their default sizes.
     All(AllArgs),
     /// Run a function's release binary as Lambda does, against moto and a real
-    /// Kubernetes control plane, and measure each invocation (needs moto: run through
-    /// tests/moto.sh; the control plane is built with Go by tests/kube/build.sh).
+    /// Kubernetes control plane, and measure each invocation (needs a moto of its own,
+    /// which it resets before each size: run through tests/moto.sh; the control plane
+    /// is built with Go by tests/kube/build.sh).
     Lambda(lambda::LambdaArgs),
     /// Internal: plan the real workload once and print VmRSS/VmHWM (used by `memory`).
     #[command(hide = true)]
