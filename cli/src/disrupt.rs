@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use nodewright_core::catalog::Catalog;
-use nodewright_core::disruption::{Decision, DisruptionInput, decide_observed};
+use nodewright_core::disruption::{Decision, DisruptionInput, RejectCode, decide_observed};
 
-use crate::{Failure, Output, load_catalog, load_manifests, load_snapshot, zones};
+use crate::output::{self, dollars};
+use crate::{Failure, Output, load_catalog, load_manifests, load_snapshot, manifests, zones};
 
 #[derive(clap::Args)]
 pub struct DisruptArgs {
@@ -41,7 +42,11 @@ pub struct DisruptArgs {
     // planned as the disruption function plans them.
     #[command(flatten)]
     capacity: crate::reservations::CapacityArgs,
-    #[arg(long, value_enum, default_value = "table")]
+    #[command(flatten)]
+    strict: manifests::StrictArgs,
+    /// table, wide (with the pods each command moves and the replacements' options),
+    /// json or yaml.
+    #[arg(long, short = 'o', value_enum, default_value = "table")]
     output: Output,
     /// Print to stderr how long each step took, wall and CPU time, with the peak RSS
     /// so far: reading the snapshot, each phase of the decision, writing the output.
@@ -58,11 +63,14 @@ pub fn run(args: &DisruptArgs) -> Result<(), Failure> {
             .unwrap_or_default(),
     };
     let mut timings = Timings::start();
-    let manifests = load_manifests(&args.nodepools)?;
+    let manifests = load_manifests(&args.nodepools, args.strict)?;
+    manifests::need_node_pools("disrupt", &args.nodepools, &manifests, args.strict)?;
     let snapshot = load_snapshot(&args.snapshot)?;
+    crate::need_in_snapshot("disrupt", &args.snapshot, &snapshot, true, args.strict)?;
     let custom = load_catalog(args.catalog.as_deref())?;
     let catalog = custom.as_ref().unwrap_or_else(|| Catalog::embedded());
-    let mut pricing = crate::pricing(zones(&args.zones)?, &manifests, catalog);
+    let zones = zones(&args.zones, custom.is_some(), args.strict)?;
+    let mut pricing = crate::pricing(zones, &manifests, catalog);
     args.capacity.apply(&mut pricing)?;
     timings.step("read snapshot and manifests");
     let input = DisruptionInput {
@@ -89,9 +97,12 @@ pub fn run(args: &DisruptArgs) -> Result<(), Failure> {
                 .collect(),
         ));
     }
-    match args.output {
-        Output::Json => crate::write_json(&decision)?,
-        Output::Table => print!("{}", render(&decision)),
+    if !output::emit(&decision, args.output)? {
+        let view = View {
+            wide: args.output == Output::Wide,
+            spot_to_spot: args.spot_to_spot,
+        };
+        print!("{}", render(&decision, view));
     }
     if args.timings {
         timings.step("write output");
@@ -189,16 +200,41 @@ fn parse_now(text: &str) -> Result<i64, Failure> {
         })
 }
 
-fn render(d: &Decision) -> String {
+/// How the table is drawn.
+#[derive(Clone, Copy, Default)]
+struct View {
+    /// `-o wide`: the pods each command moves and each replacement's options.
+    wide: bool,
+    /// `--spot-to-spot` was given (else a node kept for spot-to-spot says how to ask).
+    spot_to_spot: bool,
+}
+
+/// Names, at most `n` of them, then how many more.
+fn some_of(names: &[String], n: usize) -> String {
+    let mut shown = names.iter().take(n).cloned().collect::<Vec<_>>().join(", ");
+    if names.len() > n {
+        use std::fmt::Write as _;
+        let _ = write!(shown, " and {} more", names.len() - n);
+    }
+    shown
+}
+
+fn render(d: &Decision, view: View) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     if d.commands.is_empty() {
         out.push_str("no disruption now\n");
     }
     for (i, c) in d.commands.iter().enumerate() {
+        // An expiration's replacements may cost more than the nodes they replace.
+        let change = if output::round4(c.savings_per_hour) < 0.0 {
+            format!("costs ${}/h more", dollars(-c.savings_per_hour))
+        } else {
+            format!("saves ${}/h", dollars(c.savings_per_hour))
+        };
         let _ = writeln!(
             out,
-            "{}. {} ({:?}): {} node(s), ${:.4}/h -> ${:.4}/h, saves ${:.4}/h",
+            "{}. {} ({:?}): {} node(s), ${}/h -> ${}/h, {change}",
             i + 1,
             serde_json::to_value(c.method)
                 .ok()
@@ -206,38 +242,66 @@ fn render(d: &Decision) -> String {
                 .unwrap_or_default(),
             c.reason,
             c.nodes.len(),
-            c.price_per_hour_before,
-            c.price_per_hour_after,
-            c.savings_per_hour
+            dollars(c.price_per_hour_before),
+            dollars(c.price_per_hour_after),
         );
         let _ = writeln!(out, "   nodes: {}", c.nodes.join(", "));
         for m in &c.moves {
             let _ = writeln!(out, "   {} pod(s) -> {}", m.pods.len(), m.target);
+            if view.wide {
+                let _ = writeln!(out, "      {}", m.pods.join(", "));
+            }
         }
         for r in &c.replacements {
             let _ = writeln!(
                 out,
-                "   {} pod(s) -> new {} {} {} in {} (${:.4}/h, {} option(s))",
+                "   {} pod(s) -> new {} {} {} in {} (${}/h, {} option(s))",
                 r.pods.len(),
                 r.node_pool,
                 r.instance_type,
                 r.capacity_type,
                 r.zone,
-                r.price_per_hour,
+                dollars(r.price_per_hour),
                 r.instance_type_options.len()
             );
+            if view.wide {
+                let _ = writeln!(out, "      {}", r.pods.join(", "));
+                let _ = writeln!(
+                    out,
+                    "      options: {}",
+                    some_of(&r.instance_type_options, 10)
+                );
+            }
         }
     }
     if !d.rejected.is_empty() {
         let _ = writeln!(out, "\nstaying ({}):", d.rejected.len());
         for r in &d.rejected {
-            let _ = writeln!(out, "  {:<40} {:?}: {}", r.node, r.code, r.reason);
+            let hint = if r.code == RejectCode::SpotToSpot && !view.spot_to_spot {
+                " (--spot-to-spot turns it on)"
+            } else {
+                ""
+            };
+            let _ = writeln!(out, "  {:<40} {:?}: {}{hint}", r.node, r.code, r.reason);
         }
     }
     let _ = writeln!(
         out,
-        "\nprice: ${:.4}/hour before, ${:.4}/hour after",
-        d.price_per_hour.before, d.price_per_hour.after
+        "\nprice: ${}/hour before, ${}/hour after",
+        dollars(d.price_per_hour.before),
+        dollars(d.price_per_hour.after)
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn some_of_names_the_first_and_counts_the_rest() {
+        let names: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        assert_eq!(some_of(&names, 2), "a, b and 1 more");
+        assert_eq!(some_of(&names, 3), "a, b, c");
+    }
 }

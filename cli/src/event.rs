@@ -20,7 +20,8 @@ pub struct EventArgs {
     /// What a Rebalance Recommendation leads to (the `rebalance` setting).
     #[arg(long, value_enum, default_value = "replace")]
     pub rebalance: Rebalance,
-    #[arg(long, value_enum, default_value = "table")]
+    /// table, json (one line) or yaml.
+    #[arg(long, short = 'o', value_enum, default_value = "table")]
     pub output: Format,
 }
 
@@ -48,6 +49,7 @@ impl From<Rebalance> for RebalanceAction {
 pub enum Format {
     Table,
     Json,
+    Yaml,
 }
 
 /// Why the event could not be used; always exit 2.
@@ -105,22 +107,23 @@ pub fn run(args: &EventArgs) -> Result<(), EventFailure> {
         source,
     })?;
     let action = action_for(&event, args.rebalance.into());
+    let reading = Reading {
+        id: &event.id,
+        kind: event.kind.as_str(),
+        instance_ids: event.instance_ids.iter().map(|i| i.as_str()).collect(),
+        state: event.state.as_deref(),
+        action: action.as_str(),
+        reason: action.reason(),
+    };
     match args.output {
-        Format::Json => {
-            let reading = Reading {
-                id: &event.id,
-                kind: event.kind.as_str(),
-                instance_ids: event.instance_ids.iter().map(|i| i.as_str()).collect(),
-                state: event.state.as_deref(),
-                action: action.as_str(),
-                reason: action.reason(),
-            };
-            println!(
-                "{}",
-                serde_json::to_string(&reading)
-                    .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
-            );
-        }
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string(&reading).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+        ),
+        Format::Yaml => print!(
+            "{}",
+            serde_yaml_ng::to_string(&reading).unwrap_or_else(|e| format!("error: {e}\n"))
+        ),
         Format::Table => print!("{}", table(&event, &action)),
     }
     Ok(())

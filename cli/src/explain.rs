@@ -5,8 +5,9 @@
 //!   no NodePool satisfies, or why nothing is launched for it, or what would be
 //!   launched); if on a node nodewright launched, why that instance type (the claim's
 //!   launch decision: type, zone, price, the pods it was for);
-//! - a node: its claim's state; if being taken away, the typed cause and the command;
-//!   if staying, core's typed reason (`RejectCode`) and what would change it;
+//! - a node, named by its Node's name, its NodeClaim's or its instance id: its claim's
+//!   state; if gone, since when and why; if being taken away, the typed cause and the
+//!   command; if staying, core's typed reason (`RejectCode`) and what would change it;
 //! - a NodePool: its nodes, usage against limits, problems, recent decisions.
 
 use std::collections::HashSet;
@@ -16,6 +17,7 @@ use clap::ValueEnum;
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
 use serde::Serialize;
 
+use crate::output::{self, dollars};
 use crate::status::{LoggedDecision, SourceArgs, StatusInput, age, load, rfc3339};
 use crate::{Failure, Output};
 
@@ -31,10 +33,12 @@ pub struct ExplainArgs {
     /// What to explain.
     #[arg(value_enum)]
     pub kind: Kind,
-    /// `namespace/name` for a pod, the node's or NodePool's name otherwise.
+    /// `namespace/name` for a pod; for a node its name, its NodeClaim's name (as
+    /// `status` lists it) or its instance id; a NodePool's name.
     pub name: String,
     #[command(flatten)]
     pub source: SourceArgs,
+    /// table, json or yaml.
     #[arg(long, short = 'o', value_enum, default_value = "table")]
     pub output: Output,
 }
@@ -88,15 +92,13 @@ pub struct Entry {
 pub const SHOWN: usize = 10;
 
 pub fn run(args: &ExplainArgs) -> Result<(), Failure> {
+    let output = args.output.refuse_wide("explain")?;
     let input = load(&args.source)?;
     let e = explain(&input, args.kind, &args.name)?;
-    match args.output {
-        Output::Json => crate::write_json(&e),
-        Output::Table => {
-            print!("{}", render(&e));
-            Ok(())
-        }
+    if !output::emit(&e, output)? {
+        print!("{}", render(&e));
     }
+    Ok(())
 }
 
 pub fn explain(input: &StatusInput, kind: Kind, name: &str) -> Result<Explanation, Failure> {
@@ -208,7 +210,7 @@ fn describe_claim(c: &NodeClaim, now: i64) -> String {
         );
     }
     if let Some(p) = c.price_per_hour {
-        let _ = write!(s, " at ${p:.4}/h");
+        let _ = write!(s, " at ${}/h", dollars(p));
     }
     if let Some(i) = &c.instance_id {
         let _ = write!(s, " ({i})");
@@ -251,12 +253,12 @@ fn pod(input: &StatusInput, key: &str) -> Result<Explanation, Failure> {
             .find(|c| c.pods.iter().any(|q| q == key))
         {
             e.summary = format!(
-                "pending; the provisioner launches for it: {} {} in {} from NodePool {} (${:.4}/h, cheapest of {} option(s), {} pod(s))",
+                "pending; the provisioner launches for it: {} {} in {} from NodePool {} (${}/h, cheapest of {} option(s), {} pod(s))",
                 c.instance_type,
                 c.capacity_type,
                 c.zone,
                 c.node_pool,
-                c.price_per_hour,
+                dollars(c.price_per_hour),
                 c.options,
                 c.pods.len()
             );
@@ -375,7 +377,7 @@ pub fn would_change(code: &str) -> &'static str {
         }
         "NotCheaper" => "a cheaper instance type that fits its pods, or its pods needing less",
         "SpotToSpot" => {
-            "spot-to-spot consolidation turned on for the disruption function, with at least 15 cheaper spot types that fit its pods"
+            "spot-to-spot consolidation turned on (the stack's SpotToSpot parameter), with at least 15 cheaper spot types that fit its pods"
         }
         "NotReady" => "the node becoming Ready and its claim Initialized",
         "Balanced" => {
@@ -385,17 +387,42 @@ pub fn would_change(code: &str) -> &'static str {
     }
 }
 
+/// The node `name` names — a Node's name, a NodeClaim's name or an instance id — as
+/// (its Node's name if it has one, its claim if one records it); `None` when nothing
+/// in the cluster or the store answers to it.
+fn find_node<'a>(
+    input: &'a StatusInput,
+    name: &str,
+) -> Option<(Option<String>, Option<&'a NodeClaim>)> {
+    if input.cluster.nodes.iter().any(|n| n.name == name) {
+        return Some((Some(name.to_string()), claim_of_node(input, name)));
+    }
+    let by_claim = |c: &&NodeClaim| c.name == name || c.instance_id.as_deref() == Some(name);
+    let mut named: Vec<&NodeClaim> = input.claims.iter().filter(by_claim).collect();
+    // A live claim first, then the latest.
+    named.sort_by_key(|c| (c.state.is_terminal(), -c.updated_at));
+    if let Some(c) = named.first() {
+        return Some((c.node_name.clone(), Some(c)));
+    }
+    claim_of_node(input, name).map(|c| (Some(name.to_string()), Some(c)))
+}
+
 fn node(input: &StatusInput, name: &str) -> Result<Explanation, Failure> {
     let cluster = &input.cluster;
-    let seen = cluster.nodes.iter().find(|n| n.name == name);
-    let claim = claim_of_node(input, name);
-    if seen.is_none() && claim.is_none() {
+    let Some((node_name, claim)) = find_node(input, name) else {
         return Err(Failure::Invalid(vec![format!(
-            "node {name} is neither in the cluster nor in the store as read ({})",
+            "node {name} is neither a node, a NodeClaim nor an instance id in the cluster or the store as read ({}); `nodewright status` lists them",
             input.source
         )]));
-    }
-    let mut e = blank("node", name, String::new());
+    };
+    let seen = node_name
+        .as_deref()
+        .and_then(|n| cluster.nodes.iter().find(|x| x.name == n));
+    let shown = node_name
+        .clone()
+        .or_else(|| claim.map(|c| c.name.clone()))
+        .unwrap_or_else(|| name.to_string());
+    let mut e = blank("node", &shown, String::new());
     if let Some(n) = seen {
         e.details.push(format!(
             "{}{}, {} pod(s) besides DaemonSets",
@@ -412,13 +439,32 @@ fn node(input: &StatusInput, name: &str) -> Result<Explanation, Failure> {
         return Ok(e);
     };
     e.details.insert(0, describe_claim(c, input.now));
+    let node_name = node_name.as_deref().unwrap_or(c.name.as_str());
     let in_decision = cluster
         .disruption
         .commands
         .iter()
-        .find(|cmd| cmd.nodes.iter().any(|n| n == name));
-    let rejected = cluster.disruption.rejected.iter().find(|r| r.node == name);
-    if let Some(d) = &c.disruption {
+        .find(|cmd| cmd.nodes.iter().any(|n| n == node_name));
+    let rejected = cluster
+        .disruption
+        .rejected
+        .iter()
+        .find(|r| r.node == node_name);
+    if c.state.is_terminal() {
+        e.summary = format!(
+            "gone: its claim is {} (since {})",
+            c.state.as_str(),
+            rfc3339(c.updated_at)
+        );
+        if let Some(d) = &c.disruption {
+            e.disruption = Some(format!("{:?}", d.cause));
+            e.details.push(format!(
+                "it was taken away for {:?}, from {}",
+                d.cause,
+                rfc3339(d.since)
+            ));
+        }
+    } else if let Some(d) = &c.disruption {
         e.disruption = Some(format!("{:?}", d.cause));
         e.summary = format!(
             "being taken away ({}): {:?} since {}",
@@ -451,12 +497,13 @@ fn node(input: &StatusInput, name: &str) -> Result<Explanation, Failure> {
                 }
             ));
         }
-    } else if c.state.is_terminal() {
-        e.summary = format!("gone: its claim is {}", c.state.as_str());
     } else if let Some(cmd) = in_decision {
         e.summary = format!(
-            "core would disrupt it now: {} ({}), {} replacement(s), saving ${:.4}/h",
-            cmd.method, cmd.reason, cmd.replacements, cmd.savings_per_hour
+            "core would disrupt it now: {} ({}), {} replacement(s), saving ${}/h",
+            cmd.method,
+            cmd.reason,
+            cmd.replacements,
+            dollars(cmd.savings_per_hour)
         );
         e.details.push(format!(
             "with {}; the disruption function starts the command on its next run with no command in flight",
@@ -482,12 +529,15 @@ fn node(input: &StatusInput, name: &str) -> Result<Explanation, Failure> {
             .disruption
             .problems
             .iter()
-            .filter(|p| mentions(p, name))
+            .filter(|p| mentions(p, node_name))
         {
             e.details.push(p.clone());
         }
     }
-    e.decisions = naming(&input.decisions, &[name, &c.name]);
+    let mut names = vec![node_name, c.name.as_str()];
+    names.extend(c.instance_id.as_deref());
+    names.dedup();
+    e.decisions = naming(&input.decisions, &names);
     Ok(e)
 }
 
@@ -514,7 +564,7 @@ fn nodepool(input: &StatusInput, name: &str) -> Result<Explanation, Failure> {
     let mut e = blank(
         "nodepool",
         name,
-        format!("{} live claim(s), ${price:.4}/h", live.len()),
+        format!("{} live claim(s), ${}/h", live.len(), dollars(price)),
     );
     for c in &live {
         e.details.push(format!(

@@ -10,9 +10,9 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use nodewright_core::api::overlay::VALIDATION_SUCCEEDED;
-use nodewright_core::api::{self, LoadError, Manifests, ReadOverlay};
+use nodewright_core::api::{Manifests, ReadOverlay};
 use nodewright_core::catalog::{Catalog, Pricing};
 use nodewright_core::cluster::ClusterSnapshot;
 use nodewright_core::overlay::{self, Resolution};
@@ -31,7 +31,10 @@ mod chart;
 mod disrupt;
 mod event;
 mod explain;
-mod fields;
+mod hints;
+mod manifests;
+mod output;
+mod region;
 mod reservations;
 mod scenario;
 mod simulate;
@@ -59,17 +62,9 @@ enum Command {
     /// Decide, dry run, which managed nodes expiration, drift, emptiness and
     /// consolidation would disrupt now, and why every other one stays.
     Disrupt(disrupt::DisruptArgs),
-    /// Validate NodePool, EC2NodeClass and NodeOverlay manifests.
-    Validate {
-        /// YAML or JSON files holding karpenter.sh/v1 NodePools, karpenter.k8s.aws/v1
-        /// EC2NodeClasses and karpenter.sh/v1alpha1 NodeOverlays.
-        #[arg(required = true)]
-        files: Vec<PathBuf>,
-        /// List every Karpenter field present with what nodewright does with it, the
-        /// honoured ones too (by default only those not fully honoured are listed).
-        #[arg(long)]
-        fields: bool,
-    },
+    /// Validate NodePool, EC2NodeClass and NodeOverlay manifests as the API server
+    /// does with Karpenter's CRDs (unknown and missing required fields are errors).
+    Validate(ValidateArgs),
     /// Show how nodewright reads an EventBridge interruption event: kind, instances, action.
     Event(event::EventArgs),
     /// The live NodeClaims and totals (nodes by pool, $/h, claims in motion, commands
@@ -81,10 +76,23 @@ enum Command {
     Explain(explain::ExplainArgs),
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-pub(crate) enum Output {
-    Table,
-    Json,
+pub(crate) use output::Output;
+
+#[derive(clap::Args)]
+struct ValidateArgs {
+    /// YAML or JSON files holding karpenter.sh/v1 NodePools, karpenter.k8s.aws/v1
+    /// EC2NodeClasses and karpenter.sh/v1alpha1 NodeOverlays.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// List every Karpenter field present with what nodewright does with it, the
+    /// honoured ones too (by default only those not fully honoured are listed).
+    #[arg(long)]
+    fields: bool,
+    #[command(flatten)]
+    strict: manifests::StrictArgs,
+    /// table, wide (every field, as --fields), json or yaml.
+    #[arg(long, short = 'o', value_enum, default_value = "table")]
+    output: Output,
 }
 
 #[derive(clap::Args)]
@@ -107,7 +115,10 @@ struct PlanArgs {
     zones: Vec<String>,
     #[command(flatten)]
     capacity: reservations::CapacityArgs,
-    #[arg(long, value_enum, default_value = "table")]
+    #[command(flatten)]
+    strict: manifests::StrictArgs,
+    /// table, wide (with the cheapest options of each claim), json or yaml.
+    #[arg(long, short = 'o', value_enum, default_value = "table")]
     output: Output,
 }
 
@@ -125,7 +136,7 @@ fn main() -> ExitCode {
         Command::Simulate(args) => simulate::run(&args),
         Command::Plan(args) => plan(&args),
         Command::Disrupt(args) => disrupt::run(&args),
-        Command::Validate { files, fields } => validate(&files, fields),
+        Command::Validate(args) => validate(&args),
         Command::Event(args) => event::run(&args).map_err(|e| Failure::Unusable(e.to_string())),
         Command::Status(args) => status::run(&args),
         Command::Explain(args) => explain::run(&args),
@@ -150,32 +161,83 @@ pub(crate) fn read(path: &Path) -> Result<String, Failure> {
         .map_err(|e| Failure::Unusable(format!("{}: cannot read: {e}", path.display())))
 }
 
-pub(crate) fn load_manifests(files: &[PathBuf]) -> Result<Manifests, Failure> {
-    let mut sources = Vec::with_capacity(files.len());
-    for f in files {
-        sources.push((f.display().to_string(), read(f)?));
-    }
-    api::load(&sources).map_err(|e| match e {
-        LoadError::Format(f) => Failure::Unusable(f.to_string()),
-        LoadError::Invalid(problems) => {
-            Failure::Invalid(problems.iter().map(|p| p.to_string()).collect())
-        }
-    })
+/// Reads and validates `--nodepools` files (see [`manifests`]).
+pub(crate) fn load_manifests(
+    files: &[PathBuf],
+    strict: manifests::StrictArgs,
+) -> Result<Manifests, Failure> {
+    manifests::load(files, strict)
 }
 
-/// Prints the fields not fully honoured (every field with `all_fields`; unknown ones as
-/// warnings on stderr), then validates: they never change the exit code.
-fn validate(files: &[PathBuf], all_fields: bool) -> Result<(), Failure> {
-    let documents = fields::read_documents(files)?;
-    let lines = fields::field_lines(&documents, all_fields);
-    for line in &lines.report {
-        println!("{line}");
+/// `validate -o json|yaml`.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Validated {
+    node_pools: Vec<String>,
+    #[serde(rename = "ec2NodeClasses")]
+    node_classes: Vec<String>,
+    node_overlays: Vec<OverlayVerdict>,
+    /// The fields not fully honoured (every field with --fields).
+    fields: Vec<manifests::FieldRow>,
+}
+
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct OverlayVerdict {
+    name: String,
+    applied: bool,
+    reason: String,
+    message: String,
+}
+
+/// Prints the fields not fully honoured (every field with `--fields` or `-o wide`),
+/// then validates: unknown and missing required fields are problems unless
+/// `--lenient`; the field report never changes the exit code.
+fn validate(args: &ValidateArgs) -> Result<(), Failure> {
+    let read = manifests::read_documents(&args.files)?;
+    let all = args.fields || args.output == Output::Wide;
+    let fields = manifests::field_lines(&read.documents, all);
+    let table = matches!(args.output, Output::Table | Output::Wide);
+    if table {
+        for row in &fields {
+            println!("{row}");
+        }
     }
-    for warning in &lines.warnings {
-        eprintln!("{warning}");
+    let manifests = manifests::validate(&read, args.strict)?;
+    // Conflicts are Karpenter's runtime verdict, over the embedded catalog's types in
+    // the default zones: an overlay in conflict is valid, and applied nowhere.
+    let zones = Pricing::default().zones;
+    let statuses = if manifests.node_overlays.is_empty() {
+        Vec::new()
+    } else {
+        overlay_resolution(&manifests, Catalog::embedded(), &zones).statuses
+    };
+    if !table {
+        let report = Validated {
+            node_pools: manifests
+                .node_pools
+                .iter()
+                .map(|p| p.name.clone())
+                .collect(),
+            node_classes: manifests
+                .node_classes
+                .iter()
+                .map(|c| c.name.clone())
+                .collect(),
+            node_overlays: statuses
+                .iter()
+                .map(|s| OverlayVerdict {
+                    name: s.name.clone(),
+                    applied: s.succeeded(),
+                    reason: s.reason().to_string(),
+                    message: s.message().to_string(),
+                })
+                .collect(),
+            fields,
+        };
+        output::emit(&report, args.output)?;
+        return Ok(());
     }
-    let manifests = api::validate_all(&documents)
-        .map_err(|problems| Failure::Invalid(problems.iter().map(|p| p.to_string()).collect()))?;
     if manifests.node_overlays.is_empty() {
         println!(
             "valid: {} NodePool(s), {} EC2NodeClass(es)",
@@ -190,10 +252,7 @@ fn validate(files: &[PathBuf], all_fields: bool) -> Result<(), Failure> {
         manifests.node_classes.len(),
         manifests.node_overlays.len()
     );
-    // Conflicts are Karpenter's runtime verdict, over the embedded catalog's types in
-    // the default zones: an overlay in conflict is valid, and applied nowhere.
-    let zones = Pricing::default().zones;
-    for status in &overlay_resolution(&manifests, Catalog::embedded(), &zones).statuses {
+    for status in &statuses {
         if status.succeeded() {
             println!("NodeOverlay {:?}: {VALIDATION_SUCCEEDED}", status.name);
         } else {
@@ -251,8 +310,14 @@ pub(crate) fn load_catalog(path: Option<&Path>) -> Result<Option<Catalog>, Failu
     .transpose()
 }
 
-/// `--zones`, trimmed; at least one.
-pub(crate) fn zones(args: &[String]) -> Result<Vec<String>, Failure> {
+/// `--zones`, trimmed; at least one; all availability zones of the catalog's region
+/// (the embedded catalog's, us-east-1, unless `custom_catalog`), else exit 1 (a
+/// warning with `--lenient`).
+pub(crate) fn zones(
+    args: &[String],
+    custom_catalog: bool,
+    strict: manifests::StrictArgs,
+) -> Result<Vec<String>, Failure> {
     let zones: Vec<String> = args
         .iter()
         .map(|z| z.trim().to_string())
@@ -263,15 +328,40 @@ pub(crate) fn zones(args: &[String]) -> Result<Vec<String>, Failure> {
             "--zones: at least one zone is required".into(),
         ));
     }
+    let region = (!custom_catalog).then_some(region::EMBEDDED_REGION);
+    strict.check(region::zone_problems(&zones, region))?;
     Ok(zones)
 }
 
+/// A snapshot holding none of the kinds `command` reads (`kubectl get` of other
+/// kinds, or an empty list): exit 1 naming the file (a warning with `--lenient`).
+pub(crate) fn need_in_snapshot(
+    command: &str,
+    path: &Path,
+    snapshot: &ClusterSnapshot,
+    nodes_needed: bool,
+    strict: manifests::StrictArgs,
+) -> Result<(), Failure> {
+    let what = if nodes_needed {
+        snapshot.nodes.is_empty().then_some("no Node")
+    } else {
+        (snapshot.nodes.is_empty() && snapshot.pods.is_empty()).then_some("no Pod and no Node")
+    };
+    let Some(what) = what else { return Ok(()) };
+    strict.check(vec![format!(
+        "{}: {what} in the list: {command} reads the output of `kubectl get pods,nodes,daemonsets,poddisruptionbudgets,pvc,pv,storageclasses -A -o json`",
+        path.display()
+    )])
+}
+
 fn plan(args: &PlanArgs) -> Result<(), Failure> {
-    let manifests = load_manifests(&args.nodepools)?;
+    let manifests = load_manifests(&args.nodepools, args.strict)?;
+    manifests::need_node_pools("plan", &args.nodepools, &manifests, args.strict)?;
     let snapshot = load_snapshot(&args.snapshot)?;
+    need_in_snapshot("plan", &args.snapshot, &snapshot, false, args.strict)?;
     let custom = load_catalog(args.catalog.as_deref())?;
     let catalog = custom.as_ref().unwrap_or_else(|| Catalog::embedded());
-    let zones = zones(&args.zones)?;
+    let zones = zones(&args.zones, custom.is_some(), args.strict)?;
     let mut pricing = pricing(zones, &manifests, catalog);
     args.capacity.apply(&mut pricing)?;
     let plan = plan_provisioning(&ProvisioningInput {
@@ -282,23 +372,8 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
         pricing: &pricing,
         in_flight: &[],
     });
-    match args.output {
-        Output::Json => write_json(&plan),
-        Output::Table => {
-            print!("{}", table::render(&plan));
-            Ok(())
-        }
+    if !output::emit(&plan, args.output)? {
+        print!("{}", table::render(&plan, args.output == Output::Wide));
     }
-}
-
-/// Streams the plan to a buffered stdout: a plan of thousands of claims is never held
-/// as one string next to the plan itself.
-pub(crate) fn write_json(plan: &impl serde::Serialize) -> Result<(), Failure> {
-    use std::io::Write as _;
-    let failed =
-        |e: &dyn std::fmt::Display| Failure::Unusable(format!("cannot write to stdout: {e}"));
-    let mut out = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
-    serde_json::to_writer_pretty(&mut out, plan).map_err(|e| failed(&e))?;
-    out.write_all(b"\n").map_err(|e| failed(&e))?;
-    out.flush().map_err(|e| failed(&e))
+    Ok(())
 }

@@ -17,7 +17,7 @@ use k8s_openapi::api::policy::v1 as policy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use nodewright_core::api::duration::{EXPECTED_DURATION, parse_duration};
-use nodewright_core::api::{self, LoadError};
+use nodewright_core::api::{self, LoadError, Strictness};
 use nodewright_core::catalog::CapacityType;
 use nodewright_core::cluster::DaemonSet;
 use nodewright_core::interruption::RebalanceAction;
@@ -36,6 +36,19 @@ pub const BUNDLED_NAME: &str = "cli/examples/scenario.yaml (bundled)";
 pub struct ScenarioError {
     pub file: String,
     pub message: String,
+    /// The scenario was read, but its manifests break Karpenter's rules or CRDs (exit
+    /// 1, as `validate`); otherwise it could not be used (exit 2).
+    pub invalid: bool,
+}
+
+impl From<ScenarioError> for crate::Failure {
+    fn from(e: ScenarioError) -> Self {
+        if e.invalid {
+            crate::Failure::Invalid(vec![e.to_string()])
+        } else {
+            crate::Failure::Unusable(e.to_string())
+        }
+    }
 }
 
 impl fmt::Display for ScenarioError {
@@ -265,25 +278,45 @@ impl From<TargetName> for Target {
 }
 
 /// Reads the scenario at `path`, or the bundled one.
+#[cfg(test)]
 pub fn load(path: Option<&Path>) -> Result<Scenario, ScenarioError> {
+    load_with(path, Strictness::Strict)
+}
+
+/// [`load`], its manifests held to Karpenter's CRDs as `strictness` says.
+pub fn load_with(path: Option<&Path>, strictness: Strictness) -> Result<Scenario, ScenarioError> {
     match path {
-        None => parse(BUNDLED_NAME, BUNDLED, Path::new("cli/examples")),
+        None => parse_with(BUNDLED_NAME, BUNDLED, Path::new("cli/examples"), strictness),
         Some(p) => {
             let text = std::fs::read_to_string(p).map_err(|e| ScenarioError {
                 file: p.display().to_string(),
                 message: format!("cannot read: {e}"),
+                invalid: false,
             })?;
             let dir = p.parent().map(Path::to_path_buf).unwrap_or_default();
-            parse(&p.display().to_string(), &text, &dir)
+            parse_with(&p.display().to_string(), &text, &dir, strictness)
         }
     }
 }
 
 /// Parses a scenario named `file` whose relative paths start at `dir`.
+#[cfg(test)]
 pub fn parse(file: &str, text: &str, dir: &Path) -> Result<Scenario, ScenarioError> {
+    parse_with(file, text, dir, Strictness::Strict)
+}
+
+/// [`parse`], its manifests held to Karpenter's CRDs as `strictness` says (unknown
+/// fields, missing required ones, empty files).
+pub fn parse_with(
+    file: &str,
+    text: &str,
+    dir: &Path,
+    strictness: Strictness,
+) -> Result<Scenario, ScenarioError> {
     let fail = |message: String| ScenarioError {
         file: file.to_string(),
         message,
+        invalid: false,
     };
     let de = serde_yaml_ng::Deserializer::from_str(text);
     let spec: File = serde_path_to_error::deserialize(de).map_err(|e| {
@@ -344,15 +377,18 @@ pub fn parse(file: &str, text: &str, dir: &Path) -> Result<Scenario, ScenarioErr
         })?;
         sources.push((path.display().to_string(), text));
     }
-    let manifests = api::load(&sources).map_err(|e| match e {
+    let manifests = api::load_with(&sources, strictness).map_err(|e| match e {
         LoadError::Format(f) => fail(f.to_string()),
-        LoadError::Invalid(problems) => fail(
-            problems
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; "),
-        ),
+        LoadError::Invalid(problems) => ScenarioError {
+            invalid: true,
+            ..fail(
+                problems
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            )
+        },
     })?;
     if manifests.node_pools.is_empty() {
         return Err(fail(

@@ -39,8 +39,11 @@ pub struct SimulateArgs {
     /// Writes an SVG chart of nodes, pending pods and $/h over time.
     #[arg(long)]
     pub chart: Option<PathBuf>,
-    #[arg(long, value_enum, default_value = "table")]
+    /// table, json or yaml.
+    #[arg(long, short = 'o', value_enum, default_value = "table")]
     pub output: Format,
+    #[command(flatten)]
+    pub strict: crate::manifests::StrictArgs,
     /// Writes the end state as JSON (claims, decision log, the cluster as core sees it,
     /// the dead-letter queue's depth), for `status --from` and `explain --from`.
     #[arg(long)]
@@ -51,6 +54,7 @@ pub struct SimulateArgs {
 pub enum Format {
     Table,
     Json,
+    Yaml,
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
@@ -69,18 +73,18 @@ fn consolidation(s: &nodewright_engine::sim::report::Summary) -> String {
         );
     }
     format!(
-        "{} node(s) removed by {} command(s) ({} replacement(s) launched), saving ${:.4}/h (${:.2}/month)",
+        "{} node(s) removed by {} command(s) ({} replacement(s) launched), saving ${}/h (${:.2}/month)",
         s.nodes_disrupted,
         s.disruption_commands,
         s.replacements_launched,
-        s.savings_per_hour,
+        crate::output::dollars(s.savings_per_hour),
         s.savings_per_hour * 730.0
     )
 }
 
 pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
-    let mut scenario =
-        scenario::load(args.scenario.as_deref()).map_err(|e| Failure::Unusable(e.to_string()))?;
+    let mut scenario = scenario::load_with(args.scenario.as_deref(), args.strict.strictness())
+        .map_err(Failure::from)?;
     if let Some(until) = args.until {
         scenario.duration = until;
     }
@@ -107,7 +111,15 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
         })?;
     }
     match args.output {
-        Format::Json => println!("{}", render_json(&report)),
+        // Through serde_json's Value: numbers rounded for people (`crate::output`).
+        Format::Json | Format::Yaml => {
+            let doc: Value = serde_json::from_str(&render_json(&report))
+                .map_err(|e| Failure::Unusable(format!("cannot encode the report: {e}")))?;
+            match args.output {
+                Format::Yaml => crate::output::write_yaml(&doc)?,
+                _ => crate::output::write_json(&doc)?,
+            }
+        }
         Format::Table => print!("{}", render_table(&report, elapsed)),
     }
     if report.problems.is_empty() {

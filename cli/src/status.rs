@@ -33,7 +33,8 @@ use nodewright_core::resources::{Resources, format_milli};
 use nodewright_engine::ports::{ClusterState, Decision};
 use serde::{Deserialize, Serialize};
 
-use crate::{Failure, Output, table};
+use crate::output::dollars;
+use crate::{Failure, Output, hints, output, table};
 
 /// Where `status` and `explain` read from.
 #[derive(clap::Args, Clone)]
@@ -41,13 +42,16 @@ pub struct SourceArgs {
     /// A simulation saved by `nodewright simulate --save run.json`.
     #[arg(
         long,
-        conflicts_with_all = ["table", "kubeconfig", "dead_letter_queue_url", "since", "zones", "spot_to_spot"]
+        conflicts_with_all = ["table", "region", "kubeconfig", "dead_letter_queue_url", "since", "zones", "spot_to_spot"]
     )]
     pub from: Option<PathBuf>,
-    /// A deployed stack's DynamoDB table (the stack's `StateTableName` output). Region
-    /// and credentials come from the usual AWS environment.
+    /// A deployed stack's DynamoDB table (the stack's `StateTableName` output).
+    /// Credentials come from the usual AWS environment (AWS_PROFILE, ...).
     #[arg(long)]
     pub table: Option<String>,
+    /// The stack's region (default: AWS_REGION, then the AWS profile's).
+    #[arg(long)]
+    pub region: Option<String>,
     /// The cluster's kubeconfig (default: `KUBECONFIG`, then ~/.kube/config).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
@@ -75,6 +79,7 @@ fn since(text: &str) -> Result<Duration, String> {
 pub struct StatusArgs {
     #[command(flatten)]
     pub source: SourceArgs,
+    /// table, wide (with each claim's instance id and creation time), json or yaml.
     #[arg(long, short = 'o', value_enum, default_value = "table")]
     pub output: Output,
 }
@@ -512,6 +517,8 @@ pub struct ClaimRow {
     pub price_per_hour: Option<f64>,
     pub instance_id: Option<String>,
     pub age_seconds: i64,
+    /// When the claim was created (RFC 3339).
+    pub created: String,
     /// Why it is being taken away (`DisruptionCause`), if it is.
     pub disruption: Option<String>,
 }
@@ -589,6 +596,7 @@ pub fn report(input: &StatusInput) -> StatusReport {
             price_per_hour: c.price_per_hour,
             instance_id: c.instance_id.clone(),
             age_seconds: input.now - c.created_at,
+            created: rfc3339(c.created_at),
             disruption: c.disruption.as_ref().map(|d| format!("{:?}", d.cause)),
         })
         .collect();
@@ -643,14 +651,14 @@ pub fn report(input: &StatusInput) -> StatusReport {
     }
 }
 
-/// The report for people.
-pub fn render(r: &StatusReport) -> String {
+/// The report for people; `wide` adds each claim's instance id and creation time.
+pub fn render(r: &StatusReport, wide: bool) -> String {
     let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
     let rows: Vec<Vec<String>> = r
         .node_claims
         .iter()
         .map(|c| {
-            vec![
+            let mut row = vec![
                 c.name.clone(),
                 c.node_pool.clone(),
                 c.state.clone(),
@@ -658,34 +666,37 @@ pub fn render(r: &StatusReport) -> String {
                 dash(&c.instance_type),
                 dash(&c.zone),
                 dash(&c.capacity_type),
-                c.price_per_hour
-                    .map(|p| format!("{p:.4}"))
-                    .unwrap_or_else(|| "-".into()),
+                c.price_per_hour.map(dollars).unwrap_or_else(|| "-".into()),
                 age(c.age_seconds),
                 dash(&c.disruption),
-            ]
+            ];
+            if wide {
+                row.push(dash(&c.instance_id));
+                row.push(c.created.clone());
+            }
+            row
         })
         .collect();
     let mut out = format!("{}, {}\n\n", r.source, r.at);
     if rows.is_empty() {
         out.push_str("No live NodeClaims.\n");
     } else {
-        out.push_str(&table::columns(
-            &[
-                "NAME",
-                "NODEPOOL",
-                "STATE",
-                "NODE",
-                "TYPE",
-                "ZONE",
-                "CAPACITY",
-                "$/H",
-                "AGE",
-                "DISRUPTION",
-            ],
-            &[7],
-            &rows,
-        ));
+        let mut headers = vec![
+            "NAME",
+            "NODEPOOL",
+            "STATE",
+            "NODE",
+            "TYPE",
+            "ZONE",
+            "CAPACITY",
+            "$/H",
+            "AGE",
+            "DISRUPTION",
+        ];
+        if wide {
+            headers.extend(["INSTANCE ID", "CREATED"]);
+        }
+        out.push_str(&table::columns(&headers, &[7], &rows));
     }
     let t = &r.totals;
     let pools: Vec<String> = t
@@ -695,14 +706,14 @@ pub fn render(r: &StatusReport) -> String {
         .collect();
     let _ = writeln!(
         out,
-        "\n{} live claim(s); nodes by pool: {}; ${:.4}/hour",
+        "\n{} live claim(s); nodes by pool: {}; ${}/hour",
         t.claims,
         if pools.is_empty() {
             "none".into()
         } else {
             pools.join(", ")
         },
-        t.price_per_hour
+        dollars(t.price_per_hour)
     );
     let motion: Vec<String> = t
         .in_motion
@@ -763,13 +774,10 @@ pub fn render(r: &StatusReport) -> String {
 pub fn run(args: &StatusArgs) -> Result<(), Failure> {
     let input = load(&args.source)?;
     let r = report(&input);
-    match args.output {
-        Output::Json => crate::write_json(&r),
-        Output::Table => {
-            print!("{}", render(&r));
-            Ok(())
-        }
+    if !output::emit(&r, args.output)? {
+        print!("{}", render(&r, args.output == Output::Wide));
     }
+    Ok(())
 }
 
 // ----- Sources -----------------------------------------------------------------------
@@ -800,11 +808,17 @@ pub fn load(args: &SourceArgs) -> Result<StatusInput, Failure> {
             }
             _ => std::env::var_os("HOME")
                 .map(|h| PathBuf::from(h).join(".kube/config"))
-                .ok_or_else(|| {
-                    Failure::Unusable("--kubeconfig: no KUBECONFIG and no HOME".into())
-                })?,
+                .ok_or_else(hints::no_home)?,
         },
     };
+    if !kubeconfig.is_file() {
+        return Err(hints::no_kubeconfig(&kubeconfig));
+    }
+    if let Some(region) = &args.region {
+        // SAFETY: no other thread runs yet (the runtime is built below), so nothing
+        // reads the environment while it changes. The AWS SDK reads the region from it.
+        unsafe { std::env::set_var("AWS_REGION", region) };
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -824,23 +838,23 @@ async fn read_stack(
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)
         .unwrap_or_default();
-    let unusable =
-        |what: String| move |e: &dyn std::fmt::Display| Failure::Unusable(format!("{what}: {e}"));
     let ctx = nodewright_aws::AwsContext::from_env().await;
+    let Some(region) = ctx.region() else {
+        return Err(hints::no_region());
+    };
     let store = nodewright_aws::DynamoStore::new(&ctx, table);
     let cluster = nodewright_kube::KubeCluster::from_kubeconfig(
         kubeconfig,
         nodewright_kube::ApiRate::default(),
     )
     .await
-    .map_err(|e| unusable(format!("{}", kubeconfig.display()))(&e))?;
+    .map_err(|e| hints::cluster(kubeconfig, "reading it", &e))?;
     let since = now - i64::try_from(args.since.as_secs()).unwrap_or(i64::MAX / 2);
     let (claims, decisions, state) =
         tokio::join!(store.list_claims(), store.decisions(since), cluster.state());
-    let claims = claims.map_err(|e| unusable(format!("table {table}: listing claims"))(&e))?;
-    let decisions =
-        decisions.map_err(|e| unusable(format!("table {table}: reading decisions"))(&e))?;
-    let state = state.map_err(|e| unusable("the cluster".into())(&e))?;
+    let claims = claims.map_err(|e| hints::store(table, &region, "listing claims", &e))?;
+    let decisions = decisions.map_err(|e| hints::store(table, &region, "reading decisions", &e))?;
+    let state = state.map_err(|e| hints::cluster(kubeconfig, "listing its objects", &e))?;
     let dead_letter_queue = match &args.dead_letter_queue_url {
         Some(url) => Some(dead_letters(url).await?),
         None => None,

@@ -5,11 +5,14 @@ use std::fmt::Write;
 
 use nodewright_core::provisioning::ProvisioningPlan;
 
+use crate::output::dollars;
+
 /// Hours in an average month (365 × 24 / 12), as AWS prices a month.
 const HOURS_PER_MONTH: f64 = 730.0;
 
-pub fn render(plan: &ProvisioningPlan) -> String {
-    let headers = [
+/// The plan's table; `wide` adds how many types fit in all and the cheapest options.
+pub fn render(plan: &ProvisioningPlan, wide: bool) -> String {
+    let mut headers = vec![
         "NODEPOOL",
         "INSTANCE TYPE",
         "ZONE",
@@ -18,47 +21,45 @@ pub fn render(plan: &ProvisioningPlan) -> String {
         "$/HOUR",
         "OPTIONS",
     ];
-    let rows: Vec<[String; 7]> = plan
+    if wide {
+        headers.extend(["COMPATIBLE", "CHEAPEST OPTIONS"]);
+    }
+    let rows: Vec<Vec<String>> = plan
         .node_claims
         .iter()
         .map(|c| {
-            [
+            let mut row = vec![
                 c.node_pool.clone(),
                 c.instance_type.clone(),
                 c.zone.clone(),
                 c.capacity_type.clone(),
                 c.pods.len().to_string(),
-                format!("{:.4}", c.price_per_hour),
+                dollars(c.price_per_hour),
                 c.instance_type_options.len().to_string(),
-            ]
+            ];
+            if wide {
+                row.push(c.compatible_instance_types.to_string());
+                let mut cheapest = c
+                    .instance_type_options
+                    .iter()
+                    .take(3)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(",");
+                if c.instance_type_options.len() > 3 {
+                    cheapest.push_str(",...");
+                }
+                row.push(cheapest);
+            }
+            row
         })
         .collect();
-    let mut widths = headers.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.len());
-        }
-    }
     let mut out = String::new();
-    let line = |out: &mut String, cells: &[&str]| {
-        let mut s = String::new();
-        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-            // Numbers are right-aligned, text left-aligned.
-            if i == 4 || i == 5 || i == 6 {
-                let _ = write!(s, "{cell:>w$}  ");
-            } else {
-                let _ = write!(s, "{cell:<w$}  ");
-            }
-        }
-        let _ = writeln!(out, "{}", s.trim_end());
-    };
     if rows.is_empty() {
         let _ = writeln!(out, "No new NodeClaims needed.");
     } else {
-        line(&mut out, &headers);
-        for row in &rows {
-            line(&mut out, &row.each_ref().map(String::as_str));
-        }
+        // Numbers are right-aligned, text left-aligned.
+        out.push_str(&columns(&headers, &[4, 5, 6, 7], &rows));
     }
     let placed: usize = plan.node_claims.iter().map(|c| c.pods.len()).sum();
     let existing: usize = plan.existing_nodes.iter().map(|a| a.pods.len()).sum();
@@ -76,9 +77,9 @@ pub fn render(plan: &ProvisioningPlan) -> String {
     );
     let _ = writeln!(
         out,
-        "Total: ${:.4}/hour, ${:.2}/month ({HOURS_PER_MONTH} h)",
-        plan.total_price_per_hour,
-        plan.total_price_per_hour * HOURS_PER_MONTH
+        "Total: ${}/hour, ${:.2}/month ({HOURS_PER_MONTH} h)",
+        dollars(plan.total_price_per_hour),
+        crate::output::round4(plan.total_price_per_hour * HOURS_PER_MONTH)
     );
     if !plan.unschedulable.is_empty() {
         let _ = writeln!(out, "\nUnschedulable:");

@@ -234,13 +234,16 @@ fn every_karpenter_example_nodepool_validates_and_plans_unchanged() {
 
 #[test]
 fn validate_prints_one_line_per_problem_and_exits_one() {
-    let out = nodewright(&["validate", &data("broken.yaml")]);
+    let file = data("broken.yaml");
+    let out = nodewright(&["validate", &file]);
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     let lines: Vec<&str> = err.lines().collect();
-    assert!(lines.contains(
-        &"NodePool \"broken\": spec.template.spec.requirements[0].operator: unknown operator \"GreaterThan\" (expected one of In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte, Lte)"
-    ), "{err}");
+    let first = format!(
+        "{file}: NodePool \"broken\": spec.template.spec.requirements[0].operator: unknown operator \"GreaterThan\" (expected one of In, NotIn, Exists, DoesNotExist, Gt, Lt, Gte, Lte)"
+    );
+    assert!(lines.contains(&first.as_str()), "{err}");
+    let object = format!("{file}: NodePool \"broken\"");
     for needle in [
         "requirements[1]",
         "expireAfter",
@@ -250,7 +253,7 @@ fn validate_prints_one_line_per_problem_and_exits_one() {
         assert!(
             lines
                 .iter()
-                .any(|l| l.starts_with("NodePool \"broken\"") && l.contains(needle)),
+                .any(|l| l.starts_with(&object) && l.contains(needle)),
             "{needle}: {err}"
         );
     }
@@ -422,14 +425,16 @@ fn a_pod_requesting_ten_million_gibibytes_is_unschedulable_with_a_reason_not_an_
 
 #[test]
 fn limits_kubernetes_refuses_are_errors_naming_the_field() {
-    let out = nodewright(&["validate", &data("density-bad-limits.yaml")]);
+    let file = data("density-bad-limits.yaml");
+    let out = nodewright(&["validate", &file]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let err = stderr(&out);
     for line in [
         r#"NodePool "bad-limits": spec.limits.cpu: quantity "1e1.5" is not a Kubernetes quantity"#,
         r#"NodePool "bad-limits": spec.limits.memory: quantity "Gi" is not a Kubernetes quantity"#,
     ] {
-        assert!(err.lines().any(|l| l.starts_with(line)), "{line} in {err}");
+        let line = format!("{file}: {line}");
+        assert!(err.lines().any(|l| l.starts_with(&line)), "{line} in {err}");
     }
 }
 
@@ -1526,6 +1531,7 @@ fn sample_value(registry_path: &str) -> Value {
         (_, "udpTimeout") => serde_json::json!(30),
         (_, "volumeInitializationRate") => serde_json::json!(300),
         (_, "rootVolume") => serde_json::json!(true),
+        (_, "enabled") => serde_json::json!(true),
         _ => panic!("{registry_path}: add a sample value for this field to the test"),
     }
 }
@@ -1640,19 +1646,23 @@ fn validate_names_every_ignored_field_present_with_why_and_still_exits_zero() {
 }
 
 #[test]
-fn validate_with_fields_lists_honoured_fields_and_warns_of_unknown_ones() {
+fn validate_with_fields_lists_honoured_fields_and_refuses_unknown_ones_unless_lenient() {
     let (mut pool, class) = base_manifests();
     pool["spec"]["weight"] = serde_json::json!(10);
     pool["spec"]["wieght"] = serde_json::json!(10);
     pool["spec"]["template"]["metadata"] = serde_json::json!({"annotations": {"team": "a"}});
     let file = write_manifest("unknown", &[&pool, &class]);
-
-    let quiet = nodewright(&["validate", &file]);
-    assert_eq!(quiet.status.code(), Some(0), "{}", stderr(&quiet));
-    assert_eq!(
-        stderr(&quiet).trim_end(),
-        "warning: NodePool \"web\": spec.wieght: unknown field: not a field of Karpenter v1.15's CRD"
+    let unknown = format!(
+        "{file}: NodePool \"web\": spec.wieght: unknown field: not in Karpenter v1.15's CRD (did you mean \"weight\"?)"
     );
+
+    let strict = nodewright(&["validate", &file]);
+    assert_eq!(strict.status.code(), Some(1), "{}", stderr(&strict));
+    assert_eq!(stderr(&strict).trim_end(), unknown);
+
+    let quiet = nodewright(&["validate", "--lenient", &file]);
+    assert_eq!(quiet.status.code(), Some(0), "{}", stderr(&quiet));
+    assert_eq!(stderr(&quiet).trim_end(), format!("warning: {unknown}"));
     assert_eq!(
         stdout(&quiet).lines().next(),
         Some(
@@ -1661,7 +1671,7 @@ fn validate_with_fields_lists_honoured_fields_and_warns_of_unknown_ones() {
     );
     assert!(!stdout(&quiet).contains("honoured"), "{}", stdout(&quiet));
 
-    let all = nodewright(&["validate", "--fields", &file]);
+    let all = nodewright(&["validate", "--lenient", "--fields", &file]);
     assert_eq!(all.status.code(), Some(0));
     let printed = stdout(&all);
     for line in [
@@ -1720,3 +1730,12 @@ mod options;
 /// The manifests the tests' NodePools refer to.
 #[path = "cli/manifests.rs"]
 mod manifests;
+
+/// Files held to Karpenter's CRDs as the API server holds them, and `--lenient`.
+#[path = "cli/strict.rs"]
+mod strict;
+
+/// `-o json|yaml|wide`, `explain node` by claim or instance id, errors that say what
+/// to set, prices for people.
+#[path = "cli/kubectl.rs"]
+mod kubectl;

@@ -467,6 +467,52 @@ fn a_spot_node_is_only_replaced_by_spot_with_the_setting_and_fifteen_cheaper_typ
 }
 
 #[test]
+fn a_spot_node_kept_for_spot_to_spot_names_the_flag_in_the_table_only() {
+    let items = vec![
+        node("spot-node", "m5.4xlarge", "spot"),
+        pod_on("web", "spot-node", "3"),
+    ];
+    // The JSON reason is core's, the one the disruption function logs: it names no
+    // CLI flag (the stack has a `SpotToSpot` parameter instead).
+    let d = decide(&pools(UNDERUTILIZED, ""), items.clone(), &[]);
+    let reason = d["rejected"][0]["reason"].as_str().unwrap();
+    assert!(!reason.contains("--"), "{reason}");
+    assert!(
+        reason.contains("spot-to-spot consolidation is off"),
+        "{reason}"
+    );
+    let (code, table, stderr) = run(&pools(UNDERUTILIZED, ""), items, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains("SpotToSpot:") && l.ends_with("(--spot-to-spot turns it on)")),
+        "{table}"
+    );
+}
+
+#[test]
+fn yaml_and_wide_output_show_the_same_decision_and_prices_never_read_minus_zero() {
+    let items = vec![
+        node("big", "m5.4xlarge", "on-demand"),
+        pod_on("web", "big", "1"),
+    ];
+    let json = decide(&pools(UNDERUTILIZED, ""), items.clone(), &[]);
+    let (code, yaml, stderr) = run(&pools(UNDERUTILIZED, ""), items.clone(), &["-o", "yaml"]);
+    assert_eq!(code, 0, "{stderr}");
+    let from_yaml: Value = serde_yaml_ng::from_str(&yaml).unwrap();
+    assert_eq!(from_yaml, json);
+    let (code, wide, stderr) = run(&pools(UNDERUTILIZED, ""), items.clone(), &["-o", "wide"]);
+    assert_eq!(code, 0, "{stderr}");
+    let (_, table, _) = run(&pools(UNDERUTILIZED, ""), items, &[]);
+    assert!(wide.contains("options: "), "{wide}");
+    assert!(wide.contains("default/web"), "{wide}");
+    for text in [&wide, &table, &yaml] {
+        assert!(!text.contains("-0.0"), "{text}");
+    }
+}
+
+#[test]
 fn a_node_without_an_instance_type_label_is_an_error_naming_the_node_and_field() {
     let mut items = fragmented();
     items[0]["metadata"]["labels"]

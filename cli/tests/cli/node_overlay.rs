@@ -69,7 +69,7 @@ fn validate_reads_node_overlays_from_the_manifest_files_and_prints_each_verdict(
 }
 
 #[test]
-fn validate_with_fields_lists_the_overlay_fields_and_warns_of_unknown_ones() {
+fn validate_with_fields_lists_the_overlay_fields_and_refuses_unknown_ones_unless_lenient() {
     let all = nodewright(&["validate", "--fields", &example("node-overlay.yaml")]);
     assert!(all.status.success(), "{}", stderr(&all));
     let printed = stdout(&all);
@@ -89,9 +89,14 @@ fn validate_with_fields_lists_the_overlay_fields_and_warns_of_unknown_ones() {
         ),
     )
     .unwrap();
-    let out = nodewright(&["validate", &file.display().to_string()]);
+    let file = file.display().to_string();
+    let unknown = format!("{file}: NodeOverlay \"typo\": spec.prize: unknown field");
+    let out = nodewright(&["validate", &file]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&unknown), "{}", stderr(&out));
+    let out = nodewright(&["validate", "--lenient", &file]);
     assert!(
-        stderr(&out).contains("warning: NodeOverlay \"typo\": spec.prize: unknown field"),
+        stderr(&out).contains(&format!("warning: {unknown}")),
         "{}",
         stderr(&out)
     );

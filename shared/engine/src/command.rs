@@ -507,6 +507,16 @@ fn validation_delay_secs() -> i64 {
     i64::try_from(VALIDATION_DELAY.as_secs()).unwrap_or(15)
 }
 
+/// Why a command was validated, for the decision log: the delay runs from its
+/// replacements' readiness, or from the marking of its candidates when it has none.
+fn validated_reason(delay_secs: i64, has_replacements: bool) -> String {
+    if has_replacements {
+        format!("still holds {delay_secs}s after its replacements were up")
+    } else {
+        format!("still holds {delay_secs}s after its nodes were marked (no replacement)")
+    }
+}
+
 /// Step 3: core asked again on the state of now, on the command's own candidates;
 /// every candidate still chosen → validated (the candidates drain from the next step
 /// on), recorded in the decision log.
@@ -555,10 +565,7 @@ async fn validate(
                 cmd.id,
                 cmd.candidates.join(", ")
             ),
-            reason: format!(
-                "still holds {}s after its replacements were up",
-                validation_delay_secs()
-            ),
+            reason: validated_reason(validation_delay_secs(), !cmd.replacements.is_empty()),
             price_per_hour: None,
         })
         .await;
@@ -692,4 +699,21 @@ async fn abandon(
         .await;
     report.abandoned.push((cmd.id.clone(), why.to_string()));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::validated_reason;
+
+    #[test]
+    fn a_command_without_replacements_is_not_said_to_wait_for_them() {
+        assert_eq!(
+            validated_reason(15, false),
+            "still holds 15s after its nodes were marked (no replacement)"
+        );
+        assert_eq!(
+            validated_reason(15, true),
+            "still holds 15s after its replacements were up"
+        );
+    }
 }

@@ -252,6 +252,10 @@ pub const NODE_CLASS_FIELDS: &[Field] = &[
     honoured("spec.capacityReservationSelectorTerms[].instanceMatchCriteria"),
     with("spec.instanceStorePolicy", INSTANCE_STORE_POLICY),
     ignored("spec.context", "not passed to EC2 CreateFleet"),
+    ignored(
+        "spec.enclaveOptions.enabled",
+        "Nitro Enclaves are not enabled on the instances launched",
+    ),
     with("spec.ipPrefixCount", IP_PREFIX_COUNT),
     with("spec.networkInterfaces[].deviceIndex", NETWORK_INTERFACES),
     with(

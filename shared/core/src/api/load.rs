@@ -5,6 +5,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::overlay::{is_node_overlay, validate_overlays};
+use super::schema::{Strictness, schema_problems};
 use super::{Document, FormatError, Manifests, Problem, validate};
 
 pub const NODE_POOL_API_VERSION: &str = "karpenter.sh/v1";
@@ -93,13 +94,72 @@ pub fn parse_documents(source: &str, text: &str) -> Result<Vec<Document>, Format
 }
 
 /// Parses and validates several files at once (name, text), so that a NodePool in one
-/// file may refer to an EC2NodeClass in another.
+/// file may refer to an EC2NodeClass in another. Lenient: fields the CRDs do not know
+/// are left to the caller (objects read from a cluster were checked by its API server).
 pub fn load(sources: &[(String, String)]) -> Result<Manifests, LoadError> {
+    load_with(sources, Strictness::Lenient)
+}
+
+/// [`load`], holding the files to Karpenter's CRDs as the API server would with
+/// [`Strictness::Strict`]: an unknown field, a missing required field or a file with
+/// no object is a problem too.
+pub fn load_with(
+    sources: &[(String, String)],
+    strictness: Strictness,
+) -> Result<Manifests, LoadError> {
     let mut documents = Vec::new();
+    let mut empty = Vec::new();
     for (source, text) in sources {
-        documents.extend(parse_documents(source, text)?);
+        let parsed = parse_documents(source, text)?;
+        if parsed.is_empty() {
+            empty.push(empty_file(source));
+        }
+        documents.extend(parsed);
     }
-    validate_all(&documents).map_err(LoadError::Invalid)
+    match strictness {
+        Strictness::Lenient => validate_all(&documents).map_err(LoadError::Invalid),
+        Strictness::Strict => match validate_all_with(&documents, strictness) {
+            Ok(manifests) if empty.is_empty() => Ok(manifests),
+            Ok(_) => Err(LoadError::Invalid(empty)),
+            Err(problems) => {
+                empty.extend(problems);
+                Err(LoadError::Invalid(empty))
+            }
+        },
+    }
+}
+
+/// The problem of a file that holds no object (empty, or only comments).
+pub fn empty_file(source: &str) -> Problem {
+    Problem {
+        object: source.to_string(),
+        path: String::new(),
+        message: format!("holds no object (expected {EXPECTED_KINDS})"),
+    }
+}
+
+/// [`validate_all`], with [`Strictness::Strict`] also the problems of
+/// [`schema_problems`] first (validation's own after them, each once).
+pub fn validate_all_with(
+    docs: &[Document],
+    strictness: Strictness,
+) -> Result<Manifests, Vec<Problem>> {
+    let mut problems: Vec<Problem> = match strictness {
+        Strictness::Strict => docs.iter().flat_map(schema_problems).collect(),
+        Strictness::Lenient => Vec::new(),
+    };
+    match validate_all(docs) {
+        Ok(manifests) if problems.is_empty() => Ok(manifests),
+        Ok(_) => Err(problems),
+        Err(more) => {
+            for p in more {
+                if !problems.contains(&p) {
+                    problems.push(p);
+                }
+            }
+            Err(problems)
+        }
+    }
 }
 
 /// Validates the documents and applies Karpenter's defaults: NodePools and

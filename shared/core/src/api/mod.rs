@@ -4,7 +4,8 @@
 //! YAML/JSON or not one of our kinds (a problem with the file); `validate_all` checks
 //! every object against Karpenter's rules and applies its defaults (problems with
 //! objects, each naming the object, the field path and what is expected; `validate`
-//! does it for NodePools and EC2NodeClasses alone).
+//! does it for NodePools and EC2NodeClasses alone). `schema` holds files to the CRDs
+//! as the API server does (unknown fields, missing required ones), for `load_with`.
 
 pub mod cron;
 pub mod duration;
@@ -16,18 +17,20 @@ mod nodeclass;
 mod nodepool;
 pub mod overlay;
 mod raw;
+pub mod schema;
 mod validate;
 
 use std::fmt;
 
 pub use load::{
     Kind, LoadError, NODE_CLASS_API_VERSION, NODE_CLASS_KIND, NODE_POOL_API_VERSION,
-    NODE_POOL_KIND, load, parse_documents, validate_all,
+    NODE_POOL_KIND, empty_file, load, load_with, parse_documents, validate_all, validate_all_with,
 };
 pub use model::*;
 pub use nodeclass::{ALIAS_FAMILIES, AMI_FAMILIES, VOLUME_TYPES};
 pub use nodepool::{CAPACITY_TYPE_LABEL, DEFAULT_EXPIRE_AFTER};
 pub use overlay::{InvalidOverlay, NodeOverlay, PriceChange, ReadOverlay};
+pub use schema::Strictness;
 pub use validate::validate;
 
 /// One YAML/JSON document of a manifest file.

@@ -616,7 +616,9 @@ impl Run<'_, '_> {
                 if self.input.spot_to_spot {
                     "spot-to-spot consolidation replaces one node at a time; these pods need new capacity".to_string()
                 } else {
-                    "its pods need new capacity and spot-to-spot consolidation is off (--spot-to-spot)".to_string()
+                    // Neutral: the functions log it (the stack's `SpotToSpot`), the CLI
+                    // prints it (`--spot-to-spot`); each names its own switch.
+                    "its pods need new capacity and spot-to-spot consolidation is off".to_string()
                 },
             ),
             other => stop_rejection(&other, set[0]),
