@@ -53,6 +53,36 @@ pub(crate) fn store(table: &str, region: &str, what: &str, e: &StoreError) -> Fa
     Failure::Unusable(line)
 }
 
+/// Reading the depth of the dead-letter queue at `url` failed; the service's error
+/// code decides (a queue that is not there), else the innermost cause is quoted.
+pub(crate) fn dead_letter_queue<E, R>(url: &str, e: &aws_sdk_sqs::error::SdkError<E, R>) -> Failure
+where
+    E: aws_sdk_sqs::error::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug + 'static,
+{
+    use aws_sdk_sqs::error::ProvideErrorMetadata as _;
+    let code = e.code().unwrap_or_default();
+    let line = match code {
+        "AWS.SimpleQueueService.NonExistentQueue" | "QueueDoesNotExist" => format!(
+            "no SQS queue at {url}: set --dead-letter-queue-url to the URL of the stack's dead-letter queue (`aws sqs get-queue-url --queue-name NAME`), in its region"
+        ),
+        "AccessDenied"
+        | "AccessDeniedException"
+        | "InvalidClientTokenId"
+        | "ExpiredToken"
+        | "SignatureDoesNotMatch" => format!(
+            "AWS refused GetQueueAttributes on {url} ({code}): {CREDENTIALS}, for an identity allowed to read the queue"
+        ),
+        _ => format!(
+            "cannot read the dead-letter queue {url}: {}; check the network, and {CREDENTIALS}",
+            e.message()
+                .map(str::to_string)
+                .unwrap_or_else(|| root_cause(e))
+        ),
+    };
+    Failure::Unusable(line)
+}
+
 /// No kubeconfig at `path`.
 pub(crate) fn no_kubeconfig(path: &Path) -> Failure {
     Failure::Unusable(format!(

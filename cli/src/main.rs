@@ -329,7 +329,13 @@ pub(crate) fn zones(
         ));
     }
     let region = (!custom_catalog).then_some(region::EMBEDDED_REGION);
-    strict.check(region::zone_problems(&zones, region))?;
+    let problems = region::zone_problems(&zones, region);
+    strict.check(
+        problems
+            .into_iter()
+            .map(|p| format!("--zones: {p}"))
+            .collect(),
+    )?;
     Ok(zones)
 }
 

@@ -24,7 +24,7 @@ pub(crate) fn region_of(zone: &str) -> Option<&str> {
     shaped.then_some(region)
 }
 
-/// One line per zone that is not a zone of `region` (the embedded catalog's when
+/// One sentence per zone that is not a zone of `region` (the embedded catalog's when
 /// `None`: then every zone must be in one region, the first one's).
 pub(crate) fn zone_problems(zones: &[String], region: Option<&str>) -> Vec<String> {
     let Some(first) = zones.first() else {
@@ -36,7 +36,7 @@ pub(crate) fn zone_problems(zones: &[String], region: Option<&str>) -> Vec<Strin
             Some(r) => (r.to_string(), false),
             None => {
                 return vec![format!(
-                    "--zones: {first:?} is not an availability zone name (e.g. us-east-1a)"
+                    "{first:?} is not an availability zone name (e.g. us-east-1a)"
                 )];
             }
         },
@@ -50,10 +50,10 @@ pub(crate) fn zone_problems(zones: &[String], region: Option<&str>) -> Vec<Strin
             };
             problems.push(if known {
                 format!(
-                    "--zones: {zone:?} is {whose}, not of {region}: the embedded catalog prices {region} (give --catalog with prices of another region, and zones of that region only)"
+                    "{zone:?} is {whose}, not of {region}: the embedded catalog prices {region} (give --catalog with prices of another region, and zones of that region only)"
                 )
             } else {
-                format!("--zones: {zone:?} is {whose}, not of {region}: all zones must be in one region")
+                format!("{zone:?} is {whose}, not of {region}: all zones must be in one region")
             });
             continue;
         };
@@ -74,11 +74,11 @@ pub(crate) fn zone_problems(zones: &[String], region: Option<&str>) -> Vec<Strin
                 .map(|c| format!("{region}{c}"))
                 .collect();
             format!(
-                "--zones: {region} has no zone {zone:?} (its zones are {})",
+                "{region} has no zone {zone:?} (its zones are {})",
                 letters.join(", ")
             )
         } else {
-            format!("--zones: {zone:?} is not an availability zone of {region} (e.g. {region}a)")
+            format!("{zone:?} is not an availability zone of {region} (e.g. {region}a)")
         });
     }
     problems
@@ -102,14 +102,13 @@ mod tests {
         assert_eq!(
             zone_problems(&zones(&["us-east-1z"]), Some(EMBEDDED_REGION)),
             [
-                "--zones: us-east-1 has no zone \"us-east-1z\" (its zones are us-east-1a, us-east-1b, us-east-1c, us-east-1d, us-east-1e, us-east-1f)"
+                "us-east-1 has no zone \"us-east-1z\" (its zones are us-east-1a, us-east-1b, us-east-1c, us-east-1d, us-east-1e, us-east-1f)"
             ]
         );
         let other = zone_problems(&zones(&["us-east-1a", "eu-west-1a"]), Some(EMBEDDED_REGION));
         assert_eq!(other.len(), 1);
         assert!(
-            other[0]
-                .starts_with("--zones: \"eu-west-1a\" is a zone of eu-west-1, not of us-east-1"),
+            other[0].starts_with("\"eu-west-1a\" is a zone of eu-west-1, not of us-east-1"),
             "{other:?}"
         );
         assert_eq!(
@@ -130,7 +129,7 @@ mod tests {
         assert_eq!(
             mixed,
             [
-                "--zones: \"us-east-1a\" is a zone of us-east-1, not of eu-west-1: all zones must be in one region"
+                "\"us-east-1a\" is a zone of us-east-1, not of eu-west-1: all zones must be in one region"
             ]
         );
         assert_eq!(zone_problems(&zones(&["zone-a"]), None).len(), 1);

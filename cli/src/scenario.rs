@@ -342,6 +342,15 @@ pub fn parse_with(
         }
         scenario.zones = zones;
     }
+    // The simulated EC2 prices us-east-1 (the embedded catalog).
+    let zone_problems =
+        crate::region::zone_problems(&scenario.zones, Some(crate::region::EMBEDDED_REGION));
+    if strictness == Strictness::Strict && !zone_problems.is_empty() {
+        return Err(ScenarioError {
+            invalid: true,
+            ..fail(format!("zones: {}", zone_problems.join("; ")))
+        });
+    }
     if let Some(r) = spec.rebalance {
         scenario.rebalance = match r {
             Rebalance::Ignore => RebalanceAction::Ignore,

@@ -940,12 +940,7 @@ async fn dead_letters(url: &str) -> Result<u64, Failure> {
         .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
         .send()
         .await
-        .map_err(|e| {
-            Failure::Unusable(format!(
-                "dead-letter queue {url}: GetQueueAttributes: {}",
-                aws_sdk_sqs::error::DisplayErrorContext(&e)
-            ))
-        })?;
+        .map_err(|e| hints::dead_letter_queue(url, &e))?;
     out.attributes()
         .and_then(|a| a.get(&QueueAttributeName::ApproximateNumberOfMessages))
         .and_then(|n| n.parse().ok())

@@ -54,10 +54,14 @@ fn disrupt(pools: &str, extra: &[&str]) -> Output {
 }
 
 fn simulate(pools: &str, extra: &[&str]) -> Output {
+    simulate_in(pools, "us-east-1a", extra)
+}
+
+fn simulate_in(pools: &str, zone: &str, extra: &[&str]) -> Output {
     let scenario = temp_file(
         "scenario.yaml",
         &format!(
-            "duration: 5m\nmanifestFiles: [{pools}]\ndeployments:\n  - name: web\n    replicas: [{{at: 0s, replicas: 1}}]\n    pod:\n      containers: [{{name: app, resources: {{requests: {{cpu: 100m}}}}}}]\n"
+            "duration: 5m\nzones: [{zone}]\nmanifestFiles: [{pools}]\ndeployments:\n  - name: web\n    replicas: [{{at: 0s, replicas: 1}}]\n    pod:\n      containers: [{{name: app, resources: {{requests: {{cpu: 100m}}}}}}]\n"
         ),
     );
     let scenario = scenario.display().to_string();
@@ -182,6 +186,11 @@ fn a_zone_the_region_does_not_have_is_an_error_unless_lenient() {
     assert_invalid(
         &disrupt(&pools, &["--zones", "eu-west-1a"]),
         &["\"eu-west-1a\" is a zone of eu-west-1"],
+    );
+    let good = pool_file("nodepools.yaml", "requirements");
+    assert_invalid(
+        &simulate_in(&good, "eu-west-1a", &[]),
+        &["zones: \"eu-west-1a\" is a zone of eu-west-1, not of us-east-1"],
     );
     let out = plan(&pools, &["--zones", "us-east-1z", "--lenient"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
