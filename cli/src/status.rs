@@ -895,10 +895,12 @@ async fn pool_conditions(
         plural: "nodepools".into(),
     };
     let api: Api<DynamicObject> = Api::all_with(cluster.client().clone(), &resource);
-    let pools = api
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| Failure::Unusable(format!("the cluster: listing NodePools: {e}")))?;
+    let pools = api.list(&ListParams::default()).await.map_err(|e| match &e {
+        kube::Error::Api(status) if status.code == 404 => Failure::Unusable(
+            "the cluster serves no karpenter.sh/v1 NodePools: install Karpenter v1.15's CRDs (infra/crds.md), or set KUBECONFIG or --kubeconfig to the stack's cluster".into(),
+        ),
+        _ => Failure::Unusable(format!("the cluster: listing NodePools: {e}")),
+    })?;
     let text = |v: &serde_json::Value, key: &str| {
         v.get(key)
             .and_then(serde_json::Value::as_str)
