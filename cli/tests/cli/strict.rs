@@ -244,3 +244,31 @@ fn the_examples_and_test_manifests_are_accepted_strictly() {
         assert_eq!(stderr(&out), "", "{f}");
     }
 }
+
+#[test]
+fn what_kubectl_get_prints_for_node_pools_and_classes_validates_and_plans() {
+    // `kubectl get nodepools,ec2nodeclasses -o json`: one v1 List, the server's fields
+    // (uid, managedFields, status...) on every item.
+    let manifests = std::fs::read_to_string(pool_file("p.yaml", "requirements")).unwrap();
+    let mut items = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(&manifests) {
+        let mut item: serde_json::Value = serde::Deserialize::deserialize(doc).unwrap();
+        item["metadata"]["uid"] = "0b5d3c2e-1111-2222-3333-444455556666".into();
+        item["metadata"]["generation"] = 1.into();
+        item["metadata"]["managedFields"] = serde_json::json!([{"manager": "kubectl"}]);
+        item["status"] = serde_json::json!({"conditions": []});
+        items.push(item);
+    }
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items});
+    let file = temp_file("got.json", &list.to_string())
+        .display()
+        .to_string();
+    let out = nodewright(&["validate", &file]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim_end(),
+        "valid: 1 NodePool(s), 1 EC2NodeClass(es)"
+    );
+    let out = plan(&file, &["-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}

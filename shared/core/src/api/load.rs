@@ -1,5 +1,6 @@
 //! Reading manifest files into documents: YAML (JSON is YAML), one or more documents
-//! separated by `---`, each a NodePool, an EC2NodeClass or a NodeOverlay.
+//! separated by `---`, each a NodePool, an EC2NodeClass or a NodeOverlay, or a `v1`
+//! List of them (as `kubectl get -o yaml` prints them).
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -83,6 +84,19 @@ pub fn parse_documents(source: &str, text: &str) -> Result<Vec<Document>, Format
         if value.is_null() {
             continue;
         }
+        // `kubectl get nodepools,ec2nodeclasses -o yaml` prints one `v1` List.
+        if let Some(items) = list_items(&value) {
+            for (i, item) in items.iter().enumerate() {
+                check_kind(item)
+                    .map_err(|why| error(format!("document {number}: items[{i}]: {why}")))?;
+                documents.push(Document {
+                    source: source.to_string(),
+                    index,
+                    value: item.clone(),
+                });
+            }
+            continue;
+        }
         check_kind(&value).map_err(|why| error(format!("document {number}: {why}")))?;
         documents.push(Document {
             source: source.to_string(),
@@ -91,6 +105,19 @@ pub fn parse_documents(source: &str, text: &str) -> Result<Vec<Document>, Format
         });
     }
     Ok(documents)
+}
+
+/// The items of a `v1` List (what `kubectl get -o yaml` prints for several objects).
+fn list_items(value: &Value) -> Option<&Vec<Value>> {
+    let is_list = value.get("apiVersion").and_then(Value::as_str) == Some("v1")
+        && value.get("kind").and_then(Value::as_str) == Some("List");
+    if !is_list {
+        return None;
+    }
+    match value.get("items") {
+        Some(Value::Array(items)) => Some(items),
+        _ => None,
+    }
 }
 
 /// Parses and validates several files at once (name, text), so that a NodePool in one
@@ -312,6 +339,25 @@ mod tests {
                 "NodeOverlay \"savings\": spec.priceAdjustment: \"-130%\" is not a price adjustment"
             ),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_list_kubectl_prints_is_read_item_by_item_and_its_other_kinds_are_named() {
+        let text = "apiVersion: v1\nkind: List\nmetadata: {resourceVersion: \"\"}\nitems:\n- apiVersion: karpenter.sh/v1\n  kind: NodePool\n  metadata: {name: a}\n- apiVersion: karpenter.k8s.aws/v1\n  kind: EC2NodeClass\n  metadata: {name: c}\n";
+        let docs = parse_documents("got.yaml", text).unwrap_or_default();
+        let kinds: Vec<Option<Kind>> = docs.iter().map(|d| Kind::of(&d.value)).collect();
+        assert_eq!(kinds, [Some(Kind::NodePool), Some(Kind::Ec2NodeClass)]);
+        let other = text.replace("kind: EC2NodeClass", "kind: Deployment");
+        assert!(
+            format_error("got.yaml", &other)
+                .starts_with("got.yaml: document 1: items[1]: kind \"Deployment\""),
+            "{}",
+            format_error("got.yaml", &other)
+        );
+        assert_eq!(
+            parse_documents("none.yaml", "apiVersion: v1\nkind: List\nitems: []\n"),
+            Ok(vec![])
         );
     }
 
