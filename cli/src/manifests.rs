@@ -3,6 +3,7 @@
 //! no object are problems (exit 1), each line naming the file and the object.
 //! `--lenient` turns those into warnings on stderr and goes on with what validates.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use nodewright_core::api::fields::{Status, field_report, overlay_field_report};
@@ -75,7 +76,8 @@ pub(crate) fn read_documents(files: &[PathBuf]) -> Result<Documents, Failure> {
 /// Validates the documents as `strict` says: `Err` with one line per problem, each
 /// naming its file. With `--lenient`, what strictness adds is warned about on stderr.
 pub(crate) fn validate(read: &Documents, strict: StrictArgs) -> Result<Manifests, Failure> {
-    let named = |p: &Problem| with_source(p, &read.documents);
+    let sources = Sources::of(&read.documents);
+    let named = |p: &Problem| sources.line(p);
     let mut lines: Vec<String> = Vec::new();
     if !strict.lenient {
         lines.extend(read.empty.iter().map(|f| empty_file(f).to_string()));
@@ -110,18 +112,36 @@ pub(crate) fn load(files: &[PathBuf], strict: StrictArgs) -> Result<Manifests, F
     validate(&read_documents(files)?, strict)
 }
 
-/// `file: NodePool "x": path: message`: the problem, led by the file its object is in
-/// when that is one file (an object without a name is already named by its place).
-pub(crate) fn with_source(problem: &Problem, documents: &[Document]) -> String {
-    let mut sources: Vec<&str> = documents
-        .iter()
-        .filter(|d| label(d).as_deref() == Some(problem.object.as_str()))
-        .map(|d| d.source.as_str())
-        .collect();
-    sources.dedup();
-    match sources.as_slice() {
-        [one] => format!("{one}: {problem}"),
-        _ => problem.to_string(),
+/// Which file holds each named object, to lead its problems with.
+pub(crate) struct Sources<'a> {
+    /// `NodePool "web"` → its file; `None` when two files hold that name.
+    by_label: HashMap<String, Option<&'a str>>,
+}
+
+impl<'a> Sources<'a> {
+    pub(crate) fn of(documents: &'a [Document]) -> Self {
+        let mut by_label: HashMap<String, Option<&'a str>> = HashMap::new();
+        for d in documents {
+            let Some(label) = label(d) else { continue };
+            by_label
+                .entry(label)
+                .and_modify(|s| {
+                    if *s != Some(d.source.as_str()) {
+                        *s = None;
+                    }
+                })
+                .or_insert(Some(d.source.as_str()));
+        }
+        Sources { by_label }
+    }
+
+    /// `file: NodePool "x": path: message`: the problem, led by the file of its object
+    /// when that is one file (an object without a name is already named by its place).
+    pub(crate) fn line(&self, problem: &Problem) -> String {
+        match self.by_label.get(&problem.object) {
+            Some(Some(source)) => format!("{source}: {problem}"),
+            _ => problem.to_string(),
+        }
     }
 }
 
@@ -236,13 +256,13 @@ mod tests {
         };
         let one = docs("a.yaml", pool);
         assert_eq!(
-            with_source(&problem, &one),
+            Sources::of(&one).line(&problem),
             "a.yaml: NodePool \"web\": spec: required"
         );
         let mut two = one.clone();
         two.extend(docs("b.yaml", pool));
         assert_eq!(
-            with_source(&problem, &two),
+            Sources::of(&two).line(&problem),
             "NodePool \"web\": spec: required"
         );
     }
