@@ -3,7 +3,8 @@
 IAM, the interruption queue's settings, the DynamoDB table staying identical to
 infra/dynamodb-table.json, the alarms (each one there, each notifying AlarmTopicArn and
 nothing else, each on a metric the functions really publish), the dashboard, and the
-operators' read-only policy granting reads only.
+operators' read-only policy granting reads only, and each function built by `sam build`
+from its own package (CodeUri), not the workspace root.
 
 Run by tests/lint.sh with the venv's python (cfn-lint provides the YAML loader that
 understands !Ref/!Sub/!GetAtt). Exit status 0 when every check passes; 1 otherwise,
@@ -290,7 +291,32 @@ def check_functions(template: dict) -> list[str]:
         if any(ev.get("Type") in ("Schedule", "ScheduleV2") for ev in events.values()):
             if props.get("ReservedConcurrentExecutions") != 1:
                 problems.append(f"{name}: scheduled function without ReservedConcurrentExecutions: 1")
+        if res.get("Metadata", {}).get("BuildMethod") == "rust-cargolambda":
+            problems += check_rust_package(name, props.get("CodeUri"), res["Metadata"].get("BuildProperties", {}))
     return problems
+
+
+def check_rust_package(name: str, code_uri, build_properties: dict) -> list[str]:
+    """`sam build` runs `cargo lambda build --release --bin <Binary>` in CodeUri. From the
+    workspace root cargo unifies every member's features into the function (the
+    engine's simulator, the kube crate's test control plane, tokio's test-util): CodeUri
+    must be the function's own package, the one that defines the [[bin]] Binary."""
+    if not isinstance(code_uri, str):
+        return [f"{name}: CodeUri {code_uri!r} is not a directory of this repository"]
+    manifest = ROOT / code_uri / "Cargo.toml"
+    if not manifest.is_file():
+        return [f"{name}: CodeUri {code_uri} has no Cargo.toml"]
+    text = manifest.read_text()
+    if "[package]" not in text:
+        return [
+            f"{name}: CodeUri {code_uri} is the workspace root: `sam build` would compile every member's "
+            "features (test code) into the function; give the function's package directory"
+        ]
+    binary = build_properties.get("Binary")
+    names = re.findall(r'^name\s*=\s*"([^"]+)"', text, re.M)
+    if binary not in names:
+        return [f"{name}: BuildProperties.Binary {binary!r} is not a target of {code_uri}/Cargo.toml ({names})"]
+    return []
 
 
 def check_queue(template: dict) -> list[str]:
@@ -587,6 +613,10 @@ def dynamodb_on_every_table(t):
     doc.save()
 
 
+def build_from_the_workspace_root(t):
+    t["Resources"]["ProvisionerFunction"]["Properties"]["CodeUri"] = "."
+
+
 def forget_batch_item_failures(t):
     ev = t["Resources"]["InterruptionFunction"]["Properties"]["Events"]["Interruptions"]["Properties"]
     ev.pop("FunctionResponseTypes")
@@ -668,6 +698,7 @@ MUTATIONS = [
     (delete_instance_profiles_from_the_interruption_role, "only the provisioner manages instance profiles"),
     (add_iam_wildcard, "wildcard action 'iam:*'"),
     (dynamodb_on_every_table, "DynamoDB access beyond the table"),
+    (build_from_the_workspace_root, "ProvisionerFunction: CodeUri . is the workspace root"),
     (forget_batch_item_failures, "without ReportBatchItemFailures"),
     (unlimited_provisioner_concurrency, "without ReservedConcurrentExecutions"),
     (queue_without_dlq, "no RedrivePolicy"),

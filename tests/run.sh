@@ -82,11 +82,11 @@ step "smoke: nodewright plan on the bundled example"
 step "smoke: nodewright disrupt on the bundled example"
 ./target/debug/nodewright disrupt --nodepools cli/examples/nodepools.yaml --snapshot cli/examples/snapshot.json --now 2025-06-03T00:00:00Z
 
-step "Lambda functions: cargo lambda build --release --arm64, at opt-level 0, without LTO"
+step "Lambda functions: sam build as the README deploys them (cargo lambda build --release --arm64 per function, at opt-level 0, without LTO); each function run on qemu-aarch64 against a stand-in Runtime API; sam deploy with a saved samconfig.toml"
 # CI's disk is shared and was once too full for this step (the arm64 build writes about
 # 2 GB more): nothing runs the debug build (about 5 GB on a fresh clone) after the
 # smokes, so on CI it goes first.
 if [ -n "${CI:-}" ]; then rm -rf target/debug; fi
 disk_free
-# Unoptimized: see tests/lambda-build.sh.
-bash tests/lambda-build.sh --unoptimized
+# Unoptimized: see tests/sam-build.sh.
+bash tests/sam-build.sh --unoptimized

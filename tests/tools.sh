@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs every tool the suite needs that cargo does not build, all from PyPI into
 # target/tools/venv, plus the Rust std for aarch64 from rustup: cfn-lint and
-# aws-sam-cli (tests/lint.sh), moto[server] (tests/moto.sh), cargo-lambda and ziglang
-# (tests/lambda-build.sh), and kubectl from Debian's kubernetes-client package
-# (tests/kube/kubectl.sh). Each of those scripts installs what it lacks on first use;
+# aws-sam-cli (tests/lint.sh, tests/sam-build.sh), moto[server] (tests/moto.sh),
+# cargo-lambda and ziglang (tests/sam-build.sh), kubectl from Debian's kubernetes-client
+# package (tests/kube/kubectl.sh), and qemu-aarch64 with an AArch64 glibc from Debian's
+# packages (tests/qemu.sh, to run the arm64 functions). Each of those scripts installs what it lacks on first use;
 # this installs them all up front, so tests/run.sh can do it while cargo builds.
 # Installs run one after another (the same order the scripts would) because they
 # share the venv.
@@ -20,4 +21,6 @@ if [ ! -x "$venv/bin/cargo-lambda" ] || ! "$venv/bin/python" -c 'import ziglang'
 fi
 rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup target add aarch64-unknown-linux-gnu
 bash tests/kube/kubectl.sh >/dev/null
-echo "tools.sh: cfn-lint, sam, moto, cargo-lambda, zig, the aarch64 std and kubectl are installed"
+# Not fatal: without it, tests/sam-build.sh checks the functions' ELF headers and says so.
+bash tests/qemu.sh >/dev/null || echo "tools.sh: qemu-aarch64 could not be fetched from Debian"
+echo "tools.sh: cfn-lint, sam, moto, cargo-lambda, zig, the aarch64 std, kubectl and qemu-aarch64 are installed"
