@@ -373,6 +373,27 @@ fn an_expired_node_is_replaced_despite_a_budget_of_zero_and_blockers() {
 }
 
 #[test]
+fn an_expired_spot_node_replaced_on_demand_says_what_it_costs_more_not_a_negative_saving() {
+    // The pool now takes on-demand only: the expired spot node's replacement costs more.
+    let on_demand = "        - key: karpenter.sh/capacity-type\n          operator: In\n          values: [\"on-demand\"]\n";
+    let mut items = vec![node("old", "m5.xlarge", "spot"), pod_on("web", "old", "3")];
+    items[0]["metadata"]["creationTimestamp"] = json!("2026-10-01T00:00:00Z");
+    let d = decide(&pools(UNDERUTILIZED, on_demand), items.clone(), &[]);
+    let c = &d["commands"][0];
+    assert_eq!(c["method"], "expiration", "{d:#}");
+    let more = -c["savingsPerHour"].as_f64().unwrap();
+    assert!(more > 0.0, "{d:#}");
+    let (code, table, stderr) = run(&pools(UNDERUTILIZED, on_demand), items, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let first = table.lines().next().unwrap();
+    assert!(
+        first.ends_with(&format!("costs ${more:.4}/h more")),
+        "{table}"
+    );
+    assert!(!table.contains("$-"), "{table}");
+}
+
+#[test]
 fn a_node_whose_type_the_node_pool_no_longer_allows_is_drifted_and_replaced() {
     // The pool now takes c and r only: the m5 node drifted.
     let requirement = "        - key: karpenter.k8s.aws/instance-family\n          operator: NotIn\n          values: [\"m5\"]\n";
