@@ -1,15 +1,38 @@
-//! `simulate --chart FILE.svg`: nodes and pending pods (left axis) and $/h (right axis)
-//! over virtual time, drawn with plotters' SVG backend. Text goes into the SVG as
-//! `<text>` elements, so no font files are read.
+//! `simulate --chart FILE.svg`: nodes, pending pods and $/h over virtual time, each in
+//! its own panel with its own axis (on one shared axis the counts hid each other, and
+//! $/h followed the node count so closely its line lay on top of it), one time axis
+//! under them all, and what happened marked across the three: the scenario's
+//! disturbances and Deployments scaled as labelled lines, capacity shortages as shaded
+//! spans. Drawn with plotters' SVG backend: text goes into the SVG as `<text>`
+//! elements, so no font files are read.
 
 use std::path::Path;
 
 use nodewright_engine::sim::Report;
+use plotters::coord::Shift;
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 
 const NODES: RGBColor = RGBColor(31, 119, 180);
 const PENDING: RGBColor = RGBColor(214, 39, 40);
 const PRICE: RGBColor = RGBColor(44, 160, 44);
+const MARK: RGBColor = RGBColor(110, 110, 110);
+const SHORTAGE: RGBColor = RGBColor(255, 170, 0);
+
+const WIDTH: u32 = 960;
+/// Room left of each panel for its axis, so the three time axes line up.
+const Y_LABELS: u32 = 70;
+const MARGIN_LEFT: i32 = 12;
+const MARGIN_RIGHT: i32 = 24;
+
+/// One panel: a step line of `value` over the samples.
+struct Panel<'a> {
+    title: &'a str,
+    color: RGBColor,
+    value: &'a dyn Fn(usize) -> f64,
+    /// Axis labels: whole numbers for counts, cents for $/h.
+    money: bool,
+}
 
 pub fn write(path: &Path, report: &Report) -> Result<(), String> {
     let samples = &report.samples;
@@ -20,87 +43,187 @@ pub fn write(path: &Path, report: &Report) -> Result<(), String> {
     } else {
         ("minutes", 60.0)
     };
-    let x = |t: i64| t as f64 / per;
-    let max_count = samples
-        .iter()
-        .map(|s| s.nodes.max(s.pending_pods))
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64;
-    let max_price = samples
-        .iter()
-        .map(|s| s.price_per_hour)
-        .fold(0.0, f64::max)
-        .max(0.01);
 
-    let root = SVGBackend::new(path, (960, 480)).into_drawing_area();
+    let root = SVGBackend::new(path, (WIDTH, 680)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!("nodewright simulate: {}", report.scenario),
+    let root = root
+        .titled(
+            &format!("nodewright simulate: {}", report.scenario),
             ("sans-serif", 20),
         )
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(50)
-        .right_y_label_area_size(60)
-        .build_cartesian_2d(0.0..x(end), 0.0..max_count * 1.1)
-        .map_err(|e| e.to_string())?
-        .set_secondary_coord(0.0..x(end), 0.0..max_price * 1.1);
-    chart
-        .configure_mesh()
-        .x_desc(format!("virtual time ({unit})"))
-        .y_desc("nodes, pending pods")
-        .draw()
         .map_err(|e| e.to_string())?;
-    chart
-        .configure_secondary_axes()
-        .y_desc("$ per hour")
-        .draw()
-        .map_err(|e| e.to_string())?;
+    // The labels of the markers, then three panels; the last holds the time axis.
+    let (labels, rest) = root.split_vertically(160);
+    let (nodes, rest) = rest.split_vertically(165);
+    let (pending, price) = rest.split_vertically(140);
 
-    // Steps, not slopes: a count holds until the next sample.
-    let steps = |value: &dyn Fn(usize) -> f64| -> Vec<(f64, f64)> {
-        let mut points = Vec::with_capacity(samples.len() * 2);
-        for (i, s) in samples.iter().enumerate() {
-            if i > 0 {
-                points.push((x(s.t), value(i - 1)));
-            }
-            points.push((x(s.t), value(i)));
-        }
-        points
-    };
-    chart
-        .draw_series(LineSeries::new(
-            steps(&|i| samples[i].nodes as f64),
-            NODES.stroke_width(2),
-        ))
-        .map_err(|e| e.to_string())?
-        .label("nodes")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], NODES.stroke_width(2)));
-    chart
-        .draw_series(LineSeries::new(
-            steps(&|i| samples[i].pending_pods as f64),
-            PENDING.stroke_width(2),
-        ))
-        .map_err(|e| e.to_string())?
-        .label("pending pods")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], PENDING.stroke_width(2)));
-    chart
-        .draw_secondary_series(LineSeries::new(
-            steps(&|i| samples[i].price_per_hour),
-            PRICE.stroke_width(2),
-        ))
-        .map_err(|e| e.to_string())?
-        .label("$/h (right axis)")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], PRICE.stroke_width(2)));
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(|e| e.to_string())?;
+    let panels = [
+        (
+            &nodes,
+            Panel {
+                title: "nodes",
+                color: NODES,
+                value: &|i| samples[i].nodes as f64,
+                money: false,
+            },
+        ),
+        (
+            &pending,
+            Panel {
+                title: "pending pods",
+                color: PENDING,
+                value: &|i| samples[i].pending_pods as f64,
+                money: false,
+            },
+        ),
+        (
+            &price,
+            Panel {
+                title: "$ per hour",
+                color: PRICE,
+                value: &|i| samples[i].price_per_hour,
+                money: true,
+            },
+        ),
+    ];
+    let last = panels.len() - 1;
+    for (i, (area, panel)) in panels.iter().enumerate() {
+        let time_axis = (i == last).then_some(unit);
+        draw_panel(area, panel, report, end, per, time_axis)?;
+    }
+    draw_labels(&labels, report, end)?;
     root.present().map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// One series on its own axis, with the markers and shortages drawn behind it.
+fn draw_panel(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    panel: &Panel<'_>,
+    report: &Report,
+    end: i64,
+    per: f64,
+    time_axis: Option<&str>,
+) -> Result<(), String> {
+    let samples = &report.samples;
+    let x = |t: i64| t as f64 / per;
+    let max = (0..samples.len())
+        .map(|i| (panel.value)(i))
+        .fold(0.0, f64::max);
+    let top = if panel.money {
+        (max * 1.15).max(0.01)
+    } else {
+        // Room above the highest count, and at least a few steps of axis.
+        (max * 1.15).max(4.0).ceil()
+    };
+    let mut chart = ChartBuilder::on(area)
+        .margin_left(MARGIN_LEFT)
+        .margin_right(MARGIN_RIGHT)
+        .margin_top(10)
+        .margin_bottom(if time_axis.is_some() { 4 } else { 8 })
+        .x_label_area_size(if time_axis.is_some() { 40 } else { 0 })
+        .y_label_area_size(Y_LABELS)
+        .build_cartesian_2d(0.0..x(end), 0.0..top)
+        .map_err(|e| e.to_string())?;
+    let whole = |v: &f64| format!("{v:.0}");
+    let cents = |v: &f64| format!("{v:.2}");
+    let labels: &dyn Fn(&f64) -> String = if panel.money { &cents } else { &whole };
+    let mut mesh = chart.configure_mesh();
+    mesh.y_desc(panel.title)
+        .y_labels(5)
+        .y_label_formatter(labels)
+        .light_line_style(WHITE);
+    if let Some(unit) = time_axis {
+        mesh.x_desc(format!("virtual time ({unit})"));
+    }
+    mesh.draw().map_err(|e| e.to_string())?;
+
+    for s in &report.shortages {
+        let (from, to) = (x(s.from - started(report)), x(s.to - started(report)));
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(from, 0.0), (to.min(x(end)), top)],
+                SHORTAGE.mix(0.15).filled(),
+            )))
+            .map_err(|e| e.to_string())?;
+    }
+    for m in &report.markers {
+        let at = x(m.t);
+        chart
+            .draw_series(std::iter::once(DashedPathElement::new(
+                vec![(at, 0.0), (at, top)],
+                4,
+                3,
+                MARK.stroke_width(1),
+            )))
+            .map_err(|e| e.to_string())?;
+    }
+    // Steps, not slopes: a value holds until the next sample.
+    let mut points = Vec::with_capacity(samples.len() * 2);
+    for (i, s) in samples.iter().enumerate() {
+        if i > 0 {
+            points.push((x(s.t), (panel.value)(i - 1)));
+        }
+        points.push((x(s.t), (panel.value)(i)));
+    }
+    chart
+        .draw_series(LineSeries::new(points, panel.color.stroke_width(2)))
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// The markers' labels above the panels, each written up its own line so that events
+/// a minute apart do not overwrite each other; a shortage's label sits at its start.
+fn draw_labels(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    report: &Report,
+    end: i64,
+) -> Result<(), String> {
+    // The panels' horizontal layout: margin, axis labels, then the plot.
+    let (width, height) = area.dim_in_pixel();
+    let left = MARGIN_LEFT + Y_LABELS as i32;
+    let plot = width as i32 - left - MARGIN_RIGHT;
+    let at = |t: i64| left + (t as f64 / end as f64 * plot as f64).round() as i32;
+    let bottom = height as i32;
+    let style = TextStyle::from(("sans-serif", 12).into_font())
+        .color(&BLACK)
+        .transform(FontTransform::Rotate270);
+    let start = started(report);
+    let mut labels: Vec<(i64, String, RGBColor)> = report
+        .markers
+        .iter()
+        .map(|m| (m.t, m.label.clone(), MARK))
+        .collect();
+    for s in &report.shortages {
+        labels.push((s.from - start, shortage_label(s), SHORTAGE));
+    }
+    for (t, label, color) in labels {
+        let x = at(t);
+        area.draw(&PathElement::new(
+            vec![(x, bottom - 6), (x, bottom)],
+            color.stroke_width(2),
+        ))
+        .map_err(|e| e.to_string())?;
+        // A quarter turn back: the text runs up from just above the tick, centred on it.
+        area.draw_text(&label, &style, (x - 6, bottom - 9))
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// The run's first second: shortages are recorded in Unix seconds, markers relative.
+fn started(report: &Report) -> i64 {
+    report.world.started_at()
+}
+
+/// "short: c6i.2xlarge spot".
+fn shortage_label(s: &nodewright_engine::sim::report::Shortage) -> String {
+    let mut types: Vec<String> = Vec::new();
+    for (t, _, c) in &s.offerings {
+        let what = format!("{t} {}", c.as_str());
+        if !types.contains(&what) {
+            types.push(what);
+        }
+    }
+    format!("short: {}", types.join(", "))
 }

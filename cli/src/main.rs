@@ -31,6 +31,7 @@ mod chart;
 mod disrupt;
 mod event;
 mod explain;
+#[cfg(feature = "stack")]
 mod hints;
 mod manifests;
 mod output;
@@ -38,6 +39,7 @@ mod region;
 mod reservations;
 mod scenario;
 mod simulate;
+mod stack;
 mod status;
 mod table;
 

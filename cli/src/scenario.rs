@@ -450,7 +450,33 @@ fn labels_or_app(labels: Option<BTreeMap<String, String>>, name: &str) -> BTreeM
         .unwrap_or_else(|| BTreeMap::from([("app".to_string(), name.to_string())]))
 }
 
+/// A DNS-1123 label of at most `max` characters, as Kubernetes requires of names: `what`
+/// says which (`name`, `namespace`) and why the limit.
+fn dns_label(what: &str, value: &str, max: usize, why: &str) -> Result<(), String> {
+    let b = value.as_bytes();
+    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let valid = !b.is_empty()
+        && b.len() <= max
+        && b.iter().all(|c| alnum(c) || *c == b'-')
+        && alnum(&b[0])
+        && alnum(&b[b.len() - 1]);
+    if valid {
+        return Ok(());
+    }
+    Err(format!(
+        "{what}: {value:?} is not a name Kubernetes accepts: lowercase letters, digits and '-', starting and ending with a letter or digit, at most {max} characters{why}"
+    ))
+}
+
+/// The names of a workload and its namespace: its pods' names are made from them.
+fn workload_names(name: &str, namespace: &str, max: usize, pods: &str) -> Result<(), String> {
+    dns_label("name", name, max, &format!(" (its pods are named {pods})"))?;
+    dns_label("namespace", namespace, 63, "")
+}
+
 fn deployment(d: DeploymentSpec) -> Result<Deployment, String> {
+    // Pods are `<name>-<5 characters>`, at most 63 characters.
+    workload_names(&d.name, &d.namespace, 57, "<name>-<5 characters>")?;
     let labels = labels_or_app(d.labels, &d.name);
     let template = pod_from_k8s(&core::Pod {
         metadata: object_meta(&d.name, &d.namespace, &labels),
@@ -499,6 +525,9 @@ fn deployment(d: DeploymentSpec) -> Result<Deployment, String> {
 }
 
 fn daemonset(d: DaemonSetSpec) -> Result<DaemonSet, String> {
+    // Pods are `<name>-<node>`, a simulated node's name being `ip-10-a-b-c` (at most 17
+    // characters before `.ec2.internal`): 45 + 1 + 17 = 63.
+    workload_names(&d.name, &d.namespace, 45, "<name>-<node>")?;
     let labels = labels_or_app(d.labels, &d.name);
     let mut template = pod_from_k8s(&core::Pod {
         metadata: object_meta(&d.name, &d.namespace, &labels),
@@ -747,6 +776,39 @@ manifests:
         ));
         assert!(
             e.contains("events[0].capacityShortage.instanceTypes[0]"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_workload_whose_pods_kubernetes_would_refuse_to_name_is_refused_naming_the_field() {
+        let deployment = |name: &str, namespace: &str| {
+            format!(
+                "{POOLS}deployments:\n  - name: {name}\n    namespace: {namespace}\n    replicas: [{{at: 0s, replicas: 1}}]\n    pod:\n      containers: [{{name: app}}]\n"
+            )
+        };
+        let e = error(&deployment("Web_1", "default"));
+        assert!(
+            e.starts_with("s.yaml: deployments[0]: name: \"Web_1\" is not a name"),
+            "{e}"
+        );
+        let e = error(&deployment(&"w".repeat(58), "default"));
+        assert!(e.contains("at most 57 characters"), "{e}");
+        let e = error(&deployment("web", "-prod"));
+        assert!(e.contains("namespace: \"-prod\""), "{e}");
+        assert!(
+            parse(
+                "s.yaml",
+                &deployment(&"w".repeat(57), "prod-1"),
+                Path::new(".")
+            )
+            .is_ok()
+        );
+        let e = error(&format!(
+            "{POOLS}daemonSets:\n  - name: node.agent\n    pod:\n      containers: [{{name: a}}]\n"
+        ));
+        assert!(
+            e.starts_with("s.yaml: daemonSets[0]: name: \"node.agent\""),
             "{e}"
         );
     }

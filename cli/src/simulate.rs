@@ -8,7 +8,7 @@
 //! each printed on stderr; 2 the scenario could not be read (one line naming the file
 //! and the field).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -17,10 +17,11 @@ use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
 use nodewright_core::api::duration::parse_duration;
+use nodewright_core::nodeclaim::DisruptionCause;
 use nodewright_engine::DisruptionConfig;
 use nodewright_engine::ports::ObjectKind;
-use nodewright_engine::sim::report::{DrainRecord, TimelineRow, clock_time};
-use nodewright_engine::sim::{Report, Scenario};
+use nodewright_engine::sim::report::{DrainRecord, TimelineRow, clock_time, is_interruption};
+use nodewright_engine::sim::{NodeRecord, Report, Scenario};
 use serde_json::{Value, json};
 
 use crate::Failure;
@@ -239,6 +240,22 @@ fn drain_json(d: &DrainRecord) -> Value {
     })
 }
 
+fn node_json(n: &NodeRecord) -> Value {
+    json!({
+        "name": n.name,
+        "instance": n.instance,
+        "node": n.node,
+        "nodePool": n.node_pool,
+        "instanceType": n.instance_type,
+        "zone": n.zone,
+        "capacityType": n.capacity_type.as_str(),
+        "pricePerHour": round(n.price_per_hour),
+        "launched": clock_time(n.launched),
+        "ended": n.ended.map(clock_time),
+        "cause": n.cause.map(|c| format!("{c:?}")),
+    })
+}
+
 /// The stable JSON document (docs/simulator.md, "JSON").
 pub fn render_json(report: &Report) -> String {
     let s = &report.summary;
@@ -281,7 +298,19 @@ pub fn render_json(report: &Report) -> String {
                 "summary": consolidation(s),
             },
         },
-        "interruptions": report.drains.iter().map(drain_json).collect::<Vec<_>>(),
+        "interruptions": report
+            .drains
+            .iter()
+            .filter(|d| is_interruption(d.cause))
+            .map(drain_json)
+            .collect::<Vec<_>>(),
+        "disruptions": report
+            .drains
+            .iter()
+            .filter(|d| !is_interruption(d.cause))
+            .map(drain_json)
+            .collect::<Vec<_>>(),
+        "nodes": report.nodes.iter().map(node_json).collect::<Vec<_>>(),
         "timeline": report.timeline.iter().map(|r| json!({
             "t": clock_time(r.t),
             "event": r.event,
@@ -314,30 +343,141 @@ fn round(x: f64) -> f64 {
     (x * 10_000.0).round() / 10_000.0
 }
 
-/// The timeline rows people read: a node the disruption function keeps appears when
-/// it is first kept and again only when the typed reason changes (the decision log
-/// records a keep whenever its sentence changes, e.g. a budget's counts, once a
-/// minute). A node disrupted, or gone, and kept again later is news again. `--output
-/// json` keeps every row.
-fn changes(timeline: &[TimelineRow]) -> Vec<&TimelineRow> {
-    let mut kept: HashMap<&str, &str> = HashMap::new();
-    timeline
-        .iter()
-        .filter(|r| match kept_node(&r.decision) {
-            Some((node, code)) => kept.insert(node, code) != Some(code),
-            None => {
-                // "disruption: disrupt a, b (Method, Reason), ...": these nodes'
-                // next keep is news.
-                if let Some(nodes) = r.decision.strip_prefix("disruption: disrupt ") {
-                    let nodes = nodes.split(" (").next().unwrap_or_default();
-                    for node in nodes.split(", ") {
-                        kept.remove(node);
-                    }
-                }
-                true
+/// One name per node: its claim's. Events name instances (EC2's view) and decisions
+/// name Kubernetes nodes; a reader follows one node through the run by one name, and
+/// finds its instance and node once, in the table of nodes.
+struct Names<'r> {
+    /// Instance id or node name → the claim's name.
+    aliases: HashMap<&'r str, &'r str>,
+    names: HashSet<&'r str>,
+}
+
+impl<'r> Names<'r> {
+    fn of(nodes: &'r [NodeRecord]) -> Self {
+        let mut aliases = HashMap::new();
+        for n in nodes {
+            aliases.insert(n.instance.as_str(), n.name.as_str());
+            if let Some(node) = &n.node {
+                aliases.insert(node.as_str(), n.name.as_str());
             }
-        })
-        .collect()
+        }
+        aliases.retain(|alias, name| alias != name);
+        Names {
+            aliases,
+            names: nodes.iter().map(|n| n.name.as_str()).collect(),
+        }
+    }
+
+    /// `text` with every instance id and node name replaced by its node's name. Where
+    /// that would say a name twice in a row ("drain spot-a (spot-a)", "(spot,
+    /// spot-a)"), the repeat goes.
+    fn rename(&self, text: &str) -> String {
+        let is_name = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_');
+        let mut out = String::with_capacity(text.len());
+        let mut said: HashSet<&str> = HashSet::new();
+        let mut rest = text;
+        while let Some(start) = rest.find(is_name) {
+            out.push_str(&rest[..start]);
+            rest = &rest[start..];
+            let end = rest.find(|c: char| !is_name(c)).unwrap_or(rest.len());
+            // A name may end a sentence.
+            let token = rest[..end].trim_end_matches('.');
+            let after = &rest[token.len()..];
+            rest = after;
+            let Some(&name) = self.aliases.get(token) else {
+                if let Some(&name) = self.names.get(token) {
+                    said.insert(name);
+                }
+                out.push_str(token);
+                continue;
+            };
+            if !said.insert(name) {
+                if out.ends_with(" (") && after.starts_with(')') {
+                    out.truncate(out.len() - 2);
+                    rest = &after[1..];
+                    continue;
+                }
+                if out.ends_with(", ") && (after.starts_with(')') || after.starts_with(',')) {
+                    out.truncate(out.len() - 2);
+                    continue;
+                }
+                if out.ends_with('(') && after.starts_with(", ") {
+                    rest = &after[2..];
+                    continue;
+                }
+            }
+            out.push_str(name);
+        }
+        out.push_str(rest);
+        out
+    }
+}
+
+/// The timeline rows people read, one per change, every node by its one name. The
+/// disruption function logs a keep for every node it leaves, every minute its sentence
+/// changes (a budget's counts): the nodes kept at one instant share one row, which
+/// names a node only when its typed reason changed since it was last shown, and
+/// there is no row when none did. A node disrupted and kept again later is news
+/// again. `--output json` keeps every row as logged.
+fn changes(timeline: &[TimelineRow], names: &Names<'_>) -> Vec<TimelineRow> {
+    let mut kept: HashMap<String, String> = HashMap::new();
+    let mut out: Vec<TimelineRow> = Vec::with_capacity(timeline.len());
+    let mut rows = timeline.iter().peekable();
+    while let Some(row) = rows.next() {
+        let decision = names.rename(&row.decision);
+        let Some(first) = kept_node(&decision).map(|(n, c)| (n.to_string(), c.to_string())) else {
+            // "disruption: disrupt a, b (Method, Reason), ...": these nodes' next keep
+            // is news.
+            if let Some(nodes) = decision.strip_prefix("disruption: disrupt ") {
+                let nodes = nodes.split(" (").next().unwrap_or_default();
+                for node in nodes.split(", ") {
+                    kept.remove(node);
+                }
+            }
+            out.push(TimelineRow {
+                event: names.rename(&row.event),
+                decision,
+                ..row.clone()
+            });
+            continue;
+        };
+        let mut keeps = vec![first];
+        while let Some(next) = rows.peek() {
+            if next.t != row.t {
+                break;
+            }
+            let Some((node, code)) = kept_node(&names.rename(&next.decision))
+                .map(|(n, c)| (n.to_string(), c.to_string()))
+            else {
+                break;
+            };
+            keeps.push((node, code));
+            rows.next();
+        }
+        // Reason → the nodes newly kept for it, in the order logged.
+        let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+        for (node, code) in keeps {
+            if kept.insert(node.clone(), code.clone()).as_ref() == Some(&code) {
+                continue;
+            }
+            match groups.iter_mut().find(|(c, _)| *c == code) {
+                Some((_, nodes)) => nodes.push(node),
+                None => groups.push((code, vec![node])),
+            }
+        }
+        if groups.is_empty() {
+            continue;
+        }
+        let groups: Vec<String> = groups
+            .iter()
+            .map(|(code, nodes)| format!("{} ({code})", nodes.join(", ")))
+            .collect();
+        out.push(TimelineRow {
+            decision: format!("disruption: keep {}", groups.join("; ")),
+            ..row.clone()
+        });
+    }
+    out
 }
 
 /// (node, reason code) of a timeline decision "disruption: keep NODE (Code)", as the
@@ -347,6 +487,124 @@ fn kept_node(decision: &str) -> Option<(&str, &str)> {
     let (node, rest) = rest.split_once(" (")?;
     let (code, _) = rest.split_once(')')?;
     Some((node, code))
+}
+
+/// Which line of the summary lists a node taken away, by why.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Removal {
+    /// An interruption event: spot, rebalance, retirement, stop, reservation.
+    Interruption,
+    /// Node repair.
+    Repair,
+    /// The disruption function's commands: emptiness, consolidation, drift, expiry.
+    Command,
+    /// The rest: static pools scaled down, claims never registered, Capacity Blocks
+    /// ending.
+    Other,
+}
+
+impl Removal {
+    fn of(cause: DisruptionCause) -> Removal {
+        if is_interruption(cause) {
+            return Removal::Interruption;
+        }
+        match cause {
+            DisruptionCause::Unhealthy => Removal::Repair,
+            DisruptionCause::Empty
+            | DisruptionCause::Underutilized
+            | DisruptionCause::Drifted
+            | DisruptionCause::Expired => Removal::Command,
+            _ => Removal::Other,
+        }
+    }
+}
+
+/// "spot-a SpotInterrupted at 00:08:01: drained in 35 s, terminated 36 s after the
+/// event, 83 s before its deadline".
+fn drain_line(d: &DrainRecord) -> String {
+    let mut line = format!(
+        "{} {:?} at {}: drained in {}",
+        d.claim,
+        d.cause,
+        clock_time(d.since),
+        d.drain_seconds
+            .map(|x| format!("{x} s"))
+            .unwrap_or_else(|| "(not yet)".into()),
+    );
+    if let Some(t) = d.terminated_after {
+        let _ = write!(line, ", terminated {t} s after the event");
+    }
+    if let Some(m) = d.margin_to_deadline {
+        let _ = write!(line, ", {} s before its deadline", -m);
+    }
+    line
+}
+
+/// "; 1 not finished" when some of `drains` were not terminated by the end.
+fn unfinished(drains: &[&DrainRecord]) -> String {
+    match drains
+        .iter()
+        .filter(|d| d.terminated_after.is_none())
+        .count()
+    {
+        0 => String::new(),
+        n => format!("; {n} not finished"),
+    }
+}
+
+/// Every node launched: its one name, then what it was and when, its instance and its
+/// Kubernetes node.
+fn nodes_table(out: &mut String, nodes: &[NodeRecord]) {
+    let _ = writeln!(
+        out,
+        "Nodes ({} launched; the timeline names each by its NodeClaim)",
+        nodes.len()
+    );
+    let rows: Vec<[String; 9]> = nodes
+        .iter()
+        .map(|n| {
+            [
+                n.name.clone(),
+                n.instance_type.clone(),
+                n.capacity_type.as_str().to_string(),
+                n.zone.clone(),
+                format!("{:.3}", n.price_per_hour),
+                n.instance.clone(),
+                n.node.clone().unwrap_or_else(|| "-".into()),
+                clock_time(n.launched),
+                match (n.ended, n.cause) {
+                    (Some(t), Some(c)) => format!("{} {c:?}", clock_time(t)),
+                    (Some(t), None) => clock_time(t),
+                    (None, _) => "-".into(),
+                },
+            ]
+        })
+        .collect();
+    let header = [
+        "NAME", "TYPE", "CAPACITY", "ZONE", "$/H", "INSTANCE", "NODE", "LAUNCHED", "GONE",
+    ];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut line = |cells: [&str; 9]| {
+        let mut text = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            // $/H is a number: right-aligned.
+            if i == 4 {
+                let _ = write!(text, "{cell:>w$}  ");
+            } else {
+                let _ = write!(text, "{cell:<w$}  ");
+            }
+        }
+        let _ = writeln!(out, "{}", text.trim_end());
+    };
+    line(header);
+    for row in &rows {
+        line(row.each_ref().map(String::as_str));
+    }
 }
 
 /// The timeline and the summary, for people.
@@ -362,7 +620,8 @@ pub fn render_table(report: &Report, wall: Duration) -> String {
         wall.as_secs_f64()
     );
     let _ = writeln!(out);
-    let timeline = changes(&report.timeline);
+    let names = Names::of(&report.nodes);
+    let timeline = changes(&report.timeline, &names);
     let event_width = timeline
         .iter()
         .map(|r| r.event.chars().count())
@@ -374,7 +633,7 @@ pub fn render_table(report: &Report, wall: Duration) -> String {
         "{:<8}  {:>5}  {:>7}  {:<event_width$}  DECISION",
         "TIME", "NODES", "$/H", "EVENT"
     );
-    for r in timeline {
+    for r in &timeline {
         let line = format!(
             "{:<8}  {:>5}  {:>7.3}  {:<event_width$}  {}",
             clock_time(r.t),
@@ -384,6 +643,10 @@ pub fn render_table(report: &Report, wall: Duration) -> String {
             r.decision
         );
         let _ = writeln!(out, "{}", line.trim_end());
+    }
+    if !report.nodes.is_empty() {
+        let _ = writeln!(out);
+        nodes_table(&mut out, &report.nodes);
     }
     let _ = writeln!(out);
     let _ = writeln!(out, "Summary");
@@ -419,39 +682,48 @@ pub fn render_table(report: &Report, wall: Duration) -> String {
         "node-hours, cost",
         format!("{:.2} node-hours, ${:.2}", s.node_hours, s.cost),
     );
-    if s.repairs > 0 {
+    // Every node taken away is listed once, under the line that counts it.
+    let removed = |kind: Removal| -> Vec<&DrainRecord> {
+        report
+            .drains
+            .iter()
+            .filter(|d| Removal::of(d.cause) == kind)
+            .collect()
+    };
+    let list = |out: &mut String, drains: &[&DrainRecord]| {
+        for d in drains {
+            row(out, "", drain_line(d));
+        }
+    };
+    let repairs = removed(Removal::Repair);
+    if s.repairs > 0 || !repairs.is_empty() {
         row(
             &mut out,
             "node repairs",
-            format!("{} unhealthy node(s) replaced", s.repairs),
+            format!(
+                "{} unhealthy node(s) replaced{}",
+                s.repairs,
+                unfinished(&repairs)
+            ),
         );
+        list(&mut out, &repairs);
     }
+    let interruptions = removed(Removal::Interruption);
+    let longest = interruptions
+        .iter()
+        .filter_map(|d| d.drain_seconds)
+        .max()
+        .unwrap_or(0);
     row(
         &mut out,
         "interruptions",
         format!(
-            "{} handled; longest drain {} s",
-            s.interruptions, s.drain_seconds_max
+            "{} handled{}; longest drain {longest} s",
+            s.interruptions,
+            unfinished(&interruptions)
         ),
     );
-    for d in &report.drains {
-        let mut line = format!(
-            "{} {:?} at {}: drained in {}",
-            d.instance.as_deref().unwrap_or(&d.claim),
-            d.cause,
-            clock_time(d.since),
-            d.drain_seconds
-                .map(|x| format!("{x} s"))
-                .unwrap_or_else(|| "(not yet)".into()),
-        );
-        if let Some(t) = d.terminated_after {
-            let _ = write!(line, ", terminated {t} s after the event");
-        }
-        if let Some(m) = d.margin_to_deadline {
-            let _ = write!(line, ", {} s before its deadline", -m);
-        }
-        row(&mut out, "", line);
-    }
+    list(&mut out, &interruptions);
     row(
         &mut out,
         "events",
@@ -476,7 +748,26 @@ pub fn render_table(report: &Report, wall: Duration) -> String {
         );
     }
     row(&mut out, "PDB violations", s.pdb_violations.to_string());
-    row(&mut out, "consolidation", consolidation(s));
+    let commands = removed(Removal::Command);
+    row(
+        &mut out,
+        "consolidation",
+        format!("{}{}", consolidation(s), unfinished(&commands)),
+    );
+    list(&mut out, &commands);
+    let others = removed(Removal::Other);
+    if !others.is_empty() {
+        let finished = others
+            .iter()
+            .filter(|d| d.terminated_after.is_some())
+            .count();
+        row(
+            &mut out,
+            "other removals",
+            format!("{finished} node(s) taken away{}", unfinished(&others)),
+        );
+        list(&mut out, &others);
+    }
     if let Some(f) = &s.faults {
         row(
             &mut out,
@@ -532,6 +823,179 @@ pub fn render_table(report: &Report, wall: Duration) -> String {
 mod tests {
     use super::*;
     use nodewright_engine::sim::faults::FaultConfig;
+    use std::sync::OnceLock;
+
+    /// The bundled scenario's run and its table, made once for the tests that read them.
+    fn bundled() -> &'static (Report, String) {
+        static RUN: OnceLock<(Report, String)> = OnceLock::new();
+        RUN.get_or_init(|| {
+            let scenario = crate::scenario::load(None).expect("the bundled scenario");
+            let Ok(report) = simulate(&scenario) else {
+                panic!("the bundled scenario did not start")
+            };
+            let table = render_table(&report, Duration::ZERO);
+            (report, table)
+        })
+    }
+
+    /// The value on the summary's line `label`, and the rows listed under it.
+    fn summary_line<'t>(table: &'t str, label: &str) -> (&'t str, Vec<&'t str>) {
+        let summary = table.split("\nSummary\n").nth(1).expect("a summary");
+        let mut lines = summary.lines().peekable();
+        let value = lines
+            .by_ref()
+            .find_map(|l| l.strip_prefix("  ")?.strip_prefix(label))
+            .unwrap_or_else(|| panic!("no {label:?} line: {summary}"))
+            .trim_start();
+        let mut rows = Vec::new();
+        while let Some(row) = lines.next_if(|l| l.starts_with(&" ".repeat(20))) {
+            rows.push(row.trim());
+        }
+        (value, rows)
+    }
+
+    /// The count a summary line starts with, plus the "; N not finished" it may add.
+    fn stated(value: &str) -> usize {
+        let first: usize = value
+            .split(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no count: {value}"));
+        let unfinished: usize = value
+            .split("; ")
+            .find_map(|part| part.strip_suffix(" not finished")?.parse().ok())
+            .unwrap_or(0);
+        first + unfinished
+    }
+
+    #[test]
+    fn the_summary_lists_exactly_the_nodes_each_of_its_lines_counts() {
+        let (_, table) = bundled();
+        let (value, rows) = summary_line(table, "interruptions");
+        assert!(value.starts_with("2 handled"), "{value}");
+        assert_eq!(rows.len(), stated(value), "{table}");
+        assert!(
+            rows.iter()
+                .all(|r| r.contains("SpotInterrupted") || r.contains("Rebalance")),
+            "{rows:?}"
+        );
+        let (value, rows) = summary_line(table, "consolidation");
+        assert!(value.starts_with("5 node(s) removed"), "{value}");
+        assert_eq!(rows.len(), stated(value), "{table}");
+    }
+
+    #[test]
+    fn the_nodes_kept_at_one_instant_share_one_row_naming_only_changed_reasons() {
+        let (report, table) = bundled();
+        let mut instants = HashSet::new();
+        let mut shown: HashMap<String, String> = HashMap::new();
+        for line in table.lines() {
+            let Some(kept) = line.split("disruption: keep ").nth(1) else {
+                continue;
+            };
+            assert!(
+                instants.insert(&line[..8]),
+                "two keep rows at {}: {table}",
+                &line[..8]
+            );
+            for group in kept.split("; ") {
+                let (nodes, code) = group.rsplit_once(" (").expect("NODES (Code)");
+                for node in nodes.split(", ") {
+                    assert_ne!(
+                        shown.insert(node.to_string(), code.to_string()).as_deref(),
+                        Some(code),
+                        "{node} shown twice as kept for {code}: {table}"
+                    );
+                }
+            }
+        }
+        let logged = report
+            .timeline
+            .iter()
+            .filter(|r| r.decision.starts_with("disruption: keep "))
+            .count();
+        assert!(
+            !instants.is_empty() && instants.len() * 3 < logged,
+            "{} keep rows for {logged} keeps logged",
+            instants.len()
+        );
+    }
+
+    #[test]
+    fn each_node_goes_by_its_claim_name_with_its_instance_and_node_given_once() {
+        let (report, table) = bundled();
+        assert_eq!(report.nodes.len(), report.summary.instances_launched);
+        for n in &report.nodes {
+            assert_eq!(
+                table.matches(&n.instance).count(),
+                1,
+                "{}: {table}",
+                n.instance
+            );
+            let node = n.node.as_deref().expect("every node registered");
+            assert_eq!(table.matches(node).count(), 1, "{node}: {table}");
+            assert!(table.matches(&n.name).count() > 1, "{}: {table}", n.name);
+        }
+        // The launch row says what was launched without the instance id.
+        assert!(
+            table
+                .lines()
+                .any(|l| l.ends_with("in us-east-1a (spot)") && l.contains("provision: launch ")),
+            "{table}"
+        );
+    }
+
+    /// A DNS-1123 label: what Kubernetes requires of a pod's name.
+    fn is_dns_label(name: &str) -> bool {
+        let b = name.as_bytes();
+        let ok = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+        (1..=63).contains(&b.len())
+            && b.iter().all(|c| ok(c) || *c == b'-')
+            && ok(&b[0])
+            && ok(&b[b.len() - 1])
+    }
+
+    #[test]
+    fn every_pod_of_the_bundled_run_has_a_name_kubernetes_accepts() {
+        let (report, _) = bundled();
+        let mut pods: Vec<String> = report.waits.iter().map(|w| w.pod.clone()).collect();
+        pods.extend(report.world.cluster.snapshot().pods.iter().map(|p| p.key()));
+        assert!(pods.len() > 60, "{pods:?}");
+        assert!(
+            pods.iter()
+                .any(|p| p.starts_with("default/api-") && p.len() > "default/api-xxxxx".len()),
+            "some pods were replaced after a drain: {pods:?}"
+        );
+        for key in &pods {
+            let (namespace, name) = key.split_once('/').expect("namespace/name");
+            assert!(is_dns_label(namespace) && is_dns_label(name), "{key}");
+        }
+    }
+
+    #[test]
+    fn the_chart_gives_each_series_its_own_axis_and_marks_what_happened() {
+        let (report, _) = bundled();
+        let path =
+            std::env::temp_dir().join(format!("nodewright-chart-{}.svg", std::process::id()));
+        chart::write(&path, report).expect("chart written");
+        let svg = std::fs::read_to_string(&path).expect("chart read");
+        let _ = std::fs::remove_file(&path);
+        let text = |t: &str| svg.matches(&format!(">\n{t}\n</text>")).count();
+        for axis in ["nodes", "pending pods", "$ per hour"] {
+            assert_eq!(text(axis), 1, "one axis titled {axis}");
+        }
+        assert_eq!(text("virtual time (minutes)"), 1, "one time axis");
+        for mark in [
+            "web → 30",
+            "spot interruption",
+            "rebalance recommendation",
+            "short: c6i.2xlarge spot",
+            "web → 40",
+            "web → 6",
+        ] {
+            assert_eq!(text(mark), 1, "{mark} marked");
+        }
+    }
 
     #[test]
     fn faults_are_summarised_only_when_the_scenario_sets_them() {

@@ -183,6 +183,16 @@ fn a_deployed_stack_read_without_a_region_or_a_kubeconfig_says_what_to_set_in_on
     };
     let k = kubeconfig.display().to_string();
     let out = run(&["status", "--table", "t", "--kubeconfig", &k], None);
+    if !cfg!(feature = "stack") {
+        // A build without the `stack` feature says which command reads a stack.
+        super::assert_unusable(
+            &out,
+            &[&format!(
+                "run `cargo run --release -p nodewright-cli --features stack -- status --table t --kubeconfig {k}`"
+            )],
+        );
+        return;
+    }
     super::assert_unusable(&out, &["no AWS region: set AWS_REGION or --region"]);
     assert!(
         !stderr(&out).contains("DispatchFailure"),

@@ -6,16 +6,22 @@
 
 use aws_config::{BehaviorVersion, SdkConfig};
 
-/// Shared AWS configuration and one client per service nodewright calls.
+/// Shared AWS configuration and one client per service nodewright calls (those of the
+/// crate's features).
 /// SDK types stay inside this crate: pass the context to the adapters' constructors.
 #[derive(Clone, Debug)]
 pub struct AwsContext {
     pub(crate) config: SdkConfig,
     pub(crate) dynamodb: aws_sdk_dynamodb::Client,
+    #[cfg(feature = "ec2")]
     pub(crate) ec2: aws_sdk_ec2::Client,
+    #[cfg(feature = "ec2")]
     pub(crate) ssm: aws_sdk_ssm::Client,
+    #[cfg(feature = "eks")]
     pub(crate) eks: aws_sdk_eks::Client,
+    #[cfg(feature = "lambda")]
     pub(crate) lambda: aws_sdk_lambda::Client,
+    #[cfg(feature = "ec2")]
     pub(crate) iam: aws_sdk_iam::Client,
 }
 
@@ -44,10 +50,15 @@ impl AwsContext {
     fn from_sdk_config(config: SdkConfig) -> Self {
         Self {
             dynamodb: aws_sdk_dynamodb::Client::new(&config),
+            #[cfg(feature = "ec2")]
             ec2: aws_sdk_ec2::Client::new(&config),
+            #[cfg(feature = "ec2")]
             ssm: aws_sdk_ssm::Client::new(&config),
+            #[cfg(feature = "eks")]
             eks: aws_sdk_eks::Client::new(&config),
+            #[cfg(feature = "lambda")]
             lambda: aws_sdk_lambda::Client::new(&config),
+            #[cfg(feature = "ec2")]
             iam: aws_sdk_iam::Client::new(&config),
             config,
         }

@@ -6,7 +6,11 @@
 
 use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 
-use nodewright_engine::ports::{BoxError, CloudError, ClusterError, ErrorKind, StoreError};
+#[cfg(any(feature = "ec2", feature = "lambda"))]
+use nodewright_engine::ports::CloudError;
+#[cfg(feature = "eks")]
+use nodewright_engine::ports::ClusterError;
+use nodewright_engine::ports::{BoxError, ErrorKind, StoreError};
 
 /// The kind an AWS error code stands for, or `None` if the code says nothing we
 /// can act on.
@@ -170,6 +174,7 @@ where
     }
 }
 
+#[cfg(any(feature = "ec2", feature = "lambda"))]
 pub(crate) fn cloud_error<E, R>(what: impl AsRef<str>, err: SdkError<E, R>) -> CloudError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
@@ -182,6 +187,7 @@ where
 
 /// An EKS error about `cluster`; "not found" names the cluster, its region and the
 /// setting that names it.
+#[cfg(feature = "eks")]
 pub(crate) fn eks_error<E, R>(
     cluster: &str,
     region: Option<&str>,

@@ -529,7 +529,7 @@ async fn a_budget_with_room_lets_pods_go_one_at_a_time() {
         .collect();
     assert_eq!(pending.len(), 1);
     assert!(
-        pending[0].name.starts_with("web-0-r~"),
+        pending[0].name.starts_with("web-0-r"),
         "{}",
         pending[0].name
     );

@@ -175,17 +175,14 @@ impl ClusterInner {
         }
         if self.recreate && !pod.daemonset_owned {
             self.recreated += 1;
-            let base = pod
-                .name
-                .split("-r~")
-                .next()
-                .unwrap_or(&pod.name)
-                .to_string();
             // This fake has no kube-scheduler loop: the replacement is as kube-scheduler
             // leaves it after a first attempt found no node (the tests that recreate
             // pods are about replacing lost capacity).
             let replacement = Pod {
-                name: format!("{base}-r~{:05x}", mix(self.recreated) & 0xfffff),
+                name: replacement_pod_name(
+                    &pod.name,
+                    &format!("{:05x}", mix(self.recreated) & 0xfffff),
+                ),
                 node_name: None,
                 terminal: false,
                 terminating: false,
@@ -201,6 +198,33 @@ impl ClusterInner {
         }
         pod
     }
+}
+
+/// The name of the pod a workload controller makes to replace `name`: the name's base
+/// (without an earlier replacement's `-r<suffix>`), `-r`, then `suffix` (five
+/// lowercase letters or digits). A valid pod name for Kubernetes (a DNS-1123 label:
+/// lowercase alphanumerics and `-`, at most 63 characters) whenever `name` is one: a
+/// long base is cut short, as the API server cuts a `generateName`.
+pub fn replacement_pod_name(name: &str, suffix: &str) -> String {
+    let bytes = name.as_bytes();
+    let marked = bytes.len() > 7 && {
+        let tail = &bytes[bytes.len() - 7..];
+        tail.starts_with(b"-r")
+            && tail[2..]
+                .iter()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    };
+    let base = if marked {
+        &name[..name.len() - 7]
+    } else {
+        name
+    };
+    let room = 63usize.saturating_sub(2 + suffix.len());
+    let base = match base.char_indices().nth(room) {
+        Some((cut, _)) => &base[..cut],
+        None => base,
+    };
+    format!("{}-r{suffix}", base.trim_end_matches('-'))
 }
 
 /// The Kubernetes API in memory, plus a simulated kubelet (`register`, `set_ready`)
@@ -240,7 +264,8 @@ impl FakeCluster {
     }
 
     /// Evicted and deleted pods (not DaemonSet pods) come back as pending pods named
-    /// `<name>-r~<suffix>`, as their ReplicaSet would recreate them, so the provisioner
+    /// `<name>-r<suffix>` ([`replacement_pod_name`]), as their ReplicaSet would recreate
+    /// them, so the provisioner
     /// can be seen replacing the capacity. Off by default.
     pub fn recreate_evicted_pods(&self, on: bool) {
         lock(&self.inner).recreate = on;

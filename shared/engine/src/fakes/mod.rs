@@ -215,6 +215,30 @@ mod tests {
     use super::*;
     use nodewright_core::nodeclaim::{ClaimSpec, ClaimState};
 
+    /// A DNS-1123 label, as Kubernetes requires of a pod's name.
+    fn is_dns_label(name: &str) -> bool {
+        let b = name.as_bytes();
+        let ok = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+        (1..=63).contains(&b.len())
+            && b.iter().all(|c| ok(c) || *c == b'-')
+            && ok(&b[0])
+            && ok(&b[b.len() - 1])
+    }
+
+    #[test]
+    fn a_pod_replaced_again_and_again_keeps_a_name_kubernetes_accepts() {
+        let mut name = "web-x7k2p".to_string();
+        for suffix in ["0a1b2", "zz9y8", "00000"] {
+            name = replacement_pod_name(&name, suffix);
+            assert!(is_dns_label(&name), "{name}");
+        }
+        assert_eq!(name, "web-x7k2p-r00000", "the base is kept, not stacked");
+        let long = format!("{}-", "a".repeat(70));
+        let replaced = replacement_pod_name(&long, "abcde");
+        assert!(is_dns_label(&replaced), "{replaced}");
+        assert_eq!(replaced.len(), 63);
+    }
+
     fn claim(name: &str) -> NodeClaim {
         NodeClaim::launching(
             ClaimSpec {

@@ -40,7 +40,7 @@ use async_trait::async_trait;
 use crate::ports::Clock;
 
 pub use binder::{Binder, fits};
-pub use report::{DrainRecord, Report, Sample, Summary, TimelineRow};
+pub use report::{DrainRecord, Marker, NodeRecord, Report, Sample, Summary, TimelineRow};
 pub use scenario::{Disturbance, Scenario, ScheduledDisturbance, Target};
 pub use workload::Deployment;
 pub use world::{BudgetViolation, PodWait, World, WorldConfig};

@@ -2,10 +2,10 @@
 //! charts, drains, the [`Summary`]) and its end-state checks (`problems`), and the
 //! `Recorder` that reads the world after every step of the run to build them.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use nodewright_core::catalog::CapacityType;
-use nodewright_core::nodeclaim::DisruptionCause;
+use nodewright_core::nodeclaim::{DisruptionCause, NodeClaim};
 
 use crate::ports::Store;
 
@@ -33,6 +33,37 @@ pub struct Sample {
     pub nodes: usize,
     pub pending_pods: usize,
     pub price_per_hour: f64,
+}
+
+/// A moment a chart marks: a disturbance of the scenario, a Deployment scaled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Marker {
+    /// Seconds since the start.
+    pub t: i64,
+    /// Short: "spot interruption", "web → 30".
+    pub label: String,
+}
+
+/// One node of the run under the one name a report gives it, its NodeClaim's, with the
+/// EC2 instance and the Kubernetes node it was (events name those).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeRecord {
+    /// The claim's name.
+    pub name: String,
+    pub instance: String,
+    /// The Kubernetes node, once one registered.
+    pub node: Option<String>,
+    pub node_pool: Option<String>,
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: CapacityType,
+    pub price_per_hour: f64,
+    /// Seconds since the start.
+    pub launched: i64,
+    /// Seconds since the start when EC2 had it terminated; `None` while it runs.
+    pub ended: Option<i64>,
+    /// Why nodewright took it away, if it did.
+    pub cause: Option<DisruptionCause>,
 }
 
 /// One interruption (or other disruption) and how long its drain took.
@@ -141,6 +172,10 @@ pub struct Report {
     pub samples: Vec<Sample>,
     pub drains: Vec<DrainRecord>,
     pub shortages: Vec<Shortage>,
+    /// Every instance launched, in launch order, under its claim's name.
+    pub nodes: Vec<NodeRecord>,
+    /// Disturbances and scaling, for charts.
+    pub markers: Vec<Marker>,
     pub waits: Vec<PodWait>,
     pub unneeded_launches: Vec<UnneededLaunch>,
     /// Pods (namespace/name) that the first provisioning tick to see them pending
@@ -163,7 +198,7 @@ pub fn clock_time(t: i64) -> String {
 }
 
 /// Causes that come from an interruption event.
-pub(super) fn is_interruption(cause: DisruptionCause) -> bool {
+pub fn is_interruption(cause: DisruptionCause) -> bool {
     matches!(
         cause,
         DisruptionCause::SpotInterrupted
@@ -185,6 +220,50 @@ pub(super) fn drain_record(d: &Disrupted, start: i64) -> DrainRecord {
         terminated_after: d.terminated_at.map(|t| t - d.since),
         margin_to_deadline: d.deadline.zip(d.terminated_at).map(|(dl, t)| t - dl),
     }
+}
+
+/// The nodes of a run: every instance EC2 launched, named by the claim that recorded
+/// it (by the instance id when none did), in launch order.
+pub(super) fn node_records(w: &World) -> Vec<NodeRecord> {
+    let start = w.started_at();
+    let claims = w.store.claims();
+    let by_instance: HashMap<&str, &NodeClaim> = claims
+        .iter()
+        .filter_map(|c| Some((c.instance_id.as_deref()?, c)))
+        .collect();
+    let nodes = w.cluster.snapshot().nodes;
+    let mut out: Vec<NodeRecord> = w
+        .lifetimes()
+        .into_iter()
+        .map(|l| {
+            let claim = by_instance.get(l.instance.as_str()).copied();
+            let node = claim.and_then(|c| c.node_name.clone()).or_else(|| {
+                nodes
+                    .iter()
+                    .find(|n| {
+                        n.provider_id
+                            .as_deref()
+                            .is_some_and(|p| p.rsplit('/').next() == Some(l.instance.as_str()))
+                    })
+                    .map(|n| n.name.clone())
+            });
+            NodeRecord {
+                name: claim.map_or_else(|| l.instance.clone(), |c| c.name.clone()),
+                instance: l.instance.clone(),
+                node,
+                node_pool: claim.map(|c| c.node_pool.clone()),
+                instance_type: l.instance_type,
+                zone: l.zone,
+                capacity_type: l.capacity_type,
+                price_per_hour: l.price_per_hour,
+                launched: l.launched_at - start,
+                ended: l.ended_at.map(|t| t - start),
+                cause: claim.and_then(|c| c.disruption.as_ref()).map(|d| d.cause),
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| (a.launched, &a.name).cmp(&(b.launched, &b.name)));
+    out
 }
 
 /// The end-state invariants: no pod lost, no budget violated, every running instance

@@ -46,8 +46,8 @@ use crate::provision::{Provisioner, ProvisionerConfig};
 use super::faults::{Chaos, FaultCounts, Job};
 use super::queue::{Disposition, InterruptionFunction, Message};
 use super::report::{
-    DrainRecord, Percentiles, Recorder, Report, Shortage, Summary, clock_time, drain_record,
-    is_interruption, problems,
+    DrainRecord, Marker, Percentiles, Recorder, Report, Shortage, Summary, clock_time,
+    drain_record, is_interruption, node_records, problems,
 };
 use super::scenario::{Disturbance, Scenario, Target};
 use super::world::{Lifetime, PodWait, World, WorldConfig};
@@ -318,6 +318,7 @@ impl Run<'_> {
                 match self.choose(target, Some(CapacityType::Spot)) {
                     Some(i) => {
                         let deadline = w.spot_interruption(&i);
+                        w.mark("spot interruption");
                         w.log(format!(
                             "spot interruption warning for {i} ({}); EC2 takes it at {}",
                             self.describe_instance(&i),
@@ -338,11 +339,14 @@ impl Run<'_> {
                 };
                 let chosen = self.choose_where(target, &in_interruptible, &HashSet::new());
                 match chosen.and_then(|i| Some((w.reservation_interruption(&i)?, i))) {
-                    Some((deadline, i)) => w.log(format!(
-                        "capacity reservation interruption warning for {i} ({}); EC2 takes it at {}",
-                        self.describe_instance(&i),
-                        clock_time(deadline - w.started_at())
-                    )),
+                    Some((deadline, i)) => {
+                        w.mark("reservation interruption");
+                        w.log(format!(
+                            "capacity reservation interruption warning for {i} ({}); EC2 takes it at {}",
+                            self.describe_instance(&i),
+                            clock_time(deadline - w.started_at())
+                        ))
+                    }
                     None => w.log(
                         "capacity reservation interruption: no instance running in an interruptible reservation; nothing sent",
                     ),
@@ -353,6 +357,7 @@ impl Run<'_> {
                 match self.choose(target, Some(CapacityType::Spot)) {
                     Some(i) => {
                         w.rebalance_recommendation(&i);
+                        w.mark("rebalance recommendation");
                         w.log(format!(
                             "rebalance recommendation for {i} ({})",
                             self.describe_instance(&i)
@@ -369,6 +374,7 @@ impl Run<'_> {
                     Some(i) => {
                         let start = now + secs(*notice);
                         w.scheduled_change(std::slice::from_ref(&i), start);
+                        w.mark("retirement notice");
                         w.log(format!(
                             "AWS Health: {i} ({}) retired at {}",
                             self.describe_instance(&i),
@@ -384,6 +390,7 @@ impl Run<'_> {
                     Some(i) => {
                         let what = self.describe_instance(&i);
                         w.stop(&i);
+                        w.mark("instance stopped");
                         w.log(format!("{i} ({what}) stopped without notice"));
                     }
                     None => w.log("instance stop: no instance running; nothing stopped"),
@@ -394,6 +401,8 @@ impl Run<'_> {
                 let chosen = self.choose_several(target, *count);
                 if chosen.is_empty() {
                     w.log("node not ready: no instance running; nothing changed");
+                } else {
+                    w.mark(format!("{} node(s) not ready", chosen.len()));
                 }
                 for i in chosen {
                     let Some(node) = self.node_of(&i) else {
@@ -414,6 +423,8 @@ impl Run<'_> {
                 let chosen = self.choose_several(target, *count);
                 if chosen.is_empty() {
                     w.log("instance impaired: no instance running; nothing changed");
+                } else {
+                    w.mark(format!("{} instance(s) impaired", chosen.len()));
                 }
                 for i in chosen {
                     w.cloud.set_impaired(&i, &["instance", "system"]);
@@ -429,9 +440,12 @@ impl Run<'_> {
                 replicas,
             } => {
                 match w.scale_node_pool(node_pool, *replicas) {
-                    Some(was) => w.log(format!(
-                        "kubectl scale nodepool {node_pool} --replicas={replicas} (was {was})"
-                    )),
+                    Some(was) => {
+                        w.mark(format!("nodepool {node_pool} → {replicas}"));
+                        w.log(format!(
+                            "kubectl scale nodepool {node_pool} --replicas={replicas} (was {was})"
+                        ))
+                    }
                     None => w.log(format!(
                         "kubectl scale nodepool {node_pool}: no static NodePool of that name; nothing changed"
                     )),
@@ -448,6 +462,7 @@ impl Run<'_> {
                         arch: arch.into(),
                     })
                     .collect();
+                w.mark("AMI release");
                 w.log(format!(
                     "new AMI release ({}): the nodes running older images have drifted",
                     images[0].id
@@ -921,6 +936,15 @@ impl Run<'_> {
             samples: recorder.samples,
             drains,
             shortages: lock(&self.shortages).clone(),
+            nodes: node_records(&w),
+            markers: w
+                .marks()
+                .into_iter()
+                .map(|(t, label)| Marker {
+                    t: t - start,
+                    label,
+                })
+                .collect(),
             waits,
             unneeded_launches: unneeded,
             counted_on_capacity: std::mem::take(

@@ -35,7 +35,7 @@ use nodewright_core::nodeclaim::{
 };
 
 use crate::context::Ports;
-use crate::fakes::{FakeCloud, FakeCluster, MemoryStore};
+use crate::fakes::{FakeCloud, FakeCluster, MemoryStore, replacement_pod_name};
 use crate::ports::{Clock, ClusterState, Instance};
 
 use super::SimClock;
@@ -166,6 +166,8 @@ struct Observed {
     disrupted: BTreeMap<String, Disrupted>,
     unneeded: Vec<UnneededLaunch>,
     log: Vec<(i64, String)>,
+    /// What a chart marks (disturbances, Deployments scaled): (when, short label).
+    marks: Vec<(i64, String)>,
     /// Replica count last logged per Deployment.
     replicas: HashMap<String, u32>,
     /// Instances not terminated, with their states, as of the last step.
@@ -296,6 +298,17 @@ impl World {
     pub fn log(&self, message: impl Into<String>) {
         let now = self.now();
         lock(&self.observed).log.push((now, message.into()));
+    }
+
+    /// A moment worth marking on a chart, with a short label ("spot interruption").
+    pub fn mark(&self, label: impl Into<String>) {
+        let now = self.now();
+        lock(&self.observed).marks.push((now, label.into()));
+    }
+
+    /// The marks so far: (when, label), in order.
+    pub fn marks(&self) -> Vec<(i64, String)> {
+        lock(&self.observed).marks.clone()
     }
 
     /// EC2 takes `instance` at `at`, whatever state its drain is in (it was told).
@@ -682,6 +695,9 @@ impl World {
                     "{key} scaled to {wanted} replicas (from {})",
                     logged.unwrap_or(0)
                 ));
+                if logged.is_some() {
+                    self.mark(format!("{} → {wanted}", d.name));
+                }
             }
             let scaling = scale(d, state, elapsed, || {
                 let mut o = lock(&self.observed);
@@ -704,8 +720,7 @@ impl World {
                 again.node_name = None;
                 let mut o = lock(&self.observed);
                 o.next_pod += 1;
-                let base = p.name.split("-r~").next().unwrap_or(&p.name).to_string();
-                again.name = format!("{base}-r~{}", pod_suffix(o.next_pod));
+                again.name = replacement_pod_name(&p.name, &pod_suffix(o.next_pod));
                 o.orphaned_pods.push(p.key());
                 created.push(again);
             }

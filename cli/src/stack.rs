@@ -1,0 +1,265 @@
+//! `status` and `explain` on a deployed stack (`--table`), read-only: the table through
+//! `DynamoStore`, the cluster through `KubeCluster` (kubeconfig), the dead-letter
+//! queue's depth (SQS). Behind the `stack` feature: its SDK crates, kube-rs and their
+//! TLS stacks were most of a first `cargo run --release -p nodewright-cli -- simulate`.
+//! A build without it answers `--table` with the command that has it.
+
+#[cfg(feature = "stack")]
+use std::collections::BTreeSet;
+#[cfg(feature = "stack")]
+use std::path::PathBuf;
+
+#[cfg(feature = "stack")]
+use nodewright_core::catalog::{Catalog, LABEL_ZONE};
+#[cfg(feature = "stack")]
+use nodewright_core::nodeclaim::NodeClaim;
+#[cfg(feature = "stack")]
+use nodewright_engine::ports::ClusterState;
+
+use crate::Failure;
+#[cfg(feature = "stack")]
+use crate::hints;
+#[cfg(feature = "stack")]
+use crate::status::{LoggedDecision, ObservedCondition, observe};
+use crate::status::{SourceArgs, StatusInput};
+
+/// Reads the deployed stack whose table is `table`.
+#[cfg(feature = "stack")]
+pub fn read(args: &SourceArgs, table: &str) -> Result<StatusInput, Failure> {
+    let kubeconfig = match &args.kubeconfig {
+        Some(p) => p.clone(),
+        None => match std::env::var_os("KUBECONFIG") {
+            Some(p) if !p.is_empty() => {
+                // The first file of a list, as kubectl reads it first.
+                std::env::split_paths(&p).next().unwrap_or_default()
+            }
+            _ => std::env::var_os("HOME")
+                .map(|h| PathBuf::from(h).join(".kube/config"))
+                .ok_or_else(hints::no_home)?,
+        },
+    };
+    if !kubeconfig.is_file() {
+        return Err(hints::no_kubeconfig(&kubeconfig));
+    }
+    if let Some(region) = &args.region {
+        // SAFETY: no other thread runs yet (the runtime is built below), so nothing
+        // reads the environment while it changes. The AWS SDK reads the region from it.
+        unsafe { std::env::set_var("AWS_REGION", region) };
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Unusable(format!("cannot start the runtime: {e}")))?;
+    runtime.block_on(read_stack(args, table, &kubeconfig))
+}
+
+/// Reads a deployed stack: claims and decisions from the table, the cluster, the
+/// dead-letter queue's depth. Writes nothing.
+#[cfg(feature = "stack")]
+async fn read_stack(
+    args: &SourceArgs,
+    table: &str,
+    kubeconfig: &std::path::Path,
+) -> Result<StatusInput, Failure> {
+    use nodewright_engine::ports::{Cluster as _, Store as _};
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default();
+    let ctx = nodewright_aws::AwsContext::from_env().await;
+    let Some(region) = ctx.region() else {
+        return Err(hints::no_region());
+    };
+    let store = nodewright_aws::DynamoStore::new(&ctx, table);
+    let cluster = nodewright_kube::KubeCluster::from_kubeconfig(
+        kubeconfig,
+        nodewright_kube::ApiRate::default(),
+    )
+    .await
+    .map_err(|e| hints::cluster(kubeconfig, "reading it", &e))?;
+    let since = now - i64::try_from(args.since.as_secs()).unwrap_or(i64::MAX / 2);
+    let (claims, decisions, state) =
+        tokio::join!(store.list_claims(), store.decisions(since), cluster.state());
+    let claims = claims.map_err(|e| hints::store(table, &region, "listing claims", &e))?;
+    let decisions = decisions.map_err(|e| hints::store(table, &region, "reading decisions", &e))?;
+    let state = state.map_err(|e| hints::cluster(kubeconfig, "listing its objects", &e))?;
+    let dead_letter_queue = match &args.dead_letter_queue_url {
+        Some(url) => Some(dead_letters(url).await?),
+        None => None,
+    };
+    let conditions = pool_conditions(&cluster).await?;
+    let zones = zones_for(&args.zones, &state, &claims);
+    let mut cluster = observe(
+        &state,
+        &claims,
+        Catalog::embedded(),
+        zones,
+        now,
+        args.spot_to_spot,
+    );
+    for (pool, conditions) in conditions {
+        cluster.set_conditions(&pool, conditions);
+    }
+    Ok(StatusInput {
+        now,
+        source: format!("table {table}"),
+        claims,
+        decisions: decisions.into_iter().map(LoggedDecision::from).collect(),
+        cluster,
+        dead_letter_queue,
+    })
+}
+
+/// Every NodePool's `status.conditions` (the engine's port reads specs only).
+#[cfg(feature = "stack")]
+async fn pool_conditions(
+    cluster: &nodewright_kube::KubeCluster,
+) -> Result<Vec<(String, Vec<ObservedCondition>)>, Failure> {
+    use kube::api::{Api, ApiResource, DynamicObject, ListParams};
+    let resource = ApiResource {
+        group: "karpenter.sh".into(),
+        version: "v1".into(),
+        api_version: nodewright_core::api::NODE_POOL_API_VERSION.into(),
+        kind: nodewright_core::api::NODE_POOL_KIND.into(),
+        plural: "nodepools".into(),
+    };
+    let api: Api<DynamicObject> = Api::all_with(cluster.client().clone(), &resource);
+    let pools = api.list(&ListParams::default()).await.map_err(|e| match &e {
+        kube::Error::Api(status) if status.code == 404 => Failure::Unusable(
+            "the cluster serves no karpenter.sh/v1 NodePools: install Karpenter v1.15's CRDs (infra/crds.md), or set KUBECONFIG or --kubeconfig to the stack's cluster".into(),
+        ),
+        _ => Failure::Unusable(format!("the cluster: listing NodePools: {e}")),
+    })?;
+    let text = |v: &serde_json::Value, key: &str| {
+        v.get(key)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    Ok(pools
+        .items
+        .into_iter()
+        .filter_map(|p| {
+            let name = p.metadata.name?;
+            let conditions = p
+                .data
+                .pointer("/status/conditions")
+                .and_then(serde_json::Value::as_array)
+                .map(|list| {
+                    list.iter()
+                        .map(|c| ObservedCondition {
+                            type_: text(c, "type"),
+                            status: text(c, "status"),
+                            reason: text(c, "reason"),
+                            message: text(c, "message"),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            Some((name, conditions))
+        })
+        .collect())
+}
+
+/// SQS `ApproximateNumberOfMessages` of the queue at `url`.
+#[cfg(feature = "stack")]
+async fn dead_letters(url: &str) -> Result<u64, Failure> {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let config = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let out = aws_sdk_sqs::Client::new(&config)
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .send()
+        .await
+        .map_err(|e| hints::dead_letter_queue(url, &e))?;
+    out.attributes()
+        .and_then(|a| a.get(&QueueAttributeName::ApproximateNumberOfMessages))
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| {
+            Failure::Unusable(format!(
+                "dead-letter queue {url}: no ApproximateNumberOfMessages in the answer"
+            ))
+        })
+}
+
+/// Zones to plan in: `flag` if given, else the claims' and nodes' zones, else three
+/// us-east-1 zones.
+#[cfg(feature = "stack")]
+fn zones_for(flag: &[String], state: &ClusterState, claims: &[NodeClaim]) -> Vec<String> {
+    let given: Vec<String> = flag
+        .iter()
+        .map(|z| z.trim().to_string())
+        .filter(|z| !z.is_empty())
+        .collect();
+    if !given.is_empty() {
+        return given;
+    }
+    let mut zones: BTreeSet<String> = claims
+        .iter()
+        .flat_map(|c| c.zones.iter().chain(c.zone.iter()).cloned())
+        .collect();
+    zones.extend(
+        state
+            .nodes
+            .iter()
+            .filter_map(|n| n.labels.get(LABEL_ZONE).cloned()),
+    );
+    if zones.is_empty() {
+        return ["us-east-1a", "us-east-1b", "us-east-1c"]
+            .map(String::from)
+            .to_vec();
+    }
+    zones.into_iter().collect()
+}
+
+/// Without the `stack` feature: the command to run instead, with the same arguments.
+#[cfg(not(feature = "stack"))]
+pub fn read(_args: &SourceArgs, _table: &str) -> Result<StatusInput, Failure> {
+    Err(Failure::Unusable(without_stack(std::env::args().skip(1))))
+}
+
+/// What a build without the `stack` feature says to `--table`: the same command
+/// (`args`, after the program's name) run with the feature.
+#[cfg_attr(feature = "stack", allow(dead_code))]
+fn without_stack(args: impl Iterator<Item = String>) -> String {
+    let args: Vec<String> = args.map(|a| shell_word(&a)).collect();
+    format!(
+        "reading a deployed stack (--table) needs nodewright built with the `stack` feature: run `cargo run --release -p nodewright-cli --features stack -- {}`",
+        args.join(" ")
+    )
+}
+
+/// `word` as a shell reads it back: quoted unless it is plain.
+#[cfg_attr(feature = "stack", allow(dead_code))]
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        return word.to_string();
+    }
+    format!("'{}'", word.replace('\'', "'\\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_build_without_the_stack_feature_names_the_command_that_reads_a_stack() {
+        let args = [
+            "status",
+            "--table",
+            "nodewright-state",
+            "--kubeconfig",
+            "/tmp/my config",
+        ];
+        let line = without_stack(args.iter().map(|a| a.to_string()));
+        assert!(
+            line.ends_with(
+                "run `cargo run --release -p nodewright-cli --features stack -- status --table nodewright-state --kubeconfig '/tmp/my config'`"
+            ),
+            "{line}"
+        );
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+    }
+}
