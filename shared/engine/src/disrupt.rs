@@ -41,7 +41,17 @@ pub struct DisruptionConfig {
     /// Karpenter's `MIN_VALUES_POLICY` (`NODEWRIGHT_MIN_VALUES_POLICY`): replacements
     /// are planned as the provisioner plans.
     pub min_values_policy: nodewright_core::scheduling::requirements::MinValuesPolicy,
+    /// How many kept nodes whose rejection is new or changed are told (an event on the
+    /// node, a decision in the log) per run; the rest are told in the next runs. A
+    /// cold start at 1,000 nodes has 1,000 to tell: one event request each, at the
+    /// client's 20 a second, took the run past its 60 s timeout, and a timed-out
+    /// Lambda starts cold again and would begin them all again.
+    pub rejections_told_per_run: usize,
 }
+
+/// [`DisruptionConfig::rejections_told_per_run`] by default: 5 s of event requests at
+/// the client's pace, and as many decision writes.
+pub const REJECTIONS_TOLD_PER_RUN: usize = 100;
 
 impl DisruptionConfig {
     pub fn new(cluster_name: impl Into<String>, holder: impl Into<String>) -> Self {
@@ -52,6 +62,7 @@ impl DisruptionConfig {
             spot_to_spot: false,
             lease_ttl: Duration::from_secs(15),
             min_values_policy: Default::default(),
+            rejections_told_per_run: REJECTIONS_TOLD_PER_RUN,
         }
     }
 }
@@ -310,14 +321,27 @@ impl Disrupter {
         }
         let fresh: Vec<&RejectedNode> = {
             let mut recorded = self.recorded.lock().unwrap_or_else(|e| e.into_inner());
-            let fresh = decision
-                .rejected
-                .iter()
-                .filter(|r| {
-                    let key = format!("{:?}: {}", r.code, r.reason);
-                    recorded.insert(r.node.clone(), key.clone()) != Some(key)
-                })
-                .collect();
+            let mut fresh = Vec::new();
+            let mut left = 0usize;
+            for r in &decision.rejected {
+                let key = format!("{:?}: {}", r.code, r.reason);
+                if recorded.get(&r.node) == Some(&key) {
+                    continue;
+                }
+                if fresh.len() == self.config.rejections_told_per_run {
+                    // Not remembered as told: still news on the next run.
+                    left += 1;
+                    continue;
+                }
+                recorded.insert(r.node.clone(), key);
+                fresh.push(r);
+            }
+            if left > 0 {
+                info!(
+                    told = fresh.len(),
+                    left, "kept nodes told this run; the rest on the next runs"
+                );
+            }
             // Nodes gone or now in a command: a later rejection is news again.
             let kept: HashSet<&str> = decision.rejected.iter().map(|r| r.node.as_str()).collect();
             recorded.retain(|n, _| kept.contains(n.as_str()));

@@ -1416,6 +1416,35 @@ async fn a_node_kept_for_the_same_reason_is_told_once_and_not_every_minute() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn kept_nodes_past_the_per_run_limit_are_told_in_the_next_runs_each_once() {
+    let mut sys = two_full_nodes().await;
+    let expire = Arc::new(Mutex::new(HashSet::new()));
+    let mut config = DisruptionConfig::new("test-cluster", "disruption-1");
+    config.rejections_told_per_run = 1;
+    sys.disrupter = Disrupter::new(sys.world.ports(), config).with_decider(test_decider(expire));
+    let nodes = sys.live_nodes();
+    let told = |sys: &System| -> usize {
+        nodes
+            .iter()
+            .map(|n| sys.events("Unconsolidatable", n).len())
+            .sum()
+    };
+
+    sys.run(1).await;
+    assert_eq!(told(&sys), 1, "one node told in the first run");
+    sys.run(1).await;
+    assert_eq!(told(&sys), 2, "the other in the next");
+    sys.run(3).await;
+    for node in &nodes {
+        assert_eq!(
+            sys.events("Unconsolidatable", node).len(),
+            1,
+            "{node}: told once"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_node_whose_reason_changes_is_told_again_under_karpenters_reason_for_it() {
     let sys = two_full_nodes().await;
     let nodes = sys.live_nodes();
