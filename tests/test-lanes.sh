@@ -24,7 +24,9 @@ step() { printf '\n== %s\n' "$*"; }
 elapsed() { printf '%dm%02ds' $((SECONDS / 60)) $((SECONDS % 60)); }
 
 # "package<TAB>package dir<TAB>executable" per test binary of the workspace build.
-binaries=$(cargo test --workspace --no-run --message-format=json 2>/dev/null | python3 -c '
+# The workspace's features as tests/run.sh builds them (the CLI's deployed-stack code).
+features=${NODEWRIGHT_WORKSPACE_FEATURES:-nodewright-cli/stack}
+binaries=$(cargo test --workspace --features "$features" --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, os, sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -65,7 +67,7 @@ step "tests: the CPU-bound suites"
 SECONDS=0
 status_c=0
 run others "$@" 2>&1 || status_c=$?
-cargo test --workspace --doc 2>&1 || status_c=$?
+cargo test --workspace --features "$features" --doc 2>&1 || status_c=$?
 echo "(the CPU-bound suites: $(elapsed))"
 
 step "tests against a real control plane, in three lanes (their output follows, lane by lane)"
