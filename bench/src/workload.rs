@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 /// Every generated workload's seed.
 pub const SEED: u64 = 42;
 pub const SYNTHETIC_TYPES: usize = 400;
-pub const SYNTHETIC_ZONES: [&str; 3] = ["test-zone-1", "test-zone-2", "test-zone-3"];
+pub const SYNTHETIC_ZONES: [&str; 3] = ["us-test-1a", "us-test-1b", "us-test-1c"];
 pub const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 /// Node types of the bound clusters, smallest first: a node is the first that holds
 /// its pods with [`NODE_HEADROOM`] to spare.
