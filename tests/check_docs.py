@@ -10,6 +10,13 @@
   docs say. A failure names the doc line at fault.
 - Every environment variable template.yaml sets on the functions is in
   docs/operations.md's Settings table.
+- One source for every figure: the memory sizes README.md's parameter table and
+  template.yaml's parameter descriptions recommend for a cluster size are the ones
+  docs/operations.md's "What to deploy" table gives for that size; every cost in bold in
+  README.md is one docs/operations.md's Cost section gives; template.yaml quotes no
+  measured figure (CPU-seconds, peak memory): it points to docs/operations.md.
+- docs/cli.md's list of the rejection codes `disrupt` reports names every variant of
+  core's `RejectCode` (shared/core/src/disruption/mod.rs), and nothing else.
 - The Rust version README.md asks for is Cargo.toml's `rust-version`.
 - infra/crds.md installs the Karpenter release whose CRDs the tests run against
   (tests/kube/up.sh's CRD set) and applies every CRD of that release.
@@ -44,6 +51,9 @@ DOCS = {
     "infra/crds.md": ROOT / "infra" / "crds.md",
     "Cargo.toml": ROOT / "Cargo.toml",
     "tests/kube/up.sh": ROOT / "tests" / "kube" / "up.sh",
+    "template.yaml": ROOT / "template.yaml",
+    "docs/cli.md": ROOT / "docs" / "cli.md",
+    "shared/core/src/disruption/mod.rs": ROOT / "shared" / "core" / "src" / "disruption" / "mod.rs",
 }
 MEMORY_PARAMETERS = ("ProvisionerMemorySize", "DisruptionMemorySize")
 # The CRDs of Karpenter v1.15 (aws/karpenter-provider-aws pkg/apis/crds, and the
@@ -191,6 +201,81 @@ def check_memory_sizes(template: dict, docs: dict[str, str]) -> list[str]:
     return problems
 
 
+def sizing_table(docs: dict[str, str]) -> dict[str, dict[int, int | None]]:
+    """docs/operations.md's "What to deploy" table: parameter -> node count -> MB (None
+    where the cell is an estimate or empty)."""
+    text = docs["docs/operations.md"]
+    header = next((l for l in text.splitlines() if l.startswith("| stack parameter |")), "")
+    counts = []
+    for cell in [c.strip() for c in header.strip().strip("|").split("|")][1:]:
+        m = re.search(NUMBER, cell)
+        counts.append(to_int(m.group(0)) if m else None)
+    table: dict[str, dict[int, int | None]] = {}
+    for _, cells in table_rows(text, "| stack parameter |"):
+        for param in MEMORY_PARAMETERS:
+            if f"`{param}`" not in cells[0]:
+                continue
+            sizes: dict[int, int | None] = {}
+            for count, cell in zip(counts, cells[1:]):
+                if count is None:
+                    continue
+                plain = without_parentheses(cell)
+                m = re.search(NUMBER, plain)
+                sizes[count] = None if (not m or re.search(r"\babout\b|~|\bGB\b", plain)) else to_int(m.group(0))
+            table[param] = sizes
+    return table
+
+
+def check_one_source_of_figures(template: dict, docs: dict[str, str]) -> list[str]:
+    problems = []
+    table = sizing_table(docs)
+    for param in MEMORY_PARAMETERS:
+        if param not in table:
+            problems.append(f"docs/operations.md: the sizing table (`| stack parameter |`) has no row for {param}")
+            continue
+        claims = []
+        for line, cells in table_rows(docs["README.md"], "| parameter | default |"):
+            if f"`{param}`" in cells[0] and len(cells) > 2:
+                for m in re.finditer(rf"({NUMBER}) for ~({NUMBER})", without_parentheses(cells[2])):
+                    claims.append((f"README.md:{line}", to_int(m.group(2)), to_int(m.group(1))))
+        description = template.get("Parameters", {}).get(param, {}).get("Description", "")
+        for m in re.finditer(rf"({NUMBER}) (?:at|up to(?: about)?) ({NUMBER})", description):
+            claims.append((f"template.yaml {param}'s Description", to_int(m.group(2)), to_int(m.group(1))))
+        if not claims:
+            problems.append(f"no size recommended for {param} in README.md or template.yaml (the check reads nothing)")
+        for where, nodes, mb in claims:
+            given = table[param].get(nodes, "no column")
+            if given != mb:
+                problems.append(
+                    f"{where}: recommends {mb} MB of {param} at {nodes:,} nodes; docs/operations.md's sizing table gives {given}"
+                )
+    cost = section(docs["docs/operations.md"], "## Cost")
+    for m in re.finditer(r"\*\*\$([0-9.,]*[0-9])", docs["README.md"]):
+        if f"**${m.group(1)}" not in cost:
+            problems.append(f"README.md: costs ${m.group(1)}, a figure docs/operations.md's Cost section does not give")
+    for n, line in enumerate(docs["template.yaml"].splitlines(), 1):
+        if re.search(r"\d\s*CPU-s|\d\s*MB (?:peak|measured)|peak RSS (?:of )?\d", line):
+            problems.append(f"template.yaml:{n}: quotes a measured figure; say it in docs/operations.md's Sizing table and point there")
+    return problems
+
+
+def check_rejection_codes(docs: dict[str, str]) -> list[str]:
+    source = docs["shared/core/src/disruption/mod.rs"]
+    enum = re.search(r"pub enum RejectCode \{(.*?)\n\}", source, re.S)
+    if not enum:
+        return ["shared/core/src/disruption/mod.rs: no `pub enum RejectCode` (the check reads nothing)"]
+    body = re.sub(r"^\s*///.*$", "", enum.group(1), flags=re.M)
+    variants = set(re.findall(r"^\s*([A-Z][A-Za-z]+),", body, re.M))
+    listed_at = docs["docs/cli.md"].find("with `code` one of")
+    if listed_at < 0:
+        return ["docs/cli.md: no list of rejection codes (`with `code` one of ...`)"]
+    paragraph = docs["docs/cli.md"][listed_at:].split("\n- ", 1)[0]
+    listed = set(re.findall(r"`([A-Z][A-Za-z]+)`", paragraph))
+    problems = [f"docs/cli.md: the rejection codes lack {v} (a RejectCode variant)" for v in sorted(variants - listed)]
+    problems += [f"docs/cli.md: lists rejection code {c}, which RejectCode does not have" for c in sorted(listed - variants)]
+    return problems
+
+
 def template_variables(template: dict) -> set[str]:
     names = set(template.get("Globals", {}).get("Function", {}).get("Environment", {}).get("Variables", {}))
     for res in template.get("Resources", {}).values():
@@ -255,6 +340,8 @@ def check_all(template: dict, docs: dict[str, str]) -> list[str]:
     return (
         check_parameter_table(template, docs)
         + check_memory_sizes(template, docs)
+        + check_one_source_of_figures(template, docs)
+        + check_rejection_codes(docs)
         + check_settings(template, docs)
         + check_rust_version(docs)
         + check_crds(docs)
@@ -306,6 +393,28 @@ def readme_recommends_a_size_the_template_refuses(t, d):
     replace_once(d, "README.md", row, re.sub(r"\| ([^|]*) \|$", r"| 1,792 for ~3,000 nodes; \1 |", row))
 
 
+def operations_changes_a_size_the_readme_repeats(t, d):
+    replace_once(d, "docs/operations.md", "| `ProvisionerMemorySize` | 256 (default) | 512", "| `ProvisionerMemorySize` | 256 (default) | 1024")
+
+
+def template_recommends_its_own_size(t, d):
+    p = t["Parameters"]["DisruptionMemorySize"]
+    p["Description"] = p["Description"].replace("2048 at 5,000", "1024 at 5,000")
+
+
+def readme_costs_what_operations_does_not(t, d):
+    m = re.search(r"\*\*\$([0-9.,]+)\*\* at 1,000", d["README.md"])
+    replace_once(d, "README.md", m.group(0), "**$21.70** at 1,000")
+
+
+def template_quotes_a_measurement(t, d):
+    replace_once(d, "template.yaml", "      MemorySize: !Ref ProvisionerMemorySize", "      # 0.34 CPU-s a quiet minute\n      MemorySize: !Ref ProvisionerMemorySize")
+
+
+def cli_forgets_a_rejection_code(t, d):
+    replace_once(d, "docs/cli.md", ", `Balanced` (a `Balanced` pool's", ", (a pool's")
+
+
 def settings_lose_a_variable(t, d):
     replace_once(d, "docs/operations.md", "`NODEWRIGHT_NODE_REPAIR`", "`NODE_REPAIR`")
 
@@ -330,6 +439,11 @@ MUTATIONS = [
     (template_gains_a_parameter, "no row for template.yaml's parameter MetricsNamespace"),
     (operations_recommends_a_size_the_template_refuses, "recommends 512 MB for ProvisionerMemorySize"),
     (readme_recommends_a_size_the_template_refuses, "recommends 1792 MB for DisruptionMemorySize"),
+    (operations_changes_a_size_the_readme_repeats, "recommends 512 MB of ProvisionerMemorySize at 1,000 nodes; docs/operations.md's sizing table gives 1024"),
+    (template_recommends_its_own_size, "template.yaml DisruptionMemorySize's Description: recommends 1024 MB of DisruptionMemorySize at 5,000 nodes"),
+    (readme_costs_what_operations_does_not, "README.md: costs $21.70"),
+    (template_quotes_a_measurement, "quotes a measured figure"),
+    (cli_forgets_a_rejection_code, "the rejection codes lack Balanced"),
     (settings_lose_a_variable, "the Settings table lacks NODEWRIGHT_NODE_REPAIR"),
     (readme_asks_for_an_old_rust, "asks for Rust 1.89"),
     (crds_pinned_at_an_old_release, "installs Karpenter's CRDs at ['1.1.1']"),

@@ -41,6 +41,9 @@ NODE_ROLE_ARN = "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/${NodeRoleNam
 # The instance profiles nodewright manages for EC2NodeClass roles are named
 # <cluster>_<hash>, as Karpenter names them.
 INSTANCE_PROFILE_ARN = "arn:${AWS::Partition}:iam::${AWS::AccountId}:instance-profile/${ClusterName}_*"
+# Karpenter v1.7+ creates a role's profile under this path (and records its name in the
+# class's status): read, to be reused, never changed.
+KARPENTER_PROFILE_ARN = "arn:${AWS::Partition}:iam::${AWS::AccountId}:instance-profile/karpenter/${AWS::Region}/${ClusterName}/*"
 REGION_TAG = "topology.kubernetes.io/region"
 # Instance-profile actions and the tag conditions each needs: (aws:RequestTag keys,
 # aws:ResourceTag keys) that must be conditioned with StringEquals, each to the value
@@ -256,8 +259,9 @@ def check_iam(template: dict) -> list[str]:
                     continue
                 if not doc.where.startswith("ProvisionerRole/"):
                     problems.append(f"{at}: allows {a}; only the provisioner manages instance profiles")
-                if resources(s) != [INSTANCE_PROFILE_ARN]:
-                    problems.append(f"{at}: {a} on {resources(s)} (only {INSTANCE_PROFILE_ARN})")
+                readable = [INSTANCE_PROFILE_ARN, KARPENTER_PROFILE_ARN] if a == "iam:GetInstanceProfile" else [INSTANCE_PROFILE_ARN]
+                if not resources(s) or not set(resources(s)) <= set(readable):
+                    problems.append(f"{at}: {a} on {resources(s)} (only {' and '.join(readable)})")
                 for prefix, keys in (("aws:RequestTag/", request_keys), ("aws:ResourceTag/", resource_keys)):
                     for key in keys:
                         if condition(s, "StringEquals", prefix + key) != TAG_VALUES[key]:
@@ -461,6 +465,19 @@ def nodewright_metrics_in_dashboard(body: str) -> set[str]:
     return set(re.findall(r'"nodewright", "([a-z0-9_]+)"', body)) | set(re.findall(r'MetricName=\\"([a-z0-9_]+)\\"', body))
 
 
+def dashboard_metrics_without_the_cluster(body: str) -> list[str]:
+    """The dashboard's nodewright metrics (a metric array or a SEARCH) that do not name
+    the stack's cluster."""
+    missing = []
+    for array in re.findall(r'\["nodewright", "[a-z0-9_]+"[^\]]*\]', body):
+        if '"ClusterName", "${ClusterName}"' not in array:
+            missing.append(array)
+    for search in re.findall(r"SEARCH\('\{nodewright,[^']*'", body):
+        if 'ClusterName=\\"${ClusterName}\\"' not in search:
+            missing.append(search)
+    return missing
+
+
 def check_operations(template: dict, emitted: set[str] | None) -> list[str]:
     problems = []
     res = template["Resources"]
@@ -489,6 +506,12 @@ def check_operations(template: dict, emitted: set[str] | None) -> list[str]:
                 problems.append(f"{n}: {key} not expected")
         if p.get("Namespace") == "nodewright" and emitted is not None and p.get("MetricName") not in emitted:
             problems.append(f"{n}: metric {p.get('MetricName')} is not published by the functions")
+        # Two stacks in one account and region publish the same names: an alarm that
+        # does not select its cluster watches both.
+        if p.get("Namespace") == "nodewright" and not any(
+            d.get("Name") == "ClusterName" and text(d.get("Value")) == "${ClusterName}" for d in p.get("Dimensions", [])
+        ):
+            problems.append(f"{n}: does not select its cluster (dimension ClusterName = ClusterName)")
     dashboards = [r for r in res.values() if r.get("Type") == "AWS::CloudWatch::Dashboard"]
     if not dashboards:
         problems.append("no AWS::CloudWatch::Dashboard")
@@ -504,6 +527,8 @@ def check_operations(template: dict, emitted: set[str] | None) -> list[str]:
         if emitted is not None:
             for m in sorted(nodewright_metrics_in_dashboard(body) - emitted):
                 problems.append(f"Dashboard: metric {m} is not published by the functions")
+        for m in dashboard_metrics_without_the_cluster(body):
+            problems.append(f"Dashboard: {m} does not select its cluster (ClusterName = ${{ClusterName}})")
     policy = res.get("OperatorReadOnlyPolicy")
     if policy is None or policy.get("Type") != "AWS::IAM::ManagedPolicy":
         problems.append("no OperatorReadOnlyPolicy (AWS::IAM::ManagedPolicy)")
@@ -595,6 +620,12 @@ def read_every_instance_profile(t):
     doc.save()
 
 
+def read_karpenters_profiles_of_every_cluster(t):
+    doc, s = find_statement(t, "iam:GetInstanceProfile")
+    s["Resource"] = [INSTANCE_PROFILE_ARN, "arn:${AWS::Partition}:iam::${AWS::AccountId}:instance-profile/karpenter/*"]
+    doc.save()
+
+
 def delete_instance_profiles_from_the_interruption_role(t):
     doc, s = find_statement(t, "eks:DescribeCluster", "InterruptionRole")
     s["Action"] = [s["Action"], "iam:DeleteInstanceProfile"]
@@ -674,6 +705,25 @@ def dashboard_on_a_metric_nobody_publishes(t):
     d["DashboardBody"] = {"Fn::Sub": text(d["DashboardBody"]).replace('"cluster_cost_per_hour"', '"cost_per_hour"')}
 
 
+def alarm_on_every_clusters_metric(t):
+    dims = t["Resources"]["ProvisionerShortfallAlarm"]["Properties"]["Dimensions"]
+    dims[:] = [d for d in dims if d["Name"] != "ClusterName"]
+
+
+def dashboard_on_every_clusters_cost(t):
+    d = t["Resources"]["Dashboard"]["Properties"]
+    d["DashboardBody"] = {
+        "Fn::Sub": text(d["DashboardBody"]).replace(
+            '["nodewright", "cluster_cost_per_hour", "ClusterName", "${ClusterName}"]', '["nodewright", "cluster_cost_per_hour"]'
+        )
+    }
+
+
+def dashboard_searches_every_cluster(t):
+    d = t["Resources"]["Dashboard"]["Properties"]
+    d["DashboardBody"] = {"Fn::Sub": text(d["DashboardBody"]).replace(' ClusterName=\\"${ClusterName}\\"', "", 1)}
+
+
 def operator_policy_writes(t):
     doc, s = find_statement(t, "dynamodb:DescribeTable", "OperatorReadOnlyPolicy")
     s["Action"] = as_list(s["Action"]) + ["dynamodb:PutItem"]
@@ -695,6 +745,7 @@ MUTATIONS = [
     (set_roles_of_any_instance_profile, f"allows iam:AddRoleToInstanceProfile without {RESOURCE_TAG} = owned"),
     (tag_instance_profiles_in_any_region, f"allows iam:TagInstanceProfile without aws:RequestTag/{REGION_TAG}"),
     (read_every_instance_profile, "iam:GetInstanceProfile on ['*']"),
+    (read_karpenters_profiles_of_every_cluster, "instance-profile/karpenter/*'] (only"),
     (delete_instance_profiles_from_the_interruption_role, "only the provisioner manages instance profiles"),
     (add_iam_wildcard, "wildcard action 'iam:*'"),
     (dynamodb_on_every_table, "DynamoDB access beyond the table"),
@@ -711,6 +762,9 @@ MUTATIONS = [
     (alarm_notifies_a_fixed_topic, "ProvisionerShortfallAlarm: AlarmActions must go to AlarmTopicArn"),
     (alarm_on_a_metric_nobody_publishes, "ClaimStuckAlarm: metric claims_stuck is not published"),
     (dashboard_on_a_metric_nobody_publishes, "Dashboard: metric cost_per_hour is not published"),
+    (alarm_on_every_clusters_metric, "ProvisionerShortfallAlarm: does not select its cluster"),
+    (dashboard_on_every_clusters_cost, 'Dashboard: ["nodewright", "cluster_cost_per_hour"] does not select its cluster'),
+    (dashboard_searches_every_cluster, "Dashboard: SEARCH('{nodewright,ClusterName,state}"),
     (operator_policy_writes, "OperatorReadOnlyPolicy: allows dynamodb:PutItem"),
     (operator_policy_reads_every_queue, "OperatorReadOnlyPolicy: sqs:GetQueueAttributes on ['*']"),
 ]

@@ -50,13 +50,12 @@ run() {
       case " $1 " in *" $package "*) ;; *) continue ;; esac
     fi
     printf -- '-- %s: %s\n' "$package" "${exe#"$PWD"/}"
-    if [ "$package" = nodewright-bench ]; then
-      # The Lambda bench resets moto before each cluster size: a server of its own,
-      # or the tests running beside it lose their tables.
-      bash tests/moto.sh bash -c 'cd "$1" && shift && exec "$@"' _ "$dir" "$exe" --include-ignored "${@:2}" || status=1
-    else
-      (cd "$dir" && "$exe" --include-ignored "${@:2}") || status=1
-    fi
+    # Each binary gets a moto server of its own: one server answers one request at a
+    # time, and what a test leaves in it (instances, launch templates) makes every later
+    # DescribeInstances slower; shared by every lane on a busy machine, it made the
+    # functions' setups wait past their deadlines. (The Lambda bench also resets its
+    # moto before each cluster size, which would take the other tests' tables.)
+    bash tests/moto.sh bash -c 'cd "$1" && shift && exec "$@"' _ "$dir" "$exe" --include-ignored "${@:2}" || status=1
   done <<<"$binaries"
   return "$status"
 }

@@ -70,6 +70,7 @@ async fn read_stack(
     let Some(region) = ctx.region() else {
         return Err(hints::no_region());
     };
+    let given_zones = given_zones(&args.zones, &region)?;
     let store = nodewright_aws::DynamoStore::new(&ctx, table);
     let cluster = nodewright_kube::KubeCluster::from_kubeconfig(
         kubeconfig,
@@ -88,7 +89,7 @@ async fn read_stack(
         None => None,
     };
     let conditions = pool_conditions(&cluster).await?;
-    let zones = zones_for(&args.zones, &state, &claims);
+    let zones = zones_for(given_zones, &region, &state, &claims);
     let mut cluster = observe(
         &state,
         &claims,
@@ -183,15 +184,37 @@ async fn dead_letters(url: &str) -> Result<u64, Failure> {
         })
 }
 
-/// Zones to plan in: `flag` if given, else the claims' and nodes' zones, else three
-/// us-east-1 zones.
+/// `--zones` as given, trimmed, each a zone of the stack's `region`: planning in a
+/// zone the region does not have would answer for capacity that cannot exist.
 #[cfg(feature = "stack")]
-fn zones_for(flag: &[String], state: &ClusterState, claims: &[NodeClaim]) -> Vec<String> {
+fn given_zones(flag: &[String], region: &str) -> Result<Vec<String>, Failure> {
     let given: Vec<String> = flag
         .iter()
         .map(|z| z.trim().to_string())
         .filter(|z| !z.is_empty())
         .collect();
+    let problems = crate::region::zone_problems(&given, Some(region));
+    if problems.is_empty() {
+        Ok(given)
+    } else {
+        Err(Failure::Invalid(
+            problems
+                .into_iter()
+                .map(|p| format!("--zones: {p} (the stack is in {region})"))
+                .collect(),
+        ))
+    }
+}
+
+/// Zones to plan in: `given` if any, else the claims' and nodes' zones, else the
+/// region's first three.
+#[cfg(feature = "stack")]
+fn zones_for(
+    given: Vec<String>,
+    region: &str,
+    state: &ClusterState,
+    claims: &[NodeClaim],
+) -> Vec<String> {
     if !given.is_empty() {
         return given;
     }
@@ -206,9 +229,7 @@ fn zones_for(flag: &[String], state: &ClusterState, claims: &[NodeClaim]) -> Vec
             .filter_map(|n| n.labels.get(LABEL_ZONE).cloned()),
     );
     if zones.is_empty() {
-        return ["us-east-1a", "us-east-1b", "us-east-1c"]
-            .map(String::from)
-            .to_vec();
+        return ["a", "b", "c"].map(|z| format!("{region}{z}")).to_vec();
     }
     zones.into_iter().collect()
 }
@@ -261,5 +282,36 @@ mod tests {
             "{line}"
         );
         assert_eq!(shell_word("it's"), "'it'\\''s'");
+    }
+
+    #[cfg(feature = "stack")]
+    #[test]
+    fn zones_of_another_region_or_none_at_all_are_refused_for_the_stacks_region() {
+        let zones = |z: &[&str]| z.iter().map(|z| z.to_string()).collect::<Vec<_>>();
+        let Ok(given) = given_zones(&zones(&["eu-west-1a", " eu-west-1b "]), "eu-west-1") else {
+            panic!("zones of the stack's region refused");
+        };
+        assert_eq!(given, zones(&["eu-west-1a", "eu-west-1b"]));
+        for (wrong, region) in [
+            ("us-east-1a", "eu-west-1"),
+            ("west", "eu-west-1"),
+            ("us-east-1z", "us-east-1"),
+        ] {
+            let Err(Failure::Invalid(lines)) = given_zones(&zones(&[wrong]), region) else {
+                panic!("{wrong} accepted in {region}");
+            };
+            let message = lines.join("\n");
+            assert!(message.starts_with("--zones: "), "{message}");
+            assert!(message.contains(wrong), "{message}");
+            assert!(
+                message.ends_with(&format!("(the stack is in {region})")),
+                "{message}"
+            );
+        }
+        let empty = ClusterState::default();
+        assert_eq!(
+            zones_for(Vec::new(), "eu-west-1", &empty, &[]),
+            zones(&["eu-west-1a", "eu-west-1b", "eu-west-1c"])
+        );
     }
 }

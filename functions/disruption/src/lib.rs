@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use lambda_runtime::LambdaEvent;
 use nodewright_engine::{Disrupter, DisruptionConfig, DisruptionReport};
-use nodewright_lambda::metrics::{Metrics, disruption_metrics};
+use nodewright_lambda::metrics::{disruption_metrics, unix_now_ms};
 use nodewright_lambda::report::engine_error_type;
 use nodewright_lambda::{Config, HandlerError, StartupError, build_ports};
 use serde_json::{Value, json};
@@ -44,7 +44,7 @@ impl Handler {
         let started = Instant::now();
         match self.disrupter.tick().await {
             Ok(report) => {
-                emit_metrics(&report, started);
+                emit_metrics(&self.disrupter.config().cluster_name, &report, started);
                 Ok(summary(&report))
             }
             Err(e) => {
@@ -57,11 +57,12 @@ impl Handler {
 
 /// CloudWatch metrics in the Embedded Metric Format, printed on stdout (see
 /// [`nodewright_lambda::metrics::disruption_metrics`] for what is published).
-fn emit_metrics(report: &DisruptionReport, started: Instant) {
+fn emit_metrics(cluster: &str, report: &DisruptionReport, started: Instant) {
     disruption_metrics(
+        cluster,
         report,
         started.elapsed().as_secs_f64(),
-        Metrics::now().timestamp_ms(),
+        unix_now_ms(),
     )
     .emit();
 }

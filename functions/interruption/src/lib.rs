@@ -36,12 +36,14 @@ use nodewright_core::nodeclaim::{ClaimState, DisruptionCause};
 use nodewright_engine::ports::BoxError;
 use nodewright_engine::{InstanceAction, InterruptionConfig, InterruptionOutcome, Ports};
 use nodewright_lambda::HandlerError;
-use nodewright_lambda::metrics::{Metrics, Unit, disrupted};
+use nodewright_lambda::metrics::{Metrics, Unit, disrupted, unix_now_ms};
 
 /// The event-to-input mapping lives in the engine, where the simulator uses it too.
 pub use nodewright_engine::interrupt::input_for;
 
 pub struct Handler {
+    /// The EKS cluster's name (`NODEWRIGHT_CLUSTER_NAME`), on every metric.
+    pub cluster_name: String,
     pub ports: Ports,
     pub config: InterruptionConfig,
     pub rebalance: RebalanceAction,
@@ -178,11 +180,16 @@ impl RecordResult {
 
 /// The batch's metrics: `interruption_received_messages_total` by `message_type` and
 /// `action` (what became of the message: handled, duplicate, ignored, retry...),
-/// `nodeclaims_disrupted` and `nodeclaims_terminated` by nodepool, and the
+/// `nodeclaims_disrupted_total` and `nodeclaims_terminated_total` by nodepool, and the
 /// invocation's duration.
-pub fn batch_metrics(results: &[RecordResult], duration_secs: f64, timestamp_ms: u64) -> Metrics {
-    let mut m = Metrics::new(timestamp_ms);
-    m.function(
+pub fn batch_metrics(
+    cluster: &str,
+    results: &[RecordResult],
+    duration_secs: f64,
+    timestamp_ms: u64,
+) -> Metrics {
+    let mut m = Metrics::new(cluster, timestamp_ms);
+    m.function_gauge(
         "interruption",
         "invocation_duration_seconds",
         Unit::Seconds,
@@ -203,7 +210,7 @@ pub fn batch_metrics(results: &[RecordResult], duration_secs: f64, timestamp_ms:
             }
         }
         for pool in &r.terminated {
-            m.count("nodeclaims_terminated", &[("nodepool", pool)], 1.0);
+            m.count("nodeclaims_terminated_total", &[("nodepool", pool)], 1.0);
         }
     }
     m
@@ -252,9 +259,10 @@ impl Handler {
                 .or_default() += 1;
         }
         batch_metrics(
+            &self.cluster_name,
             &results,
             started.elapsed().as_secs_f64(),
-            Metrics::now().timestamp_ms(),
+            unix_now_ms(),
         )
         .emit();
         if results.iter().any(|r| r.provisioner_needed)
@@ -482,7 +490,7 @@ mod tests {
         let unreadable = RecordResult::new(None, Disposition::Malformed);
         let results = [handled.clone(), handled, stopped, unreadable];
 
-        let m = batch_metrics(&results, 3.5, 7);
+        let m = batch_metrics("prod", &results, 3.5, 7);
 
         let docs = m.documents();
         for d in &docs {
@@ -498,22 +506,23 @@ mod tests {
         assert_eq!(count("unreadable", "malformed"), Some(1.0.into()));
         let disrupted = docs
             .iter()
-            .find(|d| d.get("nodeclaims_disrupted").is_some())
+            .find(|d| d.get("nodeclaims_disrupted_total").is_some())
             .expect("disrupted");
         assert_eq!(
             (
                 &disrupted["nodepool"],
                 &disrupted["reason"],
-                &disrupted["nodeclaims_disrupted"]
+                &disrupted["nodeclaims_disrupted_total"]
             ),
             (&"web".into(), &"spot_interrupted".into(), &2.0.into())
         );
         let terminated = docs
             .iter()
-            .find(|d| d.get("nodeclaims_terminated").is_some())
+            .find(|d| d.get("nodeclaims_terminated_total").is_some())
             .expect("terminated");
-        assert_eq!(terminated["nodeclaims_terminated"], 2.0);
+        assert_eq!(terminated["nodeclaims_terminated_total"], 2.0);
         assert!(docs.iter().any(|d| d["Function"] == "interruption"
             && d["invocation_duration_seconds"] == 3.5));
+        assert!(docs.iter().all(|d| d["ClusterName"] == "prod"));
     }
 }

@@ -33,6 +33,7 @@ async fn handler() -> Result<Handler, StartupError> {
         None => Arc::new(NoTrigger),
     };
     Ok(Handler {
+        cluster_name: config.cluster_name.clone(),
         ports,
         config: InterruptionConfig::default(),
         rebalance: config.rebalance_action,

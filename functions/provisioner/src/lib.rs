@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use lambda_runtime::LambdaEvent;
 use nodewright_engine::{Provisioner, RunReport};
 use nodewright_lambda::HandlerError;
-use nodewright_lambda::metrics::{Metrics, provisioner_metrics};
+use nodewright_lambda::metrics::{provisioner_metrics, unix_now_ms};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
@@ -35,7 +35,7 @@ impl Handler {
         info!(request_id = %event.context.request_id, budget_secs = budget.as_secs(), "provisioning");
         let run = self.provisioner.run_for(budget, self.poll_interval).await;
         let shortfalls = run.shortfalls();
-        emit_metrics(&run, started);
+        emit_metrics(&self.provisioner.config().cluster_name, &run, started);
         if !shortfalls.is_empty() {
             warn!(request_id = %event.context.request_id, shortfalls = ?shortfalls, ticks = run.ticks.len(),
                 "the invocation could not do all its work");
@@ -53,13 +53,8 @@ impl Handler {
 
 /// CloudWatch metrics in the Embedded Metric Format, printed on stdout (see
 /// [`nodewright_lambda::metrics::provisioner_metrics`] for what is published).
-fn emit_metrics(run: &RunReport, started: Instant) {
-    provisioner_metrics(
-        run,
-        started.elapsed().as_secs_f64(),
-        Metrics::now().timestamp_ms(),
-    )
-    .emit();
+fn emit_metrics(cluster: &str, run: &RunReport, started: Instant) {
+    provisioner_metrics(cluster, run, started.elapsed().as_secs_f64(), unix_now_ms()).emit();
 }
 
 /// How long to keep ticking given the invocation deadline (Unix milliseconds; 0 when

@@ -19,6 +19,13 @@
 //!   already holds the role, never changed;
 //! - remembered per warm Lambda, so a warm tick makes no IAM call.
 //!
+//! Karpenter v1.7 and later name a role's profile at random (`<cluster>_<hash of region,
+//! class name and a UUID>`, under the path `/karpenter/<region>/<cluster>/<class uid>/`)
+//! and record the name in the class's `status.instanceProfile`. Such a profile, tagged
+//! as this cluster's and holding the class's role, is reused as it is (read, never
+//! changed); otherwise the profile of the name above is made to hold the role, as
+//! Karpenter makes a new one when the role changes.
+//!
 //! IAM is eventually consistent: EC2 may refuse a profile for a few seconds after it
 //! was created. [`InstanceProfiles::recently_created`] lets the launch tell that
 //! refusal from a real misconfiguration.
@@ -87,8 +94,9 @@ impl InstanceProfiles {
             .is_some_and(|at| at.elapsed() < window)
     }
 
-    /// Makes sure the profile for `class` exists and holds `role` (creating it, or
-    /// adopting the one that exists), and returns its name.
+    /// Makes sure the profile for `class` exists and holds `role` (reusing the one its
+    /// status records, creating it, or adopting the one that exists), and returns its
+    /// name.
     ///
     /// Errors: `NotFound` when the role does not exist; `Invalid` when a profile of that
     /// name exists, holds another role and is not tagged as this cluster's (it is not
@@ -96,6 +104,14 @@ impl InstanceProfiles {
     pub async fn ensure(&self, class: &Ec2NodeClass, role: &str) -> Result<String, CloudError> {
         let name = self.name(class);
         let role = role_name_without_path(role).to_string();
+        if let Some(recorded) = class
+            .status_instance_profile
+            .as_deref()
+            .filter(|recorded| *recorded != name)
+            && self.reusable(class, recorded, &role).await?
+        {
+            return Ok(recorded.to_string());
+        }
         if self
             .ready
             .lock()
@@ -148,6 +164,58 @@ impl InstanceProfiles {
             .expect("instance profile cache lock")
             .insert(name.clone(), Ready { role, created });
         Ok(name)
+    }
+
+    /// Whether the profile the class's status records (Karpenter's, for a class it
+    /// managed) can be launched with as it is: it exists, is tagged as this cluster's
+    /// and holds `role`. A profile the stack's role may not read (a stack older than
+    /// the permission) is not reused, with a warning: nodewright falls back to the
+    /// profile it manages.
+    async fn reusable(
+        &self,
+        class: &Ec2NodeClass,
+        recorded: &str,
+        role: &str,
+    ) -> Result<bool, CloudError> {
+        if self
+            .ready
+            .lock()
+            .expect("instance profile cache lock")
+            .get(recorded)
+            .is_some_and(|r| r.role == role)
+        {
+            return Ok(true);
+        }
+        let profile = match self.get(recorded).await {
+            Ok(profile) => profile,
+            Err(e) if e.kind == ErrorKind::Unauthorized => {
+                tracing::warn!(instance_profile = %recorded, node_class = %class.name, error = %e,
+                    "cannot read the instance profile the class's status records; using the one nodewright manages (update the stack for the permission)");
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(profile) = profile else {
+            return Ok(false);
+        };
+        if !self.owned(&profile) || role_names(&profile) != [role] {
+            tracing::info!(instance_profile = %recorded, node_class = %class.name, role = %role, held = ?role_names(&profile),
+                "the instance profile the class's status records is not this cluster's or holds another role; not reused");
+            return Ok(false);
+        }
+        tracing::info!(instance_profile = %recorded, node_class = %class.name, role = %role,
+            "reusing the instance profile the class's status records");
+        self.ready
+            .lock()
+            .expect("instance profile cache lock")
+            .insert(
+                recorded.to_string(),
+                Ready {
+                    role: role.to_string(),
+                    created: None,
+                },
+            );
+        Ok(true)
     }
 
     /// GetInstanceProfile; `None` when there is no such profile.

@@ -471,6 +471,7 @@ fn node_class(cluster: &str, amis: Vec<AmiSelectorTerm>) -> Ec2NodeClass {
         security_group_selector_terms: vec![SelectorTerm::Tags(discovery)],
         role: Some(NODE_ROLE.into()),
         instance_profile: None,
+        status_instance_profile: None,
         user_data: None,
         block_device_mappings: vec![],
         metadata_options: MetadataOptions::default(),
@@ -1227,8 +1228,23 @@ async fn instance_profile(
 
 /// Creates a profile as someone else (Karpenter, an operator) would have.
 async fn create_profile(url: &str, name: &str, tags: &[(&str, &str)], role: Option<&str>) {
+    create_profile_at(url, "/", name, tags, role).await;
+}
+
+/// As [`create_profile`], under an IAM path (Karpenter v1.7+ uses
+/// `/karpenter/<region>/<cluster>/<class uid>/`).
+async fn create_profile_at(
+    url: &str,
+    path: &str,
+    name: &str,
+    tags: &[(&str, &str)],
+    role: Option<&str>,
+) {
     let iam = iam(url).await;
-    let mut create = iam.create_instance_profile().instance_profile_name(name);
+    let mut create = iam
+        .create_instance_profile()
+        .instance_profile_name(name)
+        .path(path);
     for (k, v) in tags {
         create = create.tags(
             aws_sdk_iam::types::Tag::builder()
@@ -1427,6 +1443,105 @@ async fn a_profile_karpenter_created_for_the_class_is_adopted_and_given_the_role
         Some("karpenter"),
         "the same profile, adopted rather than recreated"
     );
+}
+
+/// A profile as Karpenter v1.7+ creates one for class `default`: a random name, under
+/// its path, with its tags, holding `role`; returns its name.
+async fn karpenter_v1_7_profile(url: &str, cluster: &str, role: &str) -> String {
+    let name = format!(
+        "{cluster}_{}",
+        1_000_000_000u64 + u64::from(std::process::id())
+    );
+    let cluster_tag = format!("kubernetes.io/cluster/{cluster}");
+    create_profile_at(
+        url,
+        &format!("/karpenter/{REGION}/{cluster}/5a1c3f0e-class-uid/"),
+        &name,
+        &[
+            (cluster_tag.as_str(), "owned"),
+            ("eks:eks-cluster-name", cluster),
+            ("karpenter.k8s.aws/ec2nodeclass", "default"),
+            ("topology.kubernetes.io/region", REGION),
+        ],
+        Some(role),
+    )
+    .await;
+    name
+}
+
+#[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn a_profile_karpenter_v1_7_recorded_in_the_class_status_is_launched_with_as_it_is() {
+    let url = moto!();
+    let cluster = unique("profile-v17");
+    let net = network(&url, &cluster).await;
+    let recorded = karpenter_v1_7_profile(&url, &cluster, NODE_ROLE).await;
+    let mut class = node_class(&cluster, vec![alias()]);
+    class.status_instance_profile = Some(recorded.clone());
+    let cloud = cloud(&url, &cluster, &net).await;
+
+    let resolved = cloud.resolve_node_class(&class, K8S).await.unwrap();
+
+    assert_eq!(
+        resolved.instance_profile.as_deref(),
+        Some(recorded.as_str())
+    );
+    let managed = managed_instance_profile_name(&cluster, REGION, "default");
+    assert_eq!(
+        instance_profile(&url, &managed).await,
+        None,
+        "no second profile beside Karpenter's"
+    );
+    let (roles, _) = instance_profile(&url, &recorded).await.unwrap();
+    assert_eq!(roles, vec![NODE_ROLE.to_string()]);
+    let profile = launch_template_profile(
+        &url,
+        &cloud,
+        &cluster,
+        launch_request(
+            "default-p1",
+            class,
+            resolved,
+            vec![on_demand("m5.large", "us-east-1a", 0.096)],
+        ),
+    )
+    .await;
+    assert_eq!(profile, Some(recorded));
+}
+
+#[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn a_recorded_profile_holding_another_role_is_left_alone_and_the_managed_one_holds_the_role()
+{
+    let url = moto!();
+    let cluster = unique("profile-v17-role");
+    let net = network(&url, &cluster).await;
+    let recorded = karpenter_v1_7_profile(&url, &cluster, "KarpenterNodeRole-old").await;
+    let mut class = node_class(&cluster, vec![alias()]);
+    class.status_instance_profile = Some(recorded.clone());
+    let cloud = cloud(&url, &cluster, &net).await;
+
+    let resolved = cloud.resolve_node_class(&class, K8S).await.unwrap();
+
+    let managed = managed_instance_profile_name(&cluster, REGION, "default");
+    assert_eq!(resolved.instance_profile.as_deref(), Some(managed.as_str()));
+    let (roles, _) = instance_profile(&url, &managed).await.expect("created");
+    assert_eq!(roles, vec![NODE_ROLE.to_string()]);
+    let (roles, _) = instance_profile(&url, &recorded).await.unwrap();
+    assert_eq!(
+        roles,
+        vec!["KarpenterNodeRole-old".to_string()],
+        "Karpenter's profile is never changed"
+    );
+
+    // A profile the status names that is gone: the managed one, too.
+    class.status_instance_profile = Some(format!("{cluster}_42"));
+    let resolved = self::cloud(&url, &cluster, &net)
+        .await
+        .resolve_node_class(&class, K8S)
+        .await
+        .unwrap();
+    assert_eq!(resolved.instance_profile, Some(managed));
 }
 
 #[tokio::test]

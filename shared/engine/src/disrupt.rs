@@ -162,6 +162,10 @@ impl Disrupter {
         }
     }
 
+    pub fn config(&self) -> &DisruptionConfig {
+        &self.config
+    }
+
     pub fn with_decider(mut self, decider: Decider) -> Self {
         self.decider = decider;
         self

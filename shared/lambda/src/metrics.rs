@@ -1,15 +1,21 @@
 //! CloudWatch metrics in the Embedded Metric Format: JSON lines on stdout that
 //! Lambda's log pipeline turns into metrics (no API call, no extra permission).
 //!
-//! Names follow Karpenter's Prometheus metrics without the `karpenter_` prefix
-//! (`nodeclaims_created`, `voluntary_disruption_decisions_total`,
-//! `interruption_received_messages_total`...), their labels become dimensions
-//! (`nodepool`, `reason`, `decision`, `message_type`, `resource_type`...), all in the
-//! one namespace [`NAMESPACE`]. A counter is published both with its dimensions and
-//! without any (the total an alarm or a dashboard reads without knowing the pools); a
-//! gauge only as given (summing usages of different resources means nothing). What
-//! each function does about itself (`invocation_duration_seconds`,
-//! `provisioner_shortfall`...) carries the `Function` dimension alone.
+//! Names follow one rule, Karpenter's: its Prometheus name without the `karpenter_`
+//! prefix where Karpenter has the metric (`nodeclaims_created_total`,
+//! `voluntary_disruption_decisions_total`, `nodepools_usage`...), and for the rest the
+//! Prometheus convention it follows: a counter (a value whose sum over a period means
+//! something) ends in `_total`, a gauge does not, a duration ends in `_seconds`.
+//! Karpenter's labels become dimensions (`nodepool`, `reason`, `decision`,
+//! `message_type`, `resource_type`...), all in the one namespace [`NAMESPACE`].
+//!
+//! Every metric carries [`CLUSTER`], the EKS cluster's name: two stacks in one account
+//! and region keep their metrics, alarms and dashboards apart. A counter is published
+//! both with its dimensions and with the cluster alone (the total an alarm or a
+//! dashboard reads without knowing the pools); a gauge only as given (summing usages
+//! of different resources means nothing). What each function does about itself
+//! (`invocation_duration_seconds`, `provisioner_shortfall`...) carries the cluster and
+//! the `Function` dimension.
 //!
 //! One JSON document per distinct set of dimension values: EMF takes a dimension's
 //! value from the document's root, so two pools need two documents.
@@ -27,6 +33,9 @@ use serde_json::{Map, Value, json};
 pub const NAMESPACE: &str = "nodewright";
 /// The dimension naming the function that reports on itself.
 pub const FUNCTION: &str = "Function";
+/// The dimension naming the EKS cluster, on every metric (the name Container Insights
+/// gives the same dimension).
+pub const CLUSTER: &str = "ClusterName";
 /// EMF's limits: metrics per directive, dimension keys per set, sets per directive.
 pub const MAX_METRICS: usize = 100;
 pub const MAX_DIMENSIONS: usize = 30;
@@ -49,24 +58,43 @@ impl Unit {
     }
 }
 
+/// What a metric is, which its name says (see the module's rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Counter,
+    Gauge,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 struct Group {
+    /// The cluster's dimension first, then the others sorted.
     dimensions: Vec<(String, String)>,
-    /// Also published without dimensions (counters).
+    /// Also published with the cluster's dimension alone (counters).
     rollup: bool,
-    metrics: Vec<(String, Unit, f64)>,
+    metrics: Vec<(String, Kind, Unit, f64)>,
 }
 
 /// The metrics of one invocation, written out by [`Metrics::emit`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Metrics {
+    cluster: String,
     timestamp_ms: u64,
     groups: Vec<Group>,
 }
 
+/// The wall clock in Unix milliseconds: the timestamp of an invocation's metrics.
+pub fn unix_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
 impl Metrics {
-    pub fn new(timestamp_ms: u64) -> Self {
+    /// The metrics of the cluster named `cluster` (the value of [`CLUSTER`] on each).
+    pub fn new(cluster: impl Into<String>, timestamp_ms: u64) -> Self {
         Metrics {
+            cluster: cluster.into(),
             timestamp_ms,
             groups: Vec::new(),
         }
@@ -77,28 +105,44 @@ impl Metrics {
         self.timestamp_ms
     }
 
-    /// Stamped with the wall clock.
-    pub fn now() -> Self {
-        let ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0);
-        Self::new(ms)
+    /// Adds `value` to a counter of the function about itself (dimension `Function`).
+    pub fn function_count(&mut self, function: &str, name: &str, value: f64) {
+        self.put(
+            &[(FUNCTION, function)],
+            false,
+            name,
+            Kind::Counter,
+            Unit::Count,
+            value,
+        );
     }
 
-    /// A metric of the function about itself (dimension `Function`).
-    pub fn function(&mut self, function: &str, name: &str, unit: Unit, value: f64) {
-        self.put(&[(FUNCTION, function)], false, name, unit, value);
+    /// Sets a gauge of the function about itself (dimension `Function`).
+    pub fn function_gauge(&mut self, function: &str, name: &str, unit: Unit, value: f64) {
+        self.put(
+            &[(FUNCTION, function)],
+            false,
+            name,
+            Kind::Gauge,
+            unit,
+            value,
+        );
     }
 
     /// Adds `value` to a counter with these dimensions (and to its total).
     pub fn count(&mut self, name: &str, dimensions: &[(&str, &str)], value: f64) {
-        self.put(dimensions, true, name, Unit::Count, value);
+        self.put(dimensions, true, name, Kind::Counter, Unit::Count, value);
+    }
+
+    /// Adds `value` to a counter that is not a number of things (dollars per hour
+    /// saved, say), with these dimensions (and to its total).
+    pub fn count_in(&mut self, name: &str, unit: Unit, dimensions: &[(&str, &str)], value: f64) {
+        self.put(dimensions, true, name, Kind::Counter, unit, value);
     }
 
     /// Sets a gauge with these dimensions (adds, if set twice in one invocation).
     pub fn gauge(&mut self, name: &str, unit: Unit, dimensions: &[(&str, &str)], value: f64) {
-        self.put(dimensions, false, name, unit, value);
+        self.put(dimensions, false, name, Kind::Gauge, unit, value);
     }
 
     fn put(
@@ -106,14 +150,22 @@ impl Metrics {
         dimensions: &[(&str, &str)],
         rollup: bool,
         name: &str,
+        kind: Kind,
         unit: Unit,
         value: f64,
     ) {
-        let mut dims: Vec<(String, String)> = dimensions
+        debug_assert_eq!(
+            name.ends_with("_total"),
+            kind == Kind::Counter,
+            "{name}: a counter's name ends in _total, a gauge's does not"
+        );
+        let mut others: Vec<(String, String)> = dimensions
             .iter()
             .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
             .collect();
-        dims.sort();
+        others.sort();
+        let mut dims = vec![(CLUSTER.to_string(), self.cluster.clone())];
+        dims.extend(others);
         let group = match self
             .groups
             .iter_mut()
@@ -129,9 +181,9 @@ impl Metrics {
                 self.groups.last_mut().expect("just pushed")
             }
         };
-        match group.metrics.iter_mut().find(|(n, _, _)| n == name) {
-            Some((_, _, v)) => *v += value,
-            None => group.metrics.push((name.to_string(), unit, value)),
+        match group.metrics.iter_mut().find(|(n, ..)| n == name) {
+            Some((.., v)) => *v += value,
+            None => group.metrics.push((name.to_string(), kind, unit, value)),
         }
     }
 
@@ -142,12 +194,12 @@ impl Metrics {
             for chunk in group.metrics.chunks(MAX_METRICS) {
                 let keys: Vec<&str> = group.dimensions.iter().map(|(k, _)| k.as_str()).collect();
                 let mut sets = vec![json!(keys)];
-                if group.rollup && !keys.is_empty() {
-                    sets.push(json!([]));
+                if group.rollup && keys.len() > 1 {
+                    sets.push(json!([CLUSTER]));
                 }
                 let definitions: Vec<Value> = chunk
                     .iter()
-                    .map(|(n, u, _)| json!({"Name": n, "Unit": u.as_str()}))
+                    .map(|(n, _, u, _)| json!({"Name": n, "Unit": u.as_str()}))
                     .collect();
                 let mut root = Map::new();
                 root.insert(
@@ -164,7 +216,7 @@ impl Metrics {
                 for (k, v) in &group.dimensions {
                     root.insert(k.clone(), json!(v));
                 }
-                for (n, _, v) in chunk {
+                for (n, .., v) in chunk {
                     root.insert(n.clone(), json!(v));
                 }
                 out.push(Value::Object(root));
@@ -188,40 +240,43 @@ impl Metrics {
     }
 }
 
-/// The provisioner's metrics for one invocation: its own (`provisioner_ticks`,
-/// `provisioner_lease_busy`, `provisioner_failed_ticks`, `provisioner_shortfall` 0 or
-/// 1, `invocation_duration_seconds`); the counters of every tick (`nodeclaims_created`
-/// by nodepool and reason — `provisioned`, or the disruption reason of a command's
-/// replacement — `nodeclaims_terminated` by nodepool, `nodeclaims_disrupted` by reason
-/// and nodepool); and the gauges of its last tick (`scheduler_unschedulable_pods_count`,
+/// The provisioner's metrics for one invocation: its own (`provisioner_ticks_total`,
+/// `provisioner_lease_busy_total`, `provisioner_failed_ticks_total`,
+/// `provisioner_shortfall` 0 or 1, `invocation_duration_seconds`); the counters of
+/// every tick (`nodeclaims_created_total` by nodepool and reason — `provisioned`, or
+/// the disruption reason of a command's replacement — `nodeclaims_terminated_total` by
+/// nodepool, `nodeclaims_disrupted_total` by reason and nodepool); and the gauges of its last tick (`scheduler_unschedulable_pods_count`,
 /// `pods_pending_oldest_age_seconds`, `nodeclaims` by state and by nodepool and state,
 /// `nodeclaims_stuck`, `cluster_cost_per_hour`, `nodepools_usage` and
 /// `nodepools_limit` by nodepool and resource_type), and `cluster_kinds_unreadable`
 /// (with `cluster_kind_unreadable` by kind) when a kind could not be listed.
-pub fn provisioner_metrics(run: &RunReport, duration_secs: f64, timestamp_ms: u64) -> Metrics {
+pub fn provisioner_metrics(
+    cluster: &str,
+    run: &RunReport,
+    duration_secs: f64,
+    timestamp_ms: u64,
+) -> Metrics {
     const F: &str = "provisioner";
-    let mut m = Metrics::new(timestamp_ms);
-    m.function(F, "provisioner_ticks", Unit::Count, run.ticks.len() as f64);
-    m.function(
+    let mut m = Metrics::new(cluster, timestamp_ms);
+    m.function_count(F, "provisioner_ticks_total", run.ticks.len() as f64);
+    m.function_count(
         F,
-        "provisioner_lease_busy",
-        Unit::Count,
+        "provisioner_lease_busy_total",
         run.lease_busy.len() as f64,
     );
-    m.function(
+    m.function_count(
         F,
-        "provisioner_failed_ticks",
-        Unit::Count,
+        "provisioner_failed_ticks_total",
         run.failed_ticks.len() as f64,
     );
     let shortfall = !run.shortfalls().is_empty();
-    m.function(
+    m.function_gauge(
         F,
         "provisioner_shortfall",
         Unit::Count,
         f64::from(u8::from(shortfall)),
     );
-    m.function(
+    m.function_gauge(
         F,
         "invocation_duration_seconds",
         Unit::Seconds,
@@ -230,14 +285,18 @@ pub fn provisioner_metrics(run: &RunReport, duration_secs: f64, timestamp_ms: u6
     for tick in &run.ticks {
         for l in &tick.launched {
             m.count(
-                "nodeclaims_created",
+                "nodeclaims_created_total",
                 &[("nodepool", &l.node_pool), ("reason", "provisioned")],
                 1.0,
             );
         }
         commands_metrics(&mut m, &tick.commands);
         for (pool, n) in &tick.lifecycle.terminated_by_pool {
-            m.count("nodeclaims_terminated", &[("nodepool", pool)], *n as f64);
+            m.count(
+                "nodeclaims_terminated_total",
+                &[("nodepool", pool)],
+                *n as f64,
+            );
         }
         for d in &tick.lifecycle.disrupted {
             disrupted(&mut m, &d.node_pool, d.cause);
@@ -247,7 +306,7 @@ pub fn provisioner_metrics(run: &RunReport, duration_secs: f64, timestamp_ms: u6
         census_metrics(&mut m, &last.lifecycle.census);
         // Kinds RBAC forbids or the server does not serve: the function goes on without
         // them (pods with volumes wait, disruption stops); the alarm names the fix.
-        m.function(
+        m.function_gauge(
             F,
             "cluster_kinds_unreadable",
             Unit::Count,
@@ -326,7 +385,7 @@ fn commands_metrics(m: &mut Metrics, commands: &CommandsReport) {
     }
     for (r, cause) in &commands.replacements {
         m.count(
-            "nodeclaims_created",
+            "nodeclaims_created_total",
             &[("nodepool", &r.node_pool), ("reason", cause_label(*cause))],
             1.0,
         );
@@ -336,35 +395,36 @@ fn commands_metrics(m: &mut Metrics, commands: &CommandsReport) {
 /// One claim put in Disrupting.
 pub fn disrupted(m: &mut Metrics, node_pool: &str, cause: DisruptionCause) {
     m.count(
-        "nodeclaims_disrupted",
+        "nodeclaims_disrupted_total",
         &[("nodepool", node_pool), ("reason", cause_label(cause))],
         1.0,
     );
 }
 
 /// The disruption function's metrics for one run: its own
-/// (`invocation_duration_seconds`, `disruption_lease_busy`), Karpenter's
+/// (`invocation_duration_seconds`, `disruption_lease_busy_total`), Karpenter's
 /// `voluntary_disruption_decisions_total` by decision (`delete`, `replace`) and reason,
 /// `voluntary_disruption_rejected_nodes` by the event reason a kept node got
-/// (`DisruptionBlocked`, `Unconsolidatable`) and code, `nodeclaims_disrupted`,
-/// `nodeclaims_created` for replacements, and the savings decided.
+/// (`DisruptionBlocked`, `Unconsolidatable`) and code, `nodeclaims_disrupted_total`,
+/// `nodeclaims_created_total` for replacements, and the savings decided
+/// (`voluntary_disruption_savings_per_hour_total`, USD per hour, by reason).
 pub fn disruption_metrics(
+    cluster: &str,
     report: &DisruptionReport,
     duration_secs: f64,
     timestamp_ms: u64,
 ) -> Metrics {
     const F: &str = "disruption";
-    let mut m = Metrics::new(timestamp_ms);
-    m.function(
+    let mut m = Metrics::new(cluster, timestamp_ms);
+    m.function_gauge(
         F,
         "invocation_duration_seconds",
         Unit::Seconds,
         duration_secs,
     );
-    m.function(
+    m.function_count(
         F,
-        "disruption_lease_busy",
-        Unit::Count,
+        "disruption_lease_busy_total",
         f64::from(u8::from(report.skipped.is_some())),
     );
     for c in &report.started {
@@ -379,8 +439,9 @@ pub fn disruption_metrics(
             &[("decision", decision), ("reason", &reason)],
             1.0,
         );
-        m.count(
-            "voluntary_disruption_savings_per_hour",
+        m.count_in(
+            "voluntary_disruption_savings_per_hour_total",
+            Unit::None,
             &[("reason", &reason)],
             c.savings_per_hour,
         );
@@ -497,19 +558,19 @@ mod tests {
 
     #[test]
     fn a_counter_is_published_per_dimension_values_and_as_a_total() {
-        let mut m = Metrics::new(1_700_000_000_000);
+        let mut m = Metrics::new("prod", 1_700_000_000_000);
         m.count(
-            "nodeclaims_created",
+            "nodeclaims_created_total",
             &[("nodepool", "web"), ("reason", "provisioned")],
             1.0,
         );
         m.count(
-            "nodeclaims_created",
+            "nodeclaims_created_total",
             &[("reason", "provisioned"), ("nodepool", "web")],
             2.0,
         );
         m.count(
-            "nodeclaims_created",
+            "nodeclaims_created_total",
             &[("nodepool", "batch"), ("reason", "provisioned")],
             1.0,
         );
@@ -518,11 +579,12 @@ mod tests {
         for d in &docs {
             validate(d).unwrap();
         }
-        let web = find(&docs, "nodeclaims_created", &[("nodepool", "web")]);
-        assert_eq!(web["nodeclaims_created"], 3.0);
+        let web = find(&docs, "nodeclaims_created_total", &[("nodepool", "web")]);
+        assert_eq!(web["nodeclaims_created_total"], 3.0);
+        assert_eq!(web["ClusterName"], "prod");
         assert_eq!(
             web["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
-            json!([["nodepool", "reason"], []])
+            json!([["ClusterName", "nodepool", "reason"], ["ClusterName"]])
         );
         assert_eq!(web["_aws"]["Timestamp"], 1_700_000_000_000u64);
         assert_eq!(
@@ -532,8 +594,8 @@ mod tests {
     }
 
     #[test]
-    fn a_gauge_and_a_function_metric_keep_only_their_own_dimensions() {
-        let mut m = Metrics::new(1);
+    fn a_gauge_and_a_function_metric_keep_only_their_own_dimensions_and_the_clusters() {
+        let mut m = Metrics::new("prod", 1);
         m.gauge(
             "nodepools_usage",
             Unit::None,
@@ -541,7 +603,7 @@ mod tests {
             4.0,
         );
         m.gauge("cluster_cost_per_hour", Unit::None, &[], 0.5);
-        m.function("provisioner", "provisioner_shortfall", Unit::Count, 0.0);
+        m.function_gauge("provisioner", "provisioner_shortfall", Unit::Count, 0.0);
         let docs = m.documents();
         for d in &docs {
             validate(d).unwrap();
@@ -549,12 +611,12 @@ mod tests {
         let usage = find(&docs, "nodepools_usage", &[]);
         assert_eq!(
             usage["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
-            json!([["nodepool", "resource_type"]])
+            json!([["ClusterName", "nodepool", "resource_type"]])
         );
         let cost = find(&docs, "cluster_cost_per_hour", &[]);
         assert_eq!(
             cost["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
-            json!([[]])
+            json!([["ClusterName"]])
         );
         let shortfall = find(
             &docs,
@@ -563,15 +625,39 @@ mod tests {
         );
         assert_eq!(
             shortfall["_aws"]["CloudWatchMetrics"][0]["Dimensions"],
-            json!([["Function"]])
+            json!([["ClusterName", "Function"]])
         );
     }
 
     #[test]
+    fn two_clusters_metrics_never_share_a_dimension_set_value() {
+        let docs = |cluster: &str| {
+            let mut m = Metrics::new(cluster, 1);
+            m.count("nodeclaims_created_total", &[("nodepool", "web")], 1.0);
+            m.gauge("cluster_cost_per_hour", Unit::None, &[], 0.5);
+            m.function_gauge("provisioner", "provisioner_shortfall", Unit::Count, 1.0);
+            m.documents()
+        };
+        for (a, b) in docs("prod").iter().zip(docs("staging").iter()) {
+            assert_eq!(a["ClusterName"], "prod");
+            assert_eq!(b["ClusterName"], "staging");
+            for set in a["_aws"]["CloudWatchMetrics"][0]["Dimensions"]
+                .as_array()
+                .unwrap()
+            {
+                assert!(
+                    set.as_array().unwrap().contains(&json!("ClusterName")),
+                    "every dimension set names the cluster: {a}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn more_metrics_than_a_directive_holds_are_split_into_valid_documents() {
-        let mut m = Metrics::new(1);
+        let mut m = Metrics::new("prod", 1);
         for i in 0..(MAX_METRICS + 5) {
-            m.function("disruption", &format!("m{i}"), Unit::Count, 1.0);
+            m.function_count("disruption", &format!("m{i}_total"), 1.0);
         }
         let docs = m.documents();
         assert_eq!(docs.len(), 2);
@@ -584,8 +670,8 @@ mod tests {
     #[test]
     fn the_validator_refuses_what_cloudwatch_would_drop() {
         let good = {
-            let mut m = Metrics::new(1);
-            m.count("x", &[("nodepool", "a")], 1.0);
+            let mut m = Metrics::new("prod", 1);
+            m.count("x_total", &[("nodepool", "a")], 1.0);
             m.documents().remove(0)
         };
         validate(&good).unwrap();
@@ -596,7 +682,7 @@ mod tests {
             .remove("nodepool");
         assert!(validate(&missing_dimension).is_err());
         let mut missing_value = good.clone();
-        missing_value.as_object_mut().unwrap().remove("x");
+        missing_value.as_object_mut().unwrap().remove("x_total");
         assert!(validate(&missing_value).is_err());
         let mut other_namespace = good.clone();
         other_namespace["_aws"]["CloudWatchMetrics"][0]["Namespace"] = json!("other");
@@ -689,11 +775,11 @@ mod tests {
             ..RunReport::default()
         };
 
-        let docs = all(&provisioner_metrics(&run, 54.5, 7));
+        let docs = all(&provisioner_metrics("prod", &run, 54.5, 7));
 
         let f = [("Function", "provisioner")];
         assert_eq!(
-            find(&docs, "provisioner_ticks", &f)["provisioner_ticks"],
+            find(&docs, "provisioner_ticks_total", &f)["provisioner_ticks_total"],
             2.0
         );
         assert_eq!(
@@ -701,7 +787,7 @@ mod tests {
             0.0
         );
         assert_eq!(
-            find(&docs, "provisioner_lease_busy", &f)["provisioner_lease_busy"],
+            find(&docs, "provisioner_lease_busy_total", &f)["provisioner_lease_busy_total"],
             1.0
         );
         assert_eq!(
@@ -710,17 +796,21 @@ mod tests {
         );
         let created = find(
             &docs,
-            "nodeclaims_created",
+            "nodeclaims_created_total",
             &[("nodepool", "web"), ("reason", "provisioned")],
         );
-        assert_eq!(created["nodeclaims_created"], 2.0);
-        let replaced = find(&docs, "nodeclaims_created", &[("reason", "drifted")]);
-        assert_eq!(replaced["nodeclaims_created"], 1.0);
+        assert_eq!(created["nodeclaims_created_total"], 2.0);
+        let replaced = find(&docs, "nodeclaims_created_total", &[("reason", "drifted")]);
+        assert_eq!(replaced["nodeclaims_created_total"], 1.0);
         assert_eq!(
-            find(&docs, "nodeclaims_terminated", &[("nodepool", "web")])["nodeclaims_terminated"],
+            find(&docs, "nodeclaims_terminated_total", &[("nodepool", "web")])["nodeclaims_terminated_total"],
             1.0
         );
-        let disrupted = find(&docs, "nodeclaims_disrupted", &[("reason", "unregistered")]);
+        let disrupted = find(
+            &docs,
+            "nodeclaims_disrupted_total",
+            &[("reason", "unregistered")],
+        );
         assert_eq!(disrupted["nodepool"], "web");
         assert_eq!(
             find(&docs, "cluster_cost_per_hour", &[])["cluster_cost_per_hour"],
@@ -774,7 +864,7 @@ mod tests {
             }],
             ..RunReport::default()
         };
-        let docs = all(&provisioner_metrics(&run, 1.0, 7));
+        let docs = all(&provisioner_metrics("prod", &run, 1.0, 7));
         let f = [("Function", "provisioner")];
         assert_eq!(
             find(&docs, "cluster_kinds_unreadable", &f)["cluster_kinds_unreadable"],
@@ -796,14 +886,14 @@ mod tests {
             failed_ticks: vec!["store throttled".into()],
             ..RunReport::default()
         };
-        let docs = all(&provisioner_metrics(&run, 1.0, 7));
+        let docs = all(&provisioner_metrics("prod", &run, 1.0, 7));
         let f = [("Function", "provisioner")];
         assert_eq!(
             find(&docs, "provisioner_shortfall", &f)["provisioner_shortfall"],
             1.0
         );
         assert_eq!(
-            find(&docs, "provisioner_failed_ticks", &f)["provisioner_failed_ticks"],
+            find(&docs, "provisioner_failed_ticks_total", &f)["provisioner_failed_ticks_total"],
             1.0
         );
         assert!(
@@ -858,7 +948,7 @@ mod tests {
             ..DisruptionReport::default()
         };
 
-        let docs = all(&disruption_metrics(&report, 2.0, 7));
+        let docs = all(&disruption_metrics("prod", &report, 2.0, 7));
 
         let replace = find(
             &docs,
@@ -884,7 +974,7 @@ mod tests {
         );
         let f = [("Function", "disruption")];
         assert_eq!(
-            find(&docs, "disruption_lease_busy", &f)["disruption_lease_busy"],
+            find(&docs, "disruption_lease_busy_total", &f)["disruption_lease_busy_total"],
             0.0
         );
     }

@@ -398,6 +398,11 @@ pub struct Ec2NodeClass {
     /// Exactly one of `role` and `instance_profile` is set.
     pub role: Option<String>,
     pub instance_profile: Option<String>,
+    /// `status.instanceProfile` as the object carries it: the profile last recorded for
+    /// the class, by nodewright or by Karpenter. Karpenter v1.7 and later name a role's
+    /// profile at random and keep the name only here, so this is how their profile is
+    /// found and reused. Not part of the spec nor of its drift hash.
+    pub status_instance_profile: Option<String>,
     pub user_data: Option<String>,
     pub block_device_mappings: Vec<BlockDeviceMapping>,
     pub metadata_options: MetadataOptions,
@@ -494,6 +499,7 @@ mod tests {
             security_group_selector_terms: vec![],
             role: role.map(str::to_string),
             instance_profile: instance_profile.map(str::to_string),
+            status_instance_profile: None,
             user_data: None,
             block_device_mappings: vec![],
             metadata_options: MetadataOptions::default(),

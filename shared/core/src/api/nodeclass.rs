@@ -103,6 +103,12 @@ pub(super) fn validate_node_class(doc: &Document, report: &mut Report<'_>) -> Op
         security_group_selector_terms,
         role,
         instance_profile,
+        status_instance_profile: doc
+            .value
+            .pointer("/status/instanceProfile")
+            .and_then(serde_json::Value::as_str)
+            .filter(|p| !p.is_empty())
+            .map(str::to_string),
         user_data: spec.user_data,
         block_device_mappings,
         metadata_options,

@@ -361,6 +361,7 @@ mod tests {
             security_group_selector_terms: vec![SelectorTerm::Id("sg-1".into())],
             role: Some("KarpenterNodeRole".into()),
             instance_profile: None,
+            status_instance_profile: None,
             user_data: None,
             block_device_mappings: vec![],
             metadata_options: MetadataOptions::default(),

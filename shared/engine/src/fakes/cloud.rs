@@ -819,6 +819,7 @@ pub fn node_class(name: &str) -> Ec2NodeClass {
         )]))],
         role: Some("KarpenterNodeRole".into()),
         instance_profile: None,
+        status_instance_profile: None,
         user_data: None,
         block_device_mappings: vec![],
         metadata_options: MetadataOptions::default(),

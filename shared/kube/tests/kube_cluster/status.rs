@@ -319,6 +319,19 @@ async fn status_fields_are_written_beside_the_conditions_and_null_removes_one() 
         1,
         "one write for both"
     );
+    // Read back as the functions read classes: the profile the status records is what
+    // a Karpenter v1.7+ class is launched with (it names its profiles at random).
+    let mut recorded = None;
+    for _ in 0..50 {
+        let state = t.cluster.state().await.expect("state");
+        recorded = state.node_classes[0].status_instance_profile.clone();
+        if recorded.is_some() {
+            break;
+        }
+        // A watched view sees the write when its watch event arrives.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(recorded.as_deref(), Some("test-cluster_123"));
 
     let mut removal = StatusUpdate::default();
     removal.fields.insert("instanceProfile".into(), Value::Null);

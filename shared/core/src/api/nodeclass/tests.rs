@@ -57,6 +57,20 @@ fn an_instance_profile_alone_is_enough() {
 }
 
 #[test]
+fn the_instance_profile_the_status_records_is_kept_beside_the_role() {
+    let text = format!("{CLASS}status:\n  instanceProfile: prod_8234567\n");
+    let class = valid(&text).node_classes.remove(0);
+    assert!(class.role.is_some());
+    assert_eq!(class.instance_profile, None);
+    assert_eq!(
+        class.status_instance_profile.as_deref(),
+        Some("prod_8234567")
+    );
+    let without = valid(CLASS).node_classes.remove(0);
+    assert_eq!(without.status_instance_profile, None);
+}
+
+#[test]
 fn an_alias_implies_the_ami_family_and_defaults_apply() {
     let class = valid(CLASS).node_classes.remove(0);
     assert_eq!(
