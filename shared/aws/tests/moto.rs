@@ -1304,6 +1304,29 @@ async fn launch_template_profile(
         .and_then(|p| p.name)
 }
 
+/// Launches one m5.large for `class` and returns the instance profile its launch
+/// template names.
+async fn profile_of_a_launch(
+    url: &str,
+    cloud: &Ec2Cloud,
+    cluster: &str,
+    class: Ec2NodeClass,
+    resolved: ResolvedNodeClass,
+) -> Option<String> {
+    launch_template_profile(
+        url,
+        cloud,
+        cluster,
+        launch_request(
+            "default-p1",
+            class,
+            resolved,
+            vec![on_demand("m5.large", "us-east-1a", 0.096)],
+        ),
+    )
+    .await
+}
+
 #[tokio::test]
 #[ignore = "needs moto: run through tests/moto.sh"]
 async fn a_class_with_only_a_role_gets_a_tagged_instance_profile_holding_it_and_launches_with_it() {
@@ -1337,18 +1360,7 @@ async fn a_class_with_only_a_role_gets_a_tagged_instance_profile_holding_it_and_
         assert_eq!(tags.get(&k), Some(&v), "tag {k} in {tags:?}");
     }
 
-    let profile = launch_template_profile(
-        &url,
-        &cloud,
-        &cluster,
-        launch_request(
-            "default-p1",
-            class,
-            resolved,
-            vec![on_demand("m5.large", "us-east-1a", 0.096)],
-        ),
-    )
-    .await;
+    let profile = profile_of_a_launch(&url, &cloud, &cluster, class, resolved).await;
     assert_eq!(profile, Some(expected));
 }
 
@@ -1494,18 +1506,7 @@ async fn a_profile_karpenter_v1_7_recorded_in_the_class_status_is_launched_with_
     );
     let (roles, _) = instance_profile(&url, &recorded).await.unwrap();
     assert_eq!(roles, vec![NODE_ROLE.to_string()]);
-    let profile = launch_template_profile(
-        &url,
-        &cloud,
-        &cluster,
-        launch_request(
-            "default-p1",
-            class,
-            resolved,
-            vec![on_demand("m5.large", "us-east-1a", 0.096)],
-        ),
-    )
-    .await;
+    let profile = profile_of_a_launch(&url, &cloud, &cluster, class, resolved).await;
     assert_eq!(profile, Some(recorded));
 }
 

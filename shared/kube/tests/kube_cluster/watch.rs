@@ -27,14 +27,6 @@ fn lists_and_watches(proxy: &FaultProxy, path: &str) -> (usize, usize) {
 }
 
 /// Every LIST the proxy saw (GETs of a collection or object that are not watches).
-fn all_lists(proxy: &FaultProxy) -> usize {
-    proxy
-        .requests()
-        .iter()
-        .filter(|r| r.method == "GET" && !r.watch)
-        .count()
-}
-
 /// Waits until every kind the view reads is watched (the watches start in the
 /// background after their lists).
 async fn watching(proxy: &FaultProxy) {
@@ -200,7 +192,7 @@ async fn a_process_whose_watches_go_unread_resumes_from_its_resource_versions_wi
     t.cp.put(node("node-a")).await;
     t.cluster.state().await.expect("state");
     watching(&t.proxy).await;
-    let lists_before = all_lists(&t.proxy);
+    let before = t.proxy.requests().len();
 
     t.proxy.hold_watches();
     t.proxy.drop_watches();
@@ -226,12 +218,20 @@ async fn a_process_whose_watches_go_unread_resumes_from_its_resource_versions_wi
         pods == ["web-2", "web-3"] && state.nodes.len() == 2 && registered
     })
     .await;
-    assert_eq!(
-        all_lists(&t.proxy),
-        lists_before,
-        "no LIST: {:#?}",
-        t.proxy.requests()
-    );
+    // A loaded API server may refuse a watch's start with 429 (priority and fairness):
+    // that kind is then read afresh once, by design. The freeze itself lists nothing.
+    let requests = t.proxy.requests();
+    let throttled: Vec<&str> = requests
+        .iter()
+        .filter(|r| r.watch && r.status == 429)
+        .map(|r| r.path.as_str())
+        .collect();
+    let lists: Vec<&str> = requests[before..]
+        .iter()
+        .filter(|r| r.method == "GET" && !r.watch && !throttled.contains(&r.path.as_str()))
+        .map(|r| r.path.as_str())
+        .collect();
+    assert!(lists.is_empty(), "no LIST: {lists:?} in {requests:#?}");
     let resumed: Vec<Option<u64>> = t
         .proxy
         .requests()
