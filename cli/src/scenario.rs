@@ -453,14 +453,7 @@ fn labels_or_app(labels: Option<BTreeMap<String, String>>, name: &str) -> BTreeM
 /// A DNS-1123 label of at most `max` characters, as Kubernetes requires of names: `what`
 /// says which (`name`, `namespace`) and why the limit.
 fn dns_label(what: &str, value: &str, max: usize, why: &str) -> Result<(), String> {
-    let b = value.as_bytes();
-    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    let valid = !b.is_empty()
-        && b.len() <= max
-        && b.iter().all(|c| alnum(c) || *c == b'-')
-        && alnum(&b[0])
-        && alnum(&b[b.len() - 1]);
-    if valid {
+    if nodewright_core::api::labels::is_dns_label(value, max) {
         return Ok(());
     }
     Err(format!(

@@ -78,6 +78,19 @@ const NORMALIZED: &[(&str, &str)] = &[
     ),
 ];
 
+/// Whether `value` is a DNS-1123 label of at most `max` characters (63 for a label
+/// proper), as Kubernetes requires of pod and namespace names: lowercase letters, digits
+/// and '-', starting and ending with a letter or digit.
+pub fn is_dns_label(value: &str, max: usize) -> bool {
+    let b = value.as_bytes();
+    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !b.is_empty()
+        && b.len() <= max
+        && b.iter().all(|c| alnum(c) || *c == b'-')
+        && alnum(&b[0])
+        && alnum(&b[b.len() - 1])
+}
+
 /// The current name of a label key (`beta.kubernetes.io/arch` → `kubernetes.io/arch`).
 pub fn normalize_label_key(key: &str) -> &str {
     NORMALIZED
@@ -222,5 +235,17 @@ mod tests {
             Some(r#"label value "-bad" must be letters, digits, '-', '_' or '.', starting and ending with a letter or digit"#.into())
         );
         assert!(label_value_problem(&"a".repeat(64)).is_some());
+    }
+
+    #[test]
+    fn dns_labels_are_lowercase_alphanumerics_and_inner_dashes_up_to_the_limit() {
+        for good in ["web", "web-x7k2p", "a", "0-9"] {
+            assert!(is_dns_label(good, 63), "{good}");
+        }
+        for bad in ["", "Web", "-web", "web-", "web_1", "web.1"] {
+            assert!(!is_dns_label(bad, 63), "{bad}");
+        }
+        assert!(is_dns_label(&"a".repeat(63), 63));
+        assert!(!is_dns_label(&"a".repeat(58), 57));
     }
 }

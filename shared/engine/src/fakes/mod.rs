@@ -217,12 +217,7 @@ mod tests {
 
     /// A DNS-1123 label, as Kubernetes requires of a pod's name.
     fn is_dns_label(name: &str) -> bool {
-        let b = name.as_bytes();
-        let ok = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-        (1..=63).contains(&b.len())
-            && b.iter().all(|c| ok(c) || *c == b'-')
-            && ok(&b[0])
-            && ok(&b[b.len() - 1])
+        nodewright_core::api::labels::is_dns_label(name, 63)
     }
 
     #[test]
