@@ -401,10 +401,22 @@ fn a_node_whose_type_the_node_pool_no_longer_allows_is_drifted_and_replaced() {
         node("m5-node", "m5.xlarge", "on-demand"),
         pod_on("web", "m5-node", "3"),
     ];
-    let d = decide(&pools(UNDERUTILIZED, requirement), items, &[]);
+    let d = decide(&pools(UNDERUTILIZED, requirement), items.clone(), &[]);
     let c = &d["commands"][0];
     assert_eq!(c["method"], "drift", "{d:#}");
     assert_eq!(c["reason"], "Drifted");
+    // Which drift, not only that it drifted: here the pool's instance-family requirement.
+    let drifted = c["drifted"][0].as_str().unwrap_or_default();
+    assert!(
+        drifted.starts_with("m5-node: ") && drifted.contains("karpenter.k8s.aws/instance-family"),
+        "{d:#}"
+    );
+    let (code, table, stderr) = run(&pools(UNDERUTILIZED, requirement), items, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        table.contains(&format!("   drifted: {drifted}\n")),
+        "{table}"
+    );
     let replacement = &c["replacements"][0];
     assert!(
         !replacement["instanceType"]
@@ -629,6 +641,11 @@ fn a_node_whose_node_pool_hash_nodewright_wrote_differs_is_drifted_and_karpenter
         "karpenter.sh/nodepool-hash-version": "nodewright-v1"});
     let d = decide(&pools(UNDERUTILIZED, ""), items.clone(), &[]);
     assert_eq!(d["commands"][0]["method"], "drift", "{d:#}");
+    let drifted = d["commands"][0]["drifted"][0].as_str().unwrap_or_default();
+    assert!(
+        drifted.starts_with("hashed: NodePool \"default\" changed since the node was launched"),
+        "{d:#}"
+    );
     items[0]["metadata"]["annotations"]["karpenter.sh/nodepool-hash-version"] = json!("v3");
     let d = decide(&pools(UNDERUTILIZED, ""), items, &[]);
     assert!(

@@ -244,14 +244,19 @@ async fn queue(world: &World) -> Queue {
 
 /// template.yaml's `maxReceiveCount` for the interruption queue.
 fn template_max_receive_count() -> u32 {
+    template_queue_setting("maxReceiveCount:")
+}
+
+/// template.yaml's number after `key` (one the interruption queue alone declares).
+fn template_queue_setting(key: &str) -> u32 {
     let template =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../template.yaml"))
             .expect("template.yaml");
     template
         .lines()
-        .find_map(|l| l.trim().strip_prefix("maxReceiveCount:"))
+        .find_map(|l| l.trim().strip_prefix(key))
         .and_then(|n| n.trim().parse().ok())
-        .expect("template.yaml declares a maxReceiveCount")
+        .unwrap_or_else(|| panic!("template.yaml declares no {key}"))
 }
 
 async fn queue_with(moto: &str, max_receive_count: u32) -> Queue {
@@ -282,6 +287,12 @@ async fn queue_with(moto: &str, max_receive_count: u32) -> Queue {
             QueueAttributeName::RedrivePolicy,
             json!({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive_count.to_string()})
                 .to_string(),
+        )
+        // As the stack's queue: a batch in flight stays invisible for the whole
+        // invocation, so a concurrent poll (see `Poller`) never takes it a second time.
+        .attributes(
+            QueueAttributeName::VisibilityTimeout,
+            template_queue_setting("VisibilityTimeout:").to_string(),
         )
         .send()
         .await
@@ -338,13 +349,13 @@ impl Queue {
         self.receive_from(&self.url).await
     }
 
-    /// One poll of Lambda's SQS integration: receive a batch, invoke the handler with
-    /// the function's timeout, settle. `None` when nothing was visible.
-    async fn deliver(&self, h: &Handler, timeout: Duration) -> Option<SqsBatchResponse> {
-        let batch = self.receive().await;
-        if batch.is_empty() {
-            return None;
-        }
+    /// One invocation of the handler with `batch`, then settled.
+    async fn invoke(
+        &self,
+        h: &Handler,
+        batch: Vec<SqsMessage>,
+        timeout: Duration,
+    ) -> SqsBatchResponse {
         let mut event = SqsEvent::default();
         event.records = batch.clone();
         let response = h
@@ -352,7 +363,7 @@ impl Queue {
             .await
             .expect("interruption handler");
         self.settle(&batch, &response).await;
-        Some(response)
+        response
     }
 
     /// What Lambda does with the response: delete the successes, make the failures
@@ -1159,7 +1170,10 @@ fn briefs(claims: &[NodeClaim]) -> Vec<String> {
 }
 
 /// Lambda's SQS integration in the background: delivers every visible batch to the
-/// handler (with the function's timeout) and settles it, until dropped.
+/// handler (with the function's timeout) and settles it, until dropped. As Lambda does
+/// for a function without reserved concurrency (the interruption function's), a batch
+/// that arrives while an invocation is still draining gets an invocation of its own: a
+/// spot warning is never queued behind a rebalance's drain.
 struct Poller {
     responses: Arc<Mutex<Vec<SqsBatchResponse>>>,
     task: JoinHandle<()>,
@@ -1171,11 +1185,20 @@ impl Poller {
         let responses: Arc<Mutex<Vec<SqsBatchResponse>>> = Arc::default();
         let log = responses.clone();
         let task = tokio::spawn(async move {
+            // Invocations in flight: dropped (aborted) with the poller.
+            let mut invocations = tokio::task::JoinSet::new();
             loop {
-                match queue.deliver(&handler, FUNCTION_TIMEOUT).await {
-                    Some(response) => log.lock().unwrap().push(response),
-                    None => tokio::time::sleep(Duration::from_millis(250)).await,
+                while invocations.try_join_next().is_some() {}
+                let batch = queue.receive().await;
+                if batch.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                    continue;
                 }
+                let (queue, handler, log) = (queue.clone(), handler.clone(), log.clone());
+                invocations.spawn(async move {
+                    let response = queue.invoke(&handler, batch, FUNCTION_TIMEOUT).await;
+                    log.lock().unwrap().push(response);
+                });
             }
         });
         Poller { responses, task }

@@ -973,8 +973,8 @@ async fn owned_instances_are_only_this_clusters_and_terminate_removes_them() {
     assert_eq!(i.claim_name.as_deref(), Some("default-o1"));
     assert!(i.state == "running" || i.state == "pending", "{}", i.state);
     assert!(i.launch_time > 0);
-    // What drift compares with what the class selects (moto's CreateFleet drops the
-    // launch template's security groups: see the next test for those).
+    // What drift compares with what the class selects (security groups: see the
+    // test of spot and on-demand launches below).
     assert_eq!(i.image_id.as_deref(), Some(net.ami_amd64.as_str()));
     assert_eq!(i.subnet_id.as_deref(), Some(net.subnet_a.as_str()));
 
@@ -1026,43 +1026,80 @@ async fn instance_status_checks_are_read_and_healthy_instances_are_not_impaired(
 
 #[tokio::test]
 #[ignore = "needs moto: run through tests/moto.sh"]
-async fn owned_instances_carry_the_image_subnet_and_security_groups_ec2_describes() {
-    // Started with RunInstances: moto 5.2.5's CreateFleet does not apply the launch
-    // template's security groups, RunInstances does.
+async fn instances_launched_spot_or_on_demand_carry_what_their_class_selects_and_have_not_drifted()
+{
+    // EC2 gives a fleet's instances the launch template's security groups, spot and
+    // on-demand alike (tests/moto_server.py makes moto's CreateFleet do so too): a node
+    // just launched must never read as drifted from its EC2NodeClass.
+    use nodewright_core::disruption::drift::{
+        LaunchedWith, SelectedImage, Selection, resource_drift,
+    };
     let url = moto!();
     let cluster = unique("drift");
     let net = network(&url, &cluster).await;
     let cloud = cloud(&url, &cluster, &net).await;
-    let ec2 = aws_sdk_ec2::Client::new(&sdk_config(&url).await);
-    let cluster_tag = format!("kubernetes.io/cluster/{cluster}");
-    let started = ec2
-        .run_instances()
-        .image_id(&net.ami_arm64)
-        .instance_type(aws_sdk_ec2::types::InstanceType::M6gLarge)
-        .min_count(1)
-        .max_count(1)
-        .subnet_id(&net.subnet_b)
-        .security_group_ids(&net.security_group)
-        .tag_specifications(tag_spec(
-            ResourceType::Instance,
-            &[
-                (cluster_tag.as_str(), "owned"),
-                ("nodewright.io/managed-by", "nodewright"),
-                ("karpenter.sh/nodeclaim", "default-d1"),
-            ],
-        ))
-        .send()
-        .await
-        .unwrap();
-    let id = started.instances()[0].instance_id().unwrap().to_string();
+    let class = node_class(&cluster, vec![alias()]);
+    let resolved = cloud.resolve_node_class(&class, K8S).await.unwrap();
+    let spot = Offering {
+        capacity_type: CapacityType::Spot,
+        ..on_demand("m6g.large", "us-east-1b", 0.031)
+    };
+    for (claim, offering) in [
+        ("default-d1", spot),
+        ("default-d2", on_demand("m5.large", "us-east-1a", 0.096)),
+    ] {
+        let request = launch_request(claim, class.clone(), resolved.clone(), vec![offering]);
+        cloud.launch(&request).await.unwrap();
+    }
+    let selection = Selection {
+        node_class: "default",
+        images: resolved
+            .images
+            .iter()
+            .map(|i| SelectedImage {
+                id: &i.id,
+                arch: &i.arch,
+            })
+            .collect(),
+        subnets: resolved.subnets.iter().map(|s| s.id.as_str()).collect(),
+        security_groups: resolved
+            .security_group_ids
+            .iter()
+            .map(String::as_str)
+            .collect(),
+        reservations: Vec::new(),
+    };
 
-    let owned = cloud.owned_instances().await.unwrap();
-    assert_eq!(owned.len(), 1, "{owned:?}");
-    let i = &owned[0];
-    assert_eq!(i.id, id);
-    assert_eq!(i.image_id.as_deref(), Some(net.ami_arm64.as_str()));
-    assert_eq!(i.subnet_id.as_deref(), Some(net.subnet_b.as_str()));
-    assert_eq!(i.security_group_ids, vec![net.security_group.clone()]);
+    let mut owned = cloud.owned_instances().await.unwrap();
+    owned.sort_by(|a, b| a.claim_name.cmp(&b.claim_name));
+    assert_eq!(owned.len(), 2, "{owned:?}");
+    let expected = [
+        (CapacityType::Spot, &net.ami_arm64, "us-east-1b"),
+        (CapacityType::OnDemand, &net.ami_amd64, "us-east-1a"),
+    ];
+    for (i, (capacity_type, image, zone)) in owned.iter().zip(expected) {
+        assert_eq!(i.capacity_type, capacity_type);
+        assert_eq!(i.image_id.as_ref(), Some(image));
+        assert_eq!(i.zone, zone);
+        assert_eq!(
+            i.security_group_ids,
+            vec![net.security_group.clone()],
+            "{capacity_type:?}"
+        );
+        let launched = LaunchedWith {
+            node: &i.id,
+            arch: None,
+            image: i.image_id.as_deref(),
+            subnet: i.subnet_id.as_deref(),
+            security_groups: &i.security_group_ids,
+            reservation: None,
+        };
+        assert_eq!(
+            resource_drift(&launched, &selection),
+            None,
+            "{capacity_type:?}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -290,8 +290,9 @@ impl Disrupter {
             warn!(problem = %problem, "a managed node could not be considered for disruption");
         }
         for c in &decision.commands {
-            info!(method = ?c.method, reason = ?c.reason, nodes = ?c.nodes, replacements = c.replacements.len(),
-                savings_per_hour = c.savings_per_hour, dry_run, "disruption decided");
+            info!(method = ?c.method, reason = ?c.reason, nodes = ?c.nodes, drifted = ?c.drifted,
+                replacements = c.replacements.len(), savings_per_hour = c.savings_per_hour, dry_run,
+                "disruption decided");
             for s in &c.scores {
                 info!(node_pool = %s.node_pool, score = s.score, threshold = s.threshold, k = s.k,
                     savings_fraction = s.savings_fraction, disruption_fraction = s.disruption_fraction,
@@ -310,7 +311,11 @@ impl Disrupter {
                         moves_text(&c.moves)
                     ),
                     reason: format!(
-                        "{:.4}/h → {:.4}/h, saves {:.4}/h{}",
+                        "{}{:.4}/h → {:.4}/h, saves {:.4}/h{}",
+                        c.drifted
+                            .iter()
+                            .map(|why| format!("drifted: {why}; "))
+                            .collect::<String>(),
                         c.price_per_hour_before,
                         c.price_per_hour_after,
                         c.savings_per_hour,

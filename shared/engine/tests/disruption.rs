@@ -96,6 +96,7 @@ fn test_decider(expire: Arc<Mutex<HashSet<String>>>) -> Decider {
                 d.commands.push(Command {
                     method: Method::Expiration,
                     reason: Reason::Expired,
+                    drifted: Vec::new(),
                     nodes: vec![n.name.clone()],
                     moves: vec![],
                     replacements: vec![PlannedNodeClaim {
@@ -125,6 +126,7 @@ fn test_decider(expire: Arc<Mutex<HashSet<String>>>) -> Decider {
                 d.commands.push(Command {
                     method: Method::Emptiness,
                     reason: Reason::Empty,
+                    drifted: Vec::new(),
                     nodes: vec![n.name.clone()],
                     moves: vec![],
                     replacements: vec![],
@@ -1014,10 +1016,15 @@ async fn a_drifted_ami_is_replaced_and_the_new_node_runs_the_new_image() {
     );
     sys.assert_pods_moved_within(t0, 5);
     sys.assert_settled();
+    // The decision log names the drift: which AMI the class no longer selects.
     assert!(
         sys.decisions("disruption")
             .iter()
-            .any(|d| d.contains("(Drift, Drifted)")),
+            .any(|d| d.contains("(Drift, Drifted)")
+                && d.contains(&format!(
+                    "drifted: {}: AMI ami-0aaaaaaaaaaaaaaa1 is no longer selected by EC2NodeClass",
+                    old[0]
+                ))),
         "{:#?}",
         sys.decisions("disruption")
     );

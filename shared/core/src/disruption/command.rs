@@ -39,6 +39,11 @@ pub struct Move {
 pub struct Command {
     pub method: Method,
     pub reason: Reason,
+    /// For a drift: what drifted, per node ("node: why") — the AMI, subnet, security
+    /// groups or reservation its EC2NodeClass no longer selects, the NodePool's or the
+    /// EC2NodeClass's hash, or a requirement the node's labels left.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub drifted: Vec<String>,
     pub nodes: Vec<String>,
     pub moves: Vec<Move>,
     /// New NodeClaims to launch before the nodes drain: their options are those

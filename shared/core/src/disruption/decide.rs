@@ -428,9 +428,18 @@ impl Run<'_, '_> {
         } else {
             Vec::new()
         };
+        let drifted = if reason == Reason::Drifted {
+            nodes
+                .iter()
+                .filter_map(|c| Some(format!("{}: {}", c.name(), c.verdict.drifted.as_ref()?)))
+                .collect()
+        } else {
+            Vec::new()
+        };
         self.decision.commands.push(Command {
             method,
             reason,
+            drifted,
             nodes: names.iter().map(|n| n.to_string()).collect(),
             moves: placement.moves,
             replacements: placement.new_claims,

@@ -450,10 +450,15 @@ fn applying_any_decision_leaves_every_pod_fitting_and_every_node_accounted_for()
             .wrapping_add(1442695040888963407);
         (seed >> 33) % n
     };
-    for round in 0..15 {
+    // Rounds 15 and up: 60 nodes, some drifted, where a command that moved pods onto a
+    // node a later command removes would leave them on a removed node (checked below).
+    let mut large_commands_moving_pods = 0;
+    for round in 0..20 {
         let mut nodes = Vec::new();
         let mut pods = Vec::new();
-        for i in 0..(2 + next(9)) {
+        let count = if round < 15 { 2 + next(9) } else { 60 };
+        let mut drifted = Vec::new();
+        for i in 0..count {
             let name = format!("n{i}");
             let it = types[next(types.len() as u64) as usize];
             let node = managed(&name, it);
@@ -478,10 +483,20 @@ fn applying_any_decision_leaves_every_pod_fitting_and_every_node_accounted_for()
                 }
                 pods.push(p);
             }
+            if round >= 15 && next(8) == 0 {
+                drifted.push((
+                    name.clone(),
+                    "AMI ami-old is no longer selected".to_string(),
+                ));
+            }
             nodes.push(node);
         }
-        let case = Case::new(nodes, pods);
+        let mut case = Case::new(nodes, pods);
+        case.external_drift = drifted;
         let d = case.decide();
+        if round >= 15 {
+            large_commands_moving_pods += d.commands.iter().filter(|c| !c.moves.is_empty()).count();
+        }
         let by_key: HashMap<String, &Pod> =
             case.snapshot.pods.iter().map(|p| (p.key(), p)).collect();
         // Every managed node once.
@@ -569,4 +584,9 @@ fn applying_any_decision_leaves_every_pod_fitting_and_every_node_accounted_for()
             }
         }
     }
+    // The 60-node rounds did move pods between nodes that stay (the case checked).
+    assert!(
+        large_commands_moving_pods > 5,
+        "{large_commands_moving_pods}"
+    );
 }
