@@ -14,13 +14,20 @@ EC2 gives them: moto reads the groups from a field launch templates do not have,
 it gives a spot instance the VPC's default group and an on-demand one none, and every
 node launched through it would read as drifted from its EC2NodeClass's groups.
 
+CreateFleet answers an override whose subnet has no free address with EC2's
+`InsufficientFreeAddressesInSubnet` entry in `Errors` (moto launches into it anyway).
+
 Arguments are moto_server's.
 """
 
 import sys
 import threading
 
+import uuid
+
+from moto.core.responses import ActionResult
 from moto.ec2.models.fleets import Fleet
+from moto.ec2.responses.fleets import Fleets
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 from moto.server import main
 
@@ -73,6 +80,54 @@ def _create_fleet_with_launch_template_groups(self, ec2_backend, *args, **kwargs
 
 
 Fleet.__init__ = _create_fleet_with_launch_template_groups
+
+_create_fleet_response = Fleets.create_fleet
+
+
+def _create_fleet_where_subnets_have_addresses(self):
+    configs = self._get_param("LaunchTemplateConfigs", []) or []
+    lifecycle = (
+        self._get_param("TargetCapacitySpecification", {}) or {}
+    ).get("DefaultTargetCapacityType", "on-demand")
+    errors = []
+    for config in configs:
+        kept = []
+        for override in config.get("Overrides") or []:
+            subnet_id = override.get("SubnetId")
+            if (
+                subnet_id
+                and self.ec2_backend.get_subnet(subnet_id).available_ip_address_count
+                <= 0
+            ):
+                errors.append(
+                    {
+                        "LaunchTemplateAndOverrides": {
+                            "LaunchTemplateSpecification": config[
+                                "LaunchTemplateSpecification"
+                            ],
+                            "Overrides": override,
+                        },
+                        "Lifecycle": lifecycle,
+                        "ErrorCode": "InsufficientFreeAddressesInSubnet",
+                        "ErrorMessage": f"There are not enough free addresses in subnet '{subnet_id}' to satisfy the requested number of instances.",
+                    }
+                )
+            else:
+                kept.append(override)
+        config["Overrides"] = kept
+    if not errors:
+        return _create_fleet_response(self)
+    if not any(config["Overrides"] for config in configs):
+        # Nothing left to launch (moto would launch the template without a subnet).
+        return ActionResult(
+            {"FleetId": f"fleet-{uuid.uuid4()}", "Instances": [], "Errors": errors}
+        )
+    answer = _create_fleet_response(self)
+    answer.result.setdefault("Errors", []).extend(errors)
+    return answer
+
+
+Fleets.create_fleet = _create_fleet_where_subnets_have_addresses
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -16,6 +16,19 @@ pub struct FleetError {
     /// The override it concerns, when the entry names one.
     pub instance_type: Option<String>,
     pub zone: Option<String>,
+    pub subnet: Option<String>,
+}
+
+/// EC2's code for an override whose subnet has no free address left.
+pub const NO_FREE_ADDRESSES: &str = "InsufficientFreeAddressesInSubnet";
+
+impl FleetError {
+    /// The subnet this error says has no free address left, if it is that error.
+    pub fn subnet_without_addresses(&self) -> Option<&str> {
+        (self.code == NO_FREE_ADDRESSES)
+            .then_some(self.subnet.as_deref())
+            .flatten()
+    }
 }
 
 impl std::fmt::Display for FleetError {
@@ -148,6 +161,7 @@ mod tests {
             message: format!("{code} happened"),
             instance_type: t.map(Into::into),
             zone: zone.map(Into::into),
+            subnet: None,
         }
     }
 

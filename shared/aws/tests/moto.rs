@@ -1102,6 +1102,147 @@ async fn instances_launched_spot_or_on_demand_carry_what_their_class_selects_and
     }
 }
 
+/// A subnet in `zone` of `like`'s VPC, tagged for `cluster`'s discovery, with
+/// `taken` of its addresses given to network interfaces.
+async fn discovered_subnet(
+    ec2: &aws_sdk_ec2::Client,
+    like: &str,
+    cluster: &str,
+    cidr: &str,
+    zone: &str,
+    taken: usize,
+) -> String {
+    let vpc = ec2
+        .describe_subnets()
+        .subnet_ids(like)
+        .send()
+        .await
+        .unwrap()
+        .subnets()[0]
+        .vpc_id()
+        .unwrap()
+        .to_string();
+    let subnet = ec2
+        .create_subnet()
+        .vpc_id(vpc)
+        .cidr_block(cidr)
+        .availability_zone(zone)
+        .tag_specifications(tag_spec(
+            ResourceType::Subnet,
+            &[("karpenter.sh/discovery", cluster)],
+        ))
+        .send()
+        .await
+        .unwrap()
+        .subnet
+        .unwrap()
+        .subnet_id
+        .unwrap();
+    take_addresses(ec2, &subnet, taken).await;
+    subnet
+}
+
+/// Gives `n` of the subnet's addresses to new network interfaces.
+async fn take_addresses(ec2: &aws_sdk_ec2::Client, subnet: &str, n: usize) {
+    for _ in 0..n {
+        ec2.create_network_interface()
+            .subnet_id(subnet)
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn a_subnet_out_of_addresses_is_passed_over_and_its_zone_goes_only_once_every_subnet_is() {
+    use nodewright_engine::ports::LaunchError;
+    let url = moto!();
+    let cluster = unique("ips");
+    let net = network(&url, &cluster).await;
+    let ec2 = aws_sdk_ec2::Client::new(&sdk_config(&url).await);
+    // us-east-1c: two /28 subnets (11 usable addresses), 11 and 6 of them free.
+    let roomy = discovered_subnet(
+        &ec2,
+        &net.subnet_a,
+        &cluster,
+        "10.0.4.0/28",
+        "us-east-1c",
+        0,
+    )
+    .await;
+    let small = discovered_subnet(
+        &ec2,
+        &net.subnet_a,
+        &cluster,
+        "10.0.4.16/28",
+        "us-east-1c",
+        5,
+    )
+    .await;
+    let cloud = cloud(&url, &cluster, &net).await;
+    let class = node_class(&cluster, vec![alias()]);
+    let resolved = cloud.resolve_node_class(&class, K8S).await.unwrap();
+    let in_c = |t: &str| on_demand(t, "us-east-1c", 0.096);
+    let launch = |claim: &str, offerings: Vec<Offering>| {
+        launch_request(claim, class.clone(), resolved.clone(), offerings)
+    };
+    let refused = |e: LaunchError| match e {
+        LaunchError::InsufficientCapacity { offerings, message } => (offerings, message),
+        other => panic!("not insufficient capacity: {other:?}"),
+    };
+    // Other launches took the roomy subnet's addresses since DescribeSubnets counted them.
+    take_addresses(&ec2, &roomy, 11).await;
+
+    // EC2 refuses the roomy subnet: that offering is out of capacity.
+    let e = cloud
+        .launch(&launch("default-i1", vec![in_c("m5.large")]))
+        .await
+        .unwrap_err();
+    let (offerings, message) = refused(e);
+    assert_eq!(offerings, vec![in_c("m5.large")]);
+    assert!(
+        message.contains("InsufficientFreeAddressesInSubnet"),
+        "{message}"
+    );
+
+    // Another type in the zone launches into the zone's other subnet, though the count
+    // DescribeSubnets gave still ranks the roomy one first.
+    let launched = cloud
+        .launch(&launch("default-i2", vec![in_c("c5.large")]))
+        .await
+        .unwrap();
+    assert_eq!(launched.zone, "us-east-1c");
+    let instance = describe_instance(&url, &launched.instance_id).await;
+    assert_eq!(instance.subnet_id.as_deref(), Some(small.as_str()));
+
+    // The small subnet runs out too: once EC2 says so, the whole zone has no capacity,
+    // and a launch that may go elsewhere does, reporting the zone's offering.
+    take_addresses(&ec2, &small, 5).await;
+    let e = cloud
+        .launch(&launch("default-i3", vec![in_c("m5.xlarge")]))
+        .await
+        .unwrap_err();
+    assert_eq!(refused(e).0, vec![in_c("m5.xlarge")]);
+    let elsewhere = on_demand("m5.large", "us-east-1a", 0.096);
+    let launched = cloud
+        .launch(&launch(
+            "default-i4",
+            vec![in_c("r5.large"), elsewhere.clone()],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(launched.zone, "us-east-1a");
+    assert_eq!(launched.unavailable, vec![in_c("r5.large")]);
+    let e = cloud
+        .launch(&launch("default-i5", vec![in_c("r5.large")]))
+        .await
+        .unwrap_err();
+    let (offerings, message) = refused(e);
+    assert_eq!(offerings, vec![in_c("r5.large")]);
+    assert!(message.contains("every subnet of us-east-1c"), "{message}");
+}
+
 #[tokio::test]
 #[ignore = "needs moto: run through tests/moto.sh"]
 async fn catalog_comes_from_describe_instance_types_with_embedded_prices() {

@@ -12,8 +12,9 @@
 //! through a launch template that targets it. At one price the groups go in that order
 //! (Karpenter's `CapacityReservationTypeFilter`).
 
-use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use aws_sdk_ec2::types::{
     DefaultTargetCapacityType, FleetLaunchTemplateConfigRequest,
@@ -31,11 +32,39 @@ use nodewright_engine::ports::{
 
 use super::{Ec2Cloud, hex, tag_specification};
 use crate::error::cloud_error;
-use crate::fleet::{FleetError, FleetErrors, FleetFailure, classify_fleet_errors};
+use crate::fleet::{
+    FleetError, FleetErrors, FleetFailure, NO_FREE_ADDRESSES, classify_fleet_errors,
+};
 use crate::tags::TAG_NODECLAIM;
 
 /// CreateFleet accepts at most this many overrides per call.
 pub const MAX_OVERRIDES: usize = 60;
+
+/// How long a subnet CreateFleet found without a free address is passed over
+/// (Karpenter-AWS's 3 minutes, as for an offering out of capacity).
+pub const SUBNET_EXHAUSTED_FOR: Duration = Duration::from_secs(180);
+
+/// Subnets CreateFleet lately found without a free address, and until when (this
+/// process). DescribeSubnets' free-address count lags the launches of the last
+/// minutes; this is what a launch learned since. While one is marked, launches in its
+/// zone use the zone's other subnets; a zone whose subnets are all marked gets none.
+#[derive(Default)]
+pub struct ExhaustedSubnets(Mutex<HashMap<String, Instant>>);
+
+impl ExhaustedSubnets {
+    pub fn mark(&self, subnet: &str) {
+        let mut marked = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        marked.insert(subnet.to_string(), Instant::now() + SUBNET_EXHAUSTED_FOR);
+    }
+
+    /// The subnets marked now (expired marks are dropped).
+    pub fn now(&self) -> HashSet<String> {
+        let mut marked = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        marked.retain(|_, until| *until > now);
+        marked.keys().cloned().collect()
+    }
+}
 
 /// How long after this process created an instance profile a launch that EC2 refuses as
 /// invalid is taken for IAM's propagation delay (retried later) rather than a mistake.
@@ -48,9 +77,17 @@ impl Ec2Cloud {
         &self,
         request: &LaunchRequest,
     ) -> Result<Launched, LaunchError> {
-        // The subnet with the most free addresses in each zone.
+        // The subnet with the most free addresses in each zone, among those CreateFleet
+        // has not lately found without any (see `ExhaustedSubnets`). A zone whose every
+        // subnet is out of addresses has no capacity now: its offerings are not tried.
+        let exhausted = self.exhausted_subnets.now();
         let mut subnet_by_zone: HashMap<String, Subnet> = HashMap::new();
+        let mut zones_without_addresses: BTreeSet<String> = BTreeSet::new();
         for s in &request.resolved.subnets {
+            if exhausted.contains(&s.id) {
+                zones_without_addresses.insert(s.zone.clone());
+                continue;
+            }
             let better = subnet_by_zone
                 .get(&s.zone)
                 .is_none_or(|cur| s.available_ips > cur.available_ips);
@@ -58,11 +95,21 @@ impl Ec2Cloud {
                 subnet_by_zone.insert(s.zone.clone(), s.clone());
             }
         }
+        zones_without_addresses.retain(|zone| !subnet_by_zone.contains_key(zone));
+        let (no_addresses, offerings): (Vec<Offering>, Vec<Offering>) = request
+            .offerings
+            .iter()
+            .cloned()
+            .partition(|o| zones_without_addresses.contains(&o.zone));
+        if !no_addresses.is_empty() {
+            tracing::info!(claim = %request.claim_name, zones = ?zones_without_addresses,
+                offerings = no_addresses.len(), "every subnet of these zones is out of free addresses");
+        }
         // Offerings by capacity type (reserved ones by how the reservation sells),
         // cheapest group first, at one price in the order of `Group`. A reserved
         // offering without a reservation left is not tried.
         let mut groups: BTreeMap<Group, Vec<Offering>> = BTreeMap::new();
-        for o in &request.offerings {
+        for o in &offerings {
             let market = match o.capacity_type {
                 CapacityType::Reserved => match reservation_for(request, o) {
                     Some(r) => Some(r.market()),
@@ -80,6 +127,19 @@ impl Ec2Cloud {
             offerings.sort_by(|a, b| a.price.total_cmp(&b.price));
         }
         groups.sort_by(|a, b| a.1[0].price.total_cmp(&b.1[0].price));
+        if groups.is_empty() && !no_addresses.is_empty() {
+            return Err(LaunchError::InsufficientCapacity {
+                message: format!(
+                    "{NO_FREE_ADDRESSES}: every subnet of {} is out of free addresses",
+                    zones_without_addresses
+                        .iter()
+                        .map(String::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                offerings: no_addresses,
+            });
+        }
         if groups.is_empty() {
             return Err(CloudError::new(
                 ErrorKind::Invalid,
@@ -88,7 +148,7 @@ impl Ec2Cloud {
             .into());
         }
 
-        let mut unavailable = Vec::new();
+        let mut unavailable = no_addresses;
         let mut messages = Vec::new();
         for ((capacity_type, market), offerings) in &groups {
             match self
@@ -100,7 +160,10 @@ impl Ec2Cloud {
                 )
                 .await
             {
-                Ok(launched) => return Ok(launched),
+                Ok(mut launched) => {
+                    launched.unavailable.extend(unavailable);
+                    return Ok(launched);
+                }
                 Err(LaunchError::InsufficientCapacity { offerings, message }) => {
                     tracing::info!(claim = %request.claim_name, capacity_type = %capacity_type,
                         offerings = offerings.len(), "insufficient capacity");
@@ -269,9 +332,19 @@ impl Ec2Cloud {
                                 .map(|z| z.to_string())
                         })
                     }),
+                    subnet: overrides.as_ref().and_then(|o| o.subnet_id.clone()),
                 }
             })
             .collect();
+        // The offering is out of capacity (below, as Karpenter-AWS marks it); its subnet
+        // is also passed over while it lasts, so the zone's other subnets are used.
+        for subnet in errors
+            .iter()
+            .filter_map(FleetError::subnet_without_addresses)
+        {
+            tracing::info!(claim = %request.claim_name, subnet = %subnet, "subnet out of free addresses");
+            self.exhausted_subnets.mark(subnet);
+        }
         for instance in out.instances.unwrap_or_default() {
             let Some(instance_id) = instance.instance_ids.unwrap_or_default().into_iter().next()
             else {

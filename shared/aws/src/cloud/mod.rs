@@ -94,6 +94,8 @@ pub struct Ec2Cloud {
     read: Arc<ReadOnce>,
     /// Launch template names known to exist (per warm Lambda).
     templates: Mutex<HashSet<String>>,
+    /// Subnets found without a free address by a recent launch (per warm Lambda).
+    exhausted_subnets: launch::ExhaustedSubnets,
     profiles: InstanceProfiles,
     region: Option<String>,
 }
@@ -118,6 +120,7 @@ impl Ec2Cloud {
             cluster,
             read,
             templates: Mutex::new(HashSet::new()),
+            exhausted_subnets: launch::ExhaustedSubnets::default(),
         }
     }
 
