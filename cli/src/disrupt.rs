@@ -246,8 +246,8 @@ fn render(d: &Decision, view: View) -> String {
             dollars(c.price_per_hour_after),
         );
         let _ = writeln!(out, "   nodes: {}", c.nodes.join(", "));
-        for why in &c.drifted {
-            let _ = writeln!(out, "   drifted: {why}");
+        for d in &c.drifted {
+            let _ = writeln!(out, "   drifted: {}: {}", d.node, d.reason);
         }
         for m in &c.moves {
             let _ = writeln!(out, "   {} pod(s) -> {}", m.pods.len(), m.target);

@@ -1476,6 +1476,77 @@ fn simulate_repairs_unhealthy_nodes_a_fifth_of_the_pool_at_a_time_from_scenario_
     assert!(stdout.contains("6 unhealthy node(s) replaced"), "{stdout}");
 }
 
+/// Seconds into the run of a timeline or disruption entry's `t` ("hh:mm:ss").
+fn seconds_of(t: &Value) -> u64 {
+    t.as_str()
+        .unwrap_or_default()
+        .split(':')
+        .fold(0, |total, part| {
+            total * 60 + part.parse::<u64>().unwrap_or(0)
+        })
+}
+
+#[test]
+fn an_ami_release_rolls_out_as_fast_as_the_budget_allows_not_one_command_at_a_time() {
+    // The 5,000-node example, at 60 nodes: the budget (10%) lets 6 go at once.
+    let example = std::fs::read_to_string(example("drift-rollout.yaml")).unwrap();
+    assert!(
+        example.contains("replicas: 5000"),
+        "the example's size changed"
+    );
+    let scenario = temp_file(
+        "drift-rollout-60.yaml",
+        &example
+            .replace("replicas: 5000", "replicas: 60")
+            .replace("duration: 1h30m", "duration: 50m"),
+    );
+    let out = nodewright(&["simulate", scenario.to_str().unwrap(), "--output", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("simulate prints JSON");
+    let summary = &doc["summary"];
+    assert_eq!(summary["podsLost"], 0, "{summary}");
+    assert_eq!(summary["pdbViolations"], 0, "{summary}");
+    assert_eq!(summary["podsPendingAtEnd"], 0, "{summary}");
+    assert_eq!(summary["nodesAtEnd"], 60, "{summary}");
+
+    let drifted: Vec<&Value> = doc["disruptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["cause"] == "Drifted")
+        .collect();
+    assert_eq!(drifted.len(), 60, "every node replaced once");
+    let mut started: std::collections::BTreeMap<u64, usize> = Default::default();
+    for d in &drifted {
+        *started.entry(seconds_of(&d["t"])).or_default() += 1;
+    }
+    assert_eq!(
+        started.values().max(),
+        Some(&6),
+        "as many at once as the budget allows: {started:?}"
+    );
+    let done = drifted
+        .iter()
+        .map(|d| seconds_of(&d["t"]) + d["terminatedAfterSeconds"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    // Ten decisions a minute apart, each replacement booted before its node drains.
+    assert!(
+        done <= 30 * 60 + 12 * 60,
+        "the rollout ended {}s after the release: {started:?}",
+        done - 30 * 60
+    );
+
+    // The decision names the drift.
+    let text = nodewright(&["simulate", scenario.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        stdout.contains("(Drift, Drifted: AMI ami-")
+            && stdout.contains("is no longer selected by EC2NodeClass default)"),
+        "{stdout}"
+    );
+}
+
 // ----- validate: every field present that nodewright does not honour is named ----------
 
 use nodewright_core::api::Kind;

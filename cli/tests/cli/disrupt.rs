@@ -406,15 +406,13 @@ fn a_node_whose_type_the_node_pool_no_longer_allows_is_drifted_and_replaced() {
     assert_eq!(c["method"], "drift", "{d:#}");
     assert_eq!(c["reason"], "Drifted");
     // Which drift, not only that it drifted: here the pool's instance-family requirement.
-    let drifted = c["drifted"][0].as_str().unwrap_or_default();
-    assert!(
-        drifted.starts_with("m5-node: ") && drifted.contains("karpenter.k8s.aws/instance-family"),
-        "{d:#}"
-    );
+    assert_eq!(c["drifted"][0]["node"], "m5-node", "{d:#}");
+    let why = c["drifted"][0]["reason"].as_str().unwrap_or_default();
+    assert!(why.contains("karpenter.k8s.aws/instance-family"), "{d:#}");
     let (code, table, stderr) = run(&pools(UNDERUTILIZED, requirement), items, &[]);
     assert_eq!(code, 0, "{stderr}");
     assert!(
-        table.contains(&format!("   drifted: {drifted}\n")),
+        table.contains(&format!("   drifted: m5-node: {why}\n")),
         "{table}"
     );
     let replacement = &c["replacements"][0];
@@ -641,9 +639,13 @@ fn a_node_whose_node_pool_hash_nodewright_wrote_differs_is_drifted_and_karpenter
         "karpenter.sh/nodepool-hash-version": "nodewright-v1"});
     let d = decide(&pools(UNDERUTILIZED, ""), items.clone(), &[]);
     assert_eq!(d["commands"][0]["method"], "drift", "{d:#}");
-    let drifted = d["commands"][0]["drifted"][0].as_str().unwrap_or_default();
+    let drifted = &d["commands"][0]["drifted"][0];
+    assert_eq!(drifted["node"], "hashed", "{d:#}");
     assert!(
-        drifted.starts_with("hashed: NodePool \"default\" changed since the node was launched"),
+        drifted["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("NodePool \"default\" changed since the node was launched"),
         "{d:#}"
     );
     items[0]["metadata"]["annotations"]["karpenter.sh/nodepool-hash-version"] = json!("v3");

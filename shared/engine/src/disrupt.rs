@@ -290,7 +290,7 @@ impl Disrupter {
             warn!(problem = %problem, "a managed node could not be considered for disruption");
         }
         for c in &decision.commands {
-            info!(method = ?c.method, reason = ?c.reason, nodes = ?c.nodes, drifted = ?c.drifted,
+            info!(method = ?c.method, reason = ?c.reason, nodes = ?c.nodes, drifted = %c.drift_summary(),
                 replacements = c.replacements.len(), savings_per_hour = c.savings_per_hour, dry_run,
                 "disruption decided");
             for s in &c.scores {
@@ -303,19 +303,19 @@ impl Disrupter {
                     at: now,
                     job: JOB.into(),
                     action: format!(
-                        "disrupt {} ({:?}, {:?}), {} replacement(s){}{suffix}",
+                        "disrupt {} ({:?}, {:?}{}), {} replacement(s){}{suffix}",
                         c.nodes.join(", "),
                         c.method,
                         c.reason,
+                        match c.drift_summary() {
+                            why if why.is_empty() => why,
+                            why => format!(": {why}"),
+                        },
                         c.replacements.len(),
                         moves_text(&c.moves)
                     ),
                     reason: format!(
-                        "{}{:.4}/h → {:.4}/h, saves {:.4}/h{}",
-                        c.drifted
-                            .iter()
-                            .map(|why| format!("drifted: {why}; "))
-                            .collect::<String>(),
+                        "{:.4}/h → {:.4}/h, saves {:.4}/h{}",
                         c.price_per_hour_before,
                         c.price_per_hour_after,
                         c.savings_per_hour,

@@ -1018,13 +1018,9 @@ async fn a_drifted_ami_is_replaced_and_the_new_node_runs_the_new_image() {
     sys.assert_settled();
     // The decision log names the drift: which AMI the class no longer selects.
     assert!(
-        sys.decisions("disruption")
-            .iter()
-            .any(|d| d.contains("(Drift, Drifted)")
-                && d.contains(&format!(
-                    "drifted: {}: AMI ami-0aaaaaaaaaaaaaaa1 is no longer selected by EC2NodeClass",
-                    old[0]
-                ))),
+        sys.decisions("disruption").iter().any(|d| d.contains(
+            "(Drift, Drifted: AMI ami-0aaaaaaaaaaaaaaa1 is no longer selected by EC2NodeClass"
+        )),
         "{:#?}",
         sys.decisions("disruption")
     );

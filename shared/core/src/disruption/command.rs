@@ -39,11 +39,9 @@ pub struct Move {
 pub struct Command {
     pub method: Method,
     pub reason: Reason,
-    /// For a drift: what drifted, per node ("node: why") — the AMI, subnet, security
-    /// groups or reservation its EC2NodeClass no longer selects, the NodePool's or the
-    /// EC2NodeClass's hash, or a requirement the node's labels left.
+    /// For a drift: what drifted, per node.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub drifted: Vec<String>,
+    pub drifted: Vec<DriftedNode>,
     pub nodes: Vec<String>,
     pub moves: Vec<Move>,
     /// New NodeClaims to launch before the nodes drain: their options are those
@@ -56,6 +54,32 @@ pub struct Command {
     /// nodes (none for other pools and other methods).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub scores: Vec<super::balanced::Score>,
+}
+
+/// A node a drift command replaces, and what drifted: the AMI, subnet, security groups
+/// or reservation its EC2NodeClass no longer selects, the NodePool's or the
+/// EC2NodeClass's hash, or a requirement or label the node's labels left.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftedNode {
+    pub node: String,
+    pub reason: String,
+}
+
+impl Command {
+    /// What drifted, for a one-line summary: the reason alone for one node, each node
+    /// with its reason for several; empty when nothing did.
+    pub fn drift_summary(&self) -> String {
+        match self.drifted.as_slice() {
+            [] => String::new(),
+            [one] => one.reason.clone(),
+            many => many
+                .iter()
+                .map(|d| format!("{}: {}", d.node, d.reason))
+                .collect::<Vec<_>>()
+                .join("; "),
+        }
+    }
 }
 
 /// A managed node in no command, and why.

@@ -33,7 +33,7 @@ use crate::scheduling::fast_hash::FastMap;
 use super::balanced::{self, PoolTotals, Source};
 use super::budget::allowance;
 use super::candidates::{NodeVerdict, evaluate};
-use super::command::{Command, Decision, DisruptionInput, Method, RejectedNode};
+use super::command::{Command, Decision, DisruptionInput, DriftedNode, Method, RejectedNode};
 use super::kube_fit::KubeRoom;
 use super::rules::consolidatable;
 use super::speculate::{Limits, Placement, Speculator, Stop};
@@ -431,7 +431,12 @@ impl Run<'_, '_> {
         let drifted = if reason == Reason::Drifted {
             nodes
                 .iter()
-                .filter_map(|c| Some(format!("{}: {}", c.name(), c.verdict.drifted.as_ref()?)))
+                .filter_map(|c| {
+                    Some(DriftedNode {
+                        node: c.name().to_string(),
+                        reason: c.verdict.drifted.clone()?,
+                    })
+                })
                 .collect()
         } else {
             Vec::new()

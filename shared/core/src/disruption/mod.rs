@@ -19,7 +19,7 @@ pub mod speculate;
 
 use serde::Serialize;
 
-pub use command::{Command, Decision, DisruptionInput, Method, Move, RejectedNode};
+pub use command::{Command, Decision, DisruptionInput, DriftedNode, Method, Move, RejectedNode};
 pub use decide::{Phase, decide, decide_observed};
 
 use crate::api::model::DisruptionReason;

@@ -148,7 +148,9 @@ async fn a_node_in_a_reservation_its_class_no_longer_selects_is_replaced_as_drif
         "{log:#?}"
     );
     assert!(
-        log.iter().any(|d| d.contains("(Drift, Drifted)")),
+        log.iter().any(|d| d.contains("(Drift, Drifted: ")
+            && d.contains("capacity reservation")
+            && d.contains("no longer")),
         "{log:#?}"
     );
     assert_eq!(sys.pods_on(&nodes[0]), 1);
