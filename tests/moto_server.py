@@ -90,15 +90,18 @@ def _create_fleet_where_subnets_have_addresses(self):
         self._get_param("TargetCapacitySpecification", {}) or {}
     ).get("DefaultTargetCapacityType", "on-demand")
     errors = []
+    # moto counts a subnet's free addresses over every network interface it holds:
+    # once per subnet and call.
+    free = {}
     for config in configs:
         kept = []
         for override in config.get("Overrides") or []:
             subnet_id = override.get("SubnetId")
-            if (
-                subnet_id
-                and self.ec2_backend.get_subnet(subnet_id).available_ip_address_count
-                <= 0
-            ):
+            if subnet_id and subnet_id not in free:
+                free[subnet_id] = self.ec2_backend.get_subnet(
+                    subnet_id
+                ).available_ip_address_count
+            if subnet_id and free[subnet_id] <= 0:
                 errors.append(
                     {
                         "LaunchTemplateAndOverrides": {
