@@ -1031,9 +1031,7 @@ async fn instances_launched_spot_or_on_demand_carry_what_their_class_selects_and
     // EC2 gives a fleet's instances the launch template's security groups, spot and
     // on-demand alike (tests/moto_server.py makes moto's CreateFleet do so too): a node
     // just launched must never read as drifted from its EC2NodeClass.
-    use nodewright_core::disruption::drift::{
-        LaunchedWith, SelectedImage, Selection, resource_drift,
-    };
+    use nodewright_core::disruption::drift::{LaunchedWith, resource_drift};
     let url = moto!();
     let cluster = unique("drift");
     let net = network(&url, &cluster).await;
@@ -1051,24 +1049,7 @@ async fn instances_launched_spot_or_on_demand_carry_what_their_class_selects_and
         let request = launch_request(claim, class.clone(), resolved.clone(), vec![offering]);
         cloud.launch(&request).await.unwrap();
     }
-    let selection = Selection {
-        node_class: "default",
-        images: resolved
-            .images
-            .iter()
-            .map(|i| SelectedImage {
-                id: &i.id,
-                arch: &i.arch,
-            })
-            .collect(),
-        subnets: resolved.subnets.iter().map(|s| s.id.as_str()).collect(),
-        security_groups: resolved
-            .security_group_ids
-            .iter()
-            .map(String::as_str)
-            .collect(),
-        reservations: Vec::new(),
-    };
+    let selection = resolved.selection("default");
 
     let mut owned = cloud.owned_instances().await.unwrap();
     owned.sort_by(|a, b| a.claim_name.cmp(&b.claim_name));

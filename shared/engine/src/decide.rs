@@ -12,7 +12,7 @@ use nodewright_core::catalog::{
     CapacityType, LABEL_ARCH, LABEL_CAPACITY_RESERVATION_ID, LABEL_NODEPOOL, Pricing,
 };
 use nodewright_core::cluster::{ClusterSnapshot, Node, Pod};
-use nodewright_core::disruption::drift::{LaunchedWith, SelectedImage, Selection, external_drift};
+use nodewright_core::disruption::drift::{LaunchedWith, Selection, external_drift};
 use nodewright_core::disruption::{Decision, DisruptionInput};
 use nodewright_core::nodeclaim::{DisruptionCommand, NodeClaim, instance_id_from_provider_id};
 use nodewright_core::planning_view::{
@@ -180,31 +180,7 @@ fn resource_drift(world: &Gathered, nodes: &[Node]) -> Vec<(String, String)> {
     let selections: HashMap<&str, Selection<'_>> = world
         .classes
         .iter()
-        .map(|(name, (_, resolved))| {
-            let selection = Selection {
-                node_class: name.as_str(),
-                images: resolved
-                    .images
-                    .iter()
-                    .map(|i| SelectedImage {
-                        id: &i.id,
-                        arch: &i.arch,
-                    })
-                    .collect(),
-                subnets: resolved.subnets.iter().map(|s| s.id.as_str()).collect(),
-                security_groups: resolved
-                    .security_group_ids
-                    .iter()
-                    .map(String::as_str)
-                    .collect(),
-                reservations: resolved
-                    .reservations
-                    .iter()
-                    .map(|r| r.id.as_str())
-                    .collect(),
-            };
-            (name.as_str(), selection)
-        })
+        .map(|(name, (_, resolved))| (name.as_str(), resolved.selection(name)))
         .collect();
     let instances: HashMap<&str, &Instance> = world
         .owned

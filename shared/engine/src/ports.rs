@@ -144,6 +144,31 @@ pub struct ResolvedNodeClass {
     pub reservations: Vec<Reservation>,
 }
 
+impl ResolvedNodeClass {
+    /// What the class named `node_class` selects now, as resource drift compares a
+    /// node's instance with it.
+    pub fn selection<'a>(
+        &'a self,
+        node_class: &'a str,
+    ) -> nodewright_core::disruption::drift::Selection<'a> {
+        use nodewright_core::disruption::drift::{SelectedImage, Selection};
+        Selection {
+            node_class,
+            images: self
+                .images
+                .iter()
+                .map(|i| SelectedImage {
+                    id: &i.id,
+                    arch: &i.arch,
+                })
+                .collect(),
+            subnets: self.subnets.iter().map(|s| s.id.as_str()).collect(),
+            security_groups: self.security_group_ids.iter().map(String::as_str).collect(),
+            reservations: self.reservations.iter().map(|r| r.id.as_str()).collect(),
+        }
+    }
+}
+
 /// One (instance type, zone, capacity type) a launch may use, with its price.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Offering {
