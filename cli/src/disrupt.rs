@@ -6,8 +6,10 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use nodewright_core::capacity_buffer::buffer_room;
 use nodewright_core::catalog::Catalog;
 use nodewright_core::disruption::{Decision, DisruptionInput, RejectCode, decide_observed};
+use nodewright_core::provisioning::ProvisioningInput;
 
 use crate::output::{self, dollars};
 use crate::{Failure, Output, load_catalog, load_manifests, load_snapshot, manifests, zones};
@@ -73,6 +75,20 @@ pub fn run(args: &DisruptArgs) -> Result<(), Failure> {
     let mut pricing = crate::pricing(zones, &manifests, catalog);
     args.capacity.apply(&mut pricing)?;
     timings.step("read snapshot and manifests");
+    let buffers = crate::buffers::Buffers::of(&manifests, &snapshot);
+    let mut snapshot = snapshot;
+    let room = buffer_room(
+        &ProvisioningInput {
+            snapshot: &snapshot,
+            node_pools: &manifests.node_pools,
+            node_classes: &manifests.node_classes,
+            catalog,
+            pricing: &pricing,
+            in_flight: &[],
+        },
+        &buffers.virtual_pods,
+    );
+    snapshot.pods.extend(room);
     let input = DisruptionInput {
         snapshot: &snapshot,
         node_pools: &manifests.node_pools,

@@ -13,6 +13,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use nodewright_core::api::overlay::VALIDATION_SUCCEEDED;
 use nodewright_core::api::{Manifests, ReadOverlay};
+use nodewright_core::capacity_buffer::buffer_statuses;
 use nodewright_core::catalog::{Catalog, Pricing};
 use nodewright_core::cluster::ClusterSnapshot;
 use nodewright_core::overlay::{self, Resolution};
@@ -27,6 +28,7 @@ use nodewright_core::snapshot::parse_snapshot_reader;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod buffers;
 mod chart;
 mod disrupt;
 mod event;
@@ -179,6 +181,11 @@ struct Validated {
     #[serde(rename = "ec2NodeClasses")]
     node_classes: Vec<String>,
     node_overlays: Vec<OverlayVerdict>,
+    /// `namespace/name` of each CapacityBuffer and PodTemplate.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    capacity_buffers: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pod_templates: Vec<String>,
     /// The fields not fully honoured (every field with --fields).
     fields: Vec<manifests::FieldRow>,
 }
@@ -235,25 +242,31 @@ fn validate(args: &ValidateArgs) -> Result<(), Failure> {
                     message: s.message().to_string(),
                 })
                 .collect(),
+            capacity_buffers: manifests.capacity_buffers.iter().map(|b| b.key()).collect(),
+            pod_templates: manifests
+                .pod_templates
+                .iter()
+                .map(|t| format!("{}/{}", t.namespace, t.name))
+                .collect(),
             fields,
         };
         output::emit(&report, args.output)?;
         return Ok(());
     }
-    if manifests.node_overlays.is_empty() {
-        println!(
-            "valid: {} NodePool(s), {} EC2NodeClass(es)",
-            manifests.node_pools.len(),
-            manifests.node_classes.len()
-        );
-        return Ok(());
+    let mut counts = vec![
+        format!("{} NodePool(s)", manifests.node_pools.len()),
+        format!("{} EC2NodeClass(es)", manifests.node_classes.len()),
+    ];
+    for (n, kind) in [
+        (manifests.node_overlays.len(), "NodeOverlay(s)"),
+        (manifests.capacity_buffers.len(), "CapacityBuffer(s)"),
+        (manifests.pod_templates.len(), "PodTemplate(s)"),
+    ] {
+        if n > 0 {
+            counts.push(format!("{n} {kind}"));
+        }
     }
-    println!(
-        "valid: {} NodePool(s), {} EC2NodeClass(es), {} NodeOverlay(s)",
-        manifests.node_pools.len(),
-        manifests.node_classes.len(),
-        manifests.node_overlays.len()
-    );
+    println!("valid: {}", counts.join(", "));
     for status in &statuses {
         if status.succeeded() {
             println!("NodeOverlay {:?}: {VALIDATION_SUCCEEDED}", status.name);
@@ -372,6 +385,9 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
     let zones = zones(&args.zones, custom.is_some(), args.strict)?;
     let mut pricing = pricing(zones, &manifests, catalog);
     args.capacity.apply(&mut pricing)?;
+    let buffers = buffers::Buffers::of(&manifests, &snapshot);
+    let mut snapshot = snapshot;
+    snapshot.pods.extend(buffers.virtual_pods);
     let plan = plan_provisioning(&ProvisioningInput {
         snapshot: &snapshot,
         node_pools: &manifests.node_pools,
@@ -380,8 +396,14 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
         pricing: &pricing,
         in_flight: &[],
     });
-    if !output::emit(&plan, args.output)? {
+    let statuses = buffer_statuses(&buffers.resolutions, &plan);
+    let out = buffers::PlanOutput {
+        plan: &plan,
+        capacity_buffers: &statuses,
+    };
+    if !output::emit(&out, args.output)? {
         print!("{}", table::render(&plan, args.output == Output::Wide));
+        print!("{}", buffers::render(&statuses));
     }
     Ok(())
 }

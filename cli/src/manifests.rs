@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+use nodewright_core::api::buffer::{is_buffer_document, object_label as buffer_label};
 use nodewright_core::api::fields::{Status, field_report, overlay_field_report};
 use nodewright_core::api::overlay::is_node_overlay;
 use nodewright_core::api::schema::schema_problems;
@@ -150,6 +151,10 @@ fn label(doc: &Document) -> Option<String> {
     let kind = match Kind::of(&doc.value) {
         Some(kind) => kind.as_str(),
         None if is_node_overlay(&doc.value) => "NodeOverlay",
+        None if is_buffer_document(&doc.value) => {
+            doc.value.pointer("/metadata/name")?;
+            return Some(buffer_label(doc));
+        }
         None => return None,
     };
     let name = doc.value.pointer("/metadata/name")?.as_str()?;

@@ -1787,6 +1787,10 @@ mod static_capacity;
 #[path = "cli/node_overlay.rs"]
 mod node_overlay;
 
+/// CapacityBuffers through `validate`, `plan` and `disrupt`.
+#[path = "cli/capacity_buffer.rs"]
+mod capacity_buffer;
+
 #[path = "cli/scheduler_gaps.rs"]
 mod scheduler_gaps;
 

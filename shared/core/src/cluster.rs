@@ -208,6 +208,10 @@ pub struct Pod {
     /// honours node affinity counts nodes by these, as kube-scheduler and Karpenter do:
     /// a volume limits where its pod may go, not the domains the pod's spread counts.
     pub own_node_terms: Option<Vec<Vec<NodeRequirement>>>,
+    /// A CapacityBuffer's virtual pod (`namespace/name` of the buffer): room kept for
+    /// pods not created yet, never in the cluster, never counted by a
+    /// PodDisruptionBudget.
+    pub capacity_buffer: Option<String>,
 }
 
 /// Why a pending pod gets no new capacity: it is not nodewright's to provision for.
@@ -493,7 +497,8 @@ impl PodDisruptionBudget {
     /// without a selector (or with an empty one, in policy/v1) — Kubernetes: a nil
     /// selector selects nothing, an empty one everything.
     pub fn selects(&self, pod: &Pod) -> bool {
-        pod.namespace == self.namespace
+        pod.capacity_buffer.is_none()
+            && pod.namespace == self.namespace
             && self
                 .selector
                 .as_ref()
@@ -539,6 +544,19 @@ pub fn eviction_allowed(pod: &Pod, pods: &[Pod], pdbs: &[PodDisruptionBudget]) -
         .all(|b| b.disruptions_allowed(pods) > 0)
 }
 
+/// A Deployment, StatefulSet or ReplicaSet a `scalableRef` may name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScalableWorkload {
+    /// `Deployment`, `StatefulSet` or `ReplicaSet` (all `apps/v1`).
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// `spec.replicas` (`None`: the API server's default, 1).
+    pub replicas: Option<i32>,
+    /// Its pod template as a buffer chunk, or why it cannot be one.
+    pub template: Result<Pod, String>,
+}
+
 /// The parsed `kubectl get pods,nodes,daemonsets,poddisruptionbudgets -A -o json`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ClusterSnapshot {
@@ -546,6 +564,9 @@ pub struct ClusterSnapshot {
     pub nodes: Vec<Node>,
     pub daemonsets: Vec<DaemonSet>,
     pub pdbs: Vec<PodDisruptionBudget>,
+    /// Deployments, StatefulSets and ReplicaSets, for the CapacityBuffers that name
+    /// one (`scalableRef`).
+    pub workloads: Vec<ScalableWorkload>,
 }
 
 impl ClusterSnapshot {

@@ -17,6 +17,7 @@
 
 pub mod api;
 pub mod calendar;
+pub mod capacity_buffer;
 pub mod catalog;
 pub mod cluster;
 pub mod density;

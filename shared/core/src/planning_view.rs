@@ -124,6 +124,7 @@ pub fn planning_snapshot(
         nodes,
         daemonsets: view.daemonsets.to_vec(),
         pdbs: view.pdbs.to_vec(),
+        workloads: Vec::new(),
     }
 }
 

@@ -99,6 +99,7 @@ async fn main() {
         nodes: state.nodes.clone(),
         daemonsets: vec![],
         pdbs: vec![],
+        workloads: Vec::new(),
     };
     let pricing = Pricing::for_zones(ZONES.map(String::from).to_vec());
     let t = Instant::now();

@@ -146,7 +146,8 @@ pub fn rejection_reason(code: RejectCode) -> &'static str {
         | RejectCode::PodsDoNotFit
         | RejectCode::NotCheaper
         | RejectCode::SpotToSpot
-        | RejectCode::Balanced => UNCONSOLIDATABLE,
+        | RejectCode::Balanced
+        | RejectCode::CapacityBuffer => UNCONSOLIDATABLE,
     }
 }
 

@@ -209,6 +209,7 @@ fn child(server: &str, ca_file: &str, token: &str) -> Result<(), String> {
             pods: state.pods,
             daemonsets: state.daemonsets,
             pdbs: state.pdbs,
+            workloads: Vec::new(),
         };
         let pricing = Pricing::default();
         let plan = plan_provisioning(&ProvisioningInput {

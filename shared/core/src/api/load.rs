@@ -5,6 +5,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::buffer::{is_buffer_document, validate_buffers};
 use super::overlay::{is_node_overlay, validate_overlays};
 use super::schema::{Strictness, schema_problems};
 use super::{Document, FormatError, Manifests, Problem, validate};
@@ -190,16 +191,22 @@ pub fn validate_all_with(
 }
 
 /// Validates the documents and applies Karpenter's defaults: NodePools and
-/// EC2NodeClasses (see `validate`), then NodeOverlays. `Err` holds every problem found,
-/// the NodeOverlays' after the others'.
+/// EC2NodeClasses (see `validate`), then NodeOverlays, then CapacityBuffers and
+/// PodTemplates. `Err` holds every problem found, in that order.
 pub fn validate_all(docs: &[Document]) -> Result<Manifests, Vec<Problem>> {
+    let (buffer_docs, docs): (Vec<&Document>, Vec<&Document>) =
+        docs.iter().partition(|d| is_buffer_document(&d.value));
     let (overlay_docs, others): (Vec<&Document>, Vec<&Document>) =
-        docs.iter().partition(|d| is_node_overlay(&d.value));
+        docs.into_iter().partition(|d| is_node_overlay(&d.value));
     let others: Vec<Document> = others.into_iter().cloned().collect();
-    let (node_overlays, overlay_problems) = validate_overlays(&overlay_docs);
+    let (node_overlays, mut overlay_problems) = validate_overlays(&overlay_docs);
+    let (capacity_buffers, pod_templates, mut buffer_problems) = validate_buffers(&buffer_docs);
+    overlay_problems.append(&mut buffer_problems);
     match validate(&others) {
         Ok(mut manifests) if overlay_problems.is_empty() => {
             manifests.node_overlays = node_overlays;
+            manifests.capacity_buffers = capacity_buffers;
+            manifests.pod_templates = pod_templates;
             Ok(manifests)
         }
         Ok(_) => Err(overlay_problems),
@@ -210,7 +217,7 @@ pub fn validate_all(docs: &[Document]) -> Result<Manifests, Vec<Problem>> {
     }
 }
 
-const EXPECTED_KINDS: &str = "a NodePool (karpenter.sh/v1), EC2NodeClass (karpenter.k8s.aws/v1) or NodeOverlay (karpenter.sh/v1alpha1)";
+const EXPECTED_KINDS: &str = "a NodePool (karpenter.sh/v1), EC2NodeClass (karpenter.k8s.aws/v1), NodeOverlay (karpenter.sh/v1alpha1), CapacityBuffer (autoscaling.x-k8s.io/v1beta1) or PodTemplate (v1)";
 
 fn check_kind(value: &Value) -> Result<(), String> {
     let Value::Object(map) = value else {
@@ -226,7 +233,7 @@ fn check_kind(value: &Value) -> Result<(), String> {
             "missing apiVersion or kind (expected {EXPECTED_KINDS})"
         ));
     };
-    if is_node_overlay(value) {
+    if is_node_overlay(value) || is_buffer_document(value) {
         return Ok(());
     }
     Kind::of(value).map(|_| ()).ok_or_else(|| {
@@ -266,7 +273,7 @@ mod tests {
         let text = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: a}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n";
         assert_eq!(
             format_error("pools.yaml", text),
-            r#"pools.yaml: document 2: kind "Deployment" (apiVersion "apps/v1") is not a NodePool (karpenter.sh/v1), EC2NodeClass (karpenter.k8s.aws/v1) or NodeOverlay (karpenter.sh/v1alpha1)"#
+            r#"pools.yaml: document 2: kind "Deployment" (apiVersion "apps/v1") is not a NodePool (karpenter.sh/v1), EC2NodeClass (karpenter.k8s.aws/v1), NodeOverlay (karpenter.sh/v1alpha1), CapacityBuffer (autoscaling.x-k8s.io/v1beta1) or PodTemplate (v1)"#
         );
     }
 
@@ -275,7 +282,7 @@ mod tests {
         let text = "apiVersion: karpenter.sh/v1beta1\nkind: NodePool\n";
         assert_eq!(
             format_error("old.yaml", text),
-            r#"old.yaml: document 1: kind "NodePool" (apiVersion "karpenter.sh/v1beta1") is not a NodePool (karpenter.sh/v1), EC2NodeClass (karpenter.k8s.aws/v1) or NodeOverlay (karpenter.sh/v1alpha1); v1beta1 manifests must be converted to v1 first"#
+            r#"old.yaml: document 1: kind "NodePool" (apiVersion "karpenter.sh/v1beta1") is not a NodePool (karpenter.sh/v1), EC2NodeClass (karpenter.k8s.aws/v1), NodeOverlay (karpenter.sh/v1alpha1), CapacityBuffer (autoscaling.x-k8s.io/v1beta1) or PodTemplate (v1); v1beta1 manifests must be converted to v1 first"#
         );
     }
 
@@ -302,7 +309,7 @@ mod tests {
         );
         assert_eq!(
             format_error("x.yaml", "metadata: {}\n"),
-            "x.yaml: document 1: missing apiVersion or kind (expected a NodePool (karpenter.sh/v1), EC2NodeClass (karpenter.k8s.aws/v1) or NodeOverlay (karpenter.sh/v1alpha1))"
+            "x.yaml: document 1: missing apiVersion or kind (expected a NodePool (karpenter.sh/v1), EC2NodeClass (karpenter.k8s.aws/v1), NodeOverlay (karpenter.sh/v1alpha1), CapacityBuffer (autoscaling.x-k8s.io/v1beta1) or PodTemplate (v1))"
         );
     }
 

@@ -7,6 +7,7 @@
 //! does it for NodePools and EC2NodeClasses alone). `schema` holds files to the CRDs
 //! as the API server does (unknown fields, missing required ones), for `load_with`.
 
+pub mod buffer;
 pub mod cron;
 pub mod duration;
 pub mod fields;
@@ -78,4 +79,8 @@ pub struct Manifests {
     pub node_pools: Vec<NodePool>,
     pub node_classes: Vec<Ec2NodeClass>,
     pub node_overlays: Vec<NodeOverlay>,
+    /// `autoscaling.x-k8s.io/v1beta1` CapacityBuffers and the `v1` PodTemplates they
+    /// may name ([`buffer`]).
+    pub capacity_buffers: Vec<buffer::CapacityBuffer>,
+    pub pod_templates: Vec<buffer::PodTemplate>,
 }

@@ -114,7 +114,7 @@ pub fn schema_problems(doc: &Document) -> Vec<Problem> {
                 overlay_field_report(value),
             )
         } else {
-            return Vec::new();
+            return super::buffer::buffer_schema_problems(doc);
         };
     let object = match value.pointer("/metadata/name").and_then(Value::as_str) {
         Some(name) => format!("{kind} {name:?}"),

@@ -579,6 +579,10 @@ impl Run<'_, '_> {
             if c.verdict.blocked.is_some() {
                 continue;
             }
+            if let Some(why) = buffer_room_only(c) {
+                self.reject(c.name(), why);
+                continue;
+            }
             if let Err(why) = consolidatable(
                 c.pool(),
                 c.verdict.empty(),
@@ -817,6 +821,34 @@ fn drift_may_take(c: &Candidate<'_>) -> bool {
 /// each moving pod's eviction cost as `controller.kubernetes.io/pod-deletion-cost` and
 /// priority set it, [`super::candidates::reschedule_cost`]). A node's age no longer
 /// counts. Ties go by name, so a decision is the same on every run.
+/// Why a node that holds only CapacityBuffers' room is no consolidation candidate (as
+/// Karpenter: it has no pod to reschedule, and it is not empty); `None` for any other.
+fn buffer_room_only(c: &Candidate<'_>) -> Option<Rejection> {
+    let moving = &c.verdict.moving;
+    let first = moving.first()?.capacity_buffer.as_deref()?;
+    if !moving.iter().all(|p| p.capacity_buffer.is_some()) {
+        return None;
+    }
+    let mut buffers: Vec<&str> = moving
+        .iter()
+        .filter_map(|p| p.capacity_buffer.as_deref())
+        .collect();
+    buffers.sort_unstable();
+    buffers.dedup();
+    let named = if buffers.len() == 1 {
+        format!("CapacityBuffer {first}")
+    } else {
+        format!("CapacityBuffers {}", buffers.join(", "))
+    };
+    Some(Rejection::new(
+        RejectCode::CapacityBuffer,
+        format!(
+            "the node holds only {named}'s room ({} virtual pods): it is kept for pods not created yet",
+            moving.len()
+        ),
+    ))
+}
+
 fn by_savings_ratio(a: &Candidate<'_>, b: &Candidate<'_>) -> std::cmp::Ordering {
     savings_ratio(b)
         .total_cmp(&savings_ratio(a))

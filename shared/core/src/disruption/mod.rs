@@ -73,6 +73,9 @@ pub enum RejectCode {
     /// `consolidationPolicy: Balanced`: the move's savings do not outweigh its
     /// disruption (its score is below 1/k, [`balanced`]).
     Balanced,
+    /// The node holds nothing but CapacityBuffers' room: not empty, and not a
+    /// consolidation candidate (drift and expiration still replace it).
+    CapacityBuffer,
 }
 
 /// A rejected candidate: the code and what exactly stopped it.

@@ -15,6 +15,11 @@ pub(super) enum ItemKind {
     Pvc,
     Pv,
     StorageClass,
+    /// A Deployment, StatefulSet or ReplicaSet (read only with its `kind`: a
+    /// CapacityBuffer's `scalableRef` names one).
+    Deployment,
+    StatefulSet,
+    ReplicaSet,
 }
 
 impl ItemKind {
@@ -27,8 +32,20 @@ impl ItemKind {
             "PersistentVolumeClaim" => Some(ItemKind::Pvc),
             "PersistentVolume" => Some(ItemKind::Pv),
             "StorageClass" => Some(ItemKind::StorageClass),
+            "Deployment" => Some(ItemKind::Deployment),
+            "StatefulSet" => Some(ItemKind::StatefulSet),
+            "ReplicaSet" => Some(ItemKind::ReplicaSet),
             _ => None,
         }
+    }
+
+    /// A Deployment, StatefulSet or ReplicaSet: read from a `List` beside the other
+    /// kinds, never a snapshot's own list type (`DeploymentList` is not a snapshot).
+    pub(super) fn is_workload(self) -> bool {
+        matches!(
+            self,
+            ItemKind::Deployment | ItemKind::StatefulSet | ItemKind::ReplicaSet
+        )
     }
 
     pub(super) fn name(self) -> &'static str {
@@ -40,6 +57,9 @@ impl ItemKind {
             ItemKind::Pvc => "PersistentVolumeClaim",
             ItemKind::Pv => "PersistentVolume",
             ItemKind::StorageClass => "StorageClass",
+            ItemKind::Deployment => "Deployment",
+            ItemKind::StatefulSet => "StatefulSet",
+            ItemKind::ReplicaSet => "ReplicaSet",
         }
     }
 }

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::convert::{
     daemonset_from_k8s, node_from_k8s, pdb_from_k8s, pod_from_k8s, pv_from_k8s, pvc_from_k8s,
-    storage_class_from_k8s,
+    scalable_workload, storage_class_from_k8s,
 };
 use super::error::{Result, SnapshotError};
 use super::fast;
@@ -134,7 +134,11 @@ pub(super) fn list_item_kind(top: &serde_json::Map<String, Value>) -> Result<Opt
             }
             Ok(None)
         }
-        Some(kind) => match kind.strip_suffix("List").and_then(ItemKind::from_kind) {
+        Some(kind) => match kind
+            .strip_suffix("List")
+            .and_then(ItemKind::from_kind)
+            .filter(|k| !k.is_workload())
+        {
             Some(item_kind) => Ok(Some(item_kind)),
             None => Err(not_a_list(top)),
         },
@@ -274,7 +278,46 @@ impl ListReader {
                 self.unique(index, "StorageClass", sc.name.clone())?;
                 self.storage.classes.push(sc);
             }
+            ItemKind::Deployment => {
+                let d: apps::Deployment = decode(index, kind, item)?;
+                let spec = d.spec.unwrap_or_default();
+                self.workload(index, kind, &d.metadata, spec.replicas, spec.template)?;
+            }
+            ItemKind::StatefulSet => {
+                let d: apps::StatefulSet = decode(index, kind, item)?;
+                let spec = d.spec.unwrap_or_default();
+                self.workload(index, kind, &d.metadata, spec.replicas, spec.template)?;
+            }
+            ItemKind::ReplicaSet => {
+                let d: apps::ReplicaSet = decode(index, kind, item)?;
+                let spec = d.spec.unwrap_or_default();
+                self.workload(
+                    index,
+                    kind,
+                    &d.metadata,
+                    spec.replicas,
+                    spec.template.unwrap_or_default(),
+                )?;
+            }
         }
+        Ok(())
+    }
+
+    fn workload(
+        &mut self,
+        index: usize,
+        kind: ItemKind,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        replicas: Option<i32>,
+        template: core::PodTemplateSpec,
+    ) -> Result<()> {
+        let workload = scalable_workload(kind.name(), meta, replicas, template);
+        self.unique(
+            index,
+            kind.name(),
+            format!("{}/{}", workload.namespace, workload.name),
+        )?;
+        self.snapshot.workloads.push(workload);
         Ok(())
     }
 

@@ -23,11 +23,15 @@ use super::{Scheduler, SchedulerInput};
 pub(crate) type PoolPrices =
     IdVec<InstanceTypeId, IdVec<DomainId, [Option<f64>; CapacityType::ALL.len()]>>;
 
-/// Placement order: most CPU first, then most memory, then input order.
+/// Placement order: real pods before CapacityBuffers' virtual pods (the lowest
+/// priority: a pod that exists takes the room a buffer keeps), then most CPU first,
+/// then most memory, then input order.
 pub(crate) fn largest_first(pods: &[Pod], a: PodId, b: PodId) -> std::cmp::Ordering {
-    let (ra, rb) = (&pods[a.index()].requests, &pods[b.index()].requests);
-    rb.slot_milli(CPU)
-        .cmp(&ra.slot_milli(CPU))
+    let (pa, pb) = (&pods[a.index()], &pods[b.index()]);
+    let (ra, rb) = (&pa.requests, &pb.requests);
+    (pa.capacity_buffer.is_some())
+        .cmp(&pb.capacity_buffer.is_some())
+        .then(rb.slot_milli(CPU).cmp(&ra.slot_milli(CPU)))
         .then(rb.slot_milli(MEMORY).cmp(&ra.slot_milli(MEMORY)))
         .then(a.cmp(&b))
 }

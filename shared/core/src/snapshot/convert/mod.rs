@@ -1,6 +1,6 @@
 //! Kubernetes API objects (`k8s_openapi` types) → the scheduling view of
 //! [`crate::cluster`] and [`crate::volumes`], one file per kind: [`pod`] (pods and
-//! DaemonSet pod templates, which share the pod spec), [`node`], [`pdb`], [`storage`].
+//! DaemonSet pod templates, which share the pod spec), [`node`], [`pdb`], [`storage`], [`workload`] (what a CapacityBuffer takes its chunk from).
 //! This file holds the field conversions several kinds share (quantities, node
 //! requirements, label selectors, taint effects, times, annotations).
 
@@ -19,11 +19,13 @@ mod node;
 mod pdb;
 mod pod;
 mod storage;
+mod workload;
 
 pub use node::node_from_k8s;
 pub use pdb::pdb_from_k8s;
 pub use pod::{HOSTNAME_LABEL, daemonset_from_k8s, pod_from_k8s};
 pub use storage::{pv_from_k8s, pvc_from_k8s, storage_class_from_k8s};
+pub use workload::{chunk_pod, scalable_workload};
 
 /// Operators Kubernetes accepts in node selector requirements (Karpenter's Gte/Lte are
 /// NodePool-only; a pod using them would have been rejected by the API server).

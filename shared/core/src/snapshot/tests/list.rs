@@ -144,7 +144,7 @@ fn an_item_whose_kind_cannot_be_told_is_an_error_naming_its_index() {
 }
 
 #[test]
-fn other_kinds_are_skipped_with_or_without_a_kind() {
+fn other_kinds_are_skipped_and_workloads_are_read_only_with_their_kind() {
     let deployment = json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "inflate", "namespace": "default"},
@@ -157,8 +157,32 @@ fn other_kinds_are_skipped_with_or_without_a_kind() {
         "spec": {"clusterIP": "10.100.0.1", "ports": [{"port": 80}], "selector": {"app": "web"}},
     });
     let items = vec![deployment, service];
+    // A CapacityBuffer's scalableRef may name the Deployment: it is read, with its
+    // replicas and its template as a buffer chunk.
+    let read = parse_snapshot(&list(items.clone())).unwrap();
+    assert_eq!(read.workloads.len(), 1);
+    let inflate = &read.workloads[0];
     assert_eq!(
-        parse_snapshot(&list(items.clone())).unwrap(),
+        (
+            inflate.kind.as_str(),
+            inflate.namespace.as_str(),
+            inflate.name.as_str()
+        ),
+        ("Deployment", "default", "inflate")
+    );
+    assert_eq!(inflate.replicas, Some(3));
+    assert_eq!(
+        inflate
+            .template
+            .as_ref()
+            .map(|p| p.labels.get("app").cloned()),
+        Ok(Some("inflate".to_string()))
+    );
+    assert_eq!(
+        ClusterSnapshot {
+            workloads: Vec::new(),
+            ..read
+        },
         ClusterSnapshot::default()
     );
     assert_eq!(

@@ -1,0 +1,74 @@
+//! Workloads a CapacityBuffer may take its chunk from, and a pod template read as one
+//! chunk.
+
+use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::pod::pod_from_k8s;
+use crate::cluster::{Pod, ScalableWorkload};
+
+/// A workload's (or PodTemplate's) pod template as one buffer chunk: read as a pod,
+/// with the volumes that need a claim (`persistentVolumeClaim`, `ephemeral`) and their
+/// mounts dropped, as Karpenter's virtual pods have them.
+pub fn chunk_pod(
+    namespace: &str,
+    name: &str,
+    template: core::PodTemplateSpec,
+) -> Result<Pod, String> {
+    let mut spec = template.spec.unwrap_or_default();
+    let dropped: Vec<String> = spec
+        .volumes
+        .iter()
+        .flatten()
+        .filter(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some())
+        .map(|v| v.name.clone())
+        .collect();
+    if let Some(volumes) = spec.volumes.as_mut() {
+        volumes.retain(|v| !dropped.contains(&v.name));
+    }
+    let strip = |containers: &mut Vec<core::Container>| {
+        for c in containers {
+            if let Some(mounts) = c.volume_mounts.as_mut() {
+                mounts.retain(|m| !dropped.contains(&m.name));
+            }
+        }
+    };
+    strip(&mut spec.containers);
+    if let Some(init) = spec.init_containers.as_mut() {
+        strip(init);
+    }
+    spec.node_name = None;
+    let pod = core::Pod {
+        metadata: ObjectMeta {
+            namespace: Some(namespace.to_string()),
+            name: Some(name.to_string()),
+            labels: template.metadata.and_then(|m| m.labels),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    };
+    pod_from_k8s(&pod).map_err(|e| e.to_string())
+}
+
+/// A workload read from the cluster as a `scalableRef` may name it.
+pub fn scalable_workload(
+    kind: &str,
+    meta: &ObjectMeta,
+    replicas: Option<i32>,
+    template: core::PodTemplateSpec,
+) -> ScalableWorkload {
+    let namespace = meta
+        .namespace
+        .clone()
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or_else(|| "default".to_string());
+    let name = meta.name.clone().unwrap_or_default();
+    ScalableWorkload {
+        kind: kind.to_string(),
+        template: chunk_pod(&namespace, &name, template),
+        namespace,
+        name,
+        replicas,
+    }
+}
