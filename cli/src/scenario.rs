@@ -407,6 +407,8 @@ pub fn parse_with(
     scenario.node_pools = manifests.node_pools;
     scenario.node_classes = manifests.node_classes;
     scenario.node_overlays = manifests.node_overlays;
+    scenario.capacity_buffers = manifests.capacity_buffers;
+    scenario.pod_templates = manifests.pod_templates;
 
     for (i, d) in spec.deployments.into_iter().enumerate() {
         scenario

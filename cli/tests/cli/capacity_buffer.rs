@@ -271,3 +271,67 @@ fn a_node_holding_a_buffers_room_is_kept_by_disrupt_and_goes_once_the_buffer_doe
     assert_eq!(emptiness.len(), 1, "{d:#}");
     assert_eq!(emptiness[0]["nodes"], json!(["spare"]));
 }
+
+/// The node count of the last timeline row at or before `at` seconds.
+fn nodes_at(timeline: &[Value], at: u64) -> u64 {
+    let seconds = |t: &Value| {
+        t.as_str()
+            .expect("a time")
+            .split(':')
+            .map(|p| p.parse::<u64>().expect("a number"))
+            .fold(0, |total, part| total * 60 + part)
+    };
+    timeline
+        .iter()
+        .take_while(|row| seconds(&row["t"]) <= at)
+        .last()
+        .map(|row| row["nodes"].as_u64().expect("a count"))
+        .unwrap_or(0)
+}
+
+fn simulate(scenario: &str) -> Value {
+    let file = temp_file("scenario.yaml", scenario);
+    let out = nodewright(&["simulate", &file.display().to_string(), "--output", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).expect("simulate prints JSON")
+}
+
+#[test]
+fn simulate_keeps_a_buffers_room_through_a_surge_and_after_the_pods_go() {
+    let text =
+        std::fs::read_to_string(example("capacity-buffer-scenario.yaml")).expect("the example");
+    let with = simulate(&text);
+    let cut = text
+        .find("  - apiVersion: autoscaling.x-k8s.io/v1beta1")
+        .expect("the buffer");
+    let end = text[cut..]
+        .find("\ndeployments:")
+        .expect("deployments follow")
+        + cut;
+    let without = simulate(&format!("{}{}", &text[..cut], &text[end + 1..]));
+    for doc in [&with, &without] {
+        let summary = &doc["summary"];
+        assert_eq!(summary["podsLost"], 0, "{summary}");
+        assert_eq!(summary["pdbViolations"], 0, "{summary}");
+        assert_eq!(doc["problems"], json!([]), "{doc:#}");
+    }
+    let (with_timeline, without_timeline) = (
+        with["timeline"].as_array().expect("a timeline"),
+        without["timeline"].as_array().expect("a timeline"),
+    );
+    // Before any pod exists, one node holds the buffer's 2 chunks; without it, none.
+    assert_eq!(nodes_at(with_timeline, 9 * 60), 1, "{with:#}");
+    assert_eq!(nodes_at(without_timeline, 9 * 60), 0, "{without:#}");
+    // Most pods bind at once into the room kept for them; without it each waits for
+    // a node.
+    let p50 = |doc: &Value| {
+        doc["summary"]["pendingSeconds"]["p50"]
+            .as_f64()
+            .unwrap_or(-1.0)
+    };
+    assert_eq!(p50(&with), 0.0, "{with:#}");
+    assert!(p50(&without) >= 20.0, "{without:#}");
+    // Once the pods are gone, the buffer's room stays; without it nothing does.
+    assert_eq!(with["summary"]["nodesAtEnd"], 1, "{with:#}");
+    assert_eq!(without["summary"]["nodesAtEnd"], 0, "{without:#}");
+}

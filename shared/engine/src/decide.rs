@@ -8,6 +8,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use nodewright_core::capacity_buffer::buffer_room;
 use nodewright_core::catalog::{
     CapacityType, LABEL_ARCH, LABEL_CAPACITY_RESERVATION_ID, LABEL_NODEPOOL, Pricing,
 };
@@ -18,6 +19,7 @@ use nodewright_core::nodeclaim::{DisruptionCommand, NodeClaim, instance_id_from_
 use nodewright_core::planning_view::{
     ClusterView, in_flight_claims, planning_claims, planning_snapshot,
 };
+use nodewright_core::provisioning::ProvisioningInput;
 
 use crate::gather::Gathered;
 use crate::ports::Instance;
@@ -108,7 +110,7 @@ pub(crate) fn decide(
         daemonsets: &world.state.daemonsets,
         pdbs: &world.state.pdbs,
     };
-    let snapshot: ClusterSnapshot = planning_snapshot(view, &claims, &world.pools);
+    let mut snapshot: ClusterSnapshot = planning_snapshot(view, &claims, &world.pools);
     let in_flight = in_flight_claims(&claims, &snapshot);
     let external_drift = resource_drift(world, &nodes);
     // Nodes already on their way out, and candidates of other commands: budgets count
@@ -128,12 +130,27 @@ pub(crate) fn decide(
             .collect()
     });
     let pricing = reservations_back(world, &hide);
+    let pricing = pricing.as_ref().unwrap_or(&world.pricing);
+    // The room CapacityBuffers hold on nodes: their virtual pods where provisioning
+    // places them, so a node holding one is not empty and a consolidation fits them.
+    let room = buffer_room(
+        &ProvisioningInput {
+            snapshot: &snapshot,
+            node_pools: &world.pools,
+            node_classes: &world.state.node_classes,
+            catalog: &world.catalog,
+            pricing,
+            in_flight: &in_flight,
+        },
+        &world.virtual_pods,
+    );
+    snapshot.pods.extend(room);
     let input = DisruptionInput {
         snapshot: &snapshot,
         node_pools: &world.pools,
         node_classes: &world.state.node_classes,
         catalog: &world.catalog,
-        pricing: pricing.as_ref().unwrap_or(&world.pricing),
+        pricing,
         in_flight: &in_flight,
         now,
         spot_to_spot,

@@ -47,6 +47,10 @@ pub(crate) struct Gathered {
     /// Capacity Blocks the classes select that are about to end: their nodes are
     /// drained before the end ([`crate::reservations`]).
     pub(crate) expiring_reservations: Vec<Reservation>,
+    /// Each CapacityBuffer resolved (its chunk and replicas, or why not), and the
+    /// virtual pods of those resolved ([`nodewright_core::capacity_buffer`]).
+    pub(crate) buffers: Vec<nodewright_core::capacity_buffer::Resolution>,
+    pub(crate) virtual_pods: Vec<nodewright_core::cluster::Pod>,
 }
 
 impl Gathered {
@@ -209,7 +213,7 @@ pub(crate) async fn gather(
         let used = match kind {
             ObjectKind::NodePool => pools.iter().any(|p| p.name == fields.name),
             ObjectKind::Ec2NodeClass => classes.contains_key(&fields.name),
-            ObjectKind::NodeOverlay => false,
+            ObjectKind::NodeOverlay | ObjectKind::CapacityBuffer => false,
         };
         let reported = problems
             .iter()
@@ -249,6 +253,13 @@ pub(crate) async fn gather(
     let overlays =
         nodewright_core::overlay::resolve(&state.node_overlays, &pools, &catalog, &pricing.zones);
     pricing.overlays = std::sync::Arc::new(overlays.table);
+    let buffers = nodewright_core::capacity_buffer::resolve_buffers(
+        &state.capacity_buffers,
+        &state.pod_templates,
+        &state.workloads,
+    );
+    let virtual_pods =
+        nodewright_core::capacity_buffer::virtual_pods(&state.capacity_buffers, &buffers);
     Ok(Gathered {
         state,
         claims,
@@ -264,6 +275,8 @@ pub(crate) async fn gather(
         healthy_classes,
         overlay_statuses: overlays.statuses,
         expiring_reservations: expiring,
+        buffers,
+        virtual_pods,
     })
 }
 

@@ -363,6 +363,8 @@ pub enum ObjectKind {
     Ec2NodeClass,
     /// `karpenter.sh/v1alpha1` NodeOverlay.
     NodeOverlay,
+    /// `autoscaling.x-k8s.io/v1beta1` CapacityBuffer (namespaced: named `namespace/name`).
+    CapacityBuffer,
 }
 
 impl ObjectKind {
@@ -372,6 +374,7 @@ impl ObjectKind {
             ObjectKind::NodePool => NODE_POOL_KIND,
             ObjectKind::Ec2NodeClass => NODE_CLASS_KIND,
             ObjectKind::NodeOverlay => nodewright_core::api::overlay::NODE_OVERLAY_KIND,
+            ObjectKind::CapacityBuffer => nodewright_core::api::buffer::CAPACITY_BUFFER_KIND,
         }
     }
 
@@ -381,6 +384,7 @@ impl ObjectKind {
             ObjectKind::NodePool => NODE_POOL_API_VERSION,
             ObjectKind::Ec2NodeClass => NODE_CLASS_API_VERSION,
             ObjectKind::NodeOverlay => nodewright_core::api::overlay::NODE_OVERLAY_API_VERSION,
+            ObjectKind::CapacityBuffer => nodewright_core::api::buffer::CAPACITY_BUFFER_API_VERSION,
         }
     }
 
@@ -390,6 +394,7 @@ impl ObjectKind {
             NODE_POOL_KIND => Some(ObjectKind::NodePool),
             NODE_CLASS_KIND => Some(ObjectKind::Ec2NodeClass),
             nodewright_core::api::overlay::NODE_OVERLAY_KIND => Some(ObjectKind::NodeOverlay),
+            nodewright_core::api::buffer::CAPACITY_BUFFER_KIND => Some(ObjectKind::CapacityBuffer),
             _ => None,
         }
     }
@@ -537,6 +542,13 @@ pub struct ClusterState {
     /// one applies nowhere and its status says why); none when the CRD is not
     /// installed.
     pub node_overlays: Vec<nodewright_core::api::ReadOverlay>,
+    /// `autoscaling.x-k8s.io/v1beta1` CapacityBuffers (valid ones; an invalid one is in
+    /// `invalid`); none when the CRD is not installed.
+    pub capacity_buffers: Vec<nodewright_core::api::buffer::CapacityBuffer>,
+    /// The PodTemplates and the Deployments, StatefulSets and ReplicaSets the buffers
+    /// name (only those: the adapter reads them by name).
+    pub pod_templates: Vec<nodewright_core::api::buffer::PodTemplate>,
+    pub workloads: Vec<nodewright_core::cluster::ScalableWorkload>,
 }
 
 /// A kind the cluster would not list, and what goes on without it: pods with volumes

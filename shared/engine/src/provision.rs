@@ -22,7 +22,8 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use nodewright_core::api::model::NodePool;
-use nodewright_core::cluster::NotProvisionable;
+use nodewright_core::capacity_buffer::buffer_statuses;
+use nodewright_core::cluster::{NotProvisionable, Pod};
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
 use nodewright_core::planning_view::{
     ClusterView, in_flight_claims, in_motion, planning_claims, planning_snapshot,
@@ -173,6 +174,9 @@ pub struct TickReport {
     /// Claims launched with a NodePool's minValues lowered (`BestEffort`), each with
     /// what was lowered.
     pub min_values_relaxed: Vec<MinValuesRelaxed>,
+    /// Each CapacityBuffer after this tick's plan: how many of its virtual pods fit
+    /// existing capacity, open claims or fit nowhere, and its conditions.
+    pub buffers: Vec<nodewright_core::capacity_buffer::BufferStatus>,
 }
 
 /// A claim launched with minValues lowered under `MIN_VALUES_POLICY=BestEffort`.
@@ -714,14 +718,21 @@ impl Provisioner {
             .filter_map(|(n, profile)| Some(StatusFields::instance_profile(n, profile.as_deref()?)))
             .chain(crate::static_capacity::node_counts(world))
             .collect();
+        let is_virtual = virtual_keys(world);
         let mut claims: Vec<ClaimPods> = report
             .launched
             .iter()
             .filter_map(|l| {
                 let claim = world.claims.iter().find(|c| c.name == l.name)?;
+                let real: Vec<String> = claim
+                    .pods
+                    .iter()
+                    .filter(|p| !is_virtual.contains(*p))
+                    .cloned()
+                    .collect();
                 Some(ClaimPods::launched(
                     &l.name,
-                    &claim.pods,
+                    &real,
                     &l.instance_type,
                     &l.zone,
                 ))
@@ -757,6 +768,17 @@ impl Provisioner {
         self.reasons
             .publish_overlays(&self.ports, now, &world.overlay_statuses)
             .await;
+        if !report.buffers.is_empty() {
+            self.reasons
+                .publish_buffers(
+                    &self.ports,
+                    now,
+                    &world.state.capacity_buffers,
+                    &world.buffers,
+                    &report.buffers,
+                )
+                .await;
+        }
         self.reasons
             .publish(
                 &self.ports,
@@ -828,9 +850,13 @@ impl Provisioner {
         // A disruption command's candidates stay capacity (cordoned, pods still there)
         // until the command is validated; only then are their pods planned elsewhere.
         let claims = planning_claims(&world.claims);
-        let snapshot = planning_snapshot(view, &claims, &world.pools);
+        let mut snapshot = planning_snapshot(view, &claims, &world.pools);
         report.pending = snapshot.provisionable_pods().map(|p| p.key()).collect();
         let in_flight = in_flight_claims(&claims, &snapshot);
+        // CapacityBuffers' virtual pods: planned after the real ones, never told about
+        // (no event names a pod that does not exist), never waited on.
+        snapshot.pods.extend(world.virtual_pods.iter().cloned());
+        let is_virtual = virtual_keys(world);
         let plan = plan_provisioning(&ProvisioningInput {
             snapshot: &snapshot,
             node_pools: &world.pools,
@@ -848,18 +874,32 @@ impl Provisioner {
             price_per_hour = plan.total_price_per_hour,
             "planned"
         );
+        report.buffers = buffer_statuses(&world.buffers, &plan);
         report.not_provisioned = plan.not_provisioned;
         report.planned = plan.node_claims;
         report.unschedulable = plan.unschedulable;
+        report
+            .unschedulable
+            .retain(|u| !is_virtual.contains(&u.pod));
         report.absorbed = plan
             .existing_nodes
             .iter()
             .flat_map(|a| a.pods.iter().cloned())
+            .filter(|p| !is_virtual.contains(p))
             .collect();
         report.nominated = plan
             .in_flight
             .into_iter()
-            .map(|a| (a.target, a.pods))
+            .map(|a| {
+                let pods = a.pods.into_iter().filter(|p| !is_virtual.contains(p));
+                (a.target, pods.collect::<Vec<_>>())
+            })
+            .filter(|(_, pods)| !pods.is_empty())
             .collect();
     }
+}
+
+/// The keys (`namespace/name`) of the tick's CapacityBuffer virtual pods.
+fn virtual_keys(world: &Gathered) -> HashSet<String> {
+    world.virtual_pods.iter().map(Pod::key).collect()
 }

@@ -100,6 +100,7 @@ fn dependents(kind: ObjectKind) -> &'static [&'static str] {
         ObjectKind::NodePool => &NODE_POOL_CONDITIONS,
         ObjectKind::Ec2NodeClass => &NODE_CLASS_CONDITIONS,
         ObjectKind::NodeOverlay => &NODE_OVERLAY_CONDITIONS,
+        ObjectKind::CapacityBuffer => &[],
     }
 }
 
@@ -253,6 +254,7 @@ impl Problem {
             ObjectKind::NodePool => "NodePoolValidationFailed",
             ObjectKind::Ec2NodeClass => "NodeClassValidationFailed",
             ObjectKind::NodeOverlay => "RuntimeValidation",
+            ObjectKind::CapacityBuffer => "ResolutionFailed",
         };
         Self::new(kind, name, VALIDATION_SUCCEEDED, reason, message.into())
     }
@@ -647,6 +649,82 @@ impl Reasons {
     /// as Karpenter's NodeOverlay controller does: True, or False with reason
     /// `Conflict` or `RuntimeValidation`. An overlay not applied is logged when its
     /// status changes. Never fails; see [`PublishReport`].
+    /// Each CapacityBuffer's status as Karpenter's buffer controller and provisioner
+    /// write it: `ReadyForProvisioning` and `Provisioning` (when this pass says), and
+    /// `replicas`, `podTemplateRef`, `podTemplateGeneration`, `provisioningStrategy`;
+    /// written only when it changed, as every status here.
+    pub async fn publish_buffers(
+        &self,
+        ports: &Ports,
+        now: i64,
+        buffers: &[nodewright_core::api::buffer::CapacityBuffer],
+        resolutions: &[nodewright_core::capacity_buffer::Resolution],
+        statuses: &[nodewright_core::capacity_buffer::BufferStatus],
+    ) -> PublishReport {
+        let mut report = PublishReport::default();
+        let updates: Vec<((ObjectKind, String), StatusUpdate)> = buffers
+            .iter()
+            .zip(resolutions)
+            .zip(statuses)
+            .map(|((buffer, resolution), status)| {
+                let conditions = status
+                    .conditions
+                    .iter()
+                    .map(|c| Condition {
+                        type_: c.kind.to_string(),
+                        status: if c.status == "True" {
+                            ConditionStatus::True
+                        } else {
+                            ConditionStatus::False
+                        },
+                        reason: c.reason.to_string(),
+                        message: clip(&c.message, CONDITION_MESSAGE_LIMIT),
+                    })
+                    .collect();
+                let resolved = resolution.outcome.as_ref().ok();
+                let template = resolved.and_then(|r| r.pod_template.as_ref());
+                let mut fields = Map::new();
+                fields.insert(
+                    "replicas".into(),
+                    status.replicas.map_or(Value::Null, Value::from),
+                );
+                fields.insert(
+                    "podTemplateRef".into(),
+                    template.map_or(Value::Null, |(name, _)| serde_json::json!({ "name": name })),
+                );
+                fields.insert(
+                    "podTemplateGeneration".into(),
+                    template.map_or(Value::Null, |(_, generation)| Value::from(*generation)),
+                );
+                fields.insert(
+                    "provisioningStrategy".into(),
+                    Value::from(buffer.provisioning_strategy.clone()),
+                );
+                let update = StatusUpdate { conditions, fields };
+                ((ObjectKind::CapacityBuffer, buffer.key()), update)
+            })
+            .collect();
+        for (status, (key, update)) in statuses.iter().zip(&updates) {
+            let known = self
+                .memory()
+                .statuses
+                .get(key)
+                .is_some_and(|(last, _)| last == update);
+            if !known {
+                let summary: Vec<String> = status
+                    .conditions
+                    .iter()
+                    .map(|c| format!("{}={} {}", c.kind, c.status, c.reason))
+                    .collect();
+                info!(capacity_buffer = %status.buffer, replicas = ?status.replicas,
+                    existing = status.existing, new_capacity = status.new_capacity,
+                    failed = status.failed, conditions = %summary.join(", "), "capacity buffer");
+            }
+        }
+        self.write_updates(ports, now, updates, &mut report).await;
+        report
+    }
+
     pub async fn publish_overlays(
         &self,
         ports: &Ports,

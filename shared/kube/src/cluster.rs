@@ -73,6 +73,8 @@ pub struct KubeCluster {
     /// Status fields the installed CRD refused (see `update_status`): left out of
     /// later writes of that kind.
     refused_status_fields: Arc<Mutex<HashSet<(ObjectKind, String)>>>,
+    /// The workloads CapacityBuffers name, read by name (see `workloads`).
+    workloads: Arc<crate::workloads::Workloads>,
 }
 
 /// Mirror objects (NodeClaims) one pass writes at most: a create is two requests (the
@@ -105,6 +107,7 @@ impl KubeCluster {
             mirror_writes: MIRROR_WRITES_PER_PASS,
             missing_kind_retry: MISSING_KIND_RETRY,
             refused_status_fields: Arc::default(),
+            workloads: Arc::default(),
         }
     }
 
@@ -744,6 +747,7 @@ impl Cluster for KubeCluster {
             volumes,
             classes_of_storage,
             overlays,
+            buffers,
         ) = tokio::join!(
             view.node_pools.read(),
             view.node_classes.read(),
@@ -755,6 +759,7 @@ impl Cluster for KubeCluster {
             view.volumes.read(),
             view.storage_classes.read(),
             view.node_overlays.read(),
+            view.capacity_buffers.read(),
         );
         let mut state = ClusterState::default();
         let invalid = &mut state.invalid;
@@ -798,6 +803,19 @@ impl Cluster for KubeCluster {
         // No CRD (404) reads as none; forbidden is unreadable, planned without.
         let overlays = optional_read("nodeoverlays", overlays, unreadable)?;
         state.node_overlays = overlays.map_or_else(Vec::new, |r| take(r, &mut state.invalid));
+        // CapacityBuffers likewise; the PodTemplates and workloads they name only
+        // when there is one.
+        let buffers = optional_read("capacitybuffers", buffers, unreadable)?;
+        state.capacity_buffers = buffers.map_or_else(Vec::new, |r| take(r, &mut state.invalid));
+        if !state.capacity_buffers.is_empty() {
+            let templates = view.pod_templates().read().await;
+            let templates = optional_read("podtemplates", templates, &mut state.unreadable)?;
+            state.pod_templates = templates.map_or_else(Vec::new, |r| take(r, &mut state.invalid));
+            state.workloads = self
+                .workloads
+                .named(&self.client, &state.capacity_buffers, &mut state.unreadable)
+                .await?;
+        }
         match (claims, volumes, classes_of_storage) {
             (Some(claims), Some(volumes), Some(classes)) => {
                 // A volume whose affinity cannot be read is reported and left out: its
@@ -1025,8 +1043,15 @@ impl Cluster for KubeCluster {
         update: &StatusUpdate,
         now: i64,
     ) -> Result<bool, ClusterError> {
-        let api = self.crd_api(crd_of(kind));
         let doing = |what: &str| format!("{what} the status of {kind} {name:?}");
+        // A namespaced kind's object is named `namespace/name`.
+        let (api, name) = match (kind, name.split_once('/')) {
+            (ObjectKind::CapacityBuffer, Some((namespace, object))) => (
+                crd_of(kind).namespaced(self.client.clone(), namespace),
+                object,
+            ),
+            _ => (self.crd_api(crd_of(kind)), name),
+        };
         let at = rfc3339(now);
         let mut attempt = 1;
         loop {

@@ -8,7 +8,9 @@
 //!   writes to that view; labels and taints nodes under optimistic concurrency; records
 //!   Events (on nodes, pods, NodePools and EC2NodeClasses); writes NodePool and
 //!   EC2NodeClass status conditions through `/status`; reads the server version;
-//!   mirrors the claims as `karpenter.sh/v1` NodeClaims.
+//!   mirrors the claims as `karpenter.sh/v1` NodeClaims; reads CapacityBuffers and
+//!   the PodTemplates they name from the view, and the workloads they name by name
+//!   (`workloads`), and writes their status.
 //! - [`mirror`]: a claim as a NodeClaim object (pure), and what keeps a Karpenter
 //!   controller left running from acting on it.
 //! - [`client`]: how the kube-rs client is built: no automatic retries (a 429 comes back
@@ -27,6 +29,7 @@ pub mod mirror;
 pub mod testing;
 mod view;
 mod watch;
+mod workloads;
 
 pub use client::{ApiRate, StaticToken, TokenError, TokenProvider};
 pub use cluster::{COMPONENT, KubeCluster, PAGE_SIZE, STATUS_ATTEMPTS, TAINT_ATTEMPTS};

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ObjectMeta};
@@ -14,13 +14,16 @@ use kube::{Client, Resource};
 use serde::Deserialize;
 use serde_json::Value;
 
+use nodewright_core::api::buffer::{
+    self, CAPACITY_BUFFER_API_VERSION, CAPACITY_BUFFER_KIND, CapacityBuffer,
+};
 use nodewright_core::api::fields::ObjectFields;
 use nodewright_core::api::overlay::{
     InvalidOverlay, NODE_OVERLAY_API_VERSION, NODE_OVERLAY_KIND, ReadOverlay, overlay_label,
     parse_node_overlay,
 };
 use nodewright_core::api::{
-    Kind, NODE_CLASS_API_VERSION, NODE_CLASS_KIND, NODE_POOL_API_VERSION, NODE_POOL_KIND,
+    Document, Kind, NODE_CLASS_API_VERSION, NODE_CLASS_KIND, NODE_POOL_API_VERSION, NODE_POOL_KIND,
 };
 use nodewright_core::snapshot::{self, LeanPod};
 use nodewright_core::{cluster, volumes};
@@ -40,9 +43,17 @@ pub(crate) struct Crd {
 
 impl Crd {
     pub(crate) fn api(&self, client: Client) -> Api<DynamicObject> {
+        Api::all_with(client, &self.resource())
+    }
+
+    /// The kind in one namespace (a namespaced kind's reads and writes by name).
+    pub(crate) fn namespaced(&self, client: Client, namespace: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(client, namespace, &self.resource())
+    }
+
+    fn resource(&self) -> ApiResource {
         let gvk = GroupVersionKind::gvk(self.group, self.version, self.kind);
-        let resource = ApiResource::from_gvk_with_plural(&gvk, self.plural);
-        Api::all_with(client, &resource)
+        ApiResource::from_gvk_with_plural(&gvk, self.plural)
     }
 }
 
@@ -78,12 +89,22 @@ pub(crate) const NODE_OVERLAYS: Crd = Crd {
     api_version: NODE_OVERLAY_API_VERSION,
 };
 
+/// CapacityBuffers (Karpenter v1.14, Cluster Autoscaler's API): namespaced.
+pub(crate) const CAPACITY_BUFFERS: Crd = Crd {
+    group: "autoscaling.x-k8s.io",
+    version: "v1beta1",
+    kind: CAPACITY_BUFFER_KIND,
+    plural: "capacitybuffers",
+    api_version: CAPACITY_BUFFER_API_VERSION,
+};
+
 /// The custom resource of a Karpenter kind.
 pub(crate) fn crd_of(kind: ObjectKind) -> &'static Crd {
     match kind {
         ObjectKind::NodePool => &NODE_POOLS,
         ObjectKind::Ec2NodeClass => &NODE_CLASSES,
         ObjectKind::NodeOverlay => &NODE_OVERLAYS,
+        ObjectKind::CapacityBuffer => &CAPACITY_BUFFERS,
     }
 }
 
@@ -135,6 +156,12 @@ pub(crate) struct ClusterView {
     pub(crate) storage_classes: Watched<StorageClass, volumes::StorageClass>,
     /// NodeOverlays (optional: a cluster without the CRD has none).
     pub(crate) node_overlays: Watched<DynamicObject, ReadOverlay>,
+    /// CapacityBuffers (optional: a cluster without the CRD has none).
+    pub(crate) capacity_buffers: Watched<DynamicObject, CapacityBuffer>,
+    /// The PodTemplates buffers may name (few in any cluster), watched from the first
+    /// buffer on; the workloads a `scalableRef` names are read by name instead (see
+    /// `workloads`).
+    pod_templates: std::sync::OnceLock<Watched<PodTemplate, buffer::PodTemplate>>,
     /// NodeClaims (optional: the CRD may not be installed), watched from the first
     /// mirror write on: only the provisioner mirrors claims, so the other functions
     /// neither list nor watch them.
@@ -224,6 +251,17 @@ impl ClusterView {
                 page_size,
                 missing_retry,
             ),
+            capacity_buffers: Watched::start(
+                CAPACITY_BUFFERS.plural,
+                Some(
+                    "no CapacityBuffer keeps room (the CapacityBuffer CRD, autoscaling.x-k8s.io, is not installed)",
+                ),
+                CAPACITY_BUFFERS.api(c()),
+                as_capacity_buffer,
+                page_size,
+                missing_retry,
+            ),
+            pod_templates: std::sync::OnceLock::new(),
             node_claims: std::sync::OnceLock::new(),
             client: client.clone(),
             page_size,
@@ -245,6 +283,20 @@ impl ClusterView {
         })
     }
 
+    /// The PodTemplates, watched from the first call on (on the current tokio runtime).
+    pub(crate) fn pod_templates(&self) -> &Watched<PodTemplate, buffer::PodTemplate> {
+        self.pod_templates.get_or_init(|| {
+            Watched::start(
+                "podtemplates",
+                None,
+                Api::all(self.client.clone()),
+                as_pod_template,
+                self.page_size,
+                self.missing_retry,
+            )
+        })
+    }
+
     /// Events applied by every watch so far.
     fn progress(&self) -> u64 {
         self.node_pools.view.applied()
@@ -257,6 +309,8 @@ impl ClusterView {
             + self.volumes.view.applied()
             + self.storage_classes.view.applied()
             + self.node_overlays.view.applied()
+            + self.capacity_buffers.view.applied()
+            + self.pod_templates.get().map_or(0, |w| w.view.applied())
             + self.node_claims.get().map_or(0, |w| w.view.applied())
     }
 
@@ -318,6 +372,40 @@ fn as_overlay(object: &DynamicObject) -> Result<ReadOverlay, String> {
                 None => Err(format!("{object}: {message}")),
             }
         }
+    }
+}
+
+/// A CapacityBuffer as read, held to its CRD's rules (the API server already did).
+fn as_capacity_buffer(object: &DynamicObject) -> Result<CapacityBuffer, String> {
+    let value = as_json(object, &CAPACITY_BUFFERS)?;
+    read_one(value).and_then(|(mut buffers, _)| buffers.pop().ok_or_else(String::new))
+}
+
+/// A PodTemplate as a buffer chunk.
+fn as_pod_template(template: &PodTemplate) -> Result<buffer::PodTemplate, String> {
+    let mut value = serde_json::to_value(template)
+        .map_err(|e| format!("re-serializing a listed PodTemplate: {e}"))?;
+    if let Value::Object(map) = &mut value {
+        map.insert("apiVersion".into(), buffer::POD_TEMPLATE_API_VERSION.into());
+        map.insert("kind".into(), buffer::POD_TEMPLATE_KIND.into());
+    }
+    read_one(value).and_then(|(_, mut templates)| templates.pop().ok_or_else(String::new))
+}
+
+type ReadBuffers = (Vec<CapacityBuffer>, Vec<buffer::PodTemplate>);
+
+fn read_one(value: Value) -> Result<ReadBuffers, String> {
+    let doc = Document {
+        source: "the cluster".into(),
+        index: 0,
+        value,
+    };
+    let (buffers, templates, problems) = buffer::validate_buffers(&[&doc]);
+    if problems.is_empty() {
+        Ok((buffers, templates))
+    } else {
+        let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        Err(lines.join("; "))
     }
 }
 

@@ -370,6 +370,9 @@ mod mirror;
 #[path = "kube_cluster/node_overlays.rs"]
 mod node_overlays;
 
+#[path = "kube_cluster/capacity_buffers.rs"]
+mod capacity_buffers;
+
 /// `kubectl scale nodepool` through the CRD's scale subresource.
 #[path = "kube_cluster/scale.rs"]
 mod scale;

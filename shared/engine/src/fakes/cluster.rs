@@ -661,6 +661,7 @@ impl Cluster for FakeCluster {
                 Ok(o) => o.name == name,
                 Err(invalid) => invalid.name == name,
             }),
+            ObjectKind::CapacityBuffer => state.capacity_buffers.iter().any(|b| b.key() == name),
         } || state
             .invalid_objects
             .iter()

@@ -123,6 +123,9 @@ impl Scenario {
             s.node_classes.extend(self.node_classes.iter().cloned());
             s.node_overlays
                 .extend(self.node_overlays.iter().cloned().map(Ok));
+            s.capacity_buffers
+                .extend(self.capacity_buffers.iter().cloned());
+            s.pod_templates.extend(self.pod_templates.iter().cloned());
         });
         for d in &self.deployments {
             world.add_deployment(d.clone());

@@ -90,6 +90,10 @@ pub struct Scenario {
     pub node_classes: Vec<Ec2NodeClass>,
     /// NodeOverlays in the cluster (`karpenter.sh/v1alpha1`).
     pub node_overlays: Vec<nodewright_core::api::NodeOverlay>,
+    /// CapacityBuffers in the cluster and the PodTemplates they may name; a
+    /// `scalableRef` names one of `deployments`.
+    pub capacity_buffers: Vec<nodewright_core::api::buffer::CapacityBuffer>,
+    pub pod_templates: Vec<nodewright_core::api::buffer::PodTemplate>,
     pub deployments: Vec<Deployment>,
     pub daemonsets: Vec<DaemonSet>,
     pub disturbances: Vec<ScheduledDisturbance>,
@@ -119,6 +123,8 @@ impl Scenario {
             node_pools: Vec::new(),
             node_classes: Vec::new(),
             node_overlays: Vec::new(),
+            capacity_buffers: Vec::new(),
+            pod_templates: Vec::new(),
             deployments: Vec::new(),
             daemonsets: Vec::new(),
             disturbances: Vec::new(),

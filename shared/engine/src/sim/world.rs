@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nodewright_core::catalog::{CapacityType, Catalog};
-use nodewright_core::cluster::{DaemonSet, Node, Pod};
+use nodewright_core::cluster::{DaemonSet, Node, Pod, ScalableWorkload};
 use nodewright_core::nodeclaim::{
     ClaimState, DisruptionCause, NodeClaim, instance_id_from_provider_id,
 };
@@ -707,6 +707,23 @@ impl World {
             created.extend(scaling.created);
             deleted.extend(scaling.deleted);
         }
+        // What a CapacityBuffer's `scalableRef` reads: each Deployment's replicas and
+        // its pod template as a chunk (without the volumes that need a claim).
+        state.workloads = deployments
+            .iter()
+            .map(|d| ScalableWorkload {
+                kind: "Deployment".into(),
+                namespace: d.namespace.clone(),
+                name: d.name.clone(),
+                replicas: Some(i32::try_from(d.replicas_at(elapsed)).unwrap_or(i32::MAX)),
+                template: Ok(Pod {
+                    claims: Vec::new(),
+                    volume_problem: None,
+                    node_name: None,
+                    ..d.template.clone()
+                }),
+            })
+            .collect();
         let node_names: HashSet<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();
         for p in &state.pods {
             let Some(n) = &p.node_name else { continue };

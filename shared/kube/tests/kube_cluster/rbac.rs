@@ -37,6 +37,24 @@ async fn every_request_the_adapter_makes_is_allowed_by_infra_rbac() {
         "spec": {"requirements": [], "priceAdjustment": "-10%"}}),
     )
     .await;
+    // A CapacityBuffer of each source: the PodTemplate is watched, the Deployment read
+    // by name.
+    t.cp.put(json!({"apiVersion": "v1", "kind": "PodTemplate",
+        "metadata": {"name": "chunk", "namespace": "default"},
+        "template": {"spec": {"containers": [{"name": "c", "image": "pause"}]}}}))
+        .await;
+    t.cp.put(
+        json!({"apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer",
+        "metadata": {"name": "spare", "namespace": "default"},
+        "spec": {"podTemplateRef": {"name": "chunk"}, "replicas": 1}}),
+    )
+    .await;
+    t.cp.put(
+        json!({"apiVersion": "autoscaling.x-k8s.io/v1beta1", "kind": "CapacityBuffer",
+        "metadata": {"name": "surge", "namespace": "default"},
+        "spec": {"scalableRef": {"kind": "Deployment", "name": "web"}, "percentage": 10}}),
+    )
+    .await;
     t.cp.put(node("node-a")).await;
     t.cp.put(node("node-b")).await;
     let mut running = pod("default", "web-0", "100m");
@@ -119,6 +137,18 @@ async fn every_request_the_adapter_makes_is_allowed_by_infra_rbac() {
         .update_status(ObjectKind::NodeOverlay, "savings", &not_ready_class(), T0)
         .await
         .expect("overlay status");
+    t.cluster
+        .update_status(
+            ObjectKind::CapacityBuffer,
+            "default/spare",
+            &StatusUpdate {
+                conditions: vec![Condition::met("ReadyForProvisioning")],
+                fields: Default::default(),
+            },
+            T0,
+        )
+        .await
+        .expect("buffer status");
     // NodeClaim mirrors: created with their status, relabelled, replaced (a changed
     // spec is a delete and a create), deleted.
     let claim = initialized_claim("general-purpose-abcde");
@@ -154,6 +184,11 @@ async fn every_request_the_adapter_makes_is_allowed_by_infra_rbac() {
         ("watch", "nodepools", ""),
         ("list", "ec2nodeclasses", ""),
         ("list", "nodeoverlays", ""),
+        ("list", "capacitybuffers", ""),
+        ("list", "podtemplates", ""),
+        ("get", "deployments", ""),
+        ("get", "capacitybuffers", ""),
+        ("patch", "capacitybuffers", "status"),
         ("list", "nodes", ""),
         ("watch", "nodes", ""),
         ("list", "pods", ""),
