@@ -1385,3 +1385,6 @@ async fn a_forbidden_volume_claim_list_leaves_provisioning_running_for_pods_with
 /// A static NodePool through the handler.
 #[path = "e2e/static_capacity.rs"]
 mod static_capacity;
+
+#[path = "e2e/capacity_buffer.rs"]
+mod capacity_buffer;
