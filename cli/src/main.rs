@@ -387,7 +387,7 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
     args.capacity.apply(&mut pricing)?;
     let buffers = buffers::Buffers::of(&manifests, &snapshot);
     let mut snapshot = snapshot;
-    snapshot.pods.extend(buffers.virtual_pods);
+    snapshot.pods.extend(buffers.virtual_pods.iter().cloned());
     let plan = plan_provisioning(&ProvisioningInput {
         snapshot: &snapshot,
         node_pools: &manifests.node_pools,
@@ -396,7 +396,7 @@ fn plan(args: &PlanArgs) -> Result<(), Failure> {
         pricing: &pricing,
         in_flight: &[],
     });
-    let statuses = buffer_statuses(&buffers.resolutions, &plan);
+    let statuses = buffer_statuses(&buffers.resolutions, &buffers.virtual_pods, &plan);
     let out = buffers::PlanOutput {
         plan: &plan,
         capacity_buffers: &statuses,

@@ -8,10 +8,9 @@ use std::process::Output;
 
 use serde_json::{Value, json};
 
+use super::disrupt::{NOW, node, pod_on};
+use super::static_capacity::nodes_at;
 use super::{example, nodewright, plan_json, snapshot_file, stderr, temp_file};
-
-const NOW: &str = "2026-11-23T10:00:00Z";
-const EARLIER: &str = "2026-11-23T08:00:00Z";
 
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
@@ -181,41 +180,6 @@ fn plan_launches_room_for_buffers_after_the_real_pods_and_reports_each_buffers_c
     );
 }
 
-fn node(name: &str, instance_type: &str) -> Value {
-    let (cpu, memory) = match instance_type {
-        "m5.large" => ("1930m", "6903Mi"),
-        _ => ("3920m", "14162Mi"),
-    };
-    json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "creationTimestamp": EARLIER, "labels": {
-            "kubernetes.io/hostname": name,
-            "topology.kubernetes.io/zone": "us-east-1a",
-            "node.kubernetes.io/instance-type": instance_type,
-            "kubernetes.io/arch": "amd64",
-            "kubernetes.io/os": "linux",
-            "karpenter.sh/capacity-type": "on-demand",
-            "karpenter.sh/nodepool": "default",
-            "karpenter.sh/initialized": "true"}},
-        "spec": {"providerID": format!("aws:///us-east-1a/i-{name}")},
-        "status": {
-            "allocatable": {"cpu": cpu, "memory": memory, "pods": "29"},
-            "capacity": {"cpu": cpu, "memory": memory, "pods": "29"},
-            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": EARLIER}]}
-    })
-}
-
-fn pod_on(name: &str, node: &str, cpu: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "labels": {"app": name},
-            "creationTimestamp": EARLIER},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "pause",
-            "resources": {"requests": {"cpu": cpu, "memory": "512Mi"}}}]},
-        "status": {"phase": "Running", "startTime": EARLIER}
-    })
-}
-
 fn disrupt(manifests: &str, items: Vec<Value>) -> Value {
     let pools = temp_file("pools.yaml", manifests);
     let out = nodewright(&[
@@ -241,8 +205,8 @@ fn a_node_holding_a_buffers_room_is_kept_by_disrupt_and_goes_once_the_buffer_doe
         .replace("  replicas: 3\n", "  replicas: 1\n")
         .replace("  percentage: 20\n", "  replicas: 0\n");
     let items = vec![
-        node("busy", "m5.xlarge"),
-        node("spare", "m5.large"),
+        node("busy", "m5.xlarge", "on-demand"),
+        node("spare", "m5.large", "on-demand"),
         pod_on("web-1", "busy", "3"),
     ];
     let d = disrupt(&one_chunk, items.clone());
@@ -270,23 +234,6 @@ fn a_node_holding_a_buffers_room_is_kept_by_disrupt_and_goes_once_the_buffer_doe
         .collect();
     assert_eq!(emptiness.len(), 1, "{d:#}");
     assert_eq!(emptiness[0]["nodes"], json!(["spare"]));
-}
-
-/// The node count of the last timeline row at or before `at` seconds.
-fn nodes_at(timeline: &[Value], at: u64) -> u64 {
-    let seconds = |t: &Value| {
-        t.as_str()
-            .expect("a time")
-            .split(':')
-            .map(|p| p.parse::<u64>().expect("a number"))
-            .fold(0, |total, part| total * 60 + part)
-    };
-    timeline
-        .iter()
-        .take_while(|row| seconds(&row["t"]) <= at)
-        .last()
-        .map(|row| row["nodes"].as_u64().expect("a count"))
-        .unwrap_or(0)
 }
 
 fn simulate(scenario: &str) -> Value {

@@ -15,9 +15,9 @@ mod reservations;
 #[path = "disrupt/worth.rs"]
 mod worth;
 
-const NOW: &str = "2026-11-23T10:00:00Z";
+pub(super) const NOW: &str = "2026-11-23T10:00:00Z";
 /// Two hours before NOW: nodes and pods are this old unless a test says otherwise.
-const EARLIER: &str = "2026-11-23T08:00:00Z";
+pub(super) const EARLIER: &str = "2026-11-23T08:00:00Z";
 
 /// `disruption` is inserted under `spec:` (YAML, 2-space indent, already indented by 4).
 fn pools(disruption: &str, extra_requirement: &str) -> String {
@@ -131,7 +131,7 @@ fn check_contract(d: &Value) {
     }
 }
 
-fn node(name: &str, instance_type: &str, capacity_type: &str) -> Value {
+pub(super) fn node(name: &str, instance_type: &str, capacity_type: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "creationTimestamp": EARLIER, "labels": {
@@ -163,7 +163,7 @@ fn allocatable(instance_type: &str) -> Value {
     json!({"cpu": cpu, "memory": memory, "pods": "58"})
 }
 
-fn pod_on(name: &str, node: &str, cpu: &str) -> Value {
+pub(super) fn pod_on(name: &str, node: &str, cpu: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "default", "labels": {"app": name},

@@ -27,7 +27,7 @@ fn seconds(t: &Value) -> u64 {
 }
 
 /// The node count of the last timeline row at or before `at` seconds.
-fn nodes_at(timeline: &[Value], at: u64) -> u64 {
+pub(super) fn nodes_at(timeline: &[Value], at: u64) -> u64 {
     timeline
         .iter()
         .take_while(|row| seconds(&row["t"]) <= at)

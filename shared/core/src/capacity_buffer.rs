@@ -261,20 +261,20 @@ impl BufferCondition {
 /// when any opens a claim or fits nowhere, `False/BufferEmpty` at zero replicas,
 /// `False/NotReadyForProvisioning` when unresolved; a partial fit with nothing new
 /// leaves it unset, as Karpenter leaves it unchanged.
-pub fn buffer_statuses(resolutions: &[Resolution], plan: &ProvisioningPlan) -> Vec<BufferStatus> {
+pub fn buffer_statuses(
+    resolutions: &[Resolution],
+    virtual_pods: &[Pod],
+    plan: &ProvisioningPlan,
+) -> Vec<BufferStatus> {
+    // Each virtual pod's buffer, by the pod's key: a real pod may be named alike.
+    let owner: BTreeMap<String, &str> = virtual_pods
+        .iter()
+        .filter_map(|p| Some((p.key(), p.capacity_buffer.as_deref()?)))
+        .collect();
     let mut counts: BTreeMap<&str, [usize; 3]> = BTreeMap::new();
-    let owner = |pod: &str| -> Option<&str> {
-        let (namespace, name) = pod.split_once('/')?;
-        let rest = name.strip_prefix("capacity-buffer-")?;
-        let (buffer, _) = rest.rsplit_once('-')?;
-        resolutions
-            .iter()
-            .map(|r| r.buffer.as_str())
-            .find(|key| key.split_once('/') == Some((namespace, buffer)))
-    };
     let mut count = |pods: &mut dyn Iterator<Item = &String>, slot: usize| {
         for pod in pods {
-            if let Some(buffer) = owner(pod) {
+            if let Some(buffer) = owner.get(pod) {
                 counts.entry(buffer).or_default()[slot] += 1;
             }
         }

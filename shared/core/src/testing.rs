@@ -155,6 +155,34 @@ pub fn node(name: &str, instance_type: &str, zone: &str, pool: &str, catalog: &C
     }
 }
 
+/// A node of the general-purpose pool in us-east-1a that disruption may consider at
+/// `now`: initialized, created an hour before and Ready since 3,500 s before.
+pub fn initialized_node(name: &str, instance_type: &str, now: i64) -> Node {
+    let mut n = node(
+        name,
+        instance_type,
+        "us-east-1a",
+        "general-purpose",
+        Catalog::embedded(),
+    );
+    n.labels.insert(
+        crate::disruption::candidates::LABEL_INITIALIZED.into(),
+        "true".into(),
+    );
+    n.created_at = Some(now - 3600);
+    n.ready_since = Some(now - 3500);
+    n
+}
+
+/// A running pod of `cpu` and 512Mi bound to `node`, created ten minutes before `now`.
+pub fn bound_pod(node: &str, name: &str, cpu: &str, now: i64) -> Pod {
+    let mut p = pod(name, cpu, "512Mi");
+    p.node_name = Some(node.into());
+    p.marked_unschedulable = false;
+    p.created_at = Some(now - 600);
+    p
+}
+
 /// Checks a plan against the snapshot it was made for. Returns every violation found.
 pub fn violations(
     plan: &ProvisioningPlan,

@@ -874,7 +874,7 @@ impl Provisioner {
             price_per_hour = plan.total_price_per_hour,
             "planned"
         );
-        report.buffers = buffer_statuses(&world.buffers, &plan);
+        report.buffers = buffer_statuses(&world.buffers, &world.virtual_pods, &plan);
         report.not_provisioned = plan.not_provisioned;
         report.planned = plan.node_claims;
         report.unschedulable = plan.unschedulable;

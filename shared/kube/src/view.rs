@@ -378,7 +378,11 @@ fn as_overlay(object: &DynamicObject) -> Result<ReadOverlay, String> {
 /// A CapacityBuffer as read, held to its CRD's rules (the API server already did).
 fn as_capacity_buffer(object: &DynamicObject) -> Result<CapacityBuffer, String> {
     let value = as_json(object, &CAPACITY_BUFFERS)?;
-    read_one(value).and_then(|(mut buffers, _)| buffers.pop().ok_or_else(String::new))
+    read_one(value).and_then(|(mut buffers, _)| {
+        buffers
+            .pop()
+            .ok_or_else(|| "a listed capacitybuffer read as no CapacityBuffer".to_string())
+    })
 }
 
 /// A PodTemplate as a buffer chunk.
@@ -389,7 +393,11 @@ fn as_pod_template(template: &PodTemplate) -> Result<buffer::PodTemplate, String
         map.insert("apiVersion".into(), buffer::POD_TEMPLATE_API_VERSION.into());
         map.insert("kind".into(), buffer::POD_TEMPLATE_KIND.into());
     }
-    read_one(value).and_then(|(_, mut templates)| templates.pop().ok_or_else(String::new))
+    read_one(value).and_then(|(_, mut templates)| {
+        templates
+            .pop()
+            .ok_or_else(|| "a listed podtemplate read as no PodTemplate".to_string())
+    })
 }
 
 type ReadBuffers = (Vec<CapacityBuffer>, Vec<buffer::PodTemplate>);

@@ -7,10 +7,9 @@ use crate::api::buffer::ACTIVE_CAPACITY;
 use crate::api::load;
 use crate::api::model::{Budget, BudgetNodes, NodePool};
 use crate::catalog::{Catalog, Pricing};
-use crate::disruption::candidates::LABEL_INITIALIZED;
 use crate::disruption::{DisruptionInput, RejectCode, decide};
 use crate::resources::Resources;
-use crate::testing::{general_purpose_pool, node, pod, resources};
+use crate::testing::{bound_pod, general_purpose_pool, initialized_node, pod, resources};
 
 const NOW: i64 = 2_000_000_000;
 
@@ -308,25 +307,11 @@ impl Cluster {
 }
 
 fn managed(name: &str, instance_type: &str) -> crate::cluster::Node {
-    let mut n = node(
-        name,
-        instance_type,
-        "us-east-1a",
-        "general-purpose",
-        Catalog::embedded(),
-    );
-    n.labels.insert(LABEL_INITIALIZED.into(), "true".into());
-    n.created_at = Some(NOW - 3600);
-    n.ready_since = Some(NOW - 3500);
-    n
+    initialized_node(name, instance_type, NOW)
 }
 
 fn bound(node: &str, name: &str, cpu: &str) -> Pod {
-    let mut p = pod(name, cpu, "512Mi");
-    p.node_name = Some(node.into());
-    p.marked_unschedulable = false;
-    p.created_at = Some(NOW - 600);
-    p
+    bound_pod(node, name, cpu, NOW)
 }
 
 fn chunks(replicas: i32, cpu: &str) -> (Vec<Resolution>, Vec<Pod>) {
@@ -377,7 +362,7 @@ fn a_buffer_that_fits_existing_nodes_launches_nothing_and_one_that_does_not_laun
     let (resolutions, fits) = chunks(2, "1");
     let plan = cluster.plan(&fits);
     assert!(plan.node_claims.is_empty(), "{plan:#?}");
-    let status = &buffer_statuses(&resolutions, &plan)[0];
+    let status = &buffer_statuses(&resolutions, &fits, &plan)[0];
     assert_eq!(
         condition(status, "Provisioning"),
         (
@@ -391,7 +376,7 @@ fn a_buffer_that_fits_existing_nodes_launches_nothing_and_one_that_does_not_laun
     let (resolutions, more) = chunks(5, "1");
     let plan = cluster.plan(&more);
     assert_eq!(plan.node_claims.len(), 1, "{plan:#?}");
-    let status = &buffer_statuses(&resolutions, &plan)[0];
+    let status = &buffer_statuses(&resolutions, &more, &plan)[0];
     assert_eq!(
         condition(status, "Provisioning"),
         (
@@ -436,7 +421,7 @@ fn virtual_pods_count_against_node_pool_limits_and_what_does_not_fit_fails() {
         })
         .sum();
     assert!(cpus <= 4000, "{plan:#?}");
-    let status = &buffer_statuses(&resolutions, &plan)[0];
+    let status = &buffer_statuses(&resolutions, &pods, &plan)[0];
     assert!(status.failed > 0, "{status:?}");
     assert_eq!(condition(status, "Provisioning").1, "RequiresNewCapacity");
 }

@@ -7,31 +7,16 @@ use crate::api::model::{Budget, BudgetNodes};
 use crate::catalog::{Catalog, Pricing};
 use crate::cluster::{ClusterSnapshot, Node, Pod};
 use crate::disruption::Move;
-use crate::disruption::candidates::LABEL_INITIALIZED;
-use crate::testing::{general_purpose_pool, node, pod};
+use crate::testing::{bound_pod, general_purpose_pool, initialized_node};
 
 const NOW: i64 = 2_000_000_000;
 
 fn managed(name: &str, instance_type: &str) -> Node {
-    let mut n = node(
-        name,
-        instance_type,
-        "us-east-1a",
-        "general-purpose",
-        Catalog::embedded(),
-    );
-    n.labels.insert(LABEL_INITIALIZED.into(), "true".into());
-    n.created_at = Some(NOW - 3600);
-    n.ready_since = Some(NOW - 3500);
-    n
+    initialized_node(name, instance_type, NOW)
 }
 
 fn on(node: &str, name: &str, cpu: &str) -> Pod {
-    let mut p = pod(name, cpu, "512Mi");
-    p.node_name = Some(node.into());
-    p.marked_unschedulable = false;
-    p.created_at = Some(NOW - 600);
-    p
+    bound_pod(node, name, cpu, NOW)
 }
 
 fn pool(budget_percent: u32) -> NodePool {
