@@ -316,22 +316,7 @@ fn drift_with_node_limit(limit: u64) -> crate::disruption::Decision {
     pool.node_limit = Some(limit);
     let nodes: Vec<Node> = ["a", "b"]
         .iter()
-        .map(|name| {
-            let mut n = node(
-                name,
-                "m5.large",
-                "us-east-1a",
-                "general-purpose",
-                Catalog::embedded(),
-            );
-            n.labels.insert(
-                crate::disruption::candidates::LABEL_INITIALIZED.into(),
-                "true".into(),
-            );
-            n.created_at = Some(NOW - 3600);
-            n.ready_since = Some(NOW - 3500);
-            n
-        })
+        .map(|name| crate::testing::initialized_node(name, "m5.large", NOW))
         .collect();
     let mut big_a = on("a", "big-a");
     big_a.requests = crate::testing::resources(&[("cpu", "1500m"), ("memory", "1Gi")]);
