@@ -13,7 +13,7 @@ use kube::api::Api;
 
 use nodewright_core::api::buffer::{APPS_GROUP, BufferSource, CapacityBuffer};
 use nodewright_core::cluster::ScalableWorkload;
-use nodewright_core::snapshot::scalable_workload;
+use nodewright_core::snapshot::{deployment_from_k8s, replicaset_from_k8s, statefulset_from_k8s};
 use nodewright_engine::ports::{ClusterError, UnreadableKind};
 
 use crate::error::cluster_error;
@@ -105,36 +105,35 @@ async fn read(
 ) -> Result<Option<ScalableWorkload>, ClusterError> {
     let doing = || format!("reading {kind} {namespace}/{name} (a CapacityBuffer's scalableRef)");
     let workload = match kind.as_str() {
-        "Deployment" => Api::<Deployment>::namespaced(client.clone(), namespace)
-            .get_opt(name)
-            .await
-            .map_err(|e| cluster_error(doing(), e))?
-            .map(|d| {
-                let spec = d.spec.unwrap_or_default();
-                scalable_workload(kind, &d.metadata, spec.replicas, spec.template)
-            }),
-        "StatefulSet" => Api::<StatefulSet>::namespaced(client.clone(), namespace)
-            .get_opt(name)
-            .await
-            .map_err(|e| cluster_error(doing(), e))?
-            .map(|s| {
-                let spec = s.spec.unwrap_or_default();
-                scalable_workload(kind, &s.metadata, spec.replicas, spec.template)
-            }),
-        "ReplicaSet" => Api::<ReplicaSet>::namespaced(client.clone(), namespace)
-            .get_opt(name)
-            .await
-            .map_err(|e| cluster_error(doing(), e))?
-            .map(|r| {
-                let spec = r.spec.unwrap_or_default();
-                scalable_workload(
-                    kind,
-                    &r.metadata,
-                    spec.replicas,
-                    spec.template.unwrap_or_default(),
-                )
-            }),
+        "Deployment" => get::<Deployment>(client, namespace, name, doing)
+            .await?
+            .map(deployment_from_k8s),
+        "StatefulSet" => get::<StatefulSet>(client, namespace, name, doing)
+            .await?
+            .map(statefulset_from_k8s),
+        "ReplicaSet" => get::<ReplicaSet>(client, namespace, name, doing)
+            .await?
+            .map(replicaset_from_k8s),
         _ => None,
     };
     Ok(workload)
+}
+
+/// The namespaced object `name` of kind `K`; `None` when it does not exist.
+async fn get<K>(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    doing: impl Fn() -> String,
+) -> Result<Option<K>, ClusterError>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    Api::<K>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| cluster_error(doing(), e))
 }

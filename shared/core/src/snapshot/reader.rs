@@ -13,13 +13,13 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::convert::{
-    daemonset_from_k8s, node_from_k8s, pdb_from_k8s, pod_from_k8s, pv_from_k8s, pvc_from_k8s,
-    scalable_workload, storage_class_from_k8s,
+    daemonset_from_k8s, deployment_from_k8s, node_from_k8s, pdb_from_k8s, pod_from_k8s,
+    pv_from_k8s, pvc_from_k8s, replicaset_from_k8s, statefulset_from_k8s, storage_class_from_k8s,
 };
 use super::error::{Result, SnapshotError};
 use super::fast;
 use super::kind::{ItemKind, classify, describe_object, describe_value, item_name};
-use crate::cluster::ClusterSnapshot;
+use crate::cluster::{ClusterSnapshot, ScalableWorkload};
 use crate::volumes::{Storage, apply_volume_topology};
 
 /// The original pass over what the fast one left (see [`fast`]).
@@ -280,38 +280,21 @@ impl ListReader {
             }
             ItemKind::Deployment => {
                 let d: apps::Deployment = decode(index, kind, item)?;
-                let spec = d.spec.unwrap_or_default();
-                self.workload(index, kind, &d.metadata, spec.replicas, spec.template)?;
+                self.workload(index, kind, deployment_from_k8s(d))?;
             }
             ItemKind::StatefulSet => {
-                let d: apps::StatefulSet = decode(index, kind, item)?;
-                let spec = d.spec.unwrap_or_default();
-                self.workload(index, kind, &d.metadata, spec.replicas, spec.template)?;
+                let s: apps::StatefulSet = decode(index, kind, item)?;
+                self.workload(index, kind, statefulset_from_k8s(s))?;
             }
             ItemKind::ReplicaSet => {
-                let d: apps::ReplicaSet = decode(index, kind, item)?;
-                let spec = d.spec.unwrap_or_default();
-                self.workload(
-                    index,
-                    kind,
-                    &d.metadata,
-                    spec.replicas,
-                    spec.template.unwrap_or_default(),
-                )?;
+                let r: apps::ReplicaSet = decode(index, kind, item)?;
+                self.workload(index, kind, replicaset_from_k8s(r))?;
             }
         }
         Ok(())
     }
 
-    fn workload(
-        &mut self,
-        index: usize,
-        kind: ItemKind,
-        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-        replicas: Option<i32>,
-        template: core::PodTemplateSpec,
-    ) -> Result<()> {
-        let workload = scalable_workload(kind.name(), meta, replicas, template);
+    fn workload(&mut self, index: usize, kind: ItemKind, workload: ScalableWorkload) -> Result<()> {
         self.unique(
             index,
             kind.name(),

@@ -25,7 +25,9 @@ pub use node::node_from_k8s;
 pub use pdb::pdb_from_k8s;
 pub use pod::{HOSTNAME_LABEL, daemonset_from_k8s, pod_from_k8s};
 pub use storage::{pv_from_k8s, pvc_from_k8s, storage_class_from_k8s};
-pub use workload::{chunk_pod, scalable_workload};
+pub use workload::{
+    chunk_pod, deployment_from_k8s, replicaset_from_k8s, scalable_workload, statefulset_from_k8s,
+};
 
 /// Operators Kubernetes accepts in node selector requirements (Karpenter's Gte/Lte are
 /// NodePool-only; a pod using them would have been rejected by the API server).

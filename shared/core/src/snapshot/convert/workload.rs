@@ -1,6 +1,7 @@
 //! Workloads a CapacityBuffer may take its chunk from, and a pod template read as one
 //! chunk.
 
+use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -71,4 +72,27 @@ pub fn scalable_workload(
         name,
         replicas,
     }
+}
+
+/// A Deployment as a `scalableRef` reads it.
+pub fn deployment_from_k8s(d: apps::Deployment) -> ScalableWorkload {
+    let spec = d.spec.unwrap_or_default();
+    scalable_workload("Deployment", &d.metadata, spec.replicas, spec.template)
+}
+
+/// A StatefulSet as a `scalableRef` reads it.
+pub fn statefulset_from_k8s(s: apps::StatefulSet) -> ScalableWorkload {
+    let spec = s.spec.unwrap_or_default();
+    scalable_workload("StatefulSet", &s.metadata, spec.replicas, spec.template)
+}
+
+/// A ReplicaSet as a `scalableRef` reads it.
+pub fn replicaset_from_k8s(r: apps::ReplicaSet) -> ScalableWorkload {
+    let spec = r.spec.unwrap_or_default();
+    scalable_workload(
+        "ReplicaSet",
+        &r.metadata,
+        spec.replicas,
+        spec.template.unwrap_or_default(),
+    )
 }
