@@ -223,7 +223,7 @@ def check_iam(template: dict) -> list[str]:
             owned_request = condition(s, "StringEquals", REQUEST_TAG) == "owned"
             types = {resource_type(r) for r in resources(s) if isinstance(r, str)}
 
-            for a in ("ec2:TerminateInstances", "ec2:DeleteLaunchTemplate"):
+            for a in ("ec2:TerminateInstances", "ec2:DeleteLaunchTemplate", "ec2:RebootInstances"):
                 if allows(s, a) and not owned_resource:
                     problems.append(f"{at}: allows {a} without {RESOURCE_TAG} = owned")
 
@@ -578,6 +578,13 @@ def drop_terminate_condition(t):
     doc.save()
 
 
+def reboot_any_instance(t):
+    # The branch that exists only with RebootForRepair is checked too.
+    doc, s = find_statement(t, "ec2:RebootInstances", "ProvisionerRole")
+    s.pop("Condition")
+    doc.save()
+
+
 def terminate_with_ec2_wildcard_elsewhere(t):
     doc, s = find_statement(t, "ec2:DescribeInstances", "InterruptionRole")
     s["Action"] = ["ec2:Describe*", "ec2:Term*"]
@@ -678,7 +685,7 @@ def table_drifts(t):
 def vpc_branch_wildcard(t):
     # The Fn::If branch that only exists with private subnets is checked too.
     for p in t["Resources"]["ProvisionerRole"]["Properties"]["Policies"]:
-        if isinstance(p, dict) and "Fn::If" in p:
+        if isinstance(p, dict) and p.get("Fn::If", [None])[0] == "UseVpc":
             p["Fn::If"][1]["PolicyDocument"]["Statement"][0]["Action"].append("*")
             return
     raise AssertionError("self-test: no conditional policy")
@@ -739,6 +746,7 @@ def operator_policy_reads_every_queue(t):
 MUTATIONS = [
     (drop_terminate_condition, "ec2:TerminateInstances without"),
     (terminate_with_ec2_wildcard_elsewhere, "ec2:TerminateInstances without"),
+    (reboot_any_instance, "ec2:RebootInstances without"),
     (launch_instances_without_request_tag, "launches on instance/volume/fleet without"),
     (pass_any_role, "iam:PassRole on"),
     (create_instance_profiles_untagged, f"allows iam:CreateInstanceProfile without {REQUEST_TAG} = owned"),

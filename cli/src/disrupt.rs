@@ -100,6 +100,7 @@ pub fn run(args: &DisruptArgs) -> Result<(), Failure> {
         spot_to_spot: args.spot_to_spot,
         external_drift: &[],
         disrupting: &[],
+        nominated: &[],
         validating: None,
     };
     let decision = decide_observed(&input, &mut |phase| timings.step(phase.as_str()));

@@ -21,6 +21,7 @@ use nodewright_core::api::{self, LoadError, Strictness};
 use nodewright_core::catalog::CapacityType;
 use nodewright_core::cluster::DaemonSet;
 use nodewright_core::interruption::RebalanceAction;
+use nodewright_core::repair::RepairSettings;
 use nodewright_core::snapshot::{pdb_from_k8s, pod_from_k8s};
 use nodewright_engine::fakes::FakeReservation;
 use nodewright_engine::sim::faults::FaultConfig;
@@ -78,6 +79,9 @@ struct File {
     seed: Option<u64>,
     zones: Option<Vec<String>>,
     rebalance: Option<Rebalance>,
+    /// The stack's node repair switches (`LegacyNodeRepair`, `RebootForRepair`,
+    /// `TerminateFirstRepair`).
+    node_repair: Option<NodeRepairSpec>,
     /// How often SQS delivers an event twice (0..1).
     duplicate_rate: Option<f64>,
     #[serde(default)]
@@ -185,9 +189,32 @@ struct EventSpec {
     instance_stopped: Option<TargetSpec>,
     node_not_ready: Option<SeveralSpec>,
     instance_impaired: Option<SeveralSpec>,
+    gpu_fault: Option<GpuFaultSpec>,
     capacity_shortage: Option<ShortageSpec>,
     scale_node_pool: Option<ScaleSpec>,
     image_release: Option<EmptySpec>,
+}
+
+/// `nodeRepair`: how the provisioner repairs, as the stack's parameters say.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct NodeRepairSpec {
+    #[serde(default)]
+    legacy: bool,
+    #[serde(default)]
+    reboot_for_repair: bool,
+    #[serde(default)]
+    terminate_first_repair: bool,
+}
+
+/// `gpuFault`: the node monitoring agent reports an NVIDIA XID on `count` nodes.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GpuFaultSpec {
+    #[serde(default)]
+    target: TargetName,
+    count: Option<u32>,
+    xid: u32,
 }
 
 /// An event that needs nothing more than its time: `imageRelease: {}`.
@@ -222,7 +249,7 @@ impl SeveralSpec {
     }
 }
 
-const EVENT_KINDS: &str = "spotInterruption, reservationInterruption, rebalanceRecommendation, scheduledChange, instanceStopped, nodeNotReady, instanceImpaired, capacityShortage, scaleNodePool or imageRelease";
+const EVENT_KINDS: &str = "spotInterruption, reservationInterruption, rebalanceRecommendation, scheduledChange, instanceStopped, nodeNotReady, instanceImpaired, gpuFault, capacityShortage, scaleNodePool or imageRelease";
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -356,6 +383,18 @@ pub fn parse_with(
             Rebalance::Ignore => RebalanceAction::Ignore,
             Rebalance::Cordon => RebalanceAction::Cordon,
             Rebalance::Replace => RebalanceAction::Replace,
+        };
+    }
+    if let Some(r) = spec.node_repair {
+        if r.legacy && r.terminate_first_repair {
+            return Err(fail(
+                "nodeRepair: legacy and terminateFirstRepair cannot both be true (the legacy repair stages no replacement)".into(),
+            ));
+        }
+        scenario.repair = if r.legacy {
+            RepairSettings::legacy()
+        } else {
+            RepairSettings::aws(r.reboot_for_repair, r.terminate_first_repair)
         };
     }
     if let Some(rate) = spec.duplicate_rate {
@@ -598,6 +637,17 @@ fn disturbance(e: EventSpec, scenario: &Scenario) -> Result<ScheduledDisturbance
         kinds.push(Disturbance::InstanceImpaired {
             count: t.count("instanceImpaired")?,
             target: t.target.into(),
+        });
+    }
+    if let Some(g) = e.gpu_fault {
+        kinds.push(Disturbance::GpuFault {
+            count: match g.count {
+                None => 1,
+                Some(0) => return Err(".gpuFault.count: at least 1".into()),
+                Some(n) => n,
+            },
+            target: g.target.into(),
+            xid: g.xid,
         });
     }
     if let Some(s) = e.capacity_shortage {

@@ -283,6 +283,7 @@ pub fn render_json(report: &Report) -> String {
             "cost": round(s.cost),
             "interruptions": s.interruptions,
             "repairs": s.repairs,
+            "reboots": s.reboots,
             "drainSeconds": {"max": s.drain_seconds_max},
             "eventsSent": s.events_sent,
             "duplicateDeliveries": s.duplicate_deliveries,
@@ -707,6 +708,13 @@ pub fn render_table(report: &Report, wall: Duration) -> String {
             ),
         );
         list(&mut out, &repairs);
+    }
+    if s.reboots > 0 {
+        row(
+            &mut out,
+            "node reboots",
+            format!("{} instance(s) rebooted in place for repair", s.reboots),
+        );
     }
     let interruptions = removed(Removal::Interruption);
     let longest = interruptions

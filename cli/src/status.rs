@@ -320,6 +320,7 @@ pub fn observe(
         spot_to_spot,
         external_drift: &[],
         disrupting: &disrupting,
+        nominated: &[],
         validating: None,
     });
     let mut on_node: BTreeMap<&str, Vec<String>> = BTreeMap::new();

@@ -1476,6 +1476,63 @@ fn simulate_repairs_unhealthy_nodes_a_fifth_of_the_pool_at_a_time_from_scenario_
     assert!(stdout.contains("6 unhealthy node(s) replaced"), "{stdout}");
 }
 
+#[test]
+fn simulate_reboots_a_gpu_fault_a_reboot_clears_and_replaces_a_fatal_one_with_reboot_for_repair() {
+    let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/gpu-reboot.yaml");
+    let out = nodewright(&["simulate", scenario, "--output", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("simulate prints JSON");
+    let summary = &doc["summary"];
+    assert_eq!(summary["podsLost"], 0, "{summary}");
+    assert_eq!(summary["reboots"], 1, "XID 48 reboots: {summary}");
+    assert_eq!(summary["repairs"], 1, "XID 79 replaces: {summary}");
+    assert_eq!(summary["podsPendingAtEnd"], 0, "{summary}");
+    assert_eq!(summary["nodesAtEnd"], 4, "{summary}");
+    let text = nodewright(&["simulate", scenario]);
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        stdout.contains("drain it and reboot the instance (drain within 5m0s)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("back from its reboot, Ready"), "{stdout}");
+
+    // Without RebootForRepair both are replaced.
+    let example = std::fs::read_to_string(scenario).unwrap();
+    let off = temp_file(
+        "gpu-replace.yaml",
+        &example.replace(
+            "nodeRepair: {rebootForRepair: true}",
+            "nodeRepair: {rebootForRepair: false}",
+        ),
+    );
+    let out = nodewright(&["simulate", off.to_str().unwrap(), "--output", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (
+            doc["summary"]["reboots"].as_u64(),
+            doc["summary"]["repairs"].as_u64()
+        ),
+        (Some(0), Some(2))
+    );
+
+    // The legacy repair stages no replacement: it cannot terminate first.
+    let both = temp_file(
+        "gpu-legacy-terminate-first.yaml",
+        &example.replace(
+            "nodeRepair: {rebootForRepair: true}",
+            "nodeRepair: {legacy: true, terminateFirstRepair: true}",
+        ),
+    );
+    let out = nodewright(&["simulate", both.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("nodeRepair: legacy and terminateFirstRepair cannot both be true"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// Seconds into the run of a timeline or disruption entry's `t` ("hh:mm:ss").
 fn seconds_of(t: &Value) -> u64 {
     t.as_str()

@@ -28,6 +28,7 @@ async fn handler() -> Result<Handler, StartupError> {
     settings.adopt_karpenter_nodes = config.adopt_karpenter_nodes;
     settings.spot_to_spot = config.spot_to_spot;
     settings.node_repair = config.node_repair;
+    settings.repair = config.repair;
     settings.min_values_policy = config.min_values_policy;
     Ok(Handler {
         provisioner: Provisioner::new(ports, settings),

@@ -909,6 +909,7 @@ async fn each_claim_is_a_node_claim_in_the_cluster_until_it_is_terminated() {
                 deadline: None,
                 since: now,
                 drain_after: None,
+                drain_grace: None,
                 event: None,
                 command: None,
             })

@@ -922,6 +922,39 @@ async fn offerings_a_node_overlay_priced_launch_in_their_order_with_a_prioritize
 
 #[tokio::test]
 #[ignore = "needs moto: run through tests/moto.sh"]
+async fn reboot_for_repair_reboots_the_instance_and_an_unknown_one_is_not_found() {
+    let url = moto!();
+    let cluster = unique("reboot");
+    let net = network(&url, &cluster).await;
+    let cloud = cloud(&url, &cluster, &net).await;
+    let class = node_class(&cluster, vec![alias()]);
+    let resolved = cloud.resolve_node_class(&class, K8S).await.unwrap();
+    let ours = cloud
+        .launch(&launch_request(
+            "default-r1",
+            class,
+            resolved,
+            vec![on_demand("m5.large", "us-east-1a", 0.096)],
+        ))
+        .await
+        .unwrap();
+    cloud.reboot(&ours.instance_id).await.unwrap();
+    let owned = cloud.owned_instances().await.unwrap();
+    assert_eq!(owned.len(), 1, "a reboot keeps the instance: {owned:?}");
+    assert_eq!(owned[0].id, ours.instance_id);
+
+    let err = cloud.reboot("i-0123456789abcdef0").await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::NotFound, "{err:?}");
+    assert!(
+        std::error::Error::source(&err).is_some(),
+        "the SDK error is kept"
+    );
+    let err = cloud.reboot("not-an-id").await.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Invalid);
+}
+
+#[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn owned_instances_are_only_this_clusters_and_terminate_removes_them() {
     let url = moto!();
     let cluster = unique("owned");

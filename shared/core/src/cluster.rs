@@ -401,6 +401,11 @@ pub struct Node {
     pub deleting: bool,
     /// `karpenter.sh/do-not-disrupt: "true"` on the node.
     pub do_not_disrupt: bool,
+    /// `karpenter.sh/do-not-repair: "true"` on the node: node repair leaves it alone.
+    pub do_not_repair: bool,
+    /// `status.nodeInfo.bootID`: changes when the machine reboots (how a reboot for
+    /// repair is seen to have happened).
+    pub boot_id: Option<String>,
     /// The NodePool and EC2NodeClass hashes nodewright launched the node with
     /// (`karpenter.sh/nodepool-hash`, `karpenter.k8s.aws/ec2nodeclass-hash`), for drift;
     /// only when their `*-hash-version` annotation is nodewright's (`hash::HASH_VERSION`).
@@ -416,6 +421,8 @@ pub struct NodeCondition {
     pub status: ConditionStatus,
     /// `lastTransitionTime`, Unix seconds, when reported.
     pub since: Option<i64>,
+    /// `reason` (the node monitoring agent puts a GPU fault's XID there), when reported.
+    pub reason: Option<String>,
 }
 
 /// A condition's `status`: `True`, `False` or `Unknown` (anything else reads as Unknown,

@@ -186,6 +186,36 @@ pub struct NodeClaim {
     /// `capacity-overlay-applied` annotations. Absent in claims stored before.
     #[serde(default, skip_serializing_if = "OverlaysApplied::is_none")]
     pub overlays_applied: OverlaysApplied,
+    /// A reboot for repair in flight (the claim stays live capacity meanwhile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reboot: Option<Reboot>,
+    /// When each reboot for repair of this claim was committed (Unix seconds, the last
+    /// 24 hours): a third within a day replaces the node instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reboots: Vec<i64>,
+    /// When the last reboot for repair ended well: repair tolerations count from then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebooted_at: Option<i64>,
+}
+
+/// A reboot for repair in flight: requested (tainted `karpenter.sh/rebooting`, the
+/// pods drained within `grace_secs`), then issued (RebootInstances sent), then over
+/// when the node's boot id changed and it is Ready again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Reboot {
+    pub requested_at: i64,
+    /// The condition behind it, as the decision log says it.
+    pub reason: String,
+    /// How long the drain before the reboot may take (seconds; `None`: until the pods
+    /// are gone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_secs: Option<i64>,
+    /// The node's boot id when the reboot was sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_boot_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issued_at: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -200,6 +230,11 @@ pub struct Disruption {
     /// replacement is up or the deadline nears).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_after: Option<i64>,
+    /// How long the drain may take once it starts (seconds): the deadline is set then,
+    /// never later than one already set (node repair's bound: the replacement comes
+    /// first, the bound counts from the drain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_grace: Option<i64>,
     /// The event (interruption message id) that started this disruption: a redelivery
     /// of the same event resumes it, another event leaves it to its owner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -278,6 +313,7 @@ impl Disruption {
             deadline,
             since: self.since,
             drain_after,
+            drain_grace: self.drain_grace,
             event: self.event.clone(),
             command: self.command.clone(),
         };
@@ -381,6 +417,9 @@ impl NodeClaim {
             nodeclass_hash: None,
             terminate_requested_at: None,
             overlays_applied: OverlaysApplied::default(),
+            reboot: None,
+            reboots: Vec::new(),
+            rebooted_at: None,
         }
     }
 
@@ -422,6 +461,9 @@ impl NodeClaim {
             nodeclass_hash: None,
             terminate_requested_at: None,
             overlays_applied: OverlaysApplied::default(),
+            reboot: None,
+            reboots: Vec::new(),
+            rebooted_at: None,
         }
     }
 
@@ -586,6 +628,7 @@ mod tests {
             deadline,
             since: 10,
             drain_after,
+            drain_grace: None,
             event: Some(format!("{cause:?}")),
             command: None,
         }

@@ -8,6 +8,7 @@ use crate::api::model::{NodePool, Taint, TaintEffect};
 use crate::catalog::CapacityType;
 use crate::cluster::{ClusterSnapshot, DaemonSet, Node, Pod, PodDisruptionBudget};
 use crate::nodeclaim::{ClaimState, NodeClaim, instance_id_from_provider_id};
+use crate::repair::TAINT_REBOOTING;
 use crate::scheduling::InFlightClaim;
 
 /// The taint every launched node registers with; registration removes it.
@@ -99,7 +100,9 @@ pub fn planning_snapshot(
                 if c.state != ClaimState::Initialized {
                     n.taints.retain(|t| !startup.contains(t.key.as_str()));
                 }
-                n.taints.retain(|t| t.key != TAINT_UNREGISTERED);
+                // A node rebooting for repair comes back: its room is planned as there.
+                n.taints
+                    .retain(|t| t.key != TAINT_UNREGISTERED && t.key != TAINT_REBOOTING);
                 nodes.push(n);
             }
             _ => nodes.push(n.clone()),
@@ -223,6 +226,7 @@ mod tests {
             deadline: None,
             since: 0,
             drain_after: None,
+            drain_grace: None,
             event: None,
             command: validated.map(|validated| DisruptionCommand {
                 id: "cmd-1".into(),

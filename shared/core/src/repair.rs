@@ -1,77 +1,54 @@
-//! Node repair: which nodes to replace because they are unhealthy, decided as data.
+//! Node repair: which nodes to repair because they are unhealthy, and how, decided as
+//! data.
 //!
-//! Karpenter (`node/health`, with the AWS provider's repair policies) replaces a node
-//! whose `Ready` condition has been `False` or `Unknown` for 30 minutes, or whose node
-//! monitoring agent condition (`StorageReady`, `NetworkingReady`, `KernelReady`,
-//! `ContainerRuntimeReady`: 30 minutes; `AcceleratedHardwareReady`: 10 minutes) has
-//! been `False` that long. The AWS provider also acts on EC2's own status checks: an
-//! instance whose instance or system status check has been `impaired` for two minutes
-//! is terminated at once. Both are forceful: the pods on such a node are not running
-//! anyway, so neither disruption budgets nor PodDisruptionBudgets hold the repair.
+//! **As Karpenter v1.15 does it** (the default): the AWS provider's repair policies
+//! ([`policy`]) say, per node condition and reason, how long it is tolerated, how long
+//! the drain may take, and the action — replace the node (a replacement first, then a
+//! drain bounded by the policy's grace period, which PodDisruptionBudgets are honoured
+//! within), or reboot it in place (a GPU fault a reboot clears, with
+//! `RebootForRepair`). A node annotated `karpenter.sh/do-not-repair: "true"` is left
+//! alone (said once it is due). Repairs are paced by the NodePool's disruption budgets
+//! for the reason `Unhealthy` (nodes not yet initialized are not counted against them)
+//! and ordered by urgency. A node that reboots a third time within 24 hours is replaced
+//! instead. A NodePool that cannot stage a replacement (`limits.nodes` reached) holds
+//! the repair, or with `TerminateFirstRepair` drains and terminates the node first.
+//!
+//! **As v1.14 did it** (`LegacyNodeRepair`): `Ready` `False`/`Unknown` for 30 minutes, or
+//! a node monitoring agent condition `False` (`AcceleratedHardwareReady`: 10 minutes, the
+//! others 30), any reason, and the repair is forceful: pods deleted at once, no budgets.
+//!
+//! Either way the AWS provider also acts on EC2's own status checks: an instance whose
+//! instance or system status check has been `impaired` for two minutes is terminated at
+//! once, held by nothing (the instance is broken either way).
 //!
 //! A NodePool's nodes are repaired at most 20% at a time (rounded up, as a PDB rounds a
 //! percentage): a node past its toleration beyond that is held, with a reason for the
 //! `NodeRepairBlocked` event, until a repair in progress finishes. Karpenter instead
 //! stops repairing a pool altogether while more than 20% of its nodes are unhealthy;
-//! nodewright keeps replacing them a fifth at a time, so a pool recovers from a wave of
+//! nodewright keeps repairing them a fifth at a time, so a pool recovers from a wave of
 //! failures without anyone stepping in, and a systemic fault (a bad image, a broken
-//! network) still never takes down more than a fifth of a pool at once. EC2 status
-//! check failures are not held, as in Karpenter (the instance is broken either way).
+//! network) still never takes down more than a fifth of a pool at once.
+
+pub mod policy;
 
 use std::collections::BTreeMap;
 
+use crate::api::model::{DisruptionReason, NodePool};
 use crate::cluster::{ConditionStatus, Node};
+use crate::disruption::budget::allowance;
 use crate::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
+pub use policy::{RepairAction, RepairPolicies, RepairPolicy, Resolved, legacy_policies};
 
-/// One condition that makes a node unhealthy once it has held for `toleration_secs`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RepairPolicy {
-    pub condition: &'static str,
-    pub status: ConditionStatus,
-    pub toleration_secs: i64,
-}
+/// `karpenter.sh/do-not-repair: "true"` on a node: repair leaves it alone.
+pub const ANNOTATION_DO_NOT_REPAIR: &str = "karpenter.sh/do-not-repair";
+/// The taint on a node draining before, or during, a reboot for repair.
+pub const TAINT_REBOOTING: &str = "karpenter.sh/rebooting";
+/// A node rebooted this many times for repair within [`REBOOT_WINDOW_SECS`] is
+/// replaced instead of rebooted again.
+pub const MAX_REBOOTS: usize = 2;
+pub const REBOOT_WINDOW_SECS: i64 = 24 * 3600;
 
 const MINUTE: i64 = 60;
-
-/// The AWS provider's repair policies (kubelet `Ready`, and the EKS node monitoring
-/// agent's conditions).
-pub const REPAIR_POLICIES: [RepairPolicy; 7] = [
-    RepairPolicy {
-        condition: "Ready",
-        status: ConditionStatus::False,
-        toleration_secs: 30 * MINUTE,
-    },
-    RepairPolicy {
-        condition: "Ready",
-        status: ConditionStatus::Unknown,
-        toleration_secs: 30 * MINUTE,
-    },
-    RepairPolicy {
-        condition: "AcceleratedHardwareReady",
-        status: ConditionStatus::False,
-        toleration_secs: 10 * MINUTE,
-    },
-    RepairPolicy {
-        condition: "StorageReady",
-        status: ConditionStatus::False,
-        toleration_secs: 30 * MINUTE,
-    },
-    RepairPolicy {
-        condition: "NetworkingReady",
-        status: ConditionStatus::False,
-        toleration_secs: 30 * MINUTE,
-    },
-    RepairPolicy {
-        condition: "KernelReady",
-        status: ConditionStatus::False,
-        toleration_secs: 30 * MINUTE,
-    },
-    RepairPolicy {
-        condition: "ContainerRuntimeReady",
-        status: ConditionStatus::False,
-        toleration_secs: 30 * MINUTE,
-    },
-];
 
 /// The condition types the policies read: what a node keeps of its conditions.
 pub const WATCHED_CONDITIONS: [&str; 6] = [
@@ -106,9 +83,12 @@ pub enum Symptom {
     Condition {
         condition: String,
         status: ConditionStatus,
+        /// The condition's reason, when reported.
+        reason: Option<String>,
         /// When the condition took that status.
         since: i64,
-        toleration_secs: i64,
+        /// When it became due for repair.
+        due_at: i64,
     },
     /// EC2's status checks fail.
     Impaired { checks: Vec<String>, since: i64 },
@@ -118,28 +98,32 @@ impl Symptom {
     /// When the symptom has lasted long enough to act on.
     pub fn due_at(&self) -> i64 {
         match self {
-            Symptom::Condition {
-                since,
-                toleration_secs,
-                ..
-            } => since + toleration_secs,
+            Symptom::Condition { due_at, .. } => *due_at,
             Symptom::Impaired { since, .. } => since + IMPAIRED_TOLERATION_SECS,
         }
     }
 
-    /// `Ready=Unknown for 30m0s`, `EC2 status checks impaired (instance, system)`.
+    /// `Ready=Unknown for 30m0s`, `AcceleratedHardwareReady=False (NVIDIAXID48Error)
+    /// for 10m0s`, `EC2 status checks impaired (instance, system) for 2m0s`.
     pub fn describe(&self, now: i64) -> String {
         match self {
             Symptom::Condition {
                 condition,
                 status,
+                reason,
                 since,
                 ..
-            } => format!(
-                "{condition}={} for {}",
-                status.as_str(),
-                minutes(now - since)
-            ),
+            } => {
+                let reason = reason
+                    .as_deref()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default();
+                format!(
+                    "{condition}={}{reason} for {}",
+                    status.as_str(),
+                    minutes(now - since)
+                )
+            }
             Symptom::Impaired { checks, since } => format!(
                 "EC2 status checks impaired ({}) for {}",
                 checks.join(", "),
@@ -154,6 +138,16 @@ impl Symptom {
         match self {
             Symptom::Condition { condition, .. } => snake_case(condition),
             Symptom::Impaired { .. } => "instance_status".into(),
+        }
+    }
+
+    fn of(r: &Resolved) -> Symptom {
+        Symptom::Condition {
+            condition: r.condition.clone(),
+            status: r.status,
+            reason: (!r.reason.is_empty()).then(|| r.reason.clone()),
+            since: r.since,
+            due_at: r.due_at,
         }
     }
 }
@@ -178,18 +172,53 @@ fn snake_case(s: &str) -> String {
     out
 }
 
-/// A claim to replace now.
+/// How a node is repaired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RepairStep {
+    /// Its pods deleted at once and the instance terminated: EC2's status checks
+    /// failed, or the v1.14 way (`LegacyNodeRepair`).
+    Forceful,
+    /// Replaced: cordoned, a replacement launched for its pods, then drained within the
+    /// grace period and terminated.
+    Replace,
+    /// Drained within the grace period and terminated before any replacement: its
+    /// NodePool cannot stage one (`TerminateFirstRepair`).
+    TerminateFirst,
+    /// Rebooted in place (`RebootForRepair`).
+    Reboot,
+}
+
+impl RepairStep {
+    /// For the decision log: what is done to the node.
+    pub fn describe(self) -> &'static str {
+        match self {
+            RepairStep::Forceful => "delete its pods and terminate the instance",
+            RepairStep::Replace => "launch a replacement, then drain and terminate it",
+            RepairStep::TerminateFirst => {
+                "drain and terminate it first (its NodePool cannot stage a replacement)"
+            }
+            RepairStep::Reboot => "drain it and reboot the instance",
+        }
+    }
+}
+
+/// A claim to repair now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Repair {
     pub claim: String,
     pub node: String,
     pub node_pool: String,
     pub symptom: Symptom,
+    pub step: RepairStep,
+    /// How long the drain may take (seconds): the policy's grace period, never longer
+    /// than the NodePool's `terminationGracePeriod`; `None`: the NodePool's.
+    pub grace_secs: Option<i64>,
     /// For the decision log and the events: the symptom, and the pool's share.
     pub reason: String,
 }
 
-/// A claim past its toleration that is held back by the 20% limit.
+/// A claim past its toleration that repair holds: the 20% limit, the NodePool's budget,
+/// `do-not-repair`, or no way to stage a replacement.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeldRepair {
     pub claim: String,
@@ -209,55 +238,134 @@ pub struct RepairPlan {
     pub next_due: Option<i64>,
 }
 
-/// The symptom a node shows, if any: EC2's failing checks first (they are the faster
-/// signal), else the policy whose toleration ends first.
-pub fn symptom(node: &Node, impaired: Option<&ImpairedInstance>, now: i64) -> Option<Symptom> {
-    if let Some(i) = impaired {
-        return Some(Symptom::Impaired {
-            checks: i.checks.clone(),
-            since: i.since.unwrap_or(now),
-        });
+/// How repair runs (the stack's `LegacyNodeRepair`, `RebootForRepair`,
+/// `TerminateFirstRepair`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepairSettings {
+    /// The v1.14 way: legacy policies, forceful, no budgets.
+    pub legacy: bool,
+    pub policies: RepairPolicies,
+    pub terminate_first: bool,
+}
+
+impl RepairSettings {
+    /// The AWS provider's v1.15 policies.
+    pub fn aws(reboot_for_repair: bool, terminate_first: bool) -> Self {
+        RepairSettings {
+            legacy: false,
+            policies: RepairPolicies::aws(reboot_for_repair),
+            terminate_first,
+        }
     }
-    REPAIR_POLICIES
+
+    /// The v1.14 way.
+    pub fn legacy() -> Self {
+        RepairSettings {
+            legacy: true,
+            ..Self::aws(false, false)
+        }
+    }
+}
+
+impl Default for RepairSettings {
+    fn default() -> Self {
+        Self::aws(false, false)
+    }
+}
+
+/// What repair reads.
+pub struct RepairInput<'a> {
+    pub nodes: &'a [Node],
+    /// Every claim the store holds.
+    pub claims: &'a [NodeClaim],
+    pub pools: &'a [NodePool],
+    /// What `DescribeInstanceStatus` reports failing.
+    pub impaired: &'a [ImpairedInstance],
+    pub settings: &'a RepairSettings,
+    pub now: i64,
+}
+
+/// The symptom a node shows the v1.14 way, if any: EC2's failing checks first (they
+/// are the faster signal), else the policy whose toleration ends first.
+pub fn legacy_symptom(
+    node: &Node,
+    impaired: Option<&ImpairedInstance>,
+    now: i64,
+) -> Option<Symptom> {
+    if let Some(i) = impaired {
+        return Some(impaired_symptom(i, now));
+    }
+    legacy_policies()
         .iter()
         .filter_map(|p| {
-            let c = node.condition(p.condition)?;
+            let c = node.condition(&p.condition)?;
+            // A condition without a transition time counts from the node's creation
+            // (or from now): never earlier than what the object says.
+            let since = c.since.or(node.created_at).unwrap_or(now);
             (c.status == p.status).then(|| Symptom::Condition {
-                condition: p.condition.to_string(),
+                condition: p.condition.clone(),
                 status: p.status,
-                // A condition without a transition time counts from the node's creation
-                // (or from now): never earlier than what the object says.
-                since: c.since.or(node.created_at).unwrap_or(now),
-                toleration_secs: p.toleration_secs,
+                reason: c.reason.clone(),
+                since,
+                due_at: since + p.toleration_secs,
             })
         })
         .min_by_key(Symptom::due_at)
 }
 
-/// The claims to repair now. `claims` is every claim the store holds; `nodes` the
-/// cluster's nodes; `impaired` what `DescribeInstanceStatus` reports failing.
-pub fn plan_repairs(
-    nodes: &[Node],
-    claims: &[NodeClaim],
-    impaired: &[ImpairedInstance],
-    now: i64,
-) -> RepairPlan {
-    let by_name: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
-    let impaired_by_id: BTreeMap<&str, &ImpairedInstance> = impaired
+fn impaired_symptom(i: &ImpairedInstance, now: i64) -> Symptom {
+    Symptom::Impaired {
+        checks: i.checks.clone(),
+        since: i.since.unwrap_or(now),
+    }
+}
+
+/// One pool's claims as repair counts them.
+#[derive(Default)]
+struct Pool<'a> {
+    /// Live claims with a node.
+    nodes: u64,
+    /// Of them, initialized (what budgets are a share of).
+    initialized: usize,
+    /// Claims being taken away for repair.
+    repairing: u64,
+    /// Claims rebooting for repair.
+    rebooting: u64,
+    /// Claims being taken away for any reason, or rebooting (against the budget).
+    disrupting: usize,
+    /// Claims of the pool in any state but terminal (against `limits.nodes`).
+    claims: u64,
+    /// Nodes showing a symptom, due or not.
+    unhealthy: u64,
+    due: Vec<Due<'a>>,
+}
+
+struct Due<'a> {
+    claim: &'a NodeClaim,
+    node: &'a Node,
+    symptom: Symptom,
+    /// `None`: EC2's status checks (forceful).
+    resolved: Option<Resolved>,
+}
+
+/// The claims to repair now, and how.
+pub fn plan_repairs(input: &RepairInput<'_>) -> RepairPlan {
+    let by_name: BTreeMap<&str, &Node> = input.nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+    let impaired_by_id: BTreeMap<&str, &ImpairedInstance> = input
+        .impaired
         .iter()
         .map(|i| (i.instance_id.as_str(), i))
         .collect();
-
-    #[derive(Default)]
-    struct Pool<'a> {
-        nodes: u64,
-        repairing: u64,
-        unhealthy: u64,
-        due: Vec<(&'a NodeClaim, &'a Node, Symptom)>,
-    }
+    let now = input.now;
+    let settings = input.settings;
     let mut pools: BTreeMap<&str, Pool<'_>> = BTreeMap::new();
     let mut plan = RepairPlan::default();
-    for claim in claims {
+    for claim in input.claims {
+        if claim.state.is_terminal() {
+            continue;
+        }
+        let pool = pools.entry(claim.node_pool.as_str()).or_default();
+        pool.claims += 1;
         let Some(node) = claim
             .node_name
             .as_deref()
@@ -265,12 +373,9 @@ pub fn plan_repairs(
         else {
             continue;
         };
-        if claim.state.is_terminal() {
-            continue;
-        }
-        let pool = pools.entry(claim.node_pool.as_str()).or_default();
         pool.nodes += 1;
         if claim.state.is_being_taken_away() {
+            pool.disrupting += 1;
             if claim
                 .disruption
                 .as_ref()
@@ -278,6 +383,14 @@ pub fn plan_repairs(
             {
                 pool.repairing += 1;
             }
+            continue;
+        }
+        if claim.state == ClaimState::Initialized {
+            pool.initialized += 1;
+        }
+        if claim.reboot.is_some() {
+            pool.rebooting += 1;
+            pool.disrupting += 1;
             continue;
         }
         if !matches!(
@@ -291,10 +404,31 @@ pub fn plan_repairs(
             .instance_id
             .as_deref()
             .and_then(|id| impaired_by_id.get(id).copied());
-        let Some(symptom) = symptom(node, impaired, now) else {
-            continue;
+        let (symptom, resolved) = if let Some(i) = impaired {
+            (impaired_symptom(i, now), None)
+        } else if settings.legacy {
+            match legacy_symptom(node, None, now) {
+                Some(s) => (s, None),
+                None => continue,
+            }
+        } else {
+            let matches = settings.policies.matches(node);
+            if matches.is_empty() {
+                continue;
+            }
+            let (resolved, next) = policy::resolve(&matches, now, claim.rebooted_at);
+            pool.unhealthy += 1;
+            if let Some(next) = next.filter(|_| resolved.is_none()) {
+                plan.next_due = Some(plan.next_due.map_or(next, |t| t.min(next)));
+            }
+            match resolved {
+                Some(r) => (Symptom::of(&r), Some(r)),
+                None => continue,
+            }
         };
-        pool.unhealthy += 1;
+        if resolved.is_none() {
+            pool.unhealthy += 1;
+        }
         if symptom.due_at() > now {
             plan.next_due = Some(
                 plan.next_due
@@ -302,24 +436,65 @@ pub fn plan_repairs(
             );
             continue;
         }
-        pool.due.push((claim, node, symptom));
+        pool.due.push(Due {
+            claim,
+            node,
+            symptom,
+            resolved,
+        });
     }
 
     for (pool_name, mut pool) in pools {
-        pool.due
-            .sort_by(|a, b| (a.2.due_at(), &a.0.name).cmp(&(b.2.due_at(), &b.0.name)));
+        let node_pool = input.pools.iter().find(|p| p.name == pool_name);
+        // Most urgent first: EC2's checks, then by score, then by name.
+        let score = |d: &Due<'_>| d.resolved.as_ref().map_or(f64::INFINITY, |r| r.score);
+        pool.due.sort_by(|a, b| {
+            score(b)
+                .total_cmp(&score(a))
+                .then_with(|| a.symptom.due_at().cmp(&b.symptom.due_at()))
+                .then_with(|| a.claim.name.cmp(&b.claim.name))
+        });
         // Rounded up: one node of a pool of three may be repaired.
         let allowed = (pool.nodes * MAX_UNHEALTHY_PERCENT).div_ceil(100);
-        let mut room = allowed.saturating_sub(pool.repairing);
-        for (claim, node, symptom) in pool.due {
-            let forced = matches!(symptom, Symptom::Impaired { .. });
-            let share = format!(
-                "{} of NodePool {pool_name:?}'s {} nodes unhealthy, {} being repaired",
-                pool.unhealthy + pool.repairing,
-                pool.nodes,
-                pool.repairing
-            );
-            if forced || room > 0 {
+        let mut room = allowed.saturating_sub(pool.repairing + pool.rebooting);
+        let mut budget = node_pool.map(|p| {
+            allowance(
+                p,
+                Some(DisruptionReason::Unhealthy),
+                now,
+                pool.initialized,
+                pool.disrupting,
+            )
+        });
+        let share = format!(
+            "{} of NodePool {pool_name:?}'s {} nodes unhealthy, {} being repaired",
+            pool.unhealthy + pool.repairing + pool.rebooting,
+            pool.nodes,
+            pool.repairing + pool.rebooting
+        );
+        let mut staged = 0u64;
+        for due in pool.due {
+            let Due {
+                claim,
+                node,
+                symptom,
+                resolved,
+            } = due;
+            let hold = |reason: String| HeldRepair {
+                claim: claim.name.clone(),
+                node: node.name.clone(),
+                node_pool: pool_name.to_string(),
+                symptom: symptom.clone(),
+                reason,
+            };
+            let Some(resolved) = resolved else {
+                // EC2's checks, or the v1.14 way.
+                let forced = matches!(symptom, Symptom::Impaired { .. });
+                if !forced && room == 0 {
+                    plan.held
+                        .push(hold(twenty_percent(&symptom, allowed, &share, now)));
+                    continue;
+                }
                 if !forced {
                     room -= 1;
                 }
@@ -333,22 +508,120 @@ pub fn plan_repairs(
                         symptom.describe(now)
                     ),
                     symptom,
+                    step: RepairStep::Forceful,
+                    grace_secs: None,
                 });
-            } else {
-                plan.held.push(HeldRepair {
-                    claim: claim.name.clone(),
-                    node: node.name.clone(),
-                    node_pool: pool_name.to_string(),
-                    reason: format!(
-                        "more than {MAX_UNHEALTHY_PERCENT}% of the nodes are unhealthy in the nodepool: {} is held until a repair in progress ends (at most {allowed} at once; {share})",
-                        symptom.describe(now)
-                    ),
-                    symptom,
-                });
+                continue;
+            };
+            let Some(node_pool) = node_pool else {
+                plan.held.push(hold(format!(
+                    "{}: repair requires the NodePool {pool_name:?} to construct and budget a safe replacement, and it does not exist",
+                    symptom.describe(now)
+                )));
+                continue;
+            };
+            if node.do_not_repair {
+                plan.held.push(hold(format!(
+                    "{}: repair is blocked through the \"{ANNOTATION_DO_NOT_REPAIR}\" annotation",
+                    symptom.describe(now)
+                )));
+                continue;
             }
+            if room == 0 {
+                plan.held
+                    .push(hold(twenty_percent(&symptom, allowed, &share, now)));
+                continue;
+            }
+            let initialized = claim.state == ClaimState::Initialized;
+            if initialized
+                && let Some(b) = budget.as_mut()
+                && b.allowed == 0
+            {
+                plan.held.push(hold(format!(
+                    "{}: the NodePool's disruption budget{} allows no more Unhealthy disruptions now",
+                    symptom.describe(now),
+                    b.limited_by
+                        .map(|i| format!(" (spec.disruption.budgets[{i}])"))
+                        .unwrap_or_default()
+                )));
+                continue;
+            }
+            let recent_reboots = claim
+                .reboots
+                .iter()
+                .filter(|&&t| now - t < REBOOT_WINDOW_SECS)
+                .count();
+            let mut why = format!("node {} is unhealthy: {}", node.name, symptom.describe(now));
+            let step = match resolved.action {
+                RepairAction::Reboot if recent_reboots < MAX_REBOOTS => RepairStep::Reboot,
+                action => {
+                    if action == RepairAction::Reboot {
+                        why.push_str(&format!(
+                            "; rebooted {recent_reboots} times in 24 hours, so replaced"
+                        ));
+                    }
+                    let at_limit = node_pool
+                        .node_limit
+                        .is_some_and(|max| pool.claims + staged >= max);
+                    if !at_limit {
+                        staged += 1;
+                        RepairStep::Replace
+                    } else if settings.terminate_first {
+                        why.push_str(&format!(
+                            "; NodePool {pool_name:?} is at limits.nodes {} and cannot stage a replacement",
+                            node_pool.node_limit.unwrap_or(0)
+                        ));
+                        RepairStep::TerminateFirst
+                    } else {
+                        plan.held.push(hold(format!(
+                            "{}: NodePool {pool_name:?} is at limits.nodes {} and cannot stage a replacement (TerminateFirstRepair would drain and terminate the node first)",
+                            symptom.describe(now),
+                            node_pool.node_limit.unwrap_or(0)
+                        )));
+                        continue;
+                    }
+                }
+            };
+            room -= 1;
+            if initialized && let Some(b) = budget.as_mut() {
+                b.allowed = b.allowed.saturating_sub(1);
+            }
+            let pool_grace = node_pool
+                .termination_grace_period
+                .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+            let grace_secs = match (resolved.grace_secs, pool_grace) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            plan.repairs.push(Repair {
+                claim: claim.name.clone(),
+                node: node.name.clone(),
+                node_pool: pool_name.to_string(),
+                reason: format!(
+                    "{why} (policy {} for {}={}{}; {share})",
+                    resolved.action.as_str(),
+                    resolved.condition,
+                    resolved.status.as_str(),
+                    if resolved.fallback {
+                        ", the default fallback"
+                    } else {
+                        ""
+                    },
+                ),
+                symptom,
+                step,
+                grace_secs,
+            });
         }
     }
     plan
+}
+
+fn twenty_percent(symptom: &Symptom, allowed: u64, share: &str, now: i64) -> String {
+    format!(
+        "more than {MAX_UNHEALTHY_PERCENT}% of the nodes are unhealthy in the nodepool: {} is held until a repair in progress ends (at most {allowed} at once; {share})",
+        symptom.describe(now)
+    )
 }
 
 #[cfg(test)]

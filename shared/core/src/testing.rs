@@ -446,6 +446,7 @@ pub fn fuzz_claim(data: &[u8]) {
                 deadline: Some(now),
                 since: now,
                 drain_after: None,
+                drain_grace: None,
                 event: None,
                 command: None,
             };

@@ -106,6 +106,9 @@ async fn fleet() -> Fleet {
             nodeclass_hash: None,
             terminate_requested_at: None,
             overlays_applied: Default::default(),
+            reboot: None,
+            reboots: Vec::new(),
+            rebooted_at: None,
         };
         store.create_claim(&claim).await.expect("claim");
         instances.push(instance.id);

@@ -351,6 +351,7 @@ async fn mark_candidates(
                         deadline: None,
                         since: now,
                         drain_after: None,
+                        drain_grace: None,
                         event: None,
                         command: Some(cmd.clone()),
                     })

@@ -113,12 +113,27 @@ pub(crate) fn decide(
     let mut snapshot: ClusterSnapshot = planning_snapshot(view, &claims, &world.pools);
     let in_flight = in_flight_claims(&claims, &snapshot);
     let external_drift = resource_drift(world, &nodes);
-    // Nodes already on their way out, and candidates of other commands: budgets count
-    // them, and they are neither candidates nor destinations.
+    // Nodes already on their way out, candidates of other commands, and nodes rebooting
+    // for repair: budgets count them, and they are neither candidates nor destinations.
     let disrupting: Vec<String> = world
         .claims
         .iter()
-        .filter(|c| c.state.is_being_taken_away() && !own.contains(c.name.as_str()))
+        .filter(|c| {
+            (c.state.is_being_taken_away() && !own.contains(c.name.as_str())) || c.reboot.is_some()
+        })
+        .filter_map(|c| c.node_name.clone())
+        .collect();
+    // Live claims launched for pods still pending (a replace-then-drain's replacement
+    // while a PodDisruptionBudget holds the pods on the node being drained).
+    let pending: HashSet<String> = snapshot
+        .pods
+        .iter()
+        .filter(|p| p.node_name.is_none())
+        .map(Pod::key)
+        .collect();
+    let nominated: Vec<String> = claims
+        .iter()
+        .filter(|c| c.state.is_live_capacity() && c.pods.iter().any(|p| pending.contains(p)))
         .filter_map(|c| c.node_name.clone())
         .collect();
     let validating: Option<Vec<String>> = revalidate.map(|_| {
@@ -156,6 +171,7 @@ pub(crate) fn decide(
         spot_to_spot,
         external_drift: &external_drift,
         disrupting: &disrupting,
+        nominated: &nominated,
         validating: validating.as_deref(),
     };
     decider(&input)

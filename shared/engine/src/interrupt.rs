@@ -561,6 +561,7 @@ fn disruption_for(config: &InterruptionConfig, input: &InterruptionInput, now: i
         deadline: input.deadline,
         since: now,
         drain_after,
+        drain_grace: None,
         event: Some(input.event_id.clone()),
         command: None,
     }

@@ -281,6 +281,10 @@ pub trait Cloud: Send + Sync {
     async fn launch(&self, request: &LaunchRequest) -> Result<Launched, LaunchError>;
     /// Terminates instances. Callers pass only ids the store records as ours.
     async fn terminate(&self, instance_ids: &[String]) -> Result<(), CloudError>;
+    /// Reboots an instance in place (RebootInstances): node repair's reboot action.
+    /// Callers pass only an id the store records as ours. `NotFound` when EC2 has no
+    /// such instance.
+    async fn reboot(&self, instance_id: &str) -> Result<(), CloudError>;
     /// Instances tagged as owned by this cluster, in any state but terminated.
     async fn owned_instances(&self) -> Result<Vec<Instance>, CloudError>;
     /// Instances Karpenter launched for this cluster (tagged for it, with Karpenter's

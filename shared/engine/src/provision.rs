@@ -47,6 +47,7 @@ use crate::ports::{ClusterEvent, Decision, EventType, ObjectKind, UnreadableKind
 use crate::reasons::{ClaimPods, Reasons, ReasonsInput, StatusFields};
 use crate::repair::{RepairReport, Repairer};
 use crate::static_capacity::{StaticCapacity, StaticReport};
+use nodewright_core::repair::RepairSettings;
 
 pub use crate::launch::LaunchedClaim;
 
@@ -85,6 +86,9 @@ pub struct ProvisionerConfig {
     pub spot_to_spot: bool,
     /// Node repair (`NODEWRIGHT_NODE_REPAIR`, see [`crate::repair`]).
     pub node_repair: bool,
+    /// How repair runs: Karpenter v1.15's policies (the default; `RebootForRepair`,
+    /// `TerminateFirstRepair`) or v1.14's (`LegacyNodeRepair`).
+    pub repair: RepairSettings,
     /// Karpenter's `MIN_VALUES_POLICY` (`NODEWRIGHT_MIN_VALUES_POLICY`): planning, and
     /// the disruption commands this provisioner validates, decide under it.
     pub min_values_policy: MinValuesPolicy,
@@ -106,6 +110,7 @@ impl ProvisionerConfig {
             adopt_karpenter_nodes: false,
             spot_to_spot: false,
             node_repair: true,
+            repair: RepairSettings::default(),
             min_values_policy: MinValuesPolicy::Strict,
         }
     }
@@ -282,11 +287,11 @@ impl Provisioner {
     pub fn new(ports: Ports, config: ProvisionerConfig) -> Self {
         Self {
             launcher: Launcher::new(ports.clone(), config.launch()),
+            repairer: Repairer::new(config.repair.clone()),
             ports,
             config,
             decider: default_decider(),
             reasons: Reasons::new(),
-            repairer: Repairer::default(),
             statics: StaticCapacity::default(),
         }
     }
@@ -447,7 +452,9 @@ impl Provisioner {
                 return false;
             }
         };
-        claims.iter().any(|c| in_motion(c.state))
+        claims
+            .iter()
+            .any(|c| in_motion(c.state) || c.reboot.is_some())
             || (self.config.node_repair && self.repairer.due(self.ports.clock.now()))
             || pods
                 .iter()
@@ -519,6 +526,7 @@ impl Provisioner {
                 .repair(
                     &self.ports,
                     &world.state.nodes,
+                    &world.pools,
                     &mut world.claims,
                     &mut repaired,
                     now,

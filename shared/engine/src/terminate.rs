@@ -91,7 +91,7 @@ pub struct Progress {
 }
 
 impl Progress {
-    fn new(claim: NodeClaim) -> Self {
+    pub fn new(claim: NodeClaim) -> Self {
         Progress {
             claim,
             evicted: Vec::new(),
@@ -147,6 +147,7 @@ pub async fn disrupt(
             deadline,
             since: now,
             drain_after: None,
+            drain_grace: None,
             event: None,
             command: None,
         },
@@ -228,7 +229,16 @@ pub async fn start_draining(ports: &Ports, claim: &NodeClaim) -> Result<NodeClai
     if !gone {
         cordon(ports, claim).await?;
     }
-    let next = claim.transition(ClaimState::Draining, ports.clock.now(), |_| {})?;
+    let now = ports.clock.now();
+    let next = claim.transition(ClaimState::Draining, now, |c| {
+        // A bounded drain (node repair) learns its deadline as it starts.
+        if let Some(d) = c.disruption.as_mut()
+            && let Some(grace) = d.drain_grace
+        {
+            let bound = now.saturating_add(grace);
+            d.deadline = Some(d.deadline.map_or(bound, |t| t.min(bound)));
+        }
+    })?;
     let next = ports.save_claim(claim, next).await?;
     if let Some(node) = &claim.node_name {
         ports
@@ -239,7 +249,7 @@ pub async fn start_draining(ports: &Ports, claim: &NodeClaim) -> Result<NodeClai
             ))
             .await;
     }
-    if let Some(deadline) = claim.disruption.as_ref().and_then(|d| d.deadline) {
+    if let Some(deadline) = next.disruption.as_ref().and_then(|d| d.deadline) {
         grace_period_expiring(ports, &next, deadline).await;
     }
     Ok(next)

@@ -109,6 +109,9 @@ impl Env {
             nodeclass_hash: None,
             terminate_requested_at: None,
             overlays_applied: Default::default(),
+            reboot: None,
+            reboots: Vec::new(),
+            rebooted_at: None,
         };
         self.store.create_claim(&claim).await.unwrap();
         Owned {

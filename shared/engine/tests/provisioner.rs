@@ -6,6 +6,7 @@ use std::time::Duration;
 use nodewright_core::api::model::{NodeRequirement, Taint, TaintEffect};
 use nodewright_core::catalog::{CapacityType, Catalog};
 use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim};
+use nodewright_core::repair::RepairSettings;
 use nodewright_core::testing::{general_purpose_pool, pod};
 use nodewright_engine::fakes::{
     CloudOp, ClusterOp, FakeCloud, FakeCluster, ManualClock, MemoryStore, StoreOp, node_class,
@@ -859,6 +860,7 @@ async fn each_live_claim_is_mirrored_rewritten_when_deleted_and_removed_once_ter
                 deadline: None,
                 since: c.updated_at,
                 drain_after: None,
+                drain_grace: None,
                 event: None,
                 command: None,
             })
@@ -904,10 +906,11 @@ async fn initialized_node_with_pods(
 }
 
 #[tokio::test]
-async fn a_node_not_ready_for_thirty_minutes_is_repaired_forcefully_and_logged() {
+async fn with_legacy_node_repair_a_node_not_ready_for_thirty_minutes_is_repaired_forcefully_and_logged()
+ {
     use nodewright_core::cluster::ConditionStatus;
     let env = Env::new();
-    let prov = env.provisioner();
+    let prov = env.provisioner_with(|c| c.repair = RepairSettings::legacy());
     let (claim, node) = initialized_node_with_pods(&env, &prov, "web").await;
     let instance = env
         .store
@@ -975,6 +978,258 @@ async fn a_node_not_ready_for_thirty_minutes_is_repaired_forcefully_and_logged()
 }
 
 #[tokio::test]
+async fn a_node_not_ready_for_thirty_minutes_gets_a_replacement_first_then_a_drain_of_ten_minutes_at_most()
+ {
+    use nodewright_core::cluster::ConditionStatus;
+    let env = Env::new();
+    let prov = env.provisioner();
+    let (claim, node) = initialized_node_with_pods(&env, &prov, "web").await;
+    env.cluster.with_state(|s| {
+        s.pdbs.push(nodewright_core::cluster::PodDisruptionBudget {
+            namespace: "default".into(),
+            name: "web".into(),
+            selector: Some(nodewright_core::testing::selector("web")),
+            min_available: Some(nodewright_core::cluster::IntOrPercent::Int(10)),
+            max_unavailable: None,
+            status_disruptions_allowed: None,
+        })
+    });
+    env.cluster
+        .set_condition(&node, "Ready", ConditionStatus::Unknown, env.clock.now());
+    env.clock.advance(Duration::from_secs(30 * 60));
+    let report = prov.tick().await.unwrap();
+    assert_eq!(report.repair.repaired, vec![claim.clone()]);
+    let stored = env.store.get_claim(&claim).await.unwrap().unwrap();
+    let d = stored.disruption.clone().unwrap();
+    assert_eq!(
+        stored.state,
+        ClaimState::Disrupting,
+        "cordoned, not draining yet"
+    );
+    assert_eq!(d.deadline, None, "no deadline until the drain starts");
+    assert_eq!(d.drain_grace, Some(600), "the Ready policy's ten minutes");
+    assert!(d.drain_after.is_some());
+    let replacements: Vec<NodeClaim> = env
+        .store
+        .claims()
+        .into_iter()
+        .filter(|c| c.name != claim && c.pods.iter().any(|p| p.starts_with("default/web")))
+        .collect();
+    assert_eq!(
+        replacements.len(),
+        1,
+        "a replacement for its pods, in the same tick"
+    );
+    let decision = env
+        .store
+        .all_decisions()
+        .into_iter()
+        .find(|d| d.job == "repair")
+        .unwrap();
+    assert!(
+        decision
+            .action
+            .contains("launch a replacement, then drain and terminate it (drain within 10m0s)"),
+        "{}",
+        decision.action
+    );
+    // The replacement never comes up here: the drain starts when the wait ends, and the
+    // budget is honoured until the ten minutes are over.
+    env.clock.advance(Duration::from_secs(15 * 60));
+    prov.tick().await.unwrap();
+    let stored = env.store.get_claim(&claim).await.unwrap().unwrap();
+    assert_eq!(stored.state, ClaimState::Draining, "{stored:?}");
+    let deadline = stored.disruption.as_ref().unwrap().deadline.unwrap();
+    assert_eq!(deadline, env.clock.now() + 600);
+    env.clock.advance(Duration::from_secs(5 * 60));
+    prov.tick().await.unwrap();
+    assert!(
+        env.store
+            .get_claim(&claim)
+            .await
+            .unwrap()
+            .unwrap()
+            .state
+            .is_being_taken_away(),
+        "the PDB holds the pods within the bound"
+    );
+    env.clock.advance(Duration::from_secs(5 * 60 + 1));
+    for _ in 0..3 {
+        prov.tick().await.unwrap();
+    }
+    let stored = env.store.get_claim(&claim).await.unwrap().unwrap();
+    assert_eq!(stored.state, ClaimState::Terminated, "{stored:?}");
+}
+
+/// A node with a GPU fault a reboot clears, as the node monitoring agent reports it.
+fn gpu_fault(env: &Env, node: &str) {
+    use nodewright_core::cluster::ConditionStatus;
+    env.cluster.set_condition_with_reason(
+        node,
+        "AcceleratedHardwareReady",
+        ConditionStatus::False,
+        Some("NVIDIAXID48Error"),
+        env.clock.now(),
+    );
+}
+
+#[tokio::test]
+async fn a_gpu_fault_a_reboot_clears_reboots_the_instance_and_the_node_is_back_when_its_boot_id_changes()
+ {
+    use nodewright_core::cluster::ConditionStatus;
+    let env = Env::new();
+    let prov = env.provisioner_with(|c| c.repair = RepairSettings::aws(true, false));
+    let (claim, node) = initialized_node_with_pods(&env, &prov, "web").await;
+    let instance = env
+        .store
+        .get_claim(&claim)
+        .await
+        .unwrap()
+        .unwrap()
+        .instance_id
+        .unwrap();
+    gpu_fault(&env, &node);
+    env.clock.advance(Duration::from_secs(10 * 60));
+    let report = prov.tick().await.unwrap();
+    assert_eq!(report.repair.rebooting, vec![claim.clone()]);
+    assert!(report.repair.repaired.is_empty(), "not replaced");
+    let stored = env.store.get_claim(&claim).await.unwrap().unwrap();
+    assert_eq!(stored.state, ClaimState::Initialized, "still capacity");
+    assert_eq!(stored.reboots.len(), 1);
+    assert!(
+        env.cluster
+            .node(&node)
+            .unwrap()
+            .taints
+            .iter()
+            .any(|t| t.key == "karpenter.sh/rebooting")
+    );
+    // The pods are evicted; after the drain's minimum the reboot goes out.
+    env.clock.advance(Duration::from_secs(10));
+    prov.tick().await.unwrap();
+    assert_eq!(
+        env.cloud
+            .take_reboots()
+            .iter()
+            .map(|(id, _)| id.as_str())
+            .collect::<Vec<_>>(),
+        [instance.as_str()]
+    );
+    let stored = env.store.get_claim(&claim).await.unwrap().unwrap();
+    let reboot = stored.reboot.clone().unwrap();
+    assert_eq!(
+        reboot.pre_boot_id.as_deref(),
+        Some(format!("{instance}-boot-0").as_str())
+    );
+    // The machine comes back: a new boot id, the fault cleared, Ready.
+    env.clock.advance(Duration::from_secs(90));
+    env.cluster.with_state(|s| {
+        let n = s.nodes.iter_mut().find(|n| n.name == node).unwrap();
+        n.boot_id = Some(format!("{instance}-boot-1"));
+    });
+    env.cluster.set_condition(
+        &node,
+        "AcceleratedHardwareReady",
+        ConditionStatus::True,
+        env.clock.now(),
+    );
+    let report = prov.tick().await.unwrap();
+    assert_eq!(report.repair.rebooted, vec![claim.clone()]);
+    let stored = env.store.get_claim(&claim).await.unwrap().unwrap();
+    assert_eq!(stored.reboot, None);
+    assert_eq!(stored.rebooted_at, Some(env.clock.now()));
+    assert_eq!(
+        env.cloud.instance(&instance).unwrap().instance.state,
+        "running"
+    );
+    assert!(
+        !env.cluster
+            .node(&node)
+            .unwrap()
+            .taints
+            .iter()
+            .any(|t| t.key == "karpenter.sh/rebooting")
+    );
+    assert!(
+        env.cluster
+            .events()
+            .iter()
+            .any(|e| e.reason == "RebootObserved" && e.name == node)
+    );
+    assert_eq!(
+        env.claims_in(ClaimState::Initialized).len(),
+        1,
+        "nothing launched"
+    );
+}
+
+#[tokio::test]
+async fn a_reboot_the_node_does_not_come_back_from_replaces_it_after_twenty_minutes() {
+    let env = Env::new();
+    let prov = env.provisioner_with(|c| c.repair = RepairSettings::aws(true, false));
+    let (claim, node) = initialized_node_with_pods(&env, &prov, "web").await;
+    gpu_fault(&env, &node);
+    env.clock.advance(Duration::from_secs(10 * 60));
+    prov.tick().await.unwrap();
+    env.clock.advance(Duration::from_secs(10));
+    prov.tick().await.unwrap();
+    assert!(
+        env.store
+            .get_claim(&claim)
+            .await
+            .unwrap()
+            .unwrap()
+            .reboot
+            .unwrap()
+            .issued_at
+            .is_some()
+    );
+    env.clock.advance(Duration::from_secs(19 * 60));
+    prov.tick().await.unwrap();
+    assert_eq!(
+        env.store.get_claim(&claim).await.unwrap().unwrap().state,
+        ClaimState::Initialized
+    );
+    env.clock.advance(Duration::from_secs(60));
+    let report = prov.tick().await.unwrap();
+    assert_eq!(report.repair.repaired, vec![claim.clone()]);
+    let stored = env.store.get_claim(&claim).await.unwrap().unwrap();
+    assert_eq!(
+        stored.disruption.as_ref().map(|d| (d.cause, d.drain_grace)),
+        Some((
+            nodewright_core::nodeclaim::DisruptionCause::Unhealthy,
+            Some(300)
+        )),
+        "taken away (its pods were drained before the reboot: it goes at once)"
+    );
+    assert_eq!(stored.reboot, None);
+    assert!(
+        env.cluster
+            .events()
+            .iter()
+            .any(|e| e.reason == "RebootFailed" && e.name == node)
+    );
+}
+
+#[tokio::test]
+async fn a_reboot_ec2_refuses_for_the_role_fails_at_once_and_replaces_the_node() {
+    let env = Env::new();
+    let prov = env.provisioner_with(|c| c.repair = RepairSettings::aws(true, false));
+    let (claim, node) = initialized_node_with_pods(&env, &prov, "web").await;
+    gpu_fault(&env, &node);
+    env.clock.advance(Duration::from_secs(10 * 60));
+    prov.tick().await.unwrap();
+    env.cloud.fail_next(
+        CloudOp::Reboot,
+        CloudError::new(ErrorKind::Unauthorized, "UnauthorizedOperation"),
+    );
+    env.clock.advance(Duration::from_secs(10));
+    let report = prov.tick().await.unwrap();
+    assert_eq!(report.repair.repaired, vec![claim.clone()]);
+    assert!(env.cloud.take_reboots().is_empty());
+}
+
+#[tokio::test]
 async fn an_instance_failing_its_ec2_status_checks_is_repaired_after_two_minutes() {
     let env = Env::new();
     let prov = env.provisioner();
@@ -1035,7 +1290,9 @@ async fn a_role_without_describe_instance_status_still_repairs_by_node_condition
 async fn a_repair_cut_short_by_a_failure_is_finished_by_the_next_poll() {
     use nodewright_core::cluster::ConditionStatus;
     let env = Env::new();
-    let prov = env.provisioner();
+    // Forceful (the legacy way), so the whole repair fits in two polls.
+    let legacy = |c: &mut ProvisionerConfig| c.repair = RepairSettings::legacy();
+    let prov = env.provisioner_with(legacy);
     let (claim, node) = initialized_node_with_pods(&env, &prov, "web").await;
     env.cluster
         .set_condition(&node, "Ready", ConditionStatus::False, env.clock.now());
@@ -1051,7 +1308,7 @@ async fn a_repair_cut_short_by_a_failure_is_finished_by_the_next_poll() {
     let stored = env.store.get_claim(&claim).await.unwrap().unwrap();
     assert!(stored.state.is_being_taken_away(), "{stored:?}");
     // A fresh provisioner, as after a cold start: the claim's state is enough.
-    let next = env.provisioner();
+    let next = env.provisioner_with(legacy);
     next.tick().await.unwrap();
     next.tick().await.unwrap();
     let stored = env.store.get_claim(&claim).await.unwrap().unwrap();

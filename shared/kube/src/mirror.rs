@@ -525,6 +525,7 @@ mod tests {
                     deadline: None,
                     since: 2_000,
                     drain_after: None,
+                    drain_grace: None,
                     event: None,
                     command: None,
                 })

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use nodewright_core::api::duration::parse_duration;
 use nodewright_core::interruption::RebalanceAction;
+use nodewright_core::repair::RepairSettings;
 use nodewright_core::scheduling::requirements::MinValuesPolicy;
 use nodewright_kube::ApiRate;
 
@@ -42,6 +43,11 @@ pub struct Config {
     /// `NODEWRIGHT_NODE_REPAIR` (default true): the provisioner replaces nodes that stay
     /// unhealthy (Karpenter's NodeRepair, off by default there; on in EKS Auto Mode).
     pub node_repair: bool,
+    /// `NODEWRIGHT_LEGACY_NODE_REPAIR`, `NODEWRIGHT_REBOOT_FOR_REPAIR`,
+    /// `NODEWRIGHT_TERMINATE_FIRST_REPAIR` (all default false): repair as Karpenter v1.14
+    /// did; reboot the GPU faults a reboot clears; terminate first when a NodePool
+    /// cannot stage a replacement (see `nodewright_engine::repair`).
+    pub repair: RepairSettings,
     /// `NODEWRIGHT_MIN_VALUES_POLICY` (default Strict): Strict | BestEffort, Karpenter's
     /// `MIN_VALUES_POLICY`. With BestEffort a NodePool's minValues that the types fitting
     /// a claim cannot keep is lowered to what they have instead of leaving the pods
@@ -103,6 +109,20 @@ impl Config {
         let flag = |name: &'static str| flag_or(name, false);
         let dry_run = flag("NODEWRIGHT_DRY_RUN")?;
         let node_repair = flag_or("NODEWRIGHT_NODE_REPAIR", true)?;
+        let legacy_repair = flag("NODEWRIGHT_LEGACY_NODE_REPAIR")?;
+        let terminate_first = flag("NODEWRIGHT_TERMINATE_FIRST_REPAIR")?;
+        if legacy_repair && terminate_first {
+            return Err(ConfigError::Malformed {
+                name: "NODEWRIGHT_TERMINATE_FIRST_REPAIR",
+                value: "true".into(),
+                expected: "false while NODEWRIGHT_LEGACY_NODE_REPAIR is true (the legacy repair stages no replacement)",
+            });
+        }
+        let repair = if legacy_repair {
+            RepairSettings::legacy()
+        } else {
+            RepairSettings::aws(flag("NODEWRIGHT_REBOOT_FOR_REPAIR")?, terminate_first)
+        };
         let adopt_karpenter_nodes = flag("NODEWRIGHT_ADOPT_KARPENTER_NODES")?;
         let spot_to_spot = flag("NODEWRIGHT_SPOT_TO_SPOT")?;
         let ssm_public_prefix =
@@ -169,6 +189,7 @@ impl Config {
             adopt_karpenter_nodes,
             spot_to_spot,
             node_repair,
+            repair,
             min_values_policy,
             api_rate: ApiRate { qps, burst },
         })
@@ -197,6 +218,11 @@ mod tests {
         assert!(!c.dry_run);
         assert!(!c.spot_to_spot);
         assert!(c.node_repair, "node repair is on unless turned off");
+        assert_eq!(
+            c.repair,
+            RepairSettings::aws(false, false),
+            "as Karpenter v1.15"
+        );
         assert_eq!(c.kubeconfig, None);
         assert_eq!(c.ssm_public_prefix, "/aws/service");
         assert_eq!(c.rebalance_action, RebalanceAction::Replace);
@@ -287,5 +313,39 @@ mod tests {
             with("NODEWRIGHT_KUBE_BURST", "0"),
             "NODEWRIGHT_KUBE_BURST=\"0\": a whole number of requests from 1 to 10000"
         );
+    }
+}
+
+#[cfg(test)]
+mod repair_settings {
+    use super::*;
+
+    fn config(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let mut vars: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        vars.insert("NODEWRIGHT_CLUSTER_NAME".into(), "prod".into());
+        vars.insert("NODEWRIGHT_TABLE_NAME".into(), "nw".into());
+        Config::from_vars(&vars)
+    }
+
+    #[test]
+    fn the_repair_switches_select_the_policies_and_legacy_refuses_terminate_first() {
+        let c = config(&[("NODEWRIGHT_REBOOT_FOR_REPAIR", "true")]).unwrap();
+        assert_eq!(c.repair, RepairSettings::aws(true, false));
+        let c = config(&[("NODEWRIGHT_LEGACY_NODE_REPAIR", "true")]).unwrap();
+        assert!(c.repair.legacy);
+        let e = config(&[
+            ("NODEWRIGHT_LEGACY_NODE_REPAIR", "true"),
+            ("NODEWRIGHT_TERMINATE_FIRST_REPAIR", "true"),
+        ])
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("NODEWRIGHT_TERMINATE_FIRST_REPAIR=\"true\""),
+            "{e}"
+        );
+        assert!(config(&[("NODEWRIGHT_REBOOT_FOR_REPAIR", "maybe")]).is_err());
     }
 }

@@ -43,6 +43,25 @@ impl Ec2Cloud {
         Ok(())
     }
 
+    /// RebootInstances for one instance (node repair's reboot). EC2 answers an unknown
+    /// id with `InvalidInstanceID.NotFound`, classified `NotFound`; a role without
+    /// `ec2:RebootInstances` on the instance gets `UnauthorizedOperation`.
+    pub(super) async fn reboot_instance(&self, instance_id: &str) -> Result<(), CloudError> {
+        if !is_instance_id(instance_id) {
+            return Err(CloudError::new(
+                ErrorKind::Invalid,
+                format!("refusing to reboot {instance_id:?}: not an EC2 instance id"),
+            ));
+        }
+        self.ec2
+            .reboot_instances()
+            .instance_ids(instance_id)
+            .send()
+            .await
+            .map_err(|e| cloud_error(format!("RebootInstances {instance_id}"), e))?;
+        Ok(())
+    }
+
     /// The instances nodewright launched in this cluster and not yet terminated.
     pub(super) async fn describe_owned_instances(&self) -> Result<Vec<Instance>, CloudError> {
         let filters = vec![

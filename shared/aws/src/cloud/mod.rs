@@ -173,6 +173,10 @@ impl Cloud for Ec2Cloud {
         self.terminate_instances(instance_ids).await
     }
 
+    async fn reboot(&self, instance_id: &str) -> Result<(), CloudError> {
+        self.reboot_instance(instance_id).await
+    }
+
     async fn owned_instances(&self) -> Result<Vec<Instance>, CloudError> {
         self.describe_owned_instances().await
     }

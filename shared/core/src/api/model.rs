@@ -116,6 +116,8 @@ pub enum DisruptionReason {
     Underutilized,
     Empty,
     Drifted,
+    /// Node repair (Karpenter v1.15): budgets naming it pace repairs.
+    Unhealthy,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -635,11 +635,12 @@ fn reasons(raw: Vec<String>, path: &str, report: &mut Report<'_>) -> Vec<Disrupt
             "Underutilized" => DisruptionReason::Underutilized,
             "Empty" => DisruptionReason::Empty,
             "Drifted" => DisruptionReason::Drifted,
+            "Unhealthy" => DisruptionReason::Unhealthy,
             other => {
                 report.add(
                     format!("{path}.reasons[{i}]"),
                     format!(
-                        "unknown reason {other:?} (expected one of Underutilized, Empty, Drifted)"
+                        "unknown reason {other:?} (expected one of Underutilized, Empty, Drifted, Unhealthy)"
                     ),
                 );
                 continue;

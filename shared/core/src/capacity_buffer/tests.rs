@@ -300,6 +300,7 @@ impl Cluster {
             spot_to_spot: false,
             external_drift: &[],
             disrupting: &[],
+            nominated: &[],
             validating: None,
         });
         (decision, room)

@@ -130,6 +130,11 @@ pub struct DisruptionInput<'a> {
     /// Nodes already being disrupted by earlier commands: they count against budgets,
     /// are not candidates and are not destinations.
     pub disrupting: &'a [String],
+    /// Nodes launched for pods still on their way to them (the replacement of a node
+    /// being drained, whose pods a PodDisruptionBudget holds): they are destinations
+    /// and count toward budgets, but are not candidates (Karpenter's nominated nodes) —
+    /// an empty one is not empty for long.
+    pub nominated: &'a [String],
     /// Validation of one command already under way: only these nodes (its candidates)
     /// are considered, and consolidation tries them as one set first. Everything else
     /// still counts: budgets, the nodes pods may move to, other commands' nodes.

@@ -165,6 +165,7 @@ pub fn decide_observed(input: &DisruptionInput<'_>, ended: &mut dyn FnMut(Phase)
         well_known.contains(k)
     });
     let already: HashSet<&str> = input.disrupting.iter().map(String::as_str).collect();
+    let nominated: HashSet<&str> = input.nominated.iter().map(String::as_str).collect();
     let external: HashMap<&str, &str> = input
         .external_drift
         .iter()
@@ -198,7 +199,7 @@ pub fn decide_observed(input: &DisruptionInput<'_>, ended: &mut dyn FnMut(Phase)
                 entry.2 += 1;
             }
         }
-        if already.contains(node.name.as_str()) {
+        if already.contains(node.name.as_str()) || nominated.contains(node.name.as_str()) {
             continue;
         }
         let price = match node_price(input, &types, node) {

@@ -1,9 +1,27 @@
 use super::*;
+use crate::api::model::{DisruptionReason, NodePool};
 use crate::catalog::CapacityType;
 use crate::cluster::NodeCondition;
 use crate::nodeclaim::{AdoptedInstance, Disruption};
 
 const NOW: i64 = 1_800_000_000;
+
+/// The v1.14 way (`LegacyNodeRepair`).
+fn legacy(
+    nodes: &[Node],
+    claims: &[NodeClaim],
+    impaired: &[ImpairedInstance],
+    now: i64,
+) -> RepairPlan {
+    plan_repairs(&RepairInput {
+        nodes,
+        claims,
+        pools: &[],
+        impaired,
+        settings: &RepairSettings::legacy(),
+        now,
+    })
+}
 
 fn node(name: &str, conditions: &[(&str, ConditionStatus, i64)]) -> Node {
     Node {
@@ -18,6 +36,7 @@ fn node(name: &str, conditions: &[(&str, ConditionStatus, i64)]) -> Node {
                 kind: (*k).into(),
                 status: *s,
                 since: Some(*since),
+                reason: None,
             })
             .collect(),
         ..Node::default()
@@ -64,7 +83,7 @@ fn pool_of(n: usize, unhealthy: &[usize], since: i64) -> (Vec<Node>, Vec<NodeCla
 #[test]
 fn a_node_not_ready_for_thirty_minutes_is_repaired() {
     let (nodes, claims) = pool_of(5, &[2], NOW - 30 * 60);
-    let plan = plan_repairs(&nodes, &claims, &[], NOW);
+    let plan = legacy(&nodes, &claims, &[], NOW);
     assert_eq!(plan.repairs.len(), 1);
     assert_eq!(plan.repairs[0].node, "node-02");
     assert!(
@@ -78,7 +97,7 @@ fn a_node_not_ready_for_thirty_minutes_is_repaired() {
 #[test]
 fn a_node_not_ready_for_less_than_its_toleration_waits_and_says_when() {
     let (nodes, claims) = pool_of(5, &[2], NOW - 29 * 60);
-    let plan = plan_repairs(&nodes, &claims, &[], NOW);
+    let plan = legacy(&nodes, &claims, &[], NOW);
     assert!(plan.repairs.is_empty());
     assert_eq!(plan.next_due, Some(NOW + 60));
 }
@@ -100,9 +119,9 @@ fn ready_false_and_every_node_monitoring_agent_condition_are_repaired_after_thei
         let sick = node("node-00", &conditions);
         let nodes = vec![sick.clone()];
         let claims = vec![claim("general", "node-00")];
-        let plan = plan_repairs(&nodes, &claims, &[], NOW);
+        let plan = legacy(&nodes, &claims, &[], NOW);
         assert_eq!(plan.repairs.len(), 1, "{condition}");
-        let early = plan_repairs(&nodes, &claims, &[], NOW - 1);
+        let early = legacy(&nodes, &claims, &[], NOW - 1);
         assert!(
             early.repairs.is_empty(),
             "{condition} repaired before its toleration"
@@ -120,7 +139,7 @@ fn a_condition_with_another_status_or_an_unwatched_type_is_not_a_symptom() {
             ("BadNode", ConditionStatus::False, NOW - 86_000),
         ],
     )];
-    let plan = plan_repairs(&nodes, &[claim("general", "node-00")], &[], NOW);
+    let plan = legacy(&nodes, &[claim("general", "node-00")], &[], NOW);
     assert!(plan.repairs.is_empty());
     assert_eq!(plan.next_due, None);
 }
@@ -128,7 +147,7 @@ fn a_condition_with_another_status_or_an_unwatched_type_is_not_a_symptom() {
 #[test]
 fn five_of_ten_unhealthy_repairs_two_and_holds_three_with_the_reason() {
     let (nodes, claims) = pool_of(10, &[1, 3, 5, 7, 9], NOW - 31 * 60);
-    let plan = plan_repairs(&nodes, &claims, &[], NOW);
+    let plan = legacy(&nodes, &claims, &[], NOW);
     assert_eq!(plan.repairs.len(), 2);
     assert_eq!(plan.held.len(), 3);
     assert!(
@@ -150,10 +169,11 @@ fn repairs_in_progress_count_against_the_twenty_percent() {
         deadline: Some(NOW - 60),
         since: NOW - 60,
         drain_after: None,
+        drain_grace: None,
         event: None,
         command: None,
     });
-    let plan = plan_repairs(&nodes, &claims, &[], NOW);
+    let plan = legacy(&nodes, &claims, &[], NOW);
     assert_eq!(plan.repairs.len(), 1, "one slot of two left");
     assert_eq!(plan.held.len(), 1);
 }
@@ -161,7 +181,7 @@ fn repairs_in_progress_count_against_the_twenty_percent() {
 #[test]
 fn a_pool_of_three_may_repair_one_node_rounding_up() {
     let (nodes, claims) = pool_of(3, &[0], NOW - 31 * 60);
-    assert_eq!(plan_repairs(&nodes, &claims, &[], NOW).repairs.len(), 1);
+    assert_eq!(legacy(&nodes, &claims, &[], NOW).repairs.len(), 1);
 }
 
 #[test]
@@ -172,7 +192,7 @@ fn the_limit_is_per_nodepool() {
         &[("Ready", ConditionStatus::False, NOW - 40 * 60)],
     ));
     claims.push(claim("gpu", "other-0"));
-    let plan = plan_repairs(&nodes, &claims, &[], NOW);
+    let plan = legacy(&nodes, &claims, &[], NOW);
     assert_eq!(plan.repairs.len(), 2);
 }
 
@@ -184,7 +204,7 @@ fn an_instance_impaired_for_two_minutes_is_repaired_past_the_limit() {
         checks: vec!["instance".into()],
         since: Some(NOW - 120),
     }];
-    let plan = plan_repairs(&nodes, &claims, &impaired, NOW);
+    let plan = legacy(&nodes, &claims, &impaired, NOW);
     let repaired: Vec<&str> = plan.repairs.iter().map(|r| r.node.as_str()).collect();
     assert_eq!(repaired.len(), 2, "{repaired:?}");
     assert!(repaired.contains(&"node-03"));
@@ -192,7 +212,7 @@ fn an_instance_impaired_for_two_minutes_is_repaired_past_the_limit() {
         since: Some(NOW - 119),
         ..impaired[0].clone()
     }];
-    let plan = plan_repairs(&nodes, &claims, &early, NOW);
+    let plan = legacy(&nodes, &claims, &early, NOW);
     assert!(plan.repairs.iter().all(|r| r.node != "node-03"));
 }
 
@@ -201,7 +221,7 @@ fn claims_already_going_or_without_a_node_are_not_repaired() {
     let (nodes, mut claims) = pool_of(2, &[0, 1], NOW - 31 * 60);
     claims[0].state = ClaimState::Disrupting;
     claims[1].node_name = Some("gone".into());
-    let plan = plan_repairs(&nodes, &claims, &[], NOW);
+    let plan = legacy(&nodes, &claims, &[], NOW);
     assert!(plan.repairs.is_empty());
 }
 
@@ -210,8 +230,276 @@ fn symptoms_are_labelled_as_karpenter_labels_them() {
     let s = Symptom::Condition {
         condition: "AcceleratedHardwareReady".into(),
         status: ConditionStatus::False,
+        reason: None,
         since: NOW,
-        toleration_secs: 600,
+        due_at: NOW + 600,
     };
     assert_eq!(s.label(), "accelerated_hardware_ready");
+}
+
+// ----- As Karpenter v1.15 repairs --------------------------------------------------
+
+fn general_pool() -> NodePool {
+    let mut pool = crate::testing::general_purpose_pool();
+    pool.name = "general".into();
+    pool
+}
+
+fn v115(
+    nodes: &[Node],
+    claims: &[NodeClaim],
+    pools: &[NodePool],
+    settings: &RepairSettings,
+    now: i64,
+) -> RepairPlan {
+    plan_repairs(&RepairInput {
+        nodes,
+        claims,
+        pools,
+        impaired: &[],
+        settings,
+        now,
+    })
+}
+
+fn gpu_fault(name: &str, reason: &str, since: i64) -> Node {
+    let mut n = healthy(name);
+    n.conditions.push(NodeCondition {
+        kind: "AcceleratedHardwareReady".into(),
+        status: ConditionStatus::False,
+        since: Some(since),
+        reason: Some(reason.into()),
+    });
+    n
+}
+
+#[test]
+fn a_node_not_ready_for_thirty_minutes_is_replaced_with_a_drain_of_ten_minutes_at_most() {
+    let (nodes, claims) = pool_of(5, &[2], NOW - 30 * 60);
+    let mut pool = general_pool();
+    let plan = v115(
+        &nodes,
+        &claims,
+        &[pool.clone()],
+        &RepairSettings::default(),
+        NOW,
+    );
+    assert_eq!(plan.repairs.len(), 1);
+    let r = &plan.repairs[0];
+    assert_eq!(
+        (r.node.as_str(), r.step, r.grace_secs),
+        ("node-02", RepairStep::Replace, Some(600))
+    );
+    assert!(
+        r.reason.contains("policy ReplaceNode for Ready=Unknown"),
+        "{}",
+        r.reason
+    );
+    pool.termination_grace_period = Some(std::time::Duration::from_secs(120));
+    let plan = v115(&nodes, &claims, &[pool], &RepairSettings::default(), NOW);
+    assert_eq!(
+        plan.repairs[0].grace_secs,
+        Some(120),
+        "never longer than the NodePool's"
+    );
+    let early = v115(
+        &nodes,
+        &claims,
+        &[general_pool()],
+        &RepairSettings::default(),
+        NOW - 1,
+    );
+    assert!(early.repairs.is_empty());
+    assert_eq!(early.next_due, Some(NOW));
+}
+
+#[test]
+fn a_reboot_clearable_gpu_fault_reboots_the_node_with_the_gate_and_replaces_it_without() {
+    let nodes = vec![gpu_fault("gpu-0", "NVIDIAXID48Error", NOW - 10 * 60)];
+    let claims = vec![claim("general", "gpu-0")];
+    let pools = [general_pool()];
+    let on = v115(
+        &nodes,
+        &claims,
+        &pools,
+        &RepairSettings::aws(true, false),
+        NOW,
+    );
+    assert_eq!(on.repairs[0].step, RepairStep::Reboot);
+    assert_eq!(on.repairs[0].grace_secs, Some(300));
+    let off = v115(
+        &nodes,
+        &claims,
+        &pools,
+        &RepairSettings::aws(false, false),
+        NOW,
+    );
+    assert_eq!(off.repairs[0].step, RepairStep::Replace);
+}
+
+#[test]
+fn a_node_rebooted_twice_in_a_day_is_replaced_and_a_reboot_restarts_the_toleration() {
+    let nodes = vec![gpu_fault("gpu-0", "NVIDIAXID48Error", NOW - 60 * 60)];
+    let mut claims = vec![claim("general", "gpu-0")];
+    let pools = [general_pool()];
+    let settings = RepairSettings::aws(true, false);
+    claims[0].reboots = vec![NOW - 20 * 3600, NOW - 3 * 3600];
+    let plan = v115(&nodes, &claims, &pools, &settings, NOW);
+    assert_eq!(plan.repairs[0].step, RepairStep::Replace);
+    assert!(
+        plan.repairs[0]
+            .reason
+            .contains("rebooted 2 times in 24 hours"),
+        "{}",
+        plan.repairs[0].reason
+    );
+    claims[0].reboots = vec![NOW - 25 * 3600, NOW - 3 * 3600];
+    assert_eq!(
+        v115(&nodes, &claims, &pools, &settings, NOW).repairs[0].step,
+        RepairStep::Reboot
+    );
+    claims[0].rebooted_at = Some(NOW - 5 * 60);
+    let plan = v115(&nodes, &claims, &pools, &settings, NOW);
+    assert!(
+        plan.repairs.is_empty(),
+        "the fault is counted from the reboot's end"
+    );
+    assert_eq!(plan.next_due, Some(NOW + 5 * 60));
+}
+
+#[test]
+fn do_not_repair_holds_the_node_once_it_is_due_and_says_why() {
+    let (mut nodes, claims) = pool_of(5, &[2], NOW - 30 * 60);
+    nodes[2].do_not_repair = true;
+    let plan = v115(
+        &nodes,
+        &claims,
+        &[general_pool()],
+        &RepairSettings::default(),
+        NOW,
+    );
+    assert!(plan.repairs.is_empty());
+    assert_eq!(plan.held.len(), 1);
+    assert!(
+        plan.held[0].reason.contains("karpenter.sh/do-not-repair"),
+        "{}",
+        plan.held[0].reason
+    );
+    let early = v115(
+        &nodes,
+        &claims,
+        &[general_pool()],
+        &RepairSettings::default(),
+        NOW - 60,
+    );
+    assert!(early.held.is_empty(), "not said before its toleration ends");
+}
+
+#[test]
+fn an_unhealthy_budget_of_zero_holds_initialized_nodes_but_not_uninitialized_ones() {
+    let (nodes, mut claims) = pool_of(10, &[1, 2], NOW - 31 * 60);
+    claims[1].state = ClaimState::Registered;
+    let mut pool = general_pool();
+    pool.disruption.budgets = vec![crate::api::model::Budget {
+        nodes: crate::api::model::BudgetNodes::Count(0),
+        schedule: None,
+        duration: None,
+        reasons: vec![DisruptionReason::Unhealthy],
+    }];
+    let plan = v115(&nodes, &claims, &[pool], &RepairSettings::default(), NOW);
+    let repaired: Vec<&str> = plan.repairs.iter().map(|r| r.node.as_str()).collect();
+    assert_eq!(
+        repaired,
+        ["node-01"],
+        "the registered node skips the budget"
+    );
+    assert!(
+        plan.held[0].reason.contains("budgets[0]"),
+        "{}",
+        plan.held[0].reason
+    );
+}
+
+#[test]
+fn a_pool_at_its_node_limit_holds_the_repair_or_terminates_first_with_the_gate() {
+    let (nodes, claims) = pool_of(3, &[0], NOW - 31 * 60);
+    let mut pool = general_pool();
+    pool.node_limit = Some(3);
+    let pools = [pool];
+    let held = v115(
+        &nodes,
+        &claims,
+        &pools,
+        &RepairSettings::aws(false, false),
+        NOW,
+    );
+    assert!(held.repairs.is_empty());
+    assert!(
+        held.held[0].reason.contains("cannot stage a replacement"),
+        "{}",
+        held.held[0].reason
+    );
+    let first = v115(
+        &nodes,
+        &claims,
+        &pools,
+        &RepairSettings::aws(false, true),
+        NOW,
+    );
+    assert_eq!(first.repairs[0].step, RepairStep::TerminateFirst);
+    assert_eq!(first.repairs[0].grace_secs, Some(600));
+}
+
+#[test]
+fn reboots_in_flight_count_against_the_twenty_percent_and_the_most_overdue_goes_first() {
+    let (mut nodes, mut claims) = pool_of(10, &[1, 3], NOW - 31 * 60);
+    nodes[3] = node(
+        "node-03",
+        &[("Ready", ConditionStatus::Unknown, NOW - 50 * 60)],
+    );
+    claims[5].reboot = Some(crate::nodeclaim::Reboot {
+        requested_at: NOW - 60,
+        reason: "XID48".into(),
+        grace_secs: Some(300),
+        pre_boot_id: None,
+        issued_at: None,
+    });
+    let mut unbudgeted = general_pool();
+    unbudgeted.disruption.budgets.clear();
+    let plan = v115(
+        &nodes,
+        &claims,
+        &[unbudgeted],
+        &RepairSettings::default(),
+        NOW,
+    );
+    let repaired: Vec<&str> = plan.repairs.iter().map(|r| r.node.as_str()).collect();
+    assert_eq!(
+        repaired,
+        ["node-03"],
+        "two slots, one taken by the reboot; the older fault first"
+    );
+    assert_eq!(plan.held.len(), 1);
+}
+
+#[test]
+fn an_impaired_instance_is_still_terminated_at_once_past_every_limit() {
+    let (nodes, claims) = pool_of(5, &[], NOW);
+    let impaired = vec![ImpairedInstance {
+        instance_id: "i-node-01".into(),
+        checks: vec!["system".into()],
+        since: Some(NOW - 120),
+    }];
+    let mut pool = general_pool();
+    pool.node_limit = Some(5);
+    let plan = plan_repairs(&RepairInput {
+        nodes: &nodes,
+        claims: &claims,
+        pools: &[pool],
+        impaired: &impaired,
+        settings: &RepairSettings::default(),
+        now: NOW,
+    });
+    assert_eq!(plan.repairs.len(), 1);
+    assert_eq!(plan.repairs[0].step, RepairStep::Forceful);
 }

@@ -142,6 +142,7 @@ fn a_leaving_claim_is_replaced_and_a_command_candidate_is_not() {
         deadline: Some(NOW + 120),
         since: NOW,
         drain_after: None,
+        drain_grace: None,
         event: None,
         command: None,
     });
@@ -339,6 +340,7 @@ fn drift_with_node_limit(limit: u64) -> crate::disruption::Decision {
         spot_to_spot: false,
         external_drift: &[("a".into(), "AMI ami-old is no longer selected".into())],
         disrupting: &[],
+        nominated: &[],
         validating: None,
     })
 }

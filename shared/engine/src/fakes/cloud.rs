@@ -9,6 +9,7 @@ pub enum CloudOp {
     ResolveNodeClass,
     Launch,
     Terminate,
+    Reboot,
     OwnedInstances,
     KarpenterInstances,
     InstanceStatus,
@@ -103,6 +104,8 @@ struct CloudInner {
     karpenter: HashSet<String>,
     /// Instances whose status checks fail: id → (failing checks, since).
     impaired: BTreeMap<String, (Vec<String>, i64)>,
+    /// RebootInstances calls not yet taken by [`FakeCloud::take_reboots`]: (id, when).
+    reboots: Vec<(String, i64)>,
     reservations: Vec<FakeReservation>,
     faults: Faults<CloudOp, CloudError>,
     calls: Vec<Call<CloudOp>>,
@@ -157,6 +160,7 @@ impl FakeCloud {
                 out_of_capacity: HashSet::new(),
                 karpenter: HashSet::new(),
                 impaired: BTreeMap::new(),
+                reboots: Vec::new(),
                 reservations: Vec::new(),
                 faults: Faults::default(),
                 calls: Vec::new(),
@@ -444,6 +448,12 @@ impl FakeCloud {
 
     /// The instance's status checks start failing now (`checks`: `instance`, `system`);
     /// an empty list makes them pass again. False if there is no such instance.
+    /// The RebootInstances calls since the last take: (instance id, when), in order.
+    /// What reboots is up to whoever models the machine (the simulator's world).
+    pub fn take_reboots(&self) -> Vec<(String, i64)> {
+        std::mem::take(&mut lock(&self.inner).reboots)
+    }
+
     pub fn set_impaired(&self, id: &str, checks: &[&str]) -> bool {
         let now = self.clock.now();
         let mut inner = lock(&self.inner);
@@ -732,6 +742,29 @@ impl Cloud for FakeCloud {
                 inner.instances[at].instance.state = "terminated".into();
             }
         }
+        Ok(())
+    }
+
+    async fn reboot(&self, instance_id: &str) -> Result<(), CloudError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(CloudOp::Reboot, instance_id.to_string()) {
+            return Err(e);
+        }
+        let now = self.clock.now();
+        let mut inner = lock(&self.inner);
+        let running = inner
+            .by_id
+            .get(instance_id)
+            .is_some_and(|&at| inner.instances[at].instance.state != "terminated");
+        if !running {
+            return Err(CloudError::new(
+                ErrorKind::NotFound,
+                format!("RebootInstances: InvalidInstanceID.NotFound {instance_id}"),
+            ));
+        }
+        // A reboot clears what the status checks saw.
+        inner.impaired.remove(instance_id);
+        inner.reboots.push((instance_id.to_string(), now));
         Ok(())
     }
 

@@ -446,6 +446,8 @@ impl FakeCluster {
             provider_id: Some(format!("aws:///{}/{}", instance.zone, instance.id)),
             unschedulable: false,
             ready: false,
+            // The kubelet reports the machine's boot id; a reboot changes it.
+            boot_id: Some(format!("{}-boot-0", instance.id)),
             ..Node::default()
         };
         let mut inner = lock(&self.inner);
@@ -485,6 +487,7 @@ impl FakeCluster {
                     kind: "Ready".into(),
                     status: ConditionStatus::True,
                     since: n.ready_since,
+                    reason: Some("KubeletReady".into()),
                 });
                 true
             }
@@ -502,6 +505,19 @@ impl FakeCluster {
         status: ConditionStatus,
         since: i64,
     ) -> bool {
+        self.set_condition_with_reason(name, kind, status, None, since)
+    }
+
+    /// [`FakeCluster::set_condition`] with the condition's `reason` (the node
+    /// monitoring agent names a GPU fault's XID there).
+    pub fn set_condition_with_reason(
+        &self,
+        name: &str,
+        kind: &str,
+        status: ConditionStatus,
+        reason: Option<&str>,
+        since: i64,
+    ) -> bool {
         let mut inner = lock(&self.inner);
         match inner.state.nodes.iter_mut().find(|n| n.name == name) {
             Some(n) => {
@@ -514,6 +530,7 @@ impl FakeCluster {
                     kind: kind.into(),
                     status,
                     since: Some(since),
+                    reason: reason.map(str::to_string),
                 });
                 true
             }

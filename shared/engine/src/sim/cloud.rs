@@ -131,6 +131,10 @@ impl Cloud for Ec2 {
         self.fake.terminate(instance_ids).await
     }
 
+    async fn reboot(&self, instance_id: &str) -> Result<(), CloudError> {
+        self.fake.reboot(instance_id).await
+    }
+
     async fn owned_instances(&self) -> Result<Vec<Instance>, CloudError> {
         let mut out = self.fake.owned_instances().await?;
         for i in &mut out {

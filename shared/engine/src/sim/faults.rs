@@ -507,6 +507,11 @@ impl Cloud for ChaosCloud {
         self.chaos.through(Port::Ec2, "terminate", call).await
     }
 
+    async fn reboot(&self, instance_id: &str) -> Result<(), CloudError> {
+        let call = self.inner.reboot(instance_id);
+        self.chaos.through(Port::Ec2, "reboot", call).await
+    }
+
     async fn owned_instances(&self) -> Result<Vec<Instance>, CloudError> {
         let c = &self.chaos;
         c.through(Port::Ec2, "owned_instances", self.inner.owned_instances())

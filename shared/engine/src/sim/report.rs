@@ -145,6 +145,8 @@ pub struct Summary {
     pub interruptions: usize,
     /// Unhealthy nodes node repair replaced (their claims terminated).
     pub repairs: usize,
+    /// Instances node repair rebooted in place (`RebootForRepair`).
+    pub reboots: usize,
     pub drain_seconds_max: f64,
     pub events_sent: usize,
     pub duplicate_deliveries: usize,

@@ -422,6 +422,26 @@ impl Run<'_> {
                 }
                 None
             }
+            Disturbance::GpuFault { target, count, xid } => {
+                let chosen = self.choose_several(target, *count);
+                if chosen.is_empty() {
+                    w.log("GPU fault: no instance running; nothing changed");
+                } else {
+                    w.mark(format!("{} GPU fault(s)", chosen.len()));
+                }
+                for i in chosen {
+                    let Some(node) = self.node_of(&i) else {
+                        w.log(format!("GPU fault: {i} has no node yet; nothing changed"));
+                        continue;
+                    };
+                    w.gpu_fault(&node, *xid, now);
+                    w.log(format!(
+                        "{node} ({i}, {}): AcceleratedHardwareReady False (NVIDIAXID{xid}Error)",
+                        self.describe_instance(&i)
+                    ));
+                }
+                None
+            }
             Disturbance::InstanceImpaired { target, count } => {
                 let chosen = self.choose_several(target, *count);
                 if chosen.is_empty() {
@@ -697,10 +717,10 @@ impl Run<'_> {
             }
             invocation += 1;
             lock(&self.invocations).0 += 1;
-            let provisioner = Provisioner::new(
-                self.ports(),
-                ProvisionerConfig::new("simulated", format!("provisioner-{invocation}")),
-            );
+            let mut config =
+                ProvisionerConfig::new("simulated", format!("provisioner-{invocation}"));
+            config.repair = self.scenario.repair.clone();
+            let provisioner = Provisioner::new(self.ports(), config);
             let budget = PROVISIONER_BUDGET.min(Duration::from_secs((self.until - now) as u64));
             let Some(report) = self
                 .invoke(Job::Provisioner, provisioner.run_for(budget, POLL_INTERVAL))
@@ -917,6 +937,7 @@ impl Run<'_> {
             cost,
             interruptions,
             repairs,
+            reboots: w.reboots(),
             drain_seconds_max: drain_max,
             events_sent: queue.sent,
             duplicate_deliveries: queue.duplicated,

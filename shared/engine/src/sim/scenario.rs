@@ -59,6 +59,14 @@ pub enum Disturbance {
     NodeNotReady { target: Target, count: u32 },
     /// EC2's status checks of `count` instances fail (instance and system).
     InstanceImpaired { target: Target, count: u32 },
+    /// The node monitoring agent reports NVIDIA XID `xid` on `count` nodes
+    /// (`AcceleratedHardwareReady=False`, reason `NVIDIAXID<xid>Error`); a reboot clears
+    /// it.
+    GpuFault {
+        target: Target,
+        count: u32,
+        xid: u32,
+    },
     /// `kubectl scale nodepool`: the static NodePool's `spec.replicas` becomes
     /// `replicas`.
     ScaleNodePool { node_pool: String, replicas: u32 },
@@ -103,6 +111,8 @@ pub struct Scenario {
     pub catalog: Catalog,
     /// The interruption function's `NODEWRIGHT_REBALANCE_ACTION`.
     pub rebalance: RebalanceAction,
+    /// How the provisioner repairs (the stack's repair switches).
+    pub repair: nodewright_core::repair::RepairSettings,
     pub world: WorldConfig,
     /// Unix seconds at the start.
     pub start: i64,
@@ -137,6 +147,7 @@ impl Scenario {
             ],
             catalog: Catalog::embedded().clone(),
             rebalance: RebalanceAction::Replace,
+            repair: Default::default(),
             world: WorldConfig::default(),
             start: DEFAULT_START,
             disruption: true,

@@ -57,6 +57,8 @@ pub struct WorldConfig {
     pub ready_after: Duration,
     /// From `stopping` to `stopped`.
     pub stop_after: Duration,
+    /// From RebootInstances to the node Ready again with a new boot id.
+    pub reboot_after: Duration,
     /// How often the world acts.
     pub step: Duration,
     /// The interruption queue.
@@ -72,6 +74,7 @@ impl Default for WorldConfig {
             register_after: Duration::from_secs(20),
             ready_after: Duration::from_secs(10),
             stop_after: Duration::from_secs(10),
+            reboot_after: Duration::from_secs(90),
             step: Duration::from_secs(1),
             queue: QueueConfig::default(),
             seed: 1,
@@ -144,6 +147,10 @@ struct Observed {
     registered: HashSet<String>,
     /// Registered nodes not yet Ready: node → (instance, registered at).
     booting: HashMap<String, (String, i64)>,
+    /// Nodes whose instance reboots: node → when it is back.
+    rebooting: BTreeMap<String, i64>,
+    /// Reboots so far.
+    reboots: usize,
     /// The last look at the claims found one on its way somewhere.
     claims_in_motion: bool,
     pending_since: HashMap<String, i64>,
@@ -354,6 +361,82 @@ impl World {
         });
     }
 
+    /// The node monitoring agent reports NVIDIA XID `xid` on `node`: its
+    /// `AcceleratedHardwareReady` condition turns False (reason `NVIDIAXID<xid>Error`).
+    pub fn gpu_fault(&self, node: &str, xid: u32, now: i64) {
+        use nodewright_core::cluster::ConditionStatus;
+        self.cluster.set_condition_with_reason(
+            node,
+            "AcceleratedHardwareReady",
+            ConditionStatus::False,
+            Some(&format!("NVIDIAXID{xid}Error")),
+            now,
+        );
+    }
+
+    /// Instances rebooted so far (RebootInstances the world carried out).
+    pub fn reboots(&self) -> usize {
+        lock(&self.observed).reboots
+    }
+
+    /// RebootInstances: the node's kubelet goes down (Ready Unknown) and comes back
+    /// `reboot_after` later with a new boot id, its GPU fault cleared, Ready again.
+    fn reboots_due(&self, now: i64) {
+        use nodewright_core::cluster::ConditionStatus;
+        for (instance, _) in self.cloud.take_reboots() {
+            let node = self.cluster.with_state(|s| {
+                s.nodes
+                    .iter()
+                    .find(|n| instance_of(n).as_deref() == Some(instance.as_str()))
+                    .map(|n| n.name.clone())
+            });
+            let Some(node) = node else { continue };
+            self.cluster
+                .set_condition(&node, "Ready", ConditionStatus::Unknown, now);
+            let back = now + secs(self.config.reboot_after);
+            let mut o = lock(&self.observed);
+            o.rebooting.insert(node.clone(), back);
+            o.reboots += 1;
+            o.log.push((now, format!("{node} ({instance}) rebooting")));
+        }
+        let back: Vec<String> = {
+            let mut o = lock(&self.observed);
+            let due: Vec<String> = o
+                .rebooting
+                .iter()
+                .filter(|(_, at)| **at <= now)
+                .map(|(n, _)| n.clone())
+                .collect();
+            for n in &due {
+                o.rebooting.remove(n);
+            }
+            due
+        };
+        for node in back {
+            self.cluster.with_state(|s| {
+                if let Some(n) = s.nodes.iter_mut().find(|n| n.name == node) {
+                    let boots = n
+                        .boot_id
+                        .as_deref()
+                        .and_then(|b| b.rsplit('-').next())
+                        .and_then(|k| k.parse::<u32>().ok())
+                        .unwrap_or(0);
+                    let stem = instance_of(n).unwrap_or_default();
+                    n.boot_id = Some(format!("{stem}-boot-{}", boots + 1));
+                }
+            });
+            self.cluster.set_condition(
+                &node,
+                "AcceleratedHardwareReady",
+                ConditionStatus::True,
+                now,
+            );
+            self.cluster
+                .set_condition(&node, "Ready", ConditionStatus::True, now);
+            self.log(format!("{node} back from its reboot, Ready"));
+        }
+    }
+
     /// `kubectl scale nodepool`: the static NodePool's `spec.replicas` becomes
     /// `replicas` (through the scale subresource, as the API server applies it). The
     /// replicas it had; `None` when no static NodePool has that name.
@@ -442,6 +525,7 @@ impl World {
         let died_now = self.reclaim_due(now);
         self.finish_stops(now);
         let launched = self.report_instance_states(now);
+        self.reboots_due(now);
         self.kubelets(now);
         let claims = self.claims_to_observe(now, launched);
         // The controllers, the observer and the binder work on the cluster's state in

@@ -65,6 +65,7 @@ fn disrupted(claim: &NodeClaim, cause: DisruptionCause) -> NodeClaim {
                 deadline: None,
                 since: 2_000,
                 drain_after: None,
+                drain_grace: None,
                 event: None,
                 command: None,
             })

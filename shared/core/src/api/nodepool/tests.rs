@@ -153,7 +153,7 @@ fn bad_budget_fields_are_each_reported() {
             r#"NodePool "broken": spec.disruption.budgets[0].nodes: expected a percentage like "10%" (0-100%) or a node count like "5", got "101%""#,
             r#"NodePool "broken": spec.disruption.budgets[0].schedule: invalid cron schedule "0 25 * * *": hour field "25": 25 is out of range 0-23"#,
             r#"NodePool "broken": spec.disruption.budgets[0].duration: expected hours and/or minutes like "8h", "30m" or "1h30m", got "30s""#,
-            r#"NodePool "broken": spec.disruption.budgets[0].reasons[1]: unknown reason "Expired" (expected one of Underutilized, Empty, Drifted)"#,
+            r#"NodePool "broken": spec.disruption.budgets[0].reasons[1]: unknown reason "Expired" (expected one of Underutilized, Empty, Drifted, Unhealthy)"#,
         ]
     );
 }

@@ -34,6 +34,7 @@ struct Case {
     snapshot: ClusterSnapshot,
     pools: Vec<NodePool>,
     disrupting: Vec<String>,
+    nominated: Vec<String>,
     external_drift: Vec<(String, String)>,
     validating: Option<Vec<String>>,
 }
@@ -48,6 +49,7 @@ impl Case {
             },
             pools: vec![pool(100)],
             disrupting: vec![],
+            nominated: vec![],
             external_drift: vec![],
             validating: None,
         }
@@ -66,6 +68,7 @@ impl Case {
             spot_to_spot: false,
             external_drift: &self.external_drift,
             disrupting: &self.disrupting,
+            nominated: &self.nominated,
             validating: self.validating.as_deref(),
         })
     }
@@ -111,6 +114,18 @@ fn methods_run_in_order_expiration_emptiness_drift_then_consolidation() {
     );
     assert_eq!(d.commands[2].nodes, ["drifted"]);
     assert_eq!(d.commands[2].reason, Reason::Drifted);
+}
+
+#[test]
+fn an_empty_node_nominated_for_pods_on_their_way_is_not_a_candidate_but_counts_for_budgets() {
+    // Two empty nodes; "waiting" is the replacement of a node whose pods a budget holds.
+    let nodes = vec![managed("waiting", "m5.large"), managed("idle", "m5.large")];
+    let mut case = Case::new(nodes, vec![]);
+    case.nominated = vec!["waiting".into()];
+    let d = case.decide();
+    let taken: Vec<&String> = d.commands.iter().flat_map(|c| c.nodes.iter()).collect();
+    assert_eq!(taken, ["idle"], "{d:#?}");
+    assert!(!d.rejected.iter().any(|r| r.node == "waiting"));
 }
 
 #[test]

@@ -47,6 +47,11 @@ pub fn node_from_k8s(node: &core::Node) -> Result<Node, SnapshotError> {
             .map(unix);
         // Only what node repair reads: a node reports a dozen conditions, and a view
         // of thousands of nodes keeps them all.
+        out.boot_id = status
+            .node_info
+            .as_ref()
+            .map(|i| i.boot_id.clone())
+            .filter(|b| !b.is_empty());
         out.conditions = status
             .conditions
             .iter()
@@ -56,6 +61,7 @@ pub fn node_from_k8s(node: &core::Node) -> Result<Node, SnapshotError> {
                 kind: c.type_.clone(),
                 status: ConditionStatus::parse(&c.status),
                 since: c.last_transition_time.as_ref().map(unix),
+                reason: c.reason.clone().filter(|r| !r.is_empty()),
             })
             .collect();
     }
@@ -64,6 +70,9 @@ pub fn node_from_k8s(node: &core::Node) -> Result<Node, SnapshotError> {
     out.deleting = meta.deletion_timestamp.is_some();
     if let Some(annotations) = &meta.annotations {
         out.do_not_disrupt = do_not_disrupt(annotations);
+        out.do_not_repair = annotations
+            .get(crate::repair::ANNOTATION_DO_NOT_REPAIR)
+            .is_some_and(|v| v == "true");
         // Only hashes nodewright wrote are comparable: Karpenter's (another version)
         // hash other fields another way.
         use crate::disruption::hash;
