@@ -60,10 +60,21 @@ async fn handler(world: &EmulatedCluster, holder: &str) -> Handler {
 /// fault proxy).
 async fn handler_with(world: &EmulatedCluster, config: &Config, holder: &str) -> Handler {
     let (ports, _) = build_ports(config).await.expect("ports");
+    let mut settings = ProvisionerConfig::new(world.cluster.clone(), holder);
+    settings.node_repair = config.node_repair;
+    settings.repair = config.repair.clone();
     Handler {
-        provisioner: Provisioner::new(ports, ProvisionerConfig::new(world.cluster.clone(), holder)),
+        provisioner: Provisioner::new(ports, settings),
         poll_interval: config.poll_interval,
     }
+}
+
+/// [`handler`] repairing as Karpenter v1.14 did (`LegacyNodeRepair`): forceful, so a
+/// repair finishes within a few ticks.
+async fn legacy_repair_handler(world: &EmulatedCluster, holder: &str) -> Handler {
+    let mut config = world.config.clone();
+    config.repair = nodewright_core::repair::RepairSettings::legacy();
+    handler_with(world, &config, holder).await
 }
 
 /// One scheduled invocation that may keep ticking for `budget` (its deadline is
@@ -998,7 +1009,7 @@ async fn not_ready_since(world: &EmulatedCluster, node: &str, secs: i64) {
 async fn a_node_not_ready_for_thirty_minutes_is_repaired_through_the_handler() {
     let world = world(4).await;
     let cluster = ClusterBehaviour::start(&world, Timings::default()).await;
-    let h = handler(&world, "repair").await;
+    let h = legacy_repair_handler(&world, "repair").await;
     let stored = until_initialized(&world, &h).await;
     assert_eq!(stored.len(), 2, "{stored:#?}");
 
@@ -1121,7 +1132,7 @@ async fn a_lost_node_emptied_by_the_taint_eviction_controller_is_replaced_once_a
     web["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(600);
     world.deploy(web).await;
     let cluster = ClusterBehaviour::start(&world, Timings::default()).await;
-    let h = handler(&world, "repair-lost").await;
+    let h = legacy_repair_handler(&world, "repair-lost").await;
     let stored = until_initialized(&world, &h).await;
     assert_eq!(stored.len(), 2, "{stored:#?}");
     let all_run = wait_until(SETTLE, || async { cluster.running().len() == 4 }).await;
