@@ -285,17 +285,10 @@ pub struct RepairInput<'a> {
     pub now: i64,
 }
 
-/// The symptom a node shows the v1.14 way, if any: EC2's failing checks first (they
-/// are the faster signal), else the policy whose toleration ends first.
-pub fn legacy_symptom(
-    node: &Node,
-    impaired: Option<&ImpairedInstance>,
-    now: i64,
-) -> Option<Symptom> {
-    if let Some(i) = impaired {
-        return Some(impaired_symptom(i, now));
-    }
-    legacy_policies()
+/// The symptom a node shows the v1.14 way (`policies`: [`legacy_policies`]), if any:
+/// the policy whose toleration ends first.
+fn legacy_symptom(node: &Node, policies: &[RepairPolicy], now: i64) -> Option<Symptom> {
+    policies
         .iter()
         .filter_map(|p| {
             let c = node.condition(&p.condition)?;
@@ -311,6 +304,23 @@ pub fn legacy_symptom(
             })
         })
         .min_by_key(Symptom::due_at)
+}
+
+/// What a node shows: a symptom due now (with the v1.15 policies' decision), or one
+/// that becomes due later.
+enum Found {
+    Due(Symptom, Option<Resolved>),
+    Later(i64),
+}
+
+impl Found {
+    fn of(symptom: Symptom, now: i64) -> Found {
+        if symptom.due_at() > now {
+            Found::Later(symptom.due_at())
+        } else {
+            Found::Due(symptom, None)
+        }
+    }
 }
 
 fn impaired_symptom(i: &ImpairedInstance, now: i64) -> Symptom {
@@ -358,6 +368,11 @@ pub fn plan_repairs(input: &RepairInput<'_>) -> RepairPlan {
         .collect();
     let now = input.now;
     let settings = input.settings;
+    let legacy = if settings.legacy {
+        legacy_policies()
+    } else {
+        Vec::new()
+    };
     let mut pools: BTreeMap<&str, Pool<'_>> = BTreeMap::new();
     let mut plan = RepairPlan::default();
     for claim in input.claims {
@@ -404,38 +419,26 @@ pub fn plan_repairs(input: &RepairInput<'_>) -> RepairPlan {
             .instance_id
             .as_deref()
             .and_then(|id| impaired_by_id.get(id).copied());
-        let (symptom, resolved) = if let Some(i) = impaired {
-            (impaired_symptom(i, now), None)
+        let found = if let Some(i) = impaired {
+            Some(Found::of(impaired_symptom(i, now), now))
         } else if settings.legacy {
-            match legacy_symptom(node, None, now) {
-                Some(s) => (s, None),
-                None => continue,
-            }
+            legacy_symptom(node, &legacy, now).map(|s| Found::of(s, now))
         } else {
             let matches = settings.policies.matches(node);
-            if matches.is_empty() {
-                continue;
-            }
-            let (resolved, next) = policy::resolve(&matches, now, claim.rebooted_at);
-            pool.unhealthy += 1;
-            if let Some(next) = next.filter(|_| resolved.is_none()) {
-                plan.next_due = Some(plan.next_due.map_or(next, |t| t.min(next)));
-            }
-            match resolved {
-                Some(r) => (Symptom::of(&r), Some(r)),
-                None => continue,
+            match policy::resolve(&matches, now, claim.rebooted_at) {
+                (Some(r), _) => Some(Found::Due(Symptom::of(&r), Some(r))),
+                (None, next) => next.map(Found::Later),
             }
         };
-        if resolved.is_none() {
-            pool.unhealthy += 1;
-        }
-        if symptom.due_at() > now {
-            plan.next_due = Some(
-                plan.next_due
-                    .map_or(symptom.due_at(), |t| t.min(symptom.due_at())),
-            );
-            continue;
-        }
+        let Some(found) = found else { continue };
+        pool.unhealthy += 1;
+        let (symptom, resolved) = match found {
+            Found::Due(symptom, resolved) => (symptom, resolved),
+            Found::Later(at) => {
+                plan.next_due = Some(plan.next_due.map_or(at, |t| t.min(at)));
+                continue;
+            }
+        };
         pool.due.push(Due {
             claim,
             node,

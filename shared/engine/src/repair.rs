@@ -203,29 +203,19 @@ impl Repairer {
                 .map(|g| format!(" (drain within {}m{}s)", g / 60, g % 60))
                 .unwrap_or_default();
             ports
-                .emit(ClusterEvent {
-                    kind: "Node".into(),
-                    namespace: None,
-                    name: repair.node.clone(),
-                    event_type: EventType::Warning,
-                    reason: UNHEALTHY.into(),
-                    message: format!("Repairing the node: {}", repair.reason),
-                })
+                .emit(warning(
+                    &repair.node,
+                    UNHEALTHY,
+                    format!("Repairing the node: {}", repair.reason),
+                ))
                 .await;
-            ports
-                .record_decision(Decision {
-                    at: now,
-                    job: "repair".into(),
-                    action: format!(
-                        "repair {} ({}): {}{grace}",
-                        repair.node,
-                        repair.claim,
-                        repair.step.describe()
-                    ),
-                    reason: repair.reason.clone(),
-                    price_per_hour: None,
-                })
-                .await;
+            let action = format!(
+                "repair {} ({}): {}{grace}",
+                repair.node,
+                repair.claim,
+                repair.step.describe()
+            );
+            record(ports, now, action, repair.reason.clone()).await;
         }
         for slot in claims.iter_mut() {
             if slot.reboot.is_none() || !slot.state.is_live_capacity() {
@@ -276,15 +266,8 @@ impl Repairer {
                     })
                     .await;
             }
-            ports
-                .record_decision(Decision {
-                    at: now,
-                    job: "repair".into(),
-                    action: format!("hold the repair of {} ({})", held.node, held.claim),
-                    reason: held.reason.clone(),
-                    price_per_hour: None,
-                })
-                .await;
+            let action = format!("hold the repair of {} ({})", held.node, held.claim);
+            record(ports, now, action, held.reason.clone()).await;
         }
         Ok(report)
     }
@@ -437,37 +420,25 @@ async fn advance_reboot(
         let next = ports.save_claim(claim, next).await?;
         info!(claim = %claim.name, seconds = now - issued_at, "the node is back from its reboot for repair");
         if let Some(node) = &claim.node_name {
+            let message = format!(
+                "Rebooted for repair ({}); back and Ready after {}s",
+                reboot.reason,
+                now - issued_at
+            );
             ports
-                .emit(ClusterEvent {
-                    kind: "Node".into(),
-                    namespace: None,
-                    name: node.clone(),
-                    event_type: EventType::Normal,
-                    reason: REBOOT_OBSERVED.into(),
-                    message: format!(
-                        "Rebooted for repair ({}); back and Ready after {}s",
-                        reboot.reason,
-                        now - issued_at
-                    ),
-                })
+                .emit(terminate::node_event(node, REBOOT_OBSERVED, message))
                 .await;
         }
-        ports
-            .record_decision(Decision {
-                at: now,
-                job: "repair".into(),
-                action: format!(
-                    "reboot of {} ({}) done",
-                    claim.node_name.as_deref().unwrap_or("-"),
-                    claim.name
-                ),
-                reason: format!(
-                    "the node came back with a new boot id and is Ready, {}s after RebootInstances",
-                    now - issued_at
-                ),
-                price_per_hour: None,
-            })
-            .await;
+        let action = format!(
+            "reboot of {} ({}) done",
+            claim.node_name.as_deref().unwrap_or("-"),
+            claim.name
+        );
+        let why = format!(
+            "the node came back with a new boot id and is Ready, {}s after RebootInstances",
+            now - issued_at
+        );
+        record(ports, now, action, why).await;
         return Ok(Rebooted::Done(next));
     }
     if now - issued_at >= REBOOT_RECOVERY_SECS {
@@ -513,32 +484,38 @@ async fn fail_reboot(
     let next = ports.save_claim(claim, next).await?;
     warn!(claim = %claim.name, reason = %why, "reboot for repair failed; replacing the node");
     if let Some(node) = &claim.node_name {
-        ports
-            .emit(ClusterEvent {
-                kind: "Node".into(),
-                namespace: None,
-                name: node.clone(),
-                event_type: EventType::Warning,
-                reason: REBOOT_FAILED.into(),
-                message: format!(
-                    "Reboot for repair ({}) failed: {why}; replacing the node",
-                    reboot.reason
-                ),
-            })
-            .await;
+        let message = format!(
+            "Reboot for repair ({}) failed: {why}; replacing the node",
+            reboot.reason
+        );
+        ports.emit(warning(node, REBOOT_FAILED, message)).await;
     }
+    let action = format!(
+        "repair {} ({}): the reboot failed; drain and terminate it",
+        claim.node_name.as_deref().unwrap_or("-"),
+        claim.name
+    );
+    record(ports, now, action, why.to_string()).await;
+    Ok(next)
+}
+
+/// A Warning Event on Node `node`.
+fn warning(node: &str, reason: &str, message: String) -> ClusterEvent {
+    ClusterEvent {
+        event_type: EventType::Warning,
+        ..terminate::node_event(node, reason, message)
+    }
+}
+
+/// A repair decision in the decision log.
+async fn record(ports: &Ports, now: i64, action: String, reason: String) {
     ports
         .record_decision(Decision {
             at: now,
             job: "repair".into(),
-            action: format!(
-                "repair {} ({}): the reboot failed; drain and terminate it",
-                claim.node_name.as_deref().unwrap_or("-"),
-                claim.name
-            ),
-            reason: why.to_string(),
+            action,
+            reason,
             price_per_hour: None,
         })
         .await;
-    Ok(next)
 }

@@ -799,7 +799,8 @@ fn first_in_window(cluster: &Arc<dyn Cluster>, key: &str, now: i64) -> bool {
     true
 }
 
-fn node_event(node: &str, reason: &str, message: String) -> ClusterEvent {
+/// A Normal Event on Node `node` (a Warning: `ClusterEvent { event_type: Warning, ..node_event(..) }`).
+pub(crate) fn node_event(node: &str, reason: &str, message: String) -> ClusterEvent {
     ClusterEvent {
         kind: "Node".into(),
         namespace: None,

@@ -905,6 +905,20 @@ async fn initialized_node_with_pods(
     (claim, node)
 }
 
+/// A PodDisruptionBudget over the `web` pods that allows no eviction.
+fn refuse_every_eviction_of_web(env: &Env) {
+    env.cluster.with_state(|s| {
+        s.pdbs.push(nodewright_core::cluster::PodDisruptionBudget {
+            namespace: "default".into(),
+            name: "web".into(),
+            selector: Some(nodewright_core::testing::selector("web")),
+            min_available: Some(nodewright_core::cluster::IntOrPercent::Int(10)),
+            max_unavailable: None,
+            status_disruptions_allowed: None,
+        })
+    });
+}
+
 #[tokio::test]
 async fn with_legacy_node_repair_a_node_not_ready_for_thirty_minutes_is_repaired_forcefully_and_logged()
  {
@@ -921,16 +935,7 @@ async fn with_legacy_node_repair_a_node_not_ready_for_thirty_minutes_is_repaired
         .instance_id
         .unwrap();
     // A budget that refuses every eviction: the pods cannot run on a dead node anyway.
-    env.cluster.with_state(|s| {
-        s.pdbs.push(nodewright_core::cluster::PodDisruptionBudget {
-            namespace: "default".into(),
-            name: "web".into(),
-            selector: Some(nodewright_core::testing::selector("web")),
-            min_available: Some(nodewright_core::cluster::IntOrPercent::Int(10)),
-            max_unavailable: None,
-            status_disruptions_allowed: None,
-        })
-    });
+    refuse_every_eviction_of_web(&env);
     // The kubelet stops reporting: the node lifecycle controller turns Ready Unknown.
     let lost_at = env.clock.now();
     env.cluster
@@ -984,16 +989,7 @@ async fn a_node_not_ready_for_thirty_minutes_gets_a_replacement_first_then_a_dra
     let env = Env::new();
     let prov = env.provisioner();
     let (claim, node) = initialized_node_with_pods(&env, &prov, "web").await;
-    env.cluster.with_state(|s| {
-        s.pdbs.push(nodewright_core::cluster::PodDisruptionBudget {
-            namespace: "default".into(),
-            name: "web".into(),
-            selector: Some(nodewright_core::testing::selector("web")),
-            min_available: Some(nodewright_core::cluster::IntOrPercent::Int(10)),
-            max_unavailable: None,
-            status_disruptions_allowed: None,
-        })
-    });
+    refuse_every_eviction_of_web(&env);
     env.cluster
         .set_condition(&node, "Ready", ConditionStatus::Unknown, env.clock.now());
     env.clock.advance(Duration::from_secs(30 * 60));

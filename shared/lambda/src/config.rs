@@ -314,24 +314,17 @@ mod tests {
             "NODEWRIGHT_KUBE_BURST=\"0\": a whole number of requests from 1 to 10000"
         );
     }
-}
-
-#[cfg(test)]
-mod repair_settings {
-    use super::*;
-
-    fn config(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        let mut vars: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        vars.insert("NODEWRIGHT_CLUSTER_NAME".into(), "prod".into());
-        vars.insert("NODEWRIGHT_TABLE_NAME".into(), "nw".into());
-        Config::from_vars(&vars)
-    }
 
     #[test]
     fn the_repair_switches_select_the_policies_and_legacy_refuses_terminate_first() {
+        let config = |pairs: &[(&str, &str)]| {
+            let mut all = vec![
+                ("NODEWRIGHT_CLUSTER_NAME", "prod"),
+                ("NODEWRIGHT_TABLE_NAME", "nw"),
+            ];
+            all.extend_from_slice(pairs);
+            Config::from_vars(&vars(&all))
+        };
         let c = config(&[("NODEWRIGHT_REBOOT_FOR_REPAIR", "true")]).unwrap();
         assert_eq!(c.repair, RepairSettings::aws(true, false));
         let c = config(&[("NODEWRIGHT_LEGACY_NODE_REPAIR", "true")]).unwrap();

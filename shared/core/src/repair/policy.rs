@@ -227,14 +227,6 @@ impl RepairPolicies {
         Self::new(aws_policies(reboot_for_repair)).expect("the AWS repair policies are valid")
     }
 
-    /// The condition types the policies read.
-    pub fn condition_types(&self) -> BTreeSet<&str> {
-        self.policies
-            .iter()
-            .map(|(p, _)| p.condition.as_str())
-            .collect()
-    }
-
     /// Whether some policy names the condition's (type, status): what makes a node
     /// count as unhealthy for the 20% limit, whatever its reason or age.
     pub fn covers(&self, condition: &str, status: ConditionStatus) -> bool {
