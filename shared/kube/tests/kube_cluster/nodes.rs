@@ -265,3 +265,61 @@ async fn a_node_this_process_patched_reads_patched_in_the_same_tick() {
         Some("true")
     );
 }
+
+/// Node repair reads a condition's reason, the node's boot id and its do-not-repair
+/// annotation from the view, and puts the rebooting taint on and off.
+#[tokio::test]
+async fn the_view_reads_what_node_repair_needs_and_the_rebooting_taint_comes_and_goes() {
+    let t = api_server().await;
+    let mut gpu = node("gpu-a");
+    gpu["metadata"]["annotations"] = json!({"karpenter.sh/do-not-repair": "true"});
+    gpu["status"]["conditions"] = json!([
+        {"type": "Ready", "status": "True"},
+        {"type": "AcceleratedHardwareReady", "status": "False", "reason": "NVIDIAXID48Error",
+         "lastTransitionTime": "2026-11-29T10:00:00Z"},
+    ]);
+    gpu["status"]["nodeInfo"] = json!({
+        "machineID": "m", "systemUUID": "u", "bootID": "boot-1", "kernelVersion": "6.1",
+        "osImage": "Amazon Linux 2023", "containerRuntimeVersion": "containerd://1.7",
+        "kubeletVersion": "v1.33.0", "kubeProxyVersion": "", "operatingSystem": "linux",
+        "architecture": "amd64",
+    });
+    t.cp.put(gpu).await;
+
+    let state = t.cluster.state().await.expect("state");
+    let seen = state
+        .nodes
+        .iter()
+        .find(|n| n.name == "gpu-a")
+        .expect("the node");
+    assert_eq!(seen.boot_id.as_deref(), Some("boot-1"));
+    assert!(seen.do_not_repair);
+    let fault = seen
+        .condition("AcceleratedHardwareReady")
+        .expect("the condition");
+    assert_eq!(fault.reason.as_deref(), Some("NVIDIAXID48Error"));
+    assert!(fault.since.is_some());
+
+    let rebooting = nodewright_core::api::model::Taint {
+        key: nodewright_core::repair::TAINT_REBOOTING.into(),
+        value: None,
+        effect: TaintEffect::NoSchedule,
+    };
+    let add = NodePatch {
+        add_taints: vec![rebooting],
+        ..NodePatch::default()
+    };
+    t.cluster.patch_node("gpu-a", &add).await.expect("tainted");
+    let stored = t.cp.get("Node", None, "gpu-a").await.expect("the node");
+    assert!(taint_keys(&stored).contains(&"karpenter.sh/rebooting".to_string()));
+    let remove = NodePatch {
+        remove_taints: vec![nodewright_core::repair::TAINT_REBOOTING.into()],
+        ..NodePatch::default()
+    };
+    t.cluster
+        .patch_node("gpu-a", &remove)
+        .await
+        .expect("untainted");
+    let stored = t.cp.get("Node", None, "gpu-a").await.expect("the node");
+    assert!(!taint_keys(&stored).contains(&"karpenter.sh/rebooting".to_string()));
+}
