@@ -652,21 +652,24 @@ async fn pods_run_within_a_poll_of_their_node_becoming_ready_not_a_schedule_peri
     );
     for i in &instances {
         eprintln!(
-            "  {}: launched by {}, registered {}, booted {}, Ready {}",
+            "  {}: launched by {}, registered {}, booted {}, Ready {}, untainted {}",
             i.id,
             since(Some(i.first_seen)),
             since(i.registered_at),
             since(i.booted_at),
-            since(i.ready_at)
+            since(i.ready_at),
+            since(i.untainted_at)
         );
     }
-    // Each pod against the moment the node it runs on was seen Ready: nodewright
-    // initializes the node within a poll, and kube-scheduler binds at once.
+    // Each pod against the moment the node it runs on was seen Ready and the node
+    // lifecycle controller had taken its not-ready taint off (a controller-manager's
+    // pace, not nodewright's): nodewright registers and initializes the node within a
+    // poll, and kube-scheduler binds at once.
     let ready_of = |node: &str| {
         instances
             .iter()
             .find(|i| i.node.as_deref() == Some(node))
-            .and_then(|i| i.ready_at)
+            .and_then(|i| i.untainted_at)
     };
     let mut waits: Vec<(String, String)> = Vec::new();
     let mut late: Vec<String> = Vec::new();
@@ -676,21 +679,24 @@ async fn pods_run_within_a_poll_of_their_node_becoming_ready_not_a_schedule_peri
             continue;
         };
         let Some(ready) = ready_of(node) else {
-            late.push(format!("{}: bound to {node}, never seen Ready", pod.key));
+            late.push(format!(
+                "{}: bound to {node}, never seen Ready and untainted",
+                pod.key
+            ));
             continue;
         };
         let after = bound.saturating_duration_since(ready);
         waits.push((
             pod.key.clone(),
             format!(
-                "pending {:.1}s, bound {:.1}s after its node was Ready",
+                "pending {:.1}s, bound {:.1}s after its node was Ready and untainted",
                 pod.pending_for(Instant::now()).as_secs_f64(),
                 after.as_secs_f64()
             ),
         ));
         if after > poll + slack {
             late.push(format!(
-                "{}: bound {:.1}s after {node} was Ready",
+                "{}: bound {:.1}s after {node} was Ready and untainted",
                 pod.key,
                 after.as_secs_f64()
             ));
@@ -702,7 +708,7 @@ async fn pods_run_within_a_poll_of_their_node_becoming_ready_not_a_schedule_peri
     }
     assert!(
         late.is_empty(),
-        "pods waited longer than a poll ({poll:?}) + slack ({slack:?}) after their node was Ready, within the {budget:?} invocation ({summary}): {late:#?}; {}",
+        "pods waited longer than a poll ({poll:?}) + slack ({slack:?}) after their node was Ready and untainted, within the {budget:?} invocation ({summary}): {late:#?}; {}",
         story(&cluster)
     );
 }

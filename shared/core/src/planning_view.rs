@@ -23,6 +23,32 @@ pub fn unregistered_taint() -> Taint {
     }
 }
 
+/// Whether a node carries `taint` only while it starts, and loses it on its own: the
+/// node lifecycle controller's not-ready and unreachable taints (it removes them once
+/// the kubelet reports Ready, a node-monitor period later), the cloud controller's
+/// uninitialized taint, the unregistered taint, and the Node Readiness Controller's
+/// `readiness.k8s.io/` family. Karpenter's known ephemeral taints: a claim is not
+/// initialized while its node has one, and planning counts an uninitialized node's room
+/// without them — or a node Ready a moment before the controller untainted it reads as
+/// no room, and the provisioner launches a second node for the same pods.
+pub fn is_known_ephemeral_taint(taint: &Taint) -> bool {
+    const EPHEMERAL: [(&str, TaintEffect); 5] = [
+        ("node.kubernetes.io/not-ready", TaintEffect::NoSchedule),
+        ("node.kubernetes.io/not-ready", TaintEffect::NoExecute),
+        ("node.kubernetes.io/unreachable", TaintEffect::NoSchedule),
+        (
+            "node.cloudprovider.kubernetes.io/uninitialized",
+            TaintEffect::NoSchedule,
+        ),
+        (TAINT_UNREGISTERED, TaintEffect::NoExecute),
+    ];
+    // Key and effect, as Kubernetes matches a taint; the value does not count.
+    EPHEMERAL
+        .iter()
+        .any(|(key, effect)| taint.key == *key && taint.effect == *effect)
+        || taint.key.starts_with("readiness.k8s.io/")
+}
+
 /// The cluster as read, before planning's adjustments.
 #[derive(Debug, Clone, Copy)]
 pub struct ClusterView<'a> {
@@ -58,9 +84,10 @@ pub fn planning_claims(claims: &[NodeClaim]) -> Vec<NodeClaim> {
 }
 
 /// The snapshot the planner sees:
-/// - nodes of live claims lose the unregistered and (until Initialized) startup
-///   taints: those go away on their own (Karpenter treats them as ephemeral when
-///   scheduling), and a view read before the reconciler removed them must not make a
+/// - nodes of live claims lose the unregistered taint, and until Initialized their
+///   startup taints and [known ephemeral taints](is_known_ephemeral_taint): those go
+///   away on their own (Karpenter drops them when scheduling), and a view read before
+///   the reconciler or the node lifecycle controller removed them must not make a
 ///   Ready node look unusable;
 /// - nodes of claims being taken away are gone, and their pods (not DaemonSet pods, not
 ///   pods already terminating, whose replacements come as new pods) are pending again,
@@ -98,7 +125,9 @@ pub fn planning_snapshot(
                     .unwrap_or_default();
                 let mut n = n.clone();
                 if c.state != ClaimState::Initialized {
-                    n.taints.retain(|t| !startup.contains(t.key.as_str()));
+                    n.taints.retain(|t| {
+                        !startup.contains(t.key.as_str()) && !is_known_ephemeral_taint(t)
+                    });
                 }
                 // A node rebooting for repair comes back: its room is planned as there.
                 n.taints
@@ -290,6 +319,81 @@ mod tests {
             });
             assert_eq!(in_flight(&tainted), 0, "{key}");
         }
+    }
+
+    #[test]
+    fn an_uninitialized_nodes_ephemeral_taints_are_not_planned_and_an_initialized_ones_are() {
+        let taint = |key: &str, effect| Taint {
+            key: key.into(),
+            value: Some("true".into()),
+            effect,
+        };
+        let ephemeral = [
+            taint("node.kubernetes.io/not-ready", TaintEffect::NoSchedule),
+            taint("node.kubernetes.io/not-ready", TaintEffect::NoExecute),
+            taint("node.kubernetes.io/unreachable", TaintEffect::NoSchedule),
+            taint(
+                "node.cloudprovider.kubernetes.io/uninitialized",
+                TaintEffect::NoSchedule,
+            ),
+            taint(TAINT_UNREGISTERED, TaintEffect::NoExecute),
+            taint("readiness.k8s.io/network", TaintEffect::NoSchedule),
+        ];
+        let lasting = [
+            // Unreachable for long enough to evict: the node is lost, not starting.
+            taint("node.kubernetes.io/unreachable", TaintEffect::NoExecute),
+            taint("dedicated", TaintEffect::NoSchedule),
+        ];
+        for t in &ephemeral {
+            assert!(is_known_ephemeral_taint(t), "{t:?}");
+        }
+        for t in &lasting {
+            assert!(!is_known_ephemeral_taint(t), "{t:?}");
+        }
+
+        let mut claim = launching("gp-new");
+        claim.instance_id = Some("i-0123456789abcdef0".into());
+        let mut node = crate::testing::node(
+            "ip-10-0-1-4.ec2.internal",
+            "m5.large",
+            "us-east-1b",
+            "gp",
+            crate::catalog::Catalog::embedded(),
+        );
+        node.provider_id = Some("aws:///us-east-1b/i-0123456789abcdef0".into());
+        node.taints = ephemeral.iter().chain(&lasting).cloned().collect();
+        let planned_taints = |state| {
+            let claim = NodeClaim {
+                state,
+                ..claim.clone()
+            };
+            let view = ClusterView {
+                nodes: std::slice::from_ref(&node),
+                pods: &[],
+                daemonsets: &[],
+                pdbs: &[],
+            };
+            let snapshot = planning_snapshot(view, &[claim], &[]);
+            let keys: Vec<(String, TaintEffect)> = snapshot.nodes[0]
+                .taints
+                .iter()
+                .map(|t| (t.key.clone(), t.effect))
+                .collect();
+            keys
+        };
+        let keys = |taints: &[Taint]| -> Vec<(String, TaintEffect)> {
+            taints.iter().map(|t| (t.key.clone(), t.effect)).collect()
+        };
+        // Ready a moment before the node lifecycle controller untaints it: its room is
+        // there for the pods it was launched for.
+        assert_eq!(planned_taints(ClaimState::Registered), keys(&lasting));
+        // Initialized, a not-ready taint is news: the node stopped reporting. Only the
+        // unregistered taint is never planned (registration removes it).
+        let initialized: Vec<(String, TaintEffect)> = keys(&node.taints)
+            .into_iter()
+            .filter(|(key, _)| key != TAINT_UNREGISTERED)
+            .collect();
+        assert_eq!(planned_taints(ClaimState::Initialized), initialized);
     }
 
     #[test]

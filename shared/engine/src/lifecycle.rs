@@ -53,6 +53,7 @@ use crate::terminate::{self, Disrupted};
 pub const LABEL_NODECLAIM: &str = "karpenter.sh/nodeclaim";
 pub const LABEL_REGISTERED: &str = "karpenter.sh/registered";
 pub const LABEL_INITIALIZED: &str = "karpenter.sh/initialized";
+use nodewright_core::planning_view::is_known_ephemeral_taint;
 pub use nodewright_core::planning_view::{TAINT_UNREGISTERED, unregistered_taint};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -705,7 +706,9 @@ async fn register(
     Ok(next)
 }
 
-/// `Registered → Initialized` if the node is Ready and no startup taint remains.
+/// `Registered → Initialized` if the node is Ready and neither a startup taint nor a
+/// known ephemeral taint remains (as Karpenter initializes: kube-scheduler binds nothing
+/// to a node still tainted not-ready, however Ready the kubelet says it is).
 async fn initialize_if_ready(
     ports: &Ports,
     claim: &NodeClaim,
@@ -718,7 +721,7 @@ async fn initialize_if_ready(
     let blocked = node
         .taints
         .iter()
-        .any(|t| t.key == TAINT_UNREGISTERED || startup.contains(t.key.as_str()));
+        .any(|t| is_known_ephemeral_taint(t) || startup.contains(t.key.as_str()));
     if !node.ready || blocked {
         return Ok(None);
     }

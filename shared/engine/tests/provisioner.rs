@@ -249,6 +249,42 @@ async fn startup_taints_hold_initialization_until_removed() {
     assert_eq!(report.lifecycle.initialized.len(), 1);
 }
 
+/// The node lifecycle controller taints a node NotReady when it registers and untaints
+/// it a node-monitor period after the kubelet reports Ready (longer on a busy control
+/// plane). In between, kube-scheduler binds nothing there.
+#[tokio::test]
+async fn a_ready_node_still_tainted_not_ready_is_not_initialized_and_nothing_is_launched_again() {
+    let env = Env::new();
+    env.add_pods("web", 20);
+    let prov = env.provisioner();
+    let first = prov.tick().await.unwrap();
+    assert!(!first.launched.is_empty());
+    let nodes = env.cluster.register_from(&env.cloud);
+    for n in &nodes {
+        env.cluster.add_taint(
+            n,
+            Taint {
+                key: "node.kubernetes.io/not-ready".into(),
+                value: None,
+                effect: TaintEffect::NoSchedule,
+            },
+        );
+        env.cluster.set_ready(n);
+    }
+    for _ in 0..2 {
+        let report = prov.tick().await.unwrap();
+        assert!(report.lifecycle.initialized.is_empty(), "{report:?}");
+        assert!(report.planned.is_empty(), "{report:?}");
+    }
+    assert_eq!(env.cloud.instances().len(), first.launched.len());
+    for n in &nodes {
+        env.cluster.remove_taint(n, "node.kubernetes.io/not-ready");
+    }
+    let report = prov.tick().await.unwrap();
+    assert_eq!(report.lifecycle.initialized.len(), nodes.len());
+    assert!(report.planned.is_empty(), "{report:?}");
+}
+
 #[tokio::test]
 async fn a_second_tick_launches_nothing_for_pods_already_counted() {
     let env = Env::new();

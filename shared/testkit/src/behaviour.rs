@@ -93,6 +93,11 @@ pub struct InstanceLife {
     pub booted_at: Option<Instant>,
     /// When its Node was first seen Ready.
     pub ready_at: Option<Instant>,
+    /// When its Node was first seen Ready and without the node lifecycle controller's
+    /// not-ready or unreachable taint (a node-monitor period after Ready, longer on a
+    /// busy control plane): from then kube-scheduler may bind there, nodewright's own
+    /// taints aside.
+    pub untainted_at: Option<Instant>,
     /// When it was first seen shutting down, stopped or terminated.
     pub gone_at: Option<Instant>,
     /// When its kubelet stopped (its instance went, or [`ClusterBehaviour::stop_kubelet`]).
@@ -110,6 +115,7 @@ impl InstanceLife {
             registered_at: None,
             booted_at: None,
             ready_at: None,
+            untainted_at: None,
             gone_at: None,
             kubelet_stopped_at: None,
             killed: false,
@@ -446,6 +452,16 @@ fn ready_status(node: &Value) -> &str {
         .unwrap_or("")
 }
 
+/// Whether the node lifecycle controller's not-ready or unreachable taint is on `node`.
+fn lifecycle_tainted(node: &Value) -> bool {
+    node["spec"]["taints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["key"].as_str())
+        .any(|key| key == "node.kubernetes.io/not-ready" || key == "node.kubernetes.io/unreachable")
+}
+
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Record> {
         self.record.lock().unwrap_or_else(|e| e.into_inner())
@@ -519,6 +535,11 @@ impl Shared {
         });
         if node.is_some_and(|n| ready_status(n) == "True") && life.ready_at.is_none() {
             self.update(&instance.id, |l| l.ready_at = Some(now));
+        }
+        if node.is_some_and(|n| ready_status(n) == "True" && !lifecycle_tainted(n))
+            && life.untainted_at.is_none()
+        {
+            self.update(&instance.id, |l| l.untainted_at = Some(now));
         }
         if instance.is_gone() {
             if life.gone_at.is_none() {

@@ -559,6 +559,17 @@ impl FakeCluster {
         lost
     }
 
+    /// Puts a taint on a node as its owner (the node lifecycle controller, a CNI)
+    /// would; a taint of the same key and effect is replaced.
+    pub fn add_taint(&self, node: &str, taint: Taint) {
+        let mut inner = lock(&self.inner);
+        if let Some(n) = inner.state.nodes.iter_mut().find(|n| n.name == node) {
+            n.taints
+                .retain(|t| !(t.key == taint.key && t.effect == taint.effect));
+            n.taints.push(taint);
+        }
+    }
+
     /// Removes a taint from a node as its owner (a CNI, a device plugin) would.
     pub fn remove_taint(&self, node: &str, key: &str) {
         let mut inner = lock(&self.inner);
