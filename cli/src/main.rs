@@ -370,7 +370,7 @@ pub(crate) fn need_in_snapshot(
     };
     let Some(what) = what else { return Ok(()) };
     strict.check(vec![format!(
-        "{}: {what} in the list: {command} reads the output of `kubectl get pods,nodes,daemonsets,poddisruptionbudgets,pvc,pv,storageclasses -A -o json`",
+        "{}: {what} in the list: {command} reads the output of `kubectl get pods,nodes,daemonsets,poddisruptionbudgets,pvc,pv,storageclasses,csinodes -A -o json`",
         path.display()
     )])
 }

@@ -1878,3 +1878,50 @@ mod strict;
 /// to set, prices for people.
 #[path = "cli/kubectl.rs"]
 mod kubectl;
+
+/// An m5.xlarge attaches 25 EBS volumes for pods: 30 pods of one volume each need two,
+/// however little else they ask.
+#[test]
+fn plan_launches_a_second_node_when_the_pods_ebs_volumes_outnumber_what_the_type_attaches() {
+    let mut items = vec![serde_json::json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "gp3"},
+        "provisioner": "ebs.csi.aws.com", "volumeBindingMode": "WaitForFirstConsumer"})];
+    for i in 0..30 {
+        items.push(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("db-{i}"), "namespace": "default"},
+            "spec": {
+                "containers": [{"name": "db", "image": "postgres",
+                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}],
+                "volumes": [{"name": "data",
+                    "persistentVolumeClaim": {"claimName": format!("data-db-{i}")}}]},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}));
+        items.push(serde_json::json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": format!("data-db-{i}"), "namespace": "default"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "gp3",
+                "resources": {"requests": {"storage": "10Gi"}}}}));
+    }
+    let pools = std::fs::read_to_string(general_purpose_nodepool())
+        .unwrap()
+        .replace(
+            "requirements:",
+            "requirements:\n        - key: node.kubernetes.io/instance-type\n          operator: In\n          values: [\"m5.xlarge\"]",
+        );
+    let pools = temp_file("pools.yaml", &pools);
+    let json = plan_json(&[
+        "--nodepools",
+        &pools.display().to_string(),
+        "--snapshot",
+        &snapshot_file(items),
+    ]);
+    let mut pods: Vec<usize> = json["nodeClaims"]
+        .as_array()
+        .expect("claims")
+        .iter()
+        .map(|c| c["pods"].as_array().map_or(0, Vec::len))
+        .collect();
+    pods.sort();
+    assert_eq!(pods, [5, 25], "{json}");
+}

@@ -14,13 +14,15 @@ use std::sync::OnceLock;
 
 use serde::Deserialize;
 
-use crate::resources::{RawQuantity, Resources};
+use crate::resources::{EBS_ATTACHMENTS, RawQuantity, Resources, WELL_KNOWN};
+
+pub use crate::ebs_attachments::estimated_ebs_attachments;
 
 /// Spot price as a fraction of on-demand when no spot price is known (a 60% discount,
 /// in line with typical EC2 spot savings for c/m/r families).
 pub const DEFAULT_SPOT_FRACTION: f64 = 0.4;
 
-pub const LABEL_INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+pub const LABEL_INSTANCE_TYPE: &str = crate::api::labels::INSTANCE_TYPE;
 pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
 pub const LABEL_REGION: &str = "topology.kubernetes.io/region";
 pub const LABEL_CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
@@ -213,6 +215,15 @@ impl Catalog {
             {
                 capacity.set_milli("memory", memory);
             }
+            // The EBS volumes it attaches for pods, unless the catalog says: planned as
+            // a resource (see `crate::volume_limits`), not reported as capacity.
+            if allocatable.slot_milli(EBS_ATTACHMENTS) == 0 {
+                allocatable.set_milli(
+                    WELL_KNOWN[EBS_ATTACHMENTS],
+                    estimated_ebs_attachments(&t.name) * 1000,
+                );
+            }
+            capacity.set_milli(WELL_KNOWN[EBS_ATTACHMENTS], 0);
             types.push(InstanceType {
                 name: t.name,
                 labels,

@@ -22,6 +22,7 @@ pub mod catalog;
 pub mod cluster;
 pub mod density;
 pub mod disruption;
+pub mod ebs_attachments;
 pub mod interruption;
 pub mod nodeclaim;
 pub mod overlay;
@@ -34,4 +35,5 @@ pub mod snapshot;
 pub mod static_capacity;
 #[doc(hidden)]
 pub mod testing;
+pub mod volume_limits;
 pub mod volumes;

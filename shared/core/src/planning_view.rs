@@ -287,11 +287,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn an_initialized_claim_whose_node_the_node_lifecycle_controller_tainted_is_not_in_flight() {
-        let mut claim = launching("gp-lost");
-        claim.state = ClaimState::Initialized;
-        claim.instance_id = Some("i-0123456789abcdef0".into());
+    /// The m5.large node of instance `i-0123456789abcdef0`.
+    fn node_of_instance() -> Node {
         let mut node = crate::testing::node(
             "ip-10-0-1-4.ec2.internal",
             "m5.large",
@@ -300,6 +297,15 @@ mod tests {
             crate::catalog::Catalog::embedded(),
         );
         node.provider_id = Some("aws:///us-east-1b/i-0123456789abcdef0".into());
+        node
+    }
+
+    #[test]
+    fn an_initialized_claim_whose_node_the_node_lifecycle_controller_tainted_is_not_in_flight() {
+        let mut claim = launching("gp-lost");
+        claim.state = ClaimState::Initialized;
+        claim.instance_id = Some("i-0123456789abcdef0".into());
+        let mut node = node_of_instance();
         node.ready = false;
         let in_flight = |node: &Node| {
             let snapshot = ClusterSnapshot {
@@ -353,14 +359,7 @@ mod tests {
 
         let mut claim = launching("gp-new");
         claim.instance_id = Some("i-0123456789abcdef0".into());
-        let mut node = crate::testing::node(
-            "ip-10-0-1-4.ec2.internal",
-            "m5.large",
-            "us-east-1b",
-            "gp",
-            crate::catalog::Catalog::embedded(),
-        );
-        node.provider_id = Some("aws:///us-east-1b/i-0123456789abcdef0".into());
+        let mut node = node_of_instance();
         node.taints = ephemeral.iter().chain(&lasting).cloned().collect();
         let planned_taints = |state| {
             let claim = NodeClaim {

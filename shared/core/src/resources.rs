@@ -210,7 +210,7 @@ pub struct Resources {
 }
 
 /// The well-known resource names, in slot order.
-pub const WELL_KNOWN: [&str; 10] = [
+pub const WELL_KNOWN: [&str; 11] = [
     "cpu",
     "memory",
     "ephemeral-storage",
@@ -221,11 +221,15 @@ pub const WELL_KNOWN: [&str; 10] = [
     "aws.amazon.com/neuroncore",
     "vpc.amazonaws.com/pod-eni",
     "vpc.amazonaws.com/efa",
+    // The EBS volumes a pod attaches and a node can attach (Kubernetes' own name for a
+    // CSI driver's attach limit); see `crate::volume_limits`.
+    "attachable-volumes-csi-ebs.csi.aws.com",
 ];
 pub const CPU: usize = 0;
 pub const MEMORY: usize = 1;
 pub const EPHEMERAL_STORAGE: usize = 2;
 pub const PODS: usize = 3;
+pub const EBS_ATTACHMENTS: usize = 10;
 
 fn slot(name: &str) -> Option<usize> {
     WELL_KNOWN.iter().position(|n| *n == name)

@@ -66,6 +66,11 @@ pub struct PersistentVolume {
     pub node_local: bool,
     /// `metadata.deletionTimestamp` is set.
     pub deleting: bool,
+    /// The CSI driver that attaches it (`spec.csi.driver`; an in-tree
+    /// `awsElasticBlockStore` volume reads as `ebs.csi.aws.com`, the driver CSI migration
+    /// hands it to): what its attachment counts against (see
+    /// [`crate::volume_limits`]).
+    pub csi_driver: Option<String>,
 }
 
 /// A StorageClass reduced to what placement depends on.
@@ -78,6 +83,8 @@ pub struct StorageClass {
     /// `allowedTopologies[].matchLabelExpressions` as `In` requirements, ORed; empty
     /// terms are left out.
     pub allowed_topologies: Vec<Vec<NodeRequirement>>,
+    /// `provisioner`: the driver its volumes are made and attached by.
+    pub provisioner: String,
 }
 
 /// The storage objects of a cluster.
@@ -494,6 +501,7 @@ mod tests {
                 name: "wait".into(),
                 wait_for_first_consumer: true,
                 allowed_topologies: vec![zone(&["us-east-1b", "us-east-1c"])],
+                ..StorageClass::default()
             }],
         };
         let mut pods = vec![p];
@@ -616,6 +624,7 @@ mod tests {
                 name: "wait".into(),
                 wait_for_first_consumer: true,
                 allowed_topologies: vec![ebs("us-east-1b")],
+                ..StorageClass::default()
             }],
         };
         let mut pods = vec![p];

@@ -570,12 +570,13 @@ pub struct UnreadableKind {
 
 impl UnreadableKind {
     /// The kinds whose absence the jobs can work around.
-    pub const OPTIONAL: [&'static str; 5] = [
+    pub const OPTIONAL: [&'static str; 6] = [
         "persistentvolumeclaims",
         "persistentvolumes",
         "storageclasses",
         "poddisruptionbudgets",
         "daemonsets",
+        "csinodes",
     ];
 
     /// Whether an error reading an optional kind means "go on without it": forbidden or

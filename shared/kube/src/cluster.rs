@@ -23,6 +23,7 @@ use nodewright_core::api::{
     self, Document, NODE_CLASS_API_VERSION, NODE_CLASS_KIND, NODE_POOL_API_VERSION, NODE_POOL_KIND,
 };
 use nodewright_core::nodeclaim::NodeClaim;
+use nodewright_core::volume_limits::{apply_node_attachment_limits, count_ebs_claims};
 use nodewright_core::volumes::{Storage, apply_volume_topology, hold_pods_with_claims};
 use nodewright_core::{cluster, snapshot};
 use nodewright_engine::ports::{
@@ -748,6 +749,7 @@ impl Cluster for KubeCluster {
             classes_of_storage,
             overlays,
             buffers,
+            csi_nodes,
         ) = tokio::join!(
             view.node_pools.read(),
             view.node_classes.read(),
@@ -760,6 +762,7 @@ impl Cluster for KubeCluster {
             view.storage_classes.read(),
             view.node_overlays.read(),
             view.capacity_buffers.read(),
+            view.csi_nodes.read(),
         );
         let mut state = ClusterState::default();
         let invalid = &mut state.invalid;
@@ -798,6 +801,12 @@ impl Cluster for KubeCluster {
         let claims = optional_read("persistentvolumeclaims", claims, unreadable)?;
         let volumes = optional_read("persistentvolumes", volumes, unreadable)?;
         let classes_of_storage = optional_read("storageclasses", classes_of_storage, unreadable)?;
+        // Without CSINodes, every node offers its instance type's EBS attachments.
+        let csi_nodes = optional_read("csinodes", csi_nodes, unreadable)?;
+        apply_node_attachment_limits(
+            &mut state.nodes,
+            &csi_nodes.map_or_else(Vec::new, |r| r.objects),
+        );
         state.daemonsets = daemonsets.map_or_else(Vec::new, |r| take(r, &mut state.invalid));
         state.pdbs = pdbs.map_or_else(Vec::new, |r| take(r, &mut state.invalid));
         // No CRD (404) reads as none; forbidden is unreadable, planned without.
@@ -827,6 +836,7 @@ impl Cluster for KubeCluster {
                     classes: classes.objects,
                 };
                 apply_volume_topology(&mut state.pods, &storage);
+                count_ebs_claims(&mut state.pods, &storage);
             }
             _ => {
                 let u = state

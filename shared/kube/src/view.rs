@@ -8,7 +8,7 @@ use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ObjectMeta};
 use kube::{Client, Resource};
 use serde::Deserialize;
@@ -26,7 +26,7 @@ use nodewright_core::api::{
     Document, Kind, NODE_CLASS_API_VERSION, NODE_CLASS_KIND, NODE_POOL_API_VERSION, NODE_POOL_KIND,
 };
 use nodewright_core::snapshot::{self, LeanPod};
-use nodewright_core::{cluster, volumes};
+use nodewright_core::{cluster, volume_limits, volumes};
 use nodewright_engine::ports::ObjectKind;
 
 use crate::mirror;
@@ -154,6 +154,8 @@ pub(crate) struct ClusterView {
     pub(crate) volume_claims: Watched<PersistentVolumeClaim, volumes::VolumeClaim>,
     pub(crate) volumes: Watched<PersistentVolume, volumes::PersistentVolume>,
     pub(crate) storage_classes: Watched<StorageClass, volumes::StorageClass>,
+    /// What the CSI drivers published on each node: the EBS volumes it attaches.
+    pub(crate) csi_nodes: Watched<CSINode, volume_limits::CsiNode>,
     /// NodeOverlays (optional: a cluster without the CRD has none).
     pub(crate) node_overlays: Watched<DynamicObject, ReadOverlay>,
     /// CapacityBuffers (optional: a cluster without the CRD has none).
@@ -238,6 +240,14 @@ impl ClusterView {
                 None,
                 Api::all(c()),
                 |s| Ok(snapshot::storage_class_from_k8s(s)),
+                page_size,
+                missing_retry,
+            ),
+            csi_nodes: Watched::start(
+                "csinodes",
+                None,
+                Api::all(c()),
+                |c| Ok(snapshot::csi_node_from_k8s(c)),
                 page_size,
                 missing_retry,
             ),

@@ -307,6 +307,11 @@ fn instance_type_from_api(name: &str, arch: &str, vcpus: i64, memory_mib: i64) -
     );
     allocatable.set_milli("pods", max_pods * 1000);
     let mut capacity = allocatable.clone();
+    // The EBS volumes it attaches for pods (a resource planning counts, not capacity).
+    allocatable.set_milli(
+        nodewright_core::resources::WELL_KNOWN[nodewright_core::resources::EBS_ATTACHMENTS],
+        nodewright_core::catalog::estimated_ebs_attachments(name) * 1000,
+    );
     capacity.set_milli("cpu", cores);
     capacity.set_milli("memory", memory_mib * (1 << 20) * 1000);
     InstanceType {
@@ -356,6 +361,12 @@ mod tests {
         assert_eq!(t.labels["karpenter.k8s.aws/instance-category"], "m");
         assert_eq!(t.labels["karpenter.k8s.aws/instance-generation"], "9");
         assert_eq!(t.allocatable.get_milli("cpu"), 8000 - 60 - 10 - 10 - 10);
+        assert_eq!(
+            t.allocatable
+                .get_milli("attachable-volumes-csi-ebs.csi.aws.com"),
+            25_000,
+            "the Nitro default less the root volume and a second interface"
+        );
         assert_eq!(t.on_demand_price, None);
     }
 }

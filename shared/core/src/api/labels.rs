@@ -7,12 +7,15 @@
 //! on. `kubernetes.io/hostname` is never allowed; nor is `karpenter.sh/nodepool`,
 //! which Karpenter sets itself (its CRD rejects it in requirements and labels).
 
+/// The instance type label every node carries (the kubelet sets it).
+pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+
 /// Labels inside restricted domains that a NodePool may still use.
 const WELL_KNOWN: &[&str] = &[
     "karpenter.sh/capacity-type",
     "topology.kubernetes.io/zone",
     "topology.kubernetes.io/region",
-    "node.kubernetes.io/instance-type",
+    INSTANCE_TYPE,
     "kubernetes.io/arch",
     "kubernetes.io/os",
     "node.kubernetes.io/windows-build",

@@ -14,6 +14,7 @@ use crate::testing::*;
 mod cost;
 mod overlay_limits;
 mod scheduler_gaps;
+mod volume_limits;
 
 fn plan(snapshot: &ClusterSnapshot, pools: &[NodePool]) -> ProvisioningPlan {
     plan_with(snapshot, pools, &[])

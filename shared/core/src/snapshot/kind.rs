@@ -15,6 +15,8 @@ pub(super) enum ItemKind {
     Pvc,
     Pv,
     StorageClass,
+    /// What the CSI drivers published on a node: how many volumes it attaches.
+    CsiNode,
     /// A Deployment, StatefulSet or ReplicaSet (read only with its `kind`: a
     /// CapacityBuffer's `scalableRef` names one).
     Deployment,
@@ -32,6 +34,7 @@ impl ItemKind {
             "PersistentVolumeClaim" => Some(ItemKind::Pvc),
             "PersistentVolume" => Some(ItemKind::Pv),
             "StorageClass" => Some(ItemKind::StorageClass),
+            "CSINode" => Some(ItemKind::CsiNode),
             "Deployment" => Some(ItemKind::Deployment),
             "StatefulSet" => Some(ItemKind::StatefulSet),
             "ReplicaSet" => Some(ItemKind::ReplicaSet),
@@ -57,6 +60,7 @@ impl ItemKind {
             ItemKind::Pvc => "PersistentVolumeClaim",
             ItemKind::Pv => "PersistentVolume",
             ItemKind::StorageClass => "StorageClass",
+            ItemKind::CsiNode => "CSINode",
             ItemKind::Deployment => "Deployment",
             ItemKind::StatefulSet => "StatefulSet",
             ItemKind::ReplicaSet => "ReplicaSet",
@@ -149,6 +153,9 @@ fn infer_kind(obj: &serde_json::Map<String, Value>) -> Inferred {
     }
     if obj.contains_key("provisioner") {
         return Inferred::Kind(ItemKind::StorageClass);
+    }
+    if spec.contains_key("drivers") {
+        return Inferred::Kind(ItemKind::CsiNode);
     }
     if spec_has(&["accessModes", "volumeMode"]) {
         // Both claims and volumes have these; only a volume has a capacity or a

@@ -45,25 +45,26 @@ mod reader;
 mod tests;
 
 pub use convert::{
-    HOSTNAME_LABEL, chunk_pod, daemonset_from_k8s, deployment_from_k8s, node_from_k8s,
-    pdb_from_k8s, pod_from_k8s, pv_from_k8s, pvc_from_k8s, replicaset_from_k8s, scalable_workload,
-    statefulset_from_k8s, storage_class_from_k8s,
+    HOSTNAME_LABEL, chunk_pod, csi_node_from_k8s, daemonset_from_k8s, deployment_from_k8s,
+    node_from_k8s, pdb_from_k8s, pod_from_k8s, pv_from_k8s, pvc_from_k8s, replicaset_from_k8s,
+    scalable_workload, statefulset_from_k8s, storage_class_from_k8s,
 };
 pub use error::{ContainerRef, SnapshotError};
 pub use fast::LeanPod;
 
 use reader::{finish, read_list, resume};
 
-/// Parses `kubectl get pods,nodes,daemonsets,poddisruptionbudgets,pvc,pv,storageclasses
+/// Parses `kubectl get pods,nodes,daemonsets,poddisruptionbudgets,pvc,pv,storageclasses,csinodes
 /// -A -o json`.
 ///
 /// Accepts a `List` (or a typed list of one of the kinds read, e.g. `PodList`); items of
 /// kinds other than Pod, Node, DaemonSet, PodDisruptionBudget, PersistentVolumeClaim,
-/// PersistentVolume and StorageClass are skipped. Objects keep the order of the items.
-/// The storage objects are not kept: they are applied to the pods
+/// PersistentVolume, StorageClass and CSINode are skipped. Objects keep the order of the
+/// items. The storage objects are not kept: they are applied to the pods
 /// ([`crate::volumes::apply_volume_topology`]), so a pending pod's required node terms
 /// include where its volumes let it run, and a pod whose claim cannot be planned for
-/// says why.
+/// says why; a pod's EBS volumes and a node's room for them become resources
+/// ([`crate::volume_limits`]).
 pub fn parse_snapshot(text: &str) -> Result<ClusterSnapshot, SnapshotError> {
     // The fast pass, and the original one over the text when the fast one stopped
     // anywhere but after the items (so messages are the text reader's, not the stream's).

@@ -13,13 +13,15 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::convert::{
-    daemonset_from_k8s, deployment_from_k8s, node_from_k8s, pdb_from_k8s, pod_from_k8s,
-    pv_from_k8s, pvc_from_k8s, replicaset_from_k8s, statefulset_from_k8s, storage_class_from_k8s,
+    csi_node_from_k8s, daemonset_from_k8s, deployment_from_k8s, node_from_k8s, pdb_from_k8s,
+    pod_from_k8s, pv_from_k8s, pvc_from_k8s, replicaset_from_k8s, statefulset_from_k8s,
+    storage_class_from_k8s,
 };
 use super::error::{Result, SnapshotError};
 use super::fast;
 use super::kind::{ItemKind, classify, describe_object, describe_value, item_name};
 use crate::cluster::{ClusterSnapshot, ScalableWorkload};
+use crate::volume_limits::{CsiNode, apply_node_attachment_limits, count_ebs_claims};
 use crate::volumes::{Storage, apply_volume_topology};
 
 /// The original pass over what the fast one left (see [`fast`]).
@@ -109,9 +111,12 @@ pub(super) fn finish(
     let ListReader {
         mut snapshot,
         storage,
+        csi_nodes,
         ..
     } = list;
     apply_volume_topology(&mut snapshot.pods, &storage);
+    count_ebs_claims(&mut snapshot.pods, &storage);
+    apply_node_attachment_limits(&mut snapshot.nodes, &csi_nodes);
     Ok(snapshot)
 }
 
@@ -172,6 +177,7 @@ pub(super) enum ItemsFound {
 pub(super) struct ListReader {
     snapshot: ClusterSnapshot,
     storage: Storage,
+    csi_nodes: Vec<CsiNode>,
     /// Plans name pods "ns/name" and nodes by name: two objects of one kind with the same
     /// name would make a plan ambiguous (and the planner would place one pod twice).
     seen: std::collections::HashSet<(&'static str, String)>,
@@ -277,6 +283,12 @@ impl ListReader {
                 let sc = storage_class_from_k8s(&sc);
                 self.unique(index, "StorageClass", sc.name.clone())?;
                 self.storage.classes.push(sc);
+            }
+            ItemKind::CsiNode => {
+                let c: storage::CSINode = decode(index, kind, item)?;
+                let c = csi_node_from_k8s(&c);
+                self.unique(index, "CSINode", c.name.clone())?;
+                self.csi_nodes.push(c);
             }
             ItemKind::Deployment => {
                 let d: apps::Deployment = decode(index, kind, item)?;

@@ -63,6 +63,7 @@ pub const KINDS: &[KindInfo] = &[
         false,
         false,
     ),
+    kind("CSINode", "storage.k8s.io/v1", "csinodes", false, false),
     kind("DaemonSet", "apps/v1", "daemonsets", true, true),
     kind("Deployment", "apps/v1", "deployments", true, true),
     kind("ReplicaSet", "apps/v1", "replicasets", true, true),

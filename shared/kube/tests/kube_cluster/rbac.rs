@@ -198,6 +198,7 @@ async fn every_request_the_adapter_makes_is_allowed_by_infra_rbac() {
         ("list", "persistentvolumeclaims", ""),
         ("list", "persistentvolumes", ""),
         ("list", "storageclasses", ""),
+        ("list", "csinodes", ""),
         ("list", "nodeclaims", ""),
         ("watch", "nodeclaims", ""),
         ("get", "nodes", ""),

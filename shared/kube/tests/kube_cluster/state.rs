@@ -343,3 +343,109 @@ async fn state_limits_a_pod_bound_to_a_zonal_volume_to_its_zone_and_names_a_miss
         )
     );
 }
+
+/// How many EBS volumes a node attaches comes from what the EBS CSI driver published on
+/// its CSINode (a real API server's objects), or the instance type's estimate before it
+/// has; a pod asks for one attachment per distinct EBS claim, whichever way the claim
+/// names the driver.
+#[tokio::test]
+async fn state_reads_a_nodes_ebs_room_from_its_csi_node_and_a_pods_ebs_claims() {
+    let t = api_server().await;
+    let ebs_room = |count: Option<i64>| match count {
+        Some(n) => json!({"name": "ebs.csi.aws.com", "nodeID": "i-0", "allocatable": {"count": n}}),
+        None => json!({"name": "ebs.csi.aws.com", "nodeID": "i-0"}),
+    };
+    for (name, driver) in [
+        ("published", Some(ebs_room(Some(10)))),
+        ("unbounded", Some(ebs_room(None))),
+        ("starting", None),
+    ] {
+        let mut n = node(name);
+        n["metadata"]["labels"]["node.kubernetes.io/instance-type"] = "m5.xlarge".into();
+        t.cp.put(n).await;
+        if let Some(driver) = driver {
+            t.cp.put(json!({
+                "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+                "metadata": {"name": name},
+                "spec": {"drivers": [driver]},
+            }))
+            .await;
+        }
+    }
+    let mut db = pod("default", "db-0", "1");
+    db["spec"]["volumes"] = json!([
+        {"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}},
+        {"name": "logs", "persistentVolumeClaim": {"claimName": "logs-db-0"}},
+        {"name": "shared", "persistentVolumeClaim": {"claimName": "shared-nfs"}},
+    ]);
+    t.cp.put(db).await;
+    let claim = |name: &str, class: &str, volume: Option<&str>| {
+        let mut c = json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                "resources": {"requests": {"storage": "20Gi"}}},
+        });
+        if let Some(v) = volume {
+            c["spec"]["volumeName"] = v.into();
+            c["metadata"]["annotations"] = json!({"pv.kubernetes.io/bind-completed": "yes"});
+        }
+        c
+    };
+    t.cp.put(claim("data-db-0", "gp3", Some("pv-data"))).await;
+    t.cp.put(claim("logs-db-0", "gp2", None)).await;
+    t.cp.put(claim("shared-nfs", "", Some("pv-nfs"))).await;
+    t.cp.put(json!({
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "20Gi"},
+            "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-0123456789abcdef0"}},
+    }))
+    .await;
+    t.cp.put(json!({
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-nfs"},
+        "spec": {"accessModes": ["ReadWriteMany"], "capacity": {"storage": "20Gi"},
+            "nfs": {"server": "10.0.0.2", "path": "/exports"}},
+    }))
+    .await;
+    for (name, provisioner) in [("gp3", "ebs.csi.aws.com"), ("gp2", "kubernetes.io/aws-ebs")] {
+        t.cp.put(json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": name}, "provisioner": provisioner,
+            "volumeBindingMode": "WaitForFirstConsumer",
+        }))
+        .await;
+    }
+
+    let state = t.cluster.state().await.expect("state");
+
+    assert_eq!(state.invalid, Vec::<String>::new());
+    assert_eq!(
+        t.proxy.count_lists("/apis/storage.k8s.io/v1/csinodes"),
+        1,
+        "listed once"
+    );
+    let ebs = "attachable-volumes-csi-ebs.csi.aws.com";
+    let mut room: Vec<(&str, i64)> = state
+        .nodes
+        .iter()
+        .map(|n| (n.name.as_str(), n.allocatable.get_milli(ebs) / 1000))
+        .collect();
+    room.sort();
+    assert_eq!(
+        room,
+        [
+            ("published", 10),
+            ("starting", 25),
+            (
+                "unbounded",
+                nodewright_core::volume_limits::UNLIMITED_ATTACHMENTS
+            ),
+        ]
+    );
+    let db = state.pods.iter().find(|p| p.name == "db-0").unwrap();
+    assert_eq!(
+        db.requests.get_milli(ebs),
+        2000,
+        "the bound EBS volume and the in-tree class's claim; not the NFS one"
+    );
+}

@@ -14,8 +14,8 @@ use serde_json::{Value, json};
 use super::{api_server, eventually, narrow_role, node, pod, setup};
 
 /// NodePools, EC2NodeClasses, NodeOverlays, CapacityBuffers, nodes, pods, DaemonSets,
-/// PDBs, PVCs, PVs, StorageClasses (PodTemplates only once a buffer exists).
-const KINDS: usize = 11;
+/// PDBs, PVCs, PVs, StorageClasses, CSINodes (PodTemplates only once a buffer exists).
+const KINDS: usize = 12;
 const PODS: &str = "/api/v1/pods";
 /// How long a read may take to see what the server has: generous, so that a slow,
 /// busy machine does not fail a correct implementation.

@@ -1,5 +1,7 @@
 //! Storage: PersistentVolumeClaims, PersistentVolumes and StorageClasses, read for where
-//! they let a pod run (applied to pods by [`crate::volumes::apply_volume_topology`]).
+//! they let a pod run (applied to pods by [`crate::volumes::apply_volume_topology`]), and
+//! CSINodes with the PVs' drivers for how many volumes a node attaches
+//! ([`crate::volume_limits`]).
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::storage::v1 as storage;
@@ -7,6 +9,7 @@ use k8s_openapi::api::storage::v1 as storage;
 use super::{namespace_or_default, node_requirement};
 use crate::api::model::{NodeRequirement, Operator};
 use crate::snapshot::error::SnapshotError;
+use crate::volume_limits::{CsiNode, EBS_CSI_DRIVER, Published};
 use crate::volumes::{PersistentVolume, StorageClass, VolumeClaim};
 
 /// The annotation the PV controller sets once a claim is bound to its volume.
@@ -66,6 +69,11 @@ pub fn pv_from_k8s(pv: &core::PersistentVolume) -> Result<PersistentVolume, Snap
         required_terms,
         node_local: spec.is_some_and(|s| s.local.is_some() || s.host_path.is_some()),
         deleting: pv.metadata.deletion_timestamp.is_some(),
+        csi_driver: spec.and_then(|s| match (&s.csi, &s.aws_elastic_block_store) {
+            (Some(csi), _) => Some(csi.driver.clone()),
+            (None, Some(_)) => Some(EBS_CSI_DRIVER.to_string()),
+            (None, None) => None,
+        }),
     })
 }
 
@@ -93,5 +101,24 @@ pub fn storage_class_from_k8s(sc: &storage::StorageClass) -> StorageClass {
         name: sc.metadata.name.clone().unwrap_or_default(),
         wait_for_first_consumer: sc.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"),
         allowed_topologies,
+        provisioner: sc.provisioner.clone(),
+    }
+}
+
+/// Converts a CSINode to what the EBS CSI driver published on it: its count, or no
+/// limit when it registered without one.
+pub fn csi_node_from_k8s(csi_node: &storage::CSINode) -> CsiNode {
+    let ebs = csi_node
+        .spec
+        .drivers
+        .iter()
+        .find(|d| d.name == EBS_CSI_DRIVER)
+        .map(|d| match d.allocatable.as_ref().and_then(|a| a.count) {
+            Some(count) => Published::Count(i64::from(count)),
+            None => Published::Unbounded,
+        });
+    CsiNode {
+        name: csi_node.metadata.name.clone().unwrap_or_default(),
+        ebs,
     }
 }

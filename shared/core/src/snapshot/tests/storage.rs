@@ -115,3 +115,47 @@ fn two_storage_classes_with_one_name_are_rejected() {
         "{err:?}"
     );
 }
+
+#[test]
+fn a_csi_nodes_ebs_count_is_its_nodes_room_and_a_pods_ebs_claims_its_request() {
+    let ebs = "attachable-volumes-csi-ebs.csi.aws.com";
+    let mut counted = node_json("counted", "True");
+    counted["metadata"]["labels"]["node.kubernetes.io/instance-type"] = "m5.xlarge".into();
+    let mut starting = node_json("starting", "True");
+    starting["metadata"]["labels"]["node.kubernetes.io/instance-type"] = "m5.xlarge".into();
+    let items = vec![
+        counted,
+        starting,
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+            "metadata": {"name": "counted"},
+            "spec": {"drivers": [
+                {"name": "efs.csi.aws.com", "nodeID": "i-1"},
+                {"name": "ebs.csi.aws.com", "nodeID": "i-1", "allocatable": {"count": 12}}]}}),
+        pod_json(
+            "default",
+            "db-0",
+            json!({"volumes": [
+            {"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}}]}),
+        ),
+        pvc_json(
+            "data-db-0",
+            json!({"volumeName": "pv-1", "storageClassName": "gp3", "accessModes": ["ReadWriteOnce"]}),
+        ),
+        zonal_pv_json("pv-1", "us-east-1b"),
+    ];
+    let with = parse_snapshot(&list(items.clone())).unwrap();
+    let room: Vec<i64> = with
+        .nodes
+        .iter()
+        .map(|n| n.allocatable.get_milli(ebs) / 1000)
+        .collect();
+    assert_eq!(
+        room,
+        [12, 25],
+        "the CSINode's count; else the type's estimate"
+    );
+    assert_eq!(with.pods[0].requests.get_milli(ebs), 1000);
+    // Without kinds, a CSINode is told by its drivers.
+    let without = parse_snapshot(&list(strip_kinds(items))).unwrap();
+    assert_eq!(with, without);
+}
