@@ -12,15 +12,15 @@
 //!   choose, a node whose driver has not started), the limit is the instance type's,
 //!   estimated as the driver computes it ([`estimated_ebs_attachments`]): EC2's EBS
 //!   attachments for the type (`data/ebs-attachments.tsv`, the Nitro default of 27
-//!   elsewhere), less the root
-//!   volume, and where the type shares its attachments with network interfaces, less one
-//!   more for the second interface the VPC CNI attaches for pod addresses. Karpenter v1.15
-//!   applies an instance type's limit the same way until the CSINode has one; its AWS
-//!   provider declares none, so a Karpenter-launched node takes any number of volumes and
-//!   the pods past its limit wait for the next launch.
-//! - **Counting is by distinct claim**, as kube-scheduler counts: a claim several pods on
-//!   one node use is attached once. A pending pod counts each of its claims, even one
-//!   already attached where another pod runs (at most one attachment too many).
+//!   elsewhere), less the root volume, and where the type shares its attachments with
+//!   network interfaces, less one more for the second interface the VPC CNI attaches for
+//!   pod addresses. Karpenter v1.15 applies an instance type's limit the same way until
+//!   the CSINode has one; its AWS provider declares none, so a Karpenter-launched node
+//!   takes any number of volumes and the pods past its limit wait for the next launch.
+//! - **Counting is by distinct claim**, as kube-scheduler counts: a claim several pods
+//!   use is attached once, where a running pod uses it, else with the first pending pod
+//!   (an EBS volume attaches to one node, so the pods sharing it run together). A claim
+//!   attached on several nodes at once (io2 multi-attach) is still counted once.
 //! - **Which claims are EBS volumes**: a bound claim by its volume (`spec.csi.driver`, or
 //!   an in-tree `awsElasticBlockStore`, which CSI migration hands to the same driver), an
 //!   unbound one by its StorageClass's provisioner (`ebs.csi.aws.com`, or the in-tree
