@@ -32,10 +32,11 @@ pub fn unregistered_taint() -> Taint {
 /// without them — or a node Ready a moment before the controller untainted it reads as
 /// no room, and the provisioner launches a second node for the same pods.
 pub fn is_known_ephemeral_taint(taint: &Taint) -> bool {
-    const EPHEMERAL: [(&str, TaintEffect); 5] = [
-        ("node.kubernetes.io/not-ready", TaintEffect::NoSchedule),
-        ("node.kubernetes.io/not-ready", TaintEffect::NoExecute),
-        ("node.kubernetes.io/unreachable", TaintEffect::NoSchedule),
+    let [not_ready, unreachable] = NODE_LIFECYCLE_TAINTS;
+    let ephemeral: [(&str, TaintEffect); 5] = [
+        (not_ready, TaintEffect::NoSchedule),
+        (not_ready, TaintEffect::NoExecute),
+        (unreachable, TaintEffect::NoSchedule),
         (
             "node.cloudprovider.kubernetes.io/uninitialized",
             TaintEffect::NoSchedule,
@@ -43,7 +44,7 @@ pub fn is_known_ephemeral_taint(taint: &Taint) -> bool {
         (TAINT_UNREGISTERED, TaintEffect::NoExecute),
     ];
     // Key and effect, as Kubernetes matches a taint; the value does not count.
-    EPHEMERAL
+    ephemeral
         .iter()
         .any(|(key, effect)| taint.key == *key && taint.effect == *effect)
         || taint.key.starts_with("readiness.k8s.io/")

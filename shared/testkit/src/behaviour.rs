@@ -459,7 +459,7 @@ fn lifecycle_tainted(node: &Value) -> bool {
         .into_iter()
         .flatten()
         .filter_map(|t| t["key"].as_str())
-        .any(|key| key == "node.kubernetes.io/not-ready" || key == "node.kubernetes.io/unreachable")
+        .any(|key| nodewright_core::planning_view::NODE_LIFECYCLE_TAINTS.contains(&key))
 }
 
 impl Shared {
