@@ -942,6 +942,61 @@ async fn running_on(cluster: &ClusterBehaviour, name: &str, n: usize) -> Vec<Str
         .collect()
 }
 
+/// Waits until `n` pods of the Deployment `name` run and none of those not in `before`
+/// runs on a `cordoned` node; the nodes they run on.
+///
+/// kube-scheduler learns of a cordon from its own watch, so a pod created just after one
+/// can still be bound to that node, the more so on a loaded machine. Such a pod is
+/// deleted, and its ReplicaSet's next pod is scheduled by a kube-scheduler that has
+/// seen the cordon by then.
+async fn running_off(
+    env: &EmulatedCluster,
+    cluster: &ClusterBehaviour,
+    name: &str,
+    n: usize,
+    before: &[String],
+    cordoned: &[String],
+) -> Vec<String> {
+    for _ in 0..5 {
+        let nodes = running_on(cluster, name, n).await;
+        let misplaced: Vec<String> = cluster
+            .placements()
+            .into_iter()
+            .filter(|(pod, node, _)| {
+                deployment_of(pod) == name
+                    && !before.contains(pod)
+                    && node.as_ref().is_some_and(|node| cordoned.contains(node))
+            })
+            .map(|(pod, _, _)| pod)
+            .collect();
+        if misplaced.is_empty() {
+            return nodes;
+        }
+        for pod in misplaced {
+            let (namespace, pod_name) = pod.split_once('/').unwrap_or(("default", &pod));
+            eprintln!(
+                "{}: {pod} went to a node cordoned just before; again",
+                env.cluster
+            );
+            env.api.remove("Pod", Some(namespace), pod_name).await;
+        }
+    }
+    panic!(
+        "setup: {name}'s pods keep going to cordoned nodes: {}",
+        story(cluster, &[])
+    );
+}
+
+/// The pods of the Deployment `name` there are now.
+fn pods_of(cluster: &ClusterBehaviour, name: &str) -> Vec<String> {
+    cluster
+        .placements()
+        .into_iter()
+        .filter(|(pod, _, _)| deployment_of(pod) == name)
+        .map(|(pod, _, _)| pod)
+        .collect()
+}
+
 /// A Deployment of `replicas` pods of `cpu` and 128 MiB: cpu decides where they fit.
 fn sized(name: &str, replicas: usize, cpu: &str) -> Value {
     web_deployment(name, replicas, cpu, "128Mi")
@@ -985,16 +1040,21 @@ async fn consolidation_counts_pods_only_onto_room_kube_scheduler_gives_them() {
         fill["spec"]["template"]["metadata"]["annotations"] =
             json!({"karpenter.sh/do-not-disrupt": "true"});
         env.deploy(fill).await;
-        let node = running_on(&cluster, name, 1).await.remove(0);
+        let node = running_off(&env, &cluster, name, 1, &[], &cordoned)
+            .await
+            .remove(0);
         cordon(&env, &node, true).await;
         cordoned.push(node);
     }
     env.deploy(sized("x", 1, "1")).await;
-    let a = running_on(&cluster, "x", 1).await.remove(0);
+    let a = running_off(&env, &cluster, "x", 1, &[], &cordoned)
+        .await
+        .remove(0);
     cordon(&env, &a, true).await;
     cordoned.push(a.clone());
+    let first_x = pods_of(&cluster, "x");
     env.scale("x", 2).await;
-    let d = running_on(&cluster, "x", 2)
+    let d = running_off(&env, &cluster, "x", 2, &first_x, &cordoned)
         .await
         .into_iter()
         .find(|n| *n != a)
@@ -1002,7 +1062,7 @@ async fn consolidation_counts_pods_only_onto_room_kube_scheduler_gives_them() {
     cordon(&env, &d, true).await;
     cordoned.push(d);
     env.deploy(sized("y", 1, "1100m")).await;
-    running_on(&cluster, "y", 1).await;
+    running_off(&env, &cluster, "y", 1, &[], &cordoned).await;
     for node in &cordoned {
         cordon(&env, node, false).await;
     }
