@@ -16,6 +16,7 @@ use nodewright_core::api::{Manifests, ReadOverlay};
 use nodewright_core::capacity_buffer::buffer_statuses;
 use nodewright_core::catalog::{Catalog, Pricing};
 use nodewright_core::cluster::ClusterSnapshot;
+use nodewright_core::density;
 use nodewright_core::overlay::{self, Resolution};
 use nodewright_core::provisioning::{ProvisioningInput, plan_provisioning};
 use nodewright_core::snapshot::parse_snapshot_reader;
@@ -213,6 +214,7 @@ fn validate(args: &ValidateArgs) -> Result<(), Failure> {
         }
     }
     let manifests = manifests::validate(&read, args.strict)?;
+    expression_warnings(&manifests);
     // Conflicts are Karpenter's runtime verdict, over the embedded catalog's types in
     // the default zones: an overlay in conflict is valid, and applied nowhere.
     let zones = Pricing::default().zones;
@@ -280,6 +282,41 @@ fn validate(args: &ValidateArgs) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// On stderr, each kubelet expression without a value on some of the embedded
+/// catalog's types: valid, but those types are never chosen (`maxPods`) or keep the
+/// default (a reservation).
+fn expression_warnings(manifests: &Manifests) {
+    for class in &manifests.node_classes {
+        for gap in density::expression_gaps(Catalog::embedded(), class) {
+            let effect = if gap.field.ends_with(".maxPods") {
+                "they get no pods and are never chosen"
+            } else {
+                "the default reservation applies on them"
+            };
+            let shown: Vec<&str> = gap
+                .instance_types
+                .iter()
+                .take(5)
+                .map(String::as_str)
+                .collect();
+            let more = gap.instance_types.len() - shown.len();
+            eprintln!(
+                "warning: EC2NodeClass {:?}: {}: no value on {} instance type(s) ({}{}); {effect}: {}",
+                class.name,
+                gap.field,
+                gap.instance_types.len(),
+                shown.join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                },
+                gap.first
+            );
+        }
+    }
 }
 
 fn overlay_resolution(manifests: &Manifests, catalog: &Catalog, zones: &[String]) -> Resolution {

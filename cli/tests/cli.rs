@@ -1844,6 +1844,10 @@ mod static_capacity;
 #[path = "cli/node_overlay.rs"]
 mod node_overlay;
 
+/// EC2NodeClass kubelet expressions through `validate` and `plan`.
+#[path = "cli/kubelet_expressions.rs"]
+mod kubelet_expressions;
+
 /// CapacityBuffers through `validate`, `plan` and `disrupt`.
 #[path = "cli/capacity_buffer.rs"]
 mod capacity_buffer;

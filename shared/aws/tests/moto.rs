@@ -822,24 +822,7 @@ async fn launches_tag_instances_and_reuse_one_launch_template() {
     );
 
     // A template holds the user data with the node config (decoded from base64).
-    let ec2 = aws_sdk_ec2::Client::new(&sdk_config(&url).await);
-    let version = ec2
-        .describe_launch_template_versions()
-        .launch_template_name(&created[0])
-        .send()
-        .await
-        .unwrap()
-        .launch_template_versions
-        .unwrap()
-        .remove(0);
-    let data = version.launch_template_data.unwrap();
-    use base64::Engine;
-    let user_data = String::from_utf8(
-        base64::engine::general_purpose::STANDARD
-            .decode(data.user_data.unwrap())
-            .unwrap(),
-    )
-    .unwrap();
+    let (data, user_data) = template_data(&url, &created[0]).await;
     assert!(user_data.contains("application/node.eks.aws"));
     assert!(user_data.contains("echo hello"));
     assert!(user_data.contains("karpenter.sh/unregistered=true:NoExecute"));
@@ -852,6 +835,91 @@ async fn launches_tag_instances_and_reuse_one_launch_template() {
     assert_eq!(
         data.iam_instance_profile.unwrap().name,
         resolved.instance_profile
+    );
+}
+
+/// Template `name`'s data, and its user data decoded.
+async fn template_data(
+    url: &str,
+    name: &str,
+) -> (aws_sdk_ec2::types::ResponseLaunchTemplateData, String) {
+    use base64::Engine;
+    let ec2 = aws_sdk_ec2::Client::new(&sdk_config(url).await);
+    let data = ec2
+        .describe_launch_template_versions()
+        .launch_template_name(name)
+        .send()
+        .await
+        .unwrap()
+        .launch_template_versions
+        .unwrap()
+        .remove(0)
+        .launch_template_data
+        .unwrap();
+    let user_data = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(data.user_data.as_deref().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    (data, user_data)
+}
+
+#[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
+async fn each_type_gets_a_template_with_the_kubelet_values_its_expressions_give_it() {
+    let url = moto!();
+    let cluster = unique("kubeexpr");
+    let net = network(&url, &cluster).await;
+    let cloud = cloud(&url, &cluster, &net).await;
+    let mut class = node_class(&cluster, vec![alias()]);
+    class.kubelet = Kubelet {
+        max_pods_expression: Some("min(110, vcpus * 8)".into()),
+        kube_reserved_expressions: BTreeMap::from([("cpu".into(), "vcpus * 30".into())]),
+        raw: Some(serde_json::json!({
+            "maxPods": "min(110, vcpus * 8)",
+            "kubeReserved": {"cpu": "vcpus * 30"},
+        })),
+        ..Kubelet::default()
+    };
+    let resolved = cloud.resolve_node_class(&class, K8S).await.unwrap();
+    let before = launch_templates_named_nodewright(&url, &cluster).await;
+    // c5.large (2 vCPUs) and m5.xlarge (4): 16 and 32 pods, 60m and 120m of cpu; two
+    // c5 sizes of one answer share a template.
+    let offerings = vec![
+        on_demand("c5.large", "us-east-1a", 0.085),
+        on_demand("m5.large", "us-east-1a", 0.096),
+        on_demand("m5.xlarge", "us-east-1a", 0.192),
+    ];
+    let launched = cloud
+        .launch(&launch_request("default-k1", class, resolved, offerings))
+        .await
+        .unwrap();
+    assert_eq!(launched.instance_type, "c5.large");
+    let created: Vec<String> = launch_templates_named_nodewright(&url, &cluster)
+        .await
+        .into_iter()
+        .filter(|n| !before.contains(n))
+        .collect();
+    assert_eq!(created.len(), 2, "{created:?}");
+    let mut kubelets = Vec::new();
+    for name in &created {
+        let (_, data) = template_data(&url, name).await;
+        let node_config = data
+            .split("Content-Type: application/node.eks.aws\n\n")
+            .nth(1)
+            .and_then(|rest| rest.split("\n\n--").next())
+            .unwrap_or_else(|| panic!("no NodeConfig in {data}"));
+        let node_config: serde_json::Value = serde_json::from_str(node_config).unwrap();
+        kubelets.push(node_config["spec"]["kubelet"]["config"].clone());
+    }
+    kubelets.sort_by_key(|k| k["maxPods"].as_i64());
+    assert_eq!(
+        kubelets,
+        vec![
+            serde_json::json!({"maxPods": 16, "kubeReserved": {"cpu": "60m"}}),
+            serde_json::json!({"maxPods": 32, "kubeReserved": {"cpu": "120m"}}),
+        ]
     );
 }
 

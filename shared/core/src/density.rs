@@ -39,6 +39,7 @@ use crate::api::model::{Ec2NodeClass, EvictionThreshold, InstanceStorePolicy, Ku
 use crate::catalog::{
     Catalog, InstanceType, LABEL_ARCH, LABEL_INSTANCE_CPU, LABEL_INSTANCE_MEMORY,
 };
+use crate::kubelet_expressions::{self, Expression, ExpressionError, Vars};
 use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Resources, parse_milli};
 
 /// The instance store of a type, in GB (EC2's `InstanceStorageInfo.TotalSizeInGB`).
@@ -172,6 +173,12 @@ pub fn allocatable_with(
     kubelet: &Kubelet,
     storage: Storage,
 ) -> Resources {
+    if kubelet.has_expressions() {
+        return match resolved_kubelet(it, flags, kubelet) {
+            Ok(resolved) => allocatable_with(it, flags, &resolved, storage),
+            Err(_) => without_pods(it),
+        };
+    }
     // The catalog's pods is the ENI limit: the kubelet reserves no pods.
     let eni_pods = it.allocatable.slot_milli(PODS) / 1000;
     let vcpus = it
@@ -182,16 +189,7 @@ pub fn allocatable_with(
         .labels
         .get(LABEL_INSTANCE_MEMORY)
         .and_then(|v| v.parse::<i64>().ok());
-    let mut pods = match kubelet.max_pods {
-        Some(max) => max,
-        None if flags.eni_limited_pod_density => eni_pods,
-        None => 110,
-    };
-    if let (Some(per_core), Some(cpus), true) = (kubelet.pods_per_core, vcpus, flags.pods_per_core)
-        && per_core > 0
-    {
-        pods = pods.min(per_core.saturating_mul(cpus));
-    }
+    let pods = pods(it, flags, kubelet.max_pods, kubelet.pods_per_core);
     let mut out = it.allocatable.clone();
     out.set_milli("pods", pods.saturating_mul(1000));
     let (Some(vcpus), Some(memory_mib)) = (vcpus, memory_mib) else {
@@ -239,6 +237,228 @@ pub fn allocatable_with(
         out.set_milli(name, capacity.saturating_sub(total.slot_milli(slot)));
     }
     out
+}
+
+/// The pods `it` runs: `max_pods`, else the ENI limit or 110, capped at
+/// `pods_per_core` × vCPUs where the family honours it (Karpenter's `pods`).
+fn pods(
+    it: &InstanceType,
+    flags: FamilyFlags,
+    max_pods: Option<i64>,
+    pods_per_core: Option<i64>,
+) -> i64 {
+    let vcpus = it
+        .labels
+        .get(LABEL_INSTANCE_CPU)
+        .and_then(|v| v.parse::<i64>().ok());
+    let mut pods = match max_pods {
+        Some(max) => max,
+        None if flags.eni_limited_pod_density => it.allocatable.slot_milli(PODS) / 1000,
+        None => 110,
+    };
+    if let (Some(per_core), Some(cpus), true) = (pods_per_core, vcpus, flags.pods_per_core)
+        && per_core > 0
+    {
+        pods = pods.min(per_core.saturating_mul(cpus));
+    }
+    pods
+}
+
+/// `it`'s values for kubelet expressions, with `max_pods` as given.
+pub fn expression_vars(it: &InstanceType, max_pods: i64) -> Vars {
+    let label = |key: &str| {
+        it.labels
+            .get(key)
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(0)
+    };
+    let (default_enis, ips_per_eni) = kubelet_expressions::eni_limits(&it.name).unwrap_or((0, 0));
+    Vars {
+        vcpus: label(LABEL_INSTANCE_CPU),
+        memory_mib: label(LABEL_INSTANCE_MEMORY),
+        default_enis,
+        ips_per_eni,
+        max_pods,
+        instance_type: it.name.clone(),
+    }
+}
+
+/// A class's kubelet expressions, compiled once for all its instance types.
+#[derive(Debug, Clone)]
+struct Compiled {
+    max_pods: Option<Expression>,
+    /// `kubeReserved` by resource.
+    kube_reserved: Vec<(String, Expression)>,
+    /// `systemReserved` by resource.
+    system_reserved: Vec<(String, Expression)>,
+}
+
+impl Compiled {
+    fn of(kubelet: &Kubelet) -> Result<Self, ExpressionError> {
+        let each = |map: &std::collections::BTreeMap<String, String>| {
+            map.iter()
+                .map(|(name, text)| Ok((name.clone(), Expression::compile(text)?)))
+                .collect::<Result<Vec<_>, ExpressionError>>()
+        };
+        Ok(Self {
+            max_pods: kubelet
+                .max_pods_expression
+                .as_deref()
+                .map(Expression::compile)
+                .transpose()?,
+            kube_reserved: each(&kubelet.kube_reserved_expressions)?,
+            system_reserved: each(&kubelet.system_reserved_expressions)?,
+        })
+    }
+}
+
+/// A type no pod fits: one whose `maxPods` expression has no value for it.
+fn without_pods(it: &InstanceType) -> Resources {
+    let mut out = it.allocatable.clone();
+    out.set_milli("pods", 0);
+    out
+}
+
+/// `kubelet` as `it` gets it: each expression evaluated on `it`'s values, its result
+/// in the settings (and in `raw`, which user data writes) in place of the expression.
+/// `maxPods` first, from the pods `it` would have without it; then the reservations,
+/// from the pods it has with it. A reservation without a value for `it` (failed, or
+/// negative) is left out, so the default applies; a `maxPods` without one is an error.
+pub fn resolved_kubelet(
+    it: &InstanceType,
+    flags: FamilyFlags,
+    kubelet: &Kubelet,
+) -> Result<Kubelet, ExpressionError> {
+    resolve(it, flags, kubelet, &Compiled::of(kubelet)?)
+}
+
+fn resolve(
+    it: &InstanceType,
+    flags: FamilyFlags,
+    kubelet: &Kubelet,
+    compiled: &Compiled,
+) -> Result<Kubelet, ExpressionError> {
+    let mut out = kubelet.clone();
+    let mut raw = out.raw.take();
+    if let Some(expression) = &compiled.max_pods {
+        let without = pods(it, flags, None, kubelet.pods_per_core);
+        let max_pods = expression.max_pods(&expression_vars(it, without))?;
+        out.max_pods = Some(max_pods);
+        if let Some(serde_json::Value::Object(raw)) = &mut raw {
+            raw.insert("maxPods".into(), max_pods.into());
+        }
+    }
+    let vars = expression_vars(it, pods(it, flags, out.max_pods, kubelet.pods_per_core));
+    for (field, expressions, values) in [
+        (
+            "kubeReserved",
+            &compiled.kube_reserved,
+            &mut out.kube_reserved,
+        ),
+        (
+            "systemReserved",
+            &compiled.system_reserved,
+            &mut out.system_reserved,
+        ),
+    ] {
+        let mut raw_map = match &mut raw {
+            Some(serde_json::Value::Object(raw)) => match raw.get_mut(field) {
+                Some(serde_json::Value::Object(map)) => Some(map),
+                _ => None,
+            },
+            _ => None,
+        };
+        for (name, expression) in expressions {
+            let value = expression
+                .evaluate(&vars)
+                .ok()
+                .and_then(|result| kubelet_expressions::reserved(name, result));
+            match value {
+                Some((text, milli)) => {
+                    values.insert(name.clone(), milli);
+                    if let Some(map) = raw_map.as_mut() {
+                        map.insert(name.clone(), text.into());
+                    }
+                }
+                None => {
+                    if let Some(map) = raw_map.as_mut() {
+                        map.remove(name);
+                    }
+                }
+            }
+        }
+    }
+    out.max_pods_expression = None;
+    out.kube_reserved_expressions.clear();
+    out.system_reserved_expressions.clear();
+    out.raw = raw;
+    Ok(out)
+}
+
+/// An expression of a class without a value on some instance types.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExpressionGap {
+    /// `spec.kubelet.maxPods`, `spec.kubelet.kubeReserved.memory`, ...
+    pub field: String,
+    /// The types, in catalog order.
+    pub instance_types: Vec<String>,
+    /// Why, on the first of them.
+    pub first: ExpressionError,
+}
+
+/// The expressions of `class` that fail (or, for `maxPods`, leave [0, 2³¹−1]; for a
+/// reservation, go negative) on some of `catalog`'s types: a type without a `maxPods`
+/// value is never chosen, and one without a reservation's value gets the default, so
+/// `validate` names them.
+pub fn expression_gaps(catalog: &Catalog, class: &Ec2NodeClass) -> Vec<ExpressionGap> {
+    let Ok(compiled) = Compiled::of(&class.kubelet) else {
+        return Vec::new();
+    };
+    let flags = FamilyFlags::of(class.ami_family.as_deref());
+    let kubelet = &class.kubelet;
+    let mut gaps: Vec<ExpressionGap> = Vec::new();
+    let mut record = |field: String, it: &InstanceType, error: ExpressionError| match gaps
+        .iter_mut()
+        .find(|g| g.field == field)
+    {
+        Some(gap) => gap.instance_types.push(it.name.clone()),
+        None => gaps.push(ExpressionGap {
+            field,
+            instance_types: vec![it.name.clone()],
+            first: error,
+        }),
+    };
+    for it in &catalog.types {
+        let mut max_pods = kubelet.max_pods;
+        if let Some(expression) = &compiled.max_pods {
+            let without = pods(it, flags, None, kubelet.pods_per_core);
+            match expression.max_pods(&expression_vars(it, without)) {
+                Ok(value) => max_pods = Some(value),
+                Err(e) => {
+                    record("spec.kubelet.maxPods".into(), it, e);
+                    continue;
+                }
+            }
+        }
+        let vars = expression_vars(it, pods(it, flags, max_pods, kubelet.pods_per_core));
+        for (field, expressions) in [
+            ("kubeReserved", &compiled.kube_reserved),
+            ("systemReserved", &compiled.system_reserved),
+        ] {
+            for (name, expression) in expressions {
+                let error = match expression.evaluate(&vars) {
+                    Ok(value) if value < 0 => ExpressionError::Negative {
+                        instance_type: it.name.clone(),
+                        value,
+                    },
+                    Ok(_) => continue,
+                    Err(e) => e,
+                };
+                record(format!("spec.kubelet.{field}.{name}"), it, error);
+            }
+        }
+    }
+    gaps
 }
 
 /// Memory capacity in milli-bytes: the type's MiB, less Graviton's 64 MiB, less the VM
@@ -303,6 +523,25 @@ pub fn class_allocatable(catalog: &Catalog, class: &Ec2NodeClass) -> Option<Vec<
         class.kubelet.is_default_density() && flags.eni_limited_pod_density && default_storage;
     if same_as_catalog {
         return None;
+    }
+    if class.kubelet.has_expressions() {
+        // Compiled once for every type; the class was checked when it was read.
+        let compiled = Compiled::of(&class.kubelet).ok();
+        return Some(
+            catalog
+                .types
+                .iter()
+                .map(|it| {
+                    match compiled
+                        .as_ref()
+                        .map(|c| resolve(it, flags, &class.kubelet, c))
+                    {
+                        Some(Ok(resolved)) => allocatable_with(it, flags, &resolved, storage),
+                        _ => without_pods(it),
+                    }
+                })
+                .collect(),
+        );
     }
     Some(
         catalog
@@ -500,6 +739,110 @@ mod tests {
         let per_type = class_allocatable(Catalog::embedded(), &class).expect("computed");
         assert_eq!(per_type.len(), Catalog::embedded().types.len());
         assert!(per_type.iter().all(|r| r.get_milli("pods") <= 8000));
+    }
+
+    #[test]
+    fn expressions_size_each_type_from_its_own_values_as_karpenter_does() {
+        let class = load_class(
+            "  kubelet:\n    maxPods: \"min(110, vcpus * 8)\"\n    kubeReserved: {cpu: \"vcpus * 30\", memory: \"max_pods * 11\"}\n    systemReserved: {memory: 100Mi}\n",
+        );
+        let m5 = resolved_kubelet(m5_large(), al2023(), &class.kubelet).unwrap();
+        assert_eq!(m5.max_pods, Some(16));
+        assert_eq!(
+            m5.kube_reserved,
+            BTreeMap::from([("cpu".to_string(), 60), ("memory".to_string(), mib(176))])
+        );
+        assert!(!m5.has_expressions());
+        // User data gets the values, formatted as Karpenter writes them.
+        assert_eq!(
+            m5.raw,
+            Some(serde_json::json!({
+                "maxPods": 16,
+                "kubeReserved": {"cpu": "60m", "memory": "176Mi"},
+                "systemReserved": {"memory": "100Mi"},
+            }))
+        );
+        let a = allocatable(m5_large(), al2023(), &class.kubelet);
+        assert_eq!(a.get_milli("pods"), 16_000);
+        assert_eq!(a.get_milli("cpu"), 2000 - 60);
+        assert_eq!(a.get_milli("memory"), mib(7577 - 176 - 100 - 100));
+
+        // 16 vCPUs: min(110, 128) pods, and memory for 110 of them.
+        let big = Catalog::embedded().get("m5.4xlarge").unwrap();
+        let resolved = resolved_kubelet(big, al2023(), &class.kubelet).unwrap();
+        assert_eq!(resolved.max_pods, Some(110));
+        assert_eq!(resolved.kube_reserved["memory"], mib(1216));
+
+        let per_type = class_allocatable(Catalog::embedded(), &class).expect("computed");
+        let index = Catalog::embedded()
+            .types
+            .iter()
+            .position(|t| t.name == "m5.large")
+            .unwrap();
+        assert_eq!(per_type[index], a);
+    }
+
+    #[test]
+    fn a_type_without_a_max_pods_value_gets_no_pods_and_a_failed_reservation_keeps_its_default() {
+        let class = load_class("  kubelet:\n    maxPods: \"110 / (vcpus - 2)\"\n");
+        assert!(resolved_kubelet(m5_large(), al2023(), &class.kubelet).is_err());
+        assert_eq!(
+            allocatable(m5_large(), al2023(), &class.kubelet).get_milli("pods"),
+            0
+        );
+        let xlarge = Catalog::embedded().get("m5.xlarge").unwrap();
+        assert_eq!(
+            allocatable(xlarge, al2023(), &class.kubelet).get_milli("pods"),
+            55_000
+        );
+
+        let class =
+            load_class("  kubelet:\n    kubeReserved: {memory: \"memory_mib / (vcpus - 2)\"}\n");
+        let resolved = resolved_kubelet(m5_large(), al2023(), &class.kubelet).unwrap();
+        assert!(resolved.kube_reserved.is_empty());
+        assert_eq!(resolved.raw, Some(serde_json::json!({"kubeReserved": {}})));
+        assert_eq!(
+            allocatable(m5_large(), al2023(), &class.kubelet),
+            m5_large().allocatable,
+            "the default reservation applies"
+        );
+    }
+
+    #[test]
+    fn expression_gaps_name_each_field_and_the_types_it_has_no_value_on() {
+        let class = load_class(
+            "  kubelet:\n    maxPods: \"instance_type == 'm5.large' ? -1 : 50\"\n    systemReserved: {cpu: \"100 / (vcpus - 4) + 100\", memory: \"vcpus - 5\"}\n",
+        );
+        let gaps = expression_gaps(Catalog::embedded(), &class);
+        let mut fields: Vec<&str> = gaps.iter().map(|g| g.field.as_str()).collect();
+        fields.sort();
+        assert_eq!(
+            fields,
+            [
+                "spec.kubelet.maxPods",
+                "spec.kubelet.systemReserved.cpu",
+                "spec.kubelet.systemReserved.memory"
+            ]
+        );
+        let of = |field: &str| gaps.iter().find(|g| g.field == field).unwrap();
+        assert_eq!(of("spec.kubelet.maxPods").instance_types, vec!["m5.large"]);
+        assert!(matches!(
+            of("spec.kubelet.maxPods").first,
+            ExpressionError::OutOfRange { value: -1, .. }
+        ));
+        // Every 4-vCPU type divides by zero; m5.large is not counted again.
+        let cpu = of("spec.kubelet.systemReserved.cpu");
+        assert!(cpu.instance_types.contains(&"m5.xlarge".to_string()));
+        assert!(!cpu.instance_types.contains(&"m5.large".to_string()));
+        assert!(matches!(cpu.first, ExpressionError::Evaluation { .. }));
+        let memory = of("spec.kubelet.systemReserved.memory");
+        assert!(memory.instance_types.contains(&"m5.xlarge".to_string()));
+        assert!(!memory.instance_types.contains(&"m5.2xlarge".to_string()));
+        assert!(matches!(memory.first, ExpressionError::Negative { .. }));
+        assert_eq!(
+            expression_gaps(Catalog::embedded(), &load_class("")),
+            vec![]
+        );
     }
 
     const GB: i64 = 1_000_000_000;

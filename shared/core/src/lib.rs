@@ -24,6 +24,7 @@ pub mod density;
 pub mod disruption;
 pub mod ebs_attachments;
 pub mod interruption;
+pub mod kubelet_expressions;
 pub mod nodeclaim;
 pub mod overlay;
 pub mod planning_view;

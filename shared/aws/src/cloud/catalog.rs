@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_ec2::types::LocationType;
 
+use nodewright_core::api::model::{Ec2NodeClass, Kubelet};
 use nodewright_core::catalog::{self, Catalog, InstanceType};
+use nodewright_core::density::{self, FamilyFlags};
 use nodewright_core::resources::Resources;
 use nodewright_engine::ports::{CloudError, ErrorKind};
 
@@ -243,6 +245,24 @@ impl Ec2Cloud {
                     .and_then(|t| t.labels.get(catalog::LABEL_ARCH).cloned())
             })
             .unwrap_or_else(|| guess_arch(instance_type).into())
+    }
+}
+
+impl Ec2Cloud {
+    /// The kubelet settings an `instance_type` node of `class` is given: the class's,
+    /// with its expressions evaluated on the type (from the cached catalog, else the
+    /// embedded one), as planning sized it. `None` when the type has no `maxPods`
+    /// value or is unknown, so it cannot be launched as planned.
+    pub(super) fn kubelet_for(&self, class: &Ec2NodeClass, instance_type: &str) -> Option<Kubelet> {
+        if !class.kubelet.has_expressions() {
+            return Some(class.kubelet.clone());
+        }
+        let flags = FamilyFlags::of(class.ami_family.as_deref());
+        let resolve = |it: &InstanceType| density::resolved_kubelet(it, flags, &class.kubelet).ok();
+        self.read
+            .catalog
+            .peek(|c| c.get(instance_type).map(resolve))
+            .unwrap_or_else(|| Catalog::embedded().get(instance_type).and_then(resolve))
     }
 }
 

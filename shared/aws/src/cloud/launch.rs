@@ -199,8 +199,10 @@ impl Ec2Cloud {
         // (launch template name) -> overrides, in price order; offerings actually tried.
         let mut configs: Vec<(String, Vec<FleetLaunchTemplateOverridesRequest>)> = Vec::new();
         let mut tried: Vec<Offering> = Vec::new();
-        // (architecture, reservation) -> template name.
-        let mut template_for: HashMap<(String, Option<String>), String> = HashMap::new();
+        // (architecture, reservation, kubelet settings the class's expressions give the
+        // type) -> template name.
+        let mut template_for: HashMap<(String, Option<String>, Option<String>), String> =
+            HashMap::new();
         // A NodeOverlay priced these offerings: launch in their order, not EC2's list
         // prices (on-demand only; spot keeps price-capacity-optimized, as Karpenter).
         let prioritized = request.prices_overlaid && capacity_type == CapacityType::OnDemand;
@@ -224,12 +226,27 @@ impl Ec2Cloud {
                 },
                 _ => None,
             };
-            let key = (arch.clone(), reservation.map(|r| r.id.clone()));
+            // Planning gave a type without a maxPods value no pods, so it is not here
+            // unless the catalog changed since; it cannot be launched as planned.
+            let Some(kubelet) = self.kubelet_for(&request.node_class, &offering.instance_type)
+            else {
+                continue;
+            };
+            let key = (
+                arch.clone(),
+                reservation.map(|r| r.id.clone()),
+                kubelet.raw.as_ref().map(|raw| raw.to_string()),
+            );
             let template = match template_for.get(&key) {
                 Some(t) => t.clone(),
                 None => {
-                    let content =
-                        self.template_content(request, capacity_type, image, reservation)?;
+                    let content = self.template_content(
+                        request,
+                        capacity_type,
+                        image,
+                        reservation,
+                        &kubelet,
+                    )?;
                     let name = self.ensure_launch_template(&content).await?;
                     template_for.insert(key, name.clone());
                     name

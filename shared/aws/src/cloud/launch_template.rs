@@ -41,7 +41,8 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use nodewright_core::api::model::{
-    AmiSelectorTerm, InstanceStorePolicy, InterfaceType, PlacementGroupSelector, Taint, TaintEffect,
+    AmiSelectorTerm, InstanceStorePolicy, InterfaceType, Kubelet, PlacementGroupSelector, Taint,
+    TaintEffect,
 };
 use nodewright_core::catalog::{self, CapacityType, Reservation, ReservationMarket};
 use nodewright_engine::ports::{CloudError, ErrorKind, Image, LaunchRequest};
@@ -58,6 +59,7 @@ impl Ec2Cloud {
         capacity_type: CapacityType,
         image: &Image,
         reservation: Option<&Reservation>,
+        kubelet: &Kubelet,
     ) -> Result<TemplateContent, CloudError> {
         let class = &request.node_class;
         // Labels the kubelet registers with; claim-specific ones are left out so the
@@ -91,7 +93,7 @@ impl Ec2Cloud {
                 &self.cluster,
                 &labels,
                 &taints,
-                &class.kubelet,
+                kubelet,
                 class.user_data.as_deref(),
                 raid0,
             ),
@@ -100,7 +102,7 @@ impl Ec2Cloud {
                 &self.cluster,
                 &labels,
                 &taints,
-                &class.kubelet,
+                kubelet,
                 class.user_data.as_deref(),
                 raid0,
             ),

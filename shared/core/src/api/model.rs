@@ -323,12 +323,20 @@ pub struct ConnectionTracking {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Kubelet {
     pub max_pods: Option<i64>,
+    /// A string `maxPods`: an expression evaluated per instance type
+    /// (`crate::kubelet_expressions`); set only when `max_pods` is not.
+    pub max_pods_expression: Option<String>,
     pub pods_per_core: Option<i64>,
     /// `kubeReserved`, milli-units by resource (cpu, memory, ephemeral-storage, pid);
     /// each key written replaces Karpenter's default for it, the others keep theirs.
     pub kube_reserved: BTreeMap<String, i64>,
     /// `systemReserved`, milli-units by resource.
     pub system_reserved: BTreeMap<String, i64>,
+    /// `kubeReserved` values that are expressions, by resource; a resource is in this
+    /// map or in `kube_reserved`, never both.
+    pub kube_reserved_expressions: BTreeMap<String, String>,
+    /// `systemReserved` values that are expressions, by resource.
+    pub system_reserved_expressions: BTreeMap<String, String>,
     /// `evictionHard` by signal (`memory.available`, `nodefs.available`, ...). Only
     /// hard thresholds reduce allocatable: the kubelet subtracts them, while soft ones
     /// only start evictions after a grace period (checked at load, carried in `raw`).
@@ -341,11 +349,19 @@ pub struct Kubelet {
 impl Kubelet {
     /// True when no setting that changes allocatable is written.
     pub fn is_default_density(&self) -> bool {
-        self.max_pods.is_none()
+        !self.has_expressions()
+            && self.max_pods.is_none()
             && self.pods_per_core.is_none_or(|p| p == 0)
             && self.kube_reserved.is_empty()
             && self.system_reserved.is_empty()
             && self.eviction_hard.is_empty()
+    }
+
+    /// True when a setting is an expression, so each instance type has its own values.
+    pub fn has_expressions(&self) -> bool {
+        self.max_pods_expression.is_some()
+            || !self.kube_reserved_expressions.is_empty()
+            || !self.system_reserved_expressions.is_empty()
     }
 }
 

@@ -33,6 +33,7 @@ use super::model::{
 };
 use super::raw;
 use super::validate::{Report, deserialize_raw, object_name};
+use crate::kubelet_expressions::Expression;
 use crate::resources::parse_milli;
 
 /// Alias families and the `amiFamily` each implies.
@@ -886,8 +887,8 @@ pub const RESERVABLE: [&str; 4] = ["cpu", "memory", "ephemeral-storage", "pid"];
 /// CRD leaves the object open): maps keyed by real signals and resources, eviction
 /// thresholds a percentage in [0, 100] or a non-negative quantity, reservations a
 /// non-negative quantity, soft thresholds and grace periods in matching pairs.
-/// Karpenter's CEL expressions (a string `maxPods`, `"vcpus * 10"` reservations) sit
-/// behind a feature gate that is off by default and are refused here.
+/// A string `maxPods`, and a reservation that is not a quantity, are expressions
+/// (`crate::kubelet_expressions`), compiled here so a bad one names its field.
 fn kubelet(
     raw: Option<raw::Kubelet>,
     whole: Option<serde_json::Value>,
@@ -897,10 +898,17 @@ fn kubelet(
     let Some(raw) = raw else {
         return Kubelet::default();
     };
-    for (field, value) in [
-        ("maxPods", raw.max_pods),
-        ("podsPerCore", raw.pods_per_core),
-    ] {
+    let (max_pods, max_pods_expression) = match raw.max_pods {
+        Some(raw::IntOrString::Int(v)) => (Some(v), None),
+        Some(raw::IntOrString::String(text)) => {
+            if let Err(e) = Expression::compile(&text) {
+                report.add(format!("{PATH}.maxPods"), format!("{text:?}: {e}"));
+            }
+            (None, Some(text))
+        }
+        None => (None, None),
+    };
+    for (field, value) in [("maxPods", max_pods), ("podsPerCore", raw.pods_per_core)] {
         match value {
             Some(v) if v < 0 => report.add(
                 format!("{PATH}.{field}"),
@@ -914,8 +922,10 @@ fn kubelet(
             _ => {}
         }
     }
-    let kube_reserved = reserved(raw.kube_reserved, "kubeReserved", report);
-    let system_reserved = reserved(raw.system_reserved, "systemReserved", report);
+    let (kube_reserved, kube_reserved_expressions) =
+        reserved(raw.kube_reserved, "kubeReserved", report);
+    let (system_reserved, system_reserved_expressions) =
+        reserved(raw.system_reserved, "systemReserved", report);
     let eviction_hard = thresholds(raw.eviction_hard.as_ref(), "evictionHard", report);
     thresholds(raw.eviction_soft.as_ref(), "evictionSoft", report);
     thresholds(
@@ -950,10 +960,13 @@ fn kubelet(
         );
     }
     Kubelet {
-        max_pods: raw.max_pods,
+        max_pods,
+        max_pods_expression,
         pods_per_core: raw.pods_per_core,
         kube_reserved,
         system_reserved,
+        kube_reserved_expressions,
+        system_reserved_expressions,
         eviction_hard,
         cluster_dns: raw.cluster_dns.unwrap_or_default(),
         raw: whole,
@@ -967,13 +980,15 @@ fn unknown_signal(signal: &str) -> String {
     )
 }
 
-/// `kubeReserved` / `systemReserved`: milli-units by resource.
+/// `kubeReserved` / `systemReserved`: milli-units by resource, and the values that
+/// are expressions rather than quantities.
 fn reserved(
     raw: Option<BTreeMap<String, String>>,
     field: &str,
     report: &mut Report<'_>,
-) -> BTreeMap<String, i64> {
+) -> (BTreeMap<String, i64>, BTreeMap<String, String>) {
     let mut out = BTreeMap::new();
+    let mut expressions = BTreeMap::new();
     for (name, text) in raw.unwrap_or_default() {
         let path = format!("spec.kubelet.{field}.{name}");
         if !RESERVABLE.contains(&name.as_str()) {
@@ -993,10 +1008,20 @@ fn reserved(
             Ok(milli) => {
                 out.insert(name, milli);
             }
-            Err(e) => report.add(path, e.to_string()),
+            Err(not_a_quantity) => match Expression::compile(&text) {
+                Ok(_) => {
+                    expressions.insert(name, text);
+                }
+                Err(e) => report.add(
+                    path,
+                    format!(
+                        "{text:?} is neither a quantity ({not_a_quantity}) nor an expression ({e})"
+                    ),
+                ),
+            },
         }
     }
-    out
+    (out, expressions)
 }
 
 /// An eviction map: thresholds by signal.

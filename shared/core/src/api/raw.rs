@@ -217,7 +217,7 @@ pub(super) struct MetadataOptions {
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct Kubelet {
-    pub max_pods: Option<i64>,
+    pub max_pods: Option<IntOrString>,
     pub pods_per_core: Option<i64>,
     #[serde(rename = "clusterDNS")]
     pub cluster_dns: Option<Vec<String>>,
@@ -229,6 +229,43 @@ pub(super) struct Kubelet {
     pub eviction_soft: Option<BTreeMap<String, String>>,
     pub eviction_soft_grace_period: Option<BTreeMap<String, String>>,
     pub eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
+}
+
+/// Kubernetes' int-or-string: `maxPods: 110` or `maxPods: "min(110, vcpus * 8)"`.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum IntOrString {
+    Int(i64),
+    String(String),
+}
+
+impl<'de> Deserialize<'de> for IntOrString {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(IntOrStringVisitor)
+    }
+}
+
+struct IntOrStringVisitor;
+
+impl Visitor<'_> for IntOrStringVisitor {
+    type Value = IntOrString;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an integer or a string expression")
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(IntOrString::Int(v))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        i64::try_from(v)
+            .map(IntOrString::Int)
+            .map_err(|_| E::invalid_value(de::Unexpected::Unsigned(v), &self))
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(IntOrString::String(v.into()))
+    }
 }
 
 /// A string that YAML may also have written as a number: `cpu: 100`,

@@ -329,7 +329,7 @@ fn bad_kubelet_density_settings_name_the_field() {
             r#"EC2NodeClass "default": spec.kubelet.maxPods: must be at most 2147483647, got 3000000000"#,
             r#"EC2NodeClass "default": spec.kubelet.kubeReserved.gpu: "gpu" cannot be reserved (expected one of cpu, memory, ephemeral-storage, pid)"#,
             r#"EC2NodeClass "default": spec.kubelet.kubeReserved.memory: must not be negative, got "-1Gi""#,
-            r#"EC2NodeClass "default": spec.kubelet.systemReserved.cpu: quantity "lots" is not a Kubernetes quantity (expected a number with an optional suffix such as 500m, 2, 1.5Gi, 256M, 1e3)"#,
+            r#"EC2NodeClass "default": spec.kubelet.systemReserved.cpu: "lots" is neither a quantity (quantity "lots" is not a Kubernetes quantity (expected a number with an optional suffix such as 500m, 2, 1.5Gi, 256M, 1e3)) nor an expression (reads "lots", which is not a variable (expected one of vcpus, memory_mib, default_enis, ips_per_eni, max_pods, instance_type))"#,
             r#"EC2NodeClass "default": spec.kubelet.evictionHard.disk.available: unknown eviction signal "disk.available" (expected one of memory.available, nodefs.available, nodefs.inodesFree, imagefs.available, imagefs.inodesFree, pid.available)"#,
             r#"EC2NodeClass "default": spec.kubelet.evictionHard.memory.available: expected a percentage from 0% to 100% or a non-negative quantity such as 500Mi, got "120%""#,
             r#"EC2NodeClass "default": spec.kubelet.evictionSoftGracePeriod.memory.available: expected a non-negative duration such as "30s" or "1m30s", got "soon""#,
@@ -349,6 +349,47 @@ fn bad_kubelet_density_settings_name_the_field() {
 }
 
 #[test]
+fn kubelet_expressions_are_read_and_bad_ones_name_the_field() {
+    let text = format!(
+        "{CLASS}  kubelet:\n    maxPods: \"min(110, vcpus * 8)\"\n    kubeReserved: {{cpu: \"vcpus * 30\", memory: 1Gi}}\n    systemReserved: {{memory: \"max_pods * 11\"}}\n"
+    );
+    let kubelet = crate::api::load(&[("class.yaml".to_string(), text)])
+        .unwrap_or_else(|e| panic!("{e:?}"))
+        .node_classes
+        .remove(0)
+        .kubelet;
+    assert_eq!(kubelet.max_pods, None);
+    assert_eq!(
+        kubelet.max_pods_expression.as_deref(),
+        Some("min(110, vcpus * 8)")
+    );
+    assert_eq!(
+        kubelet.kube_reserved,
+        BTreeMap::from([("memory".to_string(), (1i64 << 30) * 1000)])
+    );
+    assert_eq!(
+        kubelet.kube_reserved_expressions,
+        BTreeMap::from([("cpu".to_string(), "vcpus * 30".to_string())])
+    );
+    assert_eq!(
+        kubelet.system_reserved_expressions,
+        BTreeMap::from([("memory".to_string(), "max_pods * 11".to_string())])
+    );
+    assert!(kubelet.has_expressions() && !kubelet.is_default_density());
+
+    let bad = format!(
+        "{CLASS}  kubelet:\n    maxPods: \"vcpus * 1.5\"\n    kubeReserved: {{cpu: \"cores * 30\"}}\n"
+    );
+    assert_eq!(
+        problems(&bad),
+        vec![
+            r#"EC2NodeClass "default": spec.kubelet.maxPods: "vcpus * 1.5": cannot be evaluated: Unsupported binary operator 'mul': Int(2), Float(1.5)"#,
+            r#"EC2NodeClass "default": spec.kubelet.kubeReserved.cpu: "cores * 30" is neither a quantity (quantity "cores * 30" is not a Kubernetes quantity (expected a number with an optional suffix such as 500m, 2, 1.5Gi, 256M, 1e3)) nor an expression (reads "cores", which is not a variable (expected one of vcpus, memory_mib, default_enis, ips_per_eni, max_pods, instance_type))"#,
+        ]
+    );
+}
+
+#[test]
 fn grace_periods_take_go_durations() {
     for ok in ["0", "30s", "1m30s", "1.5h", "300ms", "2h45m0.5s", "10us"] {
         assert!(is_go_duration(ok), "{ok}");
@@ -361,9 +402,9 @@ fn grace_periods_take_go_durations() {
 #[test]
 fn a_kubelet_field_of_the_wrong_type_names_the_path() {
     assert_eq!(
-        problems(&format!("{CLASS}  kubelet:\n    maxPods: lots\n")),
+        problems(&format!("{CLASS}  kubelet:\n    maxPods: 1.5\n")),
         vec![
-            r#"EC2NodeClass "default": spec.kubelet.maxPods: invalid type: string "lots", expected an integer"#
+            r#"EC2NodeClass "default": spec.kubelet.maxPods: invalid type: floating point `1.5`, expected an integer or a string expression"#
         ]
     );
 }
