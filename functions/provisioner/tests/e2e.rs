@@ -258,13 +258,10 @@ async fn pending_pods_become_tagged_instances_then_registered_and_initialized_no
     // Ready: Initialized; still nothing new launched; kube-scheduler binds the pods.
     cluster.hold_ready(false);
     nodes_up(&cluster, 2, true).await;
-    let last = invoke(&h).await;
-    let stored = claims(&world).await;
-    assert!(
-        stored.iter().all(|c| c.state == ClaimState::Initialized),
-        "{stored:#?}"
-    );
-    assert_eq!(last["launched"].as_array().unwrap().len(), 0);
+    // The node lifecycle controller lifts its not-ready taint from its own watch, a
+    // moment after the node turns Ready; a claim is initialized only once it is gone,
+    // so a loaded machine may need another tick. None of them launches anything.
+    until_initialized(&world, &h).await;
     assert_eq!(instances(&world).await.len(), 2);
     let all_run = wait_until(Duration::from_secs(30), || async {
         cluster.running().len() == 4
