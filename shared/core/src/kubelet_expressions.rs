@@ -153,10 +153,6 @@ impl Expression {
         }
     }
 
-    pub fn text(&self) -> &str {
-        &self.text
-    }
-
     /// The expression's value on `vars`, a double truncated toward zero.
     pub fn evaluate(&self, vars: &Vars) -> Result<i64, ExpressionError> {
         let evaluation = |message: String| ExpressionError::Evaluation {

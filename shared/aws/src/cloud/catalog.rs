@@ -246,9 +246,7 @@ impl Ec2Cloud {
             })
             .unwrap_or_else(|| guess_arch(instance_type).into())
     }
-}
 
-impl Ec2Cloud {
     /// The kubelet settings an `instance_type` node of `class` is given: the class's,
     /// with its expressions evaluated on the type (from the cached catalog, else the
     /// embedded one), as planning sized it. `None` when the type has no `maxPods`
