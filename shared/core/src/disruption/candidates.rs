@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use crate::api::model::NodePool;
 use crate::catalog::LABEL_NODEPOOL;
-use crate::cluster::{ClusterSnapshot, Node, Pod};
+use crate::cluster::{ClusterSnapshot, Node, Pod, PodDisruptionBudget};
 
 use super::rules::{expired, moving_pods, requirements_drift};
 use super::{RejectCode, Rejection};
@@ -79,6 +79,7 @@ pub fn evaluate<'a>(
             *staying.entry(p.as_str()).or_default() += 1;
         }
     }
+    let allowances = Allowances::new(snapshot);
     let mut out = Vec::new();
     for node in &snapshot.nodes {
         let Some(pool) = node
@@ -110,7 +111,7 @@ pub fn evaluate<'a>(
                     pool.name
                 ),
             )),
-            None => blocker(node, &on_node, &moving, snapshot, now),
+            None => blocker(node, &on_node, &moving, &allowances, now),
         };
         out.push(NodeVerdict {
             node,
@@ -137,11 +138,47 @@ pub fn reschedule_cost(moving: &[&Pod]) -> f64 {
         .sum::<f64>()
 }
 
+/// Each PodDisruptionBudget's allowed disruptions, counted over the snapshot's pods
+/// once per evaluation (not once per node that has a pod it selects: that is every
+/// pod of the cluster for every node, quadratic in its size).
+struct Allowances<'a> {
+    snapshot: &'a ClusterSnapshot,
+    counted: Vec<std::cell::OnceCell<i64>>,
+}
+
+impl<'a> Allowances<'a> {
+    fn new(snapshot: &'a ClusterSnapshot) -> Self {
+        Allowances {
+            snapshot,
+            counted: vec![std::cell::OnceCell::new(); snapshot.pdbs.len()],
+        }
+    }
+
+    /// The budgets selecting `pod`, each with the disruptions it allows now (its
+    /// status when the API server wrote one, else counted as its controller does).
+    fn selecting<'p>(
+        &'p self,
+        pod: &'p Pod,
+    ) -> impl Iterator<Item = (&'a PodDisruptionBudget, i64)> + 'p {
+        self.snapshot
+            .pdbs
+            .iter()
+            .zip(&self.counted)
+            .filter(|(b, _)| b.selects(pod))
+            .map(|(b, counted)| {
+                let allowed = b.status_disruptions_allowed.unwrap_or_else(|| {
+                    *counted.get_or_init(|| b.disruptions_allowed(&self.snapshot.pods))
+                });
+                (b, allowed)
+            })
+    }
+}
+
 fn blocker(
     node: &Node,
     on_node: &[&Pod],
     moving: &[&Pod],
-    snapshot: &ClusterSnapshot,
+    allowances: &Allowances<'_>,
     now: i64,
 ) -> Option<Rejection> {
     let initialized = node
@@ -191,10 +228,7 @@ fn blocker(
         return Some(Rejection::new(RejectCode::DoNotDisrupt, reason));
     }
     for pod in moving {
-        for pdb in snapshot.pdbs.iter().filter(|b| b.selects(pod)) {
-            let allowed = pdb
-                .status_disruptions_allowed
-                .unwrap_or_else(|| pdb.disruptions_allowed(&snapshot.pods));
+        for (pdb, allowed) in allowances.selecting(pod) {
             if allowed <= 0 {
                 return Some(Rejection::new(
                     RejectCode::PodDisruptionBudget,
