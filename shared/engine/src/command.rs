@@ -122,12 +122,7 @@ impl CommandMachine<'_> {
         self.launcher.ports()
     }
 
-    fn decide(
-        &self,
-        world: &Gathered,
-        now: i64,
-        revalidate: Option<&DisruptionCommand>,
-    ) -> Decided {
+    fn decide(&self, world: &Gathered, now: i64, revalidate: &[&DisruptionCommand]) -> Decided {
         decide(self.decider, self.spot_to_spot, world, now, revalidate)
     }
 }
@@ -217,7 +212,7 @@ pub(crate) async fn start_command(
     let cause = cause_of(command.reason);
     info!(command = %id, method = ?command.method, reason = ?command.reason, nodes = ?command.nodes,
         replacements = persisted.replacements.len(), "starting disruption command");
-    advance_command(m, world, &persisted, Some(cause), lease, report).await?;
+    advance_command(m, world, &persisted, cause, lease, report).await?;
     Ok(Some(StartedCommand {
         id,
         method: format!("{:?}", command.method),
@@ -232,8 +227,9 @@ pub(crate) async fn start_command(
     }))
 }
 
-/// Every command found on the claims, advanced one step. One command's failure never
-/// stops the others.
+/// Every command found on the claims, advanced one step: first each one's marking and
+/// replacements, then one decision that validates every command due now (see
+/// [`decide`]). One command's failure never stops the others.
 pub(crate) async fn advance_commands(
     m: &CommandMachine<'_>,
     world: &mut Gathered,
@@ -255,25 +251,61 @@ pub(crate) async fn advance_commands(
             entry.validated |= cmd.validated;
         }
     }
-    for (id, cmd) in commands {
+    let mut due = Vec::new();
+    for cmd in commands.into_values() {
         if let Some(lease) = lease {
             lease.keep(m.ports()).await?;
         }
-        match advance_command(m, world, &cmd, None, lease, &mut report).await {
-            Ok(()) => {}
-            Err(EngineError::LeaseLost { name, source }) => {
-                return Err(EngineError::LeaseLost { name, source });
+        let step = prepare_command(m, world, &cmd, None, lease, &mut report).await;
+        match step {
+            Ok(Step::Next) => due.push(cmd),
+            Ok(Step::Wait) => {}
+            Ok(Step::Abandon(why)) => {
+                let abandoned = abandon(m, world, &cmd, &why, &mut report).await;
+                settle(m, world, &cmd, abandoned, &mut report).await?;
             }
-            Err(e) => {
-                warn!(command = %id, error = %e, kind = ?e.kind(), "could not advance the command; next poll");
-                report.errors.push((id.clone(), e.to_string()));
-                if e.kind() == Some(ErrorKind::Conflict) {
-                    world.claims = m.ports().store.list_claims().await?;
-                }
-            }
+            Err(e) => settle(m, world, &cmd, Err(e), &mut report).await?,
         }
     }
+    if due.is_empty() {
+        return Ok(report);
+    }
+    if let Some(lease) = lease {
+        lease.keep(m.ports()).await?;
+    }
+    let now = m.ports().clock.now();
+    let decision = m.decide(world, now, &due.iter().collect::<Vec<_>>());
+    for cmd in &due {
+        let concluded = conclude(m, world, cmd, &decision, &mut report).await;
+        settle(m, world, cmd, concluded, &mut report).await?;
+    }
     Ok(report)
+}
+
+/// What a command's failed step leaves: a lost lease stops the pass, any other error
+/// is reported and the command retried next poll (after a conflict, on claims read
+/// again).
+async fn settle(
+    m: &CommandMachine<'_>,
+    world: &mut Gathered,
+    cmd: &DisruptionCommand,
+    result: Result<()>,
+    report: &mut CommandsReport,
+) -> Result<()> {
+    match result {
+        Ok(()) => Ok(()),
+        Err(EngineError::LeaseLost { name, source }) => {
+            Err(EngineError::LeaseLost { name, source })
+        }
+        Err(e) => {
+            warn!(command = %cmd.id, error = %e, kind = ?e.kind(), "could not advance the command; next poll");
+            report.errors.push((cmd.id.clone(), e.to_string()));
+            if e.kind() == Some(ErrorKind::Conflict) {
+                world.claims = m.ports().store.list_claims().await?;
+            }
+            Ok(())
+        }
+    }
 }
 
 /// Where a step of a command leaves it.
@@ -286,29 +318,60 @@ enum Step {
     Abandon(String),
 }
 
-/// One step of one command: mark its candidates, then launch and wait for its
-/// replacements, then validate. `cause` is given when the command starts (afterwards
-/// it is read from the candidates).
+/// One step of one command just started: mark its candidates, then launch its
+/// replacements, and validate it if it is due already.
 async fn advance_command(
+    m: &CommandMachine<'_>,
+    world: &mut Gathered,
+    cmd: &DisruptionCommand,
+    cause: DisruptionCause,
+    lease: Option<&LeaseKeeper>,
+    report: &mut CommandsReport,
+) -> Result<()> {
+    match prepare_command(m, world, cmd, Some(cause), lease, report).await? {
+        Step::Next => {
+            let now = m.ports().clock.now();
+            let decision = m.decide(world, now, &[cmd]);
+            conclude(m, world, cmd, &decision, report).await
+        }
+        Step::Abandon(why) => abandon(m, world, cmd, &why, report).await,
+        Step::Wait => Ok(()),
+    }
+}
+
+/// A command's steps up to its validation: its candidates marked, its replacements
+/// launched and up for the validation delay (`Next`: due for validation). A command
+/// validated already finishes telling its candidates (a crash may have stopped half
+/// way) and waits for nothing more here. `cause` is given when the command starts
+/// (afterwards it is read from the candidates).
+async fn prepare_command(
     m: &CommandMachine<'_>,
     world: &mut Gathered,
     cmd: &DisruptionCommand,
     cause: Option<DisruptionCause>,
     lease: Option<&LeaseKeeper>,
     report: &mut CommandsReport,
-) -> Result<()> {
+) -> Result<Step> {
     if cmd.validated {
-        // A crash may have stopped half way: finish telling every candidate.
-        return mark_validated(m.ports(), world, cmd).await;
+        mark_validated(m.ports(), world, cmd).await?;
+        return Ok(Step::Wait);
     }
-    let step = match mark_candidates(m, world, cmd, cause, report).await? {
-        Step::Next => match replacements_up(m, world, cmd, lease, report).await? {
-            Step::Next => validate(m, world, cmd, report).await?,
-            other => other,
-        },
-        other => other,
-    };
-    match step {
+    match mark_candidates(m, world, cmd, cause, report).await? {
+        Step::Next => replacements_up(m, world, cmd, lease, report).await,
+        other => Ok(other),
+    }
+}
+
+/// A command due for validation, judged by `decision` (core asked on its
+/// candidates, with any others due in the same poll): validated, or abandoned.
+async fn conclude(
+    m: &CommandMachine<'_>,
+    world: &mut Gathered,
+    cmd: &DisruptionCommand,
+    decision: &Decided,
+    report: &mut CommandsReport,
+) -> Result<()> {
+    match validate(m, world, cmd, decision, report).await? {
         Step::Abandon(why) => abandon(m, world, cmd, &why, report).await,
         Step::Wait | Step::Next => Ok(()),
     }
@@ -518,18 +581,18 @@ fn validated_reason(delay_secs: i64, has_replacements: bool) -> String {
     }
 }
 
-/// Step 3: core asked again on the state of now, on the command's own candidates;
-/// every candidate still chosen → validated (the candidates drain from the next step
-/// on), recorded in the decision log.
+/// Step 3: core asked again on the state of now, on the command's own candidates
+/// (`decision`); every candidate still chosen → validated (the candidates drain from
+/// the next step on), recorded in the decision log.
 async fn validate(
     m: &CommandMachine<'_>,
     world: &mut Gathered,
     cmd: &DisruptionCommand,
+    decision: &Decided,
     report: &mut CommandsReport,
 ) -> Result<Step> {
     let ports = m.ports();
     let now = ports.clock.now();
-    let decision = m.decide(world, now, Some(cmd));
     let chosen: HashSet<&str> = decision
         .commands
         .iter()

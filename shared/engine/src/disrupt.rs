@@ -185,7 +185,7 @@ impl Disrupter {
     }
 
     fn decide(&self, world: &Gathered, now: i64) -> Decision {
-        decide(&self.decider, self.config.spot_to_spot, world, now, None)
+        decide(&self.decider, self.config.spot_to_spot, world, now, &[])
     }
 
     /// One scheduled run: lease, gather, advance the commands in flight, decide (when

@@ -1027,6 +1027,52 @@ async fn a_drifted_ami_is_replaced_and_the_new_node_runs_the_new_image() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn drift_commands_due_in_the_same_poll_are_validated_by_one_decision() {
+    use nodewright_engine::ports::Image;
+    // Core's decision, recording how many nodes each validation asks about.
+    let validations: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let seen = validations.clone();
+    let decider: Decider = Arc::new(move |input: &DisruptionInput<'_>| {
+        if let Some(nodes) = input.validating {
+            seen.lock().unwrap().push(nodes.len());
+        }
+        nodewright_core::disruption::decide(input)
+    });
+    let sys = System::with(
+        pool_with_budget(BudgetNodes::Percent(100)),
+        decider,
+        Arc::default(),
+    );
+    sys.add_pods("web", 9);
+    sys.provision(2).await;
+    let old = sys.live_nodes();
+    assert_eq!(old.len(), 3, "{:#?}", sys.claims());
+
+    sys.world.cloud.set_images(vec![Image {
+        id: "ami-0bbbbbbbbbbbbbbb1".into(),
+        arch: "amd64".into(),
+    }]);
+    sys.run(5).await;
+
+    let nodes = sys.live_nodes();
+    assert_eq!(nodes.len(), 3, "{:#?}", sys.decisions("disruption"));
+    assert!(
+        nodes.iter().all(|n| !old.contains(n)),
+        "every node replaced: {:#?}",
+        sys.decisions("disruption")
+    );
+    // The three commands were decided together, so their replacements came up
+    // together: one decision validated all three, not one decision each.
+    assert_eq!(
+        *validations.lock().unwrap(),
+        vec![3],
+        "{:#?}",
+        sys.decisions("disruption")
+    );
+    sys.assert_settled();
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_node_class_that_fails_to_resolve_drifts_nothing_that_run_and_fails_no_run() {
     use nodewright_engine::ports::Image;
     let sys = System::deciding_with_core(m5_pool());

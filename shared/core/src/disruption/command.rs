@@ -135,8 +135,9 @@ pub struct DisruptionInput<'a> {
     /// and count toward budgets, but are not candidates (Karpenter's nominated nodes) —
     /// an empty one is not empty for long.
     pub nominated: &'a [String],
-    /// Validation of one command already under way: only these nodes (its candidates)
-    /// are considered, and consolidation tries them as one set first. Everything else
-    /// still counts: budgets, the nodes pods may move to, other commands' nodes.
+    /// Validation of commands already under way: only these nodes (their candidates)
+    /// are considered, none of them takes pods, and consolidation tries them as one set
+    /// first. Everything else still counts: budgets, the nodes pods may move to, other
+    /// commands' nodes.
     pub validating: Option<&'a [String]>,
 }

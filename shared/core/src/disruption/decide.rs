@@ -242,13 +242,18 @@ pub fn decide_observed(input: &DisruptionInput<'_>, ended: &mut dyn FnMut(Phase)
         .map(|c| c.name().to_string())
         .collect();
     if let Some(only) = input.validating {
-        // Budgets and prices above counted every node; only the command's are decided.
-        candidates.retain(|c| only.iter().any(|n| n == c.name()));
+        // Budgets and prices above counted every node; only the commands' are decided.
+        let only: HashSet<&str> = only.iter().map(String::as_str).collect();
+        candidates.retain(|c| only.contains(c.name()));
     }
 
+    // Nodes being validated are leaving together if they still hold: one command's
+    // pods never land on another's node, as when each is validated alone (the others'
+    // nodes are then `disrupting`).
     let closed: Vec<String> = input
         .disrupting
         .iter()
+        .chain(input.validating.unwrap_or_default())
         .cloned()
         .chain(
             candidates

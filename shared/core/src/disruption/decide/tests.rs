@@ -262,6 +262,37 @@ fn a_command_under_validation_is_decided_as_its_own_set_not_the_first_the_budget
 }
 
 #[test]
+fn commands_validated_together_never_move_pods_onto_each_others_nodes() {
+    // Two drift commands due in one poll: each node has room for the other's pod, but
+    // both are leaving, so each keeps its own replacement and both still hold.
+    let mut case = Case::new(
+        vec![managed("d1", "m5.xlarge"), managed("d2", "m5.xlarge")],
+        vec![on("d1", "p1", "1"), on("d2", "p2", "1")],
+    );
+    case.external_drift = vec![
+        ("d1".into(), "AMI ami-old is no longer selected".into()),
+        ("d2".into(), "AMI ami-old is no longer selected".into()),
+    ];
+    case.validating = Some(vec!["d1".into(), "d2".into()]);
+    let d = case.decide();
+    assert_eq!(
+        methods(&d),
+        [
+            (Method::Drift, vec!["d1".to_string()]),
+            (Method::Drift, vec!["d2".to_string()])
+        ],
+        "{d:#?}"
+    );
+    for c in &d.commands {
+        assert!(
+            c.moves.iter().all(|m| m.target != "d1" && m.target != "d2"),
+            "{d:#?}"
+        );
+        assert_eq!(c.replacements.len(), 1, "{d:#?}");
+    }
+}
+
+#[test]
 fn several_nodes_are_never_replaced_by_one_of_their_own_type() {
     // One m5.xlarge takes both pods: a new one is no better than keeping either,
     // so one node goes and its pod moves to the other; nothing is launched.
