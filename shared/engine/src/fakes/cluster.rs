@@ -405,16 +405,8 @@ impl FakeCluster {
         labels: &BTreeMap<String, String>,
         taints: &[Taint],
     ) -> String {
-        let h = mix(instance
-            .id
-            .bytes()
-            .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(u64::from(b))));
-        let name = format!(
-            "ip-10-{}-{}-{}.ec2.internal",
-            (h >> 16) & 0xff,
-            (h >> 8) & 0xff,
-            h & 0xff
-        );
+        let provider_id = format!("aws:///{}/{}", instance.zone, instance.id);
+        let name = self.free_node_name(&instance.id, &provider_id);
         let it = self.catalog.get(&instance.instance_type);
         let mut node_labels = BTreeMap::new();
         if let Some(it) = it {
@@ -443,7 +435,7 @@ impl FakeCluster {
             taints: taints.to_vec(),
             allocatable: it.map(|t| t.allocatable.clone()).unwrap_or_default(),
             capacity: it.map(|t| t.capacity.clone()).unwrap_or_default(),
-            provider_id: Some(format!("aws:///{}/{}", instance.zone, instance.id)),
+            provider_id: Some(provider_id),
             unschedulable: false,
             ready: false,
             // The kubelet reports the machine's boot id; a reboot changes it.
@@ -455,6 +447,33 @@ impl FakeCluster {
         inner.state.nodes.retain(|n| n.name != name);
         inner.state.nodes.push(node);
         name
+    }
+
+    /// The node name of the instance's private IP address, derived from its id (the
+    /// same on a re-registration). EC2 never gives two instances of a VPC the same
+    /// address, so an address whose node belongs to another instance is passed over
+    /// for the next one: the 24 bits of a hash collide between two of 4,000 instances
+    /// about every other run.
+    fn free_node_name(&self, instance_id: &str, provider_id: &str) -> String {
+        let inner = lock(&self.inner);
+        let mut h = address_hash(instance_id);
+        loop {
+            let name = format!(
+                "ip-10-{}-{}-{}.ec2.internal",
+                (h >> 16) & 0xff,
+                (h >> 8) & 0xff,
+                h & 0xff
+            );
+            let taken = inner
+                .state
+                .nodes
+                .iter()
+                .any(|n| n.name == name && n.provider_id.as_deref() != Some(provider_id));
+            if !taken {
+                return name;
+            }
+            h = h.wrapping_add(1);
+        }
     }
 
     /// Every running instance of `cloud` without a node registers, with the labels and
@@ -851,4 +870,11 @@ impl Cluster for FakeCluster {
             ))
         }
     }
+}
+
+/// The low 24 bits make up an instance's first-choice private address (10.x.y.z).
+pub(super) fn address_hash(instance_id: &str) -> u64 {
+    mix(instance_id
+        .bytes()
+        .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(u64::from(b))))
 }

@@ -467,6 +467,46 @@ mod tests {
         assert_eq!(cloud.call_counts()[&CloudOp::OwnedInstances], 2);
     }
 
+    #[test]
+    fn two_instances_whose_first_choice_addresses_collide_get_two_nodes() {
+        // Two instance ids that hash to the same 10.x.y.z, found by search.
+        let mut seen: HashMap<u64, String> = HashMap::new();
+        let (first, second) = (0u64..)
+            .map(|n| format!("i-{n:017x}"))
+            .find_map(|id| {
+                let address = cluster::address_hash(&id) & 0xff_ffff;
+                seen.insert(address, id.clone()).map(|before| (before, id))
+            })
+            .unwrap();
+        let cluster = FakeCluster::new(Arc::new(Catalog::embedded().clone()));
+        let instance = |id: &str| Instance {
+            id: id.into(),
+            instance_type: "m5.large".into(),
+            zone: "us-east-1a".into(),
+            capacity_type: CapacityType::OnDemand,
+            state: "running".into(),
+            claim_name: None,
+            launch_time: 0,
+            image_id: None,
+            subnet_id: None,
+            security_group_ids: vec![],
+            capacity_reservation_id: None,
+        };
+        let a = cluster.register(&instance(&first), &BTreeMap::new(), &[]);
+        let b = cluster.register(&instance(&second), &BTreeMap::new(), &[]);
+        assert_ne!(a, b, "EC2 gives two live instances two addresses");
+        assert_eq!(cluster.nodes().len(), 2, "the first node is still there");
+        assert_eq!(
+            cluster.node(&a).unwrap().provider_id,
+            Some(format!("aws:///us-east-1a/{first}"))
+        );
+        assert_eq!(
+            cluster.register(&instance(&first), &BTreeMap::new(), &[]),
+            a,
+            "registering again keeps the name"
+        );
+    }
+
     #[tokio::test]
     async fn the_kubelet_registers_not_ready_with_the_launch_labels_and_taints() {
         let catalog = Arc::new(Catalog::embedded().clone());
