@@ -28,7 +28,7 @@
 //! runs. What goes in ([`super::scenario`]) and what comes out ([`super::report`]) are
 //! their own files.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -906,18 +906,22 @@ impl Run<'_> {
         let (billed, price) = w.billed_now();
         let lost = w.lost_pods().len() + w.orphaned_pods().len();
         let (provisioner_invocations, interruption_invocations) = *lock(&self.invocations);
-        // A command counts once every node it named is gone (Terminated claims).
+        // A command counts once every node it named is gone by it (a Terminated claim
+        // that carries it): a node whose command was abandoned and that a later
+        // command took counts for the later one alone.
         let (disruption_invocations, started) = lock(&self.disruption).clone();
         let claims = w.store.claims();
+        let terminated_by: HashMap<&str, &str> = claims
+            .iter()
+            .filter(|k| k.state == nodewright_core::nodeclaim::ClaimState::Terminated)
+            .filter_map(|k| Some((k.node_name.as_deref()?, k.command()?.id.as_str())))
+            .collect();
         let done: Vec<&crate::command::StartedCommand> = started
             .iter()
             .filter(|c| {
-                c.nodes.iter().all(|n| {
-                    claims.iter().any(|k| {
-                        k.node_name.as_deref() == Some(n.as_str())
-                            && k.state == nodewright_core::nodeclaim::ClaimState::Terminated
-                    })
-                })
+                c.nodes
+                    .iter()
+                    .all(|n| terminated_by.get(n.as_str()) == Some(&c.id.as_str()))
             })
             .collect();
         let summary = Summary {
