@@ -1477,6 +1477,73 @@ fn simulate_repairs_unhealthy_nodes_a_fifth_of_the_pool_at_a_time_from_scenario_
 }
 
 #[test]
+fn simulate_terminates_first_a_node_whose_pool_cpu_limit_leaves_no_room_for_its_replacement() {
+    // The repair example's ten m5.large (2 vCPU each) under `limits.cpu: 20`: one node
+    // stops reporting, and a replacement of its size would make 22.
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/node-repair.yaml"
+    ))
+    .unwrap();
+    let limited = example
+        .replace(
+            "      disruption:\n        budgets:",
+            "      limits: {cpu: 20}\n      disruption:\n        budgets:",
+        )
+        .replace("  - at: 2m\n    instanceImpaired: {target: oldest}\n", "")
+        .replace(
+            "nodeNotReady: {target: random, count: 5}",
+            "nodeNotReady: {target: random, count: 1}",
+        );
+    assert!(limited.contains("limits: {cpu: 20}"), "the example changed");
+    // (repairs, every repair decision's "action: reason") of a run.
+    let run = |name: &str, repair: &str| {
+        let scenario = temp_file(name, &format!("{limited}\nnodeRepair: {repair}\n"));
+        let saved = scenario.with_extension("json");
+        let out = nodewright(&[
+            "simulate",
+            scenario.to_str().unwrap(),
+            "--output",
+            "json",
+            "--save",
+            saved.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["summary"]["podsLost"], 0, "{}", doc["summary"]);
+        let state: Value = serde_json::from_slice(&std::fs::read(&saved).unwrap()).unwrap();
+        let decisions: Vec<String> = state["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["job"] == "repair")
+            .map(|d| format!("{}: {}", d["action"], d["reason"]))
+            .collect();
+        (doc["summary"]["repairs"].as_u64(), decisions)
+    };
+    let (repairs, held) = run("repair-held.yaml", "{terminateFirstRepair: false}");
+    assert_eq!(repairs, Some(0), "{held:#?}");
+    assert!(
+        held.iter().any(|d| d.contains(
+            "is at limits.cpu 20 and cannot stage a replacement (TerminateFirstRepair would"
+        )),
+        "{held:#?}"
+    );
+
+    let (repairs, first) = run(
+        "repair-terminate-first.yaml",
+        "{terminateFirstRepair: true}",
+    );
+    assert_eq!(repairs, Some(1), "{first:#?}");
+    assert!(
+        first
+            .iter()
+            .any(|d| d.contains("is at limits.cpu 20 and cannot stage a replacement")),
+        "{first:#?}"
+    );
+}
+
+#[test]
 fn simulate_reboots_a_gpu_fault_a_reboot_clears_and_replaces_a_fatal_one_with_reboot_for_repair() {
     let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/gpu-reboot.yaml");
     let out = nodewright(&["simulate", scenario, "--output", "json"]);

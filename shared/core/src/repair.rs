@@ -37,6 +37,7 @@ use crate::api::model::{DisruptionReason, NodePool};
 use crate::cluster::{ConditionStatus, Node};
 use crate::disruption::budget::allowance;
 use crate::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
+use crate::resources::{Resources, format_milli};
 pub use policy::{RepairAction, RepairPolicies, RepairPolicy, Resolved, legacy_policies};
 
 /// `karpenter.sh/do-not-repair: "true"` on a node: repair leaves it alone.
@@ -335,6 +336,9 @@ fn impaired_symptom(i: &ImpairedInstance, now: i64) -> Symptom {
 struct Pool<'a> {
     /// Live claims with a node.
     nodes: u64,
+    /// Their nodes' capacity, against `spec.limits` (a claim still launching is not
+    /// counted: its capacity is known once its node registers).
+    capacity: Resources,
     /// Of them, initialized (what budgets are a share of).
     initialized: usize,
     /// Claims being taken away for repair.
@@ -389,6 +393,7 @@ pub fn plan_repairs(input: &RepairInput<'_>) -> RepairPlan {
             continue;
         };
         pool.nodes += 1;
+        pool.capacity.add(&node.capacity);
         if claim.state.is_being_taken_away() {
             pool.disrupting += 1;
             if claim
@@ -476,6 +481,7 @@ pub fn plan_repairs(input: &RepairInput<'_>) -> RepairPlan {
             pool.repairing + pool.rebooting
         );
         let mut staged = 0u64;
+        let mut usage = pool.capacity.clone();
         for due in pool.due {
             let Due {
                 claim,
@@ -563,25 +569,25 @@ pub fn plan_repairs(input: &RepairInput<'_>) -> RepairPlan {
                             "; rebooted {recent_reboots} times in 24 hours, so replaced"
                         ));
                     }
-                    let at_limit = node_pool
-                        .node_limit
-                        .is_some_and(|max| pool.claims + staged >= max);
-                    if !at_limit {
-                        staged += 1;
-                        RepairStep::Replace
-                    } else if settings.terminate_first {
-                        why.push_str(&format!(
-                            "; NodePool {pool_name:?} is at limits.nodes {} and cannot stage a replacement",
-                            node_pool.node_limit.unwrap_or(0)
-                        ));
-                        RepairStep::TerminateFirst
-                    } else {
-                        plan.held.push(hold(format!(
-                            "{}: NodePool {pool_name:?} is at limits.nodes {} and cannot stage a replacement (TerminateFirstRepair would drain and terminate the node first)",
-                            symptom.describe(now),
-                            node_pool.node_limit.unwrap_or(0)
-                        )));
-                        continue;
+                    match limit_reached(node_pool, pool.claims + staged, &usage, node) {
+                        None => {
+                            staged += 1;
+                            usage.add(&node.capacity);
+                            RepairStep::Replace
+                        }
+                        Some(limit) if settings.terminate_first => {
+                            why.push_str(&format!(
+                                "; NodePool {pool_name:?} is at {limit} and cannot stage a replacement"
+                            ));
+                            RepairStep::TerminateFirst
+                        }
+                        Some(limit) => {
+                            plan.held.push(hold(format!(
+                                "{}: NodePool {pool_name:?} is at {limit} and cannot stage a replacement (TerminateFirstRepair would drain and terminate the node first)",
+                                symptom.describe(now)
+                            )));
+                            continue;
+                        }
                     }
                 }
             };
@@ -618,6 +624,30 @@ pub fn plan_repairs(input: &RepairInput<'_>) -> RepairPlan {
         }
     }
     plan
+}
+
+/// The limit of `pool` a replacement for `node` would pass, as written
+/// (`limits.nodes 3`, `limits.cpu 100`), given its `claims` and the `usage` of its
+/// nodes with the replacements staged so far. The replacement is counted at the
+/// capacity of the node it replaces: it runs the same pods, and the type provisioning
+/// picks is not known here.
+fn limit_reached(pool: &NodePool, claims: u64, usage: &Resources, node: &Node) -> Option<String> {
+    if let Some(max) = pool.node_limit
+        && claims >= max
+    {
+        return Some(format!("limits.nodes {max}"));
+    }
+    let limits = pool.limits.as_ref()?;
+    limits
+        .iter()
+        .filter(|(name, _)| *name != "nodes")
+        .find(|&(name, limit)| {
+            usage
+                .get_milli(name)
+                .saturating_add(node.capacity.get_milli(name))
+                > limit
+        })
+        .map(|(name, limit)| format!("limits.{name} {}", format_milli(name, limit)))
 }
 
 fn twenty_percent(symptom: &Symptom, allowed: u64, share: &str, now: i64) -> String {

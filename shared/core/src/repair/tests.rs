@@ -451,6 +451,43 @@ fn a_pool_at_its_node_limit_holds_the_repair_or_terminates_first_with_the_gate()
 }
 
 #[test]
+fn a_pool_whose_cpu_limit_leaves_no_room_for_a_replacement_terminates_first_with_the_gate() {
+    // Three 4-cpu nodes, one unhealthy: a replacement of its size needs 16 cpu in all.
+    let (mut nodes, claims) = pool_of(3, &[0], NOW - 31 * 60);
+    for n in &mut nodes {
+        n.capacity = crate::testing::resources(&[("cpu", "4"), ("memory", "16Gi")]);
+    }
+    let plan_with_cpu_limit = |cpu: &str, settings: &RepairSettings| {
+        let mut pool = general_pool();
+        pool.limits = Some(crate::testing::resources(&[("cpu", cpu)]));
+        v115(&nodes, &claims, &[pool], settings, NOW)
+    };
+    let roomy = plan_with_cpu_limit("16", &RepairSettings::aws(false, true));
+    assert_eq!(roomy.repairs[0].step, RepairStep::Replace, "{roomy:#?}");
+
+    let held = plan_with_cpu_limit("14", &RepairSettings::aws(false, false));
+    assert!(held.repairs.is_empty(), "{held:#?}");
+    assert!(
+        held.held[0]
+            .reason
+            .contains("is at limits.cpu 14 and cannot stage a replacement"),
+        "{}",
+        held.held[0].reason
+    );
+    let first = plan_with_cpu_limit("14", &RepairSettings::aws(false, true));
+    assert_eq!(
+        first.repairs[0].step,
+        RepairStep::TerminateFirst,
+        "{first:#?}"
+    );
+    assert!(
+        first.repairs[0].reason.contains("limits.cpu 14"),
+        "{}",
+        first.repairs[0].reason
+    );
+}
+
+#[test]
 fn reboots_in_flight_count_against_the_twenty_percent_and_the_most_overdue_goes_first() {
     let (mut nodes, mut claims) = pool_of(10, &[1, 3], NOW - 31 * 60);
     nodes[3] = node(
