@@ -45,7 +45,7 @@ use tracing::{info, warn};
 use nodewright_core::disruption::command::Command;
 use nodewright_core::disruption::{Decision as Decided, Reason};
 use nodewright_core::nodeclaim::{
-    ClaimState, Disruption, DisruptionCause, DisruptionCommand, NodeClaim,
+    ClaimSpec, ClaimState, Disruption, DisruptionCause, DisruptionCommand, NodeClaim,
 };
 
 use crate::context::Ports;
@@ -153,11 +153,27 @@ fn command_id(nodes: &[String], now: i64) -> String {
 }
 
 /// `<pool>-<5 lowercase alphanumerics>` derived from the command id: the same on
-/// every retry of the same command.
-fn replacement_name(pool: &str, id: &str, index: usize) -> String {
+/// every retry of the same command (the name is recorded in the command before the
+/// claim is created). The suffix has 36⁵ values, so at 10,000 claims about one
+/// replacement of 5,000 would be given a name a claim already has, and that claim
+/// would be read as the replacement: `taken` names are passed over for the next
+/// `attempt`.
+fn replacement_name(pool: &str, id: &str, index: usize, taken: &dyn Fn(&str) -> bool) -> String {
+    (0u64..)
+        .map(|attempt| replacement_name_at(pool, id, index, attempt))
+        .find(|name| !taken(name))
+        .unwrap_or_default()
+}
+
+fn replacement_name_at(pool: &str, id: &str, index: usize, attempt: u64) -> String {
     const ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in id.bytes().chain((index as u64).to_le_bytes()) {
+    let attempt = (attempt > 0).then_some(attempt.to_le_bytes());
+    for b in id
+        .bytes()
+        .chain((index as u64).to_le_bytes())
+        .chain(attempt.into_iter().flatten())
+    {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
@@ -197,11 +213,12 @@ pub(crate) async fn start_command(
             warn!(nodepool = %planned.node_pool, "replacement for an unusable NodePool; command skipped");
             return Ok(None);
         };
-        replacements.push(claim_spec(
-            planned,
-            pool,
-            replacement_name(&pool.name, &id, i),
-        ));
+        let taken = |name: &str| {
+            world.claims.iter().any(|c| c.name == name)
+                || replacements.iter().any(|r: &ClaimSpec| r.name == name)
+        };
+        let name = replacement_name(&pool.name, &id, i, &taken);
+        replacements.push(claim_spec(planned, pool, name));
     }
     let persisted = DisruptionCommand {
         id: id.clone(),
@@ -767,7 +784,26 @@ async fn abandon(
 
 #[cfg(test)]
 mod tests {
-    use super::validated_reason;
+    use super::{replacement_name, replacement_name_at, validated_reason};
+
+    #[test]
+    fn a_replacement_never_takes_the_name_of_a_claim_that_exists() {
+        let free = replacement_name("default", "0123456789abcdef", 0, &|_| false);
+        assert_eq!(
+            free,
+            replacement_name_at("default", "0123456789abcdef", 0, 0)
+        );
+        assert!(free.starts_with("default-") && free.len() == "default-".len() + 5);
+        // The first choice belongs to a claim (of the provisioner's, or an earlier
+        // command's): the next one is taken, the same on every retry.
+        let taken = |name: &str| name == free;
+        let other = replacement_name("default", "0123456789abcdef", 0, &taken);
+        assert_ne!(other, free);
+        assert_eq!(
+            other,
+            replacement_name("default", "0123456789abcdef", 0, &taken)
+        );
+    }
 
     #[test]
     fn a_command_without_replacements_is_not_said_to_wait_for_them() {
