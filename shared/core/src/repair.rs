@@ -632,22 +632,20 @@ pub fn plan_repairs(input: &RepairInput<'_>) -> RepairPlan {
 /// capacity of the node it replaces: it runs the same pods, and the type provisioning
 /// picks is not known here.
 fn limit_reached(pool: &NodePool, claims: u64, usage: &Resources, node: &Node) -> Option<String> {
-    if let Some(max) = pool.node_limit
-        && claims >= max
-    {
-        return Some(format!("limits.nodes {max}"));
-    }
-    let limits = pool.limits.as_ref()?;
-    limits
-        .iter()
-        .filter(|(name, _)| *name != "nodes")
-        .find(|&(name, limit)| {
-            usage
-                .get_milli(name)
-                .saturating_add(node.capacity.get_milli(name))
-                > limit
-        })
-        .map(|(name, limit)| format!("limits.{name} {}", format_milli(name, limit)))
+    let nodes_after = i64::try_from(claims)
+        .unwrap_or(i64::MAX)
+        .saturating_add(1)
+        .saturating_mul(1000);
+    let (name, _, limit) = pool.limit_passed(nodes_after, |name| {
+        usage
+            .get_milli(name)
+            .saturating_add(node.capacity.get_milli(name))
+    })?;
+    Some(if name == "nodes" {
+        format!("limits.nodes {}", limit / 1000)
+    } else {
+        format!("limits.{name} {}", format_milli(&name, limit))
+    })
 }
 
 fn twenty_percent(symptom: &Symptom, allowed: u64, share: &str, now: i64) -> String {

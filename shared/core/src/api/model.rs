@@ -181,6 +181,31 @@ impl NodePool {
     pub fn is_static(&self) -> bool {
         self.replicas.is_some()
     }
+
+    /// The limit one more node would pass, as (resource, what use would reach, limit),
+    /// in milli-units: `limits.nodes` against `nodes_after` (read apart from the other
+    /// limits: `nodes: 0` is a limit too), else the first other resource whose use
+    /// with the node, `used_after(name)`, exceeds its limit. Saturating: a limit
+    /// written as "no limit" sits at the quantity ceiling.
+    pub fn limit_passed(
+        &self,
+        nodes_after: i64,
+        used_after: impl Fn(&str) -> i64,
+    ) -> Option<(String, i64, i64)> {
+        if let Some(max) = self.node_limit {
+            let limit = i64::try_from(max).unwrap_or(i64::MAX).saturating_mul(1000);
+            if nodes_after > limit {
+                return Some(("nodes".to_string(), nodes_after, limit));
+            }
+        }
+        self.limits
+            .as_ref()?
+            .iter()
+            .filter(|(name, _)| *name != "nodes")
+            .map(|(name, limit)| (name, used_after(name), limit))
+            .find(|&(_, used, limit)| used > limit)
+            .map(|(name, used, limit)| (name.to_string(), used, limit))
+    }
 }
 
 /// `amiSelectorTerms[]`: exactly one way of selecting per term.

@@ -305,41 +305,19 @@ impl<'a> Scheduler<'a> {
     /// Whether a new node of type `t` keeps `pool` within its limits, counting the
     /// type's capacity with the pool's overlays (see [`Self::capacity`]).
     pub(super) fn within_limits(&self, pool: PoolId, t: InstanceTypeId) -> Result<(), Refusal> {
-        let node_pool = self.node_pool(pool);
-        if let Some(max) = node_pool.node_limit {
-            // Read apart from the other limits: `nodes: 0` is a limit too.
-            let limit = i64::try_from(max).unwrap_or(i64::MAX).saturating_mul(1000);
-            let used = self.pools[pool]
-                .usage
-                .get_milli("nodes")
-                .saturating_add(1000);
-            if used > limit {
-                return Err(Refusal::LimitReached {
-                    resource: "nodes".to_string(),
-                    would_reach: used,
-                    limit,
-                });
-            }
+        let usage = &self.pools[pool].usage;
+        let nodes_after = usage.get_milli("nodes").saturating_add(1000);
+        let add = self.capacity(pool, t);
+        match self.node_pool(pool).limit_passed(nodes_after, |name| {
+            usage.get_milli(name).saturating_add(add.get_milli(name))
+        }) {
+            Some((resource, would_reach, limit)) => Err(Refusal::LimitReached {
+                resource,
+                would_reach,
+                limit,
+            }),
+            None => Ok(()),
         }
-        let Some(limits) = &node_pool.limits else {
-            return Ok(());
-        };
-        for (name, limit) in limits.iter() {
-            if name == "nodes" {
-                continue;
-            }
-            let add = self.capacity(pool, t).get_milli(name);
-            // Saturating: a limit written as "no limit" sits at the quantity ceiling.
-            let used = self.pools[pool].usage.get_milli(name).saturating_add(add);
-            if used > limit {
-                return Err(Refusal::LimitReached {
-                    resource: name.to_string(),
-                    would_reach: used,
-                    limit,
-                });
-            }
-        }
-        Ok(())
     }
 
     /// Distinct values of each minValues key among types fitting `requests` under `reqs`.
