@@ -38,6 +38,7 @@ CLUSTER_TAG = "kubernetes.io/cluster/${ClusterName}"
 RESOURCE_TAG = f"aws:ResourceTag/{CLUSTER_TAG}"
 REQUEST_TAG = f"aws:RequestTag/{CLUSTER_TAG}"
 NODE_ROLE_ARN = "arn:${AWS::Partition}:iam::${AWS::AccountId}:role/${NodeRoleName}"
+CLUSTER_ARN = "arn:${AWS::Partition}:eks:${AWS::Region}:${AWS::AccountId}:cluster/${ClusterName}"
 # The instance profiles nodewright manages for EC2NodeClass roles are named
 # <cluster>_<hash>, as Karpenter names them.
 INSTANCE_PROFILE_ARN = "arn:${AWS::Partition}:iam::${AWS::AccountId}:instance-profile/${ClusterName}_*"
@@ -266,6 +267,12 @@ def check_iam(template: dict) -> list[str]:
                     for key in keys:
                         if condition(s, "StringEquals", prefix + key) != TAG_VALUES[key]:
                             problems.append(f"{at}: allows {a} without {prefix}{key} = {TAG_VALUES[key]}")
+
+            if allows(s, "arc-zonal-shift:GetManagedResource"):
+                if not doc.where.startswith("ProvisionerRole/"):
+                    problems.append(f"{at}: allows arc-zonal-shift:GetManagedResource; only the provisioner's role reads zonal shifts")
+                if text(condition(s, "StringEquals", "arc-zonal-shift:ResourceIdentifier") or "") != CLUSTER_ARN:
+                    problems.append(f"{at}: arc-zonal-shift:GetManagedResource without arc-zonal-shift:ResourceIdentifier = this cluster")
 
             ddb = [a for a in actions(s) if a.lower().startswith("dynamodb:")]
             if ddb:
@@ -585,6 +592,13 @@ def reboot_any_instance(t):
     doc.save()
 
 
+def read_every_resources_zonal_shifts(t):
+    # The branch that exists only with ZonalShift is checked too.
+    doc, s = find_statement(t, "arc-zonal-shift:GetManagedResource", "ProvisionerRole")
+    s.pop("Condition")
+    doc.save()
+
+
 def terminate_with_ec2_wildcard_elsewhere(t):
     doc, s = find_statement(t, "ec2:DescribeInstances", "InterruptionRole")
     s["Action"] = ["ec2:Describe*", "ec2:Term*"]
@@ -747,6 +761,7 @@ MUTATIONS = [
     (drop_terminate_condition, "ec2:TerminateInstances without"),
     (terminate_with_ec2_wildcard_elsewhere, "ec2:TerminateInstances without"),
     (reboot_any_instance, "ec2:RebootInstances without"),
+    (read_every_resources_zonal_shifts, "arc-zonal-shift:GetManagedResource without"),
     (launch_instances_without_request_tag, "launches on instance/volume/fleet without"),
     (pass_any_role, "iam:PassRole on"),
     (create_instance_profiles_untagged, f"allows iam:CreateInstanceProfile without {REQUEST_TAG} = owned"),

@@ -4,7 +4,9 @@
 //! endTime, nodeClasses}]`), standing for what DescribeCapacityReservations would report for the
 //! EC2NodeClasses' `capacityReservationSelectorTerms` (a reservation without
 //! `nodeClasses` is open to every class; with them, only to the classes named); and
-//! `--min-values-policy`, the stack's `MinValuesPolicy`.
+//! `--min-values-policy`, the stack's `MinValuesPolicy`; and `--zonal-shift`, the zones
+//! an ARC zonal shift or autoshift is in force in (the stack's `ZonalShift`): nothing
+//! launches there, and `disrupt` neither disrupts nor fills the nodes there.
 
 use std::path::{Path, PathBuf};
 
@@ -28,12 +30,32 @@ pub(crate) struct CapacityArgs {
     /// NodePools that allow `karpenter.sh/capacity-type: reserved`.
     #[arg(long)]
     reservations: Option<PathBuf>,
+    /// Zones under an ARC zonal shift or autoshift (comma-separated, each one of
+    /// --zones): nothing launches there, and disrupt neither disrupts nor fills the
+    /// nodes there, as the functions do with the stack's ZonalShift on.
+    #[arg(long = "zonal-shift", value_delimiter = ',')]
+    zonal_shift: Vec<String>,
 }
 
 impl CapacityArgs {
     /// Sets the policy on `pricing`, and the reservations when a file is given.
     pub(crate) fn apply(&self, pricing: &mut Pricing) -> Result<(), Failure> {
         pricing.min_values_policy = self.min_values_policy.into();
+        let mut problems = Vec::new();
+        for zone in &self.zonal_shift {
+            let zone = zone.trim();
+            if !pricing.zones.iter().any(|z| z == zone) {
+                problems.push(format!(
+                    "--zonal-shift: {zone:?} is not one of --zones ({})",
+                    pricing.zones.join(", ")
+                ));
+            } else if !pricing.is_shifted(zone) {
+                pricing.shifted_zones.push(zone.to_string());
+            }
+        }
+        if !problems.is_empty() {
+            return Err(Failure::Invalid(problems));
+        }
         if let Some(path) = &self.reservations {
             pricing.reservations = load(path)?;
         }

@@ -193,6 +193,15 @@ struct EventSpec {
     capacity_shortage: Option<ShortageSpec>,
     scale_node_pool: Option<ScaleSpec>,
     image_release: Option<EmptySpec>,
+    zonal_shift: Option<ZonalShiftSpec>,
+}
+
+/// `zonalShift`: ARC shifts traffic away from `zone` for `duration`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ZonalShiftSpec {
+    zone: String,
+    duration: Dur,
 }
 
 /// `nodeRepair`: how the provisioner repairs, as the stack's parameters say.
@@ -249,7 +258,7 @@ impl SeveralSpec {
     }
 }
 
-const EVENT_KINDS: &str = "spotInterruption, reservationInterruption, rebalanceRecommendation, scheduledChange, instanceStopped, nodeNotReady, instanceImpaired, gpuFault, capacityShortage, scaleNodePool or imageRelease";
+const EVENT_KINDS: &str = "spotInterruption, reservationInterruption, rebalanceRecommendation, scheduledChange, instanceStopped, nodeNotReady, instanceImpaired, gpuFault, capacityShortage, scaleNodePool, imageRelease or zonalShift";
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -706,6 +715,22 @@ fn disturbance(e: EventSpec, scenario: &Scenario) -> Result<ScheduledDisturbance
     }
     if e.image_release.is_some() {
         kinds.push(Disturbance::ImageRelease);
+    }
+    if let Some(z) = e.zonal_shift {
+        if !scenario.zones.contains(&z.zone) {
+            return Err(format!(
+                ".zonalShift.zone: {:?} is not one of the scenario's zones ({})",
+                z.zone,
+                scenario.zones.join(", ")
+            ));
+        }
+        if z.duration.0.is_zero() {
+            return Err(".zonalShift.duration: longer than 0s".into());
+        }
+        kinds.push(Disturbance::ZonalShift {
+            zone: z.zone,
+            duration: z.duration.0,
+        });
     }
     match kinds.len() {
         1 => Ok(ScheduledDisturbance {

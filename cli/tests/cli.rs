@@ -1925,6 +1925,10 @@ mod scheduler_gaps;
 #[path = "cli/reservations.rs"]
 mod reservations;
 
+/// ARC zonal shifts through `plan --zonal-shift`.
+#[path = "cli/zonal_shift.rs"]
+mod zonal_shift;
+
 /// `nodewright disrupt`, the dry-run disruption contract.
 #[path = "cli/disrupt.rs"]
 mod disrupt;

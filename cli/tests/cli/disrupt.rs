@@ -14,6 +14,8 @@ mod merges;
 mod reservations;
 #[path = "disrupt/worth.rs"]
 mod worth;
+#[path = "disrupt/zonal_shift.rs"]
+mod zonal_shift;
 
 pub(super) const NOW: &str = "2026-11-23T10:00:00Z";
 /// Two hours before NOW: nodes and pods are this old unless a test says otherwise.

@@ -23,6 +23,8 @@ pub struct AwsContext {
     pub(crate) lambda: aws_sdk_lambda::Client,
     #[cfg(feature = "ec2")]
     pub(crate) iam: aws_sdk_iam::Client,
+    #[cfg(feature = "ec2")]
+    pub(crate) arc: aws_sdk_arczonalshift::Client,
 }
 
 impl AwsContext {
@@ -60,6 +62,8 @@ impl AwsContext {
             lambda: aws_sdk_lambda::Client::new(&config),
             #[cfg(feature = "ec2")]
             iam: aws_sdk_iam::Client::new(&config),
+            #[cfg(feature = "ec2")]
+            arc: aws_sdk_arczonalshift::Client::new(&config),
             config,
         }
     }

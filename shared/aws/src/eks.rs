@@ -33,6 +33,9 @@ pub const TOKEN_RENEW_BEFORE: Duration = Duration::from_secs(2 * 60);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterInfo {
     pub name: String,
+    /// `arn:aws:eks:REGION:ACCOUNT:cluster/NAME`: what ARC knows the cluster by (zonal
+    /// shifts). `None` where DescribeCluster gave none.
+    pub arn: Option<String>,
     /// `https://...eks.amazonaws.com`
     pub endpoint: String,
     /// The cluster CA bundle (PEM), decoded from `certificateAuthority.data`.
@@ -80,6 +83,7 @@ impl ClusterInfo {
                 )
             })?;
         Ok(ClusterInfo {
+            arn: cluster.arn,
             name: cluster.name.unwrap_or_else(|| name.to_string()),
             endpoint,
             ca_pem,

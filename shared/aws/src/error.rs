@@ -25,7 +25,9 @@ pub fn kind_for_code(code: &str) -> Option<ErrorKind> {
         // IAM: the entity exists / is in use / changed concurrently.
         | "EntityAlreadyExists"
         | "DeleteConflict"
-        | "ConcurrentModification" => ErrorKind::Conflict,
+        | "ConcurrentModification"
+        // ARC: another zonal shift changed the resource.
+        | "ConflictException" => ErrorKind::Conflict,
         "ProvisionedThroughputExceededException"
         | "ThrottlingException"
         | "Throttling"
@@ -64,6 +66,7 @@ pub fn kind_for_code(code: &str) -> Option<ErrorKind> {
         | "InternalServerError"
         | "InternalError"
         | "InternalFailure"
+        | "InternalServerException"
         | "Unavailable"
         // IAM: "the request processing has failed because of an unknown error", and an
         // entity being modified by IAM itself right now.

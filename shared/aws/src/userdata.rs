@@ -211,6 +211,7 @@ mod tests {
 
     fn cluster() -> ClusterInfo {
         ClusterInfo {
+            arn: None,
             name: "prod".into(),
             endpoint: "https://ABC.gr7.us-east-1.eks.amazonaws.com".into(),
             ca_pem: b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".to_vec(),

@@ -453,6 +453,7 @@ store_contract!(decisions_round_trip_in_time_order, |store| {
 
 fn cluster_info(name: &str) -> ClusterInfo {
     ClusterInfo {
+        arn: Some(format!("arn:aws:eks:us-east-1:123456789012:cluster/{name}")),
         name: name.into(),
         endpoint: "https://EXAMPLE.gr7.us-east-1.eks.amazonaws.com".into(),
         ca_pem: b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".to_vec(),
@@ -586,6 +587,16 @@ async fn node_classes_resolve_subnets_groups_and_images_by_alias_id_and_tags() {
     };
     assert_eq!(zone_of(&net.subnet_a), "us-east-1a");
     assert_eq!(zone_of(&net.subnet_b), "us-east-1b");
+    // The zone ID too (`availabilityZoneId`): ARC names shifted zones by it.
+    for s in &resolved.subnets {
+        assert!(
+            s.zone_id.starts_with("use1-az"),
+            "subnet {} in {}: zone id {:?}",
+            s.id,
+            s.zone,
+            s.zone_id
+        );
+    }
     assert_eq!(
         resolved.security_group_ids,
         vec![net.security_group.clone()]

@@ -438,6 +438,10 @@ pub struct Pricing {
     /// Whether a minValues the fitting types cannot keep leaves pods pending or is
     /// lowered (`MIN_VALUES_POLICY`); planning and consolidation read it alike.
     pub min_values_policy: crate::scheduling::requirements::MinValuesPolicy,
+    /// Zones (names) under an ARC zonal shift or autoshift now: nothing is sold there
+    /// (no launch, no replacement) while it lasts, and consolidation neither disrupts
+    /// nor fills the nodes there ([`crate::disruption`]). Empty unless the stack opts in.
+    pub shifted_zones: Vec<String>,
 }
 
 impl Default for Pricing {
@@ -460,7 +464,13 @@ impl Pricing {
             overlays: Default::default(),
             reservations: Vec::new(),
             min_values_policy: Default::default(),
+            shifted_zones: Vec::new(),
         }
+    }
+
+    /// Whether `zone` is under a zonal shift now.
+    pub fn is_shifted(&self, zone: &str) -> bool {
+        self.shifted_zones.iter().any(|z| z == zone)
     }
 
     /// The reservations a node of EC2NodeClass `class` (any class when `None`) of type
@@ -497,9 +507,9 @@ impl Pricing {
         )
     }
 
-    /// Price of one offering, or `None` when it is not offered or known unavailable.
+    /// Price of one offering, or `None` when it is not offered, known unavailable, or
+    /// in a zone under a zonal shift.
     pub fn price(&self, it: &InstanceType, zone: &str, capacity_type: CapacityType) -> Option<f64> {
-        let od = it.on_demand_price?;
         if !self.unavailable.is_empty()
             && self
                 .unavailable
@@ -507,6 +517,24 @@ impl Pricing {
         {
             return None;
         }
+        if self.is_shifted(zone) {
+            return None;
+        }
+        self.running_price(it, zone, capacity_type)
+    }
+
+    /// What a node of this offering costs while it runs, whether or not the offering
+    /// can be launched now: an instance keeps its spot price when the spot pool runs
+    /// out of capacity or its zone is shifted away from. Pricing such a node at
+    /// on-demand would make replacing it look like a saving. A `reserved` offering
+    /// still needs a reservation with room (see [`Self::price`]).
+    pub fn running_price(
+        &self,
+        it: &InstanceType,
+        zone: &str,
+        capacity_type: CapacityType,
+    ) -> Option<f64> {
+        let od = it.on_demand_price?;
         Some(match capacity_type {
             CapacityType::OnDemand => od,
             CapacityType::Reserved => {
@@ -568,6 +596,38 @@ mod tests {
             pricing
                 .price(m5, "us-east-1b", CapacityType::Spot)
                 .is_some()
+        );
+    }
+
+    #[test]
+    fn a_shifted_zone_sells_nothing_but_its_running_nodes_keep_their_price() {
+        let c = Catalog::embedded();
+        let m5 = c.get("m5.xlarge").unwrap();
+        let mut pricing = Pricing::default();
+        pricing
+            .spot_prices
+            .insert(("m5.xlarge".into(), "us-east-1a".into()), 0.05);
+        pricing
+            .unavailable
+            .insert(("m5.xlarge".into(), "us-east-1a".into(), CapacityType::Spot));
+        pricing.shifted_zones = vec!["us-east-1b".into()];
+        for ct in CapacityType::ALL {
+            assert_eq!(pricing.price(m5, "us-east-1b", ct), None, "{ct:?}");
+        }
+        assert!(
+            pricing
+                .price(m5, "us-east-1c", CapacityType::OnDemand)
+                .is_some()
+        );
+        // A spot node whose pool ran out of capacity still costs its spot price, not
+        // on-demand (which would make replacing it look like a saving).
+        assert_eq!(
+            pricing.running_price(m5, "us-east-1a", CapacityType::Spot),
+            Some(0.05)
+        );
+        assert_eq!(
+            pricing.running_price(m5, "us-east-1b", CapacityType::OnDemand),
+            Some(0.192)
         );
     }
 

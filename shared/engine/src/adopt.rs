@@ -147,7 +147,7 @@ fn adopted_instance(
         .unwrap_or(instance.capacity_type);
     let price_per_hour = catalog
         .get(&instance_type)
-        .and_then(|it| pricing.price(it, &zone, capacity_type));
+        .and_then(|it| pricing.running_price(it, &zone, capacity_type));
     AdoptedInstance {
         name: label(LABEL_NODECLAIM).unwrap_or_else(|| node.name.clone()),
         node_pool: pool.name.clone(),

@@ -140,7 +140,8 @@ pub fn rejection_reason(code: RejectCode) -> &'static str {
         RejectCode::DoNotDisrupt
         | RejectCode::PodDisruptionBudget
         | RejectCode::DisruptionBudget
-        | RejectCode::NotReady => DISRUPTION_BLOCKED,
+        | RejectCode::NotReady
+        | RejectCode::ZonalShift => DISRUPTION_BLOCKED,
         RejectCode::ConsolidateAfter
         | RejectCode::ConsolidationPolicy
         | RejectCode::PodsDoNotFit

@@ -51,6 +51,8 @@ pub(crate) struct Gathered {
     /// virtual pods of those resolved ([`nodewright_core::capacity_buffer`]).
     pub(crate) buffers: Vec<nodewright_core::capacity_buffer::Resolution>,
     pub(crate) virtual_pods: Vec<nodewright_core::cluster::Pod>,
+    /// The zones under an ARC zonal shift now (also in `pricing.shifted_zones`).
+    pub(crate) shifted_zones: Vec<crate::zonal_shift::ShiftedZone>,
 }
 
 impl Gathered {
@@ -84,7 +86,7 @@ pub(crate) async fn gather(
     unresolved: Unresolved,
     adopting_karpenter_nodes: bool,
 ) -> Result<Gathered> {
-    let (state, claims, unavailable, catalog, spot, owned, kubernetes_version) = tokio::try_join!(
+    let (state, claims, unavailable, catalog, spot, owned, kubernetes_version, shifts) = tokio::try_join!(
         async { p.cluster.state().await.map_err(EngineError::from) },
         async { p.store.list_claims().await.map_err(EngineError::from) },
         async {
@@ -101,6 +103,14 @@ pub(crate) async fn gather(
                 .kubernetes_version()
                 .await
                 .map_err(EngineError::from)
+        },
+        async {
+            // Best effort: a tick is not lost because ARC cannot be read (the adapter
+            // answers from its last read while it can).
+            Ok::<_, EngineError>(p.cloud.zonal_shifts().await.unwrap_or_else(|e| {
+                warn!(error = %e, kind = ?e.kind, "could not read the cluster's zonal shifts; planning as if none were in force");
+                Vec::new()
+            }))
         },
     )?;
     let adopted_live = claims.iter().any(|c| c.adopted && !c.state.is_terminal());
@@ -233,6 +243,9 @@ pub(crate) async fn gather(
     zones.sort();
     zones.dedup();
     let mut pricing = Pricing::for_zones(zones);
+    let shifted_zones =
+        crate::zonal_shift::shifted_zones(&shifts, classes.values().map(|(_, r)| r), now);
+    pricing.shifted_zones = shifted_zones.iter().map(|s| s.zone.clone()).collect();
     pricing.spot_prices = spot.into_iter().collect();
     pricing.unavailable = unavailable.into_iter().collect();
     let (expiring, mut usable) = merge_reservations(reservations, now);
@@ -277,6 +290,7 @@ pub(crate) async fn gather(
         expiring_reservations: expiring,
         buffers,
         virtual_pods,
+        shifted_zones,
     })
 }
 

@@ -206,7 +206,7 @@ impl Launcher {
                     ct => world
                         .catalog
                         .get(&inst.instance_type)
-                        .and_then(|it| world.pricing.price(it, &inst.zone, ct))
+                        .and_then(|it| world.pricing.running_price(it, &inst.zone, ct))
                         .or(on_demand),
                 }
                 .unwrap_or(0.0);

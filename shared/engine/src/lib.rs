@@ -6,7 +6,8 @@
 //! 1. [`lease`]: the job's lease, short and renewed at every checkpoint
 //!    ([`lease::LeaseKeeper`]); someone else holds it → the tick is skipped.
 //! 2. [`gather`]: the one read a tick starts from — cluster, claims, catalog, prices,
-//!    instances, every EC2NodeClass resolved.
+//!    instances, every EC2NodeClass resolved, the zones under an ARC zonal shift
+//!    ([`zonal_shift`]: nothing sold there; NodePools told when a shift starts and ends).
 //! 3. [`launch`]: claims left `Launching` by a crash are adopted or launched again.
 //! 4. [`adopt`]: nodes Karpenter launched recorded as claims (opt-in, after a
 //!    migration: [`adopt_karpenter_nodes`]).
@@ -57,6 +58,7 @@ pub mod reservations;
 pub mod sim;
 pub mod static_capacity;
 pub mod terminate;
+pub mod zonal_shift;
 
 pub use adopt::adopt_karpenter_nodes;
 pub use claim_cache::ClaimCache;

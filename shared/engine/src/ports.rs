@@ -117,6 +117,9 @@ port_error!(StoreError, "store");
 pub struct Subnet {
     pub id: String,
     pub zone: String,
+    /// The Availability Zone ID (`use1-az1`): the same physical zone in every account,
+    /// while zone names are mapped per account. ARC names shifted zones by ID.
+    pub zone_id: String,
     pub available_ips: i64,
 }
 
@@ -256,6 +259,28 @@ pub struct Instance {
     pub capacity_reservation_id: Option<String>,
 }
 
+/// A zonal shift or zonal autoshift ARC holds on the cluster (GetManagedResource).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZonalShift {
+    /// The Availability Zone ID traffic is shifted away from (`awayFrom`, `use1-az1`).
+    pub zone_id: String,
+    /// ARC applies it now (`appliedStatus: APPLIED`; an autoshift may be held back
+    /// while a practice run or another shift is in force).
+    pub applied: bool,
+    /// When it ends (Unix seconds); `None` for an autoshift, which lasts until ARC
+    /// ends it.
+    pub expires: Option<i64>,
+    /// `ZONAL_SHIFT`, `ZONAL_AUTOSHIFT`, `PRACTICE_RUN` or `FIS_EXPERIMENT`: for the log.
+    pub kind: String,
+}
+
+impl ZonalShift {
+    /// Whether it is in force at `now`.
+    pub fn active(&self, now: i64) -> bool {
+        self.applied && self.expires.is_none_or(|end| end > now)
+    }
+}
+
 #[async_trait]
 pub trait Cloud: Send + Sync {
     /// Instance types with on-demand prices and allowed zones (cached per warm Lambda).
@@ -297,6 +322,10 @@ pub trait Cloud: Send + Sync {
     async fn impaired_instances(
         &self,
     ) -> Result<Vec<nodewright_core::repair::ImpairedInstance>, CloudError>;
+    /// The zonal shifts and autoshifts ARC holds on the cluster, in force or not
+    /// ([`ZonalShift::active`] says). Empty, and nothing called, unless the stack opts
+    /// in (`ZonalShift`).
+    async fn zonal_shifts(&self) -> Result<Vec<ZonalShift>, CloudError>;
 }
 
 // ----- Cluster -----------------------------------------------------------------------

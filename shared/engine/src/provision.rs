@@ -47,6 +47,7 @@ use crate::ports::{ClusterEvent, Decision, EventType, ObjectKind, UnreadableKind
 use crate::reasons::{ClaimPods, Reasons, ReasonsInput, StatusFields};
 use crate::repair::{RepairReport, Repairer};
 use crate::static_capacity::{StaticCapacity, StaticReport};
+use crate::zonal_shift::ZonalShiftNotices;
 use nodewright_core::repair::RepairSettings;
 
 pub use crate::launch::LaunchedClaim;
@@ -281,6 +282,8 @@ pub struct Provisioner {
     repairer: Repairer,
     /// Static NodePools' memory (warnings already given).
     statics: StaticCapacity,
+    /// The zonal shifts the NodePools were told of.
+    zonal_shifts: ZonalShiftNotices,
 }
 
 impl Provisioner {
@@ -293,6 +296,7 @@ impl Provisioner {
             decider: default_decider(),
             reasons: Reasons::new(),
             statics: StaticCapacity::default(),
+            zonal_shifts: ZonalShiftNotices::default(),
         }
     }
 
@@ -773,6 +777,11 @@ impl Provisioner {
                 }),
         );
         let now = self.ports.clock.now();
+        self.zonal_shifts
+            .publish(&self.ports, &world.shifted_zones, &world.pools, &|name| {
+                world.classes.get(name).map(|(_, r)| r)
+            })
+            .await;
         self.reasons
             .publish_overlays(&self.ports, now, &world.overlay_statuses)
             .await;

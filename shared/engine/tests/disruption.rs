@@ -40,6 +40,9 @@ mod min_values;
 #[path = "disruption/reservations.rs"]
 mod reservations;
 
+#[path = "disruption/zonal_shift.rs"]
+mod zonal_shift;
+
 const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 /// 2025-01-01T00:00:00Z.
 const START: i64 = 1_735_689_600;

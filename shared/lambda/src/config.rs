@@ -57,6 +57,11 @@ pub struct Config {
     /// most requests per second the function sends the Kubernetes API on average, and
     /// at once (client-go's QPS and burst; see `nodewright_kube::client`).
     pub api_rate: ApiRate,
+    /// `NODEWRIGHT_ZONAL_SHIFT` (default false): read the cluster's ARC zonal shifts and
+    /// autoshifts; while one is in force, nothing launches in its zone and consolidation
+    /// leaves the zone's nodes alone (Karpenter-AWS's `ENABLE_ZONAL_SHIFT`). Read by
+    /// the provisioner and the disruption function alike.
+    pub zonal_shift: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -192,6 +197,7 @@ impl Config {
             repair,
             min_values_policy,
             api_rate: ApiRate { qps, burst },
+            zonal_shift: flag("NODEWRIGHT_ZONAL_SHIFT")?,
         })
     }
 }
@@ -228,6 +234,23 @@ mod tests {
         assert_eq!(c.rebalance_action, RebalanceAction::Replace);
         assert!(!c.adopt_karpenter_nodes, "adoption is opt-in");
         assert_eq!(c.min_values_policy, MinValuesPolicy::Strict);
+        assert!(!c.zonal_shift, "zonal shift is opt-in, as Karpenter's");
+    }
+
+    #[test]
+    fn zonal_shift_is_turned_on_by_its_flag_and_a_bad_value_is_named() {
+        let with = |v: &str| {
+            Config::from_vars(&vars(&[
+                ("NODEWRIGHT_CLUSTER_NAME", "prod"),
+                ("NODEWRIGHT_TABLE_NAME", "nw"),
+                ("NODEWRIGHT_ZONAL_SHIFT", v),
+            ]))
+        };
+        assert!(with("true").unwrap().zonal_shift);
+        assert_eq!(
+            with("on").unwrap_err().to_string(),
+            "NODEWRIGHT_ZONAL_SHIFT=\"on\": true or false"
+        );
     }
 
     #[test]

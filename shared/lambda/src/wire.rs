@@ -85,6 +85,7 @@ pub async fn build_ports(config: &Config) -> Result<(Ports, ClusterInfo), Startu
             ssm_public_prefix: config.ssm_public_prefix.clone(),
             // A dry run touches nothing: not even IAM.
             manage_instance_profiles: !config.dry_run,
+            zonal_shift: config.zonal_shift,
             ..Ec2CloudConfig::default()
         },
         info.clone(),

@@ -22,6 +22,7 @@
 //!   first, falling back on insufficient capacity (classified in [`crate::fleet`]).
 //! - `instances`: DescribeInstances (ours, Karpenter's) and TerminateInstances.
 //! - `reservations`: DescribeCapacityReservations for `capacityReservationSelectorTerms`.
+//! - `zonal_shift`: ARC GetManagedResource, the zonal shifts on the cluster (opt-in).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -46,6 +47,7 @@ mod launch;
 mod launch_template;
 mod reservations;
 mod resolve;
+mod zonal_shift;
 
 use catalog::ReadOnce;
 pub use instances::is_instance_id;
@@ -71,6 +73,11 @@ pub struct Ec2CloudConfig {
     /// the class. False in a dry run: the profile's name is reported and IAM is not
     /// called.
     pub manage_instance_profiles: bool,
+    /// Read the cluster's ARC zonal shifts and autoshifts (the stack's `ZonalShift`):
+    /// no launch into a shifted zone. Off: nothing is asked of ARC.
+    pub zonal_shift: bool,
+    /// How long a warm Lambda reuses ARC's answer.
+    pub zonal_shift_ttl: Duration,
 }
 
 impl Default for Ec2CloudConfig {
@@ -80,6 +87,8 @@ impl Default for Ec2CloudConfig {
             catalog_ttl: Duration::from_secs(3600),
             spot_prices_ttl: Duration::from_secs(300),
             manage_instance_profiles: true,
+            zonal_shift: false,
+            zonal_shift_ttl: Duration::from_secs(30),
         }
     }
 }
@@ -87,6 +96,7 @@ impl Default for Ec2CloudConfig {
 pub struct Ec2Cloud {
     ec2: aws_sdk_ec2::Client,
     ssm: aws_sdk_ssm::Client,
+    arc: aws_sdk_arczonalshift::Client,
     config: Ec2CloudConfig,
     cluster: ClusterInfo,
     /// The catalog and spot prices, shared by every `Ec2Cloud` of this process for the
@@ -96,6 +106,8 @@ pub struct Ec2Cloud {
     templates: Mutex<HashSet<String>>,
     /// Subnets found without a free address by a recent launch (per warm Lambda).
     exhausted_subnets: launch::ExhaustedSubnets,
+    /// ARC's last answer about the cluster's zonal shifts (per warm Lambda).
+    zonal_shifts: Mutex<zonal_shift::LastRead>,
     profiles: InstanceProfiles,
     region: Option<String>,
 }
@@ -110,6 +122,7 @@ impl Ec2Cloud {
         Self {
             ec2: ctx.ec2.clone(),
             ssm: ctx.ssm.clone(),
+            arc: ctx.arc.clone(),
             profiles: InstanceProfiles::new(
                 ctx.iam.clone(),
                 &cluster.name,
@@ -121,6 +134,7 @@ impl Ec2Cloud {
             read,
             templates: Mutex::new(HashSet::new()),
             exhausted_subnets: launch::ExhaustedSubnets::default(),
+            zonal_shifts: Mutex::default(),
         }
     }
 
@@ -189,6 +203,10 @@ impl Cloud for Ec2Cloud {
         &self,
     ) -> Result<Vec<nodewright_core::repair::ImpairedInstance>, CloudError> {
         self.describe_impaired_instances().await
+    }
+
+    async fn zonal_shifts(&self) -> Result<Vec<nodewright_engine::ports::ZonalShift>, CloudError> {
+        self.read_zonal_shifts().await
     }
 }
 

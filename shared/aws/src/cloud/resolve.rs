@@ -153,6 +153,7 @@ impl Ec2Cloud {
                             Subnet {
                                 id,
                                 zone,
+                                zone_id: s.availability_zone_id.unwrap_or_default(),
                                 available_ips,
                             },
                         );

@@ -219,6 +219,9 @@ pub fn decide_observed(input: &DisruptionInput<'_>, ended: &mut dyn FnMut(Phase)
             verdict.drifted = super::hash::hash_drift(verdict.pool, class, node, ours, ours)
                 .or_else(|| external.get(node.name.as_str()).map(|why| why.to_string()));
         }
+        if let Some(why) = zonal_shift(input, node) {
+            verdict.blocked = Some(why);
+        }
         let spot = node.labels.get(LABEL_CAPACITY_TYPE).map(String::as_str) == Some("spot");
         candidates.push(Candidate {
             verdict,
@@ -261,6 +264,7 @@ pub fn decide_observed(input: &DisruptionInput<'_>, ended: &mut dyn FnMut(Phase)
                 .filter(|c| c.verdict.node.deleting)
                 .map(|c| c.name().to_string()),
         )
+        .chain(in_shifted_zones(input))
         .collect();
     let room = KubeRoom::new(snapshot, closed.iter().map(String::as_str));
     let scheduler_input = SchedulerInput {
@@ -806,6 +810,40 @@ fn all_but<'c>(all: &[&'c Candidate<'_>], taken: &[usize]) -> Vec<&'c str> {
         .collect()
 }
 
+/// Why a node in a zone under an ARC zonal shift is in no voluntary command (Karpenter's
+/// zonal shift design: no voluntary disruption in the impaired zone while the shift
+/// lasts; expiration, which is forceful, still replaces it elsewhere).
+fn zonal_shift(input: &DisruptionInput<'_>, node: &crate::cluster::Node) -> Option<Rejection> {
+    if input.pricing.shifted_zones.is_empty() {
+        return None;
+    }
+    let zone = node.labels.get(LABEL_ZONE)?;
+    input.pricing.is_shifted(zone).then(|| {
+        Rejection::new(
+            RejectCode::ZonalShift,
+            format!(
+                "zone {zone} is under an ARC zonal shift: its nodes are not disrupted voluntarily, and take no moved pods, until the shift ends"
+            ),
+        )
+    })
+}
+
+/// The nodes in zones under a zonal shift: no destination for moved pods, as the zone
+/// gets no launch either.
+fn in_shifted_zones<'i>(input: &'i DisruptionInput<'_>) -> impl Iterator<Item = String> + 'i {
+    input
+        .snapshot
+        .nodes
+        .iter()
+        .filter(|n| {
+            !input.pricing.shifted_zones.is_empty()
+                && n.labels
+                    .get(LABEL_ZONE)
+                    .is_some_and(|z| input.pricing.is_shifted(z))
+        })
+        .map(|n| n.name.clone())
+}
+
 /// Drift is eventual disruption: with a terminationGracePeriod on the NodePool the
 /// drain ends by then anyway, so a pod's do-not-disrupt or PodDisruptionBudget does not
 /// keep the node from being a drift candidate (Karpenter's
@@ -929,13 +967,16 @@ fn node_price(
             node.name
         )
     })?;
-    // A node runs whether or not its offering is still sold: price it as sold, with
-    // its pool's NodeOverlays. A node in a capacity reservation is already paid for:
+    // A node runs whether or not its offering is still sold (out of capacity, or its
+    // zone shifted away from): price it as it runs, with its pool's NodeOverlays. A node in a capacity reservation is already paid for:
     // the reserved price, whether or not the reservation has room left (it may be
     // full because of this very node).
     let base = match capacity {
         CapacityType::Reserved => od / crate::catalog::RESERVED_PRICE_DIVISOR,
-        _ => input.pricing.price(it, zone, capacity).unwrap_or(od),
+        _ => input
+            .pricing
+            .running_price(it, zone, capacity)
+            .unwrap_or(od),
     };
     let pool = label(crate::catalog::LABEL_NODEPOOL).unwrap_or_default();
     Ok(input

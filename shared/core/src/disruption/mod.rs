@@ -76,6 +76,9 @@ pub enum RejectCode {
     /// The node holds nothing but CapacityBuffers' room: not empty, and not a
     /// consolidation candidate (drift and expiration still replace it).
     CapacityBuffer,
+    /// The node's zone is under an ARC zonal shift or autoshift: no voluntary
+    /// disruption there until it ends (expiration still replaces it).
+    ZonalShift,
 }
 
 /// A rejected candidate: the code and what exactly stopped it.

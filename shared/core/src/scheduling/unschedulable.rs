@@ -57,6 +57,9 @@ pub enum Refusal {
     },
     /// No type that could hold the pod is offered in a zone and capacity type it allows.
     NoOffering,
+    /// Every zone the pod may run in (these) is under an ARC zonal shift: nothing
+    /// launches there until it ends.
+    ZonalShift(Vec<String>),
     /// Every type that could hold the pod runs a DaemonSet binding one of its host ports.
     HostPortHeldByDaemonSet { port: HostPort, daemonset: String },
     /// The pod needs more of a resource than any of the pool's types offers pods
@@ -142,6 +145,15 @@ impl fmt::Display for PoolRefusal {
             Refusal::NoOffering => write!(
                 f,
                 "NodePool \"{pool}\": no offering in an allowed zone and capacity type"
+            ),
+            Refusal::ZonalShift(zones) => write!(
+                f,
+                "NodePool \"{pool}\": {} under an ARC zonal shift: nothing launches there until it ends",
+                if zones.len() == 1 {
+                    format!("zone {} is", zones[0])
+                } else {
+                    format!("zones {} are", zones.join(", "))
+                }
             ),
             Refusal::HostPortHeldByDaemonSet { port, daemonset } => write!(
                 f,

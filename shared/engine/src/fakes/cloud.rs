@@ -14,6 +14,7 @@ pub enum CloudOp {
     KarpenterInstances,
     InstanceStatus,
     CapacityReservations,
+    ZonalShifts,
 }
 
 /// The errors an EC2 call answers when it fails at random (`inject_faults`): throttling
@@ -107,6 +108,8 @@ struct CloudInner {
     /// RebootInstances calls not yet taken by [`FakeCloud::take_reboots`]: (id, when).
     reboots: Vec<(String, i64)>,
     reservations: Vec<FakeReservation>,
+    /// What ARC holds on the cluster ([`FakeCloud::start_zonal_shift`]).
+    zonal_shifts: Vec<ZonalShift>,
     faults: Faults<CloudOp, CloudError>,
     calls: Vec<Call<CloudOp>>,
     next_id: u64,
@@ -122,6 +125,27 @@ pub struct FakeCloud {
     region: String,
 }
 
+/// The Availability Zone ID the fake gives a zone name, shaped as AWS's are
+/// (`us-east-1a` → `use1-az1`, `eu-west-2c` → `euw2-az3`). In AWS the mapping differs
+/// per account, which is why ARC names zones by ID.
+pub fn zone_id(zone: &str) -> String {
+    let (region, letter) = zone.split_at(zone.len().saturating_sub(1));
+    let mut short = String::new();
+    for (i, part) in region.split('-').enumerate() {
+        match i {
+            0 => short.push_str(part),
+            _ if part.chars().all(|c| c.is_ascii_digit()) => short.push_str(part),
+            _ => short.extend(part.chars().next()),
+        }
+    }
+    let n = letter
+        .bytes()
+        .next()
+        .filter(u8::is_ascii_lowercase)
+        .map_or(0, |b| b - b'a' + 1);
+    format!("{short}-az{n}")
+}
+
 /// The cluster the fakes stand for (the name `node_class` discovers subnets by).
 pub const FAKE_CLUSTER: &str = "test-cluster";
 
@@ -135,6 +159,7 @@ impl FakeCloud {
             .map(|(i, z)| Subnet {
                 id: format!("subnet-{:017x}", mix(i as u64) >> 4),
                 zone: z.to_string(),
+                zone_id: zone_id(z),
                 available_ips: 4091,
             })
             .collect();
@@ -162,6 +187,7 @@ impl FakeCloud {
                 impaired: BTreeMap::new(),
                 reboots: Vec::new(),
                 reservations: Vec::new(),
+                zonal_shifts: Vec::new(),
                 faults: Faults::default(),
                 calls: Vec::new(),
                 next_id: 1,
@@ -185,6 +211,23 @@ impl FakeCloud {
     /// its alias): instances launched before run the old ones.
     pub fn set_images(&self, images: Vec<Image>) {
         lock(&self.inner).images = images;
+    }
+
+    /// ARC shifts traffic away from `zone` (a zone name: the fake reports it by its
+    /// [`zone_id`], as ARC does) until `expires` (`None`: an autoshift, until
+    /// [`FakeCloud::end_zonal_shifts`]).
+    pub fn start_zonal_shift(&self, zone: &str, kind: &str, expires: Option<i64>) {
+        lock(&self.inner).zonal_shifts.push(ZonalShift {
+            zone_id: zone_id(zone),
+            applied: true,
+            expires,
+            kind: kind.to_string(),
+        });
+    }
+
+    /// ARC ends every shift on the cluster (an autoshift's end; a shift cancelled).
+    pub fn end_zonal_shifts(&self) {
+        lock(&self.inner).zonal_shifts.clear();
     }
 
     /// Replaces the security groups every EC2NodeClass selects.
@@ -781,6 +824,21 @@ impl Cloud for FakeCloud {
                 i.instance.state != "terminated" && !inner.karpenter.contains(&i.instance.id)
             })
             .map(|i| i.instance.clone())
+            .collect())
+    }
+
+    async fn zonal_shifts(&self) -> Result<Vec<ZonalShift>, CloudError> {
+        tokio::task::yield_now().await;
+        if let Some(e) = self.record(CloudOp::ZonalShifts, "") {
+            return Err(e);
+        }
+        // ARC stops listing a zonal shift once it has expired.
+        let now = self.clock.now();
+        Ok(lock(&self.inner)
+            .zonal_shifts
+            .iter()
+            .filter(|z| z.expires.is_none_or(|end| end > now))
+            .cloned()
             .collect())
     }
 

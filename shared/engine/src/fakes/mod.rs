@@ -32,7 +32,7 @@ use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
 use crate::ports::{
     Clock, Cloud, CloudError, Cluster, ClusterError, ClusterEvent, ClusterState, Condition,
     Decision, ErrorKind, Image, Instance, LaunchError, LaunchRequest, Launched, Lease, NodePatch,
-    ObjectKind, Offering, ResolvedNodeClass, StatusUpdate, Store, StoreError, Subnet,
+    ObjectKind, Offering, ResolvedNodeClass, StatusUpdate, Store, StoreError, Subnet, ZonalShift,
 };
 
 /// Locks a mutex, recovering the data if a panicking test thread poisoned it.

@@ -154,4 +154,8 @@ impl Cloud for Ec2 {
     async fn impaired_instances(&self) -> Result<Vec<ImpairedInstance>, CloudError> {
         self.fake.impaired_instances().await
     }
+
+    async fn zonal_shifts(&self) -> Result<Vec<crate::ports::ZonalShift>, CloudError> {
+        self.fake.zonal_shifts().await
+    }
 }

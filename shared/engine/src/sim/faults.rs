@@ -531,6 +531,11 @@ impl Cloud for ChaosCloud {
             .through(Port::Ec2, "impaired_instances", call)
             .await
     }
+
+    async fn zonal_shifts(&self) -> Result<Vec<crate::ports::ZonalShift>, CloudError> {
+        let call = self.inner.zonal_shifts();
+        self.chaos.through(Port::Ec2, "zonal_shifts", call).await
+    }
 }
 
 struct ChaosCluster {

@@ -493,6 +493,17 @@ impl Run<'_> {
                 w.cloud.set_images(images);
                 None
             }
+            Disturbance::ZonalShift { zone, duration } => {
+                let end = now + secs(*duration);
+                w.mark("zonal shift");
+                w.log(format!(
+                    "ARC zonal shift away from {zone} ({}) until {}",
+                    crate::fakes::zone_id(zone),
+                    clock_time(end - w.started_at())
+                ));
+                w.cloud.start_zonal_shift(zone, "ZONAL_SHIFT", Some(end));
+                None
+            }
             Disturbance::CapacityShortage {
                 instance_types,
                 zones,

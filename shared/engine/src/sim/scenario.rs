@@ -81,6 +81,9 @@ pub enum Disturbance {
         capacity_types: Vec<CapacityType>,
         duration: Duration,
     },
+    /// ARC shifts traffic away from `zone` for `duration` (a zonal shift an operator
+    /// starts, or an autoshift); the functions run as with the stack's `ZonalShift` on.
+    ZonalShift { zone: String, duration: Duration },
 }
 
 /// A disturbance and when it happens (from the scenario's start).

@@ -37,6 +37,8 @@ struct Case {
     nominated: Vec<String>,
     external_drift: Vec<(String, String)>,
     validating: Option<Vec<String>>,
+    zones: Vec<String>,
+    shifted_zones: Vec<String>,
 }
 
 impl Case {
@@ -52,11 +54,14 @@ impl Case {
             nominated: vec![],
             external_drift: vec![],
             validating: None,
+            zones: vec!["us-east-1a".into()],
+            shifted_zones: vec![],
         }
     }
 
     fn decide(&self) -> Decision {
-        let pricing = Pricing::for_zones(vec!["us-east-1a".into()]);
+        let mut pricing = Pricing::for_zones(self.zones.clone());
+        pricing.shifted_zones = self.shifted_zones.clone();
         decide(&DisruptionInput {
             snapshot: &self.snapshot,
             node_pools: &self.pools,
@@ -290,6 +295,94 @@ fn commands_validated_together_never_move_pods_onto_each_others_nodes() {
         );
         assert_eq!(c.replacements.len(), 1, "{d:#?}");
     }
+}
+
+/// A node of the general-purpose pool in `zone`, as [`managed`] makes them.
+fn managed_in(name: &str, instance_type: &str, zone: &str) -> Node {
+    let mut n = managed(name, instance_type);
+    n.labels.insert(LABEL_ZONE.into(), zone.into());
+    n
+}
+
+#[test]
+fn nodes_in_a_zone_under_a_zonal_shift_are_neither_disrupted_nor_destinations() {
+    // Without the shift: a1 is empty and goes; a2 and b1 are consolidated.
+    let mut case = Case::new(
+        vec![
+            managed_in("a1", "m5.xlarge", "us-east-1a"),
+            managed_in("a2", "m5.xlarge", "us-east-1a"),
+            managed_in("b1", "m5.xlarge", "us-east-1b"),
+        ],
+        vec![on("a2", "p-a2", "1"), on("b1", "p-b1", "1")],
+    );
+    case.zones = vec!["us-east-1a".into(), "us-east-1b".into()];
+    let before = case.decide();
+    assert!(
+        before.commands.iter().any(|c| c.nodes == ["a1"]),
+        "{before:#?}"
+    );
+    assert!(
+        before
+            .commands
+            .iter()
+            .any(|c| c.nodes.iter().any(|n| n == "a2")),
+        "{before:#?}"
+    );
+
+    case.shifted_zones = vec!["us-east-1a".into()];
+    let d = case.decide();
+    let mut shifted: Vec<(String, RejectCode)> = codes(&d)
+        .into_iter()
+        .filter(|(n, _)| n.starts_with('a'))
+        .collect();
+    shifted.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        shifted,
+        [
+            ("a1".to_string(), RejectCode::ZonalShift),
+            ("a2".to_string(), RejectCode::ZonalShift)
+        ],
+        "{d:#?}"
+    );
+    for c in &d.commands {
+        assert!(c.nodes.iter().all(|n| n == "b1"), "{d:#?}");
+        assert!(c.moves.iter().all(|m| !m.target.starts_with('a')), "{d:#?}");
+        for r in &c.replacements {
+            assert_ne!(
+                r.zone, "us-east-1a",
+                "a replacement in the shifted zone: {d:#?}"
+            );
+        }
+    }
+    let why = &d.rejected.iter().find(|r| r.node == "a1").unwrap().reason;
+    assert!(
+        why.contains("us-east-1a is under an ARC zonal shift"),
+        "{why}"
+    );
+}
+
+#[test]
+fn a_node_in_a_zone_under_a_zonal_shift_still_expires() {
+    // Expiration is forceful: the node is replaced, in a zone not shifted.
+    let mut case = Case::new(
+        vec![managed_in("a1", "m5.xlarge", "us-east-1a")],
+        vec![on("a1", "p", "3")],
+    );
+    case.zones = vec!["us-east-1a".into(), "us-east-1b".into()];
+    case.shifted_zones = vec!["us-east-1a".into()];
+    case.pools[0].expire_after = Some(std::time::Duration::from_secs(60));
+    let d = case.decide();
+    assert_eq!(
+        methods(&d),
+        [(Method::Expiration, vec!["a1".to_string()])],
+        "{d:#?}"
+    );
+    let zones: Vec<&str> = d.commands[0]
+        .replacements
+        .iter()
+        .map(|r| r.zone.as_str())
+        .collect();
+    assert_eq!(zones, ["us-east-1b"], "{d:#?}");
 }
 
 #[test]

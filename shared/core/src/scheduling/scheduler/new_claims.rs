@@ -224,6 +224,9 @@ impl Scheduler<'_> {
             if let Some(r) = limit_reason {
                 return Err(r);
             }
+            if let Some(zones) = self.only_shifted_zones(&offerings) {
+                return Err(Refusal::ZonalShift(zones));
+            }
             if offering_missing || other_key_missing {
                 if zmask.is_some() || cmask.is_some() || other_key_missing {
                     return Err(Refusal::TopologyUnsatisfiableInPool(

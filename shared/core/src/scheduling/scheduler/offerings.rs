@@ -248,6 +248,23 @@ impl<'a> Scheduler<'a> {
         }
     }
 
+    /// The zones `filter` allows when every one of them is under a zonal shift (so
+    /// nothing can launch for the pod while the shift lasts); `None` otherwise.
+    pub(crate) fn only_shifted_zones(&self, filter: &OfferingFilter) -> Option<Vec<String>> {
+        let pricing = self.input.pricing;
+        if pricing.shifted_zones.is_empty() {
+            return None;
+        }
+        let allowed: Vec<&String> = self
+            .zones
+            .enumerate()
+            .filter(|(z, _)| filter.zones[*z])
+            .map(|(_, name)| name)
+            .collect();
+        (!allowed.is_empty() && allowed.iter().all(|z| pricing.is_shifted(z)))
+            .then(|| allowed.into_iter().cloned().collect())
+    }
+
     /// The cheapest offering of type `t` that `filter` allows (the least used zone
     /// among equal prices).
     pub(crate) fn cheapest_allowed(
