@@ -1544,6 +1544,81 @@ fn simulate_terminates_first_a_node_whose_pool_cpu_limit_leaves_no_room_for_its_
 }
 
 #[test]
+fn simulate_terminates_first_a_node_whose_reserved_only_pool_has_no_reservation_left() {
+    // The repair example's ten m5.large, launched into a capacity reservation of ten
+    // by a NodePool that allows only reserved capacity: one node stops reporting, and
+    // no reservation has an instance left for its replacement.
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/node-repair.yaml"
+    ))
+    .unwrap();
+    let reserved = example
+        .replace(
+            "{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}",
+            "{key: karpenter.sh/capacity-type, operator: In, values: [reserved]}",
+        )
+        .replace(
+            "      securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]\n",
+            "      securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]\n      capacityReservationSelectorTerms: [{id: cr-0aaaabbbbcccc1111}]\n",
+        )
+        .replace("  - at: 2m\n    instanceImpaired: {target: oldest}\n", "")
+        .replace(
+            "nodeNotReady: {target: random, count: 5}",
+            "nodeNotReady: {target: random, count: 1}",
+        );
+    assert!(
+        reserved.contains("values: [reserved]") && reserved.contains("cr-0aaaabbbbcccc1111"),
+        "the example changed"
+    );
+    let reservations = "reservations:\n  - {id: cr-0aaaabbbbcccc1111, instanceType: m5.large, zone: us-east-1a, available: 10}\n";
+    // (repairs, nodes at the end, every repair decision's "action: reason") of a run.
+    let run = |name: &str, repair: &str| {
+        let scenario = temp_file(
+            name,
+            &format!("{reserved}\n{reservations}nodeRepair: {repair}\n"),
+        );
+        let saved = scenario.with_extension("json");
+        let out = nodewright(&[
+            "simulate",
+            scenario.to_str().unwrap(),
+            "--output",
+            "json",
+            "--save",
+            saved.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["summary"]["podsLost"], 0, "{}", doc["summary"]);
+        let state: Value = serde_json::from_slice(&std::fs::read(&saved).unwrap()).unwrap();
+        let decisions: Vec<String> = state["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["job"] == "repair")
+            .map(|d| format!("{}: {}", d["action"], d["reason"]))
+            .collect();
+        (doc["summary"]["repairs"].as_u64(), decisions)
+    };
+    let (repairs, held) = run("reserved-held.yaml", "{terminateFirstRepair: false}");
+    assert_eq!(repairs, Some(0), "{held:#?}");
+    assert!(
+        held.iter().any(|d| d.contains(
+            "allows only reserved capacity, every capacity reservation it can use is full, and cannot stage a replacement (TerminateFirstRepair would"
+        )),
+        "{held:#?}"
+    );
+    let (repairs, first) = run("reserved-first.yaml", "{terminateFirstRepair: true}");
+    assert_eq!(repairs, Some(1), "{first:#?}");
+    assert!(
+        first
+            .iter()
+            .any(|d| d.contains("every capacity reservation it can use is full")),
+        "{first:#?}"
+    );
+}
+
+#[test]
 fn simulate_reboots_a_gpu_fault_a_reboot_clears_and_replaces_a_fatal_one_with_reboot_for_repair() {
     let scenario = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/gpu-reboot.yaml");
     let out = nodewright(&["simulate", scenario, "--output", "json"]);

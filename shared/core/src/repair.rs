@@ -282,6 +282,10 @@ pub struct RepairInput<'a> {
     pub pools: &'a [NodePool],
     /// What `DescribeInstanceStatus` reports failing.
     pub impaired: &'a [ImpairedInstance],
+    /// The capacity reservations the EC2NodeClasses select, with the instances each can
+    /// still take: where a NodePool that allows only `reserved` capacity can stage a
+    /// replacement.
+    pub reservations: &'a [crate::catalog::Reservation],
     pub settings: &'a RepairSettings,
     pub now: i64,
 }
@@ -482,6 +486,8 @@ pub fn plan_repairs(input: &RepairInput<'_>) -> RepairPlan {
         );
         let mut staged = 0u64;
         let mut usage = pool.capacity.clone();
+        // Instances of each reservation the replacements staged so far take.
+        let mut reserved_by_staged = vec![0u32; input.reservations.len()];
         for due in pool.due {
             let Due {
                 claim,
@@ -569,21 +575,33 @@ pub fn plan_repairs(input: &RepairInput<'_>) -> RepairPlan {
                             "; rebooted {recent_reboots} times in 24 hours, so replaced"
                         ));
                     }
-                    match limit_reached(node_pool, pool.claims + staged, &usage, node) {
-                        None => {
+                    let blocked = limit_reached(node_pool, pool.claims + staged, &usage, node)
+                        .map(Err)
+                        .unwrap_or_else(|| {
+                            reservation_for_replacement(
+                                node_pool,
+                                input.reservations,
+                                &reserved_by_staged,
+                            )
+                        });
+                    match blocked {
+                        Ok(reservation) => {
                             staged += 1;
                             usage.add(&node.capacity);
+                            if let Some(i) = reservation {
+                                reserved_by_staged[i] += 1;
+                            }
                             RepairStep::Replace
                         }
-                        Some(limit) if settings.terminate_first => {
+                        Err(limit) if settings.terminate_first => {
                             why.push_str(&format!(
-                                "; NodePool {pool_name:?} is at {limit} and cannot stage a replacement"
+                                "; NodePool {pool_name:?} {limit} and cannot stage a replacement"
                             ));
                             RepairStep::TerminateFirst
                         }
-                        Some(limit) => {
+                        Err(limit) => {
                             plan.held.push(hold(format!(
-                                "{}: NodePool {pool_name:?} is at {limit} and cannot stage a replacement (TerminateFirstRepair would drain and terminate the node first)",
+                                "{}: NodePool {pool_name:?} {limit} and cannot stage a replacement (TerminateFirstRepair would drain and terminate the node first)",
                                 symptom.describe(now)
                             )));
                             continue;
@@ -642,10 +660,55 @@ fn limit_reached(pool: &NodePool, claims: u64, usage: &Resources, node: &Node) -
             .saturating_add(node.capacity.get_milli(name))
     })?;
     Some(if name == "nodes" {
-        format!("limits.nodes {}", limit / 1000)
+        format!("is at limits.nodes {}", limit / 1000)
     } else {
-        format!("limits.{name} {}", format_milli(&name, limit))
+        format!("is at limits.{name} {}", format_milli(&name, limit))
     })
+}
+
+/// Where a replacement in `pool` would launch when the pool allows only `reserved`
+/// capacity: `Ok(Some(i))`, the first of `reservations` its EC2NodeClass selects, of a
+/// type and zone its requirements allow, with an instance left after `taken` (what
+/// replacements staged before it use); `Ok(None)` when the pool may launch on-demand
+/// or spot; `Err` saying why not when every such reservation is full (Karpenter's
+/// full-reservation case of TerminateFirstRepair). The pool's other requirements are
+/// not checked against the reservation's type: a reservation they exclude still counts
+/// as room, and the repair then waits on the replacement as any other.
+fn reservation_for_replacement(
+    pool: &NodePool,
+    reservations: &[crate::catalog::Reservation],
+    taken: &[u32],
+) -> Result<Option<usize>, String> {
+    use crate::catalog::{CapacityType, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE};
+    use crate::scheduling::requirements::Requirements;
+    let reqs = Requirements::from_node_requirements(&pool.requirements);
+    let allows = |key: &str, value: &str| {
+        pool.labels.get(key).is_none_or(|v| v == value)
+            && reqs.get(key).is_none_or(|set| set.has(value))
+    };
+    // Without a capacity-type requirement a NodePool launches on-demand.
+    let reserved_only = reqs.get(LABEL_CAPACITY_TYPE).is_some()
+        && allows(LABEL_CAPACITY_TYPE, CapacityType::Reserved.as_str())
+        && !allows(LABEL_CAPACITY_TYPE, CapacityType::OnDemand.as_str())
+        && !allows(LABEL_CAPACITY_TYPE, CapacityType::Spot.as_str());
+    if !reserved_only {
+        return Ok(None);
+    }
+    let class = pool.node_class_ref.name.as_str();
+    reservations
+        .iter()
+        .enumerate()
+        .position(|(i, r)| {
+            r.available > taken.get(i).copied().unwrap_or(0)
+                && r.selected_by(class)
+                && allows(LABEL_INSTANCE_TYPE, &r.instance_type)
+                && allows(LABEL_ZONE, &r.zone)
+        })
+        .map(Some)
+        .ok_or_else(|| {
+            "allows only reserved capacity, every capacity reservation it can use is full,"
+                .to_string()
+        })
 }
 
 fn twenty_percent(symptom: &Symptom, allowed: u64, share: &str, now: i64) -> String {

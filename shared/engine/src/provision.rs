@@ -45,7 +45,7 @@ use crate::lease::{Acquired, LeaseKeeper};
 use crate::lifecycle::{self, LifecycleConfig, LifecycleReport};
 use crate::ports::{ClusterEvent, Decision, EventType, ObjectKind, UnreadableKind};
 use crate::reasons::{ClaimPods, Reasons, ReasonsInput, StatusFields};
-use crate::repair::{RepairReport, Repairer};
+use crate::repair::{RepairReport, RepairView, Repairer};
 use crate::static_capacity::{StaticCapacity, StaticReport};
 use crate::zonal_shift::ZonalShiftNotices;
 use nodewright_core::repair::RepairSettings;
@@ -529,8 +529,11 @@ impl Provisioner {
                 .repairer
                 .repair(
                     &self.ports,
-                    &world.state.nodes,
-                    &world.pools,
+                    RepairView {
+                        nodes: &world.state.nodes,
+                        pools: &world.pools,
+                        reservations: &world.pricing.reservations,
+                    },
                     &mut world.claims,
                     &mut repaired,
                     now,

@@ -99,6 +99,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// What a repair pass reads of the gathered cluster besides the claims.
+#[derive(Clone, Copy)]
+pub struct RepairView<'a> {
+    pub nodes: &'a [Node],
+    pub pools: &'a [NodePool],
+    /// The capacity reservations the EC2NodeClasses select, with instances left.
+    pub reservations: &'a [nodewright_core::catalog::Reservation],
+}
+
 impl Repairer {
     pub fn new(settings: RepairSettings) -> Self {
         Repairer {
@@ -145,18 +154,23 @@ impl Repairer {
     pub async fn repair(
         &self,
         ports: &Ports,
-        nodes: &[Node],
-        pools: &[NodePool],
+        view: RepairView<'_>,
         claims: &mut [NodeClaim],
         disrupted: &mut Vec<Disrupted>,
         now: i64,
     ) -> Result<RepairReport> {
         let impaired = self.impaired(ports, now).await;
+        let RepairView {
+            nodes,
+            pools,
+            reservations,
+        } = view;
         let plan = plan_repairs(&RepairInput {
             nodes,
             claims,
             pools,
             impaired: &impaired,
+            reservations,
             settings: &self.settings,
             now,
         });

@@ -18,6 +18,7 @@ fn legacy(
         claims,
         pools: &[],
         impaired,
+        reservations: &[],
         settings: &RepairSettings::legacy(),
         now,
     })
@@ -257,6 +258,7 @@ fn v115(
         claims,
         pools,
         impaired: &[],
+        reservations: &[],
         settings,
         now,
     })
@@ -534,9 +536,94 @@ fn an_impaired_instance_is_still_terminated_at_once_past_every_limit() {
         claims: &claims,
         pools: &[pool],
         impaired: &impaired,
+        reservations: &[],
         settings: &RepairSettings::default(),
         now: NOW,
     });
     assert_eq!(plan.repairs.len(), 1);
     assert_eq!(plan.repairs[0].step, RepairStep::Forceful);
+}
+
+#[test]
+fn a_reserved_only_pool_whose_reservations_are_full_terminates_first_with_the_gate() {
+    use crate::api::model::{NodeRequirement, Operator};
+    use crate::catalog::{LABEL_CAPACITY_TYPE, Reservation, ReservationType};
+    // Ten nodes, two unhealthy; the pool launches only into capacity reservations.
+    let (nodes, claims) = pool_of(10, &[0, 1], NOW - 31 * 60);
+    let mut pool = general_pool();
+    pool.disruption.budgets.clear();
+    pool.requirements.retain(|r| r.key != LABEL_CAPACITY_TYPE);
+    pool.requirements.push(NodeRequirement {
+        key: LABEL_CAPACITY_TYPE.into(),
+        operator: Operator::In,
+        values: vec!["reserved".into()],
+        min_values: None,
+    });
+    let reservation = |available: u32| Reservation {
+        id: "cr-0aaaa".into(),
+        instance_type: "m5.large".into(),
+        zone: "us-east-1a".into(),
+        reservation_type: ReservationType::Default,
+        available,
+        end_time: None,
+        interruptible: false,
+        node_classes: vec![],
+    };
+    let plan_in = |pool: &NodePool, reservations: &[Reservation], terminate_first: bool| {
+        plan_repairs(&RepairInput {
+            nodes: &nodes,
+            claims: &claims,
+            pools: std::slice::from_ref(pool),
+            impaired: &[],
+            reservations,
+            settings: &RepairSettings::aws(false, terminate_first),
+            now: NOW,
+        })
+    };
+    let plan = |reservations: &[Reservation], terminate_first: bool| {
+        plan_in(&pool, reservations, terminate_first)
+    };
+    let steps = |p: &RepairPlan| -> Vec<RepairStep> { p.repairs.iter().map(|r| r.step).collect() };
+
+    // Room for one replacement: the first is replaced, the second terminated first.
+    let one = plan(&[reservation(1)], true);
+    assert_eq!(
+        steps(&one),
+        [RepairStep::Replace, RepairStep::TerminateFirst],
+        "{one:#?}"
+    );
+    assert!(
+        one.repairs[1].reason.contains(
+            "allows only reserved capacity, every capacity reservation it can use is full"
+        ),
+        "{}",
+        one.repairs[1].reason
+    );
+    // Without the gate the second waits.
+    let held = plan(&[reservation(1)], false);
+    assert_eq!(steps(&held), [RepairStep::Replace], "{held:#?}");
+    assert_eq!(held.held.len(), 1, "{held:#?}");
+    assert!(
+        held.held[0].reason.contains("TerminateFirstRepair would"),
+        "{}",
+        held.held[0].reason
+    );
+    // Room for both: both replaced.
+    let roomy = plan(&[reservation(2)], true);
+    assert_eq!(
+        steps(&roomy),
+        [RepairStep::Replace, RepairStep::Replace],
+        "{roomy:#?}"
+    );
+    // A pool that may also launch on-demand stages its replacements whatever the
+    // reservations hold.
+    let mut open_pool = pool.clone();
+    let capacity_types = open_pool.requirements.last_mut().unwrap();
+    capacity_types.values.push("on-demand".into());
+    let open = plan_in(&open_pool, &[reservation(0)], true);
+    assert_eq!(
+        steps(&open),
+        [RepairStep::Replace, RepairStep::Replace],
+        "{open:#?}"
+    );
 }
