@@ -45,6 +45,8 @@ pub struct DisruptArgs {
     #[command(flatten)]
     capacity: crate::reservations::CapacityArgs,
     #[command(flatten)]
+    scheduler: crate::scheduler_config::SchedulerConfigArgs,
+    #[command(flatten)]
     strict: manifests::StrictArgs,
     /// table, wide (with the pods each command moves and the replacements' options),
     /// json or yaml.
@@ -67,8 +69,9 @@ pub fn run(args: &DisruptArgs) -> Result<(), Failure> {
     let mut timings = Timings::start();
     let manifests = load_manifests(&args.nodepools, args.strict)?;
     manifests::need_node_pools("disrupt", &args.nodepools, &manifests, args.strict)?;
-    let snapshot = load_snapshot(&args.snapshot)?;
+    let mut snapshot = load_snapshot(&args.snapshot)?;
     crate::need_in_snapshot("disrupt", &args.snapshot, &snapshot, true, args.strict)?;
+    args.scheduler.apply(&mut snapshot)?;
     let custom = load_catalog(args.catalog.as_deref())?;
     let catalog = custom.as_ref().unwrap_or_else(|| Catalog::embedded());
     let zones = zones(&args.zones, custom.is_some(), args.strict)?;
@@ -76,7 +79,6 @@ pub fn run(args: &DisruptArgs) -> Result<(), Failure> {
     args.capacity.apply(&mut pricing)?;
     timings.step("read snapshot and manifests");
     let buffers = crate::buffers::Buffers::of(&manifests, &snapshot);
-    let mut snapshot = snapshot;
     let room = buffer_room(
         &ProvisioningInput {
             snapshot: &snapshot,

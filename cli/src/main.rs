@@ -41,6 +41,7 @@ mod output;
 mod region;
 mod reservations;
 mod scenario;
+mod scheduler_config;
 mod simulate;
 mod stack;
 mod status;
@@ -120,6 +121,8 @@ struct PlanArgs {
     zones: Vec<String>,
     #[command(flatten)]
     capacity: reservations::CapacityArgs,
+    #[command(flatten)]
+    scheduler: scheduler_config::SchedulerConfigArgs,
     #[command(flatten)]
     strict: manifests::StrictArgs,
     /// table, wide (with the cheapest options of each claim), json or yaml.
@@ -415,15 +418,15 @@ pub(crate) fn need_in_snapshot(
 fn plan(args: &PlanArgs) -> Result<(), Failure> {
     let manifests = load_manifests(&args.nodepools, args.strict)?;
     manifests::need_node_pools("plan", &args.nodepools, &manifests, args.strict)?;
-    let snapshot = load_snapshot(&args.snapshot)?;
+    let mut snapshot = load_snapshot(&args.snapshot)?;
     need_in_snapshot("plan", &args.snapshot, &snapshot, false, args.strict)?;
+    args.scheduler.apply(&mut snapshot)?;
     let custom = load_catalog(args.catalog.as_deref())?;
     let catalog = custom.as_ref().unwrap_or_else(|| Catalog::embedded());
     let zones = zones(&args.zones, custom.is_some(), args.strict)?;
     let mut pricing = pricing(zones, &manifests, catalog);
     args.capacity.apply(&mut pricing)?;
     let buffers = buffers::Buffers::of(&manifests, &snapshot);
-    let mut snapshot = snapshot;
     snapshot.pods.extend(buffers.virtual_pods.iter().cloned());
     let plan = plan_provisioning(&ProvisioningInput {
         snapshot: &snapshot,

@@ -2000,6 +2000,10 @@ mod scheduler_gaps;
 #[path = "cli/reservations.rs"]
 mod reservations;
 
+/// The default topology spread through `plan --scheduler-config`.
+#[path = "cli/default_spread.rs"]
+mod default_spread;
+
 /// ARC zonal shifts through `plan --zonal-shift`.
 #[path = "cli/zonal_shift.rs"]
 mod zonal_shift;

@@ -169,6 +169,9 @@ pub struct Pod {
     pub host_ports: Vec<HostPort>,
     /// The owning DaemonSet's name, when `daemonset_owned`.
     pub owner_daemonset: Option<String>,
+    /// Its controller (the owner reference with `controller: true`): where the default
+    /// topology spread's selector comes from ([`crate::default_spread`]).
+    pub controller: Option<crate::default_spread::ControllerRef>,
     /// `spec.schedulerName` when it is not `default-scheduler` (e.g. `fargate-scheduler`).
     pub scheduler_name: Option<String>,
     /// `status.nominatedNodeName`: preemption chose a node for it.
@@ -562,6 +565,9 @@ pub struct ScalableWorkload {
     pub replicas: Option<i32>,
     /// Its pod template as a buffer chunk, or why it cannot be one.
     pub template: Result<Pod, String>,
+    /// `spec.selector` (a ReplicationController's as `match_labels`); `None` when
+    /// unset or not one the API server would have accepted.
+    pub selector: Option<LabelSelector>,
 }
 
 /// The parsed `kubectl get pods,nodes,daemonsets,poddisruptionbudgets -A -o json`.
@@ -572,8 +578,12 @@ pub struct ClusterSnapshot {
     pub daemonsets: Vec<DaemonSet>,
     pub pdbs: Vec<PodDisruptionBudget>,
     /// Deployments, StatefulSets and ReplicaSets, for the CapacityBuffers that name
-    /// one (`scalableRef`).
+    /// one (`scalableRef`); and ReplicationControllers. The selectors of the
+    /// ReplicaSets, StatefulSets and ReplicationControllers are what a default topology
+    /// spread deduces ([`crate::default_spread`]).
     pub workloads: Vec<ScalableWorkload>,
+    /// Services, for the default topology spread's selectors.
+    pub services: Vec<crate::default_spread::Service>,
 }
 
 impl ClusterSnapshot {

@@ -20,6 +20,7 @@ pub mod calendar;
 pub mod capacity_buffer;
 pub mod catalog;
 pub mod cluster;
+pub mod default_spread;
 pub mod density;
 pub mod disruption;
 pub mod ebs_attachments;

@@ -158,6 +158,7 @@ pub fn planning_snapshot(
         daemonsets: view.daemonsets.to_vec(),
         pdbs: view.pdbs.to_vec(),
         workloads: Vec::new(),
+        services: Vec::new(),
     }
 }
 

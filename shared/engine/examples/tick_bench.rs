@@ -100,6 +100,7 @@ async fn main() {
         daemonsets: vec![],
         pdbs: vec![],
         workloads: Vec::new(),
+        services: Vec::new(),
     };
     let pricing = Pricing::for_zones(ZONES.map(String::from).to_vec());
     let t = Instant::now();

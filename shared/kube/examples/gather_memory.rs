@@ -210,6 +210,7 @@ fn child(server: &str, ca_file: &str, token: &str) -> Result<(), String> {
             daemonsets: state.daemonsets,
             pdbs: state.pdbs,
             workloads: Vec::new(),
+            services: Vec::new(),
         };
         let pricing = Pricing::default();
         let plan = plan_provisioning(&ProvisioningInput {

@@ -147,6 +147,7 @@ fn workload(kind: &str, replicas: Option<i32>) -> ScalableWorkload {
         },
         replicas,
         template,
+        None,
     )
 }
 

@@ -968,9 +968,9 @@ fn node_price(
         )
     })?;
     // A node runs whether or not its offering is still sold (out of capacity, or its
-    // zone shifted away from): price it as it runs, with its pool's NodeOverlays. A node in a capacity reservation is already paid for:
-    // the reserved price, whether or not the reservation has room left (it may be
-    // full because of this very node).
+    // zone shifted away from): price it as it runs, with its pool's NodeOverlays. A
+    // node in a capacity reservation is already paid for: the reserved price, whether
+    // or not the reservation has room left (it may be full because of this very node).
     let base = match capacity {
         CapacityType::Reserved => od / crate::catalog::RESERVED_PRICE_DIVISOR,
         _ => input

@@ -22,6 +22,11 @@ pub(super) enum ItemKind {
     Deployment,
     StatefulSet,
     ReplicaSet,
+    /// Read only with its `kind`, as the workloads: its selector is what a default
+    /// topology spread deduces.
+    ReplicationController,
+    /// Read only with its `kind`: the default topology spread's selectors.
+    Service,
 }
 
 impl ItemKind {
@@ -38,6 +43,8 @@ impl ItemKind {
             "Deployment" => Some(ItemKind::Deployment),
             "StatefulSet" => Some(ItemKind::StatefulSet),
             "ReplicaSet" => Some(ItemKind::ReplicaSet),
+            "ReplicationController" => Some(ItemKind::ReplicationController),
+            "Service" => Some(ItemKind::Service),
             _ => None,
         }
     }
@@ -47,7 +54,11 @@ impl ItemKind {
     pub(super) fn is_workload(self) -> bool {
         matches!(
             self,
-            ItemKind::Deployment | ItemKind::StatefulSet | ItemKind::ReplicaSet
+            ItemKind::Deployment
+                | ItemKind::StatefulSet
+                | ItemKind::ReplicaSet
+                | ItemKind::ReplicationController
+                | ItemKind::Service
         )
     }
 
@@ -64,6 +75,8 @@ impl ItemKind {
             ItemKind::Deployment => "Deployment",
             ItemKind::StatefulSet => "StatefulSet",
             ItemKind::ReplicaSet => "ReplicaSet",
+            ItemKind::ReplicationController => "ReplicationController",
+            ItemKind::Service => "Service",
         }
     }
 }

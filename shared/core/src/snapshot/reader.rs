@@ -14,8 +14,8 @@ use serde_json::Value;
 
 use super::convert::{
     csi_node_from_k8s, daemonset_from_k8s, deployment_from_k8s, node_from_k8s, pdb_from_k8s,
-    pod_from_k8s, pv_from_k8s, pvc_from_k8s, replicaset_from_k8s, statefulset_from_k8s,
-    storage_class_from_k8s,
+    pod_from_k8s, pv_from_k8s, pvc_from_k8s, replicaset_from_k8s, replication_controller_from_k8s,
+    service_from_k8s, statefulset_from_k8s, storage_class_from_k8s,
 };
 use super::error::{Result, SnapshotError};
 use super::fast;
@@ -301,6 +301,16 @@ impl ListReader {
             ItemKind::ReplicaSet => {
                 let r: apps::ReplicaSet = decode(index, kind, item)?;
                 self.workload(index, kind, replicaset_from_k8s(r))?;
+            }
+            ItemKind::ReplicationController => {
+                let r: core::ReplicationController = decode(index, kind, item)?;
+                self.workload(index, kind, replication_controller_from_k8s(r))?;
+            }
+            ItemKind::Service => {
+                let s: core::Service = decode(index, kind, item)?;
+                let s = service_from_k8s(&s);
+                self.unique(index, "Service", format!("{}/{}", s.namespace, s.name))?;
+                self.snapshot.services.push(s);
             }
         }
         Ok(())

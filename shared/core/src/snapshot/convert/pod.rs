@@ -77,6 +77,17 @@ pub fn pod_from_k8s(pod: &core::Pod) -> Result<Pod, SnapshotError> {
         .find(|o| o.kind == "DaemonSet")
         .map(|o| o.name.clone());
     out.daemonset_owned = out.owner_daemonset.is_some();
+    out.controller = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| crate::default_spread::ControllerRef {
+            api_version: o.api_version.clone(),
+            kind: o.kind.clone(),
+            name: o.name.clone(),
+        });
     // A static pod's mirror: the kubelet owns it and recreates it on its node.
     let annotations = pod.metadata.annotations.as_ref();
     out.mirror = annotations.is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));

@@ -3,6 +3,7 @@
 
 use k8s_openapi::api::apps::v1 as apps;
 use k8s_openapi::api::core::v1 as core;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::pod::pod_from_k8s;
@@ -58,6 +59,7 @@ pub fn scalable_workload(
     meta: &ObjectMeta,
     replicas: Option<i32>,
     template: core::PodTemplateSpec,
+    selector: Option<&meta::LabelSelector>,
 ) -> ScalableWorkload {
     let namespace = meta
         .namespace
@@ -65,9 +67,11 @@ pub fn scalable_workload(
         .filter(|ns| !ns.is_empty())
         .unwrap_or_else(|| "default".to_string());
     let name = meta.name.clone().unwrap_or_default();
+    let selector = selector.and_then(|s| super::label_selector(&name, "spec.selector", s).ok());
     ScalableWorkload {
         kind: kind.to_string(),
         template: chunk_pod(&namespace, &name, template),
+        selector,
         namespace,
         name,
         replicas,
@@ -77,13 +81,25 @@ pub fn scalable_workload(
 /// A Deployment as a `scalableRef` reads it.
 pub fn deployment_from_k8s(d: apps::Deployment) -> ScalableWorkload {
     let spec = d.spec.unwrap_or_default();
-    scalable_workload("Deployment", &d.metadata, spec.replicas, spec.template)
+    scalable_workload(
+        "Deployment",
+        &d.metadata,
+        spec.replicas,
+        spec.template,
+        Some(&spec.selector),
+    )
 }
 
 /// A StatefulSet as a `scalableRef` reads it.
 pub fn statefulset_from_k8s(s: apps::StatefulSet) -> ScalableWorkload {
     let spec = s.spec.unwrap_or_default();
-    scalable_workload("StatefulSet", &s.metadata, spec.replicas, spec.template)
+    scalable_workload(
+        "StatefulSet",
+        &s.metadata,
+        spec.replicas,
+        spec.template,
+        Some(&spec.selector),
+    )
 }
 
 /// A ReplicaSet as a `scalableRef` reads it.
@@ -94,5 +110,36 @@ pub fn replicaset_from_k8s(r: apps::ReplicaSet) -> ScalableWorkload {
         &r.metadata,
         spec.replicas,
         spec.template.unwrap_or_default(),
+        Some(&spec.selector),
     )
+}
+
+/// A ReplicationController: its selector (labels) is what a default topology spread
+/// deduces for its pods.
+pub fn replication_controller_from_k8s(r: core::ReplicationController) -> ScalableWorkload {
+    let spec = r.spec.unwrap_or_default();
+    let selector = spec.selector.map(|labels| meta::LabelSelector {
+        match_labels: Some(labels),
+        match_expressions: None,
+    });
+    scalable_workload(
+        "ReplicationController",
+        &r.metadata,
+        spec.replicas,
+        spec.template.unwrap_or_default(),
+        selector.as_ref(),
+    )
+}
+
+/// A Service as the default topology spread reads it: its namespace and selector.
+pub fn service_from_k8s(s: &core::Service) -> crate::default_spread::Service {
+    crate::default_spread::Service {
+        namespace: super::namespace_or_default(&s.metadata),
+        name: s.metadata.name.clone().unwrap_or_default(),
+        selector: s
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.selector.as_ref())
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
+    }
 }

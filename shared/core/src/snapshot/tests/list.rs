@@ -181,6 +181,7 @@ fn other_kinds_are_skipped_and_workloads_are_read_only_with_their_kind() {
     assert_eq!(
         ClusterSnapshot {
             workloads: Vec::new(),
+            services: Vec::new(),
             ..read
         },
         ClusterSnapshot::default()
@@ -392,4 +393,66 @@ fn the_cli_example_reads_the_same_without_item_kinds() {
         parse_snapshot(&doc.to_string()).unwrap(),
         parse_snapshot(text).unwrap()
     );
+}
+
+#[test]
+fn services_controllers_and_a_pods_controller_are_read_for_the_default_spread() {
+    use crate::default_spread::{ControllerRef, OwnerSelector, owner_selector_in};
+    use std::collections::BTreeMap;
+    let mut pod = pod_json("default", "web-abc-1", json!({}));
+    pod["metadata"]["labels"] = json!({"app": "web", "pod-template-hash": "abc"});
+    pod["metadata"]["ownerReferences"] = json!([
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "not-the-controller", "uid": "u0"},
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-abc", "uid": "u1", "controller": true}
+    ]);
+    let s = parse_snapshot(&list(vec![
+        pod,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}),
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "kubernetes", "namespace": "default"},
+            "spec": {"ports": [{"port": 443}]}}),
+        json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "web-abc", "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"app": "web", "pod-template-hash": "abc"}},
+                "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": []}}}}),
+        json!({"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "legacy", "namespace": "default"},
+            "spec": {"selector": {"app": "legacy"}}}),
+    ]))
+    .unwrap();
+    assert_eq!(
+        s.pods[0].controller,
+        Some(ControllerRef {
+            api_version: "apps/v1".into(),
+            kind: "ReplicaSet".into(),
+            name: "web-abc".into()
+        })
+    );
+    let selectors: Vec<(&str, Option<&BTreeMap<String, String>>)> = s
+        .services
+        .iter()
+        .map(|s| (s.name.as_str(), s.selector.as_ref()))
+        .collect();
+    assert_eq!(selectors.len(), 2);
+    assert_eq!(selectors[0].1.unwrap()["app"], "web");
+    assert_eq!(selectors[1], ("kubernetes", None));
+    let owner = s.pods[0].controller.clone().unwrap();
+    match owner_selector_in(&s.workloads, "default", &owner) {
+        Some(OwnerSelector::Requirements(reqs)) => {
+            let keys: Vec<&str> = reqs.iter().map(|r| r.key.as_str()).collect();
+            assert_eq!(keys, ["app", "pod-template-hash"]);
+        }
+        other => panic!("{other:?}"),
+    }
+    let rc = ControllerRef {
+        api_version: "v1".into(),
+        kind: "ReplicationController".into(),
+        name: "legacy".into(),
+    };
+    assert_eq!(
+        owner_selector_in(&s.workloads, "default", &rc),
+        Some(OwnerSelector::Labels(BTreeMap::from([(
+            "app".to_string(),
+            "legacy".to_string()
+        )])))
+    );
+    assert_eq!(owner_selector_in(&s.workloads, "other", &rc), None);
 }
