@@ -1476,51 +1476,57 @@ fn simulate_repairs_unhealthy_nodes_a_fifth_of_the_pool_at_a_time_from_scenario_
     assert!(stdout.contains("6 unhealthy node(s) replaced"), "{stdout}");
 }
 
+/// The repair example with one node that stops reporting (no impaired instance).
+fn one_unhealthy_node_of_the_repair_example() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/node-repair.yaml"
+    ))
+    .unwrap()
+    .replace("  - at: 2m\n    instanceImpaired: {target: oldest}\n", "")
+    .replace(
+        "nodeNotReady: {target: random, count: 5}",
+        "nodeNotReady: {target: random, count: 1}",
+    )
+}
+
+/// `scenario` (ending with `nodeRepair: REPAIR`) simulated to its end with no pod
+/// lost: its repairs, and every repair decision as "action: reason".
+fn repairs_of(name: &str, scenario: &str, repair: &str) -> (Option<u64>, Vec<String>) {
+    let scenario = temp_file(name, &format!("{scenario}\nnodeRepair: {repair}\n"));
+    let saved = scenario.with_extension("json");
+    let out = nodewright(&[
+        "simulate",
+        scenario.to_str().unwrap(),
+        "--output",
+        "json",
+        "--save",
+        saved.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["summary"]["podsLost"], 0, "{}", doc["summary"]);
+    let state: Value = serde_json::from_slice(&std::fs::read(&saved).unwrap()).unwrap();
+    let decisions: Vec<String> = state["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["job"] == "repair")
+        .map(|d| format!("{}: {}", d["action"], d["reason"]))
+        .collect();
+    (doc["summary"]["repairs"].as_u64(), decisions)
+}
+
 #[test]
 fn simulate_terminates_first_a_node_whose_pool_cpu_limit_leaves_no_room_for_its_replacement() {
     // The repair example's ten m5.large (2 vCPU each) under `limits.cpu: 20`: one node
     // stops reporting, and a replacement of its size would make 22.
-    let example = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/node-repair.yaml"
-    ))
-    .unwrap();
-    let limited = example
-        .replace(
-            "      disruption:\n        budgets:",
-            "      limits: {cpu: 20}\n      disruption:\n        budgets:",
-        )
-        .replace("  - at: 2m\n    instanceImpaired: {target: oldest}\n", "")
-        .replace(
-            "nodeNotReady: {target: random, count: 5}",
-            "nodeNotReady: {target: random, count: 1}",
-        );
+    let limited = one_unhealthy_node_of_the_repair_example().replace(
+        "      disruption:\n        budgets:",
+        "      limits: {cpu: 20}\n      disruption:\n        budgets:",
+    );
     assert!(limited.contains("limits: {cpu: 20}"), "the example changed");
-    // (repairs, every repair decision's "action: reason") of a run.
-    let run = |name: &str, repair: &str| {
-        let scenario = temp_file(name, &format!("{limited}\nnodeRepair: {repair}\n"));
-        let saved = scenario.with_extension("json");
-        let out = nodewright(&[
-            "simulate",
-            scenario.to_str().unwrap(),
-            "--output",
-            "json",
-            "--save",
-            saved.to_str().unwrap(),
-        ]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(doc["summary"]["podsLost"], 0, "{}", doc["summary"]);
-        let state: Value = serde_json::from_slice(&std::fs::read(&saved).unwrap()).unwrap();
-        let decisions: Vec<String> = state["decisions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|d| d["job"] == "repair")
-            .map(|d| format!("{}: {}", d["action"], d["reason"]))
-            .collect();
-        (doc["summary"]["repairs"].as_u64(), decisions)
-    };
+    let run = |name: &str, repair: &str| repairs_of(name, &limited, repair);
     let (repairs, held) = run("repair-held.yaml", "{terminateFirstRepair: false}");
     assert_eq!(repairs, Some(0), "{held:#?}");
     assert!(
@@ -1548,12 +1554,7 @@ fn simulate_terminates_first_a_node_whose_reserved_only_pool_has_no_reservation_
     // The repair example's ten m5.large, launched into a capacity reservation of ten
     // by a NodePool that allows only reserved capacity: one node stops reporting, and
     // no reservation has an instance left for its replacement.
-    let example = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/examples/node-repair.yaml"
-    ))
-    .unwrap();
-    let reserved = example
+    let reserved = one_unhealthy_node_of_the_repair_example()
         .replace(
             "{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}",
             "{key: karpenter.sh/capacity-type, operator: In, values: [reserved]}",
@@ -1561,45 +1562,15 @@ fn simulate_terminates_first_a_node_whose_reserved_only_pool_has_no_reservation_
         .replace(
             "      securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]\n",
             "      securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: demo}}]\n      capacityReservationSelectorTerms: [{id: cr-0aaaabbbbcccc1111}]\n",
-        )
-        .replace("  - at: 2m\n    instanceImpaired: {target: oldest}\n", "")
-        .replace(
-            "nodeNotReady: {target: random, count: 5}",
-            "nodeNotReady: {target: random, count: 1}",
         );
     assert!(
         reserved.contains("values: [reserved]") && reserved.contains("cr-0aaaabbbbcccc1111"),
         "the example changed"
     );
-    let reservations = "reservations:\n  - {id: cr-0aaaabbbbcccc1111, instanceType: m5.large, zone: us-east-1a, available: 10}\n";
-    // (repairs, nodes at the end, every repair decision's "action: reason") of a run.
-    let run = |name: &str, repair: &str| {
-        let scenario = temp_file(
-            name,
-            &format!("{reserved}\n{reservations}nodeRepair: {repair}\n"),
-        );
-        let saved = scenario.with_extension("json");
-        let out = nodewright(&[
-            "simulate",
-            scenario.to_str().unwrap(),
-            "--output",
-            "json",
-            "--save",
-            saved.to_str().unwrap(),
-        ]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(doc["summary"]["podsLost"], 0, "{}", doc["summary"]);
-        let state: Value = serde_json::from_slice(&std::fs::read(&saved).unwrap()).unwrap();
-        let decisions: Vec<String> = state["decisions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|d| d["job"] == "repair")
-            .map(|d| format!("{}: {}", d["action"], d["reason"]))
-            .collect();
-        (doc["summary"]["repairs"].as_u64(), decisions)
-    };
+    let with_reservation = format!(
+        "{reserved}\nreservations:\n  - {{id: cr-0aaaabbbbcccc1111, instanceType: m5.large, zone: us-east-1a, available: 10}}\n"
+    );
+    let run = |name: &str, repair: &str| repairs_of(name, &with_reservation, repair);
     let (repairs, held) = run("reserved-held.yaml", "{terminateFirstRepair: false}");
     assert_eq!(repairs, Some(0), "{held:#?}");
     assert!(

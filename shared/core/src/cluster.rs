@@ -129,6 +129,24 @@ pub struct PreferredNodeTerm {
     pub requirements: Vec<NodeRequirement>,
 }
 
+/// A Service, as the default topology spread reads it ([`crate::default_spread`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Service {
+    pub namespace: String,
+    pub name: String,
+    /// `spec.selector`; `None` when unset (a Service without a selector selects no pod).
+    pub selector: Option<BTreeMap<String, String>>,
+}
+
+/// A pod's controller (`metadata.ownerReferences[]` with `controller: true`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ControllerRef {
+    /// `apps/v1`, `v1`, ...
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+}
+
 /// Everything about a pod that decides where it may run.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Pod {
@@ -171,7 +189,7 @@ pub struct Pod {
     pub owner_daemonset: Option<String>,
     /// Its controller (the owner reference with `controller: true`): where the default
     /// topology spread's selector comes from ([`crate::default_spread`]).
-    pub controller: Option<crate::default_spread::ControllerRef>,
+    pub controller: Option<ControllerRef>,
     /// `spec.schedulerName` when it is not `default-scheduler` (e.g. `fargate-scheduler`).
     pub scheduler_name: Option<String>,
     /// `status.nominatedNodeName`: preemption chose a node for it.
@@ -583,7 +601,7 @@ pub struct ClusterSnapshot {
     /// spread deduces ([`crate::default_spread`]).
     pub workloads: Vec<ScalableWorkload>,
     /// Services, for the default topology spread's selectors.
-    pub services: Vec<crate::default_spread::Service>,
+    pub services: Vec<Service>,
 }
 
 impl ClusterSnapshot {

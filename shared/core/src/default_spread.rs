@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Deserialize;
 
+pub use crate::cluster::{ControllerRef, Service};
 use crate::cluster::{
     LabelSelector, LabelSelectorRequirement, Pod, TopologySpreadConstraint, WhenUnsatisfiable,
 };
@@ -217,24 +218,6 @@ fn qualified_name(key: &str) -> Result<(), &'static str> {
         }
     }
     Ok(())
-}
-
-/// A Service as the default selector reads it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Service {
-    pub namespace: String,
-    pub name: String,
-    /// `spec.selector`; `None` when unset (a Service without a selector selects no pod).
-    pub selector: Option<BTreeMap<String, String>>,
-}
-
-/// A pod's controller (`metadata.ownerReferences[]` with `controller: true`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ControllerRef {
-    /// `apps/v1`, `v1`, ...
-    pub api_version: String,
-    pub kind: String,
-    pub name: String,
 }
 
 /// What a controller adds to a pod's default selector.

@@ -83,7 +83,7 @@ pub fn pod_from_k8s(pod: &core::Pod) -> Result<Pod, SnapshotError> {
         .iter()
         .flatten()
         .find(|o| o.controller == Some(true))
-        .map(|o| crate::default_spread::ControllerRef {
+        .map(|o| crate::cluster::ControllerRef {
             api_version: o.api_version.clone(),
             kind: o.kind.clone(),
             name: o.name.clone(),

@@ -132,8 +132,8 @@ pub fn replication_controller_from_k8s(r: core::ReplicationController) -> Scalab
 }
 
 /// A Service as the default topology spread reads it: its namespace and selector.
-pub fn service_from_k8s(s: &core::Service) -> crate::default_spread::Service {
-    crate::default_spread::Service {
+pub fn service_from_k8s(s: &core::Service) -> crate::cluster::Service {
+    crate::cluster::Service {
         namespace: super::namespace_or_default(&s.metadata),
         name: s.metadata.name.clone().unwrap_or_default(),
         selector: s
