@@ -38,7 +38,7 @@ impl SchedulerConfigArgs {
         })?;
         let mut pods = std::mem::take(&mut snapshot.pods);
         apply_defaults(&mut pods, &config, &snapshot.services, &|ns, controller| {
-            owner_selector_in(&snapshot.workloads, ns, controller)
+            owner_selector_in(&snapshot.controllers, ns, controller)
         });
         snapshot.pods = pods;
         Ok(())

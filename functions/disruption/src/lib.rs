@@ -30,6 +30,7 @@ impl Handler {
         settings.dry_run = config.dry_run;
         settings.spot_to_spot = config.spot_to_spot;
         settings.min_values_policy = config.min_values_policy;
+        settings.scheduler_config = config.scheduler_config.clone();
         Ok(Handler {
             disrupter: Disrupter::new(ports, settings),
         })

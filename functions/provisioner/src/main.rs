@@ -30,6 +30,7 @@ async fn handler() -> Result<Handler, StartupError> {
     settings.node_repair = config.node_repair;
     settings.repair = config.repair;
     settings.min_values_policy = config.min_values_policy;
+    settings.scheduler_config = config.scheduler_config.clone();
     Ok(Handler {
         provisioner: Provisioner::new(ports, settings),
         poll_interval: config.poll_interval,

@@ -583,8 +583,18 @@ pub struct ScalableWorkload {
     pub replicas: Option<i32>,
     /// Its pod template as a buffer chunk, or why it cannot be one.
     pub template: Result<Pod, String>,
-    /// `spec.selector` (a ReplicationController's as `match_labels`); `None` when
-    /// unset or not one the API server would have accepted.
+}
+
+/// A ReplicaSet, StatefulSet or ReplicationController by its selector: what the
+/// default topology spread deduces for the pods it controls ([`crate::default_spread`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerSelector {
+    /// `ReplicaSet`, `StatefulSet` or `ReplicationController`.
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// `spec.selector` (a ReplicationController's labels as `match_labels`); `None`
+    /// when unset or not one the API server would have accepted.
     pub selector: Option<LabelSelector>,
 }
 
@@ -596,12 +606,12 @@ pub struct ClusterSnapshot {
     pub daemonsets: Vec<DaemonSet>,
     pub pdbs: Vec<PodDisruptionBudget>,
     /// Deployments, StatefulSets and ReplicaSets, for the CapacityBuffers that name
-    /// one (`scalableRef`); and ReplicationControllers. The selectors of the
-    /// ReplicaSets, StatefulSets and ReplicationControllers are what a default topology
-    /// spread deduces ([`crate::default_spread`]).
+    /// one (`scalableRef`).
     pub workloads: Vec<ScalableWorkload>,
-    /// Services, for the default topology spread's selectors.
+    /// Services, and the ReplicaSets, StatefulSets and ReplicationControllers by their
+    /// selectors: what the default topology spread deduces its selectors from.
     pub services: Vec<Service>,
+    pub controllers: Vec<ControllerSelector>,
 }
 
 impl ClusterSnapshot {

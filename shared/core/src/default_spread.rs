@@ -23,7 +23,7 @@ use crate::cluster::{
 };
 
 /// The part of a scheduler configuration planning reads.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SchedulerConfig {
     /// Each without a label selector (deduced per pod).
     pub default_constraints: Vec<TopologySpreadConstraint>,
@@ -230,15 +230,15 @@ pub enum OwnerSelector {
     Requirements(Vec<LabelSelectorRequirement>),
 }
 
-/// What `controller` adds to a default selector, from `workloads` (the snapshot's or
+/// What `controller` adds to a default selector, from `controllers` (the snapshot's or
 /// the watched view's ReplicaSets, StatefulSets and ReplicationControllers); `None`
 /// when it is not among them or adds nothing.
 pub fn owner_selector_in(
-    workloads: &[crate::cluster::ScalableWorkload],
+    controllers: &[crate::cluster::ControllerSelector],
     namespace: &str,
     controller: &ControllerRef,
 ) -> Option<OwnerSelector> {
-    let w = workloads.iter().find(|w| {
+    let w = controllers.iter().find(|w| {
         w.kind == controller.kind && w.namespace == namespace && w.name == controller.name
     })?;
     let selector = w.selector.as_ref()?;

@@ -159,6 +159,7 @@ pub fn planning_snapshot(
         pdbs: view.pdbs.to_vec(),
         workloads: Vec::new(),
         services: Vec::new(),
+        controllers: Vec::new(),
     }
 }
 

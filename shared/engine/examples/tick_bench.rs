@@ -101,6 +101,7 @@ async fn main() {
         pdbs: vec![],
         workloads: Vec::new(),
         services: Vec::new(),
+        controllers: Vec::new(),
     };
     let pricing = Pricing::for_zones(ZONES.map(String::from).to_vec());
     let t = Instant::now();

@@ -41,6 +41,9 @@ pub struct DisruptionConfig {
     /// Karpenter's `MIN_VALUES_POLICY` (`NODEWRIGHT_MIN_VALUES_POLICY`): replacements
     /// are planned as the provisioner plans.
     pub min_values_policy: nodewright_core::scheduling::requirements::MinValuesPolicy,
+    /// The cluster's default topology spread constraints (`NODEWRIGHT_SCHEDULER_CONFIG`),
+    /// as the provisioner reads them.
+    pub scheduler_config: nodewright_core::default_spread::SchedulerConfig,
     /// How many kept nodes whose rejection is new or changed are told (an event on the
     /// node, a decision in the log) per run; the rest are told in the next runs. A
     /// cold start at 1,000 nodes has 1,000 to tell: one event request each, at the
@@ -62,6 +65,7 @@ impl DisruptionConfig {
             spot_to_spot: false,
             lease_ttl: Duration::from_secs(15),
             min_values_policy: Default::default(),
+            scheduler_config: Default::default(),
             rejections_told_per_run: REJECTIONS_TOLD_PER_RUN,
         }
     }
@@ -224,6 +228,7 @@ impl Disrupter {
         let now = self.ports().clock.now();
         let mut world = gather(self.ports(), now, Unresolved::Skip, false).await?;
         world.pricing.min_values_policy = self.config.min_values_policy;
+        crate::gather::apply_default_spread(&mut world, &self.config.scheduler_config);
         let commands = self.commands();
         let mut report = DisruptionReport {
             progress: advance_commands(&commands, &mut world, Some(lease)).await?,
@@ -270,6 +275,7 @@ impl Disrupter {
         let now = self.ports().clock.now();
         let mut world = gather(self.ports(), now, Unresolved::Skip, false).await?;
         world.pricing.min_values_policy = self.config.min_values_policy;
+        crate::gather::apply_default_spread(&mut world, &self.config.scheduler_config);
         let decision = self.decide(&world, now);
         self.record(&decision, &world, now, true).await;
         Ok(DisruptionReport {

@@ -338,6 +338,26 @@ fn merge_reservations(found: Vec<Reservation>, now: i64) -> (Vec<Reservation>, V
     merged.into_iter().partition(|r| r.expiring(now))
 }
 
+/// Gives the gathered pods without topology spread constraints of their own the
+/// cluster's defaults (`config`, the stack's `SchedulerConfig`), with the selectors
+/// deduced from the gathered Services and controllers: planning, consolidation and the
+/// validation of commands then see the pods as kube-scheduler schedules them.
+pub(crate) fn apply_default_spread(
+    world: &mut Gathered,
+    config: &nodewright_core::default_spread::SchedulerConfig,
+) {
+    use nodewright_core::default_spread::{apply_defaults, owner_selector_in};
+    if config.is_empty() {
+        return;
+    }
+    let state = &mut world.state;
+    let mut pods = std::mem::take(&mut state.pods);
+    apply_defaults(&mut pods, config, &state.services, &|ns, controller| {
+        owner_selector_in(&state.controllers, ns, controller)
+    });
+    state.pods = pods;
+}
+
 /// How long the offering of an instance EC2 reclaimed is avoided, counted from the
 /// warning: what the interruption function writes into the ICE cache.
 pub const INTERRUPTED_OFFERING_SECS: i64 = 180;

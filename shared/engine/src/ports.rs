@@ -555,6 +555,11 @@ pub struct NodePatch {
 /// Everything the engine reads from the cluster in one go.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ClusterState {
+    /// Services, and the ReplicaSets, StatefulSets and ReplicationControllers by their
+    /// selectors: read only when a scheduler configuration gives pods default topology
+    /// spread constraints ([`nodewright_core::default_spread`]).
+    pub services: Vec<nodewright_core::cluster::Service>,
+    pub controllers: Vec<nodewright_core::cluster::ControllerSelector>,
     pub node_pools: Vec<NodePool>,
     pub node_classes: Vec<Ec2NodeClass>,
     pub nodes: Vec<Node>,

@@ -93,6 +93,9 @@ pub struct ProvisionerConfig {
     /// Karpenter's `MIN_VALUES_POLICY` (`NODEWRIGHT_MIN_VALUES_POLICY`): planning, and
     /// the disruption commands this provisioner validates, decide under it.
     pub min_values_policy: MinValuesPolicy,
+    /// The cluster's default topology spread constraints (`NODEWRIGHT_SCHEDULER_CONFIG`):
+    /// given to pods without their own before planning and validation.
+    pub scheduler_config: nodewright_core::default_spread::SchedulerConfig,
 }
 
 impl ProvisionerConfig {
@@ -113,6 +116,7 @@ impl ProvisionerConfig {
             node_repair: true,
             repair: RepairSettings::default(),
             min_values_policy: MinValuesPolicy::Strict,
+            scheduler_config: Default::default(),
         }
     }
 
@@ -858,6 +862,7 @@ impl Provisioner {
         )
         .await?;
         world.pricing.min_values_policy = self.config.min_values_policy;
+        crate::gather::apply_default_spread(&mut world, &self.config.scheduler_config);
         Ok(world)
     }
     fn plan_into(&self, world: &Gathered, report: &mut TickReport) {

@@ -1544,3 +1544,6 @@ mod overlay_annotations;
 
 #[path = "provisioner/reservations.rs"]
 mod reservations;
+
+#[path = "provisioner/default_spread.rs"]
+mod default_spread;

@@ -211,6 +211,7 @@ fn child(server: &str, ca_file: &str, token: &str) -> Result<(), String> {
             pdbs: state.pdbs,
             workloads: Vec::new(),
             services: Vec::new(),
+            controllers: Vec::new(),
         };
         let pricing = Pricing::default();
         let plan = plan_provisioning(&ProvisioningInput {

@@ -76,6 +76,9 @@ pub struct KubeCluster {
     refused_status_fields: Arc<Mutex<HashSet<(ObjectKind, String)>>>,
     /// The workloads CapacityBuffers name, read by name (see `workloads`).
     workloads: Arc<crate::workloads::Workloads>,
+    /// Read Services and controllers' selectors (a scheduler configuration gives pods
+    /// default topology spread constraints).
+    default_spread: bool,
 }
 
 /// Mirror objects (NodeClaims) one pass writes at most: a create is two requests (the
@@ -109,6 +112,7 @@ impl KubeCluster {
             missing_kind_retry: MISSING_KIND_RETRY,
             refused_status_fields: Arc::default(),
             workloads: Arc::default(),
+            default_spread: false,
         }
     }
 
@@ -135,6 +139,14 @@ impl KubeCluster {
         Ok(Self::new(
             client::client_for_kubeconfig(path.as_ref(), rate).await?,
         ))
+    }
+
+    /// Also read the Services and the ReplicaSets, StatefulSets and
+    /// ReplicationControllers' selectors into [`ClusterState`] (watched from the first
+    /// read on): what default topology spread constraints deduce their selectors from.
+    pub fn with_default_spread(mut self, on: bool) -> Self {
+        self.default_spread = on;
+        self
     }
 
     /// Objects per list page (tests use small pages to exercise `continue`).
@@ -824,6 +836,28 @@ impl Cluster for KubeCluster {
                 .workloads
                 .named(&self.client, &state.capacity_buffers, &mut state.unreadable)
                 .await?;
+        }
+        if self.default_spread {
+            let sources = view.spread_sources();
+            let (services, replica_sets, stateful_sets, replication_controllers) = tokio::join!(
+                sources.services.read(),
+                sources.replica_sets.read(),
+                sources.stateful_sets.read(),
+                sources.replication_controllers.read(),
+            );
+            let unreadable = &mut state.unreadable;
+            if let Some(r) = optional_read("services", services, unreadable)? {
+                state.services = r.objects;
+            }
+            for (kind, read) in [
+                ("replicasets", replica_sets),
+                ("statefulsets", stateful_sets),
+                ("replicationcontrollers", replication_controllers),
+            ] {
+                if let Some(r) = optional_read(kind, read, unreadable)? {
+                    state.controllers.extend(r.objects);
+                }
+            }
         }
         match (claims, volumes, classes_of_storage) {
             (Some(claims), Some(volumes), Some(classes)) => {

@@ -5,8 +5,10 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate};
+use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplate, ReplicationController, Service,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ObjectMeta};
@@ -143,6 +145,15 @@ impl Resource for WatchedPod {
     }
 }
 
+/// What the default topology spread reads: Services, and the controllers whose
+/// selectors it deduces.
+pub(crate) struct SpreadSources {
+    pub(crate) services: Watched<Service, cluster::Service>,
+    pub(crate) replica_sets: Watched<ReplicaSet, cluster::ControllerSelector>,
+    pub(crate) stateful_sets: Watched<StatefulSet, cluster::ControllerSelector>,
+    pub(crate) replication_controllers: Watched<ReplicationController, cluster::ControllerSelector>,
+}
+
 /// Every kind a tick reads, watched.
 pub(crate) struct ClusterView {
     pub(crate) node_pools: Watched<DynamicObject, Karpenter>,
@@ -168,6 +179,9 @@ pub(crate) struct ClusterView {
     /// mirror write on: only the provisioner mirrors claims, so the other functions
     /// neither list nor watch them.
     node_claims: std::sync::OnceLock<Watched<DynamicObject, mirror::Seen>>,
+    /// Services and controllers by their selectors, watched from the first call on:
+    /// only a scheduler configuration with default spread constraints reads them.
+    spread_sources: std::sync::OnceLock<SpreadSources>,
     client: Client,
     page_size: u32,
     missing_retry: Duration,
@@ -273,6 +287,7 @@ impl ClusterView {
             ),
             pod_templates: std::sync::OnceLock::new(),
             node_claims: std::sync::OnceLock::new(),
+            spread_sources: std::sync::OnceLock::new(),
             client: client.clone(),
             page_size,
             missing_retry,
@@ -307,6 +322,50 @@ impl ClusterView {
         })
     }
 
+    /// The Services and controllers default spread constraints deduce their selectors
+    /// from, watched from the first call on (on the current tokio runtime). Each is
+    /// kept as its selector only.
+    pub(crate) fn spread_sources(&self) -> &SpreadSources {
+        self.spread_sources.get_or_init(|| {
+            let c = || self.client.clone();
+            let (page, retry) = (self.page_size, self.missing_retry);
+            SpreadSources {
+                services: Watched::start(
+                    "services",
+                    None,
+                    Api::all(c()),
+                    |s| Ok(snapshot::service_from_k8s(s)),
+                    page,
+                    retry,
+                ),
+                replica_sets: Watched::start(
+                    "replicasets",
+                    None,
+                    Api::all(c()),
+                    |r| Ok(snapshot::replicaset_selector(r)),
+                    page,
+                    retry,
+                ),
+                stateful_sets: Watched::start(
+                    "statefulsets",
+                    None,
+                    Api::all(c()),
+                    |s| Ok(snapshot::statefulset_selector(s)),
+                    page,
+                    retry,
+                ),
+                replication_controllers: Watched::start(
+                    "replicationcontrollers",
+                    None,
+                    Api::all(c()),
+                    |r| Ok(snapshot::replication_controller_selector(r)),
+                    page,
+                    retry,
+                ),
+            }
+        })
+    }
+
     /// Events applied by every watch so far.
     fn progress(&self) -> u64 {
         self.node_pools.view.applied()
@@ -322,6 +381,12 @@ impl ClusterView {
             + self.capacity_buffers.view.applied()
             + self.pod_templates.get().map_or(0, |w| w.view.applied())
             + self.node_claims.get().map_or(0, |w| w.view.applied())
+            + self.spread_sources.get().map_or(0, |s| {
+                s.services.view.applied()
+                    + s.replica_sets.view.applied()
+                    + s.stateful_sets.view.applied()
+                    + s.replication_controllers.view.applied()
+            })
     }
 
     /// Lets the watches apply what has already arrived (see [`catch_up`]).

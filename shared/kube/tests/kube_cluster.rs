@@ -380,5 +380,9 @@ mod scale;
 #[path = "kube_cluster/rbac.rs"]
 mod rbac;
 
+/// What default topology spread constraints deduce their selectors from.
+#[path = "kube_cluster/default_spread.rs"]
+mod default_spread;
+
 #[path = "kube_cluster/old_crds.rs"]
 mod old_crds;

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use nodewright_core::api::duration::parse_duration;
+use nodewright_core::default_spread::SchedulerConfig;
 use nodewright_core::interruption::RebalanceAction;
 use nodewright_core::repair::RepairSettings;
 use nodewright_core::scheduling::requirements::MinValuesPolicy;
@@ -62,12 +63,23 @@ pub struct Config {
     /// leaves the zone's nodes alone (Karpenter-AWS's `ENABLE_ZONAL_SHIFT`). Read by
     /// the provisioner and the disruption function alike.
     pub zonal_shift: bool,
+    /// `NODEWRIGHT_SCHEDULER_CONFIG` (default none): the default topology spread
+    /// constraints of the cluster's kube-scheduler, YAML or JSON
+    /// (`podTopologySpread.defaultConstraints`, Karpenter's `--scheduler-config`). A pod
+    /// without constraints of its own is planned with them; the functions then watch
+    /// Services, ReplicaSets, StatefulSets and ReplicationControllers for the selectors.
+    pub scheduler_config: SchedulerConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     #[error("{0} is not set (required)")]
     Missing(&'static str),
+    #[error("{name}: {problems}")]
+    Invalid {
+        name: &'static str,
+        problems: String,
+    },
     #[error("{name}={value:?}: {expected}")]
     Malformed {
         name: &'static str,
@@ -198,6 +210,15 @@ impl Config {
             min_values_policy,
             api_rate: ApiRate { qps, burst },
             zonal_shift: flag("NODEWRIGHT_ZONAL_SHIFT")?,
+            scheduler_config: match get("NODEWRIGHT_SCHEDULER_CONFIG") {
+                None => SchedulerConfig::default(),
+                Some(text) => {
+                    SchedulerConfig::parse(&text).map_err(|problems| ConfigError::Invalid {
+                        name: "NODEWRIGHT_SCHEDULER_CONFIG",
+                        problems: problems.join("; "),
+                    })?
+                }
+            },
         })
     }
 }
@@ -235,6 +256,32 @@ mod tests {
         assert!(!c.adopt_karpenter_nodes, "adoption is opt-in");
         assert_eq!(c.min_values_policy, MinValuesPolicy::Strict);
         assert!(!c.zonal_shift, "zonal shift is opt-in, as Karpenter's");
+        assert!(
+            c.scheduler_config.is_empty(),
+            "no default spread unless written"
+        );
+    }
+
+    #[test]
+    fn a_scheduler_config_is_read_and_a_bad_one_names_the_variable_and_the_field() {
+        let with = |v: &str| {
+            Config::from_vars(&vars(&[
+                ("NODEWRIGHT_CLUSTER_NAME", "prod"),
+                ("NODEWRIGHT_TABLE_NAME", "nw"),
+                ("NODEWRIGHT_SCHEDULER_CONFIG", v),
+            ]))
+        };
+        let c = with(r#"{"podTopologySpread": {"defaultConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"}]}}"#).unwrap();
+        assert_eq!(c.scheduler_config.default_constraints.len(), 1);
+        let e = with(r#"{"podTopologySpread": {"defaultConstraints": [{"maxSkew": 0, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"}]}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(
+                "NODEWRIGHT_SCHEDULER_CONFIG: podTopologySpread.defaultConstraints[0].maxSkew: 0"
+            ),
+            "{e}"
+        );
     }
 
     #[test]

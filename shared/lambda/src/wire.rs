@@ -33,7 +33,9 @@ impl StartupError {
     pub fn error_type(&self) -> &'static str {
         match self {
             StartupError::Config(ConfigError::Missing(_)) => "Config.Missing",
-            StartupError::Config(ConfigError::Malformed { .. }) => "Config.Malformed",
+            StartupError::Config(ConfigError::Malformed { .. } | ConfigError::Invalid { .. }) => {
+                "Config.Malformed"
+            }
             StartupError::Eks { .. } => "Startup.Eks",
             StartupError::Kubernetes(_) => "Startup.Kubernetes",
         }
@@ -79,6 +81,7 @@ pub async fn build_ports(config: &Config) -> Result<(Ports, ClusterInfo), Startu
             .map_err(StartupError::Kubernetes)?
         }
     };
+    let cluster = cluster.with_default_spread(!config.scheduler_config.is_empty());
     let cloud = Ec2Cloud::new(
         &aws,
         Ec2CloudConfig {

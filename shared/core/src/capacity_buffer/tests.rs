@@ -147,7 +147,6 @@ fn workload(kind: &str, replicas: Option<i32>) -> ScalableWorkload {
         },
         replicas,
         template,
-        None,
     )
 }
 

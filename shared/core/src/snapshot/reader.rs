@@ -14,8 +14,9 @@ use serde_json::Value;
 
 use super::convert::{
     csi_node_from_k8s, daemonset_from_k8s, deployment_from_k8s, node_from_k8s, pdb_from_k8s,
-    pod_from_k8s, pv_from_k8s, pvc_from_k8s, replicaset_from_k8s, replication_controller_from_k8s,
-    service_from_k8s, statefulset_from_k8s, storage_class_from_k8s,
+    pod_from_k8s, pv_from_k8s, pvc_from_k8s, replicaset_from_k8s, replicaset_selector,
+    replication_controller_selector, service_from_k8s, statefulset_from_k8s, statefulset_selector,
+    storage_class_from_k8s,
 };
 use super::error::{Result, SnapshotError};
 use super::fast;
@@ -296,15 +297,23 @@ impl ListReader {
             }
             ItemKind::StatefulSet => {
                 let s: apps::StatefulSet = decode(index, kind, item)?;
+                self.snapshot.controllers.push(statefulset_selector(&s));
                 self.workload(index, kind, statefulset_from_k8s(s))?;
             }
             ItemKind::ReplicaSet => {
                 let r: apps::ReplicaSet = decode(index, kind, item)?;
+                self.snapshot.controllers.push(replicaset_selector(&r));
                 self.workload(index, kind, replicaset_from_k8s(r))?;
             }
             ItemKind::ReplicationController => {
                 let r: core::ReplicationController = decode(index, kind, item)?;
-                self.workload(index, kind, replication_controller_from_k8s(r))?;
+                let r = replication_controller_selector(&r);
+                self.unique(
+                    index,
+                    "ReplicationController",
+                    format!("{}/{}", r.namespace, r.name),
+                )?;
+                self.snapshot.controllers.push(r);
             }
             ItemKind::Service => {
                 let s: core::Service = decode(index, kind, item)?;

@@ -806,7 +806,6 @@ impl World {
                     node_name: None,
                     ..d.template.clone()
                 }),
-                selector: None,
             })
             .collect();
         let node_names: HashSet<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();

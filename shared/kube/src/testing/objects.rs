@@ -68,6 +68,14 @@ pub const KINDS: &[KindInfo] = &[
     kind("Deployment", "apps/v1", "deployments", true, true),
     kind("ReplicaSet", "apps/v1", "replicasets", true, true),
     kind("StatefulSet", "apps/v1", "statefulsets", true, true),
+    kind("Service", "v1", "services", true, true),
+    kind(
+        "ReplicationController",
+        "v1",
+        "replicationcontrollers",
+        true,
+        true,
+    ),
     kind(
         "HorizontalPodAutoscaler",
         "autoscaling/v2",

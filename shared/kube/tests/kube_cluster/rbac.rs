@@ -67,6 +67,12 @@ async fn every_request_the_adapter_makes_is_allowed_by_infra_rbac() {
     // Reads: every kind a tick reads (lists, then watches), a drain's fresh list, the
     // version.
     t.cluster.state().await.expect("state");
+    // With default topology spread: Services and controllers, listed and watched.
+    t.another_process()
+        .with_default_spread(true)
+        .state()
+        .await
+        .expect("state with default spread");
     t.cluster
         .pods_on_node("node-a")
         .await

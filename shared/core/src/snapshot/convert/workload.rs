@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::pod::pod_from_k8s;
-use crate::cluster::{Pod, ScalableWorkload};
+use crate::cluster::{ControllerSelector, Pod, ScalableWorkload};
 
 /// A workload's (or PodTemplate's) pod template as one buffer chunk: read as a pod,
 /// with the volumes that need a claim (`persistentVolumeClaim`, `ephemeral`) and their
@@ -59,7 +59,6 @@ pub fn scalable_workload(
     meta: &ObjectMeta,
     replicas: Option<i32>,
     template: core::PodTemplateSpec,
-    selector: Option<&meta::LabelSelector>,
 ) -> ScalableWorkload {
     let namespace = meta
         .namespace
@@ -67,11 +66,9 @@ pub fn scalable_workload(
         .filter(|ns| !ns.is_empty())
         .unwrap_or_else(|| "default".to_string());
     let name = meta.name.clone().unwrap_or_default();
-    let selector = selector.and_then(|s| super::label_selector(&name, "spec.selector", s).ok());
     ScalableWorkload {
         kind: kind.to_string(),
         template: chunk_pod(&namespace, &name, template),
-        selector,
         namespace,
         name,
         replicas,
@@ -81,25 +78,13 @@ pub fn scalable_workload(
 /// A Deployment as a `scalableRef` reads it.
 pub fn deployment_from_k8s(d: apps::Deployment) -> ScalableWorkload {
     let spec = d.spec.unwrap_or_default();
-    scalable_workload(
-        "Deployment",
-        &d.metadata,
-        spec.replicas,
-        spec.template,
-        Some(&spec.selector),
-    )
+    scalable_workload("Deployment", &d.metadata, spec.replicas, spec.template)
 }
 
 /// A StatefulSet as a `scalableRef` reads it.
 pub fn statefulset_from_k8s(s: apps::StatefulSet) -> ScalableWorkload {
     let spec = s.spec.unwrap_or_default();
-    scalable_workload(
-        "StatefulSet",
-        &s.metadata,
-        spec.replicas,
-        spec.template,
-        Some(&spec.selector),
-    )
+    scalable_workload("StatefulSet", &s.metadata, spec.replicas, spec.template)
 }
 
 /// A ReplicaSet as a `scalableRef` reads it.
@@ -110,25 +95,53 @@ pub fn replicaset_from_k8s(r: apps::ReplicaSet) -> ScalableWorkload {
         &r.metadata,
         spec.replicas,
         spec.template.unwrap_or_default(),
-        Some(&spec.selector),
     )
 }
 
-/// A ReplicationController: its selector (labels) is what a default topology spread
-/// deduces for its pods.
-pub fn replication_controller_from_k8s(r: core::ReplicationController) -> ScalableWorkload {
-    let spec = r.spec.unwrap_or_default();
-    let selector = spec.selector.map(|labels| meta::LabelSelector {
-        match_labels: Some(labels),
-        match_expressions: None,
-    });
-    scalable_workload(
-        "ReplicationController",
+/// A controller by its selector, as the default topology spread reads it.
+pub fn controller_selector(
+    kind: &str,
+    object: &ObjectMeta,
+    selector: Option<&meta::LabelSelector>,
+) -> ControllerSelector {
+    let namespace = super::namespace_or_default(object);
+    let name = object.name.clone().unwrap_or_default();
+    let selector = selector.and_then(|s| super::label_selector(&name, "spec.selector", s).ok());
+    ControllerSelector {
+        kind: kind.to_string(),
+        namespace,
+        name,
+        selector,
+    }
+}
+
+pub fn replicaset_selector(r: &apps::ReplicaSet) -> ControllerSelector {
+    controller_selector(
+        "ReplicaSet",
         &r.metadata,
-        spec.replicas,
-        spec.template.unwrap_or_default(),
-        selector.as_ref(),
+        r.spec.as_ref().map(|s| &s.selector),
     )
+}
+
+pub fn statefulset_selector(s: &apps::StatefulSet) -> ControllerSelector {
+    controller_selector(
+        "StatefulSet",
+        &s.metadata,
+        s.spec.as_ref().map(|s| &s.selector),
+    )
+}
+
+/// A ReplicationController's selector is labels: read as `match_labels`.
+pub fn replication_controller_selector(r: &core::ReplicationController) -> ControllerSelector {
+    let selector = r
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.clone())
+        .map(|labels| meta::LabelSelector {
+            match_labels: Some(labels),
+            match_expressions: None,
+        });
+    controller_selector("ReplicationController", &r.metadata, selector.as_ref())
 }
 
 /// A Service as the default topology spread reads it: its namespace and selector.

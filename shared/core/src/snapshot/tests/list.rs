@@ -435,7 +435,7 @@ fn services_controllers_and_a_pods_controller_are_read_for_the_default_spread() 
     assert_eq!(selectors[0].1.unwrap()["app"], "web");
     assert_eq!(selectors[1], ("kubernetes", None));
     let owner = s.pods[0].controller.clone().unwrap();
-    match owner_selector_in(&s.workloads, "default", &owner) {
+    match owner_selector_in(&s.controllers, "default", &owner) {
         Some(OwnerSelector::Requirements(reqs)) => {
             let keys: Vec<&str> = reqs.iter().map(|r| r.key.as_str()).collect();
             assert_eq!(keys, ["app", "pod-template-hash"]);
@@ -448,11 +448,11 @@ fn services_controllers_and_a_pods_controller_are_read_for_the_default_spread() 
         name: "legacy".into(),
     };
     assert_eq!(
-        owner_selector_in(&s.workloads, "default", &rc),
+        owner_selector_in(&s.controllers, "default", &rc),
         Some(OwnerSelector::Labels(BTreeMap::from([(
             "app".to_string(),
             "legacy".to_string()
         )])))
     );
-    assert_eq!(owner_selector_in(&s.workloads, "other", &rc), None);
+    assert_eq!(owner_selector_in(&s.controllers, "other", &rc), None);
 }
