@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 
 use nodewright_core::cluster::ClusterSnapshot;
-use nodewright_core::default_spread::{SchedulerConfig, apply_defaults, owner_selector_in};
+use nodewright_core::default_spread::{SchedulerConfig, apply_defaults_from};
 
 use crate::{Failure, read};
 
@@ -36,11 +36,12 @@ impl SchedulerConfigArgs {
                     .collect(),
             )
         })?;
-        let mut pods = std::mem::take(&mut snapshot.pods);
-        apply_defaults(&mut pods, &config, &snapshot.services, &|ns, controller| {
-            owner_selector_in(&snapshot.controllers, ns, controller)
-        });
-        snapshot.pods = pods;
+        apply_defaults_from(
+            &mut snapshot.pods,
+            &config,
+            &snapshot.services,
+            &snapshot.controllers,
+        );
         Ok(())
     }
 }

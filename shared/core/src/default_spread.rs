@@ -326,6 +326,19 @@ pub fn apply_defaults(
     given
 }
 
+/// [`apply_defaults`] with each controller's selector looked up in `controllers` (a
+/// snapshot's or a watched view's).
+pub fn apply_defaults_from(
+    pods: &mut [Pod],
+    config: &SchedulerConfig,
+    services: &[Service],
+    controllers: &[crate::cluster::ControllerSelector],
+) -> usize {
+    apply_defaults(pods, config, services, &|ns, controller| {
+        owner_selector_in(controllers, ns, controller)
+    })
+}
+
 /// kube-scheduler's default selector for a pod with `labels`: the selectors of the
 /// Services that select it merged (a later one wins a key), then its controller's;
 /// `None` when that adds up to nothing.

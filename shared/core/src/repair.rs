@@ -680,14 +680,13 @@ fn reservation_for_replacement(
     taken: &[u32],
 ) -> Result<Option<usize>, String> {
     use crate::catalog::{CapacityType, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE};
-    use crate::scheduling::requirements::Requirements;
-    let reqs = Requirements::from_node_requirements(&pool.requirements);
-    let allows = |key: &str, value: &str| {
-        pool.labels.get(key).is_none_or(|v| v == value)
-            && reqs.get(key).is_none_or(|set| set.has(value))
-    };
+    use crate::scheduling::requirements::node_pool_allows;
+    let allows = |key: &str, value: &str| node_pool_allows(pool, key, value);
     // Without a capacity-type requirement a NodePool launches on-demand.
-    let reserved_only = reqs.get(LABEL_CAPACITY_TYPE).is_some()
+    let reserved_only = pool
+        .requirements
+        .iter()
+        .any(|r| r.key == LABEL_CAPACITY_TYPE)
         && allows(LABEL_CAPACITY_TYPE, CapacityType::Reserved.as_str())
         && !allows(LABEL_CAPACITY_TYPE, CapacityType::OnDemand.as_str())
         && !allows(LABEL_CAPACITY_TYPE, CapacityType::Spot.as_str());

@@ -346,16 +346,13 @@ pub(crate) fn apply_default_spread(
     world: &mut Gathered,
     config: &nodewright_core::default_spread::SchedulerConfig,
 ) {
-    use nodewright_core::default_spread::{apply_defaults, owner_selector_in};
-    if config.is_empty() {
-        return;
-    }
     let state = &mut world.state;
-    let mut pods = std::mem::take(&mut state.pods);
-    apply_defaults(&mut pods, config, &state.services, &|ns, controller| {
-        owner_selector_in(&state.controllers, ns, controller)
-    });
-    state.pods = pods;
+    nodewright_core::default_spread::apply_defaults_from(
+        &mut state.pods,
+        config,
+        &state.services,
+        &state.controllers,
+    );
 }
 
 /// How long the offering of an instance EC2 reclaimed is avoided, counted from the

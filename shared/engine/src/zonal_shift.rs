@@ -21,8 +21,9 @@ use std::sync::Mutex;
 
 use tracing::info;
 
-use nodewright_core::api::model::{NodePool, Operator};
+use nodewright_core::api::model::NodePool;
 use nodewright_core::catalog::LABEL_ZONE;
+use nodewright_core::scheduling::requirements::node_pool_allows;
 
 use crate::context::Ports;
 use crate::ports::{ClusterEvent, EventType, ObjectKind, ResolvedNodeClass, ZonalShift};
@@ -70,21 +71,9 @@ pub fn shifted_zones<'a>(
     out
 }
 
-/// Whether `pool` may put a node in `zone` (its requirements and template labels on
-/// `topology.kubernetes.io/zone`).
+/// Whether `pool` may put a node in `zone`.
 fn pool_allows_zone(pool: &NodePool, zone: &str) -> bool {
-    if let Some(v) = pool.labels.get(LABEL_ZONE) {
-        return v == zone;
-    }
-    pool.requirements
-        .iter()
-        .filter(|r| r.key == LABEL_ZONE)
-        .all(|r| match r.operator {
-            Operator::In => r.values.iter().any(|v| v == zone),
-            Operator::NotIn => !r.values.iter().any(|v| v == zone),
-            Operator::DoesNotExist => false,
-            Operator::Exists | Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte => true,
-        })
+    node_pool_allows(pool, LABEL_ZONE, zone)
 }
 
 /// What the provisioner remembers between ticks: the zones it last saw shifted (ID →
@@ -230,6 +219,7 @@ mod tests {
 
     #[test]
     fn a_pool_is_told_of_a_zone_only_when_its_requirements_allow_it() {
+        use nodewright_core::api::model::Operator;
         let mut pool = nodewright_core::testing::general_purpose_pool();
         assert!(pool_allows_zone(&pool, "us-east-1a"));
         pool.requirements

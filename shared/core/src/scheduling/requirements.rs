@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::api::model::{NodeRequirement, Operator};
+use crate::api::model::{NodePool, NodeRequirement, Operator};
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct ValueSet {
@@ -319,6 +319,17 @@ impl fmt::Debug for Requirements {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_map().entries(self.map.iter()).finish()
     }
+}
+
+/// Whether a node of `pool` may carry `key=value`: its template labels and its
+/// requirements allow it (no requirement on `key`: any value).
+pub fn node_pool_allows(pool: &NodePool, key: &str, value: &str) -> bool {
+    pool.labels.get(key).is_none_or(|v| v == value)
+        && pool
+            .requirements
+            .iter()
+            .filter(|r| r.key == key)
+            .all(|r| ValueSet::from_requirement(r).has(value))
 }
 
 impl Requirements {
