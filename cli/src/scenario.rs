@@ -20,6 +20,7 @@ use nodewright_core::api::duration::{EXPECTED_DURATION, parse_duration};
 use nodewright_core::api::{self, LoadError, Strictness};
 use nodewright_core::catalog::CapacityType;
 use nodewright_core::cluster::DaemonSet;
+use nodewright_core::default_spread::SchedulerConfig;
 use nodewright_core::interruption::RebalanceAction;
 use nodewright_core::repair::RepairSettings;
 use nodewright_core::snapshot::{pdb_from_k8s, pod_from_k8s};
@@ -82,6 +83,9 @@ struct File {
     /// The stack's node repair switches (`LegacyNodeRepair`, `RebootForRepair`,
     /// `TerminateFirstRepair`).
     node_repair: Option<NodeRepairSpec>,
+    /// The cluster's kube-scheduler default spread, as `--scheduler-config` and the
+    /// stack's `SchedulerConfig` take it (`podTopologySpread.defaultConstraints`).
+    scheduler_config: Option<serde_json::Value>,
     /// How often SQS delivers an event twice (0..1).
     duplicate_rate: Option<f64>,
     #[serde(default)]
@@ -405,6 +409,19 @@ pub fn parse_with(
         } else {
             RepairSettings::aws(r.reboot_for_repair, r.terminate_first_repair)
         };
+    }
+    if let Some(config) = spec.scheduler_config {
+        scenario.world.scheduler_config =
+            SchedulerConfig::from_value(config).map_err(|problems| ScenarioError {
+                invalid: true,
+                ..fail(
+                    problems
+                        .iter()
+                        .map(|p| format!("schedulerConfig: {p}"))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                )
+            })?;
     }
     if let Some(rate) = spec.duplicate_rate {
         if !(0.0..=1.0).contains(&rate) {

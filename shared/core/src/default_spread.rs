@@ -74,6 +74,17 @@ impl SchedulerConfig {
         }
         // The YAML reader's message names the field and its line.
         let file: File = serde_yaml_ng::from_str(text).map_err(|e| vec![e.to_string()])?;
+        Self::from_file(file)
+    }
+
+    /// [`Self::parse`] for a configuration held inside another document (a simulator
+    /// scenario's `schedulerConfig`); messages name the field from this value down.
+    pub fn from_value(value: serde_json::Value) -> Result<Self, Vec<String>> {
+        let file: File = serde_json::from_value(value).map_err(|e| vec![e.to_string()])?;
+        Self::from_file(file)
+    }
+
+    fn from_file(file: File) -> Result<Self, Vec<String>> {
         let specs = file
             .pod_topology_spread
             .map(|s| s.default_constraints)

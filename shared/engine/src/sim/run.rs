@@ -731,6 +731,7 @@ impl Run<'_> {
             let mut config =
                 ProvisionerConfig::new("simulated", format!("provisioner-{invocation}"));
             config.repair = self.scenario.repair.clone();
+            config.scheduler_config = self.scenario.world.scheduler_config.clone();
             let provisioner = Provisioner::new(self.ports(), config);
             let budget = PROVISIONER_BUDGET.min(Duration::from_secs((self.until - now) as u64));
             let Some(report) = self
@@ -773,10 +774,11 @@ impl Run<'_> {
         // One warm execution environment serves every run (a schedule a minute keeps it
         // warm), as in Lambda: built once, like the function's cold start.
         let mut environment = 1;
-        let mut disrupter = Disrupter::new(
-            self.ports(),
-            DisruptionConfig::new("simulated", "disruption-1"),
-        );
+        let config = |environment: usize| DisruptionConfig {
+            scheduler_config: self.scenario.world.scheduler_config.clone(),
+            ..DisruptionConfig::new("simulated", format!("disruption-{environment}"))
+        };
+        let mut disrupter = Disrupter::new(self.ports(), config(environment));
         loop {
             self.sleep_until(next).await;
             if w.now() >= self.until {
@@ -799,10 +801,7 @@ impl Run<'_> {
                 lock(&self.disruption).0 += 1;
                 // Lambda replaces a killed execution environment: a cold start.
                 environment += 1;
-                disrupter = Disrupter::new(
-                    self.ports(),
-                    DisruptionConfig::new("simulated", format!("disruption-{environment}")),
-                );
+                disrupter = Disrupter::new(self.ports(), config(environment));
                 continue;
             };
             let mut d = lock(&self.disruption);

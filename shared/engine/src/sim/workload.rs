@@ -17,8 +17,9 @@ use nodewright_core::catalog::{
     InstanceType, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL, LABEL_ZONE,
 };
 use nodewright_core::cluster::{
-    DaemonSet, LabelSelector, Node, Pod, PodAffinityTerm, PodDisruptionBudget, Toleration,
-    TolerationOperator, TopologySpreadConstraint, WhenUnsatisfiable,
+    ControllerRef, ControllerSelector, DaemonSet, LabelSelector, Node, Pod, PodAffinityTerm,
+    PodDisruptionBudget, Toleration, TolerationOperator, TopologySpreadConstraint,
+    WhenUnsatisfiable,
 };
 use nodewright_core::resources::Resources;
 
@@ -49,6 +50,30 @@ impl Deployment {
             .last()
             .map(|(_, n)| *n)
             .unwrap_or(0)
+    }
+
+    /// The ReplicaSet the Deployment controller keeps for the template: its replicas'
+    /// controller, and the selector kube-scheduler's default spread reads.
+    pub fn replica_set(&self) -> ControllerSelector {
+        ControllerSelector {
+            kind: "ReplicaSet".into(),
+            namespace: self.namespace.clone(),
+            name: self.replica_set_name(),
+            selector: Some(LabelSelector {
+                match_labels: self.template.labels.clone(),
+                match_expressions: Vec::new(),
+            }),
+        }
+    }
+
+    /// `<deployment>-<pod-template-hash>`; the template never changes in a simulation,
+    /// so neither does the hash.
+    fn replica_set_name(&self) -> String {
+        // FNV-1a over the name: stable across runs and platforms.
+        let hash = self.name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        format!("{}-{:x}", self.name, hash & 0xff_ffff_ffff)
     }
 
     /// Whether `pod` is one of this Deployment's replicas.
@@ -95,6 +120,11 @@ pub fn scale(
                 namespace: deployment.namespace.clone(),
                 name: format!("{}-{}", deployment.name, next_suffix()),
                 node_name: None,
+                controller: Some(ControllerRef {
+                    api_version: "apps/v1".into(),
+                    kind: "ReplicaSet".into(),
+                    name: deployment.replica_set_name(),
+                }),
                 ..deployment.template.clone()
             });
         }

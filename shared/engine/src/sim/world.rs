@@ -24,12 +24,14 @@
 //!
 //! [`World::run`] steps it every `step` of virtual time; the jobs run beside it.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nodewright_core::catalog::{CapacityType, Catalog};
 use nodewright_core::cluster::{DaemonSet, Node, Pod, ScalableWorkload};
+use nodewright_core::default_spread::{SchedulerConfig, apply_defaults_from};
 use nodewright_core::nodeclaim::{
     ClaimState, DisruptionCause, NodeClaim, instance_id_from_provider_id,
 };
@@ -65,6 +67,10 @@ pub struct WorldConfig {
     pub queue: QueueConfig,
     /// Seeds event ids and duplicate deliveries.
     pub seed: u64,
+    /// The cluster's kube-scheduler default topology spread: the binder gives it to pods
+    /// without constraints of their own, and the functions run with it as the stack's
+    /// `SchedulerConfig` (configured to match the cluster, as an operator does).
+    pub scheduler_config: SchedulerConfig,
 }
 
 impl Default for WorldConfig {
@@ -78,6 +84,7 @@ impl Default for WorldConfig {
             step: Duration::from_secs(1),
             queue: QueueConfig::default(),
             seed: 1,
+            scheduler_config: SchedulerConfig::default(),
         }
     }
 }
@@ -285,10 +292,12 @@ impl World {
     /// Adds a Deployment (and its PodDisruptionBudget); its controller acts from the
     /// next step.
     pub fn add_deployment(&self, deployment: Deployment) {
-        if let Some(pdb) = &deployment.budget {
-            let pdb = pdb.clone();
-            self.cluster.with_state(|s| s.pdbs.push(pdb));
-        }
+        let replica_set = deployment.replica_set();
+        let budget = deployment.budget.clone();
+        self.cluster.with_state(|s| {
+            s.controllers.push(replica_set);
+            s.pdbs.extend(budget);
+        });
         lock(&self.deployments).push(deployment);
     }
 
@@ -864,11 +873,14 @@ impl World {
                     })
                     .flat_map(|c| c.pods.iter())
                     .collect();
-                let waiting: Vec<&Pod> = claim
-                    .pods
-                    .iter()
-                    .filter_map(|k| pending.get(k).copied())
-                    .collect();
+                let waiting = self.as_scheduled(
+                    state,
+                    claim
+                        .pods
+                        .iter()
+                        .filter_map(|k| pending.get(k).copied())
+                        .collect(),
+                );
                 if waiting.is_empty() || claim.state == ClaimState::LaunchFailed {
                     continue;
                 }
@@ -933,6 +945,19 @@ impl World {
         }
     }
 
+    /// `pods` as kube-scheduler schedules them: those without topology spread
+    /// constraints of their own get the cluster's defaults (copies; none is made when
+    /// the cluster has no defaults).
+    fn as_scheduled<'a>(&self, state: &ClusterState, pods: Vec<&'a Pod>) -> Vec<Cow<'a, Pod>> {
+        let config = &self.config.scheduler_config;
+        if config.is_empty() {
+            return pods.into_iter().map(Cow::Borrowed).collect();
+        }
+        let mut copies: Vec<Pod> = pods.into_iter().cloned().collect();
+        apply_defaults_from(&mut copies, config, &state.services, &state.controllers);
+        copies.into_iter().map(Cow::Owned).collect()
+    }
+
     /// Binds what can be bound, as kube-scheduler: only pods for it (not another
     /// scheduler's); a pod it finds no node for is marked Unschedulable on that first
     /// attempt, and the mark goes when it binds.
@@ -957,10 +982,12 @@ impl World {
         let mut bindings = Vec::new();
         {
             let mut binder = Binder::new(state);
-            for &i in &pending {
+            let scheduled =
+                self.as_scheduled(state, pending.iter().map(|&i| &state.pods[i]).collect());
+            for (&i, pod) in pending.iter().zip(&scheduled) {
                 let key = state.pods[i].key();
                 let since = *o.pending_since.entry(key.clone()).or_insert(now);
-                if let Some(node) = binder.place(&state.pods[i]) {
+                if let Some(node) = binder.place(pod) {
                     o.pending_since.remove(&key);
                     o.waits.push(PodWait {
                         pod: key,
