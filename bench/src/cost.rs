@@ -16,7 +16,7 @@ use nodewright_core::resources::Resources;
 use nodewright_core::scheduling::Requirements;
 use nodewright_core::scheduling::lp::cheapest_fractional_fleet;
 use nodewright_core::testing::req;
-use nodewright_engine::sim::rng::Rng;
+use nodewright_sim::rng::Rng;
 use serde_json::json;
 
 use crate::report::Report;

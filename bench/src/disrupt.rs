@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use nodewright_core::catalog::Catalog;
 use nodewright_core::cluster::Pod;
-use nodewright_engine::sim::rng::Rng;
-use nodewright_engine::sim::workload::bound_cluster;
+use nodewright_sim::rng::Rng;
+use nodewright_sim::workload::bound_cluster;
 use serde_json::Value;
 
 use crate::child::{children_cpu, parse_run_child, under_run_child};

@@ -15,7 +15,7 @@
 //!   traffic per invocation of the real provisioner or disruption binary, against moto
 //!   and a real Kubernetes control plane (etcd and kube-apiserver).
 //!
-//! Workloads come from the simulator's generator and RNG (`nodewright_engine::sim`);
+//! Workloads come from the simulator's generator and RNG (`nodewright_sim`);
 //! `workload` holds what only the benchmarks use.
 
 use std::path::PathBuf;

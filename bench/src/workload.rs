@@ -15,8 +15,8 @@ use nodewright_core::cluster::{
     TolerationOperator, TopologySpreadConstraint, WhenUnsatisfiable,
 };
 use nodewright_core::testing::{node_pool, req};
-use nodewright_engine::sim::rng::Rng;
-use nodewright_engine::sim::workload::{BoundCluster, app_pod, bound_cluster, mixed_pods};
+use nodewright_sim::rng::Rng;
+use nodewright_sim::workload::{BoundCluster, app_pod, bound_cluster, mixed_pods};
 use serde_json::{Value, json};
 
 /// Every generated workload's seed.
@@ -337,7 +337,7 @@ pub fn real_daemonsets() -> Vec<DaemonSet> {
 }
 
 /// `count` pods of the simulator's mixed workload
-/// ([`nodewright_engine::sim::workload::mixed_deployment`]), pending and marked
+/// ([`nodewright_sim::workload::mixed_deployment`]), pending and marked
 /// Unschedulable by kube-scheduler.
 pub fn real_pods(count: usize, seed: u64) -> Vec<Pod> {
     let mut pods = mixed_pods(count, seed);

@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use nodewright_engine::sim::Report;
+use nodewright_sim::Report;
 use plotters::coord::Shift;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
@@ -217,7 +217,7 @@ fn started(report: &Report) -> i64 {
 }
 
 /// "short: c6i.2xlarge spot".
-fn shortage_label(s: &nodewright_engine::sim::report::Shortage) -> String {
+fn shortage_label(s: &nodewright_sim::report::Shortage) -> String {
     let mut types: Vec<String> = Vec::new();
     for (t, _, c) in &s.offerings {
         let what = format!("{t} {}", c.as_str());

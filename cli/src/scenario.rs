@@ -24,9 +24,9 @@ use nodewright_core::default_spread::SchedulerConfig;
 use nodewright_core::interruption::RebalanceAction;
 use nodewright_core::repair::RepairSettings;
 use nodewright_core::snapshot::{pdb_from_k8s, pod_from_k8s};
-use nodewright_engine::fakes::FakeReservation;
-use nodewright_engine::sim::faults::FaultConfig;
-use nodewright_engine::sim::{Deployment, Disturbance, Scenario, ScheduledDisturbance, Target};
+use nodewright_sim::fakes::FakeReservation;
+use nodewright_sim::faults::FaultConfig;
+use nodewright_sim::{Deployment, Disturbance, Scenario, ScheduledDisturbance, Target};
 use serde::Deserialize;
 
 /// The scenario built into the binary: `nodewright simulate` with no file.

@@ -1,6 +1,6 @@
 //! `nodewright simulate [SCENARIO.yaml]`: the whole autoscaler on a virtual clock. The
 //! provisioner and interruption jobs run as their Lambdas run them, against a
-//! simulated EKS cluster and EC2 (`nodewright_engine::sim`); a scenario says what
+//! simulated EKS cluster and EC2 (`nodewright_sim`); a scenario says what
 //! happens to them. Prints a timeline and a summary (or JSON), optionally an SVG chart.
 //!
 //! Exit codes: 0 the run finished with every end-state invariant held; 1 it finished
@@ -20,8 +20,8 @@ use nodewright_core::api::duration::parse_duration;
 use nodewright_core::nodeclaim::DisruptionCause;
 use nodewright_engine::DisruptionConfig;
 use nodewright_engine::ports::ObjectKind;
-use nodewright_engine::sim::report::{DrainRecord, TimelineRow, clock_time, is_interruption};
-use nodewright_engine::sim::{NodeRecord, Report, Scenario};
+use nodewright_sim::report::{DrainRecord, TimelineRow, clock_time, is_interruption};
+use nodewright_sim::{NodeRecord, Report, Scenario};
 use serde_json::{Value, json};
 
 use crate::Failure;
@@ -63,7 +63,7 @@ fn duration(text: &str) -> Result<Duration, String> {
 }
 
 /// What the disruption function did, in one sentence.
-fn consolidation(s: &nodewright_engine::sim::report::Summary) -> String {
+fn consolidation(s: &nodewright_sim::report::Summary) -> String {
     if s.disruption_invocations == 0 {
         return "not simulated (the scenario turns the disruption function off)".into();
     }
@@ -830,7 +830,7 @@ pub fn render_table(report: &Report, wall: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodewright_engine::sim::faults::FaultConfig;
+    use nodewright_sim::faults::FaultConfig;
     use std::sync::OnceLock;
 
     /// The bundled scenario's run and its table, made once for the tests that read them.

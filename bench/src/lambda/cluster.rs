@@ -17,10 +17,8 @@ use nodewright_core::catalog::{
     Catalog, InstanceType, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE,
     LABEL_NODEPOOL, LABEL_REGION, LABEL_ZONE,
 };
-use nodewright_engine::sim::rng::Rng;
-use nodewright_engine::sim::workload::{
-    MIXED_MIN_CPU_MILLI, MIXED_MIN_MEMORY_MIB, mixed_deployment,
-};
+use nodewright_sim::rng::Rng;
+use nodewright_sim::workload::{MIXED_MIN_CPU_MILLI, MIXED_MIN_MEMORY_MIB, mixed_deployment};
 use serde_json::{Map, Value, json};
 
 /// Every node's type, and the only one the NodePool allows.

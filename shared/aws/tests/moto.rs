@@ -41,7 +41,7 @@ macro_rules! store_contract {
 
             #[tokio::test]
             async fn in_memory() {
-                contract(&nodewright_engine::fakes::MemoryStore::new()).await
+                contract(&nodewright_sim::fakes::MemoryStore::new()).await
             }
 
             #[tokio::test]

@@ -19,9 +19,9 @@ use nodewright_core::api::model::Operator;
 use nodewright_core::catalog::{Catalog, LABEL_INSTANCE_TYPE};
 use nodewright_core::nodeclaim::ClaimState;
 use nodewright_core::testing::{node_pool, pod, req};
-use nodewright_engine::fakes::{Call, node_class};
-use nodewright_engine::sim::{World, WorldConfig};
 use nodewright_engine::{Disrupter, DisruptionConfig, Provisioner, ProvisionerConfig};
+use nodewright_sim::fakes::{Call, node_class};
+use nodewright_sim::{World, WorldConfig};
 
 const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 /// 2025-01-01T00:00:00Z.

@@ -17,12 +17,12 @@ use std::time::{Duration, Instant};
 use nodewright_core::catalog::{CapacityType, Catalog};
 use nodewright_core::cluster::{Node, Pod};
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
-use nodewright_engine::fakes::{FakeCloud, FakeCluster, ManualClock, MemoryStore};
 use nodewright_engine::ports::{Clock, Store};
 use nodewright_engine::{
     InstanceAction, InterruptionConfig, InterruptionInput, InterruptionMode, InterruptionOutcome,
     Ports, handle_interruption,
 };
+use nodewright_sim::fakes::{FakeCloud, FakeCluster, ManualClock, MemoryStore};
 
 const MESSAGES: usize = 15_000;
 const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];

@@ -13,8 +13,8 @@ use nodewright_core::catalog::{CapacityType, Catalog, LABEL_CAPACITY_TYPE, Prici
 use nodewright_core::cluster::ClusterSnapshot;
 use nodewright_core::provisioning::{ProvisioningInput, plan_provisioning};
 use nodewright_core::testing::{general_purpose_pool, node, node_pool, pod, req};
-use nodewright_engine::fakes::{FakeCloud, FakeCluster, ManualClock, MemoryStore, node_class};
 use nodewright_engine::{Ports, Provisioner, ProvisionerConfig};
+use nodewright_sim::fakes::{FakeCloud, FakeCluster, ManualClock, MemoryStore, node_class};
 
 const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 

@@ -1,5 +1,6 @@
-//! nodewright-engine: the ports nodewright's jobs run over, the jobs themselves, and
-//! in-memory fakes of the ports.
+//! nodewright-engine: the ports nodewright's jobs run over and the jobs themselves:
+//! what the Lambda functions run. The ports' in-memory fakes and the simulator are in
+//! `nodewright-sim`.
 //!
 //! # Who owns what, in the order a provisioner tick runs
 //!
@@ -31,10 +32,7 @@
 //! Around them: [`ports`] (Cloud, Cluster, Store, Clock — domain types only,
 //! classified errors), [`context`] ([`Ports`], the four shared; [`SystemClock`]),
 //! [`claim_cache`] (the claims read once and kept by this process's writes,
-//! [`ClaimCache`]), [`error`] ([`EngineError`]), and under feature `sim` (default, never
-//! in the Lambda binaries) [`fakes`] (FakeCloud, FakeCluster, MemoryStore,
-//! ManualClock) and [`sim`] (a world that behaves like a cluster over virtual time,
-//! scenarios run on it with every job as its Lambda runs it).
+//! [`ClaimCache`]) and [`error`] ([`EngineError`]).
 pub mod adopt;
 pub mod claim_cache;
 pub mod command;
@@ -42,8 +40,6 @@ pub mod context;
 pub mod decide;
 pub mod disrupt;
 pub mod error;
-#[cfg(feature = "sim")]
-pub mod fakes;
 pub mod gather;
 pub mod interrupt;
 pub mod launch;
@@ -54,8 +50,6 @@ pub mod provision;
 pub mod reasons;
 pub mod repair;
 pub mod reservations;
-#[cfg(feature = "sim")]
-pub mod sim;
 pub mod static_capacity;
 pub mod terminate;
 pub mod zonal_shift;

@@ -1,7 +1,7 @@
 //! The ports: what the engine needs from the world, in domain types only. Adapters
 //! (`nodewright-aws`, `nodewright-kube`) implement them against AWS and Kubernetes;
-//! `fakes` implements them in memory, faithfully enough that the simulator and the
-//! tests can rely on them.
+//! `nodewright-sim`'s `fakes` implement them in memory, faithfully enough that the
+//! simulator and the tests can rely on them.
 //!
 //! Errors are classified by kind so callers branch on *what happened* (throttled,
 //! not found, conflict, insufficient capacity) and never on message text; the

@@ -6,15 +6,15 @@ use nodewright_core::catalog::{CapacityType, Catalog, DEFAULT_SPOT_FRACTION, Pri
 use nodewright_core::cluster::Node;
 use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, DisruptionCause, NodeClaim};
 use nodewright_core::testing::general_purpose_pool;
-use nodewright_engine::fakes::{
-    CloudOp, FakeCloud, FakeCluster, ManualClock, MemoryStore, StoreOp, node_class,
-};
 use nodewright_engine::ports::{
     Clock, Cloud, CloudError, ClusterState, ErrorKind, Instance, Store, StoreError,
 };
 use nodewright_engine::{
     InstanceAction, InterruptionConfig, InterruptionInput, InterruptionMode, Ports,
     adopt_karpenter_nodes, handle_interruption,
+};
+use nodewright_sim::fakes::{
+    CloudOp, FakeCloud, FakeCluster, ManualClock, MemoryStore, StoreOp, node_class,
 };
 
 const ZONES: [&str; 2] = ["us-east-1a", "us-east-1b"];

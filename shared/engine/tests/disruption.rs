@@ -1,5 +1,5 @@
 //! The disruption job with the provisioner, over time, in the simulated world
-//! (`nodewright_engine::sim`): the provisioner runs as its schedule runs it (an
+//! (`nodewright_sim`): the provisioner runs as its schedule runs it (an
 //! invocation a minute, polling every 5 s, advancing commands on every poll); the
 //! disruption function once a minute, half a minute later, deciding and exiting.
 //!
@@ -23,13 +23,13 @@ use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
 use nodewright_core::provisioning::PlannedNodeClaim;
 use nodewright_core::testing::{node_pool, pod};
 use nodewright_engine::default_decider;
-use nodewright_engine::fakes::{CloudOp, ClusterOp, StoreOp, node_class};
 use nodewright_engine::ports::{CloudError, ErrorKind, StoreError};
-use nodewright_engine::sim::{World, WorldConfig};
 use nodewright_engine::terminate::TAINT_DISRUPTED;
 use nodewright_engine::{
     Decider, Disrupter, DisruptionConfig, DisruptionReport, Provisioner, ProvisionerConfig,
 };
+use nodewright_sim::fakes::{CloudOp, ClusterOp, StoreOp, node_class};
+use nodewright_sim::{World, WorldConfig};
 
 #[path = "disruption/worth.rs"]
 mod worth;
@@ -903,7 +903,7 @@ async fn a_drain_a_budget_refuses_forever_ends_at_the_node_pools_termination_gra
 
 impl System {
     /// The instance behind a node (by its providerID), as EC2 holds it.
-    fn instance_of(&self, node: &str) -> nodewright_engine::fakes::FakeInstance {
+    fn instance_of(&self, node: &str) -> nodewright_sim::fakes::FakeInstance {
         let n = self.world.cluster.node(node).expect("node");
         let id = n
             .provider_id

@@ -10,14 +10,14 @@ use nodewright_core::cluster::{
     IntOrPercent, LabelSelector, Node, Pod, PodDisruptionBudget, Toleration, TolerationOperator,
 };
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
-use nodewright_engine::fakes::{
-    CloudOp, ClusterOp, FakeCloud, FakeCluster, ManualClock, MemoryStore, StoreOp,
-};
 use nodewright_engine::ports::{CloudError, ClusterError, ErrorKind, Store, StoreError};
 use nodewright_engine::terminate::{self, TAINT_DISRUPTED};
 use nodewright_engine::{
     InstanceAction, InterruptionConfig, InterruptionInput, InterruptionMode, InterruptionOutcome,
     Ports, handle_interruption, handle_interruption_until,
+};
+use nodewright_sim::fakes::{
+    CloudOp, ClusterOp, FakeCloud, FakeCluster, ManualClock, MemoryStore, StoreOp,
 };
 
 const ZONE: &str = "us-east-1a";

@@ -8,9 +8,6 @@ use nodewright_core::catalog::{CapacityType, Catalog};
 use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim};
 use nodewright_core::repair::RepairSettings;
 use nodewright_core::testing::{general_purpose_pool, pod};
-use nodewright_engine::fakes::{
-    CloudOp, ClusterOp, FakeCloud, FakeCluster, ManualClock, MemoryStore, StoreOp, node_class,
-};
 use nodewright_engine::launch::LAUNCH_IN_FLIGHT;
 use nodewright_engine::lifecycle::{
     LABEL_INITIALIZED, LABEL_NODECLAIM, LABEL_REGISTERED, TAINT_UNREGISTERED,
@@ -18,6 +15,9 @@ use nodewright_engine::lifecycle::{
 use nodewright_engine::ports::{Clock, CloudError, ClusterError, ErrorKind, Store, StoreError};
 use nodewright_engine::provision::LEASE_NAME;
 use nodewright_engine::{Ports, Provisioner, ProvisionerConfig};
+use nodewright_sim::fakes::{
+    CloudOp, ClusterOp, FakeCloud, FakeCluster, ManualClock, MemoryStore, StoreOp, node_class,
+};
 
 const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 
@@ -1547,3 +1547,7 @@ mod reservations;
 
 #[path = "provisioner/default_spread.rs"]
 mod default_spread;
+
+/// The claim cache the provisioner Lambda reads its claims through.
+#[path = "provisioner/claim_cache.rs"]
+mod claim_cache;

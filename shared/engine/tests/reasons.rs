@@ -7,9 +7,6 @@ use std::time::Duration;
 use nodewright_core::catalog::Catalog;
 use nodewright_core::provisioning::UnschedulablePod;
 use nodewright_core::testing::general_purpose_pool;
-use nodewright_engine::fakes::{
-    ClusterOp, FakeCloud, FakeCluster, ManualClock, MemoryStore, StoreOp, node_class,
-};
 use nodewright_engine::ports::{
     Clock, ClusterError, ClusterEvent, ConditionStatus, ErrorKind, EventType, InvalidObject,
     Invalidity, ObjectKind, StoreError,
@@ -19,6 +16,9 @@ use nodewright_engine::reasons::{
     VALIDATION_SUCCEEDED,
 };
 use nodewright_engine::{ClaimPods, Ports, Problem, Reasons, ReasonsInput, StatusFields};
+use nodewright_sim::fakes::{
+    ClusterOp, FakeCloud, FakeCluster, ManualClock, MemoryStore, StoreOp, node_class,
+};
 
 struct Env {
     clock: Arc<ManualClock>,
@@ -91,7 +91,7 @@ impl Env {
             .unwrap_or(0)
     }
 
-    fn class_condition(&self, t: &str) -> nodewright_engine::fakes::StoredCondition {
+    fn class_condition(&self, t: &str) -> nodewright_sim::fakes::StoredCondition {
         self.cluster
             .condition(ObjectKind::Ec2NodeClass, "default", t)
             .unwrap_or_else(|| panic!("EC2NodeClass default has no {t} condition"))

@@ -1,5 +1,5 @@
 //! The jobs together, over time, against a world that behaves like a cluster
-//! (`nodewright_engine::sim`): nodes register seconds after their launch and turn Ready
+//! (`nodewright_sim`): nodes register seconds after their launch and turn Ready
 //! later, a binder places pods only where they fit and are tolerated, evicted pods come
 //! back pending, PodDisruptionBudgets refuse evictions until replacements run, EC2
 //! reclaims spot instances at their deadline. The provisioner runs as its schedule runs
@@ -17,14 +17,14 @@ use nodewright_core::catalog::{Catalog, LABEL_CAPACITY_TYPE};
 use nodewright_core::cluster::{IntOrPercent, PodDisruptionBudget};
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
 use nodewright_core::testing::{node_pool, pod, selector};
-use nodewright_engine::fakes::node_class;
 use nodewright_engine::ports::Store;
 use nodewright_engine::provision::LEASE_NAME;
-use nodewright_engine::sim::{World, WorldConfig};
 use nodewright_engine::{
     InterruptionConfig, InterruptionInput, InterruptionMode, Provisioner, ProvisionerConfig,
     handle_interruption_until,
 };
+use nodewright_sim::fakes::node_class;
+use nodewright_sim::{World, WorldConfig};
 
 const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 /// 2025-01-01T00:00:00Z.
@@ -585,12 +585,10 @@ async fn a_node_karpenter_launched_is_adopted_and_then_handled_like_any_other() 
 use nodewright_core::api::model::TaintEffect;
 use nodewright_core::catalog::CapacityType;
 use nodewright_core::cluster::{DaemonSet, Pod, Toleration, TolerationOperator};
-use nodewright_engine::sim::faults::FaultConfig;
-use nodewright_engine::sim::report::Percentiles;
-use nodewright_engine::sim::run::SCHEDULE;
-use nodewright_engine::sim::{
-    Deployment, Disturbance, Report, Scenario, ScheduledDisturbance, Target,
-};
+use nodewright_sim::faults::FaultConfig;
+use nodewright_sim::report::Percentiles;
+use nodewright_sim::run::SCHEDULE;
+use nodewright_sim::{Deployment, Disturbance, Report, Scenario, ScheduledDisturbance, Target};
 
 fn minutes(m: u64) -> Duration {
     Duration::from_secs(m * 60)
@@ -644,7 +642,7 @@ async fn simulate(scenario: &Scenario) -> Report {
         for r in &report.timeline {
             println!(
                 "{} | {} | {} | {} | {:.3}",
-                nodewright_engine::sim::report::clock_time(r.t),
+                nodewright_sim::report::clock_time(r.t),
                 r.event,
                 r.decision,
                 r.nodes,
@@ -687,7 +685,7 @@ fn launch_boot_poll(config: &WorldConfig) -> i64 {
 ///   later), `Provisioner::run_for` does not tick again for pods it has counted once,
 ///   and the next invocation launches for them. (A finding of this simulator, left to
 ///   the provisioner's owners: see the report of issue 9.)
-fn allowed_wait(w: &nodewright_engine::sim::PodWait, report: &Report, config: &WorldConfig) -> i64 {
+fn allowed_wait(w: &nodewright_sim::PodWait, report: &Report, config: &WorldConfig) -> i64 {
     let ice_ttl = ProvisionerConfig::new("c", "h").ice_ttl.as_secs() as i64;
     let schedule = SCHEDULE.as_secs() as i64;
     let shortage_end = report
@@ -1077,7 +1075,7 @@ fn diurnal_day(hours: u64) -> Scenario {
     ));
     s.deployments
         .push(deployment("api", "500m", "1Gi", curve(2.0, 14.0)));
-    let mut rng = nodewright_engine::sim::rng::Rng::new(s.seed);
+    let mut rng = nodewright_sim::rng::Rng::new(s.seed);
     let mut minute = 20;
     while minute < 23 * 60 {
         let disturbance = if rng.chance(0.5) {
@@ -1136,8 +1134,8 @@ async fn a_day_of_diurnal_load_with_random_interruptions_and_shortages_loses_no_
 /// instance already terminated. A driver taking over an old intent asks EC2 first.
 #[tokio::test(start_paused = true)]
 async fn a_driver_taking_over_an_old_termination_intent_sends_terminate_instances_only_if_needed() {
-    use nodewright_engine::fakes::CloudOp;
     use nodewright_engine::ports::Cloud;
+    use nodewright_sim::fakes::CloudOp;
     let world = World::new(
         Catalog::embedded().clone(),
         &ZONES,
@@ -1250,9 +1248,9 @@ fn claim_recording(name: &str, instance: &str, state: ClaimState, now: i64) -> N
 /// that outlives that is collected.
 #[tokio::test(start_paused = true)]
 async fn an_instance_another_driver_just_terminated_is_no_leak_in_a_listing_made_before() {
-    use nodewright_engine::fakes::CloudOp;
     use nodewright_engine::lifecycle::{LifecycleConfig, reconcile};
     use nodewright_engine::ports::Cloud;
+    use nodewright_sim::fakes::CloudOp;
     let world = World::new(
         Catalog::embedded().clone(),
         &ZONES,
@@ -1434,11 +1432,7 @@ fn explain(report: &Report, needle: &str) {
     let start = report.world.started_at();
     println!("--- {needle}");
     for r in report.timeline.iter().filter(|r| r.event.contains(needle)) {
-        println!(
-            "{} {}",
-            nodewright_engine::sim::report::clock_time(r.t),
-            r.event
-        );
+        println!("{} {}", nodewright_sim::report::clock_time(r.t), r.event);
     }
     let claim = report
         .world
@@ -1454,7 +1448,7 @@ fn explain(report: &Report, needle: &str) {
         if names.iter().any(|n| text.contains(n.as_str())) {
             println!(
                 "{} {}: {} :: {}",
-                nodewright_engine::sim::report::clock_time(d.at - start),
+                nodewright_sim::report::clock_time(d.at - start),
                 d.job,
                 d.action,
                 d.reason

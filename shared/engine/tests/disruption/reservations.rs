@@ -7,7 +7,7 @@ use nodewright_core::api::model::{
 };
 use nodewright_core::catalog::{CapacityType, LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_TYPE};
 use nodewright_core::testing::{node_pool, pod};
-use nodewright_engine::fakes::FakeReservation;
+use nodewright_sim::fakes::FakeReservation;
 
 use super::System;
 

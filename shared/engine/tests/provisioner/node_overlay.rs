@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use nodewright_core::api::model::{NodeRequirement, Operator};
 use nodewright_core::api::{InvalidOverlay, NodeOverlay, PriceChange, ReadOverlay};
 use nodewright_core::testing::req;
-use nodewright_engine::fakes::FakeCluster;
 use nodewright_engine::ports::{ConditionStatus, ObjectKind};
+use nodewright_sim::fakes::FakeCluster;
 
 use super::Env;
 

@@ -10,9 +10,9 @@ use nodewright_core::api::model::Operator;
 use nodewright_core::catalog::Catalog;
 use nodewright_core::overlay::OverlaysApplied;
 use nodewright_core::testing::{general_purpose_pool, pod, req};
-use nodewright_engine::fakes::{FakeCloud, FakeCluster, ManualClock, MemoryStore, node_class};
 use nodewright_engine::ports::Store;
 use nodewright_engine::{Ports, Provisioner, ProvisionerConfig};
+use nodewright_sim::fakes::{FakeCloud, FakeCluster, ManualClock, MemoryStore, node_class};
 
 /// A price overlay on m5 and a device overlay on c5, as read from a cluster.
 const OVERLAYS: &str = "apiVersion: karpenter.sh/v1alpha1\nkind: NodeOverlay\nmetadata: {name: savings}\nspec:\n  requirements: [{key: karpenter.k8s.aws/instance-family, operator: In, values: [m5]}]\n  priceAdjustment: \"-30%\"\n---\napiVersion: karpenter.sh/v1alpha1\nkind: NodeOverlay\nmetadata: {name: devices}\nspec:\n  requirements: [{key: karpenter.k8s.aws/instance-family, operator: In, values: [c5]}]\n  capacity: {example.com/device: \"2\"}\n";

@@ -13,8 +13,8 @@ use nodewright_core::catalog::{
 };
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
 use nodewright_core::testing::{general_purpose_pool, pod};
-use nodewright_engine::fakes::{FakeReservation, ManualClock, StoreOp, node_class};
 use nodewright_engine::ports::{Clock, ConditionStatus, ErrorKind, ObjectKind, StoreError};
+use nodewright_sim::fakes::{FakeReservation, ManualClock, StoreOp, node_class};
 
 use super::Env;
 
@@ -452,12 +452,12 @@ async fn a_reservation_whose_owner_takes_an_instance_back_is_not_launched_into_f
 
     // The owner's warning, as EventBridge delivers it, through the interruption job.
     let now = env.clock.now();
-    let envelope = nodewright_engine::sim::eventbridge::Envelope {
+    let envelope = nodewright_sim::eventbridge::Envelope {
         id: "6a7e8feb-b491-4cf7-a9f1-bf3703467718".into(),
         time: now,
         region: "us-east-1".into(),
     };
-    let json = nodewright_engine::sim::eventbridge::capacity_reservation_interruption(
+    let json = nodewright_sim::eventbridge::capacity_reservation_interruption(
         &envelope,
         &instance,
         "use1-az1",

@@ -9,9 +9,9 @@ use nodewright_core::catalog::Catalog;
 use nodewright_core::cluster::{IntOrPercent, PodDisruptionBudget};
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
 use nodewright_core::testing::{general_purpose_pool, pod, selector};
-use nodewright_engine::fakes::{FakeCloud, FakeCluster, ManualClock, MemoryStore, node_class};
 use nodewright_engine::ports::{Clock, ObjectKind, Store};
 use nodewright_engine::{Ports, Provisioner, ProvisionerConfig};
+use nodewright_sim::fakes::{FakeCloud, FakeCluster, ManualClock, MemoryStore, node_class};
 
 const ZONES: [&str; 3] = ["us-east-1a", "us-east-1b", "us-east-1c"];
 

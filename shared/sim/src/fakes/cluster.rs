@@ -1,9 +1,9 @@
 //! FakeCluster: the Kubernetes API in memory, with a kubelet and a binder for tests.
 
 use super::*;
-use crate::ports::MirrorReport;
 use nodewright_core::cluster::{ConditionStatus, NodeCondition};
 use nodewright_core::disruption::hash;
+use nodewright_engine::ports::MirrorReport;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ClusterOp {
@@ -285,7 +285,7 @@ impl FakeCluster {
     /// RBAC forbids listing `kind` from now on (`persistentvolumeclaims`,
     /// `poddisruptionbudgets`...): reads go on without it, as the adapter's do.
     pub fn forbid(&self, kind: &str) {
-        lock(&self.inner).state.unreadable.push(crate::ports::UnreadableKind {
+        lock(&self.inner).state.unreadable.push(nodewright_engine::ports::UnreadableKind {
             kind: kind.to_string(),
             error_kind: ErrorKind::Unauthorized,
             message: format!(

@@ -16,7 +16,7 @@ use nodewright_core::catalog::{Catalog, Reservation};
 use nodewright_core::repair::ImpairedInstance;
 
 use crate::fakes::{FakeCloud, FakeInstance};
-use crate::ports::{
+use nodewright_engine::ports::{
     Clock, Cloud, CloudError, Instance, LaunchError, LaunchRequest, Launched, ResolvedNodeClass,
 };
 
@@ -155,7 +155,7 @@ impl Cloud for Ec2 {
         self.fake.impaired_instances().await
     }
 
-    async fn zonal_shifts(&self) -> Result<Vec<crate::ports::ZonalShift>, CloudError> {
+    async fn zonal_shifts(&self) -> Result<Vec<nodewright_engine::ports::ZonalShift>, CloudError> {
         self.fake.zonal_shifts().await
     }
 }

@@ -1,7 +1,11 @@
-//! The simulator: nodewright's real jobs against a world that behaves like an EKS
-//! cluster over virtual time. The jobs are the ones the Lambdas run, called the way the
-//! Lambdas call them; only the world is simulated.
+//! nodewright-sim: the simulator — nodewright's real jobs against a world that behaves
+//! like an EKS cluster over virtual time. The jobs are the ones the Lambdas run
+//! (`nodewright-engine`), called the way the Lambdas call them; only the world is
+//! simulated. Nothing here ships in the Lambda binaries: the CLI, the benchmarks and
+//! the tests depend on this crate.
 //!
+//! - [`fakes`]: the engine's ports in memory (FakeCloud, FakeCluster, MemoryStore,
+//!   ManualClock), faithful enough that the world is built on them.
 //! - [`SimClock`]: virtual time on tokio's paused clock. Every job sleeps through it,
 //!   so with a runtime started paused the whole system runs in time order and in
 //!   milliseconds: tokio advances to the next timer whenever every task waits.
@@ -24,6 +28,7 @@
 pub mod binder;
 pub mod cloud;
 pub mod eventbridge;
+pub mod fakes;
 pub mod faults;
 pub mod queue;
 pub mod report;
@@ -37,7 +42,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::ports::Clock;
+use nodewright_engine::ports::Clock;
 
 pub use binder::{Binder, fits};
 pub use report::{DrainRecord, Marker, NodeRecord, Report, Sample, Summary, TimelineRow};

@@ -29,7 +29,7 @@ use nodewright_core::catalog::{
 use nodewright_core::cluster::{Node, Pod, eviction_allowed};
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
 
-use crate::ports::{
+use nodewright_engine::ports::{
     Clock, Cloud, CloudError, Cluster, ClusterError, ClusterEvent, ClusterState, Condition,
     Decision, ErrorKind, Image, Instance, LaunchError, LaunchRequest, Launched, Lease, NodePatch,
     ObjectKind, Offering, ResolvedNodeClass, StatusUpdate, Store, StoreError, Subnet, ZonalShift,
@@ -51,7 +51,7 @@ struct Faults<Op, E> {
 /// kinds its operation can really fail with (the fake's `injectable`).
 struct RandomFaults {
     rate: f64,
-    rng: crate::sim::rng::Rng,
+    rng: crate::rng::Rng,
     /// Errors injected so far, per kind (`Throttled`, `Unavailable`, ...).
     injected: BTreeMap<String, usize>,
 }
@@ -90,7 +90,7 @@ impl<Op: Hash + Eq, E> Faults<Op, E> {
         let injected = self.random.take().map(|r| r.injected).unwrap_or_default();
         self.random = Some(RandomFaults {
             rate,
-            rng: crate::sim::rng::Rng::new(seed),
+            rng: crate::rng::Rng::new(seed),
             injected,
         });
     }

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use nodewright_core::interruption::{EventKind, RebalanceAction, action_for, parse_event};
 
-use crate::context::Ports;
-use crate::interrupt::{
+use nodewright_engine::context::Ports;
+use nodewright_engine::interrupt::{
     InterruptionConfig, InterruptionOutcome, handle_interruption_until, input_for,
 };
 

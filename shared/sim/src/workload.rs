@@ -23,7 +23,7 @@ use nodewright_core::cluster::{
 };
 use nodewright_core::resources::Resources;
 
-use crate::ports::ClusterState;
+use nodewright_engine::ports::ClusterState;
 
 use super::binder::fits;
 use super::rng::Rng;

@@ -35,9 +35,9 @@ use nodewright_core::cluster::Pod;
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
 use nodewright_core::repair::ImpairedInstance;
 
-use crate::context::Ports;
 use crate::fakes::FakeCloud;
-use crate::ports::{
+use nodewright_engine::context::Ports;
+use nodewright_engine::ports::{
     Clock, Cloud, CloudError, Cluster, ClusterError, ClusterEvent, ClusterState, Decision,
     Instance, LaunchError, LaunchRequest, Launched, Lease, MirrorReport, NodePatch, ObjectKind,
     Offering, ResolvedNodeClass, StatusUpdate, Store, StoreError,
@@ -532,7 +532,7 @@ impl Cloud for ChaosCloud {
             .await
     }
 
-    async fn zonal_shifts(&self) -> Result<Vec<crate::ports::ZonalShift>, CloudError> {
+    async fn zonal_shifts(&self) -> Result<Vec<nodewright_engine::ports::ZonalShift>, CloudError> {
         let call = self.inner.zonal_shifts();
         self.chaos.through(Port::Ec2, "zonal_shifts", call).await
     }

@@ -12,7 +12,7 @@
 //!   ([`super::queue::InterruptionFunction`], 60 s timeout); acknowledged messages are
 //!   deleted, the others come back after the visibility timeout.
 //! - Disruption function: an invocation every minute, half a minute after the
-//!   provisioner's, that decides once and exits ([`crate::Disrupter::tick`]); the
+//!   provisioner's, that decides once and exits ([`nodewright_engine::Disrupter::tick`]); the
 //!   commands it starts advance on the provisioner's polls. Off with
 //!   [`Scenario::disruption`] = false.
 //! - Disturbances: spot interruptions and rebalance recommendations (on spot
@@ -38,10 +38,10 @@ use futures_util::stream::FuturesUnordered;
 use nodewright_core::catalog::CapacityType;
 use nodewright_core::nodeclaim::DisruptionCause;
 
-use crate::disrupt::{Disrupter, DisruptionConfig};
 use crate::fakes::FakeInstance;
-use crate::interrupt::InterruptionConfig;
-use crate::provision::{Provisioner, ProvisionerConfig};
+use nodewright_engine::disrupt::{Disrupter, DisruptionConfig};
+use nodewright_engine::interrupt::InterruptionConfig;
+use nodewright_engine::provision::{Provisioner, ProvisionerConfig};
 
 use super::faults::{Chaos, FaultCounts, Job};
 use super::queue::{Disposition, InterruptionFunction, Message};
@@ -72,7 +72,7 @@ struct Run<'a> {
     invocations: Mutex<(usize, usize)>,
     first_planning: Mutex<FirstPlanning>,
     /// Disruption invocations, and the commands they started.
-    disruption: Mutex<(usize, Vec<crate::command::StartedCommand>)>,
+    disruption: Mutex<(usize, Vec<nodewright_engine::command::StartedCommand>)>,
     chaos: Option<std::sync::Arc<Chaos>>,
 }
 
@@ -192,7 +192,7 @@ impl Scenario {
 
 impl Run<'_> {
     /// The ports the functions call: the world's, behind the faults if any.
-    fn ports(&self) -> crate::context::Ports {
+    fn ports(&self) -> nodewright_engine::context::Ports {
         match &self.chaos {
             Some(chaos) => super::faults::faulty_ports(
                 self.world.ports(),
@@ -478,9 +478,9 @@ impl Run<'_> {
             Disturbance::ImageRelease => {
                 // Ids from the time of the release: distinct per release.
                 let n = u64::try_from(now).unwrap_or(0);
-                let images: Vec<crate::ports::Image> = [("amd64", 0), ("arm64", 1)]
+                let images: Vec<nodewright_engine::ports::Image> = [("amd64", 0), ("arm64", 1)]
                     .into_iter()
-                    .map(|(arch, i)| crate::ports::Image {
+                    .map(|(arch, i)| nodewright_engine::ports::Image {
                         id: format!("ami-0{:016x}", n * 2 + i),
                         arch: arch.into(),
                     })
@@ -926,7 +926,7 @@ impl Run<'_> {
             .filter(|k| k.state == nodewright_core::nodeclaim::ClaimState::Terminated)
             .filter_map(|k| Some((k.node_name.as_deref()?, k.command()?.id.as_str())))
             .collect();
-        let done: Vec<&crate::command::StartedCommand> = started
+        let done: Vec<&nodewright_engine::command::StartedCommand> = started
             .iter()
             .filter(|c| {
                 c.nodes

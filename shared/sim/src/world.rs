@@ -36,9 +36,9 @@ use nodewright_core::nodeclaim::{
     ClaimState, DisruptionCause, NodeClaim, instance_id_from_provider_id,
 };
 
-use crate::context::Ports;
 use crate::fakes::{FakeCloud, FakeCluster, MemoryStore, replacement_pod_name};
-use crate::ports::{Clock, ClusterState, Instance};
+use nodewright_engine::context::Ports;
+use nodewright_engine::ports::{Clock, ClusterState, Instance};
 
 use super::SimClock;
 use super::binder::Binder;

@@ -20,7 +20,7 @@ use nodewright_core::cluster::{
 use nodewright_core::resources::Resources;
 use nodewright_core::scheduling::requirements::Requirements;
 
-use crate::ports::ClusterState;
+use nodewright_engine::ports::ClusterState;
 
 /// How the binder picks among the nodes a pod may go to; ties go to the first node by
 /// name.
