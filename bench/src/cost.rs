@@ -8,9 +8,10 @@ use std::fmt::Write as _;
 
 use nodewright_core::api::model::{NodePool, Operator};
 use nodewright_core::catalog::{
-    Catalog, LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_ZONE, Pricing,
+    Catalog, LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_ZONE,
 };
 use nodewright_core::cluster::{ClusterSnapshot, Pod};
+use nodewright_core::pricing::Pricing;
 use nodewright_core::provisioning::{ProvisioningInput, ProvisioningPlan, plan_provisioning};
 use nodewright_core::resources::Resources;
 use nodewright_core::scheduling::Requirements;

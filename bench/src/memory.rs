@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 
-use nodewright_core::catalog::{Catalog, Pricing};
+use nodewright_core::catalog::Catalog;
+use nodewright_core::pricing::Pricing;
 use nodewright_core::provisioning::{ProvisioningInput, plan_provisioning};
 use serde_json::json;
 

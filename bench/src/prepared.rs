@@ -10,7 +10,8 @@
 
 use std::time::{Duration, Instant};
 
-use nodewright_core::catalog::{Catalog, Pricing};
+use nodewright_core::catalog::Catalog;
+use nodewright_core::pricing::Pricing;
 use nodewright_core::scheduling::{
     PreparedScheduler, Removal, SchedulerInput, Solve, SolveLimits, Stop,
 };

@@ -14,8 +14,9 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use nodewright_core::catalog::{Catalog, Pricing};
+use nodewright_core::catalog::Catalog;
 use nodewright_core::cluster::ClusterSnapshot;
+use nodewright_core::pricing::Pricing;
 use nodewright_core::provisioning::{ProvisioningInput, ProvisioningPlan, plan_provisioning};
 use serde_json::json;
 

@@ -11,8 +11,11 @@ use nodewright_core::catalog::Catalog;
 use nodewright_core::disruption::{Decision, DisruptionInput, RejectCode, decide_observed};
 use nodewright_core::provisioning::ProvisioningInput;
 
+use crate::failure::Failure;
+use crate::inputs::{load_catalog, load_snapshot, zones};
+use crate::manifests;
+use crate::output::Output;
 use crate::output::{self, dollars};
-use crate::{Failure, Output, load_catalog, load_manifests, load_snapshot, manifests, zones};
 
 #[derive(clap::Args)]
 pub struct DisruptArgs {
@@ -67,15 +70,15 @@ pub fn run(args: &DisruptArgs) -> Result<(), Failure> {
             .unwrap_or_default(),
     };
     let mut timings = Timings::start();
-    let manifests = load_manifests(&args.nodepools, args.strict)?;
+    let manifests = manifests::load(&args.nodepools, args.strict)?;
     manifests::need_node_pools("disrupt", &args.nodepools, &manifests, args.strict)?;
     let mut snapshot = load_snapshot(&args.snapshot)?;
-    crate::need_in_snapshot("disrupt", &args.snapshot, &snapshot, true, args.strict)?;
+    crate::inputs::need_in_snapshot("disrupt", &args.snapshot, &snapshot, true, args.strict)?;
     args.scheduler.apply(&mut snapshot)?;
     let custom = load_catalog(args.catalog.as_deref())?;
     let catalog = custom.as_ref().unwrap_or_else(|| Catalog::embedded());
     let zones = zones(&args.zones, custom.is_some(), args.strict)?;
-    let mut pricing = crate::pricing(zones, &manifests, catalog);
+    let mut pricing = crate::inputs::pricing(zones, &manifests, catalog);
     args.capacity.apply(&mut pricing)?;
     timings.step("read snapshot and manifests");
     let buffers = crate::buffers::Buffers::of(&manifests, &snapshot);

@@ -17,9 +17,11 @@ use clap::ValueEnum;
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
 use serde::Serialize;
 
+use crate::failure::Failure;
+use crate::observed::{LoggedDecision, SourceArgs, StatusInput};
+use crate::output::Output;
 use crate::output::{self, dollars};
-use crate::status::{LoggedDecision, SourceArgs, StatusInput, age, load, rfc3339};
-use crate::{Failure, Output};
+use crate::status::{age, load, rfc3339};
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
 pub enum Kind {

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use nodewright_engine::ports::{ClusterError, ErrorKind, StoreError};
 
-use crate::Failure;
+use crate::failure::Failure;
 
 /// What sets credentials, said once.
 const CREDENTIALS: &str = "set AWS_PROFILE (after `aws sso login` if it uses SSO), or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY";

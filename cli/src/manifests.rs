@@ -8,13 +8,13 @@ use std::path::PathBuf;
 
 use nodewright_core::api::buffer::{is_buffer_document, object_label as buffer_label};
 use nodewright_core::api::fields::{Status, field_report, overlay_field_report};
-use nodewright_core::api::overlay::is_node_overlay;
+use nodewright_core::api::is_node_overlay;
 use nodewright_core::api::schema::schema_problems;
 use nodewright_core::api::{
     Document, Kind, Manifests, Problem, Strictness, empty_file, parse_documents, validate_all_with,
 };
 
-use crate::{Failure, read};
+use crate::failure::{Failure, read};
 
 /// `--lenient`, shared by the commands that read manifests.
 #[derive(clap::Args, Clone, Copy, Debug, Default)]

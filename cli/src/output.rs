@@ -7,7 +7,7 @@ use std::io::Write as _;
 use clap::ValueEnum;
 use serde::Serialize;
 
-use crate::Failure;
+use crate::failure::Failure;
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
 pub(crate) enum Output {

@@ -12,10 +12,11 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use nodewright_core::catalog::{Pricing, Reservation, ReservationType};
+use nodewright_core::catalog::{Reservation, ReservationType};
+use nodewright_core::pricing::Pricing;
 use nodewright_core::scheduling::requirements::MinValuesPolicy;
 
-use crate::{Failure, read};
+use crate::failure::{Failure, read};
 
 /// The flags `plan` and `disrupt` share about the capacity they may launch.
 #[derive(clap::Args)]

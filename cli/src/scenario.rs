@@ -43,12 +43,12 @@ pub struct ScenarioError {
     pub invalid: bool,
 }
 
-impl From<ScenarioError> for crate::Failure {
+impl From<ScenarioError> for crate::failure::Failure {
     fn from(e: ScenarioError) -> Self {
         if e.invalid {
-            crate::Failure::Invalid(vec![e.to_string()])
+            crate::failure::Failure::Invalid(vec![e.to_string()])
         } else {
-            crate::Failure::Unusable(e.to_string())
+            crate::failure::Failure::Unusable(e.to_string())
         }
     }
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use nodewright_core::cluster::ClusterSnapshot;
 use nodewright_core::default_spread::{SchedulerConfig, apply_defaults_from};
 
-use crate::{Failure, read};
+use crate::failure::{Failure, read};
 
 #[derive(clap::Args)]
 pub(crate) struct SchedulerConfigArgs {

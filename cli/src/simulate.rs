@@ -24,8 +24,8 @@ use nodewright_sim::report::{DrainRecord, TimelineRow, clock_time, is_interrupti
 use nodewright_sim::{NodeRecord, Report, Scenario};
 use serde_json::{Value, json};
 
-use crate::Failure;
-use crate::{chart, scenario, status};
+use crate::failure::Failure;
+use crate::{chart, observed, scenario};
 
 #[derive(clap::Args)]
 pub struct SimulateArgs {
@@ -178,13 +178,13 @@ fn simulate(scenario: &Scenario) -> Result<Report, Failure> {
 /// The world as the run left it, as `status` and `explain` read a deployed stack: the
 /// store's claims and decision log, the simulated cluster observed as the functions
 /// see it, the dead-letter queue's depth.
-fn save(scenario: &Scenario, report: &Report) -> status::StatusInput {
+fn save(scenario: &Scenario, report: &Report) -> observed::StatusInput {
     let w = &report.world;
     let state = w.cluster.snapshot();
     let claims = w.store.claims();
     // The run's end: its clock reads tokio's, and the paused runtime is gone by now.
     let now = w.started_at() + report.summary.duration_seconds;
-    let mut cluster = status::observe(
+    let mut cluster = observed::observe(
         &state,
         &claims,
         &scenario.catalog,
@@ -199,7 +199,7 @@ fn save(scenario: &Scenario, report: &Report) -> status::StatusInput {
             .map(|s| s.conditions)
             .unwrap_or_default()
             .into_iter()
-            .map(|c| status::ObservedCondition {
+            .map(|c| observed::ObservedCondition {
                 type_: c.condition.type_,
                 status: c.condition.status.as_str().into(),
                 reason: c.condition.reason,
@@ -208,7 +208,7 @@ fn save(scenario: &Scenario, report: &Report) -> status::StatusInput {
             .collect();
         cluster.set_conditions(&pool.name, conditions);
     }
-    status::StatusInput {
+    observed::StatusInput {
         now,
         source: format!(
             "simulation {} (seed {}) after {} of virtual time",
@@ -221,7 +221,7 @@ fn save(scenario: &Scenario, report: &Report) -> status::StatusInput {
             .store
             .all_decisions()
             .into_iter()
-            .map(status::LoggedDecision::from)
+            .map(observed::LoggedDecision::from)
             .collect(),
         cluster,
         dead_letter_queue: Some(w.queue.dead_letters().len() as u64),

@@ -16,12 +16,12 @@ use nodewright_core::nodeclaim::NodeClaim;
 #[cfg(feature = "stack")]
 use nodewright_engine::ports::ClusterState;
 
-use crate::Failure;
+use crate::failure::Failure;
 #[cfg(feature = "stack")]
 use crate::hints;
 #[cfg(feature = "stack")]
-use crate::status::{LoggedDecision, ObservedCondition, observe};
-use crate::status::{SourceArgs, StatusInput};
+use crate::observed::{LoggedDecision, ObservedCondition, observe};
+use crate::observed::{SourceArgs, StatusInput};
 
 /// Reads the deployed stack whose table is `table`.
 #[cfg(feature = "stack")]

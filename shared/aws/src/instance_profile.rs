@@ -45,7 +45,7 @@ use crate::tags::{TAG_EKS_CLUSTER, TAG_NODECLASS, cluster_tag_key};
 
 /// A profile known (in this process) to hold its role.
 #[derive(Debug, Clone)]
-struct Ready {
+struct HeldRole {
     role: String,
     /// When this process created it, if it did.
     created: Option<Instant>,
@@ -56,7 +56,8 @@ pub struct InstanceProfiles {
     iam: aws_sdk_iam::Client,
     cluster: String,
     region: String,
-    ready: Mutex<HashMap<String, Ready>>,
+    /// The profiles (by name) known in this process to hold their role.
+    known: Mutex<HashMap<String, HeldRole>>,
 }
 
 impl InstanceProfiles {
@@ -65,7 +66,7 @@ impl InstanceProfiles {
             iam,
             cluster: cluster.to_string(),
             region: region.to_string(),
-            ready: Mutex::new(HashMap::new()),
+            known: Mutex::new(HashMap::new()),
         }
     }
 
@@ -86,7 +87,7 @@ impl InstanceProfiles {
 
     /// Whether this process created the profile less than `window` ago.
     pub fn recently_created(&self, name: &str, window: Duration) -> bool {
-        self.ready
+        self.known
             .lock()
             .expect("instance profile cache lock")
             .get(name)
@@ -113,7 +114,7 @@ impl InstanceProfiles {
             return Ok(recorded.to_string());
         }
         if self
-            .ready
+            .known
             .lock()
             .expect("instance profile cache lock")
             .get(&name)
@@ -159,10 +160,10 @@ impl InstanceProfiles {
         } else if created.is_none() {
             tracing::info!(instance_profile = %name, role = %role, "adopted existing instance profile");
         }
-        self.ready
+        self.known
             .lock()
             .expect("instance profile cache lock")
-            .insert(name.clone(), Ready { role, created });
+            .insert(name.clone(), HeldRole { role, created });
         Ok(name)
     }
 
@@ -178,7 +179,7 @@ impl InstanceProfiles {
         role: &str,
     ) -> Result<bool, CloudError> {
         if self
-            .ready
+            .known
             .lock()
             .expect("instance profile cache lock")
             .get(recorded)
@@ -205,12 +206,12 @@ impl InstanceProfiles {
         }
         tracing::info!(instance_profile = %recorded, node_class = %class.name, role = %role,
             "reusing the instance profile the class's status records");
-        self.ready
+        self.known
             .lock()
             .expect("instance profile cache lock")
             .insert(
                 recorded.to_string(),
-                Ready {
+                HeldRole {
                     role: role.to_string(),
                     created: None,
                 },

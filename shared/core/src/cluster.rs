@@ -7,7 +7,6 @@ use std::fmt;
 
 use crate::api::model::{NodeRequirement, Taint, TaintEffect};
 use crate::resources::Resources;
-use crate::volumes::{PodClaim, VolumeProblem};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TolerationOperator {
@@ -622,6 +621,111 @@ impl ClusterSnapshot {
     /// The pending pods capacity may be launched for ([`Pod::wants_capacity`]).
     pub fn provisionable_pods(&self) -> impl Iterator<Item = &Pod> {
         self.pods.iter().filter(|p| p.wants_capacity())
+    }
+}
+
+/// One volume of a pod and the claim it uses (generic ephemeral volumes use the claim
+/// named `<pod>-<volume>`, which the ephemeral volume controller creates).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PodClaim {
+    /// The volume's name in the pod spec.
+    pub volume: String,
+    /// The claim's name, in the pod's namespace.
+    pub claim: String,
+}
+
+/// Why a pod's claim keeps it from being planned for. Claims are named `ns/name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VolumeProblem {
+    ClaimMissing {
+        volume: String,
+        claim: String,
+    },
+    ClaimDeleting {
+        claim: String,
+    },
+    ClaimLost {
+        claim: String,
+        volume: String,
+    },
+    /// `volumeName` set, the PV controller not done binding.
+    BindNotCompleted {
+        claim: String,
+        volume: String,
+    },
+    VolumeMissing {
+        claim: String,
+        volume: String,
+    },
+    VolumeDeleting {
+        claim: String,
+        volume: String,
+    },
+    /// Unbound and no StorageClass: nothing will provision a volume for it.
+    NoStorageClass {
+        claim: String,
+    },
+    StorageClassMissing {
+        claim: String,
+        class: String,
+    },
+    /// Unbound, and its class binds `Immediate`ly.
+    ImmediateUnbound {
+        claim: String,
+        class: String,
+    },
+    /// The storage objects cannot be read at all (`kind`, e.g. `persistentvolumeclaims`:
+    /// forbidden by RBAC, or not served): the pod's volume zone is unknown, so it waits
+    /// rather than being placed where its volume may not be.
+    StorageUnreadable {
+        kind: String,
+        why: String,
+    },
+}
+
+impl fmt::Display for VolumeProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VolumeProblem::ClaimMissing { volume, claim } => write!(
+                f,
+                "its volume {volume:?} uses PersistentVolumeClaim {claim:?}, which does not exist"
+            ),
+            VolumeProblem::ClaimDeleting { claim } => {
+                write!(f, "its PersistentVolumeClaim {claim:?} is being deleted")
+            }
+            VolumeProblem::ClaimLost { claim, volume } => write!(
+                f,
+                "its PersistentVolumeClaim {claim:?} is Lost: PersistentVolume {volume:?} is gone"
+            ),
+            VolumeProblem::BindNotCompleted { claim, volume } => write!(
+                f,
+                "its PersistentVolumeClaim {claim:?} names PersistentVolume {volume:?} but is not bound yet (no pv.kubernetes.io/bind-completed annotation)"
+            ),
+            VolumeProblem::VolumeMissing { claim, volume } => write!(
+                f,
+                "its PersistentVolumeClaim {claim:?} is bound to PersistentVolume {volume:?}, which does not exist"
+            ),
+            VolumeProblem::VolumeDeleting { claim, volume } => write!(
+                f,
+                "its PersistentVolumeClaim {claim:?} is bound to PersistentVolume {volume:?}, which is being deleted"
+            ),
+            VolumeProblem::NoStorageClass { claim } => write!(
+                f,
+                "its PersistentVolumeClaim {claim:?} is not bound and names no StorageClass, so no volume will be provisioned for it"
+            ),
+            VolumeProblem::StorageClassMissing { claim, class } => write!(
+                f,
+                "its PersistentVolumeClaim {claim:?} names StorageClass {class:?}, which does not exist"
+            ),
+            VolumeProblem::StorageUnreadable { kind, why } => write!(
+                f,
+                "nodewright cannot read {kind} ({why}), so where its volumes can be used is unknown; pods without volumes are provisioned meanwhile (grant list and watch on {kind} to nodewright's cluster role)"
+            ),
+            VolumeProblem::ImmediateUnbound { claim, class } => write!(
+                f,
+                "its PersistentVolumeClaim {claim:?} is not bound yet and StorageClass {class:?} binds Immediately: the volume's zone is chosen before the pod is placed, so it waits for the claim to bind"
+            ),
+        }
     }
 }
 

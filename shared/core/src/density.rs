@@ -923,7 +923,7 @@ mod tests {
 
     #[test]
     fn a_pod_needing_more_than_the_ebs_default_is_planned_on_an_instance_store_only_with_raid0() {
-        use crate::catalog::Pricing;
+        use crate::pricing::Pricing;
         use crate::scheduling::{SchedulerInput, schedule};
         let pool = "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: default}\nspec:\n  template:\n    spec:\n      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}\n      requirements:\n        - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}\n---\n";
         let plan = |class_extra: &str| {

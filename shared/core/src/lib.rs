@@ -29,6 +29,7 @@ pub mod kubelet_expressions;
 pub mod nodeclaim;
 pub mod overlay;
 pub mod planning_view;
+pub mod pricing;
 pub mod provisioning;
 pub mod repair;
 pub mod resources;

@@ -15,7 +15,7 @@
 //! `ValidationSucceeded` condition says `Conflict`.
 //!
 //! Pure: the engine and the CLI resolve once per read of the cluster or the manifests,
-//! and the result rides in [`crate::catalog::Pricing::overlays`], so planning and
+//! and the result rides in [`crate::pricing::Pricing::overlays`], so planning and
 //! consolidation see the same prices.
 
 use std::collections::{BTreeMap, HashMap};

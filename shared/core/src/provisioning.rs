@@ -5,9 +5,10 @@
 use serde::Serialize;
 
 use crate::api::model::{Ec2NodeClass, NodePool};
-use crate::catalog::{Catalog, Pricing};
+use crate::catalog::Catalog;
 use crate::cluster::{ClusterSnapshot, NotProvisionable, Pod};
 use crate::overlay::OverlaysApplied;
+use crate::pricing::Pricing;
 use crate::scheduling::{InFlightClaim, NewClaim, Requirements, SchedulerInput, schedule};
 
 /// One NodeClaim to launch.

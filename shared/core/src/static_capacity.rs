@@ -26,10 +26,11 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::api::model::{Ec2NodeClass, NodePool};
-use crate::catalog::{Catalog, Pricing};
+use crate::catalog::Catalog;
 use crate::cluster::{ClusterSnapshot, Node, Pod};
 use crate::disruption::rules::moving_pods;
 use crate::nodeclaim::{ClaimState, NodeClaim};
+use crate::pricing::Pricing;
 use crate::provisioning::{PlannedNodeClaim, planned_claim_unnamed};
 use crate::scheduling::scheduler::static_claims;
 use crate::scheduling::{InFlightClaim, SchedulerInput};

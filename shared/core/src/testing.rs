@@ -530,7 +530,7 @@ pub fn fuzz_pods() -> Vec<Pod> {
 /// Plans `snapshot` against `pools` and `catalog` and panics if the independent checker
 /// finds a broken constraint.
 pub fn plan_and_check(snapshot: &ClusterSnapshot, pools: &[NodePool], catalog: &Catalog) {
-    use crate::catalog::Pricing;
+    use crate::pricing::Pricing;
     use crate::provisioning::{ProvisioningInput, plan_provisioning};
     let pricing = Pricing::default();
     let plan = plan_provisioning(&ProvisioningInput {

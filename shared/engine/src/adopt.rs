@@ -30,10 +30,10 @@ use tracing::{info, warn};
 use nodewright_core::api::model::NodePool;
 use nodewright_core::catalog::{
     CapacityType, Catalog, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE,
-    Pricing,
 };
 use nodewright_core::cluster::Node;
 use nodewright_core::nodeclaim::{AdoptedInstance, NodeClaim, instance_id_from_provider_id};
+use nodewright_core::pricing::Pricing;
 
 use crate::context::Ports;
 use crate::error::Result;

@@ -122,8 +122,8 @@ impl CommandMachine<'_> {
         self.launcher.ports()
     }
 
-    fn decide(&self, world: &Gathered, now: i64, revalidate: &[&DisruptionCommand]) -> Decided {
-        decide(self.decider, self.spot_to_spot, world, now, revalidate)
+    fn decide(&self, gathered: &Gathered, now: i64, revalidate: &[&DisruptionCommand]) -> Decided {
+        decide(self.decider, self.spot_to_spot, gathered, now, revalidate)
     }
 }
 
@@ -189,7 +189,7 @@ fn replacement_name_at(pool: &str, id: &str, index: usize, attempt: u64) -> Stri
 /// when it cannot be executed (a node without a claim of ours: never disrupted).
 pub(crate) async fn start_command(
     m: &CommandMachine<'_>,
-    world: &mut Gathered,
+    gathered: &mut Gathered,
     command: &Command,
     lease: Option<&LeaseKeeper>,
     report: &mut CommandsReport,
@@ -197,7 +197,7 @@ pub(crate) async fn start_command(
     let now = m.ports().clock.now();
     let mut candidates = Vec::new();
     for node in &command.nodes {
-        let claim = world.claims.iter().find(|c| {
+        let claim = gathered.claims.iter().find(|c| {
             c.node_name.as_deref() == Some(node.as_str()) && c.state == ClaimState::Initialized
         });
         let Some(claim) = claim else {
@@ -209,12 +209,12 @@ pub(crate) async fn start_command(
     let id = command_id(&command.nodes, now);
     let mut replacements = Vec::new();
     for (i, planned) in command.replacements.iter().enumerate() {
-        let Some(pool) = world.pools.iter().find(|p| p.name == planned.node_pool) else {
+        let Some(pool) = gathered.pools.iter().find(|p| p.name == planned.node_pool) else {
             warn!(nodepool = %planned.node_pool, "replacement for an unusable NodePool; command skipped");
             return Ok(None);
         };
         let taken = |name: &str| {
-            world.claims.iter().any(|c| c.name == name)
+            gathered.claims.iter().any(|c| c.name == name)
                 || replacements.iter().any(|r: &ClaimSpec| r.name == name)
         };
         let name = replacement_name(&pool.name, &id, i, &taken);
@@ -229,7 +229,7 @@ pub(crate) async fn start_command(
     let cause = cause_of(command.reason);
     info!(command = %id, method = ?command.method, reason = ?command.reason, nodes = ?command.nodes,
         replacements = persisted.replacements.len(), "starting disruption command");
-    advance_command(m, world, &persisted, cause, lease, report).await?;
+    advance_command(m, gathered, &persisted, cause, lease, report).await?;
     Ok(Some(StartedCommand {
         id,
         method: format!("{:?}", command.method),
@@ -249,14 +249,14 @@ pub(crate) async fn start_command(
 /// [`decide`]). One command's failure never stops the others.
 pub(crate) async fn advance_commands(
     m: &CommandMachine<'_>,
-    world: &mut Gathered,
+    gathered: &mut Gathered,
     lease: Option<&LeaseKeeper>,
 ) -> Result<CommandsReport> {
     let mut report = CommandsReport::default();
     // By id; a command validated on any candidate is validated (the write reached
     // some candidates before a crash).
     let mut commands: BTreeMap<String, DisruptionCommand> = BTreeMap::new();
-    for c in world
+    for c in gathered
         .claims
         .iter()
         .filter(|c| c.state.is_being_taken_away())
@@ -273,15 +273,15 @@ pub(crate) async fn advance_commands(
         if let Some(lease) = lease {
             lease.keep(m.ports()).await?;
         }
-        let step = prepare_command(m, world, &cmd, None, lease, &mut report).await;
+        let step = prepare_command(m, gathered, &cmd, None, lease, &mut report).await;
         match step {
             Ok(Step::Next) => due.push(cmd),
             Ok(Step::Wait) => {}
             Ok(Step::Abandon(why)) => {
-                let abandoned = abandon(m, world, &cmd, &why, &mut report).await;
-                settle(m, world, &cmd, abandoned, &mut report).await?;
+                let abandoned = abandon(m, gathered, &cmd, &why, &mut report).await;
+                settle(m, gathered, &cmd, abandoned, &mut report).await?;
             }
-            Err(e) => settle(m, world, &cmd, Err(e), &mut report).await?,
+            Err(e) => settle(m, gathered, &cmd, Err(e), &mut report).await?,
         }
     }
     if due.is_empty() {
@@ -291,10 +291,10 @@ pub(crate) async fn advance_commands(
         lease.keep(m.ports()).await?;
     }
     let now = m.ports().clock.now();
-    let decision = m.decide(world, now, &due.iter().collect::<Vec<_>>());
+    let decision = m.decide(gathered, now, &due.iter().collect::<Vec<_>>());
     for cmd in &due {
-        let concluded = conclude(m, world, cmd, &decision, &mut report).await;
-        settle(m, world, cmd, concluded, &mut report).await?;
+        let concluded = conclude(m, gathered, cmd, &decision, &mut report).await;
+        settle(m, gathered, cmd, concluded, &mut report).await?;
     }
     Ok(report)
 }
@@ -304,7 +304,7 @@ pub(crate) async fn advance_commands(
 /// again).
 async fn settle(
     m: &CommandMachine<'_>,
-    world: &mut Gathered,
+    gathered: &mut Gathered,
     cmd: &DisruptionCommand,
     result: Result<()>,
     report: &mut CommandsReport,
@@ -318,7 +318,7 @@ async fn settle(
             warn!(command = %cmd.id, error = %e, kind = ?e.kind(), "could not advance the command; next poll");
             report.errors.push((cmd.id.clone(), e.to_string()));
             if e.kind() == Some(ErrorKind::Conflict) {
-                world.claims = m.ports().store.list_claims().await?;
+                gathered.claims = m.ports().store.list_claims().await?;
             }
             Ok(())
         }
@@ -339,19 +339,19 @@ enum Step {
 /// replacements, and validate it if it is due already.
 async fn advance_command(
     m: &CommandMachine<'_>,
-    world: &mut Gathered,
+    gathered: &mut Gathered,
     cmd: &DisruptionCommand,
     cause: DisruptionCause,
     lease: Option<&LeaseKeeper>,
     report: &mut CommandsReport,
 ) -> Result<()> {
-    match prepare_command(m, world, cmd, Some(cause), lease, report).await? {
+    match prepare_command(m, gathered, cmd, Some(cause), lease, report).await? {
         Step::Next => {
             let now = m.ports().clock.now();
-            let decision = m.decide(world, now, &[cmd]);
-            conclude(m, world, cmd, &decision, report).await
+            let decision = m.decide(gathered, now, &[cmd]);
+            conclude(m, gathered, cmd, &decision, report).await
         }
-        Step::Abandon(why) => abandon(m, world, cmd, &why, report).await,
+        Step::Abandon(why) => abandon(m, gathered, cmd, &why, report).await,
         Step::Wait => Ok(()),
     }
 }
@@ -363,18 +363,18 @@ async fn advance_command(
 /// (afterwards it is read from the candidates).
 async fn prepare_command(
     m: &CommandMachine<'_>,
-    world: &mut Gathered,
+    gathered: &mut Gathered,
     cmd: &DisruptionCommand,
     cause: Option<DisruptionCause>,
     lease: Option<&LeaseKeeper>,
     report: &mut CommandsReport,
 ) -> Result<Step> {
     if cmd.validated {
-        mark_validated(m.ports(), world, cmd).await?;
+        mark_validated(m.ports(), gathered, cmd).await?;
         return Ok(Step::Wait);
     }
-    match mark_candidates(m, world, cmd, cause, report).await? {
-        Step::Next => replacements_up(m, world, cmd, lease, report).await,
+    match mark_candidates(m, gathered, cmd, cause, report).await? {
+        Step::Next => replacements_up(m, gathered, cmd, lease, report).await,
         other => Ok(other),
     }
 }
@@ -383,19 +383,19 @@ async fn prepare_command(
 /// candidates, with any others due in the same poll): validated, or abandoned.
 async fn conclude(
     m: &CommandMachine<'_>,
-    world: &mut Gathered,
+    gathered: &mut Gathered,
     cmd: &DisruptionCommand,
     decision: &Decided,
     report: &mut CommandsReport,
 ) -> Result<()> {
-    match validate(m, world, cmd, decision, report).await? {
-        Step::Abandon(why) => abandon(m, world, cmd, &why, report).await,
+    match validate(m, gathered, cmd, decision, report).await? {
+        Step::Abandon(why) => abandon(m, gathered, cmd, &why, report).await,
         Step::Wait | Step::Next => Ok(()),
     }
 }
 
-fn find(world: &Gathered, name: &str) -> Option<NodeClaim> {
-    world.claims.iter().find(|c| c.name == name).cloned()
+fn find(gathered: &Gathered, name: &str) -> Option<NodeClaim> {
+    gathered.claims.iter().find(|c| c.name == name).cloned()
 }
 
 /// Step 1: every candidate marked Disrupting with the command, then cordoned (a crash
@@ -403,7 +403,7 @@ fn find(world: &Gathered, name: &str) -> Option<NodeClaim> {
 /// carries the command (it was never started here).
 async fn mark_candidates(
     m: &CommandMachine<'_>,
-    world: &mut Gathered,
+    gathered: &mut Gathered,
     cmd: &DisruptionCommand,
     cause: Option<DisruptionCause>,
     report: &mut CommandsReport,
@@ -414,7 +414,7 @@ async fn mark_candidates(
     let cause = cause.or_else(|| {
         cmd.candidates
             .iter()
-            .filter_map(|n| find(world, n))
+            .filter_map(|n| find(gathered, n))
             .find(|c| ours(c))
             .and_then(|c| c.disruption.map(|d| d.cause))
     });
@@ -422,7 +422,7 @@ async fn mark_candidates(
         return Ok(Step::Wait);
     };
     for name in &cmd.candidates {
-        match find(world, name) {
+        match find(gathered, name) {
             Some(c) if ours(&c) && c.state == ClaimState::Disrupting => {}
             Some(c) if c.state == ClaimState::Initialized && c.disruption.is_none() => {
                 let marked = c.transition(ClaimState::Disrupting, now, |n| {
@@ -441,7 +441,7 @@ async fn mark_candidates(
                 // the reconciler also re-cordons a held candidate on every poll.
                 terminate::cordon(ports, &marked).await?;
                 info!(command = %cmd.id, claim = %c.name, node = ?c.node_name, cause = ?cause, "candidate marked");
-                world.put_claim(marked);
+                gathered.put_claim(marked);
                 report.marked.push(c.name.clone());
                 report.disrupted.push(Disrupted::new(&c, cause));
             }
@@ -462,7 +462,7 @@ async fn mark_candidates(
 /// the candidates were marked, when there is none).
 async fn replacements_up(
     m: &CommandMachine<'_>,
-    world: &mut Gathered,
+    gathered: &mut Gathered,
     cmd: &DisruptionCommand,
     lease: Option<&LeaseKeeper>,
     report: &mut CommandsReport,
@@ -472,7 +472,7 @@ async fn replacements_up(
     let since = cmd
         .candidates
         .iter()
-        .filter_map(|n| find(world, n))
+        .filter_map(|n| find(gathered, n))
         .filter_map(|c| c.disruption.map(|d| d.since))
         .max()
         .unwrap_or(now);
@@ -482,12 +482,12 @@ async fn replacements_up(
         if let Some(lease) = lease {
             lease.keep(ports).await?;
         }
-        let claim = match find(world, &spec.name) {
+        let claim = match find(gathered, &spec.name) {
             Some(c) => c,
             None => match ports.store.get_claim(&spec.name).await? {
                 Some(c) => c,
                 None => {
-                    let Some(pool) = world
+                    let Some(pool) = gathered
                         .pools
                         .iter()
                         .find(|x| x.name == spec.node_pool)
@@ -498,21 +498,21 @@ async fn replacements_up(
                             spec.node_pool, spec.name
                         )));
                     };
-                    let claim = m.launcher.new_claim(spec.clone(), &pool, world, now);
+                    let claim = m.launcher.new_claim(spec.clone(), &pool, gathered, now);
                     match ports.store.create_claim(&claim).await {
                         Ok(()) => {}
                         Err(e) if e.kind == ErrorKind::Conflict => {}
                         Err(e) => return Err(e.into()),
                     }
-                    world.claims.push(claim.clone());
+                    gathered.claims.push(claim.clone());
                     let mut launches = LaunchLog::default();
                     m.launcher
-                        .launch_and_record(claim, &pool, world, &mut launches)
+                        .launch_and_record(claim, &pool, gathered, &mut launches)
                         .await?;
                     for launched in &launches.launched {
                         tell_candidates(
                             ports,
-                            world,
+                            gathered,
                             cmd,
                             DISRUPTION_LAUNCHING,
                             &format!(
@@ -520,13 +520,13 @@ async fn replacements_up(
                                 launched.name,
                                 launched.instance_type,
                                 launched.zone,
-                                reason_of(world, cmd)
+                                reason_of(gathered, cmd)
                             ),
                         )
                         .await;
                         tell_candidates(
                             ports,
-                            world,
+                            gathered,
                             cmd,
                             DISRUPTION_WAITING_READINESS,
                             &format!(
@@ -536,7 +536,7 @@ async fn replacements_up(
                         )
                         .await;
                     }
-                    if let Some(cause) = cause_of_command(world, cmd) {
+                    if let Some(cause) = cause_of_command(gathered, cmd) {
                         report
                             .replacements
                             .extend(launches.launched.iter().map(|l| (l.clone(), cause)));
@@ -544,7 +544,7 @@ async fn replacements_up(
                     report
                         .launched
                         .extend(launches.launched.into_iter().map(|l| l.name));
-                    match find(world, &spec.name) {
+                    match find(gathered, &spec.name) {
                         Some(c) => c,
                         None => {
                             all_up = false;
@@ -603,7 +603,7 @@ fn validated_reason(delay_secs: i64, has_replacements: bool) -> String {
 /// the next step on), recorded in the decision log.
 async fn validate(
     m: &CommandMachine<'_>,
-    world: &mut Gathered,
+    gathered: &mut Gathered,
     cmd: &DisruptionCommand,
     decision: &Decided,
     report: &mut CommandsReport,
@@ -616,7 +616,7 @@ async fn validate(
         .flat_map(|c| c.nodes.iter().map(String::as_str))
         .collect();
     for name in &cmd.candidates {
-        let node = find(world, name).and_then(|c| c.node_name);
+        let node = find(gathered, name).and_then(|c| c.node_name);
         let Some(node) = node else { continue };
         if !chosen.contains(node.as_str()) {
             let why = decision
@@ -633,10 +633,10 @@ async fn validate(
             return Ok(Step::Abandon(why));
         }
     }
-    mark_validated(ports, world, cmd).await?;
+    mark_validated(ports, gathered, cmd).await?;
     info!(command = %cmd.id, candidates = ?cmd.candidates, "command validated; draining");
-    let message = format!("Disrupting Node: {}", reason_of(world, cmd));
-    tell_candidates(ports, world, cmd, DISRUPTION_TERMINATING, &message).await;
+    let message = format!("Disrupting Node: {}", reason_of(gathered, cmd));
+    tell_candidates(ports, gathered, cmd, DISRUPTION_TERMINATING, &message).await;
     ports
         .record_decision(Decision {
             at: now,
@@ -656,16 +656,16 @@ async fn validate(
 
 /// The command's disruption reason as Karpenter titles it ("Underutilized",
 /// "Drifted"...), read from its candidates.
-fn reason_of(world: &Gathered, cmd: &DisruptionCommand) -> String {
-    cause_of_command(world, cmd)
+fn reason_of(gathered: &Gathered, cmd: &DisruptionCommand) -> String {
+    cause_of_command(gathered, cmd)
         .map(|c| format!("{c:?}"))
         .unwrap_or_else(|| "Disrupted".into())
 }
 
-fn cause_of_command(world: &Gathered, cmd: &DisruptionCommand) -> Option<DisruptionCause> {
+fn cause_of_command(gathered: &Gathered, cmd: &DisruptionCommand) -> Option<DisruptionCause> {
     cmd.candidates
         .iter()
-        .filter_map(|n| find(world, n))
+        .filter_map(|n| find(gathered, n))
         .find_map(|c| c.disruption.map(|d| d.cause))
 }
 
@@ -673,13 +673,13 @@ fn cause_of_command(world: &Gathered, cmd: &DisruptionCommand) -> Option<Disrupt
 /// step of the command: the steps that post them happen once.
 async fn tell_candidates(
     ports: &Ports,
-    world: &Gathered,
+    gathered: &Gathered,
     cmd: &DisruptionCommand,
     reason: &str,
     message: &str,
 ) {
     for name in &cmd.candidates {
-        let Some(node) = find(world, name).and_then(|c| c.node_name) else {
+        let Some(node) = find(gathered, name).and_then(|c| c.node_name) else {
             continue;
         };
         ports
@@ -700,12 +700,12 @@ async fn tell_candidates(
 /// terminationGracePeriod.
 async fn mark_validated(
     ports: &Ports,
-    world: &mut Gathered,
+    gathered: &mut Gathered,
     cmd: &DisruptionCommand,
 ) -> Result<()> {
     let now = ports.clock.now();
     for name in &cmd.candidates {
-        let Some(c) = world.claims.iter().find(|c| &c.name == name).cloned() else {
+        let Some(c) = gathered.claims.iter().find(|c| &c.name == name).cloned() else {
             continue;
         };
         if !(c.held_by_unvalidated_command() && c.command().is_some_and(|x| x.id == cmd.id)) {
@@ -713,7 +713,7 @@ async fn mark_validated(
         }
         // The drain starts now: the NodePool's terminationGracePeriod bounds it (pods a
         // PDB still protects are deleted from `deadline − their grace` on).
-        let grace = world
+        let grace = gathered
             .pools
             .iter()
             .find(|p| p.name == c.node_pool)
@@ -727,7 +727,7 @@ async fn mark_validated(
                 }
             }
         })?;
-        world.put_claim(ports.save_claim(&c, next).await?);
+        gathered.put_claim(ports.save_claim(&c, next).await?);
     }
     Ok(())
 }
@@ -737,7 +737,7 @@ async fn mark_validated(
 /// the next poll abandons again; the other order could leave a node cordoned forever.
 async fn abandon(
     m: &CommandMachine<'_>,
-    world: &mut Gathered,
+    gathered: &mut Gathered,
     cmd: &DisruptionCommand,
     why: &str,
     report: &mut CommandsReport,
@@ -746,7 +746,7 @@ async fn abandon(
     let now = ports.clock.now();
     warn!(command = %cmd.id, reason = %why, "abandoning disruption command");
     for name in &cmd.candidates {
-        let Some(c) = world.claims.iter().find(|c| &c.name == name).cloned() else {
+        let Some(c) = gathered.claims.iter().find(|c| &c.name == name).cloned() else {
             continue;
         };
         if !(c.held_by_unvalidated_command() && c.command().is_some_and(|x| x.id == cmd.id)) {
@@ -763,7 +763,7 @@ async fn abandon(
             }
         }
         let next = c.transition(ClaimState::Initialized, now, |n| n.disruption = None)?;
-        world.put_claim(ports.save_claim(&c, next).await?);
+        gathered.put_claim(ports.save_claim(&c, next).await?);
     }
     ports
         .record_decision(Decision {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use nodewright_core::capacity_buffer::buffer_room;
 use nodewright_core::catalog::{
-    CapacityType, LABEL_ARCH, LABEL_CAPACITY_RESERVATION_ID, LABEL_NODEPOOL, Pricing,
+    CapacityType, LABEL_ARCH, LABEL_CAPACITY_RESERVATION_ID, LABEL_NODEPOOL,
 };
 use nodewright_core::cluster::{ClusterSnapshot, Node, Pod};
 use nodewright_core::disruption::drift::{LaunchedWith, Selection, external_drift};
@@ -19,6 +19,7 @@ use nodewright_core::nodeclaim::{DisruptionCommand, NodeClaim, instance_id_from_
 use nodewright_core::planning_view::{
     ClusterView, in_flight_claims, planning_claims, planning_snapshot,
 };
+use nodewright_core::pricing::Pricing;
 use nodewright_core::provisioning::ProvisioningInput;
 
 use crate::gather::Gathered;
@@ -43,13 +44,13 @@ pub fn default_decider() -> Decider {
 pub(crate) fn decide(
     decider: &Decider,
     spot_to_spot: bool,
-    world: &Gathered,
+    gathered: &Gathered,
     now: i64,
     revalidate: &[&DisruptionCommand],
 ) -> Decision {
     // Voluntary disruption weighs every PodDisruptionBudget: without them it decides
     // nothing (and a command being validated is abandoned) until they can be read.
-    if let Some(u) = world
+    if let Some(u) = gathered
         .state
         .unreadable
         .iter()
@@ -71,24 +72,24 @@ pub(crate) fn decide(
         .iter()
         .flat_map(|c| c.candidates.iter().map(String::as_str))
         .collect();
-    let claims: Vec<NodeClaim> = planning_claims(&world.claims)
+    let claims: Vec<NodeClaim> = planning_claims(&gathered.claims)
         .into_iter()
         .filter(|c| !hide.contains(c.name.as_str()))
         .collect();
-    let hidden_nodes: HashSet<&str> = world
+    let hidden_nodes: HashSet<&str> = gathered
         .claims
         .iter()
         .filter(|c| hide.contains(c.name.as_str()))
         .filter_map(|c| c.node_name.as_deref())
         .collect();
-    let nodes: Vec<_> = world
+    let nodes: Vec<_> = gathered
         .state
         .nodes
         .iter()
         .filter(|n| !hidden_nodes.contains(n.name.as_str()))
         .cloned()
         .collect();
-    let pods: Vec<Pod> = world
+    let pods: Vec<Pod> = gathered
         .state
         .pods
         .iter()
@@ -110,15 +111,15 @@ pub(crate) fn decide(
     let view = ClusterView {
         nodes: &nodes,
         pods: &pods,
-        daemonsets: &world.state.daemonsets,
-        pdbs: &world.state.pdbs,
+        daemonsets: &gathered.state.daemonsets,
+        pdbs: &gathered.state.pdbs,
     };
-    let mut snapshot: ClusterSnapshot = planning_snapshot(view, &claims, &world.pools);
+    let mut snapshot: ClusterSnapshot = planning_snapshot(view, &claims, &gathered.pools);
     let in_flight = in_flight_claims(&claims, &snapshot);
-    let external_drift = resource_drift(world, &nodes);
+    let external_drift = resource_drift(gathered, &nodes);
     // Nodes already on their way out, candidates of other commands, and nodes rebooting
     // for repair: budgets count them, and they are neither candidates nor destinations.
-    let disrupting: Vec<String> = world
+    let disrupting: Vec<String> = gathered
         .claims
         .iter()
         .filter(|c| {
@@ -140,34 +141,34 @@ pub(crate) fn decide(
         .filter_map(|c| c.node_name.clone())
         .collect();
     let validating: Option<Vec<String>> = (!revalidate.is_empty()).then(|| {
-        world
+        gathered
             .claims
             .iter()
             .filter(|c| own.contains(c.name.as_str()))
             .filter_map(|c| c.node_name.clone())
             .collect()
     });
-    let pricing = reservations_back(world, &hide);
-    let pricing = pricing.as_ref().unwrap_or(&world.pricing);
+    let pricing = reservations_back(gathered, &hide);
+    let pricing = pricing.as_ref().unwrap_or(&gathered.pricing);
     // The room CapacityBuffers hold on nodes: their virtual pods where provisioning
     // places them, so a node holding one is not empty and a consolidation fits them.
     let room = buffer_room(
         &ProvisioningInput {
             snapshot: &snapshot,
-            node_pools: &world.pools,
-            node_classes: &world.state.node_classes,
-            catalog: &world.catalog,
+            node_pools: &gathered.pools,
+            node_classes: &gathered.state.node_classes,
+            catalog: &gathered.catalog,
             pricing,
             in_flight: &in_flight,
         },
-        &world.virtual_pods,
+        &gathered.virtual_pods,
     );
     snapshot.pods.extend(room);
     let input = DisruptionInput {
         snapshot: &snapshot,
-        node_pools: &world.pools,
-        node_classes: &world.state.node_classes,
-        catalog: &world.catalog,
+        node_pools: &gathered.pools,
+        node_classes: &gathered.state.node_classes,
+        catalog: &gathered.catalog,
         pricing,
         in_flight: &in_flight,
         now,
@@ -186,19 +187,19 @@ pub(crate) fn decide(
 /// find the reservation full and its candidates' pods needing on-demand capacity, and
 /// abandon a command whose replacement is up. One instance back per such replacement;
 /// `None` when there is none.
-fn reservations_back(world: &Gathered, hidden: &HashSet<&str>) -> Option<Pricing> {
-    let mut taken: Vec<&str> = world
+fn reservations_back(gathered: &Gathered, hidden: &HashSet<&str>) -> Option<Pricing> {
+    let mut taken: Vec<&str> = gathered
         .claims
         .iter()
         .filter(|c| hidden.contains(c.name.as_str()))
         .filter_map(|c| c.labels.get(LABEL_CAPACITY_RESERVATION_ID))
         .map(String::as_str)
         .collect();
-    taken.retain(|id| world.pricing.reservations.iter().any(|r| r.id == *id));
+    taken.retain(|id| gathered.pricing.reservations.iter().any(|r| r.id == *id));
     if taken.is_empty() {
         return None;
     }
-    let mut pricing = world.pricing.clone();
+    let mut pricing = gathered.pricing.clone();
     for id in taken {
         if let Some(r) = pricing.reservations.iter_mut().find(|r| r.id == id) {
             r.available += 1;
@@ -212,21 +213,21 @@ fn reservations_back(world: &Gathered, hidden: &HashSet<&str>) -> Option<Pricing
 /// longer selects, as resolved by this tick's gather. A node whose class did not
 /// resolve, or whose instance is not listed (or EC2 did not say), is not drifted this
 /// way.
-fn resource_drift(world: &Gathered, nodes: &[Node]) -> Vec<(String, String)> {
-    let selections: HashMap<&str, Selection<'_>> = world
+fn resource_drift(gathered: &Gathered, nodes: &[Node]) -> Vec<(String, String)> {
+    let selections: HashMap<&str, Selection<'_>> = gathered
         .classes
         .iter()
         .map(|(name, (_, resolved))| (name.as_str(), resolved.selection(name)))
         .collect();
-    let instances: HashMap<&str, &Instance> = world
+    let instances: HashMap<&str, &Instance> = gathered
         .owned
         .iter()
-        .chain(&world.karpenter_instances)
+        .chain(&gathered.karpenter_instances)
         .map(|i| (i.id.as_str(), i))
         .collect();
     let launched = nodes.iter().filter_map(|node| {
         let pool = node.labels.get(LABEL_NODEPOOL)?;
-        let pool = world.pools.iter().find(|p| &p.name == pool)?;
+        let pool = gathered.pools.iter().find(|p| &p.name == pool)?;
         let class = selections.get(pool.node_class_ref.name.as_str())?;
         let id = node
             .provider_id
@@ -234,7 +235,7 @@ fn resource_drift(world: &Gathered, nodes: &[Node]) -> Vec<(String, String)> {
             .and_then(instance_id_from_provider_id)?;
         let instance = instances.get(id)?;
         let arch = node.labels.get(LABEL_ARCH).or_else(|| {
-            world
+            gathered
                 .catalog
                 .get(&instance.instance_type)
                 .and_then(|t| t.labels.get(LABEL_ARCH))

@@ -189,8 +189,8 @@ impl Disrupter {
         }
     }
 
-    fn decide(&self, world: &Gathered, now: i64) -> Decision {
-        decide(&self.decider, self.config.spot_to_spot, world, now, &[])
+    fn decide(&self, gathered: &Gathered, now: i64) -> Decision {
+        decide(&self.decider, self.config.spot_to_spot, gathered, now, &[])
     }
 
     /// One scheduled run: lease, gather, advance the commands in flight, decide (when
@@ -226,29 +226,29 @@ impl Disrupter {
 
     async fn tick_with_lease(&self, lease: &LeaseKeeper) -> Result<DisruptionReport> {
         let now = self.ports().clock.now();
-        let mut world = gather(self.ports(), now, Unresolved::Skip, false).await?;
-        world.pricing.min_values_policy = self.config.min_values_policy;
-        crate::gather::apply_default_spread(&mut world, &self.config.scheduler_config);
+        let mut gathered = gather(self.ports(), now, Unresolved::Skip, false).await?;
+        gathered.pricing.min_values_policy = self.config.min_values_policy;
+        crate::gather::apply_default_spread(&mut gathered, &self.config.scheduler_config);
         let commands = self.commands();
         let mut report = DisruptionReport {
-            progress: advance_commands(&commands, &mut world, Some(lease)).await?,
+            progress: advance_commands(&commands, &mut gathered, Some(lease)).await?,
             ..DisruptionReport::default()
         };
-        if command_in_flight(&world.claims) {
+        if command_in_flight(&gathered.claims) {
             info!("a disruption command is in flight; deciding on the next run");
             return Ok(report);
         }
         if report.progress.changed_cluster() {
-            world.state = self.ports().cluster.state().await?;
+            gathered.state = self.ports().cluster.state().await?;
         }
-        let decision = self.decide(&world, now);
+        let decision = self.decide(&gathered, now);
         report.decided = true;
-        self.record(&decision, &world, now, false).await;
+        self.record(&decision, &gathered, now, false).await;
         for command in &decision.commands {
             lease.keep(self.ports()).await?;
             match start_command(
                 &commands,
-                &mut world,
+                &mut gathered,
                 command,
                 Some(lease),
                 &mut report.progress,
@@ -273,11 +273,11 @@ impl Disrupter {
 
     async fn dry_run(&self) -> Result<DisruptionReport> {
         let now = self.ports().clock.now();
-        let mut world = gather(self.ports(), now, Unresolved::Skip, false).await?;
-        world.pricing.min_values_policy = self.config.min_values_policy;
-        crate::gather::apply_default_spread(&mut world, &self.config.scheduler_config);
-        let decision = self.decide(&world, now);
-        self.record(&decision, &world, now, true).await;
+        let mut gathered = gather(self.ports(), now, Unresolved::Skip, false).await?;
+        gathered.pricing.min_values_policy = self.config.min_values_policy;
+        crate::gather::apply_default_spread(&mut gathered, &self.config.scheduler_config);
+        let decision = self.decide(&gathered, now);
+        self.record(&decision, &gathered, now, true).await;
         Ok(DisruptionReport {
             dry_run: true,
             decided: true,
@@ -292,7 +292,7 @@ impl Disrupter {
     /// as an event on the node (`DisruptionBlocked` or `Unconsolidatable`), and on the
     /// NodePool when its budget is what blocks (`DisruptionBlocked`). A node kept for
     /// the same reason minute after minute gets one event, not one a minute.
-    async fn record(&self, decision: &Decision, world: &Gathered, now: i64, dry_run: bool) {
+    async fn record(&self, decision: &Decision, gathered: &Gathered, now: i64, dry_run: bool) {
         let suffix = if dry_run { " [dry run]" } else { "" };
         for problem in &decision.problems {
             warn!(problem = %problem, "a managed node could not be considered for disruption");
@@ -368,9 +368,9 @@ impl Disrupter {
             tracing::debug!(node = %r.node, code = ?r.code, reason = %r.reason, "kept");
         }
         if !dry_run {
-            self.post_rejections(&fresh, &decision.rejected, world)
+            self.post_rejections(&fresh, &decision.rejected, gathered)
                 .await;
-            self.warn_invalid_do_not_disrupt(world).await;
+            self.warn_invalid_do_not_disrupt(gathered).await;
         }
         for r in fresh {
             self.ports()
@@ -389,7 +389,7 @@ impl Disrupter {
     /// neither `"true"` nor a positive duration (Karpenter's
     /// `InvalidDoNotDisruptAnnotation`): the annotation is ignored, and its owner should
     /// know. Once per pod and value for as long as the warm Lambda lives.
-    async fn warn_invalid_do_not_disrupt(&self, world: &Gathered) {
+    async fn warn_invalid_do_not_disrupt(&self, gathered: &Gathered) {
         let news: Vec<(String, String, String)> = {
             let mut warned = self
                 .invalid_annotations
@@ -397,7 +397,7 @@ impl Disrupter {
                 .unwrap_or_else(|e| e.into_inner());
             let mut news = Vec::new();
             let mut seen = HashSet::new();
-            for pod in &world.state.pods {
+            for pod in &gathered.state.pods {
                 let Some((value, why)) = &pod.do_not_disrupt_invalid else {
                     continue;
                 };
@@ -439,7 +439,7 @@ impl Disrupter {
         &self,
         fresh: &[&RejectedNode],
         all: &[RejectedNode],
-        world: &Gathered,
+        gathered: &Gathered,
     ) {
         for r in fresh {
             let event = ClusterEvent {
@@ -457,7 +457,7 @@ impl Disrupter {
             .iter()
             .filter(|r| r.code == RejectCode::DisruptionBudget)
         {
-            let pool = world
+            let pool = gathered
                 .claims
                 .iter()
                 .find(|c| c.node_name.as_deref() == Some(r.node.as_str()))

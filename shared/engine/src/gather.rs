@@ -13,10 +13,9 @@ use tracing::warn;
 
 use nodewright_core::api::Kind;
 use nodewright_core::api::model::{Ec2NodeClass, NodePool, SelectorTerm};
-use nodewright_core::catalog::{
-    CapacityType, Catalog, LABEL_CAPACITY_RESERVATION_ID, Pricing, Reservation,
-};
+use nodewright_core::catalog::{CapacityType, Catalog, LABEL_CAPACITY_RESERVATION_ID, Reservation};
 use nodewright_core::nodeclaim::{DisruptionCause, NodeClaim};
+use nodewright_core::pricing::Pricing;
 
 use crate::context::Ports;
 use crate::error::{EngineError, Result};
@@ -343,10 +342,10 @@ fn merge_reservations(found: Vec<Reservation>, now: i64) -> (Vec<Reservation>, V
 /// deduced from the gathered Services and controllers: planning, consolidation and the
 /// validation of commands then see the pods as kube-scheduler schedules them.
 pub(crate) fn apply_default_spread(
-    world: &mut Gathered,
+    gathered: &mut Gathered,
     config: &nodewright_core::default_spread::SchedulerConfig,
 ) {
-    let state = &mut world.state;
+    let state = &mut gathered.state;
     nodewright_core::default_spread::apply_defaults_from(
         &mut state.pods,
         config,

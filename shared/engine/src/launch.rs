@@ -35,9 +35,13 @@ use crate::ports::{
 /// One instance of reservation `id` taken by a launch: this tick's later launches and
 /// plans see one fewer (an empty one is no longer offered). The reservation as it was,
 /// for the node's labels; `None` when the launch was not into a known reservation.
-fn take_reservation(world: &mut Gathered, id: Option<&str>) -> Option<Reservation> {
+fn take_reservation(gathered: &mut Gathered, id: Option<&str>) -> Option<Reservation> {
     let id = id?;
-    let r = world.pricing.reservations.iter_mut().find(|r| r.id == id)?;
+    let r = gathered
+        .pricing
+        .reservations
+        .iter_mut()
+        .find(|r| r.id == id)?;
     let taken = r.clone();
     r.available = r.available.saturating_sub(1);
     Some(taken)
@@ -150,10 +154,10 @@ impl Launcher {
     /// unless another invocation wrote it less than [`LAUNCH_IN_FLIGHT`] ago.
     pub(crate) async fn recover_launching(
         &self,
-        world: &mut Gathered,
+        gathered: &mut Gathered,
         log: &mut LaunchLog,
     ) -> Result<()> {
-        let launching: Vec<NodeClaim> = world
+        let launching: Vec<NodeClaim> = gathered
             .claims
             .iter()
             .filter(|c| c.state == ClaimState::Launching)
@@ -162,7 +166,7 @@ impl Launcher {
         let now = self.ports.clock.now();
         let in_flight = i64::try_from(LAUNCH_IN_FLIGHT.as_secs()).unwrap_or(30);
         for claim in launching {
-            let found = world
+            let found = gathered
                 .owned
                 .iter()
                 .find(|i| {
@@ -178,11 +182,11 @@ impl Launcher {
                     .take()
                     .filter(|_| inst.capacity_type == CapacityType::Reserved);
                 let reservation = reservation_id.as_deref().and_then(|id| {
-                    world
+                    gathered
                         .pricing
                         .reservations
                         .iter()
-                        .chain(&world.expiring_reservations)
+                        .chain(&gathered.expiring_reservations)
                         .find(|r| r.id == id)
                         .cloned()
                 });
@@ -194,7 +198,7 @@ impl Launcher {
                         id.clone(),
                     );
                 }
-                let on_demand = world
+                let on_demand = gathered
                     .catalog
                     .get(&inst.instance_type)
                     .and_then(|it| it.on_demand_price);
@@ -203,10 +207,10 @@ impl Launcher {
                     CapacityType::Reserved => {
                         on_demand.map(|p| p / nodewright_core::catalog::RESERVED_PRICE_DIVISOR)
                     }
-                    ct => world
+                    ct => gathered
                         .catalog
                         .get(&inst.instance_type)
-                        .and_then(|it| world.pricing.running_price(it, &inst.zone, ct))
+                        .and_then(|it| gathered.pricing.running_price(it, &inst.zone, ct))
                         .or(on_demand),
                 }
                 .unwrap_or(0.0);
@@ -225,7 +229,7 @@ impl Launcher {
                 {
                     Ok(next) => {
                         info!(claim = %claim.name, instance = %inst.id, "adopted the instance of a claim left Launching");
-                        world.put_claim(next);
+                        gathered.put_claim(next);
                         log.adopted.push(claim.name.clone());
                     }
                     Err(EngineError::Store(e)) if e.kind == ErrorKind::Conflict => {
@@ -239,7 +243,7 @@ impl Launcher {
                 info!(claim = %claim.name, "claim Launching for moments, maybe in another invocation's CreateFleet; left to it");
                 continue;
             }
-            let Some(pool) = world
+            let Some(pool) = gathered
                 .pools
                 .iter()
                 .find(|p| p.name == claim.node_pool)
@@ -249,11 +253,11 @@ impl Launcher {
                     "NodePool {:?} no longer exists or its EC2NodeClass cannot be used",
                     claim.node_pool
                 );
-                self.fail(&claim, &why, world, log).await?;
+                self.fail(&claim, &why, gathered, log).await?;
                 continue;
             };
             info!(claim = %claim.name, "claim left Launching with no instance; launching again with the same client token");
-            self.launch_and_record(claim, &pool, world, log).await?;
+            self.launch_and_record(claim, &pool, gathered, log).await?;
         }
         Ok(())
     }
@@ -263,7 +267,7 @@ impl Launcher {
         &self,
         planned: &PlannedNodeClaim,
         pool: &NodePool,
-        world: &Gathered,
+        gathered: &Gathered,
         token: u64,
         names: &mut HashSet<String>,
     ) -> Result<NodeClaim> {
@@ -274,7 +278,7 @@ impl Launcher {
             if !names.insert(name.clone()) {
                 continue;
             }
-            let claim = self.new_claim(claim_spec(planned, pool, name), pool, world, now);
+            let claim = self.new_claim(claim_spec(planned, pool, name), pool, gathered, now);
             match self.ports.store.create_claim(&claim).await {
                 Ok(()) => return Ok(claim),
                 Err(e) if e.kind == ErrorKind::Conflict => continue,
@@ -296,17 +300,17 @@ impl Launcher {
         &self,
         spec: ClaimSpec,
         pool: &NodePool,
-        world: &Gathered,
+        gathered: &Gathered,
         now: i64,
     ) -> NodeClaim {
-        let overlays_applied = world
+        let overlays_applied = gathered
             .pricing
             .overlays
             .applied_to_claim(pool, spec.instance_type_options.iter().map(String::as_str));
         let mut claim = NodeClaim::launching(spec, now);
         claim.overlays_applied = overlays_applied;
         claim.nodepool_hash = Some(hash::nodepool_hash(pool));
-        claim.nodeclass_hash = world
+        claim.nodeclass_hash = gathered
             .classes
             .get(&pool.node_class_ref.name)
             .map(|(class, _)| hash::nodeclass_hash(class));
@@ -333,13 +337,13 @@ impl Launcher {
         &self,
         claim: &NodeClaim,
         pool: &NodePool,
-        world: &Gathered,
+        gathered: &Gathered,
     ) -> Option<LaunchRequest> {
-        let (node_class, resolved) = world.classes.get(&claim.node_class)?;
+        let (node_class, resolved) = gathered.classes.get(&claim.node_class)?;
         let mut resolved = resolved.clone();
         // The counts this tick's launches left (the gather's, less what launched since),
         // of the reservations the claim's requirements allow.
-        resolved.reservations = world
+        resolved.reservations = gathered
             .pricing
             .reservations
             .iter()
@@ -353,7 +357,7 @@ impl Launcher {
         let mut offerings = Vec::new();
         let mut prices_overlaid = false;
         for t in &claim.instance_type_options {
-            let Some(it) = world.catalog.get(t) else {
+            let Some(it) = gathered.catalog.get(t) else {
                 continue;
             };
             for zone in claim
@@ -365,7 +369,7 @@ impl Launcher {
                     // A reserved offering only where a reservation the claim's class
                     // selects and its requirements allow has room left.
                     if ct == CapacityType::Reserved
-                        && !world
+                        && !gathered
                             .pricing
                             .reservations_for(Some(&claim.node_class), t, zone)
                             .any(|r| r.agrees_with(&claim.labels))
@@ -374,8 +378,8 @@ impl Launcher {
                     }
                     // The pool's NodeOverlays order the offerings, as they ordered
                     // the plan's options.
-                    if let Some(price) = world.pricing.price_in(&pool.name, it, zone, ct) {
-                        prices_overlaid |= world
+                    if let Some(price) = gathered.pricing.price_in(&pool.name, it, zone, ct) {
+                        prices_overlaid |= gathered
                             .pricing
                             .price(it, zone, ct)
                             .is_some_and(|base| (base - price).abs() > 1e-12);
@@ -408,7 +412,7 @@ impl Launcher {
             prices_overlaid,
             labels,
             taints,
-            kubernetes_version: world.kubernetes_version.clone(),
+            kubernetes_version: gathered.kubernetes_version.clone(),
         })
     }
 
@@ -418,15 +422,15 @@ impl Launcher {
         &self,
         claim: NodeClaim,
         pool: &NodePool,
-        world: &mut Gathered,
+        gathered: &mut Gathered,
         log: &mut LaunchLog,
     ) -> Result<()> {
-        let Some(request) = self.launch_request(&claim, pool, world) else {
+        let Some(request) = self.launch_request(&claim, pool, gathered) else {
             let why = format!("EC2NodeClass {:?} cannot be used", claim.node_class);
-            return self.fail(&claim, &why, world, log).await;
+            return self.fail(&claim, &why, gathered, log).await;
         };
         self.attempted().insert(claim.name.clone());
-        let outcome = self.launch(&claim, request, world).await?;
+        let outcome = self.launch(&claim, request, gathered).await?;
         if !matches!(outcome, LaunchOutcome::Deferred(_)) {
             self.attempted().remove(&claim.name);
         }
@@ -465,12 +469,12 @@ impl Launcher {
                     price_per_hour: l.price,
                     pods: next.pods.len(),
                 });
-                world.put_claim(*next);
+                gathered.put_claim(*next);
             }
-            LaunchOutcome::Failed(why) => self.fail(&claim, &why, world, log).await?,
+            LaunchOutcome::Failed(why) => self.fail(&claim, &why, gathered, log).await?,
             LaunchOutcome::Deferred(why) => {
                 warn!(claim = %claim.name, reason = %why, "launch deferred to the next tick");
-                world.put_claim(claim.clone());
+                gathered.put_claim(claim.clone());
                 log.deferred.push(claim.name.clone());
             }
         }
@@ -484,7 +488,7 @@ impl Launcher {
         &self,
         claim: &NodeClaim,
         mut request: LaunchRequest,
-        world: &mut Gathered,
+        gathered: &mut Gathered,
     ) -> Result<LaunchOutcome> {
         let mut retries = 0u32;
         let mut last_ice = String::new();
@@ -504,9 +508,9 @@ impl Launcher {
             }
             match self.ports.cloud.launch(&request).await {
                 Ok(l) => {
-                    self.remember_unavailable(claim, &l.unavailable, world)
+                    self.remember_unavailable(claim, &l.unavailable, gathered)
                         .await?;
-                    let reservation = take_reservation(world, l.reservation_id.as_deref());
+                    let reservation = take_reservation(gathered, l.reservation_id.as_deref());
                     let now = self.ports.clock.now();
                     return match self
                         .mark_launched(claim, &l, reservation.as_ref(), now)
@@ -520,7 +524,9 @@ impl Launcher {
                     };
                 }
                 Err(LaunchError::InsufficientCapacity { offerings, message }) => {
-                    let refused = self.remember_unavailable(claim, &offerings, world).await?;
+                    let refused = self
+                        .remember_unavailable(claim, &offerings, gathered)
+                        .await?;
                     request.offerings.retain(|o| {
                         !refused.contains(&(
                             o.instance_type.clone(),
@@ -559,7 +565,7 @@ impl Launcher {
         &self,
         claim: &NodeClaim,
         offerings: &[Offering],
-        world: &mut Gathered,
+        gathered: &mut Gathered,
     ) -> Result<HashSet<(String, String, CapacityType)>> {
         let until = self.ports.clock.now()
             + i64::try_from(self.config.ice_ttl.as_secs()).unwrap_or(i64::MAX);
@@ -575,7 +581,7 @@ impl Launcher {
             );
             refused.insert((o.instance_type.clone(), o.zone.clone(), o.capacity_type));
         }
-        world.pricing.unavailable.extend(refused.iter().cloned());
+        gathered.pricing.unavailable.extend(refused.iter().cloned());
         Ok(refused)
     }
 
@@ -607,7 +613,7 @@ impl Launcher {
         &self,
         claim: &NodeClaim,
         why: &str,
-        world: &mut Gathered,
+        gathered: &mut Gathered,
         log: &mut LaunchLog,
     ) -> Result<()> {
         let now = self.ports.clock.now();
@@ -615,7 +621,7 @@ impl Launcher {
             c.failure = Some(why.to_string())
         })?;
         match self.ports.save_claim(claim, next).await {
-            Ok(next) => world.put_claim(next),
+            Ok(next) => gathered.put_claim(next),
             Err(EngineError::Store(e)) if e.kind == ErrorKind::Conflict => {
                 warn!(claim = %claim.name, error = %e, "claim changed while recording its failure");
                 return Ok(());

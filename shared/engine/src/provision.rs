@@ -471,13 +471,13 @@ impl Provisioner {
 
     async fn dry_run(&self) -> Result<TickReport> {
         let now = self.ports.clock.now();
-        let world = self.gather(now).await?;
+        let gathered = self.gather(now).await?;
         let mut report = TickReport {
             dry_run: true,
-            invalid: world.invalid.clone(),
+            invalid: gathered.invalid.clone(),
             ..TickReport::default()
         };
-        self.plan_into(&world, &mut report);
+        self.plan_into(&gathered, &mut report);
         for c in &report.planned {
             self.ports
                 .record_decision(Decision {
@@ -497,33 +497,33 @@ impl Provisioner {
 
     async fn tick_with_lease(&self, lease: &LeaseKeeper) -> Result<TickReport> {
         let now = self.ports.clock.now();
-        let mut world = self.gather(now).await?;
+        let mut gathered = self.gather(now).await?;
         let mut report = TickReport {
-            invalid: world.invalid.clone(),
-            unreadable: world.state.unreadable.clone(),
+            invalid: gathered.invalid.clone(),
+            unreadable: gathered.state.unreadable.clone(),
             ..TickReport::default()
         };
         lease.keep(&self.ports).await?;
 
         let mut launches = LaunchLog::default();
         self.launcher
-            .recover_launching(&mut world, &mut launches)
+            .recover_launching(&mut gathered, &mut launches)
             .await?;
         if self.config.adopt_karpenter_nodes {
             let adopted = adopt_karpenter_nodes(
                 &self.ports,
-                &world.state,
-                &world.claims,
-                &world.karpenter_instances,
-                &world.catalog,
-                &world.pricing,
+                &gathered.state,
+                &gathered.claims,
+                &gathered.karpenter_instances,
+                &gathered.catalog,
+                &gathered.pricing,
                 now,
             )
             .await?;
             report
                 .adopted_karpenter_nodes
                 .extend(adopted.iter().map(|c| c.name.clone()));
-            world.claims.extend(adopted);
+            gathered.claims.extend(adopted);
         }
         lease.keep(&self.ports).await?;
         // Repair first: the claims it disrupts are driven by this very reconcile.
@@ -534,11 +534,11 @@ impl Provisioner {
                 .repair(
                     &self.ports,
                     RepairView {
-                        nodes: &world.state.nodes,
-                        pools: &world.pools,
-                        reservations: &world.pricing.reservations,
+                        nodes: &gathered.state.nodes,
+                        pools: &gathered.pools,
+                        reservations: &gathered.pricing.reservations,
                     },
-                    &mut world.claims,
+                    &mut gathered.claims,
                     &mut repaired,
                     now,
                 )
@@ -547,8 +547,8 @@ impl Provisioner {
         // Nodes in Capacity Blocks about to end are drained, as repairs are.
         crate::reservations::drain_expiring(
             &self.ports,
-            &world.expiring_reservations,
-            &mut world.claims,
+            &gathered.expiring_reservations,
+            &mut gathered.claims,
             &mut repaired,
             now,
         )
@@ -560,7 +560,7 @@ impl Provisioner {
             owned,
             karpenter_instances,
             ..
-        } = &mut world;
+        } = &mut gathered;
         report.lifecycle = lifecycle::reconcile(
             &self.ports,
             &self.config.lifecycle(),
@@ -578,41 +578,41 @@ impl Provisioner {
             // initialized, pods evicted. A stale view launched a second node for pods
             // that had one.
             let fresh = self.ports.cluster.state().await?;
-            world.state.nodes = fresh.nodes;
-            world.state.pods = fresh.pods;
-            world.state.pdbs = fresh.pdbs;
-            world.state.daemonsets = fresh.daemonsets;
+            gathered.state.nodes = fresh.nodes;
+            gathered.state.pods = fresh.pods;
+            gathered.state.pdbs = fresh.pdbs;
+            gathered.state.daemonsets = fresh.daemonsets;
         }
         // Commands advance on every poll: a replacement initialized, a validation due.
-        report.commands = advance_commands(&self.commands(), &mut world, Some(lease)).await?;
+        report.commands = advance_commands(&self.commands(), &mut gathered, Some(lease)).await?;
         if report.commands.changed_cluster() {
             let fresh = self.ports.cluster.state().await?;
-            world.state.nodes = fresh.nodes;
-            world.state.pods = fresh.pods;
+            gathered.state.nodes = fresh.nodes;
+            gathered.state.pods = fresh.pods;
         }
 
         // The ICE cache once more, read after the pods the plan sees: an interruption
         // marks its offering before it evicts, so a pod evicted by it comes with the
         // mark (the gather read both at once, in no order).
         match self.ports.store.unavailable_offerings(now).await {
-            Ok(fresh) => world.pricing.unavailable.extend(fresh),
+            Ok(fresh) => gathered.pricing.unavailable.extend(fresh),
             Err(e) => {
                 warn!(error = %e, kind = ?e.kind, "could not read the ICE cache again; planning with the one read at the start of the tick")
             }
         }
-        self.plan_into(&world, &mut report);
+        self.plan_into(&gathered, &mut report);
         report.static_capacity = self
             .statics
-            .reconcile(&self.ports, &mut world, &mut report.planned)
+            .reconcile(&self.ports, &mut gathered, &mut report.planned)
             .await?;
         let scaled_down = report.static_capacity.scaled_down.iter().cloned();
         report.lifecycle.disrupted.extend(scaled_down);
-        self.drain_now_where_pods_have_room(&mut world, &report)
+        self.drain_now_where_pods_have_room(&mut gathered, &report)
             .await;
-        let mut names: HashSet<String> = world.claims.iter().map(|c| c.name.clone()).collect();
+        let mut names: HashSet<String> = gathered.claims.iter().map(|c| c.name.clone()).collect();
         for planned in report.planned.clone() {
             lease.keep(&self.ports).await?;
-            let Some(pool) = world
+            let Some(pool) = gathered
                 .pools
                 .iter()
                 .find(|p| p.name == planned.node_pool)
@@ -622,7 +622,7 @@ impl Provisioner {
             };
             let claim = self
                 .launcher
-                .create_claim(&planned, &pool, &world, lease.lease().token, &mut names)
+                .create_claim(&planned, &pool, &gathered, lease.lease().token, &mut names)
                 .await?;
             info!(claim = %claim.name, nodepool = %pool.name, pods = claim.pods.len(), "claim written; launching");
             if let Some(relaxed) = MinValuesRelaxed::of(&claim.name, &planned, &pool) {
@@ -630,17 +630,17 @@ impl Provisioner {
                 report.min_values_relaxed.push(relaxed);
             }
             self.launcher
-                .launch_and_record(claim, &pool, &mut world, &mut launches)
+                .launch_and_record(claim, &pool, &mut gathered, &mut launches)
                 .await?;
         }
         report.adopted = launches.adopted;
         report.launched = launches.launched;
         report.failed = launches.failed;
         report.deferred = launches.deferred;
-        self.publish_reasons(&world, &report).await;
+        self.publish_reasons(&gathered, &report).await;
         // The claims as NodeClaim objects (`kubectl get nodeclaims`): best effort, never
         // fails the tick; a mirror not written now is written by the next tick.
-        match self.ports.cluster.mirror_claims(&world.claims).await {
+        match self.ports.cluster.mirror_claims(&gathered.claims).await {
             Ok(mirror) if mirror.writes() > 0 => {
                 info!(
                     created = mirror.created.len(),
@@ -661,9 +661,9 @@ impl Provisioner {
     /// Ready nodes for every pod of the node being replaced, no replacement comes, and
     /// waiting out the full delay only keeps a node that is going. Its drain starts now
     /// (the next poll drives it).
-    async fn drain_now_where_pods_have_room(&self, world: &mut Gathered, report: &TickReport) {
+    async fn drain_now_where_pods_have_room(&self, gathered: &mut Gathered, report: &TickReport) {
         let now = self.ports.clock.now();
-        let waiting: Vec<NodeClaim> = world
+        let waiting: Vec<NodeClaim> = gathered
             .claims
             .iter()
             .filter(|c| {
@@ -678,7 +678,7 @@ impl Provisioner {
             let Some(node) = claim.node_name.as_deref() else {
                 continue;
             };
-            let pods: Vec<String> = world
+            let pods: Vec<String> = gathered
                 .state
                 .pods
                 .iter()
@@ -702,7 +702,7 @@ impl Provisioner {
             match self.ports.save_claim(&claim, next).await {
                 Ok(next) => {
                     info!(claim = %claim.name, pods = pods.len(), "the node's pods fit on Ready nodes: draining without a replacement");
-                    world.put_claim(next);
+                    gathered.put_claim(next);
                 }
                 Err(e) => {
                     warn!(claim = %claim.name, error = %e, "could not start the drain early; it starts at its set time")
@@ -713,36 +713,36 @@ impl Provisioner {
 
     /// Makes what this tick could not do reach people (see [`crate::reasons`]), and
     /// tells the pods of each launch and nomination where they will run. Best effort.
-    async fn publish_reasons(&self, world: &Gathered, report: &TickReport) {
-        let invalid_pools: HashSet<&str> = world
+    async fn publish_reasons(&self, gathered: &Gathered, report: &TickReport) {
+        let invalid_pools: HashSet<&str> = gathered
             .problems
             .iter()
             .filter(|p| p.kind == ObjectKind::NodePool)
             .map(|p| p.name.as_str())
             .collect();
-        let healthy_node_pools: Vec<String> = world
+        let healthy_node_pools: Vec<String> = gathered
             .pools
             .iter()
             .filter(|p| !invalid_pools.contains(p.name.as_str()))
             .map(|p| p.name.clone())
             .collect();
-        let healthy_node_classes: Vec<String> = world
+        let healthy_node_classes: Vec<String> = gathered
             .healthy_classes
             .iter()
             .map(|(n, _)| n.clone())
             .collect();
-        let status_fields: Vec<StatusFields> = world
+        let status_fields: Vec<StatusFields> = gathered
             .healthy_classes
             .iter()
             .filter_map(|(n, profile)| Some(StatusFields::instance_profile(n, profile.as_deref()?)))
-            .chain(crate::static_capacity::node_counts(world))
+            .chain(crate::static_capacity::node_counts(gathered))
             .collect();
-        let is_virtual = virtual_keys(world);
+        let is_virtual = virtual_keys(gathered);
         let mut claims: Vec<ClaimPods> = report
             .launched
             .iter()
             .filter_map(|l| {
-                let claim = world.claims.iter().find(|c| c.name == l.name)?;
+                let claim = gathered.claims.iter().find(|c| c.name == l.name)?;
                 let real: Vec<String> = claim
                     .pods
                     .iter()
@@ -758,7 +758,7 @@ impl Provisioner {
             })
             .collect();
         claims.extend(report.nominated.iter().map(|(claim, pods)| {
-            let node = world
+            let node = gathered
                 .claims
                 .iter()
                 .find(|c| &c.name == claim)
@@ -785,20 +785,23 @@ impl Provisioner {
         );
         let now = self.ports.clock.now();
         self.zonal_shifts
-            .publish(&self.ports, &world.shifted_zones, &world.pools, &|name| {
-                world.classes.get(name).map(|(_, r)| r)
-            })
+            .publish(
+                &self.ports,
+                &gathered.shifted_zones,
+                &gathered.pools,
+                &|name| gathered.classes.get(name).map(|(_, r)| r),
+            )
             .await;
         self.reasons
-            .publish_overlays(&self.ports, now, &world.overlay_statuses)
+            .publish_overlays(&self.ports, now, &gathered.overlay_statuses)
             .await;
         if !report.buffers.is_empty() {
             self.reasons
                 .publish_buffers(
                     &self.ports,
                     now,
-                    &world.state.capacity_buffers,
-                    &world.buffers,
+                    &gathered.state.capacity_buffers,
+                    &gathered.buffers,
                     &report.buffers,
                 )
                 .await;
@@ -809,7 +812,7 @@ impl Provisioner {
                 now,
                 &ReasonsInput {
                     unschedulable: &unschedulable,
-                    problems: &world.problems,
+                    problems: &gathered.problems,
                     healthy_node_classes: &healthy_node_classes,
                     healthy_node_pools: &healthy_node_pools,
                     status_fields: &status_fields,
@@ -854,40 +857,40 @@ impl Provisioner {
     /// fails the tick (see [`Unresolved::Fail`]). Planning's settings ride on the
     /// pricing, so the commands validated on this view decide as planning does.
     async fn gather(&self, now: i64) -> Result<Gathered> {
-        let mut world = gather(
+        let mut gathered = gather(
             &self.ports,
             now,
             Unresolved::Fail,
             self.config.adopt_karpenter_nodes,
         )
         .await?;
-        world.pricing.min_values_policy = self.config.min_values_policy;
-        crate::gather::apply_default_spread(&mut world, &self.config.scheduler_config);
-        Ok(world)
+        gathered.pricing.min_values_policy = self.config.min_values_policy;
+        crate::gather::apply_default_spread(&mut gathered, &self.config.scheduler_config);
+        Ok(gathered)
     }
-    fn plan_into(&self, world: &Gathered, report: &mut TickReport) {
+    fn plan_into(&self, gathered: &Gathered, report: &mut TickReport) {
         let view = ClusterView {
-            nodes: &world.state.nodes,
-            pods: &world.state.pods,
-            daemonsets: &world.state.daemonsets,
-            pdbs: &world.state.pdbs,
+            nodes: &gathered.state.nodes,
+            pods: &gathered.state.pods,
+            daemonsets: &gathered.state.daemonsets,
+            pdbs: &gathered.state.pdbs,
         };
         // A disruption command's candidates stay capacity (cordoned, pods still there)
         // until the command is validated; only then are their pods planned elsewhere.
-        let claims = planning_claims(&world.claims);
-        let mut snapshot = planning_snapshot(view, &claims, &world.pools);
+        let claims = planning_claims(&gathered.claims);
+        let mut snapshot = planning_snapshot(view, &claims, &gathered.pools);
         report.pending = snapshot.provisionable_pods().map(|p| p.key()).collect();
         let in_flight = in_flight_claims(&claims, &snapshot);
         // CapacityBuffers' virtual pods: planned after the real ones, never told about
         // (no event names a pod that does not exist), never waited on.
-        snapshot.pods.extend(world.virtual_pods.iter().cloned());
-        let is_virtual = virtual_keys(world);
+        snapshot.pods.extend(gathered.virtual_pods.iter().cloned());
+        let is_virtual = virtual_keys(gathered);
         let plan = plan_provisioning(&ProvisioningInput {
             snapshot: &snapshot,
-            node_pools: &world.pools,
-            node_classes: &world.state.node_classes,
-            catalog: &world.catalog,
-            pricing: &world.pricing,
+            node_pools: &gathered.pools,
+            node_classes: &gathered.state.node_classes,
+            catalog: &gathered.catalog,
+            pricing: &gathered.pricing,
             in_flight: &in_flight,
         });
         info!(
@@ -899,7 +902,7 @@ impl Provisioner {
             price_per_hour = plan.total_price_per_hour,
             "planned"
         );
-        report.buffers = buffer_statuses(&world.buffers, &world.virtual_pods, &plan);
+        report.buffers = buffer_statuses(&gathered.buffers, &gathered.virtual_pods, &plan);
         report.not_provisioned = plan.not_provisioned;
         report.planned = plan.node_claims;
         report.unschedulable = plan.unschedulable;
@@ -925,6 +928,6 @@ impl Provisioner {
 }
 
 /// The keys (`namespace/name`) of the tick's CapacityBuffer virtual pods.
-fn virtual_keys(world: &Gathered) -> HashSet<String> {
-    world.virtual_pods.iter().map(Pod::key).collect()
+fn virtual_keys(gathered: &Gathered) -> HashSet<String> {
+    gathered.virtual_pods.iter().map(Pod::key).collect()
 }

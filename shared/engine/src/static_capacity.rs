@@ -67,31 +67,31 @@ impl StaticCapacity {
     pub(crate) async fn reconcile(
         &self,
         ports: &Ports,
-        world: &mut Gathered,
+        gathered: &mut Gathered,
         planned: &mut Vec<PlannedNodeClaim>,
     ) -> Result<StaticReport> {
         let now = ports.clock.now();
         let mut report = StaticReport::default();
-        if !world.pools.iter().any(|p| p.is_static()) {
+        if !gathered.pools.iter().any(|p| p.is_static()) {
             return Ok(report);
         }
         let view = ClusterView {
-            nodes: &world.state.nodes,
-            pods: &world.state.pods,
-            daemonsets: &world.state.daemonsets,
-            pdbs: &world.state.pdbs,
+            nodes: &gathered.state.nodes,
+            pods: &gathered.state.pods,
+            daemonsets: &gathered.state.daemonsets,
+            pdbs: &gathered.state.pdbs,
         };
-        let claims = planning_claims(&world.claims);
-        let snapshot = planning_snapshot(view, &claims, &world.pools);
+        let claims = planning_claims(&gathered.claims);
+        let snapshot = planning_snapshot(view, &claims, &gathered.pools);
         // Dynamic pools' planned claims are no concern of a static pool's limits.
         let in_flight = in_flight_claims(&claims, &snapshot);
         report.plans = plan_static_pools(&StaticInput {
-            claims: &world.claims,
+            claims: &gathered.claims,
             snapshot: &snapshot,
-            node_pools: &world.pools,
-            node_classes: &world.state.node_classes,
-            catalog: &world.catalog,
-            pricing: &world.pricing,
+            node_pools: &gathered.pools,
+            node_classes: &gathered.state.node_classes,
+            catalog: &gathered.catalog,
+            pricing: &gathered.pricing,
             in_flight: &in_flight,
             now,
         });
@@ -110,7 +110,7 @@ impl StaticCapacity {
                 self.announce_held(ports, plan, why, now).await;
             }
             for candidate in &plan.remove {
-                let Some(claim) = world
+                let Some(claim) = gathered
                     .claims
                     .iter()
                     .find(|c| c.name == candidate.claim)
@@ -118,7 +118,7 @@ impl StaticCapacity {
                 else {
                     continue;
                 };
-                let Some(next) = scale_down(ports, world, &claim, plan, now).await? else {
+                let Some(next) = scale_down(ports, gathered, &claim, plan, now).await? else {
                     continue;
                 };
                 ports
@@ -153,7 +153,7 @@ impl StaticCapacity {
                 report
                     .scaled_down
                     .push(Disrupted::new(&claim, DisruptionCause::Overprovisioned));
-                world.put_claim(next);
+                gathered.put_claim(next);
             }
             if !plan.remove.is_empty() {
                 ports
@@ -235,12 +235,12 @@ impl StaticCapacity {
 /// terminationGracePeriod. `None` when another writer took the claim first.
 async fn scale_down(
     ports: &Ports,
-    world: &Gathered,
+    gathered: &Gathered,
     claim: &NodeClaim,
     plan: &StaticPlan,
     now: i64,
 ) -> Result<Option<NodeClaim>> {
-    let deadline = world
+    let deadline = gathered
         .pools
         .iter()
         .find(|p| p.name == plan.node_pool)
@@ -260,13 +260,13 @@ async fn scale_down(
 /// `status.nodes` of every NodePool: its claims that are not gone (launching,
 /// running, or on their way out), as Karpenter counts the pool's nodes. Published
 /// with the NodePools' conditions at the end of a tick.
-pub(crate) fn node_counts(world: &Gathered) -> Vec<StatusFields> {
-    world
+pub(crate) fn node_counts(gathered: &Gathered) -> Vec<StatusFields> {
+    gathered
         .state
         .node_pools
         .iter()
         .map(|pool| {
-            let nodes = count_claims(pool, &world.claims).total();
+            let nodes = count_claims(pool, &gathered.claims).total();
             let mut fields = Map::new();
             fields.insert("nodes".into(), Value::from(nodes));
             StatusFields {

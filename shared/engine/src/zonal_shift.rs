@@ -2,7 +2,7 @@
 //!
 //! While ARC shifts traffic away from an Availability Zone, nothing launches there and
 //! consolidation leaves the zone alone: its offerings are not sold
-//! ([`nodewright_core::catalog::Pricing::shifted_zones`]), its nodes are in no voluntary
+//! ([`nodewright_core::pricing::Pricing::shifted_zones`]), its nodes are in no voluntary
 //! command and take no moved pods (`RejectCode::ZonalShift`). Expiration, interruptions
 //! and repair still act there: they replace a node whatever its zone, and the
 //! replacement lands elsewhere.

@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
-use nodewright_core::catalog::{CapacityType, Catalog, DEFAULT_SPOT_FRACTION, Pricing};
+use nodewright_core::catalog::{CapacityType, Catalog, DEFAULT_SPOT_FRACTION};
 use nodewright_core::cluster::Node;
 use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, DisruptionCause, NodeClaim};
+use nodewright_core::pricing::Pricing;
 use nodewright_core::testing::general_purpose_pool;
 use nodewright_engine::ports::{
     Clock, Cloud, CloudError, ClusterState, ErrorKind, Instance, Store, StoreError,

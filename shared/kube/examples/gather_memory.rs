@@ -19,8 +19,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::StreamExt;
-use nodewright_core::catalog::{Catalog, Pricing};
+use nodewright_core::catalog::Catalog;
 use nodewright_core::cluster::ClusterSnapshot;
+use nodewright_core::pricing::Pricing;
 use nodewright_core::provisioning::{ProvisioningInput, plan_provisioning};
 use nodewright_engine::ports::Cluster;
 use nodewright_kube::testing::{ControlPlane, Options, objects};

@@ -7,6 +7,9 @@
 //! on. `kubernetes.io/hostname` is never allowed; nor is `karpenter.sh/nodepool`,
 //! which Karpenter sets itself (its CRD rejects it in requirements and labels).
 
+/// The NodePool label Karpenter puts on its nodes (never allowed in a NodePool).
+pub const NODEPOOL: &str = "karpenter.sh/nodepool";
+
 /// The instance type label every node carries (the kubelet sets it).
 pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
 

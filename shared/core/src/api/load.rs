@@ -6,42 +6,10 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::buffer::{is_buffer_document, validate_buffers};
-use super::overlay::{is_node_overlay, validate_overlays};
+use super::kind::{Kind, is_node_overlay};
+use super::overlay::validate_overlays;
 use super::schema::{Strictness, schema_problems};
 use super::{Document, FormatError, Manifests, Problem, validate};
-
-pub const NODE_POOL_API_VERSION: &str = "karpenter.sh/v1";
-pub const NODE_POOL_KIND: &str = "NodePool";
-pub const NODE_CLASS_API_VERSION: &str = "karpenter.k8s.aws/v1";
-pub const NODE_CLASS_KIND: &str = "EC2NodeClass";
-
-/// The two kinds nodewright reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kind {
-    NodePool,
-    Ec2NodeClass,
-}
-
-impl Kind {
-    /// The kind of a document, when it is one of ours (exact apiVersion and kind).
-    pub fn of(value: &Value) -> Option<Kind> {
-        let api_version = value.get("apiVersion").and_then(Value::as_str)?;
-        let kind = value.get("kind").and_then(Value::as_str)?;
-        match (api_version, kind) {
-            (NODE_POOL_API_VERSION, NODE_POOL_KIND) => Some(Kind::NodePool),
-            (NODE_CLASS_API_VERSION, NODE_CLASS_KIND) => Some(Kind::Ec2NodeClass),
-            _ => None,
-        }
-    }
-
-    /// `NodePool` or `EC2NodeClass`, as Kubernetes spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::NodePool => NODE_POOL_KIND,
-            Kind::Ec2NodeClass => NODE_CLASS_KIND,
-        }
-    }
-}
 
 /// Why `load` failed: a file is unusable, or objects in it break Karpenter's rules.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

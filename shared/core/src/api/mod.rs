@@ -11,6 +11,7 @@ pub mod buffer;
 pub mod cron;
 pub mod duration;
 pub mod fields;
+mod kind;
 pub mod labels;
 mod load;
 pub mod model;
@@ -18,14 +19,18 @@ mod nodeclass;
 mod nodepool;
 pub mod overlay;
 mod raw;
+mod report;
 pub mod schema;
 mod validate;
 
 use std::fmt;
 
+pub use kind::{
+    Kind, NODE_CLASS_API_VERSION, NODE_CLASS_KIND, NODE_POOL_API_VERSION, NODE_POOL_KIND,
+    is_node_overlay,
+};
 pub use load::{
-    Kind, LoadError, NODE_CLASS_API_VERSION, NODE_CLASS_KIND, NODE_POOL_API_VERSION,
-    NODE_POOL_KIND, empty_file, load, load_with, parse_documents, validate_all, validate_all_with,
+    LoadError, empty_file, load, load_with, parse_documents, validate_all, validate_all_with,
 };
 pub use model::*;
 pub use nodeclass::{ALIAS_FAMILIES, AMI_FAMILIES, VOLUME_TYPES};

@@ -32,7 +32,7 @@ use super::model::{
     PlacementGroupSelector, SelectorTerm,
 };
 use super::raw;
-use super::validate::{Report, deserialize_raw, object_name};
+use super::report::{Report, deserialize_raw, object_name};
 use crate::kubelet_expressions::Expression;
 use crate::resources::parse_milli;
 

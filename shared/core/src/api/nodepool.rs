@@ -26,16 +26,16 @@ use super::duration::{
     EXPECTED_DURATION, EXPECTED_DURATION_OR_NEVER, parse_budget_duration, parse_duration,
     parse_nillable_duration,
 };
+use super::kind::NODE_CLASS_KIND;
 use super::labels::{
     label_key_problem, label_restriction, label_value_problem, normalize_label_key,
 };
-use super::load::NODE_CLASS_KIND;
 use super::model::{
     Budget, BudgetNodes, ConsolidationPolicy, Disruption, DisruptionReason, NodeClassRef, NodePool,
     NodeRequirement, Operator, Taint, TaintEffect,
 };
 use super::raw;
-use super::validate::{Report, check_max_items, deserialize_raw, object_name};
+use super::report::{Report, check_max_items, deserialize_raw, object_name};
 use crate::resources::{QuantityError, Resources, matches_crd_quantity_pattern, parse_milli};
 
 pub const CAPACITY_TYPE_LABEL: &str = "karpenter.sh/capacity-type";

@@ -11,17 +11,16 @@ use std::fmt;
 use serde::Deserialize;
 use serde_json::Value;
 
+pub use super::kind::{NODE_OVERLAY_API_VERSION, NODE_OVERLAY_KIND};
+use super::labels::NODEPOOL as LABEL_NODEPOOL;
 use super::labels::{label_key_problem, normalize_label_key};
 use super::model::{NodeRequirement, Operator};
 use super::nodepool::{RequirementRules, requirements};
 use super::raw;
-use super::validate::{Report, deserialize_value};
+use super::report::{Report, deserialize_value};
 use super::{Document, Problem};
-use crate::catalog::LABEL_NODEPOOL;
 use crate::resources::{RawQuantity, Resources};
 
-pub const NODE_OVERLAY_API_VERSION: &str = "karpenter.sh/v1alpha1";
-pub const NODE_OVERLAY_KIND: &str = "NodeOverlay";
 /// The one condition of a NodeOverlay's status.
 pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
 
@@ -142,12 +141,6 @@ fn loose_decimal(s: &str) -> bool {
         Some((int, frac)) => (int.is_empty() || all_digits(int)) && all_digits(frac),
         None => all_digits(s),
     }
-}
-
-/// Whether a document is a `karpenter.sh/v1alpha1` NodeOverlay.
-pub fn is_node_overlay(value: &Value) -> bool {
-    value.get("apiVersion").and_then(Value::as_str) == Some(NODE_OVERLAY_API_VERSION)
-        && value.get("kind").and_then(Value::as_str) == Some(NODE_OVERLAY_KIND)
 }
 
 #[derive(Debug, Deserialize)]

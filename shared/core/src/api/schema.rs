@@ -15,8 +15,7 @@ use super::fields::{
     FieldUse, KARPENTER_RELEASE, NODE_OVERLAY_FIELDS, Status, field_report, fields,
     overlay_field_report,
 };
-use super::load::Kind;
-use super::overlay::is_node_overlay;
+use super::kind::{Kind, is_node_overlay};
 use super::{Document, Problem};
 
 /// How files are held to Karpenter's CRDs.

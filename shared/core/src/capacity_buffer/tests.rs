@@ -6,8 +6,9 @@ use super::*;
 use crate::api::buffer::ACTIVE_CAPACITY;
 use crate::api::load;
 use crate::api::model::{Budget, BudgetNodes, NodePool};
-use crate::catalog::{Catalog, Pricing};
+use crate::catalog::Catalog;
 use crate::disruption::{DisruptionInput, RejectCode, decide};
+use crate::pricing::Pricing;
 use crate::resources::Resources;
 use crate::testing::{bound_pod, general_purpose_pool, initialized_node, pod, resources};
 

@@ -6,8 +6,9 @@
 use serde::Serialize;
 
 use crate::api::model::{Ec2NodeClass, NodePool};
-use crate::catalog::{Catalog, Pricing};
+use crate::catalog::Catalog;
 use crate::cluster::ClusterSnapshot;
+use crate::pricing::Pricing;
 use crate::provisioning::PlannedNodeClaim;
 use crate::scheduling::InFlightClaim;
 

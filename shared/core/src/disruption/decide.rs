@@ -278,7 +278,7 @@ pub fn decide_observed(input: &DisruptionInput<'_>, ended: &mut dyn FnMut(Phase)
         in_flight: input.in_flight,
     };
     ended(Phase::Candidates);
-    let mut world = Speculator::new(&scheduler_input, closed);
+    let mut speculator = Speculator::new(&scheduler_input, closed);
     ended(Phase::Prepare);
     let mut run = Run {
         input,
@@ -293,15 +293,15 @@ pub fn decide_observed(input: &DisruptionInput<'_>, ended: &mut dyn FnMut(Phase)
         room,
     };
 
-    run.expiration(&candidates, &mut world);
+    run.expiration(&candidates, &mut speculator);
     ended(Phase::Expiration);
-    run.emptiness(&candidates, &mut world);
+    run.emptiness(&candidates, &mut speculator);
     ended(Phase::Emptiness);
-    run.drift(&candidates, &mut world);
+    run.drift(&candidates, &mut speculator);
     ended(Phase::Drift);
-    run.multi_node(&candidates, &mut world);
+    run.multi_node(&candidates, &mut speculator);
     ended(Phase::MultiNode);
-    run.single_node(&candidates, &mut world);
+    run.single_node(&candidates, &mut speculator);
     ended(Phase::SingleNode);
 
     let Run {
@@ -379,15 +379,15 @@ impl Run<'_, '_> {
     /// Records a command for `nodes`, and makes its placement permanent.
     fn take(
         &mut self,
-        world: &mut Speculator<'_>,
+        speculator: &mut Speculator<'_>,
         method: Method,
         reason: Reason,
         nodes: &[&Candidate<'_>],
         mut placement: Placement,
     ) {
         let names: Vec<&str> = nodes.iter().map(|c| c.name()).collect();
-        world.name_pods(&mut placement);
-        world.commit(&names, &placement);
+        speculator.name_pods(&mut placement);
+        speculator.commit(&names, &placement);
         if matches!(method, Method::MultiNode | Method::SingleNode)
             && placement.new_claims.is_empty()
         {
@@ -469,9 +469,9 @@ impl Run<'_, '_> {
         !self.taken.contains(c.name()) && !self.receiving.contains(c.name())
     }
 
-    fn expiration(&mut self, candidates: &[Candidate<'_>], world: &mut Speculator<'_>) {
+    fn expiration(&mut self, candidates: &[Candidate<'_>], speculator: &mut Speculator<'_>) {
         // Every expired node goes: none is a destination for another's pods.
-        world.close(
+        speculator.close(
             candidates
                 .iter()
                 .filter(|c| c.verdict.expired)
@@ -482,10 +482,16 @@ impl Run<'_, '_> {
             .filter(|c| c.verdict.expired && !c.verdict.node.deleting)
         {
             // Forceful: pods that fit nowhere go pending; the node goes anyway.
-            let placement = world
+            let placement = speculator
                 .solve(&[c.name()], &[], Limits::default())
                 .unwrap_or_default();
-            self.take(world, Method::Expiration, Reason::Expired, &[c], placement);
+            self.take(
+                speculator,
+                Method::Expiration,
+                Reason::Expired,
+                &[c],
+                placement,
+            );
         }
     }
 
@@ -500,7 +506,7 @@ impl Run<'_, '_> {
         }
     }
 
-    fn emptiness(&mut self, candidates: &[Candidate<'_>], world: &mut Speculator<'_>) {
+    fn emptiness(&mut self, candidates: &[Candidate<'_>], speculator: &mut Speculator<'_>) {
         let mut empty: Vec<&Candidate<'_>> = Vec::new();
         let mut room: HashMap<&str, usize> = HashMap::new();
         // Where a budget lets only some go, the most expensive go first (Karpenter's
@@ -547,14 +553,20 @@ impl Run<'_, '_> {
         if !empty.is_empty() {
             // Nothing moves; the solve only takes the nodes out of later solves.
             let names: Vec<&str> = empty.iter().map(|c| c.name()).collect();
-            let placement = world
+            let placement = speculator
                 .solve(&names, &[], Limits::default())
                 .unwrap_or_default();
-            self.take(world, Method::Emptiness, Reason::Empty, &empty, placement);
+            self.take(
+                speculator,
+                Method::Emptiness,
+                Reason::Empty,
+                &empty,
+                placement,
+            );
         }
     }
 
-    fn drift(&mut self, candidates: &[Candidate<'_>], world: &mut Speculator<'_>) {
+    fn drift(&mut self, candidates: &[Candidate<'_>], speculator: &mut Speculator<'_>) {
         for c in candidates {
             if !self.open(c) {
                 continue;
@@ -565,8 +577,10 @@ impl Run<'_, '_> {
             if !self.within_budget(c, Reason::Drifted) {
                 continue;
             }
-            match world.solve(&[c.name()], &[], Limits::default()) {
-                Ok(placement) => self.take(world, Method::Drift, Reason::Drifted, &[c], placement),
+            match speculator.solve(&[c.name()], &[], Limits::default()) {
+                Ok(placement) => {
+                    self.take(speculator, Method::Drift, Reason::Drifted, &[c], placement)
+                }
                 Err(stop) => {
                     let why = stop_rejection(&stop, c);
                     self.reject(c.name(), why);
@@ -619,7 +633,7 @@ impl Run<'_, '_> {
         &self,
         set: &[&Candidate<'_>],
         excluded: &[&str],
-        world: &Speculator<'_>,
+        speculator: &Speculator<'_>,
     ) -> Result<Placement, Rejection> {
         let names: Vec<&str> = set.iter().map(|c| c.name()).collect();
         let price: f64 = set.iter().fold(0.0, |t, c| t + c.price);
@@ -638,7 +652,7 @@ impl Run<'_, '_> {
         let mut not_destinations = excluded.to_vec();
         not_destinations.extend(self.cooling.iter().map(String::as_str));
         let excluded = not_destinations.as_slice();
-        let mut placement = world.solve(&names, excluded, limits).map_err(|stop| match stop {
+        let mut placement = speculator.solve(&names, excluded, limits).map_err(|stop| match stop {
             Stop::TooManyClaims if all_spot => Rejection::new(
                 RejectCode::SpotToSpot,
                 if self.input.spot_to_spot {
@@ -702,7 +716,7 @@ impl Run<'_, '_> {
     /// Multi-node consolidation in windows of at most [`MULTI_NODE_MAX_CANDIDATES`]:
     /// the longest valid prefix of the window is taken, then the next window of the
     /// candidates left, until a window has no valid prefix of two or more.
-    fn multi_node(&mut self, candidates: &[Candidate<'_>], world: &mut Speculator<'_>) {
+    fn multi_node(&mut self, candidates: &[Candidate<'_>], speculator: &mut Speculator<'_>) {
         loop {
             let mut room: HashMap<&str, usize> = HashMap::new();
             let mut set: Vec<&Candidate<'_>> = Vec::new();
@@ -751,7 +765,7 @@ impl Run<'_, '_> {
             let mut best: Option<(usize, Placement)> = None;
             for n in (2..=set.len()).rev() {
                 let excluded = all_but(&all, &at[..n]);
-                if let Ok(placement) = self.try_consolidate(&set[..n], &excluded, world) {
+                if let Ok(placement) = self.try_consolidate(&set[..n], &excluded, speculator) {
                     best = Some((n, placement));
                     break;
                 }
@@ -761,7 +775,7 @@ impl Run<'_, '_> {
             };
             let nodes: Vec<&Candidate<'_>> = set[..n].to_vec();
             self.take(
-                world,
+                speculator,
                 Method::MultiNode,
                 Reason::Underutilized,
                 &nodes,
@@ -770,7 +784,7 @@ impl Run<'_, '_> {
         }
     }
 
-    fn single_node(&mut self, candidates: &[Candidate<'_>], world: &mut Speculator<'_>) {
+    fn single_node(&mut self, candidates: &[Candidate<'_>], speculator: &mut Speculator<'_>) {
         for c in self.consolidation_candidates(candidates) {
             if !self.within_budget(c, Reason::Underutilized) {
                 continue;
@@ -782,9 +796,9 @@ impl Run<'_, '_> {
                 self.reject(c.name(), Rejection::new(RejectCode::Balanced, why));
                 continue;
             }
-            match self.try_consolidate(&[c], &[], world) {
+            match self.try_consolidate(&[c], &[], speculator) {
                 Ok(placement) => self.take(
-                    world,
+                    speculator,
                     Method::SingleNode,
                     Reason::Underutilized,
                     &[c],

@@ -10,11 +10,11 @@ pub mod scheduler;
 pub mod topology;
 mod unschedulable;
 
-pub use prepared::{Placed, PreparedScheduler, Removal, Solve, SolveLimits, Stop};
+pub use prepared::{Placed, PreparedScheduler, Removal, Solve, SolveLimits, Stop, schedule};
 pub use requirements::{Requirements, ValueSet};
 pub use scheduler::{
     ClaimOption, InFlightClaim, InFlightPlacement, MAX_INSTANCE_TYPE_OPTIONS, NewClaim,
-    NodePlacement, Schedule, SchedulerInput, UnplacedPod, schedule,
+    NodePlacement, Schedule, SchedulerInput, UnplacedPod,
 };
 pub use unschedulable::{PoolRefusal, Refusal, Unschedulable};
 

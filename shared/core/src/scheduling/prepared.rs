@@ -641,3 +641,9 @@ impl<'a> Solver<'a> {
         self.generation += 1;
     }
 }
+
+/// Plans the pending pods: [`PreparedScheduler::provision`] on a scheduler prepared for
+/// this one call (without the state speculative solves need).
+pub fn schedule(input: &SchedulerInput<'_>) -> Schedule {
+    PreparedScheduler::for_provisioning(input).provision_once()
+}

@@ -2,8 +2,9 @@
 //! "take these nodes away — where does everything go?").
 
 use crate::api::model::*;
-use crate::catalog::{Catalog, Pricing};
+use crate::catalog::Catalog;
 use crate::cluster::*;
+use crate::pricing::Pricing;
 use crate::scheduling::{
     InFlightClaim, Placed, PreparedScheduler, Removal, Schedule, SchedulerInput, Solve,
     SolveLimits, Stop, schedule,

@@ -3,8 +3,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::api::model::*;
-use crate::catalog::{Catalog, Pricing};
+use crate::catalog::Catalog;
 use crate::cluster::*;
+use crate::pricing::Pricing;
 use crate::provisioning::{ProvisioningInput, ProvisioningPlan, plan_provisioning};
 use crate::scheduling::{
     InFlightClaim, PreparedScheduler, Removal, SchedulerInput, SolveLimits, schedule,

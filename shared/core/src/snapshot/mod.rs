@@ -53,7 +53,21 @@ pub use convert::{
 pub use error::{ContainerRef, SnapshotError};
 pub use fast::LeanPod;
 
-use reader::{finish, read_list, resume};
+use reader::{ListReader, finish, read_list};
+
+/// The original pass over what the fast one left.
+fn resume<R: std::io::Read>(
+    stop: fast::Stop<R>,
+) -> Result<
+    (
+        ListReader,
+        Option<serde_json::Map<String, serde_json::Value>>,
+    ),
+    SnapshotError,
+> {
+    let (so_far, input) = stop.into_input();
+    reader::resume(so_far, input)
+}
 
 /// Parses `kubectl get pods,nodes,daemonsets,poddisruptionbudgets,pvc,pv,storageclasses,csinodes
 /// -A -o json`.

@@ -19,17 +19,17 @@ use super::convert::{
     storage_class_from_k8s,
 };
 use super::error::{Result, SnapshotError};
-use super::fast;
 use super::kind::{ItemKind, classify, describe_object, describe_value, item_name};
 use crate::cluster::{ClusterSnapshot, ScalableWorkload};
 use crate::volume_limits::{CsiNode, apply_node_attachment_limits, count_ebs_claims};
 use crate::volumes::{Storage, apply_volume_topology};
 
-/// The original pass over what the fast one left (see [`fast`]).
-pub(super) fn resume<R: std::io::Read>(
-    stop: fast::Stop<R>,
+/// The original pass over `input`, what the fast one left (see `fast`): resumed with
+/// what it read `so_far`, or from the start.
+pub(super) fn resume(
+    so_far: Option<(ListReader, serde_json::Map<String, Value>)>,
+    input: impl std::io::Read,
 ) -> Result<(ListReader, Option<serde_json::Map<String, Value>>), SnapshotError> {
-    let (so_far, input) = stop.into_input();
     let de = serde_json::Deserializer::from_reader(input);
     match so_far {
         Some((list, top)) => read_top(de, list, top, true),
@@ -49,7 +49,7 @@ pub(super) fn read_list<'de, R: serde_json::de::Read<'de>>(
 }
 
 /// The top level read by serde visitors, items streamed into `list`. `resuming`: the
-/// input's first `items` array stands in for what the fast pass read (see [`fast`]); the
+/// input's first `items` array stands in for what the fast pass read (see `fast`); the
 /// keys it read before the items are in `top`.
 fn read_top<'de, R: serde_json::de::Read<'de>>(
     mut de: serde_json::Deserializer<R>,
@@ -193,7 +193,7 @@ pub(super) struct ListReader {
     deferred_from: usize,
     /// The top level when it is not an object.
     other_top: Value,
-    /// The next item is a stand-in for one already read (see [`fast::Resume`]).
+    /// The next item is a stand-in for one already read (see `fast::Resume`).
     pub(super) skip_one: bool,
 }
 

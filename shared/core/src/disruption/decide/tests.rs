@@ -4,9 +4,10 @@
 
 use super::*;
 use crate::api::model::{Budget, BudgetNodes};
-use crate::catalog::{Catalog, Pricing};
+use crate::catalog::Catalog;
 use crate::cluster::{ClusterSnapshot, Node, Pod};
 use crate::disruption::Move;
+use crate::pricing::Pricing;
 use crate::testing::{bound_pod, general_purpose_pool, initialized_node};
 
 const NOW: i64 = 2_000_000_000;

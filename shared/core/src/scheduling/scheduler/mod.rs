@@ -68,15 +68,15 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use crate::api::model::{Ec2NodeClass, NodePool};
-use crate::catalog::{CapacityType, Catalog, Pricing};
+use crate::catalog::{CapacityType, Catalog};
 use crate::cluster::{DaemonSet, LabelSelector, Node, Pod, Toleration};
 use crate::overlay::OverlaysApplied;
+use crate::pricing::Pricing;
 use crate::resources::Resources;
 
 pub use static_claims::static_claims;
 
 use super::fast_hash::FastMap;
-use super::prepared::PreparedScheduler;
 use super::requirements::Requirements;
 use super::topology::{Group, GroupSpec, NodeFilter};
 use super::unschedulable::Unschedulable;
@@ -176,7 +176,7 @@ pub struct NodePlacement {
 #[derive(Debug, Clone, PartialEq)]
 pub struct InFlightPlacement {
     /// The NodeClaim's name; `committed-N` for a claim an earlier speculative solve's
-    /// commit made (see `PreparedScheduler::commit`).
+    /// commit made (see the prepared scheduler's `commit`).
     pub claim: String,
     /// Indices into `SchedulerInput::pods`, ascending.
     pub pods: Vec<usize>,
@@ -200,12 +200,6 @@ pub struct Schedule {
     pub in_flight: Vec<InFlightPlacement>,
     /// Pods that cannot be placed, by pod index.
     pub unschedulable: Vec<UnplacedPod>,
-}
-
-/// Plans the pending pods: [`PreparedScheduler::provision`] on a scheduler prepared for
-/// this one call (without the state speculative solves need).
-pub fn schedule(input: &SchedulerInput<'_>) -> Schedule {
-    PreparedScheduler::for_provisioning(input).provision_once()
 }
 
 /// The scheduling state of one cluster: its pools, bins, topology groups and pod classes.

@@ -98,7 +98,7 @@ pub(crate) fn ct_index(ct: CapacityType) -> usize {
 pub(crate) const CT_COUNT: usize = CapacityType::ALL.len();
 
 /// Karpenter's reservation manager for one solve: how many instances each capacity
-/// reservation ([`crate::catalog::Pricing::reservations`], by index) has left once the
+/// reservation ([`crate::pricing::Pricing::reservations`], by index) has left once the
 /// claims finished so far in the solve took theirs. A `reserved` offering is offered
 /// only while a reservation its pool's EC2NodeClass selects has one left; once used up
 /// the claims fall back to the pool's other capacity types. A speculative solve

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use nodewright_core::api::model::Operator;
-use nodewright_core::catalog::{CapacityType, Catalog, LABEL_CAPACITY_TYPE, Pricing};
+use nodewright_core::catalog::{CapacityType, Catalog, LABEL_CAPACITY_TYPE};
 use nodewright_core::cluster::ClusterSnapshot;
+use nodewright_core::pricing::Pricing;
 use nodewright_core::provisioning::{ProvisioningInput, plan_provisioning};
 use nodewright_core::testing::{general_purpose_pool, node, node_pool, pod, req};
 use nodewright_engine::{Ports, Provisioner, ProvisionerConfig};
