@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use nodewright_core::catalog::{LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_OS};
+use nodewright_core::well_known::{LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_OS};
 use serde_json::{Value, json};
 
 use crate::child::{parse_run_child, under_run_child};

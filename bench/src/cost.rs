@@ -7,9 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use nodewright_core::api::model::{NodePool, Operator};
-use nodewright_core::catalog::{
-    Catalog, LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_ZONE,
-};
+use nodewright_core::catalog::Catalog;
 use nodewright_core::cluster::{ClusterSnapshot, Pod};
 use nodewright_core::pricing::Pricing;
 use nodewright_core::provisioning::{ProvisioningInput, ProvisioningPlan, plan_provisioning};
@@ -17,6 +15,7 @@ use nodewright_core::resources::Resources;
 use nodewright_core::scheduling::Requirements;
 use nodewright_core::scheduling::lp::cheapest_fractional_fleet;
 use nodewright_core::testing::req;
+use nodewright_core::well_known::{LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_ZONE};
 use nodewright_sim::rng::Rng;
 use serde_json::json;
 

@@ -7,11 +7,11 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use nodewright_core::catalog::LABEL_INSTANCE_TYPE;
 use nodewright_core::cluster::{
     LabelSelector, Node, Pod, PodAffinityTerm, Toleration, TolerationOperator,
     TopologySpreadConstraint,
 };
+use nodewright_core::well_known::LABEL_INSTANCE_TYPE;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 

@@ -6,16 +6,17 @@
 use std::collections::BTreeMap;
 
 use nodewright_core::api::model::{NodePool, Operator};
-use nodewright_core::catalog::{
-    Catalog, InstanceType, LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_CPU,
-    LABEL_INSTANCE_MEMORY, LABEL_INSTANCE_TYPE, LABEL_OS, LABEL_ZONE,
-};
+use nodewright_core::catalog::{Catalog, InstanceType};
 use nodewright_core::cluster::{
     ClusterSnapshot, DaemonSet, LabelSelector, Pod, PodAffinityTerm, Toleration,
     TolerationOperator, TopologySpreadConstraint, WhenUnsatisfiable,
 };
 use nodewright_core::pricing::Pricing;
 use nodewright_core::testing::{node_pool, req};
+use nodewright_core::well_known::{
+    LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_CPU, LABEL_INSTANCE_MEMORY,
+    LABEL_INSTANCE_TYPE, LABEL_OS, LABEL_ZONE,
+};
 use nodewright_sim::rng::Rng;
 use nodewright_sim::workload::{BoundCluster, app_pod, bound_cluster, mixed_pods};
 use serde_json::{Value, json};

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use nodewright_core::api::duration::parse_duration;
-use nodewright_core::catalog::{Catalog, LABEL_NODEPOOL};
+use nodewright_core::catalog::Catalog;
 use nodewright_core::disruption::{DisruptionInput, decide};
 use nodewright_core::nodeclaim::NodeClaim;
 use nodewright_core::planning_view::{
@@ -20,6 +20,7 @@ use nodewright_core::planning_view::{
 use nodewright_core::pricing::Pricing;
 use nodewright_core::provisioning::{ProvisioningInput, plan_provisioning};
 use nodewright_core::resources::{Resources, format_milli};
+use nodewright_core::well_known::LABEL_NODEPOOL;
 use nodewright_engine::ports::{ClusterState, Decision};
 use serde::{Deserialize, Serialize};
 

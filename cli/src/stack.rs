@@ -10,9 +10,10 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 #[cfg(feature = "stack")]
-use nodewright_core::catalog::{Catalog, LABEL_ZONE};
+use nodewright_core::catalog::Catalog;
 #[cfg(feature = "stack")]
 use nodewright_core::nodeclaim::NodeClaim;
+use nodewright_core::well_known::LABEL_ZONE;
 #[cfg(feature = "stack")]
 use nodewright_engine::ports::ClusterState;
 

@@ -13,9 +13,10 @@
 //! disruption function still considers every node; the provisioner still gathers,
 //! polls and reconciles the whole cluster.
 
-use nodewright_core::catalog::{
-    Catalog, InstanceType, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE,
-    LABEL_NODEPOOL, LABEL_REGION, LABEL_ZONE,
+use nodewright_core::catalog::{Catalog, InstanceType};
+use nodewright_core::well_known::{
+    LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_REGION,
+    LABEL_ZONE,
 };
 use nodewright_sim::rng::Rng;
 use nodewright_sim::workload::{MIXED_MIN_CPU_MILLI, MIXED_MIN_MEMORY_MIB, mixed_deployment};

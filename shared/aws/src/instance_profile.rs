@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use aws_sdk_iam::types::{InstanceProfile, Tag};
 
 use nodewright_core::api::model::{Ec2NodeClass, managed_instance_profile_name};
-use nodewright_core::catalog::LABEL_REGION;
+use nodewright_core::well_known::LABEL_REGION;
 use nodewright_engine::ports::{CloudError, ErrorKind};
 
 use crate::error::{classify, cloud_error};

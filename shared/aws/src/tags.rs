@@ -9,7 +9,6 @@ pub const TAG_NODEPOOL: &str = "karpenter.sh/nodepool";
 pub const TAG_NODECLAIM: &str = "karpenter.sh/nodeclaim";
 pub const TAG_NODECLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
 pub const TAG_EKS_CLUSTER: &str = "eks:eks-cluster-name";
-pub const UNREGISTERED_TAINT: &str = "karpenter.sh/unregistered";
 
 /// `kubernetes.io/cluster/<name>` (value `owned`): the cluster a resource belongs to,
 /// which the IAM policy's tag conditions in template.yaml check.

@@ -182,9 +182,6 @@ fn limit_replicas(limits: &Resources, requests: &Resources) -> Option<i32> {
     fewest.map(|n| i32::try_from(n).unwrap_or(i32::MAX))
 }
 
-/// The annotation Karpenter puts on its virtual pods, and the buffer's name and namespace.
-pub const VIRTUAL_POD_ANNOTATION: &str = "karpenter.sh/capacity-buffer-fake-pod";
-
 /// The virtual pods of every resolved buffer: `capacity-buffer-NAME-I` in the buffer's
 /// namespace, `I` from 1, with the chunk's labels and spec, the lowest priority, marked
 /// Unschedulable (so provisioning takes them), unbound, and never seen by a

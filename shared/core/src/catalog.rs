@@ -8,6 +8,11 @@
 //! An offering is type × zone × capacity type. Spot prices, when not given, are
 //! [`DEFAULT_SPOT_FRACTION`] of on-demand: a planning estimate, not a quote.
 
+use crate::well_known::{
+    LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+    LABEL_CAPACITY_RESERVATION_TYPE, LABEL_INSTANCE_CPU, LABEL_INSTANCE_MEMORY,
+    LABEL_INSTANCE_TYPE,
+};
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::sync::OnceLock;
@@ -21,17 +26,6 @@ pub use crate::ebs_attachments::estimated_ebs_attachments;
 /// Spot price as a fraction of on-demand when no spot price is known (a 60% discount,
 /// in line with typical EC2 spot savings for c/m/r families).
 pub const DEFAULT_SPOT_FRACTION: f64 = 0.4;
-
-pub const LABEL_INSTANCE_TYPE: &str = crate::api::labels::INSTANCE_TYPE;
-pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
-pub const LABEL_REGION: &str = "topology.kubernetes.io/region";
-pub const LABEL_CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
-pub const LABEL_NODEPOOL: &str = crate::api::labels::NODEPOOL;
-pub const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
-pub const LABEL_ARCH: &str = "kubernetes.io/arch";
-pub const LABEL_OS: &str = "kubernetes.io/os";
-pub const LABEL_INSTANCE_CPU: &str = "karpenter.k8s.aws/instance-cpu";
-pub const LABEL_INSTANCE_MEMORY: &str = "karpenter.k8s.aws/instance-memory";
 
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, Deserialize,
@@ -248,15 +242,6 @@ impl Catalog {
             .collect()
     }
 }
-
-/// Label of a node launched into a capacity reservation: the reservation's id.
-pub const LABEL_CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
-/// Label of a node launched into a capacity reservation: `default` or `capacity-block`.
-pub const LABEL_CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
-/// Label of a node launched into a capacity reservation: whether its owner may
-/// reclaim it (`true`/`false`).
-pub const LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE: &str =
-    "karpenter.k8s.aws/capacity-reservation-interruptible";
 
 /// The labels of a node launched into a capacity reservation. Requirements on them
 /// select reservations (Karpenter's reserved offerings carry them; other offerings

@@ -541,10 +541,11 @@ mod tests {
 
     #[test]
     fn a_replica_sets_pods_given_a_zonal_default_are_planned_across_the_zones() {
-        use crate::catalog::{Catalog, LABEL_ZONE};
+        use crate::catalog::Catalog;
         use crate::cluster::ClusterSnapshot;
         use crate::pricing::Pricing;
         use crate::provisioning::{ProvisioningInput, plan_provisioning};
+        use crate::well_known::LABEL_ZONE;
         // Three pods of 3 CPU: without a spread they share one or two nodes.
         let replicas = || -> Vec<Pod> {
             (0..3)

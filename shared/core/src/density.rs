@@ -36,14 +36,11 @@
 //! size to compute from: it keeps its allocatable, with only the pod count changed.
 
 use crate::api::model::{Ec2NodeClass, EvictionThreshold, InstanceStorePolicy, Kubelet};
-use crate::catalog::{
-    Catalog, InstanceType, LABEL_ARCH, LABEL_INSTANCE_CPU, LABEL_INSTANCE_MEMORY,
-};
+use crate::catalog::{Catalog, InstanceType};
 use crate::kubelet_expressions::{self, Expression, ExpressionError, Vars};
 use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY, PODS, Resources, parse_milli};
-
-/// The instance store of a type, in GB (EC2's `InstanceStorageInfo.TotalSizeInGB`).
-pub const LABEL_INSTANCE_LOCAL_NVME: &str = "karpenter.k8s.aws/instance-local-nvme";
+use crate::well_known::LABEL_INSTANCE_LOCAL_NVME;
+use crate::well_known::{LABEL_ARCH, LABEL_INSTANCE_CPU, LABEL_INSTANCE_MEMORY};
 
 const MIB: i64 = 1 << 20;
 const GIB: i64 = 1 << 30;

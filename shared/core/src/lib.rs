@@ -40,3 +40,4 @@ pub mod static_capacity;
 pub mod testing;
 pub mod volume_limits;
 pub mod volumes;
+pub mod well_known;

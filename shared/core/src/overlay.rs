@@ -24,11 +24,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::model::NodePool;
 use crate::api::overlay::{InvalidOverlay, NodeOverlay, PriceChange, VALIDATION_SUCCEEDED};
-use crate::catalog::{
-    CapacityType, Catalog, InstanceType, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_ZONE,
-};
+use crate::catalog::{CapacityType, Catalog, InstanceType};
 use crate::resources::Resources;
 use crate::scheduling::requirements::{Requirements, ValueSet};
+use crate::well_known::{LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_ZONE};
 
 /// What the overlays do to one instance type in one pool.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -72,14 +71,10 @@ impl TypeOverlay {
     }
 }
 
-/// The annotations Karpenter sets (`"true"`) on a NodeClaim when an overlay changed
-/// the price, or the capacity, of any of its instance-type options.
-pub const PRICE_OVERLAY_APPLIED: &str = "karpenter.sh/price-overlay-applied";
-pub const CAPACITY_OVERLAY_APPLIED: &str = "karpenter.sh/capacity-overlay-applied";
-
 /// Whether NodeOverlays changed a claim's instance-type options: some option has an
 /// overlaid price (in any of its offerings), some has overlaid capacity. What the
-/// [`PRICE_OVERLAY_APPLIED`] and [`CAPACITY_OVERLAY_APPLIED`] annotations say.
+/// annotations [`crate::well_known::ANNOTATION_PRICE_OVERLAY_APPLIED`] and
+/// [`crate::well_known::ANNOTATION_CAPACITY_OVERLAY_APPLIED`] say.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OverlaysApplied {

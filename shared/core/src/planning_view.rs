@@ -2,17 +2,15 @@
 //! away on their own, which capacity is going and which is coming. The provisioner
 //! plans on this view; the disruption decisions need the same one.
 
+use crate::well_known::TAINT_UNREGISTERED;
 use std::collections::{HashMap, HashSet};
 
 use crate::api::model::{NodePool, Taint, TaintEffect};
 use crate::catalog::CapacityType;
 use crate::cluster::{ClusterSnapshot, DaemonSet, Node, Pod, PodDisruptionBudget};
 use crate::nodeclaim::{ClaimState, NodeClaim, instance_id_from_provider_id};
-use crate::repair::TAINT_REBOOTING;
 use crate::scheduling::InFlightClaim;
-
-/// The taint every launched node registers with; registration removes it.
-pub const TAINT_UNREGISTERED: &str = "karpenter.sh/unregistered";
+use crate::well_known::TAINT_REBOOTING;
 
 /// The taint every launch registers with and registration removes.
 pub fn unregistered_taint() -> Taint {

@@ -31,6 +31,7 @@
 
 pub mod policy;
 
+use crate::well_known::ANNOTATION_DO_NOT_REPAIR;
 use std::collections::BTreeMap;
 
 use crate::api::model::{DisruptionReason, NodePool};
@@ -40,10 +41,6 @@ use crate::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
 use crate::resources::{Resources, format_milli};
 pub use policy::{RepairAction, RepairPolicies, RepairPolicy, Resolved, legacy_policies};
 
-/// `karpenter.sh/do-not-repair: "true"` on a node: repair leaves it alone.
-pub const ANNOTATION_DO_NOT_REPAIR: &str = "karpenter.sh/do-not-repair";
-/// The taint on a node draining before, or during, a reboot for repair.
-pub const TAINT_REBOOTING: &str = "karpenter.sh/rebooting";
 /// A node rebooted this many times for repair within [`REBOOT_WINDOW_SECS`] is
 /// replaced instead of rebooted again.
 pub const MAX_REBOOTS: usize = 2;
@@ -679,8 +676,9 @@ fn reservation_for_replacement(
     reservations: &[crate::catalog::Reservation],
     taken: &[u32],
 ) -> Result<Option<usize>, String> {
-    use crate::catalog::{CapacityType, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE};
+    use crate::catalog::CapacityType;
     use crate::scheduling::requirements::node_pool_allows;
+    use crate::well_known::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE};
     let allows = |key: &str, value: &str| node_pool_allows(pool, key, value);
     // Without a capacity-type requirement a NodePool launches on-demand.
     let reserved_only = pool

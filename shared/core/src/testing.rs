@@ -6,11 +6,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use crate::api::model::*;
-use crate::catalog::{Catalog, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_ZONE};
+use crate::catalog::Catalog;
 use crate::cluster::*;
 use crate::provisioning::ProvisioningPlan;
 use crate::resources::Resources;
 use crate::scheduling::Requirements;
+use crate::well_known::{LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_ZONE};
 
 pub fn req(key: &str, operator: Operator, values: &[&str]) -> NodeRequirement {
     NodeRequirement {
@@ -165,10 +166,8 @@ pub fn initialized_node(name: &str, instance_type: &str, now: i64) -> Node {
         "general-purpose",
         Catalog::embedded(),
     );
-    n.labels.insert(
-        crate::disruption::candidates::LABEL_INITIALIZED.into(),
-        "true".into(),
-    );
+    n.labels
+        .insert(crate::well_known::LABEL_INITIALIZED.into(), "true".into());
     n.created_at = Some(now - 3600);
     n.ready_since = Some(now - 3500);
     n

@@ -31,11 +31,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::api::labels::INSTANCE_TYPE;
 use crate::cluster::{Node, Pod};
 use crate::ebs_attachments::estimated_ebs_attachments;
 use crate::resources::{EBS_ATTACHMENTS, WELL_KNOWN};
 use crate::volumes::Storage;
+use crate::well_known::LABEL_INSTANCE_TYPE;
 
 /// The EBS CSI driver's name, and the in-tree provisioner CSI migration maps to it.
 pub const EBS_CSI_DRIVER: &str = "ebs.csi.aws.com";
@@ -82,7 +82,7 @@ pub fn apply_node_attachment_limits(nodes: &mut [Node], csi_nodes: &[CsiNode]) {
             None if node.allocatable.slot_milli(EBS_ATTACHMENTS) > 0 => continue,
             None => node
                 .labels
-                .get(INSTANCE_TYPE)
+                .get(LABEL_INSTANCE_TYPE)
                 .map_or(UNLIMITED_ATTACHMENTS, |t| estimated_ebs_attachments(t)),
         };
         node.allocatable.set_milli(name, count.saturating_mul(1000));

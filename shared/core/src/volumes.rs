@@ -20,6 +20,7 @@
 //! Pure: [`apply_volume_topology`] takes the pods and the storage objects already read
 //! (by `snapshot::parse_snapshot` or the kube adapter) and changes only the pods.
 
+use crate::well_known::{LABEL_EBS_CSI_ZONE, LABEL_HOSTNAME, LABEL_ZONE};
 use std::collections::HashMap;
 
 use crate::api::model::NodeRequirement;
@@ -104,16 +105,6 @@ fn and_terms(a: &[Vec<NodeRequirement>], b: &[Vec<NodeRequirement>]) -> Vec<Vec<
     out
 }
 
-/// The hostname label Karpenter drops from local volumes' affinity.
-const HOSTNAME: &str = "kubernetes.io/hostname";
-
-/// The EBS CSI driver's own zone key, on the volumes it provisions and in the
-/// `allowedTopologies` of its StorageClasses.
-const EBS_CSI_ZONE: &str = "topology.ebs.csi.aws.com/zone";
-
-/// The zone key nodes carry.
-const ZONE: &str = "topology.kubernetes.io/zone";
-
 /// Terms with the EBS CSI driver's zone key read as `topology.kubernetes.io/zone`: the
 /// driver labels its nodes with both, and Karpenter's AWS provider normalizes one to the
 /// other, so a volume in a zone limits its pods to that zone whichever key it names.
@@ -124,8 +115,8 @@ fn normalized(terms: &[Vec<NodeRequirement>]) -> Vec<Vec<NodeRequirement>> {
             term.iter()
                 .map(|r| {
                     let mut r = r.clone();
-                    if r.key == EBS_CSI_ZONE {
-                        r.key = ZONE.to_string();
+                    if r.key == LABEL_EBS_CSI_ZONE {
+                        r.key = LABEL_ZONE.to_string();
                     }
                     r
                 })
@@ -141,8 +132,11 @@ fn volume_terms(pv: &PersistentVolume) -> Vec<Vec<NodeRequirement>> {
     }
     let mut out = Vec::new();
     for term in &normalized(&pv.required_terms) {
-        let kept: Vec<NodeRequirement> =
-            term.iter().filter(|r| r.key != HOSTNAME).cloned().collect();
+        let kept: Vec<NodeRequirement> = term
+            .iter()
+            .filter(|r| r.key != LABEL_HOSTNAME)
+            .cloned()
+            .collect();
         if kept.is_empty() {
             // A term that only named the host now allows every node: so does the OR.
             return Vec::new();
@@ -412,7 +406,7 @@ mod tests {
     fn a_local_volumes_hostname_is_ignored_but_its_other_requirements_hold() {
         let mut host = zone(&["us-east-1a"]);
         host.push(NodeRequirement {
-            key: HOSTNAME.into(),
+            key: LABEL_HOSTNAME.into(),
             operator: Operator::In,
             values: vec!["ip-10-0-0-1".into()],
             min_values: None,
@@ -501,7 +495,7 @@ mod tests {
     fn the_ebs_csi_drivers_zone_key_reads_as_the_zone_label_for_volumes_and_classes() {
         let ebs = |z: &str| {
             let mut term = zone(&[z]);
-            term[0].key = EBS_CSI_ZONE.into();
+            term[0].key = LABEL_EBS_CSI_ZONE.into();
             term
         };
         let mut p = with_claim("db-0", "data-db-0");
@@ -549,10 +543,11 @@ mod tests {
     /// Plans a `nodewright plan` test snapshot on a spot pool where us-east-1b costs ten
     /// times what the other zones do.
     fn plan_with_1b_dearest(snapshot: &str) -> crate::provisioning::ProvisioningPlan {
-        use crate::catalog::{Catalog, LABEL_CAPACITY_TYPE};
+        use crate::catalog::Catalog;
         use crate::pricing::Pricing;
         use crate::provisioning::{ProvisioningInput, plan_provisioning};
         use crate::testing::{general_purpose_pool, req};
+        use crate::well_known::LABEL_CAPACITY_TYPE;
         let snapshot = crate::snapshot::parse_snapshot(snapshot).unwrap();
         let catalog = Catalog::embedded();
         let mut pricing = Pricing::default();

@@ -28,17 +28,18 @@ use std::collections::{HashMap, HashSet};
 use tracing::{info, warn};
 
 use nodewright_core::api::model::NodePool;
-use nodewright_core::catalog::{
-    CapacityType, Catalog, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE,
-};
+use nodewright_core::catalog::{CapacityType, Catalog};
 use nodewright_core::cluster::Node;
 use nodewright_core::nodeclaim::{AdoptedInstance, NodeClaim, instance_id_from_provider_id};
 use nodewright_core::pricing::Pricing;
+use nodewright_core::well_known::{
+    LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE,
+};
 
 use crate::context::Ports;
 use crate::error::Result;
-use crate::lifecycle::LABEL_NODECLAIM;
 use crate::ports::{ClusterState, Decision, ErrorKind, Instance};
+use nodewright_core::well_known::LABEL_NODECLAIM;
 
 /// Nodes Karpenter launched for this cluster, recorded as claims (state Initialized) so
 /// consolidation, drift, expiry and interruptions cover them.

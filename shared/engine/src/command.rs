@@ -55,7 +55,8 @@ use crate::gather::Gathered;
 use crate::launch::{LaunchLog, LaunchedClaim, Launcher, claim_spec};
 use crate::lease::LeaseKeeper;
 use crate::ports::{ClusterEvent, Decision, ErrorKind, EventType, NodePatch};
-use crate::terminate::{self, Disrupted, TAINT_DISRUPTED};
+use crate::terminate::{self, Disrupted};
+use nodewright_core::well_known::TAINT_DISRUPTED;
 
 /// After the last replacement is Initialized (or the candidates were marked, when
 /// there is none), how long before the command is re-checked: Karpenter's 15 s.

@@ -9,9 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use nodewright_core::capacity_buffer::buffer_room;
-use nodewright_core::catalog::{
-    CapacityType, LABEL_ARCH, LABEL_CAPACITY_RESERVATION_ID, LABEL_NODEPOOL,
-};
+use nodewright_core::catalog::CapacityType;
 use nodewright_core::cluster::{ClusterSnapshot, Node, Pod};
 use nodewright_core::disruption::drift::{LaunchedWith, Selection, external_drift};
 use nodewright_core::disruption::{Decision, DisruptionInput};
@@ -21,6 +19,7 @@ use nodewright_core::planning_view::{
 };
 use nodewright_core::pricing::Pricing;
 use nodewright_core::provisioning::ProvisioningInput;
+use nodewright_core::well_known::{LABEL_ARCH, LABEL_CAPACITY_RESERVATION_ID, LABEL_NODEPOOL};
 
 use crate::gather::Gathered;
 use crate::ports::Instance;

@@ -13,9 +13,10 @@ use tracing::warn;
 
 use nodewright_core::api::Kind;
 use nodewright_core::api::model::{Ec2NodeClass, NodePool, SelectorTerm};
-use nodewright_core::catalog::{CapacityType, Catalog, LABEL_CAPACITY_RESERVATION_ID, Reservation};
+use nodewright_core::catalog::{CapacityType, Catalog, Reservation};
 use nodewright_core::nodeclaim::{DisruptionCause, NodeClaim};
 use nodewright_core::pricing::Pricing;
+use nodewright_core::well_known::LABEL_CAPACITY_RESERVATION_ID;
 
 use crate::context::Ports;
 use crate::error::{EngineError, Result};

@@ -19,18 +19,20 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use nodewright_core::api::model::NodePool;
-use nodewright_core::catalog::{CapacityType, LABEL_NODEPOOL, Reservation};
+use nodewright_core::catalog::{CapacityType, Reservation};
 use nodewright_core::disruption::hash;
 use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim};
 use nodewright_core::provisioning::PlannedNodeClaim;
+use nodewright_core::well_known::LABEL_NODEPOOL;
 
 use crate::context::Ports;
 use crate::error::{EngineError, Result};
 use crate::gather::Gathered;
-use crate::lifecycle::{self, LABEL_NODECLAIM};
+use crate::lifecycle::{self};
 use crate::ports::{
     ClusterEvent, Decision, ErrorKind, EventType, LaunchError, LaunchRequest, Launched, Offering,
 };
+use nodewright_core::well_known::LABEL_NODECLAIM;
 
 /// One instance of reservation `id` taken by a launch: this tick's later launches and
 /// plans see one fewer (an empty one is no longer offered). The reservation as it was,
@@ -194,7 +196,7 @@ impl Launcher {
                 if let (Some(id), None) = (&reservation_id, &reservation) {
                     // The store checks the claim's state and version, not its labels.
                     claim.labels.insert(
-                        nodewright_core::catalog::LABEL_CAPACITY_RESERVATION_ID.to_string(),
+                        nodewright_core::well_known::LABEL_CAPACITY_RESERVATION_ID.to_string(),
                         id.clone(),
                     );
                 }

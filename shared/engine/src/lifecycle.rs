@@ -31,16 +31,18 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use nodewright_core::api::model::NodePool;
-use nodewright_core::catalog::{
-    CapacityType, Catalog, LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
-    LABEL_CAPACITY_RESERVATION_TYPE, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL,
-};
+use nodewright_core::catalog::{CapacityType, Catalog};
 use nodewright_core::cluster::Node;
 use nodewright_core::disruption::hash;
 use nodewright_core::nodeclaim::{
     ClaimState, DisruptionCause, NodeClaim, instance_id_from_provider_id,
 };
 use nodewright_core::resources::Resources;
+use nodewright_core::well_known::{
+    LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+    LABEL_CAPACITY_RESERVATION_TYPE, LABEL_CAPACITY_TYPE, LABEL_INITIALIZED, LABEL_NODECLAIM,
+    LABEL_NODEPOOL, LABEL_REGISTERED, TAINT_UNREGISTERED,
+};
 
 use crate::context::Ports;
 use crate::error::{EngineError, Result};
@@ -50,11 +52,8 @@ use crate::ports::{
 };
 use crate::terminate::{self, Disrupted};
 
-pub const LABEL_NODECLAIM: &str = "karpenter.sh/nodeclaim";
-pub const LABEL_REGISTERED: &str = "karpenter.sh/registered";
-pub const LABEL_INITIALIZED: &str = "karpenter.sh/initialized";
 use nodewright_core::planning_view::is_known_ephemeral_taint;
-pub use nodewright_core::planning_view::{TAINT_UNREGISTERED, unregistered_taint};
+pub use nodewright_core::planning_view::unregistered_taint;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LifecycleConfig {
@@ -638,16 +637,22 @@ fn registration_patch(
     // (a node Karpenter launched carries its own version and is never compared).
     let mut set_annotations = BTreeMap::new();
     if let Some(h) = &claim.nodepool_hash {
-        set_annotations.insert(hash::ANNOTATION_NODEPOOL_HASH.to_string(), h.clone());
         set_annotations.insert(
-            hash::ANNOTATION_NODEPOOL_HASH_VERSION.to_string(),
+            nodewright_core::well_known::ANNOTATION_NODEPOOL_HASH.to_string(),
+            h.clone(),
+        );
+        set_annotations.insert(
+            nodewright_core::well_known::ANNOTATION_NODEPOOL_HASH_VERSION.to_string(),
             hash::HASH_VERSION.to_string(),
         );
     }
     if let Some(h) = &claim.nodeclass_hash {
-        set_annotations.insert(hash::ANNOTATION_NODECLASS_HASH.to_string(), h.clone());
         set_annotations.insert(
-            hash::ANNOTATION_NODECLASS_HASH_VERSION.to_string(),
+            nodewright_core::well_known::ANNOTATION_NODECLASS_HASH.to_string(),
+            h.clone(),
+        );
+        set_annotations.insert(
+            nodewright_core::well_known::ANNOTATION_NODECLASS_HASH_VERSION.to_string(),
             hash::HASH_VERSION.to_string(),
         );
     }

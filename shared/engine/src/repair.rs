@@ -34,9 +34,9 @@ use nodewright_core::api::model::{NodePool, Taint, TaintEffect};
 use nodewright_core::cluster::Node;
 use nodewright_core::nodeclaim::{Disruption, DisruptionCause, NodeClaim, Reboot};
 use nodewright_core::repair::{
-    ImpairedInstance, REBOOT_WINDOW_SECS, RepairInput, RepairSettings, RepairStep, TAINT_REBOOTING,
-    plan_repairs,
+    ImpairedInstance, REBOOT_WINDOW_SECS, RepairInput, RepairSettings, RepairStep, plan_repairs,
 };
+use nodewright_core::well_known::TAINT_REBOOTING;
 
 use crate::context::Ports;
 use crate::error::{EngineError, Result};

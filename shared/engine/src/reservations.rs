@@ -12,10 +12,9 @@
 
 use tracing::info;
 
-use nodewright_core::catalog::{
-    CAPACITY_BLOCK_EXPIRATION_SECS, LABEL_CAPACITY_RESERVATION_ID, Reservation,
-};
+use nodewright_core::catalog::{CAPACITY_BLOCK_EXPIRATION_SECS, Reservation};
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
+use nodewright_core::well_known::LABEL_CAPACITY_RESERVATION_ID;
 
 use crate::context::Ports;
 use crate::error::{EngineError, Result};

@@ -37,6 +37,7 @@
 //! advancing the same claim at once are kept apart by the conditional writes: the loser
 //! gets `Conflict` and stops.
 
+use nodewright_core::well_known::TAINT_DISRUPTED;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex as StdMutex, Weak};
 use std::time::Duration;
@@ -52,8 +53,6 @@ use crate::context::Ports;
 use crate::error::{EngineError, Result};
 use crate::ports::{Cluster, ClusterEvent, ErrorKind, EventType, NodePatch, StoreError};
 
-/// The taint that keeps new pods off a node being taken away (Karpenter's).
-pub const TAINT_DISRUPTED: &str = "karpenter.sh/disrupted";
 /// How long a Terminated claim stays in the store (late events for its instance are
 /// then still recognised as ours, and ignored).
 pub const TOMBSTONE_TTL: Duration = Duration::from_secs(24 * 3600);

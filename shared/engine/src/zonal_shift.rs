@@ -22,8 +22,8 @@ use std::sync::Mutex;
 use tracing::info;
 
 use nodewright_core::api::model::NodePool;
-use nodewright_core::catalog::LABEL_ZONE;
 use nodewright_core::scheduling::requirements::node_pool_allows;
+use nodewright_core::well_known::LABEL_ZONE;
 
 use crate::context::Ports;
 use crate::ports::{ClusterEvent, EventType, ObjectKind, ResolvedNodeClass, ZonalShift};

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nodewright_core::api::model::{Budget, BudgetNodes, NodePool, NodeRequirement, Operator};
-use nodewright_core::catalog::{Catalog, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL};
+use nodewright_core::catalog::Catalog;
 use nodewright_core::cluster::Pod;
 use nodewright_core::disruption::command::{
     Command, Decision, DisruptionInput, Method, RejectedNode,
@@ -22,9 +22,10 @@ use nodewright_core::disruption::{Reason, RejectCode};
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
 use nodewright_core::provisioning::PlannedNodeClaim;
 use nodewright_core::testing::{node_pool, pod};
+use nodewright_core::well_known::TAINT_DISRUPTED;
+use nodewright_core::well_known::{LABEL_CAPACITY_TYPE, LABEL_NODEPOOL};
 use nodewright_engine::default_decider;
 use nodewright_engine::ports::{CloudError, ErrorKind, StoreError};
-use nodewright_engine::terminate::TAINT_DISRUPTED;
 use nodewright_engine::{
     Decider, Disrupter, DisruptionConfig, DisruptionReport, Provisioner, ProvisionerConfig,
 };

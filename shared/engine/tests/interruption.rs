@@ -10,8 +10,9 @@ use nodewright_core::cluster::{
     IntOrPercent, LabelSelector, Node, Pod, PodDisruptionBudget, Toleration, TolerationOperator,
 };
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
+use nodewright_core::well_known::TAINT_DISRUPTED;
 use nodewright_engine::ports::{CloudError, ClusterError, ErrorKind, Store, StoreError};
-use nodewright_engine::terminate::{self, TAINT_DISRUPTED};
+use nodewright_engine::terminate::{self};
 use nodewright_engine::{
     InstanceAction, InterruptionConfig, InterruptionInput, InterruptionMode, InterruptionOutcome,
     Ports, handle_interruption, handle_interruption_until,

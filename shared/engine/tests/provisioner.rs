@@ -8,10 +8,10 @@ use nodewright_core::catalog::{CapacityType, Catalog};
 use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim};
 use nodewright_core::repair::RepairSettings;
 use nodewright_core::testing::{general_purpose_pool, pod};
-use nodewright_engine::launch::LAUNCH_IN_FLIGHT;
-use nodewright_engine::lifecycle::{
+use nodewright_core::well_known::{
     LABEL_INITIALIZED, LABEL_NODECLAIM, LABEL_REGISTERED, TAINT_UNREGISTERED,
 };
+use nodewright_engine::launch::LAUNCH_IN_FLIGHT;
 use nodewright_engine::ports::{Clock, CloudError, ClusterError, ErrorKind, Store, StoreError};
 use nodewright_engine::provision::LEASE_NAME;
 use nodewright_engine::{Ports, Provisioner, ProvisionerConfig};

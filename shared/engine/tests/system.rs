@@ -13,10 +13,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nodewright_core::api::model::{NodePool, NodeRequirement, Operator};
-use nodewright_core::catalog::{Catalog, LABEL_CAPACITY_TYPE};
+use nodewright_core::catalog::Catalog;
 use nodewright_core::cluster::{IntOrPercent, PodDisruptionBudget};
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
 use nodewright_core::testing::{node_pool, pod, selector};
+use nodewright_core::well_known::LABEL_CAPACITY_TYPE;
 use nodewright_engine::ports::Store;
 use nodewright_engine::provision::LEASE_NAME;
 use nodewright_engine::{

@@ -18,11 +18,13 @@ use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use nodewright_core::catalog::{
+use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
+use nodewright_core::well_known::{
+    ANNOTATION_CAPACITY_OVERLAY_APPLIED, ANNOTATION_PRICE_OVERLAY_APPLIED,
+};
+use nodewright_core::well_known::{
     LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE,
 };
-use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
-use nodewright_core::overlay::{CAPACITY_OVERLAY_APPLIED, PRICE_OVERLAY_APPLIED};
 
 /// The label every mirror carries, and its value: what marks a NodeClaim as ours.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -120,10 +122,10 @@ pub fn mirror_of(claim: &NodeClaim) -> Option<Mirror> {
     }
     // Karpenter's: an overlay priced or sized one of the claim's instance-type options.
     if claim.overlays_applied.price {
-        annotations.insert(PRICE_OVERLAY_APPLIED.into(), "true".into());
+        annotations.insert(ANNOTATION_PRICE_OVERLAY_APPLIED.into(), "true".into());
     }
     if claim.overlays_applied.capacity {
-        annotations.insert(CAPACITY_OVERLAY_APPLIED.into(), "true".into());
+        annotations.insert(ANNOTATION_CAPACITY_OVERLAY_APPLIED.into(), "true".into());
     }
     let requirement = |key: &str, values: Vec<String>| {
         (!values.is_empty()).then(|| Requirement {
@@ -553,8 +555,16 @@ mod tests {
     #[test]
     fn a_claim_whose_options_an_overlay_changed_carries_karpenters_annotations() {
         let plain = mirror_of(&claim()).unwrap();
-        assert!(!plain.annotations.contains_key(PRICE_OVERLAY_APPLIED));
-        assert!(!plain.annotations.contains_key(CAPACITY_OVERLAY_APPLIED));
+        assert!(
+            !plain
+                .annotations
+                .contains_key(ANNOTATION_PRICE_OVERLAY_APPLIED)
+        );
+        assert!(
+            !plain
+                .annotations
+                .contains_key(ANNOTATION_CAPACITY_OVERLAY_APPLIED)
+        );
         let mut priced = initialized();
         priced.overlays_applied.price = true;
         let m = mirror_of(&priced).unwrap();
@@ -562,10 +572,13 @@ mod tests {
             m.annotations.get("karpenter.sh/price-overlay-applied"),
             Some(&"true".to_string())
         );
-        assert!(!m.annotations.contains_key(CAPACITY_OVERLAY_APPLIED));
+        assert!(
+            !m.annotations
+                .contains_key(ANNOTATION_CAPACITY_OVERLAY_APPLIED)
+        );
         priced.overlays_applied.capacity = true;
         let m = mirror_of(&priced).unwrap();
-        assert_eq!(m.annotations[CAPACITY_OVERLAY_APPLIED], "true");
+        assert_eq!(m.annotations[ANNOTATION_CAPACITY_OVERLAY_APPLIED], "true");
         let object = m.object();
         assert_eq!(
             object["metadata"]["annotations"]["karpenter.sh/capacity-overlay-applied"],

@@ -16,9 +16,10 @@ use std::fmt::Debug;
 use std::time::{Duration, Instant};
 
 use nodewright_core::api::model::Operator;
-use nodewright_core::catalog::{Catalog, LABEL_INSTANCE_TYPE};
+use nodewright_core::catalog::Catalog;
 use nodewright_core::nodeclaim::ClaimState;
 use nodewright_core::testing::{node_pool, pod, req};
+use nodewright_core::well_known::LABEL_INSTANCE_TYPE;
 use nodewright_engine::{Disrupter, DisruptionConfig, Provisioner, ProvisionerConfig};
 use nodewright_sim::fakes::{Call, node_class};
 use nodewright_sim::{World, WorldConfig};

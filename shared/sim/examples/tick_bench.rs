@@ -9,11 +9,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use nodewright_core::api::model::Operator;
-use nodewright_core::catalog::{CapacityType, Catalog, LABEL_CAPACITY_TYPE};
+use nodewright_core::catalog::{CapacityType, Catalog};
 use nodewright_core::cluster::ClusterSnapshot;
 use nodewright_core::pricing::Pricing;
 use nodewright_core::provisioning::{ProvisioningInput, plan_provisioning};
 use nodewright_core::testing::{general_purpose_pool, node, node_pool, pod, req};
+use nodewright_core::well_known::LABEL_CAPACITY_TYPE;
 use nodewright_engine::{Ports, Provisioner, ProvisionerConfig};
 use nodewright_sim::fakes::{FakeCloud, FakeCluster, ManualClock, MemoryStore, node_class};
 

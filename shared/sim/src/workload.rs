@@ -13,15 +13,16 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use nodewright_core::api::model::TaintEffect;
-use nodewright_core::catalog::{
-    InstanceType, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL, LABEL_ZONE,
-};
+use nodewright_core::catalog::InstanceType;
 use nodewright_core::cluster::{
     ControllerRef, ControllerSelector, DaemonSet, LabelSelector, Node, Pod, PodAffinityTerm,
     PodDisruptionBudget, Toleration, TolerationOperator, TopologySpreadConstraint,
     WhenUnsatisfiable,
 };
 use nodewright_core::resources::Resources;
+use nodewright_core::well_known::{
+    LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL, LABEL_ZONE,
+};
 
 use nodewright_engine::ports::ClusterState;
 

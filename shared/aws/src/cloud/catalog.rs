@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use aws_sdk_ec2::types::LocationType;
 
 use nodewright_core::api::model::{Ec2NodeClass, Kubelet};
-use nodewright_core::catalog::{self, Catalog, InstanceType};
+use nodewright_core::catalog::{Catalog, InstanceType};
 use nodewright_core::density::{self, FamilyFlags};
 use nodewright_core::resources::Resources;
 use nodewright_engine::ports::{CloudError, ErrorKind};
@@ -235,14 +235,19 @@ impl Ec2Cloud {
     /// naming convention (a `g` after the generation digit means Graviton).
     pub(super) fn arch_of(&self, instance_type: &str) -> String {
         let cached = self.read.catalog.peek(|c| {
-            c.get(instance_type)
-                .and_then(|t| t.labels.get(catalog::LABEL_ARCH).cloned())
+            c.get(instance_type).and_then(|t| {
+                t.labels
+                    .get(nodewright_core::well_known::LABEL_ARCH)
+                    .cloned()
+            })
         });
         cached
             .or_else(|| {
-                Catalog::embedded()
-                    .get(instance_type)
-                    .and_then(|t| t.labels.get(catalog::LABEL_ARCH).cloned())
+                Catalog::embedded().get(instance_type).and_then(|t| {
+                    t.labels
+                        .get(nodewright_core::well_known::LABEL_ARCH)
+                        .cloned()
+                })
             })
             .unwrap_or_else(|| guess_arch(instance_type).into())
     }
@@ -280,12 +285,24 @@ fn guess_arch(instance_type: &str) -> &'static str {
 /// formulas and 110 pods).
 fn instance_type_from_api(name: &str, arch: &str, vcpus: i64, memory_mib: i64) -> InstanceType {
     let mut labels = BTreeMap::new();
-    labels.insert(catalog::LABEL_INSTANCE_TYPE.to_string(), name.to_string());
-    labels.insert(catalog::LABEL_ARCH.to_string(), arch.to_string());
-    labels.insert(catalog::LABEL_OS.to_string(), "linux".to_string());
-    labels.insert(catalog::LABEL_INSTANCE_CPU.to_string(), vcpus.to_string());
     labels.insert(
-        catalog::LABEL_INSTANCE_MEMORY.to_string(),
+        nodewright_core::well_known::LABEL_INSTANCE_TYPE.to_string(),
+        name.to_string(),
+    );
+    labels.insert(
+        nodewright_core::well_known::LABEL_ARCH.to_string(),
+        arch.to_string(),
+    );
+    labels.insert(
+        nodewright_core::well_known::LABEL_OS.to_string(),
+        "linux".to_string(),
+    );
+    labels.insert(
+        nodewright_core::well_known::LABEL_INSTANCE_CPU.to_string(),
+        vcpus.to_string(),
+    );
+    labels.insert(
+        nodewright_core::well_known::LABEL_INSTANCE_MEMORY.to_string(),
         memory_mib.to_string(),
     );
     if let Some((family, size)) = name.split_once('.') {

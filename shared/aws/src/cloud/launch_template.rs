@@ -44,13 +44,14 @@ use nodewright_core::api::model::{
     AmiSelectorTerm, InstanceStorePolicy, InterfaceType, Kubelet, PlacementGroupSelector, Taint,
     TaintEffect,
 };
-use nodewright_core::catalog::{self, CapacityType, Reservation, ReservationMarket};
+use nodewright_core::catalog::{CapacityType, Reservation, ReservationMarket};
 use nodewright_engine::ports::{CloudError, ErrorKind, Image, LaunchRequest};
 
 use super::{Ec2Cloud, hex, tag_specification};
 use crate::error::{classify, cloud_error};
-use crate::tags::{TAG_NODECLAIM, UNREGISTERED_TAINT};
+use crate::tags::TAG_NODECLAIM;
 use crate::userdata;
+use nodewright_core::well_known::TAINT_UNREGISTERED;
 
 impl Ec2Cloud {
     pub(super) fn template_content(
@@ -67,16 +68,16 @@ impl Ec2Cloud {
         let mut labels = request.labels.clone();
         labels.remove(TAG_NODECLAIM);
         labels.insert(
-            catalog::LABEL_CAPACITY_TYPE.into(),
+            nodewright_core::well_known::LABEL_CAPACITY_TYPE.into(),
             capacity_type.as_str().into(),
         );
         if let Some(r) = reservation {
             labels.extend(r.node_labels());
         }
         let mut taints = request.taints.clone();
-        if !taints.iter().any(|t| t.key == UNREGISTERED_TAINT) {
+        if !taints.iter().any(|t| t.key == TAINT_UNREGISTERED) {
             taints.push(Taint {
-                key: UNREGISTERED_TAINT.into(),
+                key: TAINT_UNREGISTERED.into(),
                 value: Some("true".into()),
                 effect: TaintEffect::NoExecute,
             });

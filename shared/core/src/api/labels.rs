@@ -7,18 +7,14 @@
 //! on. `kubernetes.io/hostname` is never allowed; nor is `karpenter.sh/nodepool`,
 //! which Karpenter sets itself (its CRD rejects it in requirements and labels).
 
-/// The NodePool label Karpenter puts on its nodes (never allowed in a NodePool).
-pub const NODEPOOL: &str = "karpenter.sh/nodepool";
-
-/// The instance type label every node carries (the kubelet sets it).
-pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+use crate::well_known::{LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL};
 
 /// Labels inside restricted domains that a NodePool may still use.
 const WELL_KNOWN: &[&str] = &[
     "karpenter.sh/capacity-type",
     "topology.kubernetes.io/zone",
     "topology.kubernetes.io/region",
-    INSTANCE_TYPE,
+    LABEL_INSTANCE_TYPE,
     "kubernetes.io/arch",
     "kubernetes.io/os",
     "node.kubernetes.io/windows-build",
@@ -51,7 +47,7 @@ const WELL_KNOWN: &[&str] = &[
 ];
 
 /// Always rejected, whatever the domain rules say.
-const RESTRICTED: &[&str] = &["kubernetes.io/hostname", "karpenter.sh/nodepool"];
+const RESTRICTED: &[&str] = &[LABEL_HOSTNAME, LABEL_NODEPOOL];
 
 const RESTRICTED_DOMAINS: &[&str] = &[
     "kubernetes.io",

@@ -34,7 +34,7 @@ pub use load::{
 };
 pub use model::*;
 pub use nodeclass::{ALIAS_FAMILIES, AMI_FAMILIES, VOLUME_TYPES};
-pub use nodepool::{CAPACITY_TYPE_LABEL, DEFAULT_EXPIRE_AFTER};
+pub use nodepool::DEFAULT_EXPIRE_AFTER;
 pub use overlay::{InvalidOverlay, NodeOverlay, PriceChange, ReadOverlay};
 pub use schema::Strictness;
 pub use validate::validate;

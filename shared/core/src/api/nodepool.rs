@@ -17,6 +17,7 @@
 //! is at least 0, `limits` may hold only `nodes`, and `weight` is refused. Their
 //! `consolidationPolicy` and `consolidateAfter` are read but have no effect.
 
+use crate::well_known::LABEL_CAPACITY_TYPE;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -38,7 +39,6 @@ use super::raw;
 use super::report::{Report, check_max_items, deserialize_raw, object_name};
 use crate::resources::{QuantityError, Resources, matches_crd_quantity_pattern, parse_milli};
 
-pub const CAPACITY_TYPE_LABEL: &str = "karpenter.sh/capacity-type";
 pub const DEFAULT_EXPIRE_AFTER: Duration = Duration::from_secs(720 * 3600);
 pub const NODE_CLASS_GROUP: &str = "karpenter.k8s.aws";
 
@@ -317,9 +317,9 @@ fn min_values(
 }
 
 fn with_default_capacity_type(mut requirements: Vec<NodeRequirement>) -> Vec<NodeRequirement> {
-    if !requirements.iter().any(|r| r.key == CAPACITY_TYPE_LABEL) {
+    if !requirements.iter().any(|r| r.key == LABEL_CAPACITY_TYPE) {
         requirements.push(NodeRequirement {
-            key: CAPACITY_TYPE_LABEL.into(),
+            key: LABEL_CAPACITY_TYPE.into(),
             operator: Operator::In,
             values: vec!["on-demand".into()],
             min_values: None,

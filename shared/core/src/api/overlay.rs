@@ -12,7 +12,6 @@ use serde::Deserialize;
 use serde_json::Value;
 
 pub use super::kind::{NODE_OVERLAY_API_VERSION, NODE_OVERLAY_KIND};
-use super::labels::NODEPOOL as LABEL_NODEPOOL;
 use super::labels::{label_key_problem, normalize_label_key};
 use super::model::{NodeRequirement, Operator};
 use super::nodepool::{RequirementRules, requirements};
@@ -20,6 +19,7 @@ use super::raw;
 use super::report::{Report, deserialize_value};
 use super::{Document, Problem};
 use crate::resources::{RawQuantity, Resources};
+use crate::well_known::LABEL_NODEPOOL;
 
 /// The one condition of a NodeOverlay's status.
 pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";

@@ -11,18 +11,15 @@
 //! Expiration is forceful: an expired node goes whatever blocks it (its drain still
 //! honours the blockers, up to terminationGracePeriod).
 
+use crate::well_known::{LABEL_INITIALIZED, TAINT_DISRUPTED};
 use std::collections::HashMap;
 
 use crate::api::model::NodePool;
-use crate::catalog::LABEL_NODEPOOL;
 use crate::cluster::{ClusterSnapshot, Node, Pod, PodDisruptionBudget};
+use crate::well_known::LABEL_NODEPOOL;
 
 use super::rules::{expired, moving_pods, requirements_drift};
 use super::{RejectCode, Rejection};
-
-pub const LABEL_INITIALIZED: &str = "karpenter.sh/initialized";
-/// The taint on a node being taken away (Karpenter's).
-const TAINT_DISRUPTED: &str = "karpenter.sh/disrupted";
 
 /// What disruption knows about one managed node.
 #[derive(Debug, Clone)]

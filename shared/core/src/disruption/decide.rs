@@ -23,12 +23,11 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::api::model::NodePool;
-use crate::catalog::{
-    CapacityType, Catalog, InstanceType, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE,
-};
+use crate::catalog::{CapacityType, Catalog, InstanceType};
 use crate::cluster::Pod;
 use crate::scheduling::SchedulerInput;
 use crate::scheduling::fast_hash::FastMap;
+use crate::well_known::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_ZONE};
 
 use super::balanced::{self, PoolTotals, Source};
 use super::budget::allowance;
@@ -189,7 +188,7 @@ pub fn decide_observed(input: &DisruptionInput<'_>, ended: &mut dyn FnMut(Phase)
         // or being deleted use budget.
         let initialized = node
             .labels
-            .get(super::candidates::LABEL_INITIALIZED)
+            .get(crate::well_known::LABEL_INITIALIZED)
             .is_some_and(|v| v == "true");
         if let Some(entry) = budgets.pools.get_mut(verdict.pool.name.as_str())
             && initialized
@@ -992,7 +991,7 @@ fn node_price(
             .running_price(it, zone, capacity)
             .unwrap_or(od),
     };
-    let pool = label(crate::catalog::LABEL_NODEPOOL).unwrap_or_default();
+    let pool = label(crate::well_known::LABEL_NODEPOOL).unwrap_or_default();
     Ok(input
         .pricing
         .overlays

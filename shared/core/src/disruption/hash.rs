@@ -11,14 +11,6 @@
 use crate::api::model::{BlockDeviceMapping, Ec2NodeClass, NodePool, NodeRequirement, Taint};
 use crate::cluster::Node;
 
-/// Annotation: the NodePool hash the node was launched with.
-pub const ANNOTATION_NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
-/// Annotation: the scheme that wrote [`ANNOTATION_NODEPOOL_HASH`].
-pub const ANNOTATION_NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
-/// Annotation: the EC2NodeClass hash the node was launched with.
-pub const ANNOTATION_NODECLASS_HASH: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
-/// Annotation: the scheme that wrote [`ANNOTATION_NODECLASS_HASH`].
-pub const ANNOTATION_NODECLASS_HASH_VERSION: &str = "karpenter.k8s.aws/ec2nodeclass-hash-version";
 /// nodewright's hash scheme. Karpenter writes "v3" and the like: never equal, so nodes
 /// Karpenter launched are never found drifted by comparing its hash with ours. Bump it
 /// when the encoding below changes (every node then reads as "not comparable", never

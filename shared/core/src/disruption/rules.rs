@@ -139,8 +139,9 @@ mod tests {
 
     use super::*;
     use crate::api::model::Operator;
-    use crate::catalog::{Catalog, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE};
+    use crate::catalog::Catalog;
     use crate::testing::{general_purpose_pool, node, pod, req};
+    use crate::well_known::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE};
 
     #[test]
     fn a_node_expires_expire_after_its_creation_and_never_with_never() {

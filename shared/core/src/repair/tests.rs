@@ -547,7 +547,8 @@ fn an_impaired_instance_is_still_terminated_at_once_past_every_limit() {
 #[test]
 fn a_reserved_only_pool_whose_reservations_are_full_terminates_first_with_the_gate() {
     use crate::api::model::{NodeRequirement, Operator};
-    use crate::catalog::{LABEL_CAPACITY_TYPE, Reservation, ReservationType};
+    use crate::catalog::{Reservation, ReservationType};
+    use crate::well_known::LABEL_CAPACITY_TYPE;
     // Ten nodes, two unhealthy; the pool launches only into capacity reservations.
     let (nodes, claims) = pool_of(10, &[0, 1], NOW - 31 * 60);
     let mut pool = general_pool();

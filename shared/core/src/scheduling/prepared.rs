@@ -31,9 +31,9 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ops::Deref;
 
-use crate::catalog::{LABEL_INSTANCE_TYPE, LABEL_NODEPOOL};
 use crate::disruption::rules::moving_pods;
 use crate::resources::{Resources, WELL_KNOWN};
+use crate::well_known::{LABEL_INSTANCE_TYPE, LABEL_NODEPOOL};
 
 use super::fast_hash::FastMap;
 use super::requirements::ValueSet;

@@ -8,9 +8,9 @@
 use std::fmt;
 
 use crate::api::model::Taint;
-use crate::catalog::LABEL_HOSTNAME;
 use crate::cluster::HostPort;
 use crate::resources::format_milli;
+use crate::well_known::LABEL_HOSTNAME;
 
 use super::requirements::{Conflict, ValueSet};
 use super::topology::TopologyConstraint;

@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::api::model::Operator;
-use crate::catalog::LABEL_INSTANCE_TYPE;
 use crate::cluster::Node;
 use crate::nodeclaim::{ClaimSpec, Disruption, DisruptionCause, DisruptionCommand};
 use crate::provisioning::{ProvisioningInput, plan_provisioning};
 use crate::testing::{general_purpose_pool, node, pod, req};
+use crate::well_known::LABEL_INSTANCE_TYPE;
 
 const NOW: i64 = 2_000_000_000;
 

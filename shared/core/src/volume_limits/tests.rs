@@ -48,7 +48,7 @@ fn a_node_offers_its_csi_nodes_count_else_its_types_estimate_else_no_limit() {
     for n in [&mut published, &mut unbounded, &mut waiting, &mut unknown] {
         n.allocatable.set_milli(WELL_KNOWN[EBS_ATTACHMENTS], 0);
     }
-    unknown.labels.remove(INSTANCE_TYPE);
+    unknown.labels.remove(LABEL_INSTANCE_TYPE);
     let mut nodes = vec![published, unbounded, waiting, unknown];
     let csi_nodes = [
         CsiNode {

@@ -2,9 +2,9 @@
 //! under the same policy as the provisioner, read from its own setting.
 
 use nodewright_core::api::model::{BudgetNodes, NodePool, NodeRequirement, Operator};
-use nodewright_core::catalog::LABEL_CAPACITY_TYPE;
 use nodewright_core::scheduling::requirements::MinValuesPolicy;
 use nodewright_core::testing::node_pool;
+use nodewright_core::well_known::LABEL_CAPACITY_TYPE;
 use nodewright_engine::{
     Disrupter, DisruptionConfig, Provisioner, ProvisionerConfig, default_decider,
 };

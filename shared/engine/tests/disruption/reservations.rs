@@ -5,8 +5,9 @@
 use nodewright_core::api::model::{
     BudgetNodes, CapacityReservationSelectorTerm, NodePool, NodeRequirement, Operator,
 };
-use nodewright_core::catalog::{CapacityType, LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_TYPE};
+use nodewright_core::catalog::CapacityType;
 use nodewright_core::testing::{node_pool, pod};
+use nodewright_core::well_known::{LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_TYPE};
 use nodewright_sim::fakes::FakeReservation;
 
 use super::System;

@@ -3,7 +3,7 @@
 //! it ends, both resume. Both jobs on the simulated world, with core's decisions.
 
 use nodewright_core::api::model::BudgetNodes;
-use nodewright_core::catalog::LABEL_ZONE;
+use nodewright_core::well_known::LABEL_ZONE;
 use nodewright_engine::zonal_shift::{ZONAL_SHIFT_ACTIVE, ZONAL_SHIFT_CLEARED};
 
 use super::{System, keep_on_nodes, pool_with_budget};

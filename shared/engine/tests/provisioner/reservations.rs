@@ -7,12 +7,13 @@
 use std::time::Duration;
 
 use nodewright_core::api::model::{CapacityReservationSelectorTerm, NodePool, Operator};
-use nodewright_core::catalog::{
-    CapacityType, LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
-    LABEL_CAPACITY_RESERVATION_TYPE, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, ReservationType,
-};
+use nodewright_core::catalog::{CapacityType, ReservationType};
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
 use nodewright_core::testing::{general_purpose_pool, pod};
+use nodewright_core::well_known::{
+    LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+    LABEL_CAPACITY_RESERVATION_TYPE, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE,
+};
 use nodewright_engine::ports::{Clock, ConditionStatus, ErrorKind, ObjectKind, StoreError};
 use nodewright_sim::fakes::{FakeReservation, ManualClock, StoreOp, node_class};
 

@@ -303,7 +303,7 @@ async fn limits_nodes_caps_dynamic_provisioning_counting_existing_nodes() {
     pool.node_limit = Some(2);
     // One type only, so every pod needs a node of its own.
     pool.requirements.push(nodewright_core::testing::req(
-        nodewright_core::catalog::LABEL_INSTANCE_TYPE,
+        nodewright_core::well_known::LABEL_INSTANCE_TYPE,
         nodewright_core::api::model::Operator::In,
         &["m5.large"],
     ));

@@ -301,7 +301,7 @@ async fn the_view_reads_what_node_repair_needs_and_the_rebooting_taint_comes_and
     assert!(fault.since.is_some());
 
     let rebooting = nodewright_core::api::model::Taint {
-        key: nodewright_core::repair::TAINT_REBOOTING.into(),
+        key: nodewright_core::well_known::TAINT_REBOOTING.into(),
         value: None,
         effect: TaintEffect::NoSchedule,
     };
@@ -313,7 +313,7 @@ async fn the_view_reads_what_node_repair_needs_and_the_rebooting_taint_comes_and
     let stored = t.cp.get("Node", None, "gpu-a").await.expect("the node");
     assert!(taint_keys(&stored).contains(&"karpenter.sh/rebooting".to_string()));
     let remove = NodePatch {
-        remove_taints: vec![nodewright_core::repair::TAINT_REBOOTING.into()],
+        remove_taints: vec![nodewright_core::well_known::TAINT_REBOOTING.into()],
         ..NodePatch::default()
     };
     t.cluster

@@ -2,7 +2,6 @@
 
 use super::*;
 use nodewright_core::cluster::{ConditionStatus, NodeCondition};
-use nodewright_core::disruption::hash;
 use nodewright_engine::ports::MirrorReport;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -654,8 +653,12 @@ impl Cluster for FakeCluster {
         // The core Node keeps only the annotations planning reads.
         for (k, v) in &patch.set_annotations {
             match k.as_str() {
-                hash::ANNOTATION_NODEPOOL_HASH => node.nodepool_hash = Some(v.clone()),
-                hash::ANNOTATION_NODECLASS_HASH => node.nodeclass_hash = Some(v.clone()),
+                nodewright_core::well_known::ANNOTATION_NODEPOOL_HASH => {
+                    node.nodepool_hash = Some(v.clone())
+                }
+                nodewright_core::well_known::ANNOTATION_NODECLASS_HASH => {
+                    node.nodeclass_hash = Some(v.clone())
+                }
                 _ => {}
             }
         }

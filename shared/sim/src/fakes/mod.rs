@@ -22,12 +22,13 @@ use nodewright_core::api::model::{
     CapacityReservationSelectorTerm, Ec2NodeClass, InstanceMatchCriteria, MetadataOptions,
     SelectorTerm, Taint,
 };
-use nodewright_core::catalog::{
-    CapacityType, Catalog, LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE,
-    LABEL_NODEPOOL, LABEL_REGION, LABEL_ZONE, Reservation, ReservationType,
-};
+use nodewright_core::catalog::{CapacityType, Catalog, Reservation, ReservationType};
 use nodewright_core::cluster::{Node, Pod, eviction_allowed};
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
+use nodewright_core::well_known::{
+    LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL,
+    LABEL_REGION, LABEL_ZONE,
+};
 
 use nodewright_engine::ports::{
     Clock, Cloud, CloudError, Cluster, ClusterError, ClusterEvent, ClusterState, Condition,

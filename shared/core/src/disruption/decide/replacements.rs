@@ -5,9 +5,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::catalog::{CapacityType, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE};
+use crate::catalog::CapacityType;
 use crate::provisioning::PlannedNodeClaim;
 use crate::scheduling::requirements::ValueSet;
+use crate::well_known::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE};
 
 use super::super::command::DisruptionInput;
 use super::super::speculate::Placement;

@@ -4,11 +4,12 @@
 //! topology domains it is in.
 
 use crate::api::model::Taint;
-use crate::catalog::{CapacityType, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_ZONE};
+use crate::catalog::CapacityType;
 use crate::cluster::HostPort;
 use crate::resources::Resources;
 use crate::scheduling::fast_hash::FastMap;
 use crate::scheduling::requirements::Requirements;
+use crate::well_known::{LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_ZONE};
 
 use super::Scheduler;
 use super::ids::{DomainId, DomainKeyId, EClassId, IdVec, InstanceTypeId, PodId, PoolId};

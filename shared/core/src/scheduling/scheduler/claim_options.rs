@@ -4,12 +4,13 @@
 
 use std::collections::HashSet;
 
-use crate::catalog::{
-    CapacityType, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL, LABEL_REGION, LABEL_ZONE,
-};
+use crate::catalog::CapacityType;
 use crate::cluster::HostPort;
 use crate::resources::Resources;
 use crate::scheduling::requirements::Requirements;
+use crate::well_known::{
+    LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL, LABEL_REGION, LABEL_ZONE,
+};
 
 use super::ids::{BinId, InstanceTypeId, PoolId};
 use super::offerings::{Offering, ReservationRequirements};

@@ -3,8 +3,9 @@
 //! them each pool could give a node. Hostname is not a domain key: its domains are the
 //! bins themselves.
 
-use crate::catalog::{CapacityType, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_ZONE};
+use crate::catalog::CapacityType;
 use crate::scheduling::topology::TopologyKey;
+use crate::well_known::{LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_ZONE};
 
 use super::Scheduler;
 use super::ids::{DomainId, DomainKeyId, IdVec, PoolId};

@@ -5,10 +5,11 @@
 
 use std::sync::Arc;
 
-use crate::catalog::{CapacityType, LABEL_HOSTNAME};
+use crate::catalog::CapacityType;
 use crate::resources::{Resources, WELL_KNOWN};
 use crate::scheduling::topology::TopologyKey;
 use crate::scheduling::unschedulable::{PoolRefusal, Refusal, Unschedulable};
+use crate::well_known::LABEL_HOSTNAME;
 
 use super::Scheduler;
 use super::bins::{Bin, Origin};

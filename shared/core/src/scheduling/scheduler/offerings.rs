@@ -4,15 +4,13 @@
 
 use std::sync::Arc;
 
-use crate::catalog::{
-    CapacityType, InstanceType, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_ZONE,
-    RESERVATION_LABELS, Reservation,
-};
+use crate::catalog::{CapacityType, InstanceType, RESERVATION_LABELS, Reservation};
 use crate::cluster::{HostPort, Pod};
 use crate::resources::Resources;
 use crate::scheduling::fast_hash::FastMap;
 use crate::scheduling::requirements::{Requirements, ValueSet};
 use crate::scheduling::unschedulable::Refusal;
+use crate::well_known::{LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_ZONE};
 
 use super::Scheduler;
 use super::ids::{DomainId, IdVec, InstanceTypeId, PoolId};

@@ -8,23 +8,21 @@
 //! adds its type's overlaid capacity, and so does an in-flight claim until its node
 //! reports its own.
 
+use crate::well_known::LABEL_NODECLAIM;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::api::model::{NodePool, Taint, TaintEffect};
-use crate::catalog::LABEL_NODEPOOL;
 use crate::cluster::{HostPort, Toleration};
 use crate::resources::Resources;
 use crate::scheduling::requirements::{Requirements, ValueSet};
 use crate::scheduling::unschedulable::Refusal;
+use crate::well_known::LABEL_NODEPOOL;
 
 use super::duals::DualPrices;
 use super::ids::{IdVec, InstanceTypeId, PoolId};
 use super::setup::PoolPrices;
 use super::{InFlightClaim, Scheduler};
-
-/// The label a node carries naming its NodeClaim (set at launch and at registration).
-const LABEL_NODECLAIM: &str = "karpenter.sh/nodeclaim";
 
 /// A DaemonSet that would run on a pool's nodes (taints and pool requirements allow
 /// it); whether it runs on a given type depends on that type's labels.

@@ -8,12 +8,13 @@
 use std::sync::Arc;
 
 use crate::api::model::{NodePool, TaintEffect};
-use crate::catalog::{
-    CapacityType, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL, LABEL_REGION, LABEL_ZONE,
-};
+use crate::catalog::CapacityType;
 use crate::cluster::Pod;
 use crate::resources::{CPU, MEMORY};
 use crate::scheduling::fast_hash::FastMap;
+use crate::well_known::{
+    LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL, LABEL_REGION, LABEL_ZONE,
+};
 
 use super::ids::{DomainId, IdVec, InstanceTypeId, PodId};
 use super::offerings::ct_index;

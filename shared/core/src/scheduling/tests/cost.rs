@@ -13,15 +13,15 @@ fn allowed_on_demand(pool: &NodePool) -> Vec<(crate::resources::Resources, f64)>
             let price = t.on_demand_price?;
             let mut l = t.labels.clone();
             l.insert(
-                crate::catalog::LABEL_CAPACITY_TYPE.into(),
+                crate::well_known::LABEL_CAPACITY_TYPE.into(),
                 "on-demand".into(),
             );
-            l.insert(crate::catalog::LABEL_NODEPOOL.into(), pool.name.clone());
+            l.insert(crate::well_known::LABEL_NODEPOOL.into(), pool.name.clone());
             Pricing::default()
                 .zones
                 .iter()
                 .any(|z| {
-                    l.insert(crate::catalog::LABEL_ZONE.into(), z.clone());
+                    l.insert(crate::well_known::LABEL_ZONE.into(), z.clone());
                     reqs.matches_labels(&l)
                 })
                 .then(|| (t.allocatable.clone(), price))

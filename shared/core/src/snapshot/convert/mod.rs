@@ -4,6 +4,7 @@
 //! This file holds the field conversions several kinds share (quantities, node
 //! requirements, label selectors, taint effects, times, annotations).
 
+use crate::well_known::ANNOTATION_DO_NOT_DISRUPT;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1 as core;
@@ -23,7 +24,7 @@ mod workload;
 
 pub use node::node_from_k8s;
 pub use pdb::pdb_from_k8s;
-pub use pod::{HOSTNAME_LABEL, daemonset_from_k8s, pod_from_k8s};
+pub use pod::{daemonset_from_k8s, pod_from_k8s};
 pub use storage::{csi_node_from_k8s, pv_from_k8s, pvc_from_k8s, storage_class_from_k8s};
 pub use workload::{
     chunk_pod, controller_selector, deployment_from_k8s, replicaset_from_k8s, replicaset_selector,
@@ -154,11 +155,11 @@ fn unix(t: &meta::Time) -> i64 {
     t.0.as_second()
 }
 
-const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
-
 /// `karpenter.sh/do-not-disrupt: "true"`.
 fn do_not_disrupt(annotations: &BTreeMap<String, String>) -> bool {
-    annotations.get(DO_NOT_DISRUPT).is_some_and(|v| v == "true")
+    annotations
+        .get(ANNOTATION_DO_NOT_DISRUPT)
+        .is_some_and(|v| v == "true")
 }
 
 /// What a pod's `karpenter.sh/do-not-disrupt` says when it is not `"true"`: a
@@ -167,7 +168,7 @@ fn do_not_disrupt(annotations: &BTreeMap<String, String>) -> bool {
 fn do_not_disrupt_duration(
     annotations: &BTreeMap<String, String>,
 ) -> Option<Result<i64, (String, String)>> {
-    let value = annotations.get(DO_NOT_DISRUPT)?;
+    let value = annotations.get(ANNOTATION_DO_NOT_DISRUPT)?;
     if value == "true" {
         return None;
     }
@@ -267,7 +268,7 @@ mod annotation_tests {
     use super::*;
 
     fn annotated(value: &str) -> BTreeMap<String, String> {
-        BTreeMap::from([(DO_NOT_DISRUPT.to_string(), value.to_string())])
+        BTreeMap::from([(ANNOTATION_DO_NOT_DISRUPT.to_string(), value.to_string())])
     }
 
     #[test]

@@ -71,7 +71,7 @@ pub fn node_from_k8s(node: &core::Node) -> Result<Node, SnapshotError> {
     if let Some(annotations) = &meta.annotations {
         out.do_not_disrupt = do_not_disrupt(annotations);
         out.do_not_repair = annotations
-            .get(crate::repair::ANNOTATION_DO_NOT_REPAIR)
+            .get(crate::well_known::ANNOTATION_DO_NOT_REPAIR)
             .is_some_and(|v| v == "true");
         // Only hashes nodewright wrote are comparable: Karpenter's (another version)
         // hash other fields another way.
@@ -79,11 +79,15 @@ pub fn node_from_k8s(node: &core::Node) -> Result<Node, SnapshotError> {
         let ours = |version: &str| {
             annotations.get(version).map(String::as_str) == Some(hash::HASH_VERSION)
         };
-        if ours(hash::ANNOTATION_NODEPOOL_HASH_VERSION) {
-            out.nodepool_hash = annotations.get(hash::ANNOTATION_NODEPOOL_HASH).cloned();
+        if ours(crate::well_known::ANNOTATION_NODEPOOL_HASH_VERSION) {
+            out.nodepool_hash = annotations
+                .get(crate::well_known::ANNOTATION_NODEPOOL_HASH)
+                .cloned();
         }
-        if ours(hash::ANNOTATION_NODECLASS_HASH_VERSION) {
-            out.nodeclass_hash = annotations.get(hash::ANNOTATION_NODECLASS_HASH).cloned();
+        if ours(crate::well_known::ANNOTATION_NODECLASS_HASH_VERSION) {
+            out.nodeclass_hash = annotations
+                .get(crate::well_known::ANNOTATION_NODECLASS_HASH)
+                .cloned();
         }
     }
     out.name = name;

@@ -2,6 +2,7 @@
 //! requests as kube-scheduler counts them, node selection, tolerations, host ports,
 //! topology spread and pod (anti-)affinity.
 
+use crate::well_known::LABEL_HOSTNAME;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1 as apps;
@@ -20,9 +21,6 @@ use crate::cluster::{
 use crate::resources::Resources;
 use crate::snapshot::error::{ContainerRef, Result, SnapshotError};
 use crate::volumes::PodClaim;
-
-/// The label a `matchFields` requirement on `metadata.name` is translated to.
-pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
 const TOLERATION_OPERATORS: &str = "Equal, Exists";
 
@@ -49,7 +47,7 @@ struct PodCtx<'a> {
 /// containers (they request nothing).
 ///
 /// Required node affinity `matchFields` on `metadata.name` (how DaemonSet pods are pinned)
-/// become requirements on [`HOSTNAME_LABEL`]: on EKS a node's hostname label is its name,
+/// become requirements on [`LABEL_HOSTNAME`]: on EKS a node's hostname label is its name,
 /// and a new node can never satisfy it, which is right for a pod pinned to one node.
 /// Pod (anti-)affinity terms with no `namespaces` get the pod's namespace filled in;
 /// `namespaceSelector` is not supported and is ignored (see [`PodAffinityTerm`]).
@@ -203,7 +201,7 @@ fn convert_pod_spec(ctx: &PodCtx<'_>, spec: &core::PodSpec) -> Result<Pod> {
                 // Only empty terms: the pod fits no node. `In` with no values is a
                 // requirement no node satisfies, so consumers need no special case.
                 pod.required_node_terms.push(vec![NodeRequirement {
-                    key: HOSTNAME_LABEL.to_string(),
+                    key: LABEL_HOSTNAME.to_string(),
                     operator: Operator::In,
                     values: Vec::new(),
                     min_values: None,
@@ -417,7 +415,7 @@ fn node_selector_term(
                 expected: "\"metadata.name\", the only field node selectors support".to_string(),
             });
         }
-        out.push(node_requirement(&ctx.object, &p, r, HOSTNAME_LABEL)?);
+        out.push(node_requirement(&ctx.object, &p, r, LABEL_HOSTNAME)?);
     }
     Ok(out)
 }

@@ -3,6 +3,7 @@
 //! CSINodes with the PVs' drivers for how many volumes a node attaches
 //! ([`crate::volume_limits`]).
 
+use crate::well_known::ANNOTATION_BIND_COMPLETED;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::storage::v1 as storage;
 
@@ -11,9 +12,6 @@ use crate::api::model::{NodeRequirement, Operator};
 use crate::snapshot::error::SnapshotError;
 use crate::volume_limits::{CsiNode, EBS_CSI_DRIVER, Published};
 use crate::volumes::{PersistentVolume, StorageClass, VolumeClaim};
-
-/// The annotation the PV controller sets once a claim is bound to its volume.
-const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
 
 /// Converts a PersistentVolumeClaim (nothing in it can be malformed for our purposes).
 pub fn pvc_from_k8s(pvc: &core::PersistentVolumeClaim) -> VolumeClaim {
@@ -33,7 +31,7 @@ pub fn pvc_from_k8s(pvc: &core::PersistentVolumeClaim) -> VolumeClaim {
             .metadata
             .annotations
             .as_ref()
-            .is_some_and(|a| a.contains_key(BIND_COMPLETED)),
+            .is_some_and(|a| a.contains_key(ANNOTATION_BIND_COMPLETED)),
     }
 }
 

@@ -10,7 +10,7 @@ use crate::cluster::{
     TopologySpreadConstraint, WhenUnsatisfiable,
 };
 use crate::resources::QuantityError;
-use crate::snapshot::HOSTNAME_LABEL;
+use crate::well_known::LABEL_HOSTNAME;
 
 // --- pods: pending -----------------------------------------------------------------
 
@@ -307,7 +307,7 @@ fn node_selector_affinity_spread_and_tolerations_are_converted() {
                 req("node.kubernetes.io/exclude", Operator::DoesNotExist, &[]),
             ],
             vec![req(
-                HOSTNAME_LABEL,
+                LABEL_HOSTNAME,
                 Operator::In,
                 &["ip-10-0-0-1.ec2.internal"]
             )],

@@ -37,6 +37,13 @@ use crate::mirror::{Mirror, Seen, mirror_of};
 use crate::view::{self, ClusterView, Crd, NODE_CLAIMS, NODE_CLASSES, NODE_POOLS, crd_of};
 use crate::watch::{Key, MISSING_KIND_RETRY, Read, Watched};
 
+mod mirror_writes;
+mod validate;
+
+pub use mirror_writes::MIRROR_WRITES_PER_PASS;
+use mirror_writes::MirrorMemory;
+use validate::validate_karpenter;
+
 /// Objects per page when listing (`limit`); the API server's own cap is 500 by default
 /// for kubectl and unbounded for clients, large lists are cheaper for it in pages.
 pub const PAGE_SIZE: u32 = 500;
@@ -79,24 +86,6 @@ pub struct KubeCluster {
     /// Read Services and controllers' selectors (a scheduler configuration gives pods
     /// default topology spread constraints).
     default_spread: bool,
-}
-
-/// Mirror objects (NodeClaims) one pass writes at most: a create is two requests (the
-/// object, then its status), so 150 take up to 15 s at the client's 20 requests a
-/// second. A larger backlog is written by the next ticks, not past the deadline.
-pub const MIRROR_WRITES_PER_PASS: usize = 150;
-
-/// The mirrors as this process last wrote them, and the warnings already given.
-#[derive(Default)]
-struct MirrorMemory {
-    written: Mutex<HashMap<String, Mirror>>,
-    warned_foreign: Mutex<HashSet<String>>,
-}
-
-impl MirrorMemory {
-    fn written(&self) -> std::sync::MutexGuard<'_, HashMap<String, Mirror>> {
-        self.written.lock().unwrap_or_else(|e| e.into_inner())
-    }
 }
 
 impl KubeCluster {
@@ -286,119 +275,14 @@ impl KubeCluster {
 
     /// Whether [`Self::write_mirror`] would write `want`: missing, or ours and reading
     /// otherwise (as this process last wrote it, else as the watch delivered it).
-    fn mirror_is_stale(&self, seen: Option<&Seen>, want: &Mirror) -> bool {
-        let Some(seen) = seen else {
-            return true;
-        };
-        let last = self.mirrors.written().get(&want.name).cloned();
-        seen.ours && last.as_ref().or(seen.mirror.as_ref()) != Some(want)
-    }
 
     /// Writes one claim's mirror if it does not read as `want` (see `mirror_claims`).
-    async fn write_mirror(
-        &self,
-        watched: &Watched<DynamicObject, Seen>,
-        seen: Option<&Seen>,
-        want: &Mirror,
-        report: &mut MirrorReport,
-    ) -> Result<(), ClusterError> {
-        let api = self.crd_api(&NODE_CLAIMS);
-        let name = want.name.as_str();
-        let doing = |what: &str| format!("{what} the NodeClaim mirror {name:?}");
-        let last = self.mirrors.written().get(name).cloned();
-        let Some(seen) = seen else {
-            return self.create_mirror(watched, want, report).await;
-        };
-        if !seen.ours {
-            report.foreign.push(name.to_string());
-            let first = lock(&self.mirrors.warned_foreign).insert(name.to_string());
-            if first {
-                warn!(
-                    nodeclaim = name,
-                    "a NodeClaim of this claim's name exists that nodewright does not manage (Karpenter's?); leaving it alone, not mirroring the claim"
-                );
-            }
-            return Ok(());
-        }
-        // What the object reads as: as last written by this process, or (after a cold
-        // start) as the watch delivered it.
-        let current = last.as_ref().or(seen.mirror.as_ref());
-        if current == Some(want) {
-            self.mirrors
-                .written()
-                .insert(name.to_string(), want.clone());
-            return Ok(());
-        }
-        if seen.mirror.as_ref().map(|m| &m.spec) != Some(&want.spec) {
-            // The spec is immutable (the CRD refuses changes): delete and create again.
-            match api.delete(name, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(e) if classify(&e) == ErrorKind::NotFound => {}
-                Err(e) => return Err(cluster_error(doing("deleting"), e)),
-            }
-            watched.view.deleted(&(String::new(), name.to_string()));
-            self.mirrors.written().remove(name);
-            self.create_mirror(watched, want, report).await?;
-            if let Some(created) = report.created.pop() {
-                report.updated.push(created);
-            }
-            return Ok(());
-        }
-        let params = strict();
-        if current.is_none_or(|c| c.labels != want.labels || c.annotations != want.annotations) {
-            let answer = api
-                .patch(name, &params, &Patch::Merge(&want.metadata_patch(current)))
-                .await
-                .map_err(|e| cluster_error(doing("labelling"), e))?;
-            watched.view.wrote(&answer, view::as_seen_mirror);
-        }
-        if current.is_none_or(|c| c.status != want.status) {
-            let answer = api
-                .patch_status(name, &params, &Patch::Merge(&want.status_patch()))
-                .await
-                .map_err(|e| cluster_error(doing("writing the status of"), e))?;
-            watched.view.wrote(&answer, view::as_seen_mirror);
-        }
-        self.mirrors
-            .written()
-            .insert(name.to_string(), want.clone());
-        report.updated.push(name.to_string());
-        Ok(())
-    }
 
     /// Creates a mirror, then writes its status through `/status` (a create drops it).
-    async fn create_mirror(
-        &self,
-        watched: &Watched<DynamicObject, Seen>,
-        want: &Mirror,
-        report: &mut MirrorReport,
-    ) -> Result<(), ClusterError> {
-        let api = self.crd_api(&NODE_CLAIMS);
-        let name = want.name.as_str();
-        let doing = |what: &str| format!("{what} the NodeClaim mirror {name:?}");
-        let object: DynamicObject = serde_json::from_value(want.object())
-            .map_err(|e| ClusterError::with_source(ErrorKind::Invalid, doing("building"), e))?;
-        match create_strict::<_, DynamicObject>(&self.client, api.resource_url(), &object).await {
-            Ok(created) => watched.view.wrote(&created, view::as_seen_mirror),
-            // Created since the view last heard (its watch will say): the next tick
-            // compares it.
-            Err(e) if classify(&e) == ErrorKind::Conflict => return Ok(()),
-            Err(e) => return Err(cluster_error(doing("creating"), e)),
-        }
-        let answer = api
-            .patch_status(name, &strict(), &Patch::Merge(&want.status_patch()))
-            .await
-            .map_err(|e| cluster_error(doing("writing the status of"), e))?;
-        watched.view.wrote(&answer, view::as_seen_mirror);
-        self.mirrors
-            .written()
-            .insert(name.to_string(), want.clone());
-        report.created.push(name.to_string());
-        Ok(())
-    }
 
     /// The `fields` of a status write that the server refuses, each tried alone with
     /// `dryRun=All` under strict validation (nothing is written).
+
     async fn refused_fields(
         &self,
         api: &Api<DynamicObject>,
@@ -478,114 +362,6 @@ fn warn_invalid(problems: &[String], what: &str) {
     for problem in problems {
         warn!(problem = %problem, "skipped a {what} read from the cluster");
     }
-}
-
-/// Validates NodePools and EC2NodeClasses so that one bad object costs only itself:
-/// each EC2NodeClass alone, then each NodePool together with the valid EC2NodeClasses
-/// (a NodePool whose class is invalid is invalid too: it could not launch anything).
-/// Every problem goes to `invalid`, formatted `NodePool "x": path: message`, and each
-/// invalid object (by kind and name) to `invalid_objects`.
-fn validate_karpenter(
-    pools: Vec<Value>,
-    classes: Vec<Value>,
-    invalid: &mut Vec<String>,
-    invalid_objects: &mut Vec<InvalidObject>,
-) -> api::Manifests {
-    let mut manifests = api::Manifests::default();
-    let document = |source: &str, index: usize, value: Value| Document {
-        source: source.to_string(),
-        index,
-        value,
-    };
-    let name_of = |value: &Value| {
-        value
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-    };
-    let listed_classes: Vec<String> = classes.iter().filter_map(name_of).collect();
-    let mut valid_class_docs = Vec::new();
-    for (index, value) in classes.into_iter().enumerate() {
-        let name = name_of(&value);
-        let doc = document("cluster ec2nodeclasses", index, value);
-        match api::validate(std::slice::from_ref(&doc)) {
-            Ok(valid) => {
-                manifests.node_classes.extend(valid.node_classes);
-                valid_class_docs.push(doc);
-            }
-            Err(problems) => {
-                invalid.extend(problems.iter().map(ToString::to_string));
-                if let Some(name) = name {
-                    invalid_objects.push(InvalidObject {
-                        kind: ObjectKind::Ec2NodeClass,
-                        name,
-                        why: Invalidity::Spec {
-                            message: spec_message(&problems),
-                        },
-                    });
-                }
-            }
-        }
-    }
-    for (index, value) in pools.into_iter().enumerate() {
-        let name = name_of(&value);
-        let class = value
-            .pointer(NODE_CLASS_REF_NAME_POINTER)
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        let mut docs = Vec::with_capacity(valid_class_docs.len() + 1);
-        docs.push(document("cluster nodepools", index, value));
-        docs.extend(valid_class_docs.iter().cloned());
-        match api::validate(&docs) {
-            Ok(valid) => manifests.node_pools.extend(valid.node_pools),
-            Err(problems) => {
-                invalid.extend(problems.iter().map(ToString::to_string));
-                let Some(name) = name else { continue };
-                // Valid but for the class it names: say which way the class is wrong.
-                let only_the_class_ref = problems.len() == 1
-                    && problems[0].path == NODE_CLASS_REF_NAME_PATH
-                    && class.is_some();
-                let why = match class {
-                    Some(node_class) if only_the_class_ref => {
-                        if listed_classes.contains(&node_class) {
-                            Invalidity::NodeClassInvalid { node_class }
-                        } else {
-                            Invalidity::NodeClassNotFound { node_class }
-                        }
-                    }
-                    _ => Invalidity::Spec {
-                        message: spec_message(&problems),
-                    },
-                };
-                invalid_objects.push(InvalidObject {
-                    kind: ObjectKind::NodePool,
-                    name,
-                    why,
-                });
-            }
-        }
-    }
-    manifests
-}
-
-/// Where a NodePool names its EC2NodeClass, as core's validation reports the path and
-/// as JSON.
-const NODE_CLASS_REF_NAME_PATH: &str = "spec.template.spec.nodeClassRef.name";
-const NODE_CLASS_REF_NAME_POINTER: &str = "/spec/template/spec/nodeClassRef/name";
-
-/// "path: message; path: message" (the object is implied: the message goes on it).
-fn spec_message(problems: &[api::Problem]) -> String {
-    problems
-        .iter()
-        .map(|p| {
-            if p.path.is_empty() {
-                p.message.clone()
-            } else {
-                format!("{}: {}", p.path, p.message)
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 /// `status.conditions` after setting `wanted` at `at` (RFC 3339): a condition of the
@@ -1261,71 +1037,7 @@ impl Cluster for KubeCluster {
     /// delivered). Objects without nodewright's `managed-by` label are never touched.
     /// Without the CRD, nothing is mirrored (one warning per process).
     async fn mirror_claims(&self, claims: &[NodeClaim]) -> Result<MirrorReport, ClusterError> {
-        let view = self.view().await;
-        let watched = view.node_claims();
-        view.catch_up().await;
-        let read = watched.read().await?;
-        let mut report = MirrorReport::default();
-        if read.missing {
-            // The watch said so, once (see `watch`).
-            report.skipped = Some(crd_missing(&NODE_CLAIMS));
-            return Ok(report);
-        }
-        let seen: HashMap<String, Seen> = read
-            .objects
-            .into_iter()
-            .map(|s| (s.name.clone(), s))
-            .collect();
-        let wanted: BTreeMap<String, Mirror> = claims
-            .iter()
-            .filter_map(mirror_of)
-            .map(|m| (m.name.clone(), m))
-            .collect();
-        let mut failed: Option<ClusterError> = None;
-        let api = self.crd_api(&NODE_CLAIMS);
-        let mut doomed: Vec<&String> = seen
-            .iter()
-            .filter(|(name, s)| s.ours && !wanted.contains_key(*name))
-            .map(|(name, _)| name)
-            .collect();
-        doomed.sort();
-        for name in doomed {
-            if report.writes() >= self.mirror_writes {
-                report.deferred += 1;
-                continue;
-            }
-            match api.delete(name, &DeleteParams::default()).await {
-                Ok(_) => report.deleted.push(name.clone()),
-                Err(e) if classify(&e) == ErrorKind::NotFound => {}
-                Err(e) => {
-                    failed.get_or_insert(cluster_error(
-                        format!("deleting the NodeClaim mirror {name:?}"),
-                        e,
-                    ));
-                    continue;
-                }
-            }
-            watched.view.deleted(&(String::new(), name.clone()));
-            self.mirrors.written().remove(name);
-        }
-        for want in wanted.values() {
-            if report.writes() >= self.mirror_writes {
-                if self.mirror_is_stale(seen.get(&want.name), want) {
-                    report.deferred += 1;
-                }
-                continue;
-            }
-            if let Err(e) = self
-                .write_mirror(watched, seen.get(&want.name), want, &mut report)
-                .await
-            {
-                failed.get_or_insert(e);
-            }
-        }
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(report),
-        }
+        self.write_mirrors(claims).await
     }
 
     async fn kubernetes_version(&self) -> Result<String, ClusterError> {
