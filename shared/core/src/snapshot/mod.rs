@@ -40,6 +40,7 @@ mod convert;
 mod error;
 mod fast;
 mod kind;
+mod lean_pod;
 mod reader;
 #[cfg(test)]
 mod tests;
@@ -51,7 +52,7 @@ pub use convert::{
     statefulset_from_k8s, statefulset_selector, storage_class_from_k8s,
 };
 pub use error::{ContainerRef, SnapshotError};
-pub use fast::LeanPod;
+pub use lean_pod::LeanPod;
 
 use reader::{ListReader, finish, read_list};
 
