@@ -48,6 +48,11 @@ use super::queue::{QueueConfig, SqsQueue};
 use super::rng::Rng;
 use super::workload::{Deployment, daemonset_pods, scale};
 
+mod observer;
+
+use observer::Observations;
+pub use observer::{BudgetViolation, Disrupted, Lifetime, PodWait, UnneededLaunch};
+
 /// How the world behaves.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorldConfig {
@@ -89,65 +94,8 @@ impl Default for WorldConfig {
     }
 }
 
-/// A PodDisruptionBudget found with fewer healthy pods than it requires.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BudgetViolation {
-    pub at: i64,
-    pub budget: String,
-    pub allowed: i64,
-}
-
-/// How long one pod waited from pending to bound.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodWait {
-    pub pod: String,
-    pub since: i64,
-    pub bound_at: i64,
-}
-
-impl PodWait {
-    pub fn seconds(&self) -> i64 {
-        self.bound_at - self.since
-    }
-}
-
-/// One instance from its launch to its end, as billed.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Lifetime {
-    pub instance: String,
-    pub instance_type: String,
-    pub zone: String,
-    pub capacity_type: CapacityType,
-    pub price_per_hour: f64,
-    pub launched_at: i64,
-    /// When it was seen terminated; `None` while it runs.
-    pub ended_at: Option<i64>,
-}
-
-/// How a disrupted claim went away, as the observer saw it (to the second).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Disrupted {
-    pub claim: String,
-    pub instance: Option<String>,
-    pub cause: DisruptionCause,
-    /// When the claim was disrupted (its `disruption.since`).
-    pub since: i64,
-    pub deadline: Option<i64>,
-    pub draining_at: Option<i64>,
-    /// The node was empty (the claim reached Terminating).
-    pub drained_at: Option<i64>,
-    pub terminated_at: Option<i64>,
-}
-
-/// A launch whose pods had capacity already.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UnneededLaunch {
-    pub claim: String,
-    pub at: i64,
-    /// Why: where its pods fitted.
-    pub reason: String,
-}
-
+/// The world's own bookkeeping between steps (what its kubelets, EC2 and controllers
+/// remember), and what the observer recorded.
 #[derive(Default)]
 struct Observed {
     /// Instances whose node registered.
@@ -161,36 +109,19 @@ struct Observed {
     /// The last look at the claims found one on its way somewhere.
     claims_in_motion: bool,
     pending_since: HashMap<String, i64>,
-    waits: Vec<PodWait>,
     /// Instance → when EC2 takes it (after a notice).
     deaths: BTreeMap<String, i64>,
     /// Instance → when its stop completes.
     stopping: BTreeMap<String, i64>,
-    died: Vec<String>,
-    violations: Vec<BudgetViolation>,
-    lost_pods: Vec<String>,
-    killed_pods: Vec<String>,
-    /// (instance, when) of every stop without notice.
-    stops: Vec<(String, i64)>,
-    orphaned_pods: Vec<String>,
     /// Last state seen per instance.
     states: HashMap<String, String>,
-    lifetimes: BTreeMap<String, Lifetime>,
-    claims_seen: HashSet<String>,
-    disrupted: BTreeMap<String, Disrupted>,
-    unneeded: Vec<UnneededLaunch>,
-    log: Vec<(i64, String)>,
-    /// What a chart marks (disturbances, Deployments scaled): (when, short label).
-    marks: Vec<(i64, String)>,
     /// Replica count last logged per Deployment.
     replicas: HashMap<String, u32>,
     /// Instances not terminated, with their states, as of the last step.
     live: Vec<Instance>,
-    /// (instances, $/h) billed as of the last step.
-    billed: (usize, f64),
-    /// Pods left pending by the last step.
-    pending: usize,
     next_pod: u64,
+    /// What the observer saw ([`observer`]).
+    seen: Observations,
 }
 
 pub struct World {
@@ -313,18 +244,18 @@ impl World {
     /// A line for the timeline.
     pub fn log(&self, message: impl Into<String>) {
         let now = self.now();
-        lock(&self.observed).log.push((now, message.into()));
+        lock(&self.observed).seen.log.push((now, message.into()));
     }
 
     /// A moment worth marking on a chart, with a short label ("spot interruption").
     pub fn mark(&self, label: impl Into<String>) {
         let now = self.now();
-        lock(&self.observed).marks.push((now, label.into()));
+        lock(&self.observed).seen.marks.push((now, label.into()));
     }
 
     /// The marks so far: (when, label), in order.
     pub fn marks(&self) -> Vec<(i64, String)> {
-        lock(&self.observed).marks.clone()
+        lock(&self.observed).seen.marks.clone()
     }
 
     /// EC2 takes `instance` at `at`, whatever state its drain is in (it was told).
@@ -340,9 +271,10 @@ impl World {
         let killed = self.lose_node_of(instance);
         let mut o = lock(&self.observed);
         o.stopping.insert(instance.to_string(), done);
-        o.stops
+        o.seen
+            .stops
             .push((instance.to_string(), done - secs(self.config.stop_after)));
-        o.killed_pods.extend(killed);
+        o.seen.killed_pods.extend(killed);
     }
 
     /// The kubelet of `node` stops reporting (the instance keeps running): after its
@@ -406,7 +338,9 @@ impl World {
             let mut o = lock(&self.observed);
             o.rebooting.insert(node.clone(), back);
             o.reboots += 1;
-            o.log.push((now, format!("{node} ({instance}) rebooting")));
+            o.seen
+                .log
+                .push((now, format!("{node} ({instance}) rebooting")));
         }
         let back: Vec<String> = {
             let mut o = lock(&self.observed);
@@ -581,9 +515,11 @@ impl World {
             any = true;
             let lost = self.lose_node_of(&id);
             let mut o = lock(&self.observed);
-            o.died.push(id.clone());
-            o.lost_pods.extend(lost);
-            o.log.push((now, format!("EC2 took {id} at its deadline")));
+            o.seen.died.push(id.clone());
+            o.seen.lost_pods.extend(lost);
+            o.seen
+                .log
+                .push((now, format!("EC2 took {id} at its deadline")));
         }
         any
     }
@@ -651,16 +587,17 @@ impl World {
             .collect();
         for id in gone {
             let previous = o.states.insert(id.clone(), "terminated".into());
-            if let Some(l) = o.lifetimes.get_mut(&id) {
+            if let Some(l) = o.seen.lifetimes.get_mut(&id) {
                 l.ended_at.get_or_insert(now);
             }
-            if !o.died.contains(&id) {
+            if !o.seen.died.contains(&id) {
                 let what = o
+                    .seen
                     .lifetimes
                     .get(&id)
                     .map(|l| l.instance_type.clone())
                     .unwrap_or_default();
-                o.log.push((now, format!("{id} ({what}) terminated")));
+                o.seen.log.push((now, format!("{id} ({what}) terminated")));
             }
             // EC2 passes through shutting-down; the rule forwards both.
             if previous.as_deref() != Some("shutting-down") {
@@ -673,7 +610,7 @@ impl World {
             if previous.is_none() {
                 launched = true;
                 let price = self.cloud.instance(&i.id).map_or(0.0, |fi| fi.price);
-                o.lifetimes.insert(
+                o.seen.lifetimes.insert(
                     i.id.clone(),
                     Lifetime {
                         instance: i.id.clone(),
@@ -699,12 +636,16 @@ impl World {
                 ));
             }
         }
-        o.billed =
+        o.seen.billed =
             current
                 .iter()
                 .filter(|i| i.state != "stopped")
                 .fold((0, 0.0), |(n, price), i| {
-                    let p = o.lifetimes.get(&i.id).map_or(0.0, |l| l.price_per_hour);
+                    let p = o
+                        .seen
+                        .lifetimes
+                        .get(&i.id)
+                        .map_or(0.0, |l| l.price_per_hour);
                     (n + 1, price + p)
                 });
         o.live = current;
@@ -831,7 +772,7 @@ impl World {
                 let mut o = lock(&self.observed);
                 o.next_pod += 1;
                 again.name = replacement_pod_name(&p.name, &pod_suffix(o.next_pod));
-                o.orphaned_pods.push(p.key());
+                o.seen.orphaned_pods.push(p.key());
                 created.push(again);
             }
         }
@@ -841,108 +782,6 @@ impl World {
         }
         state.pods.extend(created);
         state.pods.extend(daemons);
-    }
-
-    /// Claims' progress, and whether each new launch was needed (before the binder
-    /// runs: what fits a Ready node now would be bound by it this very step).
-    fn observe_claims(&self, now: i64, state: &ClusterState, claims: &[NodeClaim]) {
-        let mut o = lock(&self.observed);
-        let fresh: Vec<&NodeClaim> = claims
-            .iter()
-            .filter(|c| !o.claims_seen.contains(&c.name))
-            .collect();
-        if !fresh.is_empty() {
-            let pending: HashMap<String, &Pod> = state
-                .pods
-                .iter()
-                .filter(|p| p.is_pending())
-                .map(|p| (p.key(), p))
-                .collect();
-            for claim in &fresh {
-                let nominated_elsewhere: HashSet<&String> = claims
-                    .iter()
-                    .filter(|c| {
-                        c.name != claim.name
-                            && c.created_at <= claim.created_at
-                            && matches!(
-                                c.state,
-                                ClaimState::Launching
-                                    | ClaimState::Launched
-                                    | ClaimState::Registered
-                            )
-                    })
-                    .flat_map(|c| c.pods.iter())
-                    .collect();
-                let waiting = self.as_scheduled(
-                    state,
-                    claim
-                        .pods
-                        .iter()
-                        .filter_map(|k| pending.get(k).copied())
-                        .collect(),
-                );
-                if waiting.is_empty() || claim.state == ClaimState::LaunchFailed {
-                    continue;
-                }
-                let mut binder = Binder::new(state);
-                let mut placed = Vec::new();
-                let all_had_room = waiting.iter().all(|p| {
-                    if nominated_elsewhere.contains(&p.key()) {
-                        placed.push(format!("{} (nominated to another claim)", p.key()));
-                        true
-                    } else if let Some(node) = binder.place(p) {
-                        placed.push(format!("{} → {node}", p.key()));
-                        true
-                    } else {
-                        false
-                    }
-                });
-                if all_had_room {
-                    o.unneeded.push(UnneededLaunch {
-                        claim: claim.name.clone(),
-                        at: claim.created_at,
-                        reason: placed.join(", "),
-                    });
-                }
-            }
-            for claim in fresh {
-                o.claims_seen.insert(claim.name.clone());
-            }
-        }
-        for c in claims {
-            let Some(d) = &c.disruption else { continue };
-            let entry = o
-                .disrupted
-                .entry(c.name.clone())
-                .or_insert_with(|| Disrupted {
-                    claim: c.name.clone(),
-                    instance: c.instance_id.clone(),
-                    cause: d.cause,
-                    since: d.since,
-                    deadline: d.deadline,
-                    draining_at: None,
-                    drained_at: None,
-                    terminated_at: None,
-                });
-            // An escalation changes the cause and deadline of the disruption under way.
-            entry.cause = d.cause;
-            entry.deadline = d.deadline;
-            match c.state {
-                ClaimState::Draining => {
-                    entry.draining_at.get_or_insert(now);
-                }
-                ClaimState::Terminating => {
-                    entry.draining_at.get_or_insert(now);
-                    entry.drained_at.get_or_insert(now);
-                }
-                ClaimState::Terminated => {
-                    entry.draining_at.get_or_insert(c.updated_at);
-                    entry.drained_at.get_or_insert(c.updated_at);
-                    entry.terminated_at.get_or_insert(c.updated_at);
-                }
-                _ => {}
-            }
-        }
     }
 
     /// `pods` as kube-scheduler schedules them: those without topology spread
@@ -968,7 +807,7 @@ impl World {
         let mut o = lock(&self.observed);
         if pending.is_empty() {
             o.pending_since.clear();
-            o.pending = 0;
+            o.seen.pending = 0;
             return;
         }
         let live: HashSet<String> = pending.iter().map(|&i| state.pods[i].key()).collect();
@@ -989,7 +828,7 @@ impl World {
                 let since = *o.pending_since.entry(key.clone()).or_insert(now);
                 if let Some(node) = binder.place(pod) {
                     o.pending_since.remove(&key);
-                    o.waits.push(PodWait {
+                    o.seen.waits.push(PodWait {
                         pod: key,
                         since,
                         bound_at: now,
@@ -998,7 +837,7 @@ impl World {
                 }
             }
         }
-        o.pending = pending.len() - bindings.len();
+        o.seen.pending = pending.len() - bindings.len();
         for &i in &pending {
             state.pods[i].marked_unschedulable = true;
         }
@@ -1006,127 +845,6 @@ impl World {
             state.pods[i].node_name = Some(node);
             state.pods[i].marked_unschedulable = false;
         }
-    }
-
-    fn observe_budgets(&self, now: i64, died_now: bool, state: &ClusterState) {
-        if died_now {
-            return;
-        }
-        for pdb in &state.pdbs {
-            let allowed = pdb.disruptions_allowed(state.pods.iter());
-            if allowed < 0 {
-                lock(&self.observed).violations.push(BudgetViolation {
-                    at: now,
-                    budget: format!("{}/{}", pdb.namespace, pdb.name),
-                    allowed,
-                });
-            }
-        }
-    }
-
-    /// (pod, seconds it waited from pending to bound), in binding order.
-    pub fn waits(&self) -> Vec<(String, i64)> {
-        lock(&self.observed)
-            .waits
-            .iter()
-            .map(|w| (w.pod.clone(), w.seconds()))
-            .collect()
-    }
-
-    /// Every wait from pending to bound, in binding order.
-    pub fn pod_waits(&self) -> Vec<PodWait> {
-        lock(&self.observed).waits.clone()
-    }
-
-    /// Pods pending now, with how long they have waited.
-    pub fn still_pending(&self) -> Vec<(String, i64)> {
-        let now = self.now();
-        let o = lock(&self.observed);
-        let mut out: Vec<(String, i64)> = self
-            .cluster
-            .snapshot()
-            .pods
-            .iter()
-            .filter(|p| p.is_pending())
-            .map(|p| {
-                let key = p.key();
-                let since = o.pending_since.get(&key).copied().unwrap_or(now);
-                (key, now - since)
-            })
-            .collect();
-        out.sort();
-        out
-    }
-
-    pub fn budget_violations(&self) -> Vec<BudgetViolation> {
-        lock(&self.observed).violations.clone()
-    }
-
-    /// Instances EC2 reclaimed at their deadline (not terminated by nodewright).
-    pub fn reclaimed(&self) -> Vec<String> {
-        lock(&self.observed).died.clone()
-    }
-
-    /// Pods lost with an instance EC2 took at a deadline it had announced (they were
-    /// not drained in time). DaemonSet pods are not counted.
-    pub fn lost_pods(&self) -> Vec<String> {
-        lock(&self.observed).lost_pods.clone()
-    }
-
-    /// Pods that died with an instance stopped without notice (nothing could drain
-    /// them).
-    pub fn killed_pods(&self) -> Vec<String> {
-        lock(&self.observed).killed_pods.clone()
-    }
-
-    /// (instance, when) of every stop without notice.
-    pub fn stops(&self) -> Vec<(String, i64)> {
-        lock(&self.observed).stops.clone()
-    }
-
-    /// Pods found bound to a node that no longer existed (a node deleted under them).
-    pub fn orphaned_pods(&self) -> Vec<String> {
-        lock(&self.observed).orphaned_pods.clone()
-    }
-
-    /// Every instance ever launched, with its price and how long it ran.
-    pub fn lifetimes(&self) -> Vec<Lifetime> {
-        lock(&self.observed).lifetimes.values().cloned().collect()
-    }
-
-    /// Every claim disrupted so far and how far it got.
-    pub fn disruptions(&self) -> Vec<Disrupted> {
-        lock(&self.observed).disrupted.values().cloned().collect()
-    }
-
-    /// Launches whose pods all had capacity when they were made.
-    pub fn unneeded_launches(&self) -> Vec<UnneededLaunch> {
-        lock(&self.observed).unneeded.clone()
-    }
-
-    /// The world's own events (EC2 taking instances, scaling...), in order.
-    pub fn log_entries(&self) -> Vec<(i64, String)> {
-        lock(&self.observed).log.clone()
-    }
-
-    /// The world's events after the first `seen`.
-    pub fn log_since(&self, seen: usize) -> Vec<(i64, String)> {
-        lock(&self.observed)
-            .log
-            .get(seen..)
-            .map(<[_]>::to_vec)
-            .unwrap_or_default()
-    }
-
-    /// How many pods were left pending by the last step.
-    pub fn pending_pods(&self) -> usize {
-        lock(&self.observed).pending
-    }
-
-    /// Instances billed as of the last step (pending, running, stopping: not
-    /// terminated or stopped) and what they cost per hour together.
-    pub fn billed_now(&self) -> (usize, f64) {
-        lock(&self.observed).billed
     }
 }
 
