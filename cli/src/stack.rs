@@ -62,7 +62,7 @@ async fn read_stack(
     table: &str,
     kubeconfig: &std::path::Path,
 ) -> Result<StatusInput, Failure> {
-    use nodewright_engine::ports::{Cluster as _, Store as _};
+    use nodewright_engine::ports::{ClaimStore as _, Cluster as _, DecisionLog as _};
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)

@@ -6,6 +6,7 @@
 //! of [`super::cluster`] and each claim's NodeClaim as the functions mirror it,
 //! written through the API ([`super::load`]).
 
+use nodewright_engine::ports::ClaimStore;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -22,7 +23,6 @@ use nodewright_aws::testing::{
 };
 use nodewright_core::catalog::CapacityType;
 use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim};
-use nodewright_engine::ports::Store;
 use nodewright_kube::mirror::mirror_of;
 use nodewright_kube::testing::{ControlPlane, Options};
 use serde_json::Value;

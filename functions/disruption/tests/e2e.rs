@@ -23,6 +23,7 @@
 //! Both functions reach the API server through a fault proxy, which counts what they
 //! ask.
 
+use nodewright_engine::ports::{ClaimStore, DecisionLog};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,7 +34,6 @@ use serde_json::{Value, json};
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
 use nodewright_disruption::Handler;
 use nodewright_engine::disrupt::VALIDATION_DELAY;
-use nodewright_engine::ports::Store;
 use nodewright_engine::{Provisioner, ProvisionerConfig};
 use nodewright_kube::testing::FaultProxy;
 use nodewright_lambda::{Config, build_ports};

@@ -29,8 +29,8 @@ use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim};
 use std::time::{Duration, Instant};
 
 use nodewright_core::catalog::CapacityType;
-use nodewright_engine::ports::{Decision, ErrorKind, Lease, Offering, Store, StoreError};
-use nodewright_engine::{ClaimCache, Provisioner, ProvisionerConfig};
+use nodewright_engine::ports::{ClaimStore, DecisionLog, ErrorKind, StoreError};
+use nodewright_engine::{ClaimCache, Ports, Provisioner, ProvisionerConfig};
 use nodewright_kube::testing::RecordedRequest;
 use nodewright_lambda::{Config, build_ports};
 use nodewright_provisioner::{DEADLINE_MARGIN, Handler};
@@ -360,15 +360,16 @@ async fn a_crash_after_the_claim_write_is_finished_with_one_instance() {
 /// The real store, except that the first claim update is lost: what a crash between
 /// CreateFleet and the claim update leaves behind.
 struct LoseFirstUpdate {
-    inner: Arc<dyn Store>,
+    inner: Arc<dyn ClaimStore>,
     lost: std::sync::atomic::AtomicBool,
 }
 
 #[async_trait::async_trait]
-impl Store for LoseFirstUpdate {
+impl ClaimStore for LoseFirstUpdate {
     async fn create_claim(&self, c: &NodeClaim) -> Result<(), StoreError> {
         self.inner.create_claim(c).await
     }
+
     async fn update_claim(&self, c: &NodeClaim, s: ClaimState, v: u64) -> Result<(), StoreError> {
         if !self.lost.swap(true, std::sync::atomic::Ordering::SeqCst) {
             return Err(StoreError::new(
@@ -378,55 +379,17 @@ impl Store for LoseFirstUpdate {
         }
         self.inner.update_claim(c, s, v).await
     }
+
     async fn get_claim(&self, n: &str) -> Result<Option<NodeClaim>, StoreError> {
         self.inner.get_claim(n).await
     }
+
     async fn list_claims(&self) -> Result<Vec<NodeClaim>, StoreError> {
         self.inner.list_claims().await
     }
+
     async fn claim_by_instance(&self, i: &str) -> Result<Option<NodeClaim>, StoreError> {
         self.inner.claim_by_instance(i).await
-    }
-    async fn acquire_lease(
-        &self,
-        n: &str,
-        h: &str,
-        now: i64,
-        ttl: Duration,
-    ) -> Result<Option<Lease>, StoreError> {
-        self.inner.acquire_lease(n, h, now, ttl).await
-    }
-    async fn renew_lease(&self, l: &Lease, now: i64, ttl: Duration) -> Result<Lease, StoreError> {
-        self.inner.renew_lease(l, now, ttl).await
-    }
-    async fn release_lease(&self, l: &Lease) -> Result<(), StoreError> {
-        self.inner.release_lease(l).await
-    }
-    async fn mark_unavailable(&self, o: &Offering, until: i64) -> Result<(), StoreError> {
-        self.inner.mark_unavailable(o, until).await
-    }
-    async fn unavailable_offerings(
-        &self,
-        now: i64,
-    ) -> Result<Vec<(String, String, CapacityType)>, StoreError> {
-        self.inner.unavailable_offerings(now).await
-    }
-    async fn claim_idempotency_key(
-        &self,
-        k: &str,
-        now: i64,
-        ttl: Duration,
-    ) -> Result<bool, StoreError> {
-        self.inner.claim_idempotency_key(k, now, ttl).await
-    }
-    async fn idempotency_key_exists(&self, k: &str, now: i64) -> Result<bool, StoreError> {
-        self.inner.idempotency_key_exists(k, now).await
-    }
-    async fn record_decision(&self, d: &Decision) -> Result<(), StoreError> {
-        self.inner.record_decision(d).await
-    }
-    async fn decisions(&self, since: i64) -> Result<Vec<Decision>, StoreError> {
-        self.inner.decisions(since).await
     }
 }
 
@@ -435,8 +398,8 @@ impl Store for LoseFirstUpdate {
 async fn a_crash_after_the_fleet_was_created_adopts_the_instance_instead_of_launching_again() {
     let world = world(2).await;
     let (mut ports, _) = build_ports(&world.config).await.expect("ports");
-    ports.store = Arc::new(LoseFirstUpdate {
-        inner: ports.store.clone(),
+    ports.claims = Arc::new(LoseFirstUpdate {
+        inner: ports.claims.clone(),
         lost: Default::default(),
     });
     let crashing = Handler {
@@ -747,9 +710,15 @@ async fn a_quiet_invocation_lists_each_kind_once_then_watches_and_queries_the_cl
     // A new process (a cold start) over the settled cluster, its store counted and its
     // requests to the API server counted by a proxy.
     let (proxy, through_proxy) = world.through_proxy().await;
-    let (mut ports, _) = build_ports(&through_proxy).await.expect("ports");
+    let (ports, _) = build_ports(&through_proxy).await.expect("ports");
     let table = Arc::new(store(&world).await);
-    ports.store = Arc::new(ClaimCache::new(table.clone(), ports.clock.clone()));
+    let ports = Ports::new(
+        ports.cloud,
+        ports.cluster,
+        table.clone(),
+        ports.clock.clone(),
+    )
+    .with_claims(Arc::new(ClaimCache::new(table.clone(), ports.clock)));
     let quiet = Handler {
         provisioner: Provisioner::new(
             ports,

@@ -35,7 +35,10 @@ use serde_dynamo::aws_sdk_dynamodb_1::{from_item, to_item};
 
 use nodewright_core::catalog::CapacityType;
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
-use nodewright_engine::ports::{Decision, ErrorKind, Lease, Offering, Store, StoreError};
+use nodewright_engine::ports::{
+    ClaimStore, Decision, DecisionLog, ErrorKind, IdempotencyKeys, Lease, LeaseStore, Offering,
+    OfferingBackoff, StoreError,
+};
 
 use crate::config::AwsContext;
 use crate::error::table_error;
@@ -280,7 +283,7 @@ impl DynamoStore {
 }
 
 #[async_trait]
-impl Store for DynamoStore {
+impl ClaimStore for DynamoStore {
     async fn create_claim(&self, claim: &NodeClaim) -> Result<(), StoreError> {
         self.client
             .put_item()
@@ -417,7 +420,10 @@ impl Store for DynamoStore {
         claims.sort_by_key(|c| std::cmp::Reverse(c.updated_at));
         Ok(claims.into_iter().next())
     }
+}
 
+#[async_trait]
+impl LeaseStore for DynamoStore {
     async fn acquire_lease(
         &self,
         name: &str,
@@ -529,7 +535,10 @@ impl Store for DynamoStore {
             .map(|item| lease_from(name, Some(item)))
             .transpose()
     }
+}
 
+#[async_trait]
+impl OfferingBackoff for DynamoStore {
     async fn mark_unavailable(&self, offering: &Offering, until: i64) -> Result<(), StoreError> {
         let item = IceItem {
             pk: ICE_PK.to_string(),
@@ -568,7 +577,10 @@ impl Store for DynamoStore {
         }
         Ok(out)
     }
+}
 
+#[async_trait]
+impl IdempotencyKeys for DynamoStore {
     async fn claim_idempotency_key(
         &self,
         key: &str,
@@ -620,7 +632,10 @@ impl Store for DynamoStore {
             })
             .is_some_and(|expires_at| expires_at >= now))
     }
+}
 
+#[async_trait]
+impl DecisionLog for DynamoStore {
     async fn record_decision(&self, decision: &Decision) -> Result<(), StoreError> {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let item = DecisionItem {

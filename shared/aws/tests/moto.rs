@@ -22,6 +22,7 @@ use nodewright_core::api::model::{
 };
 use nodewright_core::catalog::CapacityType;
 use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, NodeClaim};
+use nodewright_engine::ports::{ClaimStore, LeaseStore};
 use nodewright_engine::ports::{
     Cloud, Decision, ErrorKind, LaunchRequest, Offering, ResolvedNodeClass, Store,
 };

@@ -168,10 +168,10 @@ fn adopted_instance(
 async fn create(ports: &Ports, claim: NodeClaim, node: &Node) -> Result<Option<NodeClaim>> {
     let mut claim = claim;
     loop {
-        match ports.store.create_claim(&claim).await {
+        match ports.claims.create_claim(&claim).await {
             Ok(()) => return Ok(Some(claim)),
             Err(e) if e.kind == ErrorKind::Conflict => {
-                let holder = ports.store.get_claim(&claim.name).await?;
+                let holder = ports.claims.get_claim(&claim.name).await?;
                 let same_instance = holder
                     .as_ref()
                     .is_some_and(|h| h.instance_id == claim.instance_id);

@@ -5,7 +5,7 @@
 //! drain step) listed every claim with a strongly consistent Query — at 1,000 nodes
 //! about 370 read units a poll, 4,000 a quiet minute, for a table nobody had changed.
 //! The store keeps a claims *generation*, a counter every successful claim write bumps
-//! ([`Store::claims_generation`]). A list reads that one item first: when it moved
+//! ([`ClaimStore::claims_generation`]). A list reads that one item first: when it moved
 //! exactly by this process's own writes since the claims were read, the cached claims
 //! (with those writes applied) are the table's; any other move — another function
 //! wrote, a bump was lost — reads the claims again. The claims are also read again
@@ -22,10 +22,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use nodewright_core::catalog::CapacityType;
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
 
-use crate::ports::{Clock, Decision, Lease, Offering, Store, StoreError};
+use crate::ports::{ClaimStore, Clock, StoreError};
 
 /// The claims as last read, and how far the generation has moved since by this
 /// process's own writes.
@@ -38,10 +37,10 @@ struct Cached {
     read_at: i64,
 }
 
-/// A [`Store`] whose `list_claims` is served from memory while the claims generation
+/// A [`ClaimStore`] whose `list_claims` is served from memory while the claims generation
 /// says nobody else wrote; everything else goes to the store underneath.
 pub struct ClaimCache {
-    inner: Arc<dyn Store>,
+    inner: Arc<dyn ClaimStore>,
     clock: Arc<dyn Clock>,
     max_age: Duration,
     cached: Mutex<Option<Cached>>,
@@ -52,7 +51,7 @@ impl ClaimCache {
     /// of a function scheduled every minute.
     pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(60);
 
-    pub fn new(inner: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
+    pub fn new(inner: Arc<dyn ClaimStore>, clock: Arc<dyn Clock>) -> Self {
         ClaimCache {
             inner,
             clock,
@@ -100,7 +99,7 @@ impl ClaimCache {
 }
 
 #[async_trait]
-impl Store for ClaimCache {
+impl ClaimStore for ClaimCache {
     async fn create_claim(&self, claim: &NodeClaim) -> Result<(), StoreError> {
         match self.inner.create_claim(claim).await {
             Ok(()) => {
@@ -168,64 +167,5 @@ impl Store for ClaimCache {
 
     async fn claim_by_instance(&self, instance_id: &str) -> Result<Option<NodeClaim>, StoreError> {
         self.inner.claim_by_instance(instance_id).await
-    }
-
-    async fn acquire_lease(
-        &self,
-        name: &str,
-        holder: &str,
-        now: i64,
-        ttl: Duration,
-    ) -> Result<Option<Lease>, StoreError> {
-        self.inner.acquire_lease(name, holder, now, ttl).await
-    }
-
-    async fn renew_lease(
-        &self,
-        lease: &Lease,
-        now: i64,
-        ttl: Duration,
-    ) -> Result<Lease, StoreError> {
-        self.inner.renew_lease(lease, now, ttl).await
-    }
-
-    async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
-        self.inner.release_lease(lease).await
-    }
-
-    async fn lease(&self, name: &str) -> Result<Option<Lease>, StoreError> {
-        self.inner.lease(name).await
-    }
-
-    async fn mark_unavailable(&self, offering: &Offering, until: i64) -> Result<(), StoreError> {
-        self.inner.mark_unavailable(offering, until).await
-    }
-
-    async fn unavailable_offerings(
-        &self,
-        now: i64,
-    ) -> Result<Vec<(String, String, CapacityType)>, StoreError> {
-        self.inner.unavailable_offerings(now).await
-    }
-
-    async fn claim_idempotency_key(
-        &self,
-        key: &str,
-        now: i64,
-        ttl: Duration,
-    ) -> Result<bool, StoreError> {
-        self.inner.claim_idempotency_key(key, now, ttl).await
-    }
-
-    async fn idempotency_key_exists(&self, key: &str, now: i64) -> Result<bool, StoreError> {
-        self.inner.idempotency_key_exists(key, now).await
-    }
-
-    async fn record_decision(&self, decision: &Decision) -> Result<(), StoreError> {
-        self.inner.record_decision(decision).await
-    }
-
-    async fn decisions(&self, since: i64) -> Result<Vec<Decision>, StoreError> {
-        self.inner.decisions(since).await
     }
 }

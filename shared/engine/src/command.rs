@@ -319,7 +319,7 @@ async fn settle(
             warn!(command = %cmd.id, error = %e, kind = ?e.kind(), "could not advance the command; next poll");
             report.errors.push((cmd.id.clone(), e.to_string()));
             if e.kind() == Some(ErrorKind::Conflict) {
-                gathered.claims = m.ports().store.list_claims().await?;
+                gathered.claims = m.ports().claims.list_claims().await?;
             }
             Ok(())
         }
@@ -485,7 +485,7 @@ async fn replacements_up(
         }
         let claim = match find(gathered, &spec.name) {
             Some(c) => c,
-            None => match ports.store.get_claim(&spec.name).await? {
+            None => match ports.claims.get_claim(&spec.name).await? {
                 Some(c) => c,
                 None => {
                     let Some(pool) = gathered
@@ -500,7 +500,7 @@ async fn replacements_up(
                         )));
                     };
                     let claim = m.launcher.new_claim(spec.clone(), &pool, gathered, now);
-                    match ports.store.create_claim(&claim).await {
+                    match ports.claims.create_claim(&claim).await {
                         Ok(()) => {}
                         Err(e) if e.kind == ErrorKind::Conflict => {}
                         Err(e) => return Err(e.into()),

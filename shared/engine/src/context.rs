@@ -1,4 +1,4 @@
-//! What every job runs over: the four ports, shared.
+//! What every job runs over: the ports, shared (the store by concern).
 //!
 //! Jobs hold `Arc<dyn Port>` rather than being generic over four type parameters:
 //! the ports are already dynamically dispatched (`async_trait` boxes every future), so
@@ -17,17 +17,51 @@ use tracing::warn;
 use nodewright_core::nodeclaim::NodeClaim;
 
 use crate::error::Result;
-use crate::ports::{Clock, Cloud, Cluster, ClusterEvent, Decision, Store};
+use crate::ports::{
+    ClaimStore, Clock, Cloud, Cluster, ClusterEvent, Decision, DecisionLog, IdempotencyKeys,
+    LeaseStore, OfferingBackoff, Store,
+};
 
 #[derive(Clone)]
 pub struct Ports {
     pub cloud: Arc<dyn Cloud>,
     pub cluster: Arc<dyn Cluster>,
-    pub store: Arc<dyn Store>,
+    /// The NodeClaims (in the Lambdas, through the claim cache).
+    pub claims: Arc<dyn ClaimStore>,
+    pub leases: Arc<dyn LeaseStore>,
+    /// The ICE cache.
+    pub backoff: Arc<dyn OfferingBackoff>,
+    pub keys: Arc<dyn IdempotencyKeys>,
+    pub decisions: Arc<dyn DecisionLog>,
     pub clock: Arc<dyn Clock>,
 }
 
 impl Ports {
+    /// The ports over one store that holds every concern (the table, or a fake).
+    pub fn new(
+        cloud: Arc<dyn Cloud>,
+        cluster: Arc<dyn Cluster>,
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+    ) -> Ports {
+        Ports {
+            cloud,
+            cluster,
+            claims: store.clone(),
+            leases: store.clone(),
+            backoff: store.clone(),
+            keys: store.clone(),
+            decisions: store,
+            clock,
+        }
+    }
+
+    /// The same ports with the claims read and written through `claims` (the claim
+    /// cache in front of the table).
+    pub fn with_claims(mut self, claims: Arc<dyn ClaimStore>) -> Ports {
+        self.claims = claims;
+        self
+    }
     /// Kubernetes Events are best effort: a failure is logged, never fails the tick.
     pub(crate) async fn emit(&self, event: ClusterEvent) {
         if let Err(e) = self.cluster.record_event(&event).await {
@@ -37,7 +71,7 @@ impl Ports {
 
     /// Decisions are an audit log: a failed write is logged, never undoes the action.
     pub(crate) async fn record_decision(&self, decision: Decision) {
-        if let Err(e) = self.store.record_decision(&decision).await {
+        if let Err(e) = self.decisions.record_decision(&decision).await {
             warn!(job = %decision.job, action = %decision.action, error = %e, "could not record decision");
         }
     }
@@ -48,7 +82,7 @@ impl Ports {
     /// step of every claim machine is one such write, so two drivers of one claim
     /// never both win (the loser gets `Conflict`).
     pub(crate) async fn save_claim(&self, prev: &NodeClaim, next: NodeClaim) -> Result<NodeClaim> {
-        self.store
+        self.claims
             .update_claim(&next, prev.state, prev.version)
             .await?;
         Ok(next)

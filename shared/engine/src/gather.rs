@@ -88,9 +88,9 @@ pub(crate) async fn gather(
 ) -> Result<Gathered> {
     let (state, claims, unavailable, catalog, spot, owned, kubernetes_version, shifts) = tokio::try_join!(
         async { p.cluster.state().await.map_err(EngineError::from) },
-        async { p.store.list_claims().await.map_err(EngineError::from) },
+        async { p.claims.list_claims().await.map_err(EngineError::from) },
         async {
-            p.store
+            p.backoff
                 .unavailable_offerings(now)
                 .await
                 .map_err(EngineError::from)

@@ -10,7 +10,7 @@
 //! termination machine ([`crate::terminate`]) as far as it goes now.
 //!
 //! ## Event de-duplication: the key is recorded only after success
-//! The event id is looked up first (`Store::idempotency_key_exists`, a read) and
+//! The event id is looked up first (`IdempotencyKeys::idempotency_key_exists`, a read) and
 //! recorded (`claim_idempotency_key`, 24 h) only once every instance was handled. A
 //! failed attempt (throttled, a lost connection, a crash) therefore never blocks its
 //! own retry: SQS delivers it again and it is processed again. That is safe because
@@ -242,7 +242,7 @@ pub async fn handle_interruption_until(
 ) -> Result<InterruptionOutcome> {
     let now = ports.clock.now();
     if retrying(ports, config, until, || {
-        ports.store.idempotency_key_exists(&input.event_id, now)
+        ports.keys.idempotency_key_exists(&input.event_id, now)
     })
     .await?
     {
@@ -276,7 +276,7 @@ pub async fn handle_interruption_until(
     // Recorded last: see the module documentation.
     let recorded = retrying(ports, config, until, || {
         ports
-            .store
+            .keys
             .claim_idempotency_key(&input.event_id, ports.clock.now(), config.dedup_ttl)
     })
     .await?;
@@ -330,7 +330,7 @@ async fn handle_instance(
     until: i64,
 ) -> Result<InstanceOutcome> {
     let Some(claim) = retrying(ports, config, until, || {
-        ports.store.claim_by_instance(instance_id)
+        ports.claims.claim_by_instance(instance_id)
     })
     .await?
     else {
@@ -381,7 +381,9 @@ async fn handle_instance(
         async {
             match &offering {
                 Some(o) => retrying(ports, config, until, || {
-                    ports.store.mark_unavailable(o, now + secs(config.ice_ttl))
+                    ports
+                        .backoff
+                        .mark_unavailable(o, now + secs(config.ice_ttl))
                 })
                 .await
                 .map(|()| true),
@@ -461,7 +463,7 @@ async fn start(
             Ok(Started::Won(disrupted))
         }
         Err(EngineError::Store(e)) if e.kind == ErrorKind::Conflict => {
-            let current = ports.store.get_claim(&claim.name).await?;
+            let current = ports.claims.get_claim(&claim.name).await?;
             match current {
                 // Another write came first but left the claim in service (an update
                 // of its record, a command given up): the race is still to run.
@@ -538,7 +540,7 @@ async fn resume_or_escalate(
             }
             Ok(None) => return Ok(already_disrupting(instance_id, &claim)),
             Err(e) if e.kind() == Some(ErrorKind::Conflict) => {
-                match ports.store.get_claim(&claim.name).await? {
+                match ports.claims.get_claim(&claim.name).await? {
                     Some(current) => claim = current,
                     None => return Ok(already_disrupting(instance_id, &claim)),
                 }

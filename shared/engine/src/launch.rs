@@ -281,7 +281,7 @@ impl Launcher {
                 continue;
             }
             let claim = self.new_claim(claim_spec(planned, pool, name), pool, gathered, now);
-            match self.ports.store.create_claim(&claim).await {
+            match self.ports.claims.create_claim(&claim).await {
                 Ok(()) => return Ok(claim),
                 Err(e) if e.kind == ErrorKind::Conflict => continue,
                 Err(e) => return Err(e.into()),
@@ -573,7 +573,7 @@ impl Launcher {
             + i64::try_from(self.config.ice_ttl.as_secs()).unwrap_or(i64::MAX);
         let mut refused = HashSet::new();
         for o in offerings {
-            self.ports.store.mark_unavailable(o, until).await?;
+            self.ports.backoff.mark_unavailable(o, until).await?;
             warn!(
                 claim = %claim.name,
                 instance_type = %o.instance_type,

@@ -46,13 +46,13 @@ impl LeaseKeeper {
         ttl: Duration,
     ) -> Result<Acquired> {
         let now = ports.clock.now();
-        match ports.store.acquire_lease(name, holder, now, ttl).await? {
+        match ports.leases.acquire_lease(name, holder, now, ttl).await? {
             Some(lease) => Ok(Acquired::Held(LeaseKeeper {
                 ttl,
                 state: Mutex::new((lease, now)),
             })),
             None => {
-                let current = ports.store.lease(name).await.ok().flatten();
+                let current = ports.leases.lease(name).await.ok().flatten();
                 Ok(Acquired::Busy {
                     holder: current.as_ref().map(|l| l.holder.clone()),
                     expires_at: current.map(|l| l.expires_at),
@@ -82,7 +82,7 @@ impl LeaseKeeper {
             return Ok(());
         }
         let renewed = ports
-            .store
+            .leases
             .renew_lease(&lease, now, self.ttl)
             .await
             .map_err(|source| EngineError::LeaseLost {
@@ -96,7 +96,7 @@ impl LeaseKeeper {
     /// Gives the lease back (best effort: it expires by itself within its TTL).
     pub async fn release(self, ports: &Ports) {
         let lease = self.lease();
-        match ports.store.release_lease(&lease).await {
+        match ports.leases.release_lease(&lease).await {
             Ok(()) => info!(lease = %lease.name, "lease released"),
             Err(e) => {
                 warn!(lease = %lease.name, error = %e, "could not release the lease; it expires on its own")

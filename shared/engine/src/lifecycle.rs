@@ -314,7 +314,7 @@ pub async fn reconcile(
             Err(EngineError::Store(e)) if e.kind == ErrorKind::Conflict => {
                 warn!(claim = %claim.name, error = %e, "claim changed under us; retrying next tick");
                 report.conflicts.push(claim.name.clone());
-                if let Ok(Some(current)) = ports.store.get_claim(&claim.name).await {
+                if let Ok(Some(current)) = ports.claims.get_claim(&claim.name).await {
                     *claim = current;
                 }
             }

@@ -762,8 +762,13 @@ pub struct Decision {
     pub price_per_hour: Option<f64>,
 }
 
+// The store, one trait per concern: one DynamoDB table holds them all (`Store`), but a
+// job's code names the concern it uses, and a wrapper (the claim cache) wraps only its
+// own.
+
+/// The NodeClaims: every write conditional on the claim's state and version.
 #[async_trait]
-pub trait Store: Send + Sync {
+pub trait ClaimStore: Send + Sync {
     /// Creates a claim; `Conflict` if the name exists.
     async fn create_claim(&self, claim: &NodeClaim) -> Result<(), StoreError>;
     /// Replaces a claim if it is still in `expected_state` at `expected_version`
@@ -786,7 +791,11 @@ pub trait Store: Send + Sync {
     }
     /// The claim recorded for an instance id (GSI), if any.
     async fn claim_by_instance(&self, instance_id: &str) -> Result<Option<NodeClaim>, StoreError>;
+}
 
+/// The jobs' leases (one holder each; short, renewed at checkpoints).
+#[async_trait]
+pub trait LeaseStore: Send + Sync {
     /// Takes the lease if free or expired at `now`; `None` if someone else holds it.
     async fn acquire_lease(
         &self,
@@ -808,7 +817,11 @@ pub trait Store: Send + Sync {
     async fn lease(&self, _name: &str) -> Result<Option<Lease>, StoreError> {
         Ok(None)
     }
+}
 
+/// The offerings EC2 had no capacity for, avoided until a time (the ICE cache).
+#[async_trait]
+pub trait OfferingBackoff: Send + Sync {
     /// Records an offering as unavailable until `until` (the ICE cache).
     async fn mark_unavailable(&self, offering: &Offering, until: i64) -> Result<(), StoreError>;
     /// Offerings still unavailable at `now`: (instance type, zone, capacity type).
@@ -816,7 +829,11 @@ pub trait Store: Send + Sync {
         &self,
         now: i64,
     ) -> Result<Vec<(String, String, CapacityType)>, StoreError>;
+}
 
+/// Keys recorded once, for a while (event de-duplication).
+#[async_trait]
+pub trait IdempotencyKeys: Send + Sync {
     /// Records a key once; `true` if this call recorded it, `false` if it existed and
     /// has not expired at `now` (event de-duplication).
     async fn claim_idempotency_key(
@@ -829,9 +846,24 @@ pub trait Store: Send + Sync {
     /// nothing). Lets a job check for a duplicate first and record the key only once its
     /// work succeeded, so a failed attempt never blocks the retry.
     async fn idempotency_key_exists(&self, key: &str, now: i64) -> Result<bool, StoreError>;
+}
 
+/// The decision log: what each job decided and why.
+#[async_trait]
+pub trait DecisionLog: Send + Sync {
+    /// Appends `decision`.
     async fn record_decision(&self, decision: &Decision) -> Result<(), StoreError>;
+    /// The decisions recorded at or after `since`, oldest first.
     async fn decisions(&self, since: i64) -> Result<Vec<Decision>, StoreError>;
+}
+
+/// Every concern of the one table: what an adapter (`DynamoStore`) or a fake
+/// (`MemoryStore`) implements whole, and [`crate::Ports::new`] hands out by concern.
+pub trait Store: ClaimStore + LeaseStore + OfferingBackoff + IdempotencyKeys + DecisionLog {}
+
+impl<T: ClaimStore + LeaseStore + OfferingBackoff + IdempotencyKeys + DecisionLog + ?Sized> Store
+    for T
+{
 }
 
 // ----- Clock -------------------------------------------------------------------------

@@ -445,7 +445,7 @@ impl Provisioner {
     ) -> bool {
         let (pods, claims) = tokio::join!(
             self.ports.cluster.unbound_pods(),
-            self.ports.store.list_claims()
+            self.ports.claims.list_claims()
         );
         let (pods, claims) = match (pods, claims) {
             (Ok(p), Ok(c)) => (p, c),
@@ -594,7 +594,7 @@ impl Provisioner {
         // The ICE cache once more, read after the pods the plan sees: an interruption
         // marks its offering before it evicts, so a pod evicted by it comes with the
         // mark (the gather read both at once, in no order).
-        match self.ports.store.unavailable_offerings(now).await {
+        match self.ports.backoff.unavailable_offerings(now).await {
             Ok(fresh) => gathered.pricing.unavailable.extend(fresh),
             Err(e) => {
                 warn!(error = %e, kind = ?e.kind, "could not read the ICE cache again; planning with the one read at the start of the tick")

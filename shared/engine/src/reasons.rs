@@ -906,7 +906,7 @@ async fn send(ports: &Ports, now: i64, notice: Notice, post: bool, decide: bool)
     let decided = match (&notice.finding, decide) {
         (Some(finding), true) => {
             let decision = decision_for(finding, now);
-            Some(match ports.store.record_decision(&decision).await {
+            Some(match ports.decisions.record_decision(&decision).await {
                 Ok(()) => true,
                 Err(e) => {
                     warn!(action = %decision.action, error = %e, "could not record decision");

@@ -30,7 +30,7 @@
 //! node when a drain with a deadline starts or its deadline is brought forward.
 //!
 //! Each step is one conditional store write (`NodeClaim::transition` +
-//! `Store::update_claim`) after its side effect, and every side effect is idempotent
+//! `ClaimStore::update_claim`) after its side effect, and every side effect is idempotent
 //! (tainting twice, evicting or deleting a pod already gone, terminating an instance
 //! already terminated, deleting a node already gone): a crash between any two leaves
 //! a state that whoever sees the claim next resumes with [`advance`]. Two callers
@@ -306,7 +306,7 @@ pub async fn ready_to_drain(ports: &Ports, claim: &NodeClaim) -> Result<bool> {
     if pods.is_empty() {
         return Ok(true);
     }
-    let claims = ports.store.list_claims().await?;
+    let claims = ports.claims.list_claims().await?;
     Ok(claims.iter().any(|c| {
         c.name != claim.name
             && c.state == ClaimState::Initialized
@@ -506,7 +506,7 @@ async fn terminate_step(
     if let Some(id) = &claim.instance_id {
         // Only ever an id the store records on this claim, in this very state: a claim
         // built or changed by the caller cannot name another instance.
-        let stored = ports.store.get_claim(&claim.name).await?;
+        let stored = ports.claims.get_claim(&claim.name).await?;
         match &stored {
             Some(s) if s.instance_id.as_deref() == Some(id.as_str()) => {
                 if s.state != claim.state || s.version != claim.version {
@@ -695,7 +695,7 @@ pub async fn drive_until(
                 }
             }
             Err(e) if e.kind() == Some(ErrorKind::Conflict) => {
-                match ports.store.get_claim(&total.claim.name).await? {
+                match ports.claims.get_claim(&total.claim.name).await? {
                     Some(current) if current.state.is_being_taken_away() => total.claim = current,
                     Some(current) => {
                         total.claim = current;

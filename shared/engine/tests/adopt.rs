@@ -7,8 +7,9 @@ use nodewright_core::cluster::Node;
 use nodewright_core::nodeclaim::{ClaimSpec, ClaimState, DisruptionCause, NodeClaim};
 use nodewright_core::pricing::Pricing;
 use nodewright_core::testing::general_purpose_pool;
+use nodewright_engine::ports::ClaimStore;
 use nodewright_engine::ports::{
-    Clock, Cloud, CloudError, ClusterState, ErrorKind, Instance, Store, StoreError,
+    Clock, Cloud, CloudError, ClusterState, ErrorKind, Instance, StoreError,
 };
 use nodewright_engine::{
     InstanceAction, InterruptionConfig, InterruptionInput, InterruptionMode, Ports,
@@ -40,12 +41,7 @@ impl Env {
             s.node_classes.push(node_class("default"));
         });
         let store = Arc::new(MemoryStore::new());
-        let ports = Ports {
-            cloud: cloud.clone(),
-            cluster: cluster.clone(),
-            store: store.clone(),
-            clock: clock.clone(),
-        };
+        let ports = Ports::new(cloud.clone(), cluster.clone(), store.clone(), clock.clone());
         Env {
             clock,
             cloud,

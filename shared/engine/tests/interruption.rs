@@ -11,7 +11,8 @@ use nodewright_core::cluster::{
 };
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
 use nodewright_core::well_known::TAINT_DISRUPTED;
-use nodewright_engine::ports::{CloudError, ClusterError, ErrorKind, Store, StoreError};
+use nodewright_engine::ports::{ClaimStore, OfferingBackoff};
+use nodewright_engine::ports::{CloudError, ClusterError, ErrorKind, StoreError};
 use nodewright_engine::terminate::{self};
 use nodewright_engine::{
     InstanceAction, InterruptionConfig, InterruptionInput, InterruptionMode, InterruptionOutcome,
@@ -45,12 +46,7 @@ impl Env {
         let cloud = Arc::new(FakeCloud::new(catalog.clone(), &[ZONE], clock.clone()));
         let cluster = Arc::new(FakeCluster::new(Arc::new(catalog)));
         let store = Arc::new(MemoryStore::new());
-        let ports = Ports {
-            cloud: cloud.clone(),
-            cluster: cluster.clone(),
-            store: store.clone(),
-            clock: clock.clone(),
-        };
+        let ports = Ports::new(cloud.clone(), cluster.clone(), store.clone(), clock.clone());
         Env {
             clock,
             cloud,

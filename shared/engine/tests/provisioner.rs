@@ -12,7 +12,8 @@ use nodewright_core::well_known::{
     LABEL_INITIALIZED, LABEL_NODECLAIM, LABEL_REGISTERED, TAINT_UNREGISTERED,
 };
 use nodewright_engine::launch::LAUNCH_IN_FLIGHT;
-use nodewright_engine::ports::{Clock, CloudError, ClusterError, ErrorKind, Store, StoreError};
+use nodewright_engine::ports::{ClaimStore, LeaseStore, OfferingBackoff};
+use nodewright_engine::ports::{Clock, CloudError, ClusterError, ErrorKind, StoreError};
 use nodewright_engine::provision::LEASE_NAME;
 use nodewright_engine::{Ports, Provisioner, ProvisionerConfig};
 use nodewright_sim::fakes::{
@@ -40,12 +41,7 @@ impl Env {
             s.node_classes.push(node_class("default"));
         });
         let store = Arc::new(MemoryStore::new());
-        let ports = Ports {
-            cloud: cloud.clone(),
-            cluster: cluster.clone(),
-            store: store.clone(),
-            clock: clock.clone(),
-        };
+        let ports = Ports::new(cloud.clone(), cluster.clone(), store.clone(), clock.clone());
         Env {
             clock,
             cloud,

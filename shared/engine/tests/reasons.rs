@@ -44,12 +44,7 @@ impl Env {
             s.node_classes.push(node_class("default"));
         });
         let store = Arc::new(MemoryStore::new());
-        let ports = Ports {
-            cloud,
-            cluster: cluster.clone(),
-            store: store.clone(),
-            clock: clock.clone(),
-        };
+        let ports = Ports::new(cloud, cluster.clone(), store.clone(), clock.clone());
         Env {
             clock,
             cluster,

@@ -9,6 +9,7 @@
 //!
 //! Virtual time on tokio's paused clock: minutes of cluster time take milliseconds.
 
+use nodewright_engine::ports::{ClaimStore, LeaseStore};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +19,6 @@ use nodewright_core::cluster::{IntOrPercent, PodDisruptionBudget};
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
 use nodewright_core::testing::{node_pool, pod, selector};
 use nodewright_core::well_known::LABEL_CAPACITY_TYPE;
-use nodewright_engine::ports::Store;
 use nodewright_engine::provision::LEASE_NAME;
 use nodewright_engine::{
     InterruptionConfig, InterruptionInput, InterruptionMode, Provisioner, ProvisionerConfig,

@@ -94,17 +94,12 @@ pub async fn build_ports(config: &Config) -> Result<(Ports, ClusterInfo), Startu
         info.clone(),
     );
     let clock: Arc<SystemClock> = Arc::new(SystemClock);
+    let table = Arc::new(DynamoStore::new(&aws, config.table_name.clone()));
     // Claims are read once a minute and kept by the function's own writes; the table's
-    // claims generation says when another function wrote (see `ClaimCache`).
-    let store = ClaimCache::new(
-        Arc::new(DynamoStore::new(&aws, config.table_name.clone())),
-        clock.clone(),
-    );
-    let ports = Ports {
-        cloud: Arc::new(cloud),
-        cluster: Arc::new(cluster),
-        store: Arc::new(store),
-        clock,
-    };
+    // claims generation says when another function wrote (see `ClaimCache`). The other
+    // concerns go to the table as they are.
+    let claims = ClaimCache::new(table.clone(), clock.clone());
+    let ports =
+        Ports::new(Arc::new(cloud), Arc::new(cluster), table, clock).with_claims(Arc::new(claims));
     Ok((ports, info))
 }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use nodewright_core::catalog::{CapacityType, Catalog};
 use nodewright_core::cluster::{Node, Pod};
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
-use nodewright_engine::ports::{Clock, Store};
+use nodewright_engine::ports::{ClaimStore, Clock};
 use nodewright_engine::{
     InstanceAction, InterruptionConfig, InterruptionInput, InterruptionMode, InterruptionOutcome,
     Ports, handle_interruption,
@@ -113,12 +113,7 @@ async fn fleet() -> Fleet {
         store.create_claim(&claim).await.expect("claim");
         instances.push(instance.id);
     }
-    let ports = Ports {
-        cloud: cloud.clone(),
-        cluster,
-        store,
-        clock,
-    };
+    let ports = Ports::new(cloud.clone(), cluster, store, clock);
     Fleet {
         ports,
         cloud,
@@ -190,7 +185,12 @@ async fn main() {
     report("sequential", started.elapsed(), latencies);
     let terminated = f.cloud.running().len();
     assert_eq!(terminated, 0, "every instance terminated");
-    let ice = f.ports.store.unavailable_offerings(now).await.expect("ice");
+    let ice = f
+        .ports
+        .backoff
+        .unavailable_offerings(now)
+        .await
+        .expect("ice");
     println!(
         "  instances left running: {terminated}; ICE entries: {} (type × zone)",
         ice.len()

@@ -126,12 +126,7 @@ async fn main() {
         plan.total_price_per_hour
     );
 
-    let ports = Ports {
-        cloud: cloud.clone(),
-        cluster: cluster.clone(),
-        store: store.clone(),
-        clock: clock.clone(),
-    };
+    let ports = Ports::new(cloud.clone(), cluster.clone(), store.clone(), clock.clone());
     let mut dry = ProvisionerConfig::new("bench", "bench-dry");
     dry.dry_run = true;
     let t = Instant::now();

@@ -38,9 +38,10 @@ use nodewright_core::repair::ImpairedInstance;
 use crate::fakes::FakeCloud;
 use nodewright_engine::context::Ports;
 use nodewright_engine::ports::{
-    Clock, Cloud, CloudError, Cluster, ClusterError, ClusterEvent, ClusterState, Decision,
-    Instance, LaunchError, LaunchRequest, Launched, Lease, MirrorReport, NodePatch, ObjectKind,
-    Offering, ResolvedNodeClass, StatusUpdate, Store, StoreError,
+    ClaimStore, Clock, Cloud, CloudError, Cluster, ClusterError, ClusterEvent, ClusterState,
+    Decision, DecisionLog, IdempotencyKeys, Instance, LaunchError, LaunchRequest, Launched, Lease,
+    LeaseStore, MirrorReport, NodePatch, ObjectKind, Offering, OfferingBackoff, ResolvedNodeClass,
+    StatusUpdate, StoreError,
 };
 
 use super::rng::Rng;
@@ -395,6 +396,10 @@ async fn die<T>() -> T {
 
 /// The ports every job runs over, with the faults of `chaos` in front of them.
 pub fn faulty_ports(ports: Ports, fake_cloud: Arc<FakeCloud>, chaos: Arc<Chaos>) -> Ports {
+    let store = Arc::new(ChaosStore {
+        inner: ports.clone(),
+        chaos: chaos.clone(),
+    });
     Ports {
         cloud: Arc::new(ChaosCloud {
             inner: ports.cloud,
@@ -405,10 +410,11 @@ pub fn faulty_ports(ports: Ports, fake_cloud: Arc<FakeCloud>, chaos: Arc<Chaos>)
             inner: ports.cluster,
             chaos: chaos.clone(),
         }),
-        store: Arc::new(ChaosStore {
-            inner: ports.store,
-            chaos,
-        }),
+        claims: store.clone(),
+        leases: store.clone(),
+        backoff: store.clone(),
+        keys: store.clone(),
+        decisions: store,
         clock: ports.clock,
     }
 }
@@ -637,15 +643,16 @@ impl Cluster for ChaosCluster {
     }
 }
 
+/// Every concern of the store, each through its own inner port.
 struct ChaosStore {
-    inner: Arc<dyn Store>,
+    inner: Ports,
     chaos: Arc<Chaos>,
 }
 
 #[async_trait]
-impl Store for ChaosStore {
+impl ClaimStore for ChaosStore {
     async fn create_claim(&self, claim: &NodeClaim) -> Result<(), StoreError> {
-        let call = self.inner.create_claim(claim);
+        let call = self.inner.claims.create_claim(claim);
         self.chaos
             .through(Port::Dynamodb, "create_claim", call)
             .await
@@ -659,6 +666,7 @@ impl Store for ChaosStore {
     ) -> Result<(), StoreError> {
         let call = self
             .inner
+            .claims
             .update_claim(claim, expected_state, expected_version);
         self.chaos
             .through(Port::Dynamodb, "update_claim", call)
@@ -666,30 +674,37 @@ impl Store for ChaosStore {
     }
 
     async fn get_claim(&self, name: &str) -> Result<Option<NodeClaim>, StoreError> {
-        let call = self.inner.get_claim(name);
+        let call = self.inner.claims.get_claim(name);
         self.chaos.through(Port::Dynamodb, "get_claim", call).await
     }
 
     async fn list_claims(&self) -> Result<Vec<NodeClaim>, StoreError> {
         let c = &self.chaos;
-        c.through(Port::Dynamodb, "list_claims", self.inner.list_claims())
-            .await
+        c.through(
+            Port::Dynamodb,
+            "list_claims",
+            self.inner.claims.list_claims(),
+        )
+        .await
     }
 
     async fn claims_generation(&self) -> Result<Option<u64>, StoreError> {
-        let call = self.inner.claims_generation();
+        let call = self.inner.claims.claims_generation();
         self.chaos
             .through(Port::Dynamodb, "claims_generation", call)
             .await
     }
 
     async fn claim_by_instance(&self, instance_id: &str) -> Result<Option<NodeClaim>, StoreError> {
-        let call = self.inner.claim_by_instance(instance_id);
+        let call = self.inner.claims.claim_by_instance(instance_id);
         self.chaos
             .through(Port::Dynamodb, "claim_by_instance", call)
             .await
     }
+}
 
+#[async_trait]
+impl LeaseStore for ChaosStore {
     async fn acquire_lease(
         &self,
         name: &str,
@@ -697,7 +712,7 @@ impl Store for ChaosStore {
         now: i64,
         ttl: Duration,
     ) -> Result<Option<Lease>, StoreError> {
-        let call = self.inner.acquire_lease(name, holder, now, ttl);
+        let call = self.inner.leases.acquire_lease(name, holder, now, ttl);
         self.chaos
             .through(Port::Dynamodb, "acquire_lease", call)
             .await
@@ -709,14 +724,14 @@ impl Store for ChaosStore {
         now: i64,
         ttl: Duration,
     ) -> Result<Lease, StoreError> {
-        let call = self.inner.renew_lease(lease, now, ttl);
+        let call = self.inner.leases.renew_lease(lease, now, ttl);
         self.chaos
             .through(Port::Dynamodb, "renew_lease", call)
             .await
     }
 
     async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
-        let call = self.inner.release_lease(lease);
+        let call = self.inner.leases.release_lease(lease);
         self.chaos
             .through(Port::Dynamodb, "release_lease", call)
             .await
@@ -724,12 +739,15 @@ impl Store for ChaosStore {
 
     async fn lease(&self, name: &str) -> Result<Option<Lease>, StoreError> {
         let c = &self.chaos;
-        c.through(Port::Dynamodb, "lease", self.inner.lease(name))
+        c.through(Port::Dynamodb, "lease", self.inner.leases.lease(name))
             .await
     }
+}
 
+#[async_trait]
+impl OfferingBackoff for ChaosStore {
     async fn mark_unavailable(&self, offering: &Offering, until: i64) -> Result<(), StoreError> {
-        let call = self.inner.mark_unavailable(offering, until);
+        let call = self.inner.backoff.mark_unavailable(offering, until);
         self.chaos
             .through(Port::Dynamodb, "mark_unavailable", call)
             .await
@@ -739,33 +757,39 @@ impl Store for ChaosStore {
         &self,
         now: i64,
     ) -> Result<Vec<(String, String, CapacityType)>, StoreError> {
-        let call = self.inner.unavailable_offerings(now);
+        let call = self.inner.backoff.unavailable_offerings(now);
         self.chaos
             .through(Port::Dynamodb, "unavailable_offerings", call)
             .await
     }
+}
 
+#[async_trait]
+impl IdempotencyKeys for ChaosStore {
     async fn claim_idempotency_key(
         &self,
         key: &str,
         now: i64,
         ttl: Duration,
     ) -> Result<bool, StoreError> {
-        let call = self.inner.claim_idempotency_key(key, now, ttl);
+        let call = self.inner.keys.claim_idempotency_key(key, now, ttl);
         self.chaos
             .through(Port::Dynamodb, "claim_idempotency_key", call)
             .await
     }
 
     async fn idempotency_key_exists(&self, key: &str, now: i64) -> Result<bool, StoreError> {
-        let call = self.inner.idempotency_key_exists(key, now);
+        let call = self.inner.keys.idempotency_key_exists(key, now);
         self.chaos
             .through(Port::Dynamodb, "idempotency_key_exists", call)
             .await
     }
+}
 
+#[async_trait]
+impl DecisionLog for ChaosStore {
     async fn record_decision(&self, decision: &Decision) -> Result<(), StoreError> {
-        let call = self.inner.record_decision(decision);
+        let call = self.inner.decisions.record_decision(decision);
         self.chaos
             .through(Port::Dynamodb, "record_decision", call)
             .await
@@ -773,8 +797,12 @@ impl Store for ChaosStore {
 
     async fn decisions(&self, since: i64) -> Result<Vec<Decision>, StoreError> {
         let c = &self.chaos;
-        c.through(Port::Dynamodb, "decisions", self.inner.decisions(since))
-            .await
+        c.through(
+            Port::Dynamodb,
+            "decisions",
+            self.inner.decisions.decisions(since),
+        )
+        .await
     }
 }
 

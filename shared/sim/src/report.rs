@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use nodewright_core::catalog::CapacityType;
 use nodewright_core::nodeclaim::{DisruptionCause, NodeClaim};
 
-use nodewright_engine::ports::Store;
+use nodewright_engine::ports::DecisionLog;
 
 use super::faults::{Chaos, FaultCounts};
 use super::world::{Disrupted, PodWait, UnneededLaunch, World};

@@ -17,7 +17,7 @@ use nodewright_aws::testing::{
 };
 use nodewright_aws::{AwsContext, DynamoStore};
 use nodewright_core::nodeclaim::NodeClaim;
-use nodewright_engine::ports::Store;
+use nodewright_engine::ports::ClaimStore;
 use nodewright_kube::testing::{ControlPlane, FaultProxy, Options};
 use nodewright_lambda::Config;
 

@@ -5,13 +5,13 @@
 //! its instance terminated.
 
 use lambda_runtime::{Context, LambdaEvent};
+use nodewright_engine::ports::ClaimStore;
 use serde_json::{Value, json};
 
 use aws_sdk_ec2::types::Filter;
 use nodewright_aws::testing::{REGION, sdk_config};
 use nodewright_aws::{AwsContext, DynamoStore};
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
-use nodewright_engine::ports::Store;
 use nodewright_engine::{Provisioner, ProvisionerConfig};
 use nodewright_lambda::build_ports;
 use nodewright_provisioner::Handler;

@@ -1,13 +1,13 @@
 //! The claim cache over the in-memory store: one list while nobody else writes, this
 //! process's writes kept, every other writer seen at the next list.
 
+use nodewright_engine::ports::ClaimStore;
 use std::sync::Arc;
 
 use nodewright_core::catalog::CapacityType;
 use nodewright_core::nodeclaim::ClaimSpec;
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
 use nodewright_engine::ClaimCache;
-use nodewright_engine::ports::Store;
 use nodewright_sim::fakes::{ManualClock, MemoryStore, StoreOp};
 
 fn claim(name: &str) -> NodeClaim {

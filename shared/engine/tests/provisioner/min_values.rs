@@ -4,7 +4,8 @@
 use nodewright_core::api::model::{NodeRequirement, Operator};
 use nodewright_core::scheduling::requirements::MinValuesPolicy;
 use nodewright_core::testing::req;
-use nodewright_engine::ports::{EventType, Store};
+use nodewright_engine::ports::DecisionLog;
+use nodewright_engine::ports::EventType;
 use nodewright_engine::provision::MinValuesRelaxed;
 
 use super::Env;

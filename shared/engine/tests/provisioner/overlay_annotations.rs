@@ -4,13 +4,13 @@
 //! `karpenter.sh/capacity-overlay-applied` annotations (the Kubernetes adapter writes
 //! them, see `nodewright_kube::mirror`).
 
+use nodewright_engine::ports::ClaimStore;
 use std::sync::Arc;
 
 use nodewright_core::api::model::Operator;
 use nodewright_core::catalog::Catalog;
 use nodewright_core::overlay::OverlaysApplied;
 use nodewright_core::testing::{general_purpose_pool, pod, req};
-use nodewright_engine::ports::Store;
 use nodewright_engine::{Ports, Provisioner, ProvisionerConfig};
 use nodewright_sim::fakes::{FakeCloud, FakeCluster, ManualClock, MemoryStore, node_class};
 
@@ -56,12 +56,7 @@ fn env(pods: Vec<nodewright_core::cluster::Pod>) -> Env {
         cluster.add_pod(p);
     }
     let store = Arc::new(MemoryStore::new());
-    let ports = Ports {
-        cloud,
-        cluster: cluster.clone(),
-        store: store.clone(),
-        clock,
-    };
+    let ports = Ports::new(cloud, cluster.clone(), store.clone(), clock);
     let config = ProvisionerConfig::new("test-cluster", "holder-a");
     Env {
         provisioner: Provisioner::new(ports, config),

@@ -9,7 +9,8 @@ use nodewright_core::catalog::Catalog;
 use nodewright_core::cluster::{IntOrPercent, PodDisruptionBudget};
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
 use nodewright_core::testing::{general_purpose_pool, pod, selector};
-use nodewright_engine::ports::{Clock, ObjectKind, Store};
+use nodewright_engine::ports::ClaimStore;
+use nodewright_engine::ports::{Clock, ObjectKind};
 use nodewright_engine::{Ports, Provisioner, ProvisionerConfig};
 use nodewright_sim::fakes::{FakeCloud, FakeCluster, ManualClock, MemoryStore, node_class};
 
@@ -41,12 +42,7 @@ impl Env {
             s.node_classes.push(node_class("default"));
         });
         let store = Arc::new(MemoryStore::new());
-        let ports = Ports {
-            cloud: cloud.clone(),
-            cluster: cluster.clone(),
-            store: store.clone(),
-            clock: clock.clone(),
-        };
+        let ports = Ports::new(cloud.clone(), cluster.clone(), store.clone(), clock.clone());
         Env {
             clock,
             cloud,

@@ -96,6 +96,8 @@ impl KubeCluster {
         }
     }
 
+    /// Whether [`Self::write_mirror`] would write `want`: missing, or ours and reading
+    /// otherwise (as this process last wrote it, else as the watch delivered it).
     fn mirror_is_stale(&self, seen: Option<&Seen>, want: &Mirror) -> bool {
         let Some(seen) = seen else {
             return true;
@@ -104,6 +106,7 @@ impl KubeCluster {
         seen.ours && last.as_ref().or(seen.mirror.as_ref()) != Some(want)
     }
 
+    /// Writes one claim's mirror if it does not read as `want` (see `mirror_claims`).
     async fn write_mirror(
         &self,
         watched: &Watched<DynamicObject, Seen>,
@@ -175,6 +178,7 @@ impl KubeCluster {
         Ok(())
     }
 
+    /// Creates a mirror, then writes its status through `/status` (a create drops it).
     async fn create_mirror(
         &self,
         watched: &Watched<DynamicObject, Seen>,

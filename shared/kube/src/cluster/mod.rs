@@ -273,16 +273,8 @@ impl KubeCluster {
         }
     }
 
-    /// Whether [`Self::write_mirror`] would write `want`: missing, or ours and reading
-    /// otherwise (as this process last wrote it, else as the watch delivered it).
-
-    /// Writes one claim's mirror if it does not read as `want` (see `mirror_claims`).
-
-    /// Creates a mirror, then writes its status through `/status` (a create drops it).
-
     /// The `fields` of a status write that the server refuses, each tried alone with
     /// `dryRun=All` under strict validation (nothing is written).
-
     async fn refused_fields(
         &self,
         api: &Api<DynamicObject>,

@@ -31,9 +31,10 @@ use nodewright_core::well_known::{
 };
 
 use nodewright_engine::ports::{
-    Clock, Cloud, CloudError, Cluster, ClusterError, ClusterEvent, ClusterState, Condition,
-    Decision, ErrorKind, Image, Instance, LaunchError, LaunchRequest, Launched, Lease, NodePatch,
-    ObjectKind, Offering, ResolvedNodeClass, StatusUpdate, Store, StoreError, Subnet, ZonalShift,
+    ClaimStore, Clock, Cloud, CloudError, Cluster, ClusterError, ClusterEvent, ClusterState,
+    Condition, Decision, DecisionLog, ErrorKind, IdempotencyKeys, Image, Instance, LaunchError,
+    LaunchRequest, Launched, Lease, LeaseStore, NodePatch, ObjectKind, Offering, OfferingBackoff,
+    ResolvedNodeClass, StatusUpdate, StoreError, Subnet, ZonalShift,
 };
 
 /// Locks a mutex, recovering the data if a panicking test thread poisoned it.

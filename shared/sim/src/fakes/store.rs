@@ -126,12 +126,7 @@ fn ttl_secs(ttl: Duration) -> i64 {
 }
 
 #[async_trait]
-impl Store for MemoryStore {
-    async fn lease(&self, name: &str) -> Result<Option<Lease>, StoreError> {
-        tokio::task::yield_now().await;
-        Ok(MemoryStore::lease(self, name))
-    }
-
+impl ClaimStore for MemoryStore {
     async fn create_claim(&self, claim: &NodeClaim) -> Result<(), StoreError> {
         tokio::task::yield_now().await;
         let mut inner = self.record(StoreOp::CreateClaim, claim.name.clone())?;
@@ -211,6 +206,14 @@ impl Store for MemoryStore {
             .filter(|c| c.instance_id.as_deref() == Some(instance_id))
             .cloned())
     }
+}
+
+#[async_trait]
+impl LeaseStore for MemoryStore {
+    async fn lease(&self, name: &str) -> Result<Option<Lease>, StoreError> {
+        tokio::task::yield_now().await;
+        Ok(MemoryStore::lease(self, name))
+    }
 
     async fn acquire_lease(
         &self,
@@ -277,7 +280,10 @@ impl Store for MemoryStore {
         }
         Ok(())
     }
+}
 
+#[async_trait]
+impl OfferingBackoff for MemoryStore {
     async fn mark_unavailable(&self, offering: &Offering, until: i64) -> Result<(), StoreError> {
         tokio::task::yield_now().await;
         let key = (
@@ -309,7 +315,10 @@ impl Store for MemoryStore {
         out.sort();
         Ok(out)
     }
+}
 
+#[async_trait]
+impl IdempotencyKeys for MemoryStore {
     async fn claim_idempotency_key(
         &self,
         key: &str,
@@ -330,7 +339,10 @@ impl Store for MemoryStore {
         let inner = self.record(StoreOp::IdempotencyKeyExists, key)?;
         Ok(inner.keys.get(key).is_some_and(|expires| *expires > now))
     }
+}
 
+#[async_trait]
+impl DecisionLog for MemoryStore {
     async fn record_decision(&self, decision: &Decision) -> Result<(), StoreError> {
         tokio::task::yield_now().await;
         let mut inner = self.record(StoreOp::RecordDecision, decision.job.clone())?;

@@ -195,12 +195,12 @@ impl World {
     /// The ports every job runs over: EC2 with instance states over time, the cluster,
     /// the store and the virtual clock.
     pub fn ports(&self) -> Ports {
-        Ports {
-            cloud: self.ec2.clone(),
-            cluster: self.cluster.clone(),
-            store: self.store.clone(),
-            clock: self.clock.clone(),
-        }
+        Ports::new(
+            self.ec2.clone(),
+            self.cluster.clone(),
+            self.store.clone(),
+            self.clock.clone(),
+        )
     }
 
     pub fn now(&self) -> i64 {
