@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use nodewright_core::catalog::Catalog;
 #[cfg(feature = "stack")]
 use nodewright_core::nodeclaim::NodeClaim;
+#[cfg(feature = "stack")]
 use nodewright_core::well_known::LABEL_ZONE;
 #[cfg(feature = "stack")]
 use nodewright_engine::ports::ClusterState;
