@@ -2,8 +2,8 @@
 # Runs every test of the workspace, including those that need moto (run it through
 # tests/moto.sh, which provides the server), in the order that keeps the suite short:
 #
-# 1. the CPU-bound suites one binary after another: core, the engine and its
-#    simulator, the CLI, the AWS adapter's moto tests and the doc tests;
+# 1. the CPU-bound suites one binary after another: core, the engine, the
+#    simulator (its own crate), the CLI, the AWS adapter's moto tests and the doc tests;
 # 2. then the tests against a real control plane in three lanes at once: the kube
 #    adapter's; the interruption function's, testkit's and the benchmarks' suites (the
 #    Lambda suite runs each function for a minute); the provisioner's and the
