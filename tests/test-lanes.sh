@@ -65,14 +65,15 @@ real_cluster="nodewright-provisioner nodewright-interruption nodewright-disrupti
 step "tests: the CPU-bound suites"
 SECONDS=0
 status_c=0
-run others "$@" 2>&1 || status_c=$?
-cargo test --workspace --features "$features" --doc 2>&1 || status_c=$?
+cpu_bound=$(mktemp)
+(run others "$@" 2>&1 || exit 1) | tee "$cpu_bound" || status_c=1
+cargo test --workspace --features "$features" --doc 2>&1 | tee -a "$cpu_bound" || status_c=1
 echo "(the CPU-bound suites: $(elapsed))"
 
 step "tests against a real control plane, in three lanes (their output follows, lane by lane)"
 SECONDS=0
 lane_a=$(mktemp) lane_b=$(mktemp) lane_k=$(mktemp)
-trap 'rm -f "$lane_a" "$lane_b" "$lane_k"' EXIT
+trap 'rm -f "$cpu_bound" "$lane_a" "$lane_b" "$lane_k"' EXIT
 (run "nodewright-kube" "$@" >"$lane_k" 2>&1) &
 pid_k=$!
 (run "nodewright-interruption nodewright-testkit nodewright-bench" "$@" >"$lane_a" 2>&1) &
@@ -91,6 +92,11 @@ printf '\n-- lane 3: nodewright-provisioner, nodewright-disruption (exit %d)\n' 
 cat "$lane_b"
 echo "(the tests against a real control plane: $(elapsed))"
 if [ "$status_c" -ne 0 ] || [ "$status_a" -ne 0 ] || [ "$status_b" -ne 0 ] || [ "$status_k" -ne 0 ]; then
+  # Each failure's panic message, last: a failed test's captured output (the functions'
+  # metric lines above all) can run to thousands of lines before it.
+  printf '\n== why each failed test failed\n'
+  grep -h -A 12 "panicked at" "$cpu_bound" "$lane_k" "$lane_a" "$lane_b" |
+    grep -v '^{"' | cut -c1-600 | head -n 120 || true
   echo "test-lanes.sh: tests failed (see above)" >&2
   exit 1
 fi

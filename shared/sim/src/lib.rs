@@ -14,6 +14,10 @@
 //!   ([`binder`]), workload controllers ([`workload`]: Deployments over time,
 //!   DaemonSets), EC2 taking instances at their deadline, stops, and an observer of
 //!   waits, budgets, launches, drains and cost.
+//! - [`eks`]: what EKS and EC2 do outside Kubernetes (kubelets joining and booting,
+//!   EC2 taking instances back, the cloud controller manager), as steps returning
+//!   writes: the world applies them in memory, the functions' end-to-end tests to a
+//!   real control plane.
 //! - [`cloud`]: EC2's instance states over time on top of `FakeCloud`.
 //! - [`eventbridge`]: the events EC2 and AWS Health send, as real EventBridge JSON.
 //! - [`queue`]: the SQS queue (at-least-once, visibility timeout, dead letters) and
@@ -27,6 +31,7 @@
 
 pub mod binder;
 pub mod cloud;
+pub mod eks;
 pub mod eventbridge;
 pub mod fakes;
 pub mod faults;

@@ -11,7 +11,9 @@
 //! take pods off lost and deleted nodes; KWOK is the kubelet of every node that has
 //! joined (Ready, its lease renewed, its pods Running and Ready, deletions confirmed).
 //!
-//! [`ClusterBehaviour`] adds, every `period`, what is outside Kubernetes:
+//! [`ClusterBehaviour`] adds, every `period`, what is outside Kubernetes, as the
+//! simulator models it ([`nodewright_sim::eks`]: the same steps, whose writes are
+//! carried out here on moto and the control plane):
 //! - **an instance joining** (`kubelet`) — an instance EC2 (moto) runs for the cluster
 //!   registers its Node `register_after` after it was first seen, as the kubelet and
 //!   Karpenter's user data do (name, providerID, labels, taints, allocatable, Ready=False),
@@ -46,6 +48,7 @@ use tokio::task::JoinHandle;
 use nodewright_aws::testing::{Ec2Client, sdk_config};
 use nodewright_core::catalog::Catalog;
 use nodewright_kube::testing::{ControlPlane, objects};
+use nodewright_sim::eks::{KubeletWrite, Kubelets, Reclaims};
 
 use crate::emulated::EmulatedCluster;
 use crate::wait_until;
@@ -77,9 +80,6 @@ impl Default for Timings {
         }
     }
 }
-
-/// How often a booting kubelet renews its lease.
-const HEARTBEAT: Duration = Duration::from_secs(2);
 
 /// One instance as the cluster saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,24 +123,43 @@ impl InstanceLife {
     }
 }
 
-#[derive(Default)]
 struct Record {
+    /// What the model's times count from (the behaviour's start).
+    origin: Instant,
     instances: BTreeMap<String, InstanceLife>,
-    /// When each booting kubelet last renewed its lease.
-    heartbeats: BTreeMap<String, Instant>,
-    kills: Vec<(String, Instant)>,
+    /// The kubelets, as the simulator models them; their writes are carried out here.
+    kubelets: Kubelets,
+    /// What EC2 takes back, and when ([`ClusterBehaviour::kill_at`]).
+    reclaims: Reclaims,
     /// Nodes the cloud controller manager deleted, and when it last looked.
     deleted_by_cloud: Vec<String>,
     cloud_looked: Option<Instant>,
     /// The Nodes as last listed.
     nodes: Vec<Value>,
     errors: Vec<String>,
-    /// While set, no instance registers ([`ClusterBehaviour::hold_registration`]).
-    hold_registration: bool,
-    /// While set, no kubelet finishes booting ([`ClusterBehaviour::hold_ready`]).
-    hold_ready: bool,
     /// The last DescribeInstances, and when.
     described: Option<(Instant, Vec<Ec2Instance>)>,
+}
+
+impl Record {
+    fn new(timings: &Timings) -> Self {
+        Record {
+            origin: Instant::now(),
+            instances: BTreeMap::new(),
+            kubelets: Kubelets::new(timings.register_after, timings.ready_after),
+            reclaims: Reclaims::default(),
+            deleted_by_cloud: Vec::new(),
+            cloud_looked: None,
+            nodes: Vec::new(),
+            errors: Vec::new(),
+            described: None,
+        }
+    }
+
+    /// `at` as the model counts time.
+    fn since_origin(&self, at: Instant) -> Duration {
+        at.saturating_duration_since(self.origin)
+    }
 }
 
 /// Everything the background tasks and the accessors share.
@@ -177,7 +196,7 @@ impl ClusterBehaviour {
             ec2: Ec2Client::new(&sdk_config(&world.url).await),
             cluster: world.cluster.clone(),
             timings,
-            record: Mutex::default(),
+            record: Mutex::new(Record::new(&timings)),
             observed: Arc::default(),
         });
         let (listed, first_list) = tokio::sync::oneshot::channel();
@@ -214,19 +233,21 @@ impl ClusterBehaviour {
     /// While `hold` is set, no instance registers its Node; once released, an instance
     /// whose `register_after` has passed registers at the next round.
     pub fn hold_registration(&self, hold: bool) {
-        self.shared.lock().hold_registration = hold;
+        self.shared.lock().kubelets.hold_registration(hold);
     }
 
     /// While `hold` is set, registered nodes stay NotReady (a slow CNI: their kubelets
     /// keep booting); once released, a kubelet whose `ready_after` has passed hands its
     /// node to KWOK at the next round. Lets a test reach a state at a step it chooses.
     pub fn hold_ready(&self, hold: bool) {
-        self.shared.lock().hold_ready = hold;
+        self.shared.lock().kubelets.hold_ready(hold);
     }
 
     /// EC2 takes `instance_id` back at `at` (TerminateInstances), whatever its state.
     pub fn kill_at(&self, instance_id: &str, at: Instant) {
-        self.shared.lock().kills.push((instance_id.to_string(), at));
+        let mut record = self.shared.lock();
+        let at = record.since_origin(at);
+        record.reclaims.take_at(instance_id, at);
     }
 
     /// The kubelet of `node` stops now while its instance runs on (a hung kubelet):
@@ -238,6 +259,7 @@ impl ClusterBehaviour {
             .unwrap_or_else(|e| panic!("stopping the kubelet of {node}: {e}"));
         let now = Instant::now();
         let mut record = self.shared.lock();
+        record.kubelets.stopped(node);
         if let Some(life) = record
             .instances
             .values_mut()
@@ -475,7 +497,7 @@ impl Shared {
     }
 
     /// One round: EC2's reclaims, the instances as EC2 reports them, the Nodes as the
-    /// API server has them, then each kubelet's next step and the cloud's.
+    /// API server has them, then the kubelets' step and the cloud's.
     async fn step(&self) {
         let reclaimed = cloud::reclaim_due(self).await;
         let fresh = self
@@ -507,27 +529,22 @@ impl Shared {
         };
         self.lock().nodes = nodes.clone();
         for instance in &instances {
-            self.kubelet(instance, &nodes).await;
+            self.watch(instance, &nodes);
         }
+        self.kubelets(&instances, &nodes).await;
         cloud::delete_lost_nodes(self, &instances, &nodes).await;
     }
 
-    /// The next step of one instance's kubelet.
-    async fn kubelet(&self, instance: &Ec2Instance, nodes: &[Value]) {
+    /// What the test is told of one instance: when it was first seen, its node Ready
+    /// and free of the node lifecycle controller's taints, gone.
+    fn watch(&self, instance: &Ec2Instance, nodes: &[Value]) {
         let now = Instant::now();
-        let (life, hold_registration, hold_ready, heartbeat) = {
-            let mut record = self.lock();
-            let life = record
-                .instances
-                .entry(instance.id.clone())
-                .or_insert_with(|| InstanceLife::new(&instance.id, now))
-                .clone();
-            let heartbeat = life
-                .node
-                .as_ref()
-                .and_then(|n| record.heartbeats.get(n).copied());
-            (life, record.hold_registration, record.hold_ready, heartbeat)
-        };
+        let life = self
+            .lock()
+            .instances
+            .entry(instance.id.clone())
+            .or_insert_with(|| InstanceLife::new(&instance.id, now))
+            .clone();
         let node = life.node.as_ref().and_then(|name| {
             nodes
                 .iter()
@@ -541,57 +558,87 @@ impl Shared {
         {
             self.update(&instance.id, |l| l.untainted_at = Some(now));
         }
-        if instance.is_gone() {
-            if life.gone_at.is_none() {
-                self.update(&instance.id, |l| l.gone_at = Some(now));
-            }
-            if let (Some(name), None, Some(_)) = (&life.node, life.kubelet_stopped_at, node) {
-                match kubelet::stop(&self.api, name).await {
-                    Ok(()) => self.update(&instance.id, |l| l.kubelet_stopped_at = Some(now)),
-                    Err(e) => self.note(e),
-                }
-            }
-            return;
+        if instance.is_gone() && life.gone_at.is_none() {
+            self.update(&instance.id, |l| l.gone_at = Some(now));
         }
-        if instance.state != "running" || life.kubelet_stopped_at.is_some() {
-            return; // pending: still booting; or its kubelet stopped for good
-        }
-        let timings = self.timings;
-        match (&life.node, life.registered_at, life.booted_at) {
-            (None, _, _)
-                if !hold_registration && now >= life.first_seen + timings.register_after =>
-            {
-                let catalog = Catalog::embedded();
-                match kubelet::register(&self.api, instance, catalog).await {
-                    Ok(name) => {
-                        self.lock().heartbeats.insert(name.clone(), now);
-                        self.update(&instance.id, |l| {
-                            l.node = Some(name);
-                            l.registered_at = Some(now);
-                        });
-                    }
-                    Err(e) => self.note(e),
-                }
-            }
-            (Some(name), Some(at), None) => {
-                if !hold_ready && now >= at + timings.ready_after {
-                    match kubelet::release(&self.api, name).await {
-                        Ok(()) => {
-                            self.lock().heartbeats.remove(name);
-                            self.update(&instance.id, |l| l.booted_at = Some(now));
+    }
+
+    /// The kubelets' step (the simulator's model), carried out on the control plane:
+    /// a registration is the Node put while the kubelet holds its lease, a heartbeat
+    /// that lease renewed, Ready the lease given up to KWOK, a stop the lease taken for
+    /// good. A write that fails is named in the errors and comes again next round.
+    async fn kubelets(&self, instances: &[Ec2Instance], nodes: &[Value]) {
+        let (now, at, writes) = {
+            let record = self.lock();
+            let seen: Vec<_> = instances
+                .iter()
+                .map(|i| {
+                    let first_seen = record
+                        .instances
+                        .get(&i.id)
+                        .map_or(record.origin, |l| l.first_seen);
+                    i.seen(record.since_origin(first_seen))
+                })
+                .collect();
+            let now = Instant::now();
+            let at = record.since_origin(now);
+            (now, at, record.kubelets.step(at, &seen))
+        };
+        for write in writes {
+            let done = match &write {
+                KubeletWrite::Register { instance } => {
+                    let Some(instance) = instances.iter().find(|i| &i.id == instance) else {
+                        continue;
+                    };
+                    match kubelet::register(&self.api, instance, Catalog::embedded()).await {
+                        Ok(name) => {
+                            self.lock().kubelets.registered(&instance.id, &name, at);
+                            self.update(&instance.id, |l| {
+                                l.node = Some(name);
+                                l.registered_at = Some(now);
+                            });
                         }
                         Err(e) => self.note(e),
                     }
-                } else if heartbeat.is_none_or(|h| h.elapsed() >= HEARTBEAT) {
-                    match kubelet::heartbeat(&self.api, name).await {
-                        Ok(()) => {
-                            self.lock().heartbeats.insert(name.clone(), now);
-                        }
-                        Err(e) => self.note(e),
-                    }
+                    continue;
                 }
+                KubeletWrite::Heartbeat { node } => kubelet::heartbeat(&self.api, node).await,
+                KubeletWrite::Ready { node } => {
+                    let released = kubelet::release(&self.api, node).await;
+                    if released.is_ok() {
+                        self.update_node(node, |l| l.booted_at = Some(now));
+                    }
+                    released
+                }
+                KubeletWrite::Stop { node } => {
+                    // A Node already deleted has nobody left to stop reporting to.
+                    let registered = nodes.iter().any(|n| n["metadata"]["name"] == node.as_str());
+                    let stopped = if registered {
+                        kubelet::stop(&self.api, node).await
+                    } else {
+                        Ok(())
+                    };
+                    if stopped.is_ok() && registered {
+                        self.update_node(node, |l| l.kubelet_stopped_at = Some(now));
+                    }
+                    stopped
+                }
+            };
+            match done {
+                Ok(()) => self.lock().kubelets.done(&write, at),
+                Err(e) => self.note(e),
             }
-            _ => {}
+        }
+    }
+
+    fn update_node(&self, node: &str, change: impl FnOnce(&mut InstanceLife)) {
+        if let Some(life) = self
+            .lock()
+            .instances
+            .values_mut()
+            .find(|l| l.node.as_deref() == Some(node))
+        {
+            change(life);
         }
     }
 

@@ -11,8 +11,9 @@
 //!   kube-scheduler found no node for; [`web_deployment`] for more workloads;
 //! - [`ClusterBehaviour`] (`behaviour`): what EKS does outside Kubernetes over time —
 //!   instances joining as nodes, EC2 taking instances back, the cloud controller
-//!   deleting their nodes — and an observer of every pod and PodDisruptionBudget, so a
-//!   test can assert where a job *ends*;
+//!   deleting their nodes: the simulator's model of it (`nodewright_sim::eks`), its
+//!   writes carried out on moto and the control plane — and an observer of every pod
+//!   and PodDisruptionBudget, so a test can assert where a job *ends*;
 //! - [`ProvisionerSchedule`]: the provisioner invoked back to back as its schedule
 //!   would, with what each invocation left behind;
 //! - [`lambda_context`], [`scheduled_event`], [`wait_until`] and the accessors on

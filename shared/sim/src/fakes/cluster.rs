@@ -394,10 +394,9 @@ impl FakeCluster {
             .and_then(|s| s.condition(type_).cloned())
     }
 
-    /// The kubelet of `instance` joins: a NotReady Node named like EC2's private DNS
-    /// name, with providerID `aws:///<zone>/<id>`, the launch's labels plus the ones the
-    /// kubelet sets itself (instance type, zone, region, capacity type, hostname, arch,
-    /// os), and the launch's taints. Returns the node name.
+    /// The kubelet of `instance` joins with the labels and taints it was launched
+    /// with: the Node [`joining_node`](crate::eks::joining_node) describes, named like
+    /// EC2's private DNS name. Returns the node name.
     pub fn register(
         &self,
         instance: &Instance,
@@ -406,41 +405,18 @@ impl FakeCluster {
     ) -> String {
         let provider_id = format!("aws:///{}/{}", instance.zone, instance.id);
         let name = self.free_node_name(&instance.id, &provider_id);
-        let it = self.catalog.get(&instance.instance_type);
-        let mut node_labels = BTreeMap::new();
-        if let Some(it) = it {
-            for key in ["kubernetes.io/arch", "kubernetes.io/os"] {
-                if let Some(v) = it.labels.get(key) {
-                    node_labels.insert(key.to_string(), v.clone());
-                }
-            }
-        }
-        node_labels.extend(labels.clone());
-        node_labels.insert(LABEL_INSTANCE_TYPE.into(), instance.instance_type.clone());
-        node_labels.insert(LABEL_ZONE.into(), instance.zone.clone());
-        let region = instance
-            .zone
-            .trim_end_matches(|c: char| c.is_ascii_lowercase())
-            .to_string();
-        node_labels.insert(LABEL_REGION.into(), region);
-        node_labels.insert(
-            LABEL_CAPACITY_TYPE.into(),
-            instance.capacity_type.as_str().into(),
+        let node = crate::eks::joining_node(
+            &name,
+            &crate::eks::JoiningInstance {
+                id: &instance.id,
+                zone: &instance.zone,
+                instance_type: &instance.instance_type,
+                capacity_type: instance.capacity_type,
+            },
+            labels,
+            taints,
+            &self.catalog,
         );
-        node_labels.insert(LABEL_HOSTNAME.into(), name.clone());
-        let node = Node {
-            name: name.clone(),
-            labels: node_labels,
-            taints: taints.to_vec(),
-            allocatable: it.map(|t| t.allocatable.clone()).unwrap_or_default(),
-            capacity: it.map(|t| t.capacity.clone()).unwrap_or_default(),
-            provider_id: Some(provider_id),
-            unschedulable: false,
-            ready: false,
-            // The kubelet reports the machine's boot id; a reboot changes it.
-            boot_id: Some(format!("{}-boot-0", instance.id)),
-            ..Node::default()
-        };
         let mut inner = lock(&self.inner);
         inner.index = None;
         inner.state.nodes.retain(|n| n.name != name);

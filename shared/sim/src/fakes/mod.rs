@@ -25,10 +25,7 @@ use nodewright_core::api::model::{
 use nodewright_core::catalog::{CapacityType, Catalog, Reservation, ReservationType};
 use nodewright_core::cluster::{Node, Pod, eviction_allowed};
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
-use nodewright_core::well_known::{
-    LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL,
-    LABEL_REGION, LABEL_ZONE,
-};
+use nodewright_core::well_known::{LABEL_ARCH, LABEL_NODEPOOL};
 
 use nodewright_engine::ports::{
     ClaimStore, Clock, Cloud, CloudError, Cluster, ClusterError, ClusterEvent, ClusterState,
@@ -216,6 +213,7 @@ pub use store::*;
 mod tests {
     use super::*;
     use nodewright_core::nodeclaim::{ClaimSpec, ClaimState};
+    use nodewright_core::well_known::{LABEL_HOSTNAME, LABEL_REGION};
 
     /// A DNS-1123 label, as Kubernetes requires of a pod's name.
     fn is_dns_label(name: &str) -> bool {

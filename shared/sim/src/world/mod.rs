@@ -43,6 +43,7 @@ use nodewright_engine::ports::{Clock, ClusterState, Instance};
 use super::SimClock;
 use super::binder::Binder;
 use super::cloud::Ec2;
+use super::eks::{InstanceSeen, KubeletWrite, Kubelets, Reclaims};
 use super::eventbridge::{self, Envelope};
 use super::queue::{QueueConfig, SqsQueue};
 use super::rng::Rng;
@@ -98,10 +99,8 @@ impl Default for WorldConfig {
 /// remember), and what the observer recorded.
 #[derive(Default)]
 struct Observed {
-    /// Instances whose node registered.
-    registered: HashSet<String>,
-    /// Registered nodes not yet Ready: node → (instance, registered at).
-    booting: HashMap<String, (String, i64)>,
+    /// Every instance's kubelet.
+    kubelets: Kubelets,
     /// Nodes whose instance reboots: node → when it is back.
     rebooting: BTreeMap<String, i64>,
     /// Reboots so far.
@@ -109,8 +108,8 @@ struct Observed {
     /// The last look at the claims found one on its way somewhere.
     claims_in_motion: bool,
     pending_since: HashMap<String, i64>,
-    /// Instance → when EC2 takes it (after a notice).
-    deaths: BTreeMap<String, i64>,
+    /// The instances EC2 takes back (after a notice), and when.
+    reclaims: Reclaims,
     /// Instance → when its stop completes.
     stopping: BTreeMap<String, i64>,
     /// Last state seen per instance.
@@ -146,6 +145,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A world time (Unix seconds) as the [`eks`](crate::eks) model counts it.
+fn since_epoch(unix_seconds: i64) -> Duration {
+    Duration::from_secs(u64::try_from(unix_seconds).unwrap_or(0))
+}
+
 fn secs(d: Duration) -> i64 {
     i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
 }
@@ -176,6 +180,10 @@ impl World {
                     .to_string()
             })
             .unwrap_or_else(|| "us-east-1".into());
+        let observed = Observed {
+            kubelets: Kubelets::new(config.register_after, config.ready_after),
+            ..Observed::default()
+        };
         Arc::new(World {
             clock,
             cloud,
@@ -188,7 +196,7 @@ impl World {
             rng: Mutex::new(Rng::new(config.seed)),
             config,
             deployments: Mutex::new(Vec::new()),
-            observed: Mutex::new(Observed::default()),
+            observed: Mutex::new(observed),
         })
     }
 
@@ -260,7 +268,9 @@ impl World {
 
     /// EC2 takes `instance` at `at`, whatever state its drain is in (it was told).
     pub fn kill_at(&self, instance: &str, at: i64) {
-        lock(&self.observed).deaths.insert(instance.to_string(), at);
+        lock(&self.observed)
+            .reclaims
+            .take_at(instance, since_epoch(at));
     }
 
     /// Someone stops `instance` now, without notice: `stopping` at once, `stopped`
@@ -500,15 +510,9 @@ impl World {
     }
 
     fn reclaim_due(&self, now: i64) -> bool {
-        let due: Vec<String> = lock(&self.observed)
-            .deaths
-            .iter()
-            .filter(|(_, at)| **at <= now)
-            .map(|(id, _)| id.clone())
-            .collect();
+        let due = lock(&self.observed).reclaims.due(since_epoch(now));
         let mut any = false;
         for id in due {
-            lock(&self.observed).deaths.remove(&id);
             if !self.cloud.reclaim(&id) {
                 continue;
             }
@@ -579,12 +583,14 @@ impl World {
         let mut o = lock(&self.observed);
         let live: HashSet<&str> = current.iter().map(|i| i.id.as_str()).collect();
         // Instances no longer listed were terminated (by nodewright or by EC2).
-        let gone: Vec<String> = o
+        let mut gone: Vec<String> = o
             .states
             .iter()
             .filter(|(id, state)| state.as_str() != "terminated" && !live.contains(id.as_str()))
             .map(|(id, _)| id.clone())
             .collect();
+        // By id: the timeline of a seed is the same from run to run.
+        gone.sort();
         for id in gone {
             let previous = o.states.insert(id.clone(), "terminated".into());
             if let Some(l) = o.seen.lifetimes.get_mut(&id) {
@@ -658,59 +664,65 @@ impl World {
         launched
     }
 
-    /// Registers the nodes of running instances old enough, and turns registered nodes
-    /// Ready when their time comes (reading the cluster only then).
+    /// The kubelets' step ([`Kubelets`]) on the instances as last reported, applied to
+    /// the in-memory cluster.
     fn kubelets(&self, now: i64) {
-        let register_after = secs(self.config.register_after);
-        let ready_after = secs(self.config.ready_after);
-        let (live, due_ready) = {
+        let at = since_epoch(now);
+        let (live, writes) = {
             let o = lock(&self.observed);
-            let due: Vec<(String, String)> = o
-                .booting
+            let seen: Vec<InstanceSeen<'_>> = o
+                .live
                 .iter()
-                .filter(|(_, (_, at))| now - at >= ready_after)
-                .map(|(node, (instance, _))| (node.clone(), instance.clone()))
+                .map(|i| InstanceSeen {
+                    id: &i.id,
+                    state: &i.state,
+                    up_since: since_epoch(i.launch_time),
+                })
                 .collect();
-            (o.live.clone(), due)
+            let writes = o.kubelets.step(at, &seen);
+            (o.live.clone(), writes)
         };
-        for i in &live {
-            if i.state != "running"
-                || now - i.launch_time < register_after
-                || lock(&self.observed).registered.contains(&i.id)
-            {
-                continue;
-            }
-            let Some(launched) = self.cloud.instance(&i.id) else {
-                continue;
-            };
-            let name = self
-                .cluster
-                .register(i, &launched.request.labels, &launched.request.taints);
-            // The API server stamps the object: expiry (expireAfter) counts from it.
-            self.cluster.with_state(|s| {
-                if let Some(n) = s.nodes.iter_mut().find(|n| n.name == name) {
-                    n.created_at = Some(now);
+        for write in writes {
+            match &write {
+                KubeletWrite::Register { instance } => {
+                    let (Some(i), Some(launched)) = (
+                        live.iter().find(|i| &i.id == instance),
+                        self.cloud.instance(instance),
+                    ) else {
+                        continue;
+                    };
+                    let name = self.cluster.register(
+                        i,
+                        &launched.request.labels,
+                        &launched.request.taints,
+                    );
+                    // The API server stamps the object: expiry (expireAfter) counts from it.
+                    self.cluster.with_state(|s| {
+                        if let Some(n) = s.nodes.iter_mut().find(|n| n.name == name) {
+                            n.created_at = Some(now);
+                        }
+                    });
+                    lock(&self.observed)
+                        .kubelets
+                        .registered(instance, &name, at);
+                    continue;
                 }
-            });
-            let mut o = lock(&self.observed);
-            o.registered.insert(i.id.clone());
-            o.booting.insert(name, (i.id.clone(), now));
-        }
-        for (node, instance) in due_ready {
-            let running = live
-                .iter()
-                .any(|i| i.id == instance && i.state == "running");
-            if running {
-                self.cluster.set_ready(&node);
-                // The Ready transition: consolidateAfter counts from it.
-                self.cluster.with_state(|s| {
-                    if let Some(n) = s.nodes.iter_mut().find(|n| n.name == node) {
-                        n.ready_since = Some(now);
-                    }
-                });
+                KubeletWrite::Ready { node } => {
+                    self.cluster.set_ready(node);
+                    // The Ready transition: consolidateAfter counts from it.
+                    self.cluster.with_state(|s| {
+                        if let Some(n) = s.nodes.iter_mut().find(|n| &n.name == node) {
+                            n.ready_since = Some(now);
+                        }
+                    });
+                }
+                // The in-memory cluster keeps no node leases, and its nodes' health is
+                // not read from them: the world loses a node where EC2 takes or stops
+                // its instance (`reclaim_due`, `stop`), and a node whose instance
+                // nodewright terminated is nodewright's to delete. Nothing to write.
+                KubeletWrite::Heartbeat { .. } | KubeletWrite::Stop { .. } => {}
             }
-            // A node whose instance went first never turns Ready.
-            lock(&self.observed).booting.remove(&node);
+            lock(&self.observed).kubelets.done(&write, at);
         }
     }
 

@@ -1,12 +1,14 @@
-//! The cloud: EC2 taking instances back at their time, and the AWS cloud controller
-//! manager's node lifecycle controller deleting the Node of an instance EC2 no longer
-//! has.
+//! The cloud's steps (the simulator's model: [`nodewright_sim::eks::cloud`]) carried
+//! out on moto and the control plane: EC2 taking instances back at their time, and the
+//! AWS cloud controller manager deleting the Node of an instance EC2 no longer has.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use nodewright_kube::testing::objects;
+use nodewright_sim::eks::{NodeSeen, nodes_the_cloud_deletes};
 
 use super::ec2::{self, Ec2Instance};
 use super::{InstanceLife, Shared, ready_status};
@@ -15,11 +17,10 @@ use super::{InstanceLife, Shared, ready_status};
 /// state). True when it did.
 pub(super) async fn reclaim_due(shared: &Shared) -> bool {
     let now = Instant::now();
-    let due: Vec<String> = {
+    let due = {
         let mut record = shared.lock();
-        let (due, later): (Vec<_>, Vec<_>) = record.kills.drain(..).partition(|(_, at)| *at <= now);
-        record.kills = later;
-        due.into_iter().map(|(id, _)| id).collect()
+        let at = record.since_origin(now);
+        record.reclaims.due(at)
     };
     if due.is_empty() {
         return false;
@@ -69,11 +70,9 @@ pub(super) async fn reclaim_due(shared: &Shared) -> bool {
 /// manager's `--node-monitor-period`).
 const CLOUD_PERIOD: Duration = Duration::from_secs(5);
 
-/// The cloud node lifecycle controller, every [`CLOUD_PERIOD`]: a Node that is not Ready
-/// (its kubelet stopped and the node lifecycle controller noticed) whose instance EC2
-/// reports terminated is deleted. (It looks only at nodes that are not Ready, as the
-/// real one does, so a node nodewright deletes itself right after terminating its
-/// instance is nodewright's to delete.)
+/// The cloud node lifecycle controller ([`nodes_the_cloud_deletes`]), every
+/// [`CLOUD_PERIOD`]: a Node whose kubelet stopped (the node lifecycle controller
+/// noticed: not Ready) and whose instance EC2 reports terminated is deleted.
 pub(super) async fn delete_lost_nodes(shared: &Shared, instances: &[Ec2Instance], nodes: &[Value]) {
     {
         let mut record = shared.lock();
@@ -85,20 +84,23 @@ pub(super) async fn delete_lost_nodes(shared: &Shared, instances: &[Ec2Instance]
         }
         record.cloud_looked = Some(Instant::now());
     }
-    for node in nodes {
-        if ready_status(node) == "True" || !node["metadata"]["deletionTimestamp"].is_null() {
-            continue;
-        }
-        let Some(id) = node["spec"]["providerID"]
-            .as_str()
-            .and_then(|p| p.rsplit('/').next())
-        else {
-            continue;
-        };
-        if !instances.iter().any(|i| i.id == id && i.is_terminated()) {
-            continue;
-        }
-        let name = node["metadata"]["name"].as_str().unwrap_or_default();
+    let seen: Vec<NodeSeen<'_>> = nodes
+        .iter()
+        .map(|node| NodeSeen {
+            name: node["metadata"]["name"].as_str().unwrap_or_default(),
+            ready: ready_status(node) == "True",
+            being_deleted: !node["metadata"]["deletionTimestamp"].is_null(),
+            instance: node["spec"]["providerID"]
+                .as_str()
+                .and_then(|p| p.rsplit('/').next()),
+        })
+        .collect();
+    let terminated: HashSet<&str> = instances
+        .iter()
+        .filter(|i| i.is_terminated())
+        .map(|i| i.id.as_str())
+        .collect();
+    for name in nodes_the_cloud_deletes(&seen, &terminated) {
         match objects::remove(shared.api.admin(), "Node", None, name).await {
             Ok(Some(_)) => shared.lock().deleted_by_cloud.push(name.to_string()),
             Ok(None) => {}

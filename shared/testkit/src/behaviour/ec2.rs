@@ -3,7 +3,12 @@
 
 use std::collections::BTreeMap;
 
-use aws_sdk_ec2::types::Filter;
+use std::time::Duration;
+
+use aws_sdk_ec2::types::{Filter, InstanceLifecycleType};
+
+use nodewright_core::catalog::CapacityType;
+use nodewright_sim::eks::InstanceSeen;
 
 use nodewright_aws::testing::Ec2Client;
 
@@ -16,16 +21,25 @@ pub(super) struct Ec2Instance {
     pub zone: String,
     pub private_dns: String,
     pub private_ip: String,
+    /// Spot, in a capacity reservation, or on-demand: the capacity-type label its
+    /// kubelet registers with.
+    pub capacity_type: CapacityType,
     pub tags: BTreeMap<String, String>,
 }
 
 impl Ec2Instance {
+    /// As the kubelets see it, `up_since` when the harness first saw it.
+    pub fn seen(&self, up_since: Duration) -> InstanceSeen<'_> {
+        InstanceSeen {
+            id: &self.id,
+            state: &self.state,
+            up_since,
+        }
+    }
+
     /// Shutting down, stopped or terminated: its kubelet is gone.
     pub fn is_gone(&self) -> bool {
-        matches!(
-            self.state.as_str(),
-            "shutting-down" | "terminated" | "stopping" | "stopped"
-        )
+        self.seen(Duration::ZERO).is_gone()
     }
 
     /// EC2 no longer has it: what makes the cloud controller manager delete its Node.
@@ -69,6 +83,13 @@ pub(super) async fn describe(ec2: &Ec2Client, cluster: &str) -> Result<Vec<Ec2In
                 .to_string(),
             private_dns: i.private_dns_name().unwrap_or_default().to_string(),
             private_ip: i.private_ip_address().unwrap_or_default().to_string(),
+            capacity_type: if i.instance_lifecycle() == Some(&InstanceLifecycleType::Spot) {
+                CapacityType::Spot
+            } else if i.capacity_reservation_id().is_some() {
+                CapacityType::Reserved
+            } else {
+                CapacityType::OnDemand
+            },
             tags: i
                 .tags()
                 .iter()

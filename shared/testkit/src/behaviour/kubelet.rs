@@ -1,6 +1,6 @@
-//! The kubelet of an instance: it joins the cluster as the kubelet and Karpenter's user
-//! data make it join (the Node, its labels and taints), and hands the node to KWOK,
-//! which plays it from then on: Ready, its lease renewed, its pods run.
+//! The kubelet's writes ([`nodewright_sim::eks::KubeletWrite`]) carried out on a real
+//! control plane: the Node it registers, and its lease, which decides whether KWOK
+//! plays the node (Ready, its lease renewed, its pods run).
 //!
 //! KWOK (v0.8) only plays a node it saw *created* with its annotation, and only while
 //! it holds the node's Lease in `kube-node-lease`; a lease held by someone else stops
@@ -21,15 +21,17 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 
+use nodewright_core::api::model::{Taint, TaintEffect};
 use nodewright_core::api::{self, Document, NodePool};
 use nodewright_core::catalog::Catalog;
 use nodewright_core::interruption::format_rfc3339;
 use nodewright_core::resources::Resources;
+use nodewright_core::well_known::{LABEL_NODECLAIM, LABEL_NODEPOOL, TAINT_UNREGISTERED};
 use nodewright_kube::testing::{ControlPlane, objects};
+use nodewright_sim::eks::{JoiningInstance, joining_node};
 
 use super::ec2::Ec2Instance;
 
-pub(super) const TAINT_UNREGISTERED: &str = "karpenter.sh/unregistered";
 const LEASE_NAMESPACE: &str = "kube-node-lease";
 /// Who holds a booting kubelet's lease.
 const BOOTING: &str = "testkit-kubelet-booting";
@@ -37,12 +39,11 @@ const BOOTING: &str = "testkit-kubelet-booting";
 const STOPPED: &str = "testkit-kubelet-stopped";
 const STOPPED_FOR_SECONDS: i64 = 365 * 24 * 3600;
 
-/// The Node the kubelet registers, as Karpenter's user data configures it: named like
-/// the instance's private DNS name, the labels the kubelet and the user data set
-/// (hostname, zone, region, instance type, arch, os, the NodePool and NodeClaim from the
-/// instance's tags), the taints Karpenter registers with (`karpenter.sh/unregistered`,
-/// the NodePool's taints and startup taints), allocatable and capacity of its type from
-/// the catalog, Ready=False; KWOK's annotation so that KWOK plays it once it may.
+/// The Node the kubelet registers ([`joining_node`], the simulator's model of it) as
+/// the API server takes it: the labels Karpenter's user data passes (the NodePool and
+/// NodeClaim from the instance's tags, its capacity type), the taints it registers with
+/// (`karpenter.sh/unregistered`, the NodePool's taints and startup taints), its
+/// addresses, Ready=False, and KWOK's annotation so that KWOK plays it once it may.
 pub(super) fn registration(
     instance: &Ec2Instance,
     pool: Option<&NodePool>,
@@ -50,45 +51,33 @@ pub(super) fn registration(
     kwok_annotation: (&str, &str),
 ) -> Value {
     let name = node_name(instance);
-    let it = catalog.get(&instance.instance_type);
-    let mut labels = BTreeMap::from([
-        ("kubernetes.io/hostname".to_string(), name.clone()),
-        (
-            "topology.kubernetes.io/zone".to_string(),
-            instance.zone.clone(),
-        ),
-        (
-            "topology.kubernetes.io/region".to_string(),
-            instance
-                .zone
-                .trim_end_matches(|c: char| c.is_ascii_lowercase())
-                .to_string(),
-        ),
-        (
-            "node.kubernetes.io/instance-type".to_string(),
-            instance.instance_type.clone(),
-        ),
-    ]);
-    for key in ["kubernetes.io/arch", "kubernetes.io/os"] {
-        if let Some(v) = it.and_then(|t| t.labels.get(key)) {
-            labels.insert(key.to_string(), v.clone());
-        }
-    }
-    for key in ["karpenter.sh/nodepool", "karpenter.sh/nodeclaim"] {
-        if let Some(v) = instance.tags.get(key) {
-            labels.insert(key.to_string(), v.clone());
-        }
-    }
-    let mut taints = vec![json!({"key": TAINT_UNREGISTERED, "effect": "NoExecute"})];
-    if let Some(pool) = pool {
-        for t in pool.taints.iter().chain(&pool.startup_taints) {
-            let mut wire = json!({"key": t.key, "effect": t.effect.as_str()});
-            if let Some(value) = &t.value {
-                wire["value"] = json!(value);
-            }
-            taints.push(wire);
-        }
-    }
+    let labels: BTreeMap<String, String> = [LABEL_NODEPOOL, LABEL_NODECLAIM]
+        .into_iter()
+        .filter_map(|key| Some((key.to_string(), instance.tags.get(key)?.clone())))
+        .collect();
+    let unregistered = Taint {
+        key: TAINT_UNREGISTERED.into(),
+        value: None,
+        effect: TaintEffect::NoExecute,
+    };
+    let taints: Vec<Taint> = std::iter::once(unregistered)
+        .chain(
+            pool.into_iter()
+                .flat_map(|pool| pool.taints.iter().chain(&pool.startup_taints).cloned()),
+        )
+        .collect();
+    let node = joining_node(
+        &name,
+        &JoiningInstance {
+            id: &instance.id,
+            zone: &instance.zone,
+            instance_type: &instance.instance_type,
+            capacity_type: instance.capacity_type,
+        },
+        &labels,
+        &taints,
+        catalog,
+    );
     let now = format_rfc3339(unix_now());
     let mut addresses = vec![json!({"type": "Hostname", "address": name})];
     if !instance.private_ip.is_empty() {
@@ -97,17 +86,29 @@ pub(super) fn registration(
             json!({"type": "InternalIP", "address": instance.private_ip}),
         );
     }
+    let taints: Vec<Value> = node
+        .taints
+        .iter()
+        .map(|t| {
+            let mut wire = json!({"key": t.key, "effect": t.effect.as_str()});
+            if let Some(value) = &t.value {
+                wire["value"] = json!(value);
+            }
+            wire
+        })
+        .collect();
+    // The boot id is KWOK's to report (it writes the node's status.nodeInfo).
     json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {
-            "name": name,
-            "labels": labels,
+            "name": node.name,
+            "labels": node.labels,
             "annotations": {kwok_annotation.0: kwok_annotation.1},
         },
-        "spec": {"providerID": format!("aws:///{}/{}", instance.zone, instance.id), "taints": taints},
+        "spec": {"providerID": node.provider_id, "taints": taints},
         "status": {
-            "allocatable": resources(it.map(|t| &t.allocatable)),
-            "capacity": resources(it.map(|t| &t.capacity)),
+            "allocatable": resources(&node.allocatable),
+            "capacity": resources(&node.capacity),
             "addresses": addresses,
             "conditions": [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
                 "message": "container runtime network not ready",
@@ -125,14 +126,11 @@ pub(super) fn node_name(instance: &Ec2Instance) -> String {
     }
 }
 
-fn resources(r: Option<&Resources>) -> Value {
-    r.map(|r| {
-        r.iter()
-            .map(|(k, milli)| (k.to_string(), Value::String(quantity(k, milli))))
-            .collect::<serde_json::Map<_, _>>()
-            .into()
-    })
-    .unwrap_or_else(|| json!({}))
+fn resources(r: &Resources) -> Value {
+    r.iter()
+        .map(|(k, milli)| (k.to_string(), Value::String(quantity(k, milli))))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 /// A quantity as the kubelet writes it, exactly: cpu in millicores, bytes in Mi when

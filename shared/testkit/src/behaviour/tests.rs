@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::ec2::Ec2Instance;
 use super::{kubelet, observer};
-use nodewright_core::catalog::Catalog;
+use nodewright_core::catalog::{CapacityType, Catalog};
 
 fn instance() -> Ec2Instance {
     Ec2Instance {
@@ -18,6 +18,7 @@ fn instance() -> Ec2Instance {
         zone: "us-east-1a".into(),
         private_dns: "ip-10-0-0-1.ec2.internal".into(),
         private_ip: "10.0.0.1".into(),
+        capacity_type: CapacityType::Spot,
         tags: [
             ("karpenter.sh/nodepool".to_string(), "gpu".to_string()),
             ("karpenter.sh/nodeclaim".to_string(), "gpu-x1".to_string()),
@@ -66,6 +67,7 @@ fn a_registered_node_carries_its_pools_taints_its_labels_and_its_types_resources
     assert_eq!(labels["karpenter.sh/nodeclaim"], "gpu-x1");
     assert_eq!(labels["topology.kubernetes.io/region"], "us-east-1");
     assert_eq!(labels["kubernetes.io/arch"], "amd64");
+    assert_eq!(labels["karpenter.sh/capacity-type"], "spot");
     assert_eq!(
         node["metadata"]["annotations"]["kwok.x-k8s.io/node"],
         "fake"
