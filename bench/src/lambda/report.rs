@@ -115,7 +115,7 @@ impl Measured {
 }
 
 /// One function at one cluster size.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Run {
     pub function: String,
     pub nodes: usize,
@@ -356,6 +356,9 @@ pub fn tables(run: &Run, memory: &[u32]) -> String {
             ),
         );
     }
+    for l in heap_lines(run) {
+        line(&mut out, l);
+    }
     let mean_cpu = run.mean_cpu_s();
     line(
         &mut out,
@@ -415,6 +418,81 @@ pub fn tables(run: &Run, memory: &[u32]) -> String {
             kube.join(", ")
         ),
     );
+    out
+}
+
+/// One invocation's heap as the function counted it (its summary's `heap`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Heap {
+    baseline: f64,
+    at_start: f64,
+    peak: f64,
+}
+
+impl Heap {
+    fn of(m: &Measured) -> Option<Heap> {
+        let heap = m.response.as_ref()?.get("heap")?;
+        let bytes = |key: &str| heap.get(key).and_then(Value::as_f64);
+        Some(Heap {
+            baseline: bytes("baselineBytes")?,
+            at_start: bytes("atStartBytes")?,
+            peak: bytes("peakBytes")?,
+        })
+    }
+}
+
+/// Where the function's bytes go, from its own count of its heap: the cold start's
+/// baseline (the runtime, the SDK clients, configuration and catalog); what the process
+/// holds between invocations on top of it (the watched view, the claim cache, the other
+/// caches), also per pod and per node; what the invocation needed on top of that (a
+/// tick's copy of the view, the decision's inputs and working set); and the resident
+/// set beyond the heap's peak (code, stacks, pages the allocator keeps).
+fn heap_lines(run: &Run) -> Vec<String> {
+    let rows: Vec<(&Measured, Heap)> = run
+        .invocations
+        .iter()
+        .filter_map(|m| Some((m, Heap::of(m)?)))
+        .collect();
+    if rows.is_empty() {
+        return vec!["where the bytes go: the function reported no heap (not built with its counting allocator?)".to_string()];
+    }
+    let per = |bytes: f64, of: usize| {
+        if of == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.0}", bytes / of as f64)
+        }
+    };
+    let mut out = vec![
+        "where the bytes go (the function's own heap count, MB; held: at the invocation's start, beyond the cold start's baseline, also per pod and per node with its pods; invocation: its peak beyond held):".to_string(),
+        format!(
+            "{:<5} {:>9} {:>8} {:>10} {:>11} {:>10} {:>10} {:>7} {:>11}",
+            "inv",
+            "baseline",
+            "held",
+            "B a pod",
+            "B a node",
+            "invocation",
+            "heap peak",
+            "RSS",
+            "RSS-heap"
+        ),
+    ];
+    for (m, h) in rows {
+        let held = h.at_start - h.baseline;
+        out.push(format!(
+            "{:<5} {:>9.1} {:>8.1} {:>10} {:>11} {:>10.1} {:>10.1} {:>7.0} {:>11.1}",
+            m.label,
+            h.baseline / 1e6,
+            held / 1e6,
+            per(held, run.pods),
+            per(held, run.nodes),
+            (h.peak - h.at_start) / 1e6,
+            h.peak / 1e6,
+            mb(m.peak_rss_bytes),
+            mb(m.peak_rss_bytes) - h.peak / 1e6,
+        ));
+    }
     out
 }
 
@@ -601,5 +679,46 @@ mod tests {
         );
         // 256 MB: 0.1447 vCPU → 8.68 CPU-s a minute.
         assert!((minute_budget_pct(8.68, 256) - 100.0).abs() < 0.1);
+    }
+
+    #[test]
+    fn the_heap_a_function_reports_is_split_into_baseline_held_and_the_invocations_own() {
+        let warm = Measured {
+            label: "1".into(),
+            peak_rss_bytes: 300_000_000,
+            response: Some(
+                json!({"heap": {"baselineBytes": 20_000_000, "atStartBytes": 120_000_000,
+                "peakBytes": 200_000_000, "atEndBytes": 121_000_000}}),
+            ),
+            ..Measured::default()
+        };
+        let run = Run {
+            nodes: 1_000,
+            pods: 25_000,
+            invocations: vec![
+                Measured {
+                    label: "init".into(),
+                    ..Measured::default()
+                },
+                warm,
+            ],
+            ..Run::default()
+        };
+        let lines = heap_lines(&run);
+        assert_eq!(lines.len(), 3, "{lines:#?}");
+        let figures: Vec<&str> = lines[2].split_whitespace().collect();
+        // baseline 20 MB; held 100 MB = 4,000 B a pod, 100,000 B a node; the invocation
+        // 80 MB on top; heap peak 200 MB; 100 MB of the resident set beyond the heap.
+        assert_eq!(
+            figures,
+            [
+                "1", "20.0", "100.0", "4000", "100000", "80.0", "200.0", "300", "100.0"
+            ]
+        );
+        let silent = Run {
+            invocations: vec![Measured::default()],
+            ..Run::default()
+        };
+        assert!(heap_lines(&silent)[0].contains("reported no heap"));
     }
 }

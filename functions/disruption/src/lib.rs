@@ -9,7 +9,7 @@ use lambda_runtime::LambdaEvent;
 use nodewright_engine::{Disrupter, DisruptionConfig, DisruptionReport};
 use nodewright_lambda::metrics::{disruption_metrics, unix_now_ms};
 use nodewright_lambda::report::engine_error_type;
-use nodewright_lambda::{Config, HandlerError, StartupError, build_ports};
+use nodewright_lambda::{Config, HandlerError, StartupError, build_ports, heap};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
@@ -43,10 +43,15 @@ impl Handler {
     pub async fn handle(&self, event: LambdaEvent<Value>) -> Result<Value, HandlerError> {
         info!(request_id = %event.context.request_id, "disruption run");
         let started = Instant::now();
+        let heap_at_start = heap::begin_invocation();
         match self.disrupter.tick().await {
             Ok(report) => {
                 emit_metrics(&self.disrupter.config().cluster_name, &report, started);
-                Ok(summary(&report))
+                let mut summary = summary(&report);
+                if let Some(heap) = heap::invocation_ended(heap_at_start) {
+                    summary["heap"] = heap.to_json();
+                }
+                Ok(summary)
             }
             Err(e) => {
                 warn!(request_id = %event.context.request_id, error = %e, kind = ?e.kind(), "disruption run failed");

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lambda_runtime::LambdaEvent;
 use nodewright_engine::{Provisioner, RunReport};
-use nodewright_lambda::HandlerError;
 use nodewright_lambda::metrics::{provisioner_metrics, unix_now_ms};
+use nodewright_lambda::{HandlerError, heap};
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
@@ -31,6 +31,7 @@ impl Handler {
     /// it) only when no tick ran and ticks failed: nothing was done at all.
     pub async fn handle(&self, event: LambdaEvent<Value>) -> Result<Value, HandlerError> {
         let started = Instant::now();
+        let heap_at_start = heap::begin_invocation();
         let budget = budget_until(event.context.deadline, SystemTime::now());
         info!(request_id = %event.context.request_id, budget_secs = budget.as_secs(), "provisioning");
         let run = self.provisioner.run_for(budget, self.poll_interval).await;
@@ -47,7 +48,11 @@ impl Handler {
                 &nothing_done,
             ));
         }
-        Ok(summary(&run))
+        let mut summary = summary(&run);
+        if let Some(heap) = heap::invocation_ended(heap_at_start) {
+            summary["heap"] = heap.to_json();
+        }
+        Ok(summary)
     }
 }
 

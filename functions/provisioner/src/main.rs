@@ -7,14 +7,20 @@ use std::process::ExitCode;
 use lambda_runtime::service_fn;
 use nodewright_engine::{Provisioner, ProvisionerConfig};
 use nodewright_lambda::{
-    Config, StartupError, build_ports, holder_id, init_tracing, run_or_report_init_error,
+    Config, StartupError, build_ports, heap, holder_id, init_tracing, run_or_report_init_error,
 };
 use nodewright_provisioner::Handler;
+
+/// Counted, so each invocation's summary says what the process holds between
+/// invocations and what the invocation needed on top ([`heap`]).
+#[global_allocator]
+static ALLOCATOR: heap::CountingAllocator = heap::CountingAllocator;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     init_tracing();
     run_or_report_init_error(handler(), |handler| async move {
+        heap::mark_baseline();
         lambda_runtime::run(service_fn(|event| handler.handle(event))).await
     })
     .await

@@ -8,6 +8,8 @@
 //!   [`run_or_report_init_error`] for the cold start, [`HandlerError`] for invocations.
 //! - [`metrics`]: CloudWatch metrics in the Embedded Metric Format, named after
 //!   Karpenter's, built from the jobs' reports.
+//! - [`heap`]: the heap counted ([`heap::CountingAllocator`], each main's allocator),
+//!   for the invocations' summaries.
 //! - [`logging`]: [`init_tracing`], timestamped logs, JSON when Lambda asks for them
 //!   (`AWS_LAMBDA_LOG_FORMAT`).
 
@@ -21,6 +23,7 @@ compile_error!(
 );
 
 pub mod config;
+pub mod heap;
 pub mod logging;
 pub mod metrics;
 pub mod report;
