@@ -103,9 +103,9 @@ pub fn mark_baseline() {
 /// The heap as [`mark_baseline`] found it; `None` before it, or when not counting.
 pub fn baseline() -> Option<HeapReading> {
     let marked = BASELINE.load(Ordering::Relaxed).checked_sub(1)?;
-    reading().map(|now| HeapReading {
+    reading().map(|_| HeapReading {
         live_bytes: marked,
-        peak_bytes: now.peak_bytes,
+        peak_bytes: marked,
     })
 }
 
