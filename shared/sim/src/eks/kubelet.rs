@@ -178,11 +178,6 @@ impl Kubelets {
         let instance = self.instance_of.get(node)?;
         self.lives.get_mut(instance)
     }
-
-    /// The node `instance` registered, if it did.
-    pub fn node_of(&self, instance: &str) -> Option<&str> {
-        self.lives.get(instance).and_then(|l| l.node.as_deref())
-    }
 }
 
 /// An instance joining the cluster, as its kubelet knows it.
