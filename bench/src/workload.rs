@@ -67,7 +67,7 @@ pub fn pending_pod(
     labels: BTreeMap<String, String>,
 ) -> Pod {
     Pod {
-        labels,
+        labels: labels.into(),
         marked_unschedulable: true,
         ..app_pod(name, "", cpu_milli, mem_mib)
     }
@@ -182,7 +182,7 @@ pub fn synthetic_pods(count: usize, shape: Shape, seed: u64) -> Vec<Pod> {
                     &mut pods,
                     &mut rng,
                     "generic",
-                    Box::new(move |rng, p| p.labels = labels("my-label", value(rng))),
+                    Box::new(move |rng, p| p.labels = labels("my-label", value(rng)).into()),
                 );
             }
             for (group, key) in [("zone-spread", LABEL_ZONE), ("host-spread", LABEL_HOSTNAME)] {
@@ -193,8 +193,8 @@ pub fn synthetic_pods(count: usize, shape: Shape, seed: u64) -> Vec<Pod> {
                         group,
                         Box::new(move |rng, p| {
                             let v = value(rng);
-                            p.labels = labels("my-label", v);
-                            p.topology_spread = vec![spread_on(key, selects("my-label", v))];
+                            p.labels = labels("my-label", v).into();
+                            p.topology_spread = vec![spread_on(key, selects("my-label", v))].into();
                         }),
                     );
                 }
@@ -206,8 +206,9 @@ pub fn synthetic_pods(count: usize, shape: Shape, seed: u64) -> Vec<Pod> {
                     "zone-affinity",
                     Box::new(move |rng, p| {
                         let v = value(rng);
-                        p.labels = labels("my-affinity", v);
-                        p.pod_affinity = vec![term_on(LABEL_ZONE, selects("my-affinity", v))];
+                        p.labels = labels("my-affinity", v).into();
+                        p.pod_affinity =
+                            vec![term_on(LABEL_ZONE, selects("my-affinity", v))].into();
                     }),
                 );
             }
@@ -217,9 +218,9 @@ pub fn synthetic_pods(count: usize, shape: Shape, seed: u64) -> Vec<Pod> {
                     &mut rng,
                     "host-anti",
                     Box::new(|_, p| {
-                        p.labels = labels("app", "nginx");
+                        p.labels = labels("app", "nginx").into();
                         p.pod_anti_affinity =
-                            vec![term_on(LABEL_HOSTNAME, selects("app", "nginx"))];
+                            vec![term_on(LABEL_HOSTNAME, selects("app", "nginx"))].into();
                     }),
                 );
             }
@@ -232,7 +233,7 @@ pub fn synthetic_pods(count: usize, shape: Shape, seed: u64) -> Vec<Pod> {
                     &mut pods,
                     &mut rng,
                     "generic",
-                    Box::new(move |rng, p| p.labels = labels("my-label", value(rng))),
+                    Box::new(move |rng, p| p.labels = labels("my-label", value(rng)).into()),
                 );
             }
             for (group, key) in [("zone-spread", LABEL_ZONE), ("host-spread", LABEL_HOSTNAME)] {
@@ -242,9 +243,9 @@ pub fn synthetic_pods(count: usize, shape: Shape, seed: u64) -> Vec<Pod> {
                         &mut rng,
                         group,
                         Box::new(move |rng, p| {
-                            p.labels = labels("my-label", value(rng));
+                            p.labels = labels("my-label", value(rng)).into();
                             p.topology_spread =
-                                vec![spread_on(key, selects("my-label", value(rng)))];
+                                vec![spread_on(key, selects("my-label", value(rng)))].into();
                         }),
                     );
                 }
@@ -259,9 +260,9 @@ pub fn synthetic_pods(count: usize, shape: Shape, seed: u64) -> Vec<Pod> {
                         &mut rng,
                         group,
                         Box::new(move |rng, p| {
-                            p.labels = labels("my-affininity", value(rng));
+                            p.labels = labels("my-affininity", value(rng)).into();
                             p.pod_affinity =
-                                vec![term_on(key, selects("my-affininity", value(rng)))];
+                                vec![term_on(key, selects("my-affininity", value(rng)))].into();
                         }),
                     );
                 }
@@ -272,9 +273,9 @@ pub fn synthetic_pods(count: usize, shape: Shape, seed: u64) -> Vec<Pod> {
                     &mut rng,
                     "host-anti",
                     Box::new(|_, p| {
-                        p.labels = labels("app", "nginx");
+                        p.labels = labels("app", "nginx").into();
                         p.pod_anti_affinity =
-                            vec![term_on(LABEL_HOSTNAME, selects("app", "nginx"))];
+                            vec![term_on(LABEL_HOSTNAME, selects("app", "nginx"))].into();
                     }),
                 );
             }
@@ -285,7 +286,7 @@ pub fn synthetic_pods(count: usize, shape: Shape, seed: u64) -> Vec<Pod> {
             &mut pods,
             &mut rng,
             "generic",
-            Box::new(move |rng, p| p.labels = labels("my-label", value(rng))),
+            Box::new(move |rng, p| p.labels = labels("my-label", value(rng)).into()),
         );
     }
     pods
@@ -328,7 +329,8 @@ pub fn real_daemonsets() -> Vec<DaemonSet> {
                 operator: TolerationOperator::Exists,
                 value: String::new(),
                 effect: None,
-            }];
+            }]
+            .into();
             DaemonSet {
                 namespace: "kube-system".into(),
                 name: name.into(),

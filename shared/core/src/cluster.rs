@@ -7,6 +7,7 @@ use std::fmt;
 
 use crate::api::model::{NodeRequirement, Taint, TaintEffect};
 use crate::resources::Resources;
+use crate::share::Shared;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TolerationOperator {
@@ -151,21 +152,21 @@ pub struct ControllerRef {
 pub struct Pod {
     pub namespace: String,
     pub name: String,
-    pub labels: BTreeMap<String, String>,
+    pub labels: Shared<BTreeMap<String, String>>,
     /// Effective requests: max(sum of containers, largest init container) + overhead,
     /// plus one pod slot. Always has `pods` = 1.
     pub requests: Resources,
-    pub node_selector: BTreeMap<String, String>,
+    pub node_selector: Shared<BTreeMap<String, String>>,
     /// Required node affinity: the pod fits a node matching ANY of these terms.
     /// Empty means no required node affinity.
-    pub required_node_terms: Vec<Vec<NodeRequirement>>,
-    pub preferred_node_terms: Vec<PreferredNodeTerm>,
-    pub tolerations: Vec<Toleration>,
-    pub topology_spread: Vec<TopologySpreadConstraint>,
-    pub pod_affinity: Vec<PodAffinityTerm>,
-    pub pod_anti_affinity: Vec<PodAffinityTerm>,
-    pub preferred_pod_affinity: Vec<WeightedPodAffinityTerm>,
-    pub preferred_pod_anti_affinity: Vec<WeightedPodAffinityTerm>,
+    pub required_node_terms: Shared<Vec<Vec<NodeRequirement>>>,
+    pub preferred_node_terms: Shared<Vec<PreferredNodeTerm>>,
+    pub tolerations: Shared<Vec<Toleration>>,
+    pub topology_spread: Shared<Vec<TopologySpreadConstraint>>,
+    pub pod_affinity: Shared<Vec<PodAffinityTerm>>,
+    pub pod_anti_affinity: Shared<Vec<PodAffinityTerm>>,
+    pub preferred_pod_affinity: Shared<Vec<WeightedPodAffinityTerm>>,
+    pub preferred_pod_anti_affinity: Shared<Vec<WeightedPodAffinityTerm>>,
     /// `spec.nodeName`, set once bound.
     pub node_name: Option<String>,
     /// `Succeeded` or `Failed`: holds no resources.
@@ -183,12 +184,13 @@ pub struct Pod {
     pub deletion_at: Option<i64>,
     /// Host ports its containers bind (kube-scheduler's NodePorts filter): two pods
     /// binding the same port never share a node.
-    pub host_ports: Vec<HostPort>,
+    pub host_ports: Shared<Vec<HostPort>>,
     /// The owning DaemonSet's name, when `daemonset_owned`.
     pub owner_daemonset: Option<String>,
     /// Its controller (the owner reference with `controller: true`): where the default
     /// topology spread's selector comes from ([`crate::default_spread`]).
-    pub controller: Option<ControllerRef>,
+    /// Shared: every replica of a workload names the same one.
+    pub controller: Option<std::sync::Arc<ControllerRef>>,
     /// `spec.schedulerName` when it is not `default-scheduler` (e.g. `fargate-scheduler`).
     pub scheduler_name: Option<String>,
     /// `status.nominatedNodeName`: preemption chose a node for it.
@@ -218,7 +220,7 @@ pub struct Pod {
     pub started_at: Option<i64>,
     /// The PersistentVolumeClaims its volumes use (`persistentVolumeClaim` and generic
     /// `ephemeral` volumes), for [`crate::volumes::apply_volume_topology`].
-    pub claims: Vec<PodClaim>,
+    pub claims: Shared<Vec<PodClaim>>,
     /// Set by [`crate::volumes::apply_volume_topology`] when a claim keeps the pod from
     /// being planned for (a missing claim, an Immediate claim not yet bound, ...).
     pub volume_problem: Option<VolumeProblem>,
@@ -737,7 +739,7 @@ mod budget_tests {
         Pod {
             namespace: "default".into(),
             name: name.into(),
-            labels: BTreeMap::from([("app".to_string(), app.to_string())]),
+            labels: BTreeMap::from([("app".to_string(), app.to_string())]).into(),
             node_name: bound.then(|| "n1".to_string()),
             ..Pod::default()
         }

@@ -309,7 +309,7 @@ pub fn apply_defaults(
         }
         let owner = pod.controller.as_ref().and_then(|c| {
             owners
-                .entry((pod.namespace.clone(), c.clone()))
+                .entry((pod.namespace.clone(), (**c).clone()))
                 .or_insert_with(|| {
                     owner_kind_counts(c)
                         .then(|| owner_selector(&pod.namespace, c))
@@ -499,7 +499,7 @@ mod tests {
                 ("pod-template-hash", "abc"),
             ],
         )];
-        pods[0].controller = Some(replica_set("web-abc"));
+        pods[0].controller = Some(replica_set("web-abc").into());
         let services = [
             service("web", Some(&[("app", "web")])),
             service("front", Some(&[("tier", "front")])),
@@ -551,8 +551,8 @@ mod tests {
             (0..3)
                 .map(|i| {
                     let mut p = pod(&format!("web-{i}"), "3", "4Gi");
-                    p.labels = BTreeMap::from([("app".to_string(), "web".to_string())]);
-                    p.controller = Some(replica_set("web-abc"));
+                    p.labels = BTreeMap::from([("app".to_string(), "web".to_string())]).into();
+                    p.controller = Some(replica_set("web-abc").into());
                     p
                 })
                 .collect()
@@ -598,11 +598,11 @@ mod tests {
     #[test]
     fn a_replication_controllers_selector_overwrites_a_services_labels() {
         let mut pods = vec![labelled("rc-1", &[("app", "web"), ("v", "2")])];
-        pods[0].controller = Some(ControllerRef {
+        pods[0].controller = Some(std::sync::Arc::new(ControllerRef {
             api_version: "v1".into(),
             kind: "ReplicationController".into(),
             name: "rc".into(),
-        });
+        }));
         let services = [service("web", Some(&[("app", "web")]))];
         apply_defaults(&mut pods, &config(), &services, &|_, _| {
             Some(OwnerSelector::Labels(BTreeMap::from([
@@ -618,16 +618,16 @@ mod tests {
     #[test]
     fn own_constraints_other_owners_and_nothing_deduced_leave_a_pod_as_it_is() {
         let mut own = labelled("own", &[("app", "web")]);
-        own.topology_spread = vec![config().default_constraints[1].clone()];
+        own.topology_spread = vec![config().default_constraints[1].clone()].into();
         let before = own.topology_spread.clone();
         let mut job = labelled("job", &[("batch", "x")]);
-        job.controller = Some(ControllerRef {
+        job.controller = Some(std::sync::Arc::new(ControllerRef {
             api_version: "batch/v1".into(),
             kind: "Job".into(),
             name: "x".into(),
-        });
+        }));
         let mut gone = labelled("gone", &[("other", "y")]);
-        gone.controller = Some(replica_set("deleted"));
+        gone.controller = Some(replica_set("deleted").into());
         let mut pods = vec![own, job, gone];
         let services = [
             service("web", Some(&[("app", "web")])),

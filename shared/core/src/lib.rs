@@ -34,6 +34,7 @@ pub mod provisioning;
 pub mod repair;
 pub mod resources;
 pub mod scheduling;
+pub mod share;
 pub mod snapshot;
 pub mod static_capacity;
 #[doc(hidden)]

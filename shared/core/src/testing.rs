@@ -100,7 +100,8 @@ pub fn pod(name: &str, cpu: &str, memory: &str) -> Pod {
         labels: BTreeMap::from([(
             "app".to_string(),
             name.split('-').next().unwrap_or(name).to_string(),
-        )]),
+        )])
+        .into(),
         requests,
         marked_unschedulable: true,
         ..Pod::default()

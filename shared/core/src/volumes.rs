@@ -266,7 +266,7 @@ pub fn apply_volume_topology(pods: &mut [Pod], storage: &Storage) {
                     .take()
                     .unwrap_or_else(|| std::mem::take(&mut pod.required_node_terms));
                 pod.own_node_terms = (terms != own).then_some(own);
-                pod.required_node_terms = terms;
+                pod.required_node_terms = terms.into();
             }
         }
     }
@@ -350,7 +350,7 @@ mod tests {
     #[test]
     fn ored_pod_terms_and_ored_volume_terms_make_their_cross_product() {
         let mut p = with_claim("db-0", "data-db-0");
-        p.required_node_terms = vec![arch("amd64"), arch("arm64")];
+        p.required_node_terms = vec![arch("amd64"), arch("arm64")].into();
         let storage = Storage {
             claims: vec![bound_claim("data-db-0", "pv-1")],
             volumes: vec![pv(
@@ -503,7 +503,7 @@ mod tests {
             volume: "scratch".into(),
             claim: "db-0-scratch".into(),
         });
-        p.required_node_terms = vec![arch("arm64")];
+        p.required_node_terms = vec![arch("arm64")].into();
         let storage = Storage {
             claims: vec![
                 bound_claim("data-db-0", "pv-1"),

@@ -122,7 +122,7 @@ impl Env {
         let pod = Pod {
             namespace: "default".into(),
             name: name.into(),
-            labels: BTreeMap::from([("app".to_string(), app.to_string())]),
+            labels: BTreeMap::from([("app".to_string(), app.to_string())]).into(),
             node_name: Some(node.into()),
             ..Pod::default()
         };
@@ -324,7 +324,8 @@ async fn a_pod_that_tolerates_the_disrupted_taint_is_left_to_go_with_its_node() 
         operator: TolerationOperator::Exists,
         value: String::new(),
         effect: None,
-    }];
+    }]
+    .into();
     env.cluster.add_pod(anywhere);
 
     let outcome = env

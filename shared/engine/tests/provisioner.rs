@@ -1489,7 +1489,8 @@ async fn a_forbidden_volume_claim_list_holds_only_the_pods_with_volumes_and_says
     db.claims = vec![nodewright_core::volumes::PodClaim {
         volume: "data".into(),
         claim: "data-db-0".into(),
-    }];
+    }]
+    .into();
     env.cluster.add_pod(db);
 
     let report = env.provisioner().tick().await.unwrap();

@@ -27,6 +27,7 @@ use nodewright_core::api::overlay::{
 use nodewright_core::api::{
     Document, Kind, NODE_CLASS_API_VERSION, NODE_CLASS_KIND, NODE_POOL_API_VERSION, NODE_POOL_KIND,
 };
+use nodewright_core::share::PodParts;
 use nodewright_core::snapshot::{self, LeanPod};
 use nodewright_core::{cluster, volume_limits, volumes};
 use nodewright_engine::ports::ObjectKind;
@@ -399,8 +400,18 @@ pub(crate) fn node(node: &Node) -> Result<cluster::Node, String> {
     snapshot::node_from_k8s(node).map_err(|e| e.to_string())
 }
 
+/// The pods' shared parts, across every watch and re-list of this process: the
+/// replicas of a workload hold their labels, tolerations, affinity and spread once.
+static POD_PARTS: std::sync::LazyLock<std::sync::Mutex<PodParts>> =
+    std::sync::LazyLock::new(Default::default);
+
 pub(crate) fn pod(pod: &WatchedPod) -> Result<cluster::Pod, String> {
-    snapshot::pod_from_k8s(&pod.0).map_err(|e| e.to_string())
+    let mut pod = snapshot::pod_from_k8s(&pod.0).map_err(|e| e.to_string())?;
+    POD_PARTS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .intern(&mut pod);
+    Ok(pod)
 }
 
 pub(crate) fn as_seen_mirror(object: &DynamicObject) -> Result<mirror::Seen, String> {
@@ -508,4 +519,44 @@ fn as_json(object: &DynamicObject, crd: &Crd) -> Result<Value, String> {
         map.insert("kind".into(), crd.kind.into());
     }
     Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn replica(name: &str) -> WatchedPod {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": name, "namespace": "default",
+                "labels": {"app": "web", "pod-template-hash": "7d9c8b6f5"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "name": "web-7d9c8b6f5", "uid": "u", "controller": true}]
+            },
+            "spec": {
+                "containers": [{"name": "app", "resources": {"requests": {"cpu": "250m"}}}],
+                "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists",
+                    "effect": "NoExecute", "tolerationSeconds": 300}],
+                "topologySpreadConstraints": [{"maxSkew": 1,
+                    "topologyKey": "topology.kubernetes.io/zone",
+                    "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"app": "web"}}}]
+            }
+        }))
+        .expect("a pod")
+    }
+
+    #[test]
+    fn the_watched_replicas_of_a_workload_hold_their_labels_tolerations_spread_and_owner_once() {
+        let a = pod(&replica("web-1")).unwrap();
+        let b = pod(&replica("web-2")).unwrap();
+        assert_eq!(a.labels["app"], "web");
+        assert!(a.labels.same_as(&b.labels));
+        assert!(a.tolerations.same_as(&b.tolerations));
+        assert!(a.topology_spread.same_as(&b.topology_spread));
+        let (ca, cb) = (a.controller.unwrap(), b.controller.unwrap());
+        assert!(std::sync::Arc::ptr_eq(&ca, &cb));
+        assert_eq!(ca.name, "web-7d9c8b6f5");
+    }
 }

@@ -118,11 +118,16 @@ enum Vouched<T> {
     Failed(ClusterError),
 }
 
+/// The objects of a kind by namespace and name, each boxed: a converted pod is some
+/// 700 bytes, and a B-tree's nodes, half full after a list delivered in key order,
+/// would otherwise hold twice that for each pod.
+type Objects<T> = BTreeMap<Key, Box<Entry<T>>>;
+
 struct Cache<T> {
-    objects: BTreeMap<Key, Entry<T>>,
+    objects: Objects<T>,
     /// A relist in progress (after `Init`): swapped in whole at `InitDone`, so readers
     /// never see half a list.
-    relisting: Option<BTreeMap<Key, Entry<T>>>,
+    relisting: Option<Objects<T>>,
     /// A complete list has been applied.
     synced: bool,
     /// The kind is not served (a CRD not installed): it reads as empty.
@@ -353,7 +358,7 @@ impl<T: Clone> Reflected<T> {
     }
 
     /// Replaces the view with a fresh list's objects.
-    fn replace(&self, objects: BTreeMap<Key, Entry<T>>) {
+    fn replace(&self, objects: Objects<T>) {
         {
             let mut cache = self.cache();
             cache.objects = objects;
@@ -432,7 +437,7 @@ impl<T: Clone> Reflected<T> {
 
 /// Inserts or replaces, never going back to an older version (of a live object, or of
 /// one this process deleted).
-fn upsert<T>(cache: &mut Cache<T>, key: Key, entry: Entry<T>) {
+fn upsert<T>(cache: &mut Cache<T>, key: Key, entry: Box<Entry<T>>) {
     let older = |known: Option<u64>| match (known, entry.version) {
         (Some(known), Some(new)) => new < known,
         _ => false,
@@ -475,7 +480,10 @@ pub(crate) fn key_of(meta: &kube::api::ObjectMeta) -> (Key, Option<String>) {
     )
 }
 
-fn entry_of<K: Resource, T>(object: &K, convert: fn(&K) -> Result<T, String>) -> (Key, Entry<T>) {
+fn entry_of<K: Resource, T>(
+    object: &K,
+    convert: fn(&K) -> Result<T, String>,
+) -> (Key, Box<Entry<T>>) {
     let meta = object.meta();
     let (key, uid) = key_of(meta);
     let version = meta
@@ -484,11 +492,11 @@ fn entry_of<K: Resource, T>(object: &K, convert: fn(&K) -> Result<T, String>) ->
         .and_then(|v| v.parse::<u64>().ok());
     (
         key,
-        Entry {
+        Box::new(Entry {
             value: convert(object),
             uid,
             version,
-        },
+        }),
     )
 }
 
@@ -595,7 +603,7 @@ where
     }
 
     /// Every object, page by page (the read of a kind whose watch failed).
-    async fn list(&self) -> Result<BTreeMap<Key, Entry<T>>, ClusterError> {
+    async fn list(&self) -> Result<Objects<T>, ClusterError> {
         let mut out = BTreeMap::new();
         let mut continue_token: Option<String> = None;
         loop {
@@ -656,12 +664,12 @@ const CATCH_UP_TURNS: usize = 64;
 mod tests {
     use super::*;
 
-    fn entry(value: &str, version: u64) -> Entry<String> {
-        Entry {
+    fn entry(value: &str, version: u64) -> Box<Entry<String>> {
+        Box::new(Entry {
             value: Ok(value.to_string()),
             uid: None,
             version: Some(version),
-        }
+        })
     }
 
     fn key(name: &str) -> Key {
@@ -697,10 +705,12 @@ mod tests {
     #[test]
     fn versions_that_are_not_numbers_replace_in_order_of_arrival() {
         let mut cache = Cache::default();
-        let opaque = |v: &str| Entry {
-            value: Ok(v.to_string()),
-            uid: None,
-            version: None,
+        let opaque = |v: &str| {
+            Box::new(Entry {
+                value: Ok(v.to_string()),
+                uid: None,
+                version: None,
+            })
         };
         upsert(&mut cache, key("a"), opaque("first"));
         upsert(&mut cache, key("a"), opaque("second"));

@@ -61,7 +61,7 @@ impl Deployment {
             namespace: self.namespace.clone(),
             name: self.replica_set_name(),
             selector: Some(LabelSelector {
-                match_labels: self.template.labels.clone(),
+                match_labels: (*self.template.labels).clone(),
                 match_expressions: Vec::new(),
             }),
         }
@@ -121,11 +121,11 @@ pub fn scale(
                 namespace: deployment.namespace.clone(),
                 name: format!("{}-{}", deployment.name, next_suffix()),
                 node_name: None,
-                controller: Some(ControllerRef {
+                controller: Some(std::sync::Arc::new(ControllerRef {
                     api_version: "apps/v1".into(),
                     kind: "ReplicaSet".into(),
                     name: deployment.replica_set_name(),
-                }),
+                })),
                 ..deployment.template.clone()
             });
         }
@@ -261,7 +261,7 @@ pub fn app_pod(name: String, app: &str, cpu_milli: i64, memory_mib: i64) -> Pod 
     Pod {
         namespace: "default".into(),
         name,
-        labels: BTreeMap::from([("app".to_string(), app.to_string())]),
+        labels: BTreeMap::from([("app".to_string(), app.to_string())]).into(),
         requests,
         ..Pod::default()
     }
@@ -313,6 +313,7 @@ pub fn mixed_deployment(rng: &mut Rng, number: usize) -> Deployment {
                 honor_node_affinity: true,
                 honor_node_taints: false,
             }]
+            .into()
         }
         "cache" => {
             template.pod_anti_affinity = vec![PodAffinityTerm {
@@ -320,6 +321,7 @@ pub fn mixed_deployment(rng: &mut Rng, number: usize) -> Deployment {
                 topology_key: LABEL_HOSTNAME.into(),
                 namespaces: vec!["default".into()],
             }]
+            .into()
         }
         _ => {}
     }
@@ -452,7 +454,7 @@ mod tests {
 
     fn web(replicas: Vec<(i64, u32)>) -> Deployment {
         let mut template = pod("web", "1", "1Gi");
-        template.labels = BTreeMap::from([("app".to_string(), "web".to_string())]);
+        template.labels = BTreeMap::from([("app".to_string(), "web".to_string())]).into();
         Deployment {
             name: "web".into(),
             namespace: "default".into(),

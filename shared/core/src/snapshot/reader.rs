@@ -195,6 +195,8 @@ pub(super) struct ListReader {
     other_top: Value,
     /// The next item is a stand-in for one already read (see `fast::Resume`).
     pub(super) skip_one: bool,
+    /// The pods' shared parts: a workload's replicas hold theirs once.
+    parts: crate::share::PodParts,
 }
 
 impl ListReader {
@@ -336,7 +338,8 @@ impl ListReader {
     }
 
     fn pod(&mut self, index: usize, pod: &core::Pod) -> Result<()> {
-        let pod = pod_from_k8s(pod)?;
+        let mut pod = pod_from_k8s(pod)?;
+        self.parts.intern(&mut pod);
         self.unique(index, "pod", pod.key())?;
         self.snapshot.pods.push(pod);
         Ok(())

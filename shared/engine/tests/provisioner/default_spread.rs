@@ -16,12 +16,12 @@ fn replica_set_pending(env: &Env) {
     let labels = BTreeMap::from([("app".to_string(), "web".to_string())]);
     for i in 0..3 {
         let mut p = pod(&format!("web-abc-{i}"), "3", "4Gi");
-        p.labels = labels.clone();
-        p.controller = Some(ControllerRef {
+        p.labels = labels.clone().into();
+        p.controller = Some(std::sync::Arc::new(ControllerRef {
             api_version: "apps/v1".into(),
             kind: "ReplicaSet".into(),
             name: "web-abc".into(),
-        });
+        }));
         env.cluster.add_pod(p);
     }
     env.cluster.with_state(|s| {

@@ -763,7 +763,7 @@ impl World {
                 name: d.name.clone(),
                 replicas: Some(i32::try_from(d.replicas_at(elapsed)).unwrap_or(i32::MAX)),
                 template: Ok(Pod {
-                    claims: Vec::new(),
+                    claims: Default::default(),
                     volume_problem: None,
                     node_name: None,
                     ..d.template.clone()

@@ -598,7 +598,7 @@ fn applying_any_decision_leaves_every_pod_fitting_and_every_node_accounted_for()
                 if next(4) == 0 {
                     p.labels.insert("app".into(), "solo".into());
                     p.pod_anti_affinity =
-                        vec![affinity_term(crate::well_known::LABEL_HOSTNAME, "solo")];
+                        vec![affinity_term(crate::well_known::LABEL_HOSTNAME, "solo")].into();
                     if pods.iter().any(|q: &Pod| {
                         q.node_name == p.node_name
                             && q.labels.get("app").map(String::as_str) == Some("solo")

@@ -258,10 +258,10 @@ impl Scheduler<'_> {
                 .retain(|c| c.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule);
         }
         if !relax.preferred_pod_affinity {
-            strict.preferred_pod_affinity.clear();
+            strict.preferred_pod_affinity = Default::default();
         }
         if !relax.preferred_pod_anti_affinity {
-            strict.preferred_pod_anti_affinity.clear();
+            strict.preferred_pod_anti_affinity = Default::default();
         }
         let [spreads, affinity, anti] = self.group_specs(&strict, true);
         let spreads = spreads.into_iter().map(|s| self.group(s)).collect();
@@ -281,7 +281,7 @@ impl Scheduler<'_> {
         let e = self.eclasses.push(EClass {
             class: c,
             reqs,
-            tolerations: pod.tolerations.clone(),
+            tolerations: (*pod.tolerations).clone(),
             tolerate_prefer_no_schedule: relax.tolerate_prefer_no_schedule,
             spreads,
             affinity,

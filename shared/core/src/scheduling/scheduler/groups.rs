@@ -284,7 +284,7 @@ impl Scheduler<'_> {
     ) -> Option<NodeFilter> {
         let mut filter = NodeFilter::default();
         if c.honor_node_affinity {
-            filter.node_selector = pod.node_selector.clone();
+            filter.node_selector = (*pod.node_selector).clone();
             filter.required_terms = pod
                 .own_node_terms
                 .as_ref()
@@ -292,7 +292,7 @@ impl Scheduler<'_> {
                 .clone();
         }
         if c.honor_node_taints {
-            filter.tolerations = Some(pod.tolerations.clone());
+            filter.tolerations = Some((*pod.tolerations).clone());
         }
         (filter != NodeFilter::default()).then_some(filter)
     }

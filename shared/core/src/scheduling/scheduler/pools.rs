@@ -293,7 +293,7 @@ impl<'a> Scheduler<'a> {
             out.push(PoolDaemon {
                 reqs,
                 requests: source.requests.clone(),
-                ports: source.host_ports.clone(),
+                ports: (*source.host_ports).clone(),
                 name: format!("{}/{}", ds.namespace, ds.name),
             });
         }

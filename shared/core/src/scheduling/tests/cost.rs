@@ -151,13 +151,13 @@ fn repacking_unconstrained_pods_leaves_anti_affinity_and_spread_pods_their_guara
     for i in 0..4 {
         let mut p = pod(&format!("solo-{i}"), "500m", "512Mi");
         p.labels.insert("app".into(), "solo".into());
-        p.pod_anti_affinity = vec![affinity_term("kubernetes.io/hostname", "solo")];
+        p.pod_anti_affinity = vec![affinity_term("kubernetes.io/hostname", "solo")].into();
         pods.push(p);
     }
     for i in 0..6 {
         let mut p = pod(&format!("spread-{i}"), "1", "1Gi");
         p.labels.insert("app".into(), "web".into());
-        p.topology_spread = vec![spread("topology.kubernetes.io/zone", "web")];
+        p.topology_spread = vec![spread("topology.kubernetes.io/zone", "web")].into();
         pods.push(p);
     }
     // `plan` checks every constraint with `testing::violations`.

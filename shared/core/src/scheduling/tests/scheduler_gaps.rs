@@ -98,7 +98,7 @@ fn host_pod(name: &str, node_selector: &[(&str, &str)], terms: Vec<Vec<NodeRequi
     for (k, v) in node_selector {
         p.node_selector.insert(k.to_string(), v.to_string());
     }
-    p.required_node_terms = terms;
+    p.required_node_terms = terms.into();
     p
 }
 

@@ -81,10 +81,12 @@ pub fn pod_from_k8s(pod: &core::Pod) -> Result<Pod, SnapshotError> {
         .iter()
         .flatten()
         .find(|o| o.controller == Some(true))
-        .map(|o| crate::cluster::ControllerRef {
-            api_version: o.api_version.clone(),
-            kind: o.kind.clone(),
-            name: o.name.clone(),
+        .map(|o| {
+            std::sync::Arc::new(crate::cluster::ControllerRef {
+                api_version: o.api_version.clone(),
+                kind: o.kind.clone(),
+                name: o.name.clone(),
+            })
         });
     // A static pod's mirror: the kubelet owns it and recreates it on its node.
     let annotations = pod.metadata.annotations.as_ref();
@@ -145,7 +147,7 @@ pub fn pod_from_k8s(pod: &core::Pod) -> Result<Pod, SnapshotError> {
     out.deletion_at = pod.metadata.deletion_timestamp.as_ref().map(unix);
     out.namespace = namespace;
     out.name = name;
-    out.labels = labels;
+    out.labels = labels.into();
     Ok(out)
 }
 
@@ -154,7 +156,7 @@ fn convert_pod_spec(ctx: &PodCtx<'_>, spec: &core::PodSpec) -> Result<Pod> {
     let sp = ctx.spec_path;
     let mut pod = Pod {
         requests: pod_requests(ctx, spec)?,
-        node_selector: spec.node_selector.clone().unwrap_or_default(),
+        node_selector: spec.node_selector.clone().unwrap_or_default().into(),
         critical: matches!(
             spec.priority_class_name.as_deref(),
             Some("system-cluster-critical" | "system-node-critical")
@@ -167,7 +169,7 @@ fn convert_pod_spec(ctx: &PodCtx<'_>, spec: &core::PodSpec) -> Result<Pod> {
             .push(toleration(ctx, &format!("{sp}.tolerations[{i}]"), t)?);
     }
 
-    pod.host_ports = host_ports(ctx, spec)?;
+    pod.host_ports = host_ports(ctx, spec)?.into();
 
     for (i, c) in spec
         .topology_spread_constraints
@@ -228,7 +230,7 @@ fn convert_pod_spec(ctx: &PodCtx<'_>, spec: &core::PodSpec) -> Result<Pod> {
     }
     if let Some(pa) = &affinity.pod_affinity {
         let base = format!("{sp}.affinity.podAffinity");
-        (pod.pod_affinity, pod.preferred_pod_affinity) = pod_affinity_terms(
+        let (required, preferred) = pod_affinity_terms(
             ctx,
             &base,
             pa.required_during_scheduling_ignored_during_execution
@@ -236,10 +238,11 @@ fn convert_pod_spec(ctx: &PodCtx<'_>, spec: &core::PodSpec) -> Result<Pod> {
             pa.preferred_during_scheduling_ignored_during_execution
                 .as_deref(),
         )?;
+        (pod.pod_affinity, pod.preferred_pod_affinity) = (required.into(), preferred.into());
     }
     if let Some(paa) = &affinity.pod_anti_affinity {
         let base = format!("{sp}.affinity.podAntiAffinity");
-        (pod.pod_anti_affinity, pod.preferred_pod_anti_affinity) = pod_affinity_terms(
+        let (required, preferred) = pod_affinity_terms(
             ctx,
             &base,
             paa.required_during_scheduling_ignored_during_execution
@@ -247,6 +250,8 @@ fn convert_pod_spec(ctx: &PodCtx<'_>, spec: &core::PodSpec) -> Result<Pod> {
             paa.preferred_during_scheduling_ignored_during_execution
                 .as_deref(),
         )?;
+        (pod.pod_anti_affinity, pod.preferred_pod_anti_affinity) =
+            (required.into(), preferred.into());
     }
     Ok(pod)
 }
@@ -617,7 +622,7 @@ pub fn daemonset_from_k8s(ds: &apps::DaemonSet) -> Result<DaemonSet, SnapshotErr
     let mut pod = convert_pod_spec(&ctx, spec)?;
     pod.namespace = namespace.clone();
     pod.name = name.clone();
-    pod.labels = labels;
+    pod.labels = labels.into();
     pod.daemonset_owned = true;
     Ok(DaemonSet {
         namespace,

@@ -420,11 +420,11 @@ fn services_controllers_and_a_pods_controller_are_read_for_the_default_spread() 
     .unwrap();
     assert_eq!(
         s.pods[0].controller,
-        Some(ControllerRef {
+        Some(std::sync::Arc::new(ControllerRef {
             api_version: "apps/v1".into(),
             kind: "ReplicaSet".into(),
             name: "web-abc".into()
-        })
+        }))
     );
     let selectors: Vec<(&str, Option<&BTreeMap<String, String>>)> = s
         .services
@@ -455,4 +455,24 @@ fn services_controllers_and_a_pods_controller_are_read_for_the_default_spread() 
         )])))
     );
     assert_eq!(owner_selector_in(&s.controllers, "other", &rc), None);
+}
+
+#[test]
+fn pods_read_from_a_list_hold_the_constraints_they_share_once() {
+    let spec = json!({"tolerations": [{"key": "dedicated", "operator": "Equal", "value": "web", "effect": "NoSchedule"}],
+        "nodeSelector": {"kubernetes.io/arch": "arm64"}});
+    let s = parse_snapshot(&list(vec![
+        pod_json("default", "web-1", spec.clone()),
+        pod_json("default", "web-2", spec),
+    ]))
+    .unwrap();
+    let (a, b) = (&s.pods[0], &s.pods[1]);
+    assert_eq!(a.tolerations[0].value, "web");
+    assert!(a.tolerations.same_as(&b.tolerations));
+    assert!(a.node_selector.same_as(&b.node_selector));
+    // Each keeps its own labels.
+    assert_eq!(
+        (a.labels["app"].as_str(), b.labels["app"].as_str()),
+        ("web-1", "web-2")
+    );
 }
