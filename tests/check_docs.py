@@ -384,7 +384,7 @@ def template_gains_a_parameter(t, d):
 
 def operations_recommends_a_size_the_template_refuses(t, d):
     t["Parameters"]["ProvisionerMemorySize"]["AllowedValues"] = [
-        v for v in t["Parameters"]["ProvisionerMemorySize"]["AllowedValues"] if int(v) != 512
+        v for v in t["Parameters"]["ProvisionerMemorySize"]["AllowedValues"] if int(v) != 1024
     ]
 
 
@@ -394,12 +394,12 @@ def readme_recommends_a_size_the_template_refuses(t, d):
 
 
 def operations_changes_a_size_the_readme_repeats(t, d):
-    replace_once(d, "docs/operations.md", "| `ProvisionerMemorySize` | 256 (default) | 512", "| `ProvisionerMemorySize` | 256 (default) | 1024")
+    replace_once(d, "docs/operations.md", "| `ProvisionerMemorySize` | 256 (default) | 256", "| `ProvisionerMemorySize` | 256 (default) | 512")
 
 
 def template_recommends_its_own_size(t, d):
     p = t["Parameters"]["DisruptionMemorySize"]
-    p["Description"] = p["Description"].replace("2048 at 5,000", "1024 at 5,000")
+    p["Description"] = p["Description"].replace("1536 at 5,000", "1024 at 5,000")
 
 
 def readme_costs_what_operations_does_not(t, d):
@@ -437,9 +437,9 @@ MUTATIONS = [
     (readme_says_dry_run_by_default, "DryRun defaults to `true` here"),
     (readme_documents_a_parameter_the_template_lacks, "LogFormat is not a template.yaml parameter"),
     (template_gains_a_parameter, "no row for template.yaml's parameter MetricsNamespace"),
-    (operations_recommends_a_size_the_template_refuses, "recommends 512 MB for ProvisionerMemorySize"),
+    (operations_recommends_a_size_the_template_refuses, "recommends 1024 MB for ProvisionerMemorySize"),
     (readme_recommends_a_size_the_template_refuses, "recommends 1792 MB for DisruptionMemorySize"),
-    (operations_changes_a_size_the_readme_repeats, "recommends 512 MB of ProvisionerMemorySize at 1,000 nodes; docs/operations.md's sizing table gives 1024"),
+    (operations_changes_a_size_the_readme_repeats, "recommends 256 MB of ProvisionerMemorySize at 1,000 nodes; docs/operations.md's sizing table gives 512"),
     (template_recommends_its_own_size, "template.yaml DisruptionMemorySize's Description: recommends 1024 MB of DisruptionMemorySize at 5,000 nodes"),
     (readme_costs_what_operations_does_not, "README.md: costs $21.70"),
     (template_quotes_a_measurement, "quotes a measured figure"),

@@ -731,6 +731,63 @@ impl fmt::Display for VolumeProblem {
     }
 }
 
+/// A pool for each of a pod's shared fields: what the reader of a cluster interns
+/// every pod it reads through.
+#[derive(Default)]
+pub struct PodParts {
+    labels: crate::share::Pool<BTreeMap<String, String>>,
+    node_selector: crate::share::Pool<BTreeMap<String, String>>,
+    required_node_terms: crate::share::Pool<Vec<Vec<NodeRequirement>>>,
+    preferred_node_terms: crate::share::Pool<Vec<PreferredNodeTerm>>,
+    tolerations: crate::share::Pool<Vec<Toleration>>,
+    topology_spread: crate::share::Pool<Vec<TopologySpreadConstraint>>,
+    pod_affinity: crate::share::Pool<Vec<PodAffinityTerm>>,
+    preferred_pod_affinity: crate::share::Pool<Vec<WeightedPodAffinityTerm>>,
+    host_ports: crate::share::Pool<Vec<HostPort>>,
+    claims: crate::share::Pool<Vec<PodClaim>>,
+    controllers: crate::share::Pool<ControllerRef>,
+}
+
+impl PodParts {
+    /// Makes each of `pod`'s shared fields share the allocation of an equal value
+    /// interned before.
+    pub fn intern(&mut self, pod: &mut Pod) {
+        self.labels.intern(&mut pod.labels);
+        self.node_selector.intern(&mut pod.node_selector);
+        self.required_node_terms
+            .intern(&mut pod.required_node_terms);
+        self.preferred_node_terms
+            .intern(&mut pod.preferred_node_terms);
+        self.tolerations.intern(&mut pod.tolerations);
+        self.topology_spread.intern(&mut pod.topology_spread);
+        // Required affinity and anti-affinity terms are the same type; one pool.
+        self.pod_affinity.intern(&mut pod.pod_affinity);
+        self.pod_affinity.intern(&mut pod.pod_anti_affinity);
+        self.preferred_pod_affinity
+            .intern(&mut pod.preferred_pod_affinity);
+        self.preferred_pod_affinity
+            .intern(&mut pod.preferred_pod_anti_affinity);
+        self.host_ports.intern(&mut pod.host_ports);
+        self.claims.intern(&mut pod.claims);
+        self.controllers.intern_arc(&mut pod.controller);
+    }
+
+    /// How many distinct values the pools hold, all fields together.
+    pub fn distinct(&self) -> usize {
+        self.labels.len()
+            + self.node_selector.len()
+            + self.required_node_terms.len()
+            + self.preferred_node_terms.len()
+            + self.tolerations.len()
+            + self.topology_spread.len()
+            + self.pod_affinity.len()
+            + self.preferred_pod_affinity.len()
+            + self.host_ports.len()
+            + self.claims.len()
+            + self.controllers.len()
+    }
+}
+
 #[cfg(test)]
 mod budget_tests {
     use super::*;
@@ -804,6 +861,44 @@ mod budget_tests {
         assert!(
             eviction_allowed(&pod("db-0", "db", true), &pods, &[b]),
             "not selected"
+        );
+    }
+}
+
+#[cfg(test)]
+mod parts_tests {
+    use super::*;
+
+    #[test]
+    fn the_replicas_of_one_workload_share_their_parts_once_interned() {
+        let replica = |name: &str| {
+            let mut pod = crate::testing::pod(name, "100m", "64Mi");
+            pod.labels = BTreeMap::from([
+                ("app".to_string(), "web".to_string()),
+                ("pod-template-hash".to_string(), "7d9c8b6f5".to_string()),
+            ])
+            .into();
+            pod.tolerations.push(Toleration {
+                key: "node.kubernetes.io/not-ready".into(),
+                operator: TolerationOperator::Exists,
+                value: String::new(),
+                effect: None,
+            });
+            pod
+        };
+        let mut parts = PodParts::default();
+        let (mut a, mut b) = (replica("web-1"), replica("web-2"));
+        parts.intern(&mut a);
+        parts.intern(&mut b);
+        assert!(a.labels.same_as(&b.labels));
+        assert!(a.tolerations.same_as(&b.tolerations));
+        assert_eq!(parts.distinct(), 2);
+        assert_eq!(
+            a,
+            Pod {
+                name: "web-1".into(),
+                ..b.clone()
+            }
         );
     }
 }

@@ -15,44 +15,21 @@ use std::hash::{Hash, Hasher};
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use crate::api::model::NodeRequirement;
-use crate::cluster::{
-    ControllerRef, HostPort, Pod, PodAffinityTerm, PodClaim, PreferredNodeTerm, Toleration,
-    TopologySpreadConstraint, WeightedPodAffinityTerm,
-};
-
 /// A type with an empty value that lives for the whole program, which an empty
 /// [`Shared`] reads as (an empty field allocates nothing).
 pub trait Empty: Clone + Default + PartialEq + 'static {
     fn empty() -> &'static Self;
 }
 
-macro_rules! empty_vec {
-    ($($t:ty),* $(,)?) => {$(
-        impl Empty for Vec<$t> {
-            fn empty() -> &'static Self {
-                static EMPTY: Vec<$t> = Vec::new();
-                &EMPTY
-            }
-        }
-    )*};
+impl<T: Clone + PartialEq + 'static> Empty for Vec<T> {
+    fn empty() -> &'static Self {
+        const { &Vec::new() }
+    }
 }
 
-empty_vec!(
-    Toleration,
-    TopologySpreadConstraint,
-    PodAffinityTerm,
-    WeightedPodAffinityTerm,
-    PreferredNodeTerm,
-    Vec<NodeRequirement>,
-    HostPort,
-    PodClaim,
-);
-
-impl Empty for BTreeMap<String, String> {
+impl<K: Ord + Clone + 'static, V: Clone + PartialEq + 'static> Empty for BTreeMap<K, V> {
     fn empty() -> &'static Self {
-        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
-        &EMPTY
+        const { &BTreeMap::new() }
     }
 }
 
@@ -220,63 +197,6 @@ impl<T: Eq + Hash> Pool<T> {
     }
 }
 
-/// A pool for each of a pod's shared fields: what the reader of a cluster interns
-/// every pod it reads through.
-#[derive(Default)]
-pub struct PodParts {
-    labels: Pool<BTreeMap<String, String>>,
-    node_selector: Pool<BTreeMap<String, String>>,
-    required_node_terms: Pool<Vec<Vec<NodeRequirement>>>,
-    preferred_node_terms: Pool<Vec<PreferredNodeTerm>>,
-    tolerations: Pool<Vec<Toleration>>,
-    topology_spread: Pool<Vec<TopologySpreadConstraint>>,
-    pod_affinity: Pool<Vec<PodAffinityTerm>>,
-    preferred_pod_affinity: Pool<Vec<WeightedPodAffinityTerm>>,
-    host_ports: Pool<Vec<HostPort>>,
-    claims: Pool<Vec<PodClaim>>,
-    controllers: Pool<ControllerRef>,
-}
-
-impl PodParts {
-    /// Makes each of `pod`'s shared fields share the allocation of an equal value
-    /// interned before.
-    pub fn intern(&mut self, pod: &mut Pod) {
-        self.labels.intern(&mut pod.labels);
-        self.node_selector.intern(&mut pod.node_selector);
-        self.required_node_terms
-            .intern(&mut pod.required_node_terms);
-        self.preferred_node_terms
-            .intern(&mut pod.preferred_node_terms);
-        self.tolerations.intern(&mut pod.tolerations);
-        self.topology_spread.intern(&mut pod.topology_spread);
-        // Required affinity and anti-affinity terms are the same type; one pool.
-        self.pod_affinity.intern(&mut pod.pod_affinity);
-        self.pod_affinity.intern(&mut pod.pod_anti_affinity);
-        self.preferred_pod_affinity
-            .intern(&mut pod.preferred_pod_affinity);
-        self.preferred_pod_affinity
-            .intern(&mut pod.preferred_pod_anti_affinity);
-        self.host_ports.intern(&mut pod.host_ports);
-        self.claims.intern(&mut pod.claims);
-        self.controllers.intern_arc(&mut pod.controller);
-    }
-
-    /// How many distinct values the pools hold, all fields together.
-    pub fn distinct(&self) -> usize {
-        self.labels.len()
-            + self.node_selector.len()
-            + self.required_node_terms.len()
-            + self.preferred_node_terms.len()
-            + self.tolerations.len()
-            + self.topology_spread.len()
-            + self.pod_affinity.len()
-            + self.preferred_pod_affinity.len()
-            + self.host_ports.len()
-            + self.claims.len()
-            + self.controllers.len()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,34 +257,5 @@ mod tests {
         a.clear();
         assert_eq!(a, labels(&[]));
         assert_eq!(a.into_inner(), BTreeMap::new());
-    }
-
-    #[test]
-    fn the_replicas_of_one_workload_share_their_parts_once_interned() {
-        let replica = |name: &str| {
-            let mut pod = crate::testing::pod(name, "100m", "64Mi");
-            pod.labels = labels(&[("app", "web"), ("pod-template-hash", "7d9c8b6f5")]);
-            pod.tolerations.push(Toleration {
-                key: "node.kubernetes.io/not-ready".into(),
-                operator: crate::cluster::TolerationOperator::Exists,
-                value: String::new(),
-                effect: None,
-            });
-            pod
-        };
-        let mut parts = PodParts::default();
-        let (mut a, mut b) = (replica("web-1"), replica("web-2"));
-        parts.intern(&mut a);
-        parts.intern(&mut b);
-        assert!(a.labels.same_as(&b.labels));
-        assert!(a.tolerations.same_as(&b.tolerations));
-        assert_eq!(parts.distinct(), 2);
-        assert_eq!(
-            a,
-            Pod {
-                name: "web-1".into(),
-                ..b.clone()
-            }
-        );
     }
 }

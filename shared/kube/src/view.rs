@@ -27,7 +27,6 @@ use nodewright_core::api::overlay::{
 use nodewright_core::api::{
     Document, Kind, NODE_CLASS_API_VERSION, NODE_CLASS_KIND, NODE_POOL_API_VERSION, NODE_POOL_KIND,
 };
-use nodewright_core::share::PodParts;
 use nodewright_core::snapshot::{self, LeanPod};
 use nodewright_core::{cluster, volume_limits, volumes};
 use nodewright_engine::ports::ObjectKind;
@@ -402,7 +401,7 @@ pub(crate) fn node(node: &Node) -> Result<cluster::Node, String> {
 
 /// The pods' shared parts, across every watch and re-list of this process: the
 /// replicas of a workload hold their labels, tolerations, affinity and spread once.
-static POD_PARTS: std::sync::LazyLock<std::sync::Mutex<PodParts>> =
+static POD_PARTS: std::sync::LazyLock<std::sync::Mutex<cluster::PodParts>> =
     std::sync::LazyLock::new(Default::default);
 
 pub(crate) fn pod(pod: &WatchedPod) -> Result<cluster::Pod, String> {

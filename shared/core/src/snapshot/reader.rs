@@ -196,7 +196,7 @@ pub(super) struct ListReader {
     /// The next item is a stand-in for one already read (see `fast::Resume`).
     pub(super) skip_one: bool,
     /// The pods' shared parts: a workload's replicas hold theirs once.
-    parts: crate::share::PodParts,
+    parts: crate::cluster::PodParts,
 }
 
 impl ListReader {
