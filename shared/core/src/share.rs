@@ -1,8 +1,8 @@
 //! Values many pods hold alike, held once.
 //!
 //! The replicas of one workload carry the same labels, tolerations, node selector,
-//! affinity and spread constraints, and a cluster of 25,000 pods has a few hundred
-//! distinct ones. A [`Shared`] field holds its value behind a reference count, so a pod
+//! affinity and spread constraints: a cluster has one such value per workload, not per
+//! pod. A [`Shared`] field holds its value behind a reference count, so a pod
 //! costs a pointer for it, copying a pod (a tick's copy of the watched view) copies the
 //! pointer, and a [`Pool`] lets the reader of a cluster hand every equal value the same
 //! allocation. Code reads a shared field as it reads the value (`Deref`), and a write
