@@ -772,8 +772,10 @@ impl PodParts {
         self.controllers.intern_arc(&mut pod.controller);
     }
 
-    /// How many distinct values the pools hold, all fields together.
-    pub fn distinct(&self) -> usize {
+    /// How many distinct values the pools hold, all fields together (what a test of
+    /// the interning counts).
+    #[cfg(test)]
+    fn distinct(&self) -> usize {
         self.labels.len()
             + self.node_selector.len()
             + self.required_node_terms.len()
