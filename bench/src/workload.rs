@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use nodewright_core::api::model::{NodePool, Operator};
 use nodewright_core::catalog::{Catalog, InstanceType};
 use nodewright_core::cluster::{
-    ClusterSnapshot, DaemonSet, LabelSelector, Pod, PodAffinityTerm, Toleration,
+    ClusterSnapshot, DaemonSet, LabelSelector, Pod, PodAffinityTerm, PodFields, Toleration,
     TolerationOperator, TopologySpreadConstraint, WhenUnsatisfiable,
 };
 use nodewright_core::pricing::Pricing;
@@ -66,11 +66,11 @@ pub fn pending_pod(
     mem_mib: i64,
     labels: BTreeMap<String, String>,
 ) -> Pod {
-    Pod {
+    Pod::from(PodFields {
         labels: labels.into(),
         marked_unschedulable: true,
-        ..app_pod(name, "", cpu_milli, mem_mib)
-    }
+        ..app_pod(name, "", cpu_milli, mem_mib).into_fields()
+    })
 }
 
 pub fn labels(key: &str, value: &str) -> BTreeMap<String, String> {

@@ -359,6 +359,9 @@ pub fn tables(run: &Run, memory: &[u32]) -> String {
     for l in heap_lines(run) {
         line(&mut out, l);
     }
+    if let Some(targets) = target_line(run) {
+        line(&mut out, targets);
+    }
     let mean_cpu = run.mean_cpu_s();
     line(
         &mut out,
@@ -494,6 +497,105 @@ fn heap_lines(run: &Run) -> Vec<String> {
         ));
     }
     out
+}
+
+/// Bytes in a MB as Lambda counts a function's memory size (MiB).
+const LAMBDA_MB: f64 = 1_048_576.0;
+
+/// One of the figures a function is to stay within at this cluster size, beside what
+/// the warm invocations measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    pub what: &'static str,
+    pub limit: f64,
+    pub measured: f64,
+    pub unit: &'static str,
+}
+
+impl Target {
+    pub fn met(&self) -> bool {
+        self.measured <= self.limit
+    }
+}
+
+/// The value at `nodes` on the line from `at_1k` (1,000 nodes) to `at_10k` (10,000
+/// nodes); a smaller cluster is held to the 1,000-node figure.
+fn on_the_line(nodes: usize, at_1k: f64, at_10k: f64) -> f64 {
+    let from_1k = nodes.max(1_000) as f64 - 1_000.0;
+    at_1k + (at_10k - at_1k) * from_1k / 9_000.0
+}
+
+/// What the warm invocations of `run` are to stay within (the sizing targets):
+/// - the provisioner: a peak resident set of 240 MB at 1,000 nodes (the default 256 MB
+///   function serves it) and 1,024 MB at 10,000, and a quiet minute of 0.5 CPU-s at
+///   1,000 nodes and 3 at 10,000, on the line between for other sizes;
+/// - the disruption function: its decision within 60 s at its memory's CPU share, and
+///   1.5 GB, at every size.
+///
+/// Memory limits are in Lambda's MB, which are MiB (the tables' MB are 10^6 bytes). No
+/// targets without warm invocations.
+pub fn targets(run: &Run) -> Vec<Target> {
+    let warm: Vec<&Measured> = run.measured().collect();
+    if warm.is_empty() {
+        return Vec::new();
+    }
+    let peak_rss = warm.iter().map(|m| m.peak_rss_bytes).max().unwrap_or(0) as f64 / LAMBDA_MB;
+    let rss = |limit: f64| Target {
+        what: "peak RSS, warm",
+        limit,
+        measured: peak_rss,
+        unit: "MiB",
+    };
+    match run.function.as_str() {
+        "provisioner" => {
+            let mut out = vec![rss(on_the_line(run.nodes, 240.0, 1_024.0))];
+            if run.scenario == "quiet" {
+                out.push(Target {
+                    what: "CPU-s a quiet minute",
+                    limit: on_the_line(run.nodes, 0.5, 3.0),
+                    measured: run.mean_cpu_s(),
+                    unit: "CPU-s",
+                });
+            }
+            out
+        }
+        "disruption" => vec![
+            rss(1_536.0),
+            Target {
+                what: "decision wall at its memory's share",
+                limit: 60.0,
+                measured: wall_at(run.max_cpu_s(), run.function_memory_mb),
+                unit: "s",
+            },
+        ],
+        _ => Vec::new(),
+    }
+}
+
+fn target_line(run: &Run) -> Option<String> {
+    let targets = targets(run);
+    if targets.is_empty() {
+        return None;
+    }
+    let each: Vec<String> = targets
+        .iter()
+        .map(|t| {
+            format!(
+                "{} {:.2} {} (at most {:.2}): {}",
+                t.what,
+                t.measured,
+                t.unit,
+                t.limit,
+                if t.met() { "met" } else { "NOT met" }
+            )
+        })
+        .collect();
+    Some(format!(
+        "targets at {} nodes ({} MB function): {}",
+        run.nodes,
+        run.function_memory_mb,
+        each.join("; ")
+    ))
 }
 
 #[derive(Clone, Copy)]
@@ -654,6 +756,13 @@ pub fn json(runs: &[Run], memory: &[u32]) -> Value {
                 "load_average_after": run.world.load_average_after,
                 "invocations": invocations,
                 "at_memory": at_memory,
+                "targets": targets(run).iter().map(|t| json!({
+                    "what": t.what,
+                    "limit": t.limit,
+                    "measured": t.measured,
+                    "unit": t.unit,
+                    "met": t.met(),
+                })).collect::<Vec<_>>(),
             })
         })
         .collect();
@@ -720,5 +829,63 @@ mod tests {
             ..Run::default()
         };
         assert!(heap_lines(&silent)[0].contains("reported no heap"));
+    }
+
+    #[test]
+    fn the_targets_run_on_the_line_from_1000_to_10000_nodes_and_judge_the_warm_invocations() {
+        let warm = |rss_mib: u64, cpu_s: f64| Measured {
+            label: "1".into(),
+            peak_rss_bytes: rss_mib * 1_048_576,
+            cpu_s,
+            ..Measured::default()
+        };
+        let cold = Measured {
+            label: "cold".into(),
+            peak_rss_bytes: 4_000 * 1_048_576,
+            cpu_s: 30.0,
+            ..Measured::default()
+        };
+        let provisioner = |nodes: usize, rss_mib: u64, cpu_s: f64| Run {
+            function: "provisioner".into(),
+            scenario: "quiet".into(),
+            nodes,
+            invocations: vec![cold.clone(), warm(rss_mib, cpu_s)],
+            ..Run::default()
+        };
+        let judged = |run: &Run| -> Vec<(f64, bool)> {
+            targets(run).iter().map(|t| (t.limit, t.met())).collect()
+        };
+        assert_eq!(
+            judged(&provisioner(1_000, 240, 0.5)),
+            [(240.0, true), (0.5, true)]
+        );
+        assert_eq!(
+            judged(&provisioner(500, 241, 0.4)),
+            [(240.0, false), (0.5, true)]
+        );
+        assert_eq!(
+            judged(&provisioner(10_000, 1_000, 3.5)),
+            [(1_024.0, true), (3.0, false)]
+        );
+        // 5,000 nodes: four ninths of the way.
+        let mid = targets(&provisioner(5_000, 500, 1.0));
+        assert!((mid[0].limit - (240.0 + 784.0 * 4.0 / 9.0)).abs() < 1e-9);
+        let disruption = Run {
+            function: "disruption".into(),
+            scenario: "quiet".into(),
+            nodes: 10_000,
+            function_memory_mb: 885,
+            invocations: vec![cold.clone(), warm(1_400, 30.0)],
+            ..Run::default()
+        };
+        // 30 CPU-s at 885 MB (half a vCPU) is 60 s: just within.
+        let t = targets(&disruption);
+        assert_eq!(t.iter().map(Target::met).collect::<Vec<_>>(), [true, true]);
+        assert!((t[1].measured - 30.0 * 1769.0 / 885.0).abs() < 1e-9);
+        let without_warm = Run {
+            invocations: vec![cold],
+            ..disruption
+        };
+        assert!(targets(&without_warm).is_empty());
     }
 }

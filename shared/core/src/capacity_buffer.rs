@@ -185,7 +185,7 @@ fn limit_replicas(limits: &Resources, requests: &Resources) -> Option<i32> {
 /// The virtual pods of every resolved buffer: `capacity-buffer-NAME-I` in the buffer's
 /// namespace, `I` from 1, with the chunk's labels and spec, the lowest priority, marked
 /// Unschedulable (so provisioning takes them), unbound, and never seen by a
-/// PodDisruptionBudget ([`Pod::capacity_buffer`]).
+/// PodDisruptionBudget ([`PodFields::capacity_buffer`]).
 pub fn virtual_pods(buffers: &[CapacityBuffer], resolutions: &[Resolution]) -> Vec<Pod> {
     let mut pods = Vec::new();
     for (buffer, resolution) in buffers.iter().zip(resolutions) {

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::api::model::{NodePool, Taint, TaintEffect};
 use crate::catalog::CapacityType;
-use crate::cluster::{ClusterSnapshot, DaemonSet, Node, Pod, PodDisruptionBudget};
+use crate::cluster::{ClusterSnapshot, DaemonSet, Node, Pod, PodDisruptionBudget, PodFields};
 use crate::nodeclaim::{ClaimState, NodeClaim, instance_id_from_provider_id};
 use crate::scheduling::InFlightClaim;
 use crate::well_known::TAINT_REBOOTING;
@@ -141,10 +141,12 @@ pub fn planning_snapshot(
         .iter()
         .filter_map(|p| match p.node_name.as_deref() {
             Some(node) if going.contains(node) => {
-                (!p.daemonset_owned && !p.terminal && !p.terminating).then(|| Pod {
-                    node_name: None,
-                    marked_unschedulable: true,
-                    ..p.clone()
+                (!p.daemonset_owned && !p.terminal && !p.terminating).then(|| {
+                    Pod::from(PodFields {
+                        node_name: None,
+                        marked_unschedulable: true,
+                        ..PodFields::clone(p)
+                    })
                 })
             }
             _ => Some(p.clone()),
@@ -286,6 +288,44 @@ mod tests {
                 ClaimState::Launching
             ]
         );
+    }
+
+    #[test]
+    fn the_planning_snapshot_shares_every_pod_it_does_not_change() {
+        let mut going = disrupting("going", DisruptionCause::Underutilized, Some(true));
+        going.instance_id = Some("i-0123456789abcdef0".into());
+        let mut staying = crate::testing::node(
+            "ip-10-0-1-5.ec2.internal",
+            "m5.large",
+            "us-east-1b",
+            "gp",
+            crate::catalog::Catalog::embedded(),
+        );
+        staying.provider_id = Some("aws:///us-east-1b/i-0fedcba9876543210".into());
+        let nodes = [node_of_instance(), staying];
+        let pods = [
+            crate::testing::bound_pod(&nodes[0].name, "moving", "100m", 0),
+            crate::testing::bound_pod(&nodes[1].name, "staying", "100m", 0),
+            crate::testing::pod("pending", "100m", "64Mi"),
+        ];
+        let view = ClusterView {
+            nodes: &nodes,
+            pods: &pods,
+            daemonsets: &[],
+            pdbs: &[],
+        };
+        let snapshot = planning_snapshot(view, std::slice::from_ref(&going), &[]);
+        let shared: Vec<bool> = snapshot
+            .pods
+            .iter()
+            .map(|p| pods.iter().any(|q| q.same_as(p)))
+            .collect();
+        assert_eq!(shared, [false, true, true], "{:?}", snapshot.pods);
+        assert_eq!(
+            snapshot.pods[0].node_name, None,
+            "the going node's pod plans anew"
+        );
+        assert_eq!(pods[0].node_name.as_deref(), Some(nodes[0].name.as_str()));
     }
 
     /// The m5.large node of instance `i-0123456789abcdef0`.

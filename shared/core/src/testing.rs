@@ -94,7 +94,7 @@ pub fn resources(pairs: &[(&str, &str)]) -> Resources {
 pub fn pod(name: &str, cpu: &str, memory: &str) -> Pod {
     let mut requests = Resources::one_pod();
     requests.add(&resources(&[("cpu", cpu), ("memory", memory)]));
-    Pod {
+    Pod::from(PodFields {
         namespace: "default".into(),
         name: name.into(),
         labels: BTreeMap::from([(
@@ -104,8 +104,8 @@ pub fn pod(name: &str, cpu: &str, memory: &str) -> Pod {
         .into(),
         requests,
         marked_unschedulable: true,
-        ..Pod::default()
-    }
+        ..PodFields::default()
+    })
 }
 
 pub fn selector(app: &str) -> LabelSelector {

@@ -216,8 +216,8 @@ struct Lookup<'a> {
 }
 
 /// Adds each unbound, unfinished pod's volume topology to its required node terms
-/// (keeping its own in [`Pod::own_node_terms`] for topology spread), or sets its
-/// [`Pod::volume_problem`] at the first claim that cannot be planned for (its terms are
+/// (keeping its own in [`PodFields::own_node_terms`] for topology spread), or sets its
+/// [`PodFields::volume_problem`] at the first claim that cannot be planned for (its terms are
 /// then left as they were). Bound and finished pods are left alone: their
 /// volumes are already where they run.
 pub fn apply_volume_topology(pods: &mut [Pod], storage: &Storage) {

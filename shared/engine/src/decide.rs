@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use nodewright_core::capacity_buffer::buffer_room;
 use nodewright_core::catalog::CapacityType;
-use nodewright_core::cluster::{ClusterSnapshot, Node, Pod};
+use nodewright_core::cluster::{ClusterSnapshot, Node, Pod, PodFields};
 use nodewright_core::disruption::drift::{LaunchedWith, Selection, external_drift};
 use nodewright_core::disruption::{Decision, DisruptionInput};
 use nodewright_core::nodeclaim::{DisruptionCommand, NodeClaim, instance_id_from_provider_id};
@@ -99,11 +99,11 @@ pub(crate) fn decide(
                     .is_some_and(|n| hidden_nodes.contains(n)))
         })
         .map(|p| match p.node_name.as_deref() {
-            Some(n) if hidden_nodes.contains(n) => Pod {
+            Some(n) if hidden_nodes.contains(n) => Pod::from(PodFields {
                 node_name: None,
                 marked_unschedulable: true,
-                ..p.clone()
-            },
+                ..PodFields::clone(p)
+            }),
             _ => p.clone(),
         })
         .collect();
@@ -132,7 +132,7 @@ pub(crate) fn decide(
         .pods
         .iter()
         .filter(|p| p.node_name.is_none())
-        .map(Pod::key)
+        .map(|p| p.key())
         .collect();
     let nominated: Vec<String> = claims
         .iter()

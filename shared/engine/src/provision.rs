@@ -23,7 +23,7 @@ use tracing::{info, warn};
 
 use nodewright_core::api::model::NodePool;
 use nodewright_core::capacity_buffer::buffer_statuses;
-use nodewright_core::cluster::{NotProvisionable, Pod};
+use nodewright_core::cluster::NotProvisionable;
 use nodewright_core::nodeclaim::{ClaimState, NodeClaim};
 use nodewright_core::planning_view::{
     ClusterView, in_flight_claims, in_motion, planning_claims, planning_snapshot,
@@ -929,5 +929,5 @@ impl Provisioner {
 
 /// The keys (`namespace/name`) of the tick's CapacityBuffer virtual pods.
 fn virtual_keys(gathered: &Gathered) -> HashSet<String> {
-    gathered.virtual_pods.iter().map(Pod::key).collect()
+    gathered.virtual_pods.iter().map(|p| p.key()).collect()
 }

@@ -301,7 +301,7 @@ pub async fn ready_to_drain(ports: &Ports, claim: &NodeClaim) -> Result<bool> {
         .pods_on_node(node)
         .await?
         .iter()
-        .map(Pod::key)
+        .map(|p| p.key())
         .collect();
     if pods.is_empty() {
         return Ok(true);

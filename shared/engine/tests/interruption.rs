@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use nodewright_core::catalog::{CapacityType, Catalog};
 use nodewright_core::cluster::{
-    IntOrPercent, LabelSelector, Node, Pod, PodDisruptionBudget, Toleration, TolerationOperator,
+    IntOrPercent, LabelSelector, Node, Pod, PodDisruptionBudget, PodFields, Toleration,
+    TolerationOperator,
 };
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
 use nodewright_core::well_known::TAINT_DISRUPTED;
@@ -119,13 +120,13 @@ impl Env {
     }
 
     fn pod(&self, name: &str, node: &str, app: &str) -> Pod {
-        let pod = Pod {
+        let pod = Pod::from(PodFields {
             namespace: "default".into(),
             name: name.into(),
             labels: BTreeMap::from([("app".to_string(), app.to_string())]).into(),
             node_name: Some(node.into()),
-            ..Pod::default()
-        };
+            ..PodFields::default()
+        });
         self.cluster.add_pod(pod.clone());
         pod
     }
@@ -526,7 +527,7 @@ async fn a_budget_with_room_lets_pods_go_one_at_a_time() {
         .snapshot()
         .pods
         .into_iter()
-        .filter(Pod::is_pending)
+        .filter(|p| p.is_pending())
         .collect();
     assert_eq!(pending.len(), 1);
     assert!(

@@ -554,7 +554,7 @@ mod tests {
         assert!(a.labels.same_as(&b.labels));
         assert!(a.tolerations.same_as(&b.tolerations));
         assert!(a.topology_spread.same_as(&b.topology_spread));
-        let (ca, cb) = (a.controller.unwrap(), b.controller.unwrap());
+        let (ca, cb) = (a.controller.clone().unwrap(), b.controller.clone().unwrap());
         assert!(std::sync::Arc::ptr_eq(&ca, &cb));
         assert_eq!(ca.name, "web-7d9c8b6f5");
     }

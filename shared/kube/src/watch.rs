@@ -718,6 +718,27 @@ mod tests {
     }
 
     #[test]
+    fn reading_the_watched_pods_copies_no_pod() {
+        let view: Reflected<nodewright_core::cluster::Pod> = Reflected::new("pods", None);
+        let pod = nodewright_core::testing::pod("web-0", "100m", "64Mi");
+        view.replace(BTreeMap::from([(
+            key("web-0"),
+            Box::new(Entry {
+                value: Ok(pod.clone()),
+                uid: None,
+                version: Some(1),
+            }),
+        )]));
+        let read = read_of(&view.cache());
+        assert!(
+            read.objects[0].same_as(&pod),
+            "a read hands out the view's pod"
+        );
+        let selected = view.select(|_| true).expect("synced");
+        assert!(selected[0].same_as(&pod), "so does a selection");
+    }
+
+    #[test]
     fn a_view_that_failed_is_not_served_until_read_afresh() {
         let view: Reflected<String> = Reflected::new("test", None);
         view.replace(BTreeMap::from([(key("a"), entry("x", 1))]));

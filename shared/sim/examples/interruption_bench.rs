@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nodewright_core::catalog::{CapacityType, Catalog};
-use nodewright_core::cluster::{Node, Pod};
+use nodewright_core::cluster::{Node, Pod, PodFields};
 use nodewright_core::nodeclaim::{ClaimState, DisruptionCause, NodeClaim};
 use nodewright_engine::ports::{ClaimStore, Clock};
 use nodewright_engine::{
@@ -63,7 +63,7 @@ async fn fleet() -> Fleet {
                 .into_iter()
                 .enumerate()
         {
-            cluster.add_pod(Pod {
+            cluster.add_pod(Pod::from(PodFields {
                 namespace: if critical || daemonset {
                     "kube-system".into()
                 } else {
@@ -73,8 +73,8 @@ async fn fleet() -> Fleet {
                 node_name: Some(node.clone()),
                 critical,
                 daemonset_owned: daemonset,
-                ..Pod::default()
-            });
+                ..PodFields::default()
+            }));
         }
         let claim = NodeClaim {
             name: name.clone(),

@@ -266,7 +266,7 @@ pub fn pending_keys(state: &ClusterState) -> HashSet<String> {
         .pods
         .iter()
         .filter(|p| p.is_pending())
-        .map(Pod::key)
+        .map(|p| p.key())
         .collect()
 }
 

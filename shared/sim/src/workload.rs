@@ -16,7 +16,7 @@ use nodewright_core::api::model::TaintEffect;
 use nodewright_core::catalog::InstanceType;
 use nodewright_core::cluster::{
     ControllerRef, ControllerSelector, DaemonSet, LabelSelector, Node, Pod, PodAffinityTerm,
-    PodDisruptionBudget, Toleration, TolerationOperator, TopologySpreadConstraint,
+    PodDisruptionBudget, PodFields, Toleration, TolerationOperator, TopologySpreadConstraint,
     WhenUnsatisfiable,
 };
 use nodewright_core::resources::Resources;
@@ -117,7 +117,7 @@ pub fn scale(
     let mut out = Scaling::default();
     if live.len() < wanted {
         for _ in live.len()..wanted {
-            out.created.push(Pod {
+            out.created.push(Pod::from(PodFields {
                 namespace: deployment.namespace.clone(),
                 name: format!("{}-{}", deployment.name, next_suffix()),
                 node_name: None,
@@ -126,8 +126,8 @@ pub fn scale(
                     kind: "ReplicaSet".into(),
                     name: deployment.replica_set_name(),
                 })),
-                ..deployment.template.clone()
-            });
+                ..PodFields::clone(&deployment.template)
+            }));
         }
     } else if live.len() > wanted {
         let mut per_node: HashMap<&str, usize> = HashMap::new();
@@ -258,13 +258,13 @@ pub fn app_pod(name: String, app: &str, cpu_milli: i64, memory_mib: i64) -> Pod 
     let mut requests = Resources::one_pod();
     requests.set_milli("cpu", cpu_milli);
     requests.set_milli("memory", memory_mib * MIB_MILLI);
-    Pod {
+    Pod::from(PodFields {
         namespace: "default".into(),
         name,
         labels: BTreeMap::from([("app".to_string(), app.to_string())]).into(),
         requests,
-        ..Pod::default()
-    }
+        ..PodFields::default()
+    })
 }
 
 fn selects_app(app: &str) -> LabelSelector {
@@ -345,10 +345,10 @@ pub fn mixed_pods(count: usize, seed: u64) -> Vec<Pod> {
         let deployment = mixed_deployment(&mut rng, number);
         let replicas = deployment.replicas_at(0) as usize;
         for r in 0..replicas.min(count - pods.len()) {
-            pods.push(Pod {
+            pods.push(Pod::from(PodFields {
                 name: format!("{}-{r}", deployment.name),
-                ..deployment.template.clone()
-            });
+                ..PodFields::clone(&deployment.template)
+            }));
         }
     }
     pods

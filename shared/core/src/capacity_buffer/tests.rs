@@ -222,7 +222,7 @@ fn virtual_pods_carry_the_template_at_the_lowest_priority_and_no_budget_counts_t
     let m = manifests(&buffer("  podTemplateRef: {name: chunk}\n  replicas: 2\n"));
     let r = resolve_buffers(&m.capacity_buffers, &m.pod_templates, &[]);
     let pods = virtual_pods(&m.capacity_buffers, &r);
-    let names: Vec<String> = pods.iter().map(Pod::key).collect();
+    let names: Vec<String> = pods.iter().map(|p| p.key()).collect();
     assert_eq!(
         names,
         ["web/capacity-buffer-spare-1", "web/capacity-buffer-spare-2"]

@@ -4,7 +4,7 @@
 //! disruption cost (k = 2).
 //!
 //! - A node's disruption cost is 1 (draining it costs something even when it is empty)
-//!   plus each moving pod's [`crate::cluster::Pod::eviction_cost`], negatives as 0
+//!   plus each moving pod's [`crate::cluster::PodFields::eviction_cost`], negatives as 0
 //!   ([`super::candidates::reschedule_cost`]).
 //! - A pool's totals are the sums over its managed nodes: their prices and their
 //!   disruption costs, whether or not they are candidates.

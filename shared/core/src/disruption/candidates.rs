@@ -6,7 +6,7 @@
 //! disruption is blocked by `karpenter.sh/do-not-disrupt` on the node or on any active
 //! pod on it — DaemonSet and mirror pods included, as Karpenter's
 //! `ValidatePodsDisruptable` — (`"true"`, or a duration not yet passed since the pod
-//! started: [`Pod::do_not_disrupt_at`]), and by a PodDisruptionBudget that allows no
+//! started: [`PodFields::do_not_disrupt_at`]), and by a PodDisruptionBudget that allows no
 //! disruption for a pod that would move.
 //! Expiration is forceful: an expired node goes whatever blocks it (its drain still
 //! honours the blockers, up to terminationGracePeriod).
@@ -39,7 +39,7 @@ pub struct NodeVerdict<'a> {
     pub last_change: i64,
     /// Karpenter's `RescheduleDisruptionCost`, what the candidate order and Balanced
     /// scoring count: 1 for the node itself plus each moving pod's eviction cost
-    /// ([`Pod::eviction_cost`]), negatives as 0.
+    /// ([`PodFields::eviction_cost`]), negatives as 0.
     pub reschedule_cost: f64,
 }
 

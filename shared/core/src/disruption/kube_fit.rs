@@ -205,6 +205,7 @@ fn admits(node: &Node, pod: &Pod) -> bool {
 mod tests {
     use super::*;
     use crate::catalog::Catalog;
+    use crate::cluster::PodFields;
     use crate::testing::{node, pod};
 
     fn m5_large(name: &str) -> Node {
@@ -218,11 +219,11 @@ mod tests {
     }
 
     fn bound(name: &str, cpu: &str, memory: &str, on: &str) -> Pod {
-        Pod {
+        Pod::from(PodFields {
             node_name: Some(on.into()),
             marked_unschedulable: false,
-            ..pod(name, cpu, memory)
-        }
+            ..pod(name, cpu, memory).into_fields()
+        })
     }
 
     fn snapshot(nodes: Vec<Node>, pods: Vec<Pod>) -> ClusterSnapshot {

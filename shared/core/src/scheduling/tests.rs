@@ -691,14 +691,14 @@ fn random_workloads_never_break_a_constraint() {
                 6 => {
                     p.node_selector.insert("team".into(), "blue".into());
                 }
-                0 => p.topology_spread.push(spread(
-                    "topology.kubernetes.io/zone",
-                    p.labels["app"].as_str(),
-                )),
-                1 => p.pod_anti_affinity.push(affinity_term(
-                    "kubernetes.io/hostname",
-                    p.labels["app"].as_str(),
-                )),
+                0 => {
+                    let term = spread("topology.kubernetes.io/zone", p.labels["app"].as_str());
+                    p.topology_spread.push(term)
+                }
+                1 => {
+                    let term = affinity_term("kubernetes.io/hostname", p.labels["app"].as_str());
+                    p.pod_anti_affinity.push(term)
+                }
                 2 => {
                     p.node_selector
                         .insert("kubernetes.io/arch".into(), "arm64".into());

@@ -1,7 +1,7 @@
 //! FakeCluster: the Kubernetes API in memory, with a kubelet and a binder for tests.
 
 use super::*;
-use nodewright_core::cluster::{ConditionStatus, NodeCondition};
+use nodewright_core::cluster::{ConditionStatus, NodeCondition, PodFields};
 use nodewright_engine::ports::MirrorReport;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -177,7 +177,7 @@ impl ClusterInner {
             // This fake has no kube-scheduler loop: the replacement is as kube-scheduler
             // leaves it after a first attempt found no node (the tests that recreate
             // pods are about replacing lost capacity).
-            let replacement = Pod {
+            let replacement = Pod::from(PodFields {
                 name: replacement_pod_name(
                     &pod.name,
                     &format!("{:05x}", mix(self.recreated) & 0xfffff),
@@ -187,8 +187,8 @@ impl ClusterInner {
                 terminating: false,
                 marked_unschedulable: true,
                 nominated_node_name: None,
-                ..pod.clone()
-            };
+                ..PodFields::clone(&pod)
+            });
             let at = self.state.pods.len();
             if let Some(index) = self.index.as_mut() {
                 index.insert(&replacement, at);

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nodewright_core::catalog::{CapacityType, Catalog};
-use nodewright_core::cluster::{DaemonSet, Node, Pod, ScalableWorkload};
+use nodewright_core::cluster::{DaemonSet, Node, Pod, PodFields, ScalableWorkload};
 use nodewright_core::default_spread::{SchedulerConfig, apply_defaults_from};
 use nodewright_core::nodeclaim::{
     ClaimState, DisruptionCause, NodeClaim, instance_id_from_provider_id,
@@ -545,7 +545,7 @@ impl World {
             .pods
             .iter()
             .filter(|p| p.daemonset_owned)
-            .map(Pod::key)
+            .map(|p| p.key())
             .collect();
         self.cluster
             .lose_node(&node.name)
@@ -762,12 +762,12 @@ impl World {
                 namespace: d.namespace.clone(),
                 name: d.name.clone(),
                 replicas: Some(i32::try_from(d.replicas_at(elapsed)).unwrap_or(i32::MAX)),
-                template: Ok(Pod {
+                template: Ok(Pod::from(PodFields {
                     claims: Default::default(),
                     volume_problem: None,
                     node_name: None,
-                    ..d.template.clone()
-                }),
+                    ..PodFields::clone(&d.template)
+                })),
             })
             .collect();
         let node_names: HashSet<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();

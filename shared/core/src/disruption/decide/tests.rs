@@ -673,7 +673,7 @@ fn applying_any_decision_leaves_every_pod_fitting_and_every_node_accounted_for()
                 .pods
                 .iter()
                 .filter(|p| c.nodes.contains(p.node_name.as_ref().unwrap()))
-                .map(Pod::key)
+                .map(|p| p.key())
                 .collect();
             expected.sort();
             let mut moved: Vec<String> = moved.into_iter().cloned().collect();

@@ -101,7 +101,7 @@ pub(crate) struct ClassKey<'p> {
     labels: Option<&'p BTreeMap<String, String>>,
     node_selector: &'p BTreeMap<String, String>,
     required_node_terms: &'p [Vec<NodeRequirement>],
-    /// Topology spread counts by these (see `Pod::own_node_terms`).
+    /// Topology spread counts by these (see `PodFields::own_node_terms`).
     own_node_terms: Option<&'p [Vec<NodeRequirement>]>,
     preferred_node_terms: &'p [crate::cluster::PreferredNodeTerm],
     tolerations: &'p [Toleration],

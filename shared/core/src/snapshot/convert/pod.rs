@@ -15,7 +15,7 @@ use super::{
 use crate::api::model::{NodeRequirement, Operator};
 use crate::cluster::{
     DaemonSet, HostPort, LabelSelectorOperator, LabelSelectorRequirement, Pod, PodAffinityTerm,
-    PreferredNodeTerm, Toleration, TolerationOperator, TopologySpreadConstraint,
+    PodFields, PreferredNodeTerm, Toleration, TolerationOperator, TopologySpreadConstraint,
     WeightedPodAffinityTerm, WhenUnsatisfiable,
 };
 use crate::resources::Resources;
@@ -154,15 +154,15 @@ pub fn pod_from_k8s(pod: &core::Pod) -> Result<Pod, SnapshotError> {
 /// Everything that comes from the pod spec (shared by pods and DaemonSet templates).
 fn convert_pod_spec(ctx: &PodCtx<'_>, spec: &core::PodSpec) -> Result<Pod> {
     let sp = ctx.spec_path;
-    let mut pod = Pod {
+    let mut pod = Pod::from(PodFields {
         requests: pod_requests(ctx, spec)?,
         node_selector: spec.node_selector.clone().unwrap_or_default().into(),
         critical: matches!(
             spec.priority_class_name.as_deref(),
             Some("system-cluster-critical" | "system-node-critical")
         ),
-        ..Pod::default()
-    };
+        ..PodFields::default()
+    });
 
     for (i, t) in spec.tolerations.iter().flatten().enumerate() {
         pod.tolerations

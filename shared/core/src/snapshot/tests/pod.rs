@@ -26,7 +26,7 @@ fn pending_means_unbound_not_terminal_and_not_a_daemonset_pod() {
     ds_pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "aws-node", "uid": "u1", "controller": true}]);
     let waiting = pod_json("default", "waiting", json!({}));
     let s = parse_snapshot(&list(vec![bound, done, failed, ds_pod, waiting])).unwrap();
-    let pending: Vec<String> = s.pending_pods().map(Pod::key).collect();
+    let pending: Vec<String> = s.pending_pods().map(|p| p.key()).collect();
     assert_eq!(pending, ["default/waiting"]);
     assert!(s.pods[1].terminal && s.pods[2].terminal);
     assert!(s.pods[3].daemonset_owned);
