@@ -1035,6 +1035,44 @@ async fn reboot_for_repair_reboots_the_instance_and_an_unknown_one_is_not_found(
 
 #[tokio::test]
 #[ignore = "needs moto: run through tests/moto.sh"]
+async fn owned_instances_past_one_describe_instances_page_are_all_listed() {
+    let url = moto!();
+    let cluster = unique("paged");
+    let net = network(&url, &cluster).await;
+    let cloud = cloud(&url, &cluster, &net).await;
+    let ec2 = aws_sdk_ec2::Client::new(&sdk_config(&url).await);
+    let cluster_tag = format!("kubernetes.io/cluster/{cluster}");
+    let tags = [
+        (cluster_tag.as_str(), "owned"),
+        ("nodewright.io/managed-by", "nodewright"),
+    ];
+    // One more than the largest page DescribeInstances gives, each its own reservation
+    // (moto pages by reservation).
+    for _ in 0..1001 {
+        ec2.run_instances()
+            .image_id(&net.ami_amd64)
+            .min_count(1)
+            .max_count(1)
+            // The default VPC's subnet: the test network's /24 holds 251 addresses.
+            .tag_specifications(tag_spec(ResourceType::Instance, &tags))
+            .send()
+            .await
+            .unwrap();
+    }
+    let mut owned: Vec<String> = cloud
+        .owned_instances()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    owned.sort();
+    owned.dedup();
+    assert_eq!(owned.len(), 1001);
+}
+
+#[tokio::test]
+#[ignore = "needs moto: run through tests/moto.sh"]
 async fn owned_instances_are_only_this_clusters_and_terminate_removes_them() {
     let url = moto!();
     let cluster = unique("owned");

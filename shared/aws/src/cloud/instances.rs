@@ -188,10 +188,14 @@ impl Ec2Cloud {
         let mut instances = Vec::new();
         let mut next: Option<String> = None;
         loop {
+            // A page at a time: without MaxResults one answer may hold every instance
+            // (34 MB of XML at 10,000), parsed whole into the SDK's types before the
+            // few fields kept here are taken from it.
             let out = self
                 .ec2
                 .describe_instances()
                 .set_filters(Some(filters.clone()))
+                .max_results(DESCRIBE_INSTANCES_PAGE)
                 .set_next_token(next.take())
                 .send()
                 .await
@@ -213,6 +217,9 @@ impl Ec2Cloud {
         Ok(instances)
     }
 }
+
+/// Instances a DescribeInstances page holds at most (EC2's largest page).
+const DESCRIBE_INSTANCES_PAGE: i32 = 1000;
 
 /// An instance as DescribeInstances lists it, with its tags; `None` without an id.
 /// It is `reserved` when it runs in a capacity reservation it was launched into
