@@ -380,7 +380,7 @@ pub fn tables(run: &Run, memory: &[u32]) -> String {
     let budget = run.wall_budget_s();
     for &m in memory {
         let wall = wall_at(mean_cpu, m);
-        let rss_fits = mb(run.peak_rss_bytes()) <= f64::from(m) * 1.048_576;
+        let rss_fits = run.peak_rss_bytes() as f64 <= f64::from(m) * LAMBDA_MB;
         line(
             &mut out,
             format!(
@@ -720,7 +720,7 @@ pub fn json(runs: &[Run], memory: &[u32]) -> Value {
                         "wall_s_mean": wall_at(mean_cpu, m),
                         "wall_s_max": wall_at(run.max_cpu_s(), m),
                         "minute_cpu_pct": minute_budget_pct(mean_cpu, m),
-                        "peak_rss_fits": mb(run.peak_rss_bytes()) <= f64::from(m) * 1.048_576,
+                        "peak_rss_fits": run.peak_rss_bytes() as f64 <= f64::from(m) * LAMBDA_MB,
                     })
                 })
                 .collect();

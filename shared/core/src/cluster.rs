@@ -801,6 +801,9 @@ impl PodParts {
     /// Makes each of `pod`'s shared fields share the allocation of an equal value
     /// interned before.
     pub fn intern(&mut self, pod: &mut Pod) {
+        // One write access for all the fields (it copies the fields once if the pod is
+        // shared, not once per field).
+        let pod: &mut PodFields = pod;
         self.labels.intern(&mut pod.labels);
         self.node_selector.intern(&mut pod.node_selector);
         self.required_node_terms

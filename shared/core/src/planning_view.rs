@@ -294,15 +294,10 @@ mod tests {
     fn the_planning_snapshot_shares_every_pod_it_does_not_change() {
         let mut going = disrupting("going", DisruptionCause::Underutilized, Some(true));
         going.instance_id = Some("i-0123456789abcdef0".into());
-        let mut staying = crate::testing::node(
-            "ip-10-0-1-5.ec2.internal",
-            "m5.large",
-            "us-east-1b",
-            "gp",
-            crate::catalog::Catalog::embedded(),
-        );
-        staying.provider_id = Some("aws:///us-east-1b/i-0fedcba9876543210".into());
-        let nodes = [node_of_instance(), staying];
+        let nodes = [
+            node_of_instance(),
+            m5_large_node("ip-10-0-1-5.ec2.internal", "i-0fedcba9876543210"),
+        ];
         let pods = [
             crate::testing::bound_pod(&nodes[0].name, "moving", "100m", 0),
             crate::testing::bound_pod(&nodes[1].name, "staying", "100m", 0),
@@ -330,14 +325,19 @@ mod tests {
 
     /// The m5.large node of instance `i-0123456789abcdef0`.
     fn node_of_instance() -> Node {
+        m5_large_node("ip-10-0-1-4.ec2.internal", "i-0123456789abcdef0")
+    }
+
+    /// An m5.large node `name` of NodePool `gp` in us-east-1b, of instance `instance`.
+    fn m5_large_node(name: &str, instance: &str) -> Node {
         let mut node = crate::testing::node(
-            "ip-10-0-1-4.ec2.internal",
+            name,
             "m5.large",
             "us-east-1b",
             "gp",
             crate::catalog::Catalog::embedded(),
         );
-        node.provider_id = Some("aws:///us-east-1b/i-0123456789abcdef0".into());
+        node.provider_id = Some(format!("aws:///us-east-1b/{instance}"));
         node
     }
 
