@@ -23,8 +23,10 @@
 //!     --function provisioner --nodes 100,1000 --scenario quiet --invocations 3
 //! ```
 //!
-//! `--binary` runs another build (say, one kept from before a change); `--json`
-//! prints every figure as one JSON document; the function's log is kept in `--dir`.
+//! `--function provisioner,disruption` runs both, in that order, on each world: at
+//! 10,000 nodes building the world takes most of an hour. `--binary` runs another
+//! build (say, one kept from before a change; one path per function); `--json` prints
+//! every figure as one JSON document; the functions' logs are kept in `--dir`.
 
 mod cluster;
 mod dynamo_units;
@@ -92,9 +94,11 @@ pub enum Scenario {
 
 #[derive(clap::Args, Debug)]
 pub struct LambdaArgs {
-    /// Which function's release binary to run.
-    #[arg(long, value_enum)]
-    pub function: Function,
+    /// Which functions' release binaries to run, comma-separated: each in turn, cold
+    /// then warm, on the same world (a quiet world stays as loaded for the next one
+    /// unless the disruption function consolidated it, so give it last).
+    #[arg(long, value_enum, value_delimiter = ',', required = true)]
+    pub function: Vec<Function>,
     /// Cluster sizes in nodes (25 pods each), comma-separated; one world per size.
     #[arg(long, value_delimiter = ',', default_value = "100")]
     pub nodes: Vec<usize>,
@@ -124,9 +128,10 @@ pub struct LambdaArgs {
     /// `NODEWRIGHT_POLL_INTERVAL` (template.yaml's default).
     #[arg(long, default_value = "5s")]
     pub poll_interval: String,
-    /// The function binary; default: target/release/<function> of this workspace.
-    #[arg(long)]
-    pub binary: Option<PathBuf>,
+    /// The functions' binaries, one per `--function` in its order; default:
+    /// target/release/<function> of this workspace.
+    #[arg(long, value_delimiter = ',')]
+    pub binary: Vec<PathBuf>,
     /// Print one JSON document (every figure) instead of the tables (it is written to
     /// `--dir` either way).
     #[arg(long)]
@@ -141,17 +146,7 @@ pub fn run(args: &LambdaArgs) -> Result<(), String> {
     if args.memory.is_empty() || args.memory.contains(&0) {
         return Err("--memory: give one or more sizes in MB, like 256,512".into());
     }
-    let binary = match &args.binary {
-        Some(path) => path.clone(),
-        None => default_binary(args.function),
-    };
-    if !binary.is_file() {
-        return Err(format!(
-            "{} does not exist: build it first (cargo build --release -p nodewright-{})",
-            binary.display(),
-            args.function.binary_name()
-        ));
-    }
+    let functions = functions_and_binaries(args)?;
     let moto = std::env::var("NODEWRIGHT_MOTO_URL")
         .ok()
         .filter(|u| !u.trim().is_empty())
@@ -165,18 +160,28 @@ pub fn run(args: &LambdaArgs) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("tokio runtime: {e}"))?;
+    let names: Vec<&str> = functions.iter().map(|(f, _)| f.binary_name()).collect();
     let mut runs = Vec::new();
     for &nodes in &args.nodes {
         eprintln!(
             "nodewright-bench lambda: {} at {nodes} nodes, {:?}",
-            args.function.binary_name(),
+            names.join(" then "),
             args.scenario
         );
-        let run = runtime.block_on(measure_size(args, &binary, &moto, &dir, nodes))?;
-        if !args.json {
-            print!("{}", report::tables(&run, &args.memory));
+        let world = runtime.block_on(async {
+            reset_moto(&moto).await?;
+            let consolidating = functions.iter().any(|(f, _)| *f == Function::Disruption);
+            World::build(&moto, nodes, consolidating).await
+        })?;
+        for (function, binary) in &functions {
+            let run = runtime.block_on(measure_function(
+                args, *function, binary, &moto, &dir, &world,
+            ))?;
+            if !args.json {
+                print!("{}", report::tables(&run, &args.memory));
+            }
+            runs.push(run);
         }
-        runs.push(run);
     }
     let figures = report::json(&runs, &args.memory);
     if args.json {
@@ -184,7 +189,7 @@ pub fn run(args: &LambdaArgs) -> Result<(), String> {
     }
     let saved = dir.join(format!(
         "{}-{}.json",
-        args.function.binary_name(),
+        names.join("-"),
         format!("{:?}", args.scenario).to_lowercase()
     ));
     std::fs::write(&saved, format!("{figures:#}\n"))
@@ -197,21 +202,60 @@ pub fn run(args: &LambdaArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Each `--function` with the binary it runs, checked to exist.
+fn functions_and_binaries(args: &LambdaArgs) -> Result<Vec<(Function, PathBuf)>, String> {
+    if !args.binary.is_empty() && args.binary.len() != args.function.len() {
+        return Err(format!(
+            "--binary: give one path per --function ({} functions, {} binaries)",
+            args.function.len(),
+            args.binary.len()
+        ));
+    }
+    let mut seen = Vec::new();
+    args.function
+        .iter()
+        .enumerate()
+        .map(|(i, &function)| {
+            if seen.contains(&function) {
+                return Err(format!(
+                    "--function: {} is given twice",
+                    function.binary_name()
+                ));
+            }
+            seen.push(function);
+            let binary = args
+                .binary
+                .get(i)
+                .cloned()
+                .unwrap_or_else(|| default_binary(function));
+            if !binary.is_file() {
+                return Err(format!(
+                    "{} does not exist: build it first (cargo build --release -p nodewright-{})",
+                    binary.display(),
+                    function.binary_name()
+                ));
+            }
+            Ok((function, binary))
+        })
+        .collect()
+}
+
 fn default_binary(function: Function) -> PathBuf {
     crate::child::release_binary(function.binary_name())
 }
 
-/// One cluster size: a fresh world (moto reset first, so earlier sizes' instances do
-/// not slow it down), the function started cold, then invoked as its schedule would.
-async fn measure_size(
+/// One function on one world (built fresh for each size, moto reset first so earlier
+/// sizes' instances do not slow it down): started cold, then invoked as its schedule
+/// would.
+async fn measure_function(
     args: &LambdaArgs,
+    function: Function,
     binary: &Path,
     moto: &str,
     dir: &Path,
-    nodes: usize,
+    world: &World,
 ) -> Result<Run, String> {
-    reset_moto(moto).await?;
-    let world = World::build(moto, nodes, args.function == Function::Disruption).await?;
+    let nodes = world.nodes;
     let processes = &world.server;
     let kube = Proxy::start(Upstream::Kubernetes(
         world.control_plane.forwarding_client(),
@@ -228,9 +272,18 @@ async fn measure_size(
         .await
         .map_err(|e| format!("Runtime API: {e}"))?;
     let kubeconfig = world.write_kubeconfig(dir, &kube.url())?;
-    let function = args.function.binary_name();
+    let kind = function;
+    let function = kind.binary_name();
     let memory = *args.memory.iter().max().unwrap_or(&1769);
-    let vars = environment(args, &world, &kubeconfig, &aws.url(), api.address(), memory);
+    let vars = environment(
+        args,
+        kind,
+        world,
+        &kubeconfig,
+        &aws.url(),
+        api.address(),
+        memory,
+    );
     let log = dir.join(format!("{function}-{nodes}.log"));
     let mut child = FunctionProcess::start(binary, &vars, &log)?;
     let function_arn =
@@ -295,7 +348,7 @@ async fn measure_size(
         api.release(Invocation {
             request_id: request_id.clone(),
             payload: SCHEDULED_EVENT.trim().to_string(),
-            timeout: args.function.timeout(),
+            timeout: kind.timeout(),
             function_arn: function_arn.clone(),
         });
         // Lambda would stop an invocation at its timeout; the bench lets it run on, so
@@ -345,7 +398,7 @@ async fn measure_size(
         pods: world.pods,
         scenario: format!("{:?}", args.scenario).to_lowercase(),
         poll_interval: args.poll_interval.clone(),
-        timeout_s: args.function.timeout().as_secs_f64(),
+        timeout_s: kind.timeout().as_secs_f64(),
         gap_s: args.gap,
         binary: binary.display().to_string(),
         function_memory_mb: memory,
@@ -360,13 +413,14 @@ async fn measure_size(
 /// kubeconfig that names the other proxy).
 fn environment(
     args: &LambdaArgs,
+    function: Function,
     world: &World,
     kubeconfig: &Path,
     aws_url: &str,
     runtime_api: &str,
     memory: u32,
 ) -> Vec<(String, String)> {
-    let function = args.function.binary_name();
+    let function = function.binary_name();
     [
         ("AWS_LAMBDA_RUNTIME_API", runtime_api.to_string()),
         (

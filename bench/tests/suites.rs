@@ -75,52 +75,82 @@ fn the_whole_command_suites_run_nodewright_at_a_tiny_size() {
     assert!(disrupt.contains("read snapshot and manifests"), "{disrupt}");
 }
 
-/// The Lambda suite at a tiny size: each function built beside this binary (a debug
-/// build: its figures mean nothing here, the path does) run against moto and a real
-/// control plane, authenticated as the `nodewright` user, which RBAC lets do all it asks.
+/// The Lambda suite at a tiny size: both functions built beside this binary (a debug
+/// build: its figures mean nothing here, the path does) run in turn on one world
+/// against moto and a real control plane, authenticated as the `nodewright` user, which
+/// RBAC lets do all it asks.
 #[test]
 #[ignore = "needs moto: run through tests/moto.sh"]
 fn the_lambda_suite_runs_each_function_against_moto_and_a_real_control_plane() {
     let bench_binary = PathBuf::from(env!("CARGO_BIN_EXE_nodewright-bench"));
-    for function in ["provisioner", "disruption"] {
-        let binary =
-            bench_binary.with_file_name(format!("{function}{}", std::env::consts::EXE_SUFFIX));
-        assert!(
-            binary.is_file(),
-            "{} is missing: build it (`cargo build -p nodewright-{function}`)",
-            binary.display()
-        );
-        let dir = std::env::temp_dir().join(format!(
-            "nodewright-bench-suite-{}-{function}",
-            std::process::id()
-        ));
-        let out = bench(&[
-            "lambda",
-            "--function",
-            function,
-            "--binary",
-            &binary.display().to_string(),
-            "--nodes",
-            "4",
-            "--invocations",
-            "1",
-            "--gap",
-            "0",
-            "--dir",
-            &dir.display().to_string(),
-        ]);
-        assert!(out.contains("4 nodes, 100 pods"), "{out}");
-        assert!(out.contains("loaded through the API"), "{out}");
-        let figures: serde_json::Value = serde_json::from_slice(
-            &std::fs::read(dir.join(format!("{function}-quiet.json"))).expect("the figures"),
-        )
-        .expect("JSON figures");
-        for invocation in figures["runs"][0]["invocations"].as_array().unwrap() {
+    let functions = ["provisioner", "disruption"];
+    let binaries: Vec<String> = functions
+        .iter()
+        .map(|function| {
+            let binary =
+                bench_binary.with_file_name(format!("{function}{}", std::env::consts::EXE_SUFFIX));
+            assert!(
+                binary.is_file(),
+                "{} is missing: build it (`cargo build -p nodewright-{function}`)",
+                binary.display()
+            );
+            binary.display().to_string()
+        })
+        .collect();
+    let dir = std::env::temp_dir().join(format!("nodewright-bench-suite-{}", std::process::id()));
+    let out = bench(&[
+        "lambda",
+        "--function",
+        &functions.join(","),
+        "--binary",
+        &binaries.join(","),
+        "--nodes",
+        "4",
+        "--invocations",
+        "1",
+        "--gap",
+        "0",
+        "--dir",
+        &dir.display().to_string(),
+    ]);
+    assert!(out.contains("4 nodes, 100 pods"), "{out}");
+    assert!(out.contains("loaded through the API"), "{out}");
+    let figures: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dir.join("provisioner-disruption-quiet.json")).expect("the figures"),
+    )
+    .expect("JSON figures");
+    let runs = figures["runs"].as_array().expect("runs");
+    let ran: Vec<&str> = runs
+        .iter()
+        .map(|r| r["function"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ran, functions,
+        "each function, in the order given, on the one world"
+    );
+    for run in runs {
+        for invocation in run["invocations"].as_array().unwrap() {
             assert!(invocation["error"].is_null(), "{invocation}");
             for call in invocation["kubernetes"]["calls"].as_array().unwrap() {
                 assert_eq!(call["errors"], 0, "refused: {call}");
             }
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Two binaries for one function cannot be matched to what they run.
+#[test]
+fn the_lambda_suite_refuses_binaries_that_do_not_match_the_functions() {
+    let out = Command::new(env!("CARGO_BIN_EXE_nodewright-bench"))
+        .args(["lambda", "--function", "provisioner", "--binary", "a,b"])
+        .env("NODEWRIGHT_MOTO_URL", "http://127.0.0.1:1")
+        .output()
+        .expect("the bench runs");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--binary: give one path per --function (1 functions, 2 binaries)"),
+        "{stderr}"
+    );
 }

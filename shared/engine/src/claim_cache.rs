@@ -86,15 +86,32 @@ impl ClaimCache {
         *self.cached() = None;
     }
 
-    /// The cached claims, if they are still the table's at `generation`.
-    fn current(&self, generation: u64) -> Option<Vec<NodeClaim>> {
+    /// `read` over the cached claims, if they are still the table's at `generation`.
+    fn current<R>(
+        &self,
+        generation: u64,
+        read: impl FnOnce(&BTreeMap<String, NodeClaim>) -> R,
+    ) -> Option<R> {
         let max_age = i64::try_from(self.max_age.as_secs()).unwrap_or(i64::MAX);
         let now = self.clock.now();
         let cached = self.cached();
         let cached = cached.as_ref()?;
         let fresh = now - cached.read_at < max_age
             && cached.generation.checked_add(cached.own_writes) == Some(generation);
-        fresh.then(|| cached.claims.values().cloned().collect())
+        fresh.then(|| read(&cached.claims))
+    }
+
+    /// Reads the claims from the store and caches them as of `generation`.
+    async fn read_through(&self, generation: u64) -> Result<Vec<NodeClaim>, StoreError> {
+        let read_at = self.clock.now();
+        let claims = self.inner.list_claims().await?;
+        *self.cached() = Some(Cached {
+            claims: claims.iter().map(|c| (c.name.clone(), c.clone())).collect(),
+            generation,
+            own_writes: 0,
+            read_at,
+        });
+        Ok(claims)
     }
 }
 
@@ -147,18 +164,25 @@ impl ClaimStore for ClaimCache {
         let Some(generation) = self.inner.claims_generation().await? else {
             return self.inner.list_claims().await;
         };
-        if let Some(claims) = self.current(generation) {
-            return Ok(claims);
+        match self.current(generation, |claims| claims.values().cloned().collect()) {
+            Some(claims) => Ok(claims),
+            None => self.read_through(generation).await,
         }
-        let read_at = self.clock.now();
-        let claims = self.inner.list_claims().await?;
-        *self.cached() = Some(Cached {
-            claims: claims.iter().map(|c| (c.name.clone(), c.clone())).collect(),
-            generation,
-            own_writes: 0,
-            read_at,
-        });
-        Ok(claims)
+    }
+
+    async fn any_claim(
+        &self,
+        wanted: &(dyn for<'c> Fn(&'c NodeClaim) -> bool + Send + Sync),
+    ) -> Result<bool, StoreError> {
+        // As `list_claims`, but asked of the cached claims in place: a poll every few
+        // seconds copied every claim (at 1,000 nodes a sixth of a quiet minute's CPU).
+        let Some(generation) = self.inner.claims_generation().await? else {
+            return Ok(self.inner.list_claims().await?.iter().any(wanted));
+        };
+        match self.current(generation, |claims| claims.values().any(wanted)) {
+            Some(found) => Ok(found),
+            None => Ok(self.read_through(generation).await?.iter().any(wanted)),
+        }
     }
 
     async fn claims_generation(&self) -> Result<Option<u64>, StoreError> {

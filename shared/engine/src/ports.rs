@@ -782,6 +782,15 @@ pub trait ClaimStore: Send + Sync {
     async fn get_claim(&self, name: &str) -> Result<Option<NodeClaim>, StoreError>;
     /// Every claim not yet expired from the store (terminal ones included).
     async fn list_claims(&self) -> Result<Vec<NodeClaim>, StoreError>;
+    /// Whether any claim `list_claims` would give satisfies `wanted`: what the
+    /// provisioner's poll asks every few seconds. A store that keeps the claims in
+    /// memory answers without copying them ([`crate::claim_cache`]).
+    async fn any_claim(
+        &self,
+        wanted: &(dyn for<'c> Fn(&'c NodeClaim) -> bool + Send + Sync),
+    ) -> Result<bool, StoreError> {
+        Ok(self.list_claims().await?.iter().any(wanted))
+    }
     /// A counter that every successful `create_claim`/`update_claim` moves on by one
     /// (read consistently), so a reader can tell whether the claims changed since it
     /// last listed them without listing them ([`crate::claim_cache`]). `None`: this

@@ -443,11 +443,13 @@ impl Provisioner {
         recount_due: bool,
         run: &mut RunReport,
     ) -> bool {
-        let (pods, claims) = tokio::join!(
+        let (pods, claims_in_motion) = tokio::join!(
             self.ports.cluster.unbound_pods(),
-            self.ports.claims.list_claims()
+            self.ports
+                .claims
+                .any_claim(&|c| in_motion(c.state) || c.reboot.is_some())
         );
-        let (pods, claims) = match (pods, claims) {
+        let (pods, claims_in_motion) = match (pods, claims_in_motion) {
             (Ok(p), Ok(c)) => (p, c),
             (Err(e), _) => {
                 warn!(error = %e, "could not poll pods; trying again next interval");
@@ -460,9 +462,7 @@ impl Provisioner {
                 return false;
             }
         };
-        claims
-            .iter()
-            .any(|c| in_motion(c.state) || c.reboot.is_some())
+        claims_in_motion
             || (self.config.node_repair && self.repairer.due(self.ports.clock.now()))
             || pods
                 .iter()

@@ -3,12 +3,18 @@
 //! question ("how much of the 256 MB is the cluster, how much the decision") has an
 //! answer from the function's own summary, not a guess from its peak RSS.
 //!
-//! [`CountingAllocator`] wraps the system allocator with two relaxed atomic updates per
-//! allocation: the bytes live now, and the most live since the last
-//! [`begin_invocation`]. A main installs it as its `#[global_allocator]`; in a process
+//! [`CountingAllocator`] wraps mimalloc with two relaxed atomic updates per allocation:
+//! the bytes live now, and the most live since the last [`begin_invocation`]. mimalloc,
+//! not glibc's allocator: a tick allocates and frees millions of small strings and
+//! vectors, and glibc spent about two fifths of a quiet minute's CPU consolidating and
+//! unlinking its free chunks (measured at 1,000 nodes; docs/benchmarks.md). Its v2, as
+//! the CLI's: it hands freed pages back to the system within milliseconds, so a warm
+//! process's resident set stays near what it holds. A main installs it as its `#[global_allocator]`; in a process
 //! that did not (a test calling a handler in process), [`reading`] is `None`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
+
+use mimalloc::MiMalloc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
@@ -19,14 +25,14 @@ static COUNTING: AtomicBool = AtomicBool::new(false);
 /// Live bytes once the cold start was done, plus one (0: not marked yet).
 static BASELINE: AtomicUsize = AtomicUsize::new(0);
 
-/// The system allocator, counting the bytes it hands out. See the module documentation.
+/// mimalloc, counting the bytes it hands out. See the module documentation.
 pub struct CountingAllocator;
 
-// SAFETY: every call is forwarded to `System` unchanged; only counters are updated.
+// SAFETY: every call is forwarded to `MiMalloc` unchanged; only counters are updated.
 unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract is `System`'s.
-        let ptr = unsafe { System.alloc(layout) };
+        // SAFETY: the caller's contract is `MiMalloc`'s.
+        let ptr = unsafe { MiMalloc.alloc(layout) };
         if !ptr.is_null() {
             grew(layout.size());
         }
@@ -34,8 +40,8 @@ unsafe impl GlobalAlloc for CountingAllocator {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract is `System`'s.
-        let ptr = unsafe { System.alloc_zeroed(layout) };
+        // SAFETY: the caller's contract is `MiMalloc`'s.
+        let ptr = unsafe { MiMalloc.alloc_zeroed(layout) };
         if !ptr.is_null() {
             grew(layout.size());
         }
@@ -43,14 +49,14 @@ unsafe impl GlobalAlloc for CountingAllocator {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract is `System`'s.
-        unsafe { System.dealloc(ptr, layout) };
+        // SAFETY: the caller's contract is `MiMalloc`'s.
+        unsafe { MiMalloc.dealloc(ptr, layout) };
         LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: the caller's contract is `System`'s.
-        let moved = unsafe { System.realloc(ptr, layout, new_size) };
+        // SAFETY: the caller's contract is `MiMalloc`'s.
+        let moved = unsafe { MiMalloc.realloc(ptr, layout, new_size) };
         if !moved.is_null() {
             if new_size >= layout.size() {
                 grew(new_size - layout.size());

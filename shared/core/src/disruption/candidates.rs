@@ -141,33 +141,68 @@ pub fn reschedule_cost(moving: &[&Pod]) -> f64 {
 struct Allowances<'a> {
     snapshot: &'a ClusterSnapshot,
     counted: Vec<std::cell::OnceCell<i64>>,
+    /// The budgets that may select a pod, found from the pod's labels instead of by
+    /// trying every budget on every pod (also quadratic: at 10,000 nodes 250,000
+    /// pods against 5,000 budgets). Each budget with `matchLabels` is filed under its
+    /// namespace and one of them, which every pod it selects carries.
+    by_label: HashMap<(&'a str, &'a str, &'a str), Vec<usize>>,
+    /// Budgets with a selector but no `matchLabels`: tried on every pod.
+    unfiled: Vec<usize>,
 }
 
 impl<'a> Allowances<'a> {
     fn new(snapshot: &'a ClusterSnapshot) -> Self {
+        let mut by_label: HashMap<(&str, &str, &str), Vec<usize>> = HashMap::new();
+        let mut unfiled = Vec::new();
+        for (i, budget) in snapshot.pdbs.iter().enumerate() {
+            // A budget without a selector selects nothing.
+            let Some(selector) = &budget.selector else {
+                continue;
+            };
+            match selector.match_labels.iter().next() {
+                Some((key, value)) => by_label
+                    .entry((budget.namespace.as_str(), key.as_str(), value.as_str()))
+                    .or_default()
+                    .push(i),
+                None => unfiled.push(i),
+            }
+        }
         Allowances {
             snapshot,
             counted: vec![std::cell::OnceCell::new(); snapshot.pdbs.len()],
+            by_label,
+            unfiled,
         }
     }
 
-    /// The budgets selecting `pod`, each with the disruptions it allows now (its
-    /// status when the API server wrote one, else counted as its controller does).
-    fn selecting<'p>(
-        &'p self,
-        pod: &'p Pod,
-    ) -> impl Iterator<Item = (&'a PodDisruptionBudget, i64)> + 'p {
-        self.snapshot
-            .pdbs
-            .iter()
-            .zip(&self.counted)
-            .filter(|(b, _)| b.selects(pod))
-            .map(|(b, counted)| {
-                let allowed = b.status_disruptions_allowed.unwrap_or_else(|| {
-                    *counted.get_or_init(|| b.disruptions_allowed(&self.snapshot.pods))
-                });
-                (b, allowed)
-            })
+    /// The budgets selecting `pod`, in the snapshot's order, each with the disruptions
+    /// it allows now (its status when the API server wrote one, else counted as its
+    /// controller does).
+    fn selecting(&self, pod: &Pod) -> impl Iterator<Item = (&'a PodDisruptionBudget, i64)> + '_ {
+        let by_label: &HashMap<(&str, &str, &str), Vec<usize>> = &self.by_label;
+        let mut filed: Vec<usize> = self.unfiled.clone();
+        for (key, value) in &pod.labels {
+            if let Some(budgets) =
+                by_label.get(&(pod.namespace.as_str(), key.as_str(), value.as_str()))
+            {
+                filed.extend_from_slice(budgets);
+            }
+        }
+        // Each budget is filed once, so it is found once; sorted, they come in the
+        // order every verdict names them.
+        filed.sort_unstable();
+        let pdbs = &self.snapshot.pdbs;
+        let selected: Vec<usize> = filed
+            .into_iter()
+            .filter(|&i| pdbs[i].selects(pod))
+            .collect();
+        selected.into_iter().map(move |i| {
+            let budget = &self.snapshot.pdbs[i];
+            let allowed = budget.status_disruptions_allowed.unwrap_or_else(|| {
+                *self.counted[i].get_or_init(|| budget.disruptions_allowed(&self.snapshot.pods))
+            });
+            (budget, allowed)
+        })
     }
 }
 
@@ -248,6 +283,7 @@ mod tests {
     use crate::catalog::Catalog;
     use crate::cluster::{IntOrPercent, PodDisruptionBudget};
     use crate::testing::{general_purpose_pool, node, pod, selector};
+    use std::collections::BTreeMap;
 
     const NOW: i64 = 2_000_000_000;
 
@@ -281,6 +317,87 @@ mod tests {
             .into_iter()
             .map(|v| (v.node.name.clone(), v.blocked.map(|b| b.code)))
             .collect()
+    }
+
+    /// The budgets found through the label index are exactly those `selects` picks
+    /// when every budget is tried, in the snapshot's order.
+    #[test]
+    fn the_budgets_found_from_a_pods_labels_are_those_that_select_it() {
+        use crate::cluster::{LabelSelector, LabelSelectorOperator, LabelSelectorRequirement};
+        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let budget =
+            |name: &str, namespace: &str, selector: Option<LabelSelector>| PodDisruptionBudget {
+                namespace: namespace.into(),
+                name: name.into(),
+                selector,
+                min_available: Some(IntOrPercent::Int(1)),
+                max_unavailable: None,
+                status_disruptions_allowed: Some(1),
+            };
+        let two_labels = LabelSelector {
+            match_labels: labels(&[("app", "web"), ("tier", "front")]),
+            match_expressions: vec![],
+        };
+        let expression_only = LabelSelector {
+            match_labels: BTreeMap::new(),
+            match_expressions: vec![LabelSelectorRequirement {
+                key: "tier".into(),
+                operator: LabelSelectorOperator::In,
+                values: vec!["back".into()],
+            }],
+        };
+        let mixed = LabelSelector {
+            match_labels: labels(&[("app", "api")]),
+            match_expressions: vec![LabelSelectorRequirement {
+                key: "tier".into(),
+                operator: LabelSelectorOperator::NotIn,
+                values: vec!["front".into()],
+            }],
+        };
+        let snapshot = ClusterSnapshot {
+            pdbs: vec![
+                budget("web", "default", Some(selector("web"))),
+                budget("web-front", "default", Some(two_labels)),
+                budget("web-elsewhere", "other", Some(selector("web"))),
+                budget("back", "default", Some(expression_only)),
+                budget("everything", "default", Some(LabelSelector::default())),
+                budget("nothing", "default", None),
+                budget("api", "default", Some(mixed)),
+                budget("web-again", "default", Some(selector("web"))),
+            ],
+            ..Default::default()
+        };
+        let allowances = Allowances::new(&snapshot);
+        let shapes: [(&str, &[(&str, &str)]); 6] = [
+            ("default", &[("app", "web"), ("tier", "front")]),
+            ("default", &[("app", "web")]),
+            ("other", &[("app", "web"), ("tier", "front")]),
+            ("default", &[("app", "api"), ("tier", "back")]),
+            ("default", &[("app", "api"), ("tier", "front")]),
+            ("default", &[]),
+        ];
+        for (namespace, pairs) in shapes {
+            let mut p = pod("p", "100m", "64Mi");
+            p.namespace = namespace.into();
+            p.labels = labels(pairs).into();
+            let found: Vec<&str> = allowances
+                .selecting(&p)
+                .map(|(b, _)| b.name.as_str())
+                .collect();
+            let tried: Vec<&str> = snapshot
+                .pdbs
+                .iter()
+                .filter(|b| b.selects(&p))
+                .map(|b| b.name.as_str())
+                .collect();
+            assert_eq!(found, tried, "{namespace} {pairs:?}");
+            assert!(!found.contains(&"nothing"));
+        }
     }
 
     #[test]

@@ -125,6 +125,37 @@ fn provision_gives_what_schedule_gives_on_random_clusters_before_and_after_solve
     }
 }
 
+/// A cluster with nothing to place skips preparing it; what it answers is what the
+/// prepared scheduler would have planned.
+#[test]
+fn a_cluster_with_nothing_pending_schedules_what_the_prepared_scheduler_would() {
+    let mut checked = 0;
+    for (round, mut cluster) in random_clusters().into_iter().enumerate() {
+        let Some(first) = cluster.nodes.first().map(|n| n.name.clone()) else {
+            continue;
+        };
+        for (i, p) in cluster.pods.iter_mut().enumerate() {
+            // Bound, or pending but another scheduler's: neither is ours to place.
+            if i % 3 == 0 {
+                p.scheduler_name = Some("someone-else".into());
+            } else {
+                p.node_name = Some(first.clone());
+                p.marked_unschedulable = false;
+            }
+        }
+        let input = cluster.input();
+        assert!(
+            !input.pods.iter().any(|p| p.wants_capacity()),
+            "round {round}"
+        );
+        let prepared = PreparedScheduler::new(&input).provision();
+        assert_eq!(schedule(&input), prepared, "round {round}");
+        assert_eq!(prepared, Schedule::default(), "round {round}");
+        checked += 1;
+    }
+    assert!(checked > 8, "only {checked} clusters had nodes");
+}
+
 #[test]
 fn removing_a_node_whose_pods_fit_elsewhere_places_them_there_without_a_new_claim() {
     let mut c = Cluster::new();

@@ -140,3 +140,18 @@ async fn claims_older_than_the_max_age_are_read_again() {
     s.names().await;
     assert_eq!(s.lists(), 2);
 }
+
+#[tokio::test]
+async fn a_poll_asks_the_cached_claims_in_place_and_sees_another_writers_claim() {
+    let s = setup();
+    s.table.create_claim(&claim("a")).await.unwrap();
+    let named = |name: &'static str| move |c: &NodeClaim| c.name == name;
+    assert!(s.cache.any_claim(&named("a")).await.unwrap());
+    assert!(!s.cache.any_claim(&named("z")).await.unwrap());
+    assert_eq!(s.lists(), 1, "the second poll is answered from memory");
+    s.table.create_claim(&claim("z")).await.unwrap();
+    assert!(s.cache.any_claim(&named("z")).await.unwrap());
+    assert_eq!(s.lists(), 2);
+    assert_eq!(s.names().await, ["a", "z"], "the poll's read is the list's");
+    assert_eq!(s.lists(), 2);
+}
