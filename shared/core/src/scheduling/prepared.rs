@@ -644,6 +644,7 @@ impl<'a> Solver<'a> {
 
 /// Plans the pending pods: [`PreparedScheduler::provision`] on a scheduler prepared for
 /// this one call (without the state speculative solves need).
+///
 /// With no pod to place the schedule is empty, and the cluster is not prepared: its
 /// bins, topology counts and pod classes are most of a quiet tick's work (a tick
 /// with nothing pending, at 1,000 nodes about a sixth of the minute's CPU).
