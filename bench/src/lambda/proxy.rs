@@ -9,10 +9,12 @@
 //! - [`Upstream::Aws`]: requests by service and operation (`X-Amz-Target`, or the
 //!   query protocol's `Action`), request and response bytes, DynamoDB read and write
 //!   units ([`super::dynamo_units`]), and when each CreateFleet arrived. moto answers
-//!   whole, so bodies are read whole and inspected. One request is changed on its way:
-//!   a DescribeInstances that EC2 would answer in one page gets moto to do the same
-//!   ([`as_ec2_pages`]); without it, moto's paging (not the function) set the pace of
-//!   every tick from a few hundred instances up. And unless told not to, a
+//!   whole, so bodies are read whole and inspected. DescribeInstances is changed on
+//!   its way: one that EC2 would answer in one page gets moto to do the same
+//!   ([`as_ec2_pages`]), and one the function pages (`MaxResults`) is asked of moto
+//!   whole and paged by the proxy ([`Pages`]). moto filters every instance again for
+//!   each page it hands out, so without these its paging (not the function) set the
+//!   pace of every tick from a few hundred instances up. And unless told not to, a
 //!   DescribeInstances moto already answered is answered again from that answer while
 //!   no EC2 write has happened since ([`Replay`]): the function reads the same bytes,
 //!   without moto's minutes at 5,000 instances. Such requests are counted as
@@ -51,7 +53,8 @@ pub struct Tally {
     pub response_bytes: u64,
     pub read_units: f64,
     pub write_units: f64,
-    /// Answered by the proxy from moto's earlier identical answer ([`Replay`]).
+    /// Answered by the proxy from moto's earlier answer: an identical request
+    /// ([`Replay`]), or a later page of a DescribeInstances ([`Pages`]).
     pub replayed: u64,
 }
 
@@ -128,6 +131,7 @@ struct Forwarder {
     target: Target,
     traffic: Arc<Mutex<Traffic>>,
     replay: Option<Replay>,
+    pages: Pages,
 }
 
 impl Proxy {
@@ -153,6 +157,7 @@ impl Proxy {
             target,
             traffic: traffic.clone(),
             replay,
+            pages: Pages::default(),
         });
         let accept = tokio::spawn(async move {
             loop {
@@ -198,86 +203,132 @@ impl Forwarder {
             Err(e) => return failure(StatusCode::BAD_REQUEST, &format!("reading the body: {e}")),
         };
         let arrived = Instant::now();
-        let key = match self.target {
-            Target::Kubernetes(_) => kube_call(&parts.method, parts.uri.path(), parts.uri.query()),
-            Target::Aws { .. } => aws_call(&parts.headers, parts.uri.path(), &parts.method, &body),
+        let client = match &self.target {
+            Target::Kubernetes(client) => client,
+            Target::Aws { upstream, client } => {
+                let key = aws_call(&parts.headers, parts.uri.path(), &parts.method, &body);
+                return self
+                    .forward_aws(upstream, client, &parts, key, body, arrived)
+                    .await;
+            }
         };
+        let key = kube_call(&parts.method, parts.uri.path(), parts.uri.query());
         let first_page = !parts
             .uri
             .query()
             .is_some_and(|q| q.split('&').any(|p| p.starts_with("continue=")));
-        let begun = self.replay.as_ref().map(|r| r.begin(&key, &body));
-        let writes_then = match begun {
-            Some(Begun::Replayed(answer)) => {
-                self.count_request(&key, answer.status, body.len(), first_page, arrived, true);
-                self.count_answer(&key, answer.status, &body, &answer.body);
-                return answer.response();
-            }
-            Some(Begun::Forward { writes }) => writes,
-            None => 0,
-        };
-        let response = match &self.target {
-            Target::Kubernetes(client) => match forward_request(&parts, body.clone()) {
-                Ok(request) => client
-                    .send(request)
-                    .await
-                    .map(|response| response.map(|b| b.map_err(BoxError::from).boxed_unsync()))
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(e),
-            },
-            Target::Aws { upstream, client } => self
-                .send_aws(upstream, client, &parts, &key, &body)
-                .await
-                .map(|response| response.map(|b| b.map_err(BoxError::from).boxed_unsync())),
+        let response = match forward_request(&parts, body.clone()) {
+            Ok(request) => client.send(request).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e),
         };
         let response = match response {
             Ok(response) => response,
             Err(e) => return failure(StatusCode::BAD_GATEWAY, &format!("upstream: {e}")),
         };
-        let status = response.status();
-        self.count_request(&key, status, body.len(), first_page, arrived, false);
-        match self.target {
-            Target::Kubernetes(_) => {
-                let traffic = self.traffic.clone();
-                response.map(move |body| {
-                    body.map_frame(move |frame: Frame<Bytes>| {
-                        if let Some(data) = frame.data_ref() {
-                            let mut traffic = traffic.lock().unwrap_or_else(|e| e.into_inner());
-                            traffic.calls.entry(key.clone()).or_default().response_bytes +=
-                                data.len() as u64;
-                        }
-                        frame
-                    })
-                    .boxed_unsync()
-                })
-            }
-            Target::Aws { .. } => {
-                let (head, answer) = response.into_parts();
-                let answer = match answer.collect().await {
-                    Ok(collected) => collected.to_bytes(),
-                    Err(e) => {
-                        return failure(StatusCode::BAD_GATEWAY, &format!("upstream body: {e}"));
+        self.count_request(
+            &key,
+            response.status(),
+            body.len(),
+            first_page,
+            arrived,
+            false,
+        );
+        let traffic = self.traffic.clone();
+        response.map(move |body| {
+            body.map_err(BoxError::from)
+                .map_frame(move |frame: Frame<Bytes>| {
+                    if let Some(data) = frame.data_ref() {
+                        let mut traffic = traffic.lock().unwrap_or_else(|e| e.into_inner());
+                        traffic.calls.entry(key.clone()).or_default().response_bytes +=
+                            data.len() as u64;
                     }
-                };
-                self.count_answer(&key, status, &body, &answer);
-                if let Some(replay) = &self.replay {
-                    replay.end(&key, &body, writes_then, &head, &answer);
-                }
-                Response::from_parts(head, whole(answer))
-            }
-        }
+                    frame
+                })
+                .boxed_unsync()
+        })
     }
 
-    /// The request as moto gets it: same method, path, headers and body, but for
-    /// [`as_ec2_pages`].
-    async fn send_aws(
+    /// An AWS request, answered by moto, or by the proxy from moto's earlier answer
+    /// ([`Replay`], [`Pages`]).
+    async fn forward_aws(
         &self,
         upstream: &Uri,
         client: &Client<HttpConnector, Full<Bytes>>,
         parts: &http::request::Parts,
+        key: (String, String),
+        body: Bytes,
+        arrived: Instant,
+    ) -> Response<Body> {
+        let paged = PageRequest::of(&key, &body);
+        if let Some(PageRequest {
+            next_token: Some(token),
+            max_results,
+            ..
+        }) = &paged
+        {
+            let Some(page) = self.pages.later_page(token, *max_results) else {
+                return failure(
+                    StatusCode::BAD_REQUEST,
+                    &format!(
+                        "DescribeInstances NextToken {token:?} names no listing the proxy keeps"
+                    ),
+                );
+            };
+            return self.answered(&key, &body, arrived, page, true);
+        }
+        let changed = match &paged {
+            Some(paged) => Some(paged.whole.clone()),
+            None => as_ec2_pages(&key, &body),
+        };
+        let asked = changed.clone().unwrap_or_else(|| body.clone());
+        let begun = self.replay.as_ref().map(|r| r.begin(&key, &asked));
+        let (answer, replayed) = match begun {
+            Some(Begun::Replayed(answer)) => (answer, true),
+            begun => {
+                let answer = match self
+                    .ask_moto(upstream, client, parts, &asked, changed.is_some())
+                    .await
+                {
+                    Ok(answer) => answer,
+                    Err(e) => return failure(StatusCode::BAD_GATEWAY, &e),
+                };
+                if let (Some(replay), Some(Begun::Forward { writes })) = (&self.replay, begun) {
+                    replay.end(&key, &asked, writes, &answer);
+                }
+                (answer, false)
+            }
+        };
+        let answer = match &paged {
+            Some(paged) => self.pages.first_page(answer, paged.max_results),
+            None => answer,
+        };
+        self.answered(&key, &body, arrived, answer, replayed)
+    }
+
+    /// Counts the request and its answer, and answers.
+    fn answered(
+        &self,
         key: &(String, String),
         body: &Bytes,
-    ) -> Result<Response<Incoming>, String> {
+        arrived: Instant,
+        answer: Answer,
+        replayed: bool,
+    ) -> Response<Body> {
+        self.count_request(key, answer.status, body.len(), true, arrived, replayed);
+        self.count_answer(key, answer.status, body, &answer.body);
+        answer.response()
+    }
+
+    /// moto's whole answer to `body`, sent with the method, path and headers the
+    /// function sent (`body_changed`: the proxy changed the body, so not its length).
+    async fn ask_moto(
+        &self,
+        upstream: &Uri,
+        client: &Client<HttpConnector, Full<Bytes>>,
+        parts: &http::request::Parts,
+        body: &Bytes,
+        body_changed: bool,
+    ) -> Result<Answer, String> {
         let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let uri = Uri::builder()
             .scheme("http")
@@ -285,20 +336,33 @@ impl Forwarder {
             .path_and_query(path_and_query)
             .build()
             .map_err(|e| format!("the path: {e}"))?;
-        let changed = as_ec2_pages(key, body);
-        let mut upstream = Request::builder().method(parts.method.clone()).uri(uri);
+        let mut request = Request::builder().method(parts.method.clone()).uri(uri);
         for (name, value) in &parts.headers {
             // The client sets Host for the upstream it connects to, and the length
             // of a body the proxy changed.
-            let changed_length = changed.is_some() && name == http::header::CONTENT_LENGTH;
+            let changed_length = body_changed && name == http::header::CONTENT_LENGTH;
             if name != http::header::HOST && !changed_length {
-                upstream = upstream.header(name, value);
+                request = request.header(name, value);
             }
         }
-        let upstream = upstream
-            .body(Full::new(changed.unwrap_or_else(|| body.clone())))
+        let request = request
+            .body(Full::new(body.clone()))
             .map_err(|e| e.to_string())?;
-        client.request(upstream).await.map_err(|e| e.to_string())
+        let response = client
+            .request(request)
+            .await
+            .map_err(|e| format!("upstream: {e}"))?;
+        let (head, answer) = response.into_parts();
+        let body = answer
+            .collect()
+            .await
+            .map_err(|e| format!("upstream body: {e}"))?
+            .to_bytes();
+        Ok(Answer {
+            status: head.status,
+            headers: head.headers,
+            body,
+        })
     }
 
     fn count_request(
@@ -436,30 +500,16 @@ impl Replay {
         }
     }
 
-    fn end(
-        &self,
-        key: &(String, String),
-        body: &Bytes,
-        writes_then: u64,
-        head: &http::response::Parts,
-        answer: &Bytes,
-    ) {
+    fn end(&self, key: &(String, String), body: &Bytes, writes_then: u64, answer: &Answer) {
         let mut kept = self.kept();
         if is_ec2_write(key) {
             kept.answers.clear();
             kept.writes += 1;
         } else if is_describe_instances(key)
-            && head.status.is_success()
+            && answer.status.is_success()
             && kept.writes == writes_then
         {
-            kept.answers.insert(
-                body.clone(),
-                Answer {
-                    status: head.status,
-                    headers: head.headers.clone(),
-                    body: answer.clone(),
-                },
-            );
+            kept.answers.insert(body.clone(), answer.clone());
         }
     }
 }
@@ -482,6 +532,226 @@ fn as_ec2_pages(key: &(String, String), body: &[u8]) -> Option<Bytes> {
 
 /// A page size no cluster reaches: the whole answer.
 const WHOLE: u32 = 1_000_000;
+
+/// A DescribeInstances the function pages: what moto is asked for instead (the same
+/// filters, whole), the page size, and the proxy's `NextToken` on later pages.
+struct PageRequest {
+    whole: Bytes,
+    max_results: usize,
+    next_token: Option<String>,
+}
+
+impl PageRequest {
+    fn of(key: &(String, String), body: &[u8]) -> Option<PageRequest> {
+        if !is_describe_instances(key) {
+            return None;
+        }
+        let form = std::str::from_utf8(body).ok()?;
+        let mut max_results = None;
+        let mut next_token = None;
+        let mut kept = Vec::new();
+        for pair in form.split('&') {
+            if let Some(max) = pair.strip_prefix("MaxResults=") {
+                max_results = max.parse::<usize>().ok().filter(|&m| m > 0);
+            } else if let Some(token) = pair.strip_prefix("NextToken=") {
+                next_token = Some(token.to_string());
+            } else {
+                kept.push(pair);
+            }
+        }
+        let max_results = max_results?;
+        kept.push("");
+        let whole = format!("{}MaxResults={WHOLE}", kept.join("&"));
+        Some(PageRequest {
+            whole: Bytes::from(whole),
+            max_results,
+            next_token,
+        })
+    }
+}
+
+/// DescribeInstances paged by the proxy as EC2 pages it: moto is asked once for
+/// every reservation, and the function is handed `MaxResults` reservations at a
+/// time with the proxy's own `NextToken`. moto itself filters every instance (and
+/// looks up every tag of the account for each) again for each page: a page of
+/// 1,000 of 10,000 instances took it 12–16 minutes on the 2-core machine, where the
+/// whole answer takes one such pass. A listing is kept until [`KEPT_LISTINGS`]
+/// later ones have begun.
+#[derive(Default)]
+struct Pages {
+    listings: Mutex<Listings>,
+}
+
+#[derive(Default)]
+struct Listings {
+    begun: u64,
+    kept: std::collections::VecDeque<(u64, Arc<Listing>)>,
+}
+
+const KEPT_LISTINGS: usize = 8;
+
+/// moto's whole answer, cut at its reservations: `head` ends with
+/// `<reservationSet>`, `tail` follows `</reservationSet>`.
+struct Listing {
+    status: StatusCode,
+    headers: HeaderMap,
+    head: Bytes,
+    reservations: Vec<Bytes>,
+    tail: Bytes,
+}
+
+impl Listing {
+    fn cut(answer: &Answer) -> Option<Listing> {
+        if !answer.status.is_success() {
+            return None;
+        }
+        let (head, reservations, tail) = cut_reservations(&answer.body)?;
+        let mut headers = answer.headers.clone();
+        headers.remove(http::header::CONTENT_LENGTH);
+        Some(Listing {
+            status: answer.status,
+            headers,
+            head,
+            reservations,
+            tail,
+        })
+    }
+
+    /// The reservations from `from`, at most `max`, and the token of what follows.
+    fn page(&self, listing: u64, from: usize, max: usize) -> Answer {
+        let to = from.saturating_add(max).min(self.reservations.len());
+        let from = from.min(to);
+        let mut body = Vec::with_capacity(
+            self.head.len()
+                + self.reservations[from..to]
+                    .iter()
+                    .map(Bytes::len)
+                    .sum::<usize>()
+                + self.tail.len()
+                + 64,
+        );
+        body.extend_from_slice(&self.head);
+        for reservation in &self.reservations[from..to] {
+            body.extend_from_slice(reservation);
+        }
+        body.extend_from_slice(b"</reservationSet>");
+        if to < self.reservations.len() {
+            body.extend_from_slice(
+                format!("<nextToken>{}</nextToken>", token(listing, to)).as_bytes(),
+            );
+        }
+        body.extend_from_slice(&self.tail);
+        Answer {
+            status: self.status,
+            headers: self.headers.clone(),
+            body: Bytes::from(body),
+        }
+    }
+}
+
+const TOKEN_PREFIX: &str = "nodewright-bench-";
+
+fn token(listing: u64, from: usize) -> String {
+    format!("{TOKEN_PREFIX}{listing}-{from}")
+}
+
+impl Pages {
+    fn listings(&self) -> std::sync::MutexGuard<'_, Listings> {
+        self.listings.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The first page of moto's whole answer, or the answer as it is when it is not
+    /// a list of reservations (an error, or none at all).
+    fn first_page(&self, answer: Answer, max_results: usize) -> Answer {
+        let Some(listing) = Listing::cut(&answer) else {
+            return answer;
+        };
+        let listing = Arc::new(listing);
+        let id = {
+            let mut listings = self.listings();
+            listings.begun += 1;
+            let id = listings.begun;
+            listings.kept.push_back((id, listing.clone()));
+            while listings.kept.len() > KEPT_LISTINGS {
+                listings.kept.pop_front();
+            }
+            id
+        };
+        listing.page(id, 0, max_results)
+    }
+
+    /// The page `token` names, while its listing is kept.
+    fn later_page(&self, token: &str, max_results: usize) -> Option<Answer> {
+        let (id, from) = token.strip_prefix(TOKEN_PREFIX)?.split_once('-')?;
+        let (id, from) = (id.parse::<u64>().ok()?, from.parse::<usize>().ok()?);
+        let listing = self
+            .listings()
+            .kept
+            .iter()
+            .find(|(kept, _)| *kept == id)
+            .map(|(_, listing)| listing.clone())?;
+        Some(listing.page(id, from, max_results))
+    }
+}
+
+/// An EC2 DescribeInstances answer cut into what precedes its reservations (through
+/// `<reservationSet>`), each reservation's `<item>`, and what follows
+/// `</reservationSet>` (less any `nextToken`). `None` when it has no such set.
+fn cut_reservations(xml: &Bytes) -> Option<(Bytes, Vec<Bytes>, Bytes)> {
+    const OPEN: &[u8] = b"<reservationSet>";
+    let text = xml.as_ref();
+    let open = find(text, OPEN, 0)? + OPEN.len();
+    let mut reservations = Vec::new();
+    let mut depth = 0usize;
+    let mut item_start = 0;
+    let mut at = open;
+    loop {
+        let lt = at + text[at..].iter().position(|&b| b == b'<')?;
+        let gt = lt + text[lt..].iter().position(|&b| b == b'>')?;
+        match &text[lt + 1..gt] {
+            b"item" => {
+                if depth == 0 {
+                    item_start = lt;
+                }
+                depth += 1;
+            }
+            b"/item" => {
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    reservations.push(xml.slice(item_start..gt + 1));
+                }
+            }
+            b"item/" if depth == 0 => reservations.push(xml.slice(lt..gt + 1)),
+            b"/reservationSet" if depth == 0 => {
+                let tail = without_next_token(xml.slice(gt + 1..));
+                return Some((xml.slice(..open), reservations, tail));
+            }
+            _ => {}
+        }
+        at = gt + 1;
+    }
+}
+
+fn without_next_token(tail: Bytes) -> Bytes {
+    let text = tail.as_ref();
+    let Some(start) = find(text, b"<nextToken>", 0) else {
+        return tail;
+    };
+    let Some(end) = find(text, b"</nextToken>", start) else {
+        return tail;
+    };
+    let mut kept = text[..start].to_vec();
+    kept.extend_from_slice(&text[end + b"</nextToken>".len()..]);
+    Bytes::from(kept)
+}
+
+fn find(haystack: &[u8], needle: &[u8], from: usize) -> Option<usize> {
+    haystack
+        .get(from..)?
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .map(|p| p + from)
+}
 
 /// A request to the API server: the path and query, headers (but `Host`: the client
 /// sets the server's) and body as the function sent them. The client's base URL gives
@@ -655,14 +925,18 @@ mod tests {
         let describe = ("ec2".to_string(), "DescribeInstances".to_string());
         let fleet = ("ec2".to_string(), "CreateFleet".to_string());
         let body = Bytes::from_static(b"Action=DescribeInstances&Filter.1.Name=tag-key");
-        let head = Response::new(()).into_parts().0;
         let answer = Bytes::from_static(b"<DescribeInstancesResponse/>");
+        let whole = Answer {
+            status: StatusCode::OK,
+            headers: HeaderMap::new(),
+            body: answer.clone(),
+        };
         let replay = Replay::default();
         let writes = match replay.begin(&describe, &body) {
             Begun::Forward { writes } => writes,
             Begun::Replayed(_) => panic!("nothing kept yet"),
         };
-        replay.end(&describe, &body, writes, &head, &answer);
+        replay.end(&describe, &body, writes, &whole);
         assert!(matches!(replay.begin(&describe, &body), Begun::Replayed(a) if a.body == answer));
 
         // A write forgets the answers, and one asked while a write was under way is
@@ -676,17 +950,128 @@ mod tests {
             replay.begin(&describe, &body),
             Begun::Forward { .. }
         ));
-        replay.end(
-            &describe,
-            &Bytes::from_static(b"other"),
-            writes,
-            &head,
-            &answer,
-        );
+        replay.end(&describe, &Bytes::from_static(b"other"), writes, &whole);
         assert!(matches!(
             replay.begin(&describe, &Bytes::from_static(b"other")),
             Begun::Forward { .. }
         ));
+    }
+
+    /// Three reservations (the second of two instances, with tags: nested items),
+    /// as moto serializes DescribeInstances.
+    fn three_reservations() -> Answer {
+        let reservation = |id: &str, instances: &[&str]| {
+            let instances: String = instances
+                .iter()
+                .map(|i| {
+                    format!(
+                        "<item><instanceId>{i}</instanceId><tagSet><item><key>k</key>\
+                         <value>v</value></item></tagSet></item>"
+                    )
+                })
+                .collect();
+            format!(
+                "<item><reservationId>{id}</reservationId><instancesSet>{instances}</instancesSet></item>"
+            )
+        };
+        let body = format!(
+            "<?xml version=\"1.0\"?><DescribeInstancesResponse><requestId>r</requestId>\
+             <reservationSet>{}{}{}</reservationSet></DescribeInstancesResponse>",
+            reservation("r-1", &["i-1"]),
+            reservation("r-2", &["i-2", "i-3"]),
+            reservation("r-3", &["i-4"]),
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::CONTENT_LENGTH, body.len().into());
+        Answer {
+            status: StatusCode::OK,
+            headers,
+            body: Bytes::from(body),
+        }
+    }
+
+    fn next_token(page: &Answer) -> Option<String> {
+        let text = std::str::from_utf8(&page.body).unwrap();
+        let start = text.find("<nextToken>")? + "<nextToken>".len();
+        Some(text[start..text.find("</nextToken>")?].to_string())
+    }
+
+    fn instances(page: &Answer) -> Vec<String> {
+        let text = std::str::from_utf8(&page.body).unwrap();
+        text.split("<instanceId>")
+            .skip(1)
+            .map(|rest| rest[..rest.find('<').unwrap()].to_string())
+            .collect()
+    }
+
+    #[test]
+    fn a_paged_describe_instances_is_asked_of_moto_whole_and_paged_by_reservation() {
+        let describe = ("ec2".to_string(), "DescribeInstances".to_string());
+        let first = PageRequest::of(
+            &describe,
+            b"Action=DescribeInstances&Filter.1.Name=tag-key&MaxResults=2&Version=2016-11-15",
+        )
+        .unwrap();
+        assert_eq!(
+            &first.whole[..],
+            b"Action=DescribeInstances&Filter.1.Name=tag-key&Version=2016-11-15&MaxResults=1000000"
+        );
+        assert_eq!((first.max_results, first.next_token.as_deref()), (2, None));
+        assert!(PageRequest::of(&describe, b"Action=DescribeInstances").is_none());
+        let subnets = ("ec2".to_string(), "DescribeSubnets".to_string());
+        assert!(PageRequest::of(&subnets, b"Action=DescribeSubnets&MaxResults=5").is_none());
+
+        let pages = Pages::default();
+        let page = pages.first_page(three_reservations(), first.max_results);
+        assert_eq!(instances(&page), ["i-1", "i-2", "i-3"]);
+        assert!(page.headers.get(http::header::CONTENT_LENGTH).is_none());
+        let token = next_token(&page).expect("a second page");
+        let later = PageRequest::of(
+            &describe,
+            format!("Action=DescribeInstances&MaxResults=2&NextToken={token}").as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(later.next_token.as_deref(), Some(token.as_str()));
+        let last = pages.later_page(&token, later.max_results).unwrap();
+        assert_eq!(instances(&last), ["i-4"]);
+        assert_eq!(next_token(&last), None);
+        let text = std::str::from_utf8(&last.body).unwrap();
+        assert!(
+            text.ends_with("</reservationSet></DescribeInstancesResponse>"),
+            "{text}"
+        );
+        assert!(text.starts_with("<?xml version=\"1.0\"?><DescribeInstancesResponse>"));
+
+        assert!(
+            pages.later_page("i-123", 2).is_none(),
+            "moto's own tokens are not ours"
+        );
+        for _ in 0..KEPT_LISTINGS {
+            pages.first_page(three_reservations(), 2);
+        }
+        assert!(
+            pages.later_page(&token, 2).is_none(),
+            "an old listing is let go"
+        );
+    }
+
+    #[test]
+    fn an_answer_without_reservations_is_handed_on_as_it_is() {
+        let pages = Pages::default();
+        let empty = Answer {
+            status: StatusCode::OK,
+            headers: HeaderMap::new(),
+            body: Bytes::from_static(
+                b"<DescribeInstancesResponse><reservationSet/></DescribeInstancesResponse>",
+            ),
+        };
+        assert_eq!(pages.first_page(empty.clone(), 5).body, empty.body);
+        let error = Answer {
+            status: StatusCode::BAD_REQUEST,
+            headers: HeaderMap::new(),
+            body: Bytes::from_static(b"<Response><Errors/></Response>"),
+        };
+        assert_eq!(pages.first_page(error.clone(), 5).body, error.body);
     }
 
     #[test]
