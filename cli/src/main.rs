@@ -23,10 +23,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod buffers;
 mod chart;
+mod compare;
 mod disrupt;
 mod event;
 mod explain;
 mod failure;
+mod from_cluster;
 #[cfg(feature = "stack")]
 mod hints;
 mod inputs;

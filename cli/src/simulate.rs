@@ -31,8 +31,25 @@ use crate::{chart, observed, scenario};
 pub struct SimulateArgs {
     /// A scenario file (YAML); without one, the bundled scenario runs.
     pub scenario: Option<PathBuf>,
+    /// Start from this cluster instead of a scenario: the output of `kubectl get
+    /// nodes,pods,deployments,replicasets,statefulsets,daemonsets,poddisruptionbudgets
+    /// -A -o json`. Its nodes run on (those Karpenter launched for a NodePool of
+    /// `--nodepools` adopted by nodewright, the others left alone), its pods stay
+    /// where they are, and their ReplicaSets and StatefulSets hold their replicas.
+    /// A day unless `--until` says.
+    #[arg(long, requires = "nodepools", conflicts_with = "scenario")]
+    pub cluster: Option<PathBuf>,
+    /// With `--cluster`: the NodePools, EC2NodeClasses, NodeOverlays and
+    /// CapacityBuffers to run the cluster under (repeatable).
+    #[arg(long = "nodepools", requires = "cluster")]
+    pub nodepools: Vec<PathBuf>,
+    /// With `--cluster`: run the same start and the same day again under these
+    /// NodePools (and the rest) instead, and print both side by side (repeatable).
+    /// `--output json` prints `{"runs": [A, B]}`, each run as a plain run prints it.
+    #[arg(long, requires = "cluster", conflicts_with_all = ["chart", "save"])]
+    pub compare: Vec<PathBuf>,
     /// Virtual time to simulate (overrides the scenario's `duration`), e.g. 2h, 90m.
-    #[arg(long, value_parser = duration)]
+    #[arg(long, alias = "duration", value_parser = duration)]
     pub until: Option<Duration>,
     /// Seed of every random choice (overrides the scenario's `seed`).
     #[arg(long)]
@@ -84,13 +101,22 @@ fn consolidation(s: &nodewright_sim::report::Summary) -> String {
 }
 
 pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
-    let mut scenario = scenario::load_with(args.scenario.as_deref(), args.strict.strictness())
-        .map_err(Failure::from)?;
+    let mut scenario = match &args.cluster {
+        Some(cluster) => crate::from_cluster::scenario(cluster, &args.nodepools, args.strict)?,
+        None => scenario::load_with(args.scenario.as_deref(), args.strict.strictness())
+            .map_err(Failure::from)?,
+    };
     if let Some(until) = args.until {
         scenario.duration = until;
     }
     if let Some(seed) = args.seed {
         scenario.seed = seed;
+    }
+    if let (Some(cluster), false) = (&args.cluster, args.compare.is_empty()) {
+        let mut other = crate::from_cluster::scenario(cluster, &args.compare, args.strict)?;
+        other.duration = scenario.duration;
+        other.seed = scenario.seed;
+        return compare(args, &scenario, &other);
     }
     let wall = Instant::now();
     let report = simulate(&scenario)?;
@@ -134,6 +160,62 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
                 .collect(),
         ))
     }
+}
+
+/// `--compare`: both configurations from the same start, printed side by side; exit 1
+/// if either broke an invariant.
+fn compare(args: &SimulateArgs, scenario: &Scenario, other: &Scenario) -> Result<(), Failure> {
+    let names = [files_named(&args.nodepools), files_named(&args.compare)];
+    let reports = [simulate(scenario)?, simulate(other)?];
+    match args.output {
+        Format::Json | Format::Yaml => {
+            let mut runs = Vec::new();
+            for report in &reports {
+                runs.push(
+                    serde_json::from_str::<Value>(&render_json(report))
+                        .map_err(|e| Failure::Unusable(format!("cannot encode the report: {e}")))?,
+                );
+            }
+            let doc = json!({ "runs": runs });
+            match args.output {
+                Format::Yaml => crate::output::write_yaml(&doc)?,
+                _ => crate::output::write_json(&doc)?,
+            }
+        }
+        Format::Table => print!(
+            "{}",
+            crate::compare::render(&[(&names[0], &reports[0]), (&names[1], &reports[1])])
+        ),
+    }
+    let problems: Vec<String> = names
+        .iter()
+        .zip(&reports)
+        .flat_map(|(name, report)| {
+            report
+                .problems
+                .iter()
+                .map(move |p| format!("nodewright simulate: {name}: invariant broken: {p}"))
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::Invalid(problems))
+    }
+}
+
+/// A run's name: its manifests' file names.
+fn files_named(files: &[PathBuf]) -> String {
+    files
+        .iter()
+        .map(|f| {
+            f.file_name().map_or_else(
+                || f.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" + ")
 }
 
 /// Runs the scenario on a current-thread runtime started paused: virtual time, in time
@@ -251,6 +333,7 @@ fn node_json(n: &NodeRecord) -> Value {
         "capacityType": n.capacity_type.as_str(),
         "pricePerHour": round(n.price_per_hour),
         "launched": clock_time(n.launched),
+        "runningAtStart": n.launched < 0,
         "ended": n.ended.map(clock_time),
         "cause": n.cause.map(|c| format!("{c:?}")),
     })

@@ -775,6 +775,219 @@ fn simulate_runs_the_bundled_scenario_to_exit_zero_in_the_documented_json_shape_
 }
 
 #[test]
+fn simulate_starts_from_a_cluster_with_karpenters_nodes_adopted_and_its_pods_where_they_run() {
+    let out = nodewright(&[
+        "simulate",
+        "--cluster",
+        &example("snapshot.json"),
+        "--nodepools",
+        &example("nodepools.yaml"),
+        "--until",
+        "30m",
+        "--output",
+        "json",
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("3 node(s) taken over as nodewright's (Karpenter's, adopted): 3 of general-purpose; 0 left unmanaged"),
+        "{err}"
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("simulate prints JSON");
+    assert_eq!(doc["problems"], Value::Array(vec![]));
+    let summary = &doc["summary"];
+    assert_eq!(summary["virtualSeconds"], 30 * 60);
+    assert_eq!(summary["podsLost"], 0);
+    assert_eq!(summary["pdbViolations"], 0);
+    // The snapshot's nodes run from the first instant, each adopted as a claim of its
+    // NodePool; what was launched was launched for the pods pending in the snapshot.
+    let nodes = doc["nodes"].as_array().expect("nodes");
+    for name in [
+        "ip-192-168-12-34.ec2.internal",
+        "ip-192-168-45-67.ec2.internal",
+        "ip-192-168-23-89.ec2.internal",
+    ] {
+        let node = nodes
+            .iter()
+            .find(|n| n["node"] == name)
+            .unwrap_or_else(|| panic!("{name} in {nodes:?}"));
+        assert_eq!(node["runningAtStart"], true, "{node}");
+        assert_eq!(node["nodePool"], "general-purpose", "adopted: {node}");
+        assert!(node["pricePerHour"].as_f64().unwrap() > 0.0, "{node}");
+    }
+    let launched = summary["instancesLaunched"].as_u64().unwrap();
+    assert_eq!(nodes.len() as u64, 3 + launched, "{nodes:?}");
+    assert!(launched > 0, "the snapshot's pending pods need nodes");
+    assert_eq!(summary["podsPendingAtEnd"], 0, "{summary}");
+}
+
+#[test]
+fn simulate_from_a_cluster_leaves_another_tools_node_alone_and_names_a_node_it_cannot_read() {
+    let node = |name: &str, labels: Value| {
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": labels,
+                         "creationTimestamp": "2026-11-01T00:00:00Z"},
+            "spec": {"providerID": "aws:///us-east-1a/i-0123456789abcdef0"},
+            "status": {
+                "allocatable": {"cpu": "1930m", "memory": "7000Mi", "pods": "29"},
+                "capacity": {"cpu": "2", "memory": "8000Mi", "pods": "29"},
+                "conditions": [{"type": "Ready", "status": "True"}]
+            }
+        })
+    };
+    let pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "web-0", "namespace": "default", "labels": {"app": "web"},
+                     "creationTimestamp": "2026-11-02T00:00:00Z",
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                                          "name": "web", "controller": true}]},
+        "spec": {"nodeName": "ip-10-0-0-1.ec2.internal",
+                 "containers": [{"name": "web", "resources": {"requests": {"cpu": "500m"}}}]},
+        "status": {"phase": "Running"}
+    });
+    let group = serde_json::json!({
+        "node.kubernetes.io/instance-type": "m5.large",
+        "topology.kubernetes.io/zone": "us-east-1a",
+        "eks.amazonaws.com/nodegroup": "system",
+        "eks.amazonaws.com/capacityType": "ON_DEMAND"
+    });
+    let cluster = snapshot_file(vec![node("ip-10-0-0-1.ec2.internal", group), pod.clone()]);
+    let out = nodewright(&[
+        "simulate",
+        "--cluster",
+        &cluster,
+        "--nodepools",
+        &example("nodepools.yaml"),
+        "--until",
+        "20m",
+        "--output",
+        "json",
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("0 node(s) taken over"), "{err}");
+    assert!(
+        err.contains("1 left unmanaged (no karpenter.sh/nodepool label"),
+        "{err}"
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("simulate prints JSON");
+    assert_eq!(doc["problems"], Value::Array(vec![]));
+    let summary = &doc["summary"];
+    assert_eq!(
+        summary["instancesLaunched"], 0,
+        "its pod runs where it is: {summary}"
+    );
+    assert_eq!(summary["consolidation"]["nodesRemoved"], 0, "{summary}");
+    assert_eq!(summary["podsLost"], 0);
+
+    let unreadable = snapshot_file(vec![
+        node(
+            "ip-10-0-0-2.ec2.internal",
+            serde_json::json!({"topology.kubernetes.io/zone": "us-east-1a"}),
+        ),
+        pod,
+    ]);
+    let out = nodewright(&[
+        "simulate",
+        "--cluster",
+        &unreadable,
+        "--nodepools",
+        &example("nodepools.yaml"),
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("Node ip-10-0-0-2.ec2.internal: no node.kubernetes.io/instance-type label"),
+        "{err}"
+    );
+}
+
+#[test]
+fn simulate_compares_two_configurations_from_the_same_cluster_side_by_side() {
+    let nodepools = std::fs::read_to_string(example("nodepools.yaml")).expect("nodepools");
+    let on_demand = "- key: karpenter.sh/capacity-type\n          operator: In\n          values: [\"on-demand\"]";
+    assert!(nodepools.contains(on_demand));
+    let spot_allowed = temp_file(
+        "spot-allowed.yaml",
+        &nodepools.replacen(
+            on_demand,
+            "- key: karpenter.sh/capacity-type\n          operator: In\n          values: [\"spot\", \"on-demand\"]",
+            1,
+        ),
+    );
+    let args = |output: &'static str| {
+        vec![
+            "simulate".to_string(),
+            "--cluster".into(),
+            example("snapshot.json"),
+            "--nodepools".into(),
+            example("nodepools.yaml"),
+            "--compare".into(),
+            spot_allowed.display().to_string(),
+            "--until".into(),
+            "40m".into(),
+            "--output".into(),
+            output.into(),
+        ]
+    };
+    let json_args = args("json");
+    let out = nodewright(&json_args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("simulate prints JSON");
+    let runs = doc["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 2);
+    for run in runs {
+        assert_eq!(run["problems"], Value::Array(vec![]), "{run}");
+        assert_eq!(run["summary"]["virtualSeconds"], 40 * 60);
+        assert!(run["timeline"].as_array().is_some_and(|t| !t.is_empty()));
+    }
+    // The snapshot's two spot nodes of general-purpose drift where the pool allows
+    // on-demand only, and do not where it allows spot.
+    let drifted = |run: &Value| {
+        run["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["runningAtStart"] == true && n["cause"] == "Drifted")
+            .map(|n| n["capacityType"].as_str().unwrap_or_default().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(drifted(&runs[0]), ["spot", "spot"], "{}", runs[0]["nodes"]);
+    assert_eq!(
+        drifted(&runs[1]),
+        Vec::<String>::new(),
+        "{}",
+        runs[1]["nodes"]
+    );
+
+    let table_args = args("table");
+    let out = nodewright(&table_args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = String::from_utf8_lossy(&out.stdout);
+    let header = table.lines().next().unwrap_or_default();
+    assert!(
+        header.contains("nodepools.yaml") && header.contains("spot-allowed.yaml"),
+        "{table}"
+    );
+    for row in [
+        "$ a day",
+        "$ a month",
+        "node-hours",
+        "nodes at start / peak / end",
+        "pods lost (must be 0)",
+    ] {
+        assert!(table.lines().any(|l| l.starts_with(row)), "{row}: {table}");
+    }
+    assert!(
+        table.contains("spot-allowed.yaml: the first 30 minutes, on the 3 node(s) it started with"),
+        "{table}"
+    );
+    let drift_rows = table.lines().filter(|l| l.contains(" Drifted ")).count();
+    assert_eq!(drift_rows, 2, "the rollout named per node: {table}");
+}
+
+#[test]
 fn simulate_prints_the_timeline_and_summary_and_honours_until_and_seed() {
     // Until 3m: the stop at 2m happens, the retirement without notice at 4m does not.
     let out = nodewright(&[

@@ -51,7 +51,7 @@ use nodewright_engine::ports::Clock;
 
 pub use binder::{Binder, fits};
 pub use report::{DrainRecord, Marker, NodeRecord, Report, Sample, Summary, TimelineRow};
-pub use scenario::{Disturbance, Scenario, ScheduledDisturbance, Target};
+pub use scenario::{Disturbance, RunningNode, Scenario, ScheduledDisturbance, Target};
 pub use workload::Deployment;
 pub use world::{BudgetViolation, PodWait, World, WorldConfig};
 

@@ -133,6 +133,21 @@ impl Scenario {
         for ds in &self.daemonsets {
             world.add_daemonset(ds.clone());
         }
+        let pricing = nodewright_core::pricing::Pricing::for_zones(self.zones.clone());
+        for running in &self.running_nodes {
+            let price = self
+                .catalog
+                .get(&running.instance_type)
+                .and_then(|it| pricing.running_price(it, &running.zone, running.capacity_type))
+                .unwrap_or(0.0);
+            world.add_running_node(running, price);
+        }
+        world
+            .cluster
+            .with_state(|s| s.pdbs.extend(self.pdbs.iter().cloned()));
+        for pod in &self.pods {
+            world.cluster.add_pod(pod.clone());
+        }
         let chaos = self.faults.as_ref().map(|f| {
             // Three quarters of each rate are errors the fakes answer, a quarter stalls.
             world
@@ -732,6 +747,7 @@ impl Run<'_> {
                 ProvisionerConfig::new("simulated", format!("provisioner-{invocation}"));
             config.repair = self.scenario.repair.clone();
             config.scheduler_config = self.scenario.world.scheduler_config.clone();
+            config.adopt_karpenter_nodes = self.scenario.adopt_karpenter_nodes;
             let provisioner = Provisioner::new(self.ports(), config);
             let budget = PROVISIONER_BUDGET.min(Duration::from_secs((self.until - now) as u64));
             let Some(report) = self
@@ -885,12 +901,19 @@ impl Run<'_> {
         let mut seconds: Vec<i64> = waits.iter().map(PodWait::seconds).collect();
         seconds.extend(still.iter().map(|(_, s)| *s));
         let lifetimes = w.lifetimes();
-        let hours =
-            |l: &Lifetime| (l.ended_at.unwrap_or(now) - l.launched_at).max(0) as f64 / 3600.0;
+        // Billed within the run: a node running at its start counts from then.
+        let hours = |l: &Lifetime| {
+            (l.ended_at.unwrap_or(now) - l.launched_at.max(start)).max(0) as f64 / 3600.0
+        };
         let node_hours: f64 = lifetimes.iter().map(hours).sum();
         let cost: f64 = lifetimes.iter().map(|l| hours(l) * l.price_per_hour).sum();
         let unneeded = w.unneeded_launches();
-        let launched = w.cloud.instances().len();
+        let launched = w
+            .cloud
+            .instances()
+            .iter()
+            .filter(|i| i.instance.launch_time >= start)
+            .count();
         let mut drains: Vec<DrainRecord> = w
             .disruptions()
             .iter()

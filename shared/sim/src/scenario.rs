@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use nodewright_core::api::model::{Ec2NodeClass, NodePool};
 use nodewright_core::catalog::{CapacityType, Catalog};
-use nodewright_core::cluster::DaemonSet;
+use nodewright_core::cluster::{DaemonSet, Node, Pod, PodDisruptionBudget};
 use nodewright_core::interruption::RebalanceAction;
 
 use super::faults::FaultConfig;
@@ -93,6 +93,25 @@ pub struct ScheduledDisturbance {
     pub disturbance: Disturbance,
 }
 
+/// A node already running when the simulation starts (`simulate --cluster`): its
+/// instance in EC2 and its Node, Ready, as the cluster had them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunningNode {
+    /// The Node as the cluster had it (name, labels, taints, allocatable); its
+    /// providerID becomes the simulated instance's.
+    pub node: Node,
+    pub instance_type: String,
+    pub zone: String,
+    pub capacity_type: CapacityType,
+    /// The NodePool Karpenter launched it for (`karpenter.sh/nodepool`): nodewright
+    /// adopts it, as after a migration from Karpenter. `None`: another tool's node (a
+    /// managed node group's), which nodewright never touches: it stays in the cluster
+    /// as it is, its instance neither simulated nor billed.
+    pub node_pool: Option<String>,
+    /// When its instance was launched (Unix seconds).
+    pub launched_at: i64,
+}
+
 /// Everything a simulation needs.
 #[derive(Debug, Clone)]
 pub struct Scenario {
@@ -126,6 +145,15 @@ pub struct Scenario {
     /// Capacity reservations EC2 holds for the account (selected by the EC2NodeClasses'
     /// `capacityReservationSelectorTerms`).
     pub reservations: Vec<crate::fakes::FakeReservation>,
+    /// The nodes running at the start, and the pods there then (bound where they run,
+    /// or pending), which `deployments` count as their replicas when they select them.
+    pub running_nodes: Vec<RunningNode>,
+    pub pods: Vec<Pod>,
+    /// PodDisruptionBudgets beyond the `deployments`' own.
+    pub pdbs: Vec<PodDisruptionBudget>,
+    /// The provisioner adopts the nodes Karpenter launched
+    /// (`NODEWRIGHT_ADOPT_KARPENTER_NODES`).
+    pub adopt_karpenter_nodes: bool,
 }
 
 impl Scenario {
@@ -156,6 +184,10 @@ impl Scenario {
             disruption: true,
             faults: None,
             reservations: Vec::new(),
+            running_nodes: Vec::new(),
+            pods: Vec::new(),
+            pdbs: Vec::new(),
+            adopt_karpenter_nodes: false,
         }
     }
 }

@@ -408,6 +408,17 @@ impl FakeCloud {
         instance
     }
 
+    /// What the instance is billed per hour (one started outside any launch is billed
+    /// nothing until told). False if there is no such instance.
+    pub fn set_price(&self, id: &str, price: f64) -> bool {
+        let mut inner = lock(&self.inner);
+        let Some(&at) = inner.by_id.get(id) else {
+            return false;
+        };
+        inner.instances[at].price = price;
+        true
+    }
+
     /// EC2 takes the instance away by itself (a spot reclaim at its deadline, a
     /// hardware failure): it is terminated, and no call of ours is logged. `false` if
     /// there is no such running instance.

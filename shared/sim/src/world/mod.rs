@@ -240,6 +240,49 @@ impl World {
         lock(&self.deployments).push(deployment);
     }
 
+    /// A node running before the simulation, Ready. One of Karpenter's (`node_pool`
+    /// set) has its instance in EC2, billed at `price`, and its kubelet up and
+    /// reporting. Another tool's node stays in the cluster as it is, its instance
+    /// neither simulated nor billed: nothing here ever acts on it.
+    pub fn add_running_node(
+        &self,
+        running: &crate::scenario::RunningNode,
+        price: f64,
+    ) -> Option<Instance> {
+        let now = self.now();
+        let mut node = running.node.clone();
+        node.created_at = node.created_at.or(Some(running.launched_at));
+        node.ready_since = node.ready_since.or(Some(now));
+        let name = node.name.clone();
+        let instance = running.node_pool.as_ref().map(|pool| {
+            let claim = node
+                .labels
+                .get(nodewright_core::well_known::LABEL_NODECLAIM)
+                .cloned();
+            let instance = self.cloud.insert_karpenter_instance(
+                &running.instance_type,
+                &running.zone,
+                running.capacity_type,
+                pool,
+                claim.as_deref(),
+                running.launched_at,
+            );
+            self.cloud.set_price(&instance.id, price);
+            node.provider_id = Some(format!("aws:///{}/{}", instance.zone, instance.id));
+            node.boot_id = Some(format!("{}-boot-0", instance.id));
+            instance
+        });
+        self.cluster.add_node(node);
+        self.cluster.set_ready(&name);
+        if let Some(instance) = &instance {
+            let mut o = lock(&self.observed);
+            o.kubelets.registered(&instance.id, &name, since_epoch(now));
+            o.kubelets
+                .done(&KubeletWrite::Ready { node: name }, since_epoch(now));
+        }
+        instance
+    }
+
     pub fn add_daemonset(&self, daemonset: DaemonSet) {
         self.cluster.with_state(|s| s.daemonsets.push(daemonset));
     }

@@ -1,0 +1,324 @@
+//! `simulate --cluster FILE --nodepools FILE`: a simulation that begins as a cluster
+//! stands. The snapshot is read as `plan` reads it; its nodes become running instances
+//! (Karpenter's, adopted by nodewright, when they carry `karpenter.sh/nodepool` of a
+//! NodePool in the manifests; another tool's, never touched, otherwise), its pods stay
+//! where they are, and the controllers that own them hold their replica counts.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nodewright_core::catalog::{CapacityType, Catalog};
+use nodewright_core::cluster::{ClusterSnapshot, ControllerRef, Node, Pod, PodFields};
+use nodewright_core::share::Shared;
+use nodewright_core::well_known::{
+    LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE,
+};
+use nodewright_sim::{Deployment, RunningNode, Scenario};
+
+use crate::failure::Failure;
+use crate::inputs::{load_snapshot, need_in_snapshot};
+use crate::manifests::{self, StrictArgs};
+
+/// A day: how long a simulation from a cluster runs unless told otherwise.
+pub(crate) const DEFAULT_DURATION: Duration = Duration::from_secs(24 * 3600);
+
+/// EKS managed node groups' capacity type label (`ON_DEMAND`, `SPOT`, `CAPACITY_BLOCK`).
+const LABEL_EKS_CAPACITY_TYPE: &str = "eks.amazonaws.com/capacityType";
+
+/// The scenario of a day of the cluster in `cluster` under the NodePools (and the
+/// rest) of `nodepools`. Says on stderr which nodes nodewright takes over.
+pub(crate) fn scenario(
+    cluster: &Path,
+    nodepools: &[PathBuf],
+    strict: StrictArgs,
+) -> Result<Scenario, Failure> {
+    let manifests = manifests::load(nodepools, strict)?;
+    manifests::need_node_pools("simulate --cluster", nodepools, &manifests, strict)?;
+    let snapshot = load_snapshot(cluster)?;
+    need_in_snapshot("simulate --cluster", cluster, &snapshot, true, strict)?;
+    let mut scenario = Scenario::new(cluster.display().to_string());
+    scenario.duration = DEFAULT_DURATION;
+    scenario.adopt_karpenter_nodes = true;
+    scenario.node_pools = manifests.node_pools;
+    scenario.node_classes = manifests.node_classes;
+    scenario.node_overlays = manifests.node_overlays;
+    scenario.capacity_buffers = manifests.capacity_buffers;
+    scenario.pod_templates = manifests.pod_templates;
+    let pools: BTreeSet<&str> = scenario
+        .node_pools
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    // A minute after the newest object: every node it starts with launched before it.
+    let start = snapshot_time(&snapshot).map_or(scenario.start, |t| t + 60);
+    scenario.start = start;
+    let mut running = Vec::with_capacity(snapshot.nodes.len());
+    for node in &snapshot.nodes {
+        running.push(
+            running_node(node, &pools, scenario.catalog.clone(), start).map_err(|problem| {
+                Failure::Invalid(vec![format!(
+                    "{}: Node {}: {problem}",
+                    cluster.display(),
+                    node.name
+                )])
+            })?,
+        );
+    }
+    let zones: BTreeSet<String> = running.iter().map(|r| r.zone.clone()).collect();
+    let problems = crate::region::zone_problems(
+        &zones.iter().cloned().collect::<Vec<_>>(),
+        Some(crate::region::EMBEDDED_REGION),
+    );
+    strict.check(
+        problems
+            .into_iter()
+            .map(|p| {
+                format!(
+                    "{}: the nodes' zones: {p} (the simulated EC2 prices us-east-1)",
+                    cluster.display()
+                )
+            })
+            .collect(),
+    )?;
+    for zone in zones {
+        if !scenario.zones.contains(&zone) {
+            scenario.zones.push(zone);
+        }
+    }
+    say_who_manages(&running, &pools);
+    let nodes: BTreeSet<&str> = snapshot.nodes.iter().map(|n| n.name.as_str()).collect();
+    scenario.running_nodes = running;
+    let pods: Vec<Pod> = snapshot
+        .pods
+        .iter()
+        // The DaemonSet controller gives every node its pod from the first instant.
+        .filter(|p| !p.terminal && !p.daemonset_owned && !p.mirror)
+        .map(|p| as_found(p, &nodes))
+        .collect();
+    scenario.deployments = controllers(&pods);
+    scenario.pods = pods;
+    scenario.daemonsets = snapshot.daemonsets;
+    scenario.pdbs = snapshot.pdbs;
+    Ok(scenario)
+}
+
+/// When the snapshot was taken, as near as it tells: its newest node or pod.
+fn snapshot_time(snapshot: &ClusterSnapshot) -> Option<i64> {
+    let nodes = snapshot.nodes.iter().filter_map(|n| n.created_at);
+    let pods = snapshot.pods.iter().filter_map(|p| p.created_at);
+    nodes.chain(pods).max()
+}
+
+/// The node as a running instance: its type, zone and capacity type from the labels
+/// the kubelet and the cloud provider set.
+fn running_node(
+    node: &Node,
+    pools: &BTreeSet<&str>,
+    catalog: Catalog,
+    start: i64,
+) -> Result<RunningNode, String> {
+    let label = |key: &str| node.labels.get(key).filter(|v| !v.is_empty());
+    let instance_type = label(LABEL_INSTANCE_TYPE)
+        .ok_or_else(|| format!("no {LABEL_INSTANCE_TYPE} label: its instance type is unknown"))?
+        .clone();
+    if catalog.get(&instance_type).is_none() {
+        return Err(format!(
+            "{LABEL_INSTANCE_TYPE} {instance_type:?} is not an instance type of the catalog"
+        ));
+    }
+    let zone = label(LABEL_ZONE)
+        .ok_or_else(|| format!("no {LABEL_ZONE} label: its zone is unknown"))?
+        .clone();
+    let capacity_type = match (label(LABEL_CAPACITY_TYPE), label(LABEL_EKS_CAPACITY_TYPE)) {
+        (Some(karpenter), _) => CapacityType::parse(karpenter).ok_or_else(|| {
+            format!("{LABEL_CAPACITY_TYPE} {karpenter:?} is not spot, on-demand or reserved")
+        })?,
+        (None, Some(eks)) if eks == "SPOT" => CapacityType::Spot,
+        _ => CapacityType::OnDemand,
+    };
+    let node_pool = label(LABEL_NODEPOOL)
+        .filter(|pool| pools.contains(pool.as_str()))
+        .cloned();
+    Ok(RunningNode {
+        launched_at: node.created_at.map_or(start - 60, |t| t.min(start - 60)),
+        node: node.clone(),
+        instance_type,
+        zone,
+        capacity_type,
+        node_pool,
+    })
+}
+
+/// One line on stderr: the nodes nodewright adopts (by NodePool), and those it leaves
+/// alone and why, as adoption decides.
+fn say_who_manages(running: &[RunningNode], pools: &BTreeSet<&str>) {
+    let mut adopted: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut other_pools: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut unlabelled = 0;
+    for r in running {
+        match (&r.node_pool, r.node.labels.get(LABEL_NODEPOOL)) {
+            (Some(pool), _) => *adopted.entry(pool).or_default() += 1,
+            (None, Some(pool)) if !pools.contains(pool.as_str()) => {
+                *other_pools.entry(pool).or_default() += 1
+            }
+            _ => unlabelled += 1,
+        }
+    }
+    let count = |m: &BTreeMap<&str, usize>| {
+        m.iter()
+            .map(|(pool, n)| format!("{n} of {pool}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut line = format!(
+        "simulate: {} node(s) taken over as nodewright's (Karpenter's, adopted)",
+        adopted.values().sum::<usize>()
+    );
+    if !adopted.is_empty() {
+        line += &format!(": {}", count(&adopted));
+    }
+    line += &format!("; {unlabelled} left unmanaged (no {LABEL_NODEPOOL} label: another tool's)");
+    if !other_pools.is_empty() {
+        line += &format!(
+            "; {} left unmanaged (a NodePool not in --nodepools: {})",
+            other_pools.values().sum::<usize>(),
+            count(&other_pools)
+        );
+    }
+    eprintln!("{line}");
+}
+
+/// The pod as the simulation starts with it: bound where it runs (pending if its node
+/// is not in the snapshot), its scheduler's marks cleared.
+fn as_found(pod: &Pod, nodes: &BTreeSet<&str>) -> Pod {
+    let mut fields = PodFields::clone(pod);
+    if fields
+        .node_name
+        .as_deref()
+        .is_some_and(|n| !nodes.contains(n))
+    {
+        fields.node_name = None;
+    }
+    fields.nominated_node_name = None;
+    fields.marked_unschedulable = false;
+    Pod::from(fields)
+}
+
+/// The controllers (ReplicaSets, StatefulSets) of `pods`, each holding the replicas it
+/// has: a pod it loses is made again. A controller's template is its pods' shared
+/// labels (a StatefulSet's per-pod labels aside), so it counts exactly its own pods.
+fn controllers(pods: &[Pod]) -> Vec<Deployment> {
+    let mut groups: BTreeMap<(String, String, String), Vec<&Pod>> = BTreeMap::new();
+    for pod in pods {
+        let Some(controller) = pod.controller.as_deref() else {
+            continue;
+        };
+        if matches!(controller.kind.as_str(), "ReplicaSet" | "StatefulSet") {
+            groups
+                .entry((
+                    pod.namespace.clone(),
+                    controller.kind.clone(),
+                    controller.name.clone(),
+                ))
+                .or_default()
+                .push(pod);
+        }
+    }
+    groups
+        .into_iter()
+        .map(|((namespace, kind, name), pods)| {
+            let mut shared: BTreeMap<String, String> = (*pods[0].labels).clone();
+            for pod in &pods[1..] {
+                shared.retain(|k, v| pod.labels.get(k) == Some(v));
+            }
+            let mut template = PodFields::clone(pods[0]);
+            template.name = String::new();
+            template.node_name = None;
+            template.labels = Shared::new(shared);
+            template.created_at = None;
+            template.started_at = None;
+            template.terminating = false;
+            template.deletion_at = None;
+            template.controller = Some(Arc::new(ControllerRef {
+                api_version: "apps/v1".into(),
+                kind,
+                name: name.clone(),
+            }));
+            Deployment {
+                name,
+                namespace,
+                template: Pod::from(template),
+                replicas: vec![(0, pods.len() as u32)],
+                budget: None,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn replicas(deployments: &[Deployment]) -> HashMap<String, u32> {
+        deployments
+            .iter()
+            .map(|d| (d.name.clone(), d.replicas_at(0)))
+            .collect()
+    }
+
+    fn pod(name: &str, controller: &str, labels: &[(&str, &str)]) -> Pod {
+        Pod::from(PodFields {
+            namespace: "default".into(),
+            name: name.into(),
+            labels: Shared::new(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            controller: Some(Arc::new(ControllerRef {
+                api_version: "apps/v1".into(),
+                kind: "StatefulSet".into(),
+                name: controller.into(),
+            })),
+            node_name: Some("ip-10-0-0-1.ec2.internal".into()),
+            ..PodFields::default()
+        })
+    }
+
+    #[test]
+    fn a_controller_counts_its_own_pods_by_the_labels_they_share() {
+        let pods = [
+            pod(
+                "db-0",
+                "db",
+                &[
+                    ("app", "db"),
+                    ("statefulset.kubernetes.io/pod-name", "db-0"),
+                ],
+            ),
+            pod(
+                "db-1",
+                "db",
+                &[
+                    ("app", "db"),
+                    ("statefulset.kubernetes.io/pod-name", "db-1"),
+                ],
+            ),
+            pod("cache-0", "cache", &[("app", "cache")]),
+        ];
+        let deployments = controllers(&pods);
+        assert_eq!(
+            replicas(&deployments),
+            HashMap::from([("db".to_string(), 2), ("cache".to_string(), 1)])
+        );
+        let db = deployments.iter().find(|d| d.name == "db").unwrap();
+        assert!(pods[..2].iter().all(|p| db.selects(p)), "{db:?}");
+        assert!(!db.selects(&pods[2]));
+        assert_eq!(db.template.node_name, None);
+    }
+}
