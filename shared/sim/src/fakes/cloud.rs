@@ -500,14 +500,14 @@ impl FakeCloud {
         instance
     }
 
-    /// The instance's status checks start failing now (`checks`: `instance`, `system`);
-    /// an empty list makes them pass again. False if there is no such instance.
     /// The RebootInstances calls since the last take: (instance id, when), in order.
     /// What reboots is up to whoever models the machine (the simulator's world).
     pub fn take_reboots(&self) -> Vec<(String, i64)> {
         std::mem::take(&mut lock(&self.inner).reboots)
     }
 
+    /// The instance's status checks start failing now (`checks`: `instance`, `system`);
+    /// an empty list makes them pass again. False if there is no such instance.
     pub fn set_impaired(&self, id: &str, checks: &[&str]) -> bool {
         let now = self.clock.now();
         let mut inner = lock(&self.inner);
