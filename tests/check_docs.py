@@ -399,7 +399,7 @@ def operations_changes_a_size_the_readme_repeats(t, d):
 
 def template_recommends_its_own_size(t, d):
     p = t["Parameters"]["DisruptionMemorySize"]
-    p["Description"] = p["Description"].replace("1536 at 5,000", "1024 at 5,000")
+    p["Description"] = p["Description"].replace("1024 at 5,000", "1536 at 5,000")
 
 
 def readme_costs_what_operations_does_not(t, d):
@@ -440,7 +440,7 @@ MUTATIONS = [
     (operations_recommends_a_size_the_template_refuses, "recommends 1024 MB for ProvisionerMemorySize"),
     (readme_recommends_a_size_the_template_refuses, "recommends 1792 MB for DisruptionMemorySize"),
     (operations_changes_a_size_the_readme_repeats, "recommends 256 MB of ProvisionerMemorySize at 1,000 nodes; docs/operations.md's sizing table gives 512"),
-    (template_recommends_its_own_size, "template.yaml DisruptionMemorySize's Description: recommends 1024 MB of DisruptionMemorySize at 5,000 nodes"),
+    (template_recommends_its_own_size, "template.yaml DisruptionMemorySize's Description: recommends 1536 MB of DisruptionMemorySize at 5,000 nodes"),
     (readme_costs_what_operations_does_not, "README.md: costs $21.70"),
     (template_quotes_a_measurement, "quotes a measured figure"),
     (cli_forgets_a_rejection_code, "the rejection codes lack Balanced"),
