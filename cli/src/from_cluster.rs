@@ -57,7 +57,7 @@ pub(crate) fn scenario(
     let mut running = Vec::with_capacity(snapshot.nodes.len());
     for node in &snapshot.nodes {
         running.push(
-            running_node(node, &pools, scenario.catalog.clone(), start).map_err(|problem| {
+            running_node(node, &pools, &scenario.catalog, start).map_err(|problem| {
                 Failure::Invalid(vec![format!(
                     "{}: Node {}: {problem}",
                     cluster.display(),
@@ -116,7 +116,7 @@ fn snapshot_time(snapshot: &ClusterSnapshot) -> Option<i64> {
 fn running_node(
     node: &Node,
     pools: &BTreeSet<&str>,
-    catalog: Catalog,
+    catalog: &Catalog,
     start: i64,
 ) -> Result<RunningNode, String> {
     let label = |key: &str| node.labels.get(key).filter(|v| !v.is_empty());
