@@ -78,7 +78,7 @@ impl<'a> Speculator<'a> {
             .collect();
         Self {
             input,
-            prepared: PreparedScheduler::new(input),
+            prepared: PreparedScheduler::for_solves(input),
             index,
             closed,
         }

@@ -103,8 +103,9 @@ struct CommitToken {
 /// The scheduling simulation, prepared once for a cluster (see the module).
 pub struct PreparedScheduler<'a> {
     input: &'a SchedulerInput<'a>,
-    /// As provisioning starts: cloned by each `provision`.
-    base: Scheduler<'a>,
+    /// As provisioning starts: cloned by each `provision`. `None` when prepared for
+    /// solves only ([`PreparedScheduler::for_solves`]).
+    base: Option<Scheduler<'a>>,
     /// The solve state; `None` when prepared for provisioning only.
     solver: Option<RefCell<Solver<'a>>>,
 }
@@ -125,11 +126,23 @@ impl<'a> PreparedScheduler<'a> {
     /// Prepares provisioning and speculative solves for the cluster in `input`.
     pub fn new(input: &'a SchedulerInput<'a>) -> Self {
         let base = Scheduler::prepare(input);
-        let solver = Solver::new(&base);
+        let solver = Solver::new(base.clone());
         Self {
             input,
-            base,
+            base: Some(base),
             solver: Some(RefCell::new(solver)),
+        }
+    }
+
+    /// Prepared for speculative solves only: [`PreparedScheduler::provision`] is not
+    /// available. What disruption uses: provisioning's copy of the prepared state is
+    /// as large as the solve state (every node's bin, every topology count), a fifth of
+    /// a decision's memory at 3,000 nodes, and a decision never provisions.
+    pub fn for_solves(input: &'a SchedulerInput<'a>) -> Self {
+        Self {
+            input,
+            base: None,
+            solver: Some(RefCell::new(Solver::new(Scheduler::prepare(input)))),
         }
     }
 
@@ -137,20 +150,26 @@ impl<'a> PreparedScheduler<'a> {
     pub(super) fn for_provisioning(input: &'a SchedulerInput<'a>) -> Self {
         Self {
             input,
-            base: Scheduler::prepare(input),
+            base: Some(Scheduler::prepare(input)),
             solver: None,
         }
     }
 
     /// Provisioning, consuming the prepared state instead of copying it.
     pub(super) fn provision_once(self) -> Schedule {
-        self.base.run()
+        self.base.expect("prepared for provisioning").run()
     }
 
     /// Provisioning: places the pending pods, exactly as [`super::schedule`] does. It
     /// starts from the cluster as prepared; commits do not change it.
     pub fn provision(&self) -> Schedule {
-        self.base.clone().run()
+        self.base_state().clone().run()
+    }
+
+    fn base_state(&self) -> &Scheduler<'a> {
+        self.base
+            .as_ref()
+            .expect("prepared with PreparedScheduler::new or for provisioning")
     }
 
     /// A speculative solve: the nodes `removal.nodes` go away and their moving pods
@@ -185,7 +204,7 @@ impl<'a> PreparedScheduler<'a> {
         let solver = self
             .solver
             .as_mut()
-            .expect("prepared with PreparedScheduler::new")
+            .expect("prepared with PreparedScheduler::new or for_solves")
             .get_mut();
         let removal = Removal {
             nodes: &placed.token.nodes,
@@ -199,7 +218,7 @@ impl<'a> PreparedScheduler<'a> {
     fn solver(&self) -> &RefCell<Solver<'a>> {
         self.solver
             .as_ref()
-            .expect("prepared with PreparedScheduler::new")
+            .expect("prepared with PreparedScheduler::new or for_solves")
     }
 }
 
@@ -229,8 +248,8 @@ impl<'a> Solver<'a> {
     /// The solve state, from the prepared provisioning state: classes and topology
     /// groups for the bound pods that may move, the nominated pods on their in-flight
     /// claims, and no pending demand (solves place only what they move).
-    fn new(base: &Scheduler<'a>) -> Self {
-        let mut s = base.clone();
+    fn new(base: Scheduler<'a>) -> Self {
+        let mut s = base;
         let input = s.input;
         let mut node_pods: Vec<Vec<PodId>> = vec![Vec::new(); input.nodes.len()];
         let first_class = s.classes.next_id();
@@ -530,10 +549,7 @@ impl<'a> Solver<'a> {
         s.bins.truncate(u.base_bins);
         Self::restore_caches(s, &u.dead, &u.absorbed);
         for &e in &u.pushed {
-            let candidates = &mut s.eclasses[e].candidates;
-            while candidates.last().is_some_and(|c| c.bin >= u.base_bins) {
-                candidates.pop();
-            }
+            s.eclasses[e].candidates.drop_opened();
         }
         for (pool, before) in s.pools.iter_mut().zip(u.pools) {
             pool.usage = before.usage;
@@ -550,12 +566,12 @@ impl<'a> Solver<'a> {
     fn restore_caches(s: &mut Scheduler<'_>, dead: &[CandidateRef], absorbed: &[AbsorbedBefore]) {
         for c in dead {
             let ec = &mut s.eclasses[c.eclass];
-            ec.candidates[c.position].dead = false;
+            ec.candidates[c.position].set_dead(false);
             ec.dead -= 1;
         }
         for a in absorbed.iter().rev() {
             let c = a.candidate;
-            s.eclasses[c.eclass].candidates[c.position].absorbed = a.version;
+            s.eclasses[c.eclass].candidates[c.position].set_absorbed(a.version);
         }
     }
 
@@ -565,6 +581,9 @@ impl<'a> Solver<'a> {
         let u = s.undo.take().expect("solving");
         s.keep_reservations();
         Self::restore_caches(s, &u.dead, &u.absorbed);
+        for &e in &u.pushed {
+            s.eclasses[e].candidates.keep_opened();
+        }
         for (pool, before) in s.pools.iter_mut().zip(u.pools) {
             pool.duals = before.duals;
         }

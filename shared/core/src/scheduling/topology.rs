@@ -185,7 +185,11 @@ impl fmt::Display for TopologyConstraint {
 #[derive(Debug, Clone, Default)]
 pub struct DomainCounts {
     pub domain: Vec<u32>,
-    pub host: Vec<u32>,
+    /// The hosts with a count, as (bin index, count) in bin order, none of them zero:
+    /// a group's pods are on a few of the cluster's nodes, and a list as long as the
+    /// bins for each group grew with groups × nodes (a quarter of a consolidation
+    /// decision's memory at 10,000 nodes).
+    host: Vec<(u32, u32)>,
     pub other_hosts: u32,
 }
 
@@ -198,7 +202,10 @@ impl DomainCounts {
         }
     }
     pub fn host(&self, bin: usize) -> u32 {
-        self.host.get(bin).copied().unwrap_or(0)
+        match self.host.binary_search_by_key(&bin, |&(b, _)| b as usize) {
+            Ok(i) => self.host[i].1,
+            Err(_) => 0,
+        }
     }
     pub fn get(&self, key: TopologyKey, domain: usize) -> u32 {
         match key {
@@ -211,20 +218,44 @@ impl DomainCounts {
     }
     /// Adds `delta` (negative: a pod leaves) to a domain's count.
     pub fn add(&mut self, key: TopologyKey, domain: usize, delta: i32) {
-        let counts = match key {
-            TopologyKey::Hostname => &mut self.host,
-            TopologyKey::Domain(_) => &mut self.domain,
-        };
-        if counts.len() <= domain {
-            counts.resize(domain + 1, 0);
+        match key {
+            TopologyKey::Hostname => self.add_host(domain, delta),
+            TopologyKey::Domain(_) => {
+                let counts = &mut self.domain;
+                if counts.len() <= domain {
+                    counts.resize(domain + 1, 0);
+                }
+                debug_assert!(delta > 0 || counts[domain] > 0, "a count below zero");
+                counts[domain] = counts[domain].saturating_add_signed(delta);
+            }
         }
-        debug_assert!(delta > 0 || counts[domain] > 0, "a count below zero");
-        counts[domain] = counts[domain].saturating_add_signed(delta);
+    }
+    fn add_host(&mut self, bin: usize, delta: i32) {
+        let bin = u32::try_from(bin).expect("fewer than 2^32 bins");
+        match self.host.binary_search_by_key(&bin, |&(b, _)| b) {
+            Ok(i) => {
+                let count = &mut self.host[i].1;
+                debug_assert!(delta > 0 || *count > 0, "a count below zero");
+                *count = count.saturating_add_signed(delta);
+                if *count == 0 {
+                    self.host.remove(i);
+                }
+            }
+            Err(i) => {
+                debug_assert!(delta >= 0, "a count below zero");
+                let count = 0u32.saturating_add_signed(delta);
+                if count > 0 {
+                    self.host.insert(i, (bin, count));
+                }
+            }
+        }
     }
     pub fn total(&self, key: TopologyKey) -> u32 {
         match key {
             TopologyKey::Domain(_) => self.domain.iter().sum(),
-            TopologyKey::Hostname => self.host.iter().sum::<u32>() + self.other_hosts,
+            TopologyKey::Hostname => {
+                self.host.iter().map(|&(_, c)| c).sum::<u32>() + self.other_hosts
+            }
         }
     }
 }
@@ -241,4 +272,33 @@ pub struct Group {
     pub universe: Vec<bool>,
     /// `spec.filter`, compiled.
     pub filter: Option<CompiledFilter>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_counts_are_kept_only_for_hosts_with_pods_and_read_zero_elsewhere() {
+        let mut counts = DomainCounts::new(3);
+        counts.add(TopologyKey::Hostname, 9_000, 2);
+        counts.add(TopologyKey::Hostname, 7, 1);
+        counts.add(TopologyKey::Hostname, 9_000, -1);
+        assert_eq!(counts.host(9_000), 1);
+        assert_eq!(counts.host(7), 1);
+        assert_eq!(counts.host(8), 0);
+        assert_eq!(counts.host, vec![(7, 1), (9_000, 1)], "in bin order");
+        counts.add(TopologyKey::Hostname, 7, -1);
+        assert_eq!(counts.host(7), 0);
+        assert_eq!(
+            counts.host,
+            vec![(9_000, 1)],
+            "a host back at zero is dropped"
+        );
+        counts.other_hosts = 4;
+        assert_eq!(counts.total(TopologyKey::Hostname), 5);
+        counts.add(TopologyKey::Domain(0), 2, 3);
+        assert_eq!(counts.get(TopologyKey::Domain(0), 2), 3);
+        assert_eq!(counts.total(TopologyKey::Domain(0)), 3);
+    }
 }

@@ -54,13 +54,163 @@ impl Class {
     }
 }
 
-#[derive(Clone)]
+/// A bin a compiled class may use. Eight bytes: a class's list is as long as the
+/// cluster has nodes, and a consolidation decision compiles thousands of classes
+/// (with a separate `dead` flag, twelve bytes, those lists were a third of a decision's
+/// memory at 10,000 nodes).
+#[derive(Clone, Copy)]
 pub(crate) struct Candidate {
     pub(crate) bin: BinId,
-    /// The bin version at which a pod of this class last joined it: while unchanged,
-    /// the bin's requirements already include the class's.
-    pub(crate) absorbed: u32,
-    pub(crate) dead: bool,
+    /// The bin version at which a pod of this class last joined it (while unchanged,
+    /// the bin's requirements already include the class's), in the low 31 bits;
+    /// [`Candidate::NEVER`] when none did or the version does not fit. The top bit:
+    /// the bin can never take the class.
+    state: u32,
+}
+
+/// A compiled class's candidates, in bin order: the bins that outlive a solve, then
+/// those the solve in progress opened. Kept apart so that a solve's few new claims
+/// never grow a list as long as the cluster has nodes (growing one doubled it: a
+/// fifth of a consolidation decision's memory at 3,000 nodes), and rollback only
+/// clears the short list. Positions run over both, `kept` first.
+#[derive(Clone, Default)]
+pub(crate) struct Candidates {
+    kept: Vec<Candidate>,
+    opened: Vec<Candidate>,
+}
+
+impl Candidates {
+    fn new(kept: Vec<Candidate>) -> Self {
+        Candidates {
+            kept,
+            opened: Vec::new(),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.kept.len() + self.opened.len()
+    }
+
+    pub(crate) fn get(&self, i: usize) -> Option<&Candidate> {
+        match i.checked_sub(self.kept.len()) {
+            None => self.kept.get(i),
+            Some(j) => self.opened.get(j),
+        }
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Candidate> {
+        self.kept.iter().chain(&self.opened)
+    }
+
+    pub(crate) fn last(&self) -> Option<&Candidate> {
+        self.opened.last().or_else(|| self.kept.last())
+    }
+
+    /// The first position whose candidate fails `pred` (both lists are in bin order).
+    pub(crate) fn partition_point(&self, pred: impl Fn(&Candidate) -> bool) -> usize {
+        let in_kept = self.kept.partition_point(&pred);
+        if in_kept < self.kept.len() {
+            in_kept
+        } else {
+            in_kept + self.opened.partition_point(pred)
+        }
+    }
+
+    /// Adds a candidate after every other: to the solve's list when a solve opened its
+    /// bin. A kept list grows by a sixteenth at a time, not by doubling.
+    pub(crate) fn push(&mut self, candidate: Candidate, opened_by_solve: bool) {
+        if opened_by_solve {
+            self.opened.push(candidate);
+            return;
+        }
+        debug_assert!(self.opened.is_empty(), "kept bins come before a solve's");
+        if self.kept.len() == self.kept.capacity() {
+            self.kept.reserve_exact((self.kept.len() / 16).max(16));
+        }
+        self.kept.push(candidate);
+    }
+
+    /// The solve is undone: its bins are gone.
+    pub(crate) fn drop_opened(&mut self) {
+        self.opened.clear();
+    }
+
+    /// The solve is kept: its bins stay, after the others.
+    pub(crate) fn keep_opened(&mut self) {
+        if self.opened.is_empty() {
+            return;
+        }
+        let free = self.kept.capacity() - self.kept.len();
+        if free < self.opened.len() {
+            self.kept
+                .reserve_exact(self.opened.len().max(self.kept.len() / 16));
+        }
+        self.kept.append(&mut self.opened);
+    }
+
+    pub(crate) fn retain(&mut self, keep: impl Fn(&Candidate) -> bool) {
+        self.kept.retain(&keep);
+        self.opened.retain(keep);
+    }
+}
+
+impl std::ops::Index<usize> for Candidates {
+    type Output = Candidate;
+    fn index(&self, i: usize) -> &Candidate {
+        match i.checked_sub(self.kept.len()) {
+            None => &self.kept[i],
+            Some(j) => &self.opened[j],
+        }
+    }
+}
+
+impl std::ops::IndexMut<usize> for Candidates {
+    fn index_mut(&mut self, i: usize) -> &mut Candidate {
+        match i.checked_sub(self.kept.len()) {
+            None => &mut self.kept[i],
+            Some(j) => &mut self.opened[j],
+        }
+    }
+}
+
+impl Candidate {
+    const DEAD: u32 = 1 << 31;
+    /// No version recorded: the bin's requirements are checked again.
+    pub(crate) const NEVER: u32 = Self::DEAD - 1;
+
+    pub(crate) fn new(bin: BinId) -> Self {
+        Candidate {
+            bin,
+            state: Self::NEVER,
+        }
+    }
+
+    pub(crate) fn dead(&self) -> bool {
+        self.state & Self::DEAD != 0
+    }
+
+    pub(crate) fn set_dead(&mut self, dead: bool) {
+        self.state = if dead {
+            self.state | Self::DEAD
+        } else {
+            self.state & !Self::DEAD
+        };
+    }
+
+    pub(crate) fn absorbed(&self) -> u32 {
+        self.state & !Self::DEAD
+    }
+
+    /// Records `version`; one too large to hold is recorded as [`Candidate::NEVER`],
+    /// which only costs a check of the requirements again.
+    pub(crate) fn set_absorbed(&mut self, version: u32) {
+        let version = if version < Self::NEVER {
+            version
+        } else {
+            Self::NEVER
+        };
+        self.state = (self.state & Self::DEAD) | version;
+    }
 }
 
 /// A class at one relaxation level, compiled.
@@ -77,7 +227,7 @@ pub(crate) struct EClass {
     pub(crate) pool_fit: Arc<IdVec<PoolId, Result<(), Refusal>>>,
     /// Per pool: types compatible with pool ∩ class requirements, cheapest first.
     pub(crate) pool_types: Arc<IdVec<PoolId, Vec<InstanceTypeId>>>,
-    pub(crate) candidates: Vec<Candidate>,
+    pub(crate) candidates: Candidates,
     pub(crate) dead: usize,
 }
 
@@ -269,15 +419,13 @@ impl Scheduler<'_> {
         let anti = anti.into_iter().map(|s| self.group(s)).collect();
 
         let shape = self.node_shape(&reqs, &pod.tolerations, relax.tolerate_prefer_no_schedule);
-        let candidates = self.shapes[shape]
-            .admitted
-            .iter()
-            .map(|&bin| Candidate {
-                bin,
-                absorbed: u32::MAX,
-                dead: false,
-            })
-            .collect();
+        let candidates = Candidates::new(
+            self.shapes[shape]
+                .admitted
+                .iter()
+                .map(|&bin| Candidate::new(bin))
+                .collect(),
+        );
         let e = self.eclasses.push(EClass {
             class: c,
             reqs,
@@ -389,16 +537,81 @@ impl Scheduler<'_> {
                 self.eclasses[e].candidates.last().is_none_or(|c| c.bin < b),
                 "candidates in bin order"
             );
-            self.eclasses[e].candidates.push(Candidate {
-                bin: b,
-                absorbed: u32::MAX,
-                dead: false,
-            });
+            let opened_by_solve = self.undo.as_ref().is_some_and(|u| b >= u.base_bins);
+            self.eclasses[e]
+                .candidates
+                .push(Candidate::new(b), opened_by_solve);
             if let Some(u) = &mut self.undo
-                && b >= u.base_bins
+                && opened_by_solve
             {
                 u.pushed.push(e);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bins(candidates: &Candidates) -> Vec<usize> {
+        candidates.iter().map(|c| c.bin.index()).collect()
+    }
+
+    #[test]
+    fn a_candidate_keeps_its_dead_mark_and_absorbed_version_apart_in_eight_bytes() {
+        assert_eq!(std::mem::size_of::<Candidate>(), 8);
+        let mut c = Candidate::new(BinId::from_index(3));
+        assert!(!c.dead());
+        assert_eq!(c.absorbed(), Candidate::NEVER);
+        c.set_absorbed(41);
+        c.set_dead(true);
+        assert!(c.dead());
+        assert_eq!(c.absorbed(), 41);
+        c.set_dead(false);
+        assert_eq!((c.dead(), c.absorbed()), (false, 41));
+        c.set_dead(true);
+        c.set_absorbed(u32::MAX);
+        assert!(c.dead(), "a version too large leaves the mark");
+        assert_eq!(
+            c.absorbed(),
+            Candidate::NEVER,
+            "and is recorded as none, so the bin is checked again"
+        );
+    }
+
+    #[test]
+    fn a_solves_candidates_follow_the_kept_ones_and_go_or_stay_with_the_solve() {
+        let mut list = Candidates::new(
+            (0..4)
+                .map(|b| Candidate::new(BinId::from_index(b)))
+                .collect(),
+        );
+        list.push(Candidate::new(BinId::from_index(6)), true);
+        list.push(Candidate::new(BinId::from_index(9)), true);
+        assert_eq!(bins(&list), [0, 1, 2, 3, 6, 9]);
+        assert_eq!(list.len(), 6);
+        assert_eq!(list[4].bin.index(), 6);
+        assert_eq!(list.get(6).map(|c| c.bin), None);
+        assert_eq!(list.partition_point(|c| c.bin.index() < 2), 2);
+        assert_eq!(list.partition_point(|c| c.bin.index() < 7), 5);
+        assert_eq!(list.last().map(|c| c.bin.index()), Some(9));
+        list[5].set_dead(true);
+
+        list.drop_opened();
+        assert_eq!(bins(&list), [0, 1, 2, 3], "rolled back");
+        list.push(Candidate::new(BinId::from_index(4)), true);
+        list.keep_opened();
+        list.push(Candidate::new(BinId::from_index(5)), false);
+        assert_eq!(bins(&list), [0, 1, 2, 3, 4, 5], "kept");
+        list.drop_opened();
+        assert_eq!(
+            list.len(),
+            6,
+            "a kept solve's candidates outlive the next rollback"
+        );
+        list[1].set_dead(true);
+        list.retain(|c| !c.dead());
+        assert_eq!(bins(&list), [0, 2, 3, 4, 5]);
     }
 }

@@ -45,7 +45,7 @@ impl Scheduler<'_> {
         let mut i = 0;
         while i < self.eclasses[e].candidates.len() {
             let cand = &self.eclasses[e].candidates[i];
-            let skip = cand.dead || self.blocked.get(cand.bin).copied().unwrap_or(false);
+            let skip = cand.dead() || self.blocked.get(cand.bin).copied().unwrap_or(false);
             if !skip && self.try_candidate(e, pod, i) {
                 return Ok(());
             }
@@ -55,7 +55,7 @@ impl Scheduler<'_> {
         // position.
         let ec = &mut self.eclasses[e];
         if ec.dead > 64 && ec.dead * 2 > ec.candidates.len() {
-            ec.candidates.retain(|c| !c.dead);
+            ec.candidates.retain(|c| !c.dead());
             ec.dead = 0;
         }
         self.open_claim(e, pod)
@@ -72,7 +72,7 @@ impl Scheduler<'_> {
         let mut placed = false;
         while k < scan.positions.len() {
             let i = scan.positions[k] as usize;
-            if !self.eclasses[e].candidates[i].dead && self.try_candidate(e, pod, i) {
+            if !self.eclasses[e].candidates[i].dead() && self.try_candidate(e, pod, i) {
                 placed = true;
                 break;
             }
@@ -93,7 +93,7 @@ impl Scheduler<'_> {
         let mut scan = u.scans[e.index()].take().unwrap_or_default();
         let candidates = &self.eclasses[e].candidates;
         for (i, c) in candidates.iter().enumerate().skip(scan.upto) {
-            if !c.dead && !self.blocked.get(c.bin).copied().unwrap_or(false) {
+            if !c.dead() && !self.blocked.get(c.bin).copied().unwrap_or(false) {
                 scan.positions.push(i as u32);
             }
         }
@@ -113,7 +113,7 @@ impl Scheduler<'_> {
             }
             Err(Fail::Permanent) => {
                 let ec = &mut self.eclasses[e];
-                ec.candidates[i].dead = true;
+                ec.candidates[i].set_dead(true);
                 ec.dead += 1;
                 if let Some(u) = &mut self.undo {
                     u.dead.push(CandidateRef {
@@ -154,7 +154,7 @@ impl Scheduler<'_> {
         // Requirements: only new claims narrow; nodes were checked on admission.
         let mut merged = None;
         if let Origin::New(pool) = bin.origin {
-            if cand.absorbed != bin.version {
+            if cand.absorbed() != bin.version {
                 if !bin
                     .reqs
                     .is_compatible_with(&ec.reqs, &|k| self.well_known.contains(k))
@@ -261,10 +261,10 @@ impl Scheduler<'_> {
                 };
                 u.absorbed.push(AbsorbedBefore {
                     candidate,
-                    version: candidates[i].absorbed,
+                    version: candidates[i].absorbed(),
                 });
             }
-            candidates[i].absorbed = version;
+            candidates[i].set_absorbed(version);
         }
     }
 }

@@ -7,7 +7,7 @@ use crate::scheduling::topology::TopologyKey;
 
 use super::Scheduler;
 use super::bins::Bin;
-use super::classes::Candidate;
+use super::classes::Candidates;
 use super::duals::DualPrices;
 use super::ids::{BinId, DomainId, EClassId, GroupId, IdVec, PodId};
 
@@ -68,11 +68,11 @@ pub(crate) struct Scan {
 impl Scan {
     /// Drops the dead among `positions[start..end]` (those a pod just walked past),
     /// keeping the others in order.
-    pub(crate) fn drop_dead(&mut self, end: usize, candidates: &[Candidate]) {
+    pub(crate) fn drop_dead(&mut self, end: usize, candidates: &Candidates) {
         let mut kept = end;
         for k in (self.start..end).rev() {
             let i = self.positions[k];
-            if !candidates[i as usize].dead {
+            if !candidates[i as usize].dead() {
                 kept -= 1;
                 self.positions[kept] = i;
             }
