@@ -5,6 +5,9 @@
 //! disturbances and Deployments scaled as labelled lines, capacity shortages as shaded
 //! spans. Drawn with plotters' SVG backend: text goes into the SVG as `<text>`
 //! elements, so no font files are read.
+//!
+//! With `--compare`, [`write_compare`] draws both runs' nodes and $/h, one line each
+//! per panel, over the same time axis.
 
 use std::path::Path;
 
@@ -18,6 +21,8 @@ const PENDING: RGBColor = RGBColor(214, 39, 40);
 const PRICE: RGBColor = RGBColor(44, 160, 44);
 const MARK: RGBColor = RGBColor(110, 110, 110);
 const SHORTAGE: RGBColor = RGBColor(255, 170, 0);
+/// The second run of a comparison (the first is drawn in [`NODES`]' blue).
+const OTHER: RGBColor = RGBColor(255, 127, 14);
 
 const WIDTH: u32 = 960;
 /// Room left of each panel for its axis, so the three time axes line up.
@@ -226,4 +231,116 @@ fn shortage_label(s: &nodewright_sim::report::Shortage) -> String {
         }
     }
     format!("short: {}", types.join(", "))
+}
+
+/// `simulate --compare --chart FILE.svg`: each run's nodes and $/h over the same
+/// virtual time, a line per run (the first blue, the second orange, named in the
+/// legend), steps as in [`write`].
+pub fn write_compare(path: &Path, runs: &[(&str, &Report)]) -> Result<(), String> {
+    let end = runs
+        .iter()
+        .filter_map(|(_, r)| r.samples.last().map(|s| s.t))
+        .max()
+        .unwrap_or(0)
+        .max(60);
+    let (unit, per) = if end > 3 * 3600 {
+        ("hours", 3600.0)
+    } else {
+        ("minutes", 60.0)
+    };
+    let root = SVGBackend::new(path, (WIDTH, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let root = root
+        .titled(
+            &format!("nodewright simulate: {}", runs[0].1.scenario),
+            ("sans-serif", 20),
+        )
+        .map_err(|e| e.to_string())?;
+    let (nodes, price) = root.split_vertically(250);
+    let node_count = |s: &nodewright_sim::report::Sample| s.nodes as f64;
+    let per_hour = |s: &nodewright_sim::report::Sample| s.price_per_hour;
+    compare_panel(&nodes, "nodes", &node_count, false, runs, end, per, None)?;
+    compare_panel(
+        &price,
+        "$ per hour",
+        &per_hour,
+        true,
+        runs,
+        end,
+        per,
+        Some(unit),
+    )?;
+    root.present().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// One quantity of every run on one axis, with a legend naming the runs.
+#[allow(clippy::too_many_arguments)]
+fn compare_panel(
+    area: &DrawingArea<SVGBackend<'_>, Shift>,
+    title: &str,
+    value: &dyn Fn(&nodewright_sim::report::Sample) -> f64,
+    money: bool,
+    runs: &[(&str, &Report)],
+    end: i64,
+    per: f64,
+    time_axis: Option<&str>,
+) -> Result<(), String> {
+    let x = |t: i64| t as f64 / per;
+    let max = runs
+        .iter()
+        .flat_map(|(_, r)| r.samples.iter().map(value))
+        .fold(0.0, f64::max);
+    let top = if money {
+        (max * 1.15).max(0.01)
+    } else {
+        (max * 1.15).max(4.0).ceil()
+    };
+    let mut chart = ChartBuilder::on(area)
+        .margin_left(MARGIN_LEFT)
+        .margin_right(MARGIN_RIGHT)
+        .margin_top(10)
+        .margin_bottom(if time_axis.is_some() { 4 } else { 8 })
+        .x_label_area_size(if time_axis.is_some() { 40 } else { 0 })
+        .y_label_area_size(Y_LABELS)
+        .build_cartesian_2d(0.0..x(end), 0.0..top)
+        .map_err(|e| e.to_string())?;
+    let whole = |v: &f64| format!("{v:.0}");
+    let cents = |v: &f64| format!("{v:.2}");
+    let labels: &dyn Fn(&f64) -> String = if money { &cents } else { &whole };
+    let mut mesh = chart.configure_mesh();
+    mesh.y_desc(title)
+        .y_labels(5)
+        .y_label_formatter(labels)
+        .light_line_style(WHITE);
+    if let Some(unit) = time_axis {
+        mesh.x_desc(format!("virtual time ({unit})"));
+    }
+    mesh.draw().map_err(|e| e.to_string())?;
+    for (i, (name, report)) in runs.iter().enumerate() {
+        let color = if i == 0 { NODES } else { OTHER };
+        let mut points = Vec::with_capacity(report.samples.len() * 2);
+        for (j, s) in report.samples.iter().enumerate() {
+            if j > 0 {
+                points.push((x(s.t), value(&report.samples[j - 1])));
+            }
+            points.push((x(s.t), value(s)));
+        }
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label(*name)
+            .legend(move |(lx, ly)| {
+                PathElement::new(vec![(lx, ly), (lx + 18, ly)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(MARK)
+        .label_font(("sans-serif", 13))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    Ok(())
 }

@@ -60,6 +60,16 @@ pub(crate) fn render(runs: &[(&str, &Report)]) -> String {
             s(r).nodes_disrupted.to_string()
         }),
         row("interruptions handled", &|r| s(r).interruptions.to_string()),
+        row("pods evicted: voluntary / interruption", &|r| {
+            format!(
+                "{} / {}",
+                s(r).pods_evicted,
+                s(r).pods_evicted_by_interruption
+            )
+        }),
+        row("drains held up by a PDB", &|r| {
+            s(r).drains_blocked_by_budgets.to_string()
+        }),
         row("pod pending p50 / p95 / max (s)", &|r| {
             let p = &s(r).pending_seconds;
             format!("{:.0} / {:.0} / {:.0}", p.p50, p.p95, p.max)

@@ -2,7 +2,8 @@
 //! stands. The snapshot is read as `plan` reads it; its nodes become running instances
 //! (Karpenter's, adopted by nodewright, when they carry `karpenter.sh/nodepool` of a
 //! NodePool in the manifests; another tool's, never touched, otherwise), its pods stay
-//! where they are, and the controllers that own them hold their replica counts.
+//! where they are, and the controllers that own them hold their replica counts, or
+//! follow a day between their HorizontalPodAutoscaler's bounds.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -10,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nodewright_core::catalog::{CapacityType, Catalog};
-use nodewright_core::cluster::{ClusterSnapshot, ControllerRef, Node, Pod, PodFields};
+use nodewright_core::cluster::{Autoscaler, ClusterSnapshot, ControllerRef, Node, Pod, PodFields};
 use nodewright_core::share::Shared;
 use nodewright_core::well_known::{
     LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LABEL_ZONE,
@@ -24,16 +25,35 @@ use crate::manifests::{self, StrictArgs};
 /// A day: how long a simulation from a cluster runs unless told otherwise.
 pub(crate) const DEFAULT_DURATION: Duration = Duration::from_secs(24 * 3600);
 
+/// EC2's long-run spot interruption frequency: the Spot Instance Advisor's lowest
+/// bucket, "<5%" of instances interrupted a month, where most types sit; what
+/// `--spot-interruptions` defaults to (interruptions a month per instance).
+const TYPICAL_SPOT_INTERRUPTIONS: f64 = 0.05;
+
+/// How often a diurnal curve's replica count is recomputed: the HPA controller syncs
+/// every 15 s, but a day's curve moves by under a replica in 5 minutes at any
+/// range up to ~90 replicas, and fewer steps keep a long run quick.
+const CURVE_STEP_SECS: i64 = 5 * 60;
+
+/// A day, in seconds: a diurnal curve's period.
+const DAY_SECS: f64 = 24.0 * 3600.0;
+
+/// The label the Deployment controller puts on its ReplicaSets' pods; a ReplicaSet is
+/// named `<deployment>-<pod-template-hash>`.
+const LABEL_POD_TEMPLATE_HASH: &str = "pod-template-hash";
+
 /// EKS managed node groups' capacity type label (`ON_DEMAND`, `SPOT`, `CAPACITY_BLOCK`).
 const LABEL_EKS_CAPACITY_TYPE: &str = "eks.amazonaws.com/capacityType";
 
 /// The scenario of a day of the cluster in `cluster` under the NodePools (and the
-/// rest) of `nodepools`. Says on stderr which nodes nodewright takes over.
+/// rest) of `nodepools`, and the cluster's HorizontalPodAutoscalers (for
+/// [`follow_autoscalers`] once the run's length is known). Says on stderr which nodes
+/// nodewright takes over.
 pub(crate) fn scenario(
     cluster: &Path,
     nodepools: &[PathBuf],
     strict: StrictArgs,
-) -> Result<Scenario, Failure> {
+) -> Result<(Scenario, Vec<Autoscaler>), Failure> {
     let manifests = manifests::load(nodepools, strict)?;
     manifests::need_node_pools("simulate --cluster", nodepools, &manifests, strict)?;
     let snapshot = load_snapshot(cluster)?;
@@ -98,10 +118,100 @@ pub(crate) fn scenario(
         .map(|p| as_found(p, &nodes))
         .collect();
     scenario.deployments = controllers(&pods);
+    scenario.spot_interruption_rate = TYPICAL_SPOT_INTERRUPTIONS;
     scenario.pods = pods;
     scenario.daemonsets = snapshot.daemonsets;
     scenario.pdbs = snapshot.pdbs;
-    Ok(scenario)
+    Ok((scenario, snapshot.autoscalers))
+}
+
+/// Each HorizontalPodAutoscaler's workload follows a day between the autoscaler's
+/// bounds ([`diurnal`]) for the scenario's duration, starting from the replicas it has. Says on
+/// stderr which workloads follow one, and which autoscalers name a workload the
+/// snapshot has no pods of.
+pub(crate) fn follow_autoscalers(scenario: &mut Scenario, autoscalers: &[Autoscaler]) {
+    let duration = scenario.duration;
+    let mut followed = Vec::new();
+    for hpa in autoscalers {
+        let Some(d) = scaled_by(&mut scenario.deployments, hpa) else {
+            eprintln!(
+                "simulate: HorizontalPodAutoscaler {}/{} scales {} {}, which has no pods in the snapshot: nothing to scale",
+                hpa.namespace, hpa.name, hpa.target_kind, hpa.target_name
+            );
+            continue;
+        };
+        let now = d.replicas_at(0);
+        d.replicas = diurnal(now, hpa.min_replicas, hpa.max_replicas, duration);
+        d.autoscaled = true;
+        followed.push(format!(
+            "{}/{} {}–{}",
+            hpa.namespace, hpa.target_name, hpa.min_replicas, hpa.max_replicas
+        ));
+    }
+    if !followed.is_empty() {
+        eprintln!(
+            "simulate: {} workload(s) follow a day between their HorizontalPodAutoscaler's minReplicas and maxReplicas: {}",
+            followed.len(),
+            followed.join(", ")
+        );
+    }
+}
+
+/// The controller `hpa` scales: a StatefulSet or ReplicaSet by name; a Deployment's
+/// ReplicaSet by the name the Deployment controller gives it
+/// (`<deployment>-<pod-template-hash>`), the one with the most pods mid-rollout.
+fn scaled_by<'d>(
+    deployments: &'d mut [nodewright_sim::Deployment],
+    hpa: &Autoscaler,
+) -> Option<&'d mut nodewright_sim::Deployment> {
+    let kind_of = |d: &nodewright_sim::Deployment| {
+        d.template
+            .controller
+            .as_deref()
+            .map(|c| c.kind.clone())
+            .unwrap_or_default()
+    };
+    deployments
+        .iter_mut()
+        .filter(|d| d.namespace == hpa.namespace)
+        .filter(|d| match hpa.target_kind.as_str() {
+            "Deployment" => {
+                kind_of(d) == "ReplicaSet"
+                    && d.template
+                        .labels
+                        .get(LABEL_POD_TEMPLATE_HASH)
+                        .is_some_and(|hash| d.name == format!("{}-{hash}", hpa.target_name))
+            }
+            kind => kind_of(d) == kind && d.name == hpa.target_name,
+        })
+        .max_by_key(|d| (d.replicas_at(0), std::cmp::Reverse(d.name.clone())))
+}
+
+/// Replicas over `duration`, a step every [`CURVE_STEP_SECS`]: a 24-hour cosine
+/// between `min` and `max` that begins at `now` (held within the bounds, as the HPA
+/// controller would at once) and rises first, to `max`, then falls to `min`.
+fn diurnal(now: u32, min: u32, max: u32, duration: Duration) -> Vec<(i64, u32)> {
+    let start = now.clamp(min, max);
+    if min == max {
+        return vec![(0, start)];
+    }
+    let range = f64::from(max - min);
+    // The phase whose height is `start`, on the rising half of the wave.
+    let phase = (1.0 - 2.0 * f64::from(start - min) / range)
+        .clamp(-1.0, 1.0)
+        .acos();
+    let mut steps: Vec<(i64, u32)> = vec![(0, start)];
+    let end = duration.as_secs() as i64;
+    let mut t = CURVE_STEP_SECS;
+    while t < end {
+        let angle = phase + std::f64::consts::TAU * t as f64 / DAY_SECS;
+        let replicas = (f64::from(min) + range * (1.0 - angle.cos()) / 2.0).round() as u32;
+        if steps.last().is_some_and(|(_, r)| *r != replicas) {
+            steps.push((t, replicas));
+        }
+        t += CURVE_STEP_SECS;
+    }
+    steps
 }
 
 /// When the snapshot was taken, as near as it tells: its newest node or pod.
@@ -252,6 +362,7 @@ fn controllers(pods: &[Pod]) -> Vec<Deployment> {
                 template: Pod::from(template),
                 replicas: vec![(0, pods.len() as u32)],
                 budget: None,
+                autoscaled: false,
             }
         })
         .collect()
@@ -320,5 +431,86 @@ mod tests {
         assert!(pods[..2].iter().all(|p| db.selects(p)), "{db:?}");
         assert!(!db.selects(&pods[2]));
         assert_eq!(db.template.node_name, None);
+    }
+
+    #[test]
+    fn an_autoscaled_workload_rises_from_its_replicas_to_max_then_falls_to_min_in_a_day() {
+        let day = Duration::from_secs(24 * 3600);
+        let steps = diurnal(4, 2, 10, day);
+        assert_eq!(steps[0], (0, 4), "it starts where it stands");
+        assert!(
+            steps
+                .windows(2)
+                .all(|w| w[0].0 < w[1].0 && w[0].1 != w[1].1)
+        );
+        assert!(
+            steps
+                .iter()
+                .all(|(at, r)| (2..=10).contains(r) && *at < 24 * 3600)
+        );
+        let peak = steps
+            .iter()
+            .position(|(_, r)| *r == 10)
+            .expect("reaches max");
+        let trough = steps
+            .iter()
+            .position(|(_, r)| *r == 2)
+            .expect("reaches min");
+        assert!(peak < trough, "{steps:?}");
+        assert!(
+            steps[..=peak].windows(2).all(|w| w[1].1 > w[0].1),
+            "rises first"
+        );
+        // Held within the bounds at once, as the HPA controller would.
+        assert_eq!(diurnal(20, 2, 10, day)[0], (0, 10));
+        assert_eq!(diurnal(3, 5, 5, day), vec![(0, 5)]);
+    }
+
+    #[test]
+    fn an_autoscaler_of_a_deployment_scales_the_replicaset_named_for_it() {
+        let replica = |name: &str, rs: &str, hash: &str| {
+            let mut p = PodFields::clone(&pod(
+                name,
+                rs,
+                &[("app", "web"), ("pod-template-hash", hash)],
+            ));
+            p.controller = Some(Arc::new(ControllerRef {
+                api_version: "apps/v1".into(),
+                kind: "ReplicaSet".into(),
+                name: rs.into(),
+            }));
+            Pod::from(p)
+        };
+        let pods = [
+            replica("web-7d9f-a", "web-7d9f", "7d9f"),
+            replica("web-7d9f-b", "web-7d9f", "7d9f"),
+            // Another Deployment whose name starts the same.
+            replica("web-api-55c1-a", "web-api-55c1", "55c1"),
+        ];
+        let mut scenario = Scenario::new("test");
+        scenario.deployments = controllers(&pods);
+        scenario.duration = Duration::from_secs(24 * 3600);
+        let hpa = Autoscaler {
+            namespace: "default".into(),
+            name: "web".into(),
+            target_kind: "Deployment".into(),
+            target_name: "web".into(),
+            min_replicas: 2,
+            max_replicas: 8,
+        };
+        follow_autoscalers(&mut scenario, &[hpa]);
+        let web = scenario
+            .deployments
+            .iter()
+            .find(|d| d.name == "web-7d9f")
+            .unwrap();
+        assert_eq!(web.replicas_at(0), 2);
+        assert_eq!(web.replicas_at(12 * 3600), 8, "{:?}", web.replicas);
+        let api = scenario
+            .deployments
+            .iter()
+            .find(|d| d.name == "web-api-55c1")
+            .unwrap();
+        assert_eq!(api.replicas, vec![(0, 1)], "not its autoscaler's");
     }
 }

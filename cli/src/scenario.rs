@@ -353,30 +353,10 @@ pub fn parse_with(
     dir: &Path,
     strictness: Strictness,
 ) -> Result<Scenario, ScenarioError> {
-    let fail = |message: String| ScenarioError {
-        file: file.to_string(),
-        message,
-        invalid: false,
-    };
-    let de = serde_yaml_ng::Deserializer::from_str(text);
-    let spec: File = serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner().to_string();
-        if path == "." {
-            fail(inner)
-        } else {
-            fail(format!("{path}: {inner}"))
-        }
-    })?;
-
+    let fail = failing(file);
+    let mut spec = read_file(file, text)?;
     let mut scenario = Scenario::new(spec.name.clone().unwrap_or_else(|| file.to_string()));
-    if let Some(d) = spec.duration {
-        scenario.duration = d.0;
-    }
-    if let Some(seed) = spec.seed {
-        scenario.seed = seed;
-    }
-    if let Some(zones) = spec.zones {
+    if let Some(zones) = spec.zones.take() {
         if zones.is_empty() {
             return Err(fail("zones: at least one zone is required".into()));
         }
@@ -391,49 +371,7 @@ pub fn parse_with(
             ..fail(format!("zones: {}", zone_problems.join("; ")))
         });
     }
-    if let Some(r) = spec.rebalance {
-        scenario.rebalance = match r {
-            Rebalance::Ignore => RebalanceAction::Ignore,
-            Rebalance::Cordon => RebalanceAction::Cordon,
-            Rebalance::Replace => RebalanceAction::Replace,
-        };
-    }
-    if let Some(r) = spec.node_repair {
-        if r.legacy && r.terminate_first_repair {
-            return Err(fail(
-                "nodeRepair: legacy and terminateFirstRepair cannot both be true (the legacy repair stages no replacement)".into(),
-            ));
-        }
-        scenario.repair = if r.legacy {
-            RepairSettings::legacy()
-        } else {
-            RepairSettings::aws(r.reboot_for_repair, r.terminate_first_repair)
-        };
-    }
-    if let Some(config) = spec.scheduler_config {
-        scenario.world.scheduler_config =
-            SchedulerConfig::from_value(config).map_err(|problems| ScenarioError {
-                invalid: true,
-                ..fail(
-                    problems
-                        .iter()
-                        .map(|p| format!("schedulerConfig: {p}"))
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                )
-            })?;
-    }
-    if let Some(rate) = spec.duplicate_rate {
-        if !(0.0..=1.0).contains(&rate) {
-            return Err(fail(format!(
-                "duplicateRate: {rate} is not between 0 and 1"
-            )));
-        }
-        scenario.world.queue.duplicate_rate = rate;
-    }
-    if let Some(f) = spec.faults {
-        scenario.faults = Some(faults(f, scenario.seed).map_err(|m| fail(format!("faults{m}")))?);
-    }
+    settings(&mut spec, &mut scenario, &fail)?;
 
     // Manifests: inline documents and files, validated together (a NodePool may name
     // an EC2NodeClass from another source).
@@ -475,20 +413,23 @@ pub fn parse_with(
     scenario.capacity_buffers = manifests.capacity_buffers;
     scenario.pod_templates = manifests.pod_templates;
 
-    for (i, d) in spec.deployments.into_iter().enumerate() {
+    for (i, d) in std::mem::take(&mut spec.deployments)
+        .into_iter()
+        .enumerate()
+    {
         scenario
             .deployments
             .push(deployment(d).map_err(|m| fail(format!("deployments[{i}]: {m}")))?);
     }
-    for (i, d) in spec.daemon_sets.into_iter().enumerate() {
+    for (i, d) in std::mem::take(&mut spec.daemon_sets)
+        .into_iter()
+        .enumerate()
+    {
         scenario
             .daemonsets
             .push(daemonset(d).map_err(|m| fail(format!("daemonSets[{i}]: {m}")))?);
     }
-    for (i, e) in spec.events.into_iter().enumerate() {
-        let d = disturbance(e, &scenario).map_err(|m| fail(format!("events[{i}]{m}")))?;
-        scenario.disturbances.push(d);
-    }
+    events(&mut spec, &mut scenario, &fail)?;
     for (i, r) in spec.reservations.into_iter().enumerate() {
         if let Some(p) = crate::reservations::shape_problems(&r).into_iter().next() {
             return Err(fail(format!("reservations[{i}].{p}")));
@@ -500,6 +441,146 @@ pub fn parse_with(
         scenario.reservations.push(fake);
     }
     Ok(scenario)
+}
+
+/// An error in `file` (not a manifest's: exit 2).
+fn failing(file: &str) -> impl Fn(String) -> ScenarioError + '_ {
+    move |message: String| ScenarioError {
+        file: file.to_string(),
+        message,
+        invalid: false,
+    }
+}
+
+/// The scenario file's fields, an error naming the path of the one at fault.
+fn read_file(file: &str, text: &str) -> Result<File, ScenarioError> {
+    let fail = failing(file);
+    let de = serde_yaml_ng::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        if path == "." {
+            fail(inner)
+        } else {
+            fail(format!("{path}: {inner}"))
+        }
+    })
+}
+
+/// The settings of the run: how long, its seed, the stack's switches, the queue's
+/// duplicates and the faults.
+fn settings(
+    spec: &mut File,
+    scenario: &mut Scenario,
+    fail: &dyn Fn(String) -> ScenarioError,
+) -> Result<(), ScenarioError> {
+    if let Some(d) = spec.duration.take() {
+        scenario.duration = d.0;
+    }
+    if let Some(seed) = spec.seed.take() {
+        scenario.seed = seed;
+    }
+    if let Some(r) = spec.rebalance.take() {
+        scenario.rebalance = match r {
+            Rebalance::Ignore => RebalanceAction::Ignore,
+            Rebalance::Cordon => RebalanceAction::Cordon,
+            Rebalance::Replace => RebalanceAction::Replace,
+        };
+    }
+    if let Some(r) = spec.node_repair.take() {
+        if r.legacy && r.terminate_first_repair {
+            return Err(fail(
+                "nodeRepair: legacy and terminateFirstRepair cannot both be true (the legacy repair stages no replacement)".into(),
+            ));
+        }
+        scenario.repair = if r.legacy {
+            RepairSettings::legacy()
+        } else {
+            RepairSettings::aws(r.reboot_for_repair, r.terminate_first_repair)
+        };
+    }
+    if let Some(config) = spec.scheduler_config.take() {
+        scenario.world.scheduler_config =
+            SchedulerConfig::from_value(config).map_err(|problems| ScenarioError {
+                invalid: true,
+                ..fail(
+                    problems
+                        .iter()
+                        .map(|p| format!("schedulerConfig: {p}"))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                )
+            })?;
+    }
+    if let Some(rate) = spec.duplicate_rate.take() {
+        if !(0.0..=1.0).contains(&rate) {
+            return Err(fail(format!(
+                "duplicateRate: {rate} is not between 0 and 1"
+            )));
+        }
+        scenario.world.queue.duplicate_rate = rate;
+    }
+    if let Some(f) = spec.faults.take() {
+        scenario.faults = Some(faults(f, scenario.seed).map_err(|m| fail(format!("faults{m}")))?);
+    }
+    Ok(())
+}
+
+/// The events, checked against the scenario's NodePools, zones and catalog.
+fn events(
+    spec: &mut File,
+    scenario: &mut Scenario,
+    fail: &dyn Fn(String) -> ScenarioError,
+) -> Result<(), ScenarioError> {
+    for (i, e) in std::mem::take(&mut spec.events).into_iter().enumerate() {
+        let d = disturbance(e, scenario).map_err(|m| fail(format!("events[{i}]{m}")))?;
+        scenario.disturbances.push(d);
+    }
+    Ok(())
+}
+
+/// `simulate SCENARIO --cluster FILE`: the scenario's events, faults and settings
+/// (`duration`, `seed`, `rebalance`, `nodeRepair`, `schedulerConfig`,
+/// `duplicateRate`), read before the run from the cluster is built
+/// ([`Overlay::apply`]). What the cluster and `--nodepools` give (manifests,
+/// workloads, zones, reservations) it must not set.
+pub struct Overlay {
+    file: String,
+    spec: File,
+}
+
+/// Reads the scenario at `path` as an [`Overlay`].
+pub fn overlay(path: &Path) -> Result<Overlay, ScenarioError> {
+    let file = path.display().to_string();
+    let fail = failing(&file);
+    let text = std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read: {e}")))?;
+    let spec = read_file(&file, &text)?;
+    let given_by_the_cluster = [
+        ("manifests", !spec.manifests.is_empty()),
+        ("manifestFiles", !spec.manifest_files.is_empty()),
+        ("deployments", !spec.deployments.is_empty()),
+        ("daemonSets", !spec.daemon_sets.is_empty()),
+        ("zones", spec.zones.is_some()),
+        ("reservations", !spec.reservations.is_empty()),
+    ];
+    if let Some((field, _)) = given_by_the_cluster.iter().find(|(_, set)| *set) {
+        return Err(fail(format!(
+            "{field}: with --cluster the snapshot and --nodepools give the cluster; a scenario adds only events, faults, duration, seed, rebalance, nodeRepair, schedulerConfig and duplicateRate"
+        )));
+    }
+    Ok(Overlay {
+        file: file.clone(),
+        spec,
+    })
+}
+
+impl Overlay {
+    /// The settings, then the events (checked against `onto`'s NodePools and zones).
+    pub fn apply(mut self, onto: &mut Scenario) -> Result<(), ScenarioError> {
+        let fail = failing(&self.file);
+        settings(&mut self.spec, onto, &fail)?;
+        events(&mut self.spec, onto, &fail)
+    }
 }
 
 fn object_meta(name: &str, namespace: &str, labels: &BTreeMap<String, String>) -> meta::ObjectMeta {
@@ -581,6 +662,7 @@ fn deployment(d: DeploymentSpec) -> Result<Deployment, String> {
         template,
         replicas,
         budget,
+        autoscaled: false,
     })
 }
 

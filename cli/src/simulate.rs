@@ -29,7 +29,8 @@ use crate::{chart, observed, scenario};
 
 #[derive(clap::Args)]
 pub struct SimulateArgs {
-    /// A scenario file (YAML); without one, the bundled scenario runs.
+    /// A scenario file (YAML); without one, the bundled scenario runs. With
+    /// `--cluster`, only its events, faults and settings are taken.
     pub scenario: Option<PathBuf>,
     /// Start from this cluster instead of a scenario: the output of `kubectl get
     /// nodes,pods,deployments,replicasets,statefulsets,daemonsets,poddisruptionbudgets
@@ -37,7 +38,7 @@ pub struct SimulateArgs {
     /// `--nodepools` adopted by nodewright, the others left alone), its pods stay
     /// where they are, and their ReplicaSets and StatefulSets hold their replicas.
     /// A day unless `--until` says.
-    #[arg(long, requires = "nodepools", conflicts_with = "scenario")]
+    #[arg(long, requires = "nodepools")]
     pub cluster: Option<PathBuf>,
     /// With `--cluster`: the NodePools, EC2NodeClasses, NodeOverlays and
     /// CapacityBuffers to run the cluster under (repeatable).
@@ -46,15 +47,22 @@ pub struct SimulateArgs {
     /// With `--cluster`: run the same start and the same day again under these
     /// NodePools (and the rest) instead, and print both side by side (repeatable).
     /// `--output json` prints `{"runs": [A, B]}`, each run as a plain run prints it.
-    #[arg(long, requires = "cluster", conflicts_with_all = ["chart", "save"])]
+    #[arg(long, requires = "cluster", conflicts_with = "save")]
     pub compare: Vec<PathBuf>,
+    /// With `--cluster`: spot interruptions a month (730 hours) per 100 running spot
+    /// instances, each warned at random at that rate. The default, 5, is the Spot
+    /// Instance Advisor's lowest "frequency of interruption" bucket ("<5%"), where
+    /// most instance types sit; 0 turns it off.
+    #[arg(long, requires = "cluster", value_parser = percent_a_month)]
+    pub spot_interruptions: Option<f64>,
     /// Virtual time to simulate (overrides the scenario's `duration`), e.g. 2h, 90m.
     #[arg(long, alias = "duration", value_parser = duration)]
     pub until: Option<Duration>,
     /// Seed of every random choice (overrides the scenario's `seed`).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Writes an SVG chart of nodes, pending pods and $/h over time.
+    /// Writes an SVG chart of nodes, pending pods and $/h over time (with `--compare`:
+    /// both runs' nodes and $/h, a line each).
     #[arg(long)]
     pub chart: Option<PathBuf>,
     /// table, json or yaml.
@@ -73,6 +81,20 @@ pub enum Format {
     Table,
     Json,
     Yaml,
+}
+
+/// `--spot-interruptions`: per 100 instances a month, as a rate per instance.
+fn percent_a_month(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("{text:?} is not a percentage like 5 or 12.5"))?;
+    if !(value.is_finite() && value >= 0.0) {
+        return Err(format!(
+            "{text:?} is not a number of interruptions per 100 instances a month (0 or more)"
+        ));
+    }
+    Ok(value / 100.0)
 }
 
 fn duration(text: &str) -> Result<Duration, String> {
@@ -102,7 +124,7 @@ fn consolidation(s: &nodewright_sim::report::Summary) -> String {
 
 pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
     let mut scenario = match &args.cluster {
-        Some(cluster) => crate::from_cluster::scenario(cluster, &args.nodepools, args.strict)?,
+        Some(cluster) => from_cluster(args, cluster, &args.nodepools)?,
         None => scenario::load_with(args.scenario.as_deref(), args.strict.strictness())
             .map_err(Failure::from)?,
     };
@@ -113,9 +135,7 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
         scenario.seed = seed;
     }
     if let (Some(cluster), false) = (&args.cluster, args.compare.is_empty()) {
-        let mut other = crate::from_cluster::scenario(cluster, &args.compare, args.strict)?;
-        other.duration = scenario.duration;
-        other.seed = scenario.seed;
+        let other = from_cluster(args, cluster, &args.compare)?;
         return compare(args, &scenario, &other);
     }
     let wall = Instant::now();
@@ -162,11 +182,51 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
     }
 }
 
+/// A run from `cluster` under the manifests of `nodepools`, with the scenario file's
+/// events and settings if one was given.
+fn from_cluster(
+    args: &SimulateArgs,
+    cluster: &std::path::Path,
+    nodepools: &[PathBuf],
+) -> Result<Scenario, Failure> {
+    let overlay = args
+        .scenario
+        .as_deref()
+        .map(scenario::overlay)
+        .transpose()
+        .map_err(Failure::from)?;
+    let (mut scenario, autoscalers) =
+        crate::from_cluster::scenario(cluster, nodepools, args.strict)?;
+    if let Some(overlay) = overlay {
+        overlay.apply(&mut scenario).map_err(Failure::from)?;
+    }
+    if let Some(until) = args.until {
+        scenario.duration = until;
+    }
+    if let Some(seed) = args.seed {
+        scenario.seed = seed;
+    }
+    if let Some(rate) = args.spot_interruptions {
+        scenario.spot_interruption_rate = rate;
+    }
+    crate::from_cluster::follow_autoscalers(&mut scenario, &autoscalers);
+    Ok(scenario)
+}
+
 /// `--compare`: both configurations from the same start, printed side by side; exit 1
 /// if either broke an invariant.
 fn compare(args: &SimulateArgs, scenario: &Scenario, other: &Scenario) -> Result<(), Failure> {
     let names = [files_named(&args.nodepools), files_named(&args.compare)];
     let reports = [simulate(scenario)?, simulate(other)?];
+    let runs = [
+        (names[0].as_str(), &reports[0]),
+        (names[1].as_str(), &reports[1]),
+    ];
+    if let Some(path) = &args.chart {
+        chart::write_compare(path, &runs).map_err(|e| {
+            Failure::Unusable(format!("{}: cannot write the chart: {e}", path.display()))
+        })?;
+    }
     match args.output {
         Format::Json | Format::Yaml => {
             let mut runs = Vec::new();
@@ -182,10 +242,7 @@ fn compare(args: &SimulateArgs, scenario: &Scenario, other: &Scenario) -> Result
                 _ => crate::output::write_json(&doc)?,
             }
         }
-        Format::Table => print!(
-            "{}",
-            crate::compare::render(&[(&names[0], &reports[0]), (&names[1], &reports[1])])
-        ),
+        Format::Table => print!("{}", crate::compare::render(&runs)),
     }
     let problems: Vec<String> = names
         .iter()
@@ -350,6 +407,11 @@ pub fn render_json(report: &Report) -> String {
             "podsLost": s.pods_lost,
             "podsKilledWithoutNotice": s.pods_killed_without_notice,
             "pdbViolations": s.pdb_violations,
+            "podsEvicted": {
+                "voluntary": s.pods_evicted,
+                "byInterruption": s.pods_evicted_by_interruption,
+            },
+            "drainsBlockedByBudgets": s.drains_blocked_by_budgets,
             "pendingSeconds": {
                 "p50": s.pending_seconds.p50,
                 "p95": s.pending_seconds.p95,
@@ -839,6 +901,14 @@ pub fn render_table(report: &Report, wall: Duration) -> String {
         );
     }
     row(&mut out, "PDB violations", s.pdb_violations.to_string());
+    row(
+        &mut out,
+        "evictions",
+        format!(
+            "{} pod(s) by nodewright's drains, {} by interruptions' drains; {} drain(s) held up by a PodDisruptionBudget",
+            s.pods_evicted, s.pods_evicted_by_interruption, s.drains_blocked_by_budgets
+        ),
+    );
     let commands = removed(Removal::Command);
     row(
         &mut out,

@@ -961,9 +961,26 @@ fn simulate_compares_two_configurations_from_the_same_cluster_side_by_side() {
         runs[1]["nodes"]
     );
 
-    let table_args = args("table");
+    let chart = temp_file("compare.svg", "");
+    let mut table_args = args("table");
+    table_args.extend(["--chart".into(), chart.display().to_string()]);
     let out = nodewright(&table_args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(out.status.success(), "{}", stderr(&out));
+    let svg = std::fs::read_to_string(&chart).expect("chart written");
+    assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(80)]);
+    assert!(
+        svg.contains("nodepools.yaml") && svg.contains("spot-allowed.yaml"),
+        "a legend naming both runs"
+    );
+    // A line for each run: the first in blue, the second in orange.
+    for color in ["#1F77B4", "#FF7F0E"] {
+        assert!(
+            svg.contains(&format!(
+                "<polyline fill=\"none\" opacity=\"1\" stroke=\"{color}\""
+            )),
+            "a line in {color}"
+        );
+    }
     let table = String::from_utf8_lossy(&out.stdout);
     let header = table.lines().next().unwrap_or_default();
     assert!(
@@ -975,6 +992,8 @@ fn simulate_compares_two_configurations_from_the_same_cluster_side_by_side() {
         "$ a month",
         "node-hours",
         "nodes at start / peak / end",
+        "pods evicted: voluntary / interruption",
+        "drains held up by a PDB",
         "pods lost (must be 0)",
     ] {
         assert!(table.lines().any(|l| l.starts_with(row)), "{row}: {table}");
@@ -985,6 +1004,170 @@ fn simulate_compares_two_configurations_from_the_same_cluster_side_by_side() {
     );
     let drift_rows = table.lines().filter(|l| l.contains(" Drifted ")).count();
     assert_eq!(drift_rows, 2, "the rollout named per node: {table}");
+}
+
+/// The bundled snapshot with `extra` items appended.
+fn bundled_snapshot_with(extra: Vec<Value>) -> String {
+    let text = std::fs::read_to_string(example("snapshot.json")).expect("snapshot");
+    let mut list: Value = serde_json::from_str(&text).expect("snapshot JSON");
+    list["items"].as_array_mut().expect("items").extend(extra);
+    temp_file("snapshot.json", &list.to_string())
+        .display()
+        .to_string()
+}
+
+#[test]
+fn simulate_from_a_cluster_follows_each_hpa_through_a_day_between_its_bounds() {
+    let hpa = serde_json::json!({
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "storefront", "namespace": "shop"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "storefront"},
+                 "minReplicas": 3, "maxReplicas": 12}
+    });
+    let cluster = bundled_snapshot_with(vec![hpa]);
+    // From 5 replicas the curve rises first. The end state counts the storefront's pods.
+    let storefront_pods_at = |until: &str| {
+        let saved = temp_file("end.json", "");
+        let out = nodewright(&[
+            "simulate",
+            "--cluster",
+            &cluster,
+            "--nodepools",
+            &example("nodepools.yaml"),
+            "--until",
+            until,
+            "--save",
+            &saved.display().to_string(),
+            "--output",
+            "json",
+        ]);
+        let err = stderr(&out);
+        assert!(out.status.success(), "{err}");
+        assert!(
+            err.contains("1 workload(s) follow a day between their HorizontalPodAutoscaler's minReplicas and maxReplicas: shop/storefront 3–12"),
+            "{err}"
+        );
+        let doc: Value = serde_json::from_slice(&out.stdout).expect("simulate prints JSON");
+        assert_eq!(doc["problems"], Value::Array(vec![]), "{}", doc["problems"]);
+        assert_eq!(doc["summary"]["podsLost"], 0);
+        let end: Value =
+            serde_json::from_str(&std::fs::read_to_string(&saved).expect("saved")).expect("JSON");
+        end["cluster"]["pods"]
+            .as_array()
+            .expect("pods")
+            .iter()
+            .filter(|p| {
+                p["pod"]
+                    .as_str()
+                    .is_some_and(|k| k.starts_with("shop/storefront-"))
+            })
+            .count()
+    };
+    // 5 of 3–12 is the curve's height 8 h 15 min before its peak, 12 (the fall to the
+    // minimum is `diurnal`'s unit test).
+    assert_eq!(storefront_pods_at("8h20m"), 12, "its max at the peak");
+    assert_eq!(storefront_pods_at("1h5m"), 6, "on its way up after an hour");
+
+    // An autoscaler of a workload the snapshot has no pods of is named, not fatal.
+    let stray = serde_json::json!({
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "ghost", "namespace": "shop"},
+        "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "ghost"}, "maxReplicas": 4}
+    });
+    let out = nodewright(&[
+        "simulate",
+        "--cluster",
+        &bundled_snapshot_with(vec![stray]),
+        "--nodepools",
+        &example("nodepools.yaml"),
+        "--until",
+        "10m",
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("HorizontalPodAutoscaler shop/ghost scales Deployment ghost, which has no pods in the snapshot"),
+        "{err}"
+    );
+}
+
+#[test]
+fn simulate_from_a_cluster_takes_a_scenarios_events_and_interrupts_spot_at_the_rate_given() {
+    let nodepools = std::fs::read_to_string(example("nodepools.yaml")).expect("nodepools");
+    let on_demand = "- key: karpenter.sh/capacity-type\n          operator: In\n          values: [\"on-demand\"]";
+    let spot_allowed = temp_file(
+        "spot-allowed.yaml",
+        &nodepools.replacen(
+            on_demand,
+            "- key: karpenter.sh/capacity-type\n          operator: In\n          values: [\"spot\", \"on-demand\"]",
+            1,
+        ),
+    );
+    let events = temp_file(
+        "events.yaml",
+        "seed: 4\nevents:\n  - at: 20m\n    imageRelease: {}\n",
+    );
+    let run = |rate: &str| {
+        let out = nodewright(&[
+            "simulate",
+            &events.display().to_string(),
+            "--cluster",
+            &example("snapshot.json"),
+            "--nodepools",
+            &spot_allowed.display().to_string(),
+            "--spot-interruptions",
+            rate,
+            "--until",
+            "2h",
+            "--output",
+            "json",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice::<Value>(&out.stdout).expect("simulate prints JSON")
+    };
+    // 100,000 a month per 100 instances: each spot instance warned about hourly.
+    let stormy = run("100000");
+    assert_eq!(stormy["seed"], 4, "the scenario's seed");
+    assert_eq!(
+        stormy["problems"],
+        Value::Array(vec![]),
+        "{}",
+        stormy["problems"]
+    );
+    let timeline: Vec<&str> = stormy["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["event"].as_str())
+        .collect();
+    assert!(
+        timeline.iter().any(|e| e.contains("image")),
+        "the scenario's image release: {timeline:?}"
+    );
+    let summary = &stormy["summary"];
+    assert!(summary["interruptions"].as_u64().unwrap() > 0, "{summary}");
+    assert!(
+        summary["podsEvicted"]["byInterruption"].as_u64().unwrap() > 0,
+        "{summary}"
+    );
+    assert_eq!(summary["podsLost"], 0, "{summary}");
+    let calm = run("0");
+    assert_eq!(calm["summary"]["interruptions"], 0, "{}", calm["summary"]);
+
+    // A scenario that sets what the cluster gives is refused, naming the field.
+    let workloads = temp_file(
+        "workloads.yaml",
+        "deployments:\n  - name: web\n    replicas: [{at: 0s, replicas: 2}]\n    pod: {containers: [{name: app, image: nginx}]}\n",
+    );
+    let out = nodewright(&[
+        "simulate",
+        &workloads.display().to_string(),
+        "--cluster",
+        &example("snapshot.json"),
+        "--nodepools",
+        &example("nodepools.yaml"),
+    ]);
+    assert_unusable(&out, &["workloads.yaml", "deployments: with --cluster"]);
 }
 
 #[test]

@@ -648,6 +648,23 @@ pub struct ControllerSelector {
     pub selector: Option<LabelSelector>,
 }
 
+/// A HorizontalPodAutoscaler (`autoscaling/v2`) as a simulation reads it: the workload
+/// it scales and the bounds it scales it between (its metrics are not read: a
+/// simulation has no load to measure).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Autoscaler {
+    pub namespace: String,
+    pub name: String,
+    /// `spec.scaleTargetRef.kind`: `Deployment`, `StatefulSet`, `ReplicaSet`, ...
+    pub target_kind: String,
+    /// `spec.scaleTargetRef.name`, in the autoscaler's namespace.
+    pub target_name: String,
+    /// `spec.minReplicas` (the API server's default, 1, when unset).
+    pub min_replicas: u32,
+    /// `spec.maxReplicas`, at least `min_replicas`.
+    pub max_replicas: u32,
+}
+
 /// The parsed `kubectl get pods,nodes,daemonsets,poddisruptionbudgets -A -o json`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ClusterSnapshot {
@@ -662,6 +679,8 @@ pub struct ClusterSnapshot {
     /// selectors: what the default topology spread deduces its selectors from.
     pub services: Vec<Service>,
     pub controllers: Vec<ControllerSelector>,
+    /// HorizontalPodAutoscalers: what `simulate --cluster` scales the workloads by.
+    pub autoscalers: Vec<Autoscaler>,
 }
 
 impl ClusterSnapshot {

@@ -160,6 +160,7 @@ pub fn planning_snapshot(
         workloads: Vec::new(),
         services: Vec::new(),
         controllers: Vec::new(),
+        autoscalers: Vec::new(),
     }
 }
 

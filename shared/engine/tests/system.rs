@@ -607,6 +607,7 @@ fn deployment(name: &str, cpu: &str, memory: &str, replicas: Vec<(u64, u32)>) ->
             .map(|(minute, n)| (minute as i64 * 60, n))
             .collect(),
         budget: None,
+        autoscaled: false,
     }
 }
 

@@ -213,6 +213,7 @@ fn child(server: &str, ca_file: &str, token: &str) -> Result<(), String> {
             workloads: Vec::new(),
             services: Vec::new(),
             controllers: Vec::new(),
+            autoscalers: Vec::new(),
         };
         let pricing = Pricing::default();
         let plan = plan_provisioning(&ProvisioningInput {

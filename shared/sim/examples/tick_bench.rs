@@ -104,6 +104,7 @@ async fn main() {
         workloads: Vec::new(),
         services: Vec::new(),
         controllers: Vec::new(),
+        autoscalers: Vec::new(),
     };
     let pricing = Pricing::for_zones(ZONES.map(String::from).to_vec());
     let t = Instant::now();

@@ -14,9 +14,7 @@
 use std::collections::{HashMap, HashSet};
 
 use nodewright_core::api::model::TaintEffect;
-use nodewright_core::cluster::{
-    LabelSelector, Node, Pod, PodAffinityTerm, TopologySpreadConstraint, WhenUnsatisfiable,
-};
+use nodewright_core::cluster::{LabelSelector, Node, Pod, PodAffinityTerm, WhenUnsatisfiable};
 use nodewright_core::resources::Resources;
 use nodewright_core::scheduling::requirements::Requirements;
 
@@ -87,8 +85,9 @@ impl Binder {
     /// The node kube-scheduler would bind `pod` to now, if any; the binding is
     /// counted (room and topology) for the pods placed after it.
     pub fn place(&mut self, pod: &Pod) -> Option<String> {
+        let others = OtherPods::around(self, pod);
         let best = (0..self.nodes.len())
-            .filter(|&i| self.allows(pod, i))
+            .filter(|&i| self.allows(pod, &others, i))
             .max_by(|&a, &b| {
                 self.score(a)
                     .total_cmp(&self.score(b))
@@ -125,101 +124,146 @@ impl Binder {
         }
     }
 
-    fn allows(&self, pod: &Pod, i: usize) -> bool {
+    fn allows(&self, pod: &Pod, others: &OtherPods, i: usize) -> bool {
         let node = &self.nodes[i];
         node.ready
             && !node.unschedulable
             && fits(pod, node)
             && pod.requests.fits_in(&self.free[i])
-            && pod
-                .topology_spread
-                .iter()
-                .filter(|c| c.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule)
-                .all(|c| self.spread_allows(pod, c, i))
-            && pod
-                .pod_affinity
-                .iter()
-                .all(|t| self.affinity_allows(pod, t, i))
-            && pod
-                .pod_anti_affinity
-                .iter()
-                .all(|t| !self.domain_has(pod, t, i))
-            && !self.repelled_by_others(pod, i)
+            && others.allow(node)
     }
+}
 
-    /// `DoNotSchedule` spread: matching pods in the node's domain, plus this one, may
-    /// exceed the least populated domain by at most `maxSkew`.
-    fn spread_allows(&self, pod: &Pod, c: &TopologySpreadConstraint, i: usize) -> bool {
-        let Some(selector) = &c.label_selector else {
-            return true;
-        };
-        let Some(domain) = self.nodes[i].labels.get(&c.topology_key) else {
-            return false;
-        };
-        let mut counts: HashMap<&str, u32> = HashMap::new();
-        for (j, n) in self.nodes.iter().enumerate() {
-            let Some(value) = n.labels.get(&c.topology_key) else {
-                continue;
-            };
-            if !matches_node_affinity(pod, n) {
-                continue;
-            }
-            let matching = self.pods[j]
-                .iter()
-                .filter(|p| p.namespace == pod.namespace && selector.matches(&p.labels))
-                .count() as u32;
-            *counts.entry(value.as_str()).or_default() += matching;
-        }
-        let own = counts.get(domain.as_str()).copied().unwrap_or(0);
-        let mut min = counts.values().copied().min().unwrap_or(0);
-        if c.min_domains.is_some_and(|m| (counts.len() as u32) < m) {
-            min = 0;
-        }
-        let self_match = u32::from(selector.matches(&pod.labels));
-        own + self_match <= min + c.max_skew
-    }
+/// What the pods already bound say about where `pod` may go, gathered once per pod
+/// (one pass over the bound pods) rather than once per node it is tried on, which
+/// made a placement cost nodes × pods.
+struct OtherPods {
+    /// `DoNotSchedule` spread: per constraint, its topology key, the matching pods per
+    /// domain (over the nodes the pod's node affinity matches), the least populated
+    /// domain's count, and what the pod adds (1 if the selector matches itself).
+    spreads: Vec<Spread>,
+    /// The pod's required anti-affinity: per term, its key and the domains where a
+    /// pod it selects runs.
+    avoid: Vec<(String, HashSet<String>)>,
+    /// The pod's required affinity: per term, its key, the domains where a pod it
+    /// selects runs, and whether it may go anywhere (no such pod runs anywhere and the
+    /// term selects the pod itself: the first pod of a group).
+    join: Vec<(String, HashSet<String>, bool)>,
+    /// (key, domain) pairs where a bound pod's required anti-affinity selects `pod`.
+    repelled: Vec<(String, String)>,
+}
 
-    /// Whether a pod that `term` selects runs in node `i`'s domain.
-    fn domain_has(&self, pod: &Pod, term: &PodAffinityTerm, i: usize) -> bool {
-        let Some(domain) = self.nodes[i].labels.get(&term.topology_key) else {
-            return false;
-        };
-        self.nodes.iter().enumerate().any(|(j, n)| {
-            n.labels.get(&term.topology_key) == Some(domain)
-                && self.pods[j].iter().any(|p| term_selects(term, pod, p))
-        })
-    }
+struct Spread {
+    topology_key: String,
+    counts: HashMap<String, u32>,
+    min: u32,
+    max_skew: u32,
+    self_match: u32,
+}
 
-    /// Required pod affinity: a selected pod in the domain, or none anywhere and the
-    /// pod selects itself (the first pod of a group may go anywhere).
-    fn affinity_allows(&self, pod: &Pod, term: &PodAffinityTerm, i: usize) -> bool {
-        if !self.nodes[i].labels.contains_key(&term.topology_key) {
-            return false;
-        }
-        if self.domain_has(pod, term, i) {
-            return true;
-        }
-        let anywhere = self
-            .pods
+impl OtherPods {
+    fn around(binder: &Binder, pod: &Pod) -> OtherPods {
+        let domain_of = |j: usize, key: &str| binder.nodes[j].labels.get(key).cloned();
+        let spreads = pod
+            .topology_spread
             .iter()
-            .flatten()
-            .any(|p| term_selects(term, pod, p));
-        !anywhere && term_selects(term, pod, pod)
-    }
-
-    /// The required anti-affinity of pods already in node `i`'s domains, towards `pod`.
-    fn repelled_by_others(&self, pod: &Pod, i: usize) -> bool {
-        let node = &self.nodes[i];
-        self.repelling.iter().any(|&j| {
-            let n = &self.nodes[j];
-            self.pods[j].iter().any(|other| {
-                other.pod_anti_affinity.iter().any(|term| {
-                    node.labels.contains_key(&term.topology_key)
-                        && n.labels.get(&term.topology_key) == node.labels.get(&term.topology_key)
-                        && term_selects(term, other, pod)
+            .filter(|c| c.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule)
+            .filter_map(|c| {
+                let selector = c.label_selector.as_ref()?;
+                let mut counts: HashMap<String, u32> = HashMap::new();
+                for (j, n) in binder.nodes.iter().enumerate() {
+                    let Some(value) = n.labels.get(&c.topology_key) else {
+                        continue;
+                    };
+                    if !matches_node_affinity(pod, n) {
+                        continue;
+                    }
+                    let matching = binder.pods[j]
+                        .iter()
+                        .filter(|p| p.namespace == pod.namespace && selector.matches(&p.labels))
+                        .count() as u32;
+                    *counts.entry(value.clone()).or_default() += matching;
+                }
+                let mut min = counts.values().copied().min().unwrap_or(0);
+                if c.min_domains.is_some_and(|m| (counts.len() as u32) < m) {
+                    min = 0;
+                }
+                Some(Spread {
+                    topology_key: c.topology_key.clone(),
+                    counts,
+                    min,
+                    max_skew: c.max_skew,
+                    self_match: u32::from(selector.matches(&pod.labels)),
                 })
             })
-        })
+            .collect();
+        let domains_selected = |term: &PodAffinityTerm| -> (HashSet<String>, bool) {
+            let mut domains = HashSet::new();
+            let mut anywhere = false;
+            for (j, pods) in binder.pods.iter().enumerate() {
+                if pods.iter().any(|p| term_selects(term, pod, p)) {
+                    anywhere = true;
+                    if let Some(domain) = domain_of(j, &term.topology_key) {
+                        domains.insert(domain);
+                    }
+                }
+            }
+            (domains, anywhere)
+        };
+        let avoid = pod
+            .pod_anti_affinity
+            .iter()
+            .map(|t| (t.topology_key.clone(), domains_selected(t).0))
+            .collect();
+        let join = pod
+            .pod_affinity
+            .iter()
+            .map(|t| {
+                let (domains, anywhere) = domains_selected(t);
+                let first = !anywhere && term_selects(t, pod, pod);
+                (t.topology_key.clone(), domains, first)
+            })
+            .collect();
+        let mut repelled: Vec<(String, String)> = Vec::new();
+        for &j in &binder.repelling {
+            for other in &binder.pods[j] {
+                for term in &other.pod_anti_affinity {
+                    if term_selects(term, other, pod)
+                        && let Some(domain) = domain_of(j, &term.topology_key)
+                    {
+                        let pair = (term.topology_key.clone(), domain);
+                        if !repelled.contains(&pair) {
+                            repelled.push(pair);
+                        }
+                    }
+                }
+            }
+        }
+        OtherPods {
+            spreads,
+            avoid,
+            join,
+            repelled,
+        }
+    }
+
+    /// Whether the bound pods let the pod onto `node`: spread skew, its affinity and
+    /// anti-affinity, and the anti-affinity of the pods there towards it.
+    fn allow(&self, node: &Node) -> bool {
+        let domain = |key: &str| node.labels.get(key);
+        self.spreads.iter().all(|s| {
+            domain(&s.topology_key).is_some_and(|d| {
+                s.counts.get(d).copied().unwrap_or(0) + s.self_match <= s.min + s.max_skew
+            })
+        }) && self
+            .join
+            .iter()
+            .all(|(key, domains, first)| domain(key).is_some_and(|d| *first || domains.contains(d)))
+            && self
+                .avoid
+                .iter()
+                .all(|(key, domains)| domain(key).is_none_or(|d| !domains.contains(d)))
+            && !self.repelled.iter().any(|(key, d)| domain(key) == Some(d))
     }
 }
 

@@ -128,6 +128,15 @@ pub struct Summary {
     /// Pods that died with an instance stopped without notice (nothing could drain them).
     pub pods_killed_without_notice: usize,
     pub pdb_violations: usize,
+    /// Pods evicted by drains nodewright started itself (consolidation, drift,
+    /// expiration, repair): voluntary disruption.
+    pub pods_evicted: usize,
+    /// Pods evicted by drains an interruption event started (spot, rebalance,
+    /// scheduled change...).
+    pub pods_evicted_by_interruption: usize,
+    /// Nodes whose drain a PodDisruptionBudget held up at least once (an eviction
+    /// answered 429).
+    pub drains_blocked_by_budgets: usize,
     /// Seconds from pending to bound, over every pod bound (and those still pending).
     pub pending_seconds: Percentiles,
     pub pods_bound: usize,

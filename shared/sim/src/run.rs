@@ -49,6 +49,7 @@ use super::report::{
     DrainRecord, Marker, Percentiles, Recorder, Report, Shortage, Summary, clock_time,
     drain_record, is_interruption, node_records, problems,
 };
+use super::rng::Rng;
 use super::scenario::{Disturbance, Scenario, Target};
 use super::world::{Lifetime, PodWait, World, WorldConfig};
 
@@ -295,8 +296,15 @@ impl Run<'_> {
         }
     }
 
-    /// The scenario's disturbances, and the end of each capacity shortage, in time order.
+    /// What happens to the cluster from outside: the scenario's disturbances, and spot
+    /// interruptions at the scenario's rate.
     async fn disturbances(&self) {
+        // Beside the others in one task, so the jobs' tasks are polled as before.
+        tokio::join!(self.scheduled_disturbances(), self.spot_market());
+    }
+
+    /// The scenario's disturbances, and the end of each capacity shortage, in time order.
+    async fn scheduled_disturbances(&self) {
         enum Step<'d> {
             Apply(&'d Disturbance),
             Restore(usize),
@@ -327,6 +335,61 @@ impl Run<'_> {
         }
     }
 
+    /// EC2 reclaims spot capacity at the scenario's rate
+    /// ([`Scenario::spot_interruption_rate`]): once a minute, each running spot
+    /// instance not yet warned gets its warning with that minute's share of the rate.
+    /// Seeded on its own, so the run's other random choices do not shift it.
+    async fn spot_market(&self) {
+        let rate = self.scenario.spot_interruption_rate;
+        if rate <= 0.0 {
+            return;
+        }
+        const MINUTES_PER_MONTH: f64 = 730.0 * 60.0;
+        // Interruptions come to an instance as a Poisson process of `rate` a month:
+        // the chance of one in a minute.
+        let per_minute = 1.0 - (-rate / MINUTES_PER_MONTH).exp();
+        let mut rng = Rng::new(self.scenario.seed ^ 0x5b07_3a4c);
+        let mut warned: HashSet<String> = HashSet::new();
+        loop {
+            let next = self.world.now() + 60;
+            if next >= self.until {
+                return;
+            }
+            self.sleep_until(next).await;
+            let mut spot: Vec<String> = self
+                .world
+                .ec2
+                .instances()
+                .into_iter()
+                .filter(|fi| {
+                    fi.instance.state == "running"
+                        && fi.instance.capacity_type == CapacityType::Spot
+                })
+                .map(|fi| fi.instance.id)
+                .filter(|id| !warned.contains(id))
+                .collect();
+            spot.sort();
+            for id in spot {
+                if rng.chance(per_minute) {
+                    self.interrupt_spot(&id);
+                    warned.insert(id);
+                }
+            }
+        }
+    }
+
+    /// EC2's two-minute warning for spot instance `id`.
+    fn interrupt_spot(&self, id: &str) {
+        let w = &self.world;
+        let deadline = w.spot_interruption(id);
+        w.mark("spot interruption");
+        w.log(format!(
+            "spot interruption warning for {id} ({}); EC2 takes it at {}",
+            self.describe_instance(id),
+            clock_time(deadline - w.started_at())
+        ));
+    }
+
     /// Applies one disturbance now; a capacity shortage returns when it ends.
     fn apply(&self, d: &Disturbance) -> Option<(i64, usize)> {
         let w = &self.world;
@@ -334,15 +397,7 @@ impl Run<'_> {
         match d {
             Disturbance::SpotInterruption { target } => {
                 match self.choose(target, Some(CapacityType::Spot)) {
-                    Some(i) => {
-                        let deadline = w.spot_interruption(&i);
-                        w.mark("spot interruption");
-                        w.log(format!(
-                            "spot interruption warning for {i} ({}); EC2 takes it at {}",
-                            self.describe_instance(&i),
-                            clock_time(deadline - w.started_at())
-                        ));
-                    }
+                    Some(i) => self.interrupt_spot(&i),
                     None => w.log("spot interruption: no spot instance running; nothing sent"),
                 }
                 None
@@ -957,8 +1012,27 @@ impl Run<'_> {
                     .all(|n| terminated_by.get(n.as_str()) == Some(&c.id.as_str()))
             })
             .collect();
+        let nodes = node_records(&w);
+        let evictions = w.cluster.evictions();
+        let cause_of: HashMap<&str, DisruptionCause> = nodes
+            .iter()
+            .filter_map(|n| Some((n.node.as_deref()?, n.cause?)))
+            .collect();
+        let caused_by_interruption =
+            |node: &str| cause_of.get(node).copied().is_some_and(is_interruption);
+        let (mut pods_evicted, mut pods_evicted_by_interruption) = (0, 0);
+        for (node, count) in &evictions.evicted {
+            if caused_by_interruption(node) {
+                pods_evicted_by_interruption += count;
+            } else {
+                pods_evicted += count;
+            }
+        }
         let summary = Summary {
             duration_seconds: now - start,
+            pods_evicted,
+            pods_evicted_by_interruption,
+            drains_blocked_by_budgets: evictions.refused_by_budget.len(),
             pods_lost: lost,
             pods_killed_without_notice: w.killed_pods().len(),
             pdb_violations: w.budget_violations().len(),
@@ -997,7 +1071,7 @@ impl Run<'_> {
             samples: recorder.samples,
             drains,
             shortages: lock(&self.shortages).clone(),
-            nodes: node_records(&w),
+            nodes,
             markers: w
                 .marks()
                 .into_iter()

@@ -154,6 +154,11 @@ pub struct Scenario {
     /// The provisioner adopts the nodes Karpenter launched
     /// (`NODEWRIGHT_ADOPT_KARPENTER_NODES`).
     pub adopt_karpenter_nodes: bool,
+    /// Spot interruptions a month (730 hours) per running spot instance, as the Spot
+    /// Instance Advisor's "frequency of interruption" gives it (0.05: 5 in 100
+    /// instances a month): each running spot instance gets its warning at random at
+    /// that rate, beside the scenario's own events. 0: only the scenario's.
+    pub spot_interruption_rate: f64,
 }
 
 impl Scenario {
@@ -188,6 +193,7 @@ impl Scenario {
             pods: Vec::new(),
             pdbs: Vec::new(),
             adopt_karpenter_nodes: false,
+            spot_interruption_rate: 0.0,
         }
     }
 }

@@ -39,18 +39,18 @@ pub struct Deployment {
     /// (seconds since the simulation started, replicas from then on), in time order.
     pub replicas: Vec<(i64, u32)>,
     pub budget: Option<PodDisruptionBudget>,
+    /// The replicas follow an autoscaler's curve (`simulate --cluster` with an HPA):
+    /// its steps are not told in the timeline one by one (a day's curve is hundreds).
+    pub autoscaled: bool,
 }
 
 impl Deployment {
     /// The replica count wanted `elapsed` seconds into the simulation (0 before the
     /// first entry).
     pub fn replicas_at(&self, elapsed: i64) -> u32 {
-        self.replicas
-            .iter()
-            .take_while(|(at, _)| *at <= elapsed)
-            .last()
-            .map(|(_, n)| *n)
-            .unwrap_or(0)
+        // A day's curve is hundreds of steps, read for every Deployment every step.
+        let after = self.replicas.partition_point(|(at, _)| *at <= elapsed);
+        after.checked_sub(1).map_or(0, |i| self.replicas[i].1)
     }
 
     /// The ReplicaSet the Deployment controller keeps for the template: its replicas'
@@ -105,15 +105,64 @@ pub fn scale(
     deployment: &Deployment,
     state: &ClusterState,
     elapsed: i64,
+    next_suffix: impl FnMut() -> String,
+) -> Scaling {
+    let live = live_replicas(std::slice::from_ref(deployment), &state.pods)
+        .pop()
+        .unwrap_or_default();
+    scale_live(deployment, live, elapsed, next_suffix)
+}
+
+/// Each Deployment's live replicas (not finished, not being deleted), with their
+/// places in `pods`, in pod order: one pass over the pods, each tried only against
+/// the Deployments one of its labels could select (a Deployment is found by the first
+/// of its template's labels, or by namespace when it has none), not against all.
+pub fn live_replicas<'p>(
+    deployments: &[Deployment],
+    pods: &'p [Pod],
+) -> Vec<Vec<(usize, &'p Pod)>> {
+    let mut by_label: HashMap<(&str, &str, &str), Vec<usize>> = HashMap::new();
+    let mut by_namespace: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, d) in deployments.iter().enumerate() {
+        match d.template.labels.iter().next() {
+            Some((k, v)) => by_label
+                .entry((d.namespace.as_str(), k.as_str(), v.as_str()))
+                .or_default()
+                .push(i),
+            None => by_namespace
+                .entry(d.namespace.as_str())
+                .or_default()
+                .push(i),
+        }
+    }
+    let mut live = vec![Vec::new(); deployments.len()];
+    for (at, p) in pods.iter().enumerate() {
+        if p.daemonset_owned || p.terminal || p.terminating {
+            continue;
+        }
+        let ns = p.namespace.as_str();
+        let by_labels = p
+            .labels
+            .iter()
+            .filter_map(|(k, v)| by_label.get(&(ns, k.as_str(), v.as_str())))
+            .flatten();
+        for &i in by_namespace.get(ns).into_iter().flatten().chain(by_labels) {
+            if deployments[i].selects(p) {
+                live[i].push((at, p));
+            }
+        }
+    }
+    live
+}
+
+/// [`scale`] given the Deployment's live replicas ([`live_replicas`]).
+pub fn scale_live(
+    deployment: &Deployment,
+    live: Vec<(usize, &Pod)>,
+    elapsed: i64,
     mut next_suffix: impl FnMut() -> String,
 ) -> Scaling {
     let wanted = deployment.replicas_at(elapsed) as usize;
-    let live: Vec<(usize, &Pod)> = state
-        .pods
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| deployment.selects(p) && !p.terminal && !p.terminating)
-        .collect();
     let mut out = Scaling::default();
     if live.len() < wanted {
         for _ in live.len()..wanted {
@@ -331,6 +380,7 @@ pub fn mixed_deployment(rng: &mut Rng, number: usize) -> Deployment {
         template,
         replicas: vec![(0, u32::try_from(replicas).unwrap_or(1))],
         budget: None,
+        autoscaled: false,
     }
 }
 
@@ -461,6 +511,7 @@ mod tests {
             template,
             replicas,
             budget: None,
+            autoscaled: false,
         }
     }
 

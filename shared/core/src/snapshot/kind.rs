@@ -27,6 +27,8 @@ pub(super) enum ItemKind {
     ReplicationController,
     /// Read only with its `kind`: the default topology spread's selectors.
     Service,
+    /// Read only with its `kind`: what `simulate --cluster` scales workloads by.
+    Hpa,
 }
 
 impl ItemKind {
@@ -45,6 +47,7 @@ impl ItemKind {
             "ReplicaSet" => Some(ItemKind::ReplicaSet),
             "ReplicationController" => Some(ItemKind::ReplicationController),
             "Service" => Some(ItemKind::Service),
+            "HorizontalPodAutoscaler" => Some(ItemKind::Hpa),
             _ => None,
         }
     }
@@ -59,6 +62,7 @@ impl ItemKind {
                 | ItemKind::ReplicaSet
                 | ItemKind::ReplicationController
                 | ItemKind::Service
+                | ItemKind::Hpa
         )
     }
 
@@ -77,6 +81,7 @@ impl ItemKind {
             ItemKind::ReplicaSet => "ReplicaSet",
             ItemKind::ReplicationController => "ReplicationController",
             ItemKind::Service => "Service",
+            ItemKind::Hpa => "HorizontalPodAutoscaler",
         }
     }
 }

@@ -46,10 +46,10 @@ mod reader;
 mod tests;
 
 pub use convert::{
-    chunk_pod, controller_selector, csi_node_from_k8s, daemonset_from_k8s, deployment_from_k8s,
-    node_from_k8s, pdb_from_k8s, pod_from_k8s, pv_from_k8s, pvc_from_k8s, replicaset_from_k8s,
-    replicaset_selector, replication_controller_selector, scalable_workload, service_from_k8s,
-    statefulset_from_k8s, statefulset_selector, storage_class_from_k8s,
+    autoscaler_from_k8s, chunk_pod, controller_selector, csi_node_from_k8s, daemonset_from_k8s,
+    deployment_from_k8s, node_from_k8s, pdb_from_k8s, pod_from_k8s, pv_from_k8s, pvc_from_k8s,
+    replicaset_from_k8s, replicaset_selector, replication_controller_selector, scalable_workload,
+    service_from_k8s, statefulset_from_k8s, statefulset_selector, storage_class_from_k8s,
 };
 pub use error::{ContainerRef, SnapshotError};
 pub use lean_pod::LeanPod;

@@ -5,6 +5,7 @@
 use std::fmt;
 
 use k8s_openapi::api::apps::v1 as apps;
+use k8s_openapi::api::autoscaling::v2 as autoscaling;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::policy::v1 as policy;
 use k8s_openapi::api::storage::v1 as storage;
@@ -13,10 +14,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::convert::{
-    csi_node_from_k8s, daemonset_from_k8s, deployment_from_k8s, node_from_k8s, pdb_from_k8s,
-    pod_from_k8s, pv_from_k8s, pvc_from_k8s, replicaset_from_k8s, replicaset_selector,
-    replication_controller_selector, service_from_k8s, statefulset_from_k8s, statefulset_selector,
-    storage_class_from_k8s,
+    autoscaler_from_k8s, csi_node_from_k8s, daemonset_from_k8s, deployment_from_k8s, node_from_k8s,
+    pdb_from_k8s, pod_from_k8s, pv_from_k8s, pvc_from_k8s, replicaset_from_k8s,
+    replicaset_selector, replication_controller_selector, service_from_k8s, statefulset_from_k8s,
+    statefulset_selector, storage_class_from_k8s,
 };
 use super::error::{Result, SnapshotError};
 use super::kind::{ItemKind, classify, describe_object, describe_value, item_name};
@@ -322,6 +323,16 @@ impl ListReader {
                 let s = service_from_k8s(&s);
                 self.unique(index, "Service", format!("{}/{}", s.namespace, s.name))?;
                 self.snapshot.services.push(s);
+            }
+            ItemKind::Hpa => {
+                let h: autoscaling::HorizontalPodAutoscaler = decode(index, kind, item)?;
+                let h = autoscaler_from_k8s(&h)?;
+                self.unique(
+                    index,
+                    "HorizontalPodAutoscaler",
+                    format!("{}/{}", h.namespace, h.name),
+                )?;
+                self.snapshot.autoscalers.push(h);
             }
         }
         Ok(())

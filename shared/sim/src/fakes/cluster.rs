@@ -134,6 +134,18 @@ struct ClusterInner {
     /// pending pods with a new name.
     recreate: bool,
     recreated: u64,
+    evictions: EvictionCounts,
+    /// Moves on with every write to the state ([`FakeCluster::generation`]).
+    generation: u64,
+}
+
+/// What the eviction subresource answered, by the node the pod ran on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EvictionCounts {
+    /// Pods evicted from each node.
+    pub evicted: HashMap<String, usize>,
+    /// Evictions a PodDisruptionBudget refused (429), per node.
+    pub refused_by_budget: HashMap<String, usize>,
 }
 
 impl ClusterInner {
@@ -249,17 +261,50 @@ impl FakeCluster {
                 pod_deletions: Vec::new(),
                 recreate: false,
                 recreated: 0,
+                evictions: EvictionCounts::default(),
+                generation: 0,
             }),
             catalog,
             version: "1.33".into(),
         }
     }
 
+    /// The cluster's inner state for a write: the generation moves on.
+    fn write(&self) -> std::sync::MutexGuard<'_, ClusterInner> {
+        let mut inner = lock(&self.inner);
+        inner.generation += 1;
+        inner
+    }
+
+    /// A number that moves on whenever the state may have changed (any write through
+    /// this fake, `with_state` included): the same number twice means nothing changed
+    /// in between.
+    pub fn generation(&self) -> u64 {
+        lock(&self.inner).generation
+    }
+
     /// Reads or edits the whole state (add pools, node classes, DaemonSets...).
     pub fn with_state<R>(&self, f: impl FnOnce(&mut ClusterState) -> R) -> R {
-        let mut inner = lock(&self.inner);
+        let mut inner = self.write();
         inner.index = None;
         f(&mut inner.state)
+    }
+
+    /// Edits the whole state with `f`, which says whether it changed anything: the
+    /// generation moves on only if it did.
+    pub fn edit_state(&self, f: impl FnOnce(&mut ClusterState) -> bool) -> bool {
+        let mut inner = lock(&self.inner);
+        let changed = f(&mut inner.state);
+        if changed {
+            inner.index = None;
+            inner.generation += 1;
+        }
+        changed
+    }
+
+    /// Reads the whole state in place.
+    pub fn with_state_read<R>(&self, f: impl FnOnce(&ClusterState) -> R) -> R {
+        f(&lock(&self.inner).state)
     }
 
     /// Evicted and deleted pods (not DaemonSet pods) come back as pending pods named
@@ -270,13 +315,18 @@ impl FakeCluster {
         lock(&self.inner).recreate = on;
     }
 
+    /// The evictions answered so far, by node.
+    pub fn evictions(&self) -> EvictionCounts {
+        lock(&self.inner).evictions.clone()
+    }
+
     /// Pods deleted through `delete_pod`: (namespace/name, grace period seconds), in order.
     pub fn pod_deletions(&self) -> Vec<(String, i64)> {
         lock(&self.inner).pod_deletions.clone()
     }
 
     pub fn pod(&self, namespace: &str, name: &str) -> Option<Pod> {
-        let mut inner = lock(&self.inner);
+        let mut inner = self.write();
         let i = inner.find_pod(namespace, name)?;
         Some(inner.state.pods[i].clone())
     }
@@ -284,7 +334,7 @@ impl FakeCluster {
     /// RBAC forbids listing `kind` from now on (`persistentvolumeclaims`,
     /// `poddisruptionbudgets`...): reads go on without it, as the adapter's do.
     pub fn forbid(&self, kind: &str) {
-        lock(&self.inner).state.unreadable.push(nodewright_engine::ports::UnreadableKind {
+        self.write().state.unreadable.push(nodewright_engine::ports::UnreadableKind {
             kind: kind.to_string(),
             error_kind: ErrorKind::Unauthorized,
             message: format!(
@@ -295,7 +345,7 @@ impl FakeCluster {
 
     /// The cluster's NodeOverlays from now on (valid, or as read with why not).
     pub fn set_node_overlays(&self, overlays: Vec<nodewright_core::api::ReadOverlay>) {
-        lock(&self.inner).state.node_overlays = overlays;
+        self.write().state.node_overlays = overlays;
     }
 
     pub fn snapshot(&self) -> ClusterState {
@@ -303,7 +353,7 @@ impl FakeCluster {
     }
 
     pub fn add_pod(&self, pod: Pod) {
-        let mut inner = lock(&self.inner);
+        let mut inner = self.write();
         let at = inner.state.pods.len();
         if let Some(index) = inner.index.as_mut() {
             index.insert(&pod, at);
@@ -312,7 +362,7 @@ impl FakeCluster {
     }
 
     pub fn add_node(&self, node: Node) {
-        let mut inner = lock(&self.inner);
+        let mut inner = self.write();
         let at = inner.state.nodes.len();
         if let Some(index) = inner.index.as_mut() {
             index.nodes.insert(node.name.clone(), at);
@@ -322,7 +372,7 @@ impl FakeCluster {
 
     /// Removes a node (the order of the others may change); false if there was none.
     pub fn remove_node(&self, name: &str) -> bool {
-        let mut inner = lock(&self.inner);
+        let mut inner = self.write();
         let Some(i) = inner.find_node(name) else {
             return false;
         };
@@ -339,7 +389,7 @@ impl FakeCluster {
 
     /// Binds the pod `namespace/name` to `node`; false if there is no such pod.
     pub fn bind_pod(&self, pod_key: &str, node: &str) -> bool {
-        let mut inner = lock(&self.inner);
+        let mut inner = self.write();
         inner.index = None;
         match inner.state.pods.iter_mut().find(|p| p.key() == pod_key) {
             Some(p) => {
@@ -417,7 +467,7 @@ impl FakeCluster {
             taints,
             &self.catalog,
         );
-        let mut inner = lock(&self.inner);
+        let mut inner = self.write();
         inner.index = None;
         inner.state.nodes.retain(|n| n.name != name);
         inner.state.nodes.push(node);
@@ -472,7 +522,7 @@ impl FakeCluster {
 
     /// The node's Ready condition turns True; false if there is no such node.
     pub fn set_ready(&self, name: &str) -> bool {
-        let mut inner = lock(&self.inner);
+        let mut inner = self.write();
         match inner.state.nodes.iter_mut().find(|n| n.name == name) {
             Some(n) => {
                 n.ready = true;
@@ -512,7 +562,7 @@ impl FakeCluster {
         reason: Option<&str>,
         since: i64,
     ) -> bool {
-        let mut inner = lock(&self.inner);
+        let mut inner = self.write();
         match inner.state.nodes.iter_mut().find(|n| n.name == name) {
             Some(n) => {
                 if kind == "Ready" {
@@ -536,7 +586,7 @@ impl FakeCluster {
     /// lost (their controllers recreate them, when recreation is on). Returns the pods
     /// lost. The Node object stays until someone deletes it.
     pub fn lose_node(&self, name: &str) -> Vec<String> {
-        let mut inner = lock(&self.inner);
+        let mut inner = self.write();
         if let Some(i) = inner.find_node(name) {
             inner.state.nodes[i].ready = false;
         }
@@ -556,7 +606,7 @@ impl FakeCluster {
     /// Puts a taint on a node as its owner (the node lifecycle controller, a CNI)
     /// would; a taint of the same key and effect is replaced.
     pub fn add_taint(&self, node: &str, taint: Taint) {
-        let mut inner = lock(&self.inner);
+        let mut inner = self.write();
         if let Some(n) = inner.state.nodes.iter_mut().find(|n| n.name == node) {
             n.taints
                 .retain(|t| !(t.key == taint.key && t.effect == taint.effect));
@@ -566,7 +616,7 @@ impl FakeCluster {
 
     /// Removes a taint from a node as its owner (a CNI, a device plugin) would.
     pub fn remove_taint(&self, node: &str, key: &str) {
-        let mut inner = lock(&self.inner);
+        let mut inner = self.write();
         if let Some(n) = inner.state.nodes.iter_mut().find(|n| n.name == node) {
             n.taints.retain(|t| t.key != key);
         }
@@ -614,7 +664,7 @@ impl Cluster for FakeCluster {
         if let Some(e) = self.record(ClusterOp::PatchNode, name) {
             return Err(e);
         }
-        let mut inner = lock(&self.inner);
+        let mut inner = self.write();
         let Some(i) = inner.find_node(name) else {
             return Err(ClusterError::new(
                 ErrorKind::NotFound,
@@ -678,7 +728,7 @@ impl Cluster for FakeCluster {
         if let Some(e) = self.record(ClusterOp::UpdateStatus, format!("{kind}/{name}")) {
             return Err(e);
         }
-        let mut inner = lock(&self.inner);
+        let mut inner = self.write();
         let state = &inner.state;
         let exists = match kind {
             ObjectKind::NodePool => state.node_pools.iter().any(|p| p.name == name),
@@ -716,7 +766,7 @@ impl Cluster for FakeCluster {
         if let Some(e) = self.record(ClusterOp::MirrorClaims, "") {
             return Err(e);
         }
-        let mut inner = lock(&self.inner);
+        let mut inner = self.write();
         let mut report = MirrorReport::default();
         let live: BTreeMap<&str, &NodeClaim> = claims
             .iter()
@@ -757,7 +807,7 @@ impl Cluster for FakeCluster {
         if let Some(e) = self.record(ClusterOp::PodsOnNode, node) {
             return Err(e);
         }
-        let mut inner = lock(&self.inner);
+        let mut inner = self.write();
         let positions: Vec<usize> = {
             let index = inner.index();
             let Some(keys) = index.by_node.get(node) else {
@@ -785,7 +835,7 @@ impl Cluster for FakeCluster {
         if let Some(e) = self.record(ClusterOp::EvictPod, format!("{namespace}/{name}")) {
             return Err(e);
         }
-        let mut inner = lock(&self.inner);
+        let mut inner = self.write();
         let Some(i) = inner.find_pod(namespace, name) else {
             return Err(ClusterError::new(
                 ErrorKind::NotFound,
@@ -793,9 +843,11 @@ impl Cluster for FakeCluster {
             ));
         };
         let pod = &inner.state.pods[i];
+        let node = pod.node_name.clone().unwrap_or_default();
         if inner.state.pdbs.iter().any(|b| b.selects(pod))
             && !eviction_allowed(pod, &inner.state.pods, &inner.state.pdbs)
         {
+            *inner.evictions.refused_by_budget.entry(node).or_default() += 1;
             return Err(ClusterError::new(
                 ErrorKind::DisruptionBudget,
                 format!(
@@ -803,6 +855,7 @@ impl Cluster for FakeCluster {
                 ),
             ));
         }
+        *inner.evictions.evicted.entry(node).or_default() += 1;
         inner.remove_pod(i);
         Ok(())
     }
@@ -819,7 +872,7 @@ impl Cluster for FakeCluster {
         if let Some(e) = self.record(ClusterOp::DeletePod, format!("{namespace}/{name}")) {
             return Err(e);
         }
-        let mut inner = lock(&self.inner);
+        let mut inner = self.write();
         let Some(i) = inner.find_pod(namespace, name) else {
             return Err(ClusterError::new(
                 ErrorKind::NotFound,

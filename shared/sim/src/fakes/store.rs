@@ -53,6 +53,11 @@ impl MemoryStore {
 
     recording_api!(StoreOp, StoreError);
 
+    /// The claims' generation (bumped by every claim write), without logging a call.
+    pub fn generation(&self) -> u64 {
+        lock(&self.inner).claims_generation
+    }
+
     /// Every claim, without logging a call.
     pub fn claims(&self) -> Vec<NodeClaim> {
         lock(&self.inner).claims.values().cloned().collect()
@@ -188,6 +193,16 @@ impl ClaimStore for MemoryStore {
         tokio::task::yield_now().await;
         let inner = self.record(StoreOp::ListClaims, "")?;
         Ok(inner.claims.values().cloned().collect())
+    }
+
+    /// As `list_claims` (the same call, for faults), answered in place.
+    async fn any_claim(
+        &self,
+        wanted: &(dyn for<'c> Fn(&'c NodeClaim) -> bool + Send + Sync),
+    ) -> Result<bool, StoreError> {
+        tokio::task::yield_now().await;
+        let inner = self.record(StoreOp::ListClaims, "")?;
+        Ok(inner.claims.values().any(wanted))
     }
 
     async fn claims_generation(&self) -> Result<Option<u64>, StoreError> {

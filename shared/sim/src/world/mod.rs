@@ -47,7 +47,7 @@ use super::eks::{InstanceSeen, KubeletWrite, Kubelets, Reclaims};
 use super::eventbridge::{self, Envelope};
 use super::queue::{QueueConfig, SqsQueue};
 use super::rng::Rng;
-use super::workload::{Deployment, daemonset_pods, scale};
+use super::workload::{Deployment, daemonset_pods, live_replicas, scale_live};
 
 mod observer;
 
@@ -107,6 +107,8 @@ struct Observed {
     reboots: usize,
     /// The last look at the claims found one on its way somewhere.
     claims_in_motion: bool,
+    /// The store's claim generation at the last look at the claims.
+    claims_seen_at: Option<u64>,
     pending_since: HashMap<String, i64>,
     /// The instances EC2 takes back (after a notice), and when.
     reclaims: Reclaims,
@@ -114,8 +116,12 @@ struct Observed {
     stopping: BTreeMap<String, i64>,
     /// Last state seen per instance.
     states: HashMap<String, String>,
-    /// Replica count last logged per Deployment.
-    replicas: HashMap<String, u32>,
+    /// Replica count last applied per Deployment (by its place in `deployments`).
+    replicas: Vec<Option<u32>>,
+    /// The cluster's generation after the last step that found nothing to do: while
+    /// it holds (and no Deployment's count moves), kube-scheduler, the controllers and
+    /// the budgets would find the same again ([`World::step`]).
+    settled: Option<u64>,
     /// Instances not terminated, with their states, as of the last step.
     live: Vec<Instance>,
     next_pod: u64,
@@ -524,16 +530,31 @@ impl World {
         self.reboots_due(now);
         self.kubelets(now);
         let claims = self.claims_to_observe(now, launched);
+        // Nothing moved since a step that found nothing to do: the controllers and
+        // kube-scheduler would find the same, and the budgets read as they did. A quiet
+        // hour of a large cluster is thousands of such steps, each a pass over every pod.
+        let generation = self.cluster.generation();
+        let settled = lock(&self.observed).settled == Some(generation);
+        if settled && !self.replicas_due(now - self.started_at) {
+            if let Some(claims) = &claims {
+                self.cluster
+                    .with_state_read(|state| self.observe_claims(now, state, claims));
+            }
+            self.observe_budgets_again(now, died_now);
+            return;
+        }
         // The controllers, the observer and the binder work on the cluster's state in
         // place, under its lock, as one instant: nothing else acts in between.
-        self.cluster.with_state(|state| {
-            self.workloads(now, state);
+        let changed = self.cluster.edit_state(|state| {
+            let mut changed = self.workloads(now, state);
             if let Some(claims) = &claims {
                 self.observe_claims(now, state, claims);
             }
-            self.bind(now, state);
+            changed |= self.bind(now, state);
             self.observe_budgets(now, died_now, state);
+            changed
         });
+        lock(&self.observed).settled = (!changed).then(|| self.cluster.generation());
     }
 
     /// The claims, when they may have changed in a way the observer must see this
@@ -545,6 +566,12 @@ impl World {
         if !(launched || busy || now % 10 == 0) {
             return None;
         }
+        // Claims no one wrote since the last look read as they did then.
+        let generation = self.store.generation();
+        if !launched && lock(&self.observed).claims_seen_at == Some(generation) {
+            return None;
+        }
+        lock(&self.observed).claims_seen_at = Some(generation);
         let claims = self.store.claims();
         lock(&self.observed).claims_in_motion = claims
             .iter()
@@ -769,26 +796,51 @@ impl World {
         }
     }
 
+    /// Whether some Deployment wants another replica count now than it was last given.
+    fn replicas_due(&self, elapsed: i64) -> bool {
+        let deployments = lock(&self.deployments);
+        let o = lock(&self.observed);
+        deployments.len() != o.replicas.len()
+            || deployments
+                .iter()
+                .zip(&o.replicas)
+                .any(|(d, last)| *last != Some(d.replicas_at(elapsed)))
+    }
+
     /// Deployments, DaemonSets and the pod garbage collector, on `state` in place.
-    fn workloads(&self, now: i64, state: &mut ClusterState) {
+    /// Returns whether it changed anything.
+    fn workloads(&self, now: i64, state: &mut ClusterState) -> bool {
         let elapsed = now - self.started_at;
         let deployments = lock(&self.deployments).clone();
         let mut created: Vec<Pod> = Vec::new();
         let mut deleted: HashSet<String> = HashSet::new();
-        for d in &deployments {
+        let live = live_replicas(&deployments, &state.pods);
+        let mut counts_moved = false;
+        for (i, (d, live)) in deployments.iter().zip(live).enumerate() {
             let wanted = d.replicas_at(elapsed);
-            let key = format!("{}/{}", d.namespace, d.name);
-            let logged = lock(&self.observed).replicas.insert(key.clone(), wanted);
+            let logged = {
+                let mut o = lock(&self.observed);
+                if o.replicas.len() <= i {
+                    o.replicas.resize(i + 1, None);
+                }
+                o.replicas[i].replace(wanted)
+            };
             if logged != Some(wanted) {
-                self.log(format!(
-                    "{key} scaled to {wanted} replicas (from {})",
-                    logged.unwrap_or(0)
-                ));
-                if logged.is_some() {
-                    self.mark(format!("{} → {wanted}", d.name));
+                counts_moved = true;
+                // A curve's steps (an autoscaler's day) are too many to tell one by one.
+                if !d.autoscaled {
+                    self.log(format!(
+                        "{}/{} scaled to {wanted} replicas (from {})",
+                        d.namespace,
+                        d.name,
+                        logged.unwrap_or(0)
+                    ));
+                    if logged.is_some() {
+                        self.mark(format!("{} → {wanted}", d.name));
+                    }
                 }
             }
-            let scaling = scale(d, state, elapsed, || {
+            let scaling = scale_live(d, live, elapsed, || {
                 let mut o = lock(&self.observed);
                 o.next_pod += 1;
                 pod_suffix(o.next_pod)
@@ -797,22 +849,25 @@ impl World {
             deleted.extend(scaling.deleted);
         }
         // What a CapacityBuffer's `scalableRef` reads: each Deployment's replicas and
-        // its pod template as a chunk (without the volumes that need a claim).
-        state.workloads = deployments
-            .iter()
-            .map(|d| ScalableWorkload {
-                kind: "Deployment".into(),
-                namespace: d.namespace.clone(),
-                name: d.name.clone(),
-                replicas: Some(i32::try_from(d.replicas_at(elapsed)).unwrap_or(i32::MAX)),
-                template: Ok(Pod::from(PodFields {
-                    claims: Default::default(),
-                    volume_problem: None,
-                    node_name: None,
-                    ..PodFields::clone(&d.template)
-                })),
-            })
-            .collect();
+        // its pod template as a chunk (without the volumes that need a claim); made
+        // again only when a count moved.
+        if counts_moved || state.workloads.len() != deployments.len() {
+            state.workloads = deployments
+                .iter()
+                .map(|d| ScalableWorkload {
+                    kind: "Deployment".into(),
+                    namespace: d.namespace.clone(),
+                    name: d.name.clone(),
+                    replicas: Some(i32::try_from(d.replicas_at(elapsed)).unwrap_or(i32::MAX)),
+                    template: Ok(Pod::from(PodFields {
+                        claims: Default::default(),
+                        volume_problem: None,
+                        node_name: None,
+                        ..PodFields::clone(&d.template)
+                    })),
+                })
+                .collect();
+        }
         let node_names: HashSet<&str> = state.nodes.iter().map(|n| n.name.as_str()).collect();
         for p in &state.pods {
             let Some(n) = &p.node_name else { continue };
@@ -832,11 +887,14 @@ impl World {
             }
         }
         let daemons = daemonset_pods(state);
+        let changed =
+            counts_moved || !deleted.is_empty() || !created.is_empty() || !daemons.is_empty();
         if !deleted.is_empty() {
             state.pods.retain(|p| !deleted.contains(&p.key()));
         }
         state.pods.extend(created);
         state.pods.extend(daemons);
+        changed
     }
 
     /// `pods` as kube-scheduler schedules them: those without topology spread
@@ -855,7 +913,8 @@ impl World {
     /// Binds what can be bound, as kube-scheduler: only pods for it (not another
     /// scheduler's); a pod it finds no node for is marked Unschedulable on that first
     /// attempt, and the mark goes when it binds.
-    fn bind(&self, now: i64, state: &mut ClusterState) {
+    /// Returns whether it bound a pod or marked one.
+    fn bind(&self, now: i64, state: &mut ClusterState) -> bool {
         let mut pending: Vec<usize> = (0..state.pods.len())
             .filter(|&i| state.pods[i].is_pending() && state.pods[i].scheduler_name.is_none())
             .collect();
@@ -863,7 +922,7 @@ impl World {
         if pending.is_empty() {
             o.pending_since.clear();
             o.seen.pending = 0;
-            return;
+            return false;
         }
         let live: HashSet<String> = pending.iter().map(|&i| state.pods[i].key()).collect();
         o.pending_since.retain(|k, _| live.contains(k));
@@ -893,13 +952,16 @@ impl World {
             }
         }
         o.seen.pending = pending.len() - bindings.len();
+        let mut changed = !bindings.is_empty();
         for &i in &pending {
+            changed |= !state.pods[i].marked_unschedulable;
             state.pods[i].marked_unschedulable = true;
         }
         for (i, node) in bindings {
             state.pods[i].node_name = Some(node);
             state.pods[i].marked_unschedulable = false;
         }
+        changed
     }
 }
 

@@ -86,6 +86,9 @@ pub(super) struct Observations {
     pub(super) billed: (usize, f64),
     /// Pods left pending by the last step.
     pub(super) pending: usize,
+    /// The budgets the last look found violated, and by how much: what a step that
+    /// finds the cluster as it was sees again ([`World::observe_budgets_again`]).
+    pub(super) violated_now: Vec<(String, i64)>,
 }
 
 impl World {
@@ -196,16 +199,42 @@ impl World {
         if died_now {
             return;
         }
+        let mut violated = Vec::new();
         for pdb in &state.pdbs {
             let allowed = pdb.disruptions_allowed(state.pods.iter());
             if allowed < 0 {
-                lock(&self.observed).seen.violations.push(BudgetViolation {
-                    at: now,
-                    budget: format!("{}/{}", pdb.namespace, pdb.name),
-                    allowed,
-                });
+                violated.push((format!("{}/{}", pdb.namespace, pdb.name), allowed));
             }
         }
+        let mut o = lock(&self.observed);
+        o.seen
+            .violations
+            .extend(violated.iter().map(|(budget, allowed)| BudgetViolation {
+                at: now,
+                budget: budget.clone(),
+                allowed: *allowed,
+            }));
+        o.seen.violated_now = violated;
+    }
+
+    /// [`Self::observe_budgets`] on a cluster unchanged since the last look: the same
+    /// budgets are violated (if any), now.
+    pub(super) fn observe_budgets_again(&self, now: i64, died_now: bool) {
+        if died_now {
+            return;
+        }
+        let mut o = lock(&self.observed);
+        let again: Vec<BudgetViolation> = o
+            .seen
+            .violated_now
+            .iter()
+            .map(|(budget, allowed)| BudgetViolation {
+                at: now,
+                budget: budget.clone(),
+                allowed: *allowed,
+            })
+            .collect();
+        o.seen.violations.extend(again);
     }
 
     /// (pod, seconds it waited from pending to bound), in binding order.

@@ -27,9 +27,9 @@ pub use pdb::pdb_from_k8s;
 pub use pod::{daemonset_from_k8s, pod_from_k8s};
 pub use storage::{csi_node_from_k8s, pv_from_k8s, pvc_from_k8s, storage_class_from_k8s};
 pub use workload::{
-    chunk_pod, controller_selector, deployment_from_k8s, replicaset_from_k8s, replicaset_selector,
-    replication_controller_selector, scalable_workload, service_from_k8s, statefulset_from_k8s,
-    statefulset_selector,
+    autoscaler_from_k8s, chunk_pod, controller_selector, deployment_from_k8s, replicaset_from_k8s,
+    replicaset_selector, replication_controller_selector, scalable_workload, service_from_k8s,
+    statefulset_from_k8s, statefulset_selector,
 };
 
 /// Operators Kubernetes accepts in node selector requirements (Karpenter's Gte/Lte are

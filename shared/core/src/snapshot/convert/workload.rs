@@ -7,7 +7,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::pod::pod_from_k8s;
-use crate::cluster::{ControllerSelector, Pod, ScalableWorkload};
+use k8s_openapi::api::autoscaling::v2 as autoscaling;
+
+use crate::cluster::{Autoscaler, ControllerSelector, Pod, ScalableWorkload};
+use crate::snapshot::SnapshotError;
 
 /// A workload's (or PodTemplate's) pod template as one buffer chunk: read as a pod,
 /// with the volumes that need a claim (`persistentVolumeClaim`, `ephemeral`) and their
@@ -155,4 +158,52 @@ pub fn service_from_k8s(s: &core::Service) -> crate::cluster::Service {
             .and_then(|spec| spec.selector.as_ref())
             .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()),
     }
+}
+
+/// A HorizontalPodAutoscaler: its target and bounds. A negative `minReplicas`, or a
+/// `maxReplicas` below 1 or below `minReplicas`, is an object the API server refuses.
+pub fn autoscaler_from_k8s(
+    hpa: &autoscaling::HorizontalPodAutoscaler,
+) -> Result<Autoscaler, SnapshotError> {
+    let namespace = super::namespace_or_default(&hpa.metadata);
+    let name = hpa.metadata.name.clone().unwrap_or_default();
+    let object = format!("HorizontalPodAutoscaler \"{namespace}/{name}\"");
+    let invalid = |path: &str, value: String, expected: &str| SnapshotError::InvalidValue {
+        object: object.clone(),
+        path: path.to_string(),
+        value,
+        expected: expected.to_string(),
+    };
+    let spec = hpa.spec.clone().unwrap_or_default();
+    // minReplicas 0 needs the HPAScaleToZero feature gate: read as the floor all the same.
+    let min = spec.min_replicas.unwrap_or(1);
+    if min < 0 {
+        return Err(invalid(
+            "spec.minReplicas",
+            min.to_string(),
+            "a count of at least 0",
+        ));
+    }
+    if spec.max_replicas < 1 || spec.max_replicas < min {
+        return Err(invalid(
+            "spec.maxReplicas",
+            spec.max_replicas.to_string(),
+            &format!("a count of at least 1 and at least spec.minReplicas ({min})"),
+        ));
+    }
+    if spec.scale_target_ref.name.is_empty() {
+        return Err(invalid(
+            "spec.scaleTargetRef.name",
+            String::new(),
+            "the name of the workload it scales",
+        ));
+    }
+    Ok(Autoscaler {
+        namespace,
+        name,
+        target_kind: spec.scale_target_ref.kind,
+        target_name: spec.scale_target_ref.name,
+        min_replicas: min as u32,
+        max_replicas: spec.max_replicas as u32,
+    })
 }

@@ -476,3 +476,56 @@ fn pods_read_from_a_list_hold_the_constraints_they_share_once() {
         ("web-1", "web-2")
     );
 }
+
+#[test]
+fn horizontal_pod_autoscalers_are_read_with_their_target_and_bounds() {
+    let hpa = |name: &str, spec: Value| {
+        json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": name, "namespace": "shop"}, "spec": spec})
+    };
+    let target = json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"});
+    let s = parse_snapshot(&list(vec![
+        hpa(
+            "web",
+            json!({"scaleTargetRef": target, "minReplicas": 2, "maxReplicas": 10}),
+        ),
+        // minReplicas unset: the API server's default, 1.
+        hpa(
+            "db",
+            json!({"scaleTargetRef": {"kind": "StatefulSet", "name": "db"}, "maxReplicas": 3}),
+        ),
+    ]))
+    .unwrap();
+    let read: Vec<(&str, &str, &str, u32, u32)> = s
+        .autoscalers
+        .iter()
+        .map(|a| {
+            (
+                a.name.as_str(),
+                a.target_kind.as_str(),
+                a.target_name.as_str(),
+                a.min_replicas,
+                a.max_replicas,
+            )
+        })
+        .collect();
+    assert_eq!(
+        read,
+        vec![
+            ("web", "Deployment", "web", 2, 10),
+            ("db", "StatefulSet", "db", 1, 3)
+        ]
+    );
+    assert!(s.autoscalers.iter().all(|a| a.namespace == "shop"));
+
+    let err = parse_snapshot(&list(vec![hpa(
+        "web",
+        json!({"scaleTargetRef": target, "minReplicas": 5, "maxReplicas": 3}),
+    )]))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("HorizontalPodAutoscaler \"shop/web\"") && err.contains("spec.maxReplicas"),
+        "{err}"
+    );
+}
