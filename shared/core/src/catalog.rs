@@ -20,6 +20,7 @@ use std::sync::OnceLock;
 use serde::Deserialize;
 
 use crate::resources::{EBS_ATTACHMENTS, RawQuantity, Resources, WELL_KNOWN};
+use crate::scheduling::fast_hash::FastSet;
 
 pub use crate::ebs_attachments::estimated_ebs_attachments;
 
@@ -235,10 +236,12 @@ impl Catalog {
 
     /// Every label key some instance type carries: these are "well-known" for
     /// scheduling (a pod may require them even if a NodePool does not mention them).
-    pub fn label_keys(&self) -> HashSet<String> {
+    /// Borrowed, in a fast-hashed set: every decision asks, and a set of owned strings
+    /// copied each of some 1,400 types' label keys each time.
+    pub fn label_keys(&self) -> FastSet<&str> {
         self.types
             .iter()
-            .flat_map(|t| t.labels.keys().cloned())
+            .flat_map(|t| t.labels.keys().map(String::as_str))
             .collect()
     }
 }

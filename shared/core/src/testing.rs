@@ -274,7 +274,7 @@ pub fn violations(
         labels.extend(c.labels.clone());
         for (key, set) in c.requirements.iter() {
             if !labels.contains_key(key)
-                && !type_keys.contains(key)
+                && !type_keys.contains(key.as_str())
                 && key != LABEL_HOSTNAME
                 && set.any_value().is_some()
             {

@@ -8,6 +8,7 @@
 //! the class, as the caller asks ([`Unresolved`]).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use tracing::warn;
 
@@ -27,7 +28,7 @@ use crate::reasons::Problem;
 pub(crate) struct Gathered {
     pub(crate) state: ClusterState,
     pub(crate) claims: Vec<NodeClaim>,
-    pub(crate) catalog: Catalog,
+    pub(crate) catalog: Arc<Catalog>,
     pub(crate) pricing: Pricing,
     pub(crate) owned: Vec<Instance>,
     /// Instances Karpenter launched for this cluster: listed when adopting, or while

@@ -8,6 +8,7 @@
 //! underlying SDK or HTTP error is kept as the source.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -283,8 +284,9 @@ impl ZonalShift {
 
 #[async_trait]
 pub trait Cloud: Send + Sync {
-    /// Instance types with on-demand prices and allowed zones (cached per warm Lambda).
-    async fn catalog(&self) -> Result<Catalog, CloudError>;
+    /// Instance types with on-demand prices and allowed zones (cached per warm Lambda,
+    /// and shared: a copy of 1,363 types' labels per tick was a quiet tick's chore).
+    async fn catalog(&self) -> Result<Arc<Catalog>, CloudError>;
     /// Known spot prices per (instance type, zone).
     async fn spot_prices(&self) -> Result<BTreeMap<(String, String), f64>, CloudError>;
     /// Subnets, security groups and images an EC2NodeClass selects.

@@ -98,7 +98,7 @@ impl Ec2 {
 
 #[async_trait]
 impl Cloud for Ec2 {
-    async fn catalog(&self) -> Result<Catalog, CloudError> {
+    async fn catalog(&self) -> Result<Arc<Catalog>, CloudError> {
         self.fake.catalog().await
     }
 

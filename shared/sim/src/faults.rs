@@ -457,7 +457,7 @@ impl ChaosCloud {
 
 #[async_trait]
 impl Cloud for ChaosCloud {
-    async fn catalog(&self) -> Result<Catalog, CloudError> {
+    async fn catalog(&self) -> Result<Arc<Catalog>, CloudError> {
         let c = &self.chaos;
         c.through(Port::Ec2, "catalog", self.inner.catalog()).await
     }

@@ -57,7 +57,7 @@ impl<T: Clone> Reused<T> {
 /// answer DescribeInstanceTypes and DescribeSpotPriceHistory).
 #[derive(Default)]
 pub(super) struct ReadOnce {
-    catalog: Reused<Catalog>,
+    catalog: Reused<Arc<Catalog>>,
     spot_prices: Reused<BTreeMap<(String, String), f64>>,
 }
 
@@ -77,7 +77,7 @@ impl ReadOnce {
 impl Ec2Cloud {
     /// The instance types offered in the region: the embedded catalog's entry where it
     /// has one, else one built from DescribeInstanceTypes; reused for `catalog_ttl`.
-    pub(super) async fn read_catalog(&self) -> Result<Catalog, CloudError> {
+    pub(super) async fn read_catalog(&self) -> Result<Arc<Catalog>, CloudError> {
         if let Some(catalog) = self
             .read
             .catalog
@@ -176,8 +176,8 @@ impl Ec2Cloud {
                 "DescribeInstanceTypes: no instance type is offered in this region",
             ));
         }
-        let catalog = Catalog { types };
-        self.read.catalog.put(Instant::now(), catalog.clone());
+        let catalog = Arc::new(Catalog { types });
+        self.read.catalog.put(Instant::now(), Arc::clone(&catalog));
         Ok(catalog)
     }
 

@@ -156,7 +156,7 @@ impl Ec2Cloud {
 
 #[async_trait]
 impl Cloud for Ec2Cloud {
-    async fn catalog(&self) -> Result<Catalog, CloudError> {
+    async fn catalog(&self) -> Result<Arc<Catalog>, CloudError> {
         self.read_catalog().await
     }
 

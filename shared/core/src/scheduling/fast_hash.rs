@@ -2,10 +2,11 @@
 //! their keys are pod shapes, label values and group specs from the cluster, hashed tens
 //! of thousands of times per prepare, where SipHash's flood resistance buys nothing.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+pub type FastSet<K> = HashSet<K, BuildHasherDefault<FxHasher>>;
 
 #[derive(Default, Clone, Copy)]
 pub struct FxHasher {

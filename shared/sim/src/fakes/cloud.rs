@@ -87,7 +87,7 @@ impl FakeReservation {
 }
 
 struct CloudInner {
-    catalog: Catalog,
+    catalog: Arc<Catalog>,
     spot_prices: BTreeMap<(String, String), f64>,
     subnets: Vec<Subnet>,
     /// What every EC2NodeClass resolves to (`set_images`, `set_security_groups`).
@@ -165,7 +165,7 @@ impl FakeCloud {
             .collect();
         Self {
             inner: Mutex::new(CloudInner {
-                catalog,
+                catalog: Arc::new(catalog),
                 spot_prices: BTreeMap::new(),
                 subnets,
                 images: vec![
@@ -547,12 +547,12 @@ impl FakeCloud {
 
 #[async_trait]
 impl Cloud for FakeCloud {
-    async fn catalog(&self) -> Result<Catalog, CloudError> {
+    async fn catalog(&self) -> Result<Arc<Catalog>, CloudError> {
         tokio::task::yield_now().await;
         if let Some(e) = self.record(CloudOp::Catalog, "") {
             return Err(e);
         }
-        Ok(lock(&self.inner).catalog.clone())
+        Ok(Arc::clone(&lock(&self.inner).catalog))
     }
 
     async fn spot_prices(&self) -> Result<BTreeMap<(String, String), f64>, CloudError> {

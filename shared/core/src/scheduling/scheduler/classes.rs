@@ -486,11 +486,12 @@ impl Scheduler<'_> {
             };
             let types = if fit.is_ok() {
                 let merged = pool.reqs.intersect(reqs);
+                let type_reqs = self.type_requirements(&merged);
                 let mut ts: Vec<(f64, InstanceTypeId)> = pool
                     .types
                     .iter()
                     .copied()
-                    .filter(|&t| self.type_satisfies(t, &merged))
+                    .filter(|&t| self.type_meets(t, &type_reqs))
                     .filter_map(|t| {
                         self.cheapest_offering(t, &merged, None, None)
                             .map(|o| (o.price, t))

@@ -64,7 +64,7 @@ mod setup;
 mod static_claims;
 mod undo;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::api::model::{Ec2NodeClass, NodePool};
@@ -76,7 +76,7 @@ use crate::resources::Resources;
 
 pub use static_claims::static_claims;
 
-use super::fast_hash::FastMap;
+use super::fast_hash::{FastMap, FastSet};
 use super::requirements::Requirements;
 use super::topology::{Group, GroupSpec, NodeFilter};
 use super::unschedulable::Unschedulable;
@@ -212,8 +212,13 @@ pub(super) struct Scheduler<'a> {
     pub(super) zones: IdVec<DomainId, String>,
     /// Zone, capacity type, then every other key a constraint counts on.
     pub(super) keys: IdVec<DomainKeyId, DomainKey>,
-    pub(super) well_known: HashSet<String>,
-    pub(super) type_keys: HashSet<String>,
+    /// Label keys a NodePool need not mention for a pod to require them: every key
+    /// an instance type carries and the keys every node gets. Borrowed from the catalog:
+    /// a scheduler is built per decision, and a set of owned strings cost a copy of
+    /// every type's label keys each time.
+    pub(super) well_known: FastSet<&'a str>,
+    /// Every label key some instance type carries.
+    pub(super) type_keys: FastSet<&'a str>,
     /// price[type][zone][capacity type]
     pub(super) prices: setup::PoolPrices,
     pub(super) pools: IdVec<PoolId, PoolInfo>,

@@ -135,7 +135,7 @@ impl<'a> Scheduler<'a> {
     pub(super) fn type_satisfies(&self, t: InstanceTypeId, reqs: &Requirements) -> bool {
         let it = self.instance_type(t);
         reqs.iter().all(|(k, set)| {
-            if !self.type_keys.contains(k) {
+            if !self.type_keys.contains(k.as_str()) {
                 return true;
             }
             type_label_meets(it, k, set)
@@ -181,7 +181,7 @@ impl<'a> Scheduler<'a> {
     pub(super) fn type_requirements<'r>(&self, reqs: &'r Requirements) -> TypeRequirements<'r> {
         TypeRequirements(
             reqs.iter()
-                .filter(|(k, _)| self.type_keys.contains(*k))
+                .filter(|(k, _)| self.type_keys.contains(k.as_str()))
                 .map(|(k, set)| (k.as_str(), set))
                 .collect(),
         )

@@ -97,20 +97,26 @@ impl<'a> Scheduler<'a> {
         let input = self.input;
         for pool in input.node_pools {
             let reqs = Self::pool_requirements(pool);
+            // The requirements on type labels picked out once, not per type asked.
+            let type_reqs = self.type_requirements(&reqs);
             let types: Vec<InstanceTypeId> = self
                 .prices
                 .ids()
                 .filter(|&t| {
-                    self.type_satisfies(t, &reqs)
+                    self.type_meets(t, &type_reqs)
                         && self.cheapest_offering(t, &reqs, None, None).is_some()
                 })
                 .collect();
             let daemons = self.pool_daemons(pool, &reqs);
+            let daemon_type_reqs: Vec<_> = daemons
+                .iter()
+                .map(|daemon| self.type_requirements(&daemon.reqs))
+                .collect();
             let mut overhead = IdVec::filled(Resources::new(), self.prices.len());
             let mut port_daemons = IdVec::filled(Vec::new(), self.prices.len());
             for t in self.prices.ids() {
                 for (d, daemon) in daemons.iter().enumerate() {
-                    if self.type_satisfies(t, &daemon.reqs) {
+                    if self.type_meets(t, &daemon_type_reqs[d]) {
                         overhead[t].add(&daemon.requests);
                         if !daemon.ports.is_empty() {
                             port_daemons[t].push(d);
@@ -328,8 +334,9 @@ impl<'a> Scheduler<'a> {
         for (key, set) in reqs.iter() {
             let Some(min) = set.min_values else { continue };
             let mut seen: HashSet<&str> = HashSet::new();
+            let type_reqs = self.type_requirements(reqs);
             for &t in &self.pools[pool].types {
-                if !requests.fits_in(self.usable(pool, t)) || !self.type_satisfies(t, reqs) {
+                if !requests.fits_in(self.usable(pool, t)) || !self.type_meets(t, &type_reqs) {
                     continue;
                 }
                 if self.cheapest_offering(t, reqs, None, None).is_none() {

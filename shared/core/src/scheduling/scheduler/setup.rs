@@ -76,7 +76,7 @@ impl<'a> Scheduler<'a> {
         .into_iter()
         .chain(crate::catalog::RESERVATION_LABELS)
         {
-            well_known.insert(k.to_string());
+            well_known.insert(k);
         }
         let any_prefer_no_schedule = input
             .node_pools
