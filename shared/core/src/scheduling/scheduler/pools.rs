@@ -331,10 +331,10 @@ impl<'a> Scheduler<'a> {
         reqs: &Requirements,
         requests: &Resources,
     ) -> Result<(), Refusal> {
+        let type_reqs = self.type_requirements(reqs);
         for (key, set) in reqs.iter() {
             let Some(min) = set.min_values else { continue };
             let mut seen: HashSet<&str> = HashSet::new();
-            let type_reqs = self.type_requirements(reqs);
             for &t in &self.pools[pool].types {
                 if !requests.fits_in(self.usable(pool, t)) || !self.type_meets(t, &type_reqs) {
                     continue;
