@@ -9,6 +9,9 @@
 #
 #   bash tests/sam-build.sh                what `sam deploy` uploads (optimized, thin LTO)
 #   bash tests/sam-build.sh --unoptimized  the same build at opt-level 0, without LTO (CI)
+#   ... --build-only                       `sam build` alone (tests/run.sh runs it beside
+#                                          the tests, on the CPU time they leave idle)
+#   ... --check-only                       the checks of what the last `sam build` built
 #
 # --unoptimized is what CI runs: the same `sam build`, the same cargo-lambda commands and
 # features, with the release profile's optimizer and thin LTO turned off through
@@ -24,14 +27,22 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-case "${1:-}" in
-  "") ;;
-  --unoptimized)
-    export CARGO_PROFILE_RELEASE_OPT_LEVEL=0 CARGO_PROFILE_RELEASE_CODEGEN_UNITS=256 \
-      CARGO_PROFILE_RELEASE_LTO=off
-    ;;
-  *) echo "usage: bash tests/sam-build.sh [--unoptimized]" >&2; exit 2 ;;
-esac
+build=yes check=yes
+for arg in "$@"; do
+  case "$arg" in
+    --unoptimized)
+      export CARGO_PROFILE_RELEASE_OPT_LEVEL=0 CARGO_PROFILE_RELEASE_CODEGEN_UNITS=256 \
+        CARGO_PROFILE_RELEASE_LTO=off
+      ;;
+    --build-only) check=no ;;
+    --check-only) build=no ;;
+    *) echo "usage: bash tests/sam-build.sh [--unoptimized] [--build-only | --check-only]" >&2; exit 2 ;;
+  esac
+done
+if [ "$build$check" = nono ]; then
+  echo "sam-build.sh: --build-only and --check-only leave nothing to do" >&2
+  exit 2
+fi
 
 venv=target/tools/venv
 pip() { "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$@"; }
@@ -42,6 +53,17 @@ if [ ! -x "$venv/bin/cargo-lambda" ] || ! "$venv/bin/python" -c 'import ziglang'
 fi
 rustup target list --installed | grep -qx aarch64-unknown-linux-gnu || rustup target add aarch64-unknown-linux-gnu
 
+# As a user whose virtualenv is active: sam, cargo-lambda and zig on PATH.
+export PATH="$PWD/$venv/bin:$PATH"
+export SAM_CLI_TELEMETRY=0
+if [ "$build" = yes ]; then
+  echo "== sam build ($(sam --version), $(cargo lambda --version))"
+  started=$(date +%s)
+  sam build </dev/null
+  echo "sam build: $(($(date +%s) - started)) s"
+fi
+[ "$check" = yes ] || exit 0
+
 # qemu-aarch64 and the AArch64 glibc the binaries load, from Debian's packages.
 qemu_args=()
 if qemu=$(bash tests/qemu.sh); then
@@ -50,14 +72,6 @@ if qemu=$(bash tests/qemu.sh); then
 else
   echo "sam-build.sh: Debian's qemu-user-static and libc6-arm64-cross could not be fetched: the functions will not be run" >&2
 fi
-
-# As a user whose virtualenv is active: sam, cargo-lambda and zig on PATH.
-export PATH="$PWD/$venv/bin:$PATH"
-export SAM_CLI_TELEMETRY=0
-echo "== sam build ($(sam --version), $(cargo lambda --version))"
-started=$(date +%s)
-sam build </dev/null
-echo "sam build: $(($(date +%s) - started)) s"
 
 echo "== the built functions, and sam deploy with a saved samconfig.toml"
 bash tests/moto.sh "$venv/bin/python" tests/sam_build_check.py .aws-sam/build "${qemu_args[@]}"

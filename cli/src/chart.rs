@@ -13,6 +13,7 @@ use std::path::Path;
 
 use nodewright_sim::Report;
 use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 
@@ -115,33 +116,7 @@ fn draw_panel(
     let max = (0..samples.len())
         .map(|i| (panel.value)(i))
         .fold(0.0, f64::max);
-    let top = if panel.money {
-        (max * 1.15).max(0.01)
-    } else {
-        // Room above the highest count, and at least a few steps of axis.
-        (max * 1.15).max(4.0).ceil()
-    };
-    let mut chart = ChartBuilder::on(area)
-        .margin_left(MARGIN_LEFT)
-        .margin_right(MARGIN_RIGHT)
-        .margin_top(10)
-        .margin_bottom(if time_axis.is_some() { 4 } else { 8 })
-        .x_label_area_size(if time_axis.is_some() { 40 } else { 0 })
-        .y_label_area_size(Y_LABELS)
-        .build_cartesian_2d(0.0..x(end), 0.0..top)
-        .map_err(|e| e.to_string())?;
-    let whole = |v: &f64| format!("{v:.0}");
-    let cents = |v: &f64| format!("{v:.2}");
-    let labels: &dyn Fn(&f64) -> String = if panel.money { &cents } else { &whole };
-    let mut mesh = chart.configure_mesh();
-    mesh.y_desc(panel.title)
-        .y_labels(5)
-        .y_label_formatter(labels)
-        .light_line_style(WHITE);
-    if let Some(unit) = time_axis {
-        mesh.x_desc(format!("virtual time ({unit})"));
-    }
-    mesh.draw().map_err(|e| e.to_string())?;
+    let (mut chart, top) = axes(area, panel.title, max, panel.money, x(end), time_axis)?;
 
     for s in &report.shortages {
         let (from, to) = (x(s.from - started(report)), x(s.to - started(report)));
@@ -163,18 +138,66 @@ fn draw_panel(
             )))
             .map_err(|e| e.to_string())?;
     }
-    // Steps, not slopes: a value holds until the next sample.
-    let mut points = Vec::with_capacity(samples.len() * 2);
-    for (i, s) in samples.iter().enumerate() {
-        if i > 0 {
-            points.push((x(s.t), (panel.value)(i - 1)));
-        }
-        points.push((x(s.t), (panel.value)(i)));
-    }
+    let points = steps(samples.iter().map(|s| x(s.t)), panel.value);
     chart
         .draw_series(LineSeries::new(points, panel.color.stroke_width(2)))
         .map_err(|e| e.to_string())?;
     Ok(())
+}
+
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// A panel's axes, from 0 to `x_end` and from 0 to a little above `max`, drawn: its
+/// title and labels up the side (whole numbers for counts, cents for $/h), the time
+/// axis under it when `time_axis` names the unit. Returns the chart and its top.
+fn axes<'a, 'b>(
+    area: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    title: &str,
+    max: f64,
+    money: bool,
+    x_end: f64,
+    time_axis: Option<&str>,
+) -> Result<(Chart<'a, 'b>, f64), String> {
+    let top = if money {
+        (max * 1.15).max(0.01)
+    } else {
+        // Room above the highest count, and at least a few steps of axis.
+        (max * 1.15).max(4.0).ceil()
+    };
+    let mut chart = ChartBuilder::on(area)
+        .margin_left(MARGIN_LEFT)
+        .margin_right(MARGIN_RIGHT)
+        .margin_top(10)
+        .margin_bottom(if time_axis.is_some() { 4 } else { 8 })
+        .x_label_area_size(if time_axis.is_some() { 40 } else { 0 })
+        .y_label_area_size(Y_LABELS)
+        .build_cartesian_2d(0.0..x_end, 0.0..top)
+        .map_err(|e| e.to_string())?;
+    let whole = |v: &f64| format!("{v:.0}");
+    let cents = |v: &f64| format!("{v:.2}");
+    let labels: &dyn Fn(&f64) -> String = if money { &cents } else { &whole };
+    let mut mesh = chart.configure_mesh();
+    mesh.y_desc(title)
+        .y_labels(5)
+        .y_label_formatter(labels)
+        .light_line_style(WHITE);
+    if let Some(unit) = time_axis {
+        mesh.x_desc(format!("virtual time ({unit})"));
+    }
+    mesh.draw().map_err(|e| e.to_string())?;
+    Ok((chart, top))
+}
+
+/// Steps, not slopes: the i-th value holds from the i-th time until the next one.
+fn steps(times: impl Iterator<Item = f64>, value: impl Fn(usize) -> f64) -> Vec<(f64, f64)> {
+    let mut points = Vec::new();
+    for (i, t) in times.enumerate() {
+        if i > 0 {
+            points.push((t, value(i - 1)));
+        }
+        points.push((t, value(i)));
+    }
+    points
 }
 
 /// The markers' labels above the panels, each written up its own line so that events
@@ -291,41 +314,11 @@ fn compare_panel(
         .iter()
         .flat_map(|(_, r)| r.samples.iter().map(value))
         .fold(0.0, f64::max);
-    let top = if money {
-        (max * 1.15).max(0.01)
-    } else {
-        (max * 1.15).max(4.0).ceil()
-    };
-    let mut chart = ChartBuilder::on(area)
-        .margin_left(MARGIN_LEFT)
-        .margin_right(MARGIN_RIGHT)
-        .margin_top(10)
-        .margin_bottom(if time_axis.is_some() { 4 } else { 8 })
-        .x_label_area_size(if time_axis.is_some() { 40 } else { 0 })
-        .y_label_area_size(Y_LABELS)
-        .build_cartesian_2d(0.0..x(end), 0.0..top)
-        .map_err(|e| e.to_string())?;
-    let whole = |v: &f64| format!("{v:.0}");
-    let cents = |v: &f64| format!("{v:.2}");
-    let labels: &dyn Fn(&f64) -> String = if money { &cents } else { &whole };
-    let mut mesh = chart.configure_mesh();
-    mesh.y_desc(title)
-        .y_labels(5)
-        .y_label_formatter(labels)
-        .light_line_style(WHITE);
-    if let Some(unit) = time_axis {
-        mesh.x_desc(format!("virtual time ({unit})"));
-    }
-    mesh.draw().map_err(|e| e.to_string())?;
+    let (mut chart, _) = axes(area, title, max, money, x(end), time_axis)?;
     for (i, (name, report)) in runs.iter().enumerate() {
         let color = if i == 0 { NODES } else { OTHER };
-        let mut points = Vec::with_capacity(report.samples.len() * 2);
-        for (j, s) in report.samples.iter().enumerate() {
-            if j > 0 {
-                points.push((x(s.t), value(&report.samples[j - 1])));
-            }
-            points.push((x(s.t), value(s)));
-        }
+        let samples = &report.samples;
+        let points = steps(samples.iter().map(|s| x(s.t)), |j| value(&samples[j]));
         chart
             .draw_series(LineSeries::new(points, color.stroke_width(2)))
             .map_err(|e| e.to_string())?

@@ -6,12 +6,14 @@
 //! selects now (image, subnet, security groups, as EC2 reports them).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use nodewright_core::api::model::{Ec2NodeClass, NodePool};
 use nodewright_core::capacity_buffer::buffer_room;
-use nodewright_core::catalog::CapacityType;
+use nodewright_core::catalog::{CapacityType, Catalog};
 use nodewright_core::cluster::{ClusterSnapshot, Node, Pod, PodFields};
 use nodewright_core::disruption::drift::{LaunchedWith, Selection, external_drift};
+use nodewright_core::disruption::horizon::unchanged_until;
 use nodewright_core::disruption::{Decision, DisruptionInput};
 use nodewright_core::nodeclaim::{DisruptionCommand, NodeClaim, instance_id_from_provider_id};
 use nodewright_core::planning_view::{
@@ -19,12 +21,15 @@ use nodewright_core::planning_view::{
 };
 use nodewright_core::pricing::Pricing;
 use nodewright_core::provisioning::ProvisioningInput;
+use nodewright_core::scheduling::InFlightClaim;
 use nodewright_core::well_known::{LABEL_ARCH, LABEL_CAPACITY_RESERVATION_ID, LABEL_NODEPOOL};
 
 use crate::gather::Gathered;
 use crate::ports::Instance;
 
-/// Core's decision function, as the engine calls it (injected by tests).
+/// Core's decision function, as the engine calls it (injected by tests). It must be a
+/// function of its input alone, as core's is: the disruption job answers a run whose
+/// input is unchanged with the decision it already has ([`Remembered`]).
 pub type Decider = Arc<dyn Fn(&DisruptionInput<'_>) -> Decision + Send + Sync>;
 
 /// Core's `decide`.
@@ -46,6 +51,21 @@ pub(crate) fn decide(
     gathered: &Gathered,
     now: i64,
     revalidate: &[&DisruptionCommand],
+) -> Decision {
+    decide_remembering(decider, spot_to_spot, gathered, now, revalidate, None)
+}
+
+/// [`decide`], answered from `remembered` when core's view is the one the decision
+/// kept there was made on and the clock has not reached what could change it
+/// ([`unchanged_until`]); a fresh decision that starts nothing is kept there for the
+/// next run. (Validation passes none: it decides on commands under way.)
+pub(crate) fn decide_remembering(
+    decider: &Decider,
+    spot_to_spot: bool,
+    gathered: &Gathered,
+    now: i64,
+    revalidate: &[&DisruptionCommand],
+    remembered: Option<&Remembered>,
 ) -> Decision {
     // Voluntary disruption weighs every PodDisruptionBudget: without them it decides
     // nothing (and a command being validated is abandoned) until they can be read.
@@ -177,7 +197,85 @@ pub(crate) fn decide(
         nominated: &nominated,
         validating: validating.as_deref(),
     };
-    decider(&input)
+    let Some(remembered) = remembered.filter(|_| revalidate.is_empty()) else {
+        return decider(&input);
+    };
+    if let Some(decision) = remembered.answer(&input, &gathered.catalog) {
+        return decision;
+    }
+    let decision = decider(&input);
+    if decision.commands.is_empty() {
+        let until = unchanged_until(&input);
+        let pricing = pricing.clone();
+        remembered.keep(Kept {
+            at: now,
+            until,
+            spot_to_spot,
+            node_pools: gathered.pools.clone(),
+            node_classes: gathered.state.node_classes.clone(),
+            catalog: Arc::clone(&gathered.catalog),
+            pricing,
+            in_flight,
+            external_drift,
+            disrupting,
+            nominated,
+            snapshot,
+            decision: decision.clone(),
+        });
+    }
+    decision
+}
+
+/// The last fresh decision that started nothing, with everything core read for it but
+/// the clock, for as long as the warm function lives: while the cluster, its
+/// NodePools, prices and the rest stay as they were, the next run's answer is this one
+/// (Karpenter keeps a cluster "consolidated" until something changes, so a quiet
+/// minute does not search every node again), up to the moment a fact that depends on
+/// the time alone flips ([`unchanged_until`]: an expiry, a do-not-disrupt duration
+/// lapsing, consolidateAfter running, a scheduled budget). The answer is the decision
+/// core would make, not an approximation of it: the view is compared whole.
+#[derive(Default)]
+pub(crate) struct Remembered(Mutex<Option<Kept>>);
+
+pub(crate) struct Kept {
+    at: i64,
+    until: Option<i64>,
+    spot_to_spot: bool,
+    node_pools: Vec<NodePool>,
+    node_classes: Vec<Ec2NodeClass>,
+    catalog: Arc<Catalog>,
+    pricing: Pricing,
+    in_flight: Vec<InFlightClaim>,
+    external_drift: Vec<(String, String)>,
+    disrupting: Vec<String>,
+    nominated: Vec<String>,
+    snapshot: ClusterSnapshot,
+    decision: Decision,
+}
+
+impl Remembered {
+    fn answer(&self, input: &DisruptionInput<'_>, catalog: &Arc<Catalog>) -> Option<Decision> {
+        let kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let kept = kept.as_ref()?;
+        let holds = kept.at <= input.now
+            && kept.until.is_none_or(|until| input.now < until)
+            && input.validating.is_none()
+            && kept.spot_to_spot == input.spot_to_spot
+            && kept.disrupting == input.disrupting
+            && kept.nominated == input.nominated
+            && kept.external_drift == input.external_drift
+            && kept.node_pools == input.node_pools
+            && kept.node_classes == input.node_classes
+            && (Arc::ptr_eq(&kept.catalog, catalog) || *kept.catalog == **catalog)
+            && kept.pricing == *input.pricing
+            && kept.in_flight == input.in_flight
+            && kept.snapshot == *input.snapshot;
+        holds.then(|| kept.decision.clone())
+    }
+
+    fn keep(&self, kept: Kept) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(kept);
+    }
 }
 
 /// The pricing as it was before the `hidden` replacements launched, when one of them

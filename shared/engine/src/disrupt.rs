@@ -15,7 +15,7 @@ use nodewright_core::disruption::{Decision, RejectCode, RejectedNode};
 
 use crate::command::{CommandMachine, advance_commands, command_in_flight, start_command};
 use crate::context::Ports;
-use crate::decide::{Decider, decide, default_decider};
+use crate::decide::{Decider, Remembered, decide_remembering, default_decider};
 use crate::error::Result;
 use crate::gather::{Gathered, Unresolved, gather};
 use crate::launch::{LaunchConfig, Launcher};
@@ -101,6 +101,9 @@ pub struct Disrupter {
     /// The invalid `karpenter.sh/do-not-disrupt` value last warned about per pod, the
     /// same way.
     invalid_annotations: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// The last decision that started nothing and what it was made on: a run whose
+    /// view is the same is answered with it instead of searching the cluster again.
+    remembered: Remembered,
 }
 
 /// How many pod names a decision record lists per destination.
@@ -165,6 +168,7 @@ impl Disrupter {
             recorded: Default::default(),
             pools_blocked: Default::default(),
             invalid_annotations: Default::default(),
+            remembered: Default::default(),
         }
     }
 
@@ -190,7 +194,14 @@ impl Disrupter {
     }
 
     fn decide(&self, gathered: &Gathered, now: i64) -> Decision {
-        decide(&self.decider, self.config.spot_to_spot, gathered, now, &[])
+        decide_remembering(
+            &self.decider,
+            self.config.spot_to_spot,
+            gathered,
+            now,
+            &[],
+            Some(&self.remembered),
+        )
     }
 
     /// One scheduled run: lease, gather, advance the commands in flight, decide (when

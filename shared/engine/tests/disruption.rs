@@ -798,6 +798,47 @@ async fn core_consolidates_nothing_under_a_budget_of_zero() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_quiet_cluster_is_answered_with_the_decision_already_made_until_something_changes() {
+    // Core decides, and the decider counts the fresh decisions it is asked for.
+    let asked = Arc::new(Mutex::new(0usize));
+    let counting: Decider = {
+        let asked = asked.clone();
+        let core = default_decider();
+        Arc::new(move |input: &DisruptionInput<'_>| {
+            if input.validating.is_none() {
+                *asked.lock().unwrap() += 1;
+            }
+            core(input)
+        })
+    };
+    let sys = two_full_nodes_of(System::with(m5_pool(), counting, Arc::default())).await;
+    let nodes = sys.live_nodes();
+
+    // Two full nodes: nothing to consolidate, minute after minute.
+    sys.run(5).await;
+    let quiet: Vec<DisruptionReport> = sys.runs.lock().unwrap().drain(..).collect();
+    assert_eq!(quiet.len(), 5);
+    assert!(quiet.iter().all(|r| r.decided && r.started.is_empty()));
+    assert!(
+        quiet.iter().all(|r| r.rejected == quiet[0].rejected),
+        "every run keeps the same nodes for the same reasons: {quiet:#?}"
+    );
+    assert_eq!(quiet[0].rejected.len(), 2, "{:#?}", quiet[0].rejected);
+    assert_eq!(
+        *asked.lock().unwrap(),
+        1,
+        "the view did not change: the first decision answers the four runs after it"
+    );
+
+    // A change in the view is decided afresh: the first node's pods go, it is empty.
+    delete_pods_on(&sys, &nodes[0]);
+    sys.run(3).await;
+    assert!(*asked.lock().unwrap() > 1);
+    assert_eq!(sys.live_nodes(), vec![nodes[1].clone()]);
+    sys.assert_settled();
+}
+
+#[tokio::test(start_paused = true)]
 async fn core_replaces_an_expired_node_despite_a_budget_of_zero() {
     let mut pool = pool_with_budget(BudgetNodes::Count(0));
     pool.expire_after = Some(Duration::from_secs(5 * 60));

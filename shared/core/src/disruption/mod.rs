@@ -13,6 +13,7 @@ pub mod command;
 pub mod decide;
 pub mod drift;
 pub mod hash;
+pub mod horizon;
 mod kube_fit;
 pub mod rules;
 pub mod speculate;
