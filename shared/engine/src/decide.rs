@@ -255,21 +255,37 @@ pub(crate) struct Kept {
 
 impl Remembered {
     fn answer(&self, input: &DisruptionInput<'_>, catalog: &Arc<Catalog>) -> Option<Decision> {
+        // Every field named (no `..`): a field added to the input must be compared here,
+        // or the answer would ignore it.
+        let DisruptionInput {
+            snapshot,
+            node_pools,
+            node_classes,
+            catalog: _,
+            pricing,
+            in_flight,
+            now,
+            spot_to_spot,
+            external_drift,
+            disrupting,
+            nominated,
+            validating,
+        } = input;
         let kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let kept = kept.as_ref()?;
-        let holds = kept.at <= input.now
-            && kept.until.is_none_or(|until| input.now < until)
-            && input.validating.is_none()
-            && kept.spot_to_spot == input.spot_to_spot
-            && kept.disrupting == input.disrupting
-            && kept.nominated == input.nominated
-            && kept.external_drift == input.external_drift
-            && kept.node_pools == input.node_pools
-            && kept.node_classes == input.node_classes
+        let holds = kept.at <= *now
+            && kept.until.is_none_or(|until| *now < until)
+            && validating.is_none()
+            && kept.spot_to_spot == *spot_to_spot
+            && kept.disrupting == *disrupting
+            && kept.nominated == *nominated
+            && kept.external_drift == *external_drift
+            && kept.node_pools == *node_pools
+            && kept.node_classes == *node_classes
             && (Arc::ptr_eq(&kept.catalog, catalog) || *kept.catalog == **catalog)
-            && kept.pricing == *input.pricing
-            && kept.in_flight == input.in_flight
-            && kept.snapshot == *input.snapshot;
+            && kept.pricing == **pricing
+            && kept.in_flight == *in_flight
+            && kept.snapshot == **snapshot;
         holds.then(|| kept.decision.clone())
     }
 
