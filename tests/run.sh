@@ -8,7 +8,8 @@ export CARGO_TERM_COLOR=never
 
 # Each step says when it began (minutes into the run), so a slow run shows where.
 step() { printf '\n== %s  [%dm%02ds]\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
-# What is left on the disk target/ is on: a fresh clone's run writes about 7 GB there.
+# What is left on the disk target/ is on: a fresh clone's run writes about 7 GB there,
+# and the arm64 build's 2 GB beside it.
 disk_free() { mkdir -p target && df -h target | awk 'NR == 2 { print "disk: " $4 " free for target/" }'; }
 
 # Waits for work started in the background, prints what it wrote, and ends the run
