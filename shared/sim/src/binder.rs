@@ -11,12 +11,13 @@
 //! cluster binds with this binder too). Preferences (preferred affinity,
 //! `ScheduleAnyway`) only score in kube-scheduler and are not modelled.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
-use nodewright_core::api::model::TaintEffect;
+use nodewright_core::api::model::{NodeRequirement, TaintEffect};
 use nodewright_core::cluster::{LabelSelector, Node, Pod, PodAffinityTerm, WhenUnsatisfiable};
 use nodewright_core::resources::Resources;
 use nodewright_core::scheduling::requirements::Requirements;
+use nodewright_core::share::Shared;
 
 use nodewright_engine::ports::ClusterState;
 
@@ -44,6 +45,43 @@ pub struct Binder {
     /// that can repel another, so the check for it does not scan every pod (which
     /// made binding quadratic in the pods at cluster sizes of 30,000).
     repelling: Vec<usize>,
+    /// The `DoNotSchedule` spread counts asked for so far, kept up to date as pods are
+    /// placed: the replicas of one workload ask the same question, and counting the
+    /// bound pods afresh for each of them made binding a rollout's evicted pods cost
+    /// pods × bound pods.
+    spread_counts: Vec<SpreadCount>,
+    /// Where in `spread_counts` the counts of a (namespace, topology key, selector)
+    /// are (one per node affinity asking).
+    spread_index: HashMap<(String, String, LabelSelector), Vec<usize>>,
+    /// The counts of each namespace's pods: those a placed pod may add to.
+    spread_namespaces: HashMap<String, Vec<usize>>,
+}
+
+/// The pods a spread constraint's selector matches, per domain, over the nodes the
+/// asking pod's node affinity matches (a domain with none counts 0): what
+/// kube-scheduler's PodTopologySpread filter counts for that pod.
+struct SpreadCount {
+    topology_key: String,
+    selector: LabelSelector,
+    node_selector: Shared<BTreeMap<String, String>>,
+    required_node_terms: Shared<Vec<Vec<NodeRequirement>>>,
+    counts: HashMap<String, u32>,
+}
+
+impl SpreadCount {
+    /// Counts `pod` (of the count's namespace), just bound to `node`, where the
+    /// constraint counts it.
+    fn count(&mut self, pod: &Pod, node: &Node) {
+        if !self.selector.matches(&pod.labels) {
+            return;
+        }
+        let Some(value) = node.labels.get(&self.topology_key) else {
+            return;
+        };
+        if node_affinity_matches(&self.node_selector, &self.required_node_terms, node) {
+            *self.counts.entry(value.clone()).or_default() += 1;
+        }
+    }
 }
 
 impl Binder {
@@ -79,13 +117,84 @@ impl Binder {
             free,
             pods,
             repelling,
+            spread_counts: Vec::new(),
+            spread_index: HashMap::new(),
+            spread_namespaces: HashMap::new(),
         }
+    }
+
+    /// Where in `spread_counts` the count `pod`'s constraint asks for is, counted now
+    /// if no pod asked it before.
+    fn spread_count(&mut self, pod: &Pod, topology_key: &str, selector: &LabelSelector) -> usize {
+        let key = (
+            pod.namespace.clone(),
+            topology_key.to_string(),
+            selector.clone(),
+        );
+        let same_affinity = |s: &SpreadCount| {
+            s.node_selector == pod.node_selector && s.required_node_terms == pod.required_node_terms
+        };
+        if let Some(&at) = self.spread_index.get(&key).and_then(|asked| {
+            asked
+                .iter()
+                .find(|&&at| same_affinity(&self.spread_counts[at]))
+        }) {
+            return at;
+        }
+        let mut counts: HashMap<String, u32> = HashMap::new();
+        for (j, n) in self.nodes.iter().enumerate() {
+            let Some(value) = n.labels.get(topology_key) else {
+                continue;
+            };
+            if !matches_node_affinity(pod, n) {
+                continue;
+            }
+            let matching = self.pods[j]
+                .iter()
+                .filter(|p| p.namespace == pod.namespace && selector.matches(&p.labels))
+                .count() as u32;
+            *counts.entry(value.clone()).or_default() += matching;
+        }
+        let at = self.spread_counts.len();
+        self.spread_index.entry(key).or_default().push(at);
+        self.spread_namespaces
+            .entry(pod.namespace.clone())
+            .or_default()
+            .push(at);
+        self.spread_counts.push(SpreadCount {
+            topology_key: topology_key.to_string(),
+            selector: selector.clone(),
+            node_selector: pod.node_selector.clone(),
+            required_node_terms: pod.required_node_terms.clone(),
+            counts,
+        });
+        at
     }
 
     /// The node kube-scheduler would bind `pod` to now, if any; the binding is
     /// counted (room and topology) for the pods placed after it.
     pub fn place(&mut self, pod: &Pod) -> Option<String> {
-        let others = OtherPods::around(self, pod);
+        let spreads = pod
+            .topology_spread
+            .iter()
+            .filter(|c| c.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule)
+            .filter_map(|c| {
+                let selector = c.label_selector.as_ref()?;
+                let at = self.spread_count(pod, &c.topology_key, selector);
+                let counts = &self.spread_counts[at].counts;
+                let mut min = counts.values().copied().min().unwrap_or(0);
+                if c.min_domains.is_some_and(|m| (counts.len() as u32) < m) {
+                    min = 0;
+                }
+                Some(Spread {
+                    at,
+                    min,
+                    max_skew: c.max_skew,
+                    self_match: u32::from(selector.matches(&pod.labels)),
+                })
+            })
+            .collect();
+        let others = OtherPods::around(self, pod, spreads);
         let best = (0..self.nodes.len())
             .filter(|&i| self.allows(pod, &others, i))
             .max_by(|&a, &b| {
@@ -94,6 +203,14 @@ impl Binder {
                     .then_with(|| self.nodes[b].name.cmp(&self.nodes[a].name))
             })?;
         self.free[best].sub(&pod.requests);
+        for &at in self
+            .spread_namespaces
+            .get(&pod.namespace)
+            .into_iter()
+            .flatten()
+        {
+            self.spread_counts[at].count(pod, &self.nodes[best]);
+        }
         let mut bound = pod.clone();
         bound.node_name = Some(self.nodes[best].name.clone());
         self.pods[best].push(bound);
@@ -130,7 +247,7 @@ impl Binder {
             && !node.unschedulable
             && fits(pod, node)
             && pod.requests.fits_in(&self.free[i])
-            && others.allow(node)
+            && others.allow(node, &self.spread_counts)
     }
 }
 
@@ -138,9 +255,9 @@ impl Binder {
 /// (one pass over the bound pods) rather than once per node it is tried on, which
 /// made a placement cost nodes × pods.
 struct OtherPods {
-    /// `DoNotSchedule` spread: per constraint, its topology key, the matching pods per
-    /// domain (over the nodes the pod's node affinity matches), the least populated
-    /// domain's count, and what the pod adds (1 if the selector matches itself).
+    /// `DoNotSchedule` spread: per constraint, its count (the matching pods per
+    /// domain), the least populated domain's count, and what the pod adds (1 if the
+    /// selector matches itself).
     spreads: Vec<Spread>,
     /// The pod's required anti-affinity: per term, its key and the domains where a
     /// pod it selects runs.
@@ -154,49 +271,16 @@ struct OtherPods {
 }
 
 struct Spread {
-    topology_key: String,
-    counts: HashMap<String, u32>,
+    /// Where its count is in the binder's `spread_counts`.
+    at: usize,
     min: u32,
     max_skew: u32,
     self_match: u32,
 }
 
 impl OtherPods {
-    fn around(binder: &Binder, pod: &Pod) -> OtherPods {
+    fn around(binder: &Binder, pod: &Pod, spreads: Vec<Spread>) -> OtherPods {
         let domain_of = |j: usize, key: &str| binder.nodes[j].labels.get(key).cloned();
-        let spreads = pod
-            .topology_spread
-            .iter()
-            .filter(|c| c.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule)
-            .filter_map(|c| {
-                let selector = c.label_selector.as_ref()?;
-                let mut counts: HashMap<String, u32> = HashMap::new();
-                for (j, n) in binder.nodes.iter().enumerate() {
-                    let Some(value) = n.labels.get(&c.topology_key) else {
-                        continue;
-                    };
-                    if !matches_node_affinity(pod, n) {
-                        continue;
-                    }
-                    let matching = binder.pods[j]
-                        .iter()
-                        .filter(|p| p.namespace == pod.namespace && selector.matches(&p.labels))
-                        .count() as u32;
-                    *counts.entry(value.clone()).or_default() += matching;
-                }
-                let mut min = counts.values().copied().min().unwrap_or(0);
-                if c.min_domains.is_some_and(|m| (counts.len() as u32) < m) {
-                    min = 0;
-                }
-                Some(Spread {
-                    topology_key: c.topology_key.clone(),
-                    counts,
-                    min,
-                    max_skew: c.max_skew,
-                    self_match: u32::from(selector.matches(&pod.labels)),
-                })
-            })
-            .collect();
         let domains_selected = |term: &PodAffinityTerm| -> (HashSet<String>, bool) {
             let mut domains = HashSet::new();
             let mut anywhere = false;
@@ -249,11 +333,12 @@ impl OtherPods {
 
     /// Whether the bound pods let the pod onto `node`: spread skew, its affinity and
     /// anti-affinity, and the anti-affinity of the pods there towards it.
-    fn allow(&self, node: &Node) -> bool {
+    fn allow(&self, node: &Node, spread_counts: &[SpreadCount]) -> bool {
         let domain = |key: &str| node.labels.get(key);
         self.spreads.iter().all(|s| {
-            domain(&s.topology_key).is_some_and(|d| {
-                s.counts.get(d).copied().unwrap_or(0) + s.self_match <= s.min + s.max_skew
+            let count = &spread_counts[s.at];
+            domain(&count.topology_key).is_some_and(|d| {
+                count.counts.get(d).copied().unwrap_or(0) + s.self_match <= s.min + s.max_skew
             })
         }) && self
             .join
@@ -282,13 +367,21 @@ fn term_selects(term: &PodAffinityTerm, owner: &Pod, candidate: &Pod) -> bool {
 }
 
 fn matches_node_affinity(pod: &Pod, node: &Node) -> bool {
-    let selected = pod
-        .node_selector
+    node_affinity_matches(&pod.node_selector, &pod.required_node_terms, node)
+}
+
+/// Whether a node selector and required node affinity terms match `node`.
+fn node_affinity_matches(
+    node_selector: &BTreeMap<String, String>,
+    required_node_terms: &[Vec<NodeRequirement>],
+    node: &Node,
+) -> bool {
+    let selected = node_selector
         .iter()
         .all(|(k, v)| node.labels.get(k) == Some(v));
     selected
-        && (pod.required_node_terms.is_empty()
-            || pod.required_node_terms.iter().any(|term| {
+        && (required_node_terms.is_empty()
+            || required_node_terms.iter().any(|term| {
                 Requirements::from_node_requirements(term).matches_labels(&node.labels)
             }))
 }
@@ -379,6 +472,45 @@ mod tests {
         let a = spread_pod("w0").unwrap();
         let b = spread_pod("w1").unwrap();
         assert_ne!(a, b, "one per zone before a second in either");
+    }
+
+    #[test]
+    fn a_spread_counts_each_pod_placed_before_it_that_its_selector_matches() {
+        // Two nodes in us-east-1a and one in us-east-1b: by free cpu alone every pod
+        // would go to an a node first; maxSkew 1 sends every other web pod to b.
+        let state = cluster(&["us-east-1a", "us-east-1a", "us-east-1b"]);
+        let zone_of = |node: &str| {
+            state.nodes.iter().find(|n| n.name == node).unwrap().labels
+                ["topology.kubernetes.io/zone"]
+                .clone()
+        };
+        let mut binder = Binder::new(&state);
+        let mut place = |name: &str, app_label: &str, spread_over: bool| {
+            let mut p = app(name, app_label);
+            if spread_over {
+                p.topology_spread
+                    .push(spread("topology.kubernetes.io/zone", app_label));
+            }
+            zone_of(&binder.place(&p).unwrap())
+        };
+        let zones = [
+            place("w0", "web", true),
+            // Not selected by the web pods' spread: it counts in no zone of theirs.
+            place("api0", "api", false),
+            place("w1", "web", true),
+            place("w2", "web", true),
+            place("w3", "web", true),
+        ];
+        assert_eq!(
+            zones,
+            [
+                "us-east-1a",
+                "us-east-1a",
+                "us-east-1b",
+                "us-east-1a",
+                "us-east-1b"
+            ]
+        );
     }
 
     #[test]
