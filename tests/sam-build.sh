@@ -9,8 +9,7 @@
 #
 #   bash tests/sam-build.sh                what `sam deploy` uploads (optimized, thin LTO)
 #   bash tests/sam-build.sh --unoptimized  the same build at opt-level 0, without LTO (CI)
-#   ... --build-only                       `sam build` alone (tests/run.sh runs it beside
-#                                          the tests, on the CPU time they leave idle)
+#   ... --build-only                       `sam build` alone
 #   ... --check-only                       the checks of what the last `sam build` built
 #
 # --unoptimized is what CI runs: the same `sam build`, the same cargo-lambda commands and
