@@ -12,6 +12,7 @@
 //! `ScheduleAnyway`) only score in kube-scheduler and are not modelled.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 
 use nodewright_core::api::model::{NodeRequirement, TaintEffect};
 use nodewright_core::cluster::{LabelSelector, Node, Pod, PodAffinityTerm, WhenUnsatisfiable};
@@ -55,6 +56,30 @@ pub struct Binder {
     spread_index: HashMap<(String, String, LabelSelector), Vec<usize>>,
     /// The counts of each namespace's pods: those a placed pod may add to.
     spread_namespaces: HashMap<String, Vec<usize>>,
+    /// The bound pods by label, built when the first count is made: a count reads the
+    /// pods its selector's first label names instead of every bound pod.
+    by_label: Option<LabelIndex>,
+}
+
+/// Bound pods, (node, place in `Binder::pods[node]`), under a hash of each of their
+/// labels' key and value. A collision only adds candidates the selector then rejects;
+/// a pod is listed once under each distinct hash of its labels.
+type LabelIndex = HashMap<u64, Vec<(usize, usize)>>;
+
+fn label_hash(key: &str, value: &str) -> u64 {
+    let mut hasher = std::hash::DefaultHasher::new();
+    key.hash(&mut hasher);
+    value.hash(&mut hasher);
+    hasher.finish()
+}
+
+fn index_labels(index: &mut LabelIndex, pod: &Pod, at: (usize, usize)) {
+    let mut hashes: Vec<u64> = pod.labels.iter().map(|(k, v)| label_hash(k, v)).collect();
+    hashes.sort_unstable();
+    hashes.dedup();
+    for hash in hashes {
+        index.entry(hash).or_default().push(at);
+    }
 }
 
 /// The pods a spread constraint's selector matches, per domain, over the nodes the
@@ -120,6 +145,7 @@ impl Binder {
             spread_counts: Vec::new(),
             spread_index: HashMap::new(),
             spread_namespaces: HashMap::new(),
+            by_label: None,
         }
     }
 
@@ -141,19 +167,49 @@ impl Binder {
         }) {
             return at;
         }
+        // Every domain of a node the pod's node affinity matches counts, with or
+        // without pods; then each matching pod on such a node adds one.
         let mut counts: HashMap<String, u32> = HashMap::new();
+        let mut domains: Vec<Option<&String>> = vec![None; self.nodes.len()];
         for (j, n) in self.nodes.iter().enumerate() {
-            let Some(value) = n.labels.get(topology_key) else {
-                continue;
-            };
-            if !matches_node_affinity(pod, n) {
-                continue;
+            if let Some(value) = n.labels.get(topology_key)
+                && matches_node_affinity(pod, n)
+            {
+                counts.entry(value.clone()).or_default();
+                domains[j] = Some(value);
             }
-            let matching = self.pods[j]
-                .iter()
-                .filter(|p| p.namespace == pod.namespace && selector.matches(&p.labels))
-                .count() as u32;
-            *counts.entry(value.clone()).or_default() += matching;
+        }
+        let mut add = |j: usize, p: &Pod| {
+            if let Some(value) = domains[j]
+                && p.namespace == pod.namespace
+                && selector.matches(&p.labels)
+            {
+                *counts.get_mut(value).expect("counted above") += 1;
+            }
+        };
+        match selector.match_labels.iter().next() {
+            Some((key, value)) => {
+                let pods = &self.pods;
+                let index = self.by_label.get_or_insert_with(|| {
+                    let mut index = LabelIndex::new();
+                    for (j, bound) in pods.iter().enumerate() {
+                        for (i, p) in bound.iter().enumerate() {
+                            index_labels(&mut index, p, (j, i));
+                        }
+                    }
+                    index
+                });
+                for &(j, i) in index.get(&label_hash(key, value)).into_iter().flatten() {
+                    add(j, &self.pods[j][i]);
+                }
+            }
+            None => {
+                for (j, bound) in self.pods.iter().enumerate() {
+                    for p in bound {
+                        add(j, p);
+                    }
+                }
+            }
         }
         let at = self.spread_counts.len();
         self.spread_index.entry(key).or_default().push(at);
@@ -214,6 +270,10 @@ impl Binder {
         let mut bound = pod.clone();
         bound.node_name = Some(self.nodes[best].name.clone());
         self.pods[best].push(bound);
+        if let Some(index) = &mut self.by_label {
+            let at = (best, self.pods[best].len() - 1);
+            index_labels(index, &self.pods[best][at.1], at);
+        }
         if !pod.pod_anti_affinity.is_empty()
             && let Err(at) = self.repelling.binary_search(&best)
         {
@@ -500,6 +560,8 @@ mod tests {
             place("w1", "web", true),
             place("w2", "web", true),
             place("w3", "web", true),
+            // The first api pod to spread: its count, made now, finds api0 in 1a.
+            place("api1", "api", true),
         ];
         assert_eq!(
             zones,
@@ -508,6 +570,7 @@ mod tests {
                 "us-east-1a",
                 "us-east-1b",
                 "us-east-1a",
+                "us-east-1b",
                 "us-east-1b"
             ]
         );
