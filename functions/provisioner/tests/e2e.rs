@@ -1343,7 +1343,7 @@ async fn a_forbidden_volume_claim_list_leaves_provisioning_running_for_pods_with
         .expect("the db pod")
         .trim_start_matches("default/")
         .to_string();
-    let mut claimed = stored[0].pods.clone();
+    let mut claimed = stored[0].pods.to_vec();
     claimed.sort();
     assert_eq!(claimed, web, "only the pods without volumes");
     // nodewright's own event (kube-scheduler posts FailedScheduling on it too).

@@ -10,6 +10,7 @@
 //! `transition` is the only way to produce the next record, so no job can skip a state.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -127,12 +128,14 @@ pub struct NodeClaim {
     pub state: ClaimState,
     /// Bumped on every write; writes are conditional on the previous value.
     pub version: u64,
-    /// Candidate instance types, cheapest first.
-    pub instance_type_options: Vec<String>,
+    /// Candidate instance types, cheapest first. Shared, not copied, when the claim is:
+    /// up to 60 names, copied with every claim a poll or a decision reads.
+    pub instance_type_options: Arc<[String]>,
     pub zones: Vec<String>,
     pub capacity_types: Vec<CapacityType>,
-    /// The pods the claim was made for (namespace/name), for explanations.
-    pub pods: Vec<String>,
+    /// The pods the claim was made for (namespace/name), for explanations (shared, as
+    /// the options are).
+    pub pods: Arc<[String]>,
     /// Labels its node must carry beyond its NodePool's and its type's: values the
     /// plan settled on for multi-valued keys (a pod's selector, a topology pin).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -243,8 +246,12 @@ pub struct Disruption {
     /// the whole command rides on each of its candidates, so any one of them is
     /// enough to resume it after a crash. Such a claim does not drain until the
     /// command is validated.
+    ///
+    /// Shared, not copied, with the claim: every candidate of a command of many nodes
+    /// carries it whole, replacements' instance types included, and their tombstones
+    /// keep it, so each read of the claims copied it candidates × candidates times.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub command: Option<DisruptionCommand>,
+    pub command: Option<Arc<DisruptionCommand>>,
 }
 
 /// A disruption command in flight (see `Disruption::command`).
@@ -376,7 +383,7 @@ pub struct AdoptedInstance {
 impl NodeClaim {
     /// The disruption command this claim is a candidate of, if any.
     pub fn command(&self) -> Option<&DisruptionCommand> {
-        self.disruption.as_ref()?.command.as_ref()
+        self.disruption.as_ref()?.command.as_deref()
     }
 
     /// A candidate of a disruption command not yet validated: cordoned, its pods still
@@ -393,10 +400,10 @@ impl NodeClaim {
             node_class: spec.node_class,
             state: ClaimState::Launching,
             version: 1,
-            instance_type_options: spec.instance_type_options,
+            instance_type_options: spec.instance_type_options.into(),
             zones: spec.zones,
             capacity_types: spec.capacity_types,
-            pods: spec.pods,
+            pods: spec.pods.into(),
             labels: spec.labels,
             created_at: now,
             updated_at: now,
@@ -437,10 +444,10 @@ impl NodeClaim {
             node_class: instance.node_class,
             state: ClaimState::Initialized,
             version: 1,
-            instance_type_options: vec![instance.instance_type.clone()],
+            instance_type_options: Arc::from([instance.instance_type.clone()]),
             zones: vec![instance.zone.clone()],
             capacity_types: vec![instance.capacity_type],
-            pods: vec![],
+            pods: Arc::default(),
             labels: BTreeMap::new(),
             created_at: now,
             updated_at: now,
@@ -585,6 +592,55 @@ mod tests {
         assert_eq!(serde_json::from_str::<NodeClaim>(&text).unwrap(), c);
         let moved = c.transition(ClaimState::Launched, 200, |_| {}).unwrap();
         assert!(moved.overlays_applied.capacity && !moved.overlays_applied.price);
+    }
+
+    #[test]
+    fn a_copied_or_transitioned_claim_shares_its_options_pods_and_command_and_is_stored_as_before()
+    {
+        let mut c = claim();
+        c.pods = Arc::from(["default/web-0".to_string()]);
+        c.state = ClaimState::Initialized;
+        let marked = c
+            .transition(ClaimState::Disrupting, 200, |n| {
+                n.disruption = Some(Disruption {
+                    command: Some(Arc::new(DisruptionCommand {
+                        id: "cmd-1".into(),
+                        candidates: vec!["default-abcde".into()],
+                        replacements: vec![],
+                        validated: false,
+                    })),
+                    ..disruption(DisruptionCause::Underutilized, None, None)
+                });
+            })
+            .unwrap();
+        let copy = marked.clone();
+        assert!(Arc::ptr_eq(
+            &copy.instance_type_options,
+            &c.instance_type_options
+        ));
+        assert!(Arc::ptr_eq(&copy.pods, &c.pods));
+        let command = |c: &NodeClaim| c.disruption.as_ref().unwrap().command.clone().unwrap();
+        assert!(Arc::ptr_eq(&command(&copy), &command(&marked)));
+        // Validating one copy's command leaves the other's as it was.
+        let mut validated = copy.clone();
+        let shared = validated
+            .disruption
+            .as_mut()
+            .unwrap()
+            .command
+            .as_mut()
+            .unwrap();
+        Arc::make_mut(shared).validated = true;
+        assert!(!command(&marked).validated && command(&validated).validated);
+        // The stored form is the plain one: lists, and the command as an object.
+        let text = serde_json::to_string(&validated).unwrap();
+        assert!(
+            text.contains(r#""instanceTypeOptions":["m5.large"]"#),
+            "{text}"
+        );
+        assert!(text.contains(r#""pods":["default/web-0"]"#), "{text}");
+        assert!(text.contains(r#""command":{"id":"cmd-1","candidates":["default-abcde"],"replacements":[],"validated":true}"#), "{text}");
+        assert_eq!(serde_json::from_str::<NodeClaim>(&text).unwrap(), validated);
     }
 
     #[test]

@@ -221,7 +221,7 @@ pub fn in_flight_claims(claims: &[NodeClaim], snapshot: &ClusterSnapshot) -> Vec
                     .capacity_type
                     .or_else(|| c.capacity_types.first().copied())
                     .unwrap_or(CapacityType::OnDemand),
-                pods: c.pods.clone(),
+                pods: c.pods.to_vec(),
                 labels: c.labels.clone(),
             })
         })
@@ -232,6 +232,7 @@ pub fn in_flight_claims(claims: &[NodeClaim], snapshot: &ClusterSnapshot) -> Vec
 mod tests {
     use super::*;
     use crate::nodeclaim::{ClaimSpec, Disruption, DisruptionCause, DisruptionCommand};
+    use std::sync::Arc;
 
     fn launching(name: &str) -> NodeClaim {
         NodeClaim::launching(
@@ -261,11 +262,13 @@ mod tests {
             drain_after: None,
             drain_grace: None,
             event: None,
-            command: validated.map(|validated| DisruptionCommand {
-                id: "cmd-1".into(),
-                candidates: vec![name.into()],
-                replacements: vec![],
-                validated,
+            command: validated.map(|validated| {
+                Arc::new(DisruptionCommand {
+                    id: "cmd-1".into(),
+                    candidates: vec![name.into()],
+                    replacements: vec![],
+                    validated,
+                })
             }),
         });
         claim

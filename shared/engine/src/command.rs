@@ -38,6 +38,7 @@
 //! there, so nothing is launched for them except the command's own replacements.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tracing::{info, warn};
@@ -422,6 +423,7 @@ async fn mark_candidates(
     let Some(cause) = cause else {
         return Ok(Step::Wait);
     };
+    let shared = Arc::new(cmd.clone());
     for name in &cmd.candidates {
         match find(gathered, name) {
             Some(c) if ours(&c) && c.state == ClaimState::Disrupting => {}
@@ -434,7 +436,7 @@ async fn mark_candidates(
                         drain_after: None,
                         drain_grace: None,
                         event: None,
-                        command: Some(cmd.clone()),
+                        command: Some(shared.clone()),
                     })
                 })?;
                 let marked = ports.save_claim(&c, marked).await?;
@@ -724,7 +726,7 @@ async fn mark_validated(
             if let Some(d) = n.disruption.as_mut() {
                 d.deadline = d.deadline.or(grace);
                 if let Some(x) = d.command.as_mut() {
-                    x.validated = true;
+                    Arc::make_mut(x).validated = true;
                 }
             }
         })?;

@@ -358,7 +358,7 @@ impl Launcher {
             resolved.subnets.iter().map(|s| s.zone.as_str()).collect();
         let mut offerings = Vec::new();
         let mut prices_overlaid = false;
-        for t in &claim.instance_type_options {
+        for t in claim.instance_type_options.iter() {
             let Some(it) = gathered.catalog.get(t) else {
                 continue;
             };

@@ -136,7 +136,7 @@ pub fn mirror_of(claim: &NodeClaim) -> Option<Mirror> {
     };
     let requirements = [
         requirement(LABEL_NODEPOOL, vec![claim.node_pool.clone()]),
-        requirement(LABEL_INSTANCE_TYPE, claim.instance_type_options.clone()),
+        requirement(LABEL_INSTANCE_TYPE, claim.instance_type_options.to_vec()),
         requirement(LABEL_ZONE, claim.zones.clone()),
         requirement(
             LABEL_CAPACITY_TYPE,

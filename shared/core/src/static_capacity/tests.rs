@@ -1,6 +1,7 @@
 //! Static NodePools through `plan_static_pools`, their real entry point.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::*;
 use crate::api::model::Operator;
@@ -154,12 +155,12 @@ fn a_leaving_claim_is_replaced_and_a_command_candidate_is_not() {
     let mut drifting = claim("drifting", ClaimState::Disrupting);
     drifting.disruption = Some(Disruption {
         cause: DisruptionCause::Drifted,
-        command: Some(DisruptionCommand {
+        command: Some(Arc::new(DisruptionCommand {
             id: "cmd".into(),
             candidates: vec!["drifting".into()],
             replacements: vec![],
             validated: false,
-        }),
+        })),
         ..interrupted.disruption.clone().expect("set")
     });
     let claims = [claim("a", ClaimState::Initialized), drifting];

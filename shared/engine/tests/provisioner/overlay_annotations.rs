@@ -89,7 +89,7 @@ async fn a_claim_only_the_sized_type_can_take_is_mirrored_with_capacity_applied_
     let report = env.provisioner.tick().await.unwrap();
     let name = report.launched[0].name.clone();
     let mirrored = &env.cluster.mirrors()[&name];
-    assert_eq!(mirrored.instance_type_options, ["c5.large"]);
+    assert_eq!(*mirrored.instance_type_options, ["c5.large"]);
     assert_eq!(
         mirrored.overlays_applied,
         OverlaysApplied {
