@@ -6,11 +6,12 @@
 //! with `nodeTaintsPolicy: Ignore`, Kubernetes' default); required pod affinity and
 //! anti-affinity hold, including other pods' anti-affinity towards this one. Among the
 //! nodes left, the least allocated wins, as the default scoring prefers ([`Scoring`]:
-//! by free cpu in the simulator, by free shares of cpu and memory — kube-scheduler's
-//! NodeResourcesFit LeastAllocated — in the functions' end-to-end tests, whose emulated
-//! cluster binds with this binder too). Preferences (preferred affinity,
+//! by free cpu in the simulator; by free shares of cpu and memory, kube-scheduler's
+//! NodeResourcesFit LeastAllocated, on request). The functions' end-to-end tests bind
+//! with the real kube-scheduler instead. Preferences (preferred affinity,
 //! `ScheduleAnyway`) only score in kube-scheduler and are not modelled.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 
@@ -34,14 +35,16 @@ pub enum Scoring {
     LeastAllocated,
 }
 
-/// The cluster as the scheduler's cache holds it, updated as it binds.
-pub struct Binder {
+/// The cluster as the scheduler's cache holds it, updated as it binds. It borrows the
+/// nodes and bound pods it starts from (a step with pods pending made one, and copying
+/// 25,000 pods for it was much of a busy minute's work) and owns only the pods it places.
+pub struct Binder<'a> {
     scoring: Scoring,
-    nodes: Vec<Node>,
+    nodes: &'a [Node],
     /// Room left on each node (allocatable less the requests of the pods bound there).
     free: Vec<Resources>,
     /// The live pods bound to each node.
-    pods: Vec<Vec<Pod>>,
+    pods: Vec<Vec<Cow<'a, Pod>>>,
     /// The nodes running a pod with required anti-affinity, in order: the only pods
     /// that can repel another, so the check for it does not scan every pod (which
     /// made binding quadratic in the pods at cluster sizes of 30,000).
@@ -109,28 +112,28 @@ impl SpreadCount {
     }
 }
 
-impl Binder {
+impl<'a> Binder<'a> {
     /// The simulator's binder over `state` ([`Scoring::MostFreeCpu`]).
-    pub fn new(state: &ClusterState) -> Binder {
+    pub fn new(state: &'a ClusterState) -> Binder<'a> {
         Binder::over(&state.nodes, &state.pods, Scoring::MostFreeCpu)
     }
 
     /// A binder over these nodes and the pods bound to them (other pods are ignored).
-    pub fn over(nodes: &[Node], all_pods: &[Pod], scoring: Scoring) -> Binder {
+    pub fn over(nodes: &'a [Node], all_pods: &'a [Pod], scoring: Scoring) -> Binder<'a> {
         let index: HashMap<&str, usize> = nodes
             .iter()
             .enumerate()
             .map(|(i, n)| (n.name.as_str(), i))
             .collect();
         let mut free: Vec<Resources> = nodes.iter().map(|n| n.allocatable.clone()).collect();
-        let mut pods: Vec<Vec<Pod>> = vec![Vec::new(); nodes.len()];
+        let mut pods: Vec<Vec<Cow<'a, Pod>>> = vec![Vec::new(); nodes.len()];
         for p in all_pods.iter().filter(|p| !p.terminal) {
             let Some(&i) = p.node_name.as_deref().and_then(|n| index.get(n)) else {
                 continue;
             };
             free[i].sub(&p.requests);
             if !p.terminating {
-                pods[i].push(p.clone());
+                pods[i].push(Cow::Borrowed(p));
             }
         }
         let repelling = (0..pods.len())
@@ -138,7 +141,7 @@ impl Binder {
             .collect();
         Binder {
             scoring,
-            nodes: nodes.to_vec(),
+            nodes,
             free,
             pods,
             repelling,
@@ -269,7 +272,7 @@ impl Binder {
         }
         let mut bound = pod.clone();
         bound.node_name = Some(self.nodes[best].name.clone());
-        self.pods[best].push(bound);
+        self.pods[best].push(Cow::Owned(bound));
         if let Some(index) = &mut self.by_label {
             let at = (best, self.pods[best].len() - 1);
             index_labels(index, &self.pods[best][at.1], at);

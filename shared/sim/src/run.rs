@@ -356,16 +356,15 @@ impl Run<'_> {
                 return;
             }
             self.sleep_until(next).await;
+            // The live instances only: every one the day launched, terminated ones
+            // included, was copied each minute.
             let mut spot: Vec<String> = self
                 .world
                 .ec2
-                .instances()
+                .live_instances()
                 .into_iter()
-                .filter(|fi| {
-                    fi.instance.state == "running"
-                        && fi.instance.capacity_type == CapacityType::Spot
-                })
-                .map(|fi| fi.instance.id)
+                .filter(|i| i.state == "running" && i.capacity_type == CapacityType::Spot)
+                .map(|i| i.id)
                 .filter(|id| !warned.contains(id))
                 .collect();
             spot.sort();
