@@ -36,8 +36,8 @@ pub enum Scoring {
 }
 
 /// The cluster as the scheduler's cache holds it, updated as it binds. It borrows the
-/// nodes and bound pods it starts from (a step with pods pending made one, and copying
-/// 25,000 pods for it was much of a busy minute's work) and owns only the pods it places.
+/// nodes and bound pods it starts from (each step with pods pending makes one) and owns
+/// only the pods it places.
 pub struct Binder<'a> {
     scoring: Scoring,
     nodes: &'a [Node],
