@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::catalog::CapacityType;
 use crate::overlay::OverlaysApplied;
+use crate::share::Shared;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
 pub enum ClaimState {
@@ -130,12 +131,12 @@ pub struct NodeClaim {
     pub version: u64,
     /// Candidate instance types, cheapest first. Shared, not copied, when the claim is:
     /// up to 60 names, copied with every claim a poll or a decision reads.
-    pub instance_type_options: Arc<[String]>,
+    pub instance_type_options: Shared<Vec<String>>,
     pub zones: Vec<String>,
     pub capacity_types: Vec<CapacityType>,
     /// The pods the claim was made for (namespace/name), for explanations (shared, as
     /// the options are).
-    pub pods: Arc<[String]>,
+    pub pods: Shared<Vec<String>>,
     /// Labels its node must carry beyond its NodePool's and its type's: values the
     /// plan settled on for multi-valued keys (a pod's selector, a topology pin).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -250,6 +251,8 @@ pub struct Disruption {
     /// Shared, not copied, with the claim: every candidate of a command of many nodes
     /// carries it whole, replacements' instance types included, and their tombstones
     /// keep it, so each read of the claims copied it candidates × candidates times.
+    /// An `Arc` rather than a [`Shared`]: `None` already says "no command", and a
+    /// command has no empty value for a `Shared` to stand for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Arc<DisruptionCommand>>,
 }
@@ -444,10 +447,10 @@ impl NodeClaim {
             node_class: instance.node_class,
             state: ClaimState::Initialized,
             version: 1,
-            instance_type_options: Arc::from([instance.instance_type.clone()]),
+            instance_type_options: vec![instance.instance_type.clone()].into(),
             zones: vec![instance.zone.clone()],
             capacity_types: vec![instance.capacity_type],
-            pods: Arc::default(),
+            pods: Shared::default(),
             labels: BTreeMap::new(),
             created_at: now,
             updated_at: now,
@@ -598,7 +601,7 @@ mod tests {
     fn a_copied_or_transitioned_claim_shares_its_options_pods_and_command_and_is_stored_as_before()
     {
         let mut c = claim();
-        c.pods = Arc::from(["default/web-0".to_string()]);
+        c.pods = vec!["default/web-0".to_string()].into();
         c.state = ClaimState::Initialized;
         let marked = c
             .transition(ClaimState::Disrupting, 200, |n| {
@@ -614,11 +617,8 @@ mod tests {
             })
             .unwrap();
         let copy = marked.clone();
-        assert!(Arc::ptr_eq(
-            &copy.instance_type_options,
-            &c.instance_type_options
-        ));
-        assert!(Arc::ptr_eq(&copy.pods, &c.pods));
+        assert!(copy.instance_type_options.same_as(&c.instance_type_options));
+        assert!(copy.pods.same_as(&c.pods));
         let command = |c: &NodeClaim| c.disruption.as_ref().unwrap().command.clone().unwrap();
         assert!(Arc::ptr_eq(&command(&copy), &command(&marked)));
         // Validating one copy's command leaves the other's as it was.

@@ -15,6 +15,8 @@ use std::hash::{Hash, Hasher};
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
 /// A type with an empty value that lives for the whole program, which an empty
 /// [`Shared`] reads as (an empty field allocates nothing).
 pub trait Empty: Clone + Default + PartialEq + 'static {
@@ -140,6 +142,20 @@ impl<A, T: Empty + FromIterator<A>> FromIterator<A> for Shared<T> {
     }
 }
 
+/// Stored as the value itself: the sharing is how a process holds it, not part of
+/// the record.
+impl<T: Empty + Serialize> Serialize for Shared<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        (**self).serialize(serializer)
+    }
+}
+
+impl<'de, T: Empty + Deserialize<'de>> Deserialize<'de> for Shared<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        T::deserialize(deserializer).map(Shared::new)
+    }
+}
+
 /// The distinct values seen so far, each held once: [`Pool::intern`] gives a value
 /// equal to one already held that allocation instead. Values no pod holds any more are
 /// let go as the pool grows.
@@ -257,5 +273,16 @@ mod tests {
         a.clear();
         assert_eq!(a, labels(&[]));
         assert_eq!(a.into_inner(), BTreeMap::new());
+    }
+
+    #[test]
+    fn a_shared_value_is_stored_as_the_value_itself_and_read_back_empty_as_empty() {
+        let a = labels(&[("app", "web")]);
+        assert_eq!(serde_json::to_string(&a).unwrap(), r#"{"app":"web"}"#);
+        let back: Shared<BTreeMap<String, String>> =
+            serde_json::from_str(r#"{"app":"web"}"#).unwrap();
+        assert_eq!(back, a);
+        let empty: Shared<Vec<String>> = serde_json::from_str("[]").unwrap();
+        assert!(empty.0.is_none(), "an empty value read allocates nothing");
     }
 }

@@ -83,10 +83,10 @@ impl Env {
             node_class: "default".into(),
             state: ClaimState::Initialized,
             version: 4,
-            instance_type_options: Arc::from(["m5.large".to_string()]),
+            instance_type_options: vec!["m5.large".into()].into(),
             zones: vec![ZONE.into()],
             capacity_types: vec![capacity_type],
-            pods: Arc::default(),
+            pods: Default::default(),
             labels: Default::default(),
             created_at: now - 600,
             updated_at: now - 300,
@@ -1089,7 +1089,7 @@ async fn replace_then_drain_starts_draining_once_a_replacement_for_its_pods_is_i
     next.state = ClaimState::Registered;
     next.version += 1;
     next.created_at = env.now();
-    next.pods = Arc::from(["default/web-0".to_string()]);
+    next.pods = vec!["default/web-0".into()].into();
     env.store
         .update_claim(&next, replacement.state, replacement.version)
         .await

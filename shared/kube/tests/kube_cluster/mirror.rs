@@ -5,7 +5,6 @@
 //! nodewright does not manage, and a backlog spread over passes.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use nodewright_core::catalog::CapacityType;
@@ -95,11 +94,12 @@ pub(super) fn every_kind_of_claim() -> Vec<NodeClaim> {
     ];
     let mut claims = vec![launching_claim("general-purpose-launching")];
     let mut spot = launching_claim("general-purpose-spot");
-    spot.instance_type_options = Arc::from([
-        "m5.xlarge".to_string(),
-        "m6a.xlarge".to_string(),
-        "c6i.2xlarge".to_string(),
-    ]);
+    spot.instance_type_options = vec![
+        "m5.xlarge".into(),
+        "m6a.xlarge".into(),
+        "c6i.2xlarge".into(),
+    ]
+    .into();
     spot.zones = vec![
         "us-east-1a".into(),
         "us-east-1b".into(),
