@@ -48,17 +48,33 @@ impl Ec2 {
     /// The instance's state now: `terminated` once the fake terminated it, else a state
     /// the world set, else `pending` until `running_after` has passed since its launch.
     pub fn state_of(&self, instance: &Instance) -> String {
+        Self::state_in(
+            instance,
+            &self.states(),
+            self.clock.now(),
+            self.running_after,
+        )
+        .into()
+    }
+
+    /// [`Ec2::state_of`], given the world's states and the time.
+    fn state_in<'a>(
+        instance: &'a Instance,
+        states: &'a HashMap<String, String>,
+        now: i64,
+        running_after: Duration,
+    ) -> &'a str {
         if instance.state == "terminated" {
-            return instance.state.clone();
+            return &instance.state;
         }
-        if let Some(s) = self.states().get(&instance.id) {
-            return s.clone();
+        if let Some(s) = states.get(&instance.id) {
+            return s;
         }
-        let age = self.clock.now() - instance.launch_time;
-        if age < i64::try_from(self.running_after.as_secs()).unwrap_or(i64::MAX) {
-            "pending".into()
+        let age = now - instance.launch_time;
+        if age < i64::try_from(running_after.as_secs()).unwrap_or(i64::MAX) {
+            "pending"
         } else {
-            "running".into()
+            "running"
         }
     }
 
@@ -83,6 +99,22 @@ impl Ec2 {
         out
     }
 
+    /// Whether [`Ec2::live_instances`] would return `last` again, found without copying
+    /// an instance: the world asks every virtual second, and most seconds nothing
+    /// launched, ended or changed state.
+    pub fn live_instances_are(&self, last: &[Instance]) -> bool {
+        let states = self.states();
+        let now = self.clock.now();
+        let mut last = last.iter();
+        let same = self.fake.all_running(|i| {
+            last.next().is_some_and(|l| {
+                l.state == Self::state_in(i, &states, now, self.running_after)
+                    && same_but_state(i, l)
+            })
+        });
+        same && last.next().is_none()
+    }
+
     /// Every instance ever launched, each with its state as of now.
     pub fn instances(&self) -> Vec<FakeInstance> {
         self.fake
@@ -94,6 +126,34 @@ impl Ec2 {
             })
             .collect()
     }
+}
+
+/// Whether two instances agree on everything but their state (every field named, so a
+/// new one is not forgotten here).
+fn same_but_state(a: &Instance, b: &Instance) -> bool {
+    let Instance {
+        id,
+        instance_type,
+        zone,
+        capacity_type,
+        state: _,
+        claim_name,
+        launch_time,
+        image_id,
+        subnet_id,
+        security_group_ids,
+        capacity_reservation_id,
+    } = a;
+    *id == b.id
+        && *instance_type == b.instance_type
+        && *zone == b.zone
+        && *capacity_type == b.capacity_type
+        && *claim_name == b.claim_name
+        && *launch_time == b.launch_time
+        && *image_id == b.image_id
+        && *subnet_id == b.subnet_id
+        && *security_group_ids == b.security_group_ids
+        && *capacity_reservation_id == b.capacity_reservation_id
 }
 
 #[async_trait]

@@ -352,6 +352,18 @@ impl FakeCloud {
             .collect()
     }
 
+    /// Whether `check` holds for every instance not terminated, visited in launch order
+    /// (as [`FakeCloud::running`] lists them) without copying one. `check` runs under
+    /// the fake's lock: it must not call the fake.
+    pub fn all_running(&self, check: impl FnMut(&Instance) -> bool) -> bool {
+        lock(&self.inner)
+            .instances
+            .iter()
+            .filter(|i| i.instance.state != "terminated")
+            .map(|i| &i.instance)
+            .all(check)
+    }
+
     pub fn instance(&self, id: &str) -> Option<FakeInstance> {
         let inner = lock(&self.inner);
         inner.by_id.get(id).map(|&at| inner.instances[at].clone())

@@ -647,6 +647,11 @@ impl World {
     /// the stack's rule forwards, and keeps the billing record of each instance.
     /// `true` if an instance was launched since the last step.
     fn report_instance_states(&self, now: i64) -> bool {
+        // Most steps, the instances are as the last one saw them: nothing to send or
+        // bill anew, and no copy of every instance to make.
+        if self.ec2.live_instances_are(&lock(&self.observed).live) {
+            return false;
+        }
         let mut launched = false;
         let current = self.ec2.live_instances();
         let mut sends = Vec::new();
