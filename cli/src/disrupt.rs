@@ -73,7 +73,13 @@ pub fn run(args: &DisruptArgs) -> Result<(), Failure> {
     let manifests = manifests::load(&args.nodepools, args.strict)?;
     manifests::need_node_pools("disrupt", &args.nodepools, &manifests, args.strict)?;
     let mut snapshot = load_snapshot(&args.snapshot)?;
-    crate::inputs::need_in_snapshot("disrupt", &args.snapshot, &snapshot, true, args.strict)?;
+    crate::inputs::need_in_snapshot(
+        "disrupt",
+        &args.snapshot.display(),
+        &snapshot,
+        true,
+        args.strict,
+    )?;
     args.scheduler.apply(&mut snapshot)?;
     let custom = load_catalog(args.catalog.as_deref())?;
     let catalog = custom.as_ref().unwrap_or_else(|| Catalog::embedded());

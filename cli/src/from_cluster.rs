@@ -1,12 +1,13 @@
-//! `simulate --cluster FILE --nodepools FILE`: a simulation that begins as a cluster
-//! stands. The snapshot is read as `plan` reads it; its nodes become running instances
+//! `simulate --cluster FILE --nodepools FILE` (or `--kubeconfig FILE`, the cluster
+//! itself): a simulation that begins as a cluster stands. The snapshot is read as
+//! `plan` reads it; its nodes become running instances
 //! (Karpenter's, adopted by nodewright, when they carry `karpenter.sh/nodepool` of a
 //! NodePool in the manifests; another tool's, never touched, otherwise), its pods stay
 //! where they are, and the controllers that own them hold their replica counts, or
 //! follow a day between their HorizontalPodAutoscaler's bounds.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ use nodewright_core::well_known::{
 use nodewright_sim::{Deployment, RunningNode, Scenario};
 
 use crate::failure::Failure;
-use crate::inputs::{load_snapshot, need_in_snapshot};
+use crate::inputs::{load_snapshot, need_in_snapshot, parse_snapshot};
 use crate::manifests::{self, StrictArgs};
 
 /// A day: how long a simulation from a cluster runs unless told otherwise.
@@ -45,20 +46,48 @@ const LABEL_POD_TEMPLATE_HASH: &str = "pod-template-hash";
 /// EKS managed node groups' capacity type label (`ON_DEMAND`, `SPOT`, `CAPACITY_BLOCK`).
 const LABEL_EKS_CAPACITY_TYPE: &str = "eks.amazonaws.com/capacityType";
 
+/// Where a simulation's cluster comes from: a file (`--cluster`), or a live cluster's
+/// objects listed once (`--kubeconfig`), so both runs of a comparison start from the
+/// same read.
+pub(crate) enum ClusterSource {
+    File(PathBuf),
+    Listed { kubeconfig: PathBuf, list: Vec<u8> },
+}
+
+impl ClusterSource {
+    fn snapshot(&self) -> Result<ClusterSnapshot, Failure> {
+        match self {
+            ClusterSource::File(path) => load_snapshot(path),
+            ClusterSource::Listed { list, .. } => parse_snapshot(list.as_slice(), self),
+        }
+    }
+}
+
+impl std::fmt::Display for ClusterSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClusterSource::File(path) => write!(f, "{}", path.display()),
+            ClusterSource::Listed { kubeconfig, .. } => {
+                write!(f, "the cluster of kubeconfig {}", kubeconfig.display())
+            }
+        }
+    }
+}
+
 /// The scenario of a day of the cluster in `cluster` under the NodePools (and the
 /// rest) of `nodepools`, and the cluster's HorizontalPodAutoscalers (for
 /// [`follow_autoscalers`] once the run's length is known). Says on stderr which nodes
 /// nodewright takes over.
 pub(crate) fn scenario(
-    cluster: &Path,
+    cluster: &ClusterSource,
     nodepools: &[PathBuf],
     strict: StrictArgs,
 ) -> Result<(Scenario, Vec<Autoscaler>), Failure> {
     let manifests = manifests::load(nodepools, strict)?;
     manifests::need_node_pools("simulate --cluster", nodepools, &manifests, strict)?;
-    let snapshot = load_snapshot(cluster)?;
+    let snapshot = cluster.snapshot()?;
     need_in_snapshot("simulate --cluster", cluster, &snapshot, true, strict)?;
-    let mut scenario = Scenario::new(cluster.display().to_string());
+    let mut scenario = Scenario::new(cluster.to_string());
     scenario.duration = DEFAULT_DURATION;
     scenario.adopt_karpenter_nodes = true;
     scenario.node_pools = manifests.node_pools;
@@ -78,11 +107,7 @@ pub(crate) fn scenario(
     for node in &snapshot.nodes {
         running.push(
             running_node(node, &pools, &scenario.catalog, start).map_err(|problem| {
-                Failure::Invalid(vec![format!(
-                    "{}: Node {}: {problem}",
-                    cluster.display(),
-                    node.name
-                )])
+                Failure::Invalid(vec![format!("{cluster}: Node {}: {problem}", node.name)])
             })?,
         );
     }
@@ -95,10 +120,7 @@ pub(crate) fn scenario(
         problems
             .into_iter()
             .map(|p| {
-                format!(
-                    "{}: the nodes' zones: {p} (the simulated EC2 prices us-east-1)",
-                    cluster.display()
-                )
+                format!("{cluster}: the nodes' zones: {p} (the simulated EC2 prices us-east-1)")
             })
             .collect(),
     )?;

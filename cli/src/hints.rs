@@ -110,6 +110,10 @@ pub(crate) fn cluster(path: &Path, what: &str, e: &ClusterError) -> Failure {
             "the cluster of kubeconfig {shown} refused {what} ({}): refresh its credentials (`aws eks update-kubeconfig --name CLUSTER`, with {CREDENTIALS}), and give your identity read access (an EKS access entry)",
             root_cause(e)
         ),
+        ErrorKind::NotFound => format!(
+            "the cluster of kubeconfig {shown} serves no such kind ({what}: {}): is it a Kubernetes 1.23 or later API server?",
+            root_cause(e)
+        ),
         _ => format!(
             "cannot reach the cluster of kubeconfig {shown} ({what}): {}; check its current context and the network",
             root_cause(e)
@@ -170,5 +174,20 @@ mod tests {
             "{}",
             line(no_region())
         );
+    }
+
+    #[test]
+    fn a_kind_the_cluster_does_not_serve_is_named_not_blamed_on_the_network() {
+        let missing = ClusterError::new(ErrorKind::NotFound, "listing horizontalpodautoscalers");
+        let text = line(cluster(
+            Path::new("/k"),
+            "listing its horizontalpodautoscalers",
+            &missing,
+        ));
+        assert!(
+            text.starts_with("the cluster of kubeconfig /k serves no such kind (listing its horizontalpodautoscalers"),
+            "{text}"
+        );
+        assert!(!text.contains("network"), "{text}");
     }
 }

@@ -49,8 +49,18 @@ pub(crate) fn pricing(zones: Vec<String>, manifests: &Manifests, catalog: &Catal
 pub(crate) fn load_snapshot(path: &Path) -> Result<ClusterSnapshot, Failure> {
     let file = std::fs::File::open(path)
         .map_err(|e| Failure::Unusable(format!("{}: cannot read: {e}", path.display())))?;
-    parse_snapshot_reader(std::io::BufReader::with_capacity(256 * 1024, file))
-        .map_err(|e| Failure::Unusable(format!("{}: {e}", path.display())))
+    parse_snapshot(
+        std::io::BufReader::with_capacity(256 * 1024, file),
+        &path.display(),
+    )
+}
+
+/// The snapshot `reader` gives; an error names `source`.
+pub(crate) fn parse_snapshot(
+    reader: impl std::io::Read,
+    source: &dyn std::fmt::Display,
+) -> Result<ClusterSnapshot, Failure> {
+    parse_snapshot_reader(reader).map_err(|e| Failure::Unusable(format!("{source}: {e}")))
 }
 
 /// `--catalog`: `None` means the embedded one.
@@ -95,7 +105,7 @@ pub(crate) fn zones(
 /// kinds, or an empty list): exit 1 naming the file (a warning with `--lenient`).
 pub(crate) fn need_in_snapshot(
     command: &str,
-    path: &Path,
+    source: &dyn std::fmt::Display,
     snapshot: &ClusterSnapshot,
     nodes_needed: bool,
     strict: manifests::StrictArgs,
@@ -107,7 +117,6 @@ pub(crate) fn need_in_snapshot(
     };
     let Some(what) = what else { return Ok(()) };
     strict.check(vec![format!(
-        "{}: {what} in the list: {command} reads the output of `kubectl get pods,nodes,daemonsets,poddisruptionbudgets,pvc,pv,storageclasses,csinodes -A -o json`",
-        path.display()
+        "{source}: {what} in the list: {command} reads the output of `kubectl get pods,nodes,daemonsets,poddisruptionbudgets,pvc,pv,storageclasses,csinodes -A -o json`"
     )])
 }

@@ -44,7 +44,13 @@ pub(crate) fn run(args: &PlanArgs) -> Result<(), Failure> {
     let manifests = manifests::load(&args.nodepools, args.strict)?;
     manifests::need_node_pools("plan", &args.nodepools, &manifests, args.strict)?;
     let mut snapshot = load_snapshot(&args.snapshot)?;
-    need_in_snapshot("plan", &args.snapshot, &snapshot, false, args.strict)?;
+    need_in_snapshot(
+        "plan",
+        &args.snapshot.display(),
+        &snapshot,
+        false,
+        args.strict,
+    )?;
     args.scheduler.apply(&mut snapshot)?;
     let custom = load_catalog(args.catalog.as_deref())?;
     let catalog = custom.as_ref().unwrap_or_else(|| Catalog::embedded());

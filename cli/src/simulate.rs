@@ -25,9 +25,11 @@ use nodewright_sim::{NodeRecord, Report, Scenario};
 use serde_json::{Value, json};
 
 use crate::failure::Failure;
+use crate::from_cluster::ClusterSource;
 use crate::{chart, observed, scenario};
 
 #[derive(clap::Args)]
+#[command(group = clap::ArgGroup::new("start").args(["cluster", "kubeconfig"]))]
 pub struct SimulateArgs {
     /// A scenario file (YAML); without one, the bundled scenario runs. With
     /// `--cluster`, only its events, faults and settings are taken.
@@ -40,20 +42,27 @@ pub struct SimulateArgs {
     /// A day unless `--until` says.
     #[arg(long, requires = "nodepools")]
     pub cluster: Option<PathBuf>,
-    /// With `--cluster`: the NodePools, EC2NodeClasses, NodeOverlays and
-    /// CapacityBuffers to run the cluster under (repeatable).
-    #[arg(long = "nodepools", requires = "cluster")]
+    /// Start from the cluster of this kubeconfig as it is now: the objects `--cluster`
+    /// takes from a file, listed once (both runs of `--compare` start from the same
+    /// read) with the kubeconfig's identity, which needs only `list` on them. Nothing
+    /// is written to the cluster. Needs the `stack` feature.
+    #[arg(long, requires = "nodepools", conflicts_with = "cluster")]
+    pub kubeconfig: Option<PathBuf>,
+    /// With `--cluster` or `--kubeconfig`: the NodePools, EC2NodeClasses, NodeOverlays
+    /// and CapacityBuffers to run the cluster under (repeatable).
+    #[arg(long = "nodepools", requires = "start")]
     pub nodepools: Vec<PathBuf>,
-    /// With `--cluster`: run the same start and the same day again under these
-    /// NodePools (and the rest) instead, and print both side by side (repeatable).
-    /// `--output json` prints `{"runs": [A, B]}`, each run as a plain run prints it.
-    #[arg(long, requires = "cluster", conflicts_with = "save")]
+    /// With `--cluster` or `--kubeconfig`: run the same start and the same day again
+    /// under these NodePools (and the rest) instead, and print both side by side
+    /// (repeatable). `--output json` prints `{"runs": [A, B]}`, each run as a plain
+    /// run prints it.
+    #[arg(long, requires = "start", conflicts_with = "save")]
     pub compare: Vec<PathBuf>,
-    /// With `--cluster`: spot interruptions a month (730 hours) per 100 running spot
-    /// instances, each warned at random at that rate. The default, 5, is the Spot
-    /// Instance Advisor's lowest "frequency of interruption" bucket ("<5%"), where
-    /// most instance types sit; 0 turns it off.
-    #[arg(long, requires = "cluster", value_parser = percent_a_month)]
+    /// With `--cluster` or `--kubeconfig`: spot interruptions a month (730 hours) per
+    /// 100 running spot instances, each warned at random at that rate. The default,
+    /// 5, is the Spot Instance Advisor's lowest "frequency of interruption" bucket
+    /// ("<5%"), where most instance types sit; 0 turns it off.
+    #[arg(long, requires = "start", value_parser = percent_a_month)]
     pub spot_interruptions: Option<f64>,
     /// Virtual time to simulate (overrides the scenario's `duration`), e.g. 2h, 90m.
     #[arg(long, alias = "duration", value_parser = duration)]
@@ -123,7 +132,15 @@ fn consolidation(s: &nodewright_sim::report::Summary) -> String {
 }
 
 pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
-    let mut scenario = match &args.cluster {
+    let cluster = match (&args.cluster, &args.kubeconfig) {
+        (Some(file), _) => Some(ClusterSource::File(file.clone())),
+        (None, Some(kubeconfig)) => {
+            let (kubeconfig, list) = crate::stack::cluster_list(Some(kubeconfig.as_path()))?;
+            Some(ClusterSource::Listed { kubeconfig, list })
+        }
+        (None, None) => None,
+    };
+    let mut scenario = match &cluster {
         Some(cluster) => from_cluster(args, cluster, &args.nodepools)?,
         None => scenario::load_with(args.scenario.as_deref(), args.strict.strictness())
             .map_err(Failure::from)?,
@@ -134,7 +151,7 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
     if let Some(seed) = args.seed {
         scenario.seed = seed;
     }
-    if let (Some(cluster), false) = (&args.cluster, args.compare.is_empty()) {
+    if let (Some(cluster), false) = (&cluster, args.compare.is_empty()) {
         let other = from_cluster(args, cluster, &args.compare)?;
         return compare(args, &scenario, &other);
     }
@@ -186,7 +203,7 @@ pub fn run(args: &SimulateArgs) -> Result<(), Failure> {
 /// events and settings if one was given.
 fn from_cluster(
     args: &SimulateArgs,
-    cluster: &std::path::Path,
+    cluster: &ClusterSource,
     nodepools: &[PathBuf],
 ) -> Result<Scenario, Failure> {
     let overlay = args

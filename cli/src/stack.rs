@@ -7,7 +7,7 @@
 #[cfg(feature = "stack")]
 use std::collections::BTreeSet;
 #[cfg(feature = "stack")]
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[cfg(feature = "stack")]
 use nodewright_core::catalog::Catalog;
@@ -25,11 +25,12 @@ use crate::hints;
 use crate::observed::{LoggedDecision, ObservedCondition, observe};
 use crate::observed::{SourceArgs, StatusInput};
 
-/// Reads the deployed stack whose table is `table`.
+/// The kubeconfig to read: `given`, else `KUBECONFIG`'s first file, else
+/// ~/.kube/config; it must exist.
 #[cfg(feature = "stack")]
-pub fn read(args: &SourceArgs, table: &str) -> Result<StatusInput, Failure> {
-    let kubeconfig = match &args.kubeconfig {
-        Some(p) => p.clone(),
+fn kubeconfig_path(given: Option<&Path>) -> Result<PathBuf, Failure> {
+    let kubeconfig = match given {
+        Some(p) => p.to_path_buf(),
         None => match std::env::var_os("KUBECONFIG") {
             Some(p) if !p.is_empty() => {
                 // The first file of a list, as kubectl reads it first.
@@ -43,16 +44,130 @@ pub fn read(args: &SourceArgs, table: &str) -> Result<StatusInput, Failure> {
     if !kubeconfig.is_file() {
         return Err(hints::no_kubeconfig(&kubeconfig));
     }
+    Ok(kubeconfig)
+}
+
+/// A runtime for one command's reads, on this thread.
+#[cfg(feature = "stack")]
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Unusable(format!("cannot start the runtime: {e}")))
+}
+
+/// Reads the deployed stack whose table is `table`.
+#[cfg(feature = "stack")]
+pub fn read(args: &SourceArgs, table: &str) -> Result<StatusInput, Failure> {
+    let kubeconfig = kubeconfig_path(args.kubeconfig.as_deref())?;
     if let Some(region) = &args.region {
         // SAFETY: no other thread runs yet (the runtime is built below), so nothing
         // reads the environment while it changes. The AWS SDK reads the region from it.
         unsafe { std::env::set_var("AWS_REGION", region) };
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::Unusable(format!("cannot start the runtime: {e}")))?;
-    runtime.block_on(read_stack(args, table, &kubeconfig))
+    runtime()?.block_on(read_stack(args, table, &kubeconfig))
+}
+
+/// The kinds `simulate --cluster` reads from a file, as (group, version, kind,
+/// plural): what `simulate --kubeconfig` lists.
+#[cfg(feature = "stack")]
+const SNAPSHOT_KINDS: [(&str, &str, &str, &str); 14] = [
+    ("", "v1", "Node", "nodes"),
+    ("", "v1", "Pod", "pods"),
+    ("apps", "v1", "DaemonSet", "daemonsets"),
+    ("apps", "v1", "Deployment", "deployments"),
+    ("apps", "v1", "ReplicaSet", "replicasets"),
+    ("apps", "v1", "StatefulSet", "statefulsets"),
+    ("", "v1", "ReplicationController", "replicationcontrollers"),
+    ("", "v1", "Service", "services"),
+    (
+        "policy",
+        "v1",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+    ),
+    (
+        "autoscaling",
+        "v2",
+        "HorizontalPodAutoscaler",
+        "horizontalpodautoscalers",
+    ),
+    ("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
+    ("", "v1", "PersistentVolume", "persistentvolumes"),
+    ("storage.k8s.io", "v1", "StorageClass", "storageclasses"),
+    ("storage.k8s.io", "v1", "CSINode", "csinodes"),
+];
+
+/// The cluster of `kubeconfig` (as [`read`] finds it) as a `List` of every object
+/// `simulate --cluster` reads from a file: what `kubectl get
+/// nodes,pods,... -A -o json` prints. Read only: it lists, in pages of 500 as kubectl
+/// does, and writes nothing. Returns the kubeconfig read and the list's JSON.
+#[cfg(feature = "stack")]
+pub fn cluster_list(kubeconfig: Option<&Path>) -> Result<(PathBuf, Vec<u8>), Failure> {
+    let kubeconfig = kubeconfig_path(kubeconfig)?;
+    let items = runtime()?.block_on(async {
+        let cluster = nodewright_kube::KubeCluster::from_kubeconfig(
+            &kubeconfig,
+            nodewright_kube::ApiRate::default(),
+        )
+        .await
+        .map_err(|e| hints::cluster(&kubeconfig, "reading it", &e))?;
+        let mut items = Vec::new();
+        for kind in SNAPSHOT_KINDS {
+            list_all(cluster.client(), kind, &mut items)
+                .await
+                .map_err(|e| {
+                    let what = format!("listing its {}", kind.3);
+                    let kind = nodewright_kube::error::classify(&e);
+                    let e = nodewright_engine::ports::ClusterError::with_source(kind, &what, e);
+                    hints::cluster(&kubeconfig, &what, &e)
+                })?;
+        }
+        Ok::<_, Failure>(items)
+    })?;
+    let list = serde_json::json!({ "apiVersion": "v1", "kind": "List", "items": items });
+    let text = serde_json::to_vec(&list)
+        .map_err(|e| Failure::Unusable(format!("cannot encode the cluster's objects: {e}")))?;
+    Ok((kubeconfig, text))
+}
+
+/// Every object of `kind` in every namespace, each with its `apiVersion` and `kind`
+/// (a server leaves them off a list's items), appended to `items`.
+#[cfg(feature = "stack")]
+async fn list_all(
+    client: &kube::Client,
+    (group, version, kind, plural): (&str, &str, &str, &str),
+    items: &mut Vec<serde_json::Value>,
+) -> Result<(), kube::Error> {
+    use kube::api::{Api, ApiResource, DynamicObject, ListParams, TypeMeta};
+    let api_version = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    let resource = ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: api_version.clone(),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let mut params = ListParams::default().limit(500);
+    loop {
+        let page = api.list(&params).await?;
+        for mut object in page.items {
+            object.types = Some(TypeMeta {
+                api_version: api_version.clone(),
+                kind: kind.into(),
+            });
+            items.push(serde_json::to_value(object).map_err(kube::Error::SerdeError)?);
+        }
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(()),
+        }
+    }
 }
 
 /// Reads a deployed stack: claims and decisions from the table, the cluster, the
@@ -239,16 +354,31 @@ fn zones_for(
 /// Without the `stack` feature: the command to run instead, with the same arguments.
 #[cfg(not(feature = "stack"))]
 pub fn read(_args: &SourceArgs, _table: &str) -> Result<StatusInput, Failure> {
-    Err(Failure::Unusable(without_stack(std::env::args().skip(1))))
+    Err(Failure::Unusable(without_stack(
+        "reading a deployed stack (--table)",
+        std::env::args().skip(1),
+    )))
 }
 
-/// What a build without the `stack` feature says to `--table`: the same command
-/// (`args`, after the program's name) run with the feature.
+/// Without the `stack` feature: the command to run instead, with the same arguments.
+#[cfg(not(feature = "stack"))]
+pub fn cluster_list(
+    _kubeconfig: Option<&std::path::Path>,
+) -> Result<(std::path::PathBuf, Vec<u8>), Failure> {
+    Err(Failure::Unusable(without_stack(
+        "reading a live cluster (--kubeconfig)",
+        std::env::args().skip(1),
+    )))
+}
+
+/// What a build without the `stack` feature says to `what` (`--table`,
+/// `--kubeconfig`): the same command (`args`, after the program's name) run with the
+/// feature.
 #[cfg_attr(feature = "stack", allow(dead_code))]
-fn without_stack(args: impl Iterator<Item = String>) -> String {
+fn without_stack(what: &str, args: impl Iterator<Item = String>) -> String {
     let args: Vec<String> = args.map(|a| shell_word(&a)).collect();
     format!(
-        "reading a deployed stack (--table) needs nodewright built with the `stack` feature: run `cargo run --release -p nodewright-cli --features stack -- {}`",
+        "{what} needs nodewright built with the `stack` feature: run `cargo run --release -p nodewright-cli --features stack -- {}`",
         args.join(" ")
     )
 }
@@ -276,7 +406,10 @@ mod tests {
             "--kubeconfig",
             "/tmp/my config",
         ];
-        let line = without_stack(args.iter().map(|a| a.to_string()));
+        let line = without_stack(
+            "reading a deployed stack (--table)",
+            args.iter().map(|a| a.to_string()),
+        );
         assert!(
             line.ends_with(
                 "run `cargo run --release -p nodewright-cli --features stack -- status --table nodewright-state --kubeconfig '/tmp/my config'`"

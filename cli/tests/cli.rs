@@ -2400,6 +2400,11 @@ mod strict;
 #[path = "cli/kubectl.rs"]
 mod kubectl;
 
+/// `simulate --kubeconfig`: from a real API server's objects, lists only.
+#[cfg(feature = "stack")]
+#[path = "cli/live_cluster.rs"]
+mod live_cluster;
+
 /// An m5.xlarge attaches 25 EBS volumes for pods: 30 pods of one volume each need two,
 /// however little else they ask.
 #[test]
