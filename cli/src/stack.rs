@@ -101,20 +101,23 @@ const SNAPSHOT_KINDS: [(&str, &str, &str, &str); 14] = [
 /// The cluster of `kubeconfig` (as [`read`] finds it) as a `List` of every object
 /// `simulate --cluster` reads from a file: what `kubectl get
 /// nodes,pods,... -A -o json` prints. Read only: it lists, in pages of 500 as kubectl
-/// does, and writes nothing. Returns the kubeconfig read and the list's JSON.
+/// does, and writes nothing. Each page is written out as text as it comes, so the
+/// read holds the list's text and one page, not every object parsed. Returns the
+/// kubeconfig read and the list's JSON.
 #[cfg(feature = "stack")]
 pub fn cluster_list(kubeconfig: Option<&Path>) -> Result<(PathBuf, Vec<u8>), Failure> {
     let kubeconfig = kubeconfig_path(kubeconfig)?;
-    let items = runtime()?.block_on(async {
+    let mut list = br#"{"apiVersion":"v1","kind":"List","items":["#.to_vec();
+    runtime()?.block_on(async {
         let cluster = nodewright_kube::KubeCluster::from_kubeconfig(
             &kubeconfig,
             nodewright_kube::ApiRate::default(),
         )
         .await
         .map_err(|e| hints::cluster(&kubeconfig, "reading it", &e))?;
-        let mut items = Vec::new();
+        let mut first = true;
         for kind in SNAPSHOT_KINDS {
-            list_all(cluster.client(), kind, &mut items)
+            list_all(cluster.client(), kind, &mut list, &mut first)
                 .await
                 .map_err(|e| {
                     let what = format!("listing its {}", kind.3);
@@ -123,21 +126,21 @@ pub fn cluster_list(kubeconfig: Option<&Path>) -> Result<(PathBuf, Vec<u8>), Fai
                     hints::cluster(&kubeconfig, &what, &e)
                 })?;
         }
-        Ok::<_, Failure>(items)
+        Ok::<_, Failure>(())
     })?;
-    let list = serde_json::json!({ "apiVersion": "v1", "kind": "List", "items": items });
-    let text = serde_json::to_vec(&list)
-        .map_err(|e| Failure::Unusable(format!("cannot encode the cluster's objects: {e}")))?;
-    Ok((kubeconfig, text))
+    list.extend_from_slice(b"]}");
+    Ok((kubeconfig, list))
 }
 
 /// Every object of `kind` in every namespace, each with its `apiVersion` and `kind`
-/// (a server leaves them off a list's items), appended to `items`.
+/// (a server leaves them off a list's items), written to `list` as items of a JSON
+/// array (`first`: none is written yet, so no comma goes before it).
 #[cfg(feature = "stack")]
 async fn list_all(
     client: &kube::Client,
     (group, version, kind, plural): (&str, &str, &str, &str),
-    items: &mut Vec<serde_json::Value>,
+    list: &mut Vec<u8>,
+    first: &mut bool,
 ) -> Result<(), kube::Error> {
     use kube::api::{Api, ApiResource, DynamicObject, ListParams, TypeMeta};
     let api_version = if group.is_empty() {
@@ -161,7 +164,10 @@ async fn list_all(
                 api_version: api_version.clone(),
                 kind: kind.into(),
             });
-            items.push(serde_json::to_value(object).map_err(kube::Error::SerdeError)?);
+            if !std::mem::take(first) {
+                list.push(b',');
+            }
+            serde_json::to_writer(&mut *list, &object).map_err(kube::Error::SerdeError)?;
         }
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
