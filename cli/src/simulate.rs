@@ -32,7 +32,7 @@ use crate::{chart, observed, scenario};
 #[command(group = clap::ArgGroup::new("start").args(["cluster", "kubeconfig"]))]
 pub struct SimulateArgs {
     /// A scenario file (YAML); without one, the bundled scenario runs. With
-    /// `--cluster`, only its events, faults and settings are taken.
+    /// `--cluster` or `--kubeconfig`, only its events, faults and settings are taken.
     pub scenario: Option<PathBuf>,
     /// Start from this cluster instead of a scenario: the output of `kubectl get
     /// nodes,pods,deployments,replicasets,statefulsets,daemonsets,poddisruptionbudgets
