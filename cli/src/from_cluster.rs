@@ -61,6 +61,28 @@ impl ClusterSource {
             ClusterSource::Listed { list, .. } => parse_snapshot(list.as_slice(), self),
         }
     }
+
+    /// The command as the user gave it, for what its messages name.
+    fn command(&self) -> &'static str {
+        match self {
+            ClusterSource::File(_) => "simulate --cluster",
+            ClusterSource::Listed { .. } => "simulate --kubeconfig",
+        }
+    }
+
+    /// A cluster with no node: exit 1 naming where it came from (a warning with
+    /// `--lenient`). A file's message says which `kubectl get` makes one; a live
+    /// cluster's, that its read listed none.
+    fn need_nodes(&self, snapshot: &ClusterSnapshot, strict: StrictArgs) -> Result<(), Failure> {
+        match self {
+            ClusterSource::File(_) => need_in_snapshot(self.command(), self, snapshot, true, strict),
+            ClusterSource::Listed { .. } if snapshot.nodes.is_empty() => strict.check(vec![format!(
+                "{self}: no Node: {} starts from the cluster's nodes, and listing them found none",
+                self.command()
+            )]),
+            ClusterSource::Listed { .. } => Ok(()),
+        }
+    }
 }
 
 impl std::fmt::Display for ClusterSource {
@@ -84,9 +106,9 @@ pub(crate) fn scenario(
     strict: StrictArgs,
 ) -> Result<(Scenario, Vec<Autoscaler>), Failure> {
     let manifests = manifests::load(nodepools, strict)?;
-    manifests::need_node_pools("simulate --cluster", nodepools, &manifests, strict)?;
+    manifests::need_node_pools(cluster.command(), nodepools, &manifests, strict)?;
     let snapshot = cluster.snapshot()?;
-    need_in_snapshot("simulate --cluster", cluster, &snapshot, true, strict)?;
+    cluster.need_nodes(&snapshot, strict)?;
     let mut scenario = Scenario::new(cluster.to_string());
     scenario.duration = DEFAULT_DURATION;
     scenario.adopt_karpenter_nodes = true;

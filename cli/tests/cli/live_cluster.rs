@@ -74,6 +74,18 @@ fn nodes_at_start(doc: &Value) -> Vec<(String, String, String)> {
 fn simulate_from_a_live_cluster_starts_as_its_objects_stand_and_only_lists_them() {
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     let api = runtime.block_on(ControlPlane::start_with(Options::api_server_only()));
+
+    // No node yet: nothing to start from, said of the cluster read, not of a file.
+    let out = simulate_from("--kubeconfig", api.kubeconfig());
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let no_node = format!(
+        "the cluster of kubeconfig {}: no Node: simulate --kubeconfig starts from the cluster's nodes, and listing them found none",
+        api.kubeconfig().display()
+    );
+    assert!(err.contains(&no_node), "{err}");
+    assert!(!err.contains("kubectl get"), "{err}");
+
     runtime.block_on(put_the_bundled_snapshot(&api));
 
     // As cluster-admin: the run starts as the same objects read from a file start it.
