@@ -35,7 +35,9 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 url="http://127.0.0.1:$port"
-for _ in $(seq 1 100); do
+# Up to a minute: it answered in 5 s beside one busy core, but a run at low priority on
+# a loaded 2-core machine waited more than the 10 s this once allowed, and failed.
+for _ in $(seq 1 600); do
   if curl -fsS -o /dev/null "$url/moto-api/" 2>/dev/null; then
     break
   fi
