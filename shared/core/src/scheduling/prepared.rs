@@ -39,7 +39,7 @@ use super::fast_hash::FastMap;
 use super::requirements::ValueSet;
 use super::scheduler::{
     AbsorbedBefore, BinId, CandidateRef, Class, ClassId, ClassKey, DomainKeyId, EClassId, GroupId,
-    IdVec, InFlightPlacement, MovingPod, Origin, PodId, PoolState, Schedule, Scheduler,
+    IdVec, InFlightPlacement, MovingPod, Origin, PodId, PoolId, PoolState, Schedule, Scheduler,
     SchedulerInput, Undo, ct_domain, largest_first,
 };
 use super::unschedulable::Unschedulable;
@@ -407,6 +407,12 @@ impl<'a> Solver<'a> {
             .iter()
             .map(|&pod| MovingPod { pod, placed: false })
             .collect();
+        let remaining: IdVec<PoolId, Resources> = s
+            .pools
+            .ids()
+            .map(|pool| s.unplaced_moving_requests(pool))
+            .collect();
+        s.undo.as_mut().expect("solving").remaining = remaining;
 
         let result = Self::place_moving(s, &moving, limits, base_bins)
             .and_then(|()| self.schedule(input, base_bins, limits));

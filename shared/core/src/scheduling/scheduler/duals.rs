@@ -31,20 +31,36 @@ pub(super) struct Worth {
 impl Scheduler<'_> {
     /// Remaining requests of unplaced pods that could use this pool.
     pub(super) fn compatible_remaining(&self, pool: PoolId) -> Resources {
+        if let Some(u) = &self.undo {
+            // A solve places only the pods it moves; what is left of them is kept as
+            // they are placed.
+            let kept = u.remaining.get(pool).cloned().unwrap_or_default();
+            debug_assert_eq!(
+                kept,
+                self.unplaced_moving_requests(pool),
+                "the remaining demand kept during a solve"
+            );
+            return kept;
+        }
+        let mut r = Resources::new();
+        for c in &self.classes {
+            if c.pools_ok.get(pool).copied().unwrap_or(false) {
+                r.add(&c.remaining);
+            }
+        }
+        r
+    }
+
+    /// The requests of the solve's moving pods not placed yet whose class may use
+    /// `pool`, summed over them.
+    pub(crate) fn unplaced_moving_requests(&self, pool: PoolId) -> Resources {
         let mut r = Resources::new();
         if let Some(u) = &self.undo {
-            // A solve places only the pods it moves.
             for m in &u.moving {
                 let class = &self.classes[self.class_of(m.pod)];
                 if !m.placed && class.pools_ok.get(pool).copied().unwrap_or(false) {
                     r.add(&self.pod(m.pod).requests);
                 }
-            }
-            return r;
-        }
-        for c in &self.classes {
-            if c.pools_ok.get(pool).copied().unwrap_or(false) {
-                r.add(&c.remaining);
             }
         }
         r

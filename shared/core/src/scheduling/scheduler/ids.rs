@@ -163,6 +163,13 @@ impl<I: Id, T> IdVec<I, T> {
             .enumerate()
             .map(|(i, item)| (I::from_index(i), item))
     }
+
+    pub(crate) fn enumerate_mut(&mut self) -> impl Iterator<Item = (I, &mut T)> {
+        self.items
+            .iter_mut()
+            .enumerate()
+            .map(|(i, item)| (I::from_index(i), item))
+    }
 }
 
 impl<I: Id, T: Clone> IdVec<I, T> {

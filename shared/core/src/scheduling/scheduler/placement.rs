@@ -132,12 +132,9 @@ impl Scheduler<'_> {
         let bin = &self.bins[cand.bin];
         let p = self.pod(pod);
         // Capacity.
-        let mut total = bin.used.clone();
-        total.add(&p.requests);
-        if !total.fits_in(&bin.ceiling) {
-            let mut smallest = bin.used.clone();
-            smallest.add(&self.classes[ec.class].min_request);
-            return Err(if smallest.fits_in(&bin.ceiling) {
+        if !bin.used.fits_in_with(&p.requests, &bin.ceiling) {
+            let smallest = &self.classes[ec.class].min_request;
+            return Err(if bin.used.fits_in_with(smallest, &bin.ceiling) {
                 Fail::Temporary
             } else {
                 Fail::Permanent
@@ -172,6 +169,8 @@ impl Scheduler<'_> {
             }
             if self.pools[pool].has_min_values {
                 let reqs = merged.as_ref().unwrap_or(&bin.reqs);
+                let mut total = bin.used.clone();
+                total.add(&p.requests);
                 match self.min_values_within_policy(pool, reqs, &total) {
                     Err(_) => return Err(Fail::Temporary),
                     Ok(None) => {}
@@ -237,7 +236,18 @@ impl Scheduler<'_> {
         bin.pods.push(BinPod { pod, eclass: e });
         match &mut self.undo {
             None => self.classes[class].remaining.sub(&p.requests),
-            Some(u) => u.mark_placed(pod),
+            Some(u) => {
+                if u.mark_placed(pod)
+                    && let Some(c) = self.pod_class[pod]
+                {
+                    let ok = &self.classes[c].pools_ok;
+                    for (pool, left) in u.remaining.enumerate_mut() {
+                        if ok.get(pool).copied().unwrap_or(false) {
+                            left.sub(&p.requests);
+                        }
+                    }
+                }
+            }
         }
         // Count this pod in its domains, then pin (which counts earlier pods too).
         self.count_pod(e, b, TopologyKey::Hostname, b.index());
