@@ -237,16 +237,8 @@ impl Scheduler<'_> {
         match &mut self.undo {
             None => self.classes[class].remaining.sub(&p.requests),
             Some(u) => {
-                if u.mark_placed(pod)
-                    && let Some(c) = self.pod_class[pod]
-                {
-                    let ok = &self.classes[c].pools_ok;
-                    for (pool, left) in u.remaining.enumerate_mut() {
-                        if ok.get(pool).copied().unwrap_or(false) {
-                            left.sub(&p.requests);
-                        }
-                    }
-                }
+                let pools_ok = self.pod_class[pod].map(|c| &self.classes[c].pools_ok);
+                u.mark_placed(pod, &p.requests, pools_ok);
             }
         }
         // Count this pod in its domains, then pin (which counts earlier pods too).
